@@ -1,0 +1,47 @@
+package topology
+
+// IndexKey is one key attribute of the table or of an index.
+type IndexKey struct {
+	Name string
+	// Type is the DynamoDB scalar type: "S" or "N".
+	Type string
+}
+
+// Index is a global secondary index (all indexes project all attributes).
+type Index struct {
+	Name         string
+	PartitionKey IndexKey
+	SortKey      IndexKey
+}
+
+// Table describes the single DynamoDB table. The data model is documented in
+// docs/data-model.md.
+type Table struct {
+	PartitionKey IndexKey
+	SortKey      IndexKey
+	// TTLAttribute holds an epoch-seconds expiry (events, finished items).
+	TTLAttribute string
+	Indexes      []Index
+}
+
+// Index names.
+const (
+	// IndexReady is the sparse index of available jobs per queue, ordered by
+	// priority (highest first) then enqueue time (oldest first).
+	IndexReady = "ready"
+	// IndexDue is the sparse index of jobs waiting for a time per queue:
+	// scheduled and retryable jobs (due to become available), active jobs
+	// (lease expiry) and available push-mode jobs (redelivery check).
+	IndexDue = "due"
+)
+
+// JobTable is the table every environment uses.
+var JobTable = Table{
+	PartitionKey: IndexKey{Name: "pk", Type: "S"},
+	SortKey:      IndexKey{Name: "sk", Type: "S"},
+	TTLAttribute: "ttl",
+	Indexes: []Index{
+		{Name: IndexReady, PartitionKey: IndexKey{Name: "ready_pk", Type: "S"}, SortKey: IndexKey{Name: "ready_sk", Type: "S"}},
+		{Name: IndexDue, PartitionKey: IndexKey{Name: "due_pk", Type: "S"}, SortKey: IndexKey{Name: "due_at", Type: "N"}},
+	},
+}

@@ -1,0 +1,203 @@
+// Package topology is the one definition of the product's deployed shape: the
+// push-mode queues with their SQS and event-source-mapping settings, the four
+// functions, the DynamoDB Streams mapping and the sweeper schedule, per
+// environment. The CDK stack (infra/) and the offline local runtime
+// (localstack/) both read it, so the two cannot drift apart; a test compares
+// the synthesised template with these values.
+package topology
+
+import (
+	"fmt"
+	"sort"
+	"time"
+)
+
+// Environment variable names shared by the stack, the local runtime and the
+// functions. Functions read them at cold start.
+const (
+	// EnvTable names the DynamoDB table holding jobs, workflows and events.
+	EnvTable = "OJS_TABLE"
+	// EnvPushQueues holds a JSON object mapping each push-mode OJS queue name
+	// to its SQS queue URL, e.g. {"lambda":"https://sqs.../ojs-lambda"}.
+	EnvPushQueues = "OJS_PUSH_QUEUES"
+	// EnvLogLevel sets the slog level: debug, info (default), warn, error.
+	EnvLogLevel = "OJS_LOG_LEVEL"
+	// EnvEventBus names the EventBridge bus OJS events are published to;
+	// empty disables publishing (the local stack).
+	EnvEventBus = "OJS_EVENT_BUS"
+	// EnvAuthToken, when set, makes the API require "Authorization: Bearer
+	// <token>" on every route (the local stack's stand-in for IAM/JWT auth).
+	EnvAuthToken = "OJS_AUTH_TOKEN"
+)
+
+// Function names, used as construct ids, local process names and the
+// functions/<name> directories.
+const (
+	FunctionAPI     = "api"
+	FunctionWorker  = "worker"
+	FunctionStream  = "stream"
+	FunctionSweeper = "sweeper"
+)
+
+// FunctionNames lists the four functions in build order.
+var FunctionNames = []string{FunctionAPI, FunctionWorker, FunctionStream, FunctionSweeper}
+
+// Queue is one push-mode OJS queue: jobs pushed to it are delivered through
+// its SQS queue to the worker function. Every other OJS queue is pull-mode
+// (served to external workers through /ojs/v1/workers/fetch).
+type Queue struct {
+	// Name is the OJS queue name ([a-z0-9][a-z0-9.-]*).
+	Name string
+	// BatchSize is the SQS event source mapping batch size (1..10).
+	BatchSize int
+	// MaxBatchingWindow is how long the mapping gathers a batch; 0 delivers
+	// as soon as messages are there.
+	MaxBatchingWindow time.Duration
+	// VisibilityTimeout is the SQS visibility timeout; AWS recommends at least
+	// six times the worker function's timeout.
+	VisibilityTimeout time.Duration
+	// MaxReceiveCount is how many receives SQS allows before it moves a
+	// message to the queue's dead-letter queue.
+	MaxReceiveCount int
+	// MaxConcurrency caps concurrent worker invocations for this queue
+	// (AWS minimum 2).
+	MaxConcurrency int
+	// DLQRetention is how long the dead-letter queue keeps messages.
+	DLQRetention time.Duration
+}
+
+// SQSName is the physical SQS queue name for q within the given stack prefix.
+func (q Queue) SQSName(prefix string) string { return prefix + "-" + q.Name }
+
+// DLQName is the physical name of q's dead-letter queue.
+func (q Queue) DLQName(prefix string) string { return prefix + "-" + q.Name + "-dlq" }
+
+// Function holds the sizing of one Lambda function.
+type Function struct {
+	MemoryMB int
+	Timeout  time.Duration
+}
+
+// Stream configures the DynamoDB Streams event source mapping into the
+// stream function.
+type Stream struct {
+	// BatchSize is the number of records per invocation.
+	BatchSize int
+	// MaxBatchingWindow gathers records before invoking; 0 invokes at once.
+	MaxBatchingWindow time.Duration
+	// MaxRetries bounds retries of a failing batch (with bisect-on-error);
+	// records still failing go to the on-failure destination, and the
+	// sweeper repairs whatever they would have done.
+	MaxRetries int
+	// BisectOnError splits a failing batch to isolate the bad record.
+	BisectOnError bool
+	// MaxRecordAge drops records older than this after failures.
+	MaxRecordAge time.Duration
+	// PollInterval is how often the local runtime polls each shard (AWS
+	// polls about four times a second; not a CloudFormation setting).
+	PollInterval time.Duration
+}
+
+// Sweeper configures the periodic repair function.
+type Sweeper struct {
+	// Interval between sweeps (EventBridge schedule rate on AWS).
+	Interval time.Duration
+}
+
+// Env is the complete settings of one environment.
+type Env struct {
+	// Name is dev, staging, prod or local.
+	Name string
+	// Prefix is used for the physical names the local runtime creates and
+	// the stack name (the CDK stack lets CloudFormation name resources).
+	Prefix string
+	// Queues are the push-mode queues, sorted by name.
+	Queues []Queue
+	// Functions holds the sizing per function name.
+	Functions map[string]Function
+	Stream    Stream
+	Sweeper   Sweeper
+	// EventTTL is how long lifecycle event items are kept.
+	EventTTL time.Duration
+	// LogRetentionDays is the CloudWatch Logs retention.
+	LogRetentionDays int
+	// PointInTimeRecovery and DeletionProtection protect the table (prod).
+	PointInTimeRecovery bool
+	DeletionProtection  bool
+	// Tracing turns on X-Ray active tracing for the functions.
+	Tracing bool
+}
+
+// Queue returns the push-mode queue named name.
+func (e Env) Queue(name string) (Queue, bool) {
+	for _, q := range e.Queues {
+		if q.Name == name {
+			return q, true
+		}
+	}
+	return Queue{}, false
+}
+
+// Environments lists the names ForEnv accepts.
+var Environments = []string{"dev", "staging", "prod", "local"}
+
+// DefaultQueueName is the push-mode queue every environment has: jobs
+// pushed to queue "lambda" run in the worker function.
+const DefaultQueueName = "lambda"
+
+func baseEnv(name string) Env {
+	worker := Function{MemoryMB: 512, Timeout: 60 * time.Second}
+	return Env{
+		Name:   name,
+		Prefix: "ojs-" + name,
+		Queues: []Queue{{
+			Name:              DefaultQueueName,
+			BatchSize:         10,
+			VisibilityTimeout: 6 * worker.Timeout,
+			MaxReceiveCount:   5,
+			MaxConcurrency:    50,
+			DLQRetention:      14 * 24 * time.Hour,
+		}},
+		Functions: map[string]Function{
+			FunctionAPI:     {MemoryMB: 512, Timeout: 29 * time.Second},
+			FunctionWorker:  worker,
+			FunctionStream:  {MemoryMB: 512, Timeout: 60 * time.Second},
+			FunctionSweeper: {MemoryMB: 256, Timeout: 120 * time.Second},
+		},
+		Stream: Stream{
+			BatchSize:     100,
+			MaxRetries:    10,
+			BisectOnError: true,
+			MaxRecordAge:  24 * time.Hour,
+			PollInterval:  250 * time.Millisecond,
+		},
+		Sweeper:          Sweeper{Interval: time.Minute},
+		EventTTL:         7 * 24 * time.Hour,
+		LogRetentionDays: 14,
+		Tracing:          true,
+	}
+}
+
+// ForEnv returns the settings of the named environment. This function is
+// the one documented place where environments differ.
+func ForEnv(name string) (Env, error) {
+	e := baseEnv(name)
+	switch name {
+	case "dev":
+	case "local":
+		// The offline stack: same queues, mappings and schedule as dev.
+		e.Tracing = false
+	case "staging":
+		e.LogRetentionDays = 30
+	case "prod":
+		e.LogRetentionDays = 90
+		e.PointInTimeRecovery = true
+		e.DeletionProtection = true
+		e.EventTTL = 30 * 24 * time.Hour
+		e.Queues[0].MaxConcurrency = 200
+	default:
+		return Env{}, fmt.Errorf("topology: unknown environment %q (want one of %v)", name, Environments)
+	}
+	sort.Slice(e.Queues, func(i, j int) bool { return e.Queues[i].Name < e.Queues[j].Name })
+	return e, nil
+}
