@@ -1,0 +1,368 @@
+package job
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"regexp"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+	"github.com/ojs-aws/ojs-serverless/pkg/retry"
+)
+
+var (
+	// typePattern is the conformance suite's pattern (L0-ENV-003): dot
+	// separated segments starting with a letter.
+	typePattern  = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9_]*(\.[a-zA-Z][a-zA-Z0-9_]*)*$`)
+	queuePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9\-\.]*$`)
+)
+
+// known lists the attributes the envelope defines; anything else a client
+// sends at the top level is preserved in Extra. System-managed attributes
+// are listed so that client values for them are ignored (ojs-core 5.3).
+var known = map[string]bool{
+	"specversion": true, "id": true, "type": true, "queue": true, "args": true, "meta": true,
+	"priority": true, "timeout": true, "scheduled_at": true, "expires_at": true, "retry": true,
+	"unique": true, "schema": true, "options": true, "tags": true,
+	"state": true, "attempt": true, "max_attempts": true, "created_at": true, "enqueued_at": true,
+	"started_at": true, "completed_at": true, "cancelled_at": true, "discarded_at": true,
+	"next_attempt_at": true, "error": true, "errors": true, "result": true, "timeout_ms": true,
+	"visibility_timeout_ms": true,
+}
+
+// request is the PUSH body: the OJS envelope attributes at the top level
+// (ojs-core.md) and/or the HTTP binding's "options" object.
+type request struct {
+	SpecVersion *string         `json:"specversion"`
+	ID          *string         `json:"id"`
+	Type        *string         `json:"type"`
+	Queue       *string         `json:"queue"`
+	Args        json.RawMessage `json:"args"`
+	Meta        json.RawMessage `json:"meta"`
+	Priority    json.RawMessage `json:"priority"`
+	Timeout     json.RawMessage `json:"timeout"`
+	ScheduledAt *string         `json:"scheduled_at"`
+	ExpiresAt   *string         `json:"expires_at"`
+	Retry       json.RawMessage `json:"retry"`
+	Unique      json.RawMessage `json:"unique"`
+	Schema      *string         `json:"schema"`
+	Tags        json.RawMessage `json:"tags"`
+	Options     *options        `json:"options"`
+}
+
+type options struct {
+	Queue               *string         `json:"queue"`
+	Priority            json.RawMessage `json:"priority"`
+	TimeoutMS           json.RawMessage `json:"timeout_ms"`
+	DelayUntil          *string         `json:"delay_until"`
+	ScheduledAt         *string         `json:"scheduled_at"`
+	ExpiresAt           *string         `json:"expires_at"`
+	Retry               json.RawMessage `json:"retry"`
+	Unique              json.RawMessage `json:"unique"`
+	Tags                json.RawMessage `json:"tags"`
+	VisibilityTimeoutMS json.RawMessage `json:"visibility_timeout_ms"`
+	VisibilityTimeout   json.RawMessage `json:"visibility_timeout"`
+	Pending             *bool           `json:"pending"`
+}
+
+// Enqueue is a validated PUSH: the job to create and whether it starts
+// pending.
+type Enqueue struct {
+	Job     *Job
+	Pending bool
+}
+
+// ParseEnqueue validates one PUSH body and builds the job it creates, with
+// its id (generated as UUIDv7 when absent), defaults and initial state
+// (pending, scheduled or available) decided at now. Errors are *ojserr.Error
+// naming the offending field.
+func ParseEnqueue(raw []byte, now time.Time) (*Enqueue, error) {
+	if len(raw) > MaxEnvelopeBytes {
+		return nil, ojserr.Newf(ojserr.PayloadTooLarge, "Job envelope is %d bytes; the maximum is %d bytes.", len(raw), MaxEnvelopeBytes).
+			With("actual_bytes", len(raw)).With("max_bytes", MaxEnvelopeBytes).With("field", "envelope")
+	}
+	if !utf8.Valid(raw) {
+		return nil, ojserr.Invalid("body", "The request body must be UTF-8 encoded JSON.")
+	}
+	trimmed := bytes.TrimSpace(raw)
+	if len(trimmed) == 0 || trimmed[0] != '{' {
+		return nil, ojserr.Invalid("body", "The job must be a JSON object.")
+	}
+	var req request
+	if err := strictDecode(trimmed, &req); err != nil {
+		return nil, err
+	}
+	var extra map[string]json.RawMessage
+	if err := json.Unmarshal(trimmed, &extra); err != nil {
+		return nil, ojserr.Invalid("body", "The job must be a JSON object.")
+	}
+	for k := range extra {
+		if known[k] {
+			delete(extra, k)
+		}
+	}
+	opts := req.Options
+	if opts == nil {
+		opts = &options{}
+	}
+	j := &Job{Extra: extra}
+
+	if req.SpecVersion != nil && *req.SpecVersion != SpecVersion {
+		return nil, ojserr.Invalid("specversion", "Unsupported specversion %q; this server speaks %q.", *req.SpecVersion, SpecVersion)
+	}
+	if req.Type == nil {
+		return nil, missing("type")
+	}
+	j.Type = *req.Type
+	if j.Type == "" || len(j.Type) > MaxTypeLength || !typePattern.MatchString(j.Type) {
+		return nil, ojserr.Invalid("type", "The 'type' field must be a dot-separated name like 'email.send' (segments start with a letter; letters, digits and underscores; at most %d bytes).", MaxTypeLength)
+	}
+	if req.Args == nil {
+		return nil, missing("args")
+	}
+	if !isJSONKind(req.Args, '[') {
+		return nil, ojserr.Invalid("args", "The 'args' field must be a JSON array.").With("expected", "array").With("received", kindOf(req.Args))
+	}
+	j.Args = compact(req.Args)
+
+	if req.Meta != nil && !isNull(req.Meta) {
+		if !isJSONKind(req.Meta, '{') {
+			return nil, ojserr.Invalid("meta", "The 'meta' field must be a JSON object.").With("expected", "object").With("received", kindOf(req.Meta))
+		}
+		if len(req.Meta) > MaxMetaBytes {
+			return nil, ojserr.Newf(ojserr.PayloadTooLarge, "The 'meta' field is %d bytes; the maximum is %d bytes.", len(req.Meta), MaxMetaBytes).
+				With("field", "meta").With("actual_bytes", len(req.Meta)).With("max_bytes", MaxMetaBytes)
+		}
+		j.Meta = compact(req.Meta)
+	} else {
+		j.Meta = json.RawMessage("{}")
+	}
+
+	j.Queue = DefaultQueue
+	if q := firstString(opts.Queue, req.Queue); q != nil {
+		j.Queue = *q
+		if err := ValidateQueue(j.Queue); err != nil {
+			return nil, err
+		}
+	}
+
+	if req.ID != nil {
+		if err := ValidateID(*req.ID); err != nil {
+			return nil, ojserr.Invalid("id", "The 'id' field must be a lowercase hyphenated UUIDv7.")
+		}
+		j.ID = *req.ID
+	} else {
+		id, err := uuid.NewV7()
+		if err != nil {
+			return nil, ojserr.Backend(fmt.Errorf("generate id: %w", err))
+		}
+		j.ID = id.String()
+	}
+
+	var err error
+	if j.Priority, err = intField("priority", first(opts.Priority, req.Priority), 0, -1_000_000, 1_000_000); err != nil {
+		return nil, err
+	}
+	j.Timeout = DefaultTimeout
+	if raw := opts.TimeoutMS; raw != nil && !isNull(raw) {
+		ms, err := intField("options.timeout_ms", raw, 0, 1, MaxTimeout.Milliseconds())
+		if err != nil {
+			return nil, err
+		}
+		j.Timeout = time.Duration(ms) * time.Millisecond
+	} else if raw := req.Timeout; raw != nil && !isNull(raw) {
+		s, err := intField("timeout", raw, 0, 0, int64(MaxTimeout/time.Second))
+		if err != nil {
+			return nil, err
+		}
+		if s > 0 {
+			j.Timeout = time.Duration(s) * time.Second
+		}
+	}
+	if raw := opts.VisibilityTimeoutMS; raw != nil && !isNull(raw) {
+		ms, err := intField("options.visibility_timeout_ms", raw, 0, 1, MaxTimeout.Milliseconds())
+		if err != nil {
+			return nil, err
+		}
+		j.Visibility = time.Duration(ms) * time.Millisecond
+	} else if raw := opts.VisibilityTimeout; raw != nil && !isNull(raw) {
+		s, err := intField("options.visibility_timeout", raw, 0, 1, int64(MaxTimeout/time.Second))
+		if err != nil {
+			return nil, err
+		}
+		j.Visibility = time.Duration(s) * time.Second
+	}
+
+	if j.Retry, err = parseRetry(first(opts.Retry, req.Retry)); err != nil {
+		return nil, err
+	}
+	if u := first(opts.Unique, req.Unique); u != nil && !isNull(u) {
+		return nil, ojserr.New(ojserr.Unsupported, "Unique jobs are not supported by this server yet; see the manifest's capabilities.").With("field", "unique")
+	}
+	if tags := first(opts.Tags, req.Tags); tags != nil && !isNull(tags) {
+		if err := json.Unmarshal(tags, &j.Tags); err != nil || len(j.Tags) > 50 {
+			return nil, ojserr.Invalid("tags", "The 'tags' field must be an array of at most 50 strings.")
+		}
+	}
+	if req.Schema != nil {
+		j.Schema = *req.Schema
+	}
+
+	if s := firstString(opts.DelayUntil, opts.ScheduledAt, req.ScheduledAt); s != nil {
+		t, err := parseTime("scheduled_at", *s)
+		if err != nil {
+			return nil, err
+		}
+		j.ScheduledAt = &t
+	}
+	if s := firstString(opts.ExpiresAt, req.ExpiresAt); s != nil {
+		t, err := parseTime("expires_at", *s)
+		if err != nil {
+			return nil, err
+		}
+		j.ExpiresAt = &t
+	}
+
+	created := now.UTC()
+	j.CreatedAt = &created
+	pending := opts.Pending != nil && *opts.Pending
+	switch {
+	case pending:
+		j.State = Pending
+	case j.ScheduledAt != nil && j.ScheduledAt.After(now):
+		j.State = Scheduled
+	default:
+		j.State = Available
+		j.EnqueuedAt = &created
+	}
+	return &Enqueue{Job: j, Pending: pending}, nil
+}
+
+// ValidateQueue checks a queue name against the OJS pattern and length.
+func ValidateQueue(q string) error {
+	if q == "" || len(q) > MaxQueueLength || !queuePattern.MatchString(q) {
+		return ojserr.Invalid("queue", "The queue name must match [a-z0-9][a-z0-9.-]* and be at most %d characters.", MaxQueueLength)
+	}
+	return nil
+}
+
+// ValidateID checks that id is a canonical lowercase UUIDv7.
+func ValidateID(id string) error {
+	u, err := uuid.Parse(id)
+	if err != nil || len(id) != 36 || u.String() != id || u.Version() != 7 {
+		return errors.New("not a lowercase hyphenated UUIDv7")
+	}
+	return nil
+}
+
+func parseRetry(raw json.RawMessage) (retry.Policy, error) {
+	if raw != nil && !isNull(raw) && !isJSONKind(raw, '{') {
+		return retry.Policy{}, ojserr.Invalid("retry", "The 'retry' field must be a JSON object.")
+	}
+	p, err := retry.Parse(raw)
+	if err != nil {
+		var fe *retry.FieldError
+		if errors.As(err, &fe) {
+			return p, ojserr.Invalid("retry."+fe.Field, "Invalid retry policy: %s.", err.Error())
+		}
+		return p, ojserr.Invalid("retry", "Invalid retry policy.")
+	}
+	return p, nil
+}
+
+func strictDecode(b []byte, v any) error {
+	if err := json.Unmarshal(b, v); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			field := te.Field
+			if field == "" {
+				field = "body"
+			}
+			return ojserr.Invalid(field, "The '%s' field has the wrong type: expected %s.", field, te.Type.String()).With("received", te.Value)
+		}
+		return ojserr.Invalid("body", "The request body is not valid JSON.")
+	}
+	return nil
+}
+
+func missing(field string) error {
+	return ojserr.Invalid(field, "The '%s' field is required.", field).With("validation", "required")
+}
+
+func parseTime(field, s string) (time.Time, error) {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return t, ojserr.Invalid(field, "The '%s' field must be an RFC 3339 timestamp with a time zone, like 2026-03-15T09:30:00Z.", field)
+	}
+	return t.UTC(), nil
+}
+
+func intField(field string, raw json.RawMessage, def, lo, hi int64) (int, error) {
+	if raw == nil || isNull(raw) {
+		return int(def), nil
+	}
+	var f float64
+	if err := json.Unmarshal(raw, &f); err != nil || f != math.Trunc(f) || f < float64(lo) || f > float64(hi) {
+		return 0, ojserr.Invalid(field, "The '%s' field must be an integer between %d and %d.", field, lo, hi)
+	}
+	return int(f), nil
+}
+
+func first(vals ...json.RawMessage) json.RawMessage {
+	for _, v := range vals {
+		if v != nil {
+			return v
+		}
+	}
+	return nil
+}
+
+func firstString(vals ...*string) *string {
+	for _, v := range vals {
+		if v != nil {
+			return v
+		}
+	}
+	return nil
+}
+
+func isNull(b json.RawMessage) bool { return bytes.Equal(bytes.TrimSpace(b), []byte("null")) }
+
+func isJSONKind(b json.RawMessage, open byte) bool {
+	t := bytes.TrimSpace(b)
+	return len(t) > 0 && t[0] == open
+}
+
+func kindOf(b json.RawMessage) string {
+	t := bytes.TrimSpace(b)
+	if len(t) == 0 {
+		return "nothing"
+	}
+	switch t[0] {
+	case '{':
+		return "object"
+	case '[':
+		return "array"
+	case '"':
+		return "string"
+	case 't', 'f':
+		return "boolean"
+	case 'n':
+		return "null"
+	default:
+		return "number"
+	}
+}
+
+func compact(b json.RawMessage) json.RawMessage {
+	var out bytes.Buffer
+	if err := json.Compact(&out, b); err != nil {
+		return b
+	}
+	return out.Bytes()
+}

@@ -1,0 +1,176 @@
+package job
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/ojs-aws/ojs-serverless/pkg/retry"
+)
+
+// SpecVersion is the OJS core specification version this product speaks.
+const SpecVersion = "1.0"
+
+// Defaults and limits. They are stated in the README and the manifest.
+const (
+	// DefaultQueue is the queue used when a PUSH names none.
+	DefaultQueue = "default"
+	// DefaultTimeout is a job's execution timeout when it sets none.
+	DefaultTimeout = 30 * time.Minute
+	// DefaultVisibilityTimeout is how long a pull-mode claim lasts without a
+	// heartbeat when neither the job nor the FETCH sets one.
+	DefaultVisibilityTimeout = 30 * time.Second
+	// MaxEnvelopeBytes bounds one job's JSON envelope. A DynamoDB item is at
+	// most 400 KB and holds the envelope, the result and the error history.
+	MaxEnvelopeBytes = 256 << 10
+	// MaxMetaBytes bounds meta (ojs-payload-limits.md section 4.3).
+	MaxMetaBytes = 64 << 10
+	// MaxResultBytes bounds a stored result.
+	MaxResultBytes = 64 << 10
+	// MaxErrorHistory is how many errors a job keeps (at least 10 per spec).
+	MaxErrorHistory = 20
+	// MaxTypeLength and MaxQueueLength bound names (bytes).
+	MaxTypeLength  = 255
+	MaxQueueLength = 128
+	// MaxTimeout bounds a job's execution timeout and visibility timeout.
+	MaxTimeout = 12 * time.Hour
+)
+
+// ErrorInfo is one recorded failure: the last one is the job's "error", all
+// are kept (bounded) in "errors".
+type ErrorInfo struct {
+	Type      string          `json:"type"`
+	Code      string          `json:"code,omitempty"`
+	Message   string          `json:"message"`
+	Retryable *bool           `json:"retryable,omitempty"`
+	Backtrace []string        `json:"backtrace,omitempty"`
+	Details   json.RawMessage `json:"details,omitempty"`
+	Attempt   int             `json:"attempt,omitempty"`
+	Timestamp string          `json:"timestamp,omitempty"`
+}
+
+// Job is one job: the client's envelope plus the system-managed attributes.
+type Job struct {
+	ID          string
+	Type        string
+	Queue       string
+	Args        json.RawMessage
+	Meta        json.RawMessage
+	Priority    int
+	State       State
+	Attempt     int
+	Retry       retry.Policy
+	Timeout     time.Duration
+	Visibility  time.Duration
+	Tags        []string
+	Schema      string
+	ScheduledAt *time.Time
+	ExpiresAt   *time.Time
+
+	CreatedAt     *time.Time
+	EnqueuedAt    *time.Time
+	StartedAt     *time.Time
+	CompletedAt   *time.Time
+	CancelledAt   *time.Time
+	DiscardedAt   *time.Time
+	NextAttemptAt *time.Time
+
+	Result json.RawMessage
+	Error  *ErrorInfo
+	Errors []ErrorInfo
+
+	// Extra holds unknown top-level envelope attributes, preserved as sent.
+	Extra map[string]json.RawMessage
+
+	// Push is true when Queue is a push-mode queue delivered to Lambda.
+	Push bool
+	// WorkerID and LeaseUntil describe the current claim of an active job.
+	WorkerID   string
+	LeaseUntil *time.Time
+	// CancelRequested is set when an active job was cancelled; the worker
+	// learns it on its next heartbeat.
+	CancelRequested bool
+}
+
+// Timestamp formats t the way every OJS timestamp is written: UTC,
+// millisecond precision, Z suffix.
+func Timestamp(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") }
+
+func ts(t *time.Time) *string {
+	if t == nil {
+		return nil
+	}
+	s := Timestamp(*t)
+	return &s
+}
+
+// wireJob is the JSON shape of a job in API responses and SQS messages.
+type wireJob struct {
+	SpecVersion         string          `json:"specversion"`
+	ID                  string          `json:"id"`
+	Type                string          `json:"type"`
+	Queue               string          `json:"queue"`
+	Args                json.RawMessage `json:"args"`
+	Meta                json.RawMessage `json:"meta"`
+	Priority            int             `json:"priority"`
+	State               State           `json:"state"`
+	Attempt             int             `json:"attempt"`
+	MaxAttempts         int             `json:"max_attempts"`
+	Timeout             int64           `json:"timeout"`
+	TimeoutMS           int64           `json:"timeout_ms"`
+	VisibilityTimeoutMS int64           `json:"visibility_timeout_ms,omitempty"`
+	Retry               retry.Policy    `json:"retry"`
+	Tags                []string        `json:"tags"`
+	Schema              string          `json:"schema,omitempty"`
+	ScheduledAt         *string         `json:"scheduled_at,omitempty"`
+	ExpiresAt           *string         `json:"expires_at,omitempty"`
+	CreatedAt           *string         `json:"created_at,omitempty"`
+	EnqueuedAt          *string         `json:"enqueued_at,omitempty"`
+	StartedAt           *string         `json:"started_at,omitempty"`
+	CompletedAt         *string         `json:"completed_at,omitempty"`
+	CancelledAt         *string         `json:"cancelled_at,omitempty"`
+	DiscardedAt         *string         `json:"discarded_at,omitempty"`
+	NextAttemptAt       *string         `json:"next_attempt_at,omitempty"`
+	Result              json.RawMessage `json:"result,omitempty"`
+	Error               *ErrorInfo      `json:"error,omitempty"`
+	Errors              []ErrorInfo     `json:"errors,omitempty"`
+}
+
+// MarshalJSON renders the full OJS envelope with the system-managed
+// attributes; unknown attributes the client sent are merged back at the top
+// level (they never override defined ones).
+func (j *Job) MarshalJSON() ([]byte, error) {
+	w := wireJob{
+		SpecVersion: SpecVersion, ID: j.ID, Type: j.Type, Queue: j.Queue, Args: j.Args, Meta: j.Meta,
+		Priority: j.Priority, State: j.State, Attempt: j.Attempt, MaxAttempts: j.Retry.MaxAttempts,
+		Timeout: int64((j.Timeout + time.Second - 1) / time.Second), TimeoutMS: j.Timeout.Milliseconds(),
+		VisibilityTimeoutMS: j.Visibility.Milliseconds(),
+		Retry:               j.Retry, Tags: j.Tags, Schema: j.Schema,
+		ScheduledAt: ts(j.ScheduledAt), ExpiresAt: ts(j.ExpiresAt), CreatedAt: ts(j.CreatedAt),
+		EnqueuedAt: ts(j.EnqueuedAt), StartedAt: ts(j.StartedAt), CompletedAt: ts(j.CompletedAt),
+		CancelledAt: ts(j.CancelledAt), DiscardedAt: ts(j.DiscardedAt), NextAttemptAt: ts(j.NextAttemptAt),
+		Result: j.Result, Error: j.Error, Errors: j.Errors,
+	}
+	if w.Args == nil {
+		w.Args = json.RawMessage("[]")
+	}
+	if w.Meta == nil {
+		w.Meta = json.RawMessage("{}")
+	}
+	if w.Tags == nil {
+		w.Tags = []string{}
+	}
+	b, err := json.Marshal(w)
+	if err != nil || len(j.Extra) == 0 {
+		return b, err
+	}
+	var merged map[string]json.RawMessage
+	if err := json.Unmarshal(b, &merged); err != nil {
+		return nil, err
+	}
+	for k, v := range j.Extra {
+		if _, defined := merged[k]; !defined {
+			merged[k] = v
+		}
+	}
+	return json.Marshal(merged)
+}

@@ -1,0 +1,153 @@
+package job
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+)
+
+func TestTransitionsMatchSpec(t *testing.T) {
+	t.Parallel()
+	// L0-LC-002 plus the transitions ojs-core section 6.3 adds: lease expiry
+	// (active -> available), expiry (-> discarded) and manual retry.
+	valid := map[[2]State]bool{
+		{Scheduled, Available}: true, {Scheduled, Cancelled}: true, {Scheduled, Discarded}: true,
+		{Available, Active}: true, {Available, Cancelled}: true, {Available, Discarded}: true,
+		{Pending, Available}: true, {Pending, Cancelled}: true,
+		{Active, Completed}: true, {Active, Retryable}: true, {Active, Cancelled}: true, {Active, Discarded}: true, {Active, Available}: true,
+		{Retryable, Available}: true, {Retryable, Cancelled}: true, {Retryable, Discarded}: true,
+		{Discarded, Available}: true,
+	}
+	for _, from := range States {
+		for _, to := range States {
+			if got := CanTransition(from, to); got != valid[[2]State{from, to}] {
+				t.Errorf("%s -> %s: %v", from, to, got)
+			}
+		}
+	}
+	for _, s := range []State{Completed, Cancelled} {
+		for _, to := range States {
+			if CanTransition(s, to) {
+				t.Errorf("terminal %s has an outgoing transition to %s", s, to)
+			}
+		}
+	}
+	if State("running").Valid() || !Completed.Valid() {
+		t.Fatal("Valid is wrong")
+	}
+}
+
+var now = time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
+
+func parse(t *testing.T, body string) (*Enqueue, error) {
+	t.Helper()
+	return ParseEnqueue([]byte(body), now)
+}
+
+func TestParseEnqueueDefaults(t *testing.T) {
+	t.Parallel()
+	e, err := parse(t, `{"type":"test.echo","args":["hello"],"x_custom":{"a":1}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := e.Job
+	if j.Queue != "default" || j.State != Available || j.Priority != 0 || j.Retry.MaxAttempts != 3 || j.Timeout != DefaultTimeout {
+		t.Fatalf("defaults: %+v", j)
+	}
+	if ValidateID(j.ID) != nil {
+		t.Fatalf("generated id %q is not a UUIDv7", j.ID)
+	}
+	if j.EnqueuedAt == nil || !j.EnqueuedAt.Equal(now) || !j.CreatedAt.Equal(now) {
+		t.Fatal("timestamps not set")
+	}
+	out, _ := json.Marshal(j)
+	var m map[string]any
+	_ = json.Unmarshal(out, &m)
+	if m["x_custom"] == nil || m["specversion"] != "1.0" || m["state"] != "available" || m["enqueued_at"] != "2026-11-21T10:00:00.000Z" {
+		t.Fatalf("wire form: %s", out)
+	}
+}
+
+func TestParseEnqueueOptionsAndEnvelopeStyles(t *testing.T) {
+	t.Parallel()
+	id := "019414d4-8b2e-7c3a-b5d1-f0e2a3b4c5d6"
+	e, err := parse(t, `{"id":"`+id+`","type":"email.send","args":[],"options":{"queue":"email","priority":10,"timeout_ms":5000,
+		"retry":{"max_attempts":5,"initial_interval":"PT2S"},"tags":["a"],"delay_until":"2026-11-21T11:00:00+01:00","visibility_timeout":2}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := e.Job
+	if j.ID != id || j.Queue != "email" || j.Priority != 10 || j.Timeout != 5*time.Second || j.Retry.MaxAttempts != 5 ||
+		j.Retry.InitialInterval != 2*time.Second || len(j.Tags) != 1 || j.Visibility != 2*time.Second {
+		t.Fatalf("options: %+v", j)
+	}
+	// 11:00+01:00 is 10:00Z == now: not in the future, so available.
+	if j.State != Available {
+		t.Fatalf("state %s", j.State)
+	}
+	e, err = parse(t, `{"type":"a.b","args":[],"queue":"q1","scheduled_at":"2026-11-21T10:05:00Z","timeout":60}`)
+	if err != nil || e.Job.State != Scheduled || e.Job.EnqueuedAt != nil || e.Job.Queue != "q1" || e.Job.Timeout != time.Minute {
+		t.Fatalf("envelope style: %+v %v", e, err)
+	}
+	e, err = parse(t, `{"type":"a.b","args":[],"options":{"pending":true}}`)
+	if err != nil || e.Job.State != Pending || !e.Pending {
+		t.Fatalf("pending: %+v %v", e, err)
+	}
+	// System-managed attributes from the client are ignored.
+	e, err = parse(t, `{"type":"a.b","args":[],"state":"completed","attempt":9,"result":1}`)
+	if err != nil || e.Job.State != Available || e.Job.Attempt != 0 || e.Job.Result != nil || len(e.Job.Extra) != 0 {
+		t.Fatalf("system attrs: %+v %v", e.Job, err)
+	}
+}
+
+func TestParseEnqueueRejects(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name, body, field string
+		code              ojserr.Code
+	}{
+		{"missing type", `{"args":["hello"]}`, "type", ojserr.InvalidRequest},
+		{"empty type", `{"type":"","args":[]}`, "type", ojserr.InvalidRequest},
+		{"bad type", `{"type":"9bad..x","args":[]}`, "type", ojserr.InvalidRequest},
+		{"type not string", `{"type":5,"args":[]}`, "type", ojserr.InvalidRequest},
+		{"missing args", `{"type":"a.b"}`, "args", ojserr.InvalidRequest},
+		{"args object", `{"type":"a.b","args":{"a":1}}`, "args", ojserr.InvalidRequest},
+		{"args null", `{"type":"a.b","args":null}`, "args", ojserr.InvalidRequest},
+		{"meta array", `{"type":"a.b","args":[],"meta":[1]}`, "meta", ojserr.InvalidRequest},
+		{"bad queue", `{"type":"a.b","args":[],"options":{"queue":"Bad Queue"}}`, "queue", ojserr.InvalidRequest},
+		{"long queue", `{"type":"a.b","args":[],"queue":"` + strings.Repeat("q", 129) + `"}`, "queue", ojserr.InvalidRequest},
+		{"bad id", `{"id":"not-a-uuid","type":"a.b","args":[]}`, "id", ojserr.InvalidRequest},
+		{"uuid v4 id", `{"id":"3b241101-e2bb-4255-8caf-4136c566a962","type":"a.b","args":[]}`, "id", ojserr.InvalidRequest},
+		{"uppercase id", `{"id":"019414D4-8B2E-7C3A-B5D1-F0E2A3B4C5D6","type":"a.b","args":[]}`, "id", ojserr.InvalidRequest},
+		{"fractional priority", `{"type":"a.b","args":[],"priority":1.5}`, "priority", ojserr.InvalidRequest},
+		{"string priority", `{"type":"a.b","args":[],"options":{"priority":"high"}}`, "priority", ojserr.InvalidRequest},
+		{"zero timeout_ms", `{"type":"a.b","args":[],"options":{"timeout_ms":0}}`, "options.timeout_ms", ojserr.InvalidRequest},
+		{"no tz", `{"type":"a.b","args":[],"scheduled_at":"2026-03-15T09:30:00"}`, "scheduled_at", ojserr.InvalidRequest},
+		{"bad expires", `{"type":"a.b","args":[],"options":{"expires_at":"tomorrow"}}`, "expires_at", ojserr.InvalidRequest},
+		{"bad retry", `{"type":"a.b","args":[],"retry":{"backoff_coefficient":0.1}}`, "retry.backoff_coefficient", ojserr.InvalidRequest},
+		{"retry not object", `{"type":"a.b","args":[],"retry":3}`, "retry", ojserr.InvalidRequest},
+		{"specversion", `{"specversion":"2.0","type":"a.b","args":[]}`, "specversion", ojserr.InvalidRequest},
+		{"not object", `["a"]`, "body", ojserr.InvalidRequest},
+		{"truncated", `{"type":"a.b","args":[`, "body", ojserr.InvalidRequest},
+		{"unique", `{"type":"a.b","args":[],"unique":{"keys":["type"]}}`, "unique", ojserr.Unsupported},
+		{"huge meta", `{"type":"a.b","args":[],"meta":{"k":"` + strings.Repeat("m", MaxMetaBytes) + `"}}`, "meta", ojserr.PayloadTooLarge},
+		{"huge envelope", `{"type":"a.b","args":["` + strings.Repeat("a", MaxEnvelopeBytes) + `"]}`, "envelope", ojserr.PayloadTooLarge},
+	}
+	for _, c := range cases {
+		c := c
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := parse(t, c.body)
+			e, ok := err.(*ojserr.Error)
+			if !ok {
+				t.Fatalf("want *ojserr.Error, got %v", err)
+			}
+			if e.Code != c.code || e.Details["field"] != c.field {
+				t.Fatalf("got %s field=%v (%s); want %s field=%s", e.Code, e.Details["field"], e.Message, c.code, c.field)
+			}
+		})
+	}
+}

@@ -1,0 +1,125 @@
+// Package ojserr defines the one API error type of the product. Every error a
+// client sees carries an OJS error code, maps to exactly one HTTP status (in
+// Status) and is rendered in the OJS error envelope by pkg/httpapi.
+package ojserr
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+)
+
+// Code is a machine-readable OJS error code (ojs-http-binding.md section 16.3).
+type Code string
+
+// Standard codes used by this product.
+const (
+	InvalidRequest         Code = "invalid_request"
+	InvalidPayload         Code = "invalid_payload"
+	NotFound               Code = "not_found"
+	InvalidStateTransition Code = "invalid_state_transition"
+	Duplicate              Code = "duplicate"
+	QueuePaused            Code = "queue_paused"
+	Unsupported            Code = "unsupported"
+	PayloadTooLarge        Code = "payload_too_large"
+	UnsupportedMediaType   Code = "unsupported_media_type"
+	MethodNotAllowed       Code = "method_not_allowed"
+	Unauthenticated        Code = "unauthenticated"
+	RateLimited            Code = "rate_limited"
+	BackendError           Code = "backend_error"
+)
+
+// Error is an API error: a code, a message safe to show the client, optional
+// structured details, and whether retrying the same request can succeed.
+type Error struct {
+	Code      Code
+	Message   string
+	Details   map[string]any
+	Retryable bool
+	// Cause is the underlying error, logged but never sent to the client.
+	Cause error
+}
+
+func (e *Error) Error() string {
+	if e.Cause != nil {
+		return fmt.Sprintf("%s: %s: %v", e.Code, e.Message, e.Cause)
+	}
+	return fmt.Sprintf("%s: %s", e.Code, e.Message)
+}
+
+// Unwrap returns the cause.
+func (e *Error) Unwrap() error { return e.Cause }
+
+// Status is the HTTP status for the error's code.
+func (e *Error) Status() int {
+	switch e.Code {
+	case InvalidRequest, InvalidPayload:
+		return http.StatusBadRequest
+	case NotFound:
+		return http.StatusNotFound
+	case InvalidStateTransition, Duplicate:
+		return http.StatusConflict
+	case QueuePaused, Unsupported:
+		return http.StatusUnprocessableEntity
+	case PayloadTooLarge:
+		return http.StatusRequestEntityTooLarge
+	case UnsupportedMediaType:
+		return http.StatusUnsupportedMediaType
+	case MethodNotAllowed:
+		return http.StatusMethodNotAllowed
+	case Unauthenticated:
+		return http.StatusUnauthorized
+	case RateLimited:
+		return http.StatusTooManyRequests
+	default:
+		return http.StatusInternalServerError
+	}
+}
+
+// New returns an error with the given code and message.
+func New(code Code, msg string) *Error { return &Error{Code: code, Message: msg} }
+
+// Newf is New with a format.
+func Newf(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// With returns e with key set in its details.
+func (e *Error) With(key string, value any) *Error {
+	if e.Details == nil {
+		e.Details = map[string]any{}
+	}
+	e.Details[key] = value
+	return e
+}
+
+// Invalid is a 400 invalid_request naming the offending field.
+func Invalid(field, format string, args ...any) *Error {
+	return Newf(InvalidRequest, format, args...).With("field", field)
+}
+
+// NotFoundf is a 404 for a resource of the given kind.
+func NotFoundf(kind, id string) *Error {
+	return Newf(NotFound, "%s '%s' not found.", kind, id).With("resource_type", kind).With("resource_id", id)
+}
+
+// Backend wraps an infrastructure failure as a retryable 500 whose message
+// does not leak internals.
+func Backend(cause error) *Error {
+	return &Error{Code: BackendError, Message: "The backend failed to process the request; retry later.", Retryable: true, Cause: cause}
+}
+
+// As returns err as an *Error, wrapping unknown errors as backend errors.
+func As(err error) *Error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return Backend(err)
+}
+
+// Is reports whether err is an *Error with the given code.
+func Is(err error, code Code) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Code == code
+}
