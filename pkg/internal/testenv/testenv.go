@@ -1,0 +1,117 @@
+// Package testenv gives integration tests the real emulators: TestMain
+// calls Main, which starts DynamoDB Local and the SQS emulator on free ports
+// (or reuses the ones named by OJS_TEST_DYNAMODB_ENDPOINT and
+// OJS_TEST_SQS_ENDPOINT, which `make test` starts once for all packages),
+// and each test gets its own table or queue.
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/ojs-aws/ojs-serverless/pkg/awsclient"
+	"github.com/ojs-aws/ojs-serverless/pkg/emulator"
+	"github.com/ojs-aws/ojs-serverless/pkg/store"
+)
+
+// Endpoint environment variables shared with the Makefile.
+const (
+	EnvDynamoDB = "OJS_TEST_DYNAMODB_ENDPOINT"
+	EnvSQS      = "OJS_TEST_SQS_ENDPOINT"
+)
+
+var (
+	cfg     aws.Config
+	counter atomic.Int64
+	runID   = fmt.Sprintf("%x", time.Now().UnixNano()&0xffffff)
+)
+
+// Main starts the emulators if needed, runs the tests and stops them.
+func Main(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	ctx := context.Background()
+	if os.Getenv(EnvDynamoDB) == "" || os.Getenv(EnvSQS) == "" {
+		em, err := emulator.Start(ctx, emulator.Options{})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "testenv:", err)
+			return 1
+		}
+		defer em.Stop()
+		os.Setenv(EnvDynamoDB, em.DynamoDBEndpoint)
+		os.Setenv(EnvSQS, em.SQSEndpoint)
+	}
+	os.Setenv("AWS_ENDPOINT_URL_DYNAMODB", os.Getenv(EnvDynamoDB))
+	os.Setenv("AWS_ENDPOINT_URL_SQS", os.Getenv(EnvSQS))
+	os.Setenv("AWS_ACCESS_KEY_ID", "local")
+	os.Setenv("AWS_SECRET_ACCESS_KEY", "local")
+	os.Setenv("AWS_REGION", "us-east-1")
+	var err error
+	if cfg, err = awsclient.Load(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "testenv:", err)
+		return 1
+	}
+	return m.Run()
+}
+
+// Config is the AWS configuration pointing at the emulators.
+func Config() aws.Config { return cfg }
+
+// DynamoDB returns a client for DynamoDB Local.
+func DynamoDB() *dynamodb.Client { return dynamodb.NewFromConfig(cfg) }
+
+// SQS returns a client for the SQS emulator.
+func SQS() *sqs.Client { return sqs.NewFromConfig(cfg) }
+
+// Name returns a name unique to this test run, for tables and queues.
+func Name(t testing.TB, prefix string) string {
+	n := strings.NewReplacer("/", "-", "_", "-", " ", "-").Replace(strings.ToLower(t.Name()))
+	if len(n) > 40 {
+		n = n[:40]
+	}
+	return fmt.Sprintf("%s-%s-%s-%d", prefix, n, runID, counter.Add(1))
+}
+
+// Table creates a fresh job table and returns a store on it and the
+// table's stream ARN.
+func Table(t testing.TB) (*store.Store, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	name := Name(t, "jobs")
+	db := DynamoDB()
+	arn, err := store.EnsureTable(ctx, db, name)
+	if err != nil {
+		t.Fatalf("create table: %v", err)
+	}
+	t.Cleanup(func() {
+		_, _ = db.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(name)})
+	})
+	return store.New(db, name), arn
+}
+
+// Eventually polls cond every 20 ms until it returns true or the timeout
+// passes, then fails the test with msg.
+func Eventually(t testing.TB, timeout time.Duration, msg string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		if cond() {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for: %s", timeout, msg)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -1,0 +1,239 @@
+package store
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/retry"
+)
+
+// Attribute names. The data model is documented in docs/data-model.md.
+const (
+	attrPK       = "pk"
+	attrSK       = "sk"
+	attrState    = "state"
+	attrAttempt  = "attempt"
+	attrReadyPK  = "ready_pk"
+	attrReadySK  = "ready_sk"
+	attrDuePK    = "due_pk"
+	attrDueAt    = "due_at"
+	attrLease    = "lease_until"
+	attrWorker   = "worker_id"
+	attrDispatch = "dispatch"
+	attrExpires  = "expires_ms"
+	attrVersion  = "version"
+	jobSK        = "JOB"
+)
+
+// Key prefixes.
+const (
+	jobPrefix   = "JOB#"
+	availPrefix = "avail#"
+	deadPrefix  = "dead#"
+	duePrefix   = "due#"
+)
+
+// DispatchInline marks a job a worker promoted to available in order to
+// claim it at once: the stream relay must not send it to SQS again.
+const DispatchInline = "inline"
+
+// record is a job item as stored. JSON-valued attributes are kept as JSON
+// text so that numbers, key order and unknown fields survive exactly.
+type record struct {
+	PK              string   `dynamodbav:"pk"`
+	SK              string   `dynamodbav:"sk"`
+	ID              string   `dynamodbav:"id"`
+	Type            string   `dynamodbav:"type"`
+	Queue           string   `dynamodbav:"queue"`
+	State           string   `dynamodbav:"state"`
+	Priority        int      `dynamodbav:"priority"`
+	Attempt         int      `dynamodbav:"attempt"`
+	MaxAttempts     int      `dynamodbav:"max_attempts"`
+	Version         int64    `dynamodbav:"version"`
+	Args            string   `dynamodbav:"args"`
+	Meta            string   `dynamodbav:"meta"`
+	Retry           string   `dynamodbav:"retry"`
+	TimeoutMS       int64    `dynamodbav:"timeout_ms"`
+	VisibilityMS    int64    `dynamodbav:"visibility_ms,omitempty"`
+	Tags            string   `dynamodbav:"tags,omitempty"`
+	Schema          string   `dynamodbav:"schema,omitempty"`
+	Extra           string   `dynamodbav:"extra,omitempty"`
+	ScheduledAt     string   `dynamodbav:"scheduled_at,omitempty"`
+	ExpiresAt       string   `dynamodbav:"expires_at,omitempty"`
+	ExpiresMS       int64    `dynamodbav:"expires_ms,omitempty"`
+	CreatedAt       string   `dynamodbav:"created_at,omitempty"`
+	EnqueuedAt      string   `dynamodbav:"enqueued_at,omitempty"`
+	StartedAt       string   `dynamodbav:"started_at,omitempty"`
+	CompletedAt     string   `dynamodbav:"completed_at,omitempty"`
+	CancelledAt     string   `dynamodbav:"cancelled_at,omitempty"`
+	DiscardedAt     string   `dynamodbav:"discarded_at,omitempty"`
+	NextAttemptAt   string   `dynamodbav:"next_attempt_at,omitempty"`
+	Result          string   `dynamodbav:"result,omitempty"`
+	Error           string   `dynamodbav:"error,omitempty"`
+	Errors          []string `dynamodbav:"errors,omitempty"`
+	Push            bool     `dynamodbav:"push,omitempty"`
+	WorkerID        string   `dynamodbav:"worker_id,omitempty"`
+	LeaseUntil      int64    `dynamodbav:"lease_until,omitempty"`
+	CancelRequested bool     `dynamodbav:"cancel_requested,omitempty"`
+	Dispatch        string   `dynamodbav:"dispatch,omitempty"`
+	ReadyPK         string   `dynamodbav:"ready_pk,omitempty"`
+	ReadySK         string   `dynamodbav:"ready_sk,omitempty"`
+	DuePK           string   `dynamodbav:"due_pk,omitempty"`
+	DueAt           int64    `dynamodbav:"due_at,omitempty"`
+	TTL             int64    `dynamodbav:"ttl,omitempty"`
+}
+
+func jobKey(id string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{
+		attrPK: &types.AttributeValueMemberS{Value: jobPrefix + id},
+		attrSK: &types.AttributeValueMemberS{Value: jobSK},
+	}
+}
+
+func ms(t time.Time) int64 { return t.UnixMilli() }
+
+func fromMS(v int64) time.Time { return time.UnixMilli(v).UTC() }
+
+// readySortKey orders available jobs by priority (highest first), then by
+// the time they became available, then by id.
+func readySortKey(priority int, at time.Time, id string) string {
+	return fmt.Sprintf("%010d#%013d#%s", int64(math.MaxInt32)-int64(priority), ms(at), id)
+}
+
+func deadSortKey(at time.Time, id string) string { return fmt.Sprintf("%013d#%s", ms(at), id) }
+
+func optTime(s string) *time.Time {
+	if s == "" {
+		return nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return nil
+	}
+	t = t.UTC()
+	return &t
+}
+
+func tstr(t *time.Time) string {
+	if t == nil {
+		return ""
+	}
+	return job.Timestamp(*t)
+}
+
+func toRecord(j *job.Job) (record, error) {
+	pol, err := json.Marshal(j.Retry)
+	if err != nil {
+		return record{}, err
+	}
+	r := record{
+		PK: jobPrefix + j.ID, SK: jobSK, ID: j.ID, Type: j.Type, Queue: j.Queue, State: string(j.State),
+		Priority: j.Priority, Attempt: j.Attempt, MaxAttempts: j.Retry.MaxAttempts, Version: 1,
+		Args: string(j.Args), Meta: string(j.Meta), Retry: string(pol),
+		TimeoutMS: j.Timeout.Milliseconds(), VisibilityMS: j.Visibility.Milliseconds(), Schema: j.Schema,
+		ScheduledAt: tstr(j.ScheduledAt), ExpiresAt: tstr(j.ExpiresAt),
+		CreatedAt: tstr(j.CreatedAt), EnqueuedAt: tstr(j.EnqueuedAt), Push: j.Push,
+	}
+	if j.ExpiresAt != nil {
+		r.ExpiresMS = ms(*j.ExpiresAt)
+	}
+	if len(j.Tags) > 0 {
+		b, _ := json.Marshal(j.Tags)
+		r.Tags = string(b)
+	}
+	if len(j.Extra) > 0 {
+		b, _ := json.Marshal(j.Extra)
+		r.Extra = string(b)
+	}
+	return r, nil
+}
+
+func (r record) toJob() (*job.Job, error) {
+	j := &job.Job{
+		ID: r.ID, Type: r.Type, Queue: r.Queue, State: job.State(r.State), Priority: r.Priority, Attempt: r.Attempt,
+		Args: json.RawMessage(r.Args), Meta: json.RawMessage(r.Meta),
+		Timeout: time.Duration(r.TimeoutMS) * time.Millisecond, Visibility: time.Duration(r.VisibilityMS) * time.Millisecond,
+		Schema: r.Schema, ScheduledAt: optTime(r.ScheduledAt), ExpiresAt: optTime(r.ExpiresAt),
+		CreatedAt: optTime(r.CreatedAt), EnqueuedAt: optTime(r.EnqueuedAt), StartedAt: optTime(r.StartedAt),
+		CompletedAt: optTime(r.CompletedAt), CancelledAt: optTime(r.CancelledAt), DiscardedAt: optTime(r.DiscardedAt),
+		NextAttemptAt: optTime(r.NextAttemptAt), Push: r.Push, WorkerID: r.WorkerID, CancelRequested: r.CancelRequested,
+	}
+	if r.LeaseUntil > 0 {
+		t := fromMS(r.LeaseUntil)
+		j.LeaseUntil = &t
+	}
+	if err := json.Unmarshal([]byte(r.Retry), &j.Retry); err != nil {
+		j.Retry = retry.Default()
+	}
+	if r.Result != "" {
+		j.Result = json.RawMessage(r.Result)
+	}
+	if r.Tags != "" {
+		_ = json.Unmarshal([]byte(r.Tags), &j.Tags)
+	}
+	if r.Extra != "" {
+		_ = json.Unmarshal([]byte(r.Extra), &j.Extra)
+	}
+	if r.Error != "" {
+		var e job.ErrorInfo
+		if json.Unmarshal([]byte(r.Error), &e) == nil {
+			j.Error = &e
+		}
+	}
+	for _, s := range r.Errors {
+		var e job.ErrorInfo
+		if json.Unmarshal([]byte(s), &e) == nil {
+			j.Errors = append(j.Errors, e)
+		}
+	}
+	return j, nil
+}
+
+// Item is a stored job with the bookkeeping the engine needs besides the
+// OJS view: its version, due time and dispatch marker.
+type Item struct {
+	Job      *job.Job
+	Version  int64
+	DueAt    time.Time
+	Dispatch string
+}
+
+// DecodeItem turns a DynamoDB item (from a read or a stream image) into an
+// Item. It returns ok=false for items that are not jobs.
+func DecodeItem(av map[string]types.AttributeValue) (Item, bool, error) {
+	if sk, ok := av[attrSK].(*types.AttributeValueMemberS); !ok || sk.Value != jobSK {
+		return Item{}, false, nil
+	}
+	var r record
+	if err := attributevalue.UnmarshalMap(av, &r); err != nil {
+		return Item{}, false, fmt.Errorf("decode job item: %w", err)
+	}
+	j, err := r.toJob()
+	if err != nil {
+		return Item{}, false, err
+	}
+	it := Item{Job: j, Version: r.Version, Dispatch: r.Dispatch}
+	if r.DueAt > 0 {
+		it.DueAt = fromMS(r.DueAt)
+	}
+	return it, true, nil
+}
+
+func decodeJob(av map[string]types.AttributeValue) (*job.Job, error) {
+	it, ok, err := DecodeItem(av)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("item is not a job")
+	}
+	return it.Job, nil
+}
+
+func itoa(v int64) string { return strconv.FormatInt(v, 10) }

@@ -1,0 +1,335 @@
+// Package store persists jobs in the single DynamoDB table. Every state
+// change is one conditional UpdateItem built by a Transition constructor
+// that names the states it leaves; creation is a conditional put (or a
+// transaction for batches). No read-then-write without a condition.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/topology"
+)
+
+// DynamoAPI is the part of the DynamoDB client the store uses.
+type DynamoAPI interface {
+	GetItem(context.Context, *dynamodb.GetItemInput, ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
+	PutItem(context.Context, *dynamodb.PutItemInput, ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
+	UpdateItem(context.Context, *dynamodb.UpdateItemInput, ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
+	Query(context.Context, *dynamodb.QueryInput, ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
+	TransactWriteItems(context.Context, *dynamodb.TransactWriteItemsInput, ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error)
+}
+
+var _ DynamoAPI = (*dynamodb.Client)(nil)
+
+// ErrNotFound is returned when a job does not exist.
+var ErrNotFound = errors.New("not found")
+
+// ConflictError is returned when a transition's condition failed: the job
+// exists but was not in an expected state. Current is the job as it was.
+type ConflictError struct {
+	Current *job.Job
+	Tried   Transition
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("job %s is %s; cannot move it to %s", e.Current.ID, e.Current.State, e.Tried.To)
+}
+
+// DuplicateError is returned when a job id already exists. Index is the
+// position in a batch (0 for single creates).
+type DuplicateError struct {
+	ID    string
+	Index int
+}
+
+func (e *DuplicateError) Error() string { return fmt.Sprintf("job %s already exists", e.ID) }
+
+// MaxBatch is the most jobs Create writes atomically (a DynamoDB
+// transaction holds at most 100 items).
+const MaxBatch = 100
+
+// Store reads and writes jobs in one table.
+type Store struct {
+	db    DynamoAPI
+	table string
+}
+
+// New returns a store on the named table.
+func New(db DynamoAPI, table string) *Store { return &Store{db: db, table: table} }
+
+// Table is the table name.
+func (s *Store) Table() string { return s.table }
+
+// Create writes new jobs, all or none. Each job's initial index entries are
+// set from its state: available jobs join the ready index, scheduled ones
+// the due index. redeliverAfter is when the sweeper re-sends an available
+// push-mode job that was not claimed.
+func (s *Store) Create(ctx context.Context, jobs []*job.Job, redeliverAfter time.Duration) error {
+	if len(jobs) == 0 {
+		return nil
+	}
+	if len(jobs) > MaxBatch {
+		return fmt.Errorf("create: %d jobs exceed the transaction limit of %d", len(jobs), MaxBatch)
+	}
+	items := make([]map[string]types.AttributeValue, len(jobs))
+	for i, j := range jobs {
+		r, err := toRecord(j)
+		if err != nil {
+			return fmt.Errorf("encode job %s: %w", j.ID, err)
+		}
+		switch j.State {
+		case job.Available:
+			r.ReadyPK, r.ReadySK = availPrefix+j.Queue, readySortKey(j.Priority, *j.EnqueuedAt, j.ID)
+			if j.Push {
+				r.DuePK, r.DueAt = duePrefix+j.Queue, ms(j.EnqueuedAt.Add(redeliverAfter))
+			}
+		case job.Scheduled:
+			r.DuePK, r.DueAt = duePrefix+j.Queue, ms(*j.ScheduledAt)
+		case job.Pending:
+		default:
+			return fmt.Errorf("create job %s in state %s", j.ID, j.State)
+		}
+		av, err := attributevalue.MarshalMap(r)
+		if err != nil {
+			return fmt.Errorf("encode job %s: %w", j.ID, err)
+		}
+		items[i] = av
+	}
+	cond := "attribute_not_exists(pk)"
+	if len(items) == 1 {
+		_, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &s.table, Item: items[0], ConditionExpression: &cond})
+		var ccf *types.ConditionalCheckFailedException
+		if errors.As(err, &ccf) {
+			return &DuplicateError{ID: jobs[0].ID}
+		}
+		if err != nil {
+			return fmt.Errorf("put job %s: %w", jobs[0].ID, err)
+		}
+		return nil
+	}
+	tx := make([]types.TransactWriteItem, len(items))
+	for i, it := range items {
+		tx[i] = types.TransactWriteItem{Put: &types.Put{TableName: &s.table, Item: it, ConditionExpression: &cond}}
+	}
+	_, err := s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: tx})
+	var tce *types.TransactionCanceledException
+	if errors.As(err, &tce) {
+		for i, r := range tce.CancellationReasons {
+			if aws.ToString(r.Code) == "ConditionalCheckFailed" {
+				return &DuplicateError{ID: jobs[i].ID, Index: i}
+			}
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("create %d jobs: %w", len(jobs), err)
+	}
+	return nil
+}
+
+// Get reads a job with a strongly consistent read.
+func (s *Store) Get(ctx context.Context, id string) (*job.Job, error) {
+	it, err := s.GetItem(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return it.Job, nil
+}
+
+// GetItem reads a job with its bookkeeping (consistent read).
+func (s *Store) GetItem(ctx context.Context, id string) (Item, error) {
+	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.table, Key: jobKey(id), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return Item{}, fmt.Errorf("get job %s: %w", id, err)
+	}
+	if len(out.Item) == 0 {
+		return Item{}, ErrNotFound
+	}
+	it, ok, err := DecodeItem(out.Item)
+	if err != nil {
+		return Item{}, err
+	}
+	if !ok {
+		return Item{}, ErrNotFound
+	}
+	return it, nil
+}
+
+// Apply runs a transition as one conditional UpdateItem and returns the job
+// as written. If the condition fails it returns *ConflictError with the job
+// as it is, or ErrNotFound if there is no such job.
+func (s *Store) Apply(ctx context.Context, t Transition) (*job.Job, error) {
+	if err := t.validate(); err != nil {
+		return nil, err
+	}
+	cond := t.condition().And(expression.AttributeExists(expression.Name(attrPK)))
+	expr, err := expression.NewBuilder().WithUpdate(t.update).WithCondition(cond).Build()
+	if err != nil {
+		return nil, fmt.Errorf("build transition %s of job %s: %w", t.To, t.ID, err)
+	}
+	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: &s.table, Key: jobKey(t.ID),
+		UpdateExpression: expr.Update(), ConditionExpression: expr.Condition(),
+		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+		ReturnValues:                        types.ReturnValueAllNew,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	var ccf *types.ConditionalCheckFailedException
+	if errors.As(err, &ccf) {
+		if len(ccf.Item) == 0 {
+			return nil, ErrNotFound
+		}
+		cur, derr := decodeJob(ccf.Item)
+		if derr != nil {
+			return nil, derr
+		}
+		return nil, &ConflictError{Current: cur, Tried: t}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("apply %s to job %s: %w", t.To, t.ID, err)
+	}
+	return decodeJob(out.Attributes)
+}
+
+func (s *Store) queryJobs(ctx context.Context, in *dynamodb.QueryInput) ([]Item, map[string]types.AttributeValue, error) {
+	in.TableName = &s.table
+	out, err := s.db.Query(ctx, in)
+	if err != nil {
+		return nil, nil, fmt.Errorf("query %s: %w", aws.ToString(in.IndexName), err)
+	}
+	items := make([]Item, 0, len(out.Items))
+	for _, av := range out.Items {
+		it, ok, err := DecodeItem(av)
+		if err != nil {
+			return nil, nil, err
+		}
+		if ok {
+			items = append(items, it)
+		}
+	}
+	return items, out.LastEvaluatedKey, nil
+}
+
+// Ready lists up to limit available jobs of a queue in fetch order. The
+// index is eventually consistent: callers claim with a condition.
+func (s *Store) Ready(ctx context.Context, queue string, limit int) ([]Item, error) {
+	items, _, err := s.queryJobs(ctx, &dynamodb.QueryInput{
+		IndexName:              aws.String(topology.IndexReady),
+		KeyConditionExpression: aws.String("ready_pk = :pk"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":pk": &types.AttributeValueMemberS{Value: availPrefix + queue},
+		},
+		Limit: aws.Int32(int32(limit)),
+	})
+	return items, err
+}
+
+// Due lists up to limit jobs of a queue whose due time is at or before now:
+// scheduled and retryable jobs to promote, active jobs whose lease ended,
+// and available push-mode jobs to redeliver.
+func (s *Store) Due(ctx context.Context, queue string, now time.Time, limit int) ([]Item, error) {
+	items, _, err := s.queryJobs(ctx, &dynamodb.QueryInput{
+		IndexName:              aws.String(topology.IndexDue),
+		KeyConditionExpression: aws.String("due_pk = :pk AND due_at <= :now"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":pk":  &types.AttributeValueMemberS{Value: duePrefix + queue},
+			":now": &types.AttributeValueMemberN{Value: itoa(ms(now))},
+		},
+		Limit: aws.Int32(int32(limit)),
+	})
+	return items, err
+}
+
+// Page is one page of a listing; Cursor is empty on the last page.
+type Page struct {
+	Jobs   []*job.Job
+	Cursor string
+}
+
+// Dead lists discarded jobs of a queue, newest first. cursor is the value
+// returned by the previous page.
+func (s *Store) Dead(ctx context.Context, queue string, limit int, cursor string) (Page, error) {
+	in := &dynamodb.QueryInput{
+		IndexName:              aws.String(topology.IndexReady),
+		KeyConditionExpression: aws.String("ready_pk = :pk"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":pk": &types.AttributeValueMemberS{Value: deadPrefix + queue},
+		},
+		ScanIndexForward: aws.Bool(false),
+		Limit:            aws.Int32(int32(limit)),
+	}
+	if cursor != "" {
+		id, sk, ok := strings.Cut(cursor, "|")
+		if !ok {
+			return Page{}, fmt.Errorf("bad cursor")
+		}
+		in.ExclusiveStartKey = map[string]types.AttributeValue{
+			attrPK: &types.AttributeValueMemberS{Value: jobPrefix + id}, attrSK: &types.AttributeValueMemberS{Value: jobSK},
+			attrReadyPK: &types.AttributeValueMemberS{Value: deadPrefix + queue}, attrReadySK: &types.AttributeValueMemberS{Value: sk},
+		}
+	}
+	items, last, err := s.queryJobs(ctx, in)
+	if err != nil {
+		return Page{}, err
+	}
+	p := Page{Jobs: make([]*job.Job, len(items))}
+	for i, it := range items {
+		p.Jobs[i] = it.Job
+	}
+	if len(last) > 0 && len(items) > 0 {
+		lj := items[len(items)-1].Job
+		p.Cursor = lj.ID + "|" + deadSortKey(*lj.DiscardedAt, lj.ID)
+	}
+	return p, nil
+}
+
+// EnsureQueue records a queue name in the queue registry (idempotent).
+func (s *Store) EnsureQueue(ctx context.Context, name string, now time.Time) error {
+	_, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName: &s.table,
+		Item: map[string]types.AttributeValue{
+			attrPK: &types.AttributeValueMemberS{Value: "QUEUES"}, attrSK: &types.AttributeValueMemberS{Value: "Q#" + name},
+			"name": &types.AttributeValueMemberS{Value: name}, "created_at": &types.AttributeValueMemberS{Value: job.Timestamp(now)},
+		},
+		ConditionExpression: aws.String("attribute_not_exists(pk)"),
+	})
+	var ccf *types.ConditionalCheckFailedException
+	if err != nil && !errors.As(err, &ccf) {
+		return fmt.Errorf("register queue %s: %w", name, err)
+	}
+	return nil
+}
+
+// Queues lists the registered queue names.
+func (s *Store) Queues(ctx context.Context) ([]string, error) {
+	var names []string
+	var start map[string]types.AttributeValue
+	for {
+		out, err := s.db.Query(ctx, &dynamodb.QueryInput{
+			TableName: &s.table, KeyConditionExpression: aws.String("pk = :pk"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":pk": &types.AttributeValueMemberS{Value: "QUEUES"}},
+			ExclusiveStartKey:         start,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("list queues: %w", err)
+		}
+		for _, it := range out.Items {
+			if n, ok := it["name"].(*types.AttributeValueMemberS); ok {
+				names = append(names, n.Value)
+			}
+		}
+		if len(out.LastEvaluatedKey) == 0 {
+			return names, nil
+		}
+		start = out.LastEvaluatedKey
+	}
+}

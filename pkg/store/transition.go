@@ -1,0 +1,284 @@
+package store
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
+)
+
+// Transition is one complete, valid change of a job item, applied only if
+// the job is still in one of the From states (and Extra holds). Build it
+// with the constructors below; Store.Apply runs it as one conditional
+// UpdateItem.
+type Transition struct {
+	ID   string
+	From []job.State
+	// To is the resulting state; equal to From[0] for updates that keep the
+	// state (heartbeat, redelivery bookkeeping).
+	To     job.State
+	update expression.UpdateBuilder
+	extra  *expression.ConditionBuilder
+}
+
+func newTransition(id string, to job.State, from ...job.State) Transition {
+	u := expression.Set(expression.Name(attrState), expression.Value(string(to))).
+		Add(expression.Name(attrVersion), expression.Value(1))
+	return Transition{ID: id, From: from, To: to, update: u}
+}
+
+func (t *Transition) set(name string, v any) { t.update = t.update.Set(expression.Name(name), expression.Value(v)) }
+
+func (t *Transition) remove(names ...string) {
+	for _, n := range names {
+		t.update = t.update.Remove(expression.Name(n))
+	}
+}
+
+func (t *Transition) and(c expression.ConditionBuilder) {
+	if t.extra == nil {
+		t.extra = &c
+		return
+	}
+	combined := t.extra.And(c)
+	t.extra = &combined
+}
+
+// validate checks every From -> To against the job state machine.
+func (t Transition) validate() error {
+	if len(t.From) == 0 {
+		return fmt.Errorf("transition of job %s has no source state", t.ID)
+	}
+	for _, f := range t.From {
+		if f != t.To && !job.CanTransition(f, t.To) {
+			return fmt.Errorf("invalid transition %s -> %s for job %s", f, t.To, t.ID)
+		}
+	}
+	return nil
+}
+
+func (t Transition) condition() expression.ConditionBuilder {
+	ops := make([]expression.OperandBuilder, 0, len(t.From))
+	for _, s := range t.From[1:] {
+		ops = append(ops, expression.Value(string(s)))
+	}
+	c := expression.Name(attrState).In(expression.Value(string(t.From[0])), ops...)
+	if t.extra != nil {
+		c = c.And(*t.extra)
+	}
+	return c
+}
+
+// becomeAvailable sets the attributes of an available job: listed in the
+// ready index, and for push-mode jobs a redelivery check in the due index.
+func (t *Transition) becomeAvailable(queue string, priority int, push bool, now time.Time, redeliverAfter time.Duration, inline bool) {
+	t.set("enqueued_at", job.Timestamp(now))
+	t.set(attrReadyPK, availPrefix+queue)
+	t.set(attrReadySK, readySortKey(priority, now, t.ID))
+	if push {
+		t.set(attrDuePK, duePrefix+queue)
+		t.set(attrDueAt, ms(now.Add(redeliverAfter)))
+	} else {
+		t.remove(attrDuePK, attrDueAt)
+	}
+	if inline {
+		t.set(attrDispatch, DispatchInline)
+	} else {
+		t.remove(attrDispatch)
+	}
+	t.remove(attrLease, attrWorker, "next_attempt_at", "cancel_requested")
+}
+
+// ClaimOpts describes a claim of an available job.
+type ClaimOpts struct {
+	Queue    string
+	WorkerID string
+	Now      time.Time
+	// LeaseUntil ends the claim unless extended by a heartbeat.
+	LeaseUntil time.Time
+}
+
+// Claim moves an available job to active for one worker: attempt+1,
+// started_at, a lease, and an entry in the due index at the lease's end.
+// A job whose expires_at has passed is not claimed.
+func Claim(id string, o ClaimOpts) Transition {
+	t := newTransition(id, job.Active, job.Available)
+	t.update = t.update.Add(expression.Name(attrAttempt), expression.Value(1))
+	t.set("started_at", job.Timestamp(o.Now))
+	t.set(attrLease, ms(o.LeaseUntil))
+	t.set(attrDuePK, duePrefix+o.Queue)
+	t.set(attrDueAt, ms(o.LeaseUntil))
+	if o.WorkerID != "" {
+		t.set(attrWorker, o.WorkerID)
+	} else {
+		t.remove(attrWorker)
+	}
+	t.remove(attrReadyPK, attrReadySK, attrDispatch, "next_attempt_at", "cancel_requested")
+	notExpired := expression.Or(expression.AttributeNotExists(expression.Name(attrExpires)),
+		expression.Name(attrExpires).GreaterThan(expression.Value(ms(o.Now))))
+	t.and(notExpired)
+	return t
+}
+
+// Complete records success of an active job. attempt > 0 additionally
+// requires the job to still be in that attempt (a late completion of an
+// earlier attempt changes nothing).
+func Complete(id string, result json.RawMessage, attempt int, now time.Time) Transition {
+	t := newTransition(id, job.Completed, job.Active)
+	t.set("completed_at", job.Timestamp(now))
+	if len(result) > 0 {
+		t.set("result", string(result))
+	} else {
+		t.remove("result")
+	}
+	t.remove("error", attrLease, attrWorker, attrDuePK, attrDueAt, attrReadyPK, attrReadySK, "cancel_requested")
+	if attempt > 0 {
+		t.and(expression.Name(attrAttempt).Equal(expression.Value(attempt)))
+	}
+	return t
+}
+
+// Failure is a failed attempt and what the retry policy decided.
+type Failure struct {
+	Error job.ErrorInfo
+	// Retry is true when the job will run again at NextAttempt.
+	Retry       bool
+	NextAttempt time.Time
+}
+
+func errorsWith(j *job.Job, e job.ErrorInfo) ([]string, string) {
+	all := append(append([]job.ErrorInfo{}, j.Errors...), e)
+	if len(all) > job.MaxErrorHistory {
+		all = all[len(all)-job.MaxErrorHistory:]
+	}
+	out := make([]string, len(all))
+	for i, x := range all {
+		b, _ := json.Marshal(x)
+		out[i] = string(b)
+	}
+	return out, out[len(out)-1]
+}
+
+func (t *Transition) recordFailure(j *job.Job, f Failure, now time.Time) {
+	list, last := errorsWith(j, f.Error)
+	t.set("errors", list)
+	t.set("error", last)
+	t.remove(attrLease, attrWorker, "cancel_requested", attrDispatch)
+	if t.To == job.Retryable {
+		t.set("next_attempt_at", job.Timestamp(f.NextAttempt))
+		t.set(attrDuePK, duePrefix+j.Queue)
+		t.set(attrDueAt, ms(f.NextAttempt))
+		t.remove(attrReadyPK, attrReadySK)
+	} else if t.To == job.Discarded {
+		t.discard(j, now)
+	}
+}
+
+func (t *Transition) discard(j *job.Job, now time.Time) {
+	t.set("discarded_at", job.Timestamp(now))
+	t.set("completed_at", job.Timestamp(now))
+	t.set(attrReadyPK, deadPrefix+j.Queue)
+	t.set(attrReadySK, deadSortKey(now, j.ID))
+	t.remove(attrDuePK, attrDueAt, "next_attempt_at")
+}
+
+// Fail records a failed attempt of active job j (as read) and moves it to
+// retryable or discarded. It applies only while j is still in the same
+// attempt.
+func Fail(j *job.Job, f Failure, now time.Time) Transition {
+	to := job.Discarded
+	if f.Retry {
+		to = job.Retryable
+	}
+	t := newTransition(j.ID, to, job.Active)
+	t.recordFailure(j, f, now)
+	t.and(expression.Name(attrAttempt).Equal(expression.Value(j.Attempt)))
+	return t
+}
+
+// ExpireLease handles an active job whose lease ended without ACK or FAIL:
+// back to available if attempts remain (ojs-core 6.3), discarded otherwise.
+// inline marks the job for immediate claim by the caller.
+func ExpireLease(j *job.Job, f Failure, now time.Time, redeliverAfter time.Duration, inline bool) Transition {
+	to := job.Discarded
+	if f.Retry {
+		to = job.Available
+	}
+	t := newTransition(j.ID, to, job.Active)
+	list, last := errorsWith(j, f.Error)
+	t.set("errors", list)
+	t.set("error", last)
+	if to == job.Available {
+		t.becomeAvailable(j.Queue, j.Priority, j.Push, now, redeliverAfter, inline)
+		t.remove("started_at")
+	} else {
+		t.remove(attrLease, attrWorker, "cancel_requested", attrDispatch)
+		t.discard(j, now)
+	}
+	t.and(expression.Name(attrAttempt).Equal(expression.Value(j.Attempt)))
+	t.and(expression.Name(attrLease).LessThanEqual(expression.Value(ms(now))))
+	return t
+}
+
+// Promote makes a scheduled or retryable job available once its time has
+// come. inline marks it for immediate claim by the caller (push-mode
+// worker), so that the stream relay does not deliver it again.
+func Promote(j *job.Job, now time.Time, redeliverAfter time.Duration, inline bool) Transition {
+	t := newTransition(j.ID, job.Available, j.State)
+	t.becomeAvailable(j.Queue, j.Priority, j.Push, now, redeliverAfter, inline)
+	t.and(expression.Name(attrDueAt).LessThanEqual(expression.Value(ms(now))))
+	return t
+}
+
+// Expire discards a job that was not started before its expires_at.
+func Expire(j *job.Job, now time.Time) Transition {
+	t := newTransition(j.ID, job.Discarded, j.State)
+	msg := "The job expired before it started (expires_at " + job.Timestamp(*j.ExpiresAt) + ")."
+	list, last := errorsWith(j, job.ErrorInfo{Type: "expired", Code: "DISCARD", Message: msg, Attempt: j.Attempt, Timestamp: job.Timestamp(now)})
+	t.set("errors", list)
+	t.set("error", last)
+	t.remove(attrLease, attrWorker, attrDispatch)
+	t.discard(j, now)
+	t.and(expression.Name(attrExpires).LessThanEqual(expression.Value(ms(now))))
+	return t
+}
+
+// Activate moves a pending job to available.
+func Activate(j *job.Job, now time.Time, redeliverAfter time.Duration) Transition {
+	t := newTransition(j.ID, job.Available, job.Pending)
+	t.becomeAvailable(j.Queue, j.Priority, j.Push, now, redeliverAfter, false)
+	t.set("activated_at", job.Timestamp(now))
+	return t
+}
+
+// Cancel moves a job in one of the from states to cancelled.
+func Cancel(id string, now time.Time, from ...job.State) Transition {
+	t := newTransition(id, job.Cancelled, from...)
+	t.set("cancelled_at", job.Timestamp(now))
+	t.remove(attrReadyPK, attrReadySK, attrDuePK, attrDueAt, attrLease, attrDispatch, "next_attempt_at")
+	return t
+}
+
+// Extend renews the lease of an active job (heartbeat). workerID, when
+// set, must match the claim's worker.
+func Extend(id, workerID string, leaseUntil time.Time) Transition {
+	t := newTransition(id, job.Active, job.Active)
+	t.set(attrLease, ms(leaseUntil))
+	t.set(attrDueAt, ms(leaseUntil))
+	if workerID != "" {
+		t.and(expression.Or(expression.AttributeNotExists(expression.Name(attrWorker)),
+			expression.Name(attrWorker).Equal(expression.Value(workerID))))
+	}
+	return t
+}
+
+// Redelivered pushes back the redelivery check of an available push-mode
+// job after the sweeper sent it to SQS again.
+func Redelivered(id string, dueAt, next time.Time) Transition {
+	t := newTransition(id, job.Available, job.Available)
+	t.set(attrDueAt, ms(next))
+	t.and(expression.Name(attrDueAt).Equal(expression.Value(ms(dueAt))))
+	return t
+}
