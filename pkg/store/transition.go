@@ -29,7 +29,9 @@ func newTransition(id string, to job.State, from ...job.State) Transition {
 	return Transition{ID: id, From: from, To: to, update: u}
 }
 
-func (t *Transition) set(name string, v any) { t.update = t.update.Set(expression.Name(name), expression.Value(v)) }
+func (t *Transition) set(name string, v any) {
+	t.update = t.update.Set(expression.Name(name), expression.Value(v))
+}
 
 func (t *Transition) remove(names ...string) {
 	for _, n := range names {
