@@ -1,0 +1,372 @@
+package ojsconstruct
+
+import (
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigatewayv2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigatewayv2authorizers"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigatewayv2integrations"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsdynamodb"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsevents"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awseventstargets"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslambdaeventsources"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
+	"github.com/aws/constructs-go/constructs/v10"
+	"github.com/aws/jsii-runtime-go"
+
+	"github.com/ojs-aws/ojs-serverless/pkg/topology"
+)
+
+// APIRoutePath is the one HTTP API route: every method under /ojs goes to
+// the api function, which serves /ojs/manifest and /ojs/v1/... itself.
+const APIRoutePath = "/ojs/{proxy+}"
+
+// StreamStartingPosition is where the stream mapping starts reading.
+// TRIM_HORIZON (the oldest record still in the 24 h stream) rather than
+// LATEST: the table and mapping are created in one deployment, and LATEST
+// would skip every write made between table creation and the mapping
+// becoming enabled, or while the mapping was disabled. Replays are harmless
+// because every stream consumer is idempotent.
+const StreamStartingPosition = awslambda.StartingPosition_TRIM_HORIZON
+
+// OJSServerless is the deployed OJS backend. Its fields expose the created
+// resources so embedding stacks can add grants, alarms or outputs.
+type OJSServerless struct {
+	// Construct is the node every resource lives under. Pass it (not the
+	// *OJSServerless) as the scope of constructs you add beside them.
+	Construct constructs.Construct
+
+	// Env is the topology the construct was built from.
+	Env topology.Env
+	// Table is the single DynamoDB table (topology.JobTable).
+	Table awsdynamodb.Table
+	// Queues maps each push-mode OJS queue name to its SQS queue.
+	Queues map[string]awssqs.Queue
+	// DeadLetterQueues maps each push-mode OJS queue name to its DLQ.
+	DeadLetterQueues map[string]awssqs.Queue
+	// StreamFailureQueue receives the metadata of stream batches that
+	// still fail after all retries (the mapping's on-failure destination).
+	StreamFailureQueue awssqs.Queue
+	// PushQueuesJSON is the OJS_PUSH_QUEUES value: a CloudFormation token
+	// that resolves to the JSON object {"<ojs queue>": "<sqs queue url>"}.
+	PushQueuesJSON *string
+	// Functions maps each function name (topology.FunctionAPI, ...) to its
+	// Lambda function.
+	Functions map[string]awslambda.Function
+	// Roles maps each function name to its execution role.
+	Roles map[string]awsiam.Role
+	// EventBus receives OJS lifecycle events from the stream function.
+	EventBus awsevents.EventBus
+	// HTTPAPI is the API Gateway HTTP API in front of the api function.
+	HTTPAPI awsapigatewayv2.HttpApi
+	// StreamMapping feeds the table's stream into the stream function.
+	StreamMapping awslambda.EventSourceMapping
+	// SweeperRule invokes the sweeper every Env.Sweeper.Interval.
+	SweeperRule awsevents.Rule
+	// Alarms lists every alarm the construct created.
+	Alarms []awscloudwatch.Alarm
+	// Dashboard shows the API, functions, queues and stream.
+	Dashboard awscloudwatch.Dashboard
+
+	props Props
+}
+
+// NewOJSServerless adds the OJS backend under scope. It returns an error,
+// before creating anything, when props are invalid: no environment,
+// settings CloudFormation cannot express (for example a visibility timeout
+// that is not whole seconds), or a missing <AssetRoot>/<function>/bootstrap.
+func NewOJSServerless(scope constructs.Construct, id string, props *Props) (*OJSServerless, error) {
+	if props == nil {
+		props = &Props{}
+	}
+	p, err := props.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	o := &OJSServerless{
+		Construct:        constructs.NewConstruct(scope, jsii.String(id)),
+		Env:              p.Env,
+		Queues:           map[string]awssqs.Queue{},
+		DeadLetterQueues: map[string]awssqs.Queue{},
+		Functions:        map[string]awslambda.Function{},
+		Roles:            map[string]awsiam.Role{},
+		props:            p,
+	}
+	o.addTable()
+	o.addQueues()
+	o.EventBus = awsevents.NewEventBus(o.Construct, jsii.String("EventBus"), &awsevents.EventBusProps{
+		Description: jsii.String("OJS lifecycle events (" + p.Env.Name + ")"),
+	})
+	o.addFunctions()
+	o.grant()
+	o.addMappings()
+	o.addAPI()
+	o.addSchedule()
+	o.addAlarms()
+	o.addDashboard()
+	return o, nil
+}
+
+// removalPolicy keeps stateful resources of protected environments when the
+// stack is deleted and destroys them everywhere else.
+func (o *OJSServerless) removalPolicy() awscdk.RemovalPolicy {
+	if o.Env.DeletionProtection {
+		return awscdk.RemovalPolicy_RETAIN
+	}
+	return awscdk.RemovalPolicy_DESTROY
+}
+
+func attribute(k topology.IndexKey) *awsdynamodb.Attribute {
+	t := awsdynamodb.AttributeType_STRING
+	switch k.Type {
+	case "N":
+		t = awsdynamodb.AttributeType_NUMBER
+	case "B":
+		t = awsdynamodb.AttributeType_BINARY
+	}
+	return &awsdynamodb.Attribute{Name: jsii.String(k.Name), Type: t}
+}
+
+func (o *OJSServerless) addTable() {
+	t := topology.JobTable
+	o.Table = awsdynamodb.NewTable(o.Construct, jsii.String("Table"), &awsdynamodb.TableProps{
+		PartitionKey:        attribute(t.PartitionKey),
+		SortKey:             attribute(t.SortKey),
+		BillingMode:         awsdynamodb.BillingMode_PAY_PER_REQUEST,
+		Stream:              awsdynamodb.StreamViewType_NEW_AND_OLD_IMAGES,
+		TimeToLiveAttribute: jsii.String(t.TTLAttribute),
+		PointInTimeRecoverySpecification: &awsdynamodb.PointInTimeRecoverySpecification{
+			PointInTimeRecoveryEnabled: jsii.Bool(o.Env.PointInTimeRecovery),
+		},
+		DeletionProtection: jsii.Bool(o.Env.DeletionProtection),
+		RemovalPolicy:      o.removalPolicy(),
+	})
+	for _, ix := range t.Indexes {
+		o.Table.AddGlobalSecondaryIndex(&awsdynamodb.GlobalSecondaryIndexProps{
+			IndexName:      jsii.String(ix.Name),
+			PartitionKey:   attribute(ix.PartitionKey),
+			SortKey:        attribute(ix.SortKey),
+			ProjectionType: awsdynamodb.ProjectionType_ALL,
+		})
+	}
+}
+
+func seconds(d time.Duration) awscdk.Duration {
+	return awscdk.Duration_Seconds(jsii.Number(d.Seconds()))
+}
+
+func tag(c constructs.IConstruct, kv ...string) {
+	for i := 0; i+1 < len(kv); i += 2 {
+		awscdk.Tags_Of(c).Add(jsii.String(kv[i]), jsii.String(kv[i+1]), nil)
+	}
+}
+
+func (o *OJSServerless) addQueues() {
+	urls := map[string]interface{}{}
+	for _, q := range o.Env.Queues {
+		dlq := awssqs.NewQueue(o.Construct, jsii.String("DeadLetterQueue-"+q.Name), &awssqs.QueueProps{
+			RetentionPeriod: seconds(q.DLQRetention),
+			Encryption:      awssqs.QueueEncryption_SQS_MANAGED,
+			EnforceSSL:      jsii.Bool(true),
+		})
+		tag(dlq, TagQueue, q.Name, TagQueueRole, QueueRoleDeadLetter)
+		queue := awssqs.NewQueue(o.Construct, jsii.String("Queue-"+q.Name), &awssqs.QueueProps{
+			VisibilityTimeout: seconds(q.VisibilityTimeout),
+			Encryption:        awssqs.QueueEncryption_SQS_MANAGED,
+			EnforceSSL:        jsii.Bool(true),
+			DeadLetterQueue: &awssqs.DeadLetterQueue{
+				Queue:           dlq,
+				MaxReceiveCount: jsii.Number(q.MaxReceiveCount),
+			},
+		})
+		tag(queue, TagQueue, q.Name, TagQueueRole, QueueRolePush)
+		o.Queues[q.Name] = queue
+		o.DeadLetterQueues[q.Name] = dlq
+		urls[q.Name] = queue.QueueUrl()
+	}
+	// Stack.ToJsonString renders tokens (queue URLs are only known at
+	// deploy time) as an Fn::Join that CloudFormation resolves to JSON.
+	o.PushQueuesJSON = awscdk.Stack_Of(o.Construct).ToJsonString(urls, nil)
+
+	o.StreamFailureQueue = awssqs.NewQueue(o.Construct, jsii.String("StreamFailureQueue"), &awssqs.QueueProps{
+		RetentionPeriod: awscdk.Duration_Days(jsii.Number(14)),
+		Encryption:      awssqs.QueueEncryption_SQS_MANAGED,
+		EnforceSSL:      jsii.Bool(true),
+	})
+	tag(o.StreamFailureQueue, TagQueueRole, QueueRoleStreamFailure)
+}
+
+func (o *OJSServerless) addFunctions() {
+	p := o.props
+	retention, _ := retentionDays(o.Env.LogRetentionDays) // checked in validate
+	tracing := awslambda.Tracing_DISABLED
+	if o.Env.Tracing {
+		tracing = awslambda.Tracing_ACTIVE
+	}
+	for _, name := range topology.FunctionNames {
+		size := o.Env.Functions[name]
+		id := pascal(name) + "Function"
+		env := map[string]*string{
+			topology.EnvTable:      o.Table.TableName(),
+			topology.EnvPushQueues: o.PushQueuesJSON,
+			topology.EnvLogLevel:   jsii.String(p.LogLevel),
+		}
+		if name == topology.FunctionStream {
+			// Only the stream function publishes events; the others leave
+			// the variable unset, which disables publishing.
+			env[topology.EnvEventBus] = o.EventBus.EventBusName()
+		}
+		// Our own role without managed policies: the default
+		// AWSLambdaBasicExecutionRole would allow logs:* on "*".
+		role := awsiam.NewRole(o.Construct, jsii.String(id+"Role"), &awsiam.RoleProps{
+			AssumedBy:   awsiam.NewServicePrincipal(jsii.String("lambda.amazonaws.com"), nil),
+			Description: jsii.String(fmt.Sprintf("OJS %s function (%s)", name, o.Env.Name)),
+		})
+		logs := awslogs.NewLogGroup(o.Construct, jsii.String(id+"Logs"), &awslogs.LogGroupProps{
+			Retention:     retention,
+			RemovalPolicy: o.removalPolicy(),
+		})
+		fprops := &awslambda.FunctionProps{
+			Description:  jsii.String(fmt.Sprintf("OJS %s (%s)", name, o.Env.Name)),
+			Runtime:      awslambda.Runtime_PROVIDED_AL2023(),
+			Architecture: p.Architecture,
+			Handler:      jsii.String(BootstrapName),
+			Code:         awslambda.Code_FromAsset(jsii.String(filepath.Join(p.AssetRoot, name)), nil),
+			MemorySize:   jsii.Number(size.MemoryMB),
+			Timeout:      seconds(size.Timeout),
+			Environment:  &env,
+			Role:         role,
+			LogGroup:     logs,
+			Tracing:      tracing,
+		}
+		if name == topology.FunctionSweeper {
+			// A failed sweep is redone by the next tick; Lambda's two
+			// asynchronous retries would only overlap with it.
+			fprops.RetryAttempts = jsii.Number(0)
+		}
+		fn := awslambda.NewFunction(o.Construct, jsii.String(id), fprops)
+		logs.GrantWrite(role)
+		tag(fn, TagFunction, name)
+		tag(role, TagFunction, name)
+		o.Functions[name] = fn
+		o.Roles[name] = role
+	}
+}
+
+// TableActions are the DynamoDB actions every function gets on the table
+// and its indexes. Table.GrantReadWriteData would add stream-reading actions
+// too; transactions need no action of their own (TransactWriteItems is
+// authorised per contained Put/Update/Delete/ConditionCheck).
+var TableActions = []string{
+	"dynamodb:BatchGetItem",
+	"dynamodb:BatchWriteItem",
+	"dynamodb:ConditionCheckItem",
+	"dynamodb:DeleteItem",
+	"dynamodb:DescribeTable",
+	"dynamodb:GetItem",
+	"dynamodb:PutItem",
+	"dynamodb:Query",
+	"dynamodb:Scan",
+	"dynamodb:UpdateItem",
+}
+
+// grant gives each function exactly what it uses (see docs/infrastructure.md).
+func (o *OJSServerless) grant() {
+	for _, name := range topology.FunctionNames {
+		o.Table.Grant(o.Functions[name], *jsii.Strings(TableActions...)...)
+	}
+	for _, name := range []string{topology.FunctionWorker, topology.FunctionStream, topology.FunctionSweeper} {
+		for _, q := range o.Env.Queues {
+			o.Queues[q.Name].GrantSendMessages(o.Functions[name])
+		}
+	}
+	stream := o.Functions[topology.FunctionStream]
+	o.EventBus.GrantPutEventsTo(stream, nil)
+	// Table.GrantStreamRead would add dynamodb:ListStreams on "*"; IAM
+	// accepts this table's stream ARNs for ListStreams, so scope it.
+	o.Table.GrantStream(stream,
+		jsii.String("dynamodb:DescribeStream"),
+		jsii.String("dynamodb:GetRecords"),
+		jsii.String("dynamodb:GetShardIterator"))
+	awsiam.Grant_AddToPrincipal(&awsiam.GrantOnPrincipalOptions{
+		Grantee: stream,
+		Actions: jsii.Strings("dynamodb:ListStreams"),
+		ResourceArns: &[]*string{
+			awscdk.Fn_Join(jsii.String(""), &[]*string{o.Table.TableArn(), jsii.String("/stream/*")}),
+		},
+	})
+}
+
+func (o *OJSServerless) addMappings() {
+	worker := o.Functions[topology.FunctionWorker]
+	for _, q := range o.Env.Queues {
+		// SqsEventSource also grants the worker ReceiveMessage,
+		// DeleteMessage, ChangeMessageVisibility and GetQueueAttributes on
+		// this queue only.
+		worker.AddEventSource(awslambdaeventsources.NewSqsEventSource(o.Queues[q.Name], &awslambdaeventsources.SqsEventSourceProps{
+			BatchSize:               jsii.Number(q.BatchSize),
+			MaxBatchingWindow:       seconds(q.MaxBatchingWindow),
+			ReportBatchItemFailures: jsii.Bool(true),
+			MaxConcurrency:          jsii.Number(q.MaxConcurrency),
+		}))
+	}
+	s := o.Env.Stream
+	// A plain EventSourceMapping rather than DynamoEventSource, whose bind
+	// grants dynamodb:ListStreams on "*" (see grant).
+	o.StreamMapping = awslambda.NewEventSourceMapping(o.Construct, jsii.String("StreamMapping"), &awslambda.EventSourceMappingProps{
+		Target:                  o.Functions[topology.FunctionStream],
+		EventSourceArn:          o.Table.TableStreamArn(),
+		StartingPosition:        StreamStartingPosition,
+		BatchSize:               jsii.Number(s.BatchSize),
+		MaxBatchingWindow:       seconds(s.MaxBatchingWindow),
+		BisectBatchOnError:      jsii.Bool(s.BisectOnError),
+		RetryAttempts:           jsii.Number(s.MaxRetries),
+		MaxRecordAge:            seconds(s.MaxRecordAge),
+		ReportBatchItemFailures: jsii.Bool(true),
+		// SqsDlq.bind grants the stream function SendMessage on this queue.
+		OnFailure: awslambdaeventsources.NewSqsDlq(o.StreamFailureQueue),
+	})
+}
+
+func (o *OJSServerless) addAPI() {
+	var auth awsapigatewayv2.IHttpRouteAuthorizer
+	if j := o.props.JWT; j != nil {
+		auth = awsapigatewayv2authorizers.NewHttpJwtAuthorizer(jsii.String("JwtAuthorizer"), jsii.String(j.Issuer),
+			&awsapigatewayv2authorizers.HttpJwtAuthorizerProps{JwtAudience: jsii.Strings(j.Audience...)})
+	} else {
+		auth = awsapigatewayv2authorizers.NewHttpIamAuthorizer()
+	}
+	o.HTTPAPI = awsapigatewayv2.NewHttpApi(o.Construct, jsii.String("HttpApi"), &awsapigatewayv2.HttpApiProps{
+		ApiName:            jsii.String(o.Env.Prefix),
+		Description:        jsii.String("OJS HTTP binding (" + o.Env.Name + ")"),
+		CreateDefaultStage: jsii.Bool(true),
+		DefaultAuthorizer:  auth,
+	})
+	o.HTTPAPI.AddRoutes(&awsapigatewayv2.AddRoutesOptions{
+		Path:    jsii.String(APIRoutePath),
+		Methods: &[]awsapigatewayv2.HttpMethod{awsapigatewayv2.HttpMethod_ANY},
+		Integration: awsapigatewayv2integrations.NewHttpLambdaIntegration(jsii.String("ApiIntegration"),
+			o.Functions[topology.FunctionAPI],
+			&awsapigatewayv2integrations.HttpLambdaIntegrationProps{
+				PayloadFormatVersion: awsapigatewayv2.PayloadFormatVersion_VERSION_2_0(),
+			}),
+	})
+}
+
+func (o *OJSServerless) addSchedule() {
+	minutes := o.Env.Sweeper.Interval / time.Minute // whole minutes, checked in validate
+	o.SweeperRule = awsevents.NewRule(o.Construct, jsii.String("SweeperSchedule"), &awsevents.RuleProps{
+		Description: jsii.String("Runs the OJS sweeper (" + o.Env.Name + ")"),
+		Schedule:    awsevents.Schedule_Rate(awscdk.Duration_Minutes(jsii.Number(float64(minutes)))),
+		Targets: &[]awsevents.IRuleTarget{
+			awseventstargets.NewLambdaFunction(o.Functions[topology.FunctionSweeper], nil),
+		},
+	})
+}

@@ -1,0 +1,248 @@
+package ojsconstruct
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
+	"github.com/aws/jsii-runtime-go"
+
+	"github.com/ojs-aws/ojs-serverless/pkg/topology"
+)
+
+// assetRoot holds placeholder bootstrap files so the tests synthesise
+// without built binaries.
+var assetRoot string
+
+func TestMain(m *testing.M) {
+	// Synthesis runs in a Node.js child process that inherits this.
+	os.Setenv("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
+	dir, err := os.MkdirTemp("", "ojs-assets-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	if err := writeAssets(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	assetRoot = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func writeAssets(root string) error {
+	for _, fn := range topology.FunctionNames {
+		d := filepath.Join(root, fn)
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(d, BootstrapName), []byte("placeholder "+fn), 0o755); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// synthesized is one synthesised stack: the assertions template and its
+// JSON decoded into plain Go values for the checks assertions cannot express.
+type synthesized struct {
+	template assertions.Template
+	doc      map[string]any
+}
+
+// resources returns the template's resources of one CloudFormation type,
+// keyed by logical id.
+func (s *synthesized) resources(typ string) map[string]map[string]any {
+	out := map[string]map[string]any{}
+	for id, r := range s.doc["Resources"].(map[string]any) {
+		res := r.(map[string]any)
+		if res["Type"] == typ {
+			out[id] = res
+		}
+	}
+	return out
+}
+
+func props(res map[string]any) map[string]any {
+	p, _ := res["Properties"].(map[string]any)
+	return p
+}
+
+// tagValue returns the value of a resource's tag, or "".
+func tagValue(res map[string]any, key string) string {
+	tags, _ := props(res)["Tags"].([]any)
+	for _, t := range tags {
+		m := t.(map[string]any)
+		if m["Key"] == key {
+			s, _ := m["Value"].(string)
+			return s
+		}
+	}
+	return ""
+}
+
+// byTag returns the logical id of the single resource of typ whose tags
+// include all given key/value pairs.
+func (s *synthesized) byTag(t *testing.T, typ string, kv ...string) string {
+	t.Helper()
+	var ids []string
+	for id, res := range s.resources(typ) {
+		ok := true
+		for i := 0; i+1 < len(kv); i += 2 {
+			if tagValue(res, kv[i]) != kv[i+1] {
+				ok = false
+			}
+		}
+		if ok {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) != 1 {
+		t.Fatalf("want one %s tagged %v, found %v", typ, kv, ids)
+	}
+	return ids[0]
+}
+
+// refID returns the logical id a {"Ref": id} or {"Fn::GetAtt": [id, ...]}
+// value points at, or "".
+func refID(v any) string {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return ""
+	}
+	if r, ok := m["Ref"].(string); ok {
+		return r
+	}
+	if ga, ok := m["Fn::GetAtt"].([]any); ok && len(ga) > 0 {
+		s, _ := ga[0].(string)
+		return s
+	}
+	return ""
+}
+
+// flatten renders a CloudFormation value as a string: literals as is, Ref
+// and GetAtt as <id> or <id.Attr>, Fn::Join concatenated. It lets tests
+// read joined strings such as OJS_PUSH_QUEUES.
+func flatten(v any) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case float64:
+		return fmt.Sprint(x)
+	case map[string]any:
+		if r, ok := x["Ref"].(string); ok {
+			return "<" + r + ">"
+		}
+		if ga, ok := x["Fn::GetAtt"].([]any); ok {
+			parts := make([]string, len(ga))
+			for i, p := range ga {
+				parts[i] = fmt.Sprint(p)
+			}
+			return "<" + strings.Join(parts, ".") + ">"
+		}
+		if j, ok := x["Fn::Join"].([]any); ok && len(j) == 2 {
+			sep, _ := j[0].(string)
+			items, _ := j[1].([]any)
+			parts := make([]string, len(items))
+			for i, it := range items {
+				parts[i] = flatten(it)
+			}
+			return strings.Join(parts, sep)
+		}
+	}
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+// strList returns a CloudFormation value that is a string or list of
+// strings as a list.
+func strList(v any) []string {
+	switch x := v.(type) {
+	case nil:
+		return nil
+	case []any:
+		var out []string
+		for _, e := range x {
+			out = append(out, flatten(e))
+		}
+		return out
+	default:
+		return []string{flatten(x)}
+	}
+}
+
+func sortedKeys[M ~map[string]V, V any](m M) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func mustEnv(t *testing.T, name string) topology.Env {
+	t.Helper()
+	e, err := topology.ForEnv(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// synth builds a stack the way infra/app does and returns its template.
+func synth(t *testing.T, p Props) *synthesized {
+	t.Helper()
+	if p.AssetRoot == "" {
+		p.AssetRoot = assetRoot
+	}
+	app := awscdk.NewApp(nil)
+	stack, _, err := NewStack(app, "Test", &StackProps{
+		StackProps: awscdk.StackProps{Env: &awscdk.Environment{
+			Account: jsii.String("123456789012"),
+			Region:  jsii.String("eu-west-1"),
+		}},
+		OJS: p,
+	})
+	if err != nil {
+		t.Fatalf("NewStack: %v", err)
+	}
+	tpl := assertions.Template_FromStack(stack, nil)
+	raw, err := json.Marshal(tpl.ToJSON())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &synthesized{template: tpl}
+	if err := json.Unmarshal(raw, &s.doc); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+var (
+	envCacheMu sync.Mutex
+	envCache   = map[string]*synthesized{}
+)
+
+// synthEnv returns the (cached) template of a named environment with
+// default props. Synthesis goes through the jsii runtime and takes seconds,
+// so each environment is synthesised once per test binary.
+func synthEnv(t *testing.T, name string) *synthesized {
+	t.Helper()
+	envCacheMu.Lock()
+	defer envCacheMu.Unlock()
+	if s, ok := envCache[name]; ok {
+		return s
+	}
+	s := synth(t, Props{Env: mustEnv(t, name)})
+	envCache[name] = s
+	return s
+}

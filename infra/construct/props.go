@@ -1,0 +1,224 @@
+package ojsconstruct
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"time"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssns"
+
+	"github.com/ojs-aws/ojs-serverless/pkg/topology"
+)
+
+// DefaultAssetRoot is where `make build` puts the Lambda binaries, relative
+// to the directory the CDK app runs in (the repository root).
+const DefaultAssetRoot = "build/lambda"
+
+// BootstrapName is the file name of each function's binary inside
+// <AssetRoot>/<function>/ (the provided.al2023 runtime runs ./bootstrap).
+const BootstrapName = "bootstrap"
+
+// DefaultIteratorAgeAlarmThreshold is the stream iterator age above which
+// the stream alarm fires when Props.IteratorAgeAlarmThreshold is zero.
+const DefaultIteratorAgeAlarmThreshold = 5 * time.Minute
+
+// DefaultLogLevel is the OJS_LOG_LEVEL the functions get when
+// Props.LogLevel is empty.
+const DefaultLogLevel = "info"
+
+// Props configures NewOJSServerless. The zero value of every optional field
+// means the default stated in its comment.
+type Props struct {
+	// Env is the environment's topology, normally topology.ForEnv(name).
+	// Required: queues, function sizing, mappings, schedule, retention and
+	// table protection all come from it.
+	Env topology.Env
+
+	// AssetRoot is the directory holding one sub-directory per function
+	// (api, worker, stream, sweeper), each containing an executable named
+	// bootstrap. Default DefaultAssetRoot ("build/lambda"). LocalStack
+	// deployments point it at host-architecture builds (build/lambda-host).
+	AssetRoot string
+
+	// Architecture of the functions and binaries. Default arm64
+	// (awslambda.Architecture_ARM_64()).
+	Architecture awslambda.Architecture
+
+	// JWT, when set, protects the HTTP API with a JWT authorizer instead of
+	// the default IAM (SigV4) authorization.
+	JWT *JWTAuth
+
+	// LogLevel is the OJS_LOG_LEVEL of every function: debug, info, warn or
+	// error. Default DefaultLogLevel ("info").
+	LogLevel string
+
+	// IteratorAgeAlarmThreshold is the DynamoDB Streams iterator age (how
+	// far the stream function lags behind writes) that raises the stream
+	// alarm. Default DefaultIteratorAgeAlarmThreshold (5 minutes).
+	IteratorAgeAlarmThreshold time.Duration
+
+	// AlarmTopic, when set, receives the ALARM and OK notifications of
+	// every alarm. Default: alarms have no actions.
+	AlarmTopic awssns.ITopic
+}
+
+// JWTAuth configures the optional JWT authorizer of the HTTP API.
+type JWTAuth struct {
+	// Issuer is the token issuer URL, e.g. a Cognito user pool
+	// (https://cognito-idp.<region>.amazonaws.com/<pool id>). Required.
+	Issuer string
+	// Audience lists accepted "aud" values (or Cognito app client ids).
+	// Required: at least one.
+	Audience []string
+}
+
+var (
+	queueNamePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]*$`)
+	logLevels        = map[string]bool{"debug": true, "info": true, "warn": true, "error": true}
+)
+
+// withDefaults returns a copy of p with defaults filled in, or an error
+// naming the first invalid setting. It runs before any construct is
+// created, so an invalid Props never leaves a half-built tree behind.
+func (p Props) withDefaults() (Props, error) {
+	if p.AssetRoot == "" {
+		p.AssetRoot = DefaultAssetRoot
+	}
+	if p.Architecture == nil {
+		p.Architecture = awslambda.Architecture_ARM_64()
+	}
+	if p.LogLevel == "" {
+		p.LogLevel = DefaultLogLevel
+	}
+	if p.IteratorAgeAlarmThreshold == 0 {
+		p.IteratorAgeAlarmThreshold = DefaultIteratorAgeAlarmThreshold
+	}
+	if err := p.validate(); err != nil {
+		return Props{}, err
+	}
+	return p, nil
+}
+
+func (p Props) validate() error {
+	e := p.Env
+	if e.Name == "" {
+		return errors.New("ojsconstruct: Props.Env is required (use topology.ForEnv)")
+	}
+	if !logLevels[p.LogLevel] {
+		return fmt.Errorf("ojsconstruct: log level %q: want debug, info, warn or error", p.LogLevel)
+	}
+	if p.IteratorAgeAlarmThreshold < 0 {
+		return fmt.Errorf("ojsconstruct: negative iterator age alarm threshold %v", p.IteratorAgeAlarmThreshold)
+	}
+	if p.JWT != nil && (p.JWT.Issuer == "" || len(p.JWT.Audience) == 0) {
+		return errors.New("ojsconstruct: JWT auth needs an issuer and at least one audience")
+	}
+	if err := validateTable(topology.JobTable); err != nil {
+		return err
+	}
+	if len(e.Queues) == 0 {
+		return fmt.Errorf("ojsconstruct: environment %s has no push-mode queues", e.Name)
+	}
+	if _, err := retentionDays(e.LogRetentionDays); err != nil {
+		return err
+	}
+	seen := map[string]string{}
+	for _, q := range e.Queues {
+		if !queueNamePattern.MatchString(q.Name) {
+			return fmt.Errorf("ojsconstruct: queue name %q does not match %s", q.Name, queueNamePattern)
+		}
+		id := pascal(q.Name)
+		if other, dup := seen[id]; dup {
+			return fmt.Errorf("ojsconstruct: queue names %q and %q map to the same output name %q", other, q.Name, id)
+		}
+		seen[id] = q.Name
+		if err := validateQueue(q, e.Functions[topology.FunctionWorker]); err != nil {
+			return err
+		}
+	}
+	for _, name := range topology.FunctionNames {
+		f, ok := e.Functions[name]
+		if !ok {
+			return fmt.Errorf("ojsconstruct: environment %s has no sizing for function %s", e.Name, name)
+		}
+		if f.MemoryMB < 128 || f.MemoryMB > 10240 {
+			return fmt.Errorf("ojsconstruct: function %s memory %d MB outside 128..10240", name, f.MemoryMB)
+		}
+		if err := wholeSeconds("function "+name+" timeout", f.Timeout, time.Second, 15*time.Minute); err != nil {
+			return err
+		}
+		bin := filepath.Join(p.AssetRoot, name, BootstrapName)
+		if st, err := os.Stat(bin); err != nil || st.IsDir() {
+			return fmt.Errorf("ojsconstruct: Lambda binary %s is missing: build it first (make build)", bin)
+		}
+	}
+	s := e.Stream
+	if s.BatchSize < 1 || s.BatchSize > 10000 {
+		return fmt.Errorf("ojsconstruct: stream batch size %d outside 1..10000", s.BatchSize)
+	}
+	if s.MaxRetries < 0 || s.MaxRetries > 10000 {
+		return fmt.Errorf("ojsconstruct: stream max retries %d outside 0..10000", s.MaxRetries)
+	}
+	if err := wholeSeconds("stream batching window", s.MaxBatchingWindow, 0, 300*time.Second); err != nil {
+		return err
+	}
+	if err := wholeSeconds("stream max record age", s.MaxRecordAge, 60*time.Second, 7*24*time.Hour); err != nil {
+		return err
+	}
+	iv := e.Sweeper.Interval
+	if iv < time.Minute || iv%time.Minute != 0 {
+		return fmt.Errorf("ojsconstruct: sweeper interval %v: EventBridge rates need whole minutes, at least one", iv)
+	}
+	return nil
+}
+
+func validateQueue(q topology.Queue, worker topology.Function) error {
+	if q.BatchSize < 1 || q.BatchSize > 10 {
+		// Larger SQS batches need a batching window of at least 1 s; the
+		// topology keeps 1..10 so both runtimes behave alike.
+		return fmt.Errorf("ojsconstruct: queue %s batch size %d outside 1..10", q.Name, q.BatchSize)
+	}
+	if err := wholeSeconds("queue "+q.Name+" batching window", q.MaxBatchingWindow, 0, 300*time.Second); err != nil {
+		return err
+	}
+	if err := wholeSeconds("queue "+q.Name+" visibility timeout", q.VisibilityTimeout, 0, 12*time.Hour); err != nil {
+		return err
+	}
+	if q.VisibilityTimeout < worker.Timeout {
+		return fmt.Errorf("ojsconstruct: queue %s visibility timeout %v is below the worker timeout %v (Lambda rejects the mapping)",
+			q.Name, q.VisibilityTimeout, worker.Timeout)
+	}
+	if q.MaxReceiveCount < 1 || q.MaxReceiveCount > 1000 {
+		return fmt.Errorf("ojsconstruct: queue %s maxReceiveCount %d outside 1..1000", q.Name, q.MaxReceiveCount)
+	}
+	if q.MaxConcurrency < 2 || q.MaxConcurrency > 1000 {
+		return fmt.Errorf("ojsconstruct: queue %s max concurrency %d outside 2..1000", q.Name, q.MaxConcurrency)
+	}
+	return wholeSeconds("queue "+q.Name+" DLQ retention", q.DLQRetention, time.Minute, 14*24*time.Hour)
+}
+
+// wholeSeconds checks that d is a whole number of seconds within [lo, hi]:
+// CloudFormation takes these settings as integer seconds.
+func wholeSeconds(what string, d, lo, hi time.Duration) error {
+	if d%time.Second != 0 || d < lo || d > hi {
+		return fmt.Errorf("ojsconstruct: %s %v must be whole seconds within %v..%v", what, d, lo, hi)
+	}
+	return nil
+}
+
+func validateTable(t topology.Table) error {
+	keys := []topology.IndexKey{t.PartitionKey, t.SortKey}
+	for _, ix := range t.Indexes {
+		keys = append(keys, ix.PartitionKey, ix.SortKey)
+	}
+	for _, k := range keys {
+		if k.Name == "" || (k.Type != "S" && k.Type != "N" && k.Type != "B") {
+			return fmt.Errorf("ojsconstruct: table key %+v needs a name and type S, N or B", k)
+		}
+	}
+	return nil
+}

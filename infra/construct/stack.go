@@ -1,0 +1,96 @@
+package ojsconstruct
+
+import (
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/constructs-go/constructs/v10"
+	"github.com/aws/jsii-runtime-go"
+)
+
+// ConstructID is the id NewStack gives the OJSServerless construct.
+const ConstructID = "Ojs"
+
+// Stack output keys (the keys of `cdk deploy --outputs-file`).
+const (
+	// OutputAPIURL is the OJS base URL without a trailing slash, e.g.
+	// https://abc123.execute-api.eu-west-1.amazonaws.com; clients append
+	// /ojs/v1/... (the OJS_BASE_URL convention of the e2e suite).
+	OutputAPIURL = "ApiUrl"
+	// OutputAPIV1URL is OutputAPIURL + "/ojs/v1".
+	OutputAPIV1URL = "ApiV1Url"
+	// OutputTableName is the DynamoDB table name (OJS_TABLE).
+	OutputTableName = "TableName"
+	// OutputEventBusName is the EventBridge bus name (OJS_EVENT_BUS).
+	OutputEventBusName = "EventBusName"
+	// OutputPushQueues is the OJS_PUSH_QUEUES JSON.
+	OutputPushQueues = "PushQueues"
+	// OutputStreamFailureQueueURL is the URL of the stream on-failure queue.
+	OutputStreamFailureQueueURL = "StreamFailureQueueUrl"
+	// OutputDashboardName is the CloudWatch dashboard name.
+	OutputDashboardName = "DashboardName"
+)
+
+// QueueURLOutput returns the output key holding the SQS URL of the named
+// push-mode OJS queue, e.g. "LambdaQueueUrl" for queue "lambda".
+func QueueURLOutput(queue string) string { return pascal(queue) + "QueueUrl" }
+
+// DeadLetterQueueURLOutput returns the output key holding the URL of the
+// named queue's dead-letter queue, e.g. "LambdaDeadLetterQueueUrl".
+func DeadLetterQueueURLOutput(queue string) string { return pascal(queue) + "DeadLetterQueueUrl" }
+
+// StackName returns the CloudFormation stack name of an environment:
+// "OjsServerless-<env>".
+func StackName(env string) string { return "OjsServerless-" + env }
+
+// StackProps configures NewStack.
+type StackProps struct {
+	awscdk.StackProps
+	// OJS configures the backend construct; see Props.
+	OJS Props
+}
+
+// NewStack creates a stack holding one OJSServerless construct (id
+// ConstructID) and the stack outputs listed above. StackName defaults to
+// StackName(OJS.Env.Name). It returns an error, without adding anything to
+// scope, when the construct props are invalid.
+func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.Stack, *OJSServerless, error) {
+	if props == nil {
+		props = &StackProps{}
+	}
+	if _, err := props.OJS.withDefaults(); err != nil {
+		return nil, nil, err
+	}
+	sp := props.StackProps
+	if sp.StackName == nil {
+		sp.StackName = jsii.String(StackName(props.OJS.Env.Name))
+	}
+	if sp.Description == nil {
+		sp.Description = jsii.String("Open Job Spec serverless backend (" + props.OJS.Env.Name + ")")
+	}
+	stack := awscdk.NewStack(scope, jsii.String(id), &sp)
+	awscdk.Tags_Of(stack).Add(jsii.String("ojs:env"), jsii.String(props.OJS.Env.Name), nil)
+	awscdk.Tags_Of(stack).Add(jsii.String("project"), jsii.String("ojs-serverless"), nil)
+
+	o, err := NewOJSServerless(stack, ConstructID, &props.OJS)
+	if err != nil {
+		return nil, nil, err
+	}
+	out := func(key string, value *string, desc string) {
+		awscdk.NewCfnOutput(stack, jsii.String(key), &awscdk.CfnOutputProps{
+			Value:       value,
+			Description: jsii.String(desc),
+		})
+	}
+	out(OutputAPIURL, o.HTTPAPI.ApiEndpoint(), "OJS base URL (append /ojs/v1/...); the e2e suite's OJS_BASE_URL")
+	out(OutputAPIV1URL, awscdk.Fn_Join(jsii.String(""), &[]*string{o.HTTPAPI.ApiEndpoint(), jsii.String("/ojs/v1")}),
+		"OJS v1 API root")
+	out(OutputTableName, o.Table.TableName(), "DynamoDB table (OJS_TABLE)")
+	out(OutputEventBusName, o.EventBus.EventBusName(), "EventBridge bus for OJS events (OJS_EVENT_BUS)")
+	out(OutputPushQueues, o.PushQueuesJSON, "Push-mode queues (OJS_PUSH_QUEUES)")
+	for _, q := range o.Env.Queues {
+		out(QueueURLOutput(q.Name), o.Queues[q.Name].QueueUrl(), "SQS queue of OJS queue "+q.Name)
+		out(DeadLetterQueueURLOutput(q.Name), o.DeadLetterQueues[q.Name].QueueUrl(), "Dead-letter queue of OJS queue "+q.Name)
+	}
+	out(OutputStreamFailureQueueURL, o.StreamFailureQueue.QueueUrl(), "On-failure destination of the stream mapping")
+	out(OutputDashboardName, o.Dashboard.DashboardName(), "CloudWatch dashboard")
+	return stack, o, nil
+}
