@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -63,8 +64,10 @@ type options struct {
 	ScheduledAt         *string         `json:"scheduled_at"`
 	ExpiresAt           *string         `json:"expires_at"`
 	Retry               json.RawMessage `json:"retry"`
+	RetryPolicy         json.RawMessage `json:"retry_policy"`
 	Unique              json.RawMessage `json:"unique"`
 	Tags                json.RawMessage `json:"tags"`
+	Metadata            json.RawMessage `json:"metadata"`
 	VisibilityTimeoutMS json.RawMessage `json:"visibility_timeout_ms"`
 	VisibilityTimeout   json.RawMessage `json:"visibility_timeout"`
 	Pending             *bool           `json:"pending"`
@@ -90,7 +93,13 @@ func ParseEnqueue(raw []byte, now time.Time) (*Enqueue, error) {
 		return nil, ojserr.Invalid("body", "The request body must be UTF-8 encoded JSON.")
 	}
 	trimmed := bytes.TrimSpace(raw)
-	if len(trimmed) == 0 || trimmed[0] != '{' {
+	if len(trimmed) == 0 {
+		return nil, payloadError("The request body is empty; send the job as a JSON object.")
+	}
+	if !json.Valid(trimmed) {
+		return nil, payloadError("The request body is not valid JSON.")
+	}
+	if trimmed[0] != '{' {
 		return nil, ojserr.Invalid("body", "The job must be a JSON object.")
 	}
 	var req request
@@ -142,6 +151,13 @@ func ParseEnqueue(raw []byte, now time.Time) (*Enqueue, error) {
 	} else {
 		j.Meta = json.RawMessage("{}")
 	}
+	if md := opts.Metadata; md != nil && !isNull(md) {
+		merged, err := mergeObjects(j.Meta, md)
+		if err != nil {
+			return nil, ojserr.Invalid("options.metadata", "The 'options.metadata' field must be a JSON object.")
+		}
+		j.Meta = merged
+	}
 
 	j.Queue = DefaultQueue
 	if q := firstString(opts.Queue, req.Queue); q != nil {
@@ -165,7 +181,7 @@ func ParseEnqueue(raw []byte, now time.Time) (*Enqueue, error) {
 	}
 
 	var err error
-	if j.Priority, err = intField("priority", first(opts.Priority, req.Priority), 0, -1_000_000, 1_000_000); err != nil {
+	if j.Priority, err = intField("priority", first(opts.Priority, req.Priority), 0, MinPriority, MaxPriority); err != nil {
 		return nil, err
 	}
 	j.Timeout = DefaultTimeout
@@ -191,14 +207,23 @@ func ParseEnqueue(raw []byte, now time.Time) (*Enqueue, error) {
 		}
 		j.Visibility = time.Duration(ms) * time.Millisecond
 	} else if raw := opts.VisibilityTimeout; raw != nil && !isNull(raw) {
-		s, err := intField("options.visibility_timeout", raw, 0, 1, int64(MaxTimeout/time.Second))
-		if err != nil {
-			return nil, err
+		var iso string
+		if json.Unmarshal(raw, &iso) == nil {
+			d, err := retry.ParseDuration(iso)
+			if err != nil || d <= 0 || d > MaxTimeout {
+				return nil, ojserr.Invalid("options.visibility_timeout", "The 'options.visibility_timeout' field must be a positive ISO 8601 duration or a number of seconds.")
+			}
+			j.Visibility = d
+		} else {
+			s, err := intField("options.visibility_timeout", raw, 0, 1, int64(MaxTimeout/time.Second))
+			if err != nil {
+				return nil, err
+			}
+			j.Visibility = time.Duration(s) * time.Second
 		}
-		j.Visibility = time.Duration(s) * time.Second
 	}
 
-	if j.Retry, err = parseRetry(first(opts.Retry, req.Retry)); err != nil {
+	if j.Retry, err = parseRetry(first(opts.Retry, opts.RetryPolicy, req.Retry)); err != nil {
 		return nil, err
 	}
 	if u := first(opts.Unique, req.Unique); u != nil && !isNull(u) {
@@ -214,18 +239,18 @@ func ParseEnqueue(raw []byte, now time.Time) (*Enqueue, error) {
 	}
 
 	if s := firstString(opts.DelayUntil, opts.ScheduledAt, req.ScheduledAt); s != nil {
-		t, err := parseTime("scheduled_at", *s)
+		t, text, err := parseTime("scheduled_at", *s, now)
 		if err != nil {
 			return nil, err
 		}
-		j.ScheduledAt = &t
+		j.ScheduledAt, j.ScheduledAtText = &t, text
 	}
 	if s := firstString(opts.ExpiresAt, req.ExpiresAt); s != nil {
-		t, err := parseTime("expires_at", *s)
+		t, text, err := parseTime("expires_at", *s, now)
 		if err != nil {
 			return nil, err
 		}
-		j.ExpiresAt = &t
+		j.ExpiresAt, j.ExpiresAtText = &t, text
 	}
 
 	created := now.UTC()
@@ -268,7 +293,9 @@ func parseRetry(raw json.RawMessage) (retry.Policy, error) {
 	if err != nil {
 		var fe *retry.FieldError
 		if errors.As(err, &fe) {
-			return p, ojserr.Invalid("retry."+fe.Field, "Invalid retry policy: %s.", err.Error())
+			e := ojserr.Newf(ojserr.ValidationError, "Invalid retry policy: %s.", err.Error()).With("field", "retry."+fe.Field)
+			e.Type = "validation_error"
+			return p, e
 		}
 		return p, ojserr.Invalid("retry", "Invalid retry policy.")
 	}
@@ -285,21 +312,53 @@ func strictDecode(b []byte, v any) error {
 			}
 			return ojserr.Invalid(field, "The '%s' field has the wrong type: expected %s.", field, te.Type.String()).With("received", te.Value)
 		}
-		return ojserr.Invalid("body", "The request body is not valid JSON.")
+		return payloadError("The request body is not valid JSON.")
 	}
 	return nil
+}
+
+func payloadError(msg string) *ojserr.Error {
+	return ojserr.New(ojserr.InvalidPayload, msg).With("field", "body")
 }
 
 func missing(field string) error {
 	return ojserr.Invalid(field, "The '%s' field is required.", field).With("validation", "required")
 }
 
-func parseTime(field, s string) (time.Time, error) {
+// parseTime accepts an RFC 3339 timestamp with a time zone, kept verbatim
+// as text, or a duration relative to now written "+PT5S".
+func parseTime(field, s string, now time.Time) (time.Time, string, error) {
+	if rel, ok := strings.CutPrefix(s, "+"); ok {
+		d, err := retry.ParseDuration(rel)
+		if err == nil {
+			t := now.Add(d).UTC()
+			return t, t.Format(time.RFC3339Nano), nil
+		}
+	}
 	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
-		return t, ojserr.Invalid(field, "The '%s' field must be an RFC 3339 timestamp with a time zone, like 2026-03-15T09:30:00Z.", field)
+		return t, "", ojserr.Invalid(field, "The '%s' field must be an RFC 3339 timestamp with a time zone, like 2026-03-15T09:30:00Z, or a relative duration like +PT30S.", field)
 	}
-	return t.UTC(), nil
+	return t.UTC(), s, nil
+}
+
+func mergeObjects(base, over json.RawMessage) (json.RawMessage, error) {
+	var a, b map[string]json.RawMessage
+	if err := json.Unmarshal(base, &a); err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(over, &b); err != nil || b == nil {
+		return nil, errors.New("not an object")
+	}
+	if a == nil {
+		a = map[string]json.RawMessage{}
+	}
+	for k, v := range b {
+		if _, set := a[k]; !set {
+			a[k] = v
+		}
+	}
+	return json.Marshal(a)
 }
 
 func intField(field string, raw json.RawMessage, def, lo, hi int64) (int, error) {

@@ -31,6 +31,10 @@ const (
 	// MaxTypeLength and MaxQueueLength bound names (bytes).
 	MaxTypeLength  = 255
 	MaxQueueLength = 128
+	// MinPriority and MaxPriority bound priority (the range every OJS
+	// implementation must support; the conformance suite rejects beyond).
+	MinPriority = -100
+	MaxPriority = 100
 	// MaxTimeout bounds a job's execution timeout and visibility timeout.
 	MaxTimeout = 12 * time.Hour
 )
@@ -46,6 +50,8 @@ type ErrorInfo struct {
 	Details   json.RawMessage `json:"details,omitempty"`
 	Attempt   int             `json:"attempt,omitempty"`
 	Timestamp string          `json:"timestamp,omitempty"`
+	// OccurredAt repeats Timestamp under the name the conformance suite reads.
+	OccurredAt string `json:"occurred_at,omitempty"`
 }
 
 // Job is one job: the client's envelope plus the system-managed attributes.
@@ -65,6 +71,12 @@ type Job struct {
 	Schema      string
 	ScheduledAt *time.Time
 	ExpiresAt   *time.Time
+	// ScheduledAtText and ExpiresAtText keep the timestamps as the client
+	// wrote them, so they are echoed byte for byte.
+	ScheduledAtText string
+	ExpiresAtText   string
+	// RetryDelay is the backoff chosen after the last failure.
+	RetryDelay time.Duration
 
 	CreatedAt     *time.Time
 	EnqueuedAt    *time.Time
@@ -86,6 +98,8 @@ type Job struct {
 	// WorkerID and LeaseUntil describe the current claim of an active job.
 	WorkerID   string
 	LeaseUntil *time.Time
+	// Deadline is when the current attempt's execution timeout ends.
+	Deadline *time.Time
 	// CancelRequested is set when an active job was cancelled; the worker
 	// learns it on its next heartbeat.
 	CancelRequested bool
@@ -101,6 +115,13 @@ func ts(t *time.Time) *string {
 	}
 	s := Timestamp(*t)
 	return &s
+}
+
+func text(s string, t *time.Time) *string {
+	if s != "" {
+		return &s
+	}
+	return ts(t)
 }
 
 // wireJob is the JSON shape of a job in API responses and SQS messages.
@@ -130,6 +151,7 @@ type wireJob struct {
 	CancelledAt         *string         `json:"cancelled_at,omitempty"`
 	DiscardedAt         *string         `json:"discarded_at,omitempty"`
 	NextAttemptAt       *string         `json:"next_attempt_at,omitempty"`
+	RetryDelayMS        *int64          `json:"retry_delay_ms,omitempty"`
 	Result              json.RawMessage `json:"result,omitempty"`
 	Error               *ErrorInfo      `json:"error,omitempty"`
 	Errors              []ErrorInfo     `json:"errors,omitempty"`
@@ -145,10 +167,14 @@ func (j *Job) MarshalJSON() ([]byte, error) {
 		Timeout: int64((j.Timeout + time.Second - 1) / time.Second), TimeoutMS: j.Timeout.Milliseconds(),
 		VisibilityTimeoutMS: j.Visibility.Milliseconds(),
 		Retry:               j.Retry, Tags: j.Tags, Schema: j.Schema,
-		ScheduledAt: ts(j.ScheduledAt), ExpiresAt: ts(j.ExpiresAt), CreatedAt: ts(j.CreatedAt),
+		ScheduledAt: text(j.ScheduledAtText, j.ScheduledAt), ExpiresAt: text(j.ExpiresAtText, j.ExpiresAt), CreatedAt: ts(j.CreatedAt),
 		EnqueuedAt: ts(j.EnqueuedAt), StartedAt: ts(j.StartedAt), CompletedAt: ts(j.CompletedAt),
 		CancelledAt: ts(j.CancelledAt), DiscardedAt: ts(j.DiscardedAt), NextAttemptAt: ts(j.NextAttemptAt),
 		Result: j.Result, Error: j.Error, Errors: j.Errors,
+	}
+	if j.RetryDelay > 0 {
+		d := j.RetryDelay.Milliseconds()
+		w.RetryDelayMS = &d
 	}
 	if w.Args == nil {
 		w.Args = json.RawMessage("[]")

@@ -127,11 +127,15 @@ func TestParseEnqueueRejects(t *testing.T) {
 		{"zero timeout_ms", `{"type":"a.b","args":[],"options":{"timeout_ms":0}}`, "options.timeout_ms", ojserr.InvalidRequest},
 		{"no tz", `{"type":"a.b","args":[],"scheduled_at":"2026-03-15T09:30:00"}`, "scheduled_at", ojserr.InvalidRequest},
 		{"bad expires", `{"type":"a.b","args":[],"options":{"expires_at":"tomorrow"}}`, "expires_at", ojserr.InvalidRequest},
-		{"bad retry", `{"type":"a.b","args":[],"retry":{"backoff_coefficient":0.1}}`, "retry.backoff_coefficient", ojserr.InvalidRequest},
+		{"bad retry", `{"type":"a.b","args":[],"retry":{"backoff_coefficient":0.1}}`, "retry.backoff_coefficient", ojserr.ValidationError},
+		{"negative attempts", `{"type":"a.b","args":[],"options":{"retry":{"max_attempts":-1}}}`, "retry.max_attempts", ojserr.ValidationError},
+		{"priority too high", `{"type":"a.b","args":[],"options":{"priority":101}}`, "priority", ojserr.InvalidRequest},
+		{"empty body", ``, "body", ojserr.InvalidPayload},
 		{"retry not object", `{"type":"a.b","args":[],"retry":3}`, "retry", ojserr.InvalidRequest},
 		{"specversion", `{"specversion":"2.0","type":"a.b","args":[]}`, "specversion", ojserr.InvalidRequest},
 		{"not object", `["a"]`, "body", ojserr.InvalidRequest},
-		{"truncated", `{"type":"a.b","args":[`, "body", ojserr.InvalidRequest},
+		{"truncated", `{"type":"a.b","args":[`, "body", ojserr.InvalidPayload},
+		{"malformed", `{ invalid json }`, "body", ojserr.InvalidPayload},
 		{"unique", `{"type":"a.b","args":[],"unique":{"keys":["type"]}}`, "unique", ojserr.Unsupported},
 		{"huge meta", `{"type":"a.b","args":[],"meta":{"k":"` + strings.Repeat("m", MaxMetaBytes) + `"}}`, "meta", ojserr.PayloadTooLarge},
 		{"huge envelope", `{"type":"a.b","args":["` + strings.Repeat("a", MaxEnvelopeBytes) + `"]}`, "envelope", ojserr.PayloadTooLarge},
@@ -149,5 +153,27 @@ func TestParseEnqueueRejects(t *testing.T) {
 				t.Fatalf("got %s field=%v (%s); want %s field=%s", e.Code, e.Details["field"], e.Message, c.code, c.field)
 			}
 		})
+	}
+}
+
+func TestParseEnqueueTimesAndAliases(t *testing.T) {
+	t.Parallel()
+	e, err := parse(t, `{"type":"a.b","args":[],"options":{"expires_at":"2099-12-31T23:59:59Z","scheduled_at":"+PT5S",
+		"retry_policy":{"max_attempts":7},"metadata":{"test_directive":"quiet"}}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := e.Job
+	if j.State != Scheduled || !j.ScheduledAt.Equal(now.Add(5*time.Second)) || j.Retry.MaxAttempts != 7 {
+		t.Fatalf("%+v", j)
+	}
+	out, _ := json.Marshal(j)
+	var m map[string]any
+	_ = json.Unmarshal(out, &m)
+	if m["expires_at"] != "2099-12-31T23:59:59Z" {
+		t.Fatalf("expires_at not echoed verbatim: %v", m["expires_at"])
+	}
+	if meta, _ := m["meta"].(map[string]any); meta["test_directive"] != "quiet" {
+		t.Fatalf("options.metadata not merged into meta: %s", out)
 	}
 }

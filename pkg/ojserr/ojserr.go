@@ -14,19 +14,20 @@ type Code string
 
 // Standard codes used by this product.
 const (
-	InvalidRequest         Code = "invalid_request"
-	InvalidPayload         Code = "invalid_payload"
-	NotFound               Code = "not_found"
-	InvalidStateTransition Code = "invalid_state_transition"
-	Duplicate              Code = "duplicate"
-	QueuePaused            Code = "queue_paused"
-	Unsupported            Code = "unsupported"
-	PayloadTooLarge        Code = "payload_too_large"
-	UnsupportedMediaType   Code = "unsupported_media_type"
-	MethodNotAllowed       Code = "method_not_allowed"
-	Unauthenticated        Code = "unauthenticated"
-	RateLimited            Code = "rate_limited"
-	BackendError           Code = "backend_error"
+	InvalidRequest       Code = "invalid_request"
+	InvalidPayload       Code = "invalid_payload"
+	NotFound             Code = "not_found"
+	Conflict             Code = "conflict"
+	ValidationError      Code = "validation_error"
+	Duplicate            Code = "duplicate"
+	QueuePaused          Code = "queue_paused"
+	Unsupported          Code = "unsupported"
+	PayloadTooLarge      Code = "payload_too_large"
+	UnsupportedMediaType Code = "unsupported_media_type"
+	MethodNotAllowed     Code = "method_not_allowed"
+	Unauthenticated      Code = "unauthenticated"
+	RateLimited          Code = "rate_limited"
+	BackendError         Code = "backend_error"
 )
 
 // Error is an API error: a code, a message safe to show the client, optional
@@ -36,6 +37,12 @@ type Error struct {
 	Message   string
 	Details   map[string]any
 	Retryable bool
+	// Type is an optional error type (e.g. "validation_error").
+	Type string
+	// Hint suggests a fix; shown to the client when set.
+	Hint string
+	// HTTPStatus overrides the status derived from Code when non-zero.
+	HTTPStatus int
 	// Cause is the underlying error, logged but never sent to the client.
 	Cause error
 }
@@ -52,14 +59,17 @@ func (e *Error) Unwrap() error { return e.Cause }
 
 // Status is the HTTP status for the error's code.
 func (e *Error) Status() int {
+	if e.HTTPStatus != 0 {
+		return e.HTTPStatus
+	}
 	switch e.Code {
 	case InvalidRequest, InvalidPayload:
 		return http.StatusBadRequest
 	case NotFound:
 		return http.StatusNotFound
-	case InvalidStateTransition, Duplicate:
+	case Conflict, Duplicate:
 		return http.StatusConflict
-	case QueuePaused, Unsupported:
+	case QueuePaused, Unsupported, ValidationError:
 		return http.StatusUnprocessableEntity
 	case PayloadTooLarge:
 		return http.StatusRequestEntityTooLarge
@@ -100,7 +110,32 @@ func Invalid(field, format string, args ...any) *Error {
 
 // NotFoundf is a 404 for a resource of the given kind.
 func NotFoundf(kind, id string) *Error {
-	return Newf(NotFound, "%s '%s' not found.", kind, id).With("resource_type", kind).With("resource_id", id)
+	e := Newf(NotFound, "%s '%s' not found.", titled(kind), id).With("resource_type", kind).With("resource_id", id)
+	e.Hint = "Check the " + kind + " id; finished items may have expired from storage."
+	return e
+}
+
+// StateConflict is a 409 for an operation the resource's current state does
+// not allow. code is Conflict, or InvalidRequest where the HTTP binding's
+// examples use it (cancel, activate).
+func StateConflict(code Code, format string, args ...any) *Error {
+	e := Newf(code, format, args...)
+	e.HTTPStatus = http.StatusConflict
+	return e
+}
+
+func titled(s string) string {
+	if s == "" {
+		return s
+	}
+	return string(s[0]-32*btoi(s[0] >= 'a' && s[0] <= 'z')) + s[1:]
+}
+
+func btoi(b bool) byte {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // Backend wraps an infrastructure failure as a retryable 500 whose message

@@ -10,15 +10,16 @@ import (
 func TestStatusMapping(t *testing.T) {
 	t.Parallel()
 	cases := map[Code]int{
-		InvalidRequest:         http.StatusBadRequest,
-		InvalidPayload:         http.StatusBadRequest,
-		NotFound:               http.StatusNotFound,
-		InvalidStateTransition: http.StatusConflict,
-		Duplicate:              http.StatusConflict,
-		QueuePaused:            http.StatusUnprocessableEntity,
-		PayloadTooLarge:        http.StatusRequestEntityTooLarge,
-		UnsupportedMediaType:   http.StatusUnsupportedMediaType,
-		BackendError:           http.StatusInternalServerError,
+		InvalidRequest:       http.StatusBadRequest,
+		InvalidPayload:       http.StatusBadRequest,
+		NotFound:             http.StatusNotFound,
+		Conflict:             http.StatusConflict,
+		ValidationError:      http.StatusUnprocessableEntity,
+		Duplicate:            http.StatusConflict,
+		QueuePaused:          http.StatusUnprocessableEntity,
+		PayloadTooLarge:      http.StatusRequestEntityTooLarge,
+		UnsupportedMediaType: http.StatusUnsupportedMediaType,
+		BackendError:         http.StatusInternalServerError,
 	}
 	for code, want := range cases {
 		if got := New(code, "x").Status(); got != want {
@@ -42,5 +43,16 @@ func TestAsWrapsUnknownErrorsWithoutLeaking(t *testing.T) {
 	}
 	if !Is(fmt.Errorf("wrap: %w", NotFoundf("job", "1")), NotFound) {
 		t.Fatal("Is must see through wrapping")
+	}
+}
+
+func TestStateConflictAndNotFound(t *testing.T) {
+	t.Parallel()
+	if e := StateConflict(InvalidRequest, "x"); e.Status() != http.StatusConflict || e.Code != InvalidRequest {
+		t.Fatalf("%+v", e)
+	}
+	nf := NotFoundf("job", "abc")
+	if nf.Status() != 404 || nf.Hint == "" || nf.Message != "Job 'abc' not found." {
+		t.Fatalf("%+v", nf)
 	}
 }

@@ -80,6 +80,8 @@ type record struct {
 	Push            bool     `dynamodbav:"push,omitempty"`
 	WorkerID        string   `dynamodbav:"worker_id,omitempty"`
 	LeaseUntil      int64    `dynamodbav:"lease_until,omitempty"`
+	DeadlineMS      int64    `dynamodbav:"deadline_ms,omitempty"`
+	RetryDelayMS    int64    `dynamodbav:"retry_delay_ms,omitempty"`
 	CancelRequested bool     `dynamodbav:"cancel_requested,omitempty"`
 	Dispatch        string   `dynamodbav:"dispatch,omitempty"`
 	ReadyPK         string   `dynamodbav:"ready_pk,omitempty"`
@@ -120,6 +122,13 @@ func optTime(s string) *time.Time {
 	return &t
 }
 
+func textOr(text string, t *time.Time) string {
+	if text != "" {
+		return text
+	}
+	return tstr(t)
+}
+
 func tstr(t *time.Time) string {
 	if t == nil {
 		return ""
@@ -137,7 +146,7 @@ func toRecord(j *job.Job) (record, error) {
 		Priority: j.Priority, Attempt: j.Attempt, MaxAttempts: j.Retry.MaxAttempts, Version: 1,
 		Args: string(j.Args), Meta: string(j.Meta), Retry: string(pol),
 		TimeoutMS: j.Timeout.Milliseconds(), VisibilityMS: j.Visibility.Milliseconds(), Schema: j.Schema,
-		ScheduledAt: tstr(j.ScheduledAt), ExpiresAt: tstr(j.ExpiresAt),
+		ScheduledAt: textOr(j.ScheduledAtText, j.ScheduledAt), ExpiresAt: textOr(j.ExpiresAtText, j.ExpiresAt),
 		CreatedAt: tstr(j.CreatedAt), EnqueuedAt: tstr(j.EnqueuedAt), Push: j.Push,
 	}
 	if j.ExpiresAt != nil {
@@ -160,6 +169,7 @@ func (r record) toJob() (*job.Job, error) {
 		Args: json.RawMessage(r.Args), Meta: json.RawMessage(r.Meta),
 		Timeout: time.Duration(r.TimeoutMS) * time.Millisecond, Visibility: time.Duration(r.VisibilityMS) * time.Millisecond,
 		Schema: r.Schema, ScheduledAt: optTime(r.ScheduledAt), ExpiresAt: optTime(r.ExpiresAt),
+		ScheduledAtText: r.ScheduledAt, ExpiresAtText: r.ExpiresAt, RetryDelay: time.Duration(r.RetryDelayMS) * time.Millisecond,
 		CreatedAt: optTime(r.CreatedAt), EnqueuedAt: optTime(r.EnqueuedAt), StartedAt: optTime(r.StartedAt),
 		CompletedAt: optTime(r.CompletedAt), CancelledAt: optTime(r.CancelledAt), DiscardedAt: optTime(r.DiscardedAt),
 		NextAttemptAt: optTime(r.NextAttemptAt), Push: r.Push, WorkerID: r.WorkerID, CancelRequested: r.CancelRequested,
@@ -167,6 +177,10 @@ func (r record) toJob() (*job.Job, error) {
 	if r.LeaseUntil > 0 {
 		t := fromMS(r.LeaseUntil)
 		j.LeaseUntil = &t
+	}
+	if r.DeadlineMS > 0 {
+		t := fromMS(r.DeadlineMS)
+		j.Deadline = &t
 	}
 	if err := json.Unmarshal([]byte(r.Retry), &j.Retry); err != nil {
 		j.Retry = retry.Default()

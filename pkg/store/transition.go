@@ -100,6 +100,9 @@ type ClaimOpts struct {
 	Now      time.Time
 	// LeaseUntil ends the claim unless extended by a heartbeat.
 	LeaseUntil time.Time
+	// Deadline is when the job's execution timeout ends the attempt;
+	// heartbeats never extend the lease past it.
+	Deadline time.Time
 }
 
 // Claim moves an available job to active for one worker: attempt+1,
@@ -109,9 +112,14 @@ func Claim(id string, o ClaimOpts) Transition {
 	t := newTransition(id, job.Active, job.Available)
 	t.update = t.update.Add(expression.Name(attrAttempt), expression.Value(1))
 	t.set("started_at", job.Timestamp(o.Now))
-	t.set(attrLease, ms(o.LeaseUntil))
+	lease := o.LeaseUntil
+	if !o.Deadline.IsZero() && o.Deadline.Before(lease) {
+		lease = o.Deadline
+	}
+	t.set(attrLease, ms(lease))
+	t.set("deadline_ms", ms(o.Deadline))
 	t.set(attrDuePK, duePrefix+o.Queue)
-	t.set(attrDueAt, ms(o.LeaseUntil))
+	t.set(attrDueAt, ms(lease))
 	if o.WorkerID != "" {
 		t.set(attrWorker, o.WorkerID)
 	} else {
@@ -135,7 +143,7 @@ func Complete(id string, result json.RawMessage, attempt int, now time.Time) Tra
 	} else {
 		t.remove("result")
 	}
-	t.remove("error", attrLease, attrWorker, attrDuePK, attrDueAt, attrReadyPK, attrReadySK, "cancel_requested")
+	t.remove("error", attrLease, "deadline_ms", attrWorker, attrDuePK, attrDueAt, attrReadyPK, attrReadySK, "cancel_requested")
 	if attempt > 0 {
 		t.and(expression.Name(attrAttempt).Equal(expression.Value(attempt)))
 	}
@@ -151,6 +159,9 @@ type Failure struct {
 }
 
 func errorsWith(j *job.Job, e job.ErrorInfo) ([]string, string) {
+	if e.OccurredAt == "" {
+		e.OccurredAt = e.Timestamp
+	}
 	all := append(append([]job.ErrorInfo{}, j.Errors...), e)
 	if len(all) > job.MaxErrorHistory {
 		all = all[len(all)-job.MaxErrorHistory:]
@@ -167,20 +178,23 @@ func (t *Transition) recordFailure(j *job.Job, f Failure, now time.Time) {
 	list, last := errorsWith(j, f.Error)
 	t.set("errors", list)
 	t.set("error", last)
-	t.remove(attrLease, attrWorker, "cancel_requested", attrDispatch)
+	t.remove(attrLease, "deadline_ms", attrWorker, "cancel_requested", attrDispatch)
 	if t.To == job.Retryable {
+		t.set("retry_delay_ms", f.NextAttempt.Sub(now).Milliseconds())
 		t.set("next_attempt_at", job.Timestamp(f.NextAttempt))
 		t.set(attrDuePK, duePrefix+j.Queue)
 		t.set(attrDueAt, ms(f.NextAttempt))
 		t.remove(attrReadyPK, attrReadySK)
 	} else if t.To == job.Discarded {
 		t.discard(j, now)
+		t.set("completed_at", job.Timestamp(now))
 	}
 }
 
+// discard lists the job in the dead letter index. Callers that end an
+// attempt also set completed_at; expiry and cancellation do not.
 func (t *Transition) discard(j *job.Job, now time.Time) {
 	t.set("discarded_at", job.Timestamp(now))
-	t.set("completed_at", job.Timestamp(now))
 	t.set(attrReadyPK, deadPrefix+j.Queue)
 	t.set(attrReadySK, deadSortKey(now, j.ID))
 	t.remove(attrDuePK, attrDueAt, "next_attempt_at")
@@ -214,10 +228,11 @@ func ExpireLease(j *job.Job, f Failure, now time.Time, redeliverAfter time.Durat
 	t.set("error", last)
 	if to == job.Available {
 		t.becomeAvailable(j.Queue, j.Priority, j.Push, now, redeliverAfter, inline)
-		t.remove("started_at")
+		t.remove("deadline_ms")
 	} else {
-		t.remove(attrLease, attrWorker, "cancel_requested", attrDispatch)
+		t.remove(attrLease, "deadline_ms", attrWorker, "cancel_requested", attrDispatch)
 		t.discard(j, now)
+		t.set("completed_at", job.Timestamp(now))
 	}
 	t.and(expression.Name(attrAttempt).Equal(expression.Value(j.Attempt)))
 	t.and(expression.Name(attrLease).LessThanEqual(expression.Value(ms(now))))
@@ -264,11 +279,15 @@ func Cancel(id string, now time.Time, from ...job.State) Transition {
 }
 
 // Extend renews the lease of an active job (heartbeat). workerID, when
-// set, must match the claim's worker.
+// set, must match the claim's worker. The lease never passes the attempt's
+// deadline: the condition fails if it would, and the caller retries with
+// the deadline.
 func Extend(id, workerID string, leaseUntil time.Time) Transition {
 	t := newTransition(id, job.Active, job.Active)
 	t.set(attrLease, ms(leaseUntil))
 	t.set(attrDueAt, ms(leaseUntil))
+	t.and(expression.Or(expression.AttributeNotExists(expression.Name("deadline_ms")),
+		expression.Name("deadline_ms").GreaterThanEqual(expression.Value(ms(leaseUntil)))))
 	if workerID != "" {
 		t.and(expression.Or(expression.AttributeNotExists(expression.Name(attrWorker)),
 			expression.Name(attrWorker).Equal(expression.Value(workerID))))
@@ -282,5 +301,18 @@ func Redelivered(id string, dueAt, next time.Time) Transition {
 	t := newTransition(id, job.Available, job.Available)
 	t.set(attrDueAt, ms(next))
 	t.and(expression.Name(attrDueAt).Equal(expression.Value(ms(dueAt))))
+	return t
+}
+
+// Requeue returns an active job to available at once (a FAIL with
+// requeue), recording the error; the attempt stays counted.
+func Requeue(j *job.Job, e job.ErrorInfo, now time.Time, redeliverAfter time.Duration) Transition {
+	t := newTransition(j.ID, job.Available, job.Active)
+	list, last := errorsWith(j, e)
+	t.set("errors", list)
+	t.set("error", last)
+	t.becomeAvailable(j.Queue, j.Priority, j.Push, now, redeliverAfter, false)
+	t.remove("deadline_ms")
+	t.and(expression.Name(attrAttempt).Equal(expression.Value(j.Attempt)))
 	return t
 }

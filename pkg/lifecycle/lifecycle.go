@@ -1,0 +1,606 @@
+// Package lifecycle implements the OJS job operations (PUSH, INFO, CANCEL,
+// ACTIVATE, FETCH, ACK, FAIL, BEAT) and the time-driven moves (promotion of
+// due jobs, lease expiry) on top of pkg/store. It decides; the store applies
+// each decision as one conditional write. Both the API function and the
+// push-mode worker use it, so a job follows the same rules in both modes.
+package lifecycle
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+	"github.com/ojs-aws/ojs-serverless/pkg/store"
+)
+
+// Store is the persistence the service needs (implemented by *store.Store).
+type Store interface {
+	Create(ctx context.Context, jobs []*job.Job, redeliverAfter time.Duration) error
+	Get(ctx context.Context, id string) (*job.Job, error)
+	Apply(ctx context.Context, t store.Transition) (*job.Job, error)
+	Ready(ctx context.Context, queue string, limit int) ([]store.Item, error)
+	Due(ctx context.Context, queue string, now time.Time, limit int) ([]store.Item, error)
+	Dead(ctx context.Context, queue string, limit int, cursor string) (store.Page, error)
+	EnsureQueue(ctx context.Context, name string, now time.Time) error
+	Queues(ctx context.Context) ([]string, error)
+}
+
+var _ Store = (*store.Store)(nil)
+
+// Config configures a Service. Zero values mean the documented defaults.
+type Config struct {
+	// PushQueues names the push-mode queues (delivered through SQS to the
+	// worker function). Jobs on other queues wait for FETCH.
+	PushQueues []string
+	// RedeliverAfter is how long an available push-mode job may wait
+	// unclaimed before the sweeper sends it to SQS again. Default 5 min.
+	RedeliverAfter time.Duration
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+	// Rand returns uniform floats in [0,1) for retry jitter. Default
+	// math/rand/v2.
+	Rand func() float64
+	// Logger receives structured logs. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Service runs the job operations.
+type Service struct {
+	st     Store
+	push   map[string]bool
+	redel  time.Duration
+	now    func() time.Time
+	rnd    func() float64
+	log    *slog.Logger
+	queues sync.Map // queue names already registered by this process
+}
+
+// New returns a service on st.
+func New(st Store, c Config) *Service {
+	s := &Service{st: st, push: map[string]bool{}, redel: c.RedeliverAfter, now: c.Now, rnd: c.Rand, log: c.Logger}
+	for _, q := range c.PushQueues {
+		s.push[q] = true
+	}
+	if s.redel <= 0 {
+		s.redel = 5 * time.Minute
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.rnd == nil {
+		s.rnd = rand.Float64
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	return s
+}
+
+// Now returns the service clock's time.
+func (s *Service) Now() time.Time { return s.now().UTC() }
+
+// RedeliverAfter is the redelivery delay for unclaimed push-mode jobs.
+func (s *Service) RedeliverAfter() time.Duration { return s.redel }
+
+// IsPush reports whether queue is a push-mode queue.
+func (s *Service) IsPush(queue string) bool { return s.push[queue] }
+
+// apiError maps store errors to API errors.
+func apiError(err error, id, op string) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		return ojserr.NotFoundf("job", id)
+	}
+	var ce *store.ConflictError
+	if errors.As(err, &ce) {
+		return ojserr.StateConflict(ojserr.Conflict, "Cannot %s job in state '%s'.", op, ce.Current.State).
+			With("job_id", id).With("current_state", string(ce.Current.State)).With("target_state", string(ce.Tried.To))
+	}
+	var oe *ojserr.Error
+	if errors.As(err, &oe) {
+		return oe
+	}
+	return ojserr.Backend(err)
+}
+
+func (s *Service) ensureQueue(ctx context.Context, q string) error {
+	if _, ok := s.queues.Load(q); ok {
+		return nil
+	}
+	if err := s.st.EnsureQueue(ctx, q, s.Now()); err != nil {
+		return err
+	}
+	s.queues.Store(q, true)
+	return nil
+}
+
+// Push validates and creates one job.
+func (s *Service) Push(ctx context.Context, raw []byte) (*job.Job, error) {
+	jobs, err := s.PushBatch(ctx, [][]byte{raw})
+	if err != nil {
+		var oe *ojserr.Error
+		if errors.As(err, &oe) {
+			delete(oe.Details, "index")
+		}
+		return nil, err
+	}
+	return jobs[0], nil
+}
+
+// PushBatch validates every job and creates all of them or none (one
+// DynamoDB transaction; at most store.MaxBatch jobs). A validation error
+// names the index of the first invalid job.
+func (s *Service) PushBatch(ctx context.Context, raws [][]byte) ([]*job.Job, error) {
+	if len(raws) == 0 {
+		return nil, ojserr.Invalid("jobs", "The 'jobs' array must hold at least one job.")
+	}
+	if len(raws) > store.MaxBatch {
+		return nil, ojserr.Invalid("jobs", "A batch holds at most %d jobs; got %d.", store.MaxBatch, len(raws)).With("max", store.MaxBatch)
+	}
+	now := s.Now()
+	jobs := make([]*job.Job, len(raws))
+	seen := map[string]int{}
+	for i, raw := range raws {
+		e, err := job.ParseEnqueue(raw, now)
+		if err != nil {
+			oe := ojserr.As(err)
+			if len(raws) > 1 {
+				oe.Message = fmt.Sprintf("Batch validation failed: job at index %d: %s", i, oe.Message)
+			}
+			return nil, oe.With("index", i)
+		}
+		if prev, dup := seen[e.Job.ID]; dup {
+			return nil, ojserr.Invalid("id", "Jobs at index %d and %d have the same id.", prev, i).With("index", i)
+		}
+		seen[e.Job.ID] = i
+		e.Job.Push = s.push[e.Job.Queue]
+		jobs[i] = e.Job
+	}
+	for _, j := range jobs {
+		if err := s.ensureQueue(ctx, j.Queue); err != nil {
+			return nil, ojserr.Backend(err)
+		}
+	}
+	if err := s.st.Create(ctx, jobs, s.redel); err != nil {
+		var dup *store.DuplicateError
+		if errors.As(err, &dup) {
+			return nil, ojserr.Newf(ojserr.Duplicate, "A job with id '%s' already exists.", dup.ID).With("existing_job_id", dup.ID).With("index", dup.Index)
+		}
+		return nil, ojserr.Backend(err)
+	}
+	for _, j := range jobs {
+		s.log.InfoContext(ctx, "job pushed", "job_id", j.ID, "type", j.Type, "queue", j.Queue, "state", string(j.State), "push_mode", j.Push)
+	}
+	return jobs, nil
+}
+
+// Info returns a job.
+func (s *Service) Info(ctx context.Context, id string) (*job.Job, error) {
+	if err := validID(id); err != nil {
+		return nil, err
+	}
+	j, err := s.st.Get(ctx, id)
+	return j, apiError(err, id, "read")
+}
+
+func validID(id string) error {
+	if job.ValidateID(id) != nil {
+		return ojserr.Invalid("id", "Job ids are lowercase hyphenated UUIDv7 strings; '%s' is not one.", truncate(id, 64))
+	}
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
+}
+
+// Cancel cancels a job that has not finished and returns it with the state
+// it left. Cancelling a finished job is a conflict.
+func (s *Service) Cancel(ctx context.Context, id string) (*job.Job, job.State, error) {
+	if err := validID(id); err != nil {
+		return nil, "", err
+	}
+	before, err := s.st.Get(ctx, id)
+	if err != nil {
+		return nil, "", apiError(err, id, "cancel")
+	}
+	if before.State.Terminal() {
+		return nil, "", ojserr.StateConflict(ojserr.InvalidRequest, "Cannot cancel job in terminal state '%s'.", before.State).
+			With("job_id", id).With("current_state", string(before.State))
+	}
+	j, err := s.st.Apply(ctx, store.Cancel(id, s.Now(), before.State))
+	if err != nil {
+		// It moved meanwhile: retry once against its new state.
+		var ce *store.ConflictError
+		if errors.As(err, &ce) && !ce.Current.State.Terminal() {
+			before = ce.Current
+			j, err = s.st.Apply(ctx, store.Cancel(id, s.Now(), before.State))
+		}
+		if err != nil {
+			return nil, "", apiError(err, id, "cancel")
+		}
+	}
+	s.log.InfoContext(ctx, "job cancelled", "job_id", id, "previous_state", string(before.State))
+	return j, before.State, nil
+}
+
+// Activate moves a pending job to available.
+func (s *Service) Activate(ctx context.Context, id string) (*job.Job, error) {
+	if err := validID(id); err != nil {
+		return nil, err
+	}
+	cur, err := s.st.Get(ctx, id)
+	if err != nil {
+		return nil, apiError(err, id, "activate")
+	}
+	if cur.State != job.Pending {
+		return nil, ojserr.StateConflict(ojserr.InvalidRequest, "Cannot activate job in state '%s'. Only jobs in 'pending' state can be activated.", cur.State).
+			With("job_id", id).With("current_state", string(cur.State))
+	}
+	j, err := s.st.Apply(ctx, store.Activate(cur, s.Now(), s.redel))
+	return j, apiError(err, id, "activate")
+}
+
+// ErrorInput is a failure reported by a worker (FAIL) or a push-mode
+// handler.
+type ErrorInput struct {
+	// Type is the error type matched against non_retryable_errors.
+	Type string
+	// Code is an OJS error code or a handler response code (RETRY,
+	// DISCARD, DEAD_LETTER, FAIL) that overrides the retry policy.
+	Code      string
+	Message   string
+	Retryable *bool
+	Backtrace []string
+	Details   json.RawMessage
+	// Requeue returns the job to available at once instead of applying the
+	// retry policy (the attempt still counts).
+	Requeue bool
+}
+
+// errorType is the type matched against non_retryable_errors: the explicit
+// type, else details.error_class, else the code.
+func (in ErrorInput) errorType() string {
+	if in.Type != "" {
+		return in.Type
+	}
+	var d struct {
+		ErrorClass string `json:"error_class"`
+	}
+	if len(in.Details) > 0 && json.Unmarshal(in.Details, &d) == nil && d.ErrorClass != "" {
+		return d.ErrorClass
+	}
+	if in.Code != "" {
+		return in.Code
+	}
+	return "handler_error"
+}
+
+// Handler response codes (ojs-retry.md section 7).
+const (
+	CodeRetry      = "RETRY"
+	CodeDiscard    = "DISCARD"
+	CodeDeadLetter = "DEAD_LETTER"
+	CodeFail       = "FAIL"
+)
+
+// decide applies the retry policy to a failed attempt of j.
+func (s *Service) decide(j *job.Job, in ErrorInput, now time.Time) store.Failure {
+	typ := in.errorType()
+	msg := in.Message
+	if msg == "" {
+		msg = "The handler failed without a message."
+	}
+	info := job.ErrorInfo{Type: typ, Code: in.Code, Message: truncate(msg, 4096), Retryable: in.Retryable,
+		Backtrace: in.Backtrace, Details: in.Details, Attempt: j.Attempt, Timestamp: job.Timestamp(now)}
+	if len(info.Backtrace) > 50 {
+		info.Backtrace = info.Backtrace[:50]
+	}
+	retry := j.Retry.CanRetry(j.Attempt)
+	switch strings.ToUpper(in.Code) {
+	case CodeDiscard, CodeDeadLetter, CodeFail:
+		retry = false
+	}
+	if in.Retryable != nil && !*in.Retryable {
+		retry = false
+	}
+	if j.Retry.IsNonRetryable(typ) {
+		retry = false
+	}
+	f := store.Failure{Error: info, Retry: retry}
+	if retry {
+		f.NextAttempt = now.Add(j.Retry.Delay(j.Attempt, s.rnd))
+	}
+	return f
+}
+
+// Ack completes an active job. attempt > 0 pins the attempt being
+// acknowledged (push-mode worker); pull-mode ACKs pass 0.
+func (s *Service) Ack(ctx context.Context, id string, result json.RawMessage, attempt int) (*job.Job, error) {
+	if err := validID(id); err != nil {
+		return nil, err
+	}
+	if len(result) > job.MaxResultBytes {
+		return nil, ojserr.Newf(ojserr.PayloadTooLarge, "The result is %d bytes; the maximum is %d bytes.", len(result), job.MaxResultBytes).With("field", "result")
+	}
+	j, err := s.st.Apply(ctx, store.Complete(id, result, attempt, s.Now()))
+	if err != nil {
+		var ce *store.ConflictError
+		if errors.As(err, &ce) {
+			return nil, ojserr.StateConflict(ojserr.Conflict, "Cannot acknowledge job not in 'active' state. Current state: '%s'.", ce.Current.State).
+				With("job_id", id).With("current_state", string(ce.Current.State)).With("expected_state", "active")
+		}
+		return nil, apiError(err, id, "acknowledge")
+	}
+	s.log.InfoContext(ctx, "job completed", "job_id", id, "attempt", j.Attempt)
+	return j, nil
+}
+
+// Nack records a failed attempt and applies the retry policy: the job
+// becomes retryable (with next_attempt_at) or discarded.
+func (s *Service) Nack(ctx context.Context, id string, in ErrorInput, attempt int) (*job.Job, error) {
+	if err := validID(id); err != nil {
+		return nil, err
+	}
+	for tries := 0; tries < 3; tries++ {
+		cur, err := s.st.Get(ctx, id)
+		if err != nil {
+			return nil, apiError(err, id, "fail")
+		}
+		if cur.State != job.Active || (attempt > 0 && cur.Attempt != attempt) {
+			return nil, ojserr.StateConflict(ojserr.Conflict, "Cannot fail job not in 'active' state. Current state: '%s'.", cur.State).
+				With("job_id", id).With("current_state", string(cur.State)).With("expected_state", "active")
+		}
+		now := s.Now()
+		f := s.decide(cur, in, now)
+		t := store.Fail(cur, f, now)
+		if in.Requeue {
+			t = store.Requeue(cur, f.Error, now, s.redel)
+		}
+		j, err := s.st.Apply(ctx, t)
+		var ce *store.ConflictError
+		if errors.As(err, &ce) {
+			continue // a heartbeat or lease change raced us; read again
+		}
+		if err != nil {
+			return nil, apiError(err, id, "fail")
+		}
+		s.log.InfoContext(ctx, "job failed", "job_id", id, "attempt", j.Attempt, "state", string(j.State), "error_type", f.Error.Type)
+		return j, nil
+	}
+	return nil, ojserr.Backend(fmt.Errorf("fail job %s: too much contention", id))
+}
+
+// FetchRequest is a FETCH.
+type FetchRequest struct {
+	Queues   []string
+	Count    int
+	WorkerID string
+	// Visibility is the lease length; 0 uses the job's own or the default.
+	Visibility time.Duration
+}
+
+// MaxFetch bounds the jobs one FETCH returns.
+const MaxFetch = 100
+
+// Fetch claims up to Count jobs from the queues in order: highest priority
+// first, FIFO within a priority. Due scheduled and retryable jobs of each
+// queue are promoted first and expired leases requeued, so pull workers see
+// them without waiting for the sweeper.
+func (s *Service) Fetch(ctx context.Context, r FetchRequest) ([]*job.Job, error) {
+	if len(r.Queues) == 0 {
+		return nil, ojserr.Invalid("queues", "The 'queues' field must list at least one queue.")
+	}
+	for _, q := range r.Queues {
+		if err := job.ValidateQueue(q); err != nil {
+			return nil, err
+		}
+	}
+	if r.Count <= 0 {
+		r.Count = 1
+	}
+	if r.Count > MaxFetch {
+		r.Count = MaxFetch
+	}
+	out := []*job.Job{}
+	for _, q := range r.Queues {
+		if len(out) >= r.Count {
+			break
+		}
+		if _, err := s.ResolveDue(ctx, q, 25, false); err != nil {
+			return nil, ojserr.Backend(err)
+		}
+		items, err := s.st.Ready(ctx, q, min(r.Count-len(out)+4, MaxFetch))
+		if err != nil {
+			return nil, ojserr.Backend(err)
+		}
+		for _, it := range items {
+			if len(out) >= r.Count {
+				break
+			}
+			j, err := s.Claim(ctx, it.Job, r.WorkerID, r.Visibility)
+			if err != nil {
+				return nil, ojserr.Backend(err)
+			}
+			if j != nil {
+				out = append(out, j)
+			}
+		}
+	}
+	return out, nil
+}
+
+// Claim tries to move j (as last read) from available to active for
+// workerID with a lease of visibility (0: the job's own, else the default).
+// It returns nil, nil when someone else got it or it expired (then it is
+// discarded).
+func (s *Service) Claim(ctx context.Context, j *job.Job, workerID string, visibility time.Duration) (*job.Job, error) {
+	now := s.Now()
+	if j.ExpiresAt != nil && !j.ExpiresAt.After(now) {
+		return nil, s.expire(ctx, j, now)
+	}
+	if visibility <= 0 {
+		visibility = j.Visibility
+	}
+	if visibility <= 0 {
+		visibility = job.DefaultVisibilityTimeout
+	}
+	timeout := j.Timeout
+	if timeout <= 0 {
+		timeout = job.DefaultTimeout
+	}
+	claimed, err := s.st.Apply(ctx, store.Claim(j.ID, store.ClaimOpts{
+		Queue: j.Queue, WorkerID: workerID, Now: now, LeaseUntil: now.Add(visibility), Deadline: now.Add(timeout)}))
+	var ce *store.ConflictError
+	if errors.As(err, &ce) {
+		if ce.Current.State == job.Available && ce.Current.ExpiresAt != nil && !ce.Current.ExpiresAt.After(now) {
+			return nil, s.expire(ctx, ce.Current, now)
+		}
+		return nil, nil
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.log.InfoContext(ctx, "job claimed", "job_id", claimed.ID, "queue", claimed.Queue, "attempt", claimed.Attempt, "worker_id", workerID)
+	return claimed, nil
+}
+
+func (s *Service) expire(ctx context.Context, j *job.Job, now time.Time) error {
+	_, err := s.st.Apply(ctx, store.Expire(j, now))
+	var ce *store.ConflictError
+	if err != nil && !errors.As(err, &ce) && !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	if err == nil {
+		s.log.InfoContext(ctx, "job expired", "job_id", j.ID, "queue", j.Queue)
+	}
+	return nil
+}
+
+// ResolveDue applies the time-driven moves to up to limit due jobs of a
+// queue: due scheduled and retryable jobs become available (or are
+// discarded if expired) and active jobs whose lease ended are requeued or
+// discarded per their retry policy. It returns the available push-mode jobs
+// whose redelivery check is due (the sweeper re-sends them; others ignore
+// them).
+func (s *Service) ResolveDue(ctx context.Context, queue string, limit int, inline bool) ([]store.Item, error) {
+	now := s.Now()
+	items, err := s.st.Due(ctx, queue, now, limit)
+	if err != nil {
+		return nil, err
+	}
+	var redeliver []store.Item
+	for _, it := range items {
+		j := it.Job
+		var t store.Transition
+		switch j.State {
+		case job.Scheduled, job.Retryable:
+			if j.ExpiresAt != nil && !j.ExpiresAt.After(now) {
+				t = store.Expire(j, now)
+			} else {
+				t = store.Promote(j, now, s.redel, inline)
+			}
+		case job.Active:
+			if j.LeaseUntil == nil || j.LeaseUntil.After(now) {
+				continue
+			}
+			in := ErrorInput{Type: "visibility_timeout", Code: "timeout", Message: "The job's lease expired before the worker acknowledged or failed it; its worker is presumed dead."}
+			if j.Deadline != nil && !j.LeaseUntil.Before(*j.Deadline) {
+				in = ErrorInput{Type: "timeout", Code: "timeout", Message: "The job exceeded its execution timeout of " + j.Timeout.String() + "."}
+			}
+			f := s.decide(j, in, now)
+			t = store.ExpireLease(j, f, now, s.redel, inline)
+		case job.Available:
+			redeliver = append(redeliver, it)
+			continue
+		default:
+			continue
+		}
+		if _, err := s.st.Apply(ctx, t); err != nil {
+			var ce *store.ConflictError
+			if errors.As(err, &ce) || errors.Is(err, store.ErrNotFound) {
+				continue // someone else moved it first
+			}
+			return redeliver, err
+		}
+		s.log.InfoContext(ctx, "due job resolved", "job_id", j.ID, "from", string(j.State), "to", string(t.To))
+	}
+	return redeliver, nil
+}
+
+// Heartbeat extends the leases of a worker's active jobs and returns the
+// ones extended and the directive for the worker ("running").
+func (s *Service) Heartbeat(ctx context.Context, workerID string, ids []string, visibility time.Duration) ([]string, error) {
+	if workerID == "" {
+		return nil, ojserr.Invalid("worker_id", "The 'worker_id' field is required.")
+	}
+	if len(ids) > MaxFetch {
+		return nil, ojserr.Invalid("active_jobs", "At most %d active jobs per heartbeat.", MaxFetch)
+	}
+	extended := []string{}
+	now := s.Now()
+	for _, id := range ids {
+		if err := validID(id); err != nil {
+			return nil, err
+		}
+		vt := visibility
+		if vt <= 0 {
+			vt = job.DefaultVisibilityTimeout
+		}
+		_, err := s.st.Apply(ctx, store.Extend(id, workerID, now.Add(vt)))
+		var ce *store.ConflictError
+		if errors.As(err, &ce) && ce.Current.State == job.Active && ce.Current.Deadline != nil &&
+			ce.Current.Deadline.After(now) && (workerID == ce.Current.WorkerID || ce.Current.WorkerID == "") {
+			// The extension would pass the execution deadline: extend to it.
+			_, err = s.st.Apply(ctx, store.Extend(id, workerID, *ce.Current.Deadline))
+		}
+		if errors.As(err, &ce) || errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, ojserr.Backend(err)
+		}
+		extended = append(extended, id)
+	}
+	return extended, nil
+}
+
+// DeadLetter lists discarded jobs of the given queues (all registered
+// queues when none), newest first within a queue.
+func (s *Service) DeadLetter(ctx context.Context, queue string, limit int) ([]*job.Job, error) {
+	queues := []string{queue}
+	if queue == "" {
+		var err error
+		if queues, err = s.st.Queues(ctx); err != nil {
+			return nil, ojserr.Backend(err)
+		}
+	}
+	out := []*job.Job{}
+	for _, q := range queues {
+		page, err := s.st.Dead(ctx, q, limit-len(out), "")
+		if err != nil {
+			return nil, ojserr.Backend(err)
+		}
+		out = append(out, page.Jobs...)
+		if len(out) >= limit {
+			break
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,232 @@
+package lifecycle_test
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ojs-aws/ojs-serverless/pkg/internal/testenv"
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
+	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// clock is a settable test clock.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) Add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
+
+func newService(t *testing.T) (*lifecycle.Service, *clock) {
+	t.Helper()
+	st, _ := testenv.Table(t)
+	c := &clock{t: time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)}
+	return lifecycle.New(st, lifecycle.Config{Now: c.Now, Rand: func() float64 { return 0.5 }, PushQueues: []string{"lambda"}}), c
+}
+
+func code(err error) ojserr.Code { return ojserr.As(err).Code }
+
+func TestPullLifecycleFetchAck(t *testing.T) {
+	t.Parallel()
+	s, _ := newService(t)
+	ctx := context.Background()
+	j, err := s.Push(ctx, []byte(`{"type":"test.echo","args":["hello"],"options":{"queue":"pull-q"}}`))
+	if err != nil || j.State != job.Available || j.Push {
+		t.Fatalf("push: %+v %v", j, err)
+	}
+	if _, err := s.Ack(ctx, j.ID, nil, 0); code(err) != ojserr.Conflict || ojserr.As(err).Status() != 409 {
+		t.Fatalf("ack of available job: %v", err)
+	}
+	got, err := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"empty-q", "pull-q"}, Count: 5, WorkerID: "w1"})
+	if err != nil || len(got) != 1 || got[0].ID != j.ID || got[0].Attempt != 1 || got[0].State != job.Active || got[0].StartedAt == nil {
+		t.Fatalf("fetch: %+v %v", got, err)
+	}
+	again, _ := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"pull-q"}})
+	if len(again) != 0 {
+		t.Fatalf("an active job was fetched twice")
+	}
+	done, err := s.Ack(ctx, j.ID, json.RawMessage(`["hello"]`), 0)
+	if err != nil || done.State != job.Completed || string(done.Result) != `["hello"]` {
+		t.Fatalf("ack: %+v %v", done, err)
+	}
+	if _, _, err := s.Cancel(ctx, j.ID); ojserr.As(err).Status() != 409 {
+		t.Fatalf("cancel of completed job: %v", err)
+	}
+	if _, err := s.Info(ctx, "019414d4-8b2e-7c3a-b5d1-f0e2a3b4c5d6"); code(err) != ojserr.NotFound {
+		t.Fatalf("info of unknown job: %v", err)
+	}
+}
+
+func TestNackRetriesWithBackoffThenDiscards(t *testing.T) {
+	t.Parallel()
+	s, c := newService(t)
+	ctx := context.Background()
+	j, err := s.Push(ctx, []byte(`{"type":"test.fail_always","args":[],"options":{"queue":"retry-q",
+		"retry":{"max_attempts":3,"initial_interval":"PT1S","backoff_coefficient":2,"jitter":false}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fail := lifecycle.ErrorInput{Code: "handler_error", Message: "boom"}
+	wantDelays := []time.Duration{time.Second, 2 * time.Second}
+	for attempt := 1; attempt <= 3; attempt++ {
+		got, err := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"retry-q"}})
+		if err != nil || len(got) != 1 || got[0].Attempt != attempt {
+			t.Fatalf("attempt %d fetch: %+v %v", attempt, got, err)
+		}
+		after, err := s.Nack(ctx, j.ID, fail, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if attempt < 3 {
+			if after.State != job.Retryable || after.NextAttemptAt == nil || after.NextAttemptAt.Sub(c.Now()) != wantDelays[attempt-1] {
+				t.Fatalf("attempt %d: %+v", attempt, after)
+			}
+			// Not yet due: nothing to fetch.
+			if early, _ := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"retry-q"}}); len(early) != 0 {
+				t.Fatalf("retry fetched before its backoff elapsed")
+			}
+			c.Add(wantDelays[attempt-1])
+		} else if after.State != job.Discarded || after.CompletedAt == nil || len(after.Errors) != 3 || after.Error.Type != "handler_error" {
+			t.Fatalf("final: %+v", after)
+		}
+	}
+	dead, err := s.DeadLetter(ctx, "retry-q", 10)
+	if err != nil || len(dead) != 1 || dead[0].ID != j.ID {
+		t.Fatalf("dead letter: %+v %v", dead, err)
+	}
+}
+
+func TestNonRetryableAndHandlerCodes(t *testing.T) {
+	t.Parallel()
+	s, _ := newService(t)
+	ctx := context.Background()
+	for name, in := range map[string]lifecycle.ErrorInput{
+		"matching type":   {Type: "auth.expired", Message: "x"},
+		"error_class":     {Code: "handler_error", Details: json.RawMessage(`{"error_class":"auth.denied"}`)},
+		"retryable false": {Code: "handler_error", Retryable: new(bool)},
+		"DISCARD":         {Code: "DISCARD"},
+	} {
+		j, _ := s.Push(ctx, []byte(`{"type":"a.b","args":[],"options":{"queue":"nr","retry":{"max_attempts":5,"non_retryable_errors":["auth.*"]}}}`))
+		if got, _ := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"nr"}}); len(got) != 1 || got[0].ID != j.ID {
+			t.Fatalf("%s: fetch", name)
+		}
+		after, err := s.Nack(ctx, j.ID, in, 0)
+		if err != nil || after.State != job.Discarded || after.Attempt != 1 {
+			t.Fatalf("%s: %+v %v", name, after, err)
+		}
+	}
+}
+
+func TestLeaseExpiryRequeuesAndHeartbeatExtends(t *testing.T) {
+	t.Parallel()
+	s, c := newService(t)
+	ctx := context.Background()
+	j, _ := s.Push(ctx, []byte(`{"type":"a.b","args":[],"options":{"queue":"vis","visibility_timeout_ms":3000}}`))
+	got, _ := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"vis"}, WorkerID: "w1"})
+	if len(got) != 1 {
+		t.Fatal("fetch")
+	}
+	c.Add(2 * time.Second)
+	ext, err := s.Heartbeat(ctx, "w1", []string{j.ID}, 0)
+	if err != nil || len(ext) != 1 {
+		t.Fatalf("heartbeat: %v %v", ext, err)
+	}
+	if ext, _ := s.Heartbeat(ctx, "someone-else", []string{j.ID}, 0); len(ext) != 0 {
+		t.Fatal("another worker extended the lease")
+	}
+	c.Add(2 * time.Second) // 4 s after fetch, 2 s after the heartbeat: still leased
+	if again, _ := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"vis"}}); len(again) != 0 {
+		t.Fatal("job requeued while its lease was extended")
+	}
+	c.Add(30 * time.Second)
+	again, err := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"vis"}, WorkerID: "w2"})
+	if err != nil || len(again) != 1 || again[0].Attempt != 2 || again[0].Error == nil || again[0].Error.Type != "visibility_timeout" {
+		t.Fatalf("requeue after lease expiry: %+v %v", again, err)
+	}
+	if _, err := s.Ack(ctx, j.ID, nil, 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestExecutionTimeoutBoundsHeartbeats(t *testing.T) {
+	t.Parallel()
+	s, c := newService(t)
+	ctx := context.Background()
+	j, _ := s.Push(ctx, []byte(`{"type":"test.slow","args":[],"options":{"queue":"tmo","timeout_ms":2000,"retry":{"max_attempts":2}}}`))
+	_, _ = s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"tmo"}, WorkerID: "w"})
+	c.Add(time.Second)
+	if ext, _ := s.Heartbeat(ctx, "w", []string{j.ID}, time.Minute); len(ext) != 1 {
+		t.Fatal("heartbeat within the deadline must succeed")
+	}
+	c.Add(1500 * time.Millisecond)
+	if _, err := s.ResolveDue(ctx, "tmo", 10, false); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := s.Info(ctx, j.ID)
+	if got.State != job.Available || got.Error == nil || got.Error.Type != "timeout" {
+		t.Fatalf("after the execution timeout: %+v", got)
+	}
+}
+
+func TestScheduledAndPendingAndCancel(t *testing.T) {
+	t.Parallel()
+	s, c := newService(t)
+	ctx := context.Background()
+	sch, _ := s.Push(ctx, []byte(`{"type":"a.b","args":[],"options":{"queue":"sch","scheduled_at":"+PT5S"}}`))
+	if sch.State != job.Scheduled {
+		t.Fatal(sch.State)
+	}
+	if got, _ := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"sch"}}); len(got) != 0 {
+		t.Fatal("scheduled job fetched early")
+	}
+	c.Add(5 * time.Second)
+	if got, _ := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"sch"}}); len(got) != 1 || got[0].ID != sch.ID {
+		t.Fatal("scheduled job not promoted when due")
+	}
+	p, _ := s.Push(ctx, []byte(`{"type":"a.b","args":[],"options":{"queue":"sch","pending":true}}`))
+	if p.State != job.Pending {
+		t.Fatal(p.State)
+	}
+	if _, err := s.Activate(ctx, sch.ID); ojserr.As(err).Status() != 409 {
+		t.Fatalf("activate of active job: %v", err)
+	}
+	a, err := s.Activate(ctx, p.ID)
+	if err != nil || a.State != job.Available {
+		t.Fatalf("activate: %+v %v", a, err)
+	}
+	cj, prev, err := s.Cancel(ctx, p.ID)
+	if err != nil || cj.State != job.Cancelled || prev != job.Available || cj.CompletedAt != nil {
+		t.Fatalf("cancel: %+v %s %v", cj, prev, err)
+	}
+	if _, _, err := s.Cancel(ctx, p.ID); ojserr.As(err).Status() != 409 {
+		t.Fatalf("second cancel: %v", err)
+	}
+}
+
+func TestBatchPushIsAllOrNothing(t *testing.T) {
+	t.Parallel()
+	s, _ := newService(t)
+	ctx := context.Background()
+	_, err := s.PushBatch(ctx, [][]byte{[]byte(`{"type":"a.b","args":[],"options":{"queue":"batch"}}`), []byte(`{"args":[]}`)})
+	if e := ojserr.As(err); e.Code != ojserr.InvalidRequest || e.Details["index"] != 1 {
+		t.Fatalf("batch validation: %+v", err)
+	}
+	if got, _ := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"batch"}}); len(got) != 0 {
+		t.Fatal("a rejected batch enqueued a job")
+	}
+	jobs, err := s.PushBatch(ctx, [][]byte{[]byte(`{"type":"a.b","args":[1],"options":{"queue":"batch"}}`), []byte(`{"type":"a.b","args":[2],"options":{"queue":"batch"}}`)})
+	if err != nil || len(jobs) != 2 {
+		t.Fatal(err)
+	}
+	got, _ := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"batch"}, Count: 10})
+	if len(got) != 2 {
+		t.Fatalf("fetched %d", len(got))
+	}
+}
