@@ -333,3 +333,14 @@ func (s *Store) Queues(ctx context.Context) ([]string, error) {
 		start = out.LastEvaluatedKey
 	}
 }
+
+// Ping checks that the table answers (a read of a key that never exists).
+func (s *Store) Ping(ctx context.Context) error {
+	_, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.table, Key: map[string]types.AttributeValue{
+		attrPK: &types.AttributeValueMemberS{Value: "HEALTH"}, attrSK: &types.AttributeValueMemberS{Value: "HEALTH"},
+	}})
+	if err != nil {
+		return fmt.Errorf("ping table %s: %w", s.table, err)
+	}
+	return nil
+}

@@ -1,0 +1,361 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
+	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+	"github.com/ojs-aws/ojs-serverless/pkg/store"
+)
+
+// Jobs is the job service the API serves (implemented by
+// *lifecycle.Service).
+type Jobs interface {
+	Push(ctx context.Context, raw []byte) (*job.Job, error)
+	PushBatch(ctx context.Context, raws [][]byte) ([]*job.Job, error)
+	Info(ctx context.Context, id string) (*job.Job, error)
+	Cancel(ctx context.Context, id string) (*job.Job, job.State, error)
+	Activate(ctx context.Context, id string) (*job.Job, error)
+	Fetch(ctx context.Context, r lifecycle.FetchRequest) ([]*job.Job, error)
+	Ack(ctx context.Context, id string, result json.RawMessage, attempt int) (*job.Job, error)
+	Nack(ctx context.Context, id string, in lifecycle.ErrorInput, attempt int) (*job.Job, error)
+	Heartbeat(ctx context.Context, workerID string, ids []string, visibility time.Duration) ([]string, error)
+	DeadLetter(ctx context.Context, queue string, limit int) ([]*job.Job, error)
+}
+
+var _ Jobs = (*lifecycle.Service)(nil)
+
+// Backend reports the health of the storage backend.
+type Backend interface {
+	Ping(ctx context.Context) error
+	Queues(ctx context.Context) ([]string, error)
+}
+
+var _ Backend = (*store.Store)(nil)
+
+// New returns the OJS HTTP handler.
+func New(jobs Jobs, backend Backend, cfg Config) *Server {
+	if cfg.Version == "" {
+		cfg.Version = job.SpecVersion
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	s := &Server{cfg: cfg, started: cfg.Now()}
+	a := &api{jobs: jobs, backend: backend, s: s}
+	s.add(http.MethodGet, "/ojs/manifest", a.manifest)
+	s.add(http.MethodGet, "/ojs/v1/health", a.health)
+	s.add(http.MethodPost, "/ojs/v1/jobs", a.push)
+	s.add(http.MethodPost, "/ojs/v1/jobs/batch", a.pushBatch)
+	s.add(http.MethodGet, "/ojs/v1/jobs/{id}", a.info)
+	s.add(http.MethodDelete, "/ojs/v1/jobs/{id}", a.cancel)
+	s.add(http.MethodPost, "/ojs/v1/jobs/{id}/activate", a.activate)
+	s.add(http.MethodPost, "/ojs/v1/workers/fetch", a.fetch)
+	s.add(http.MethodPost, "/ojs/v1/workers/ack", a.ack)
+	s.add(http.MethodPost, "/ojs/v1/workers/nack", a.nack)
+	s.add(http.MethodPost, "/ojs/v1/workers/heartbeat", a.heartbeat)
+	s.add(http.MethodGet, "/ojs/v1/dead-letter", a.deadLetter)
+	s.add(http.MethodGet, "/ojs/v1/queues", a.queues)
+	return s
+}
+
+type api struct {
+	jobs    Jobs
+	backend Backend
+	s       *Server
+}
+
+// withFields renders j and adds extra top-level fields.
+func withFields(j *job.Job, extra map[string]any) map[string]any {
+	b, _ := json.Marshal(j)
+	var m map[string]any
+	_ = json.Unmarshal(b, &m)
+	for k, v := range extra {
+		m[k] = v
+	}
+	return m
+}
+
+func (a *api) push(w http.ResponseWriter, r *http.Request, _ params) error {
+	raw, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	j, err := a.jobs.Push(r.Context(), raw)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Location", "/ojs/v1/jobs/"+j.ID)
+	writeJSON(w, http.StatusCreated, map[string]any{"job": j})
+	return nil
+}
+
+func (a *api) pushBatch(w http.ResponseWriter, r *http.Request, _ params) error {
+	raw, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	var req struct {
+		Jobs []json.RawMessage `json:"jobs"`
+	}
+	if err := decodeObject(raw, &req); err != nil {
+		return err
+	}
+	if req.Jobs == nil {
+		return ojserr.Invalid("jobs", "The 'jobs' field is required and must be an array of jobs.")
+	}
+	raws := make([][]byte, len(req.Jobs))
+	for i, j := range req.Jobs {
+		raws[i] = j
+	}
+	jobs, err := a.jobs.PushBatch(r.Context(), raws)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, map[string]any{"jobs": jobs, "count": len(jobs)})
+	return nil
+}
+
+func (a *api) info(w http.ResponseWriter, r *http.Request, p params) error {
+	j, err := a.jobs.Info(r.Context(), p["id"])
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"job": j})
+	return nil
+}
+
+func (a *api) cancel(w http.ResponseWriter, r *http.Request, p params) error {
+	j, prev, err := a.jobs.Cancel(r.Context(), p["id"])
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"job": withFields(j, map[string]any{"previous_state": prev})})
+	return nil
+}
+
+func (a *api) activate(w http.ResponseWriter, r *http.Request, p params) error {
+	j, err := a.jobs.Activate(r.Context(), p["id"])
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"job": withFields(j, map[string]any{"previous_state": job.Pending})})
+	return nil
+}
+
+type fetchRequest struct {
+	Queues              []string        `json:"queues"`
+	Count               json.RawMessage `json:"count"`
+	WorkerID            string          `json:"worker_id"`
+	VisibilityTimeoutMS json.RawMessage `json:"visibility_timeout_ms"`
+}
+
+func intParam(field string, raw json.RawMessage, lo, hi int64) (int64, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return 0, nil
+	}
+	var n int64
+	if err := json.Unmarshal(raw, &n); err != nil || n < lo || n > hi {
+		return 0, ojserr.Invalid(field, "The '%s' field must be an integer between %d and %d.", field, lo, hi)
+	}
+	return n, nil
+}
+
+func (a *api) fetch(w http.ResponseWriter, r *http.Request, _ params) error {
+	raw, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	var req fetchRequest
+	if err := decodeObject(raw, &req); err != nil {
+		return err
+	}
+	count, err := intParam("count", req.Count, 1, lifecycle.MaxFetch)
+	if err != nil {
+		return err
+	}
+	vt, err := intParam("visibility_timeout_ms", req.VisibilityTimeoutMS, 1, job.MaxTimeout.Milliseconds())
+	if err != nil {
+		return err
+	}
+	if len(req.WorkerID) > 256 {
+		return ojserr.Invalid("worker_id", "The 'worker_id' field is at most 256 characters.")
+	}
+	jobs, err := a.jobs.Fetch(r.Context(), lifecycle.FetchRequest{Queues: req.Queues, Count: int(count), WorkerID: req.WorkerID, Visibility: time.Duration(vt) * time.Millisecond})
+	if err != nil {
+		return err
+	}
+	out := map[string]any{"jobs": jobs}
+	if len(jobs) > 0 {
+		out["job"] = jobs[0]
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (a *api) ack(w http.ResponseWriter, r *http.Request, _ params) error {
+	raw, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	var req struct {
+		JobID  string          `json:"job_id"`
+		Result json.RawMessage `json:"result"`
+	}
+	if err := decodeObject(raw, &req); err != nil {
+		return err
+	}
+	if req.JobID == "" {
+		return ojserr.Invalid("job_id", "The 'job_id' field is required.")
+	}
+	if string(req.Result) == "null" {
+		req.Result = nil
+	}
+	j, err := a.jobs.Ack(r.Context(), req.JobID, req.Result, 0)
+	if err != nil {
+		return err
+	}
+	out := withFields(j, map[string]any{"acknowledged": true, "job_id": j.ID, "job": j})
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (a *api) nack(w http.ResponseWriter, r *http.Request, _ params) error {
+	raw, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	var req struct {
+		JobID string `json:"job_id"`
+		Error *struct {
+			Code      string          `json:"code"`
+			Type      string          `json:"type"`
+			Message   string          `json:"message"`
+			Retryable *bool           `json:"retryable"`
+			Backtrace []string        `json:"backtrace"`
+			Details   json.RawMessage `json:"details"`
+		} `json:"error"`
+		Requeue bool `json:"requeue"`
+	}
+	if err := decodeObject(raw, &req); err != nil {
+		return err
+	}
+	if req.JobID == "" {
+		return ojserr.Invalid("job_id", "The 'job_id' field is required.")
+	}
+	if req.Error == nil {
+		return ojserr.Invalid("error", "The 'error' object is required.")
+	}
+	if len(req.Error.Message) > 64<<10 || len(req.Error.Details) > 64<<10 {
+		return ojserr.Newf(ojserr.PayloadTooLarge, "The error message and details are limited to 64 KiB each.").With("field", "error")
+	}
+	in := lifecycle.ErrorInput{Type: req.Error.Type, Code: req.Error.Code, Message: req.Error.Message, Retryable: req.Error.Retryable,
+		Backtrace: req.Error.Backtrace, Details: req.Error.Details, Requeue: req.Requeue}
+	j, err := a.jobs.Nack(r.Context(), req.JobID, in, 0)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, withFields(j, map[string]any{"job_id": j.ID, "job": j}))
+	return nil
+}
+
+func (a *api) heartbeat(w http.ResponseWriter, r *http.Request, _ params) error {
+	raw, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	var req struct {
+		WorkerID            string          `json:"worker_id"`
+		ActiveJobs          []string        `json:"active_jobs"`
+		JobID               string          `json:"job_id"`
+		VisibilityTimeoutMS json.RawMessage `json:"visibility_timeout_ms"`
+	}
+	if err := decodeObject(raw, &req); err != nil {
+		return err
+	}
+	if req.JobID != "" {
+		req.ActiveJobs = append(req.ActiveJobs, req.JobID)
+	}
+	vt, err := intParam("visibility_timeout_ms", req.VisibilityTimeoutMS, 1, job.MaxTimeout.Milliseconds())
+	if err != nil {
+		return err
+	}
+	ext, err := a.jobs.Heartbeat(r.Context(), req.WorkerID, req.ActiveJobs, time.Duration(vt)*time.Millisecond)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"state": "running", "directive": "running", "jobs_extended": ext, "server_time": job.Timestamp(a.s.cfg.Now())})
+	return nil
+}
+
+func limitParam(r *http.Request) (int, error) {
+	v := r.URL.Query().Get("limit")
+	if v == "" {
+		return 50, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > 100 {
+		return 0, ojserr.Invalid("limit", "The 'limit' parameter must be an integer between 1 and 100.")
+	}
+	return n, nil
+}
+
+func (a *api) deadLetter(w http.ResponseWriter, r *http.Request, _ params) error {
+	limit, err := limitParam(r)
+	if err != nil {
+		return err
+	}
+	q := r.URL.Query().Get("queue")
+	if q != "" {
+		if err := job.ValidateQueue(q); err != nil {
+			return err
+		}
+	}
+	jobs, err := a.jobs.DeadLetter(r.Context(), q, limit)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"jobs": jobs, "pagination": map[string]any{"total": len(jobs), "limit": limit, "offset": 0, "has_more": len(jobs) >= limit}})
+	return nil
+}
+
+func (a *api) queues(w http.ResponseWriter, r *http.Request, _ params) error {
+	names, err := a.backend.Queues(r.Context())
+	if err != nil {
+		return ojserr.Backend(err)
+	}
+	qs := make([]map[string]any, len(names))
+	for i, n := range names {
+		qs[i] = map[string]any{"name": n, "status": "active"}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"queues": qs, "pagination": map[string]any{"total": len(qs), "limit": len(qs), "offset": 0, "has_more": false}})
+	return nil
+}
+
+func (a *api) health(w http.ResponseWriter, r *http.Request, _ params) error {
+	start := a.s.cfg.Now()
+	err := a.backend.Ping(r.Context())
+	backend := map[string]any{"type": "dynamodb", "status": "connected", "latency_ms": a.s.cfg.Now().Sub(start).Milliseconds()}
+	status, code := "ok", http.StatusOK
+	if err != nil {
+		a.s.cfg.Logger.ErrorContext(r.Context(), "health check failed", "error", err.Error())
+		status, code = "degraded", http.StatusServiceUnavailable
+		backend["status"], backend["error"] = "disconnected", "the job table is unreachable"
+	}
+	writeJSON(w, code, map[string]any{"status": status, "version": job.SpecVersion, "uptime_seconds": int64(a.s.cfg.Now().Sub(a.s.started).Seconds()), "backend": backend})
+	return nil
+}
+
+func (a *api) manifest(w http.ResponseWriter, r *http.Request, _ params) error {
+	writeJSON(w, http.StatusOK, Manifest())
+	return nil
+}

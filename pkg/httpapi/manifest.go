@@ -1,0 +1,44 @@
+package httpapi
+
+import (
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
+	"github.com/ojs-aws/ojs-serverless/pkg/store"
+)
+
+// ImplementationVersion is this product's version.
+const ImplementationVersion = "0.1.0"
+
+// Manifest is the conformance manifest (ojs-http-binding.md section 21). It
+// states only what is implemented: capabilities that are false here are
+// not served.
+func Manifest() map[string]any {
+	return map[string]any{
+		"specversion": job.SpecVersion,
+		"ojs_version": job.SpecVersion,
+		"implementation": map[string]any{
+			"name": "ojs-serverless", "version": ImplementationVersion, "language": "go",
+			"homepage": "https://github.com/ojs-aws/ojs-serverless",
+		},
+		// Level 0 needs lifecycle events and level 1 dead-letter retry,
+		// which are not served yet: the manifest does not claim them.
+		"conformance_level": 0,
+		"protocols":         []string{"http"},
+		"backend":           "dynamodb",
+		"capabilities": map[string]bool{
+			"batch_enqueue": true, "dead_letter": true, "delayed_jobs": true, "job_ttl": true,
+			"priority_queues": true, "heartbeat": true, "visibility_timeout": true, "retry_policies": true,
+			"pending_jobs": true, "push_delivery_lambda": true,
+			"cron_jobs": false, "workflows": false, "unique_jobs": false, "pause_resume": false,
+			"rate_limiting": false, "schema_validation": false, "events": false, "queue_stats": false,
+		},
+		"limits": map[string]any{
+			"max_envelope_bytes": job.MaxEnvelopeBytes, "max_meta_bytes": job.MaxMetaBytes,
+			"max_result_bytes": job.MaxResultBytes, "max_request_bytes": MaxBodyBytes,
+			"max_batch_jobs": store.MaxBatch, "max_fetch_count": lifecycle.MaxFetch,
+			"min_priority": job.MinPriority, "max_priority": job.MaxPriority,
+		},
+		"extensions": []string{"push-delivery-aws-lambda"},
+		"endpoints":  map[string]string{"manifest": "/ojs/manifest", "health": "/ojs/v1/health", "base_path": "/ojs/v1"},
+	}
+}

@@ -1,0 +1,85 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/store"
+)
+
+// ItemStore is the extra read a push-mode claim needs.
+type ItemStore interface {
+	GetItem(ctx context.Context, id string) (store.Item, error)
+}
+
+var _ ItemStore = (*store.Store)(nil)
+
+// clockSkew tolerates SQS delivering a delayed message slightly early.
+const clockSkew = time.Second
+
+// Delivered is the outcome of ClaimDelivered.
+type Delivered struct {
+	// Job is the claimed job, nil when there is nothing to run.
+	Job *job.Job
+	// RetryIn is set when the job is not due yet but will be within the
+	// SQS delay limit: the caller re-sends the message with this delay.
+	RetryIn time.Duration
+}
+
+// ClaimDelivered handles an SQS delivery of job id for a push-mode worker:
+// it claims the job if it is ready (promoting a due scheduled or retryable
+// job, or requeueing an expired lease, first) with a lease of leaseFor. A
+// message for a job that is running elsewhere, finished, cancelled or
+// unknown yields nothing: the message was only a hint.
+func (s *Service) ClaimDelivered(ctx context.Context, items ItemStore, id, workerID string, leaseFor time.Duration) (Delivered, error) {
+	it, err := items.GetItem(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return Delivered{}, nil
+	}
+	if err != nil {
+		return Delivered{}, err
+	}
+	j, now := it.Job, s.Now()
+	switch j.State {
+	case job.Scheduled, job.Retryable:
+		if wait := it.DueAt.Sub(now); wait > clockSkew {
+			if wait <= 15*time.Minute {
+				return Delivered{RetryIn: wait}, nil
+			}
+			return Delivered{}, nil // the sweeper delivers it nearer the time
+		}
+		if j.ExpiresAt != nil && !j.ExpiresAt.After(now) {
+			return Delivered{}, s.expire(ctx, j, now)
+		}
+		t := store.Promote(j, now.Add(clockSkew), s.redel, true)
+		if j, err = s.st.Apply(ctx, t); err != nil {
+			return Delivered{}, ignoreConflict(err)
+		}
+	case job.Active:
+		if j.LeaseUntil == nil || j.LeaseUntil.After(now) {
+			return Delivered{}, nil // running elsewhere
+		}
+		f := s.decide(j, ErrorInput{Type: "timeout", Code: "timeout", Message: "The previous attempt ended without a result (worker crash or timeout)."}, now)
+		if j, err = s.st.Apply(ctx, store.ExpireLease(j, f, now, s.redel, true)); err != nil {
+			return Delivered{}, ignoreConflict(err)
+		}
+		if j.State != job.Available {
+			return Delivered{}, nil
+		}
+	case job.Available:
+	default:
+		return Delivered{}, nil
+	}
+	claimed, err := s.Claim(ctx, j, workerID, leaseFor)
+	return Delivered{Job: claimed}, err
+}
+
+func ignoreConflict(err error) error {
+	var ce *store.ConflictError
+	if errors.As(err, &ce) || errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,161 @@
+// Package sweeper is the periodic repair run by the sweeper function: it
+// promotes due scheduled and retryable jobs (those beyond the SQS delay
+// limit, and pull-mode jobs nobody fetched), requeues or discards jobs whose
+// lease expired (a worker died), and re-sends available push-mode jobs that
+// were not claimed within the redelivery delay (a lost or dead-lettered SQS
+// message, or a stream record that exhausted its retries).
+package sweeper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"time"
+
+	"github.com/ojs-aws/ojs-serverless/pkg/dispatch"
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
+	"github.com/ojs-aws/ojs-serverless/pkg/store"
+)
+
+// Store is what the sweeper reads and writes directly.
+type Store interface {
+	Queues(ctx context.Context) ([]string, error)
+	Apply(ctx context.Context, t store.Transition) (*job.Job, error)
+}
+
+// Sweeper runs sweeps.
+type Sweeper struct {
+	Service *lifecycle.Service
+	Store   Store
+	Sender  lifecycleSender
+	// PushQueues are always swept, registered or not.
+	PushQueues []string
+	// BatchSize is how many due jobs one query handles. Default 100.
+	BatchSize int
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+type lifecycleSender interface {
+	Send(ctx context.Context, ds []dispatch.Delivery) error
+}
+
+// Result counts what a sweep did.
+type Result struct {
+	Queues      int `json:"queues"`
+	Redelivered int `json:"redelivered"`
+}
+
+// Sweep makes one pass over every queue.
+func (s *Sweeper) Sweep(ctx context.Context) (Result, error) {
+	names, err := s.Store.Queues(ctx)
+	if err != nil {
+		return Result{}, err
+	}
+	set := map[string]bool{}
+	for _, q := range append(names, s.PushQueues...) {
+		set[q] = true
+	}
+	queues := make([]string, 0, len(set))
+	for q := range set {
+		queues = append(queues, q)
+	}
+	sort.Strings(queues)
+	limit := s.BatchSize
+	if limit <= 0 {
+		limit = 100
+	}
+	res := Result{Queues: len(queues)}
+	var errs []error
+	for _, q := range queues {
+		n, err := s.sweepQueue(ctx, q, limit)
+		res.Redelivered += n
+		if err != nil {
+			errs = append(errs, fmt.Errorf("queue %s: %w", q, err))
+		}
+	}
+	return res, errors.Join(errs...)
+}
+
+func (s *Sweeper) sweepQueue(ctx context.Context, q string, limit int) (int, error) {
+	redelivered := 0
+	for round := 0; round < 50; round++ {
+		items, err := s.Service.ResolveDue(ctx, q, limit, false)
+		if err != nil {
+			return redelivered, err
+		}
+		if len(items) > 0 {
+			n, err := s.redeliver(ctx, items)
+			redelivered += n
+			if err != nil {
+				return redelivered, err
+			}
+		}
+		if len(items) < limit {
+			return redelivered, nil
+		}
+	}
+	return redelivered, nil
+}
+
+// redeliver re-sends available push-mode jobs whose redelivery check is due
+// and pushes the check back. Sending first means a crash in between causes
+// a duplicate message (harmless), never a lost one.
+func (s *Sweeper) redeliver(ctx context.Context, items []store.Item) (int, error) {
+	ds := make([]dispatch.Delivery, 0, len(items))
+	for _, it := range items {
+		if it.Job.Push {
+			ds = append(ds, dispatch.Delivery{Job: it.Job})
+		}
+	}
+	if len(ds) == 0 {
+		return 0, nil
+	}
+	if err := s.Sender.Send(ctx, ds); err != nil {
+		return 0, err
+	}
+	now := s.Service.Now()
+	for _, it := range items {
+		if !it.Job.Push {
+			continue
+		}
+		if _, err := s.Store.Apply(ctx, store.Redelivered(it.Job.ID, it.DueAt, now.Add(s.Service.RedeliverAfter()))); err != nil {
+			var ce *store.ConflictError
+			if !errors.As(err, &ce) && !errors.Is(err, store.ErrNotFound) {
+				return len(ds), err
+			}
+		}
+	}
+	log := s.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	log.InfoContext(ctx, "redelivered unclaimed push-mode jobs", "count", len(ds))
+	return len(ds), nil
+}
+
+// Loop sweeps every tick until ctx is done or until stops; it is how one
+// scheduled invocation can sweep more often than the schedule's one-minute
+// granularity. A zero tick sweeps once.
+func (s *Sweeper) Loop(ctx context.Context, tick time.Duration, until time.Time) (Result, error) {
+	var total Result
+	for {
+		r, err := s.Sweep(ctx)
+		total.Queues = r.Queues
+		total.Redelivered += r.Redelivered
+		if err != nil {
+			return total, err
+		}
+		if tick <= 0 || time.Now().Add(tick).After(until) {
+			return total, nil
+		}
+		select {
+		case <-ctx.Done():
+			return total, nil
+		case <-time.After(tick):
+		}
+	}
+}

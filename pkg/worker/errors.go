@@ -1,0 +1,43 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Error is a handler failure with an OJS error type (matched against the
+// job's non_retryable_errors) and an optional handler response code that
+// overrides the retry policy: "RETRY" (default), "DISCARD", "DEAD_LETTER"
+// or "FAIL".
+type Error struct {
+	Type    string
+	Message string
+	Code    string
+	Details map[string]any
+}
+
+func (e *Error) Error() string { return e.Type + ": " + e.Message }
+
+// NonRetryable returns an error that ends the job at once (code FAIL).
+func NonRetryable(errType, msg string) error {
+	return &Error{Type: errType, Message: msg, Code: "FAIL"}
+}
+
+// Discard returns an error that discards the job without retry.
+func Discard(errType, msg string) error { return &Error{Type: errType, Message: msg, Code: "DISCARD"} }
+
+// Retry returns a retryable error with an explicit type.
+func Retry(errType, msg string) error { return &Error{Type: errType, Message: msg, Code: "RETRY"} }
+
+// describe turns any handler error into a type, code and message.
+func describe(err error) (typ, code, msg string, details map[string]any) {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Type, e.Code, e.Message, e.Details
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return "timeout", "", "The handler did not finish before its timeout.", nil
+	}
+	return "handler_error", "", err.Error(), map[string]any{"error_class": fmt.Sprintf("%T", errors.Unwrap(err))}
+}

@@ -1,0 +1,181 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/ojs-aws/ojs-serverless/pkg/dispatch"
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
+	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+)
+
+// Message is one SQS delivery.
+type Message struct {
+	// ID is the SQS message id (reported back on failure).
+	ID   string
+	Body []byte
+}
+
+// Sender re-sends a job message with a delay (implemented by
+// *dispatch.Dispatcher).
+type Sender interface {
+	Send(ctx context.Context, ds []dispatch.Delivery) error
+}
+
+// Processor runs SQS deliveries of push-mode jobs.
+type Processor struct {
+	Service *lifecycle.Service
+	Items   lifecycle.ItemStore
+	Mux     *Mux
+	Sender  Sender
+	// WorkerID identifies this function instance in claims. Default
+	// "lambda".
+	WorkerID string
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// stopMargin is kept free before the invocation deadline to record the
+// outcome.
+const stopMargin = 3 * time.Second
+
+// Process runs a batch of messages concurrently and returns the ids of the
+// messages that must be delivered again (infrastructure failures only: a
+// job failure is recorded in DynamoDB and its message is done).
+func (p *Processor) Process(ctx context.Context, msgs []Message) []string {
+	var mu sync.Mutex
+	var failed []string
+	var wg sync.WaitGroup
+	for _, m := range msgs {
+		wg.Add(1)
+		go func(m Message) {
+			defer wg.Done()
+			if err := p.processOne(ctx, m); err != nil {
+				p.log().ErrorContext(ctx, "message failed; SQS will deliver it again", "message_id", m.ID, "error", err.Error())
+				mu.Lock()
+				failed = append(failed, m.ID)
+				mu.Unlock()
+			}
+		}(m)
+	}
+	wg.Wait()
+	return failed
+}
+
+func (p *Processor) log() *slog.Logger {
+	if p.Logger != nil {
+		return p.Logger
+	}
+	return slog.Default()
+}
+
+func (p *Processor) processOne(ctx context.Context, m Message) error {
+	var env struct {
+		ID    string `json:"id"`
+		Queue string `json:"queue"`
+	}
+	if err := json.Unmarshal(m.Body, &env); err != nil || job.ValidateID(env.ID) != nil {
+		// A message that is not a job envelope can never succeed: drop it.
+		p.log().WarnContext(ctx, "dropping message that is not an OJS job envelope", "message_id", m.ID)
+		return nil
+	}
+	lease := job.DefaultTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		lease = time.Until(dl) + stopMargin
+	}
+	workerID := p.WorkerID
+	if workerID == "" {
+		workerID = "lambda"
+	}
+	d, err := p.Service.ClaimDelivered(ctx, p.Items, env.ID, workerID, lease)
+	if err != nil {
+		return fmt.Errorf("claim job %s: %w", env.ID, err)
+	}
+	if d.RetryIn > 0 {
+		j, err := p.Service.Info(ctx, env.ID)
+		if err != nil {
+			return err
+		}
+		return p.Sender.Send(ctx, []dispatch.Delivery{{Job: j, Delay: d.RetryIn}})
+	}
+	if d.Job == nil {
+		return nil
+	}
+	return p.run(ctx, d.Job)
+}
+
+// run executes a claimed job and records its outcome.
+func (p *Processor) run(ctx context.Context, j *job.Job) error {
+	log := p.log().With("job_id", j.ID, "type", j.Type, "attempt", j.Attempt)
+	h, ok := p.Mux.Handler(j.Type)
+	if !ok {
+		log.WarnContext(ctx, "no handler registered for job type; discarding")
+		_, err := p.Service.Nack(ctx, j.ID, lifecycle.ErrorInput{Type: "handler_not_found", Code: lifecycle.CodeDiscard,
+			Message: fmt.Sprintf("No handler is registered for job type %q in the worker function.", j.Type)}, j.Attempt)
+		return recordErr(err)
+	}
+	runCtx, cancel := context.WithTimeout(ctx, j.Timeout)
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl)-stopMargin < j.Timeout {
+		cancel()
+		runCtx, cancel = context.WithDeadline(ctx, dl.Add(-stopMargin))
+	}
+	defer cancel()
+	start := time.Now()
+	result, herr := safeRun(runCtx, h, &Job{ID: j.ID, Type: j.Type, Queue: j.Queue, Args: j.Args, Meta: j.Meta, Attempt: j.Attempt, MaxAttempts: j.Retry.MaxAttempts})
+	if herr == nil && runCtx.Err() != nil {
+		herr = runCtx.Err()
+	}
+	dur := time.Since(start)
+	if herr == nil {
+		raw, err := json.Marshal(result)
+		if err != nil {
+			herr = NonRetryable("invalid_result", "The handler's result is not JSON-encodable: "+err.Error())
+		} else {
+			if string(raw) == "null" {
+				raw = nil
+			}
+			_, err := p.Service.Ack(ctx, j.ID, raw, j.Attempt)
+			if err == nil {
+				log.InfoContext(ctx, "job handler succeeded", "duration_ms", dur.Milliseconds())
+			}
+			return recordErr(err)
+		}
+	}
+	typ, code, msg, details := describe(herr)
+	var raw json.RawMessage
+	if details != nil {
+		raw, _ = json.Marshal(details)
+	}
+	log.InfoContext(ctx, "job handler failed", "duration_ms", dur.Milliseconds(), "error_type", typ)
+	_, err := p.Service.Nack(ctx, j.ID, lifecycle.ErrorInput{Type: typ, Code: code, Message: msg, Details: raw}, j.Attempt)
+	return recordErr(err)
+}
+
+// recordErr treats a conflict (the job was cancelled or its lease taken
+// over meanwhile) as done: the late outcome changes nothing.
+func recordErr(err error) error {
+	if err == nil || ojserr.Is(err, ojserr.Conflict) || ojserr.Is(err, ojserr.NotFound) {
+		return nil
+	}
+	var oe *ojserr.Error
+	if errors.As(err, &oe) && oe.Status() < 500 {
+		return nil
+	}
+	return err
+}
+
+func safeRun(ctx context.Context, h Handler, j *Job) (res any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &Error{Type: "handler_panic", Message: fmt.Sprintf("panic: %v", r), Details: map[string]any{"stack": string(debug.Stack())}}
+		}
+	}()
+	return h.Handle(ctx, j)
+}
