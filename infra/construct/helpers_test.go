@@ -22,8 +22,9 @@ import (
 var assetRoot string
 
 func TestMain(m *testing.M) {
-	// Synthesis runs in a Node.js child process that inherits this.
-	os.Setenv("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
+	// The jsii Node.js process starts during package initialisation, so
+	// its Node-version banner can only be silenced from the environment of
+	// `go test` (infra/infra.mk exports JSII_SILENCE_WARNING_*).
 	dir, err := os.MkdirTemp("", "ojs-assets-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -34,6 +35,8 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	assetRoot = dir
+	// Start the jsii runtime before parallel tests race to start it.
+	awscdk.NewApp(nil)
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
@@ -51,6 +54,10 @@ func writeAssets(root string) error {
 	}
 	return nil
 }
+
+// The jsii runtime behind the CDK is not safe for concurrent use (objects
+// created on one goroutine go missing on another), so tests that touch CDK
+// objects do not call t.Parallel.
 
 // synthesized is one synthesised stack: the assertions template and its
 // JSON decoded into plain Go values for the checks assertions cannot express.

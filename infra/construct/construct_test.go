@@ -1,0 +1,538 @@
+package ojsconstruct
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssns"
+	"github.com/aws/jsii-runtime-go"
+
+	"github.com/ojs-aws/ojs-serverless/pkg/topology"
+)
+
+// customEnv is dev with a second push queue whose name needs sanitising,
+// to check everything that is per queue.
+func customEnv(t *testing.T) topology.Env {
+	t.Helper()
+	e := mustEnv(t, "dev")
+	q := e.Queues[0]
+	q.Name = "email.bulk"
+	q.BatchSize = 5
+	q.MaxBatchingWindow = 2 * time.Second
+	q.MaxConcurrency = 3
+	e.Queues = append(e.Queues, q)
+	return e
+}
+
+var (
+	customOnce sync.Once
+	customTpl  *synthesized
+)
+
+// synthCustom synthesises customEnv with every optional prop set.
+func synthCustom(t *testing.T) *synthesized {
+	t.Helper()
+	customOnce.Do(func() {
+		customTpl = synth(t, Props{
+			Env:                       customEnv(t),
+			Architecture:              awslambda.Architecture_X86_64(),
+			JWT:                       &JWTAuth{Issuer: "https://issuer.example.com", Audience: []string{"ojs-client"}},
+			LogLevel:                  "debug",
+			IteratorAgeAlarmThreshold: 90 * time.Second,
+		})
+	})
+	if customTpl == nil {
+		t.Fatal("custom synthesis failed in another test")
+	}
+	return customTpl
+}
+
+func TestTable(t *testing.T) {
+	s := synthEnv(t, "dev")
+	s.template.ResourceCountIs(jsii.String("AWS::DynamoDB::Table"), jsii.Number(1))
+	jt := topology.JobTable
+	var gsis []any
+	for _, ix := range jt.Indexes {
+		gsis = append(gsis, map[string]any{
+			"IndexName": ix.Name,
+			"KeySchema": []any{
+				map[string]any{"AttributeName": ix.PartitionKey.Name, "KeyType": "HASH"},
+				map[string]any{"AttributeName": ix.SortKey.Name, "KeyType": "RANGE"},
+			},
+			"Projection": map[string]any{"ProjectionType": "ALL"},
+		})
+	}
+	s.template.HasResourceProperties(jsii.String("AWS::DynamoDB::Table"), map[string]any{
+		"BillingMode":         "PAY_PER_REQUEST",
+		"StreamSpecification": map[string]any{"StreamViewType": "NEW_AND_OLD_IMAGES"},
+		"TimeToLiveSpecification": map[string]any{
+			"AttributeName": jt.TTLAttribute,
+			"Enabled":       true,
+		},
+		"KeySchema": []any{
+			map[string]any{"AttributeName": jt.PartitionKey.Name, "KeyType": "HASH"},
+			map[string]any{"AttributeName": jt.SortKey.Name, "KeyType": "RANGE"},
+		},
+		"GlobalSecondaryIndexes": gsis,
+	})
+	// Every key attribute is declared with the topology's type.
+	for _, ix := range jt.Indexes {
+		for _, k := range []topology.IndexKey{ix.PartitionKey, ix.SortKey} {
+			s.template.HasResourceProperties(jsii.String("AWS::DynamoDB::Table"), map[string]any{
+				"AttributeDefinitions": assertions.Match_ArrayWith(&[]any{
+					map[string]any{"AttributeName": k.Name, "AttributeType": k.Type},
+				}),
+			})
+		}
+	}
+}
+
+func TestProtectionOnlyWhereTopologySaysSo(t *testing.T) {
+	for _, name := range topology.Environments {
+		t.Run(name, func(t *testing.T) {
+			e := mustEnv(t, name)
+			s := synthEnv(t, name)
+			policy := "Delete"
+			if e.DeletionProtection {
+				policy = "Retain"
+			}
+			s.template.HasResource(jsii.String("AWS::DynamoDB::Table"), map[string]any{
+				"DeletionPolicy":      policy,
+				"UpdateReplacePolicy": policy,
+				"Properties": map[string]any{
+					"PointInTimeRecoverySpecification": map[string]any{"PointInTimeRecoveryEnabled": e.PointInTimeRecovery},
+					"DeletionProtectionEnabled":        e.DeletionProtection,
+				},
+			})
+			for id, lg := range s.resources("AWS::Logs::LogGroup") {
+				if lg["DeletionPolicy"] != policy {
+					t.Errorf("log group %s: DeletionPolicy %v, want %s", id, lg["DeletionPolicy"], policy)
+				}
+			}
+			// The product decision: only prod is protected.
+			if want := name == "prod"; e.PointInTimeRecovery != want || e.DeletionProtection != want {
+				t.Errorf("%s: PITR %v, deletion protection %v; want both %v", name, e.PointInTimeRecovery, e.DeletionProtection, want)
+			}
+		})
+	}
+}
+
+func TestQueues(t *testing.T) {
+	s := synthCustom(t)
+	e := customEnv(t)
+	// A push queue and a DLQ per OJS queue, plus the stream failure queue.
+	s.template.ResourceCountIs(jsii.String("AWS::SQS::Queue"), jsii.Number(2*len(e.Queues)+1))
+	for _, q := range e.Queues {
+		dlq := s.byTag(t, "AWS::SQS::Queue", TagQueue, q.Name, TagQueueRole, QueueRoleDeadLetter)
+		s.byTag(t, "AWS::SQS::Queue", TagQueue, q.Name, TagQueueRole, QueueRolePush)
+		s.template.HasResourceProperties(jsii.String("AWS::SQS::Queue"), map[string]any{
+			"SqsManagedSseEnabled": true,
+			"RedrivePolicy": map[string]any{
+				"deadLetterTargetArn": map[string]any{"Fn::GetAtt": []any{dlq, "Arn"}},
+				"maxReceiveCount":     q.MaxReceiveCount,
+			},
+			"Tags": assertions.Match_ArrayWith(&[]any{map[string]any{"Key": TagQueue, "Value": q.Name}}),
+		})
+	}
+	for id, q := range s.resources("AWS::SQS::Queue") {
+		if props(q)["SqsManagedSseEnabled"] != true {
+			t.Errorf("queue %s is not encrypted at rest", id)
+		}
+	}
+	// EnforceSSL: every queue's policy denies requests without TLS.
+	s.template.ResourceCountIs(jsii.String("AWS::SQS::QueuePolicy"), jsii.Number(2*len(e.Queues)+1))
+	s.template.AllResourcesProperties(jsii.String("AWS::SQS::QueuePolicy"), map[string]any{
+		"PolicyDocument": map[string]any{"Statement": assertions.Match_ArrayWith(&[]any{
+			assertions.Match_ObjectLike(&map[string]any{
+				"Effect":    "Deny",
+				"Condition": map[string]any{"Bool": map[string]any{"aws:SecureTransport": "false"}},
+			}),
+		})},
+	})
+}
+
+func TestFunctions(t *testing.T) {
+	s := synthEnv(t, "dev")
+	s.template.ResourceCountIs(jsii.String("AWS::Lambda::Function"), jsii.Number(len(topology.FunctionNames)))
+	s.template.AllResourcesProperties(jsii.String("AWS::Lambda::Function"), map[string]any{
+		"Runtime":       "provided.al2023",
+		"Architectures": []any{"arm64"},
+		"Handler":       BootstrapName,
+	})
+	table := refID(s.doc["Outputs"].(map[string]any)[OutputTableName].(map[string]any)["Value"])
+	bus := refID(s.doc["Outputs"].(map[string]any)[OutputEventBusName].(map[string]any)["Value"])
+	for _, name := range topology.FunctionNames {
+		id := s.byTag(t, "AWS::Lambda::Function", TagFunction, name)
+		fn := props(s.resources("AWS::Lambda::Function")[id])
+		vars := fn["Environment"].(map[string]any)["Variables"].(map[string]any)
+		want := []string{topology.EnvLogLevel, topology.EnvPushQueues, topology.EnvTable}
+		if name == topology.FunctionStream {
+			want = append(want, topology.EnvEventBus)
+		}
+		if got := sortedKeys(vars); strings.Join(got, ",") != strings.Join(sortedStrings(want), ",") {
+			t.Errorf("%s env vars %v, want %v", name, got, sortedStrings(want))
+		}
+		if got := refID(vars[topology.EnvTable]); got != table {
+			t.Errorf("%s: %s refers to %q, want the table %q", name, topology.EnvTable, got, table)
+		}
+		if name == topology.FunctionStream && refID(vars[topology.EnvEventBus]) != bus {
+			t.Errorf("stream: %s does not name the event bus", topology.EnvEventBus)
+		}
+		if vars[topology.EnvLogLevel] != DefaultLogLevel {
+			t.Errorf("%s: log level %v", name, vars[topology.EnvLogLevel])
+		}
+		// Each function logs to its own log group.
+		lg := refID(fn["LoggingConfig"].(map[string]any)["LogGroup"])
+		if _, ok := s.resources("AWS::Logs::LogGroup")[lg]; !ok {
+			t.Errorf("%s logs to %q, which is not a log group of the stack", name, lg)
+		}
+	}
+	s.template.ResourceCountIs(jsii.String("AWS::Logs::LogGroup"), jsii.Number(len(topology.FunctionNames)))
+}
+
+func sortedStrings(s []string) []string {
+	out := append([]string(nil), s...)
+	sort.Strings(out)
+	return out
+}
+
+func TestPushQueuesVariable(t *testing.T) {
+	s := synthCustom(t)
+	e := customEnv(t)
+	want := map[string]string{}
+	for _, q := range e.Queues {
+		want[q.Name] = "<" + s.byTag(t, "AWS::SQS::Queue", TagQueue, q.Name, TagQueueRole, QueueRolePush) + ">"
+	}
+	for _, name := range topology.FunctionNames {
+		id := s.byTag(t, "AWS::Lambda::Function", TagFunction, name)
+		v := props(s.resources("AWS::Lambda::Function")[id])["Environment"].(map[string]any)["Variables"].(map[string]any)[topology.EnvPushQueues]
+		var got map[string]string
+		if err := json.Unmarshal([]byte(flatten(v)), &got); err != nil {
+			t.Fatalf("%s: %s is not JSON once resolved: %v (%s)", name, topology.EnvPushQueues, err, flatten(v))
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: %s = %v, want %v", name, topology.EnvPushQueues, got, want)
+		}
+	}
+}
+
+func TestRolesHaveNoManagedPolicies(t *testing.T) {
+	s := synthEnv(t, "dev")
+	s.template.ResourceCountIs(jsii.String("AWS::IAM::Role"), jsii.Number(len(topology.FunctionNames)))
+	for id, r := range s.resources("AWS::IAM::Role") {
+		p := props(r)
+		if _, ok := p["ManagedPolicyArns"]; ok {
+			t.Errorf("role %s has managed policies %v", id, p["ManagedPolicyArns"])
+		}
+		if _, ok := p["Policies"]; ok {
+			t.Errorf("role %s has inline policies", id)
+		}
+		doc, _ := json.Marshal(p["AssumeRolePolicyDocument"])
+		if !strings.Contains(string(doc), `"lambda.amazonaws.com"`) || strings.Count(string(doc), `"Service"`) != 1 {
+			t.Errorf("role %s trust policy %s: want lambda.amazonaws.com only", id, doc)
+		}
+	}
+}
+
+func TestWorkerMappings(t *testing.T) {
+	s := synthCustom(t)
+	e := customEnv(t)
+	worker := s.byTag(t, "AWS::Lambda::Function", TagFunction, topology.FunctionWorker)
+	for _, q := range e.Queues {
+		queue := s.byTag(t, "AWS::SQS::Queue", TagQueue, q.Name, TagQueueRole, QueueRolePush)
+		s.template.HasResourceProperties(jsii.String("AWS::Lambda::EventSourceMapping"), map[string]any{
+			"EventSourceArn":        map[string]any{"Fn::GetAtt": []any{queue, "Arn"}},
+			"FunctionName":          map[string]any{"Ref": worker},
+			"FunctionResponseTypes": []any{"ReportBatchItemFailures"},
+			"BatchSize":             q.BatchSize,
+		})
+	}
+	// One SQS mapping per push queue plus the stream mapping.
+	s.template.ResourceCountIs(jsii.String("AWS::Lambda::EventSourceMapping"), jsii.Number(len(e.Queues)+1))
+}
+
+func TestStreamMapping(t *testing.T) {
+	s := synthEnv(t, "dev")
+	table := refID(s.doc["Outputs"].(map[string]any)[OutputTableName].(map[string]any)["Value"])
+	failures := s.byTag(t, "AWS::SQS::Queue", TagQueueRole, QueueRoleStreamFailure)
+	stream := s.byTag(t, "AWS::Lambda::Function", TagFunction, topology.FunctionStream)
+	s.template.HasResourceProperties(jsii.String("AWS::Lambda::EventSourceMapping"), map[string]any{
+		"EventSourceArn":             map[string]any{"Fn::GetAtt": []any{table, "StreamArn"}},
+		"FunctionName":               map[string]any{"Ref": stream},
+		"StartingPosition":           "TRIM_HORIZON",
+		"BisectBatchOnFunctionError": true,
+		"FunctionResponseTypes":      []any{"ReportBatchItemFailures"},
+		"DestinationConfig": map[string]any{"OnFailure": map[string]any{
+			"Destination": map[string]any{"Fn::GetAtt": []any{failures, "Arn"}},
+		}},
+	})
+}
+
+func TestHTTPAPIWithIAMAuth(t *testing.T) {
+	s := synthEnv(t, "dev")
+	api := s.byTag(t, "AWS::Lambda::Function", TagFunction, topology.FunctionAPI)
+	s.template.ResourceCountIs(jsii.String("AWS::ApiGatewayV2::Api"), jsii.Number(1))
+	s.template.HasResourceProperties(jsii.String("AWS::ApiGatewayV2::Api"), map[string]any{"ProtocolType": "HTTP"})
+	s.template.ResourceCountIs(jsii.String("AWS::ApiGatewayV2::Route"), jsii.Number(1))
+	s.template.HasResourceProperties(jsii.String("AWS::ApiGatewayV2::Route"), map[string]any{
+		"RouteKey":          "ANY " + APIRoutePath,
+		"AuthorizationType": "AWS_IAM",
+	})
+	s.template.ResourceCountIs(jsii.String("AWS::ApiGatewayV2::Authorizer"), jsii.Number(0))
+	s.template.HasResourceProperties(jsii.String("AWS::ApiGatewayV2::Integration"), map[string]any{
+		"IntegrationType":      "AWS_PROXY",
+		"PayloadFormatVersion": "2.0",
+		"IntegrationUri":       map[string]any{"Fn::GetAtt": []any{api, "Arn"}},
+	})
+	s.template.HasResourceProperties(jsii.String("AWS::ApiGatewayV2::Stage"), map[string]any{
+		"StageName":  "$default",
+		"AutoDeploy": true,
+	})
+	s.template.HasResourceProperties(jsii.String("AWS::Lambda::Permission"), map[string]any{
+		"Action":       "lambda:InvokeFunction",
+		"FunctionName": map[string]any{"Fn::GetAtt": []any{api, "Arn"}},
+		"Principal":    "apigateway.amazonaws.com",
+	})
+}
+
+func TestHTTPAPIWithJWTAuth(t *testing.T) {
+	s := synthCustom(t)
+	s.template.HasResourceProperties(jsii.String("AWS::ApiGatewayV2::Authorizer"), map[string]any{
+		"AuthorizerType": "JWT",
+		"JwtConfiguration": map[string]any{
+			"Issuer":   "https://issuer.example.com",
+			"Audience": []any{"ojs-client"},
+		},
+	})
+	s.template.HasResourceProperties(jsii.String("AWS::ApiGatewayV2::Route"), map[string]any{
+		"RouteKey":          "ANY " + APIRoutePath,
+		"AuthorizationType": "JWT",
+	})
+}
+
+func TestCustomPropsReachFunctions(t *testing.T) {
+	s := synthCustom(t)
+	s.template.AllResourcesProperties(jsii.String("AWS::Lambda::Function"), map[string]any{
+		"Architectures": []any{"x86_64"},
+		"Environment": map[string]any{"Variables": assertions.Match_ObjectLike(&map[string]any{
+			topology.EnvLogLevel: "debug",
+		})},
+	})
+	s.template.HasResourceProperties(jsii.String("AWS::CloudWatch::Alarm"), map[string]any{
+		"MetricName": "IteratorAge",
+		"Threshold":  90000,
+	})
+}
+
+func TestSweeperSchedule(t *testing.T) {
+	s := synthEnv(t, "dev")
+	sweeper := s.byTag(t, "AWS::Lambda::Function", TagFunction, topology.FunctionSweeper)
+	s.template.ResourceCountIs(jsii.String("AWS::Events::Rule"), jsii.Number(1))
+	s.template.HasResourceProperties(jsii.String("AWS::Events::Rule"), map[string]any{
+		"ScheduleExpression": "rate(1 minute)",
+		"State":              "ENABLED",
+		"Targets": []any{assertions.Match_ObjectLike(&map[string]any{
+			"Arn": map[string]any{"Fn::GetAtt": []any{sweeper, "Arn"}},
+		})},
+	})
+	s.template.HasResourceProperties(jsii.String("AWS::Lambda::Permission"), map[string]any{
+		"FunctionName": map[string]any{"Fn::GetAtt": []any{sweeper, "Arn"}},
+		"Principal":    "events.amazonaws.com",
+	})
+	s.template.HasResourceProperties(jsii.String("AWS::Lambda::EventInvokeConfig"), map[string]any{
+		"FunctionName":         map[string]any{"Ref": sweeper},
+		"MaximumRetryAttempts": 0,
+	})
+}
+
+func TestEventBus(t *testing.T) {
+	s := synthEnv(t, "dev")
+	s.template.ResourceCountIs(jsii.String("AWS::Events::EventBus"), jsii.Number(1))
+}
+
+func TestAlarms(t *testing.T) {
+	s := synthCustom(t)
+	e := customEnv(t)
+	// Per DLQ, stream failures, iterator age, errors and throttles per
+	// function, API 5xx.
+	want := len(e.Queues) + 2 + 2*len(topology.FunctionNames) + 1
+	s.template.ResourceCountIs(jsii.String("AWS::CloudWatch::Alarm"), jsii.Number(want))
+	for _, q := range e.Queues {
+		dlq := s.byTag(t, "AWS::SQS::Queue", TagQueue, q.Name, TagQueueRole, QueueRoleDeadLetter)
+		s.template.HasResourceProperties(jsii.String("AWS::CloudWatch::Alarm"), map[string]any{
+			"Namespace":          "AWS/SQS",
+			"MetricName":         "ApproximateNumberOfMessagesVisible",
+			"Dimensions":         []any{map[string]any{"Name": "QueueName", "Value": map[string]any{"Fn::GetAtt": []any{dlq, "QueueName"}}}},
+			"ComparisonOperator": "GreaterThanThreshold",
+			"Threshold":          0,
+		})
+	}
+	failures := s.byTag(t, "AWS::SQS::Queue", TagQueueRole, QueueRoleStreamFailure)
+	s.template.HasResourceProperties(jsii.String("AWS::CloudWatch::Alarm"), map[string]any{
+		"MetricName": "ApproximateNumberOfMessagesVisible",
+		"Dimensions": []any{map[string]any{"Name": "QueueName", "Value": map[string]any{"Fn::GetAtt": []any{failures, "QueueName"}}}},
+	})
+	stream := s.byTag(t, "AWS::Lambda::Function", TagFunction, topology.FunctionStream)
+	s.template.HasResourceProperties(jsii.String("AWS::CloudWatch::Alarm"), map[string]any{
+		"Namespace":  "AWS/Lambda",
+		"MetricName": "IteratorAge",
+		"Dimensions": []any{map[string]any{"Name": "FunctionName", "Value": map[string]any{"Ref": stream}}},
+	})
+	for _, name := range topology.FunctionNames {
+		fn := s.byTag(t, "AWS::Lambda::Function", TagFunction, name)
+		for _, metric := range []string{"Errors", "Throttles"} {
+			s.template.HasResourceProperties(jsii.String("AWS::CloudWatch::Alarm"), map[string]any{
+				"Namespace":          "AWS/Lambda",
+				"MetricName":         metric,
+				"Dimensions":         []any{map[string]any{"Name": "FunctionName", "Value": map[string]any{"Ref": fn}}},
+				"ComparisonOperator": "GreaterThanOrEqualToThreshold",
+				"Threshold":          1,
+			})
+		}
+	}
+	s.template.HasResourceProperties(jsii.String("AWS::CloudWatch::Alarm"), map[string]any{
+		"Namespace":  "AWS/ApiGateway",
+		"MetricName": "5xx",
+	})
+	s.template.ResourceCountIs(jsii.String("AWS::CloudWatch::Dashboard"), jsii.Number(1))
+}
+
+func TestAlarmTopic(t *testing.T) {
+	app := awscdk.NewApp(nil)
+	stack := awscdk.NewStack(app, jsii.String("Embedded"), nil)
+	topic := awssns.NewTopic(stack, jsii.String("Alarms"), nil)
+	if _, err := NewOJSServerless(stack, "Ojs", &Props{Env: mustEnv(t, "staging"), AssetRoot: assetRoot, AlarmTopic: topic}); err != nil {
+		t.Fatal(err)
+	}
+	tpl := assertions.Template_FromStack(stack, nil)
+	topicRef := map[string]any{"Ref": assertions.Match_StringLikeRegexp(jsii.String("^Alarms"))}
+	tpl.AllResourcesProperties(jsii.String("AWS::CloudWatch::Alarm"), map[string]any{
+		"AlarmActions": []any{topicRef},
+		"OKActions":    []any{topicRef},
+	})
+}
+
+func TestOutputs(t *testing.T) {
+	s := synthCustom(t)
+	e := customEnv(t)
+	want := []string{OutputAPIURL, OutputAPIV1URL, OutputTableName, OutputEventBusName, OutputPushQueues,
+		OutputStreamFailureQueueURL, OutputDashboardName}
+	for _, q := range e.Queues {
+		want = append(want, QueueURLOutput(q.Name), DeadLetterQueueURLOutput(q.Name))
+	}
+	outputs := s.doc["Outputs"].(map[string]any)
+	if got := sortedKeys(outputs); strings.Join(got, ",") != strings.Join(sortedStrings(want), ",") {
+		t.Errorf("outputs %v, want %v", got, sortedStrings(want))
+	}
+	if got := QueueURLOutput("email.bulk"); got != "EmailBulkQueueUrl" {
+		t.Errorf("QueueURLOutput(email.bulk) = %s", got)
+	}
+	value := func(k string) string { return flatten(outputs[k].(map[string]any)["Value"]) }
+	api := s.resources("AWS::ApiGatewayV2::Api")
+	if len(api) != 1 {
+		t.Fatalf("want one HTTP API, found %d", len(api))
+	}
+	apiID := sortedKeys(api)[0]
+	if got := value(OutputAPIURL); got != "<"+apiID+".ApiEndpoint>" {
+		t.Errorf("ApiUrl = %s", got)
+	}
+	if got := value(OutputAPIV1URL); got != "<"+apiID+".ApiEndpoint>/ojs/v1" {
+		t.Errorf("ApiV1Url = %s", got)
+	}
+	for _, q := range e.Queues {
+		push := s.byTag(t, "AWS::SQS::Queue", TagQueue, q.Name, TagQueueRole, QueueRolePush)
+		if got := value(QueueURLOutput(q.Name)); got != "<"+push+">" {
+			t.Errorf("%s = %s, want <%s>", QueueURLOutput(q.Name), got, push)
+		}
+	}
+	s.template.HasOutput(jsii.String(OutputPushQueues), map[string]any{"Value": map[string]any{"Fn::Join": assertions.Match_AnyValue()}})
+}
+
+func TestStackName(t *testing.T) {
+	t.Parallel()
+	if got := StackName("prod"); got != "OjsServerless-prod" {
+		t.Errorf("StackName(prod) = %s", got)
+	}
+}
+
+func TestInvalidProps(t *testing.T) {
+	emptyAssets := t.TempDir()
+	cases := []struct {
+		name   string
+		mutate func(*Props)
+		want   string
+	}{
+		{"no env", func(p *Props) { p.Env = topology.Env{} }, "Props.Env is required"},
+		{"missing binary", func(p *Props) { p.AssetRoot = emptyAssets }, "make build"},
+		{"log level", func(p *Props) { p.LogLevel = "verbose" }, "log level"},
+		{"jwt without audience", func(p *Props) { p.JWT = &JWTAuth{Issuer: "https://x"} }, "audience"},
+		{"no queues", func(p *Props) { p.Env.Queues = nil }, "no push-mode queues"},
+		{"bad queue name", func(p *Props) { p.Env.Queues[0].Name = "Bad_Name" }, "does not match"},
+		{"colliding queue names", func(p *Props) {
+			a, b := p.Env.Queues[0], p.Env.Queues[0]
+			a.Name, b.Name = "a-b", "a.b"
+			p.Env.Queues = []topology.Queue{a, b}
+		}, "same output name"},
+		{"batch size", func(p *Props) { p.Env.Queues[0].BatchSize = 11 }, "batch size"},
+		{"visibility below worker timeout", func(p *Props) { p.Env.Queues[0].VisibilityTimeout = 30 * time.Second }, "below the worker timeout"},
+		{"fractional visibility", func(p *Props) { p.Env.Queues[0].VisibilityTimeout = 360500 * time.Millisecond }, "whole seconds"},
+		{"concurrency", func(p *Props) { p.Env.Queues[0].MaxConcurrency = 1 }, "max concurrency"},
+		{"dlq retention", func(p *Props) { p.Env.Queues[0].DLQRetention = 15 * 24 * time.Hour }, "DLQ retention"},
+		{"sweeper interval", func(p *Props) { p.Env.Sweeper.Interval = 90 * time.Second }, "whole minutes"},
+		{"log retention", func(p *Props) { p.Env.LogRetentionDays = 13 }, "retention"},
+		{"record age", func(p *Props) { p.Env.Stream.MaxRecordAge = 30 * time.Second }, "max record age"},
+		{"missing function", func(p *Props) {
+			p.Env.Functions = map[string]topology.Function{topology.FunctionAPI: p.Env.Functions[topology.FunctionAPI]}
+		}, "no sizing"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := Props{Env: freshEnv(t), AssetRoot: assetRoot}
+			tc.mutate(&p)
+			app := awscdk.NewApp(nil)
+			_, _, err := NewStack(app, "Invalid", &StackProps{OJS: p})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("NewStack error = %v, want one containing %q", err, tc.want)
+			}
+			if n := len(*app.Node().Children()); n != 0 {
+				t.Errorf("invalid props left %d constructs in the app", n)
+			}
+		})
+	}
+	if _, err := NewOJSServerless(awscdk.NewApp(nil), "Nil", nil); err == nil {
+		t.Error("NewOJSServerless accepted nil props")
+	}
+}
+
+// freshEnv returns dev's topology with its own slices and maps, so a test
+// can modify it.
+func freshEnv(t *testing.T) topology.Env {
+	t.Helper()
+	e := mustEnv(t, "dev")
+	e.Queues = append([]topology.Queue(nil), e.Queues...)
+	fns := map[string]topology.Function{}
+	for k, v := range e.Functions {
+		fns[k] = v
+	}
+	e.Functions = fns
+	return e
+}
+
+func TestDefaultAssetRootIsRelative(t *testing.T) {
+	if filepath.IsAbs(DefaultAssetRoot) {
+		t.Fatalf("DefaultAssetRoot %q must be relative to the app directory", DefaultAssetRoot)
+	}
+	if _, err := os.Stat(filepath.Join(assetRoot, topology.FunctionAPI, BootstrapName)); err != nil {
+		t.Fatal(err)
+	}
+}
