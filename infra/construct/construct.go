@@ -64,8 +64,14 @@ type OJSServerless struct {
 	Roles map[string]awsiam.Role
 	// EventBus receives OJS lifecycle events from the stream function.
 	EventBus awsevents.EventBus
-	// HTTPAPI is the API Gateway HTTP API in front of the api function.
+	// HTTPAPI is the API Gateway HTTP API in front of the api function
+	// (nil with FrontendFunctionURL).
 	HTTPAPI awsapigatewayv2.HttpApi
+	// FunctionURL is the api function's URL (nil with FrontendHTTPAPI).
+	FunctionURL awslambda.FunctionUrl
+	// APIURL is the OJS base URL without a trailing slash (clients append
+	// /ojs/v1/...), a token resolved at deploy time.
+	APIURL *string
 	// StreamMapping feeds the table's stream into the stream function.
 	StreamMapping awslambda.EventSourceMapping
 	// SweeperRule invokes the sweeper every Env.Sweeper.Interval.
@@ -218,6 +224,9 @@ func (o *OJSServerless) addFunctions() {
 			topology.EnvPushQueues: o.PushQueuesJSON,
 			topology.EnvLogLevel:   jsii.String(p.LogLevel),
 		}
+		if name == topology.FunctionAPI && p.AuthToken != "" {
+			env[topology.EnvAuthToken] = jsii.String(p.AuthToken)
+		}
 		if name == topology.FunctionStream {
 			// Only the stream function publishes events; the others leave
 			// the variable unset, which disables publishing.
@@ -336,6 +345,17 @@ func (o *OJSServerless) addMappings() {
 }
 
 func (o *OJSServerless) addAPI() {
+	if o.props.Frontend == FrontendFunctionURL {
+		o.FunctionURL = o.Functions[topology.FunctionAPI].AddFunctionUrl(&awslambda.FunctionUrlOptions{
+			AuthType: awslambda.FunctionUrlAuthType_NONE,
+		})
+		// The URL ends in "/": rebuild it as <scheme>//<host>.
+		parts := awscdk.Fn_Split(jsii.String("/"), o.FunctionURL.Url(), nil)
+		o.APIURL = awscdk.Fn_Join(jsii.String(""), &[]*string{
+			awscdk.Fn_Select(jsii.Number(0), parts), jsii.String("//"), awscdk.Fn_Select(jsii.Number(2), parts),
+		})
+		return
+	}
 	var auth awsapigatewayv2.IHttpRouteAuthorizer
 	if j := o.props.JWT; j != nil {
 		auth = awsapigatewayv2authorizers.NewHttpJwtAuthorizer(jsii.String("JwtAuthorizer"), jsii.String(j.Issuer),
@@ -358,6 +378,7 @@ func (o *OJSServerless) addAPI() {
 				PayloadFormatVersion: awsapigatewayv2.PayloadFormatVersion_VERSION_2_0(),
 			}),
 	})
+	o.APIURL = o.HTTPAPI.ApiEndpoint()
 }
 
 func (o *OJSServerless) addSchedule() {

@@ -491,6 +491,12 @@ func TestInvalidProps(t *testing.T) {
 		{"sweeper interval", func(p *Props) { p.Env.Sweeper.Interval = 90 * time.Second }, "whole minutes"},
 		{"log retention", func(p *Props) { p.Env.LogRetentionDays = 13 }, "retention"},
 		{"record age", func(p *Props) { p.Env.Stream.MaxRecordAge = 30 * time.Second }, "max record age"},
+		{"unknown frontend", func(p *Props) { p.Frontend = "alb" }, "frontend"},
+		{"function url without token", func(p *Props) { p.Frontend = FrontendFunctionURL }, "AuthToken"},
+		{"function url with jwt", func(p *Props) {
+			p.Frontend, p.AuthToken = FrontendFunctionURL, "t"
+			p.JWT = &JWTAuth{Issuer: "https://x", Audience: []string{"a"}}
+		}, "HTTP API frontend"},
 		{"missing function", func(p *Props) {
 			p.Env.Functions = map[string]topology.Function{topology.FunctionAPI: p.Env.Functions[topology.FunctionAPI]}
 		}, "no sizing"},
@@ -535,4 +541,51 @@ func TestDefaultAssetRootIsRelative(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(assetRoot, topology.FunctionAPI, BootstrapName)); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestFunctionURLFrontend is the LocalStack shape: no API Gateway v2, a
+// function URL with bearer-token auth in the api function.
+func TestFunctionURLFrontend(t *testing.T) {
+	s := synth(t, Props{Env: mustEnv(t, "local"), Frontend: FrontendFunctionURL, AuthToken: "secret-token"})
+	api := s.byTag(t, "AWS::Lambda::Function", TagFunction, topology.FunctionAPI)
+	for _, typ := range []string{"AWS::ApiGatewayV2::Api", "AWS::ApiGatewayV2::Route", "AWS::ApiGatewayV2::Integration", "AWS::ApiGatewayV2::Stage"} {
+		s.template.ResourceCountIs(jsii.String(typ), jsii.Number(0))
+	}
+	s.template.ResourceCountIs(jsii.String("AWS::Lambda::Url"), jsii.Number(1))
+	s.template.HasResourceProperties(jsii.String("AWS::Lambda::Url"), map[string]any{
+		"AuthType":          "NONE",
+		"TargetFunctionArn": map[string]any{"Fn::GetAtt": []any{api, "Arn"}},
+	})
+	// Only the api function gets the token.
+	for _, name := range topology.FunctionNames {
+		id := s.byTag(t, "AWS::Lambda::Function", TagFunction, name)
+		vars := props(s.resources("AWS::Lambda::Function")[id])["Environment"].(map[string]any)["Variables"].(map[string]any)
+		tok, ok := vars[topology.EnvAuthToken]
+		if (name == topology.FunctionAPI) != ok || (ok && tok != "secret-token") {
+			t.Errorf("%s: %s = %v (set %v)", name, topology.EnvAuthToken, tok, ok)
+		}
+	}
+	url := s.resources("AWS::Lambda::Url")
+	urlID := sortedKeys(url)[0]
+	outputs := s.doc["Outputs"].(map[string]any)
+	for url, want := range map[string]string{
+		"https://abc123.lambda-url.eu-west-1.on.aws/":                         "https://abc123.lambda-url.eu-west-1.on.aws",
+		"http://abc123.lambda-url.us-east-1.localhost.localstack.cloud:4566/": "http://abc123.lambda-url.us-east-1.localhost.localstack.cloud:4566",
+	} {
+		attrs := map[string]string{urlID + ".FunctionUrl": url}
+		if got := evaluate(t, outputs[OutputAPIURL].(map[string]any)["Value"], attrs); got != want {
+			t.Errorf("ApiUrl for function URL %s = %v, want %s", url, got, want)
+		}
+		if got := evaluate(t, outputs[OutputAPIV1URL].(map[string]any)["Value"], attrs); got != want+"/ojs/v1" {
+			t.Errorf("ApiV1Url for function URL %s = %v", url, got)
+		}
+	}
+	// No API Gateway, so no 5xx alarm; everything else is unchanged.
+	want := len(mustEnv(t, "local").Queues) + 2 + 2*len(topology.FunctionNames)
+	s.template.ResourceCountIs(jsii.String("AWS::CloudWatch::Alarm"), jsii.Number(want))
+	s.template.HasResourceProperties(jsii.String("AWS::Lambda::Permission"), map[string]any{
+		"Action":              "lambda:InvokeFunctionUrl",
+		"FunctionUrlAuthType": "NONE",
+		"Principal":           "*",
+	})
 }

@@ -253,3 +253,47 @@ func synthEnv(t *testing.T, name string) *synthesized {
 	envCache[name] = s
 	return s
 }
+
+// evaluate computes a CloudFormation value the way CloudFormation would,
+// with Ref and Fn::GetAtt answered from attrs ("<id>" or "<id>.<Attr>").
+// It supports the intrinsics the stack uses in outputs and variables.
+func evaluate(t *testing.T, v any, attrs map[string]string) any {
+	t.Helper()
+	m, ok := v.(map[string]any)
+	if !ok {
+		return v
+	}
+	lookup := func(key string) string {
+		val, ok := attrs[key]
+		if !ok {
+			t.Fatalf("evaluate: no value for %s", key)
+		}
+		return val
+	}
+	switch {
+	case m["Ref"] != nil:
+		return lookup(m["Ref"].(string))
+	case m["Fn::GetAtt"] != nil:
+		ga := m["Fn::GetAtt"].([]any)
+		return lookup(ga[0].(string) + "." + ga[1].(string))
+	case m["Fn::Join"] != nil:
+		j := m["Fn::Join"].([]any)
+		var parts []string
+		for _, it := range j[1].([]any) {
+			parts = append(parts, evaluate(t, it, attrs).(string))
+		}
+		return strings.Join(parts, j[0].(string))
+	case m["Fn::Split"] != nil:
+		sp := m["Fn::Split"].([]any)
+		var out []any
+		for _, p := range strings.Split(evaluate(t, sp[1], attrs).(string), sp[0].(string)) {
+			out = append(out, p)
+		}
+		return out
+	case m["Fn::Select"] != nil:
+		sel := m["Fn::Select"].([]any)
+		return evaluate(t, sel[1], attrs).([]any)[int(sel[0].(float64))]
+	}
+	t.Fatalf("evaluate: unsupported %v", m)
+	return nil
+}

@@ -63,9 +63,11 @@ func (o *OJSServerless) addAlarms() {
 			awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD, 1,
 			"Throttled invocations of the OJS "+name+" function")
 	}
-	o.alarm("ApiServerErrorsAlarm", o.HTTPAPI.MetricServerError(metricOpts("Sum", 5)),
-		awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD, 1,
-		"5xx responses from the OJS HTTP API")
+	if o.HTTPAPI != nil {
+		o.alarm("ApiServerErrorsAlarm", o.HTTPAPI.MetricServerError(metricOpts("Sum", 5)),
+			awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD, 1,
+			"5xx responses from the OJS HTTP API")
+	}
 }
 
 func (o *OJSServerless) iteratorAge() awscloudwatch.Metric {
@@ -85,12 +87,13 @@ func (o *OJSServerless) addDashboard() {
 	d := awscloudwatch.NewDashboard(o.Construct, jsii.String("Dashboard"), &awscloudwatch.DashboardProps{
 		DefaultInterval: awscdk.Duration_Hours(jsii.Number(3)),
 	})
-	api := o.HTTPAPI
-	d.AddWidgets(
-		graph("API requests", api.MetricCount(metricOpts("Sum", 1))),
-		graph("API errors", api.MetricClientError(metricOpts("Sum", 1)), api.MetricServerError(metricOpts("Sum", 1))),
-		graph("API latency p99", api.MetricLatency(metricOpts("p99", 1))),
-	)
+	if api := o.HTTPAPI; api != nil {
+		d.AddWidgets(
+			graph("API requests", api.MetricCount(metricOpts("Sum", 1))),
+			graph("API errors", api.MetricClientError(metricOpts("Sum", 1)), api.MetricServerError(metricOpts("Sum", 1))),
+			graph("API latency p99", api.MetricLatency(metricOpts("p99", 1))),
+		)
+	}
 	var inv, errs, thr, dur []awscloudwatch.IMetric
 	for _, name := range topology.FunctionNames {
 		fn := o.Functions[name]

@@ -48,9 +48,20 @@ type Props struct {
 	// (awslambda.Architecture_ARM_64()).
 	Architecture awslambda.Architecture
 
+	// Frontend selects what serves the OJS HTTP binding. Default
+	// FrontendHTTPAPI.
+	Frontend Frontend
+
 	// JWT, when set, protects the HTTP API with a JWT authorizer instead of
-	// the default IAM (SigV4) authorization.
+	// the default IAM (SigV4) authorization. Only with FrontendHTTPAPI.
 	JWT *JWTAuth
+
+	// AuthToken, when set, becomes the api function's OJS_AUTH_TOKEN: the
+	// function then requires "Authorization: Bearer <AuthToken>" on every
+	// route. Required with FrontendFunctionURL; default empty (API Gateway
+	// authorizes). The value is stored in the template and the function
+	// configuration in plain text: meant for LocalStack, not for secrets.
+	AuthToken string
 
 	// LogLevel is the OJS_LOG_LEVEL of every function: debug, info, warn or
 	// error. Default DefaultLogLevel ("info").
@@ -65,6 +76,21 @@ type Props struct {
 	// every alarm. Default: alarms have no actions.
 	AlarmTopic awssns.ITopic
 }
+
+// Frontend is what serves the OJS HTTP binding to clients.
+type Frontend string
+
+const (
+	// FrontendHTTPAPI is an API Gateway HTTP API (payload format 2.0) with
+	// IAM (default) or JWT authorization: the production frontend.
+	FrontendHTTPAPI Frontend = "http-api"
+	// FrontendFunctionURL is a Lambda function URL on the api function,
+	// with auth type NONE and bearer-token auth in the function
+	// (Props.AuthToken). It exists for LocalStack's free image, which has
+	// no API Gateway v2; function URLs deliver the same payload format 2.0
+	// events, so the api function runs unchanged.
+	FrontendFunctionURL Frontend = "function-url"
+)
 
 // JWTAuth configures the optional JWT authorizer of the HTTP API.
 type JWTAuth struct {
@@ -94,6 +120,9 @@ func (p Props) withDefaults() (Props, error) {
 	if p.LogLevel == "" {
 		p.LogLevel = DefaultLogLevel
 	}
+	if p.Frontend == "" {
+		p.Frontend = FrontendHTTPAPI
+	}
 	if p.IteratorAgeAlarmThreshold == 0 {
 		p.IteratorAgeAlarmThreshold = DefaultIteratorAgeAlarmThreshold
 	}
@@ -116,6 +145,18 @@ func (p Props) validate() error {
 	}
 	if p.JWT != nil && (p.JWT.Issuer == "" || len(p.JWT.Audience) == 0) {
 		return errors.New("ojsconstruct: JWT auth needs an issuer and at least one audience")
+	}
+	switch p.Frontend {
+	case FrontendHTTPAPI:
+	case FrontendFunctionURL:
+		if p.JWT != nil {
+			return errors.New("ojsconstruct: JWT auth needs the HTTP API frontend")
+		}
+		if p.AuthToken == "" {
+			return errors.New("ojsconstruct: the function URL frontend has no authorizer and needs an AuthToken")
+		}
+	default:
+		return fmt.Errorf("ojsconstruct: frontend %q: want %q or %q", p.Frontend, FrontendHTTPAPI, FrontendFunctionURL)
 	}
 	if err := validateTable(topology.JobTable); err != nil {
 		return err

@@ -12,7 +12,8 @@ const ConstructID = "Ojs"
 // Stack output keys (the keys of `cdk deploy --outputs-file`).
 const (
 	// OutputAPIURL is the OJS base URL without a trailing slash, e.g.
-	// https://abc123.execute-api.eu-west-1.amazonaws.com; clients append
+	// https://abc123.execute-api.eu-west-1.amazonaws.com (or the function
+	// URL's origin with FrontendFunctionURL); clients append
 	// /ojs/v1/... (the OJS_BASE_URL convention of the e2e suite).
 	OutputAPIURL = "ApiUrl"
 	// OutputAPIV1URL is OutputAPIURL + "/ojs/v1".
@@ -80,8 +81,8 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.
 			Description: jsii.String(desc),
 		})
 	}
-	out(OutputAPIURL, o.HTTPAPI.ApiEndpoint(), "OJS base URL (append /ojs/v1/...); the e2e suite's OJS_BASE_URL")
-	out(OutputAPIV1URL, awscdk.Fn_Join(jsii.String(""), &[]*string{o.HTTPAPI.ApiEndpoint(), jsii.String("/ojs/v1")}),
+	out(OutputAPIURL, o.APIURL, "OJS base URL (append /ojs/v1/...); the e2e suite's OJS_BASE_URL")
+	out(OutputAPIV1URL, awscdk.Fn_Join(jsii.String(""), &[]*string{o.APIURL, jsii.String("/ojs/v1")}),
 		"OJS v1 API root")
 	out(OutputTableName, o.Table.TableName(), "DynamoDB table (OJS_TABLE)")
 	out(OutputEventBusName, o.EventBus.EventBusName(), "EventBridge bus for OJS events (OJS_EVENT_BUS)")

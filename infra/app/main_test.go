@@ -1,0 +1,127 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
+	"github.com/aws/jsii-runtime-go"
+
+	ojsconstruct "github.com/ojs-aws/ojs-serverless/infra/construct"
+	"github.com/ojs-aws/ojs-serverless/pkg/topology"
+)
+
+func lookup(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestReadConfig(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name    string
+		ctx     map[string]string
+		env     map[string]string
+		want    config
+		wantErr string
+	}{
+		{
+			name: "defaults",
+			want: config{Env: "dev", Arch: "arm64"},
+		},
+		{
+			name: "cli environment",
+			env:  map[string]string{"CDK_DEFAULT_ACCOUNT": "111111111111", "CDK_DEFAULT_REGION": "eu-west-1"},
+			want: config{Env: "dev", Arch: "arm64", Account: "111111111111", Region: "eu-west-1"},
+		},
+		{
+			name: "context wins",
+			ctx: map[string]string{"env": "local", "account": "222222222222", "region": "us-east-1", "arch": "x86_64",
+				"assetDir": "build/lambda-host", "logLevel": "debug", "frontend": "function-url", "authToken": "tok"},
+			env: map[string]string{"CDK_DEFAULT_ACCOUNT": "111111111111", "CDK_DEFAULT_REGION": "eu-west-1"},
+			want: config{Env: "local", Account: "222222222222", Region: "us-east-1", Arch: "x86_64", AssetDir: "build/lambda-host",
+				LogLevel: "debug", Frontend: "function-url", AuthToken: "tok"},
+		},
+		{
+			name: "jwt",
+			ctx:  map[string]string{"jwtIssuer": "https://issuer", "jwtAudience": "a, b,"},
+			want: config{Env: "dev", Arch: "arm64", JWTIssuer: "https://issuer", JWTAudience: []string{"a", "b"}},
+		},
+		{name: "bad arch", ctx: map[string]string{"arch": "ppc64"}, wantErr: "arch"},
+		{name: "issuer alone", ctx: map[string]string{"jwtIssuer": "https://issuer"}, wantErr: "jwtIssuer"},
+		{name: "audience alone", ctx: map[string]string{"jwtAudience": "a"}, wantErr: "jwtIssuer"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := readConfig(lookup(tc.ctx), lookup(tc.env))
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want one mentioning %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("readConfig = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestBuild synthesises the app as `cdk synth -c env=prod -c arch=x86_64`
+// would. It does not run in parallel: the jsii runtime is not goroutine-safe.
+func TestBuild(t *testing.T) {
+	assets := t.TempDir()
+	for _, fn := range topology.FunctionNames {
+		if err := os.MkdirAll(filepath.Join(assets, fn), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(assets, fn, ojsconstruct.BootstrapName), []byte("x"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	app := awscdk.NewApp(&awscdk.AppProps{Context: &map[string]any{
+		"env": "prod", "arch": "x86_64", "assetDir": assets,
+		"account": "123456789012", "region": "eu-central-1",
+	}})
+	if err := build(app, lookup(nil)); err != nil {
+		t.Fatal(err)
+	}
+	stacks := *app.Node().Children()
+	if len(stacks) != 1 {
+		t.Fatalf("app has %d children, want one stack", len(stacks))
+	}
+	stack, ok := stacks[0].(awscdk.Stack)
+	if !ok {
+		t.Fatalf("child %T is not a stack", stacks[0])
+	}
+	if got := *stack.StackName(); got != "OjsServerless-prod" {
+		t.Errorf("stack name %s", got)
+	}
+	if got := *stack.Region(); got != "eu-central-1" {
+		t.Errorf("region %s", got)
+	}
+	tpl := assertions.Template_FromStack(stack, nil)
+	tpl.AllResourcesProperties(jsii.String("AWS::Lambda::Function"), map[string]any{"Architectures": []any{"x86_64"}})
+	tpl.HasResourceProperties(jsii.String("AWS::DynamoDB::Table"), map[string]any{"DeletionProtectionEnabled": true})
+
+	for _, bad := range []struct {
+		ctx  map[string]any
+		want string
+	}{
+		{map[string]any{"env": "qa", "assetDir": assets}, "unknown environment"},
+		{map[string]any{"env": "local", "assetDir": assets, "frontend": "function-url"}, "AuthToken"},
+		{map[string]any{"env": "dev", "assetDir": t.TempDir()}, "make build"},
+	} {
+		app := awscdk.NewApp(&awscdk.AppProps{Context: &bad.ctx})
+		if err := build(app, lookup(nil)); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("context %v: err = %v, want one containing %q", bad.ctx, err, bad.want)
+		}
+	}
+}
