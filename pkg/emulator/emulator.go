@@ -22,6 +22,13 @@ import (
 	"time"
 )
 
+// Environment variables through which a test run shares one pair of
+// emulators across test packages (set by localstack/cmd/with-emulators).
+const (
+	EnvTestDynamoDB = "OJS_TEST_DYNAMODB_ENDPOINT"
+	EnvTestSQS      = "OJS_TEST_SQS_ENDPOINT"
+)
+
 // Emulators are running DynamoDB Local and SQS emulator processes.
 type Emulators struct {
 	// DynamoDBEndpoint and SQSEndpoint are http://127.0.0.1:<port> URLs.
@@ -192,6 +199,7 @@ func waitHTTP(ctx context.Context, url, target string) error {
 func (e *Emulators) Env() []string {
 	return []string{
 		"AWS_ENDPOINT_URL_DYNAMODB=" + e.DynamoDBEndpoint,
+		"AWS_ENDPOINT_URL_DYNAMODB_STREAMS=" + e.DynamoDBEndpoint,
 		"AWS_ENDPOINT_URL_SQS=" + e.SQSEndpoint,
 		"AWS_ACCESS_KEY_ID=local", "AWS_SECRET_ACCESS_KEY=local", "AWS_REGION=us-east-1",
 	}

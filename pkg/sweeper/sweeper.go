@@ -159,3 +159,16 @@ func (s *Sweeper) Loop(ctx context.Context, tick time.Duration, until time.Time)
 		}
 	}
 }
+
+// Handler returns the sweeper function's handler for scheduled events: one
+// sweep, or with tick > 0 a sweep every tick until shortly before the
+// invocation's deadline or the next scheduled run.
+func (s *Sweeper) Handler(tick time.Duration) func(ctx context.Context) (Result, error) {
+	return func(ctx context.Context) (Result, error) {
+		until := time.Now().Add(55 * time.Second)
+		if dl, ok := ctx.Deadline(); ok && dl.Add(-5*time.Second).Before(until) {
+			until = dl.Add(-5 * time.Second)
+		}
+		return s.Loop(ctx, tick, until)
+	}
+}

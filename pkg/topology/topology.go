@@ -28,6 +28,9 @@ const (
 	// EnvAuthToken, when set, makes the API require "Authorization: Bearer
 	// <token>" on every route (the local stack's stand-in for IAM/JWT auth).
 	EnvAuthToken = "OJS_AUTH_TOKEN"
+	// EnvSweepTick is a Go duration ("1s"): the sweeper sweeps that often
+	// within one scheduled invocation (Sweeper.Tick). Empty sweeps once.
+	EnvSweepTick = "OJS_SWEEP_TICK"
 )
 
 // Function names, used as construct ids, local process names and the

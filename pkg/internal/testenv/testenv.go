@@ -22,10 +22,10 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 )
 
-// Endpoint environment variables shared with the Makefile.
+// Endpoint environment variables shared with with-emulators.
 const (
-	EnvDynamoDB = "OJS_TEST_DYNAMODB_ENDPOINT"
-	EnvSQS      = "OJS_TEST_SQS_ENDPOINT"
+	EnvDynamoDB = emulator.EnvTestDynamoDB
+	EnvSQS      = emulator.EnvTestSQS
 )
 
 var (
@@ -52,6 +52,7 @@ func run(m *testing.M) int {
 		os.Setenv(EnvSQS, em.SQSEndpoint)
 	}
 	os.Setenv("AWS_ENDPOINT_URL_DYNAMODB", os.Getenv(EnvDynamoDB))
+	os.Setenv("AWS_ENDPOINT_URL_DYNAMODB_STREAMS", os.Getenv(EnvDynamoDB))
 	os.Setenv("AWS_ENDPOINT_URL_SQS", os.Getenv(EnvSQS))
 	os.Setenv("AWS_ACCESS_KEY_ID", "local")
 	os.Setenv("AWS_SECRET_ACCESS_KEY", "local")

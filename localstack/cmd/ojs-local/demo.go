@@ -1,0 +1,132 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+)
+
+type client struct {
+	base, token string
+}
+
+func (c client) do(method, path string, body any) (int, map[string]any, error) {
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, c.base+path, rd)
+	req.Header.Set("Content-Type", "application/openjobspec+json")
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer res.Body.Close()
+	var out map[string]any
+	_ = json.NewDecoder(res.Body).Decode(&out)
+	return res.StatusCode, out, nil
+}
+
+func (c client) waitState(id string, states ...string) (map[string]any, error) {
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		_, out, err := c.do(http.MethodGet, "/ojs/v1/jobs/"+id, nil)
+		if err != nil {
+			return nil, err
+		}
+		j, _ := out["job"].(map[string]any)
+		for _, s := range states {
+			if j["state"] == s {
+				return j, nil
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return nil, fmt.Errorf("job %s did not reach %v within 60s", id, states)
+}
+
+func show(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+// runDemo pushes a job to the push-mode queue "lambda" (run by the worker
+// function), one that fails once and is retried, and a pull-mode job that
+// the demo fetches and acknowledges itself like an external worker.
+func runDemo(base, token string) error {
+	c := client{base: base, token: token}
+	fmt.Println("== Demo 1: push mode (SQS -> worker function)")
+	st, out, err := c.do(http.MethodPost, "/ojs/v1/jobs", map[string]any{"type": "demo.greet", "args": []any{"OJS on AWS"}, "options": map[string]any{"queue": "lambda"}})
+	if err != nil || st != http.StatusCreated {
+		return fmt.Errorf("push: status %d %v %v", st, out, err)
+	}
+	id := out["job"].(map[string]any)["id"].(string)
+	fmt.Printf("   POST /ojs/v1/jobs -> 201, job %s is %s\n", id, out["job"].(map[string]any)["state"])
+	start := time.Now()
+	j, err := c.waitState(id, "completed", "discarded")
+	if err != nil {
+		return err
+	}
+	fmt.Printf("   the stream function relayed it to SQS, the worker ran demo.greet: %s after %v, result %s\n\n", j["state"], time.Since(start).Round(time.Millisecond), show(j["result"]))
+
+	fmt.Println("== Demo 2: a handler that fails once, retried after its backoff")
+	_, out, err = c.do(http.MethodPost, "/ojs/v1/jobs", map[string]any{"type": "test.fail_once", "args": []any{}, "options": map[string]any{"queue": "lambda", "retry": map[string]any{"max_attempts": 3, "initial_interval": "PT1S"}}})
+	if err != nil {
+		return err
+	}
+	id = out["job"].(map[string]any)["id"].(string)
+	j, err = c.waitState(id, "completed", "discarded")
+	if err != nil {
+		return err
+	}
+	errs, _ := j["errors"].([]any)
+	fmt.Printf("   job %s: %s on attempt %v after %d recorded failure(s); result %s\n\n", id, j["state"], j["attempt"], len(errs), show(j["result"]))
+
+	fmt.Println("== Demo 3: pull mode (an external worker fetches and acknowledges)")
+	_, out, err = c.do(http.MethodPost, "/ojs/v1/jobs", map[string]any{"type": "report.generate", "args": []any{42}})
+	if err != nil {
+		return err
+	}
+	id = out["job"].(map[string]any)["id"].(string)
+	_, out, err = c.do(http.MethodPost, "/ojs/v1/workers/fetch", map[string]any{"queues": []string{"default"}, "worker_id": "demo-worker"})
+	if err != nil {
+		return err
+	}
+	jobs, _ := out["jobs"].([]any)
+	fmt.Printf("   fetched %d job(s) from queue default\n", len(jobs))
+	st, _, err = c.do(http.MethodPost, "/ojs/v1/workers/ack", map[string]any{"job_id": id, "result": map[string]any{"rows": 42}})
+	if err != nil {
+		return err
+	}
+	_, out, _ = c.do(http.MethodGet, "/ojs/v1/jobs/"+id, nil)
+	fmt.Printf("   ack -> %d; job %s is %s\n\n", st, id, out["job"].(map[string]any)["state"])
+	return nil
+}
+
+func printHelp(base, token string) {
+	auth := ""
+	if token != "" {
+		auth = ` -H "Authorization: Bearer ` + token + `"`
+	}
+	fmt.Printf(`Try it (Ctrl-C stops everything):
+  # push mode: the worker function runs demo.greet
+  curl -s -X POST %[1]s/ojs/v1/jobs -H 'Content-Type: application/json'%[2]s \
+       -d '{"type":"demo.greet","args":["you"],"options":{"queue":"lambda"}}'
+  curl -s %[1]s/ojs/v1/jobs/<id>%[2]s
+  # pull mode: be the worker yourself
+  curl -s -X POST %[1]s/ojs/v1/jobs -H 'Content-Type: application/json'%[2]s -d '{"type":"email.send","args":["a@b.c"]}'
+  curl -s -X POST %[1]s/ojs/v1/workers/fetch -H 'Content-Type: application/json'%[2]s -d '{"queues":["default"],"worker_id":"me"}'
+  curl -s -X POST %[1]s/ojs/v1/workers/ack -H 'Content-Type: application/json'%[2]s -d '{"job_id":"<id>","result":{"ok":true}}'
+  # failures end in the dead letter list
+  curl -s -X POST %[1]s/ojs/v1/jobs -H 'Content-Type: application/json'%[2]s \
+       -d '{"type":"test.fail_always","args":[],"options":{"queue":"lambda","retry":{"max_attempts":2,"initial_interval":"PT1S"}}}'
+  curl -s %[1]s/ojs/v1/dead-letter%[2]s
+`, base, auth)
+}

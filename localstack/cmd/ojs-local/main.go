@@ -1,0 +1,107 @@
+// Command ojs-local runs the whole product offline: DynamoDB Local and the
+// SQS emulator on free ports, the four functions' bootstrap binaries behind
+// a local Lambda Runtime API, and the OJS API on http://localhost:8080.
+// With -demo it enqueues demo jobs through the API and reports what
+// happened. Ctrl-C stops everything it started.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/ojs-aws/ojs-serverless/pkg/awsclient"
+	"github.com/ojs-aws/ojs-serverless/pkg/emulator"
+	"github.com/ojs-aws/ojs-serverless/pkg/localrt"
+	"github.com/ojs-aws/ojs-serverless/pkg/topology"
+)
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:8080", "address the OJS API listens on")
+	bin := flag.String("bin", ".local/bin", "directory holding <function>/bootstrap binaries (make build-local)")
+	logs := flag.String("logs", ".local/logs", "directory for function and emulator logs")
+	envName := flag.String("env", "local", "topology environment to run")
+	demo := flag.Bool("demo", false, "enqueue demo jobs through the API and report what happened")
+	token := flag.String("token", os.Getenv(topology.EnvAuthToken), "require this bearer token on every API route")
+	flag.Parse()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	if err := run(*addr, *bin, *logs, *envName, *token, *demo, log); err != nil {
+		fmt.Fprintln(os.Stderr, "ojs-local:", err)
+		os.Exit(1)
+	}
+}
+
+func run(addr, bin, logs, envName, token string, demo bool, log *slog.Logger) error {
+	env, err := topology.ForEnv(envName)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(logs, 0o755); err != nil {
+		return err
+	}
+	emuLog, err := os.Create(filepath.Join(logs, "emulators.log"))
+	if err != nil {
+		return err
+	}
+	defer emuLog.Close()
+	ctx := context.Background()
+	fmt.Println("Starting DynamoDB Local and the SQS emulator ...")
+	em, err := emulator.Start(ctx, emulator.Options{Log: emuLog})
+	if err != nil {
+		return err
+	}
+	defer em.Stop()
+	for _, kv := range em.Env() {
+		k, v, _ := cut(kv)
+		os.Setenv(k, v)
+	}
+	cfg, err := awsclient.Load(ctx)
+	if err != nil {
+		return err
+	}
+	var extra []string
+	if token != "" {
+		extra = append(extra, topology.EnvAuthToken+"="+token)
+	}
+	rt, err := localrt.Start(ctx, localrt.Config{Env: env, AWS: cfg, AWSEnv: em.Env(), BinDir: bin, APIAddr: addr, LogDir: logs, ExtraEnv: extra, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer rt.Stop()
+	fmt.Printf("\nOJS API:        %s/ojs/v1  (manifest: %s/ojs/manifest)\n", rt.URL(), rt.URL())
+	fmt.Printf("DynamoDB Local: %s  table %s\n", em.DynamoDBEndpoint, rt.Table())
+	fmt.Printf("SQS emulator:   %s  push-mode queues %v\n", em.SQSEndpoint, rt.QueueURLs())
+	fmt.Printf("Function logs:  %s/{api,worker,stream,sweeper}.log\n\n", logs)
+	if demo {
+		if err := runDemo(rt.URL(), token); err != nil {
+			fmt.Println("demo failed:", err)
+		}
+	}
+	printHelp(rt.URL(), token)
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	<-sig
+	fmt.Println("\nStopping the local stack ...")
+	done := make(chan struct{})
+	go func() { rt.Stop(); em.Stop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+	}
+	return nil
+}
+
+func cut(kv string) (string, string, bool) {
+	for i := 0; i < len(kv); i++ {
+		if kv[i] == '=' {
+			return kv[:i], kv[i+1:], true
+		}
+	}
+	return kv, "", false
+}

@@ -1,0 +1,79 @@
+// Package app wires the product's components from the environment once per
+// cold start: AWS clients (honouring endpoint overrides), the job store, the
+// lifecycle service, the SQS dispatcher and a JSON slog logger. Each
+// functions/<name>/main.go calls Load and starts its handler.
+package app
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/ojs-aws/ojs-serverless/pkg/awsclient"
+	"github.com/ojs-aws/ojs-serverless/pkg/dispatch"
+	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
+	"github.com/ojs-aws/ojs-serverless/pkg/store"
+	"github.com/ojs-aws/ojs-serverless/pkg/topology"
+)
+
+// App holds the wired components.
+type App struct {
+	Logger     *slog.Logger
+	Store      *store.Store
+	Service    *lifecycle.Service
+	Dispatcher *dispatch.Dispatcher
+	// PushQueues are the push-mode queue names.
+	PushQueues []string
+	// AuthToken is OJS_AUTH_TOKEN (empty: no bearer auth in the function;
+	// on AWS, API Gateway authorizes with IAM or JWT).
+	AuthToken string
+}
+
+// Logger returns a JSON slog logger at the level named by OJS_LOG_LEVEL.
+func Logger() *slog.Logger {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(strings.ToUpper(os.Getenv(topology.EnvLogLevel)))); err != nil {
+		lvl = slog.LevelInfo
+	}
+	return slog.New(slog.NewJSONHandler(os.Stdout, &slog.HandlerOptions{Level: lvl}))
+}
+
+// Load builds the components from the environment: OJS_TABLE (required),
+// OJS_PUSH_QUEUES, OJS_LOG_LEVEL, OJS_AUTH_TOKEN and the AWS SDK variables.
+func Load(ctx context.Context) (*App, error) {
+	log := Logger()
+	slog.SetDefault(log)
+	table := os.Getenv(topology.EnvTable)
+	if table == "" {
+		return nil, fmt.Errorf("%s is not set", topology.EnvTable)
+	}
+	urls, err := dispatch.ParseQueueURLs(os.Getenv(topology.EnvPushQueues))
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := awsclient.Load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	st := store.New(dynamodb.NewFromConfig(cfg), table)
+	d := dispatch.New(sqs.NewFromConfig(cfg), urls)
+	push := d.Queues()
+	return &App{
+		Logger: log, Store: st, Dispatcher: d, PushQueues: push,
+		Service:   lifecycle.New(st, lifecycle.Config{PushQueues: push, Logger: log}),
+		AuthToken: os.Getenv(topology.EnvAuthToken),
+	}, nil
+}
+
+// Must exits the process with a JSON log line when err is not nil: used
+// only at cold start, never in a request path.
+func Must(err error) {
+	if err != nil {
+		slog.Error("cold start failed", "error", err.Error())
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,151 @@
+// Package apigw adapts API Gateway HTTP API (payload format 2.0) events to
+// net/http and back: Handler serves an http.Handler from the api function,
+// and Event/WriteResponse let the local runtime play API Gateway.
+package apigw
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/aws/aws-lambda-go/events"
+)
+
+// Handler returns a Lambda handler that serves h.
+func Handler(h http.Handler) func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+	return func(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+		req, err := Request(ctx, ev)
+		if err != nil {
+			return events.APIGatewayV2HTTPResponse{StatusCode: http.StatusBadRequest, Headers: map[string]string{"Content-Type": "application/openjobspec+json"},
+				Body: `{"error":{"code":"invalid_request","message":"The request could not be decoded.","retryable":false}}`}, nil
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return Response(rec.Result())
+	}
+}
+
+// Request builds the http.Request an event describes.
+func Request(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (*http.Request, error) {
+	body := []byte(ev.Body)
+	if ev.IsBase64Encoded {
+		b, err := base64.StdEncoding.DecodeString(ev.Body)
+		if err != nil {
+			return nil, fmt.Errorf("decode base64 body: %w", err)
+		}
+		body = b
+	}
+	path := ev.RawPath
+	if path == "" {
+		path = ev.RequestContext.HTTP.Path
+	}
+	target := path
+	if ev.RawQueryString != "" {
+		target += "?" + ev.RawQueryString
+	}
+	req, err := http.NewRequestWithContext(ctx, ev.RequestContext.HTTP.Method, target, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range ev.Headers {
+		req.Header.Set(k, v)
+	}
+	if len(ev.Cookies) > 0 {
+		req.Header.Set("Cookie", strings.Join(ev.Cookies, "; "))
+	}
+	if req.Header.Get("X-Request-Id") == "" && ev.RequestContext.RequestID != "" {
+		req.Header.Set("X-Amzn-Request-Id", ev.RequestContext.RequestID)
+	}
+	req.RemoteAddr = ev.RequestContext.HTTP.SourceIP
+	req.ContentLength = int64(len(body))
+	return req, nil
+}
+
+// Response converts an http.Response into the event response.
+func Response(res *http.Response) (events.APIGatewayV2HTTPResponse, error) {
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		return events.APIGatewayV2HTTPResponse{}, err
+	}
+	out := events.APIGatewayV2HTTPResponse{StatusCode: res.StatusCode, Headers: map[string]string{}}
+	for k, vs := range res.Header {
+		out.Headers[k] = strings.Join(vs, ", ")
+	}
+	if utf8.Valid(body) {
+		out.Body = string(body)
+	} else {
+		out.Body, out.IsBase64Encoded = base64.StdEncoding.EncodeToString(body), true
+	}
+	return out, nil
+}
+
+// Event builds the payload format 2.0 event API Gateway sends for r.
+func Event(r *http.Request, requestID string, now time.Time) (events.APIGatewayV2HTTPRequest, error) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return events.APIGatewayV2HTTPRequest{}, err
+	}
+	ev := events.APIGatewayV2HTTPRequest{
+		Version: "2.0", RouteKey: "$default", RawPath: r.URL.Path, RawQueryString: r.URL.RawQuery,
+		Headers: map[string]string{},
+		RequestContext: events.APIGatewayV2HTTPRequestContext{
+			RouteKey: "$default", AccountID: "000000000000", Stage: "$default", RequestID: requestID, APIID: "local",
+			DomainName: r.Host, Time: now.UTC().Format("02/Jan/2006:15:04:05 -0700"), TimeEpoch: now.UnixMilli(),
+			HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{Method: r.Method, Path: r.URL.Path, Protocol: r.Proto,
+				SourceIP: strings.Split(r.RemoteAddr, ":")[0], UserAgent: r.UserAgent()},
+		},
+	}
+	for k, vs := range r.Header {
+		if strings.EqualFold(k, "Cookie") {
+			ev.Cookies = append(ev.Cookies, vs...)
+			continue
+		}
+		ev.Headers[strings.ToLower(k)] = strings.Join(vs, ",")
+	}
+	if q := r.URL.Query(); len(q) > 0 {
+		ev.QueryStringParameters = map[string]string{}
+		for k, vs := range q {
+			ev.QueryStringParameters[k] = strings.Join(vs, ",")
+		}
+	}
+	if len(body) > 0 {
+		if utf8.Valid(body) {
+			ev.Body = string(body)
+		} else {
+			ev.Body, ev.IsBase64Encoded = base64.StdEncoding.EncodeToString(body), true
+		}
+	}
+	return ev, nil
+}
+
+// WriteResponse writes an event response to w.
+func WriteResponse(w http.ResponseWriter, res events.APIGatewayV2HTTPResponse) error {
+	for k, v := range res.Headers {
+		w.Header().Set(k, v)
+	}
+	for _, c := range res.Cookies {
+		w.Header().Add("Set-Cookie", c)
+	}
+	body := []byte(res.Body)
+	if res.IsBase64Encoded {
+		b, err := base64.StdEncoding.DecodeString(res.Body)
+		if err != nil {
+			return err
+		}
+		body = b
+	}
+	status := res.StatusCode
+	if status == 0 {
+		status = http.StatusOK
+	}
+	w.WriteHeader(status)
+	_, err := w.Write(body)
+	return err
+}

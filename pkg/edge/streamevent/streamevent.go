@@ -1,0 +1,129 @@
+// Package streamevent adapts DynamoDB Streams event source mapping
+// invocations to the engine. A failure is reported with the sequence
+// number of the first failed record, so the mapping retries from there.
+package streamevent
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/ojs-aws/ojs-serverless/pkg/engine"
+	"github.com/ojs-aws/ojs-serverless/pkg/store"
+)
+
+// Processor handles changes; it returns the index of the first change to
+// retry (or -1) and the error.
+type Processor interface {
+	Process(ctx context.Context, changes []engine.Change) (int, error)
+}
+
+var _ Processor = (*engine.Engine)(nil)
+
+// Handler returns the stream function's Lambda handler.
+func Handler(p Processor, log *slog.Logger) func(context.Context, events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
+	return func(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
+		changes := make([]engine.Change, 0, len(ev.Records))
+		seqs := make([]string, 0, len(ev.Records))
+		for _, r := range ev.Records {
+			c, err := Change(r)
+			if err != nil {
+				// A record we cannot decode will never decode: log and skip it
+				// rather than block the shard.
+				log.ErrorContext(ctx, "skipping undecodable stream record", "event_id", r.EventID, "error", err.Error())
+				continue
+			}
+			changes = append(changes, c)
+			seqs = append(seqs, r.Change.SequenceNumber)
+		}
+		idx, err := p.Process(ctx, changes)
+		if err == nil {
+			return events.DynamoDBEventResponse{}, nil
+		}
+		log.ErrorContext(ctx, "stream batch failed; the mapping will retry", "error", err.Error(), "first_failed", idx)
+		if idx < 0 || idx >= len(seqs) {
+			idx = 0
+		}
+		return events.DynamoDBEventResponse{BatchItemFailures: []events.DynamoDBBatchItemFailure{{ItemIdentifier: seqs[idx]}}}, nil
+	}
+}
+
+// Change decodes one stream record.
+func Change(r events.DynamoDBEventRecord) (engine.Change, error) {
+	c := engine.Change{SequenceNumber: r.Change.SequenceNumber}
+	for _, img := range []struct {
+		src map[string]events.DynamoDBAttributeValue
+		dst **store.Item
+	}{{r.Change.OldImage, &c.Old}, {r.Change.NewImage, &c.New}} {
+		if len(img.src) == 0 {
+			continue
+		}
+		av, err := Image(img.src)
+		if err != nil {
+			return c, err
+		}
+		it, ok, err := store.DecodeItem(av)
+		if err != nil {
+			return c, err
+		}
+		if ok {
+			*img.dst = &it
+		}
+	}
+	return c, nil
+}
+
+// Image converts a Lambda-event image to SDK attribute values.
+func Image(m map[string]events.DynamoDBAttributeValue) (map[string]types.AttributeValue, error) {
+	out := make(map[string]types.AttributeValue, len(m))
+	for k, v := range m {
+		av, err := Attribute(v)
+		if err != nil {
+			return nil, fmt.Errorf("attribute %s: %w", k, err)
+		}
+		out[k] = av
+	}
+	return out, nil
+}
+
+// Attribute converts one Lambda-event attribute value.
+func Attribute(v events.DynamoDBAttributeValue) (types.AttributeValue, error) {
+	switch v.DataType() {
+	case events.DataTypeString:
+		return &types.AttributeValueMemberS{Value: v.String()}, nil
+	case events.DataTypeNumber:
+		return &types.AttributeValueMemberN{Value: v.Number()}, nil
+	case events.DataTypeBoolean:
+		return &types.AttributeValueMemberBOOL{Value: v.Boolean()}, nil
+	case events.DataTypeNull:
+		return &types.AttributeValueMemberNULL{Value: true}, nil
+	case events.DataTypeBinary:
+		return &types.AttributeValueMemberB{Value: v.Binary()}, nil
+	case events.DataTypeStringSet:
+		return &types.AttributeValueMemberSS{Value: v.StringSet()}, nil
+	case events.DataTypeNumberSet:
+		return &types.AttributeValueMemberNS{Value: v.NumberSet()}, nil
+	case events.DataTypeBinarySet:
+		return &types.AttributeValueMemberBS{Value: v.BinarySet()}, nil
+	case events.DataTypeList:
+		l := v.List()
+		out := make([]types.AttributeValue, len(l))
+		for i, e := range l {
+			av, err := Attribute(e)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = av
+		}
+		return &types.AttributeValueMemberL{Value: out}, nil
+	case events.DataTypeMap:
+		m, err := Image(v.Map())
+		if err != nil {
+			return nil, err
+		}
+		return &types.AttributeValueMemberM{Value: m}, nil
+	}
+	return nil, fmt.Errorf("unknown attribute type %v", v.DataType())
+}

@@ -1,0 +1,367 @@
+// Package localrt is the local runtime that plays AWS for the four
+// functions on the offline stack: it runs each function's built bootstrap
+// binary behind a local Lambda Runtime API (one process per execution
+// environment), serves HTTP as API Gateway HTTP API payload 2.0 events,
+// polls SQS into the worker like the SQS event source mapping (batch size,
+// visibility timeout, partial batch failures, redrive by SQS after
+// maxReceiveCount), polls DynamoDB Streams into the stream function like
+// the Streams event source mapping (every shard, in order per shard,
+// retrying a failed batch from the first failed record), and invokes the
+// sweeper on its schedule. All settings come from pkg/topology.
+package localrt
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/google/uuid"
+	"github.com/ojs-aws/ojs-serverless/pkg/edge/apigw"
+	"github.com/ojs-aws/ojs-serverless/pkg/store"
+	"github.com/ojs-aws/ojs-serverless/pkg/topology"
+)
+
+// Config configures a Runtime.
+type Config struct {
+	// Env is the topology to run (normally topology.ForEnv("local")).
+	Env topology.Env
+	// AWS is the SDK configuration pointing at the emulators.
+	AWS aws.Config
+	// AWSEnv are the environment variables that point the functions at
+	// the emulators (emulator.Emulators.Env()).
+	AWSEnv []string
+	// BinDir holds <function>/bootstrap for each function.
+	BinDir string
+	// Table is the table name. Default Env.Prefix + "-jobs".
+	Table string
+	// APIAddr is the address the API listens on, e.g. "127.0.0.1:8080";
+	// ":0"-style addresses pick a free port.
+	APIAddr string
+	// Concurrency is the number of execution environments per function.
+	// Default 2 (the machine this runs on is small).
+	Concurrency int
+	// LogDir receives <function>.log. Default: discard.
+	LogDir string
+	// ExtraEnv is added to every function's environment (e.g.
+	// OJS_AUTH_TOKEN).
+	ExtraEnv []string
+	// Logger receives the runtime's own logs. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Runtime is a running local stack.
+type Runtime struct {
+	cfg       Config
+	log       *slog.Logger
+	fns       map[string]*Function
+	queueURLs map[string]string
+	streamARN string
+	api       *http.Server
+	apiURL    string
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	logFiles  []*os.File
+
+	statsMu sync.Mutex
+	stats   map[string]int
+}
+
+// Start provisions the table and queues, starts the functions and the
+// event source mappings, and serves the API.
+func Start(ctx context.Context, cfg Config) (*Runtime, error) {
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 2
+	}
+	if cfg.Table == "" {
+		cfg.Table = cfg.Env.Prefix + "-jobs"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	rt := &Runtime{cfg: cfg, log: cfg.Logger, fns: map[string]*Function{}, stats: map[string]int{}}
+	if err := rt.provision(ctx); err != nil {
+		return nil, err
+	}
+	urls, _ := json.Marshal(rt.queueURLs)
+	baseEnv := append(append([]string{}, cfg.AWSEnv...),
+		topology.EnvTable+"="+cfg.Table, topology.EnvPushQueues+"="+string(urls))
+	baseEnv = append(baseEnv, cfg.ExtraEnv...)
+	for _, name := range topology.FunctionNames {
+		env := append([]string{}, baseEnv...)
+		if name == topology.FunctionSweeper && cfg.Env.Sweeper.Tick > 0 {
+			env = append(env, topology.EnvSweepTick+"="+cfg.Env.Sweeper.Tick.String())
+		}
+		var logw io.Writer = io.Discard
+		if cfg.LogDir != "" {
+			f, err := os.OpenFile(filepath.Join(cfg.LogDir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+			if err != nil {
+				rt.Stop()
+				return nil, err
+			}
+			rt.logFiles = append(rt.logFiles, f)
+			logw = f
+		}
+		conc := cfg.Concurrency
+		if name == topology.FunctionSweeper || name == topology.FunctionStream {
+			conc = 1 // one sweep at a time; the stream mapping invokes serially per shard
+		}
+		fn := &Function{Name: cfg.Env.Prefix + "-" + name, Binary: filepath.Join(cfg.BinDir, name, "bootstrap"), Env: env,
+			Timeout: cfg.Env.Functions[name].Timeout, Concurrency: conc, Log: logw, Logger: rt.log}
+		if _, err := os.Stat(fn.Binary); err != nil {
+			rt.Stop()
+			return nil, fmt.Errorf("function %s: %w (build it with make build-local)", name, err)
+		}
+		if err := fn.Start(); err != nil {
+			rt.Stop()
+			return nil, err
+		}
+		rt.fns[name] = fn
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	rt.cancel = cancel
+	if err := rt.serveAPI(); err != nil {
+		rt.Stop()
+		return nil, err
+	}
+	for _, q := range cfg.Env.Queues {
+		for i := 0; i < min(cfg.Concurrency, q.MaxConcurrency); i++ {
+			rt.goLoop(func() { rt.pollSQS(runCtx, q) })
+		}
+	}
+	rt.goLoop(func() { rt.pollStream(runCtx) })
+	rt.goLoop(func() { rt.schedule(runCtx) })
+	return rt, nil
+}
+
+func (rt *Runtime) goLoop(f func()) {
+	rt.wg.Add(1)
+	go func() { defer rt.wg.Done(); f() }()
+}
+
+// URL is the API's base URL (http://host:port).
+func (rt *Runtime) URL() string { return rt.apiURL }
+
+// Table is the job table's name.
+func (rt *Runtime) Table() string { return rt.cfg.Table }
+
+// QueueURLs maps push-mode OJS queues to their SQS URLs.
+func (rt *Runtime) QueueURLs() map[string]string { return rt.queueURLs }
+
+// DLQURL returns the dead-letter queue URL of a push-mode queue.
+func (rt *Runtime) DLQURL(queue string) string { return rt.queueURLs[queue] + "-dlq" }
+
+// Invocations returns how many times each function was invoked.
+func (rt *Runtime) Invocations() map[string]int {
+	rt.statsMu.Lock()
+	defer rt.statsMu.Unlock()
+	out := map[string]int{}
+	for k, v := range rt.stats {
+		out[k] = v
+	}
+	return out
+}
+
+// Invoke calls a function directly (tests use it to run the sweeper now).
+func (rt *Runtime) Invoke(ctx context.Context, name string, payload []byte) ([]byte, error) {
+	fn, ok := rt.fns[name]
+	if !ok {
+		return nil, fmt.Errorf("no function %q", name)
+	}
+	rt.statsMu.Lock()
+	rt.stats[name]++
+	rt.statsMu.Unlock()
+	return fn.Invoke(ctx, payload)
+}
+
+// Stop stops the API, the pollers and the functions.
+func (rt *Runtime) Stop() {
+	if rt.cancel != nil {
+		rt.cancel()
+	}
+	if rt.api != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = rt.api.Shutdown(ctx)
+		cancel()
+	}
+	rt.wg.Wait()
+	for _, fn := range rt.fns {
+		fn.Stop()
+	}
+	for _, f := range rt.logFiles {
+		_ = f.Close()
+	}
+}
+
+func (rt *Runtime) provision(ctx context.Context) error {
+	arn, err := store.EnsureTable(ctx, dynamodb.NewFromConfig(rt.cfg.AWS), rt.cfg.Table)
+	if err != nil {
+		return err
+	}
+	rt.streamARN = arn
+	client := sqs.NewFromConfig(rt.cfg.AWS)
+	rt.queueURLs = map[string]string{}
+	for _, q := range rt.cfg.Env.Queues {
+		dlq, err := client.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(q.SQSName(rt.cfg.Env.Prefix) + "-dlq"),
+			Attributes: map[string]string{"MessageRetentionPeriod": strconv.Itoa(int(q.DLQRetention.Seconds()))}})
+		if err != nil {
+			return fmt.Errorf("create DLQ for %s: %w", q.Name, err)
+		}
+		attrs, err := client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: dlq.QueueUrl, AttributeNames: []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameQueueArn}})
+		if err != nil {
+			return err
+		}
+		redrive, _ := json.Marshal(map[string]any{"deadLetterTargetArn": attrs.Attributes["QueueArn"], "maxReceiveCount": strconv.Itoa(q.MaxReceiveCount)})
+		main, err := client.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(q.SQSName(rt.cfg.Env.Prefix)), Attributes: map[string]string{
+			"VisibilityTimeout": strconv.Itoa(int(q.VisibilityTimeout.Seconds())), "RedrivePolicy": string(redrive)}})
+		if err != nil {
+			return fmt.Errorf("create queue %s: %w", q.Name, err)
+		}
+		rt.queueURLs[q.Name] = aws.ToString(main.QueueUrl)
+	}
+	return nil
+}
+
+func (rt *Runtime) serveAPI() error {
+	addr := rt.cfg.APIAddr
+	if addr == "" {
+		addr = "127.0.0.1:8080"
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	rt.apiURL = "http://" + l.Addr().String()
+	rt.api = &http.Server{Handler: http.HandlerFunc(rt.serveHTTP), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = rt.api.Serve(l) }()
+	return nil
+}
+
+// serveHTTP plays API Gateway: the request becomes a payload 2.0 event,
+// the api function's response becomes the HTTP response.
+func (rt *Runtime) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, 10<<20) // API Gateway's payload limit
+	ev, err := apigw.Event(r, uuid.NewString(), time.Now())
+	if err != nil {
+		http.Error(w, `{"message":"Request Entity Too Large"}`, http.StatusRequestEntityTooLarge)
+		return
+	}
+	payload, _ := json.Marshal(ev)
+	out, err := rt.Invoke(r.Context(), topology.FunctionAPI, payload)
+	if err != nil {
+		rt.log.Error("api invocation failed", "error", err.Error())
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusInternalServerError)
+		_, _ = w.Write([]byte(`{"message":"Internal Server Error"}`))
+		return
+	}
+	var res events.APIGatewayV2HTTPResponse
+	if err := json.Unmarshal(out, &res); err != nil {
+		w.WriteHeader(http.StatusBadGateway)
+		return
+	}
+	_ = apigw.WriteResponse(w, res)
+}
+
+// pollSQS is one poller of the SQS event source mapping of queue q.
+func (rt *Runtime) pollSQS(ctx context.Context, q topology.Queue) {
+	client := sqs.NewFromConfig(rt.cfg.AWS)
+	url := rt.queueURLs[q.Name]
+	arn := "arn:aws:sqs:us-east-1:000000000000:" + q.SQSName(rt.cfg.Env.Prefix)
+	for ctx.Err() == nil {
+		out, err := client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+			QueueUrl: aws.String(url), MaxNumberOfMessages: int32(q.BatchSize), WaitTimeSeconds: 1,
+			VisibilityTimeout:           int32(q.VisibilityTimeout.Seconds()),
+			MessageSystemAttributeNames: []sqstypes.MessageSystemAttributeName{sqstypes.MessageSystemAttributeNameAll},
+			MessageAttributeNames:       []string{"All"},
+		})
+		if err != nil {
+			if ctx.Err() == nil {
+				rt.log.Warn("sqs receive failed", "queue", q.Name, "error", err.Error())
+				sleep(ctx, time.Second)
+			}
+			continue
+		}
+		if len(out.Messages) == 0 {
+			continue
+		}
+		ev := events.SQSEvent{Records: make([]events.SQSMessage, len(out.Messages))}
+		for i, m := range out.Messages {
+			rec := events.SQSMessage{MessageId: aws.ToString(m.MessageId), ReceiptHandle: aws.ToString(m.ReceiptHandle),
+				Body: aws.ToString(m.Body), Md5OfBody: aws.ToString(m.MD5OfBody), Attributes: m.Attributes,
+				MessageAttributes: map[string]events.SQSMessageAttribute{}, EventSource: "aws:sqs", EventSourceARN: arn, AWSRegion: "us-east-1"}
+			for k, v := range m.MessageAttributes {
+				rec.MessageAttributes[k] = events.SQSMessageAttribute{DataType: aws.ToString(v.DataType), StringValue: v.StringValue, BinaryValue: v.BinaryValue}
+			}
+			ev.Records[i] = rec
+		}
+		payload, _ := json.Marshal(ev)
+		res, err := rt.Invoke(ctx, topology.FunctionWorker, payload)
+		if err != nil {
+			// The whole batch becomes visible again after the visibility
+			// timeout, as with the real mapping.
+			rt.log.Warn("worker invocation failed; the batch will be redelivered", "queue", q.Name, "error", err.Error())
+			continue
+		}
+		var resp events.SQSEventResponse
+		_ = json.Unmarshal(res, &resp)
+		failed := map[string]bool{}
+		for _, f := range resp.BatchItemFailures {
+			failed[f.ItemIdentifier] = true
+		}
+		var del []sqstypes.DeleteMessageBatchRequestEntry
+		for i, m := range out.Messages {
+			if !failed[aws.ToString(m.MessageId)] {
+				del = append(del, sqstypes.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle})
+			}
+		}
+		if len(del) > 0 {
+			if _, err := client.DeleteMessageBatch(context.Background(), &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(url), Entries: del}); err != nil {
+				rt.log.Warn("sqs delete failed", "queue", q.Name, "error", err.Error())
+			}
+		}
+	}
+}
+
+// schedule invokes the sweeper every Sweeper.Interval, skipping a tick
+// while the previous sweep still runs (as a rate schedule with reserved
+// concurrency 1 would).
+func (rt *Runtime) schedule(ctx context.Context) {
+	interval := rt.cfg.Env.Sweeper.Interval
+	for {
+		start := time.Now()
+		ev := map[string]any{"version": "0", "id": uuid.NewString(), "detail-type": "Scheduled Event", "source": "aws.events",
+			"account": "000000000000", "time": time.Now().UTC().Format(time.RFC3339), "region": "us-east-1", "resources": []string{}, "detail": map[string]any{}}
+		payload, _ := json.Marshal(ev)
+		if _, err := rt.Invoke(ctx, topology.FunctionSweeper, payload); err != nil && ctx.Err() == nil {
+			rt.log.Warn("sweeper invocation failed", "error", err.Error())
+		}
+		if !sleep(ctx, time.Until(start.Add(interval))) {
+			return
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,275 @@
+package localrt
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// FunctionError is an error the function returned (the Runtime API /error
+// call), as opposed to a failure of the runtime itself.
+type FunctionError struct {
+	Type    string `json:"errorType"`
+	Message string `json:"errorMessage"`
+}
+
+func (e *FunctionError) Error() string { return e.Type + ": " + e.Message }
+
+type invocation struct {
+	id       string
+	payload  []byte
+	deadline time.Time
+	done     chan result
+}
+
+type result struct {
+	body []byte
+	err  error
+}
+
+// instance is one running bootstrap process with its own Runtime API
+// endpoint, handling one invocation at a time like a Lambda execution
+// environment.
+type instance struct {
+	fn       *Function
+	next     chan *invocation
+	mu       sync.Mutex
+	current  *invocation
+	cmd      *exec.Cmd
+	exited   chan struct{}
+	listener net.Listener
+	srv      *http.Server
+}
+
+// Function is a pool of execution environments for one function binary.
+type Function struct {
+	Name    string
+	Binary  string
+	Env     []string
+	Timeout time.Duration
+	// Concurrency is the number of execution environments.
+	Concurrency int
+	Log         io.Writer
+	Logger      *slog.Logger
+
+	idle    chan *instance
+	all     []*instance
+	mu      sync.Mutex
+	closed  bool
+	started time.Time
+}
+
+// Start launches the execution environments.
+func (f *Function) Start() error {
+	if f.Concurrency <= 0 {
+		f.Concurrency = 1
+	}
+	if f.Log == nil {
+		f.Log = io.Discard
+	}
+	f.idle = make(chan *instance, f.Concurrency)
+	f.started = time.Now()
+	for i := 0; i < f.Concurrency; i++ {
+		inst := &instance{fn: f, next: make(chan *invocation)}
+		if err := inst.start(); err != nil {
+			f.Stop()
+			return err
+		}
+		f.all = append(f.all, inst)
+		f.idle <- inst
+	}
+	return nil
+}
+
+// Invoke runs one invocation synchronously, like the Lambda Invoke API
+// with RequestResponse. A function error is returned as *FunctionError.
+func (f *Function) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
+	var inst *instance
+	select {
+	case inst = <-f.idle:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { f.idle <- inst }()
+	inv := &invocation{id: uuid.NewString(), payload: payload, deadline: time.Now().Add(f.Timeout), done: make(chan result, 1)}
+	select {
+	case inst.next <- inv:
+	case <-inst.exitedCh():
+		inst.restart()
+		return nil, fmt.Errorf("%s: execution environment exited before the invocation", f.Name)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	timer := time.NewTimer(f.Timeout)
+	defer timer.Stop()
+	select {
+	case r := <-inv.done:
+		return r.body, r.err
+	case <-inst.exitedCh():
+		inst.restart()
+		return nil, &FunctionError{Type: "Runtime.ExitError", Message: f.Name + ": the function process exited during the invocation"}
+	case <-timer.C:
+		f.Logger.Warn("function timed out; restarting its execution environment", "function", f.Name, "timeout", f.Timeout.String())
+		inst.kill()
+		inst.restart()
+		return nil, &FunctionError{Type: "Sandbox.Timedout", Message: fmt.Sprintf("%s timed out after %v", f.Name, f.Timeout)}
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Stop kills every execution environment.
+func (f *Function) Stop() {
+	f.mu.Lock()
+	f.closed = true
+	f.mu.Unlock()
+	for _, inst := range f.all {
+		inst.kill()
+		if inst.srv != nil {
+			_ = inst.srv.Close()
+		}
+	}
+}
+
+func (in *instance) start() error {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	in.listener = l
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /2018-06-01/runtime/invocation/next", in.handleNext)
+	mux.HandleFunc("POST /2018-06-01/runtime/invocation/{id}/response", in.handleResult(false))
+	mux.HandleFunc("POST /2018-06-01/runtime/invocation/{id}/error", in.handleResult(true))
+	mux.HandleFunc("POST /2018-06-01/runtime/init/error", func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		in.fn.Logger.Error("function init error", "function", in.fn.Name, "error", string(b))
+		w.WriteHeader(http.StatusAccepted)
+	})
+	in.srv = &http.Server{Handler: mux}
+	go func() { _ = in.srv.Serve(l) }()
+	return in.spawn()
+}
+
+func (in *instance) spawn() error {
+	f := in.fn
+	cmd := exec.Command(f.Binary)
+	cmd.Env = append(append(os.Environ(), f.Env...),
+		"AWS_LAMBDA_RUNTIME_API="+in.listener.Addr().String(),
+		"AWS_LAMBDA_FUNCTION_NAME="+f.Name,
+		"AWS_LAMBDA_FUNCTION_VERSION=$LATEST",
+		"AWS_LAMBDA_FUNCTION_MEMORY_SIZE=512",
+		"AWS_LAMBDA_LOG_GROUP_NAME=/aws/lambda/"+f.Name,
+		"_HANDLER=bootstrap",
+	)
+	cmd.Stdout, cmd.Stderr = f.Log, f.Log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s (%s): %w", f.Name, f.Binary, err)
+	}
+	exited := make(chan struct{})
+	in.mu.Lock()
+	in.cmd, in.exited = cmd, exited
+	in.mu.Unlock()
+	go func() { _ = cmd.Wait(); close(exited) }()
+	return nil
+}
+
+func (in *instance) exitedCh() chan struct{} {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.exited
+}
+
+func (in *instance) kill() {
+	in.mu.Lock()
+	cmd := in.cmd
+	in.mu.Unlock()
+	if cmd != nil && cmd.Process != nil {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+}
+
+func (in *instance) restart() {
+	in.fn.mu.Lock()
+	closed := in.fn.closed
+	in.fn.mu.Unlock()
+	if closed {
+		return
+	}
+	<-in.exitedCh()
+	in.mu.Lock()
+	in.current = nil
+	in.mu.Unlock()
+	if err := in.spawn(); err != nil {
+		in.fn.Logger.Error("restart execution environment", "function", in.fn.Name, "error", err.Error())
+	}
+}
+
+func (in *instance) handleNext(w http.ResponseWriter, r *http.Request) {
+	var inv *invocation
+	select {
+	case inv = <-in.next:
+	case <-r.Context().Done():
+		return
+	}
+	in.mu.Lock()
+	in.current = inv
+	in.mu.Unlock()
+	h := w.Header()
+	h.Set("Lambda-Runtime-Aws-Request-Id", inv.id)
+	h.Set("Lambda-Runtime-Deadline-Ms", strconv.FormatInt(inv.deadline.UnixMilli(), 10))
+	h.Set("Lambda-Runtime-Invoked-Function-Arn", "arn:aws:lambda:us-east-1:000000000000:function:"+in.fn.Name)
+	h.Set("Lambda-Runtime-Trace-Id", "Root=1-"+strings.ReplaceAll(inv.id[:8], "-", "")+"-"+strings.ReplaceAll(inv.id, "-", "")[:24])
+	h.Set("Content-Type", "application/json")
+	_, _ = w.Write(inv.payload)
+}
+
+func (in *instance) handleResult(isErr bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		in.mu.Lock()
+		inv := in.current
+		if inv != nil && inv.id == r.PathValue("id") {
+			in.current = nil
+		} else {
+			inv = nil
+		}
+		in.mu.Unlock()
+		if inv == nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		res := result{body: body}
+		if isErr {
+			fe := &FunctionError{}
+			if json.Unmarshal(body, fe) != nil || fe.Message == "" {
+				fe = &FunctionError{Type: "Unknown", Message: string(bytes.TrimSpace(body))}
+			}
+			res = result{err: fe}
+		}
+		inv.done <- res
+		w.WriteHeader(http.StatusAccepted)
+	}
+}
+
+// IsFunctionError reports whether err came from the function itself.
+func IsFunctionError(err error) bool {
+	var fe *FunctionError
+	return errors.As(err, &fe)
+}

@@ -1,0 +1,205 @@
+package localrt
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
+	"github.com/ojs-aws/ojs-serverless/pkg/topology"
+)
+
+// pollStream plays the DynamoDB Streams event source mapping: it discovers
+// shards, reads each in order (a child shard only after its parent is
+// drained) and invokes the stream function with batches of records in the
+// Lambda event shape. A failed batch (error or BatchItemFailures) is
+// retried from the first failed record, up to Stream.MaxRetries times;
+// then, like an on-failure destination, the records are logged and
+// skipped and the sweeper repairs what they would have done.
+func (rt *Runtime) pollStream(ctx context.Context) {
+	client := dynamodbstreams.NewFromConfig(rt.cfg.AWS)
+	var mu sync.Mutex
+	started := map[string]bool{}
+	done := map[string]chan struct{}{}
+	for ctx.Err() == nil {
+		out, err := client.DescribeStream(ctx, &dynamodbstreams.DescribeStreamInput{StreamArn: aws.String(rt.streamARN)})
+		if err != nil {
+			if ctx.Err() == nil {
+				rt.log.Warn("describe stream failed", "error", err.Error())
+			}
+			sleep(ctx, time.Second)
+			continue
+		}
+		for _, sh := range out.StreamDescription.Shards {
+			id := aws.ToString(sh.ShardId)
+			mu.Lock()
+			if started[id] {
+				mu.Unlock()
+				continue
+			}
+			started[id] = true
+			ch := make(chan struct{})
+			done[id] = ch
+			parent := done[aws.ToString(sh.ParentShardId)]
+			mu.Unlock()
+			rt.goLoop(func() {
+				defer close(ch)
+				if parent != nil {
+					select {
+					case <-parent:
+					case <-ctx.Done():
+						return
+					}
+				}
+				rt.readShard(ctx, client, id)
+			})
+		}
+		sleep(ctx, 2*time.Second)
+	}
+}
+
+func (rt *Runtime) readShard(ctx context.Context, client *dynamodbstreams.Client, shardID string) {
+	cfg := rt.cfg.Env.Stream
+	it, err := client.GetShardIterator(ctx, &dynamodbstreams.GetShardIteratorInput{StreamArn: aws.String(rt.streamARN),
+		ShardId: aws.String(shardID), ShardIteratorType: types.ShardIteratorTypeTrimHorizon})
+	if err != nil {
+		rt.log.Warn("get shard iterator failed", "shard", shardID, "error", err.Error())
+		return
+	}
+	iter := it.ShardIterator
+	var pending []types.Record
+	for ctx.Err() == nil && (iter != nil || len(pending) > 0) {
+		if len(pending) < cfg.BatchSize && iter != nil {
+			out, err := client.GetRecords(ctx, &dynamodbstreams.GetRecordsInput{ShardIterator: iter, Limit: aws.Int32(int32(cfg.BatchSize - len(pending)))})
+			if err != nil {
+				if ctx.Err() == nil {
+					rt.log.Warn("get records failed", "shard", shardID, "error", err.Error())
+					sleep(ctx, time.Second)
+				}
+				continue
+			}
+			iter = out.NextShardIterator
+			pending = append(pending, out.Records...)
+		}
+		if len(pending) == 0 {
+			sleep(ctx, cfg.PollInterval)
+			continue
+		}
+		pending = rt.deliverRecords(ctx, pending)
+	}
+}
+
+// deliverRecords invokes the stream function with the batch, retrying the
+// failed tail; it returns what is left (nothing, unless ctx ended).
+func (rt *Runtime) deliverRecords(ctx context.Context, recs []types.Record) []types.Record {
+	cfg := rt.cfg.Env.Stream
+	for attempt := 0; ctx.Err() == nil; attempt++ {
+		payload, _ := json.Marshal(map[string]any{"Records": lambdaRecords(recs, rt.streamARN)})
+		res, err := rt.Invoke(ctx, topology.FunctionStream, payload)
+		failedAt := -1
+		if err != nil {
+			failedAt = 0
+			rt.log.Warn("stream invocation failed", "error", err.Error(), "attempt", attempt+1)
+		} else {
+			var resp events.DynamoDBEventResponse
+			_ = json.Unmarshal(res, &resp)
+			if len(resp.BatchItemFailures) > 0 {
+				seq := resp.BatchItemFailures[0].ItemIdentifier
+				for i, r := range recs {
+					if aws.ToString(r.Dynamodb.SequenceNumber) == seq {
+						failedAt = i
+						break
+					}
+				}
+				if failedAt < 0 {
+					failedAt = 0
+				}
+			}
+		}
+		if failedAt < 0 {
+			return nil
+		}
+		recs = recs[failedAt:]
+		if attempt >= cfg.MaxRetries {
+			rt.log.Error("stream records exhausted their retries; skipping them (on-failure destination)", "count", len(recs),
+				"first_sequence", aws.ToString(recs[0].Dynamodb.SequenceNumber))
+			return nil
+		}
+		sleep(ctx, time.Duration(attempt+1)*200*time.Millisecond)
+	}
+	return recs
+}
+
+// lambdaRecords renders stream records exactly as the Lambda event source
+// mapping does (events.DynamoDBEventRecord JSON).
+func lambdaRecords(recs []types.Record, arn string) []map[string]any {
+	out := make([]map[string]any, len(recs))
+	for i, r := range recs {
+		d := r.Dynamodb
+		dyn := map[string]any{
+			"Keys": image(d.Keys), "SequenceNumber": aws.ToString(d.SequenceNumber),
+			"SizeBytes": aws.ToInt64(d.SizeBytes), "StreamViewType": string(d.StreamViewType),
+		}
+		if d.ApproximateCreationDateTime != nil {
+			dyn["ApproximateCreationDateTime"] = d.ApproximateCreationDateTime.Unix()
+		}
+		if len(d.NewImage) > 0 {
+			dyn["NewImage"] = image(d.NewImage)
+		}
+		if len(d.OldImage) > 0 {
+			dyn["OldImage"] = image(d.OldImage)
+		}
+		out[i] = map[string]any{
+			"eventID": aws.ToString(r.EventID), "eventName": string(r.EventName), "eventVersion": aws.ToString(r.EventVersion),
+			"eventSource": "aws:dynamodb", "awsRegion": "us-east-1", "dynamodb": dyn, "eventSourceARN": arn,
+		}
+	}
+	return out
+}
+
+func image(m map[string]types.AttributeValue) map[string]any {
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		out[k] = attr(v)
+	}
+	return out
+}
+
+func attr(v types.AttributeValue) map[string]any {
+	switch t := v.(type) {
+	case *types.AttributeValueMemberS:
+		return map[string]any{"S": t.Value}
+	case *types.AttributeValueMemberN:
+		return map[string]any{"N": t.Value}
+	case *types.AttributeValueMemberBOOL:
+		return map[string]any{"BOOL": t.Value}
+	case *types.AttributeValueMemberNULL:
+		return map[string]any{"NULL": true}
+	case *types.AttributeValueMemberB:
+		return map[string]any{"B": base64.StdEncoding.EncodeToString(t.Value)}
+	case *types.AttributeValueMemberSS:
+		return map[string]any{"SS": t.Value}
+	case *types.AttributeValueMemberNS:
+		return map[string]any{"NS": t.Value}
+	case *types.AttributeValueMemberBS:
+		l := make([]string, len(t.Value))
+		for i, b := range t.Value {
+			l[i] = base64.StdEncoding.EncodeToString(b)
+		}
+		return map[string]any{"BS": l}
+	case *types.AttributeValueMemberL:
+		l := make([]any, len(t.Value))
+		for i, e := range t.Value {
+			l[i] = attr(e)
+		}
+		return map[string]any{"L": l}
+	case *types.AttributeValueMemberM:
+		return map[string]any{"M": image(t.Value)}
+	}
+	return map[string]any{"NULL": true}
+}
