@@ -18,6 +18,7 @@
 # "--profile prod --require-approval never"), SYNTH_ENVS, SYNTH_ACCOUNT,
 # SYNTH_REGION, OJS_LOCAL_TOKEN, LOCALSTACK_URL.
 
+GO                 ?= go
 INFRA_FUNCTIONS    := api worker stream sweeper
 LAMBDA_DIR         ?= build/lambda
 LAMBDA_HOST_DIR    ?= build/lambda-host
@@ -48,7 +49,7 @@ LOCALSTACK_OUTPUTS := build/localstack-outputs.json
 # Bearer token of the api function on LocalStack (its function URL has no
 # authorizer); not a secret, the stack only runs on your machine.
 OJS_LOCAL_TOKEN    ?= ojs-localstack-token
-INFRA_HOST_GOARCH   = $(shell go env GOARCH)
+INFRA_HOST_GOARCH   = $(shell $(GO) env GOARCH)
 INFRA_HOST_ARCH     = $(if $(filter arm64,$(INFRA_HOST_GOARCH)),arm64,$(if $(filter amd64,$(INFRA_HOST_GOARCH)),x86_64,unsupported-$(INFRA_HOST_GOARCH)))
 INFRA_COMPOSE       = docker compose -f $(LOCALSTACK_COMPOSE)
 # cdklocal drops other AWS_* variables and uses test credentials; endpoint
@@ -68,7 +69,7 @@ INFRA_LOCAL_CTX     = -c env=local -c frontend=function-url -c authToken=$(OJS_L
 build:
 	@for fn in $(INFRA_FUNCTIONS); do \
 		echo "go build ./functions/$$fn -> $(LAMBDA_DIR)/$$fn/bootstrap (linux/arm64)"; \
-		GOOS=linux GOARCH=arm64 CGO_ENABLED=0 go build -tags lambda.norpc -trimpath -ldflags="-s -w" \
+		GOOS=linux GOARCH=arm64 CGO_ENABLED=0 $(GO) build -tags lambda.norpc -trimpath -ldflags="-s -w" \
 			-o $(LAMBDA_DIR)/$$fn/bootstrap ./functions/$$fn || exit 1; \
 	done
 
@@ -76,7 +77,7 @@ build-host:
 	@case "$(INFRA_HOST_ARCH)" in unsupported-*) echo "infra: Lambda runs arm64 or x86_64, not $(INFRA_HOST_GOARCH)" >&2; exit 1;; esac
 	@for fn in $(INFRA_FUNCTIONS); do \
 		echo "go build ./functions/$$fn -> $(LAMBDA_HOST_DIR)/$$fn/bootstrap (linux/$(INFRA_HOST_GOARCH))"; \
-		GOOS=linux GOARCH=$(INFRA_HOST_GOARCH) CGO_ENABLED=0 go build -tags lambda.norpc -trimpath -ldflags="-s -w" \
+		GOOS=linux GOARCH=$(INFRA_HOST_GOARCH) CGO_ENABLED=0 $(GO) build -tags lambda.norpc -trimpath -ldflags="-s -w" \
 			-o $(LAMBDA_HOST_DIR)/$$fn/bootstrap ./functions/$$fn || exit 1; \
 	done
 
@@ -105,7 +106,7 @@ synth: build $(INFRA_NPM_STAMP)
 	done
 
 test-infra:
-	env $(INFRA_CDK_ENV) go test ./infra/... -count=1
+	env $(INFRA_CDK_ENV) $(GO) test ./infra/... -count=1
 
 infra-check-env:
 	@case "$(ENV)" in dev|staging|prod) ;; *) echo "infra: ENV=$(ENV): want dev, staging or prod (local is for LocalStack)" >&2; exit 2;; esac
@@ -124,7 +125,7 @@ destroy: infra-check-env build $(INFRA_NPM_STAMP)
 
 test-e2e:
 	@test -n "$(URL)" || { echo "usage: make test-e2e URL=<OJS base URL, the ApiUrl stack output> [TOKEN=<bearer token>]" >&2; exit 2; }
-	OJS_BASE_URL=$(URL) $(if $(TOKEN),OJS_AUTH_TOKEN=$(TOKEN)) go test ./e2e/... -run . -count=1 -v
+	OJS_BASE_URL=$(URL) $(if $(TOKEN),OJS_AUTH_TOKEN=$(TOKEN)) $(GO) test ./e2e/... -run . -count=1 -v
 
 # --- LocalStack (needs Docker) ------------------------------------------------
 
@@ -147,4 +148,4 @@ localstack-deploy: build-host $(INFRA_NPM_STAMP)
 test-localstack: localstack-deploy
 	@url=$$(node -e 'process.stdout.write(require(process.argv[1])["$(call INFRA_STACK,local)"].ApiUrl)' "$(CURDIR)/$(LOCALSTACK_OUTPUTS)") && \
 		echo "OJS_BASE_URL=$$url" && \
-		OJS_BASE_URL=$$url OJS_AUTH_TOKEN=$(OJS_LOCAL_TOKEN) go test ./e2e/... -run . -count=1 -v
+		OJS_BASE_URL=$$url OJS_AUTH_TOKEN=$(OJS_LOCAL_TOKEN) $(GO) test ./e2e/... -run . -count=1 -v
