@@ -1,0 +1,71 @@
+# OJS serverless: the Open Job Spec job lifecycle on AWS Lambda, DynamoDB and SQS.
+#
+#   make dev     the offline local stack serving the OJS API on :8080, with a demo
+#   make test    every test (unit, integration on the real emulators, end to end,
+#                CDK template tests); starts and stops its own emulators
+#
+# Prerequisites: Go 1.26+, Node.js 20+ with npm, Java 17+. Everything else
+# (emulators, CDK CLI, Go modules) is installed by the targets below.
+
+SHELL       := /bin/bash
+GO          ?= go
+LOCAL_BIN   := .local/bin
+FUNCS       := api worker stream sweeper
+DEV_ADDR    ?= 127.0.0.1:8080
+EMU_STAMP   := localstack/node_modules/.package-lock.json
+
+.DEFAULT_GOAL := help
+.PHONY: help prereqs emulators build-local dev test test-unit vet bench clean
+
+help:
+	@echo "make dev          run the offline local stack on http://localhost:8080 with a demo (Ctrl-C stops it)"
+	@echo "make test         run every test (starts and stops its own emulators)"
+	@echo "make build        build the Lambda binaries (linux/arm64) into build/lambda/"
+	@echo "make synth        synthesise the CDK stacks for dev, staging and prod (offline)"
+	@echo "make deploy ENV=dev|staging|prod, make destroy ENV=..., make test-e2e URL=..."
+	@echo "make localstack-up / localstack-deploy / test-localstack   (needs Docker)"
+
+# Stop early, with the name of what is missing.
+prereqs:
+	@command -v $(GO) >/dev/null || { echo "missing prerequisite: Go 1.26+ (https://go.dev/dl/)" >&2; exit 1; }
+	@command -v node >/dev/null || { echo "missing prerequisite: Node.js 20+ (node not found)" >&2; exit 1; }
+	@command -v npm >/dev/null || { echo "missing prerequisite: npm (comes with Node.js 20+)" >&2; exit 1; }
+	@command -v java >/dev/null || { echo "missing prerequisite: Java 17+ (java not found; DynamoDB Local needs it)" >&2; exit 1; }
+	@v=$$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1); \
+	  if [ -z "$$v" ] || [ "$$v" -lt 17 ]; then echo "missing prerequisite: Java 17+ (found version '$$v')" >&2; exit 1; fi
+	@n=$$(node -p 'process.versions.node.split(".")[0]'); \
+	  if [ "$$n" -lt 20 ]; then echo "missing prerequisite: Node.js 20+ (found $$n)" >&2; exit 1; fi
+
+# Pinned emulators (package-lock.json): DynamoDB Local and the SQS emulator.
+$(EMU_STAMP): localstack/package.json localstack/package-lock.json
+	npm ci --prefix localstack --no-audit --no-fund --loglevel=error
+
+emulators: prereqs $(EMU_STAMP)
+
+# Host-architecture binaries for the local runtime.
+build-local: prereqs
+	@for fn in $(FUNCS); do \
+		CGO_ENABLED=0 $(GO) build -tags lambda.norpc -trimpath -ldflags="-s -w" -o $(LOCAL_BIN)/$$fn/bootstrap ./functions/$$fn || exit 1; \
+	done
+	$(GO) build -o .local/ojs-local ./localstack/cmd/ojs-local
+
+dev: emulators build-local
+	@exec .local/ojs-local -demo -addr $(DEV_ADDR) -bin $(LOCAL_BIN)
+
+vet: prereqs
+	$(GO) vet ./...
+
+# One pair of emulators for every package; the e2e suite starts its own
+# local runtime (real bootstrap binaries) on free ports.
+test: emulators vet
+	$(GO) run ./localstack/cmd/with-emulators -- bash -c '\
+		$(GO) test -count=1 -race ./pkg/... ./functions/... ./localstack/... && \
+		$(GO) test -count=1 ./e2e/... ./infra/...'
+
+test-unit: prereqs
+	$(GO) test -count=1 ./pkg/job/... ./pkg/retry/... ./pkg/ojserr/... ./pkg/topology/...
+
+clean:
+	rm -rf .local build cdk.out
+
+-include infra/infra.mk

@@ -1,0 +1,110 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+type response struct {
+	Status int
+	Header http.Header
+	Body   map[string]any
+	Raw    []byte
+}
+
+func do(t *testing.T, method, path string, body any, headers ...string) response {
+	t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		raw, _ := json.Marshal(b)
+		rd = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequest(method, baseURL+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/openjobspec+json")
+	}
+	if authToken != "" {
+		req.Header.Set("Authorization", "Bearer "+authToken)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	out := response{Status: res.StatusCode, Header: res.Header, Raw: raw}
+	_ = json.Unmarshal(raw, &out.Body)
+	return out
+}
+
+func (r response) job(t *testing.T) map[string]any {
+	t.Helper()
+	j, ok := r.Body["job"].(map[string]any)
+	if !ok {
+		t.Fatalf("no job in response %d: %s", r.Status, r.Raw)
+	}
+	return j
+}
+
+func (r response) errCode() string {
+	e, _ := r.Body["error"].(map[string]any)
+	s, _ := e["code"].(string)
+	return s
+}
+
+func push(t *testing.T, body map[string]any) map[string]any {
+	t.Helper()
+	r := do(t, http.MethodPost, "/ojs/v1/jobs", body)
+	if r.Status != http.StatusCreated {
+		t.Fatalf("push: %d %s", r.Status, r.Raw)
+	}
+	return r.job(t)
+}
+
+// waitFor polls INFO until the job reaches one of states.
+func waitFor(t *testing.T, id string, timeout time.Duration, states ...string) map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var last map[string]any
+	for time.Now().Before(deadline) {
+		r := do(t, http.MethodGet, "/ojs/v1/jobs/"+id, nil)
+		if r.Status == http.StatusOK {
+			last = r.job(t)
+			for _, s := range states {
+				if last["state"] == s {
+					return last
+				}
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("job %s did not reach %v within %v; last: %v", id, states, timeout, last)
+	return nil
+}
+
+func num(v any) int {
+	f, _ := v.(float64)
+	return int(f)
+}
+
+func uniqueQueue(t *testing.T) string {
+	return fmt.Sprintf("e2e-%d-%d", time.Now().UnixNano()%1e9, len(t.Name()))
+}

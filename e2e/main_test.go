@@ -1,0 +1,126 @@
+// Package e2e tests the product end to end over HTTP. By default it starts
+// the offline stack itself (emulators, the four functions' bootstrap
+// binaries built for this machine, the local runtime on a free port). With
+// OJS_BASE_URL set it runs against that deployment instead (LocalStack or a
+// real stage; OJS_AUTH_TOKEN adds a bearer token, OJS_PUSH_QUEUE names the
+// push-mode queue, default "lambda").
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/ojs-aws/ojs-serverless/pkg/awsclient"
+	"github.com/ojs-aws/ojs-serverless/pkg/emulator"
+	"github.com/ojs-aws/ojs-serverless/pkg/localrt"
+	"github.com/ojs-aws/ojs-serverless/pkg/topology"
+)
+
+var (
+	baseURL   string
+	authToken string
+	pushQueue = "lambda"
+	// rt is the local runtime (nil against a remote deployment).
+	rt *localrt.Runtime
+)
+
+func TestMain(m *testing.M) { os.Exit(run(m)) }
+
+func run(m *testing.M) int {
+	if q := os.Getenv("OJS_PUSH_QUEUE"); q != "" {
+		pushQueue = q
+	}
+	authToken = os.Getenv("OJS_AUTH_TOKEN")
+	if u := os.Getenv("OJS_BASE_URL"); u != "" {
+		baseURL = u
+		return m.Run()
+	}
+	ctx := context.Background()
+	em, stop, err := emulators(ctx)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	defer stop()
+	bin, err := os.MkdirTemp("", "ojs-e2e-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	defer os.RemoveAll(bin)
+	if err := buildFunctions(bin); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	for _, kv := range em {
+		k, v, _ := cut(kv)
+		os.Setenv(k, v)
+	}
+	cfg, err := awsclient.Load(ctx)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	env, _ := topology.ForEnv("local")
+	logDir, _ := os.MkdirTemp("", "ojs-e2e-logs-")
+	rt, err = localrt.Start(ctx, localrt.Config{Env: env, AWS: cfg, AWSEnv: em, BinDir: bin, APIAddr: "127.0.0.1:0",
+		Table: fmt.Sprintf("e2e-%d", os.Getpid()), LogDir: logDir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	defer rt.Stop()
+	baseURL = rt.URL()
+	code := m.Run()
+	if code != 0 {
+		for _, fn := range topology.FunctionNames {
+			b, _ := os.ReadFile(filepath.Join(logDir, fn+".log"))
+			if len(b) > 4000 {
+				b = b[len(b)-4000:]
+			}
+			fmt.Fprintf(os.Stderr, "--- tail of %s.log ---\n%s\n", fn, b)
+		}
+	}
+	os.RemoveAll(logDir)
+	return code
+}
+
+// emulators reuses the pair `make test` started, or starts one.
+func emulators(ctx context.Context) ([]string, func(), error) {
+	d, s := os.Getenv(emulator.EnvTestDynamoDB), os.Getenv(emulator.EnvTestSQS)
+	if d != "" && s != "" {
+		return []string{"AWS_ENDPOINT_URL_DYNAMODB=" + d, "AWS_ENDPOINT_URL_DYNAMODB_STREAMS=" + d, "AWS_ENDPOINT_URL_SQS=" + s,
+			"AWS_ACCESS_KEY_ID=local", "AWS_SECRET_ACCESS_KEY=local", "AWS_REGION=us-east-1"}, func() {}, nil
+	}
+	em, err := emulator.Start(ctx, emulator.Options{})
+	if err != nil {
+		return nil, nil, err
+	}
+	return em.Env(), em.Stop, nil
+}
+
+func buildFunctions(dir string) error {
+	for _, fn := range topology.FunctionNames {
+		cmd := exec.Command("go", "build", "-tags", "lambda.norpc", "-o", filepath.Join(dir, fn, "bootstrap"), "../functions/"+fn)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("build %s: %v\n%s", fn, err, out)
+		}
+	}
+	return nil
+}
+
+func cut(kv string) (string, string, bool) {
+	for i := range kv {
+		if kv[i] == '=' {
+			return kv[:i], kv[i+1:], true
+		}
+	}
+	return kv, "", false
+}
