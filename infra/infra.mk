@@ -86,6 +86,8 @@ build-host:
 infra-check-node:
 	@command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || { \
 		echo "infra: the CDK CLI needs Node.js (>= 20) and npm on PATH; install them (https://nodejs.org) and retry." >&2; exit 1; }
+	@n=$$(node -p 'process.versions.node.split(".")[0]'); [ "$$n" -ge 20 ] || { \
+		echo "infra: the CDK CLI needs Node.js >= 20 (found $$n)." >&2; exit 1; }
 
 # npm ci runs infra/package.json's postinstall, which writes a go.mod into
 # node_modules so `go test ./...` skips the Go files the CDK CLI ships; the
@@ -97,7 +99,7 @@ $(INFRA_NPM_STAMP): infra/package.json infra/package-lock.json | infra-check-nod
 
 # --- Synthesis, tests, deployment -------------------------------------------
 
-synth: build $(INFRA_NPM_STAMP)
+synth: infra-check-node build $(INFRA_NPM_STAMP)
 	@for e in $(SYNTH_ENVS); do \
 		echo "cdk synth $(call INFRA_STACK,$$e) -> cdk.out/$$e"; \
 		env $(INFRA_CDK_ENV) AWS_EC2_METADATA_DISABLED=true $(CDK) synth --quiet --no-notices \
@@ -111,16 +113,16 @@ test-infra:
 infra-check-env:
 	@case "$(ENV)" in dev|staging|prod) ;; *) echo "infra: ENV=$(ENV): want dev, staging or prod (local is for LocalStack)" >&2; exit 2;; esac
 
-bootstrap-cdk: infra-check-env build $(INFRA_NPM_STAMP)
+bootstrap-cdk: infra-check-env infra-check-node build $(INFRA_NPM_STAMP)
 	env $(INFRA_CDK_ENV) $(CDK) bootstrap --no-notices -c env=$(ENV) $(CDK_ARGS)
 
-deploy: infra-check-env build $(INFRA_NPM_STAMP)
+deploy: infra-check-env infra-check-node build $(INFRA_NPM_STAMP)
 	env $(INFRA_CDK_ENV) $(CDK) deploy --no-notices -c env=$(ENV) \
 		--outputs-file build/outputs-$(ENV).json $(CDK_ARGS) $(call INFRA_STACK,$(ENV))
 
 # Synthesis needs the binaries even to delete, hence build. prod keeps its
 # table and log groups (RETAIN); cdk destroy asks for confirmation.
-destroy: infra-check-env build $(INFRA_NPM_STAMP)
+destroy: infra-check-env infra-check-node build $(INFRA_NPM_STAMP)
 	env $(INFRA_CDK_ENV) $(CDK) destroy --no-notices -c env=$(ENV) $(CDK_ARGS) $(call INFRA_STACK,$(ENV))
 
 test-e2e:
@@ -139,7 +141,9 @@ localstack-up: infra-check-docker
 localstack-down: infra-check-docker
 	$(INFRA_COMPOSE) down -v
 
-localstack-deploy: build-host $(INFRA_NPM_STAMP)
+localstack-deploy: infra-check-node build-host $(INFRA_NPM_STAMP)
+	@curl -fsS -o /dev/null http://localhost:4566/_localstack/health || { \
+		echo "infra: LocalStack is not answering on localhost:4566; run make localstack-up first." >&2; exit 1; }
 	@mkdir -p $(dir $(LOCALSTACK_OUTPUTS))
 	$(INFRA_LOCAL_ENV) $(CDKLOCAL) bootstrap --no-notices $(INFRA_LOCAL_CTX) aws://$(LOCALSTACK_ACCOUNT)/$(LOCALSTACK_REGION)
 	$(INFRA_LOCAL_ENV) $(CDKLOCAL) deploy --no-notices --require-approval never $(INFRA_LOCAL_CTX) \
