@@ -1,0 +1,79 @@
+package streamevent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/ojs-aws/ojs-serverless/pkg/engine"
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
+)
+
+func sample(t *testing.T) events.DynamoDBEvent {
+	t.Helper()
+	raw, err := os.ReadFile("../../../events/dynamodb-stream-job.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ev events.DynamoDBEvent
+	if err := json.Unmarshal(raw, &ev); err != nil {
+		t.Fatal(err)
+	}
+	return ev
+}
+
+func TestChangeDecodesSampleRecords(t *testing.T) {
+	t.Parallel()
+	ev := sample(t)
+	ins, err := Change(ev.Records[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ins.Old != nil || ins.New == nil || ins.New.Job.State != job.Available || !ins.New.Job.Push || ins.New.Job.Type != "demo.greet" ||
+		string(ins.New.Job.Args) != `["sample"]` || ins.New.Version != 1 || ins.New.DueAt.UnixMilli() != 1795255500000 {
+		t.Fatalf("insert: %+v %+v", ins, ins.New)
+	}
+	// A job inserted available on a push queue is delivered once, now.
+	ds := engine.Deliveries(ins, time.UnixMilli(1795255200000))
+	if len(ds) != 1 || ds[0].Delay != 0 || ds[0].Job.ID != "019414d4-8b2e-7c3a-b5d1-f0e2a3b4c5d6" {
+		t.Fatalf("deliveries: %+v", ds)
+	}
+	mod, err := Change(ev.Records[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mod.Old.Job.State != job.Available || mod.New.Job.State != job.Active || mod.New.Job.Attempt != 1 || len(mod.New.Job.Errors) != 1 {
+		t.Fatalf("modify: %+v", mod.New.Job)
+	}
+	if ds := engine.Deliveries(mod, time.Now()); len(ds) != 0 {
+		t.Fatalf("a claim must not be delivered: %+v", ds)
+	}
+}
+
+type failing struct{ at int }
+
+func (f failing) Process(context.Context, []engine.Change) (int, error) {
+	if f.at < 0 {
+		return -1, nil
+	}
+	return f.at, errors.New("sqs unavailable")
+}
+
+func TestHandlerReportsFirstFailedSequenceNumber(t *testing.T) {
+	t.Parallel()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	res, err := Handler(failing{at: 1}, log)(context.Background(), sample(t))
+	if err != nil || len(res.BatchItemFailures) != 1 || res.BatchItemFailures[0].ItemIdentifier != "111000000000000000000002" {
+		t.Fatalf("%+v %v", res, err)
+	}
+	res, _ = Handler(failing{at: -1}, log)(context.Background(), sample(t))
+	if len(res.BatchItemFailures) != 0 {
+		t.Fatalf("success reported failures: %+v", res)
+	}
+}
