@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -116,3 +117,28 @@ func Eventually(t testing.TB, timeout time.Duration, msg string, cond func() boo
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// Queue creates a fresh SQS queue and returns its URL.
+func Queue(t testing.TB) string {
+	t.Helper()
+	out, err := SQS().CreateQueue(context.Background(), &sqs.CreateQueueInput{QueueName: aws.String(Name(t, "q"))})
+	if err != nil {
+		t.Fatalf("create queue: %v", err)
+	}
+	return aws.ToString(out.QueueUrl)
+}
+
+// Clock is a settable clock for tests.
+type Clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+// NewClock returns a clock at t.
+func NewClock(t time.Time) *Clock { return &Clock{t: t} }
+
+// Now returns the clock's time.
+func (c *Clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+
+// Add moves the clock forward.
+func (c *Clock) Add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
