@@ -48,6 +48,10 @@ func fromTopology(e topology.Env) settings {
 	s["stream bisect on error"] = e.Stream.BisectOnError
 	s["stream max record age (s)"] = secs(e.Stream.MaxRecordAge)
 	s["sweeper schedule"] = rate(e.Sweeper.Interval)
+	s["sweeper tick"] = ""
+	if e.Sweeper.Tick > 0 {
+		s["sweeper tick"] = e.Sweeper.Tick.String()
+	}
 	s["table point-in-time recovery"] = e.PointInTimeRecovery
 	s["table deletion protection"] = e.DeletionProtection
 	s["table TTL attribute"] = topology.JobTable.TTLAttribute
@@ -90,6 +94,11 @@ func fromTemplate(t *testing.T, st *synthesized, e topology.Env) settings {
 		s["function "+fn+" timeout (s)"] = fp["Timeout"]
 		tc, _ := fp["TracingConfig"].(map[string]any)
 		s["function "+fn+" tracing"] = tc["Mode"] == "Active"
+		if fn == topology.FunctionSweeper {
+			vars, _ := fp["Environment"].(map[string]any)["Variables"].(map[string]any)
+			tick, _ := vars[topology.EnvSweepTick].(string)
+			s["sweeper tick"] = tick
+		}
 		lg := refID(fp["LoggingConfig"].(map[string]any)["LogGroup"])
 		s["function "+fn+" log retention (days)"] = props(groups[lg])["RetentionInDays"]
 	}

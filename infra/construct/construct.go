@@ -227,6 +227,9 @@ func (o *OJSServerless) addFunctions() {
 		if name == topology.FunctionAPI && p.AuthToken != "" {
 			env[topology.EnvAuthToken] = jsii.String(p.AuthToken)
 		}
+		if name == topology.FunctionSweeper && o.Env.Sweeper.Tick > 0 {
+			env[topology.EnvSweepTick] = jsii.String(o.Env.Sweeper.Tick.String())
+		}
 		if name == topology.FunctionStream {
 			// Only the stream function publishes events; the others leave
 			// the variable unset, which disables publishing.
