@@ -161,9 +161,6 @@ func (rt *Runtime) Table() string { return rt.cfg.Table }
 // QueueURLs maps push-mode OJS queues to their SQS URLs.
 func (rt *Runtime) QueueURLs() map[string]string { return rt.queueURLs }
 
-// DLQURL returns the dead-letter queue URL of a push-mode queue.
-func (rt *Runtime) DLQURL(queue string) string { return rt.queueURLs[queue] + "-dlq" }
-
 // Invocations returns how many times each function was invoked.
 func (rt *Runtime) Invocations() map[string]int {
 	rt.statsMu.Lock()
@@ -207,32 +204,42 @@ func (rt *Runtime) Stop() {
 }
 
 func (rt *Runtime) provision(ctx context.Context) error {
-	arn, err := store.EnsureTable(ctx, dynamodb.NewFromConfig(rt.cfg.AWS), rt.cfg.Table)
+	var err error
+	rt.streamARN, rt.queueURLs, err = Provision(ctx, rt.cfg.AWS, rt.cfg.Env, rt.cfg.Table)
+	return err
+}
+
+// Provision creates what the CDK stack creates on AWS, from the same
+// topology: the job table (with its stream) and, per push-mode queue, an
+// SQS queue with its visibility timeout and a redrive policy to a
+// dead-letter queue after MaxReceiveCount receives. It returns the stream
+// ARN and the push-mode queue URLs. It is idempotent.
+func Provision(ctx context.Context, cfg aws.Config, env topology.Env, table string) (string, map[string]string, error) {
+	arn, err := store.EnsureTable(ctx, dynamodb.NewFromConfig(cfg), table)
 	if err != nil {
-		return err
+		return "", nil, err
 	}
-	rt.streamARN = arn
-	client := sqs.NewFromConfig(rt.cfg.AWS)
-	rt.queueURLs = map[string]string{}
-	for _, q := range rt.cfg.Env.Queues {
-		dlq, err := client.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(q.SQSName(rt.cfg.Env.Prefix) + "-dlq"),
+	client := sqs.NewFromConfig(cfg)
+	urls := map[string]string{}
+	for _, q := range env.Queues {
+		dlq, err := client.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(q.DLQName(env.Prefix)),
 			Attributes: map[string]string{"MessageRetentionPeriod": strconv.Itoa(int(q.DLQRetention.Seconds()))}})
 		if err != nil {
-			return fmt.Errorf("create DLQ for %s: %w", q.Name, err)
+			return "", nil, fmt.Errorf("create DLQ for %s: %w", q.Name, err)
 		}
 		attrs, err := client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: dlq.QueueUrl, AttributeNames: []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameQueueArn}})
 		if err != nil {
-			return err
+			return "", nil, err
 		}
 		redrive, _ := json.Marshal(map[string]any{"deadLetterTargetArn": attrs.Attributes["QueueArn"], "maxReceiveCount": strconv.Itoa(q.MaxReceiveCount)})
-		main, err := client.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(q.SQSName(rt.cfg.Env.Prefix)), Attributes: map[string]string{
+		main, err := client.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(q.SQSName(env.Prefix)), Attributes: map[string]string{
 			"VisibilityTimeout": strconv.Itoa(int(q.VisibilityTimeout.Seconds())), "RedrivePolicy": string(redrive)}})
 		if err != nil {
-			return fmt.Errorf("create queue %s: %w", q.Name, err)
+			return "", nil, fmt.Errorf("create queue %s: %w", q.Name, err)
 		}
-		rt.queueURLs[q.Name] = aws.ToString(main.QueueUrl)
+		urls[q.Name] = aws.ToString(main.QueueUrl)
 	}
-	return nil
+	return arn, urls, nil
 }
 
 func (rt *Runtime) serveAPI() error {
