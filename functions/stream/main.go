@@ -14,6 +14,6 @@ import (
 func main() {
 	a, err := app.Load(context.Background())
 	app.Must(err)
-	e := &engine.Engine{Sender: a.Dispatcher, Logger: a.Logger}
+	e := &engine.Engine{Sender: a.Dispatcher, Workflows: a.Workflows, Logger: a.Logger}
 	lambda.Start(streamevent.Handler(e, a.Logger))
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
+	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
 )
 
 // App holds the wired components.
@@ -28,6 +29,8 @@ type App struct {
 	Dispatcher *dispatch.Dispatcher
 	// PushQueues are the push-mode queue names.
 	PushQueues []string
+	// Workflows creates, advances and reads workflows.
+	Workflows *workflow.Engine
 	// AuthToken is OJS_AUTH_TOKEN (empty: no bearer auth in the function;
 	// on AWS, API Gateway authorizes with IAM or JWT).
 	AuthToken string
@@ -65,6 +68,7 @@ func Load(ctx context.Context) (*App, error) {
 	return &App{
 		Logger: log, Store: st, Dispatcher: d, PushQueues: push,
 		Service:   lifecycle.New(st, lifecycle.Config{PushQueues: push, Logger: log}),
+		Workflows: workflow.New(st, workflow.Config{PushQueues: push, Logger: log}),
 		AuthToken: os.Getenv(topology.EnvAuthToken),
 	}, nil
 }

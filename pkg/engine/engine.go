@@ -10,6 +10,7 @@ package engine
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/dispatch"
@@ -22,6 +23,14 @@ type Change struct {
 	Old, New *store.Item
 	// SequenceNumber identifies the record for partial batch failures.
 	SequenceNumber string
+	// StartWorkflow is set when the record inserted a workflow's root.
+	StartWorkflow string
+}
+
+// Workflows advances workflows (implemented by *workflow.Engine).
+type Workflows interface {
+	Start(ctx context.Context, wfID string) error
+	JobFinished(ctx context.Context, j *job.Job) error
 }
 
 // Sender sends deliveries (implemented by *dispatch.Dispatcher).
@@ -32,6 +41,11 @@ type Sender interface {
 // Engine processes stream changes.
 type Engine struct {
 	Sender Sender
+	// Workflows, when set, is driven by workflow root inserts and by
+	// workflow jobs reaching a terminal state.
+	Workflows Workflows
+	// Concurrency bounds the workflow actions run at once. Default 16.
+	Concurrency int
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 	// Logger defaults to slog.Default().
@@ -70,28 +84,75 @@ func Deliveries(c Change, now time.Time) []dispatch.Delivery {
 	return nil
 }
 
-// Process handles a batch of changes in order. On error it returns the
-// index of the first change that must be retried (with everything after
-// it, as DynamoDB Streams requires).
+// Process handles a batch of changes. Deliveries are sent first (all at
+// once, batched per queue); workflow actions then run concurrently (each
+// is idempotent and safe to run alongside the others). On error it returns
+// the index of the first change that must be retried, with everything
+// after it, as DynamoDB Streams requires.
 func (e *Engine) Process(ctx context.Context, changes []Change) (int, error) {
 	now := time.Now
 	if e.Now != nil {
 		now = e.Now
 	}
-	var ds []dispatch.Delivery
-	for _, c := range changes {
-		ds = append(ds, Deliveries(c, now())...)
-	}
-	if len(ds) == 0 {
-		return -1, nil
-	}
-	if err := e.Sender.Send(ctx, ds); err != nil {
-		return 0, err
-	}
 	log := e.Logger
 	if log == nil {
 		log = slog.Default()
 	}
-	log.InfoContext(ctx, "relayed push-mode jobs to SQS", "count", len(ds))
-	return -1, nil
+	var ds []dispatch.Delivery
+	for _, c := range changes {
+		ds = append(ds, Deliveries(c, now())...)
+	}
+	if len(ds) > 0 {
+		if err := e.Sender.Send(ctx, ds); err != nil {
+			return 0, err
+		}
+		log.InfoContext(ctx, "relayed push-mode jobs to SQS", "count", len(ds))
+	}
+	if e.Workflows == nil {
+		return -1, nil
+	}
+	conc := e.Concurrency
+	if conc <= 0 {
+		conc = 16
+	}
+	sem := make(chan struct{}, conc)
+	var mu sync.Mutex
+	first, firstErr := -1, error(nil)
+	var wg sync.WaitGroup
+	for i, c := range changes {
+		act := e.workflowAction(c)
+		if act == nil {
+			continue
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(i int) {
+			defer func() { <-sem; wg.Done() }()
+			if err := act(ctx); err != nil {
+				mu.Lock()
+				if first < 0 || i < first {
+					first, firstErr = i, err
+				}
+				mu.Unlock()
+			}
+		}(i)
+	}
+	wg.Wait()
+	return first, firstErr
+}
+
+// workflowAction returns what a change means for workflows, or nil.
+func (e *Engine) workflowAction(c Change) func(context.Context) error {
+	if c.StartWorkflow != "" {
+		id := c.StartWorkflow
+		return func(ctx context.Context) error { return e.Workflows.Start(ctx, id) }
+	}
+	if c.New == nil || c.New.Job == nil || c.New.Job.WorkflowID == "" || !c.New.Job.State.Terminal() {
+		return nil
+	}
+	if c.Old != nil && c.Old.Job != nil && c.Old.Job.State == c.New.Job.State {
+		return nil
+	}
+	j := c.New.Job
+	return func(ctx context.Context) error { return e.Workflows.JobFinished(ctx, j) }
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
+	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
 )
 
 // Jobs is the job service the API serves (implemented by
@@ -39,8 +40,17 @@ type Backend interface {
 
 var _ Backend = (*store.Store)(nil)
 
-// New returns the OJS HTTP handler.
-func New(jobs Jobs, backend Backend, cfg Config) *Server {
+// Workflows is the workflow service (implemented by *workflow.Engine).
+type Workflows interface {
+	Create(ctx context.Context, raw []byte) (*workflow.View, error)
+	Get(ctx context.Context, id string) (*workflow.View, error)
+	Cancel(ctx context.Context, id string) (*workflow.View, error)
+}
+
+var _ Workflows = (*workflow.Engine)(nil)
+
+// New returns the OJS HTTP handler. wfs may be nil (no workflow routes).
+func New(jobs Jobs, backend Backend, wfs Workflows, cfg Config) *Server {
 	if cfg.Version == "" {
 		cfg.Version = job.SpecVersion
 	}
@@ -51,7 +61,7 @@ func New(jobs Jobs, backend Backend, cfg Config) *Server {
 		cfg.Now = time.Now
 	}
 	s := &Server{cfg: cfg, started: cfg.Now()}
-	a := &api{jobs: jobs, backend: backend, s: s}
+	a := &api{jobs: jobs, backend: backend, wfs: wfs, s: s}
 	s.add(http.MethodGet, "/ojs/manifest", a.manifest)
 	s.add(http.MethodGet, "/ojs/v1/health", a.health)
 	s.add(http.MethodPost, "/ojs/v1/jobs", a.push)
@@ -65,13 +75,51 @@ func New(jobs Jobs, backend Backend, cfg Config) *Server {
 	s.add(http.MethodPost, "/ojs/v1/workers/heartbeat", a.heartbeat)
 	s.add(http.MethodGet, "/ojs/v1/dead-letter", a.deadLetter)
 	s.add(http.MethodGet, "/ojs/v1/queues", a.queues)
+	if wfs != nil {
+		s.add(http.MethodPost, "/ojs/v1/workflows", a.createWorkflow)
+		s.add(http.MethodGet, "/ojs/v1/workflows/{id}", a.getWorkflow)
+		s.add(http.MethodDelete, "/ojs/v1/workflows/{id}", a.cancelWorkflow)
+	}
 	return s
 }
 
 type api struct {
 	jobs    Jobs
 	backend Backend
+	wfs     Workflows
 	s       *Server
+}
+
+func (a *api) createWorkflow(w http.ResponseWriter, r *http.Request, _ params) error {
+	raw, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	v, err := a.wfs.Create(r.Context(), raw)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Location", "/ojs/v1/workflows/"+(*v)["id"].(string))
+	writeJSON(w, http.StatusCreated, map[string]any{"workflow": v})
+	return nil
+}
+
+func (a *api) getWorkflow(w http.ResponseWriter, r *http.Request, p params) error {
+	v, err := a.wfs.Get(r.Context(), p["id"])
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"workflow": v})
+	return nil
+}
+
+func (a *api) cancelWorkflow(w http.ResponseWriter, r *http.Request, p params) error {
+	v, err := a.wfs.Cancel(r.Context(), p["id"])
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"workflow": v})
+	return nil
 }
 
 // withFields renders j and adds extra top-level fields.

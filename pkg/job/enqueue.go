@@ -33,7 +33,8 @@ var known = map[string]bool{
 	"state": true, "attempt": true, "max_attempts": true, "created_at": true, "enqueued_at": true,
 	"started_at": true, "completed_at": true, "cancelled_at": true, "discarded_at": true,
 	"next_attempt_at": true, "error": true, "errors": true, "result": true, "timeout_ms": true,
-	"visibility_timeout_ms": true,
+	"visibility_timeout_ms": true, "workflow_id": true, "workflow_node": true, "parent_results": true,
+	"retry_delay_ms": true,
 }
 
 // request is the PUSH body: the OJS envelope attributes at the top level

@@ -93,6 +93,13 @@ type Job struct {
 	// Extra holds unknown top-level envelope attributes, preserved as sent.
 	Extra map[string]json.RawMessage
 
+	// WorkflowID and WorkflowNode place a job in a workflow (empty for
+	// standalone jobs); ParentResults holds the upstream results it
+	// receives (ojs-workflows.md section 7).
+	WorkflowID    string
+	WorkflowNode  string
+	ParentResults json.RawMessage
+
 	// Push is true when Queue is a push-mode queue delivered to Lambda.
 	Push bool
 	// WorkerID and LeaseUntil describe the current claim of an active job.
@@ -155,6 +162,9 @@ type wireJob struct {
 	Result              json.RawMessage `json:"result,omitempty"`
 	Error               *ErrorInfo      `json:"error,omitempty"`
 	Errors              []ErrorInfo     `json:"errors,omitempty"`
+	WorkflowID          string          `json:"workflow_id,omitempty"`
+	WorkflowNode        string          `json:"workflow_node,omitempty"`
+	ParentResults       json.RawMessage `json:"parent_results,omitempty"`
 }
 
 // MarshalJSON renders the full OJS envelope with the system-managed
@@ -171,6 +181,7 @@ func (j *Job) MarshalJSON() ([]byte, error) {
 		EnqueuedAt: ts(j.EnqueuedAt), StartedAt: ts(j.StartedAt), CompletedAt: ts(j.CompletedAt),
 		CancelledAt: ts(j.CancelledAt), DiscardedAt: ts(j.DiscardedAt), NextAttemptAt: ts(j.NextAttemptAt),
 		Result: j.Result, Error: j.Error, Errors: j.Errors,
+		WorkflowID: j.WorkflowID, WorkflowNode: j.WorkflowNode, ParentResults: j.ParentResults,
 	}
 	if j.RetryDelay > 0 {
 		d := j.RetryDelay.Milliseconds()

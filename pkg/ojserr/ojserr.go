@@ -19,6 +19,7 @@ const (
 	NotFound             Code = "not_found"
 	Conflict             Code = "conflict"
 	ValidationError      Code = "validation_error"
+	InvalidWorkflow      Code = "invalid_workflow"
 	Duplicate            Code = "duplicate"
 	QueuePaused          Code = "queue_paused"
 	Unsupported          Code = "unsupported"
@@ -63,7 +64,7 @@ func (e *Error) Status() int {
 		return e.HTTPStatus
 	}
 	switch e.Code {
-	case InvalidRequest, InvalidPayload:
+	case InvalidRequest, InvalidPayload, InvalidWorkflow:
 		return http.StatusBadRequest
 	case NotFound:
 		return http.StatusNotFound

@@ -89,6 +89,9 @@ type record struct {
 	DuePK           string   `dynamodbav:"due_pk,omitempty"`
 	DueAt           int64    `dynamodbav:"due_at,omitempty"`
 	TTL             int64    `dynamodbav:"ttl,omitempty"`
+	WorkflowID      string   `dynamodbav:"wf_id,omitempty"`
+	WorkflowNode    string   `dynamodbav:"wf_node,omitempty"`
+	ParentResults   string   `dynamodbav:"parent_results,omitempty"`
 }
 
 func jobKey(id string) map[string]types.AttributeValue {
@@ -148,6 +151,7 @@ func toRecord(j *job.Job) (record, error) {
 		TimeoutMS: j.Timeout.Milliseconds(), VisibilityMS: j.Visibility.Milliseconds(), Schema: j.Schema,
 		ScheduledAt: textOr(j.ScheduledAtText, j.ScheduledAt), ExpiresAt: textOr(j.ExpiresAtText, j.ExpiresAt),
 		CreatedAt: tstr(j.CreatedAt), EnqueuedAt: tstr(j.EnqueuedAt), Push: j.Push,
+		WorkflowID: j.WorkflowID, WorkflowNode: j.WorkflowNode, ParentResults: string(j.ParentResults),
 	}
 	if j.ExpiresAt != nil {
 		r.ExpiresMS = ms(*j.ExpiresAt)
@@ -173,6 +177,10 @@ func (r record) toJob() (*job.Job, error) {
 		CreatedAt: optTime(r.CreatedAt), EnqueuedAt: optTime(r.EnqueuedAt), StartedAt: optTime(r.StartedAt),
 		CompletedAt: optTime(r.CompletedAt), CancelledAt: optTime(r.CancelledAt), DiscardedAt: optTime(r.DiscardedAt),
 		NextAttemptAt: optTime(r.NextAttemptAt), Push: r.Push, WorkerID: r.WorkerID, CancelRequested: r.CancelRequested,
+		WorkflowID: r.WorkflowID, WorkflowNode: r.WorkflowNode,
+	}
+	if r.ParentResults != "" {
+		j.ParentResults = json.RawMessage(r.ParentResults)
 	}
 	if r.LeaseUntil > 0 {
 		t := fromMS(r.LeaseUntil)

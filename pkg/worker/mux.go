@@ -21,6 +21,10 @@ type Job struct {
 	Meta        json.RawMessage
 	Attempt     int
 	MaxAttempts int
+	// WorkflowID is set for jobs that belong to a workflow;
+	// ParentResults then holds the upstream results keyed by index.
+	WorkflowID    string
+	ParentResults json.RawMessage
 }
 
 // Bind decodes the positional args into the given pointers, in order:

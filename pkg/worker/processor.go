@@ -128,7 +128,8 @@ func (p *Processor) run(ctx context.Context, j *job.Job) error {
 	}
 	defer cancel()
 	start := time.Now()
-	result, herr := safeRun(runCtx, h, &Job{ID: j.ID, Type: j.Type, Queue: j.Queue, Args: j.Args, Meta: j.Meta, Attempt: j.Attempt, MaxAttempts: j.Retry.MaxAttempts})
+	result, herr := safeRun(runCtx, h, &Job{ID: j.ID, Type: j.Type, Queue: j.Queue, Args: j.Args, Meta: j.Meta, Attempt: j.Attempt, MaxAttempts: j.Retry.MaxAttempts,
+		WorkflowID: j.WorkflowID, ParentResults: j.ParentResults})
 	if herr == nil && runCtx.Err() != nil {
 		herr = runCtx.Err()
 	}

@@ -64,6 +64,12 @@ func Change(r events.DynamoDBEventRecord) (engine.Change, error) {
 		if err != nil {
 			return c, err
 		}
+		if img.dst == &c.New && len(r.Change.OldImage) == 0 {
+			if id, ok := store.WorkflowStarted(av); ok {
+				c.StartWorkflow = id
+				continue
+			}
+		}
 		it, ok, err := store.DecodeItem(av)
 		if err != nil {
 			return c, err
