@@ -62,7 +62,7 @@ func Load(ctx context.Context) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := store.New(dynamodb.NewFromConfig(cfg), table)
+	st := store.New(dynamodb.NewFromConfig(cfg, awsclient.DynamoDBOptions), table)
 	d := dispatch.New(sqs.NewFromConfig(cfg), urls)
 	push := d.Queues()
 	return &App{

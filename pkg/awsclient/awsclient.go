@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 )
 
 // Load returns the SDK configuration. When an endpoint override is set and
@@ -30,4 +31,14 @@ func Load(ctx context.Context, opts ...func(*config.LoadOptions) error) (aws.Con
 		return aws.Config{}, fmt.Errorf("load AWS config: %w", err)
 	}
 	return cfg, nil
+}
+
+// DynamoDBOptions adjusts the DynamoDB client for local emulators: DynamoDB
+// Local's CRC32 response checksums do not always match what the SDK
+// computes, which only produces warnings, so validation is skipped when an
+// endpoint override is set. On AWS the checksums are validated.
+func DynamoDBOptions(o *dynamodb.Options) {
+	if os.Getenv("AWS_ENDPOINT_URL_DYNAMODB") != "" || os.Getenv("AWS_ENDPOINT_URL") != "" {
+		o.DisableValidateResponseChecksum = true
+	}
 }

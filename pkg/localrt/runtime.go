@@ -30,6 +30,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/google/uuid"
+	"github.com/ojs-aws/ojs-serverless/pkg/awsclient"
 	"github.com/ojs-aws/ojs-serverless/pkg/edge/apigw"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
@@ -215,7 +216,7 @@ func (rt *Runtime) provision(ctx context.Context) error {
 // dead-letter queue after MaxReceiveCount receives. It returns the stream
 // ARN and the push-mode queue URLs. It is idempotent.
 func Provision(ctx context.Context, cfg aws.Config, env topology.Env, table string) (string, map[string]string, error) {
-	arn, err := store.EnsureTable(ctx, dynamodb.NewFromConfig(cfg), table)
+	arn, err := store.EnsureTable(ctx, dynamodb.NewFromConfig(cfg, awsclient.DynamoDBOptions), table)
 	if err != nil {
 		return "", nil, err
 	}

@@ -70,7 +70,7 @@ func run(m *testing.M) int {
 func Config() aws.Config { return cfg }
 
 // DynamoDB returns a client for DynamoDB Local.
-func DynamoDB() *dynamodb.Client { return dynamodb.NewFromConfig(cfg) }
+func DynamoDB() *dynamodb.Client { return dynamodb.NewFromConfig(cfg, awsclient.DynamoDBOptions) }
 
 // SQS returns a client for the SQS emulator.
 func SQS() *sqs.Client { return sqs.NewFromConfig(cfg) }

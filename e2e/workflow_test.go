@@ -1,0 +1,214 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// waitWorkflow polls GET /workflows/{id} until it reaches one of states.
+func waitWorkflow(t *testing.T, id string, timeout time.Duration, states ...string) map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var last map[string]any
+	for time.Now().Before(deadline) {
+		r := do(t, http.MethodGet, "/ojs/v1/workflows/"+id, nil)
+		if r.Status == 200 {
+			last = r.Body["workflow"].(map[string]any)
+			for _, s := range states {
+				if last["state"] == s {
+					return last
+				}
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("workflow %s did not reach %v in %v; last %v", id, states, timeout, last)
+	return nil
+}
+
+func createWorkflow(t *testing.T, body string) map[string]any {
+	t.Helper()
+	r := do(t, http.MethodPost, "/ojs/v1/workflows", body)
+	if r.Status != 201 {
+		t.Fatalf("create workflow: %d %s", r.Status, r.Raw)
+	}
+	return r.Body["workflow"].(map[string]any)
+}
+
+// work plays a pull worker on queue q until the workflow finishes: run
+// returns a result or an error message for each fetched job.
+func work(t *testing.T, q, wfID string, run func(j map[string]any) (any, string)) map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		r := do(t, http.MethodPost, "/ojs/v1/workers/fetch", map[string]any{"queues": []string{q}, "count": 10, "worker_id": "e2e"})
+		jobs, _ := r.Body["jobs"].([]any)
+		for _, x := range jobs {
+			j := x.(map[string]any)
+			res, failMsg := run(j)
+			if failMsg != "" {
+				do(t, http.MethodPost, "/ojs/v1/workers/nack", map[string]any{"job_id": j["id"], "error": map[string]any{"code": "handler_error", "message": failMsg, "retryable": false}})
+			} else {
+				do(t, http.MethodPost, "/ojs/v1/workers/ack", map[string]any{"job_id": j["id"], "result": res})
+			}
+		}
+		w := do(t, http.MethodGet, "/ojs/v1/workflows/"+wfID, nil).Body["workflow"].(map[string]any)
+		if s := w["state"]; s == "completed" || s == "failed" || s == "cancelled" {
+			return w
+		}
+		if len(jobs) == 0 {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	t.Fatalf("workflow %s did not finish", wfID)
+	return nil
+}
+
+func pr(j map[string]any) string {
+	b, _ := json.Marshal(j["parent_results"])
+	return string(b)
+}
+
+// Seed example 12.1: the order-processing chain, in pull mode.
+func TestWorkflowOrderProcessingChain(t *testing.T) {
+	t.Parallel()
+	q := uniqueQueue(t)
+	opts := fmt.Sprintf(`"options":{"queue":"%s"}`, q)
+	wf := createWorkflow(t, `{"type":"chain","name":"order-processing","steps":[
+		{"type":"order.validate","args":[{"order_id":"ord_123"}],`+opts+`},
+		{"type":"payment.charge","args":[],`+opts+`},
+		{"type":"inventory.reserve","args":[],`+opts+`},
+		{"type":"notification.send","args":[],`+opts+`}]}`)
+	steps := wf["steps"].([]any)
+	if wf["state"] != "running" || steps[0].(map[string]any)["state"] != "pending" || steps[1].(map[string]any)["state"] != "waiting" || steps[1].(map[string]any)["job_id"] != nil {
+		t.Fatalf("created: %v", wf)
+	}
+	var order []string
+	done := work(t, q, wf["id"].(string), func(j map[string]any) (any, string) {
+		order = append(order, j["type"].(string)+" "+pr(j))
+		return map[string]any{"step": j["type"]}, ""
+	})
+	if done["state"] != "completed" || len(order) != 4 ||
+		order[3] != `notification.send {"0":{"step":"order.validate"},"1":{"step":"payment.charge"},"2":{"step":"inventory.reserve"}}` {
+		t.Fatalf("chain: %v\n%s", done["state"], strings.Join(order, "\n"))
+	}
+}
+
+// Seed example 12.2: the multi-format export group, one job failing.
+func TestWorkflowExportGroupWithAFailure(t *testing.T) {
+	t.Parallel()
+	q := uniqueQueue(t)
+	opts := fmt.Sprintf(`"options":{"queue":"%s"}`, q)
+	wf := createWorkflow(t, `{"type":"group","name":"multi-format-export","jobs":[
+		{"type":"export.csv","args":[{"report_id":"rpt_456"}],`+opts+`},
+		{"type":"export.pdf","args":[{"report_id":"rpt_456"}],`+opts+`},
+		{"type":"export.xlsx","args":[{"report_id":"rpt_456"}],`+opts+`}]}`)
+	done := work(t, q, wf["id"].(string), func(j map[string]any) (any, string) {
+		if j["type"] == "export.pdf" {
+			return nil, "pdf renderer crashed"
+		}
+		return map[string]any{"path": "/exports/" + j["type"].(string)}, ""
+	})
+	meta := done["metadata"].(map[string]any)
+	if done["state"] != "failed" || num(meta["completed_count"]) != 2 || num(meta["failed_count"]) != 1 || len(done["errors"].([]any)) != 1 {
+		t.Fatalf("group: %v", done)
+	}
+}
+
+// Seed example 12.3: the bulk email batch, in both scenarios.
+func TestWorkflowBulkEmailBatch(t *testing.T) {
+	t.Parallel()
+	for _, bounce := range []bool{false, true} {
+		bounce := bounce
+		t.Run(fmt.Sprintf("bounce=%v", bounce), func(t *testing.T) {
+			t.Parallel()
+			q := uniqueQueue(t) + fmt.Sprint(bounce)
+			opts := fmt.Sprintf(`"options":{"queue":"%s"}`, q)
+			wf := createWorkflow(t, `{"type":"batch","name":"bulk-email","jobs":[
+				{"type":"email.send","args":["user1@example.com","welcome"],`+opts+`},
+				{"type":"email.send","args":["user2@example.com","welcome"],`+opts+`},
+				{"type":"email.send","args":["user3@example.com","welcome"],`+opts+`}],
+				"callbacks":{"on_complete":{"type":"batch.report","args":[],`+opts+`},
+				"on_success":{"type":"batch.celebrate","args":[],`+opts+`},
+				"on_failure":{"type":"batch.alert","args":[],`+opts+`}}}`)
+			ran := map[string]int{}
+			var reportParents string
+			done := work(t, q, wf["id"].(string), func(j map[string]any) (any, string) {
+				ran[j["type"].(string)]++
+				if j["type"] == "batch.report" {
+					reportParents = pr(j)
+				}
+				if bounce && j["type"] == "email.send" && j["args"].([]any)[0] == "user3@example.com" {
+					return nil, "mailbox unavailable"
+				}
+				return map[string]any{"status": "sent"}, ""
+			})
+			want := map[string]int{"email.send": 3, "batch.report": 1, "batch.celebrate": 1, "batch.alert": 0}
+			if bounce {
+				want["batch.celebrate"], want["batch.alert"] = 0, 1
+			}
+			for k, v := range want {
+				if ran[k] != v {
+					t.Errorf("%s ran %d times, want %d", k, ran[k], v)
+				}
+			}
+			if done["state"] != "completed" || strings.Count(reportParents, `"status"`)+strings.Count(reportParents, `"failed"`) < 3 {
+				t.Fatalf("batch: %v; on_complete parent_results %s", done["state"], reportParents)
+			}
+		})
+	}
+}
+
+// Seed example 12.4: the ETL chain with a nested group, run by the worker
+// function (push mode) with the example handlers.
+func TestWorkflowETLInPushMode(t *testing.T) {
+	t.Parallel()
+	opts := fmt.Sprintf(`"options":{"queue":"%s"}`, pushQueue)
+	wf := createWorkflow(t, `{"type":"chain","name":"etl-pipeline","steps":[
+		{"type":"test.echo","args":["extract"],`+opts+`},
+		{"type":"group","name":"parallel-transforms","jobs":[
+			{"type":"test.echo","args":["csv"],`+opts+`},
+			{"type":"test.echo","args":["parquet"],`+opts+`},
+			{"type":"test.echo","args":["json"],`+opts+`}]},
+		{"type":"test.echo","args":["load"],`+opts+`}]}`)
+	done := waitWorkflow(t, wf["id"].(string), 60*time.Second, "completed", "failed")
+	steps := done["steps"].([]any)
+	group := steps[1].(map[string]any)
+	last := steps[2].(map[string]any)
+	if done["state"] != "completed" || group["state"] != "completed" || len(group["jobs"].([]any)) != 3 || last["state"] != "completed" {
+		t.Fatalf("etl: %v", done)
+	}
+	j := do(t, http.MethodGet, "/ojs/v1/jobs/"+last["job_id"].(string), nil).job(t)
+	if pr(j) != `{"0":["extract"],"1":{"0":["csv"],"1":["parquet"],"2":["json"]}}` {
+		t.Fatalf("load step parent_results: %s", pr(j))
+	}
+}
+
+func TestWorkflowCancelAndErrors(t *testing.T) {
+	t.Parallel()
+	q := uniqueQueue(t)
+	wf := createWorkflow(t, fmt.Sprintf(`{"type":"chain","steps":[{"type":"a.b","args":[],"options":{"queue":"%s"}},{"type":"a.c","args":[],"options":{"queue":"%s"}}]}`, q, q))
+	id := wf["id"].(string)
+	r := do(t, http.MethodDelete, "/ojs/v1/workflows/"+id, nil)
+	if r.Status != 200 || r.Body["workflow"].(map[string]any)["state"] != "cancelled" {
+		t.Fatalf("cancel: %d %s", r.Status, r.Raw)
+	}
+	if r := do(t, http.MethodDelete, "/ojs/v1/workflows/"+id, nil); r.Status != 409 || r.errCode() != "conflict" {
+		t.Fatalf("second cancel: %d %s", r.Status, r.Raw)
+	}
+	time.Sleep(time.Second) // let the stream see the root
+	if f := do(t, http.MethodPost, "/ojs/v1/workers/fetch", map[string]any{"queues": []string{q}}); len(f.Body["jobs"].([]any)) != 0 {
+		t.Fatalf("a cancelled workflow's job was fetched: %s", f.Raw)
+	}
+	if r := do(t, http.MethodGet, "/ojs/v1/workflows/019414d4-8b2e-7c3a-b5d1-f0e2a3b4c5d6", nil); r.Status != 404 {
+		t.Fatalf("unknown: %d", r.Status)
+	}
+	bad := do(t, http.MethodPost, "/ojs/v1/workflows", `{"type":"batch","jobs":[]}`)
+	if bad.Status != 400 || bad.errCode() != "invalid_workflow" || !strings.Contains(string(bad.Raw), `"$.jobs"`) || !strings.Contains(string(bad.Raw), `"$.callbacks"`) {
+		t.Fatalf("invalid workflow: %d %s", bad.Status, bad.Raw)
+	}
+}
