@@ -15,11 +15,12 @@ DEV_ADDR    ?= 127.0.0.1:8080
 EMU_STAMP   := localstack/node_modules/.package-lock.json
 
 .DEFAULT_GOAL := help
-.PHONY: help prereqs emulators build-local dev test test-unit vet bench clean
+.PHONY: help prereqs emulators build-local dev demo test test-unit vet bench clean
 
 help:
 	@echo "make dev          run the offline local stack on http://localhost:8080 with a demo (Ctrl-C stops it)"
 	@echo "make test         run every test (starts and stops its own emulators)"
+	@echo "make demo         the local stack running the ETL workflow example step by step"
 	@echo "make build        build the Lambda binaries (linux/arm64) into build/lambda/"
 	@echo "make synth        synthesise the CDK stacks for dev, staging and prod (offline)"
 	@echo "make deploy ENV=dev|staging|prod, make destroy ENV=..., make test-e2e URL=..."
@@ -50,7 +51,11 @@ build-local: prereqs
 	$(GO) build -o .local/ojs-local ./localstack/cmd/ojs-local
 
 dev: emulators build-local
-	@exec .local/ojs-local -demo -addr $(DEV_ADDR) -bin $(LOCAL_BIN)
+	@exec .local/ojs-local -demo jobs -addr $(DEV_ADDR) -bin $(LOCAL_BIN)
+
+# The ETL workflow example, its progress shown step by step.
+demo: emulators build-local
+	@exec .local/ojs-local -demo etl -addr $(DEV_ADDR) -bin $(LOCAL_BIN)
 
 vet: prereqs
 	$(GO) vet ./...

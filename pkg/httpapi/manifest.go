@@ -4,6 +4,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
+	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
 )
 
 // ImplementationVersion is this product's version.
@@ -29,7 +30,7 @@ func Manifest() map[string]any {
 			"batch_enqueue": true, "dead_letter": true, "delayed_jobs": true, "job_ttl": true,
 			"priority_queues": true, "heartbeat": true, "visibility_timeout": true, "retry_policies": true,
 			"pending_jobs": true, "push_delivery_lambda": true,
-			"cron_jobs": false, "workflows": false, "unique_jobs": false, "pause_resume": false,
+			"cron_jobs": false, "workflows": true, "unique_jobs": false, "pause_resume": false,
 			"rate_limiting": false, "schema_validation": false, "events": false, "queue_stats": false,
 		},
 		"limits": map[string]any{
@@ -37,6 +38,7 @@ func Manifest() map[string]any {
 			"max_result_bytes": job.MaxResultBytes, "max_request_bytes": MaxBodyBytes,
 			"max_batch_jobs": store.MaxBatch, "max_fetch_count": lifecycle.MaxFetch,
 			"min_priority": job.MinPriority, "max_priority": job.MaxPriority,
+			"max_workflow_depth": workflow.MaxDepth, "max_workflow_jobs": workflow.MaxJobs,
 		},
 		"extensions": []string{"push-delivery-aws-lambda"},
 		"endpoints":  map[string]string{"manifest": "/ojs/manifest", "health": "/ojs/v1/health", "base_path": "/ojs/v1"},

@@ -15,9 +15,13 @@ type client struct {
 
 func (c client) do(method, path string, body any) (int, map[string]any, error) {
 	var rd io.Reader
-	if body != nil {
-		b, _ := json.Marshal(body)
-		rd = bytes.NewReader(b)
+	switch b := body.(type) {
+	case nil:
+	case rawJSON:
+		rd = bytes.NewReader([]byte(b))
+	default:
+		raw, _ := json.Marshal(b)
+		rd = bytes.NewReader(raw)
 	}
 	req, _ := http.NewRequest(method, c.base+path, rd)
 	req.Header.Set("Content-Type", "application/openjobspec+json")

@@ -27,7 +27,7 @@ func main() {
 	bin := flag.String("bin", ".local/bin", "directory holding <function>/bootstrap binaries (make build-local)")
 	logs := flag.String("logs", ".local/logs", "directory for function and emulator logs")
 	envName := flag.String("env", "local", "topology environment to run")
-	demo := flag.Bool("demo", false, "enqueue demo jobs through the API and report what happened")
+	demo := flag.String("demo", "", `"jobs": enqueue demo jobs through the API and report what happened; "etl": run the ETL workflow example step by step`)
 	token := flag.String("token", os.Getenv(topology.EnvAuthToken), "require this bearer token on every API route")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -37,7 +37,7 @@ func main() {
 	}
 }
 
-func run(addr, bin, logs, envName, token string, demo bool, log *slog.Logger) error {
+func run(addr, bin, logs, envName, token, demo string, log *slog.Logger) error {
 	env, err := topology.ForEnv(envName)
 	if err != nil {
 		return err
@@ -78,10 +78,18 @@ func run(addr, bin, logs, envName, token string, demo bool, log *slog.Logger) er
 	fmt.Printf("DynamoDB Local: %s  table %s\n", em.DynamoDBEndpoint, rt.Table())
 	fmt.Printf("SQS emulator:   %s  push-mode queues %v\n", em.SQSEndpoint, rt.QueueURLs())
 	fmt.Printf("Function logs:  %s/{api,worker,stream,sweeper}.log\n\n", logs)
-	if demo {
+	switch demo {
+	case "jobs":
 		if err := runDemo(rt.URL(), token); err != nil {
 			fmt.Println("demo failed:", err)
 		}
+	case "etl":
+		if err := runETLDemo(rt.URL(), token); err != nil {
+			fmt.Println("demo failed:", err)
+		}
+	case "":
+	default:
+		return fmt.Errorf("unknown -demo %q (want jobs or etl)", demo)
 	}
 	printHelp(rt.URL(), token)
 	sig := make(chan os.Signal, 1)

@@ -1,0 +1,71 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// etlWorkflow is the seed's ETL example (ojs-workflows.md 12.4): extract,
+// three transforms in parallel, load; run by the worker function with the
+// example handlers (test.sleep stands in for real work).
+const etlWorkflow = `{"type":"chain","name":"etl-pipeline","steps":[
+  {"type":"test.echo","args":["extract from api.example.com/v2/records"],"options":{"queue":"lambda"}},
+  {"type":"group","name":"parallel-transforms","jobs":[
+    {"type":"test.sleep","args":[300],"options":{"queue":"lambda"}},
+    {"type":"test.sleep","args":[600],"options":{"queue":"lambda"}},
+    {"type":"test.sleep","args":[900],"options":{"queue":"lambda"}}]},
+  {"type":"test.echo","args":["load into the warehouse"],"options":{"queue":"lambda"}}]}`
+
+// runETLDemo creates the ETL workflow and prints every change of its
+// steps until it finishes.
+func runETLDemo(base, token string) error {
+	c := client{base: base, token: token}
+	fmt.Println("== ETL workflow: chain(extract, group(transform x3), load), run by the worker function")
+	st, out, err := c.do(http.MethodPost, "/ojs/v1/workflows", rawJSON(etlWorkflow))
+	if err != nil || st != http.StatusCreated {
+		return fmt.Errorf("create workflow: status %d %v %v", st, out, err)
+	}
+	id := out["workflow"].(map[string]any)["id"].(string)
+	fmt.Printf("   POST /ojs/v1/workflows -> 201, workflow %s\n", id)
+	start, last := time.Now(), ""
+	for time.Since(start) < 60*time.Second {
+		_, out, err = c.do(http.MethodGet, "/ojs/v1/workflows/"+id, nil)
+		if err != nil {
+			return err
+		}
+		w := out["workflow"].(map[string]any)
+		line := describe(w)
+		if line != last {
+			fmt.Printf("   %6.2fs  %s\n", time.Since(start).Seconds(), line)
+			last = line
+		}
+		if s := w["state"]; s == "completed" || s == "failed" || s == "cancelled" {
+			steps := w["steps"].([]any)
+			fmt.Printf("   the load step received parent_results from extract and all three transforms:\n   curl -s %s/ojs/v1/jobs/%v\n\n", base, steps[2].(map[string]any)["job_id"])
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("workflow %s did not finish within 60s", id)
+}
+
+func describe(w map[string]any) string {
+	var parts []string
+	for _, s := range w["steps"].([]any) {
+		st := s.(map[string]any)
+		if jobs, ok := st["jobs"].([]any); ok {
+			var inner []string
+			for _, j := range jobs {
+				inner = append(inner, fmt.Sprint(j.(map[string]any)["state"]))
+			}
+			parts = append(parts, fmt.Sprintf("transform[%s]", strings.Join(inner, ",")))
+			continue
+		}
+		parts = append(parts, fmt.Sprint(st["state"]))
+	}
+	return fmt.Sprintf("workflow %-9v extract=%s  %s  load=%s", w["state"], parts[0], parts[1], parts[2])
+}
+
+type rawJSON string
