@@ -70,7 +70,10 @@ func run(m *testing.M) int {
 	env, _ := topology.ForEnv("local")
 	logDir, _ := os.MkdirTemp("", "ojs-e2e-logs-")
 	rt, err = localrt.Start(ctx, localrt.Config{Env: env, AWS: cfg, AWSEnv: em, BinDir: bin, APIAddr: "127.0.0.1:0",
-		Table: fmt.Sprintf("e2e-%d", os.Getpid()), LogDir: logDir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Table: fmt.Sprintf("e2e-%d", os.Getpid()), LogDir: logDir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		// Every stream record is delivered twice: relays, workflow steps and
+		// callbacks must still happen exactly once.
+		DuplicateStreamRecords: true})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1

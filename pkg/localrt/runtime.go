@@ -62,6 +62,10 @@ type Config struct {
 	ExtraEnv []string
 	// Logger receives the runtime's own logs. Default slog.Default().
 	Logger *slog.Logger
+	// DuplicateStreamRecords delivers every stream batch twice, as the
+	// at-least-once Streams mapping may; the e2e suite runs with it on to
+	// prove every consumer idempotent.
+	DuplicateStreamRecords bool
 }
 
 // Runtime is a running local stack.

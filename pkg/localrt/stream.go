@@ -100,6 +100,11 @@ func (rt *Runtime) deliverRecords(ctx context.Context, recs []types.Record) []ty
 	cfg := rt.cfg.Env.Stream
 	for attempt := 0; ctx.Err() == nil; attempt++ {
 		payload, _ := json.Marshal(map[string]any{"Records": lambdaRecords(recs, rt.streamARN)})
+		if rt.cfg.DuplicateStreamRecords {
+			// Deliver the batch an extra time; its outcome is ignored, as a
+			// duplicate delivery's would be.
+			_, _ = rt.Invoke(ctx, topology.FunctionStream, payload)
+		}
 		res, err := rt.Invoke(ctx, topology.FunctionStream, payload)
 		failedAt := -1
 		if err != nil {
