@@ -65,7 +65,7 @@ vet: prereqs
 test: emulators vet
 	$(GO) run ./localstack/cmd/with-emulators -- bash -c '\
 		$(GO) test -count=1 -race ./pkg/... ./functions/... ./localstack/... && \
-		$(INFRA_CDK_ENV) $(GO) test -count=1 ./e2e/... ./infra/...'
+		$(INFRA_CDK_ENV) $(GO) test -count=1 -timeout 30m ./e2e/... ./infra/...'
 
 test-unit: prereqs
 	$(GO) test -count=1 ./pkg/job/... ./pkg/retry/... ./pkg/ojserr/... ./pkg/topology/...

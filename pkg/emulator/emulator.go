@@ -142,7 +142,7 @@ func Start(ctx context.Context, o Options) (*Emulators, error) {
 			return nil, err
 		}
 	}
-	ddb := exec.Command("java", "-Xms64m", "-Xmx1g", "-Djava.library.path="+filepath.Join(jd, "DynamoDBLocal_lib"),
+	ddb := exec.Command("java", "-Xms256m", "-Xmx4g", "-Djava.library.path="+filepath.Join(jd, "DynamoDBLocal_lib"),
 		"-jar", filepath.Join(jd, "DynamoDBLocal.jar"), "-inMemory", "-port", fmt.Sprint(ddbPort))
 	ddb.Dir = os.TempDir() // DynamoDB Local writes a metadata file in its working directory
 	sqs := exec.Command("node", filepath.Join(o.Dir, "sqs-server.mjs"), fmt.Sprint(sqsPort))
