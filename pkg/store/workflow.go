@@ -69,6 +69,58 @@ type Node struct {
 	CompletedAt string `dynamodbav:"completed_at,omitempty"`
 	CancelledAt string `dynamodbav:"cancelled_at,omitempty"`
 	Version     int64  `dynamodbav:"version"`
+	// DuePK and DueAt list a running workflow's root in the due index so
+	// the sweeper checks it for lost progress (see DueWorkflows).
+	DuePK string `dynamodbav:"due_pk,omitempty"`
+	DueAt int64  `dynamodbav:"due_at,omitempty"`
+}
+
+// workflowDuePK is the due-index partition of running workflows. It has no
+// "due#" prefix, so no queue name can collide with it.
+const workflowDuePK = "wfdue"
+
+// WorkflowCheckDue sets when the sweeper first checks a new workflow.
+func WorkflowCheckDue(n *Node, at time.Time) { n.DuePK, n.DueAt = workflowDuePK, ms(at) }
+
+// DueWorkflows lists up to limit running workflows whose progress check is
+// due, with the due time each was listed at.
+func (s *Store) DueWorkflows(ctx context.Context, now time.Time, limit int) (map[string]time.Time, error) {
+	out, err := s.db.Query(ctx, &dynamodb.QueryInput{
+		TableName: &s.table, IndexName: aws.String("due"),
+		KeyConditionExpression: aws.String("due_pk = :pk AND due_at <= :now"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":pk": &types.AttributeValueMemberS{Value: workflowDuePK}, ":now": &types.AttributeValueMemberN{Value: itoa(ms(now))},
+		},
+		Limit: aws.Int32(int32(limit)),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("query due workflows: %w", err)
+	}
+	ids := map[string]time.Time{}
+	for _, av := range out.Items {
+		var n Node
+		if err := attributevalue.UnmarshalMap(av, &n); err != nil {
+			return nil, err
+		}
+		ids[n.WorkflowID] = fromMS(n.DueAt)
+	}
+	return ids, nil
+}
+
+// PostponeWorkflowCheck moves a workflow's next progress check from due
+// to next, if nobody moved it meanwhile.
+func (s *Store) PostponeWorkflowCheck(ctx context.Context, wfID string, due, next time.Time) error {
+	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: &s.table, Key: wfKey(wfID, nodeSK(RootPath)),
+		UpdateExpression:          aws.String("SET due_at = :next"),
+		ConditionExpression:       aws.String("due_at = :due"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":next": &types.AttributeValueMemberN{Value: itoa(ms(next))}, ":due": &types.AttributeValueMemberN{Value: itoa(ms(due))}},
+	})
+	var ccf *types.ConditionalCheckFailedException
+	if err != nil && !errors.As(err, &ccf) {
+		return fmt.Errorf("postpone check of workflow %s: %w", wfID, err)
+	}
+	return nil
 }
 
 // Shard is one counter shard of a composite node.
@@ -441,6 +493,10 @@ func (s *Store) SetNodeState(ctx context.Context, wfID, path string, to string, 
 		u = u.Set(expression.Name("cancelled_at"), expression.Value(job.Timestamp(at))).Set(expression.Name("completed_at"), expression.Value(job.Timestamp(at)))
 	default:
 		u = u.Set(expression.Name("completed_at"), expression.Value(job.Timestamp(at)))
+	}
+	if to != "running" {
+		// A finished workflow leaves the due index.
+		u = u.Remove(expression.Name(attrDuePK)).Remove(expression.Name(attrDueAt))
 	}
 	if failedIndex != nil {
 		u = u.Set(expression.Name("failed_index"), expression.Value(*failedIndex))

@@ -33,6 +33,10 @@ type Sweeper struct {
 	Sender  lifecycleSender
 	// PushQueues are always swept, registered or not.
 	PushQueues []string
+	// Workflows, when set, has its stalled workflows repaired each sweep.
+	Workflows interface {
+		Repair(ctx context.Context, limit int) (int, error)
+	}
 	// BatchSize is how many due jobs one query handles. Default 100.
 	BatchSize int
 	// Logger defaults to slog.Default().
@@ -47,6 +51,7 @@ type lifecycleSender interface {
 type Result struct {
 	Queues      int `json:"queues"`
 	Redelivered int `json:"redelivered"`
+	Workflows   int `json:"workflows_checked"`
 }
 
 // Sweep makes one pass over every queue.
@@ -75,6 +80,13 @@ func (s *Sweeper) Sweep(ctx context.Context) (Result, error) {
 		res.Redelivered += n
 		if err != nil {
 			errs = append(errs, fmt.Errorf("queue %s: %w", q, err))
+		}
+	}
+	if s.Workflows != nil {
+		n, err := s.Workflows.Repair(ctx, limit)
+		res.Workflows = n
+		if err != nil {
+			errs = append(errs, err)
 		}
 	}
 	return res, errors.Join(errs...)
@@ -146,6 +158,7 @@ func (s *Sweeper) Loop(ctx context.Context, tick time.Duration, until time.Time)
 		r, err := s.Sweep(ctx)
 		total.Queues = r.Queues
 		total.Redelivered += r.Redelivered
+		total.Workflows += r.Workflows
 		if err != nil {
 			return total, err
 		}

@@ -39,6 +39,8 @@ type Store interface {
 	SetNodeState(ctx context.Context, wfID, path, to string, at time.Time, failedIndex *int, from ...string) (bool, error)
 	CreateWorkflowJobs(ctx context.Context, wfID string, jobs []*job.Job, redeliverAfter time.Duration) error
 	BatchGetJobs(ctx context.Context, ids []string) (map[string]*job.Job, error)
+	DueWorkflows(ctx context.Context, now time.Time, limit int) (map[string]time.Time, error)
+	PostponeWorkflowCheck(ctx context.Context, wfID string, due, next time.Time) error
 	Apply(ctx context.Context, t store.Transition) (*job.Job, error)
 }
 
@@ -129,6 +131,7 @@ func (e *Engine) Create(ctx context.Context, raw []byte) (*View, error) {
 		if d.Path == store.RootPath {
 			n.State = StateRunning
 			n.CreatedAt, n.StartedAt, n.JobCount = job.Timestamp(now), job.Timestamp(now), jobCount
+			store.WorkflowCheckDue(&n, now.Add(CheckAfter))
 		}
 		nodes = append(nodes, n)
 	})
@@ -140,6 +143,67 @@ func (e *Engine) Create(ctx context.Context, raw []byte) (*View, error) {
 	}
 	e.log.InfoContext(ctx, "workflow created", "workflow_id", id, "type", def.Kind, "jobs", jobCount)
 	return render(def, id, nodes, nil), nil
+}
+
+// CheckAfter is how often the sweeper checks a running workflow for
+// progress lost with a stream record that exhausted its retries.
+const CheckAfter = 5 * time.Minute
+
+// Repair re-drives running workflows whose check is due: a workflow none
+// of whose jobs exist is started again, and every finished job not yet
+// recorded in its workflow is recorded. Both are idempotent, so repairing a
+// healthy workflow changes nothing. It returns how many workflows it
+// checked.
+func (e *Engine) Repair(ctx context.Context, limit int) (int, error) {
+	now := e.now()
+	due, err := e.st.DueWorkflows(ctx, now, limit)
+	if err != nil {
+		return 0, err
+	}
+	for id, at := range due {
+		if err := e.repair(ctx, id); err != nil {
+			return 0, fmt.Errorf("repair workflow %s: %w", id, err)
+		}
+		if err := e.st.PostponeWorkflowCheck(ctx, id, at, now.Add(CheckAfter)); err != nil {
+			return 0, err
+		}
+	}
+	return len(due), nil
+}
+
+func (e *Engine) repair(ctx context.Context, id string) error {
+	items, err := e.st.WorkflowItems(ctx, id)
+	if err != nil || len(items) == 0 || items[0].State != StateRunning {
+		return err
+	}
+	var ids []string
+	recorded := false
+	for _, n := range items {
+		if n.Kind != KindJob {
+			continue
+		}
+		if n.Outcome != "" {
+			recorded = true
+		} else {
+			ids = append(ids, JobID(id, n.Path))
+		}
+	}
+	jobs, err := e.st.BatchGetJobs(ctx, ids)
+	if err != nil {
+		return err
+	}
+	if len(jobs) == 0 && !recorded {
+		e.log.WarnContext(ctx, "repairing a workflow that never started", "workflow_id", id)
+		return e.Start(ctx, id)
+	}
+	for _, j := range jobs {
+		if j.State.Terminal() {
+			if err := e.JobFinished(ctx, j); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // Start starts a workflow's root (idempotent: run for every delivery of
