@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -81,33 +80,16 @@ func (s *Store) Create(ctx context.Context, jobs []*job.Job, redeliverAfter time
 	if len(jobs) > MaxBatch {
 		return fmt.Errorf("create: %d jobs exceed the transaction limit of %d", len(jobs), MaxBatch)
 	}
-	items := make([]map[string]types.AttributeValue, len(jobs))
+	puts := make([]*types.Put, len(jobs))
 	for i, j := range jobs {
-		r, err := toRecord(j)
+		p, err := s.jobPut(j, redeliverAfter)
 		if err != nil {
-			return fmt.Errorf("encode job %s: %w", j.ID, err)
+			return err
 		}
-		switch j.State {
-		case job.Available:
-			r.ReadyPK, r.ReadySK = availPrefix+j.Queue, readySortKey(j.Priority, *j.EnqueuedAt, j.ID)
-			if j.Push {
-				r.DuePK, r.DueAt = duePrefix+j.Queue, ms(j.EnqueuedAt.Add(redeliverAfter))
-			}
-		case job.Scheduled:
-			r.DuePK, r.DueAt = duePrefix+j.Queue, ms(*j.ScheduledAt)
-		case job.Pending:
-		default:
-			return fmt.Errorf("create job %s in state %s", j.ID, j.State)
-		}
-		av, err := attributevalue.MarshalMap(r)
-		if err != nil {
-			return fmt.Errorf("encode job %s: %w", j.ID, err)
-		}
-		items[i] = av
+		puts[i] = p
 	}
-	cond := "attribute_not_exists(pk)"
-	if len(items) == 1 {
-		_, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &s.table, Item: items[0], ConditionExpression: &cond})
+	if len(puts) == 1 {
+		_, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &s.table, Item: puts[0].Item, ConditionExpression: puts[0].ConditionExpression})
 		var ccf *types.ConditionalCheckFailedException
 		if errors.As(err, &ccf) {
 			return &DuplicateError{ID: jobs[0].ID}
@@ -117,9 +99,9 @@ func (s *Store) Create(ctx context.Context, jobs []*job.Job, redeliverAfter time
 		}
 		return nil
 	}
-	tx := make([]types.TransactWriteItem, len(items))
-	for i, it := range items {
-		tx[i] = types.TransactWriteItem{Put: &types.Put{TableName: &s.table, Item: it, ConditionExpression: &cond}}
+	tx := make([]types.TransactWriteItem, len(puts))
+	for i, p := range puts {
+		tx[i] = types.TransactWriteItem{Put: p}
 	}
 	_, err := s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: tx})
 	var tce *types.TransactionCanceledException

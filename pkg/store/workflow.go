@@ -606,7 +606,9 @@ func (s *Store) BatchGetJobs(ctx context.Context, ids []string) (map[string]*job
 	return out, nil
 }
 
-// jobPut builds the conditional put of a new job (see Create).
+// jobPut builds the conditional put of a new job with its initial index
+// entries, set from its state: available jobs join the ready index (and,
+// push-mode, the due index for redelivery); scheduled ones the due index.
 func (s *Store) jobPut(j *job.Job, redeliverAfter time.Duration) (*types.Put, error) {
 	r, err := toRecord(j)
 	if err != nil {

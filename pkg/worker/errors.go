@@ -39,5 +39,9 @@ func describe(err error) (typ, code, msg string, details map[string]any) {
 	if errors.Is(err, context.DeadlineExceeded) {
 		return "timeout", "", "The handler did not finish before its timeout.", nil
 	}
-	return "handler_error", "", err.Error(), map[string]any{"error_class": fmt.Sprintf("%T", errors.Unwrap(err))}
+	inner := err
+	for errors.Unwrap(inner) != nil {
+		inner = errors.Unwrap(inner)
+	}
+	return "handler_error", "", err.Error(), map[string]any{"error_class": fmt.Sprintf("%T", inner)}
 }
