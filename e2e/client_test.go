@@ -79,15 +79,16 @@ func push(t *testing.T, body map[string]any) map[string]any {
 	return r.job(t)
 }
 
-// waitFor polls INFO until the job reaches one of states.
-func waitFor(t *testing.T, id string, timeout time.Duration, states ...string) map[string]any {
+// waitState polls GET path until the object under key reaches one of
+// states, and returns it.
+func waitState(t *testing.T, path, key string, timeout time.Duration, states ...string) map[string]any {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	var last map[string]any
 	for time.Now().Before(deadline) {
-		r := do(t, http.MethodGet, "/ojs/v1/jobs/"+id, nil)
-		if r.Status == http.StatusOK {
-			last = r.job(t)
+		r := do(t, http.MethodGet, path, nil)
+		if obj, ok := r.Body[key].(map[string]any); r.Status == http.StatusOK && ok {
+			last = obj
 			for _, s := range states {
 				if last["state"] == s {
 					return last
@@ -96,8 +97,14 @@ func waitFor(t *testing.T, id string, timeout time.Duration, states ...string) m
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	t.Fatalf("job %s did not reach %v within %v; last: %v", id, states, timeout, last)
+	t.Fatalf("%s did not reach %v within %v; last: %v", path, states, timeout, last)
 	return nil
+}
+
+// waitFor polls INFO until the job reaches one of states.
+func waitFor(t *testing.T, id string, timeout time.Duration, states ...string) map[string]any {
+	t.Helper()
+	return waitState(t, "/ojs/v1/jobs/"+id, "job", timeout, states...)
 }
 
 func num(v any) int {

@@ -12,22 +12,7 @@ import (
 // waitWorkflow polls GET /workflows/{id} until it reaches one of states.
 func waitWorkflow(t *testing.T, id string, timeout time.Duration, states ...string) map[string]any {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var last map[string]any
-	for time.Now().Before(deadline) {
-		r := do(t, http.MethodGet, "/ojs/v1/workflows/"+id, nil)
-		if r.Status == 200 {
-			last = r.Body["workflow"].(map[string]any)
-			for _, s := range states {
-				if last["state"] == s {
-					return last
-				}
-			}
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("workflow %s did not reach %v in %v; last %v", id, states, timeout, last)
-	return nil
+	return waitState(t, "/ojs/v1/workflows/"+id, "workflow", timeout, states...)
 }
 
 func createWorkflow(t *testing.T, body string) map[string]any {

@@ -272,17 +272,22 @@ func (s *Store) batchPut(ctx context.Context, items []map[string]types.Attribute
 	return nil
 }
 
+// getWF reads one workflow item into out (consistent read).
+func (s *Store) getWF(ctx context.Context, wfID, sk string, out any) error {
+	res, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.table, Key: wfKey(wfID, sk), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return fmt.Errorf("get %s %s: %w", wfID, sk, err)
+	}
+	if len(res.Item) == 0 {
+		return ErrNotFound
+	}
+	return attributevalue.UnmarshalMap(res.Item, out)
+}
+
 // GetNode reads one node (consistent read).
 func (s *Store) GetNode(ctx context.Context, wfID, path string) (*Node, error) {
-	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.table, Key: wfKey(wfID, nodeSK(path)), ConsistentRead: aws.Bool(true)})
-	if err != nil {
-		return nil, fmt.Errorf("get node %s%s: %w", wfID, path, err)
-	}
-	if len(out.Item) == 0 {
-		return nil, ErrNotFound
-	}
 	var it nodeItem
-	if err := attributevalue.UnmarshalMap(out.Item, &it); err != nil {
+	if err := s.getWF(ctx, wfID, nodeSK(path), &it); err != nil {
 		return nil, err
 	}
 	return &it.Node, nil
@@ -290,15 +295,8 @@ func (s *Store) GetNode(ctx context.Context, wfID, path string) (*Node, error) {
 
 // GetShard reads one counter shard (consistent read).
 func (s *Store) GetShard(ctx context.Context, wfID, path, key string) (*Shard, error) {
-	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.table, Key: wfKey(wfID, shardSK(path, key)), ConsistentRead: aws.Bool(true)})
-	if err != nil {
-		return nil, fmt.Errorf("get shard %s%s#%s: %w", wfID, path, key, err)
-	}
-	if len(out.Item) == 0 {
-		return nil, ErrNotFound
-	}
 	var it shardItem
-	if err := attributevalue.UnmarshalMap(out.Item, &it); err != nil {
+	if err := s.getWF(ctx, wfID, shardSK(path, key), &it); err != nil {
 		return nil, err
 	}
 	return &it.Shard, nil
