@@ -234,6 +234,7 @@ func (o *OJSServerless) addFunctions() {
 			// Only the stream function publishes events; the others leave
 			// the variable unset, which disables publishing.
 			env[topology.EnvEventBus] = o.EventBus.EventBusName()
+			env[topology.EnvEventTTL] = jsii.String(o.Env.EventTTL.String())
 		}
 		// Our own role without managed policies: the default
 		// AWSLambdaBasicExecutionRole would allow logs:* on "*".
@@ -342,6 +343,9 @@ func (o *OJSServerless) addMappings() {
 		RetryAttempts:           jsii.Number(s.MaxRetries),
 		MaxRecordAge:            seconds(s.MaxRecordAge),
 		ReportBatchItemFailures: jsii.Bool(true),
+		// Only job items and workflow nodes reach the function (event
+		// items and counter shards would only cost invocations).
+		Filters: &[]*map[string]interface{}{{"pattern": jsii.String(s.Filter.Pattern())}},
 		// SqsDlq.bind grants the stream function SendMessage on this queue.
 		OnFailure: awslambdaeventsources.NewSqsDlq(o.StreamFailureQueue),
 	})

@@ -10,11 +10,15 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/ojs-aws/ojs-serverless/pkg/awsclient"
 	"github.com/ojs-aws/ojs-serverless/pkg/dispatch"
+	"github.com/ojs-aws/ojs-serverless/pkg/engine"
+	"github.com/ojs-aws/ojs-serverless/pkg/eventbus"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
@@ -31,6 +35,12 @@ type App struct {
 	PushQueues []string
 	// Workflows creates, advances and reads workflows.
 	Workflows *workflow.Engine
+	// EventTTL is OJS_EVENT_TTL (default 7 days); Publisher publishes
+	// events to OJS_EVENT_BUS (nil when unset: the local stack).
+	EventTTL  time.Duration
+	Publisher *eventbus.Publisher
+	// Table is OJS_TABLE.
+	Table string
 	// AuthToken is OJS_AUTH_TOKEN (empty: no bearer auth in the function;
 	// on AWS, API Gateway authorizes with IAM or JWT).
 	AuthToken string
@@ -62,15 +72,36 @@ func Load(ctx context.Context) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
+	ttl := 7 * 24 * time.Hour
+	if v := os.Getenv(topology.EnvEventTTL); v != "" {
+		if ttl, err = time.ParseDuration(v); err != nil || ttl <= 0 {
+			return nil, fmt.Errorf("%s=%q is not a positive duration", topology.EnvEventTTL, v)
+		}
+	}
+	var pub *eventbus.Publisher
+	if bus := os.Getenv(topology.EnvEventBus); bus != "" {
+		pub = &eventbus.Publisher{Client: eventbridge.NewFromConfig(cfg), Bus: bus}
+	}
 	st := store.New(dynamodb.NewFromConfig(cfg, awsclient.DynamoDBOptions), table)
 	d := dispatch.New(sqs.NewFromConfig(cfg), urls)
 	push := d.Queues()
 	return &App{
-		Logger: log, Store: st, Dispatcher: d, PushQueues: push,
+		Logger: log, Store: st, Dispatcher: d, PushQueues: push, EventTTL: ttl, Publisher: pub, Table: table,
 		Service:   lifecycle.New(st, lifecycle.Config{PushQueues: push, Logger: log}),
 		Workflows: workflow.New(st, workflow.Config{PushQueues: push, Logger: log}),
 		AuthToken: os.Getenv(topology.EnvAuthToken),
 	}, nil
+}
+
+// StreamEngine is the stream function's engine: SQS relay, events (stored,
+// and published when a bus is configured) and workflow advancement.
+func (a *App) StreamEngine() *engine.Engine {
+	e := &engine.Engine{Sender: a.Dispatcher, Workflows: a.Workflows, Logger: a.Logger, Events: a.Store,
+		EventTTL: a.EventTTL, Source: "ojs://" + a.Table + "/engine"}
+	if a.Publisher != nil {
+		e.Publisher = a.Publisher
+	}
+	return e
 }
 
 // Must exits the process with a JSON log line when err is not nil: used

@@ -14,23 +14,41 @@ import (
 	"time"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/dispatch"
+	"github.com/ojs-aws/ojs-serverless/pkg/events"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
+	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
 )
 
-// Change is one stream record: the item before and after (nil when absent).
+// Change is one stream record: the item before and after (nil when absent),
+// as a job (Old, New) or as a workflow node (OldNode, NewNode).
 type Change struct {
-	Old, New *store.Item
+	Old, New         *store.Item
+	OldNode, NewNode *store.Node
+	// At is the record's approximate creation time.
+	At time.Time
 	// SequenceNumber identifies the record for partial batch failures.
 	SequenceNumber string
 	// StartWorkflow is set when the record inserted a workflow's root.
 	StartWorkflow string
 }
 
-// Workflows advances workflows (implemented by *workflow.Engine).
+// Workflows advances workflows and tells the events their node changes
+// imply (implemented by *workflow.Engine).
 type Workflows interface {
 	Start(ctx context.Context, wfID string) error
 	JobFinished(ctx context.Context, j *job.Job) error
+	Events(ctx context.Context, source string, changes []workflow.NodeChange) ([]events.Event, error)
+}
+
+// EventStore keeps events for the events API (implemented by *store.Store).
+type EventStore interface {
+	PutEvents(ctx context.Context, evs []events.Event, ttl time.Duration) error
+}
+
+// Publisher publishes events to subscribers (EventBridge on AWS).
+type Publisher interface {
+	Publish(ctx context.Context, evs []events.Event) error
 }
 
 // Sender sends deliveries (implemented by *dispatch.Dispatcher).
@@ -44,6 +62,13 @@ type Engine struct {
 	// Workflows, when set, is driven by workflow root inserts and by
 	// workflow jobs reaching a terminal state.
 	Workflows Workflows
+	// Events, when set, stores the lifecycle events the changes imply, with
+	// EventTTL (default 7 days); Publisher, when set, also publishes them.
+	Events    EventStore
+	EventTTL  time.Duration
+	Publisher Publisher
+	// Source is the events' source URI. Default "ojs://ojs-serverless/engine".
+	Source string
 	// Concurrency bounds the workflow actions run at once. Default 16.
 	Concurrency int
 	// Now is the clock. Default time.Now.
@@ -108,6 +133,9 @@ func (e *Engine) Process(ctx context.Context, changes []Change) (int, error) {
 		}
 		log.InfoContext(ctx, "relayed push-mode jobs to SQS", "count", len(ds))
 	}
+	if err := e.emit(ctx, changes, now()); err != nil {
+		return 0, err
+	}
 	if e.Workflows == nil {
 		return -1, nil
 	}
@@ -139,6 +167,65 @@ func (e *Engine) Process(ctx context.Context, changes []Change) (int, error) {
 	}
 	wg.Wait()
 	return first, firstErr
+}
+
+// DefaultSource is the events' source when Engine.Source is empty.
+const DefaultSource = "ojs://ojs-serverless/engine"
+
+// emit derives the events of every change, stores them and publishes
+// them. Everything is idempotent (deterministic event ids), so a failed
+// batch is simply retried whole.
+func (e *Engine) emit(ctx context.Context, changes []Change, now time.Time) error {
+	if e.Events == nil && e.Publisher == nil {
+		return nil
+	}
+	src := e.Source
+	if src == "" {
+		src = DefaultSource
+	}
+	var evs []events.Event
+	var nodes []workflow.NodeChange
+	for _, c := range changes {
+		at := c.At
+		if at.IsZero() {
+			at = now
+		}
+		if c.New != nil && c.New.Job != nil {
+			var old *job.Job
+			if c.Old != nil {
+				old = c.Old.Job
+			}
+			evs = append(evs, events.FromJob(src, old, c.New.Job, c.New.Version, at)...)
+		}
+		if c.NewNode != nil {
+			nodes = append(nodes, workflow.NodeChange{Old: c.OldNode, New: c.NewNode, At: at})
+		}
+	}
+	if len(nodes) > 0 && e.Workflows != nil {
+		wevs, err := e.Workflows.Events(ctx, src, nodes)
+		if err != nil {
+			return err
+		}
+		evs = append(evs, wevs...)
+	}
+	if len(evs) == 0 {
+		return nil
+	}
+	if e.Events != nil {
+		ttl := e.EventTTL
+		if ttl <= 0 {
+			ttl = 7 * 24 * time.Hour
+		}
+		if err := e.Events.PutEvents(ctx, evs, ttl); err != nil {
+			return err
+		}
+	}
+	if e.Publisher != nil {
+		if err := e.Publisher.Publish(ctx, evs); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // workflowAction returns what a change means for workflows, or nil.

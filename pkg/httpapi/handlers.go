@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/ojs-aws/ojs-serverless/pkg/events"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
@@ -32,10 +33,12 @@ type Jobs interface {
 
 var _ Jobs = (*lifecycle.Service)(nil)
 
-// Backend reports the health of the storage backend.
+// Backend reports the health of the storage backend, lists queues and
+// reads the event log.
 type Backend interface {
 	Ping(ctx context.Context) error
 	Queues(ctx context.Context) ([]string, error)
+	QueryEvents(ctx context.Context, f events.Filter, now time.Time) (*events.Page, error)
 }
 
 var _ Backend = (*store.Store)(nil)
@@ -75,6 +78,7 @@ func New(jobs Jobs, backend Backend, wfs Workflows, cfg Config) *Server {
 	s.add(http.MethodPost, "/ojs/v1/workers/heartbeat", a.heartbeat)
 	s.add(http.MethodGet, "/ojs/v1/dead-letter", a.deadLetter)
 	s.add(http.MethodGet, "/ojs/v1/queues", a.queues)
+	s.add(http.MethodGet, "/ojs/v1/events", a.events)
 	if wfs != nil {
 		s.add(http.MethodPost, "/ojs/v1/workflows", a.createWorkflow)
 		s.add(http.MethodGet, "/ojs/v1/workflows/{id}", a.getWorkflow)
@@ -386,6 +390,22 @@ func (a *api) queues(w http.ResponseWriter, r *http.Request, _ params) error {
 		qs[i] = map[string]any{"name": n, "status": "active"}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"queues": qs, "pagination": map[string]any{"total": len(qs), "limit": len(qs), "offset": 0, "has_more": false}})
+	return nil
+}
+
+// events serves GET /ojs/v1/events (ojs-events.md section 6.4): events in
+// time order after the cursor, filtered by type, queue, job type, job or
+// workflow and time.
+func (a *api) events(w http.ResponseWriter, r *http.Request, _ params) error {
+	f, err := events.ParseQuery(r.URL.Query())
+	if err != nil {
+		return err
+	}
+	page, err := a.backend.QueryEvents(r.Context(), f, a.s.cfg.Now())
+	if err != nil {
+		return ojserr.Backend(err)
+	}
+	writeJSON(w, http.StatusOK, page)
 	return nil
 }
 

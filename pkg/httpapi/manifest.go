@@ -31,7 +31,7 @@ func Manifest() map[string]any {
 			"priority_queues": true, "heartbeat": true, "visibility_timeout": true, "retry_policies": true,
 			"pending_jobs": true, "push_delivery_lambda": true,
 			"cron_jobs": false, "workflows": true, "unique_jobs": false, "pause_resume": false,
-			"rate_limiting": false, "schema_validation": false, "events": false, "queue_stats": false,
+			"rate_limiting": false, "schema_validation": false, "events": true, "queue_stats": false,
 		},
 		"limits": map[string]any{
 			"max_envelope_bytes": job.MaxEnvelopeBytes, "max_meta_bytes": job.MaxMetaBytes,
@@ -41,6 +41,6 @@ func Manifest() map[string]any {
 			"max_workflow_depth": workflow.MaxDepth, "max_workflow_jobs": workflow.MaxJobs,
 		},
 		"extensions": []string{"push-delivery-aws-lambda"},
-		"endpoints":  map[string]string{"manifest": "/ojs/manifest", "health": "/ojs/v1/health", "base_path": "/ojs/v1"},
+		"endpoints":  map[string]string{"manifest": "/ojs/manifest", "health": "/ojs/v1/health", "base_path": "/ojs/v1", "events": "/ojs/v1/events"},
 	}
 }

@@ -110,6 +110,9 @@ func Start(ctx context.Context, cfg Config) (*Runtime, error) {
 		if name == topology.FunctionSweeper && cfg.Env.Sweeper.Tick > 0 {
 			env = append(env, topology.EnvSweepTick+"="+cfg.Env.Sweeper.Tick.String())
 		}
+		if name == topology.FunctionStream {
+			env = append(env, topology.EnvEventTTL+"="+cfg.Env.EventTTL.String())
+		}
 		var logw io.Writer = io.Discard
 		if cfg.LogDir != "" {
 			f, err := os.OpenFile(filepath.Join(cfg.LogDir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)

@@ -84,7 +84,13 @@ func (rt *Runtime) readShard(ctx context.Context, client *dynamodbstreams.Client
 				continue
 			}
 			iter = out.NextShardIterator
-			pending = append(pending, out.Records...)
+			for _, r := range out.Records {
+				// The mapping's filter criteria: records that do not match
+				// never reach the function.
+				if sk, ok := r.Dynamodb.Keys[cfg.Filter.Attribute].(*types.AttributeValueMemberS); ok && cfg.Filter.Keep(sk.Value) {
+					pending = append(pending, r)
+				}
+			}
 		}
 		if len(pending) == 0 {
 			sleep(ctx, cfg.PollInterval)

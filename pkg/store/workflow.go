@@ -340,6 +340,9 @@ type Outcome struct {
 	Result, Error                      string
 	Attempt                            int
 	At                                 time.Time
+	// StartedAt, when set, records when a leaf's job started (for the
+	// duration in workflow events).
+	StartedAt time.Time
 }
 
 // RecordOutcome marks a child node finished and counts it in its parent's
@@ -363,6 +366,9 @@ func (s *Store) RecordOutcome(ctx context.Context, o Outcome) (bool, error) {
 	}
 	if o.Attempt > 0 {
 		u = u.Set(expression.Name("attempt"), expression.Value(o.Attempt))
+	}
+	if !o.StartedAt.IsZero() {
+		u = u.Set(expression.Name("started_at"), expression.IfNotExists(expression.Name("started_at"), expression.Value(job.Timestamp(o.StartedAt))))
 	}
 	child, err := expression.NewBuilder().WithUpdate(u).
 		WithCondition(expression.AttributeExists(expression.Name(attrPK)).And(expression.AttributeNotExists(expression.Name("outcome")))).Build()
@@ -629,6 +635,20 @@ func (s *Store) jobPut(j *job.Job, redeliverAfter time.Duration) (*types.Put, er
 		return nil, err
 	}
 	return &types.Put{TableName: &s.table, Item: av, ConditionExpression: aws.String("attribute_not_exists(pk)")}, nil
+}
+
+// DecodeNode turns a stream image into a workflow node; ok is false for
+// items that are not nodes.
+func DecodeNode(av map[string]types.AttributeValue) (*Node, bool, error) {
+	sk, ok := av[attrSK].(*types.AttributeValueMemberS)
+	if !ok || len(sk.Value) < len(nodePrefix) || sk.Value[:len(nodePrefix)] != nodePrefix {
+		return nil, false, nil
+	}
+	var it nodeItem
+	if err := attributevalue.UnmarshalMap(av, &it); err != nil {
+		return nil, false, fmt.Errorf("decode workflow node: %w", err)
+	}
+	return &it.Node, true, nil
 }
 
 // WorkflowStarted reports the workflow id when a stream image is a

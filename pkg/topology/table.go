@@ -33,6 +33,9 @@ const (
 	// scheduled and retryable jobs (due to become available), active jobs
 	// (lease expiry) and available push-mode jobs (redelivery check).
 	IndexDue = "due"
+	// IndexEvents orders lifecycle events by time: partition
+	// ev#<UTC day>#<shard>, sort key the event id (a UUIDv7).
+	IndexEvents = "events"
 )
 
 // JobTable is the table every environment uses.
@@ -43,5 +46,6 @@ var JobTable = Table{
 	Indexes: []Index{
 		{Name: IndexReady, PartitionKey: IndexKey{Name: "ready_pk", Type: "S"}, SortKey: IndexKey{Name: "ready_sk", Type: "S"}},
 		{Name: IndexDue, PartitionKey: IndexKey{Name: "due_pk", Type: "S"}, SortKey: IndexKey{Name: "due_at", Type: "N"}},
+		{Name: IndexEvents, PartitionKey: IndexKey{Name: "ev_pk", Type: "S"}, SortKey: IndexKey{Name: "ev_sk", Type: "S"}},
 	},
 }

@@ -7,8 +7,10 @@
 package topology
 
 import (
+	"encoding/json"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -28,6 +30,9 @@ const (
 	// EnvAuthToken, when set, makes the API require "Authorization: Bearer
 	// <token>" on every route (the local stack's stand-in for IAM/JWT auth).
 	EnvAuthToken = "OJS_AUTH_TOKEN"
+	// EnvEventTTL is a Go duration: how long event items are kept
+	// (default 168h).
+	EnvEventTTL = "OJS_EVENT_TTL"
 	// EnvSweepTick is a Go duration ("1s"): the sweeper sweeps that often
 	// within one scheduled invocation (Sweeper.Tick). Empty sweeps once.
 	EnvSweepTick = "OJS_SWEEP_TICK"
@@ -99,6 +104,50 @@ type Stream struct {
 	// PollInterval is how often the local runtime polls each shard (AWS
 	// polls about four times a second; not a CloudFormation setting).
 	PollInterval time.Duration
+	// Filter selects the records the function receives: the mapping's
+	// filter criteria on AWS, applied by the poller locally.
+	Filter KeyFilter
+}
+
+// KeyFilter keeps stream records whose sort key equals one of Equals or
+// starts with one of Prefixes.
+type KeyFilter struct {
+	Attribute string
+	Equals    []string
+	Prefixes  []string
+}
+
+// StreamFilter keeps job items (sk "JOB") and workflow nodes (sk "N#...")
+// and drops what the stream function never acts on: event items and
+// workflow counter shards.
+var StreamFilter = KeyFilter{Attribute: "sk", Equals: []string{"JOB"}, Prefixes: []string{"N#"}}
+
+// Keep reports whether a record with sort key sk passes the filter.
+func (f KeyFilter) Keep(sk string) bool {
+	for _, e := range f.Equals {
+		if sk == e {
+			return true
+		}
+	}
+	for _, p := range f.Prefixes {
+		if strings.HasPrefix(sk, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// Pattern is the filter as a Lambda event filtering pattern (JSON).
+func (f KeyFilter) Pattern() string {
+	var match []any
+	for _, e := range f.Equals {
+		match = append(match, e)
+	}
+	for _, p := range f.Prefixes {
+		match = append(match, map[string]string{"prefix": p})
+	}
+	b, _ := json.Marshal(map[string]any{"dynamodb": map[string]any{"Keys": map[string]any{f.Attribute: map[string]any{"S": match}}}})
+	return string(b)
 }
 
 // Sweeper configures the periodic repair function.
@@ -177,6 +226,7 @@ func baseEnv(name string) Env {
 			BisectOnError: true,
 			MaxRecordAge:  24 * time.Hour,
 			PollInterval:  250 * time.Millisecond,
+			Filter:        StreamFilter,
 		},
 		Sweeper:          Sweeper{Interval: time.Minute},
 		EventTTL:         7 * 24 * time.Hour,

@@ -329,12 +329,16 @@ func (e *Engine) JobFinished(ctx context.Context, j *job.Job) error {
 		b, _ := json.Marshal(j.Error)
 		errJSON = string(b)
 	}
-	return e.finished(ctx, j.WorkflowID, j.WorkflowNode, ok, string(j.Result), errJSON, j.Attempt)
+	var started time.Time
+	if j.StartedAt != nil {
+		started = *j.StartedAt
+	}
+	return e.finished(ctx, j.WorkflowID, j.WorkflowNode, ok, string(j.Result), errJSON, j.Attempt, started)
 }
 
 // finished records node path's outcome in its parent and applies the
 // consequences, walking up while nodes finish.
-func (e *Engine) finished(ctx context.Context, wfID, path string, ok bool, result, errJSON string, attempt int) error {
+func (e *Engine) finished(ctx context.Context, wfID, path string, ok bool, result, errJSON string, attempt int, started time.Time) error {
 	for path != store.RootPath {
 		parent := parentOf(path)
 		p, err := e.st.GetNode(ctx, wfID, parent)
@@ -353,7 +357,7 @@ func (e *Engine) finished(ctx context.Context, wfID, path string, ok bool, resul
 			key = shardOf(child.Index, p.Total)
 		}
 		if _, err := e.st.RecordOutcome(ctx, store.Outcome{WorkflowID: wfID, Path: path, Parent: parent, ShardKey: key, OK: ok,
-			Result: result, Error: errJSON, Attempt: attempt, At: e.now()}); err != nil {
+			Result: result, Error: errJSON, Attempt: attempt, At: e.now(), StartedAt: started}); err != nil {
 			return err
 		}
 		if child.Outcome != "" {
@@ -372,7 +376,7 @@ func (e *Engine) finished(ctx context.Context, wfID, path string, ok bool, resul
 		if err != nil || !done {
 			return err
 		}
-		path, ok, result, errJSON, attempt = parent, pok, "", "", 0
+		path, ok, result, errJSON, attempt, started = parent, pok, "", "", 0, time.Time{}
 	}
 	return nil
 }

@@ -52,11 +52,12 @@ func Handler(p Processor, log *slog.Logger) func(context.Context, events.DynamoD
 
 // Change decodes one stream record.
 func Change(r events.DynamoDBEventRecord) (engine.Change, error) {
-	c := engine.Change{SequenceNumber: r.Change.SequenceNumber}
+	c := engine.Change{SequenceNumber: r.Change.SequenceNumber, At: r.Change.ApproximateCreationDateTime.UTC()}
 	for _, img := range []struct {
-		src map[string]events.DynamoDBAttributeValue
-		dst **store.Item
-	}{{r.Change.OldImage, &c.Old}, {r.Change.NewImage, &c.New}} {
+		src  map[string]events.DynamoDBAttributeValue
+		dst  **store.Item
+		node **store.Node
+	}{{r.Change.OldImage, &c.Old, &c.OldNode}, {r.Change.NewImage, &c.New, &c.NewNode}} {
 		if len(img.src) == 0 {
 			continue
 		}
@@ -67,8 +68,13 @@ func Change(r events.DynamoDBEventRecord) (engine.Change, error) {
 		if img.dst == &c.New && len(r.Change.OldImage) == 0 {
 			if id, ok := store.WorkflowStarted(av); ok {
 				c.StartWorkflow = id
-				continue
 			}
+		}
+		if n, ok, err := store.DecodeNode(av); err != nil {
+			return c, err
+		} else if ok {
+			*img.node = n
+			continue
 		}
 		it, ok, err := store.DecodeItem(av)
 		if err != nil {

@@ -1,0 +1,171 @@
+// Package events is the OJS event vocabulary (ojs-events.md): the
+// CloudEvents-style envelope, the event types, deterministic event ids,
+// the job events a state change implies, and the filters of the events
+// API.
+//
+// Events are derived from table changes by the stream function, so a
+// duplicated or retried stream record derives the same events with the
+// same ids: storing them is idempotent, and consumers of the EventBridge
+// copy can deduplicate on id.
+package events
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"strings"
+	"time"
+)
+
+// SpecVersion is the envelope's specversion.
+const SpecVersion = "1.0"
+
+// Event types emitted by this implementation.
+const (
+	JobEnqueued  = "job.enqueued"
+	JobScheduled = "job.scheduled"
+	JobStarted   = "job.started"
+	JobCompleted = "job.completed"
+	JobFailed    = "job.failed"
+	JobRetrying  = "job.retrying"
+	JobDiscarded = "job.discarded"
+	JobCancelled = "job.cancelled"
+	JobHeartbeat = "job.heartbeat"
+	JobExpired   = "job.expired"
+
+	QueuePaused  = "queue.paused"
+	QueueResumed = "queue.resumed"
+
+	CronTriggered = "cron.triggered"
+	CronSkipped   = "cron.skipped"
+
+	WorkflowCreated       = "workflow.created"
+	WorkflowStarted       = "workflow.started"
+	WorkflowStepCompleted = "workflow.step_completed"
+	WorkflowStepFailed    = "workflow.step_failed"
+	WorkflowJobCompleted  = "workflow.job_completed"
+	WorkflowJobFailed     = "workflow.job_failed"
+	WorkflowCallbackFired = "workflow.callback_fired"
+	WorkflowCompleted     = "workflow.completed"
+	WorkflowFailed        = "workflow.failed"
+	WorkflowCancelled     = "workflow.cancelled"
+)
+
+// Types lists every type above (the values the events API accepts).
+var Types = []string{
+	JobEnqueued, JobScheduled, JobStarted, JobCompleted, JobFailed, JobRetrying, JobDiscarded, JobCancelled,
+	JobHeartbeat, JobExpired, QueuePaused, QueueResumed, CronTriggered, CronSkipped,
+	WorkflowCreated, WorkflowStarted, WorkflowStepCompleted, WorkflowStepFailed, WorkflowJobCompleted,
+	WorkflowJobFailed, WorkflowCallbackFired, WorkflowCompleted, WorkflowFailed, WorkflowCancelled,
+}
+
+// Event is one OJS event: the envelope of ojs-events.md section 2.
+type Event struct {
+	SpecVersion     string         `json:"specversion"`
+	ID              string         `json:"id"`
+	Type            string         `json:"type"`
+	Source          string         `json:"source"`
+	Time            string         `json:"time"`
+	Subject         string         `json:"subject,omitempty"`
+	DataContentType string         `json:"datacontenttype,omitempty"`
+	Data            map[string]any `json:"data"`
+}
+
+// Category is the part of the type before the dot ("job", "workflow", ...).
+func (e *Event) Category() string {
+	c, _, _ := strings.Cut(e.Type, ".")
+	return c
+}
+
+// Queue is the queue the event concerns ("" if none).
+func (e *Event) Queue() string { return str(e.Data["queue"]) }
+
+// JobType is the job type the event concerns ("" if none).
+func (e *Event) JobType() string { return str(e.Data["job_type"]) }
+
+// At parses the event time.
+func (e *Event) At() time.Time {
+	t, _ := time.Parse(time.RFC3339Nano, e.Time)
+	return t
+}
+
+func str(v any) string {
+	s, _ := v.(string)
+	return s
+}
+
+// New builds an event at time at. Its id is deterministic in (at, seq,
+// key...): the same change always yields the same id. seq orders events of
+// one subject that share a millisecond (pass the item version times a small
+// factor plus the event's position).
+func New(source, typ, subject string, at time.Time, seq int64, data map[string]any, key ...string) Event {
+	at = at.UTC()
+	return Event{
+		SpecVersion: SpecVersion, ID: ID(at, seq, append([]string{typ, subject}, key...)...), Type: typ, Source: source,
+		Time: at.Format("2006-01-02T15:04:05.000Z"), Subject: subject, DataContentType: "application/json", Data: data,
+	}
+}
+
+// ID returns "evt_" and a UUIDv7 (RFC 9562) whose 48-bit timestamp is at's
+// Unix milliseconds, whose rand_a holds seq (mod 4096) and whose rand_b is
+// a hash of key. IDs therefore sort by time as strings, then by seq, and
+// are unique as long as the keys differ.
+func ID(at time.Time, seq int64, key ...string) string {
+	h := sha256.New()
+	for _, k := range key {
+		h.Write([]byte(k))
+		h.Write([]byte{0})
+	}
+	sum := h.Sum(nil)
+	var u [16]byte
+	msec := uint64(at.UnixMilli())
+	u[0], u[1], u[2], u[3], u[4], u[5] = byte(msec>>40), byte(msec>>32), byte(msec>>24), byte(msec>>16), byte(msec>>8), byte(msec)
+	binary.BigEndian.PutUint16(u[6:8], 0x7000|uint16(seq&0x0fff))
+	copy(u[8:], sum[:8])
+	u[8] = u[8]&0x3f | 0x80
+	return "evt_" + uuidString(u)
+}
+
+// LowerBound is the smallest possible id of an event at or after t: ids
+// compared as strings, every event at or after t sorts after it.
+func LowerBound(t time.Time) string {
+	var u [16]byte
+	msec := uint64(t.UnixMilli())
+	u[0], u[1], u[2], u[3], u[4], u[5] = byte(msec>>40), byte(msec>>32), byte(msec>>24), byte(msec>>16), byte(msec>>8), byte(msec)
+	return "evt_" + uuidString(u)
+}
+
+func uuidString(u [16]byte) string {
+	var b [36]byte
+	hex.Encode(b[0:8], u[0:4])
+	b[8] = '-'
+	hex.Encode(b[9:13], u[4:6])
+	b[13] = '-'
+	hex.Encode(b[14:18], u[6:8])
+	b[18] = '-'
+	hex.Encode(b[19:23], u[8:10])
+	b[23] = '-'
+	hex.Encode(b[24:], u[10:])
+	return string(b[:])
+}
+
+// ParseID checks an event id's form and returns its time.
+func ParseID(id string) (time.Time, bool) {
+	rest, ok := strings.CutPrefix(id, "evt_")
+	if !ok || len(rest) != 36 || rest[8] != '-' || rest[13] != '-' || rest[18] != '-' || rest[23] != '-' {
+		return time.Time{}, false
+	}
+	raw, err := hex.DecodeString(strings.ReplaceAll(rest, "-", ""))
+	if err != nil || len(raw) != 16 || strings.ToLower(rest) != rest {
+		return time.Time{}, false
+	}
+	var msec uint64
+	for _, b := range raw[:6] {
+		msec = msec<<8 | uint64(b)
+	}
+	return time.UnixMilli(int64(msec)).UTC(), true
+}
+
+// Marshal is the event as JSON (the stored and published form).
+func (e *Event) Marshal() ([]byte, error) { return json.Marshal(e) }

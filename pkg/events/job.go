@@ -1,0 +1,178 @@
+package events
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
+)
+
+// FromJob returns the job events implied by one change of a job item:
+// old is the job before (nil when the item was created), cur after, version
+// the item version after the change and at the change's time (the stream
+// record's approximate creation time, used only where the job has no
+// timestamp of its own for the event). The result is a pure function of its
+// arguments, in lifecycle order.
+func FromJob(source string, old, cur *job.Job, version int64, at time.Time) []Event {
+	if cur == nil {
+		return nil
+	}
+	var from job.State
+	if old != nil {
+		from = old.State
+	}
+	b := jobEvents{source: source, j: cur, version: version, at: at}
+	if from == cur.State {
+		// A heartbeat renews the lease of an active job in the same attempt.
+		if cur.State == job.Active && old.Attempt == cur.Attempt && cur.LeaseUntil != nil &&
+			(old.LeaseUntil == nil || !old.LeaseUntil.Equal(*cur.LeaseUntil)) {
+			t := at
+			if cur.StartedAt != nil && !t.After(*cur.StartedAt) {
+				t = cur.StartedAt.Add(time.Millisecond)
+			}
+			b.add(JobHeartbeat, t, map[string]any{"worker_id": cur.WorkerID, "attempt": cur.Attempt,
+				"visible_until": job.Timestamp(*cur.LeaseUntil)})
+		}
+		return b.out
+	}
+	switch cur.State {
+	case job.Scheduled:
+		d := map[string]any{"priority": cur.Priority}
+		if cur.ScheduledAt != nil {
+			d["scheduled_at"] = job.Timestamp(*cur.ScheduledAt)
+		}
+		b.add(JobScheduled, or(cur.CreatedAt, at), d)
+	case job.Available:
+		if from == job.Active {
+			// The lease expired or the worker asked for a requeue: the
+			// attempt failed and the job is back in its queue.
+			b.failed(from, true)
+		}
+		d := map[string]any{"priority": cur.Priority}
+		if cur.ScheduledAt != nil {
+			d["scheduled_at"] = job.Timestamp(*cur.ScheduledAt)
+		}
+		b.add(JobEnqueued, or(cur.EnqueuedAt, at), d)
+	case job.Active:
+		worker := cur.WorkerID
+		if worker == "" {
+			worker = "unknown"
+		}
+		b.add(JobStarted, or(cur.StartedAt, at), map[string]any{"worker_id": worker, "attempt": cur.Attempt})
+	case job.Completed:
+		d := map[string]any{"attempt": cur.Attempt, "duration_ms": duration(cur.StartedAt, cur.CompletedAt)}
+		if len(cur.Result) > 0 {
+			d["result"] = json.RawMessage(cur.Result)
+		} else {
+			d["result"] = nil
+		}
+		b.add(JobCompleted, or(cur.CompletedAt, at), d)
+	case job.Retryable:
+		e := b.failed(from, true)
+		d := map[string]any{"attempt": cur.Attempt, "max_attempts": cur.Retry.MaxAttempts, "error": e}
+		if cur.NextAttemptAt != nil {
+			d["next_retry_at"] = job.Timestamp(*cur.NextAttemptAt)
+		}
+		b.add(JobRetrying, b.failedAt(), d)
+	case job.Discarded:
+		if cur.Error != nil && cur.Error.Type == "expired" && from != job.Active {
+			d := map[string]any{"expired_at": job.Timestamp(or(cur.DiscardedAt, at))}
+			if cur.CreatedAt != nil {
+				d["created_at"] = job.Timestamp(*cur.CreatedAt)
+				if cur.ExpiresAt != nil {
+					d["ttl_ms"] = cur.ExpiresAt.Sub(*cur.CreatedAt).Milliseconds()
+				}
+			}
+			b.add(JobExpired, or(cur.DiscardedAt, at), d)
+			break
+		}
+		e := map[string]any{"code": "discarded", "message": "the job was discarded"}
+		if from == job.Active {
+			e = b.failed(from, false)
+		} else if cur.Error != nil {
+			e = errorData(cur.Error, false)
+		}
+		b.add(JobDiscarded, or(cur.DiscardedAt, at), map[string]any{"total_attempts": cur.Attempt,
+			"last_error": map[string]any{"code": e["code"], "message": e["message"]}})
+	case job.Cancelled:
+		b.add(JobCancelled, or(cur.CancelledAt, at), map[string]any{"cancelled_by": "api", "previous_state": string(from)})
+	}
+	return b.out
+}
+
+type jobEvents struct {
+	source  string
+	j       *job.Job
+	version int64
+	at      time.Time
+	out     []Event
+}
+
+// add appends an event with the fields every job event carries.
+func (b *jobEvents) add(typ string, at time.Time, data map[string]any) {
+	data["job_id"] = b.j.ID
+	data["job_type"] = b.j.Type
+	data["queue"] = b.j.Queue
+	if b.j.WorkflowID != "" {
+		data["workflow_id"] = b.j.WorkflowID
+	}
+	seq := b.version*4 + int64(len(b.out))
+	b.out = append(b.out, New(b.source, typ, b.j.ID, at, seq, data, itoa(b.version), itoa(int64(len(b.out)))))
+}
+
+// failed adds job.failed for the attempt that just ended and returns its
+// error data.
+func (b *jobEvents) failed(from job.State, retryable bool) map[string]any {
+	e := errorData(b.j.Error, retryable)
+	d := map[string]any{"attempt": b.j.Attempt, "error": e}
+	if b.j.StartedAt != nil {
+		d["duration_ms"] = duration(b.j.StartedAt, ptr(b.failedAt()))
+	}
+	b.add(JobFailed, b.failedAt(), d)
+	return e
+}
+
+// failedAt is when the last attempt failed.
+func (b *jobEvents) failedAt() time.Time {
+	if b.j.Error != nil {
+		if t, err := time.Parse(time.RFC3339Nano, b.j.Error.Timestamp); err == nil {
+			return t
+		}
+	}
+	return or(b.j.CompletedAt, b.at)
+}
+
+func errorData(e *job.ErrorInfo, retryable bool) map[string]any {
+	if e == nil {
+		return map[string]any{"code": "handler_error", "message": "the attempt failed", "retryable": retryable}
+	}
+	code := e.Code
+	if code == "" {
+		code = e.Type
+	}
+	if code == "" {
+		code = "handler_error"
+	}
+	return map[string]any{"code": code, "message": e.Message, "retryable": retryable}
+}
+
+func or(t *time.Time, def time.Time) time.Time {
+	if t != nil {
+		return *t
+	}
+	return def
+}
+
+func ptr(t time.Time) *time.Time { return &t }
+
+func duration(from, to *time.Time) int64 {
+	if from == nil || to == nil || to.Before(*from) {
+		return 0
+	}
+	return to.Sub(*from).Milliseconds()
+}
+
+func itoa(v int64) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
