@@ -53,6 +53,7 @@ type Node struct {
 	// Fired the ones triggered.
 	Callbacks []string `dynamodbav:"callbacks,omitempty,stringset"`
 	Fired     []string `dynamodbav:"fired,omitempty,stringset"`
+	FiredAt   string   `dynamodbav:"fired_at,omitempty"`
 	// State is waiting, running, completed, failed or cancelled.
 	State string `dynamodbav:"state"`
 	// Outcome is "ok" or "fail" once recorded in the parent's counters.
@@ -456,12 +457,12 @@ func (s *Store) CallbacksDone(ctx context.Context, wfID, path string) (bool, int
 // FireCallbacks creates a batch's callback shard expecting the triggered
 // callbacks and records which fired, exactly once. It returns false if
 // they were already fired.
-func (s *Store) FireCallbacks(ctx context.Context, wfID, path string, fired []string) (bool, error) {
+func (s *Store) FireCallbacks(ctx context.Context, wfID, path string, fired []string, at time.Time) (bool, error) {
 	shard, err := attributevalue.MarshalMap(shardItem{PK: wfPrefix + wfID, SK: shardSK(path, CallbackShard), WFID: wfID, Path: path, Key: CallbackShard, Shard: Shard{Expected: len(fired)}})
 	if err != nil {
 		return false, err
 	}
-	u := expression.Add(expression.Name(attrVersion), expression.Value(1))
+	u := expression.Add(expression.Name(attrVersion), expression.Value(1)).Set(expression.Name("fired_at"), expression.Value(job.Timestamp(at)))
 	if len(fired) > 0 {
 		u = u.Set(expression.Name("fired"), expression.Value(&types.AttributeValueMemberSS{Value: fired}))
 	}

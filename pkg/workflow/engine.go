@@ -34,7 +34,7 @@ type Store interface {
 	WorkflowItems(ctx context.Context, wfID string) ([]*store.Node, error)
 	RecordOutcome(ctx context.Context, o store.Outcome) (bool, error)
 	RollUp(ctx context.Context, wfID, path, key string, sh *store.Shard) (bool, error)
-	FireCallbacks(ctx context.Context, wfID, path string, fired []string) (bool, error)
+	FireCallbacks(ctx context.Context, wfID, path string, fired []string, at time.Time) (bool, error)
 	CallbacksDone(ctx context.Context, wfID, path string) (bool, int, error)
 	SetNodeState(ctx context.Context, wfID, path, to string, at time.Time, failedIndex *int, from ...string) (bool, error)
 	CreateWorkflowJobs(ctx context.Context, wfID string, jobs []*job.Job, redeliverAfter time.Duration) error
@@ -434,7 +434,7 @@ func (e *Engine) decide(ctx context.Context, wfID, path, childPath string, child
 		if len(fired) == 0 {
 			return finish(p.Fail == 0, nil)
 		}
-		if _, err := e.st.FireCallbacks(ctx, wfID, path, fired); err != nil {
+		if _, err := e.st.FireCallbacks(ctx, wfID, path, fired, now); err != nil {
 			return false, false, err
 		}
 		if err := e.startCallbacks(ctx, wfID, path, fired); err != nil {

@@ -93,15 +93,12 @@ func name(root *store.Node) string {
 func (b *wfEvents) change(ctx context.Context, c NodeChange) error {
 	n, old := c.New, c.Old
 	at := c.At
-	if n.Path == store.RootPath {
-		return b.rootChange(ctx, old, n, at)
-	}
 	var oldOutcome string
 	var oldFired []string
 	if old != nil {
 		oldOutcome, oldFired = old.Outcome, old.Fired
 	}
-	if n.Outcome != "" && oldOutcome == "" {
+	if n.Outcome != "" && oldOutcome == "" && n.Path != store.RootPath {
 		if err := b.outcome(ctx, n, at); err != nil {
 			return err
 		}
@@ -117,9 +114,12 @@ func (b *wfEvents) change(ctx context.Context, c NodeChange) error {
 			if contains(oldFired, cb) {
 				continue
 			}
-			b.add(n, events.WorkflowCallbackFired, at, i, root, map[string]any{"callback": cb, "batch_path": n.Path,
+			b.add(n, events.WorkflowCallbackFired, parseTime(n.FiredAt, at), i, root, map[string]any{"callback": cb, "batch_path": n.Path,
 				"job_id": JobID(n.WorkflowID, childPath(n.Path, cb))})
 		}
+	}
+	if n.Path == store.RootPath {
+		return b.rootChange(ctx, old, n, at)
 	}
 	return nil
 }
@@ -161,9 +161,7 @@ func (b *wfEvents) outcome(ctx context.Context, n *store.Node, at time.Time) err
 			d["error"] = map[string]any{"code": errCode(&ei), "message": ei.Message}
 		}
 	}
-	if at.IsZero() || n.CompletedAt != "" {
-		at = parseTime(n.CompletedAt, at)
-	}
+	at = parseTime(n.CompletedAt, at)
 	parent, err := b.node(ctx, n.WorkflowID, parentOf(n.Path))
 	if err != nil || parent == nil {
 		return err

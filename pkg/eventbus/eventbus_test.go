@@ -1,0 +1,103 @@
+package eventbus
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
+	"github.com/ojs-aws/ojs-serverless/pkg/events"
+)
+
+// fakeBus speaks the EventBridge JSON protocol (PutEvents only), failing
+// the first entry of the first request with a throttling error.
+type fakeBus struct {
+	mu       sync.Mutex
+	requests [][]map[string]any
+}
+
+func (f *fakeBus) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get("X-Amz-Target") != "AWSEvents.PutEvents" {
+		http.Error(w, "unexpected target "+r.Header.Get("X-Amz-Target"), 400)
+		return
+	}
+	body, _ := io.ReadAll(r.Body)
+	var in struct{ Entries []map[string]any }
+	if err := json.Unmarshal(body, &in); err != nil {
+		http.Error(w, err.Error(), 400)
+		return
+	}
+	f.mu.Lock()
+	first := len(f.requests) == 0
+	f.requests = append(f.requests, in.Entries)
+	f.mu.Unlock()
+	out := map[string]any{"FailedEntryCount": 0}
+	var res []map[string]any
+	for i := range in.Entries {
+		if first && i == 0 {
+			res = append(res, map[string]any{"ErrorCode": "ThrottlingException", "ErrorMessage": "slow down"})
+			out["FailedEntryCount"] = 1
+		} else {
+			res = append(res, map[string]any{"EventId": "e"})
+		}
+	}
+	out["Entries"] = res
+	w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+	_ = json.NewEncoder(w).Encode(out)
+}
+
+func TestPublishBatchesAndRetriesFailedEntries(t *testing.T) {
+	bus := &fakeBus{}
+	srv := httptest.NewServer(bus)
+	defer srv.Close()
+	client := eventbridge.New(eventbridge.Options{Region: "us-east-1", BaseEndpoint: aws.String(srv.URL),
+		Credentials: aws.AnonymousCredentials{}})
+	p := &Publisher{Client: client, Bus: "ojs-test"}
+	at := time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
+	var evs []events.Event
+	for i := range 23 {
+		evs = append(evs, events.New("ojs://t/engine", events.JobCompleted, "job", at, int64(i), map[string]any{"queue": "q", "i": i}, "k"))
+	}
+	// One event too large for EventBridge goes out truncated.
+	evs = append(evs, events.New("ojs://t/engine", events.JobCompleted, "big", at, 99,
+		map[string]any{"queue": "q", "job_id": "big", "result": strings.Repeat("x", 300<<10)}, "big"))
+	if err := p.Publish(context.Background(), evs); err != nil {
+		t.Fatal(err)
+	}
+	sent := map[string]int{}
+	for _, req := range bus.requests {
+		if len(req) > 10 {
+			t.Errorf("request with %d entries", len(req))
+		}
+		for _, e := range req {
+			if e["Source"] != Source || e["EventBusName"] != "ojs-test" || e["DetailType"] != events.JobCompleted {
+				t.Errorf("entry %v", e)
+			}
+			var env events.Event
+			if err := json.Unmarshal([]byte(e["Detail"].(string)), &env); err != nil {
+				t.Fatal(err)
+			}
+			if len(e["Detail"].(string)) > maxBytes {
+				t.Errorf("detail of %d bytes", len(e["Detail"].(string)))
+			}
+			sent[env.ID]++
+		}
+	}
+	// Every event arrived; the throttled one twice (once failed).
+	for i, e := range evs {
+		want := 1
+		if i == 0 {
+			want = 2
+		}
+		if sent[e.ID] != want {
+			t.Errorf("event %d sent %d times, want %d", i, sent[e.ID], want)
+		}
+	}
+}
