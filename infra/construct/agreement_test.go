@@ -47,6 +47,8 @@ func fromTopology(e topology.Env) settings {
 	s["stream max retries"] = float64(e.Stream.MaxRetries)
 	s["stream bisect on error"] = e.Stream.BisectOnError
 	s["stream max record age (s)"] = secs(e.Stream.MaxRecordAge)
+	s["stream filter pattern"] = e.Stream.Filter.Pattern()
+	s["stream event TTL"] = e.EventTTL.String()
 	s["sweeper schedule"] = rate(e.Sweeper.Interval)
 	s["sweeper tick"] = ""
 	if e.Sweeper.Tick > 0 {
@@ -99,6 +101,10 @@ func fromTemplate(t *testing.T, st *synthesized, e topology.Env) settings {
 			tick, _ := vars[topology.EnvSweepTick].(string)
 			s["sweeper tick"] = tick
 		}
+		if fn == topology.FunctionStream {
+			vars, _ := fp["Environment"].(map[string]any)["Variables"].(map[string]any)
+			s["stream event TTL"] = vars[topology.EnvEventTTL]
+		}
 		lg := refID(fp["LoggingConfig"].(map[string]any)["LogGroup"])
 		s["function "+fn+" log retention (days)"] = props(groups[lg])["RetentionInDays"]
 	}
@@ -114,6 +120,11 @@ func fromTemplate(t *testing.T, st *synthesized, e topology.Env) settings {
 		s["stream max retries"] = mp["MaximumRetryAttempts"]
 		s["stream bisect on error"] = mp["BisectBatchOnFunctionError"]
 		s["stream max record age (s)"] = mp["MaximumRecordAgeInSeconds"]
+		if fc, ok := mp["FilterCriteria"].(map[string]any); ok {
+			if fs, ok := fc["Filters"].([]any); ok && len(fs) == 1 {
+				s["stream filter pattern"] = fs[0].(map[string]any)["Pattern"]
+			}
+		}
 	}
 	for _, r := range st.resources("AWS::Events::Rule") {
 		s["sweeper schedule"] = props(r)["ScheduleExpression"]

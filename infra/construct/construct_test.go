@@ -177,7 +177,7 @@ func TestFunctions(t *testing.T) {
 		vars := fn["Environment"].(map[string]any)["Variables"].(map[string]any)
 		want := []string{topology.EnvLogLevel, topology.EnvPushQueues, topology.EnvTable}
 		if name == topology.FunctionStream {
-			want = append(want, topology.EnvEventBus)
+			want = append(want, topology.EnvEventBus, topology.EnvEventTTL)
 		}
 		if got := sortedKeys(vars); strings.Join(got, ",") != strings.Join(sortedStrings(want), ",") {
 			t.Errorf("%s env vars %v, want %v", name, got, sortedStrings(want))
