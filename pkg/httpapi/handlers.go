@@ -29,6 +29,9 @@ type Jobs interface {
 	Nack(ctx context.Context, id string, in lifecycle.ErrorInput, attempt int) (*job.Job, error)
 	Heartbeat(ctx context.Context, workerID string, ids []string, visibility time.Duration) ([]string, error)
 	DeadLetter(ctx context.Context, queue string, limit int) ([]*job.Job, error)
+	DeadJob(ctx context.Context, id string) (*job.Job, error)
+	RetryDead(ctx context.Context, id string, o lifecycle.RetryOverride) (*job.Job, error)
+	DeleteDead(ctx context.Context, id string) error
 }
 
 var _ Jobs = (*lifecycle.Service)(nil)
@@ -77,6 +80,9 @@ func New(jobs Jobs, backend Backend, wfs Workflows, cfg Config) *Server {
 	s.add(http.MethodPost, "/ojs/v1/workers/nack", a.nack)
 	s.add(http.MethodPost, "/ojs/v1/workers/heartbeat", a.heartbeat)
 	s.add(http.MethodGet, "/ojs/v1/dead-letter", a.deadLetter)
+	s.add(http.MethodGet, "/ojs/v1/dead-letter/{id}", a.deadJob)
+	s.add(http.MethodPost, "/ojs/v1/dead-letter/{id}/retry", a.retryDead)
+	s.add(http.MethodDelete, "/ojs/v1/dead-letter/{id}", a.deleteDead)
 	s.add(http.MethodGet, "/ojs/v1/queues", a.queues)
 	s.add(http.MethodGet, "/ojs/v1/events", a.events)
 	if wfs != nil {
@@ -377,6 +383,40 @@ func (a *api) deadLetter(w http.ResponseWriter, r *http.Request, _ params) error
 		return err
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"jobs": jobs, "pagination": map[string]any{"total": len(jobs), "limit": limit, "offset": 0, "has_more": len(jobs) >= limit}})
+	return nil
+}
+
+func (a *api) deadJob(w http.ResponseWriter, r *http.Request, p params) error {
+	j, err := a.jobs.DeadJob(r.Context(), p["id"])
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"job": j})
+	return nil
+}
+
+func (a *api) retryDead(w http.ResponseWriter, r *http.Request, p params) error {
+	raw, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	o, err := lifecycle.ParseRetryRequest(raw)
+	if err != nil {
+		return err
+	}
+	j, err := a.jobs.RetryDead(r.Context(), p["id"], o)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"job": j})
+	return nil
+}
+
+func (a *api) deleteDead(w http.ResponseWriter, r *http.Request, p params) error {
+	if err := a.jobs.DeleteDead(r.Context(), p["id"]); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"deleted": true, "job_id": p["id"]})
 	return nil
 }
 

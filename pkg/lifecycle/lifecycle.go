@@ -31,6 +31,7 @@ type Store interface {
 	Dead(ctx context.Context, queue string, limit int, cursor string) (store.Page, error)
 	EnsureQueue(ctx context.Context, name string, now time.Time) error
 	Queues(ctx context.Context) ([]string, error)
+	DeleteDead(ctx context.Context, id string) error
 }
 
 var _ Store = (*store.Store)(nil)

@@ -26,6 +26,7 @@ type DynamoAPI interface {
 	UpdateItem(context.Context, *dynamodb.UpdateItemInput, ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
 	Query(context.Context, *dynamodb.QueryInput, ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
 	TransactWriteItems(context.Context, *dynamodb.TransactWriteItemsInput, ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error)
+	DeleteItem(context.Context, *dynamodb.DeleteItemInput, ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error)
 }
 
 var _ DynamoAPI = (*dynamodb.Client)(nil)
@@ -235,6 +236,34 @@ func (s *Store) Due(ctx context.Context, queue string, now time.Time, limit int)
 type Page struct {
 	Jobs   []*job.Job
 	Cursor string
+}
+
+// DeleteDead deletes a discarded job (ojs-dead-letter.md section 10). It
+// returns ErrNotFound if the job does not exist and a ConflictError if it
+// is not discarded.
+func (s *Store) DeleteDead(ctx context.Context, id string) error {
+	_, err := s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+		TableName: &s.table, Key: jobKey(id),
+		ConditionExpression:                 aws.String("#s = :d"),
+		ExpressionAttributeNames:            map[string]string{"#s": attrState},
+		ExpressionAttributeValues:           map[string]types.AttributeValue{":d": &types.AttributeValueMemberS{Value: string(job.Discarded)}},
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	var ccf *types.ConditionalCheckFailedException
+	if errors.As(err, &ccf) {
+		if len(ccf.Item) == 0 {
+			return ErrNotFound
+		}
+		cur, derr := decodeJob(ccf.Item)
+		if derr != nil {
+			return derr
+		}
+		return &ConflictError{Current: cur, Tried: Transition{ID: id, To: "deleted"}}
+	}
+	if err != nil {
+		return fmt.Errorf("delete dead job %s: %w", id, err)
+	}
+	return nil
 }
 
 // Dead lists discarded jobs of a queue, newest first. cursor is the value

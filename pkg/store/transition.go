@@ -316,3 +316,24 @@ func Requeue(j *job.Job, e job.ErrorInfo, now time.Time, redeliverAfter time.Dur
 	t.and(expression.Name(attrAttempt).Equal(expression.Value(j.Attempt)))
 	return t
 }
+
+// Revive returns a discarded job to its queue (dead-letter retry,
+// ojs-dead-letter.md 6.1): attempt reset to 0, fresh enqueued_at, the error
+// history kept, the id unchanged. queue and meta, when set, override the
+// job's (the caller validated them); push says whether the (possibly new)
+// queue is a push-mode queue.
+func Revive(j *job.Job, now time.Time, redeliverAfter time.Duration, queue string, meta json.RawMessage, push bool) Transition {
+	t := newTransition(j.ID, job.Available, job.Discarded)
+	if queue == "" {
+		queue = j.Queue
+	}
+	t.set("queue", queue)
+	t.set("push", push)
+	if len(meta) > 0 {
+		t.set("meta", string(meta))
+	}
+	t.set(attrAttempt, 0)
+	t.becomeAvailable(queue, j.Priority, push, now, redeliverAfter, false)
+	t.remove("completed_at", "discarded_at", "started_at", "retry_delay_ms", "result", "deadline_ms")
+	return t
+}
