@@ -10,6 +10,7 @@ package engine
 import (
 	"context"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
@@ -23,8 +24,9 @@ import (
 // Change is one stream record: the item before and after (nil when absent),
 // as a job (Old, New) or as a workflow node (OldNode, NewNode).
 type Change struct {
-	Old, New         *store.Item
-	OldNode, NewNode *store.Node
+	Old, New           *store.Item
+	OldNode, NewNode   *store.Node
+	OldQueue, NewQueue *store.QueueInfo
 	// At is the record's approximate creation time.
 	At time.Time
 	// SequenceNumber identifies the record for partial batch failures.
@@ -200,6 +202,9 @@ func (e *Engine) emit(ctx context.Context, changes []Change, now time.Time) erro
 		if c.NewNode != nil {
 			nodes = append(nodes, workflow.NodeChange{Old: c.OldNode, New: c.NewNode, At: at})
 		}
+		if c.NewQueue != nil {
+			evs = append(evs, queueEvents(src, c.OldQueue, c.NewQueue, at)...)
+		}
 	}
 	if len(nodes) > 0 && e.Workflows != nil {
 		wevs, err := e.Workflows.Events(ctx, src, nodes)
@@ -227,6 +232,26 @@ func (e *Engine) emit(ctx context.Context, changes []Change, now time.Time) erro
 	}
 	return nil
 }
+
+// queueEvents reports a queue being paused or resumed.
+func queueEvents(src string, old, cur *store.QueueInfo, at time.Time) []events.Event {
+	was := old != nil && old.Paused
+	if was == cur.Paused {
+		return nil
+	}
+	typ, data := events.QueueResumed, map[string]any{"queue": cur.Name, "resumed_by": "api"}
+	if cur.Paused {
+		typ, data = events.QueuePaused, map[string]any{"queue": cur.Name, "paused_by": "api"}
+		if t, err := time.Parse(time.RFC3339Nano, cur.PausedAt); err == nil {
+			at = t
+		}
+	} else if t, err := time.Parse(time.RFC3339Nano, cur.Redeliver); err == nil {
+		at = t // the resume time
+	}
+	return []events.Event{events.New(src, typ, cur.Name, at, cur.Version, data, itoa(cur.Version))}
+}
+
+func itoa(v int64) string { return strconv.FormatInt(v, 10) }
 
 // workflowAction returns what a change means for workflows, or nil.
 func (e *Engine) workflowAction(c Change) func(context.Context) error {

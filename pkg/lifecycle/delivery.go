@@ -42,6 +42,13 @@ func (s *Service) ClaimDelivered(ctx context.Context, items ItemStore, id, worke
 		return Delivered{}, err
 	}
 	j, now := it.Job, s.Now()
+	if p, err := s.paused(ctx, j.Queue); err != nil {
+		return Delivered{}, err
+	} else if p {
+		// A paused queue's job stays where it is; the message is dropped
+		// and the sweeper re-sends the job once the queue is resumed.
+		return Delivered{}, nil
+	}
 	switch j.State {
 	case job.Scheduled, job.Retryable:
 		if wait := it.DueAt.Sub(now); wait > clockSkew {

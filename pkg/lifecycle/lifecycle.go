@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ojs-aws/ojs-serverless/pkg/events"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
@@ -32,6 +33,10 @@ type Store interface {
 	EnsureQueue(ctx context.Context, name string, now time.Time) error
 	Queues(ctx context.Context) ([]string, error)
 	DeleteDead(ctx context.Context, id string) error
+	SetQueuePaused(ctx context.Context, name string, paused bool, now time.Time) (*store.QueueInfo, error)
+	QueueInfos(ctx context.Context) ([]store.QueueInfo, error)
+	CountQueue(ctx context.Context, queue string) (store.QueueCounts, error)
+	QueryEvents(ctx context.Context, f events.Filter, now time.Time) (*events.Page, error)
 }
 
 var _ Store = (*store.Store)(nil)
@@ -62,6 +67,7 @@ type Service struct {
 	rnd    func() float64
 	log    *slog.Logger
 	queues sync.Map // queue names already registered by this process
+	pauses pauseCache
 }
 
 // New returns a service on st.
@@ -420,6 +426,11 @@ func (s *Service) Fetch(ctx context.Context, r FetchRequest) ([]*job.Job, error)
 	for _, q := range r.Queues {
 		if len(out) >= r.Count {
 			break
+		}
+		if p, err := s.paused(ctx, q); err != nil {
+			return nil, ojserr.Backend(err)
+		} else if p {
+			continue // a paused queue is not fetched; its jobs wait
 		}
 		if _, err := s.ResolveDue(ctx, q, 25, false); err != nil {
 			return nil, ojserr.Backend(err)

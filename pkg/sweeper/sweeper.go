@@ -22,8 +22,10 @@ import (
 
 // Store is what the sweeper reads and writes directly.
 type Store interface {
-	Queues(ctx context.Context) ([]string, error)
+	QueueInfos(ctx context.Context) ([]store.QueueInfo, error)
 	Apply(ctx context.Context, t store.Transition) (*job.Job, error)
+	Ready(ctx context.Context, queue string, limit int) ([]store.Item, error)
+	ClearRedeliver(ctx context.Context, name, token string) error
 }
 
 // Sweeper runs sweeps.
@@ -56,13 +58,22 @@ type Result struct {
 
 // Sweep makes one pass over every queue.
 func (s *Sweeper) Sweep(ctx context.Context) (Result, error) {
-	names, err := s.Store.Queues(ctx)
+	infos, err := s.Store.QueueInfos(ctx)
 	if err != nil {
 		return Result{}, err
 	}
 	set := map[string]bool{}
-	for _, q := range append(names, s.PushQueues...) {
+	paused := map[string]bool{}
+	for _, q := range s.PushQueues {
 		set[q] = true
+	}
+	var resumed []store.QueueInfo
+	for _, qi := range infos {
+		set[qi.Name] = true
+		paused[qi.Name] = qi.Paused
+		if qi.Redeliver != "" && !qi.Paused {
+			resumed = append(resumed, qi)
+		}
 	}
 	queues := make([]string, 0, len(set))
 	for q := range set {
@@ -76,10 +87,17 @@ func (s *Sweeper) Sweep(ctx context.Context) (Result, error) {
 	res := Result{Queues: len(queues)}
 	var errs []error
 	for _, q := range queues {
-		n, err := s.sweepQueue(ctx, q, limit)
+		n, err := s.sweepQueue(ctx, q, limit, paused[q])
 		res.Redelivered += n
 		if err != nil {
 			errs = append(errs, fmt.Errorf("queue %s: %w", q, err))
+		}
+	}
+	for _, qi := range resumed {
+		n, err := s.redeliverResumed(ctx, qi)
+		res.Redelivered += n
+		if err != nil {
+			errs = append(errs, fmt.Errorf("resumed queue %s: %w", qi.Name, err))
 		}
 	}
 	if s.Workflows != nil {
@@ -92,7 +110,36 @@ func (s *Sweeper) Sweep(ctx context.Context) (Result, error) {
 	return res, errors.Join(errs...)
 }
 
-func (s *Sweeper) sweepQueue(ctx context.Context, q string, limit int) (int, error) {
+// redeliverResumed re-sends the available push-mode jobs of a resumed
+// queue (their messages were dropped while it was paused), then clears the
+// queue's mark. A crash in between re-sends them again: harmless.
+func (s *Sweeper) redeliverResumed(ctx context.Context, qi store.QueueInfo) (int, error) {
+	sent := 0
+	for round := 0; round < 100; round++ {
+		items, err := s.Store.Ready(ctx, qi.Name, 1000)
+		if err != nil {
+			return sent, err
+		}
+		var ds []dispatch.Delivery
+		for _, it := range items {
+			if it.Job.Push {
+				ds = append(ds, dispatch.Delivery{Job: it.Job})
+			}
+		}
+		if len(ds) > 0 {
+			if err := s.Sender.Send(ctx, ds); err != nil {
+				return sent, err
+			}
+			sent += len(ds)
+		}
+		if len(items) < 1000 || len(ds) == 0 {
+			break
+		}
+	}
+	return sent, s.Store.ClearRedeliver(ctx, qi.Name, qi.Redeliver)
+}
+
+func (s *Sweeper) sweepQueue(ctx context.Context, q string, limit int, paused bool) (int, error) {
 	redelivered := 0
 	for round := 0; round < 50; round++ {
 		items, err := s.Service.ResolveDue(ctx, q, limit, false)
@@ -100,7 +147,7 @@ func (s *Sweeper) sweepQueue(ctx context.Context, q string, limit int) (int, err
 			return redelivered, err
 		}
 		if len(items) > 0 {
-			n, err := s.redeliver(ctx, items)
+			n, err := s.redeliver(ctx, items, paused)
 			redelivered += n
 			if err != nil {
 				return redelivered, err
@@ -116,7 +163,9 @@ func (s *Sweeper) sweepQueue(ctx context.Context, q string, limit int) (int, err
 // redeliver re-sends available push-mode jobs whose redelivery check is due
 // and pushes the check back. Sending first means a crash in between causes
 // a duplicate message (harmless), never a lost one.
-func (s *Sweeper) redeliver(ctx context.Context, items []store.Item) (int, error) {
+// A paused queue's jobs are not sent (the worker would drop them); only
+// their next check is pushed back.
+func (s *Sweeper) redeliver(ctx context.Context, items []store.Item, paused bool) (int, error) {
 	ds := make([]dispatch.Delivery, 0, len(items))
 	for _, it := range items {
 		if it.Job.Push {
@@ -126,7 +175,9 @@ func (s *Sweeper) redeliver(ctx context.Context, items []store.Item) (int, error
 	if len(ds) == 0 {
 		return 0, nil
 	}
-	if err := s.Sender.Send(ctx, ds); err != nil {
+	if paused {
+		ds = nil
+	} else if err := s.Sender.Send(ctx, ds); err != nil {
 		return 0, err
 	}
 	now := s.Service.Now()

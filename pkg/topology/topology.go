@@ -117,10 +117,10 @@ type KeyFilter struct {
 	Prefixes  []string
 }
 
-// StreamFilter keeps job items (sk "JOB") and workflow nodes (sk "N#...")
-// and drops what the stream function never acts on: event items and
-// workflow counter shards.
-var StreamFilter = KeyFilter{Attribute: "sk", Equals: []string{"JOB"}, Prefixes: []string{"N#"}}
+// StreamFilter keeps job items (sk "JOB"), workflow nodes (sk "N#...")
+// and queue items (sk "Q#...", for pause events) and drops what the stream
+// function never acts on: event items and workflow counter shards.
+var StreamFilter = KeyFilter{Attribute: "sk", Equals: []string{"JOB"}, Prefixes: []string{"N#", "Q#"}}
 
 // Keep reports whether a record with sort key sk passes the filter.
 func (f KeyFilter) Keep(sk string) bool {

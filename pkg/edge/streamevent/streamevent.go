@@ -54,10 +54,11 @@ func Handler(p Processor, log *slog.Logger) func(context.Context, events.DynamoD
 func Change(r events.DynamoDBEventRecord) (engine.Change, error) {
 	c := engine.Change{SequenceNumber: r.Change.SequenceNumber, At: r.Change.ApproximateCreationDateTime.UTC()}
 	for _, img := range []struct {
-		src  map[string]events.DynamoDBAttributeValue
-		dst  **store.Item
-		node **store.Node
-	}{{r.Change.OldImage, &c.Old, &c.OldNode}, {r.Change.NewImage, &c.New, &c.NewNode}} {
+		src   map[string]events.DynamoDBAttributeValue
+		dst   **store.Item
+		node  **store.Node
+		queue **store.QueueInfo
+	}{{r.Change.OldImage, &c.Old, &c.OldNode, &c.OldQueue}, {r.Change.NewImage, &c.New, &c.NewNode, &c.NewQueue}} {
 		if len(img.src) == 0 {
 			continue
 		}
@@ -69,6 +70,12 @@ func Change(r events.DynamoDBEventRecord) (engine.Change, error) {
 			if id, ok := store.WorkflowStarted(av); ok {
 				c.StartWorkflow = id
 			}
+		}
+		if q, ok, err := store.DecodeQueue(av); err != nil {
+			return c, err
+		} else if ok {
+			*img.queue = q
+			continue
 		}
 		if n, ok, err := store.DecodeNode(av); err != nil {
 			return c, err

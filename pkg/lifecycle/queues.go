@@ -1,0 +1,167 @@
+package lifecycle
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/ojs-aws/ojs-serverless/pkg/events"
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+	"github.com/ojs-aws/ojs-serverless/pkg/store"
+)
+
+// PauseCacheTTL is how long a process trusts that a queue is not paused: a
+// pause made through another instance takes effect within this time (at
+// once in the instance that made it); a resume takes effect at once.
+const PauseCacheTTL = time.Second
+
+// pauseCache holds the paused queue names read at one time.
+type pauseCache struct {
+	mu     sync.Mutex
+	at     time.Time
+	paused map[string]bool
+}
+
+// paused reports whether queue q is paused, reading every queue's state at
+// most once per PauseCacheTTL.
+func (s *Service) paused(ctx context.Context, q string) (bool, error) {
+	qs := s.st
+	c := &s.pauses
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	// A cached "paused" is always re-read, so a resume takes effect at
+	// once everywhere; a cached "not paused" is trusted for PauseCacheTTL.
+	if c.paused == nil || now.Sub(c.at) > PauseCacheTTL || c.paused[q] {
+		infos, err := qs.QueueInfos(ctx)
+		if err != nil {
+			return false, err
+		}
+		c.paused = map[string]bool{}
+		for _, i := range infos {
+			if i.Paused {
+				c.paused[i.Name] = true
+			}
+		}
+		c.at = now
+	}
+	return c.paused[q], nil
+}
+
+// QueueState is a queue's pause state as the API shows it.
+type QueueState struct {
+	Name     string `json:"name"`
+	Status   string `json:"status"`
+	Paused   bool   `json:"paused"`
+	PausedAt string `json:"paused_at,omitempty"`
+}
+
+func queueState(i *store.QueueInfo) QueueState {
+	st := QueueState{Name: i.Name, Status: "active", Paused: i.Paused, PausedAt: i.PausedAt}
+	if i.Paused {
+		st.Status = "paused"
+	}
+	return st
+}
+
+// SetPaused pauses or resumes a queue. A paused queue still accepts jobs;
+// they wait, neither fetched nor delivered to the worker function, until
+// the queue is resumed (push-mode jobs are then re-sent by the sweeper).
+func (s *Service) SetPaused(ctx context.Context, name string, paused bool) (QueueState, error) {
+	if err := job.ValidateQueue(name); err != nil {
+		return QueueState{}, err
+	}
+	qs := s.st
+	info, err := qs.SetQueuePaused(ctx, name, paused, s.Now())
+	if err != nil {
+		return QueueState{}, ojserr.Backend(err)
+	}
+	s.queues.Store(name, true)
+	s.pauses.mu.Lock()
+	if s.pauses.paused != nil {
+		s.pauses.paused[name] = paused
+	}
+	s.pauses.mu.Unlock()
+	s.log.InfoContext(ctx, "queue pause state changed", "queue", name, "paused", paused)
+	return queueState(info), nil
+}
+
+// QueueStates lists every registered queue with its pause state.
+func (s *Service) QueueStates(ctx context.Context) ([]QueueState, error) {
+	qs := s.st
+	infos, err := qs.QueueInfos(ctx)
+	if err != nil {
+		return nil, ojserr.Backend(err)
+	}
+	out := make([]QueueState, len(infos))
+	for i := range infos {
+		out[i] = queueState(&infos[i])
+	}
+	return out, nil
+}
+
+// QueueStats is GET /queues/{name}/stats.
+type QueueStats struct {
+	QueueState
+	Available         int `json:"available"`
+	Active            int `json:"active"`
+	Scheduled         int `json:"scheduled"`
+	Retryable         int `json:"retryable"`
+	Discarded         int `json:"discarded"`
+	Completed         int `json:"completed"`
+	CompletedLastHour int `json:"completed_last_hour"`
+	FailedLastHour    int `json:"failed_last_hour"`
+}
+
+// Stats counts a queue's jobs by state (from the indexes) and its
+// completions and failed attempts of the last hour (from the event log;
+// "completed" is the same last-hour count, since finished jobs are not
+// indexed per queue).
+func (s *Service) Stats(ctx context.Context, name string) (*QueueStats, error) {
+	if err := job.ValidateQueue(name); err != nil {
+		return nil, err
+	}
+	qs := s.st
+	c, err := qs.CountQueue(ctx, name)
+	if err != nil {
+		return nil, ojserr.Backend(err)
+	}
+	now := s.Now()
+	count := func(typ string) (int, error) {
+		n := 0
+		f := events.Filter{Types: []string{typ}, Queues: []string{name}, Since: now.Add(-time.Hour), Limit: events.MaxLimit}
+		for range 100 {
+			p, err := qs.QueryEvents(ctx, f, now)
+			if err != nil {
+				return 0, err
+			}
+			n += len(p.Events)
+			if !p.HasMore {
+				break
+			}
+			f.After = p.Cursor
+		}
+		return n, nil
+	}
+	done, err := count(events.JobCompleted)
+	if err != nil {
+		return nil, ojserr.Backend(err)
+	}
+	failed, err := count(events.JobFailed)
+	if err != nil {
+		return nil, ojserr.Backend(err)
+	}
+	st := QueueState{Name: name, Status: "active"}
+	infos, err := qs.QueueInfos(ctx)
+	if err != nil {
+		return nil, ojserr.Backend(err)
+	}
+	for i := range infos {
+		if infos[i].Name == name {
+			st = queueState(&infos[i])
+		}
+	}
+	return &QueueStats{QueueState: st, Available: c.Available, Active: c.Active, Scheduled: c.Scheduled, Retryable: c.Retryable,
+		Discarded: c.Discarded, Completed: done, CompletedLastHour: done, FailedLastHour: failed}, nil
+}

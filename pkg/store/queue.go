@@ -1,0 +1,187 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/topology"
+)
+
+// QueueInfo is a registered queue and its pause state.
+type QueueInfo struct {
+	Name     string `dynamodbav:"name"`
+	Paused   bool   `dynamodbav:"paused,omitempty"`
+	PausedAt string `dynamodbav:"paused_at,omitempty"`
+	// Redeliver is set by a resume: the sweeper re-sends the queue's
+	// available push-mode jobs (dropped while paused) and clears it.
+	Redeliver string `dynamodbav:"redeliver,omitempty"`
+	Version   int64  `dynamodbav:"version,omitempty"`
+}
+
+const (
+	queuesPK    = "QUEUES"
+	queuePrefix = "Q#"
+)
+
+func queueKey(name string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{
+		attrPK: &types.AttributeValueMemberS{Value: queuesPK}, attrSK: &types.AttributeValueMemberS{Value: queuePrefix + name},
+	}
+}
+
+// SetQueuePaused pauses or resumes a queue (registering it if needed) and
+// returns its state. Resuming marks the queue for redelivery by the
+// sweeper.
+func (s *Store) SetQueuePaused(ctx context.Context, name string, paused bool, now time.Time) (*QueueInfo, error) {
+	u := expression.Set(expression.Name("name"), expression.Value(name)).
+		Set(expression.Name("created_at"), expression.IfNotExists(expression.Name("created_at"), expression.Value(job.Timestamp(now)))).
+		Add(expression.Name(attrVersion), expression.Value(1))
+	if paused {
+		u = u.Set(expression.Name("paused"), expression.Value(true)).
+			Set(expression.Name("paused_at"), expression.IfNotExists(expression.Name("paused_at"), expression.Value(job.Timestamp(now))))
+	} else {
+		u = u.Remove(expression.Name("paused")).Remove(expression.Name("paused_at")).
+			Set(expression.Name("redeliver"), expression.Value(job.Timestamp(now)))
+	}
+	expr, err := expression.NewBuilder().WithUpdate(u).Build()
+	if err != nil {
+		return nil, err
+	}
+	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table, Key: queueKey(name),
+		UpdateExpression: expr.Update(), ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+		ReturnValues: types.ReturnValueAllNew})
+	if err != nil {
+		return nil, fmt.Errorf("set queue %s paused=%v: %w", name, paused, err)
+	}
+	var q QueueInfo
+	if err := attributevalue.UnmarshalMap(out.Attributes, &q); err != nil {
+		return nil, err
+	}
+	return &q, nil
+}
+
+// QueueInfos lists the registered queues with their pause state.
+func (s *Store) QueueInfos(ctx context.Context) ([]QueueInfo, error) {
+	var qs []QueueInfo
+	var start map[string]types.AttributeValue
+	for {
+		out, err := s.db.Query(ctx, &dynamodb.QueryInput{
+			TableName: &s.table, KeyConditionExpression: aws.String("pk = :pk"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":pk": &types.AttributeValueMemberS{Value: queuesPK}},
+			ExclusiveStartKey:         start, ConsistentRead: aws.Bool(true),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("list queues: %w", err)
+		}
+		for _, it := range out.Items {
+			var q QueueInfo
+			if err := attributevalue.UnmarshalMap(it, &q); err != nil {
+				return nil, err
+			}
+			qs = append(qs, q)
+		}
+		if len(out.LastEvaluatedKey) == 0 {
+			return qs, nil
+		}
+		start = out.LastEvaluatedKey
+	}
+}
+
+// ClearRedeliver removes a queue's redelivery mark if it is still token
+// (a resume in between sets a new one).
+func (s *Store) ClearRedeliver(ctx context.Context, name, token string) error {
+	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table, Key: queueKey(name),
+		UpdateExpression: aws.String("REMOVE redeliver"), ConditionExpression: aws.String("redeliver = :t"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":t": &types.AttributeValueMemberS{Value: token}}})
+	var ccf *types.ConditionalCheckFailedException
+	if err != nil && !errors.As(err, &ccf) {
+		return fmt.Errorf("clear redelivery of queue %s: %w", name, err)
+	}
+	return nil
+}
+
+// DecodeQueue turns a stream image into a queue item; ok is false for
+// other items.
+func DecodeQueue(av map[string]types.AttributeValue) (*QueueInfo, bool, error) {
+	sk, ok := av[attrSK].(*types.AttributeValueMemberS)
+	if !ok || !strings.HasPrefix(sk.Value, queuePrefix) {
+		return nil, false, nil
+	}
+	var q QueueInfo
+	if err := attributevalue.UnmarshalMap(av, &q); err != nil {
+		return nil, false, fmt.Errorf("decode queue item: %w", err)
+	}
+	return &q, true, nil
+}
+
+// QueueCounts are a queue's jobs per waiting state, counted from the
+// indexes (exact at the time of reading).
+type QueueCounts struct {
+	Available, Active, Scheduled, Retryable, Discarded int
+}
+
+// CountQueue counts a queue's available and discarded jobs (ready index)
+// and its active, scheduled and retryable jobs (due index). It reads every
+// index entry of the queue, so its cost grows with the backlog.
+func (s *Store) CountQueue(ctx context.Context, queue string) (QueueCounts, error) {
+	var c QueueCounts
+	count := func(index, keyName, key string, each func(state string)) error {
+		in := &dynamodb.QueryInput{TableName: &s.table, IndexName: aws.String(index),
+			KeyConditionExpression:    aws.String("#k = :k"),
+			ExpressionAttributeNames:  map[string]string{"#k": keyName, "#s": attrState},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":k": &types.AttributeValueMemberS{Value: key}},
+			ProjectionExpression:      aws.String("#s")}
+		for {
+			out, err := s.db.Query(ctx, in)
+			if err != nil {
+				return fmt.Errorf("count %s of queue %s: %w", key, queue, err)
+			}
+			for _, it := range out.Items {
+				if st, ok := it[attrState].(*types.AttributeValueMemberS); ok {
+					each(st.Value)
+				}
+			}
+			if len(out.LastEvaluatedKey) == 0 {
+				return nil
+			}
+			in.ExclusiveStartKey = out.LastEvaluatedKey
+		}
+	}
+	tally := func(state string) {
+		switch job.State(state) {
+		case job.Available:
+			c.Available++
+		case job.Active:
+			c.Active++
+		case job.Scheduled:
+			c.Scheduled++
+		case job.Retryable:
+			c.Retryable++
+		case job.Discarded:
+			c.Discarded++
+		}
+	}
+	if err := count(topology.IndexReady, attrReadyPK, availPrefix+queue, tally); err != nil {
+		return c, err
+	}
+	if err := count(topology.IndexReady, attrReadyPK, deadPrefix+queue, tally); err != nil {
+		return c, err
+	}
+	// The due index also lists available push-mode jobs (redelivery
+	// checks); those were counted from the ready index already.
+	err := count(topology.IndexDue, attrDuePK, duePrefix+queue, func(state string) {
+		if job.State(state) != job.Available {
+			tally(state)
+		}
+	})
+	return c, err
+}
