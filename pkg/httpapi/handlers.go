@@ -27,7 +27,9 @@ type Jobs interface {
 	Fetch(ctx context.Context, r lifecycle.FetchRequest) ([]*job.Job, error)
 	Ack(ctx context.Context, id string, result json.RawMessage, attempt int) (*job.Job, error)
 	Nack(ctx context.Context, id string, in lifecycle.ErrorInput, attempt int) (*job.Job, error)
-	Heartbeat(ctx context.Context, workerID string, ids []string, visibility time.Duration) ([]string, error)
+	Heartbeat(ctx context.Context, r lifecycle.HeartbeatRequest) (lifecycle.HeartbeatResult, error)
+	SetWorkerDirective(ctx context.Context, id, directive string) (*store.WorkerInfo, error)
+	Workers(ctx context.Context) ([]store.WorkerInfo, error)
 	DeadLetter(ctx context.Context, queue string, limit int) ([]*job.Job, error)
 	DeadJob(ctx context.Context, id string) (*job.Job, error)
 	RetryDead(ctx context.Context, id string, o lifecycle.RetryOverride) (*job.Job, error)
@@ -81,6 +83,9 @@ func New(jobs Jobs, backend Backend, wfs Workflows, cfg Config) *Server {
 	s.add(http.MethodPost, "/ojs/v1/workers/ack", a.ack)
 	s.add(http.MethodPost, "/ojs/v1/workers/nack", a.nack)
 	s.add(http.MethodPost, "/ojs/v1/workers/heartbeat", a.heartbeat)
+	s.add(http.MethodGet, "/ojs/v1/admin/workers", a.workers)
+	s.add(http.MethodPost, "/ojs/v1/admin/workers/{id}/quiet", a.workerDirective(lifecycle.WorkerQuiet))
+	s.add(http.MethodPost, "/ojs/v1/admin/workers/{id}/terminate", a.workerDirective(lifecycle.WorkerTerminate))
 	s.add(http.MethodGet, "/ojs/v1/dead-letter", a.deadLetter)
 	s.add(http.MethodGet, "/ojs/v1/dead-letter/{id}", a.deadJob)
 	s.add(http.MethodPost, "/ojs/v1/dead-letter/{id}/retry", a.retryDead)
@@ -331,6 +336,9 @@ func (a *api) nack(w http.ResponseWriter, r *http.Request, _ params) error {
 	return nil
 }
 
+// heartbeat serves BEAT. It accepts both request shapes in use: the
+// worker protocol's (active_jobs as a count, active_job_ids as the list)
+// and the HTTP binding's (active_jobs as the list, or one job_id).
 func (a *api) heartbeat(w http.ResponseWriter, r *http.Request, _ params) error {
 	raw, err := readBody(r)
 	if err != nil {
@@ -338,26 +346,63 @@ func (a *api) heartbeat(w http.ResponseWriter, r *http.Request, _ params) error 
 	}
 	var req struct {
 		WorkerID            string          `json:"worker_id"`
-		ActiveJobs          []string        `json:"active_jobs"`
+		State               string          `json:"state"`
+		ActiveJobs          json.RawMessage `json:"active_jobs"`
+		ActiveJobIDs        []string        `json:"active_job_ids"`
 		JobID               string          `json:"job_id"`
+		Hostname            string          `json:"hostname"`
+		Queues              []string        `json:"queues"`
 		VisibilityTimeoutMS json.RawMessage `json:"visibility_timeout_ms"`
 	}
 	if err := decodeObject(raw, &req); err != nil {
 		return err
 	}
+	hr := lifecycle.HeartbeatRequest{WorkerID: req.WorkerID, State: req.State, JobIDs: req.ActiveJobIDs, Hostname: req.Hostname, Queues: req.Queues}
+	if len(req.ActiveJobs) > 0 && string(req.ActiveJobs) != "null" {
+		var ids []string
+		if json.Unmarshal(req.ActiveJobs, &ids) == nil {
+			hr.JobIDs = append(hr.JobIDs, ids...)
+		} else if json.Unmarshal(req.ActiveJobs, &hr.Active) != nil || hr.Active < 0 {
+			return ojserr.Invalid("active_jobs", "'active_jobs' must be a list of job ids or a non-negative count.")
+		}
+	}
 	if req.JobID != "" {
-		req.ActiveJobs = append(req.ActiveJobs, req.JobID)
+		hr.JobIDs = append(hr.JobIDs, req.JobID)
 	}
 	vt, err := intParam("visibility_timeout_ms", req.VisibilityTimeoutMS, 1, job.MaxTimeout.Milliseconds())
 	if err != nil {
 		return err
 	}
-	ext, err := a.jobs.Heartbeat(r.Context(), req.WorkerID, req.ActiveJobs, time.Duration(vt)*time.Millisecond)
+	hr.Visibility = time.Duration(vt) * time.Millisecond
+	res, err := a.jobs.Heartbeat(r.Context(), hr)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"state": "running", "directive": "running", "jobs_extended": ext, "server_time": job.Timestamp(a.s.cfg.Now())})
+	writeJSON(w, http.StatusOK, map[string]any{"state": res.State, "directive": res.State, "jobs_extended": res.Extended, "server_time": job.Timestamp(a.s.cfg.Now())})
 	return nil
+}
+
+// workers serves GET /ojs/v1/admin/workers.
+func (a *api) workers(w http.ResponseWriter, r *http.Request, _ params) error {
+	ws, err := a.jobs.Workers(r.Context())
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"items": ws, "pagination": map[string]any{"total": len(ws)}})
+	return nil
+}
+
+// workerDirective serves POST /ojs/v1/admin/workers/{id}/quiet and
+// /terminate: the worker learns it on its next heartbeat.
+func (a *api) workerDirective(directive string) func(http.ResponseWriter, *http.Request, params) error {
+	return func(w http.ResponseWriter, r *http.Request, p params) error {
+		wi, err := a.jobs.SetWorkerDirective(r.Context(), p["id"], directive)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"worker": wi})
+		return nil
+	}
 }
 
 func limitParam(r *http.Request) (int, error) {

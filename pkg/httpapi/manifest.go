@@ -21,17 +21,20 @@ func Manifest() map[string]any {
 			"name": "ojs-serverless", "version": ImplementationVersion, "language": "go",
 			"homepage": "https://github.com/ojs-aws/ojs-serverless",
 		},
-		// Level 0 needs lifecycle events and level 1 dead-letter retry,
-		// which are not served yet: the manifest does not claim them.
-		"conformance_level": 0,
+		// Levels 0 and 1 are implemented; level 2 needs cron, which is
+		// not (conformance levels are cumulative). Workflows (level 3) and
+		// batch, priority, stats and pause/resume (level 4) are served and
+		// listed in capabilities; unique jobs and rate limits are not.
+		"conformance_level": 1,
 		"protocols":         []string{"http"},
 		"backend":           "dynamodb",
 		"capabilities": map[string]bool{
 			"batch_enqueue": true, "dead_letter": true, "delayed_jobs": true, "job_ttl": true,
 			"priority_queues": true, "heartbeat": true, "visibility_timeout": true, "retry_policies": true,
 			"pending_jobs": true, "push_delivery_lambda": true,
-			"cron_jobs": false, "workflows": true, "unique_jobs": false, "pause_resume": false,
-			"rate_limiting": false, "schema_validation": false, "events": true, "queue_stats": false,
+			"cron_jobs": false, "workflows": true, "unique_jobs": false, "pause_resume": true,
+			"rate_limiting": false, "schema_validation": false, "events": true, "queue_stats": true,
+			"dead_letter_retry": true, "worker_directives": true, "eventbridge_events": true,
 		},
 		"limits": map[string]any{
 			"max_envelope_bytes": job.MaxEnvelopeBytes, "max_meta_bytes": job.MaxMetaBytes,

@@ -37,6 +37,9 @@ type Store interface {
 	QueueInfos(ctx context.Context) ([]store.QueueInfo, error)
 	CountQueue(ctx context.Context, queue string) (store.QueueCounts, error)
 	QueryEvents(ctx context.Context, f events.Filter, now time.Time) (*events.Page, error)
+	WorkerBeat(ctx context.Context, w store.WorkerInfo, now time.Time) (*store.WorkerInfo, error)
+	SetWorkerDirective(ctx context.Context, id, directive string, now time.Time) (*store.WorkerInfo, error)
+	Workers(ctx context.Context, limit int) ([]store.WorkerInfo, error)
 }
 
 var _ Store = (*store.Store)(nil)
@@ -556,41 +559,140 @@ func (s *Service) ResolveDue(ctx context.Context, queue string, limit int, inlin
 	return redeliver, nil
 }
 
-// Heartbeat extends the leases of a worker's active jobs and returns the
-// ones extended and the directive for the worker ("running").
-func (s *Service) Heartbeat(ctx context.Context, workerID string, ids []string, visibility time.Duration) ([]string, error) {
-	if workerID == "" {
-		return nil, ojserr.Invalid("worker_id", "The 'worker_id' field is required.")
+// HeartbeatRequest is a worker's BEAT (ojs-worker-protocol.md 4.2).
+type HeartbeatRequest struct {
+	WorkerID string
+	// State is what the worker reports: running, quiet or terminate.
+	State    string
+	JobIDs   []string
+	Active   int
+	Hostname string
+	Queues   []string
+	// Visibility is the new lease of each job (default 30 s).
+	Visibility time.Duration
+}
+
+// HeartbeatResult is the answer: the jobs whose lease was extended and
+// the state the worker must move to (running, quiet or terminate).
+type HeartbeatResult struct {
+	Extended []string
+	State    string
+}
+
+// Worker states and directives.
+const (
+	WorkerRunning   = "running"
+	WorkerQuiet     = "quiet"
+	WorkerTerminate = "terminate"
+)
+
+// Heartbeat records the worker, extends the leases of its active jobs and
+// returns its directive: one set by an operator (SetWorkerDirective), or
+// the one an active job's meta.test_directive asks for (the OJS
+// conformance suite's hook), else running. A directive never moves a
+// worker backwards (terminate is never answered with quiet or running).
+func (s *Service) Heartbeat(ctx context.Context, r HeartbeatRequest) (HeartbeatResult, error) {
+	if r.WorkerID == "" {
+		return HeartbeatResult{}, ojserr.Invalid("worker_id", "The 'worker_id' field is required.")
 	}
-	if len(ids) > MaxFetch {
-		return nil, ojserr.Invalid("active_jobs", "At most %d active jobs per heartbeat.", MaxFetch)
+	if len(r.WorkerID) > 256 {
+		return HeartbeatResult{}, ojserr.Invalid("worker_id", "The 'worker_id' is longer than 256 characters.")
 	}
-	extended := []string{}
-	now := s.Now()
-	for _, id := range ids {
+	switch r.State {
+	case "", WorkerRunning, WorkerQuiet, WorkerTerminate:
+	default:
+		return HeartbeatResult{}, ojserr.Invalid("state", "'state' must be running, quiet or terminate.")
+	}
+	if len(r.JobIDs) > MaxFetch {
+		return HeartbeatResult{}, ojserr.Invalid("active_jobs", "At most %d active jobs per heartbeat.", MaxFetch)
+	}
+	for _, id := range r.JobIDs {
 		if err := validID(id); err != nil {
-			return nil, err
+			return HeartbeatResult{}, err
 		}
-		vt := visibility
-		if vt <= 0 {
-			vt = job.DefaultVisibilityTimeout
-		}
-		_, err := s.st.Apply(ctx, store.Extend(id, workerID, now.Add(vt)))
+	}
+	res := HeartbeatResult{Extended: []string{}, State: WorkerRunning}
+	now := s.Now()
+	active := r.Active
+	if active < len(r.JobIDs) {
+		active = len(r.JobIDs)
+	}
+	w, err := s.st.WorkerBeat(ctx, store.WorkerInfo{ID: r.WorkerID, State: r.State, ActiveJobs: active, Hostname: r.Hostname, Queues: r.Queues}, now)
+	if err != nil {
+		return HeartbeatResult{}, ojserr.Backend(err)
+	}
+	directive := w.Directive
+	vt := r.Visibility
+	if vt <= 0 {
+		vt = job.DefaultVisibilityTimeout
+	}
+	for _, id := range r.JobIDs {
+		j, err := s.st.Apply(ctx, store.Extend(id, r.WorkerID, now.Add(vt)))
 		var ce *store.ConflictError
 		if errors.As(err, &ce) && ce.Current.State == job.Active && ce.Current.Deadline != nil &&
-			ce.Current.Deadline.After(now) && (workerID == ce.Current.WorkerID || ce.Current.WorkerID == "") {
+			ce.Current.Deadline.After(now) && (r.WorkerID == ce.Current.WorkerID || ce.Current.WorkerID == "") {
 			// The extension would pass the execution deadline: extend to it.
-			_, err = s.st.Apply(ctx, store.Extend(id, workerID, *ce.Current.Deadline))
+			j, err = s.st.Apply(ctx, store.Extend(id, r.WorkerID, *ce.Current.Deadline))
 		}
 		if errors.As(err, &ce) || errors.Is(err, store.ErrNotFound) {
 			continue
 		}
 		if err != nil {
-			return nil, ojserr.Backend(err)
+			return HeartbeatResult{}, ojserr.Backend(err)
 		}
-		extended = append(extended, id)
+		res.Extended = append(res.Extended, id)
+		directive = stronger(directive, testDirective(j))
 	}
-	return extended, nil
+	res.State = stronger(stronger(WorkerRunning, r.State), directive)
+	return res, nil
+}
+
+// stronger is the later of two worker states (running < quiet < terminate).
+func stronger(a, b string) string {
+	rank := map[string]int{WorkerRunning: 1, WorkerQuiet: 2, WorkerTerminate: 3}
+	if rank[b] > rank[a] {
+		return b
+	}
+	return a
+}
+
+func testDirective(j *job.Job) string {
+	if j == nil || len(j.Meta) == 0 {
+		return ""
+	}
+	var m struct {
+		D string `json:"test_directive"`
+	}
+	_ = json.Unmarshal(j.Meta, &m)
+	if m.D == WorkerQuiet || m.D == WorkerTerminate {
+		return m.D
+	}
+	return ""
+}
+
+// SetWorkerDirective tells a worker, through its next heartbeat, to go
+// quiet or terminate (ojs-admin-api.md 9.3).
+func (s *Service) SetWorkerDirective(ctx context.Context, id, directive string) (*store.WorkerInfo, error) {
+	if id == "" || len(id) > 256 {
+		return nil, ojserr.Invalid("id", "A worker id is 1 to 256 characters.")
+	}
+	if directive != WorkerQuiet && directive != WorkerTerminate {
+		return nil, ojserr.Invalid("directive", "The directive must be quiet or terminate.")
+	}
+	w, err := s.st.SetWorkerDirective(ctx, id, directive, s.Now())
+	if err != nil {
+		return nil, ojserr.Backend(err)
+	}
+	return w, nil
+}
+
+// Workers lists the workers seen in the last day, latest heartbeat first.
+func (s *Service) Workers(ctx context.Context) ([]store.WorkerInfo, error) {
+	ws, err := s.st.Workers(ctx, 1000)
+	if err != nil {
+		return nil, ojserr.Backend(err)
+	}
+	return ws, nil
 }
 
 // DeadLetter lists discarded jobs of the given queues (all registered

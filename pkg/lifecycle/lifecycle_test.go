@@ -134,11 +134,11 @@ func TestLeaseExpiryRequeuesAndHeartbeatExtends(t *testing.T) {
 		t.Fatal("fetch")
 	}
 	c.Add(2 * time.Second)
-	ext, err := s.Heartbeat(ctx, "w1", []string{j.ID}, 0)
-	if err != nil || len(ext) != 1 {
-		t.Fatalf("heartbeat: %v %v", ext, err)
+	hb, err := s.Heartbeat(ctx, lifecycle.HeartbeatRequest{WorkerID: "w1", JobIDs: []string{j.ID}})
+	if err != nil || len(hb.Extended) != 1 || hb.State != "running" {
+		t.Fatalf("heartbeat: %v %v", hb, err)
 	}
-	if ext, _ := s.Heartbeat(ctx, "someone-else", []string{j.ID}, 0); len(ext) != 0 {
+	if hb, _ := s.Heartbeat(ctx, lifecycle.HeartbeatRequest{WorkerID: "someone-else", JobIDs: []string{j.ID}}); len(hb.Extended) != 0 {
 		t.Fatal("another worker extended the lease")
 	}
 	c.Add(2 * time.Second) // 4 s after fetch, 2 s after the heartbeat: still leased
@@ -162,7 +162,7 @@ func TestExecutionTimeoutBoundsHeartbeats(t *testing.T) {
 	j, _ := s.Push(ctx, []byte(`{"type":"test.slow","args":[],"options":{"queue":"tmo","timeout_ms":2000,"retry":{"max_attempts":2}}}`))
 	_, _ = s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"tmo"}, WorkerID: "w"})
 	c.Add(time.Second)
-	if ext, _ := s.Heartbeat(ctx, "w", []string{j.ID}, time.Minute); len(ext) != 1 {
+	if hb, _ := s.Heartbeat(ctx, lifecycle.HeartbeatRequest{WorkerID: "w", JobIDs: []string{j.ID}, Visibility: time.Minute}); len(hb.Extended) != 1 {
 		t.Fatal("heartbeat within the deadline must succeed")
 	}
 	c.Add(1500 * time.Millisecond)
@@ -228,5 +228,60 @@ func TestBatchPushIsAllOrNothing(t *testing.T) {
 	got, _ := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"batch"}, Count: 10})
 	if len(got) != 2 {
 		t.Fatalf("fetched %d", len(got))
+	}
+}
+
+// Directives: an operator's quiet reaches the worker on its next
+// heartbeat, terminate wins over quiet, and a worker is never told to go
+// back to running.
+func TestHeartbeatDirectives(t *testing.T) {
+	t.Parallel()
+	s, _ := newService(t)
+	ctx := context.Background()
+	id := "w-" + t.Name()
+	if hb, err := s.Heartbeat(ctx, lifecycle.HeartbeatRequest{WorkerID: id}); err != nil || hb.State != "running" {
+		t.Fatalf("first beat: %+v %v", hb, err)
+	}
+	if _, err := s.SetWorkerDirective(ctx, id, "quiet"); err != nil {
+		t.Fatal(err)
+	}
+	if hb, _ := s.Heartbeat(ctx, lifecycle.HeartbeatRequest{WorkerID: id}); hb.State != "quiet" {
+		t.Fatalf("after quiet: %+v", hb)
+	}
+	if hb, _ := s.Heartbeat(ctx, lifecycle.HeartbeatRequest{WorkerID: id, State: "terminate"}); hb.State != "terminate" {
+		t.Fatalf("a terminating worker told %q", hb.State)
+	}
+	if _, err := s.SetWorkerDirective(ctx, id, "terminate"); err != nil {
+		t.Fatal(err)
+	}
+	if hb, _ := s.Heartbeat(ctx, lifecycle.HeartbeatRequest{WorkerID: id}); hb.State != "terminate" {
+		t.Fatalf("after terminate: %+v", hb)
+	}
+	ws, err := s.Workers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, w := range ws {
+		found = found || (w.ID == id && w.Directive == "terminate" && w.LastHeartbeatAt != "")
+	}
+	if !found {
+		t.Fatalf("worker %s not listed: %+v", id, ws)
+	}
+	// The conformance hook: an active job's meta.test_directive.
+	j, _ := s.Push(ctx, []byte(`{"type":"a.b","args":[],"meta":{"test_directive":"quiet"},"options":{"queue":"directive"}}`))
+	if got, _ := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"directive"}, WorkerID: "w-meta"}); len(got) != 1 {
+		t.Fatal("fetch")
+	}
+	if hb, _ := s.Heartbeat(ctx, lifecycle.HeartbeatRequest{WorkerID: "w-meta", JobIDs: []string{j.ID}}); hb.State != "quiet" {
+		t.Fatalf("test_directive: %+v", hb)
+	}
+	for _, bad := range []lifecycle.HeartbeatRequest{{}, {WorkerID: "w", State: "sleeping"}, {WorkerID: "w", JobIDs: []string{"nope"}}} {
+		if _, err := s.Heartbeat(ctx, bad); err == nil {
+			t.Errorf("%+v accepted", bad)
+		}
+	}
+	if _, err := s.SetWorkerDirective(ctx, id, "running"); err == nil {
+		t.Error("directive running accepted")
 	}
 }

@@ -1,0 +1,113 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/topology"
+)
+
+// Worker items: pk W#<id>, sk WORKER, listed in the due index under
+// "workers" ordered by last heartbeat, and deleted by TTL a day after the
+// last one.
+const (
+	workerPrefix = "W#"
+	workerSK     = "WORKER"
+	workersDuePK = "workers"
+	workerTTL    = 24 * time.Hour
+)
+
+// WorkerInfo is a worker as its heartbeats describe it, with the state
+// the server wants it in (Directive: "", "quiet" or "terminate").
+type WorkerInfo struct {
+	ID              string   `dynamodbav:"worker_id" json:"id"`
+	State           string   `dynamodbav:"state,omitempty" json:"state"`
+	Directive       string   `dynamodbav:"directive,omitempty" json:"directive,omitempty"`
+	Hostname        string   `dynamodbav:"hostname,omitempty" json:"hostname,omitempty"`
+	Queues          []string `dynamodbav:"queues,omitempty" json:"queues,omitempty"`
+	ActiveJobs      int      `dynamodbav:"active_jobs" json:"active_jobs"`
+	LastHeartbeatAt string   `dynamodbav:"last_heartbeat_at,omitempty" json:"last_heartbeat_at,omitempty"`
+	FirstSeenAt     string   `dynamodbav:"first_seen_at,omitempty" json:"started_at,omitempty"`
+}
+
+func workerKey(id string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{
+		attrPK: &types.AttributeValueMemberS{Value: workerPrefix + id}, attrSK: &types.AttributeValueMemberS{Value: workerSK},
+	}
+}
+
+// WorkerBeat records a heartbeat and returns the worker as stored,
+// including any directive an operator set.
+func (s *Store) WorkerBeat(ctx context.Context, w WorkerInfo, now time.Time) (*WorkerInfo, error) {
+	u := expression.Set(expression.Name("worker_id"), expression.Value(w.ID)).
+		Set(expression.Name("active_jobs"), expression.Value(w.ActiveJobs)).
+		Set(expression.Name("last_heartbeat_at"), expression.Value(job.Timestamp(now))).
+		Set(expression.Name("first_seen_at"), expression.IfNotExists(expression.Name("first_seen_at"), expression.Value(job.Timestamp(now)))).
+		Set(expression.Name(attrDuePK), expression.Value(workersDuePK)).
+		Set(expression.Name(attrDueAt), expression.Value(ms(now))).
+		Set(expression.Name("ttl"), expression.Value(now.Add(workerTTL).Unix()))
+	if w.State != "" {
+		u = u.Set(expression.Name("state"), expression.Value(w.State))
+	}
+	if w.Hostname != "" {
+		u = u.Set(expression.Name("hostname"), expression.Value(w.Hostname))
+	}
+	if len(w.Queues) > 0 {
+		u = u.Set(expression.Name("queues"), expression.Value(w.Queues))
+	}
+	return s.updateWorker(ctx, w.ID, u)
+}
+
+// SetWorkerDirective records the state an operator wants a worker in; it
+// learns it on its next heartbeat.
+func (s *Store) SetWorkerDirective(ctx context.Context, id, directive string, now time.Time) (*WorkerInfo, error) {
+	u := expression.Set(expression.Name("worker_id"), expression.Value(id)).Set(expression.Name("directive"), expression.Value(directive)).
+		Set(expression.Name("ttl"), expression.Value(now.Add(workerTTL).Unix()))
+	return s.updateWorker(ctx, id, u)
+}
+
+func (s *Store) updateWorker(ctx context.Context, id string, u expression.UpdateBuilder) (*WorkerInfo, error) {
+	expr, err := expression.NewBuilder().WithUpdate(u).Build()
+	if err != nil {
+		return nil, err
+	}
+	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table, Key: workerKey(id),
+		UpdateExpression: expr.Update(), ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+		ReturnValues: types.ReturnValueAllNew})
+	if err != nil {
+		return nil, fmt.Errorf("update worker %s: %w", id, err)
+	}
+	var w WorkerInfo
+	if err := attributevalue.UnmarshalMap(out.Attributes, &w); err != nil {
+		return nil, err
+	}
+	return &w, nil
+}
+
+// Workers lists the workers seen in the last day, most recent heartbeat
+// first (at most limit).
+func (s *Store) Workers(ctx context.Context, limit int) ([]WorkerInfo, error) {
+	out, err := s.db.Query(ctx, &dynamodb.QueryInput{TableName: &s.table, IndexName: aws.String(topology.IndexDue),
+		KeyConditionExpression:    aws.String("due_pk = :w"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":w": &types.AttributeValueMemberS{Value: workersDuePK}},
+		ScanIndexForward:          aws.Bool(false), Limit: aws.Int32(int32(limit))})
+	if err != nil {
+		return nil, fmt.Errorf("list workers: %w", err)
+	}
+	ws := make([]WorkerInfo, 0, len(out.Items))
+	for _, it := range out.Items {
+		var w WorkerInfo
+		if err := attributevalue.UnmarshalMap(it, &w); err != nil {
+			return nil, err
+		}
+		ws = append(ws, w)
+	}
+	return ws, nil
+}
