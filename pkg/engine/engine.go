@@ -4,7 +4,9 @@
 // outbox: the API never writes to DynamoDB and SQS in one request, so no
 // crash between the two can lose a job; a failed batch is retried by the
 // stream and every send is idempotent because the worker claims with a
-// condition).
+// condition). It derives the OJS events of every change (pkg/events,
+// workflow.Engine.Events), stores them and publishes them to EventBridge,
+// and advances workflows.
 package engine
 
 import (
