@@ -2,6 +2,7 @@ package events
 
 import (
 	"encoding/json"
+	"strconv"
 	"time"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
@@ -117,7 +118,7 @@ func (b *jobEvents) add(typ string, at time.Time, data map[string]any) {
 		data["workflow_id"] = b.j.WorkflowID
 	}
 	seq := b.version*4 + int64(len(b.out))
-	b.out = append(b.out, New(b.source, typ, b.j.ID, at, seq, data, itoa(b.version), itoa(int64(len(b.out)))))
+	b.out = append(b.out, New(b.source, typ, b.j.ID, at, seq, data, strconv.FormatInt(b.version, 10), strconv.Itoa(len(b.out))))
 }
 
 // failed adds job.failed for the attempt that just ended and returns its
@@ -170,9 +171,4 @@ func duration(from, to *time.Time) int64 {
 		return 0
 	}
 	return to.Sub(*from).Milliseconds()
-}
-
-func itoa(v int64) string {
-	b, _ := json.Marshal(v)
-	return string(b)
 }

@@ -38,6 +38,14 @@ func queueKey(name string) map[string]types.AttributeValue {
 	}
 }
 
+// withAttrs adds attrs to key (an item to put).
+func withAttrs(key, attrs map[string]types.AttributeValue) map[string]types.AttributeValue {
+	for k, v := range attrs {
+		key[k] = v
+	}
+	return key
+}
+
 // SetQueuePaused pauses or resumes a queue (registering it if needed) and
 // returns its state. Resuming marks the queue for redelivery by the
 // sweeper.

@@ -307,10 +307,9 @@ func (s *Store) Dead(ctx context.Context, queue string, limit int, cursor string
 func (s *Store) EnsureQueue(ctx context.Context, name string, now time.Time) error {
 	_, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName: &s.table,
-		Item: map[string]types.AttributeValue{
-			attrPK: &types.AttributeValueMemberS{Value: "QUEUES"}, attrSK: &types.AttributeValueMemberS{Value: "Q#" + name},
+		Item: withAttrs(queueKey(name), map[string]types.AttributeValue{
 			"name": &types.AttributeValueMemberS{Value: name}, "created_at": &types.AttributeValueMemberS{Value: job.Timestamp(now)},
-		},
+		}),
 		ConditionExpression: aws.String("attribute_not_exists(pk)"),
 	})
 	var ccf *types.ConditionalCheckFailedException
@@ -322,27 +321,15 @@ func (s *Store) EnsureQueue(ctx context.Context, name string, now time.Time) err
 
 // Queues lists the registered queue names.
 func (s *Store) Queues(ctx context.Context) ([]string, error) {
-	var names []string
-	var start map[string]types.AttributeValue
-	for {
-		out, err := s.db.Query(ctx, &dynamodb.QueryInput{
-			TableName: &s.table, KeyConditionExpression: aws.String("pk = :pk"),
-			ExpressionAttributeValues: map[string]types.AttributeValue{":pk": &types.AttributeValueMemberS{Value: "QUEUES"}},
-			ExclusiveStartKey:         start,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("list queues: %w", err)
-		}
-		for _, it := range out.Items {
-			if n, ok := it["name"].(*types.AttributeValueMemberS); ok {
-				names = append(names, n.Value)
-			}
-		}
-		if len(out.LastEvaluatedKey) == 0 {
-			return names, nil
-		}
-		start = out.LastEvaluatedKey
+	infos, err := s.QueueInfos(ctx)
+	if err != nil {
+		return nil, err
 	}
+	names := make([]string, len(infos))
+	for i, q := range infos {
+		names[i] = q.Name
+	}
+	return names, nil
 }
 
 // Ping checks that the table answers (a read of a key that never exists).

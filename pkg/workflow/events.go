@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -80,7 +81,7 @@ func (b *wfEvents) add(n *store.Node, typ string, at time.Time, k int, root *sto
 		data["workflow_type"], data["workflow_name"] = root.Kind, name(root)
 	}
 	seq := n.Version*8 + int64(k)
-	b.out = append(b.out, events.New(b.source, typ, n.WorkflowID, at, seq, data, n.Path, itoa(n.Version), itoa(int64(k))))
+	b.out = append(b.out, events.New(b.source, typ, n.WorkflowID, at, seq, data, n.Path, strconv.FormatInt(n.Version, 10), strconv.Itoa(k)))
 }
 
 func name(root *store.Node) string {
@@ -271,9 +272,4 @@ func since(from, to string) int64 {
 		return 0
 	}
 	return b.Sub(a).Milliseconds()
-}
-
-func itoa(v int64) string {
-	b, _ := json.Marshal(v)
-	return string(b)
 }
