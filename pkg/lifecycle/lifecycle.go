@@ -35,6 +35,7 @@ type Store interface {
 	DeleteDead(ctx context.Context, id string) error
 	SetQueuePaused(ctx context.Context, name string, paused bool, now time.Time) (*store.QueueInfo, error)
 	QueueInfos(ctx context.Context) ([]store.QueueInfo, error)
+	QueuePaused(ctx context.Context, name string) (bool, error)
 	CountQueue(ctx context.Context, queue string) (store.QueueCounts, error)
 	QueryEvents(ctx context.Context, f events.Filter, now time.Time) (*events.Page, error)
 	WorkerBeat(ctx context.Context, w store.WorkerInfo, now time.Time) (*store.WorkerInfo, error)
@@ -430,7 +431,8 @@ func (s *Service) Fetch(ctx context.Context, r FetchRequest) ([]*job.Job, error)
 		if len(out) >= r.Count {
 			break
 		}
-		if p, err := s.paused(ctx, q); err != nil {
+		// Read fresh, not cached: a pause holds for every fetch after it.
+		if p, err := s.st.QueuePaused(ctx, q); err != nil {
 			return nil, ojserr.Backend(err)
 		} else if p {
 			continue // a paused queue is not fetched; its jobs wait

@@ -11,9 +11,9 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 )
 
-// PauseCacheTTL is how long a process trusts that a queue is not paused: a
-// pause made through another instance takes effect within this time (at
-// once in the instance that made it); a resume takes effect at once.
+// PauseCacheTTL is how long a push-mode worker trusts that a queue is not
+// paused: a pause reaches the worker function within this time (FETCH
+// reads the pause state fresh); a resume takes effect at once.
 const PauseCacheTTL = time.Second
 
 // pauseCache holds the paused queue names read at one time.

@@ -77,6 +77,18 @@ func (s *Store) SetQueuePaused(ctx context.Context, name string, paused bool, no
 	return &q, nil
 }
 
+// QueuePaused reads whether a queue is paused (consistent read of its
+// registry item; an unknown queue is not paused).
+func (s *Store) QueuePaused(ctx context.Context, name string) (bool, error) {
+	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.table, Key: queueKey(name), ConsistentRead: aws.Bool(true),
+		ProjectionExpression: aws.String("paused")})
+	if err != nil {
+		return false, fmt.Errorf("read queue %s: %w", name, err)
+	}
+	p, ok := out.Item["paused"].(*types.AttributeValueMemberBOOL)
+	return ok && p.Value, nil
+}
+
 // QueueInfos lists the registered queues with their pause state.
 func (s *Store) QueueInfos(ctx context.Context) ([]QueueInfo, error) {
 	var qs []QueueInfo
