@@ -14,6 +14,6 @@ import (
 func main() {
 	a, err := app.Load(context.Background())
 	app.Must(err)
-	srv := httpapi.New(a.Service, a.Store, a.Workflows, httpapi.Config{AuthToken: a.AuthToken, Logger: a.Logger})
+	srv := httpapi.New(a.Service, a.Store, a.Workflows, httpapi.Config{AuthToken: a.AuthToken, Logger: a.Logger, Crons: a.Crons})
 	lambda.Start(apigw.Handler(srv))
 }

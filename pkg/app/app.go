@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/ojs-aws/ojs-serverless/pkg/awsclient"
+	"github.com/ojs-aws/ojs-serverless/pkg/cron"
 	"github.com/ojs-aws/ojs-serverless/pkg/dispatch"
 	"github.com/ojs-aws/ojs-serverless/pkg/engine"
 	"github.com/ojs-aws/ojs-serverless/pkg/eventbus"
@@ -35,6 +36,8 @@ type App struct {
 	PushQueues []string
 	// Workflows creates, advances and reads workflows.
 	Workflows *workflow.Engine
+	// Crons registers cron schedules and fires them (from the sweeper).
+	Crons *cron.Service
 	// EventTTL is OJS_EVENT_TTL (default 7 days); Publisher publishes
 	// events to OJS_EVENT_BUS (nil when unset: the local stack).
 	EventTTL  time.Duration
@@ -85,10 +88,12 @@ func Load(ctx context.Context) (*App, error) {
 	st := store.New(dynamodb.NewFromConfig(cfg, awsclient.DynamoDBOptions), table)
 	d := dispatch.New(sqs.NewFromConfig(cfg), urls)
 	push := d.Queues()
+	svc := lifecycle.New(st, lifecycle.Config{PushQueues: push, Logger: log})
 	return &App{
 		Logger: log, Store: st, Dispatcher: d, PushQueues: push, EventTTL: ttl, Publisher: pub, Table: table,
-		Service:   lifecycle.New(st, lifecycle.Config{PushQueues: push, Logger: log}),
+		Service:   svc,
 		Workflows: workflow.New(st, workflow.Config{PushQueues: push, Logger: log}),
+		Crons:     &cron.Service{Store: st, Jobs: svc, Logger: log},
 		AuthToken: os.Getenv(topology.EnvAuthToken),
 	}, nil
 }

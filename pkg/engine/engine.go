@@ -11,6 +11,7 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -29,6 +30,7 @@ type Change struct {
 	Old, New           *store.Item
 	OldNode, NewNode   *store.Node
 	OldQueue, NewQueue *store.QueueInfo
+	OldCron, NewCron   *store.CronInfo
 	// At is the record's approximate creation time.
 	At time.Time
 	// SequenceNumber identifies the record for partial batch failures.
@@ -207,6 +209,9 @@ func (e *Engine) emit(ctx context.Context, changes []Change, now time.Time) erro
 		if c.NewQueue != nil {
 			evs = append(evs, queueEvents(src, c.OldQueue, c.NewQueue, at)...)
 		}
+		if c.NewCron != nil {
+			evs = append(evs, cronEvents(src, c.OldCron, c.NewCron, at)...)
+		}
 	}
 	if len(nodes) > 0 && e.Workflows != nil {
 		wevs, err := e.Workflows.Events(ctx, src, nodes)
@@ -251,6 +256,44 @@ func queueEvents(src string, old, cur *store.QueueInfo, at time.Time) []events.E
 		at = t // the resume time
 	}
 	return []events.Event{events.New(src, typ, cur.Name, at, cur.Version, data, itoa(cur.Version))}
+}
+
+// cronEvents reports a schedule firing (cron.triggered) or skipping an
+// occurrence (cron.skipped), as recorded on the schedule by the sweeper.
+func cronEvents(src string, old, cur *store.CronInfo, at time.Time) []events.Event {
+	ev := cur.Event
+	if ev == nil || (old != nil && old.Event != nil && old.Event.Seq >= ev.Seq) {
+		return nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, ev.ActualTime); err == nil {
+		at = t
+	}
+	data := map[string]any{"cron_name": cur.Name, "cron_expression": cur.Expression, "timezone": cur.Timezone,
+		"scheduled_time": ev.ScheduledTime}
+	typ := events.CronTriggered
+	if ev.Type == "skipped" {
+		typ = events.CronSkipped
+		data["reason"] = ev.Reason
+		if ev.ActiveJobID != "" {
+			data["active_job_id"] = ev.ActiveJobID
+		}
+	} else {
+		data["job_id"], data["run_count"], data["actual_time"] = ev.JobID, cur.RunCount, ev.ActualTime
+		var t struct {
+			Type    string `json:"type"`
+			Options struct {
+				Queue string `json:"queue"`
+			} `json:"options"`
+		}
+		if json.Unmarshal([]byte(cur.Template), &t) == nil {
+			data["job_type"] = t.Type
+			data["queue"] = t.Options.Queue
+			if t.Options.Queue == "" {
+				data["queue"] = job.DefaultQueue
+			}
+		}
+	}
+	return []events.Event{events.New(src, typ, cur.Name, at, ev.Seq, data, cur.CreatedAt, itoa(ev.Seq))}
 }
 
 func itoa(v int64) string { return strconv.FormatInt(v, 10) }

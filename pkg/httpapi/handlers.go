@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/ojs-aws/ojs-serverless/pkg/cron"
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
@@ -59,6 +60,17 @@ type Workflows interface {
 
 var _ Workflows = (*workflow.Engine)(nil)
 
+// Crons is the cron schedule service (implemented by *cron.Service).
+type Crons interface {
+	Register(ctx context.Context, raw []byte) (cron.View, bool, error)
+	List(ctx context.Context, enabled *bool) ([]cron.View, error)
+	Get(ctx context.Context, name string) (cron.View, error)
+	SetEnabled(ctx context.Context, name string, raw []byte) (cron.View, error)
+	Delete(ctx context.Context, name string) (cron.View, error)
+}
+
+var _ Crons = (*cron.Service)(nil)
+
 // New returns the OJS HTTP handler. wfs may be nil (no workflow routes).
 func New(jobs Jobs, backend Backend, wfs Workflows, cfg Config) *Server {
 	if cfg.Version == "" {
@@ -100,6 +112,14 @@ func New(jobs Jobs, backend Backend, wfs Workflows, cfg Config) *Server {
 		s.add(http.MethodGet, "/ojs/v1/workflows/{id}", a.getWorkflow)
 		s.add(http.MethodDelete, "/ojs/v1/workflows/{id}", a.cancelWorkflow)
 	}
+	if cfg.Crons != nil {
+		a.crons = cfg.Crons
+		s.add(http.MethodPost, "/ojs/v1/cron", a.registerCron)
+		s.add(http.MethodGet, "/ojs/v1/cron", a.listCrons)
+		s.add(http.MethodGet, "/ojs/v1/cron/{name}", a.getCron)
+		s.add(http.MethodPatch, "/ojs/v1/cron/{name}", a.patchCron)
+		s.add(http.MethodDelete, "/ojs/v1/cron/{name}", a.deleteCron)
+	}
 	return s
 }
 
@@ -107,7 +127,76 @@ type api struct {
 	jobs    Jobs
 	backend Backend
 	wfs     Workflows
+	crons   Crons
 	s       *Server
+}
+
+// The cron routes (ojs-cron.md section 8). A schedule is returned under
+// both "cron_job" (ojs-cron.md) and "cron" (the conformance suite).
+func (a *api) registerCron(w http.ResponseWriter, r *http.Request, _ params) error {
+	raw, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	v, created, err := a.crons.Register(r.Context(), raw)
+	if err != nil {
+		return err
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+		w.Header().Set("Location", "/ojs/v1/cron/"+v.Name)
+	}
+	writeJSON(w, status, map[string]any{"cron_job": v, "cron": v})
+	return nil
+}
+
+func (a *api) listCrons(w http.ResponseWriter, r *http.Request, _ params) error {
+	var enabled *bool
+	if e := r.URL.Query().Get("enabled"); e != "" {
+		b, err := strconv.ParseBool(e)
+		if err != nil {
+			return ojserr.Invalid("enabled", "The 'enabled' query parameter must be true or false.")
+		}
+		enabled = &b
+	}
+	vs, err := a.crons.List(r.Context(), enabled)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"cron_jobs": vs, "crons": vs, "count": len(vs)})
+	return nil
+}
+
+func (a *api) getCron(w http.ResponseWriter, r *http.Request, p params) error {
+	v, err := a.crons.Get(r.Context(), p["name"])
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"cron_job": v, "cron": v})
+	return nil
+}
+
+func (a *api) patchCron(w http.ResponseWriter, r *http.Request, p params) error {
+	raw, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	v, err := a.crons.SetEnabled(r.Context(), p["name"], raw)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"cron_job": v, "cron": v})
+	return nil
+}
+
+func (a *api) deleteCron(w http.ResponseWriter, r *http.Request, p params) error {
+	v, err := a.crons.Delete(r.Context(), p["name"])
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"deleted": true, "name": v.Name, "cron": v})
+	return nil
 }
 
 func (a *api) createWorkflow(w http.ResponseWriter, r *http.Request, _ params) error {

@@ -44,6 +44,8 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
+	// Crons, when set, serves the cron routes under /ojs/v1/cron.
+	Crons Crons
 }
 
 type route struct {
@@ -165,7 +167,7 @@ func (s *Server) dispatch(w http.ResponseWriter, r *http.Request, routeName *str
 		if err := checkVersion(r); err != nil {
 			return err
 		}
-		if r.Method == http.MethodPost {
+		if r.Method == http.MethodPost || r.Method == http.MethodPatch {
 			if err := checkContentType(r); err != nil {
 				return err
 			}

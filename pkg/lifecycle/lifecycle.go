@@ -124,6 +124,9 @@ func apiError(err error, id, op string) error {
 	return ojserr.Backend(err)
 }
 
+// EnsureQueue registers a queue name (once per process).
+func (s *Service) EnsureQueue(ctx context.Context, q string) error { return s.ensureQueue(ctx, q) }
+
 func (s *Service) ensureQueue(ctx context.Context, q string) error {
 	if _, ok := s.queues.Load(q); ok {
 		return nil

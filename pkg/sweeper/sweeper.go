@@ -14,6 +14,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/ojs-aws/ojs-serverless/pkg/cron"
 	"github.com/ojs-aws/ojs-serverless/pkg/dispatch"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
@@ -39,6 +40,10 @@ type Sweeper struct {
 	Workflows interface {
 		Repair(ctx context.Context, limit int) (int, error)
 	}
+	// Crons, when set, fires the cron schedules that are due each sweep.
+	Crons interface {
+		Run(ctx context.Context) (cron.RunResult, error)
+	}
 	// BatchSize is how many due jobs one query handles. Default 100.
 	BatchSize int
 	// Logger defaults to slog.Default().
@@ -54,6 +59,7 @@ type Result struct {
 	Queues      int `json:"queues"`
 	Redelivered int `json:"redelivered"`
 	Workflows   int `json:"workflows_checked"`
+	CronsFired  int `json:"crons_fired"`
 }
 
 // Sweep makes one pass over every queue.
@@ -98,6 +104,13 @@ func (s *Sweeper) Sweep(ctx context.Context) (Result, error) {
 		res.Redelivered += n
 		if err != nil {
 			errs = append(errs, fmt.Errorf("resumed queue %s: %w", qi.Name, err))
+		}
+	}
+	if s.Crons != nil {
+		cr, err := s.Crons.Run(ctx)
+		res.CronsFired = cr.Fired
+		if err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if s.Workflows != nil {
@@ -210,6 +223,7 @@ func (s *Sweeper) Loop(ctx context.Context, tick time.Duration, until time.Time)
 		total.Queues = r.Queues
 		total.Redelivered += r.Redelivered
 		total.Workflows += r.Workflows
+		total.CronsFired += r.CronsFired
 		if err != nil {
 			return total, err
 		}

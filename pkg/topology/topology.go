@@ -117,10 +117,11 @@ type KeyFilter struct {
 	Prefixes  []string
 }
 
-// StreamFilter keeps job items (sk "JOB"), workflow nodes (sk "N#...")
-// and queue items (sk "Q#...", for pause events) and drops what the stream
-// function never acts on: event items and workflow counter shards.
-var StreamFilter = KeyFilter{Attribute: "sk", Equals: []string{"JOB"}, Prefixes: []string{"N#", "Q#"}}
+// StreamFilter keeps job items (sk "JOB"), workflow nodes (sk "N#..."),
+// queue items (sk "Q#...", for pause events) and cron schedules (sk
+// "CRON#...", for cron events) and drops what the stream function never acts
+// on: event items, worker items and workflow counter shards.
+var StreamFilter = KeyFilter{Attribute: "sk", Equals: []string{"JOB"}, Prefixes: []string{"N#", "Q#", "CRON#"}}
 
 // Keep reports whether a record with sort key sk passes the filter.
 func (f KeyFilter) Keep(sk string) bool {

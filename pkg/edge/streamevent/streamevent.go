@@ -58,7 +58,8 @@ func Change(r events.DynamoDBEventRecord) (engine.Change, error) {
 		dst   **store.Item
 		node  **store.Node
 		queue **store.QueueInfo
-	}{{r.Change.OldImage, &c.Old, &c.OldNode, &c.OldQueue}, {r.Change.NewImage, &c.New, &c.NewNode, &c.NewQueue}} {
+		cron  **store.CronInfo
+	}{{r.Change.OldImage, &c.Old, &c.OldNode, &c.OldQueue, &c.OldCron}, {r.Change.NewImage, &c.New, &c.NewNode, &c.NewQueue, &c.NewCron}} {
 		if len(img.src) == 0 {
 			continue
 		}
@@ -75,6 +76,12 @@ func Change(r events.DynamoDBEventRecord) (engine.Change, error) {
 			return c, err
 		} else if ok {
 			*img.queue = q
+			continue
+		}
+		if cr, ok, err := store.DecodeCron(av); err != nil {
+			return c, err
+		} else if ok {
+			*img.cron = cr
 			continue
 		}
 		if n, ok, err := store.DecodeNode(av); err != nil {

@@ -1,0 +1,208 @@
+package cron
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/store"
+)
+
+// RunResult counts what one pass did.
+type RunResult struct {
+	Fired   int `json:"fired"`
+	Skipped int `json:"skipped"`
+	Held    int `json:"held"`
+}
+
+// dueBatch is how many due schedules one pass reads.
+const dueBatch = 100
+
+// Run fires every schedule that is due: it enqueues the occurrence's job
+// and advances the schedule in one transaction conditional on the version
+// it read, so a schedule fires once per occurrence however many sweepers
+// run at once. An occurrence missed while nothing ran (for example a
+// sweeper outage) is fired once, late; the ones before it are dropped
+// (ojs-cron.md section 7.3).
+func (s *Service) Run(ctx context.Context) (RunResult, error) {
+	var res RunResult
+	names, err := s.Store.DueCrons(ctx, s.Jobs.Now(), dueBatch)
+	if err != nil {
+		return res, err
+	}
+	var errs []error
+	for _, name := range names {
+		if err := s.evaluate(ctx, name, &res); err != nil {
+			errs = append(errs, fmt.Errorf("cron %s: %w", name, err))
+		}
+	}
+	return res, errors.Join(errs...)
+}
+
+// evaluate looks at one schedule, retrying when it changed under us.
+func (s *Service) evaluate(ctx context.Context, name string, res *RunResult) error {
+	for attempt := 0; attempt < 5; attempt++ {
+		err := s.step(ctx, name, res)
+		if errors.Is(err, store.ErrCronChanged) || errors.Is(err, store.ErrPrevNotDone) {
+			continue // re-read: someone else fired it, or the previous run restarted
+		}
+		return err
+	}
+	return nil
+}
+
+func (s *Service) step(ctx context.Context, name string, res *RunResult) error {
+	c, err := s.Store.GetCron(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	now := s.Jobs.Now()
+	if !c.Enabled || c.NextMS == 0 || c.DueMS > now.UnixMilli() {
+		return nil // the index was stale
+	}
+	sched, err := Parse(c.Expression)
+	if err != nil {
+		return fmt.Errorf("stored expression: %w", err)
+	}
+	loc, err := Zone(c.Timezone)
+	if err != nil {
+		return fmt.Errorf("stored timezone: %w", err)
+	}
+	occurrence := time.UnixMilli(c.NextMS).UTC()
+	occurrenceDue := !occurrence.After(now)
+
+	prevRunning := false
+	if c.OverlapPolicy != OverlapAllow && c.LastJobID != "" {
+		j, err := s.Store.Get(ctx, c.LastJobID)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+		case err != nil:
+			return err
+		default:
+			prevRunning = !j.State.Terminal()
+		}
+	}
+
+	st := store.CronStep{Next: occurrence, Held: c.Held, RedeliverAfter: s.Jobs.RedeliverAfter()}
+	fire, scheduled := false, occurrence
+	if occurrenceDue {
+		st.Next = advance(sched, loc, occurrence, now)
+		switch c.OverlapPolicy {
+		case OverlapAllow, OverlapCancelPrevious:
+			fire = true
+		case OverlapEnqueue:
+			if prevRunning || st.Held > 0 {
+				st.Held++
+			} else {
+				fire = true
+			}
+		default: // skip
+			if prevRunning {
+				st.Skipped = true
+				st.Event = &store.CronEvent{Type: "skipped", Reason: "overlap_skip", ActiveJobID: c.LastJobID,
+					ScheduledTime: stamp(occurrence), ActualTime: job.Timestamp(now)}
+			} else {
+				fire = true
+			}
+		}
+	}
+	if !fire && c.OverlapPolicy == OverlapEnqueue && st.Held > 0 && !prevRunning {
+		fire, scheduled = true, now
+		st.Held--
+	}
+	if fire {
+		j, err := s.occurrenceJob(c, scheduled, now)
+		if err != nil {
+			return err
+		}
+		st.Job, st.Ran = j, true
+		st.PrevMustBeDone = c.OverlapPolicy == OverlapSkip || c.OverlapPolicy == OverlapEnqueue
+		st.Event = &store.CronEvent{Type: "triggered", JobID: j.ID, ScheduledTime: stamp(scheduled), ActualTime: job.Timestamp(now)}
+	}
+	st.DueAt = st.Next
+	if st.Held > 0 {
+		recheck := s.HeldRecheck
+		if recheck <= 0 {
+			recheck = time.Second
+		}
+		if r := now.Add(recheck); r.Before(st.DueAt) {
+			st.DueAt = r
+		}
+		if st.Held > 2 {
+			s.log().WarnContext(ctx, "cron occurrences are piling up behind a running job", "cron_name", c.Name, "held", st.Held, "running_job_id", c.LastJobID)
+		}
+	}
+	if err := s.Store.StepCron(ctx, c, st, now); err != nil {
+		return err
+	}
+	switch {
+	case fire:
+		res.Fired++
+		s.log().InfoContext(ctx, "cron fired", "cron_name", c.Name, "job_id", st.Job.ID, "scheduled_time", stamp(scheduled), "queue", st.Job.Queue)
+		if c.OverlapPolicy == OverlapCancelPrevious && c.LastJobID != "" {
+			if _, _, err := s.Jobs.Cancel(ctx, c.LastJobID); err == nil {
+				s.log().InfoContext(ctx, "cron cancelled its previous run", "cron_name", c.Name, "job_id", c.LastJobID)
+			}
+		}
+	case st.Skipped:
+		res.Skipped++
+		s.log().InfoContext(ctx, "cron occurrence skipped: previous run not finished", "cron_name", c.Name, "active_job_id", c.LastJobID)
+	case st.Held > c.Held:
+		res.Held++
+	}
+	return nil
+}
+
+// advance is the occurrence after one that fired at now: the first one
+// after now, so missed occurrences collapse into the one that fired.
+func advance(sched *Schedule, loc *time.Location, occurrence, now time.Time) time.Time {
+	if every := sched.Every(); every > 0 {
+		next := occurrence.Add(every)
+		if !next.After(now) {
+			next = now.Add(every)
+		}
+		return next.Truncate(time.Millisecond)
+	}
+	next, ok := sched.Next(now, loc)
+	if !ok {
+		return now.AddDate(100, 0, 0)
+	}
+	return next
+}
+
+// occurrenceJob builds the job one occurrence enqueues from the
+// schedule's template, with the cron name and occurrence time in its meta
+// (ojs-cron.md section 6.3).
+func (s *Service) occurrenceJob(c *store.CronInfo, scheduled, now time.Time) (*job.Job, error) {
+	e, err := job.ParseEnqueue([]byte(c.Template), now)
+	if err != nil {
+		return nil, fmt.Errorf("stored job template: %w", err)
+	}
+	j := e.Job
+	meta := map[string]json.RawMessage{}
+	if len(j.Meta) > 0 {
+		if err := json.Unmarshal(j.Meta, &meta); err != nil {
+			return nil, fmt.Errorf("stored job template meta: %w", err)
+		}
+	}
+	meta["cron_name"], _ = json.Marshal(c.Name)
+	meta["cron_triggered_at"], _ = json.Marshal(stamp(scheduled))
+	if j.Meta, err = json.Marshal(meta); err != nil {
+		return nil, err
+	}
+	j.Push = s.Jobs.IsPush(j.Queue)
+	return j, nil
+}
+
+func stamp(t time.Time) string {
+	if t.Nanosecond() == 0 {
+		return t.UTC().Format(time.RFC3339)
+	}
+	return job.Timestamp(t)
+}

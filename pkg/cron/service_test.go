@@ -1,0 +1,303 @@
+package cron_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ojs-aws/ojs-serverless/pkg/cron"
+	"github.com/ojs-aws/ojs-serverless/pkg/internal/testenv"
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
+	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+	"github.com/ojs-aws/ojs-serverless/pkg/store"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+type fixture struct {
+	st  *store.Store
+	clk *testenv.Clock
+	svc *lifecycle.Service
+	cr  *cron.Service
+}
+
+func setup(t *testing.T, start time.Time) *fixture {
+	t.Helper()
+	st, _ := testenv.Table(t)
+	clk := testenv.NewClock(start)
+	svc := lifecycle.New(st, lifecycle.Config{Now: clk.Now})
+	return &fixture{st: st, clk: clk, svc: svc, cr: &cron.Service{Store: st, Jobs: svc}}
+}
+
+func (f *fixture) register(t *testing.T, body string) cron.View {
+	t.Helper()
+	v, _, err := f.cr.Register(context.Background(), []byte(body))
+	if err != nil {
+		t.Fatalf("register %s: %v", body, err)
+	}
+	return v
+}
+
+func (f *fixture) run(t *testing.T) cron.RunResult {
+	t.Helper()
+	r, err := f.cr.Run(context.Background())
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	return r
+}
+
+func (f *fixture) fetchAll(t *testing.T, q string) []*job.Job {
+	t.Helper()
+	var all []*job.Job
+	for {
+		js, err := f.svc.Fetch(context.Background(), lifecycle.FetchRequest{Queues: []string{q}, Count: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(js) == 0 {
+			return all
+		}
+		all = append(all, js...)
+	}
+}
+
+func TestRegisterListGetDelete(t *testing.T) {
+	t.Parallel()
+	f := setup(t, time.Date(2026, 2, 12, 20, 15, 0, 0, time.UTC))
+	ctx := context.Background()
+	v, created, err := f.cr.Register(ctx, []byte(`{"name":"daily-report","cron":"0 9 * * *","timezone":"America/New_York",
+		"type":"report.generate","args":[{"report":"daily_summary"}],"options":{"queue":"reports","timeout":300},
+		"description":"Generate daily summary report at 9 AM ET","run_count":99,"next_run_at":"2000-01-01T00:00:00Z"}`))
+	if err != nil || !created {
+		t.Fatalf("register: %v created=%v", err, created)
+	}
+	if v.NextRunAt == nil || *v.NextRunAt != "2026-02-13T14:00:00Z" || v.RunCount != 0 || v.LastRunAt != nil || !v.Enabled ||
+		v.OverlapPolicy != "skip" || v.Timezone != "America/New_York" || string(v.Type) != `"report.generate"` {
+		t.Fatalf("view: %+v next=%v", v, v.NextRunAt)
+	}
+	// The conformance suite's shape, updating in place (upsert: 200).
+	v2, created, err := f.cr.Register(ctx, []byte(`{"name":"daily-report","expression":"@hourly","job_template":{"type":"report.generate","args":[],"options":{"queue":"reports"}}}`))
+	if err != nil || created || v2.Expression != "@hourly" || v2.CreatedAt != v.CreatedAt || *v2.NextRunAt != "2026-02-12T21:00:00Z" || v2.Timezone != "UTC" {
+		t.Fatalf("upsert: %+v created=%v err=%v", v2, created, err)
+	}
+	f.register(t, `{"name":"other","cron":"*/5 * * * *","type":"a.b","enabled":false}`)
+	all, _ := f.cr.List(ctx, nil)
+	on := true
+	enabled, _ := f.cr.List(ctx, &on)
+	if len(all) != 2 || len(enabled) != 1 || enabled[0].Name != "daily-report" || all[1].NextRunAt != nil {
+		t.Fatalf("list: %d all, %d enabled", len(all), len(enabled))
+	}
+	got, err := f.cr.SetEnabled(ctx, "other", []byte(`{"enabled":true}`))
+	if err != nil || got.NextRunAt == nil || *got.NextRunAt != "2026-02-12T20:20:00Z" {
+		t.Fatalf("enable: %+v %v", got, err)
+	}
+	got, _ = f.cr.SetEnabled(ctx, "other", []byte(`{"enabled":false}`))
+	if got.NextRunAt != nil || got.Enabled {
+		t.Fatalf("disable: %+v", got)
+	}
+	if _, err := f.cr.Delete(ctx, "other"); err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range []func() error{
+		func() error { _, err := f.cr.Delete(ctx, "other"); return err },
+		func() error { _, err := f.cr.Get(ctx, "other"); return err },
+		func() error { _, err := f.cr.SetEnabled(ctx, "other", []byte(`{"enabled":true}`)); return err },
+	} {
+		if err := op(); ojserr.As(err).Code != ojserr.NotFound {
+			t.Fatalf("unknown schedule: %v", err)
+		}
+	}
+}
+
+func TestRegistrationRejectsBadInput(t *testing.T) {
+	t.Parallel()
+	f := setup(t, time.Now())
+	for _, body := range []string{
+		``, `[]`, `{"cron":"* * * * *","type":"a.b"}`, `{"name":"Bad Name","cron":"* * * * *","type":"a.b"}`,
+		`{"name":"x","type":"a.b"}`, `{"name":"x","cron":"not a valid cron","type":"a.b"}`,
+		`{"name":"x","expression":"0 0 0 0 0 0 0","job_template":{"type":"a.b"}}`,
+		`{"name":"x","expression":"99 25 32 13 8","job_template":{"type":"a.b"}}`,
+		`{"name":"x","cron":"* * * * *","type":"a.b","timezone":"EST"}`,
+		`{"name":"x","cron":"* * * * *","type":"a.b","timezone":"+05:00"}`,
+		`{"name":"x","cron":"* * * * *","type":"a.b","overlap_policy":"sometimes"}`,
+		`{"name":"x","cron":"* * * * *"}`, `{"name":"x","cron":"* * * * *","type":"Bad Type"}`,
+		`{"name":"x","cron":"* * * * *","type":"a.b","args":{"not":"an array"}}`,
+		`{"name":"x","cron":"* * * * *","type":"a.b","options":{"queue":"Bad Queue"}}`,
+		`{"name":"x","cron":"* * * * *","job_template":{"type":"a.b","id":"019539a4-aaaa-7000-8000-111111111111"}}`,
+		`{"name":"x","cron":"* * * * *","type":"a.b","job_template":{"type":"a.b"}}`,
+		`{"name":"x","cron":"* * * * *","type":"a.b","cron_expression":"typo"}`,
+		`{"name":"x","cron":"* * * * *","expression":"@daily","type":"a.b"}`,
+		`{"name":7,"cron":"* * * * *","type":"a.b"}`,
+	} {
+		_, _, err := f.cr.Register(context.Background(), []byte(body))
+		if oe := ojserr.As(err); err == nil || oe.Status() != 400 || oe.Message == "" {
+			t.Errorf("register %s: got %v, want a 400", body, err)
+		}
+	}
+	if all, _ := f.cr.List(context.Background(), nil); len(all) != 0 {
+		t.Fatalf("rejected registrations left %d schedules", len(all))
+	}
+}
+
+// TestFiresOncePerOccurrenceWithConcurrentSweepers runs four evaluators
+// at once for every tick: each occurrence enqueues exactly one job.
+func TestFiresOncePerOccurrenceWithConcurrentSweepers(t *testing.T) {
+	t.Parallel()
+	f := setup(t, time.Date(2026, 2, 12, 14, 0, 30, 0, time.UTC))
+	f.register(t, `{"name":"every-minute","expression":"* * * * *","overlap_policy":"allow","job_template":{"type":"tick.tock","args":[1],"options":{"queue":"cron-q"}}}`)
+	if r := f.run(t); r.Fired != 0 {
+		t.Fatalf("fired before the first occurrence: %+v", r)
+	}
+	for tick := 0; tick < 3; tick++ {
+		f.clk.Add(time.Minute)
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		fired := 0
+		for i := 0; i < 4; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r, err := f.cr.Run(context.Background())
+				if err != nil {
+					t.Error(err)
+				}
+				mu.Lock()
+				fired += r.Fired
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+		if fired != 1 {
+			t.Fatalf("tick %d: fired %d times", tick, fired)
+		}
+	}
+	jobs := f.fetchAll(t, "cron-q")
+	if len(jobs) != 3 {
+		t.Fatalf("%d jobs enqueued, want 3", len(jobs))
+	}
+	var meta map[string]string
+	_ = json.Unmarshal(jobs[0].Meta, &meta)
+	if meta["cron_name"] != "every-minute" || meta["cron_triggered_at"] != "2026-02-12T14:01:00Z" || jobs[0].Type != "tick.tock" || string(jobs[0].Args) != "[1]" {
+		t.Fatalf("first job: %s %s %s", jobs[0].Type, jobs[0].Args, jobs[0].Meta)
+	}
+	v, _ := f.cr.Get(context.Background(), "every-minute")
+	if v.RunCount != 3 || *v.NextRunAt != "2026-02-12T14:04:00Z" || *v.LastJobID != jobs[2].ID {
+		t.Fatalf("after three runs: %+v", v)
+	}
+}
+
+// TestMissedOccurrencesFireOnce: after an outage one catch-up run fires
+// and the schedule moves to the next future occurrence.
+func TestMissedOccurrencesFireOnce(t *testing.T) {
+	t.Parallel()
+	f := setup(t, time.Date(2026, 2, 12, 14, 0, 0, 0, time.UTC))
+	f.register(t, `{"name":"five","cron":"*/5 * * * *","type":"a.b","options":{"queue":"catch-up"}}`)
+	f.clk.Add(47 * time.Minute)
+	if r := f.run(t); r.Fired != 1 {
+		t.Fatalf("catch-up: %+v", r)
+	}
+	if r := f.run(t); r.Fired != 0 {
+		t.Fatalf("fired again: %+v", r)
+	}
+	v, _ := f.cr.Get(context.Background(), "five")
+	if *v.NextRunAt != "2026-02-12T14:50:00Z" {
+		t.Fatalf("next after catch-up = %s", *v.NextRunAt)
+	}
+}
+
+func TestOverlapPolicies(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := setup(t, time.Date(2026, 2, 12, 14, 0, 30, 0, time.UTC))
+	for _, p := range []string{"skip", "allow", "cancel_previous", "enqueue"} {
+		n := strings.ReplaceAll(p, "_", "-")
+		f.register(t, `{"name":"p-`+n+`","cron":"* * * * *","overlap_policy":"`+p+`","type":"a.b","options":{"queue":"ov-`+n+`","visibility_timeout_ms":600000}}`)
+	}
+	f.clk.Add(time.Minute)
+	if r := f.run(t); r.Fired != 4 {
+		t.Fatalf("first tick: %+v", r)
+	}
+	first := map[string]*job.Job{}
+	for _, p := range []string{"skip", "allow", "cancel_previous", "enqueue"} {
+		js := f.fetchAll(t, "ov-"+strings.ReplaceAll(p, "_", "-")) // now active: the overlap case
+		if len(js) != 1 {
+			t.Fatalf("%s: %d jobs", p, len(js))
+		}
+		first[p] = js[0]
+	}
+	f.clk.Add(time.Minute)
+	r := f.run(t)
+	if r.Fired != 2 || r.Skipped != 1 || r.Held != 1 {
+		t.Fatalf("second tick: %+v (want allow and cancel_previous fired, skip skipped, enqueue held)", r)
+	}
+	if js := f.fetchAll(t, "ov-skip"); len(js) != 0 {
+		t.Fatal("skip enqueued while the previous run was active")
+	}
+	if js := f.fetchAll(t, "ov-allow"); len(js) != 1 {
+		t.Fatal("allow did not enqueue")
+	}
+	if j, _ := f.svc.Info(ctx, first["cancel_previous"].ID); j.State != job.Cancelled {
+		t.Fatalf("cancel_previous left the previous run %s", j.State)
+	}
+	if js := f.fetchAll(t, "ov-cancel-previous"); len(js) != 1 {
+		t.Fatal("cancel_previous did not enqueue")
+	}
+	if js := f.fetchAll(t, "ov-enqueue"); len(js) != 0 {
+		t.Fatal("enqueue ran the next occurrence while the previous was active")
+	}
+	// The held occurrence runs once the previous run finishes.
+	if _, err := f.svc.Ack(ctx, first["enqueue"].ID, json.RawMessage(`null`), 0); err != nil {
+		t.Fatal(err)
+	}
+	f.clk.Add(2 * time.Second)
+	if r := f.run(t); r.Fired != 1 {
+		t.Fatalf("held occurrence: %+v", r)
+	}
+	if js := f.fetchAll(t, "ov-enqueue"); len(js) != 1 {
+		t.Fatal("the held occurrence was not enqueued after the previous run finished")
+	}
+	v, _ := f.cr.Get(ctx, "p-skip")
+	if v.SkipCount != 1 || v.RunCount != 1 {
+		t.Fatalf("skip counters: %+v", v)
+	}
+	// A finished previous run no longer blocks skip.
+	if _, err := f.svc.Ack(ctx, first["skip"].ID, nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	f.clk.Add(time.Minute)
+	f.run(t)
+	if js := f.fetchAll(t, "ov-skip"); len(js) != 1 {
+		t.Fatal("skip did not run after the previous run finished")
+	}
+}
+
+func TestDeletedOrDisabledScheduleDoesNotFire(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := setup(t, time.Date(2026, 2, 12, 14, 0, 30, 0, time.UTC))
+	f.register(t, `{"name":"gone","cron":"* * * * *","type":"a.b","options":{"queue":"gone-q"}}`)
+	f.register(t, `{"name":"off","cron":"* * * * *","type":"a.b","options":{"queue":"gone-q"}}`)
+	if _, err := f.cr.Delete(ctx, "gone"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.cr.SetEnabled(ctx, "off", []byte(`{"enabled":false}`)); err != nil {
+		t.Fatal(err)
+	}
+	f.clk.Add(3 * time.Minute)
+	if r := f.run(t); r.Fired != 0 {
+		t.Fatalf("fired: %+v", r)
+	}
+	if js := f.fetchAll(t, "gone-q"); len(js) != 0 {
+		t.Fatal("a deleted or disabled schedule enqueued a job")
+	}
+	_, err := f.cr.Get(ctx, "gone")
+	if !errors.Is(err, err) || ojserr.As(err).Code != ojserr.NotFound {
+		t.Fatal(err)
+	}
+}
