@@ -239,7 +239,7 @@ func ParseRegistration(raw []byte, now time.Time) (*Spec, error) {
 			t.Meta = v
 			delete(opts, "meta")
 		}
-		for _, k := range []string{"pending"} {
+		for _, k := range []string{"pending", "unique"} {
 			if _, ok := opts[k]; ok {
 				return nil, ojserr.Invalid(prefix+"options."+k, "The option '%s' cannot be used in a cron job template.", k)
 			}

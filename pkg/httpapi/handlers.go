@@ -252,6 +252,11 @@ func (a *api) push(w http.ResponseWriter, r *http.Request, _ params) error {
 		return err
 	}
 	w.Header().Set("Location", "/ojs/v1/jobs/"+j.ID)
+	if j.Deduplicated {
+		// A unique policy with on_conflict "ignore" found this job.
+		writeJSON(w, http.StatusOK, map[string]any{"job": j, "deduplicated": true})
+		return nil
+	}
 	writeJSON(w, http.StatusCreated, map[string]any{"job": j})
 	return nil
 }

@@ -228,7 +228,9 @@ func ParseEnqueue(raw []byte, now time.Time) (*Enqueue, error) {
 		return nil, err
 	}
 	if u := first(opts.Unique, req.Unique); u != nil && !isNull(u) {
-		return nil, ojserr.New(ojserr.Unsupported, "Unique jobs are not supported by this server yet; see the manifest's capabilities.").With("field", "unique")
+		if j.Unique, err = parseUnique(u, j); err != nil {
+			return nil, err
+		}
 	}
 	if tags := first(opts.Tags, req.Tags); tags != nil && !isNull(tags) {
 		if err := json.Unmarshal(tags, &j.Tags); err != nil || len(j.Tags) > 50 {

@@ -110,6 +110,12 @@ type Job struct {
 	// CancelRequested is set when an active job was cancelled; the worker
 	// learns it on its next heartbeat.
 	CancelRequested bool
+
+	// Unique is the job's unique policy at enqueue (not stored).
+	Unique *Unique
+	// Deduplicated marks the existing job returned for a PUSH whose unique
+	// policy said "ignore" (answered 200, not 201).
+	Deduplicated bool
 }
 
 // Timestamp formats t the way every OJS timestamp is written: UTC,

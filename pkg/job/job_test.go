@@ -136,7 +136,13 @@ func TestParseEnqueueRejects(t *testing.T) {
 		{"not object", `["a"]`, "body", ojserr.InvalidRequest},
 		{"truncated", `{"type":"a.b","args":[`, "body", ojserr.InvalidPayload},
 		{"malformed", `{ invalid json }`, "body", ojserr.InvalidPayload},
-		{"unique", `{"type":"a.b","args":[],"unique":{"keys":["type"]}}`, "unique", ojserr.Unsupported},
+		{"unique bad key", `{"type":"a.b","args":[],"unique":{"keys":["argz"]}}`, "unique.keys", ojserr.InvalidRequest},
+		{"unique meta no keys", `{"type":"a.b","args":[],"unique":{"keys":["meta"]}}`, "unique.meta_keys", ojserr.InvalidRequest},
+		{"unique missing args key", `{"type":"a.b","args":[{"x":1}],"unique":{"keys":["args"],"args_keys":["user_id"]}}`, "unique.args_keys", ojserr.InvalidRequest},
+		{"unique bad state", `{"type":"a.b","args":[],"options":{"unique":{"states":["done"]}}}`, "unique.states", ojserr.InvalidRequest},
+		{"unique bad period", `{"type":"a.b","args":[],"unique":{"period":"1 hour"}}`, "unique.period", ojserr.InvalidRequest},
+		{"unique bad strategy", `{"type":"a.b","args":[],"unique":{"on_conflict":"merge"}}`, "unique.on_conflict", ojserr.InvalidRequest},
+		{"unique unknown field", `{"type":"a.b","args":[],"unique":{"key":["type"]}}`, "unique", ojserr.InvalidRequest},
 		{"huge meta", `{"type":"a.b","args":[],"meta":{"k":"` + strings.Repeat("m", MaxMetaBytes) + `"}}`, "meta", ojserr.PayloadTooLarge},
 		{"huge envelope", `{"type":"a.b","args":["` + strings.Repeat("a", MaxEnvelopeBytes) + `"]}`, "envelope", ojserr.PayloadTooLarge},
 	}
@@ -175,5 +181,41 @@ func TestParseEnqueueTimesAndAliases(t *testing.T) {
 	}
 	if meta, _ := m["meta"].(map[string]any); meta["test_directive"] != "quiet" {
 		t.Fatalf("options.metadata not merged into meta: %s", out)
+	}
+}
+
+func TestUniqueKey(t *testing.T) {
+	t.Parallel()
+	key := func(body string) string {
+		t.Helper()
+		j, err := parse(t, body)
+		if err != nil {
+			t.Fatalf("%s: %v", body, err)
+		}
+		return j.Job.Unique.Key
+	}
+	a := key(`{"type":"email.send","args":[{"user_id":42,"template":"welcome"}],"options":{"queue":"n","unique":{"keys":["type","queue","args"],"args_keys":["user_id"]}}}`)
+	b := key(`{"type":"email.send","args":[{"template":"other","user_id":42}],"options":{"queue":"n","unique":{"keys":["queue","args"],"args_keys":["user_id"]}}}`)
+	c := key(`{"type":"email.send","args":[{"user_id":43}],"options":{"queue":"n","unique":{"keys":["queue","args"],"args_keys":["user_id"]}}}`)
+	d := key(`{"type":"email.send","args":[{"user_id":42}],"options":{"queue":"m","unique":{"keys":["queue","args"],"args_keys":["user_id"]}}}`)
+	if a != b || a == c || a == d || len(a) != 64 {
+		t.Fatalf("keys: same args_keys %s %s, other user %s, other queue %s", a, b, c, d)
+	}
+	// Key order, whitespace and Unicode normalisation do not matter; type
+	// is always part of the key.
+	e1 := key(`{"type":"x.y","args":[{"a":1,"b":"caf\u00e9"}],"unique":{"keys":["args"]}}`)
+	e2 := key(`{"type":"x.y","args":[ { "b":"cafe\u0301", "a":1 } ],"unique":{"keys":["args"]}}`)
+	e3 := key(`{"type":"x.z","args":[{"a":1,"b":"caf\u00e9"}],"unique":{"keys":["args"]}}`)
+	if e1 != e2 || e1 == e3 {
+		t.Fatalf("canonical form: %s %s %s", e1, e2, e3)
+	}
+	m1 := key(`{"type":"x.y","args":[],"meta":{"tenant":"acme","trace":"1"},"unique":{"keys":["meta"],"meta_keys":["tenant"]}}`)
+	m2 := key(`{"type":"x.y","args":[],"meta":{"tenant":"acme","trace":"2"},"unique":{"keys":["meta"],"meta_keys":["tenant"]}}`)
+	if m1 != m2 {
+		t.Fatal("meta keys outside meta_keys changed the key")
+	}
+	j, _ := parse(t, `{"type":"x.y","args":[],"unique":{}}`)
+	if u := j.Job.Unique; u.OnConflict != UniqueReject || len(u.States) != 5 || u.States[Completed] || u.Period != 0 {
+		t.Fatalf("defaults: %+v", j.Job.Unique)
 	}
 }

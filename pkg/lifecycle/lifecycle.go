@@ -26,6 +26,9 @@ import (
 type Store interface {
 	Create(ctx context.Context, jobs []*job.Job, redeliverAfter time.Duration) error
 	Get(ctx context.Context, id string) (*job.Job, error)
+	GetItem(ctx context.Context, id string) (store.Item, error)
+	CreateUnique(ctx context.Context, j *job.Job, redeliverAfter time.Duration, until, now time.Time, holder string, holderVersion int64) error
+	UniqueHolder(ctx context.Context, key string) (store.UniqueLock, error)
 	Apply(ctx context.Context, t store.Transition) (*job.Job, error)
 	Ready(ctx context.Context, queue string, limit int) ([]store.Item, error)
 	Due(ctx context.Context, queue string, now time.Time, limit int) ([]store.Item, error)
@@ -180,10 +183,25 @@ func (s *Service) PushBatch(ctx context.Context, raws [][]byte) ([]*job.Job, err
 		e.Job.Push = s.push[e.Job.Queue]
 		jobs[i] = e.Job
 	}
+	for i, j := range jobs {
+		if j.Unique != nil && len(jobs) > 1 {
+			return nil, ojserr.Invalid("unique", "Unique policies are honoured on single PUSH only; job at index %d has one. Enqueue it with POST /ojs/v1/jobs.", i).With("index", i)
+		}
+	}
 	for _, j := range jobs {
 		if err := s.ensureQueue(ctx, j.Queue); err != nil {
 			return nil, ojserr.Backend(err)
 		}
+	}
+	if jobs[0].Unique != nil {
+		j, err := s.pushUnique(ctx, jobs[0])
+		if err != nil {
+			return nil, err
+		}
+		if !j.Deduplicated {
+			s.log.InfoContext(ctx, "job pushed", "job_id", j.ID, "type", j.Type, "queue", j.Queue, "state", string(j.State), "push_mode", j.Push, "unique", true)
+		}
+		return []*job.Job{j}, nil
 	}
 	if err := s.st.Create(ctx, jobs, s.redel); err != nil {
 		var dup *store.DuplicateError

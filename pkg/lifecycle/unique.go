@@ -1,0 +1,124 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+	"github.com/ojs-aws/ojs-serverless/pkg/store"
+)
+
+// uniqueAttempts bounds the compare-and-swap rounds of one unique PUSH
+// (each round loses only to another writer of the same key).
+const uniqueAttempts = 8
+
+// pushUnique creates a job with a unique policy (ojs-unique-jobs.md). The
+// job and its uniqueness lock are written in one transaction conditional
+// on the lock being free, or on it still naming the holder whose state the
+// decision was based on, so concurrent enqueues of one key never both
+// succeed. A duplicate is an existing holder in one of the policy's states
+// whose period (counted from its created_at) has not ended.
+func (s *Service) pushUnique(ctx context.Context, j *job.Job) (*job.Job, error) {
+	u := j.Unique
+	for round := 0; round < uniqueAttempts; round++ {
+		now := s.Now()
+		var until time.Time
+		if u.Period > 0 {
+			until = j.CreatedAt.Add(u.Period)
+		}
+		err := s.st.CreateUnique(ctx, j, s.redel, until, now, "", 0)
+		if err == nil {
+			return j, nil
+		}
+		if !errors.Is(err, store.ErrLockHeld) {
+			return nil, createError(err)
+		}
+		lock, err := s.st.UniqueHolder(ctx, u.Key)
+		if errors.Is(err, store.ErrNotFound) {
+			continue // released meanwhile
+		}
+		if err != nil {
+			return nil, ojserr.Backend(err)
+		}
+		held, err := s.st.GetItem(ctx, lock.JobID)
+		var holder *job.Job
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+		case err != nil:
+			return nil, ojserr.Backend(err)
+		default:
+			holder = held.Job
+		}
+		dup := holder != nil && u.States[holder.State] && (u.Period == 0 || holder.CreatedAt == nil || now.Before(holder.CreatedAt.Add(u.Period)))
+		if !dup {
+			err := s.st.CreateUnique(ctx, j, s.redel, until, now, lock.JobID, held.Version)
+			if err == nil {
+				return j, nil
+			}
+			if errors.Is(err, store.ErrLockHeld) {
+				continue
+			}
+			return nil, createError(err)
+		}
+		switch u.OnConflict {
+		case job.UniqueIgnore:
+			holder.Deduplicated = true
+			return holder, nil
+		case job.UniqueReplace, job.UniqueReplaceExceptSchedule:
+			if holder.State == job.Active {
+				return nil, duplicate(holder, u, "A job with the same uniqueness key is active and cannot be replaced while it runs.")
+			}
+			if holder.State.Terminal() {
+				// A terminal holder counted by the policy's states: take
+				// the key over, leaving the holder as it is.
+				if err := s.st.CreateUnique(ctx, j, s.redel, until, now, lock.JobID, held.Version); err == nil {
+					return j, nil
+				} else if !errors.Is(err, store.ErrLockHeld) {
+					return nil, createError(err)
+				}
+				continue
+			}
+			if u.OnConflict == job.UniqueReplaceExceptSchedule && holder.State == job.Scheduled && holder.ScheduledAt != nil {
+				j.ScheduledAt, j.ScheduledAtText, j.State, j.EnqueuedAt = holder.ScheduledAt, holder.ScheduledAtText, job.Scheduled, nil
+			}
+			cancelled, err := s.st.Apply(ctx, store.Cancel(holder.ID, now, holder.State))
+			if err != nil {
+				var ce *store.ConflictError
+				if errors.As(err, &ce) {
+					continue // it moved: decide again
+				}
+				return nil, ojserr.Backend(err)
+			}
+			s.log.InfoContext(ctx, "job replaced by a unique duplicate", "job_id", holder.ID, "replaced_by", j.ID, "previous_state", string(holder.State))
+			v, err := s.st.GetItem(ctx, cancelled.ID)
+			if err != nil && !errors.Is(err, store.ErrNotFound) {
+				return nil, ojserr.Backend(err)
+			}
+			if err := s.st.CreateUnique(ctx, j, s.redel, until, now, lock.JobID, v.Version); err == nil {
+				return j, nil
+			} else if !errors.Is(err, store.ErrLockHeld) {
+				return nil, createError(err)
+			}
+		default:
+			return nil, duplicate(holder, u, "A job with the same uniqueness key already exists.")
+		}
+	}
+	return nil, ojserr.New(ojserr.Conflict, "Too many concurrent enqueues of the same uniqueness key; retry.").With("uniqueness_key", u.Key)
+}
+
+func duplicate(holder *job.Job, u *job.Unique, msg string) error {
+	e := ojserr.New(ojserr.Duplicate, msg).With("existing_job_id", holder.ID).With("existing_job_state", string(holder.State)).
+		With("uniqueness_key", u.Key).With("on_conflict", u.OnConflict)
+	return e
+}
+
+// createError maps a failed create.
+func createError(err error) error {
+	var dup *store.DuplicateError
+	if errors.As(err, &dup) {
+		return ojserr.Newf(ojserr.Duplicate, "A job with id '%s' already exists.", dup.ID).With("existing_job_id", dup.ID)
+	}
+	return ojserr.Backend(err)
+}

@@ -1,0 +1,127 @@
+package lifecycle_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
+	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+)
+
+func TestUniqueRejectIgnoreReplace(t *testing.T) {
+	t.Parallel()
+	s, _ := newService(t)
+	ctx := context.Background()
+	first, err := s.Push(ctx, []byte(`{"type":"u.a","args":[1],"options":{"queue":"uq","unique":{"keys":["type","args"],"on_conflict":"reject"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Push(ctx, []byte(`{"type":"u.a","args":[1],"options":{"queue":"uq","unique":{"keys":["type","args"],"on_conflict":"reject"}}}`))
+	if e := ojserr.As(err); err == nil || e.Code != ojserr.Duplicate || e.Status() != 409 || e.Details["existing_job_id"] != first.ID {
+		t.Fatalf("reject: %v", err)
+	}
+	// Other args: another key.
+	if _, err := s.Push(ctx, []byte(`{"type":"u.a","args":[2],"options":{"queue":"uq","unique":{"keys":["type","args"]}}}`)); err != nil {
+		t.Fatalf("different args: %v", err)
+	}
+	got, err := s.Push(ctx, []byte(`{"type":"u.a","args":[1],"options":{"queue":"uq","unique":{"keys":["type","args"],"on_conflict":"ignore"}}}`))
+	if err != nil || !got.Deduplicated || got.ID != first.ID {
+		t.Fatalf("ignore: %+v %v", got, err)
+	}
+	repl, err := s.Push(ctx, []byte(`{"type":"u.a","args":[1],"options":{"queue":"uq","unique":{"keys":["type","args"],"on_conflict":"replace"}}}`))
+	if err != nil || repl.ID == first.ID || repl.Deduplicated {
+		t.Fatalf("replace: %+v %v", repl, err)
+	}
+	if old, _ := s.Info(ctx, first.ID); old.State != job.Cancelled {
+		t.Fatalf("replaced job is %s, want cancelled", old.State)
+	}
+	// An active holder is not replaced.
+	if js, _ := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"uq"}, Count: 10}); len(js) != 2 {
+		t.Fatalf("fetch: %d", len(js))
+	}
+	_, err = s.Push(ctx, []byte(`{"type":"u.a","args":[1],"options":{"queue":"uq","unique":{"keys":["type","args"],"on_conflict":"replace"}}}`))
+	if code(err) != ojserr.Duplicate {
+		t.Fatalf("replace of an active job: %v", err)
+	}
+	// Finishing the holder releases the key (default states are the
+	// non-terminal ones).
+	if _, err := s.Ack(ctx, repl.ID, nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Push(ctx, []byte(`{"type":"u.a","args":[1],"options":{"queue":"uq","unique":{"keys":["type","args"]}}}`)); err != nil {
+		t.Fatalf("after the holder completed: %v", err)
+	}
+	// A unique policy in a batch is refused.
+	_, err = s.PushBatch(ctx, [][]byte{[]byte(`{"type":"u.a","args":[9]}`), []byte(`{"type":"u.a","args":[9],"unique":{}}`)})
+	if code(err) != ojserr.InvalidRequest {
+		t.Fatalf("batch with unique: %v", err)
+	}
+}
+
+func TestUniquePeriodStatesAndSchedule(t *testing.T) {
+	t.Parallel()
+	s, clk := newService(t)
+	ctx := context.Background()
+	a, err := s.Push(ctx, []byte(`{"type":"u.p","args":[],"options":{"queue":"up","unique":{"period":"PT2S"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Push(ctx, []byte(`{"type":"u.p","args":[],"options":{"queue":"up","unique":{"period":"PT2S"}}}`)); code(err) != ojserr.Duplicate {
+		t.Fatalf("within the period: %v", err)
+	}
+	clk.Add(3 * time.Second)
+	if _, err := s.Push(ctx, []byte(`{"type":"u.p","args":[],"options":{"queue":"up","unique":{"period":"PT2S"}}}`)); err != nil {
+		t.Fatalf("after the period (holder %s still available): %v", a.ID, err)
+	}
+	// states: only completed jobs count; an available one does not.
+	b, _ := s.Push(ctx, []byte(`{"type":"u.s","args":[],"options":{"queue":"us","unique":{"states":["completed"]}}}`))
+	if _, err := s.Push(ctx, []byte(`{"type":"u.s","args":[],"options":{"queue":"us","unique":{"states":["completed"]}}}`)); err != nil {
+		t.Fatalf("available holder with states [completed]: %v", err)
+	}
+	_ = b
+	// replace_except_schedule keeps the holder's time.
+	old, _ := s.Push(ctx, []byte(`{"type":"u.r","args":[{"user":1,"msg":"a"}],"options":{"queue":"ur","scheduled_at":"2026-11-21T14:00:00Z","unique":{"keys":["args"],"args_keys":["user"]}}}`))
+	nw, err := s.Push(ctx, []byte(`{"type":"u.r","args":[{"user":1,"msg":"b"}],"options":{"queue":"ur","scheduled_at":"2026-11-21T15:00:00Z","unique":{"keys":["args"],"args_keys":["user"],"on_conflict":"replace_except_schedule"}}}`))
+	if err != nil || nw.State != job.Scheduled || nw.ScheduledAtText != "2026-11-21T14:00:00Z" {
+		t.Fatalf("replace_except_schedule: %+v %v", nw, err)
+	}
+	if o, _ := s.Info(ctx, old.ID); o.State != job.Cancelled {
+		t.Fatalf("old scheduled job is %s", o.State)
+	}
+}
+
+// TestUniqueUnderConcurrency: twenty concurrent enqueues of one key
+// create exactly one job.
+func TestUniqueUnderConcurrency(t *testing.T) {
+	t.Parallel()
+	s, _ := newService(t)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	created, dups := 0, 0
+	for i := 0; i < 20; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := s.Push(ctx, []byte(`{"type":"u.c","args":[1],"options":{"queue":"uc","unique":{"keys":["args"]}}}`))
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				created++
+			case code(err) == ojserr.Duplicate || code(err) == ojserr.Conflict:
+				dups++
+			default:
+				t.Errorf("push: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	js, _ := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"uc"}, Count: 50})
+	if created != 1 || dups != 19 || len(js) != 1 {
+		t.Fatalf("created %d, duplicates %d, jobs in queue %d", created, dups, len(js))
+	}
+}

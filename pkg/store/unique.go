@@ -1,0 +1,110 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
+)
+
+// Uniqueness locks (ojs-unique-jobs.md): pk UNQ#<key>, sk UNIQUE, naming
+// the job that holds the key and, for a policy with a period, when the
+// hold ends (also its TTL). A job with a unique policy is created in one
+// transaction with its lock, so two enqueues of the same key can never
+// both succeed: the strong uniqueness of section 8.1.
+const (
+	uniquePrefix = "UNQ#"
+	uniqueSK     = "UNIQUE"
+)
+
+// ErrLockHeld is returned by CreateUnique when the key is held by another
+// job than the caller expected (or, with no holder expected, by anyone).
+var ErrLockHeld = errors.New("uniqueness key is held")
+
+// UniqueLock is the holder of a uniqueness key.
+type UniqueLock struct {
+	JobID string
+	// Until is when the hold ends (zero: while the holder is in the
+	// policy's states).
+	Until time.Time
+}
+
+func uniqueKey(key string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{attrPK: avS(uniquePrefix + key), attrSK: avS(uniqueSK)}
+}
+
+// CreateUnique creates j and makes it the holder of its uniqueness key,
+// in one transaction. With holder empty the key must be free (no lock, or
+// one whose period ended before now); otherwise the lock must still name
+// holder, and the holder job must still be at holderVersion (or gone), so
+// a decision taken on the holder's state cannot be overtaken. It returns
+// ErrLockHeld when those conditions fail and a DuplicateError when a job
+// with j's id exists.
+func (s *Store) CreateUnique(ctx context.Context, j *job.Job, redeliverAfter time.Duration, until, now time.Time, holder string, holderVersion int64) error {
+	put, err := s.jobPut(j, redeliverAfter)
+	if err != nil {
+		return err
+	}
+	lock := uniqueKey(j.Unique.Key)
+	lock["job_id"] = avS(j.ID)
+	if !until.IsZero() {
+		lock["until_ms"] = &types.AttributeValueMemberN{Value: itoa(ms(until))}
+		lock["ttl"] = &types.AttributeValueMemberN{Value: itoa(until.Unix() + 60)}
+	}
+	lp := &types.Put{TableName: &s.table, Item: lock}
+	tx := []types.TransactWriteItem{{Put: lp}, {Put: put}}
+	if holder == "" {
+		lp.ConditionExpression = aws.String("attribute_not_exists(pk) OR until_ms <= :now")
+		lp.ExpressionAttributeValues = map[string]types.AttributeValue{":now": &types.AttributeValueMemberN{Value: itoa(ms(now))}}
+	} else {
+		lp.ConditionExpression = aws.String("job_id = :h")
+		lp.ExpressionAttributeValues = map[string]types.AttributeValue{":h": avS(holder)}
+		tx = append(tx, types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{TableName: &s.table, Key: jobKey(holder),
+			ConditionExpression:       aws.String("attribute_not_exists(pk) OR version = :v"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":v": &types.AttributeValueMemberN{Value: itoa(holderVersion)}}}})
+	}
+	_, err = s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: tx})
+	var tce *types.TransactionCanceledException
+	if errors.As(err, &tce) {
+		for i, r := range tce.CancellationReasons {
+			if aws.ToString(r.Code) != "ConditionalCheckFailed" {
+				continue
+			}
+			if i == 1 {
+				return &DuplicateError{ID: j.ID}
+			}
+			return ErrLockHeld
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("create unique job %s: %w", j.ID, err)
+	}
+	return nil
+}
+
+// UniqueHolder reads the holder of a uniqueness key (consistent read);
+// ErrNotFound if none.
+func (s *Store) UniqueHolder(ctx context.Context, key string) (UniqueLock, error) {
+	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.table, Key: uniqueKey(key), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return UniqueLock{}, fmt.Errorf("read uniqueness key: %w", err)
+	}
+	if len(out.Item) == 0 {
+		return UniqueLock{}, ErrNotFound
+	}
+	var l UniqueLock
+	if v, ok := out.Item["job_id"].(*types.AttributeValueMemberS); ok {
+		l.JobID = v.Value
+	}
+	if v, ok := out.Item["until_ms"].(*types.AttributeValueMemberN); ok {
+		var n int64
+		fmt.Sscan(v.Value, &n)
+		l.Until = fromMS(n)
+	}
+	return l, nil
+}
