@@ -72,6 +72,7 @@ type options struct {
 	VisibilityTimeoutMS json.RawMessage `json:"visibility_timeout_ms"`
 	VisibilityTimeout   json.RawMessage `json:"visibility_timeout"`
 	Pending             *bool           `json:"pending"`
+	RateLimit           json.RawMessage `json:"rate_limit"`
 }
 
 // Enqueue is a validated PUSH: the job to create and whether it starts
@@ -231,6 +232,15 @@ func ParseEnqueue(raw []byte, now time.Time) (*Enqueue, error) {
 		if j.Unique, err = parseUnique(u, j); err != nil {
 			return nil, err
 		}
+	}
+	if rl := opts.RateLimit; rl != nil && !isNull(rl) {
+		var r struct {
+			MaxPerSecond *float64 `json:"max_per_second"`
+		}
+		if err := json.Unmarshal(rl, &r); err != nil || r.MaxPerSecond == nil || *r.MaxPerSecond <= 0 || *r.MaxPerSecond > MaxRatePerSecond {
+			return nil, ojserr.Invalid("options.rate_limit", "'options.rate_limit' must be {\"max_per_second\": n} with n above 0 and at most %d.", MaxRatePerSecond)
+		}
+		j.RateLimit = *r.MaxPerSecond
 	}
 	if tags := first(opts.Tags, req.Tags); tags != nil && !isNull(tags) {
 		if err := json.Unmarshal(tags, &j.Tags); err != nil || len(j.Tags) > 50 {

@@ -37,6 +37,8 @@ const (
 	MaxPriority = 100
 	// MaxTimeout bounds a job's execution timeout and visibility timeout.
 	MaxTimeout = 12 * time.Hour
+	// MaxRatePerSecond bounds options.rate_limit.max_per_second.
+	MaxRatePerSecond = 10000
 )
 
 // ErrorInfo is one recorded failure: the last one is the job's "error", all
@@ -113,6 +115,9 @@ type Job struct {
 
 	// Unique is the job's unique policy at enqueue (not stored).
 	Unique *Unique
+	// RateLimit is options.rate_limit.max_per_second at enqueue: it sets
+	// the queue's fetch rate (not stored on the job).
+	RateLimit float64
 	// Deduplicated marks the existing job returned for a PUSH whose unique
 	// policy said "ignore" (answered 200, not 201).
 	Deduplicated bool

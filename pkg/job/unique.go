@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
-	"golang.org/x/text/unicode/norm"
 	"github.com/ojs-aws/ojs-serverless/pkg/retry"
+	"golang.org/x/text/unicode/norm"
 )
 
 // Conflict strategies of a unique policy (ojs-unique-jobs.md section 5).

@@ -39,6 +39,9 @@ type Store interface {
 	SetQueuePaused(ctx context.Context, name string, paused bool, now time.Time) (*store.QueueInfo, error)
 	QueueInfos(ctx context.Context) ([]store.QueueInfo, error)
 	QueuePaused(ctx context.Context, name string) (bool, error)
+	QueueFetchState(ctx context.Context, name string) (paused bool, rate float64, err error)
+	SetQueueRate(ctx context.Context, name string, perSecond float64, now time.Time) error
+	TakeRateTokens(ctx context.Context, name string, n int, perSecond float64, now time.Time) (bool, error)
 	CountQueue(ctx context.Context, queue string) (store.QueueCounts, error)
 	QueryEvents(ctx context.Context, f events.Filter, now time.Time) (*events.Page, error)
 	WorkerBeat(ctx context.Context, w store.WorkerInfo, now time.Time) (*store.WorkerInfo, error)
@@ -74,6 +77,7 @@ type Service struct {
 	rnd    func() float64
 	log    *slog.Logger
 	queues sync.Map // queue names already registered by this process
+	rates  sync.Map // queue -> rate limit this process last recorded
 	pauses pauseCache
 }
 
@@ -125,6 +129,22 @@ func apiError(err error, id, op string) error {
 		return oe
 	}
 	return ojserr.Backend(err)
+}
+
+// setRate records a job's options.rate_limit as its queue's FETCH rate
+// (once per process and value).
+func (s *Service) setRate(ctx context.Context, j *job.Job) error {
+	if j.RateLimit <= 0 {
+		return nil
+	}
+	if v, ok := s.rates.Load(j.Queue); ok && v.(float64) == j.RateLimit {
+		return nil
+	}
+	if err := s.st.SetQueueRate(ctx, j.Queue, j.RateLimit, s.Now()); err != nil {
+		return err
+	}
+	s.rates.Store(j.Queue, j.RateLimit)
+	return nil
 }
 
 // EnsureQueue registers a queue name (once per process).
@@ -190,6 +210,11 @@ func (s *Service) PushBatch(ctx context.Context, raws [][]byte) ([]*job.Job, err
 	}
 	for _, j := range jobs {
 		if err := s.ensureQueue(ctx, j.Queue); err != nil {
+			return nil, ojserr.Backend(err)
+		}
+	}
+	for _, j := range jobs {
+		if err := s.setRate(ctx, j); err != nil {
 			return nil, ojserr.Backend(err)
 		}
 	}
@@ -453,20 +478,36 @@ func (s *Service) Fetch(ctx context.Context, r FetchRequest) ([]*job.Job, error)
 			break
 		}
 		// Read fresh, not cached: a pause holds for every fetch after it.
-		if p, err := s.st.QueuePaused(ctx, q); err != nil {
+		paused, rate, err := s.st.QueueFetchState(ctx, q)
+		if err != nil {
 			return nil, ojserr.Backend(err)
-		} else if p {
+		}
+		if paused {
 			continue // a paused queue is not fetched; its jobs wait
 		}
 		if _, err := s.ResolveDue(ctx, q, 25, false); err != nil {
 			return nil, ojserr.Backend(err)
 		}
-		items, err := s.st.Ready(ctx, q, min(r.Count-len(out)+4, MaxFetch))
+		want := r.Count - len(out)
+		items, err := s.st.Ready(ctx, q, min(want+4, MaxFetch))
 		if err != nil {
 			return nil, ojserr.Backend(err)
 		}
+		if rate > 0 && len(items) > 0 {
+			// A rate-limited queue hands out at most rate jobs a second:
+			// reserve the jobs before claiming them.
+			want = min(want, max(1, int(rate)))
+			ok, err := s.st.TakeRateTokens(ctx, q, want, rate, s.Now())
+			if err != nil {
+				return nil, ojserr.Backend(err)
+			}
+			if !ok {
+				continue
+			}
+		}
+		taken := 0
 		for _, it := range items {
-			if len(out) >= r.Count {
+			if len(out) >= r.Count || taken >= want {
 				break
 			}
 			j, err := s.Claim(ctx, it.Job, r.WorkerID, r.Visibility)
@@ -475,6 +516,7 @@ func (s *Service) Fetch(ctx context.Context, r FetchRequest) ([]*job.Job, error)
 			}
 			if j != nil {
 				out = append(out, j)
+				taken++
 			}
 		}
 	}

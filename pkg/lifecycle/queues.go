@@ -55,10 +55,13 @@ type QueueState struct {
 	Status   string `json:"status"`
 	Paused   bool   `json:"paused"`
 	PausedAt string `json:"paused_at,omitempty"`
+	// RateLimit is the queue's FETCH rate in jobs per second (set by a
+	// job's options.rate_limit; 0: none).
+	RateLimit float64 `json:"rate_limit_per_second,omitempty"`
 }
 
 func queueState(i *store.QueueInfo) QueueState {
-	st := QueueState{Name: i.Name, Status: "active", Paused: i.Paused, PausedAt: i.PausedAt}
+	st := QueueState{Name: i.Name, Status: "active", Paused: i.Paused, PausedAt: i.PausedAt, RateLimit: i.RateLimit}
 	if i.Paused {
 		st.Status = "paused"
 	}

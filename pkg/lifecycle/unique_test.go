@@ -125,3 +125,55 @@ func TestUniqueUnderConcurrency(t *testing.T) {
 		t.Fatalf("created %d, duplicates %d, jobs in queue %d", created, dups, len(js))
 	}
 }
+
+// TestRateLimitedQueue: options.rate_limit caps FETCH at max_per_second
+// jobs a second for every fetcher together.
+func TestRateLimitedQueue(t *testing.T) {
+	t.Parallel()
+	s, clk := newService(t)
+	ctx := context.Background()
+	for i := 0; i < 5; i++ {
+		if _, err := s.Push(ctx, []byte(`{"type":"r.l","args":[],"options":{"queue":"rl","rate_limit":{"max_per_second":1}}}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fetch := func(n int) int {
+		js, err := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"rl"}, Count: n})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(js)
+	}
+	if got := fetch(5); got != 1 {
+		t.Fatalf("first fetch: %d jobs, want 1", got)
+	}
+	if got := fetch(1); got != 0 {
+		t.Fatalf("immediate second fetch: %d jobs, want 0", got)
+	}
+	clk.Add(1500 * time.Millisecond)
+	if got := fetch(1); got != 1 {
+		t.Fatalf("after 1.5 s: %d jobs, want 1", got)
+	}
+	// Concurrent fetchers share the limit.
+	clk.Add(1100 * time.Millisecond)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	total := 0
+	for i := 0; i < 6; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n := fetch(1)
+			mu.Lock()
+			total += n
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if total != 1 {
+		t.Fatalf("six concurrent fetches got %d jobs in one second, want 1", total)
+	}
+	if _, err := s.Push(ctx, []byte(`{"type":"r.l","args":[],"options":{"rate_limit":{"max_per_second":0}}}`)); code(err) != ojserr.InvalidRequest {
+		t.Fatalf("rate 0: %v", err)
+	}
+}

@@ -25,11 +25,17 @@ type QueueInfo struct {
 	// available push-mode jobs (dropped while paused) and clears it.
 	Redeliver string `dynamodbav:"redeliver,omitempty"`
 	Version   int64  `dynamodbav:"version,omitempty"`
+	// RateLimit is the most jobs per second FETCH hands out (0: none).
+	RateLimit float64 `dynamodbav:"rate_limit,omitempty"`
 }
 
 const (
 	queuesPK    = "QUEUES"
 	queuePrefix = "Q#"
+	// ratePrefix keys a queue's rate limiter state (sk RL#<name>): apart
+	// from the registry item so that taking tokens, a write per FETCH,
+	// stays out of the stream (topology.StreamFilter).
+	ratePrefix = "RL#"
 )
 
 func queueKey(name string) map[string]types.AttributeValue {
@@ -75,6 +81,59 @@ func (s *Store) SetQueuePaused(ctx context.Context, name string, paused bool, no
 		return nil, err
 	}
 	return &q, nil
+}
+
+// SetQueueRate sets a queue's FETCH rate limit (jobs per second).
+func (s *Store) SetQueueRate(ctx context.Context, name string, perSecond float64, now time.Time) error {
+	u := expression.Set(expression.Name("name"), expression.Value(name)).
+		Set(expression.Name("created_at"), expression.IfNotExists(expression.Name("created_at"), expression.Value(job.Timestamp(now)))).
+		Set(expression.Name("rate_limit"), expression.Value(perSecond))
+	expr, err := expression.NewBuilder().WithUpdate(u).Build()
+	if err != nil {
+		return err
+	}
+	_, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table, Key: queueKey(name),
+		UpdateExpression: expr.Update(), ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values()})
+	if err != nil {
+		return fmt.Errorf("set queue %s rate limit: %w", name, err)
+	}
+	return nil
+}
+
+// QueueFetchState reads, consistently, whether a queue is paused and its
+// rate limit (an unknown queue is neither).
+func (s *Store) QueueFetchState(ctx context.Context, name string) (paused bool, rate float64, err error) {
+	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.table, Key: queueKey(name), ConsistentRead: aws.Bool(true),
+		ProjectionExpression: aws.String("paused, rate_limit")})
+	if err != nil {
+		return false, 0, fmt.Errorf("read queue %s: %w", name, err)
+	}
+	var q QueueInfo
+	if err := attributevalue.UnmarshalMap(out.Item, &q); err != nil {
+		return false, 0, err
+	}
+	return q.Paused, q.RateLimit, nil
+}
+
+// TakeRateTokens reserves n jobs of a rate-limited queue at now: it
+// succeeds when the queue's previous reservation has run out, and then
+// holds the queue for n jobs' worth of time (n / perSecond). The
+// reservation is one conditional write, so concurrent fetchers never
+// exceed the rate together.
+func (s *Store) TakeRateTokens(ctx context.Context, name string, n int, perSecond float64, now time.Time) (bool, error) {
+	hold := time.Duration(float64(n) / perSecond * float64(time.Second))
+	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table,
+		Key:                       map[string]types.AttributeValue{attrPK: avS(queuesPK), attrSK: avS(ratePrefix + name)},
+		UpdateExpression:          aws.String("SET next_ms = :next"),
+		ConditionExpression:       aws.String("attribute_not_exists(next_ms) OR next_ms <= :now"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":next": &types.AttributeValueMemberN{Value: itoa(ms(now.Add(hold)))}, ":now": &types.AttributeValueMemberN{Value: itoa(ms(now))}}})
+	if errors.As(err, new(*types.ConditionalCheckFailedException)) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("rate limit of queue %s: %w", name, err)
+	}
+	return true, nil
 }
 
 // QueuePaused reads whether a queue is paused (consistent read of its
