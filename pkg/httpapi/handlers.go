@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -267,7 +268,8 @@ func (a *api) pushBatch(w http.ResponseWriter, r *http.Request, _ params) error 
 		return err
 	}
 	var req struct {
-		Jobs []json.RawMessage `json:"jobs"`
+		Jobs      []json.RawMessage `json:"jobs"`
+		Atomicity string            `json:"atomicity"`
 	}
 	if err := decodeObject(raw, &req); err != nil {
 		return err
@@ -275,15 +277,37 @@ func (a *api) pushBatch(w http.ResponseWriter, r *http.Request, _ params) error 
 	if req.Jobs == nil {
 		return ojserr.Invalid("jobs", "The 'jobs' field is required and must be an array of jobs.")
 	}
+	switch req.Atomicity {
+	case "", "partial":
+	case "atomic":
+		if len(req.Jobs) > store.MaxBatch {
+			return ojserr.Newf(ojserr.ValidationError, "An atomic batch holds at most %d jobs (one DynamoDB transaction); got %d. Send it in smaller batches or with atomicity \"partial\".", store.MaxBatch, len(req.Jobs)).
+				With("field", "atomicity").With("max_atomic_batch_size", store.MaxBatch)
+		}
+	default:
+		return ojserr.Invalid("atomicity", "'atomicity' must be \"atomic\" or \"partial\".")
+	}
 	raws := make([][]byte, len(req.Jobs))
 	for i, j := range req.Jobs {
 		raws[i] = j
 	}
 	jobs, err := a.jobs.PushBatch(r.Context(), raws)
+	var pe *lifecycle.PartialError
+	if errors.As(err, &pe) {
+		status := http.StatusMultiStatus
+		if len(jobs) == 0 {
+			status = http.StatusUnprocessableEntity
+		}
+		if jobs == nil {
+			jobs = []*job.Job{}
+		}
+		writeJSON(w, status, map[string]any{"jobs": jobs, "count": len(jobs), "succeeded": len(jobs), "failed": len(pe.Failed), "errors": pe.Failed})
+		return nil
+	}
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusCreated, map[string]any{"jobs": jobs, "count": len(jobs)})
+	writeJSON(w, http.StatusCreated, map[string]any{"jobs": jobs, "count": len(jobs), "succeeded": len(jobs), "failed": 0})
 	return nil
 }
 

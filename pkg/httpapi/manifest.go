@@ -39,7 +39,7 @@ func Manifest() map[string]any {
 		"limits": map[string]any{
 			"max_envelope_bytes": job.MaxEnvelopeBytes, "max_meta_bytes": job.MaxMetaBytes,
 			"max_result_bytes": job.MaxResultBytes, "max_request_bytes": MaxBodyBytes,
-			"max_batch_jobs": store.MaxBatch, "max_fetch_count": lifecycle.MaxFetch,
+			"max_batch_jobs": lifecycle.MaxBulk, "max_atomic_batch_jobs": store.MaxBatch, "max_fetch_count": lifecycle.MaxFetch,
 			"min_priority": job.MinPriority, "max_priority": job.MaxPriority,
 			"max_workflow_depth": workflow.MaxDepth, "max_workflow_jobs": workflow.MaxJobs,
 		},

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -183,7 +184,7 @@ func ParseEnqueue(raw []byte, now time.Time) (*Enqueue, error) {
 	}
 
 	var err error
-	if j.Priority, err = intField("priority", first(opts.Priority, req.Priority), 0, MinPriority, MaxPriority); err != nil {
+	if j.Priority, err = intField("priority", namedPriority(first(opts.Priority, req.Priority)), 0, MinPriority, MaxPriority); err != nil {
 		return nil, err
 	}
 	j.Timeout = DefaultTimeout
@@ -372,6 +373,23 @@ func mergeObjects(base, over json.RawMessage) (json.RawMessage, error) {
 		}
 	}
 	return json.Marshal(a)
+}
+
+// NamedPriorities are the named levels of ojs-conformance.md L4-PRI-003
+// (higher numbers are fetched first).
+var NamedPriorities = map[string]int{"high": 3, "normal": 2, "low": 1}
+
+// namedPriority turns "HIGH", "normal", "Low" into their numbers; other
+// values pass through to the integer check.
+func namedPriority(raw json.RawMessage) json.RawMessage {
+	var name string
+	if raw == nil || json.Unmarshal(raw, &name) != nil {
+		return raw
+	}
+	if v, ok := NamedPriorities[strings.ToLower(name)]; ok {
+		return json.RawMessage(strconv.Itoa(v))
+	}
+	return raw
 }
 
 func intField(field string, raw json.RawMessage, def, lo, hi int64) (int, error) {

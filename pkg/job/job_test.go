@@ -123,7 +123,7 @@ func TestParseEnqueueRejects(t *testing.T) {
 		{"uuid v4 id", `{"id":"3b241101-e2bb-4255-8caf-4136c566a962","type":"a.b","args":[]}`, "id", ojserr.InvalidRequest},
 		{"uppercase id", `{"id":"019414D4-8B2E-7C3A-B5D1-F0E2A3B4C5D6","type":"a.b","args":[]}`, "id", ojserr.InvalidRequest},
 		{"fractional priority", `{"type":"a.b","args":[],"priority":1.5}`, "priority", ojserr.InvalidRequest},
-		{"string priority", `{"type":"a.b","args":[],"options":{"priority":"high"}}`, "priority", ojserr.InvalidRequest},
+		{"string priority", `{"type":"a.b","args":[],"options":{"priority":"urgent"}}`, "priority", ojserr.InvalidRequest},
 		{"zero timeout_ms", `{"type":"a.b","args":[],"options":{"timeout_ms":0}}`, "options.timeout_ms", ojserr.InvalidRequest},
 		{"no tz", `{"type":"a.b","args":[],"scheduled_at":"2026-03-15T09:30:00"}`, "scheduled_at", ojserr.InvalidRequest},
 		{"bad expires", `{"type":"a.b","args":[],"options":{"expires_at":"tomorrow"}}`, "expires_at", ojserr.InvalidRequest},
@@ -217,5 +217,15 @@ func TestUniqueKey(t *testing.T) {
 	j, _ := parse(t, `{"type":"x.y","args":[],"unique":{}}`)
 	if u := j.Job.Unique; u.OnConflict != UniqueReject || len(u.States) != 5 || u.States[Completed] || u.Period != 0 {
 		t.Fatalf("defaults: %+v", j.Job.Unique)
+	}
+}
+
+func TestNamedPriorities(t *testing.T) {
+	t.Parallel()
+	for name, want := range map[string]int{"HIGH": 3, "normal": 2, "Low": 1} {
+		e, err := parse(t, `{"type":"a.b","args":[],"options":{"priority":"`+name+`"}}`)
+		if err != nil || e.Job.Priority != want {
+			t.Fatalf("%s: %v %v", name, e, err)
+		}
 	}
 }

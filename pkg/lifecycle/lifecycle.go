@@ -174,15 +174,22 @@ func (s *Service) Push(ctx context.Context, raw []byte) (*job.Job, error) {
 	return jobs[0], nil
 }
 
-// PushBatch validates every job and creates all of them or none (one
-// DynamoDB transaction; at most store.MaxBatch jobs). A validation error
-// names the index of the first invalid job.
+// MaxBulk is the most jobs one batch PUSH holds (ojs-bulk-operations.md
+// section 7: at least 1,000).
+const MaxBulk = 1000
+
+// PushBatch validates every job (one invalid job rejects the batch and
+// nothing is written; the error names its index), then creates them: up
+// to store.MaxBatch jobs in one DynamoDB transaction, all or none; larger
+// batches in transactions of store.MaxBatch, each all or none. When a
+// chunk fails, the jobs created so far are returned with a *PartialError
+// naming every job that was not.
 func (s *Service) PushBatch(ctx context.Context, raws [][]byte) ([]*job.Job, error) {
 	if len(raws) == 0 {
 		return nil, ojserr.Invalid("jobs", "The 'jobs' array must hold at least one job.")
 	}
-	if len(raws) > store.MaxBatch {
-		return nil, ojserr.Invalid("jobs", "A batch holds at most %d jobs; got %d.", store.MaxBatch, len(raws)).With("max", store.MaxBatch)
+	if len(raws) > MaxBulk {
+		return nil, ojserr.Invalid("jobs", "A batch holds at most %d jobs; got %d.", MaxBulk, len(raws)).With("max_batch_size", MaxBulk)
 	}
 	now := s.Now()
 	jobs := make([]*job.Job, len(raws))
@@ -228,17 +235,80 @@ func (s *Service) PushBatch(ctx context.Context, raws [][]byte) ([]*job.Job, err
 		}
 		return []*job.Job{j}, nil
 	}
+	if len(jobs) > store.MaxBatch {
+		return s.createChunked(ctx, jobs)
+	}
 	if err := s.st.Create(ctx, jobs, s.redel); err != nil {
-		var dup *store.DuplicateError
-		if errors.As(err, &dup) {
-			return nil, ojserr.Newf(ojserr.Duplicate, "A job with id '%s' already exists.", dup.ID).With("existing_job_id", dup.ID).With("index", dup.Index)
-		}
-		return nil, ojserr.Backend(err)
+		return nil, createChunkError(err, 0)
 	}
 	for _, j := range jobs {
 		s.log.InfoContext(ctx, "job pushed", "job_id", j.ID, "type", j.Type, "queue", j.Queue, "state", string(j.State), "push_mode", j.Push)
 	}
 	return jobs, nil
+}
+
+func createChunkError(err error, offset int) *ojserr.Error {
+	var dup *store.DuplicateError
+	if errors.As(err, &dup) {
+		return ojserr.Newf(ojserr.Duplicate, "A job with id '%s' already exists.", dup.ID).With("existing_job_id", dup.ID).With("index", offset+dup.Index)
+	}
+	return ojserr.Backend(err)
+}
+
+// PartialError reports a large batch of which some chunks were created
+// and some were not.
+type PartialError struct {
+	// Failed lists the jobs not created, by index in the request.
+	Failed []BatchFailure
+}
+
+// BatchFailure is one job of a batch that was not created.
+type BatchFailure struct {
+	Index int           `json:"index"`
+	JobID string        `json:"job_id"`
+	Error *ojserr.Error `json:"error"`
+}
+
+func (e *PartialError) Error() string {
+	return fmt.Sprintf("%d jobs of the batch were not created", len(e.Failed))
+}
+
+// createChunked writes a large batch in transactions of store.MaxBatch,
+// four at a time, keeping request order in the result.
+func (s *Service) createChunked(ctx context.Context, jobs []*job.Job) ([]*job.Job, error) {
+	n := (len(jobs) + store.MaxBatch - 1) / store.MaxBatch
+	errs := make([]error, n)
+	sem := make(chan struct{}, 4)
+	var wg sync.WaitGroup
+	for c := 0; c < n; c++ {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(c int) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			chunk := jobs[c*store.MaxBatch : min((c+1)*store.MaxBatch, len(jobs))]
+			errs[c] = s.st.Create(ctx, chunk, s.redel)
+		}(c)
+	}
+	wg.Wait()
+	var created []*job.Job
+	var pe PartialError
+	for c, err := range errs {
+		chunk := jobs[c*store.MaxBatch : min((c+1)*store.MaxBatch, len(jobs))]
+		if err == nil {
+			created = append(created, chunk...)
+			continue
+		}
+		ce := createChunkError(err, c*store.MaxBatch)
+		for i, j := range chunk {
+			pe.Failed = append(pe.Failed, BatchFailure{Index: c*store.MaxBatch + i, JobID: j.ID, Error: ce})
+		}
+	}
+	s.log.InfoContext(ctx, "batch pushed", "jobs", len(jobs), "created", len(created), "failed", len(pe.Failed), "chunks", n)
+	if len(pe.Failed) > 0 {
+		return created, &pe
+	}
+	return created, nil
 }
 
 // Info returns a job.

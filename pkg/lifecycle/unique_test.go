@@ -2,6 +2,8 @@ package lifecycle_test
 
 import (
 	"context"
+	"errors"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -175,5 +177,41 @@ func TestRateLimitedQueue(t *testing.T) {
 	}
 	if _, err := s.Push(ctx, []byte(`{"type":"r.l","args":[],"options":{"rate_limit":{"max_per_second":0}}}`)); code(err) != ojserr.InvalidRequest {
 		t.Fatalf("rate 0: %v", err)
+	}
+}
+
+// TestLargeBatchIsChunked: a batch beyond one transaction is written in
+// chunks of 100, each all or none; a failing chunk is reported job by job.
+func TestLargeBatchIsChunked(t *testing.T) {
+	t.Parallel()
+	s, _ := newService(t)
+	ctx := context.Background()
+	mk := func(n int, q string) [][]byte {
+		raws := make([][]byte, n)
+		for i := range raws {
+			raws[i] = []byte(`{"type":"b.k","args":[` + strconv.Itoa(i) + `],"options":{"queue":"` + q + `"}}`)
+		}
+		return raws
+	}
+	jobs, err := s.PushBatch(ctx, mk(1000, "bulk-a"))
+	if err != nil || len(jobs) != 1000 || string(jobs[999].Args) != "[999]" {
+		t.Fatalf("1000 jobs: %d %v", len(jobs), err)
+	}
+	if st, _ := s.Stats(ctx, "bulk-a"); st.Available != 1000 {
+		t.Fatalf("queue holds %d jobs", st.Available)
+	}
+	if _, err := s.PushBatch(ctx, mk(1001, "bulk-a")); code(err) != ojserr.InvalidRequest {
+		t.Fatalf("1001 jobs: %v", err)
+	}
+	// Job 150 reuses an existing id: its chunk (100-199) fails whole.
+	raws := mk(250, "bulk-b")
+	raws[150] = []byte(`{"id":"` + jobs[0].ID + `","type":"b.k","args":[],"options":{"queue":"bulk-b"}}`)
+	created, err := s.PushBatch(ctx, raws)
+	var pe *lifecycle.PartialError
+	if !errors.As(err, &pe) || len(created) != 150 || len(pe.Failed) != 100 || pe.Failed[0].Index != 100 || pe.Failed[50].Error.Code != ojserr.Duplicate {
+		t.Fatalf("partial: created %d, err %v", len(created), err)
+	}
+	if st, _ := s.Stats(ctx, "bulk-b"); st.Available != 150 {
+		t.Fatalf("queue holds %d jobs, want 150", st.Available)
 	}
 }
