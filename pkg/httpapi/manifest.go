@@ -21,19 +21,19 @@ func Manifest() map[string]any {
 			"name": "ojs-serverless", "version": ImplementationVersion, "language": "go",
 			"homepage": "https://github.com/ojs-aws/ojs-serverless",
 		},
-		// Levels 0 and 1 are implemented; level 2 needs cron, which is
-		// not (conformance levels are cumulative). Workflows (level 3) and
-		// batch, priority, stats and pause/resume (level 4) are served and
-		// listed in capabilities; unique jobs and rate limits are not.
-		"conformance_level": 1,
+		// Levels 0 to 4 are implemented: core, reliability, scheduling
+		// (delays, cron, TTL), workflows, and priority, unique jobs
+		// (strong: a conditional transaction per key), batches, pause and
+		// resume, stats and per-queue rate limits (applied to FETCH).
+		"conformance_level": 4,
 		"protocols":         []string{"http"},
 		"backend":           "dynamodb",
 		"capabilities": map[string]bool{
 			"batch_enqueue": true, "dead_letter": true, "delayed_jobs": true, "job_ttl": true,
 			"priority_queues": true, "heartbeat": true, "visibility_timeout": true, "retry_policies": true,
 			"pending_jobs": true, "push_delivery_lambda": true,
-			"cron_jobs": false, "workflows": true, "unique_jobs": false, "pause_resume": true,
-			"rate_limiting": false, "schema_validation": false, "events": true, "queue_stats": true,
+			"cron_jobs": true, "workflows": true, "unique_jobs": true, "pause_resume": true,
+			"rate_limiting": true, "schema_validation": false, "events": true, "queue_stats": true,
 			"dead_letter_retry": true, "worker_directives": true, "eventbridge_events": true,
 		},
 		"limits": map[string]any{
@@ -43,7 +43,8 @@ func Manifest() map[string]any {
 			"min_priority": job.MinPriority, "max_priority": job.MaxPriority,
 			"max_workflow_depth": workflow.MaxDepth, "max_workflow_jobs": workflow.MaxJobs,
 		},
-		"extensions": []string{"push-delivery-aws-lambda"},
-		"endpoints":  map[string]string{"manifest": "/ojs/manifest", "health": "/ojs/v1/health", "base_path": "/ojs/v1", "events": "/ojs/v1/events"},
+		"uniqueness_strength": "strong",
+		"extensions":          []string{"push-delivery-aws-lambda"},
+		"endpoints":           map[string]string{"manifest": "/ojs/manifest", "health": "/ojs/v1/health", "base_path": "/ojs/v1", "events": "/ojs/v1/events", "cron": "/ojs/v1/cron"},
 	}
 }
