@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/ojs-aws/ojs-serverless/pkg/internal/jsoncase"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 )
 
@@ -291,7 +292,7 @@ func decodeObject(raw []byte, v any) error {
 	if !strings.HasPrefix(t, "{") {
 		return ojserr.Invalid("body", "The request body must be a JSON object.")
 	}
-	if err := json.Unmarshal(raw, v); err != nil {
+	if err := jsoncase.Unmarshal(raw, v); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
 			return ojserr.Invalid(te.Field, "The '%s' field has the wrong type: expected %s.", te.Field, te.Type.String())

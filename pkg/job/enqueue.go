@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+	"github.com/ojs-aws/ojs-serverless/pkg/internal/jsoncase"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 	"github.com/ojs-aws/ojs-serverless/pkg/retry"
 )
@@ -317,7 +318,7 @@ func parseRetry(raw json.RawMessage) (retry.Policy, error) {
 }
 
 func strictDecode(b []byte, v any) error {
-	if err := json.Unmarshal(b, v); err != nil {
+	if err := jsoncase.Unmarshal(b, v); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
 			field := te.Field

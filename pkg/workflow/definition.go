@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/ojs-aws/ojs-serverless/pkg/internal/jsoncase"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 )
@@ -81,7 +82,7 @@ func Parse(raw []byte, now time.Time) (*Def, string, int, error) {
 		return nil, "", 0, ojserr.New(ojserr.InvalidPayload, "The request body is empty or not valid JSON.").With("field", "body")
 	}
 	var rn rawNode
-	if t[0] != '{' || json.Unmarshal(t, &rn) != nil {
+	if t[0] != '{' || jsoncase.Unmarshal(t, &rn) != nil {
 		return nil, "", 0, invalid([]Problem{{"$", "a workflow must be a JSON object with type, and steps or jobs"}})
 	}
 	id := ""
@@ -138,7 +139,7 @@ func isComposite(rn rawNode) bool {
 // node parses one node at JSON path jp and tree path tp.
 func (p *parser) node(raw json.RawMessage, jp, tp string, index, depth int) *Def {
 	var rn rawNode
-	if err := json.Unmarshal(raw, &rn); err != nil {
+	if err := jsoncase.Unmarshal(raw, &rn); err != nil {
 		p.add(jp, "must be a job or a workflow object")
 		return nil
 	}
@@ -194,7 +195,7 @@ func (p *parser) node(raw json.RawMessage, jp, tp string, index, depth int) *Def
 				continue
 			}
 			var cn rawNode
-			if json.Unmarshal(cb, &cn) == nil && isComposite(cn) {
+			if jsoncase.Unmarshal(cb, &cn) == nil && isComposite(cn) {
 				p.add(jp+".callbacks."+name, "a callback is a job, not a workflow")
 				continue
 			}
