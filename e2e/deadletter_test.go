@@ -137,3 +137,43 @@ func TestDeadLetterRetryInPushMode(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+// Bulk dead-letter operations: stats, retry by filter, purge; both need
+// confirm.
+func TestDeadLetterBulkRetryPurgeAndStats(t *testing.T) {
+	t.Parallel()
+	q := uniqueQueue(t) + "-bulkdlq"
+	for i := 0; i < 3; i++ {
+		discardPull(t, q)
+	}
+	st := do(t, http.MethodGet, "/ojs/v1/dead-letter/stats", nil)
+	byQueue, _ := st.Body["by_queue"].(map[string]any)
+	if st.Status != 200 || num(byQueue[q]) != 3 || num(st.Body["total"]) < 3 || st.Body["oldest_at"] == nil {
+		t.Fatalf("stats: %d %s", st.Status, st.Raw)
+	}
+	if r := do(t, http.MethodPost, "/ojs/v1/dead-letter/retry", map[string]any{"filter": map[string]any{"queue": q}}); r.Status != 400 || r.errCode() != "invalid_request" {
+		t.Fatalf("retry without confirm: %d %s", r.Status, r.Raw)
+	}
+	r := do(t, http.MethodPost, "/ojs/v1/dead-letter/retry", map[string]any{"filter": map[string]any{"queue": q, "type": "dlq.job"}, "confirm": true})
+	if r.Status != 200 || num(r.Body["retried"]) != 3 || r.Body["has_more"] != false {
+		t.Fatalf("bulk retry: %d %s", r.Status, r.Raw)
+	}
+	for i := 0; i < 3; i++ {
+		if fetchOne(t, q) == nil {
+			t.Fatalf("retried job %d not fetchable", i)
+		}
+	}
+	for i := 0; i < 2; i++ {
+		discardPull(t, q)
+	}
+	if r := do(t, http.MethodDelete, "/ojs/v1/dead-letter?queue="+q, nil); r.Status != 400 {
+		t.Fatalf("purge without confirm: %d %s", r.Status, r.Raw)
+	}
+	r = do(t, http.MethodDelete, "/ojs/v1/dead-letter?queue="+q+"&confirm=true", nil)
+	if r.Status != 200 || num(r.Body["deleted"]) != 2 {
+		t.Fatalf("purge: %d %s", r.Status, r.Raw)
+	}
+	if l := do(t, http.MethodGet, "/ojs/v1/dead-letter?queue="+q, nil); len(l.Body["jobs"].([]any)) != 0 {
+		t.Fatalf("dead letter after purge: %s", l.Raw)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/cron"
@@ -36,6 +37,9 @@ type Jobs interface {
 	DeadJob(ctx context.Context, id string) (*job.Job, error)
 	RetryDead(ctx context.Context, id string, o lifecycle.RetryOverride) (*job.Job, error)
 	DeleteDead(ctx context.Context, id string) error
+	RetryDeadMatching(ctx context.Context, f lifecycle.DeadFilter) (lifecycle.BulkResult, error)
+	PurgeDead(ctx context.Context, f lifecycle.DeadFilter) (lifecycle.BulkResult, error)
+	DeadStats(ctx context.Context) (lifecycle.DeadStats, error)
 	SetPaused(ctx context.Context, queue string, paused bool) (lifecycle.QueueState, error)
 	QueueStates(ctx context.Context) ([]lifecycle.QueueState, error)
 	Stats(ctx context.Context, queue string) (*lifecycle.QueueStats, error)
@@ -100,6 +104,9 @@ func New(jobs Jobs, backend Backend, wfs Workflows, cfg Config) *Server {
 	s.add(http.MethodPost, "/ojs/v1/admin/workers/{id}/quiet", a.workerDirective(lifecycle.WorkerQuiet))
 	s.add(http.MethodPost, "/ojs/v1/admin/workers/{id}/terminate", a.workerDirective(lifecycle.WorkerTerminate))
 	s.add(http.MethodGet, "/ojs/v1/dead-letter", a.deadLetter)
+	s.add(http.MethodGet, "/ojs/v1/dead-letter/stats", a.deadStats)
+	s.add(http.MethodPost, "/ojs/v1/dead-letter/retry", a.deadBulk(true))
+	s.add(http.MethodDelete, "/ojs/v1/dead-letter", a.deadBulk(false))
 	s.add(http.MethodGet, "/ojs/v1/dead-letter/{id}", a.deadJob)
 	s.add(http.MethodPost, "/ojs/v1/dead-letter/{id}/retry", a.retryDead)
 	s.add(http.MethodDelete, "/ojs/v1/dead-letter/{id}", a.deleteDead)
@@ -551,6 +558,76 @@ func (a *api) deadLetter(w http.ResponseWriter, r *http.Request, _ params) error
 		return err
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"jobs": jobs, "pagination": map[string]any{"total": len(jobs), "limit": limit, "offset": 0, "has_more": len(jobs) >= limit}})
+	return nil
+}
+
+// deadBulk serves POST /dead-letter/retry and DELETE /dead-letter (a
+// purge): {"filter": {...}, "confirm": true}, or for DELETE the same as
+// query parameters (queue, type, error_type, since, limit, confirm=true).
+func (a *api) deadBulk(retry bool) func(http.ResponseWriter, *http.Request, params) error {
+	return func(w http.ResponseWriter, r *http.Request, _ params) error {
+		raw, err := readBody(r)
+		if err != nil {
+			return err
+		}
+		if len(strings.TrimSpace(string(raw))) == 0 && !retry {
+			raw, err = deadQueryBody(r)
+			if err != nil {
+				return err
+			}
+		}
+		f, err := lifecycle.ParseDeadBulk(raw)
+		if err != nil {
+			return err
+		}
+		var res lifecycle.BulkResult
+		if retry {
+			res, err = a.jobs.RetryDeadMatching(r.Context(), f)
+		} else {
+			res, err = a.jobs.PurgeDead(r.Context(), f)
+		}
+		if err != nil {
+			return err
+		}
+		out := map[string]any{"matched": res.Matched, "succeeded": res.Succeeded, "failed": res.Failed, "job_ids": res.JobIDs, "has_more": res.HasMore}
+		if retry {
+			out["retried"] = res.Succeeded
+		} else {
+			out["deleted"] = res.Succeeded
+		}
+		writeJSON(w, http.StatusOK, out)
+		return nil
+	}
+}
+
+// deadQueryBody turns DELETE /dead-letter's query parameters into the
+// bulk request body.
+func deadQueryBody(r *http.Request) ([]byte, error) {
+	q := r.URL.Query()
+	body := map[string]any{"confirm": q.Get("confirm") == "true"}
+	filter := map[string]string{}
+	for _, k := range []string{"queue", "type", "error_type", "since"} {
+		if v := q.Get(k); v != "" {
+			filter[k] = v
+		}
+	}
+	body["filter"] = filter
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil {
+			return nil, ojserr.Invalid("limit", "'limit' must be a whole number.")
+		}
+		body["limit"] = n
+	}
+	return json.Marshal(body)
+}
+
+func (a *api) deadStats(w http.ResponseWriter, r *http.Request, _ params) error {
+	st, err := a.jobs.DeadStats(r.Context())
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, st)
 	return nil
 }
 
