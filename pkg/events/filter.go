@@ -18,6 +18,11 @@ const (
 	MaxValues = 20
 	// DefaultWindow is how far back a query without after or since reads.
 	DefaultWindow = 24 * time.Hour
+	// MaxWindow is how far back a query by time reads at most: longer than
+	// events are kept (OJS_EVENT_TTL: 7 days, 30 in prod), so an older
+	// since or cursor only bounds the work (a since of 1970 would cost a
+	// query per day and shard since then).
+	MaxWindow = 31 * 24 * time.Hour
 )
 
 // Filter selects events (ojs-events.md section 6.1 and 6.4). Empty
@@ -130,17 +135,25 @@ func list(q url.Values, names ...string) []string {
 	return out
 }
 
-// Start is the smallest event id the query can return.
+// Start is the smallest event id the query can return. A query by time
+// (no job or workflow) reads at most MaxWindow back, whatever its since or
+// cursor: each day costs one query per index shard.
 func (f Filter) Start(now time.Time) string {
+	since := f.Since
+	if f.SubjectID == "" {
+		if since.IsZero() && f.After == "" {
+			since = now.Add(-DefaultWindow)
+		}
+		if floor := now.Add(-MaxWindow); since.Before(floor) {
+			since = floor
+		}
+	}
 	lb := ""
-	if !f.Since.IsZero() {
-		lb = LowerBound(f.Since)
+	if !since.IsZero() {
+		lb = LowerBound(since)
 	}
 	if f.After != "" && f.After > lb {
 		lb = f.After
-	}
-	if lb == "" && f.SubjectID == "" {
-		lb = LowerBound(now.Add(-DefaultWindow))
 	}
 	return lb
 }
