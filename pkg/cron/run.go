@@ -18,8 +18,12 @@ type RunResult struct {
 	Held    int `json:"held"`
 }
 
-// dueBatch is how many due schedules one pass reads.
-const dueBatch = 100
+// dueBatch is how many due schedules one query reads; a pass reads up to
+// maxRounds of them.
+const (
+	dueBatch  = 100
+	maxRounds = 20
+)
 
 // Run fires every schedule that is due: it enqueues the occurrence's job
 // and advances the schedule in one transaction conditional on the version
@@ -29,14 +33,23 @@ const dueBatch = 100
 // (ojs-cron.md section 7.3).
 func (s *Service) Run(ctx context.Context) (RunResult, error) {
 	var res RunResult
-	names, err := s.Store.DueCrons(ctx, s.Jobs.Now(), dueBatch)
-	if err != nil {
-		return res, err
-	}
 	var errs []error
-	for _, name := range names {
-		if err := s.evaluate(ctx, name, &res); err != nil {
-			errs = append(errs, fmt.Errorf("cron %s: %w", name, err))
+	for round := 0; round < maxRounds; round++ {
+		names, err := s.Store.DueCrons(ctx, s.Jobs.Now(), dueBatch)
+		if err != nil {
+			return res, err
+		}
+		failed := 0
+		for _, name := range names {
+			if err := s.evaluate(ctx, name, &res); err != nil {
+				errs = append(errs, fmt.Errorf("cron %s: %w", name, err))
+				failed++
+			}
+		}
+		// A full page may hide more due schedules; one that failed stays
+		// due, so stop rather than read it again.
+		if len(names) < dueBatch || failed > 0 {
+			break
 		}
 	}
 	return res, errors.Join(errs...)
