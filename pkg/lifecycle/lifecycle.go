@@ -431,10 +431,12 @@ func (s *Service) decide(j *job.Job, in ErrorInput, now time.Time) store.Failure
 	if msg == "" {
 		msg = "The handler failed without a message."
 	}
-	info := job.ErrorInfo{Type: typ, Code: in.Code, Message: truncate(msg, 4096), Retryable: in.Retryable,
-		Backtrace: in.Backtrace, Details: in.Details, Attempt: j.Attempt, Timestamp: job.Timestamp(now)}
-	if len(info.Backtrace) > 50 {
-		info.Backtrace = info.Backtrace[:50]
+	info := job.ErrorInfo{Type: truncate(typ, 1024), Code: truncate(in.Code, 1024), Message: truncate(msg, 4096), Retryable: in.Retryable,
+		Details: in.Details, Attempt: j.Attempt, Timestamp: job.Timestamp(now)}
+	// At most 50 lines of 1 KiB: an unbounded backtrace made the job item
+	// larger than DynamoDB's 400 KB and the FAIL a 500.
+	for _, l := range in.Backtrace[:min(len(in.Backtrace), 50)] {
+		info.Backtrace = append(info.Backtrace, truncate(l, 1024))
 	}
 	retry := j.Retry.CanRetry(j.Attempt)
 	switch strings.ToUpper(in.Code) {
@@ -523,6 +525,13 @@ type FetchRequest struct {
 // MaxFetch bounds the jobs one FETCH returns.
 const MaxFetch = 100
 
+// MaxFetchQueues bounds the queues one FETCH names: each costs DynamoDB
+// reads even when empty.
+const MaxFetchQueues = 20
+
+// MaxWorkerQueues bounds the queues a heartbeat lists.
+const MaxWorkerQueues = 100
+
 // Fetch claims up to Count jobs from the queues in order: highest priority
 // first, FIFO within a priority. Due scheduled and retryable jobs of each
 // queue are promoted first and expired leases requeued, so pull workers see
@@ -530,6 +539,9 @@ const MaxFetch = 100
 func (s *Service) Fetch(ctx context.Context, r FetchRequest) ([]*job.Job, error) {
 	if len(r.Queues) == 0 {
 		return nil, ojserr.Invalid("queues", "The 'queues' field must list at least one queue.")
+	}
+	if len(r.Queues) > MaxFetchQueues {
+		return nil, ojserr.Invalid("queues", "A FETCH names at most %d queues; got %d.", MaxFetchQueues, len(r.Queues)).With("max_queues", MaxFetchQueues)
 	}
 	for _, q := range r.Queues {
 		if err := job.ValidateQueue(q); err != nil {
@@ -732,6 +744,19 @@ func (s *Service) Heartbeat(ctx context.Context, r HeartbeatRequest) (HeartbeatR
 	}
 	if len(r.WorkerID) > 256 {
 		return HeartbeatResult{}, ojserr.Invalid("worker_id", "The 'worker_id' is longer than 256 characters.")
+	}
+	// The worker registry item holds these: unbounded, they made it larger
+	// than DynamoDB's 400 KB and the heartbeat a 500.
+	if len(r.Hostname) > 256 {
+		return HeartbeatResult{}, ojserr.Invalid("hostname", "The 'hostname' is longer than 256 characters.")
+	}
+	if len(r.Queues) > MaxWorkerQueues {
+		return HeartbeatResult{}, ojserr.Invalid("queues", "A heartbeat lists at most %d queues.", MaxWorkerQueues)
+	}
+	for _, q := range r.Queues {
+		if err := job.ValidateQueue(q); err != nil {
+			return HeartbeatResult{}, err
+		}
 	}
 	switch r.State {
 	case "", WorkerRunning, WorkerQuiet, WorkerTerminate:
