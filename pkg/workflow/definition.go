@@ -36,6 +36,9 @@ const (
 	MaxJobs = 10_000
 	// MaxChildren bounds the steps or jobs of one composite.
 	MaxChildren = 10_000
+	// MaxNameLength bounds a composite's name (bytes): names are stored
+	// in the node items (at most 400 KB each).
+	MaxNameLength = 1024
 	// ShardSize is how many children share one counter shard: a composite
 	// with n children has ceil(n/ShardSize) shards, so no item takes a
 	// write for every child.
@@ -149,6 +152,9 @@ func (p *parser) node(raw json.RawMessage, jp, tp string, index, depth int) *Def
 	d := &Def{Kind: *rn.Type, Path: tp, Index: index}
 	if rn.Name != nil {
 		d.Name = *rn.Name
+		if len(d.Name) > MaxNameLength {
+			p.add(jp+".name", fmt.Sprintf("at most %d bytes", MaxNameLength))
+		}
 	}
 	if depth > MaxDepth {
 		p.add(jp, fmt.Sprintf("nesting is %d levels deep; the maximum is %d", depth, MaxDepth))

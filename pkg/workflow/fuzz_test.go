@@ -46,6 +46,8 @@ func FuzzParseWorkflow(f *testing.F) {
 		`{"type":"chain","steps":[{"type":"a.b","args":[],"options":{"pending":true}}]}`,
 		`{"type":"chain","steps":[{"type":"a.b","args":"x"},{"type":"Bad Type","args":[]},7,null]}`,
 		`{"type":"chain","name":"` + strings.Repeat("n", 300) + `","steps":[` + leaf + `]}`,
+		`{"type":"chain","name":"` + strings.Repeat("n", workflow.MaxNameLength+1) + `","steps":[` + leaf + `]}`,
+		`{"type":"chain","Type":"group","steps":[` + leaf + `],"STEPS":[]}`,
 		"{\"type\":\"chain\",\"name\":\"\xff\x00\",\"steps\":[" + leaf + "]}",
 		leaf,
 	} {
@@ -109,6 +111,9 @@ func FuzzParseWorkflow(f *testing.F) {
 					t.Fatalf("leaf %s: request %q parses to %v, %v", d.Path, d.Request, e, err)
 				}
 			case workflow.KindChain, workflow.KindGroup, workflow.KindBatch:
+				if len(d.Name) > workflow.MaxNameLength {
+					t.Fatalf("%s has a name of %d bytes", d.Path, len(d.Name))
+				}
 				if depth > workflow.MaxDepth {
 					t.Fatalf("%s nested %d deep", d.Path, depth)
 				}
