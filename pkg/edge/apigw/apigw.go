@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -23,8 +24,10 @@ func Handler(h http.Handler) func(context.Context, events.APIGatewayV2HTTPReques
 	return func(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
 		req, err := Request(ctx, ev)
 		if err != nil {
-			return events.APIGatewayV2HTTPResponse{StatusCode: http.StatusBadRequest, Headers: map[string]string{"Content-Type": "application/openjobspec+json"},
-				Body: `{"error":{"code":"invalid_request","message":"The request could not be decoded.","retryable":false}}`}, nil
+			rid := "req_" + ev.RequestContext.RequestID
+			body, _ := json.Marshal(map[string]any{"error": map[string]any{"code": "invalid_request", "message": "The request could not be decoded.", "retryable": false, "request_id": rid}})
+			return events.APIGatewayV2HTTPResponse{StatusCode: http.StatusBadRequest, Headers: map[string]string{"Content-Type": "application/openjobspec+json", "X-Request-Id": rid},
+				Body: string(body)}, nil
 		}
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
@@ -46,7 +49,7 @@ func Request(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (*http.Requ
 	if path == "" {
 		path = ev.RequestContext.HTTP.Path
 	}
-	target := path
+	target := escapePath(path)
 	if ev.RawQueryString != "" {
 		target += "?" + ev.RawQueryString
 	}
@@ -148,4 +151,28 @@ func WriteResponse(w http.ResponseWriter, res events.APIGatewayV2HTTPResponse) e
 	w.WriteHeader(status)
 	_, err := w.Write(body)
 	return err
+}
+
+// escapePath makes path a valid escaped URL path. An HTTP API delivers
+// rawPath percent-decoded (a Function URL does not), so it may hold bytes
+// that cannot appear in a URL: controls, spaces, non-ASCII, '?' and '#'
+// (which would split it) and a '%' that starts no escape. They are
+// percent-encoded; escapes already there are kept.
+func escapePath(path string) string {
+	const hexDigits = "0123456789ABCDEF"
+	isHex := func(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' }
+	var b strings.Builder
+	for i := 0; i < len(path); i++ {
+		c := path[i]
+		escape := c <= ' ' || c >= 0x7f || c == '?' || c == '#' ||
+			c == '%' && (i+2 >= len(path) || !isHex(path[i+1]) || !isHex(path[i+2]))
+		if !escape {
+			b.WriteByte(c)
+			continue
+		}
+		b.WriteByte('%')
+		b.WriteByte(hexDigits[c>>4])
+		b.WriteByte(hexDigits[c&15])
+	}
+	return b.String()
 }
