@@ -28,6 +28,9 @@ var (
 	pushQueue = "lambda"
 	// rt is the local runtime (nil against a remote deployment).
 	rt *localrt.Runtime
+	// logDir holds the local functions' logs, <function>.log ("" against a
+	// remote deployment).
+	logDir string
 )
 
 func TestMain(m *testing.M) { os.Exit(run(m)) }
@@ -68,7 +71,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	env, _ := topology.ForEnv("local")
-	logDir, _ := os.MkdirTemp("", "ojs-e2e-logs-")
+	logDir, _ = os.MkdirTemp("", "ojs-e2e-logs-")
 	rt, err = localrt.Start(ctx, localrt.Config{Env: env, AWS: cfg, AWSEnv: em, BinDir: bin, APIAddr: "127.0.0.1:0",
 		Table: fmt.Sprintf("e2e-%d", os.Getpid()), LogDir: logDir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		// Every stream record is delivered twice: relays, workflow steps and
