@@ -6,6 +6,7 @@ package httpapi
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -150,6 +151,12 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) dispatch(w http.ResponseWriter, r *http.Request, routeName *string) error {
+	// Authentication comes first, as API Gateway's authorizer does on AWS:
+	// without the token a caller learns nothing, not even which routes
+	// and methods exist.
+	if err := s.checkAuth(r); err != nil {
+		return err
+	}
 	segs := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
 	var allowed []string
 	for _, rt := range s.routes {
@@ -162,9 +169,6 @@ func (s *Server) dispatch(w http.ResponseWriter, r *http.Request, routeName *str
 			continue
 		}
 		*routeName = rt.name
-		if err := s.checkAuth(r); err != nil {
-			return err
-		}
 		if err := checkVersion(r); err != nil {
 			return err
 		}
@@ -190,7 +194,10 @@ func (s *Server) checkAuth(r *http.Request) error {
 		return nil
 	}
 	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.AuthToken)) != 1 {
+	// Hashes of equal length, so the comparison does not reveal the
+	// token's length either.
+	sent, want := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(s.cfg.AuthToken))
+	if !ok || subtle.ConstantTimeCompare(sent[:], want[:]) != 1 {
 		return ojserr.New(ojserr.Unauthenticated, "Missing or invalid bearer token.")
 	}
 	return nil
