@@ -15,11 +15,12 @@ DEV_ADDR    ?= 127.0.0.1:8080
 EMU_STAMP   := localstack/node_modules/.package-lock.json
 
 .DEFAULT_GOAL := help
-.PHONY: help prereqs emulators build-local dev demo test test-unit vet bench clean
+.PHONY: help prereqs emulators build-local dev demo test test-unit vet bench clean fuzz fuzz-targets
 
 help:
 	@echo "make dev          run the offline local stack on http://localhost:8080 with a demo (Ctrl-C stops it)"
 	@echo "make test         run every test (starts and stops its own emulators)"
+	@echo "make fuzz         run every fuzz target under pkg/ for FUZZTIME (default 30s) each"
 	@echo "make demo         the local stack running the ETL workflow example step by step"
 	@echo "make build        build the Lambda binaries (linux/arm64) into build/lambda/"
 	@echo "make synth        synthesise the CDK stacks for dev, staging and prod (offline)"
@@ -74,3 +75,22 @@ clean:
 	rm -rf .local build cdk.out
 
 -include infra/infra.mk
+
+# Every Fuzz* target under pkg/ for FUZZTIME each (their seed corpora also
+# run with every `go test`). go test -fuzz takes one package at a time, so
+# each target runs in its own package; some of those packages' TestMain
+# need the emulators, so one pair serves them all. A failing input is
+# written to that package's testdata/fuzz/<target>/. Below about 10s a
+# target may end in "context deadline exceeded" before its seeds ran.
+FUZZTIME ?= 30s
+
+fuzz: emulators
+	$(GO) run ./localstack/cmd/with-emulators -- $(MAKE) --no-print-directory fuzz-targets FUZZTIME=$(FUZZTIME)
+
+fuzz-targets:
+	@set -e; grep -rHoE '^func Fuzz[A-Za-z0-9_]+' --include='*_test.go' pkg | sort | \
+	while IFS=: read -r file fn; do \
+		t=$${fn#func }; dir=$$(dirname $$file); \
+		echo "== $$t (./$$dir, $(FUZZTIME))"; \
+		$(GO) test -run='^$$' -fuzz="^$$t\$$" -fuzztime=$(FUZZTIME) ./$$dir || exit 1; \
+	done
