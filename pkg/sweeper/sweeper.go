@@ -205,11 +205,7 @@ func (s *Sweeper) redeliver(ctx context.Context, items []store.Item, paused bool
 			}
 		}
 	}
-	log := s.Logger
-	if log == nil {
-		log = slog.Default()
-	}
-	log.InfoContext(ctx, "redelivered unclaimed push-mode jobs", "count", len(ds))
+	s.logger().InfoContext(ctx, "redelivered unclaimed push-mode jobs", "count", len(ds))
 	return len(ds), nil
 }
 
@@ -218,6 +214,7 @@ func (s *Sweeper) redeliver(ctx context.Context, items []store.Item, paused bool
 // granularity. A zero tick sweeps once.
 func (s *Sweeper) Loop(ctx context.Context, tick time.Duration, until time.Time) (Result, error) {
 	var total Result
+	var last error
 	for {
 		r, err := s.Sweep(ctx)
 		total.Queues = r.Queues
@@ -225,14 +222,17 @@ func (s *Sweeper) Loop(ctx context.Context, tick time.Duration, until time.Time)
 		total.Workflows += r.Workflows
 		total.CronsFired += r.CronsFired
 		if err != nil {
-			return total, err
+			// One failing queue or schedule must not stop the others'
+			// time-driven moves for the rest of the invocation.
+			last = err
+			s.logger().ErrorContext(ctx, "sweep failed; continuing", "error", err.Error())
 		}
 		if tick <= 0 || time.Now().Add(tick).After(until) {
-			return total, nil
+			return total, last
 		}
 		select {
 		case <-ctx.Done():
-			return total, nil
+			return total, last
 		case <-time.After(tick):
 		}
 	}
@@ -249,4 +249,11 @@ func (s *Sweeper) Handler(tick time.Duration) func(ctx context.Context) (Result,
 		}
 		return s.Loop(ctx, tick, until)
 	}
+}
+
+func (s *Sweeper) logger() *slog.Logger {
+	if s.Logger != nil {
+		return s.Logger
+	}
+	return slog.Default()
 }

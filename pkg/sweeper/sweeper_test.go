@@ -3,11 +3,13 @@ package sweeper_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/ojs-aws/ojs-serverless/pkg/cron"
 	"github.com/ojs-aws/ojs-serverless/pkg/dispatch"
 	"github.com/ojs-aws/ojs-serverless/pkg/internal/testenv"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
@@ -86,5 +88,26 @@ func TestSweeperPromotesDueJobsAndRequeuesExpiredLeases(t *testing.T) {
 	b, _ := svc.Info(ctx, running.ID)
 	if a.State != job.Available || b.State != job.Available || b.Error == nil || b.Error.Type != "visibility_timeout" {
 		t.Fatalf("after sweep: %s %s %+v", a.State, b.State, b.Error)
+	}
+}
+
+type failingCrons struct{ calls int }
+
+func (f *failingCrons) Run(context.Context) (cron.RunResult, error) {
+	f.calls++
+	return cron.RunResult{}, errors.New("schedule broken")
+}
+
+// TestLoopKeepsSweepingAfterAnError: a failing part (here the cron pass)
+// is reported but does not stop the invocation's later sweeps.
+func TestLoopKeepsSweepingAfterAnError(t *testing.T) {
+	t.Parallel()
+	st, _ := testenv.Table(t)
+	svc := lifecycle.New(st, lifecycle.Config{})
+	fc := &failingCrons{}
+	sw := &sweeper.Sweeper{Service: svc, Store: st, Sender: dispatch.New(testenv.SQS(), nil), Crons: fc}
+	_, err := sw.Loop(context.Background(), 20*time.Millisecond, time.Now().Add(300*time.Millisecond))
+	if err == nil || fc.calls < 3 {
+		t.Fatalf("sweeps after an error: %d (err %v)", fc.calls, err)
 	}
 }
