@@ -43,8 +43,9 @@ func seeds(f *testing.F, dir string, extra ...string) {
 var commonBad = []string{
 	``, ` `, `null`, `true`, `0`, `"s"`, `[]`, `[{}]`, `{`, `{"a":`, `{"a":1,}`, `{}`, `{"":null}`,
 	"\xff\xfe{}", "{\"a\":\"\x00\"}", `{"a":"\ud800"}`, `{"a":1e999}`, `{"a":-0}`,
-	strings.Repeat("[", 20000) + strings.Repeat("]", 20000),
-	`{"a":` + strings.Repeat(`{"a":`, 5000) + `1` + strings.Repeat(`}`, 5001),
+	// Past encoding/json's nesting limit (10,000), and deep but within it.
+	strings.Repeat("[", 10001) + strings.Repeat("]", 10001),
+	`{"a":` + strings.Repeat(`{"a":`, 300) + `1` + strings.Repeat(`}`, 301),
 }
 
 const validID = "019414d4-8b2e-7c3a-b5d1-f0e2a3b4c5d6"
