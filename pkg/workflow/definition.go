@@ -240,6 +240,10 @@ func (p *parser) leaf(raw json.RawMessage, jp, tp string, index int) *Def {
 		p.add(jp+".options.pending", "jobs in a workflow cannot be pending")
 		return nil
 	}
+	if e.Job.Unique != nil {
+		p.add(jp+".options.unique", "jobs in a workflow cannot carry a unique policy (the workflow already runs each job once)")
+		return nil
+	}
 	return &Def{Kind: KindJob, Path: tp, Index: index, JobType: e.Job.Type, Request: raw}
 }
 

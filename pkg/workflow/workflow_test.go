@@ -384,13 +384,14 @@ func TestValidationListsEveryProblemWithItsPath(t *testing.T) {
 		{"type":"group","jobs":[]},
 		{"type":"batch","jobs":[{"type":"x.y","args":[]}]},
 		{"args":[]},
-		{"type":"chain","steps":[{"type":"group","jobs":[{"type":"chain","steps":[{"type":"group","jobs":[{"type":"chain","steps":[{"type":"a.b","args":[]}]}]}]}]}]}]}`))
+		{"type":"chain","steps":[{"type":"group","jobs":[{"type":"chain","steps":[{"type":"group","jobs":[{"type":"chain","steps":[{"type":"a.b","args":[]}]}]}]}]}]},
+		{"type":"u.q","args":[],"options":{"unique":{}}}]}`))
 	e := ojserr.As(err)
 	if e.Code != ojserr.InvalidWorkflow || e.Status() != 400 {
 		t.Fatalf("want invalid_workflow, got %v", err)
 	}
 	b, _ := json.Marshal(e.Details["validation_errors"])
-	for _, want := range []string{`"$.steps[1].jobs"`, `"$.steps[2].callbacks"`, `"$.steps[3].type"`, `"$.steps[4].steps[0].jobs[0].steps[0].jobs[0]"`} {
+	for _, want := range []string{`"$.steps[1].jobs"`, `"$.steps[2].callbacks"`, `"$.steps[3].type"`, `"$.steps[4].steps[0].jobs[0].steps[0].jobs[0]"`, `"$.steps[5].options.unique"`} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("missing problem at %s in %s", want, b)
 		}
