@@ -71,6 +71,11 @@ test: emulators vet
 test-unit: prereqs
 	$(GO) test -count=1 ./pkg/job/... ./pkg/retry/... ./pkg/ojserr/... ./pkg/topology/...
 
+# The throughput and cost benchmark is not built yet (an open issue); say so
+# instead of doing nothing.
+bench:
+	@echo "make bench: the benchmark (jobs/s, latency, AWS calls and cost per job) is not built yet; see the README's status section" >&2; exit 2
+
 clean:
 	rm -rf .local build cdk.out
 
