@@ -175,6 +175,16 @@ func TestRateLimitedQueue(t *testing.T) {
 	if total != 1 {
 		t.Fatalf("six concurrent fetches got %d jobs in one second, want 1", total)
 	}
+	// The limiter item shares the registry's partition but is not a queue.
+	qs, err := s.QueueStates(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range qs {
+		if q.Name == "" {
+			t.Fatalf("the queue list holds a nameless entry: %+v", qs)
+		}
+	}
 	if _, err := s.Push(ctx, []byte(`{"type":"r.l","args":[],"options":{"rate_limit":{"max_per_second":0}}}`)); code(err) != ojserr.InvalidRequest {
 		t.Fatalf("rate 0: %v", err)
 	}

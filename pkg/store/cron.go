@@ -192,29 +192,13 @@ func (s *Store) DeleteCron(ctx context.Context, name string) error {
 
 // Crons lists every schedule by name.
 func (s *Store) Crons(ctx context.Context) ([]CronInfo, error) {
-	var all []CronInfo
-	var start map[string]types.AttributeValue
-	for {
-		out, err := s.db.Query(ctx, &dynamodb.QueryInput{TableName: &s.table, ConsistentRead: aws.Bool(true),
-			KeyConditionExpression: aws.String("pk = :pk AND begins_with(sk, :p)"),
-			ExpressionAttributeValues: map[string]types.AttributeValue{
-				":pk": &types.AttributeValueMemberS{Value: cronsPK}, ":p": &types.AttributeValueMemberS{Value: cronPrefix}},
-			ExclusiveStartKey: start})
-		if err != nil {
-			return nil, fmt.Errorf("list crons: %w", err)
-		}
-		for _, it := range out.Items {
-			var c CronInfo
-			if err := attributevalue.UnmarshalMap(it, &c); err != nil {
-				return nil, err
-			}
-			all = append(all, c)
-		}
-		if len(out.LastEvaluatedKey) == 0 {
-			return all, nil
-		}
-		start = out.LastEvaluatedKey
+	all, err := queryAll[CronInfo](ctx, s.db, &dynamodb.QueryInput{TableName: &s.table, ConsistentRead: aws.Bool(true),
+		KeyConditionExpression:    aws.String("pk = :pk AND begins_with(sk, :p)"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": avS(cronsPK), ":p": avS(cronPrefix)}})
+	if err != nil {
+		return nil, fmt.Errorf("list crons: %w", err)
 	}
+	return all, nil
 }
 
 // DueCrons lists up to limit enabled schedules that need evaluating at
@@ -321,17 +305,11 @@ func (s *Store) StepCron(ctx context.Context, c *CronInfo, st CronStep, now time
 			ExpressionAttributeValues: map[string]types.AttributeValue{":c": avS(string(job.Completed)), ":x": avS(string(job.Cancelled)), ":d": avS(string(job.Discarded))}}})
 	}
 	_, err = s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: tx})
-	var tce *types.TransactionCanceledException
-	if errors.As(err, &tce) {
-		for i, r := range tce.CancellationReasons {
-			if aws.ToString(r.Code) != "ConditionalCheckFailed" {
-				continue
-			}
-			if i == 2 {
-				return ErrPrevNotDone
-			}
-			return ErrCronChanged
+	if i, ok := failedCondition(err); ok {
+		if i == 2 {
+			return ErrPrevNotDone
 		}
+		return ErrCronChanged
 	}
 	if err != nil {
 		return fmt.Errorf("fire cron %s: %w", c.Name, err)

@@ -150,29 +150,13 @@ func (s *Store) QueuePaused(ctx context.Context, name string) (bool, error) {
 
 // QueueInfos lists the registered queues with their pause state.
 func (s *Store) QueueInfos(ctx context.Context) ([]QueueInfo, error) {
-	var qs []QueueInfo
-	var start map[string]types.AttributeValue
-	for {
-		out, err := s.db.Query(ctx, &dynamodb.QueryInput{
-			TableName: &s.table, KeyConditionExpression: aws.String("pk = :pk"),
-			ExpressionAttributeValues: map[string]types.AttributeValue{":pk": &types.AttributeValueMemberS{Value: queuesPK}},
-			ExclusiveStartKey:         start, ConsistentRead: aws.Bool(true),
-		})
-		if err != nil {
-			return nil, fmt.Errorf("list queues: %w", err)
-		}
-		for _, it := range out.Items {
-			var q QueueInfo
-			if err := attributevalue.UnmarshalMap(it, &q); err != nil {
-				return nil, err
-			}
-			qs = append(qs, q)
-		}
-		if len(out.LastEvaluatedKey) == 0 {
-			return qs, nil
-		}
-		start = out.LastEvaluatedKey
+	qs, err := queryAll[QueueInfo](ctx, s.db, &dynamodb.QueryInput{TableName: &s.table, ConsistentRead: aws.Bool(true),
+		KeyConditionExpression:    aws.String("pk = :pk AND begins_with(sk, :p)"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": avS(queuesPK), ":p": avS(queuePrefix)}})
+	if err != nil {
+		return nil, fmt.Errorf("list queues: %w", err)
 	}
+	return qs, nil
 }
 
 // ClearRedeliver removes a queue's redelivery mark if it is still token

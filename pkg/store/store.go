@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -105,18 +106,50 @@ func (s *Store) Create(ctx context.Context, jobs []*job.Job, redeliverAfter time
 		tx[i] = types.TransactWriteItem{Put: p}
 	}
 	_, err := s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: tx})
-	var tce *types.TransactionCanceledException
-	if errors.As(err, &tce) {
-		for i, r := range tce.CancellationReasons {
-			if aws.ToString(r.Code) == "ConditionalCheckFailed" {
-				return &DuplicateError{ID: jobs[i].ID, Index: i}
-			}
-		}
+	if i, ok := failedCondition(err); ok {
+		return &DuplicateError{ID: jobs[i].ID, Index: i}
 	}
 	if err != nil {
 		return fmt.Errorf("create %d jobs: %w", len(jobs), err)
 	}
 	return nil
+}
+
+// failedCondition returns the index of the first item of a cancelled
+// transaction whose condition failed; ok is false for any other outcome.
+func failedCondition(err error) (index int, ok bool) {
+	var tce *types.TransactionCanceledException
+	if !errors.As(err, &tce) {
+		return -1, false
+	}
+	for i, r := range tce.CancellationReasons {
+		if aws.ToString(r.Code) == "ConditionalCheckFailed" {
+			return i, true
+		}
+	}
+	return -1, false
+}
+
+// queryAll runs a query page by page and decodes every item as a T.
+func queryAll[T any](ctx context.Context, db DynamoAPI, in *dynamodb.QueryInput) ([]T, error) {
+	var all []T
+	for {
+		out, err := db.Query(ctx, in)
+		if err != nil {
+			return nil, err
+		}
+		for _, it := range out.Items {
+			var v T
+			if err := attributevalue.UnmarshalMap(it, &v); err != nil {
+				return nil, err
+			}
+			all = append(all, v)
+		}
+		if len(out.LastEvaluatedKey) == 0 {
+			return all, nil
+		}
+		in.ExclusiveStartKey = out.LastEvaluatedKey
+	}
 }
 
 // Get reads a job with a strongly consistent read.

@@ -69,17 +69,11 @@ func (s *Store) CreateUnique(ctx context.Context, j *job.Job, redeliverAfter tim
 			ExpressionAttributeValues: map[string]types.AttributeValue{":v": &types.AttributeValueMemberN{Value: itoa(holderVersion)}}}})
 	}
 	_, err = s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: tx})
-	var tce *types.TransactionCanceledException
-	if errors.As(err, &tce) {
-		for i, r := range tce.CancellationReasons {
-			if aws.ToString(r.Code) != "ConditionalCheckFailed" {
-				continue
-			}
-			if i == 1 {
-				return &DuplicateError{ID: j.ID}
-			}
-			return ErrLockHeld
+	if i, ok := failedCondition(err); ok {
+		if i == 1 {
+			return &DuplicateError{ID: j.ID}
 		}
+		return ErrLockHeld
 	}
 	if err != nil {
 		return fmt.Errorf("create unique job %s: %w", j.ID, err)
