@@ -48,14 +48,14 @@ func TestCronFiresThroughTheSweeper(t *testing.T) {
 		t.Fatalf("registered: %v", c)
 	}
 	var got map[string]any
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(settle)
 	for got == nil && time.Now().Before(deadline) {
 		if got = fetchOne(t, q); got == nil {
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
 	if got == nil {
-		t.Fatal("the schedule did not enqueue a job within 15 s")
+		t.Fatal("the schedule did not enqueue a job within the settle time")
 	}
 	meta, _ := got["meta"].(map[string]any)
 	if got["type"] != "report.generate" || meta["cron_name"] != name || meta["cron_triggered_at"] == nil {
@@ -110,7 +110,7 @@ func TestCronSkipsWhileThePreviousRunIsActive(t *testing.T) {
 	}
 	defer do(t, http.MethodDelete, "/ojs/v1/cron/"+name, nil)
 	var first map[string]any
-	for deadline := time.Now().Add(15 * time.Second); first == nil && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(settle); first == nil && time.Now().Before(deadline); {
 		if first = fetchOne(t, q); first == nil {
 			time.Sleep(100 * time.Millisecond)
 		}
@@ -141,7 +141,7 @@ func TestCronSkipsWhileThePreviousRunIsActive(t *testing.T) {
 		t.Fatalf("ack: %d %s", r.Status, r.Raw)
 	}
 	var next map[string]any
-	for deadline := time.Now().Add(10 * time.Second); next == nil && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(settle); next == nil && time.Now().Before(deadline); {
 		if next = fetchOne(t, q); next == nil {
 			time.Sleep(100 * time.Millisecond)
 		}

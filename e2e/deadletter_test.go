@@ -117,12 +117,12 @@ func TestDeadLetterRetryInPushMode(t *testing.T) {
 	j := push(t, map[string]any{"type": "test.fail_always", "args": []any{}, "options": map[string]any{"queue": pushQueue,
 		"retry": map[string]any{"max_attempts": 1}}})
 	id := j["id"].(string)
-	waitFor(t, id, 30*time.Second, "discarded")
+	waitFor(t, id, "discarded")
 	if r := do(t, http.MethodPost, "/ojs/v1/dead-letter/"+id+"/retry", nil); r.Status != 200 {
 		t.Fatalf("retry: %d %s", r.Status, r.Raw)
 	}
 	// The handler runs (and fails) again: a second error, attempt 1 again.
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(settle)
 	for {
 		cur := do(t, http.MethodGet, "/ojs/v1/jobs/"+id, nil).job(t)
 		if errs, _ := cur["errors"].([]any); cur["state"] == "discarded" && len(errs) == 2 {

@@ -16,7 +16,7 @@ var eventID = regexp.MustCompile(`^evt_[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89a
 // events (or, with exact, exactly n once settled) and returns them.
 func waitEvents(t *testing.T, query string, n int) []map[string]any {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(settle)
 	var last []map[string]any
 	for time.Now().Before(deadline) {
 		r := do(t, http.MethodGet, "/ojs/v1/events?"+query, nil)
@@ -33,7 +33,7 @@ func waitEvents(t *testing.T, query string, n int) []map[string]any {
 		}
 		time.Sleep(150 * time.Millisecond)
 	}
-	t.Fatalf("events?%s: %d events within 20s, want %d: %v", query, len(last), n, last)
+	t.Fatalf("events?%s: %d events within %v, want %d: %v", query, len(last), settle, n, last)
 	return nil
 }
 
@@ -131,7 +131,7 @@ func TestEventsOfFailuresAndCancel(t *testing.T) {
 		"retry": map[string]any{"max_attempts": 2, "initial_interval": "PT0.1S", "jitter": false}}})
 	id := j["id"].(string)
 	for attempt := 1; attempt <= 2; attempt++ {
-		deadline := time.Now().Add(10 * time.Second)
+		deadline := time.Now().Add(settle)
 		for {
 			r := do(t, http.MethodPost, "/ojs/v1/workers/fetch", map[string]any{"queues": []string{q}, "worker_id": "w"})
 			if len(r.Body["jobs"].([]any)) == 1 {

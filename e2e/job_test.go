@@ -10,7 +10,7 @@ import (
 func TestPushModeRunsTheHandler(t *testing.T) {
 	t.Parallel()
 	j := push(t, map[string]any{"type": "demo.greet", "args": []any{"e2e"}, "options": map[string]any{"queue": pushQueue}})
-	done := waitFor(t, j["id"].(string), 30*time.Second, "completed", "discarded")
+	done := waitFor(t, j["id"].(string), "completed", "discarded")
 	res, _ := done["result"].(map[string]any)
 	if done["state"] != "completed" || res["greeting"] != "Hello, e2e!" || num(done["attempt"]) != 1 || done["completed_at"] == nil {
 		t.Fatalf("push-mode job: %v", done)
@@ -22,7 +22,7 @@ func TestPushModeRetriesAfterBackoff(t *testing.T) {
 	j := push(t, map[string]any{"type": "test.fail_once", "args": []any{}, "options": map[string]any{"queue": pushQueue,
 		"retry": map[string]any{"max_attempts": 3, "initial_interval": "PT1S", "jitter": false}}})
 	start := time.Now()
-	done := waitFor(t, j["id"].(string), 30*time.Second, "completed", "discarded")
+	done := waitFor(t, j["id"].(string), "completed", "discarded")
 	errs, _ := done["errors"].([]any)
 	if done["state"] != "completed" || num(done["attempt"]) != 2 || len(errs) != 1 {
 		t.Fatalf("fail_once: %v", done)
@@ -40,7 +40,7 @@ func TestPushModeExhaustedRetriesEndInDeadLetter(t *testing.T) {
 	j := push(t, map[string]any{"type": "test.fail_always", "args": []any{}, "options": map[string]any{"queue": pushQueue,
 		"retry": map[string]any{"max_attempts": 2, "initial_interval": "PT1S", "jitter": false}}})
 	id := j["id"].(string)
-	done := waitFor(t, id, 30*time.Second, "discarded", "completed")
+	done := waitFor(t, id, "discarded", "completed")
 	errs, _ := done["errors"].([]any)
 	if done["state"] != "discarded" || num(done["attempt"]) != 2 || len(errs) != 2 || done["discarded_at"] == nil {
 		t.Fatalf("fail_always: %v", done)
@@ -54,7 +54,7 @@ func TestPushModeExhaustedRetriesEndInDeadLetter(t *testing.T) {
 func TestPushModeUnknownTypeIsDiscardedWithoutRetry(t *testing.T) {
 	t.Parallel()
 	j := push(t, map[string]any{"type": "no.such_handler", "args": []any{}, "options": map[string]any{"queue": pushQueue}})
-	done := waitFor(t, j["id"].(string), 30*time.Second, "discarded", "completed")
+	done := waitFor(t, j["id"].(string), "discarded", "completed")
 	e, _ := done["error"].(map[string]any)
 	if num(done["attempt"]) != 1 || e["type"] != "handler_not_found" || !strings.Contains(e["message"].(string), "no.such_handler") {
 		t.Fatalf("unknown type: %v", done)
@@ -67,11 +67,10 @@ func TestPushModeScheduledJobWaitsForItsTime(t *testing.T) {
 	if j["state"] != "scheduled" {
 		t.Fatalf("state %v", j["state"])
 	}
-	start := time.Now()
-	done := waitFor(t, j["id"].(string), 30*time.Second, "completed")
-	if el := time.Since(start); el < 1500*time.Millisecond {
-		t.Fatalf("scheduled job ran after %v", el)
-	}
+	// The server's clock decides: the run must not start before
+	// scheduled_at (a client-side stopwatch would count the push's own
+	// latency under load).
+	done := waitFor(t, j["id"].(string), "completed")
 	if s, _ := done["started_at"].(string); s < j["scheduled_at"].(string) {
 		t.Fatalf("started %v before scheduled %v", s, j["scheduled_at"])
 	}
@@ -116,7 +115,7 @@ func TestPullModeNackUntilDiscarded(t *testing.T) {
 	states := []string{}
 	for attempt := 1; attempt <= 2; attempt++ {
 		var got map[string]any
-		deadline := time.Now().Add(15 * time.Second)
+		deadline := time.Now().Add(settle)
 		for got == nil && time.Now().Before(deadline) {
 			r := do(t, http.MethodPost, "/ojs/v1/workers/fetch", map[string]any{"queues": []string{q}})
 			if jobs, _ := r.Body["jobs"].([]any); len(jobs) == 1 {

@@ -33,7 +33,7 @@ func TestQueuePauseResumeAndStats(t *testing.T) {
 		t.Fatalf("stats after fetch: %v", s)
 	}
 	do(t, http.MethodPost, "/ojs/v1/workers/ack", map[string]any{"job_id": id})
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(settle)
 	for s := stats(); num(s["completed"]) != 1 || num(s["active"]) != 0; s = stats() {
 		if time.Now().After(deadline) {
 			t.Fatalf("stats after ack: %v", s)
@@ -98,5 +98,5 @@ func TestQueuePauseInPushMode(t *testing.T) {
 	}
 	queueObj(t, do(t, http.MethodPost, "/ojs/v1/queues/"+pushQueue+"/resume", nil))
 	resumed = true
-	waitFor(t, id, 20*time.Second, "completed")
+	waitFor(t, id, "completed")
 }

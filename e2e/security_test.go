@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
@@ -100,7 +99,7 @@ func TestLogsHoldNoSecrets(t *testing.T) {
 			send(http.MethodPost, "/ojs/v1/workers/nack", map[string]any{"job_id": id, "error": map[string]any{"code": "handler_error",
 				"message": "failed with " + secret, "backtrace": []string{secret}, "details": map[string]any{"secret": secret}}})
 		}
-		waitFor(t, id, 20*time.Second, "completed", "discarded")
+		waitFor(t, id, "completed", "discarded")
 	}
 	// Push mode: test.echo returns its args as the result.
 	r := send(http.MethodPost, "/ojs/v1/jobs", map[string]any{"type": "test.echo", "args": []any{secret}, "options": map[string]any{"queue": pushQueue}})
@@ -118,8 +117,8 @@ func TestLogsHoldNoSecrets(t *testing.T) {
 	// Rejected requests echo nothing into the logs either.
 	send(http.MethodPost, "/ojs/v1/jobs", `{"type":"`+secret+`","args":[]}`)
 	send(http.MethodGet, "/ojs/v1/jobs/"+secret, nil)
-	waitFor(t, echo, 30*time.Second, "completed")
-	waitState(t, "/ojs/v1/workflows/"+wf, "workflow", 30*time.Second, "completed")
+	waitFor(t, echo, "completed")
+	waitState(t, "/ojs/v1/workflows/"+wf, "workflow", "completed")
 	// The job.completed events went through the stream function.
 	waitEvents(t, "job_id="+echo+"&types=job.completed", 1)
 

@@ -10,9 +10,9 @@ import (
 )
 
 // waitWorkflow polls GET /workflows/{id} until it reaches one of states.
-func waitWorkflow(t *testing.T, id string, timeout time.Duration, states ...string) map[string]any {
+func waitWorkflow(t *testing.T, id string, states ...string) map[string]any {
 	t.Helper()
-	return waitState(t, "/ojs/v1/workflows/"+id, "workflow", timeout, states...)
+	return waitState(t, "/ojs/v1/workflows/"+id, "workflow", states...)
 }
 
 func createWorkflow(t *testing.T, body string) map[string]any {
@@ -28,7 +28,7 @@ func createWorkflow(t *testing.T, body string) map[string]any {
 // returns a result or an error message for each fetched job.
 func work(t *testing.T, q, wfID string, run func(j map[string]any) (any, string)) map[string]any {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(settle)
 	for time.Now().Before(deadline) {
 		r := do(t, http.MethodPost, "/ojs/v1/workers/fetch", map[string]any{"queues": []string{q}, "count": 10, "worker_id": "e2e"})
 		jobs, _ := r.Body["jobs"].([]any)
@@ -160,7 +160,7 @@ func TestWorkflowETLInPushMode(t *testing.T) {
 			{"type":"test.echo","args":["parquet"],`+opts+`},
 			{"type":"test.echo","args":["json"],`+opts+`}]},
 		{"type":"test.echo","args":["load"],`+opts+`}]}`)
-	done := waitWorkflow(t, wf["id"].(string), 60*time.Second, "completed", "failed")
+	done := waitWorkflow(t, wf["id"].(string), "completed", "failed")
 	steps := done["steps"].([]any)
 	group := steps[1].(map[string]any)
 	last := steps[2].(map[string]any)
