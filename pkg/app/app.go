@@ -59,7 +59,9 @@ func Logger() *slog.Logger {
 }
 
 // Load builds the components from the environment: OJS_TABLE (required),
-// OJS_PUSH_QUEUES, OJS_LOG_LEVEL, OJS_AUTH_TOKEN and the AWS SDK variables.
+// OJS_PUSH_QUEUES, OJS_LOG_LEVEL, OJS_AUTH_TOKEN, OJS_EVENT_TTL,
+// OJS_EVENT_BUS, the dead letter retention (OJS_DLQ_*) and the AWS SDK
+// variables.
 func Load(ctx context.Context) (*App, error) {
 	log := Logger()
 	slog.SetDefault(log)
@@ -85,10 +87,14 @@ func Load(ctx context.Context) (*App, error) {
 	if bus := os.Getenv(topology.EnvEventBus); bus != "" {
 		pub = &eventbus.Publisher{Client: eventbridge.NewFromConfig(cfg), Bus: bus}
 	}
+	ret, err := lifecycle.ParseRetention(os.Getenv(topology.EnvDeadMaxAge), os.Getenv(topology.EnvDeadMaxCount), os.Getenv(topology.EnvDeadPruneInterval))
+	if err != nil {
+		return nil, fmt.Errorf("dead letter retention: %w", err)
+	}
 	st := store.New(dynamodb.NewFromConfig(cfg, awsclient.DynamoDBOptions), table)
 	d := dispatch.New(sqs.NewFromConfig(cfg), urls)
 	push := d.Queues()
-	svc := lifecycle.New(st, lifecycle.Config{PushQueues: push, Logger: log})
+	svc := lifecycle.New(st, lifecycle.Config{PushQueues: push, Logger: log, DeadRetention: ret})
 	return &App{
 		Logger: log, Store: st, Dispatcher: d, PushQueues: push, EventTTL: ttl, Publisher: pub, Table: table,
 		Service:   svc,

@@ -27,10 +27,12 @@ import (
 // Change is one stream record: the item before and after (nil when absent),
 // as a job (Old, New) or as a workflow node (OldNode, NewNode).
 type Change struct {
-	Old, New           *store.Item
-	OldNode, NewNode   *store.Node
-	OldQueue, NewQueue *store.QueueInfo
-	OldCron, NewCron   *store.CronInfo
+	Old, New             *store.Item
+	OldNode, NewNode     *store.Node
+	OldQueue, NewQueue   *store.QueueInfo
+	OldCron, NewCron     *store.CronInfo
+	OldPrune, NewPrune   *store.PruneRun
+	OldWorker, NewWorker *store.WorkerInfo
 	// At is the record's approximate creation time.
 	At time.Time
 	// SequenceNumber identifies the record for partial batch failures.
@@ -202,6 +204,8 @@ func (e *Engine) emit(ctx context.Context, changes []Change, now time.Time) erro
 				old = c.Old.Job
 			}
 			evs = append(evs, events.FromJob(src, old, c.New.Job, c.New.Version, at)...)
+		} else if c.New == nil && c.Old != nil && c.Old.Job != nil {
+			evs = append(evs, events.FromDeletedJob(src, c.Old.Job, c.Old.Pruned, c.Old.Version, at)...)
 		}
 		if c.NewNode != nil {
 			nodes = append(nodes, workflow.NodeChange{Old: c.OldNode, New: c.NewNode, At: at})
@@ -211,6 +215,12 @@ func (e *Engine) emit(ctx context.Context, changes []Change, now time.Time) erro
 		}
 		if c.NewCron != nil {
 			evs = append(evs, cronEvents(src, c.OldCron, c.NewCron, at)...)
+		}
+		if c.NewPrune != nil {
+			evs = append(evs, prunedEvents(src, c.OldPrune, c.NewPrune, at)...)
+		}
+		if c.NewWorker != nil {
+			evs = append(evs, workerEvents(src, c.OldWorker, c.NewWorker, at)...)
 		}
 	}
 	if len(nodes) > 0 && e.Workflows != nil {

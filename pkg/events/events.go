@@ -40,6 +40,16 @@ const (
 	CronTriggered = "cron.triggered"
 	CronSkipped   = "cron.skipped"
 
+	DeadLetterAdded   = "dead_letter.added"
+	DeadLetterRetried = "dead_letter.retried"
+	DeadLetterDeleted = "dead_letter.deleted"
+	DeadLetterPruned  = "dead_letter.pruned"
+
+	WorkerStarted   = "worker.started"
+	WorkerHeartbeat = "worker.heartbeat"
+	WorkerQuiet     = "worker.quiet"
+	WorkerStopped   = "worker.stopped"
+
 	WorkflowCreated       = "workflow.created"
 	WorkflowStarted       = "workflow.started"
 	WorkflowStepCompleted = "workflow.step_completed"
@@ -56,6 +66,8 @@ const (
 var Types = []string{
 	JobEnqueued, JobScheduled, JobStarted, JobCompleted, JobFailed, JobRetrying, JobDiscarded, JobCancelled,
 	JobHeartbeat, JobExpired, QueuePaused, QueueResumed, CronTriggered, CronSkipped,
+	DeadLetterAdded, DeadLetterRetried, DeadLetterDeleted, DeadLetterPruned,
+	WorkerStarted, WorkerHeartbeat, WorkerQuiet, WorkerStopped,
 	WorkflowCreated, WorkflowStarted, WorkflowStepCompleted, WorkflowStepFailed, WorkflowJobCompleted,
 	WorkflowJobFailed, WorkflowCallbackFired, WorkflowCompleted, WorkflowFailed, WorkflowCancelled,
 }

@@ -86,6 +86,8 @@ func TestFromJobFollowsTheLifecycle(t *testing.T) {
 	discarded.State, discarded.Error, discarded.DiscardedAt, discarded.CompletedAt = job.Discarded, errInfo, ts("2026-01-01T00:00:03Z"), ts("2026-01-01T00:00:03Z")
 	requeued := *active
 	requeued.State, requeued.Error, requeued.EnqueuedAt = job.Available, &job.ErrorInfo{Type: "lease_expired", Message: "lease ended", Timestamp: "2026-01-01T00:00:40Z"}, ts("2026-01-01T00:00:40Z")
+	revived := baseJob(job.Available)
+	revived.EnqueuedAt = ts("2026-01-01T00:10:00Z")
 	expired := baseJob(job.Discarded)
 	expired.ExpiresAt, expired.DiscardedAt, expired.Error = ts("2026-01-01T00:05:00Z"), ts("2026-01-01T00:05:01Z"), &job.ErrorInfo{Type: "expired", Message: "expired"}
 	cancelled := baseJob(job.Cancelled)
@@ -133,7 +135,10 @@ func TestFromJobFollowsTheLifecycle(t *testing.T) {
 				t.Errorf("data %v / %v", evs[0].Data, evs[1].Data)
 			}
 		}},
-		{"failed for good", active, &discarded, []string{JobFailed, JobDiscarded}, func(t *testing.T, evs []Event) {
+		{"failed for good", active, &discarded, []string{JobFailed, JobDiscarded, DeadLetterAdded}, func(t *testing.T, evs []Event) {
+			if d := evs[2].Data; d["attempt"] != 1 || d["discarded_at"] != "2026-01-01T00:00:03.000Z" || d["error"].(map[string]any)["code"] != "SMTP" {
+				t.Errorf("dead_letter.added data %v", d)
+			}
 			if evs[0].Data["error"].(map[string]any)["retryable"] != false || evs[1].Data["total_attempts"] != 1 {
 				t.Errorf("data %v / %v", evs[0].Data, evs[1].Data)
 			}
@@ -143,7 +148,12 @@ func TestFromJobFollowsTheLifecycle(t *testing.T) {
 			}
 		}},
 		{"lease expired", active, &requeued, []string{JobFailed, JobEnqueued}, nil},
-		{"expired", avail, expired, []string{JobExpired}, func(t *testing.T, evs []Event) {
+		{"retried from the dead letter queue", &discarded, revived, []string{JobEnqueued, DeadLetterRetried}, func(t *testing.T, evs []Event) {
+			if d := evs[1].Data; d["state"] != "available" || d["job_id"] != revived.ID || d["queue"] != "email" {
+				t.Errorf("dead_letter.retried data %v", d)
+			}
+		}},
+		{"expired", avail, expired, []string{JobExpired, DeadLetterAdded}, func(t *testing.T, evs []Event) {
 			if evs[0].Data["ttl_ms"] != int64(300000) || evs[0].Data["expired_at"] != "2026-01-01T00:05:01.000Z" {
 				t.Errorf("data %v", evs[0].Data)
 			}
@@ -181,6 +191,27 @@ func TestFromJobFollowsTheLifecycle(t *testing.T) {
 				c.check(t, evs)
 			}
 		})
+	}
+}
+
+// Deleting a discarded job is dead_letter.deleted; pruning it (counted in
+// dead_letter.pruned) and removing any other job are not events.
+func TestFromDeletedJob(t *testing.T) {
+	at := time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)
+	dead := baseJob(job.Discarded)
+	evs := FromDeletedJob("ojs://test/engine", dead, false, 7, at)
+	if len(evs) != 1 || evs[0].Type != DeadLetterDeleted || evs[0].Subject != dead.ID || evs[0].Data["job_id"] != dead.ID ||
+		evs[0].Data["queue"] != "email" || evs[0].Time != "2026-01-02T00:00:00.000Z" {
+		t.Fatalf("deleted: %+v", evs)
+	}
+	if again := FromDeletedJob("ojs://test/engine", dead, false, 7, at); again[0].ID != evs[0].ID {
+		t.Error("the same removal derived a different id")
+	}
+	if evs := FromDeletedJob("ojs://test/engine", dead, true, 7, at); len(evs) != 0 {
+		t.Errorf("pruned: %+v", evs)
+	}
+	if evs := FromDeletedJob("ojs://test/engine", baseJob(job.Completed), false, 7, at); len(evs) != 0 {
+		t.Errorf("completed job removed: %+v", evs)
 	}
 }
 

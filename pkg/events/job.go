@@ -98,6 +98,33 @@ func FromJob(source string, old, cur *job.Job, version int64, at time.Time) []Ev
 	case job.Cancelled:
 		b.add(JobCancelled, or(cur.CancelledAt, at), map[string]any{"cancelled_by": "api", "previous_state": string(from)})
 	}
+	// The dead letter queue is the set of discarded jobs
+	// (ojs-dead-letter.md 4.1): entering it and being retried out of it
+	// are dead_letter events besides the job events above.
+	switch {
+	case cur.State == job.Discarded:
+		d := map[string]any{"attempt": cur.Attempt, "discarded_at": job.Timestamp(or(cur.DiscardedAt, at))}
+		if cur.Error != nil {
+			d["error"] = errorData(cur.Error, false)
+		}
+		b.add(DeadLetterAdded, or(cur.DiscardedAt, at), d)
+	case from == job.Discarded:
+		b.add(DeadLetterRetried, or(cur.EnqueuedAt, at), map[string]any{"state": string(cur.State), "retried_by": "api"})
+	}
+	return b.out
+}
+
+// FromDeletedJob derives the event of a job item's removal: a discarded job
+// deleted through the dead letter API is dead_letter.deleted. Jobs removed
+// by the retention pruner (pruned) are counted in one dead_letter.pruned
+// event per pruning run instead, and other removals are not events.
+// version is the removed item's version.
+func FromDeletedJob(source string, old *job.Job, pruned bool, version int64, at time.Time) []Event {
+	if old == nil || old.State != job.Discarded || pruned {
+		return nil
+	}
+	b := jobEvents{source: source, j: old, version: version + 1, at: at}
+	b.add(DeadLetterDeleted, at, map[string]any{"deleted_by": "api"})
 	return b.out
 }
 

@@ -477,12 +477,18 @@ func (a *api) heartbeat(w http.ResponseWriter, r *http.Request, _ params) error 
 		JobID               string          `json:"job_id"`
 		Hostname            string          `json:"hostname"`
 		Queues              []string        `json:"queues"`
+		Concurrency         json.RawMessage `json:"concurrency"`
 		VisibilityTimeoutMS json.RawMessage `json:"visibility_timeout_ms"`
 	}
 	if err := decodeObject(raw, &req); err != nil {
 		return err
 	}
-	hr := lifecycle.HeartbeatRequest{WorkerID: req.WorkerID, State: req.State, JobIDs: req.ActiveJobIDs, Hostname: req.Hostname, Queues: req.Queues}
+	conc, err := intParam("concurrency", req.Concurrency, 1, 100000)
+	if err != nil {
+		return err
+	}
+	hr := lifecycle.HeartbeatRequest{WorkerID: req.WorkerID, State: req.State, JobIDs: req.ActiveJobIDs, Hostname: req.Hostname, Queues: req.Queues,
+		Concurrency: int(conc)}
 	if len(req.ActiveJobs) > 0 && string(req.ActiveJobs) != "null" {
 		var ids []string
 		if json.Unmarshal(req.ActiveJobs, &ids) == nil {

@@ -175,6 +175,8 @@ type DeadStats struct {
 	// Truncated is set when the queue holds more than MaxDeadStats jobs:
 	// the figures then cover the newest MaxDeadStats of each queue read.
 	Truncated bool `json:"truncated"`
+	// Retention is the retention policy and when it next prunes.
+	Retention RetentionView `json:"retention"`
 }
 
 // MaxDeadStats bounds the jobs DeadStats reads.
@@ -208,6 +210,9 @@ func (s *Service) DeadStats(ctx context.Context) (DeadStats, error) {
 	if oldest != nil {
 		o, n := job.Timestamp(*oldest), job.Timestamp(*newest)
 		st.OldestAt, st.NewestAt = &o, &n
+	}
+	if st.Retention, err = s.retentionView(ctx); err != nil {
+		return st, ojserr.Backend(err)
 	}
 	return st, nil
 }

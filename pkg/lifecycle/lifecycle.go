@@ -47,6 +47,13 @@ type Store interface {
 	WorkerBeat(ctx context.Context, w store.WorkerInfo, now time.Time) (*store.WorkerInfo, error)
 	SetWorkerDirective(ctx context.Context, id, directive string, now time.Time) (*store.WorkerInfo, error)
 	Workers(ctx context.Context, limit int) ([]store.WorkerInfo, error)
+	WorkerState(ctx context.Context, id string) (*store.WorkerInfo, error)
+	ClaimPruneRun(ctx context.Context, now, next time.Time) (int64, bool, error)
+	FinishPruneRun(ctx context.Context, run int64, r store.PruneRun, now time.Time, next *time.Time) error
+	PruneState(ctx context.Context) (*store.PruneRun, error)
+	OldestDead(ctx context.Context, queue string, before *time.Time, limit int) ([]store.DeadRef, error)
+	CountDead(ctx context.Context, queue string) (int, error)
+	PruneDead(ctx context.Context, ref store.DeadRef, now time.Time) (bool, error)
 }
 
 var _ Store = (*store.Store)(nil)
@@ -66,6 +73,9 @@ type Config struct {
 	Rand func() float64
 	// Logger receives structured logs. Default slog.Default().
 	Logger *slog.Logger
+	// DeadRetention is the dead letter retention policy. Zero fields mean
+	// the defaults (180 days, 10,000 jobs, pruned every 5 minutes).
+	DeadRetention Retention
 }
 
 // Service runs the job operations.
@@ -79,11 +89,16 @@ type Service struct {
 	queues sync.Map // queue names already registered by this process
 	rates  sync.Map // queue -> rate limit this process last recorded
 	pauses pauseCache
+	// retention is the dead letter retention policy.
+	retention Retention
+	// workers caches which workers are quiet or terminating.
+	workers workerStates
 }
 
 // New returns a service on st.
 func New(st Store, c Config) *Service {
-	s := &Service{st: st, push: map[string]bool{}, redel: c.RedeliverAfter, now: c.Now, rnd: c.Rand, log: c.Logger}
+	s := &Service{st: st, push: map[string]bool{}, redel: c.RedeliverAfter, now: c.Now, rnd: c.Rand, log: c.Logger,
+		retention: c.DeadRetention.withDefaults()}
 	for _, q := range c.PushQueues {
 		s.push[q] = true
 	}
@@ -425,6 +440,13 @@ const (
 )
 
 // decide applies the retry policy to a failed attempt of j.
+// Error types of attempts interrupted by a worker's graceful shutdown
+// (ojs-graceful-shutdown.md 5.3 and 7.2).
+const (
+	ErrShutdown        = "ShutdownError"
+	ErrShutdownTimeout = "ShutdownTimeout"
+)
+
 func (s *Service) decide(j *job.Job, in ErrorInput, now time.Time) store.Failure {
 	typ := in.errorType()
 	msg := in.Message
@@ -443,7 +465,11 @@ func (s *Service) decide(j *job.Job, in ErrorInput, now time.Time) store.Failure
 	case CodeDiscard, CodeDeadLetter, CodeFail:
 		retry = false
 	}
-	if in.Retryable != nil && !*in.Retryable {
+	// An attempt interrupted by a worker's shutdown did not fail on its
+	// own (ojs-graceful-shutdown.md 5.3): it is retried even if the worker
+	// marked the error non-retryable; the policy still decides.
+	interrupted := typ == ErrShutdown || typ == ErrShutdownTimeout
+	if in.Retryable != nil && !*in.Retryable && !interrupted {
 		retry = false
 	}
 	if j.Retry.IsNonRetryable(typ) {
@@ -555,6 +581,11 @@ func (s *Service) Fetch(ctx context.Context, r FetchRequest) ([]*job.Job, error)
 		r.Count = MaxFetch
 	}
 	out := []*job.Job{}
+	if st, err := s.workerStopping(ctx, r.WorkerID); err != nil {
+		return nil, ojserr.Backend(err)
+	} else if st {
+		return out, nil // a quiet or terminating worker gets no new jobs
+	}
 	for _, q := range r.Queues {
 		if len(out) >= r.Count {
 			break
@@ -715,6 +746,8 @@ type HeartbeatRequest struct {
 	Active   int
 	Hostname string
 	Queues   []string
+	// Concurrency is the worker's concurrency setting (0: not reported).
+	Concurrency int
 	// Visibility is the new lease of each job (default 30 s).
 	Visibility time.Duration
 }
@@ -777,11 +810,13 @@ func (s *Service) Heartbeat(ctx context.Context, r HeartbeatRequest) (HeartbeatR
 	if active < len(r.JobIDs) {
 		active = len(r.JobIDs)
 	}
-	w, err := s.st.WorkerBeat(ctx, store.WorkerInfo{ID: r.WorkerID, State: r.State, ActiveJobs: active, Hostname: r.Hostname, Queues: r.Queues}, now)
+	w, err := s.st.WorkerBeat(ctx, store.WorkerInfo{ID: r.WorkerID, State: r.State, ActiveJobs: active, Hostname: r.Hostname, Queues: r.Queues,
+		Concurrency: r.Concurrency}, now)
 	if err != nil {
 		return HeartbeatResult{}, ojserr.Backend(err)
 	}
 	directive := w.Directive
+	s.workers.put(r.WorkerID, stopping(w.State) || stopping(directive), time.Now())
 	vt := r.Visibility
 	if vt <= 0 {
 		vt = job.DefaultVisibilityTimeout

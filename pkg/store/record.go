@@ -92,6 +92,10 @@ type record struct {
 	WorkflowID      string   `dynamodbav:"wf_id,omitempty"`
 	WorkflowNode    string   `dynamodbav:"wf_node,omitempty"`
 	ParentResults   string   `dynamodbav:"parent_results,omitempty"`
+	// PrunedAt marks a discarded job the dead letter pruner is removing
+	// (set just before its conditional delete), so the stream tells a
+	// pruned job from one an operator deleted.
+	PrunedAt int64 `dynamodbav:"pruned_at,omitempty"`
 }
 
 func jobKey(id string) map[string]types.AttributeValue {
@@ -224,6 +228,8 @@ type Item struct {
 	Version  int64
 	DueAt    time.Time
 	Dispatch string
+	// Pruned is set on a discarded job the retention pruner is removing.
+	Pruned bool
 }
 
 // DecodeItem turns a DynamoDB item (from a read or a stream image) into an
@@ -240,7 +246,7 @@ func DecodeItem(av map[string]types.AttributeValue) (Item, bool, error) {
 	if err != nil {
 		return Item{}, false, err
 	}
-	it := Item{Job: j, Version: r.Version, Dispatch: r.Dispatch}
+	it := Item{Job: j, Version: r.Version, Dispatch: r.Dispatch, Pruned: r.PrunedAt > 0}
 	if r.DueAt > 0 {
 		it.DueAt = fromMS(r.DueAt)
 	}

@@ -334,6 +334,6 @@ func Revive(j *job.Job, now time.Time, redeliverAfter time.Duration, queue strin
 	}
 	t.set(attrAttempt, 0)
 	t.becomeAvailable(queue, j.Priority, push, now, redeliverAfter, false)
-	t.remove("completed_at", "discarded_at", "started_at", "retry_delay_ms", "result", "deadline_ms")
+	t.remove("completed_at", "discarded_at", "started_at", "retry_delay_ms", "result", "deadline_ms", "pruned_at")
 	return t
 }

@@ -33,6 +33,7 @@ type WorkerInfo struct {
 	Hostname        string   `dynamodbav:"hostname,omitempty" json:"hostname,omitempty"`
 	Queues          []string `dynamodbav:"queues,omitempty" json:"queues,omitempty"`
 	ActiveJobs      int      `dynamodbav:"active_jobs" json:"active_jobs"`
+	Concurrency     int      `dynamodbav:"concurrency,omitempty" json:"concurrency,omitempty"`
 	LastHeartbeatAt string   `dynamodbav:"last_heartbeat_at,omitempty" json:"last_heartbeat_at,omitempty"`
 	FirstSeenAt     string   `dynamodbav:"first_seen_at,omitempty" json:"started_at,omitempty"`
 }
@@ -59,10 +60,45 @@ func (s *Store) WorkerBeat(ctx context.Context, w WorkerInfo, now time.Time) (*W
 	if w.Hostname != "" {
 		u = u.Set(expression.Name("hostname"), expression.Value(w.Hostname))
 	}
+	if w.Concurrency > 0 {
+		u = u.Set(expression.Name("concurrency"), expression.Value(w.Concurrency))
+	}
 	if len(w.Queues) > 0 {
 		u = u.Set(expression.Name("queues"), expression.Value(w.Queues))
 	}
 	return s.updateWorker(ctx, w.ID, u)
+}
+
+// DecodeWorker turns a stream image into a WorkerInfo; ok is false for
+// other items.
+func DecodeWorker(av map[string]types.AttributeValue) (*WorkerInfo, bool, error) {
+	if sk, ok := av[attrSK].(*types.AttributeValueMemberS); !ok || sk.Value != workerSK {
+		return nil, false, nil
+	}
+	var w WorkerInfo
+	if err := attributevalue.UnmarshalMap(av, &w); err != nil {
+		return nil, false, fmt.Errorf("decode worker: %w", err)
+	}
+	return &w, true, nil
+}
+
+// WorkerState reads what a worker last reported and the directive an
+// operator set (eventually consistent: one read unit at most).
+func (s *Store) WorkerState(ctx context.Context, id string) (*WorkerInfo, error) {
+	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.table, Key: workerKey(id),
+		ProjectionExpression:     aws.String("worker_id, #s, directive"),
+		ExpressionAttributeNames: map[string]string{"#s": "state"}})
+	if err != nil {
+		return nil, fmt.Errorf("read worker %s: %w", id, err)
+	}
+	if len(out.Item) == 0 {
+		return nil, nil
+	}
+	var w WorkerInfo
+	if err := attributevalue.UnmarshalMap(out.Item, &w); err != nil {
+		return nil, err
+	}
+	return &w, nil
 }
 
 // SetWorkerDirective records the state an operator wants a worker in; it

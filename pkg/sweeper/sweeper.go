@@ -3,7 +3,9 @@
 // limit, and pull-mode jobs nobody fetched), requeues or discards jobs whose
 // lease expired (a worker died), and re-sends available push-mode jobs that
 // were not claimed within the redelivery delay (a lost or dead-lettered SQS
-// message, or a stream record that exhausted its retries).
+// message, or a stream record that exhausted its retries). It also fires
+// due cron schedules, repairs stalled workflows and applies the dead letter
+// retention policy.
 package sweeper
 
 import (
@@ -60,6 +62,7 @@ type Result struct {
 	Redelivered int `json:"redelivered"`
 	Workflows   int `json:"workflows_checked"`
 	CronsFired  int `json:"crons_fired"`
+	DeadPruned  int `json:"dead_letter_pruned"`
 }
 
 // Sweep makes one pass over every queue.
@@ -112,6 +115,11 @@ func (s *Sweeper) Sweep(ctx context.Context) (Result, error) {
 		if err != nil {
 			errs = append(errs, err)
 		}
+	}
+	pr, err := s.Service.PruneDead(ctx)
+	res.DeadPruned = pr.Pruned
+	if err != nil {
+		errs = append(errs, fmt.Errorf("dead letter retention: %w", err))
 	}
 	if s.Workflows != nil {
 		n, err := s.Workflows.Repair(ctx, limit)

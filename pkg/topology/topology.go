@@ -36,6 +36,13 @@ const (
 	// EnvSweepTick is a Go duration ("1s"): the sweeper sweeps that often
 	// within one scheduled invocation (Sweeper.Tick). Empty sweeps once.
 	EnvSweepTick = "OJS_SWEEP_TICK"
+	// EnvDeadMaxAge, EnvDeadMaxCount and EnvDeadPruneInterval set the dead
+	// letter retention policy (ojs-dead-letter.md 5): an ISO 8601 or Go
+	// duration (default P180D), a count over every queue (default 10000)
+	// and the time between pruning runs (default PT5M).
+	EnvDeadMaxAge        = "OJS_DLQ_MAX_AGE"
+	EnvDeadMaxCount      = "OJS_DLQ_MAX_COUNT"
+	EnvDeadPruneInterval = "OJS_DLQ_PRUNE_INTERVAL"
 )
 
 // Function names, used as construct ids, local process names and the
@@ -118,10 +125,12 @@ type KeyFilter struct {
 }
 
 // StreamFilter keeps job items (sk "JOB"), workflow nodes (sk "N#..."),
-// queue items (sk "Q#...", for pause events) and cron schedules (sk
-// "CRON#...", for cron events) and drops what the stream function never acts
-// on: event items, worker items and workflow counter shards.
-var StreamFilter = KeyFilter{Attribute: "sk", Equals: []string{"JOB"}, Prefixes: []string{"N#", "Q#", "CRON#"}}
+// queue items (sk "Q#...", for pause events), cron schedules (sk
+// "CRON#...", for cron events), worker registry items (sk "WORKER", for
+// worker events) and the dead letter pruner's record (sk "DLQ#PRUNE", for
+// dead_letter.pruned) and drops what the stream function never acts on:
+// event items, rate limiters, uniqueness locks and workflow counter shards.
+var StreamFilter = KeyFilter{Attribute: "sk", Equals: []string{"JOB", "WORKER"}, Prefixes: []string{"N#", "Q#", "CRON#", "DLQ#"}}
 
 // Keep reports whether a record with sort key sk passes the filter.
 func (f KeyFilter) Keep(sk string) bool {

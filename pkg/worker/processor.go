@@ -122,9 +122,11 @@ func (p *Processor) run(ctx context.Context, j *job.Job) error {
 		return recordErr(err)
 	}
 	runCtx, cancel := context.WithTimeout(ctx, j.Timeout)
+	cutByInvocation := false // the function's own timeout ends the run first
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl)-stopMargin < j.Timeout {
 		cancel()
 		runCtx, cancel = context.WithDeadline(ctx, dl.Add(-stopMargin))
+		cutByInvocation = true
 	}
 	defer cancel()
 	start := time.Now()
@@ -132,6 +134,12 @@ func (p *Processor) run(ctx context.Context, j *job.Job) error {
 		WorkflowID: j.WorkflowID, ParentResults: j.ParentResults})
 	if herr == nil && runCtx.Err() != nil {
 		herr = runCtx.Err()
+	}
+	if herr != nil && cutByInvocation && errors.Is(runCtx.Err(), context.DeadlineExceeded) {
+		// The execution environment is about to stop, not the job's own
+		// timeout: an interrupted attempt (ojs-graceful-shutdown.md 7.2),
+		// retried per the job's policy.
+		herr = &Error{Type: lifecycle.ErrShutdownTimeout, Message: "The worker function's invocation ended before the handler finished (the function timeout is shorter than the job's timeout)."}
 	}
 	dur := time.Since(start)
 	if herr == nil {

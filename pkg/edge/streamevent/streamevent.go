@@ -59,7 +59,10 @@ func Change(r events.DynamoDBEventRecord) (engine.Change, error) {
 		node  **store.Node
 		queue **store.QueueInfo
 		cron  **store.CronInfo
-	}{{r.Change.OldImage, &c.Old, &c.OldNode, &c.OldQueue, &c.OldCron}, {r.Change.NewImage, &c.New, &c.NewNode, &c.NewQueue, &c.NewCron}} {
+		prune **store.PruneRun
+		wkr   **store.WorkerInfo
+	}{{r.Change.OldImage, &c.Old, &c.OldNode, &c.OldQueue, &c.OldCron, &c.OldPrune, &c.OldWorker},
+		{r.Change.NewImage, &c.New, &c.NewNode, &c.NewQueue, &c.NewCron, &c.NewPrune, &c.NewWorker}} {
 		if len(img.src) == 0 {
 			continue
 		}
@@ -82,6 +85,18 @@ func Change(r events.DynamoDBEventRecord) (engine.Change, error) {
 			return c, err
 		} else if ok {
 			*img.cron = cr
+			continue
+		}
+		if p, ok, err := store.DecodePruneRun(av); err != nil {
+			return c, err
+		} else if ok {
+			*img.prune = p
+			continue
+		}
+		if w, ok, err := store.DecodeWorker(av); err != nil {
+			return c, err
+		} else if ok {
+			*img.wkr = w
 			continue
 		}
 		if n, ok, err := store.DecodeNode(av); err != nil {
