@@ -212,8 +212,8 @@ func (s *Store) PruneDead(ctx context.Context, ref DeadRef, now time.Time) (bool
 	mark := &types.AttributeValueMemberN{Value: itoa(ms(now))}
 	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName: &s.table, Key: jobKey(ref.ID),
-		UpdateExpression:    aws.String("SET pruned_at = :m"),
-		ConditionExpression: aws.String("#s = :d AND ready_pk = :pk AND ready_sk = :sk"),
+		UpdateExpression:         aws.String("SET pruned_at = :m"),
+		ConditionExpression:      aws.String("#s = :d AND ready_pk = :pk AND ready_sk = :sk"),
 		ExpressionAttributeNames: map[string]string{"#s": attrState},
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":m": mark, ":d": &types.AttributeValueMemberS{Value: string(job.Discarded)},
