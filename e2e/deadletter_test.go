@@ -56,7 +56,8 @@ func TestDeadLetterRetryAndDelete(t *testing.T) {
 	if r := do(t, http.MethodPost, "/ojs/v1/workers/ack", map[string]any{"job_id": id, "result": "ok"}); r.Status != 200 {
 		t.Fatalf("ack: %s", r.Raw)
 	}
-	if got := eventTypes(waitEvents(t, "job_id="+id, 7)); got != "job.enqueued,job.started,job.failed,job.discarded,job.enqueued,job.started,job.completed" {
+	if got := eventTypes(waitEvents(t, "job_id="+id, 9)); got != "job.enqueued,job.started,job.failed,job.discarded,dead_letter.added,"+
+		"job.enqueued,dead_letter.retried,job.started,job.completed" {
 		t.Errorf("events %s", got)
 	}
 
@@ -83,6 +84,13 @@ func TestDeadLetterRetryAndDelete(t *testing.T) {
 	}
 	if r := do(t, http.MethodDelete, "/ojs/v1/dead-letter/"+id3, nil); r.Status != 404 {
 		t.Fatalf("second delete: %d", r.Status)
+	}
+	evs := waitEvents(t, "types=dead_letter.*&job_id="+id3, 2)
+	if got := eventTypes(evs); got != "dead_letter.added,dead_letter.deleted" {
+		t.Errorf("dead letter events of a deleted job: %s", got)
+	}
+	if d := evs[1]["data"].(map[string]any); d["job_id"] != id3 || d["queue"] != q || evs[1]["subject"] != id3 {
+		t.Errorf("dead_letter.deleted: %v", evs[1])
 	}
 
 	// A job that is not discarded is not in the dead letter queue, and is

@@ -147,8 +147,8 @@ func TestEventsOfFailuresAndCancel(t *testing.T) {
 			t.Fatalf("nack: %s", r.Raw)
 		}
 	}
-	evs := waitEvents(t, "job_id="+id, 8)
-	want := "job.enqueued,job.started,job.failed,job.retrying,job.enqueued,job.started,job.failed,job.discarded"
+	evs := waitEvents(t, "job_id="+id, 9)
+	want := "job.enqueued,job.started,job.failed,job.retrying,job.enqueued,job.started,job.failed,job.discarded,dead_letter.added"
 	if got := eventTypes(evs); got != want {
 		t.Fatalf("events\n%s\nwant\n%s", got, want)
 	}

@@ -90,6 +90,18 @@ func (e *Event) Category() string {
 	return c
 }
 
+// SubjectCategory is the kind of thing the subject names: "job" for job
+// events and for the dead letter events of one job (so a job's history,
+// queried by job_id, shows it entering and leaving the dead letter queue),
+// otherwise the category.
+func (e *Event) SubjectCategory() string {
+	c := e.Category()
+	if c == "dead_letter" && e.Data["job_id"] != nil {
+		return "job"
+	}
+	return c
+}
+
 // Queue is the queue the event concerns ("" if none).
 func (e *Event) Queue() string { return str(e.Data["queue"]) }
 

@@ -123,6 +123,11 @@ func FromDeletedJob(source string, old *job.Job, pruned bool, version int64, at 
 	if old == nil || old.State != job.Discarded || pruned {
 		return nil
 	}
+	// The removal time is the stream record's (coarse on DynamoDB Local):
+	// never before the job entered the dead letter queue.
+	if old.DiscardedAt != nil && !at.After(*old.DiscardedAt) {
+		at = old.DiscardedAt.Add(time.Millisecond)
+	}
 	b := jobEvents{source: source, j: old, version: version + 1, at: at}
 	b.add(DeadLetterDeleted, at, map[string]any{"deleted_by": "api"})
 	return b.out

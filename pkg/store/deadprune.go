@@ -94,20 +94,24 @@ func (s *Store) FinishPruneRun(ctx context.Context, run int64, r PruneRun, now t
 		":n": &types.AttributeValueMemberN{Value: itoa(int64(r.Pruned))}, ":a": &types.AttributeValueMemberN{Value: itoa(int64(r.ByAge))},
 		":c": &types.AttributeValueMemberN{Value: itoa(int64(r.ByCount))},
 	}
-	byQueue, err := attributevalue.Marshal(r.ByQueue)
-	if err != nil {
-		return err
-	}
-	if r.ByQueue == nil {
-		byQueue = &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{}}
-	}
-	vals[":q"] = byQueue
-	upd := "SET last_run = :run, finished_at = :now, pruned = :n, by_queue = :q, by_age = :a, by_count = :c"
+	upd := "SET last_run = :run, finished_at = :now, pruned = :n, by_age = :a, by_count = :c"
 	if next != nil {
 		upd += ", next_prune_at = :next"
 		vals[":next"] = &types.AttributeValueMemberN{Value: itoa(ms(*next))}
 	}
-	_, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+	if len(r.ByQueue) > 0 {
+		byQueue, err := attributevalue.Marshal(r.ByQueue)
+		if err != nil {
+			return err
+		}
+		vals[":q"] = byQueue
+		upd += ", by_queue = :q"
+	} else {
+		// Not an empty map: DynamoDB Local's stream images render an empty
+		// map attribute as a string (seen with 3.3.0).
+		upd += " REMOVE by_queue"
+	}
+	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName: &s.table, Key: pruneRunKey(), UpdateExpression: aws.String(upd),
 		ConditionExpression: aws.String("run = :run"), ExpressionAttributeValues: vals,
 	})

@@ -56,6 +56,36 @@ func TestChangeDecodesSampleRecords(t *testing.T) {
 	}
 }
 
+// Worker heartbeats and the dead letter pruner's record decode into the
+// changes the engine turns into worker and dead_letter events.
+func TestChangeDecodesAdminRecords(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("../../../events/dynamodb-stream-admin.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ev events.DynamoDBEvent
+	if err := json.Unmarshal(raw, &ev); err != nil {
+		t.Fatal(err)
+	}
+	w, err := Change(ev.Records[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.NewWorker == nil || w.OldWorker != nil || w.New != nil || w.NewWorker.ID != "worker-1" || w.NewWorker.Concurrency != 10 ||
+		len(w.NewWorker.Queues) != 2 || w.NewWorker.LastHeartbeatAt != "2026-11-21T08:00:00.000Z" {
+		t.Fatalf("worker: %+v", w.NewWorker)
+	}
+	p, err := Change(ev.Records[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.OldPrune == nil || p.NewPrune == nil || p.OldPrune.LastRun != 7 || p.NewPrune.LastRun != 8 || p.NewPrune.Pruned != 12 ||
+		p.NewPrune.ByQueue["billing"] != 9 || p.NewPrune.ByCount != 10 {
+		t.Fatalf("prune run: %+v -> %+v", p.OldPrune, p.NewPrune)
+	}
+}
+
 type failing struct{ at int }
 
 func (f failing) Process(context.Context, []engine.Change) (int, error) {
