@@ -138,10 +138,12 @@ func TestManifestIsTruthful(t *testing.T) {
 	m := do(t, http.MethodGet, "/ojs/manifest", nil).Body
 	caps := m["capabilities"].(map[string]any)
 	if num(m["conformance_level"]) != 4 || caps["events"] != true || caps["pause_resume"] != true || caps["queue_stats"] != true ||
-		caps["cron_jobs"] != true || caps["unique_jobs"] != true || caps["rate_limiting"] != true || m["uniqueness_strength"] != "strong" {
+		caps["cron_jobs"] != true || caps["unique_jobs"] != true || caps["rate_limiting"] != true || m["uniqueness_strength"] != "strong" ||
+		caps["dead_letter_retention"] != true || caps["graceful_shutdown"] != true {
 		t.Fatalf("manifest: %v", m)
 	}
-	for path, want := range map[string]int{"/ojs/v1/events?limit=1": 200, "/ojs/v1/queues": 200, "/ojs/v1/admin/workers": 200, "/ojs/v1/cron": 200} {
+	for path, want := range map[string]int{"/ojs/v1/events?limit=1": 200, "/ojs/v1/queues": 200, "/ojs/v1/admin/workers": 200, "/ojs/v1/cron": 200,
+		"/ojs/v1/events?types=dead_letter.pruned,worker.stopped&limit=1": 200} {
 		if r := do(t, http.MethodGet, path, nil); r.Status != want {
 			t.Errorf("GET %s: %d, want %d", path, r.Status, want)
 		}

@@ -35,6 +35,7 @@ func Manifest() map[string]any {
 			"cron_jobs": true, "workflows": true, "unique_jobs": true, "pause_resume": true,
 			"rate_limiting": true, "schema_validation": false, "events": true, "queue_stats": true,
 			"dead_letter_retry": true, "worker_directives": true, "eventbridge_events": true,
+			"dead_letter_retention": true, "graceful_shutdown": true,
 		},
 		"limits": map[string]any{
 			"max_envelope_bytes": job.MaxEnvelopeBytes, "max_meta_bytes": job.MaxMetaBytes,
