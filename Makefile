@@ -52,7 +52,7 @@ build-local: prereqs
 	$(GO) build -o .local/ojs-local ./localstack/cmd/ojs-local
 
 dev: emulators build-local
-	@exec .local/ojs-local -demo jobs -addr $(DEV_ADDR) -bin $(LOCAL_BIN)
+	@exec .local/ojs-local -demo jobs -addr $(DEV_ADDR) -bin $(LOCAL_BIN) $(if $(RESET_ADDR),-reset-addr $(RESET_ADDR))
 
 # The ETL workflow example, its progress shown step by step.
 demo: emulators build-local

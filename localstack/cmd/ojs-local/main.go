@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -29,15 +30,17 @@ func main() {
 	envName := flag.String("env", "local", "topology environment to run")
 	demo := flag.String("demo", "", `"jobs": enqueue demo jobs through the API and report what happened; "etl": run the ETL workflow example step by step`)
 	token := flag.String("token", os.Getenv(topology.EnvAuthToken), "require this bearer token on every API route")
+	resetAddr := flag.String("reset-addr", os.Getenv("OJS_DEV_RESET_ADDR"),
+		`development only: answer Redis FLUSHDB on this address (e.g. 127.0.0.1:6379) by wiping the table and queues, for test runners that reset state between tests (the OJS conformance runner's -redis)`)
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	if err := run(*addr, *bin, *logs, *envName, *token, *demo, log); err != nil {
+	if err := run(*addr, *bin, *logs, *envName, *token, *demo, *resetAddr, log); err != nil {
 		fmt.Fprintln(os.Stderr, "ojs-local:", err)
 		os.Exit(1)
 	}
 }
 
-func run(addr, bin, logs, envName, token, demo string, log *slog.Logger) error {
+func run(addr, bin, logs, envName, token, demo, resetAddr string, log *slog.Logger) error {
 	env, err := topology.ForEnv(envName)
 	if err != nil {
 		return err
@@ -74,6 +77,21 @@ func run(addr, bin, logs, envName, token, demo string, log *slog.Logger) error {
 		return err
 	}
 	defer rt.Stop()
+	if resetAddr != "" {
+		l, err := net.Listen("tcp", resetAddr)
+		if err != nil {
+			return fmt.Errorf("reset listener: %w", err)
+		}
+		defer l.Close()
+		go func() {
+			_ = localrt.ServeReset(l, func(ctx context.Context) error {
+				n, err := rt.Reset(ctx)
+				log.Info("state reset (FLUSHDB)", "items_deleted", n)
+				return err
+			}, log)
+		}()
+		fmt.Printf("\nReset (dev only): Redis FLUSHDB on %s wipes the table and the queues\n", l.Addr())
+	}
 	fmt.Printf("\nOJS API:        %s/ojs/v1  (manifest: %s/ojs/manifest)\n", rt.URL(), rt.URL())
 	fmt.Printf("DynamoDB Local: %s  table %s\n", em.DynamoDBEndpoint, rt.Table())
 	fmt.Printf("SQS emulator:   %s  push-mode queues %v\n", em.SQSEndpoint, rt.QueueURLs())
