@@ -36,6 +36,10 @@ const (
 	// EnvSweepTick is a Go duration ("1s"): the sweeper sweeps that often
 	// within one scheduled invocation (Sweeper.Tick). Empty sweeps once.
 	EnvSweepTick = "OJS_SWEEP_TICK"
+	// EnvRedeliverAfter is a Go duration: how long an available push-mode
+	// job may wait unclaimed before the sweeper sends it to SQS again
+	// (default 5m; the fault-injection soak shortens it).
+	EnvRedeliverAfter = "OJS_REDELIVER_AFTER"
 )
 
 // Function names, used as construct ids, local process names and the
