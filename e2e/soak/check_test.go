@@ -18,7 +18,7 @@ import (
 
 // snapshot is the whole table, read at the end of the run.
 type snapshot struct {
-	jobs   map[string]*job.Job             // by id
+	jobs   map[string]*job.Job               // by id
 	nodes  map[string]map[string]*store.Node // workflow id -> path -> node
 	events map[string][]jobEvent             // job id -> its events
 	wfEvts map[string][]string               // workflow id -> event types
@@ -123,13 +123,13 @@ var faultErrors = map[string]bool{"visibility_timeout": true, "timeout": true}
 
 // tally is what the checks count for the report.
 type tally struct {
-	wfState     map[string]int // kind/mode/state -> workflows
-	jobs        map[string]int // job state -> jobs
-	callbacks   int            // callback jobs created (fired)
-	attempts    int
-	faultExtra  int // attempts lost to faults (fault-type errors)
-	planned     int // attempts the plan needs without faults
-	deviations  int // leaves whose outcome differs from the plan, explained by faults
+	wfState    map[string]int // kind/mode/state -> workflows
+	jobs       map[string]int // job state -> jobs
+	callbacks  int            // callback jobs created (fired)
+	attempts   int
+	faultExtra int // attempts lost to faults (fault-type errors)
+	planned    int // attempts the plan needs without faults
+	deviations int // leaves whose outcome differs from the plan, explained by faults
 }
 
 // verify checks every invariant of the run and returns what broke.
