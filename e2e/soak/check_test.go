@@ -386,6 +386,12 @@ func checkJob(w *wfPlan, n *node, j *job.Job, sn *store.Node, snap *snapshot, po
 	}
 	if n.pull {
 		pool.mu.Lock()
+		for _, a := range pool.acked[j.ID] {
+			if a != j.Attempt || !ok {
+				fail("wf %d %s: an ACK of attempt %d succeeded, but the job ended %s at attempt %d: a worker that no longer held the reservation completed it",
+					w.index, n.path, a, j.State, j.Attempt)
+			}
+		}
 		for a := j.Attempt + 1; a <= j.Attempt+3; a++ {
 			if pool.runs[fmt.Sprintf("%s#%d", j.ID, a)] > 0 {
 				fail("wf %d %s: a worker ran attempt %d of a job that had %d", w.index, n.path, a, j.Attempt)

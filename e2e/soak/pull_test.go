@@ -22,6 +22,10 @@ type pullPool struct {
 	runs    map[string]int // job id + "#" + attempt -> times this pool ran it
 	doubles []string       // the same attempt of a job handed out twice
 	acks    map[string]int // job id -> successful (200) ACKs
+	// acked is the attempt each successful ACK acknowledged: a job must
+	// complete at the attempt that was acknowledged, never at a later one
+	// another worker holds (ojs-worker-protocol 5.6, reservation ownership).
+	acked map[string][]int
 }
 
 type fetched struct {
@@ -75,7 +79,14 @@ func (p *pullPool) worker(ctx context.Context, i int, r *rand.Rand) {
 				p.count.add("pull worker died holding jobs (never ACKs; leases expire)", 1)
 				continue
 			}
-			if r.Float64() < 0.03 {
+			if r.Float64() < 0.02 {
+				// A zombie: the worker stalls past its lease without
+				// heartbeating (a GC pause, a network partition), then
+				// carries on as if nothing happened. By then the job may run
+				// elsewhere: its late ACK or NACK must be refused.
+				sleep(ctx, (leaseMS+1500)*time.Millisecond)
+				p.count.add("pull: zombie worker stalled past its lease, then answered", 1)
+			} else if r.Float64() < 0.03 {
 				// A slow job: the worker heartbeats to keep its lease.
 				for k := 0; k < 3 && ctx.Err() == nil; k++ {
 					sleep(ctx, time.Second)
@@ -89,14 +100,15 @@ func (p *pullPool) worker(ctx context.Context, i int, r *rand.Rand) {
 			var st int
 			var retried bool
 			if fail {
-				st, _, retried = p.c.call(ctx, "POST", "/ojs/v1/workers/nack", map[string]any{"job_id": j.ID,
+				st, _, retried = p.c.call(ctx, "POST", "/ojs/v1/workers/nack", map[string]any{"job_id": j.ID, "worker_id": wid,
 					"error": map[string]any{"type": j.Type, "message": fmt.Sprintf("attempt %d fails on purpose", j.Attempt), "retryable": true}})
 			} else {
-				st, _, retried = p.c.call(ctx, "POST", "/ojs/v1/workers/ack", map[string]any{"job_id": j.ID,
+				st, _, retried = p.c.call(ctx, "POST", "/ojs/v1/workers/ack", map[string]any{"job_id": j.ID, "worker_id": wid,
 					"result": map[string]any{"tag": tag, "attempt": j.Attempt}})
 				if st == 200 {
 					p.mu.Lock()
 					p.acks[j.ID]++
+					p.acked[j.ID] = append(p.acked[j.ID], j.Attempt)
 					p.mu.Unlock()
 				}
 			}

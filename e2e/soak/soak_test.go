@@ -152,7 +152,7 @@ func TestSoak(t *testing.T) {
 	runCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 
-	pool := &pullPool{c: c, count: count, die: 0.03, runs: map[string]int{}, acks: map[string]int{}}
+	pool := &pullPool{c: c, count: count, die: 0.03, runs: map[string]int{}, acks: map[string]int{}, acked: map[string][]int{}}
 	poolCtx, stopPool := context.WithCancel(runCtx)
 	poolDone := pool.run(poolCtx, 4, seed)
 
