@@ -53,7 +53,7 @@ const defaultFaults = "api.after_write:0.02:crash,api.after_write:0.02," +
 	"worker.after_handler:0.02:crash,worker.after_handler:0.02," +
 	"worker.after_ack:0.02:crash,worker.after_ack:0.02," +
 	"sweeper.after_send:0.2:crash,sweeper.after_send:0.2," +
-	"sweeper.after_resolve:0.002:crash,sweeper.after_resolve:0.005"
+	"sweeper.after_resolve:0.01:crash,sweeper.after_resolve:0.01"
 
 func envInt(k string, def int) int {
 	if v, err := strconv.Atoi(os.Getenv(k)); err == nil && v > 0 {
