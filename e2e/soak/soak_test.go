@@ -290,7 +290,7 @@ func TestSoak(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Log("\n" + report(n, seed, runFor, plans, snap, tl, injected, count, invocations, restartsByFn))
+	t.Log("\n" + report(n, seed, runFor, plans, snap, tl, injected, count, invocations, restartsByFn, len(bad)))
 	if len(bad) > 0 {
 		sort.Strings(bad)
 		t.Errorf("%d invariant violations:\n%s", len(bad), strings.Join(bad[:min(len(bad), 40)], "\n"))
@@ -302,7 +302,7 @@ func TestSoak(t *testing.T) {
 
 // report renders the table of faults and outcomes.
 func report(n int, seed uint64, d time.Duration, plans []*wfPlan, snap *snapshot, tl *tally, injected map[string]int,
-	count *counters, inv, restarts map[string]int) string {
+	count *counters, inv, restarts map[string]int, violations int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "== soak: %d workflows, seed %d, %v ==\n\n", n, seed, d.Round(time.Second))
 	fmt.Fprintf(&b, "%-68s %8s\n", "fault injected (point/mode)", "count")
@@ -366,6 +366,6 @@ func report(n int, seed uint64, d time.Duration, plans []*wfPlan, snap *snapshot
 	}
 	fmt.Fprintf(&b, "%-68s %8d\n", "job events checked", events)
 	fmt.Fprintf(&b, "%-68s %8.1f\n", "jobs per second (end to end)", float64(jobs)/d.Seconds())
-	fmt.Fprintf(&b, "%-68s %8s\n", "invariant violations", "below")
+	fmt.Fprintf(&b, "%-68s %8d\n", "invariant violations", violations)
 	return b.String()
 }
