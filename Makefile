@@ -15,12 +15,13 @@ DEV_ADDR    ?= 127.0.0.1:8080
 EMU_STAMP   := localstack/node_modules/.package-lock.json
 
 .DEFAULT_GOAL := help
-.PHONY: help prereqs emulators build-local dev demo test test-unit vet bench clean fuzz fuzz-targets
+.PHONY: help prereqs emulators build-local dev demo test test-unit vet bench clean fuzz fuzz-targets soak
 
 help:
 	@echo "make dev          run the offline local stack on http://localhost:8080 with a demo (Ctrl-C stops it)"
 	@echo "make test         run every test (starts and stops its own emulators)"
 	@echo "make fuzz         run every fuzz target under pkg/ for FUZZTIME (default 30s) each"
+	@echo "make soak         the fault-injection soak: 1,000 workflows under injected faults (SOAK_WORKFLOWS, SOAK_SEED)"
 	@echo "make demo         the local stack running the ETL workflow example step by step"
 	@echo "make build        build the Lambda binaries (linux/arm64) into build/lambda/"
 	@echo "make synth        synthesise the CDK stacks for dev, staging and prod (offline)"
@@ -70,6 +71,15 @@ test: emulators vet
 
 test-unit: prereqs
 	$(GO) test -count=1 ./pkg/job/... ./pkg/retry/... ./pkg/ojserr/... ./pkg/topology/...
+
+# The fault-injection soak at full size (docs/fault-injection.md). It
+# starts its own emulators (it restarts the SQS one mid-run); `make test`
+# runs the same test with 150 workflows. SOAK_SEED reproduces a plan.
+SOAK_WORKFLOWS ?= 1000
+SOAK_TIMEOUT   ?= 80m
+
+soak: emulators
+	SOAK_WORKFLOWS=$(SOAK_WORKFLOWS) SOAK_TIMEOUT=$(SOAK_TIMEOUT) $(GO) test -count=1 -v -timeout 90m -run '^TestSoak$$' ./e2e/soak/
 
 # The throughput and cost benchmark is not built yet (an open issue); say so
 # instead of doing nothing.

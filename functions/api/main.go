@@ -4,10 +4,13 @@ package main
 
 import (
 	"context"
+	"net/http"
 
+	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/ojs-aws/ojs-serverless/pkg/app"
 	"github.com/ojs-aws/ojs-serverless/pkg/edge/apigw"
+	"github.com/ojs-aws/ojs-serverless/pkg/fault"
 	"github.com/ojs-aws/ojs-serverless/pkg/httpapi"
 )
 
@@ -15,5 +18,15 @@ func main() {
 	a, err := app.Load(context.Background())
 	app.Must(err)
 	srv := httpapi.New(a.Service, a.Store, a.Workflows, httpapi.Config{AuthToken: a.AuthToken, Logger: a.Logger, Crons: a.Crons})
-	lambda.Start(apigw.Handler(srv))
+	h := apigw.Handler(srv)
+	lambda.Start(func(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+		res, err := h(ctx, ev)
+		if err == nil && res.StatusCode < 500 && ev.RequestContext.HTTP.Method != http.MethodGet {
+			// The write committed; the answer is lost (fault injection only).
+			if ferr := fault.Hit(fault.APIAfterWrite); ferr != nil {
+				return events.APIGatewayV2HTTPResponse{}, ferr
+			}
+		}
+		return res, err
+	})
 }

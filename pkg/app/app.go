@@ -60,8 +60,8 @@ func Logger() *slog.Logger {
 
 // Load builds the components from the environment: OJS_TABLE (required),
 // OJS_PUSH_QUEUES, OJS_LOG_LEVEL, OJS_AUTH_TOKEN, OJS_EVENT_TTL,
-// OJS_EVENT_BUS, the dead letter retention (OJS_DLQ_*) and the AWS SDK
-// variables.
+// OJS_EVENT_BUS, OJS_REDELIVER_AFTER, the dead letter retention (OJS_DLQ_*)
+// and the AWS SDK variables.
 func Load(ctx context.Context) (*App, error) {
 	log := Logger()
 	slog.SetDefault(log)
@@ -83,6 +83,12 @@ func Load(ctx context.Context) (*App, error) {
 			return nil, fmt.Errorf("%s=%q is not a positive duration", topology.EnvEventTTL, v)
 		}
 	}
+	var redeliver time.Duration
+	if v := os.Getenv(topology.EnvRedeliverAfter); v != "" {
+		if redeliver, err = time.ParseDuration(v); err != nil || redeliver <= 0 {
+			return nil, fmt.Errorf("%s=%q is not a positive duration", topology.EnvRedeliverAfter, v)
+		}
+	}
 	var pub *eventbus.Publisher
 	if bus := os.Getenv(topology.EnvEventBus); bus != "" {
 		pub = &eventbus.Publisher{Client: eventbridge.NewFromConfig(cfg), Bus: bus}
@@ -94,11 +100,11 @@ func Load(ctx context.Context) (*App, error) {
 	st := store.New(dynamodb.NewFromConfig(cfg, awsclient.DynamoDBOptions), table)
 	d := dispatch.New(sqs.NewFromConfig(cfg), urls)
 	push := d.Queues()
-	svc := lifecycle.New(st, lifecycle.Config{PushQueues: push, Logger: log, DeadRetention: ret})
+	svc := lifecycle.New(st, lifecycle.Config{PushQueues: push, Logger: log, DeadRetention: ret, RedeliverAfter: redeliver})
 	return &App{
 		Logger: log, Store: st, Dispatcher: d, PushQueues: push, EventTTL: ttl, Publisher: pub, Table: table,
 		Service:   svc,
-		Workflows: workflow.New(st, workflow.Config{PushQueues: push, Logger: log}),
+		Workflows: workflow.New(st, workflow.Config{PushQueues: push, Logger: log, RedeliverAfter: redeliver}),
 		Crons:     &cron.Service{Store: st, Jobs: svc, Logger: log},
 		AuthToken: os.Getenv(topology.EnvAuthToken),
 	}, nil

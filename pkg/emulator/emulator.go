@@ -37,6 +37,8 @@ type Emulators struct {
 
 	procs []*exec.Cmd
 	once  sync.Once
+	mu    sync.Mutex
+	opts  Options
 }
 
 // Options configure Start.
@@ -145,9 +147,8 @@ func Start(ctx context.Context, o Options) (*Emulators, error) {
 	ddb := exec.Command("java", "-Xms256m", "-Xmx4g", "-Djava.library.path="+filepath.Join(jd, "DynamoDBLocal_lib"),
 		"-jar", filepath.Join(jd, "DynamoDBLocal.jar"), "-inMemory", "-port", fmt.Sprint(ddbPort))
 	ddb.Dir = os.TempDir() // DynamoDB Local writes a metadata file in its working directory
-	sqs := exec.Command("node", filepath.Join(o.Dir, "sqs-server.mjs"), fmt.Sprint(sqsPort))
-	sqs.Dir = o.Dir
-	for _, c := range []*exec.Cmd{ddb, sqs} {
+	e.opts = o
+	for _, c := range []*exec.Cmd{ddb, sqsCommand(o, sqsPort)} {
 		c.Stdout, c.Stderr = o.Log, o.Log
 		// Own process group, and die with the parent on Linux.
 		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -168,6 +169,42 @@ func Start(ctx context.Context, o Options) (*Emulators, error) {
 		return nil, fmt.Errorf("emulator: SQS emulator did not start: %w", err)
 	}
 	return e, nil
+}
+
+func sqsCommand(o Options, port int) *exec.Cmd {
+	c := exec.Command("node", filepath.Join(o.Dir, "sqs-server.mjs"), fmt.Sprint(port))
+	c.Dir = o.Dir
+	c.Stdout, c.Stderr = o.Log, o.Log
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	return c
+}
+
+// RestartSQS kills the SQS emulator and starts a new one on the same port,
+// after down (the outage). The emulator keeps queues and messages in
+// memory, so every queue and message is gone afterwards: callers create
+// the queues again (localrt.Provision), and messages that were in flight
+// are lost, as in the worst SQS outage (the fault-injection soak).
+func (e *Emulators) RestartSQS(ctx context.Context, down time.Duration) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	old := e.procs[1]
+	_ = syscall.Kill(-old.Process.Pid, syscall.SIGKILL)
+	_ = old.Wait()
+	time.Sleep(down)
+	port := strings.TrimPrefix(e.SQSEndpoint, "http://127.0.0.1:")
+	var p int
+	if _, err := fmt.Sscan(port, &p); err != nil {
+		return fmt.Errorf("emulator: SQS port of %s: %w", e.SQSEndpoint, err)
+	}
+	c := sqsCommand(e.opts, p)
+	if err := c.Start(); err != nil {
+		return fmt.Errorf("emulator: restart SQS: %w", err)
+	}
+	e.procs[1] = c
+	if err := waitHTTP(ctx, e.SQSEndpoint, "AmazonSQS.ListQueues"); err != nil {
+		return fmt.Errorf("emulator: SQS emulator did not restart: %w", err)
+	}
+	return nil
 }
 
 func waitHTTP(ctx context.Context, url, target string) error {
@@ -208,6 +245,8 @@ func (e *Emulators) Env() []string {
 // Stop kills the emulators and waits for them to exit. Safe to call twice.
 func (e *Emulators) Stop() {
 	e.once.Do(func() {
+		e.mu.Lock()
+		defer e.mu.Unlock()
 		for _, c := range e.procs {
 			if c.Process != nil {
 				_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)

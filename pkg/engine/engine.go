@@ -19,6 +19,7 @@ import (
 
 	"github.com/ojs-aws/ojs-serverless/pkg/dispatch"
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
+	"github.com/ojs-aws/ojs-serverless/pkg/fault"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
@@ -140,8 +141,14 @@ func (e *Engine) Process(ctx context.Context, changes []Change) (int, error) {
 			return 0, err
 		}
 		log.InfoContext(ctx, "relayed push-mode jobs to SQS", "count", len(ds))
+		if err := fault.Hit(fault.EngineAfterRelay); err != nil {
+			return 0, err
+		}
 	}
 	if err := e.emit(ctx, changes, now()); err != nil {
+		return 0, err
+	}
+	if err := fault.Hit(fault.EngineAfterEvents); err != nil {
 		return 0, err
 	}
 	if e.Workflows == nil {
@@ -164,7 +171,11 @@ func (e *Engine) Process(ctx context.Context, changes []Change) (int, error) {
 		sem <- struct{}{}
 		go func(i int) {
 			defer func() { <-sem; wg.Done() }()
-			if err := act(ctx); err != nil {
+			err := fault.Hit(fault.EngineWorkflowAction)
+			if err == nil {
+				err = act(ctx)
+			}
+			if err != nil {
 				mu.Lock()
 				if first < 0 || i < first {
 					first, firstErr = i, err

@@ -30,6 +30,8 @@ type Jobs interface {
 	Fetch(ctx context.Context, r lifecycle.FetchRequest) ([]*job.Job, error)
 	Ack(ctx context.Context, id string, result json.RawMessage, attempt int) (*job.Job, error)
 	Nack(ctx context.Context, id string, in lifecycle.ErrorInput, attempt int) (*job.Job, error)
+	AckOwned(ctx context.Context, id, workerID string, result json.RawMessage) (*job.Job, error)
+	NackOwned(ctx context.Context, id, workerID string, in lifecycle.ErrorInput) (*job.Job, error)
 	Heartbeat(ctx context.Context, r lifecycle.HeartbeatRequest) (lifecycle.HeartbeatResult, error)
 	SetWorkerDirective(ctx context.Context, id, directive string) (*store.WorkerInfo, error)
 	Workers(ctx context.Context) ([]store.WorkerInfo, error)
@@ -401,8 +403,9 @@ func (a *api) ack(w http.ResponseWriter, r *http.Request, _ params) error {
 		return err
 	}
 	var req struct {
-		JobID  string          `json:"job_id"`
-		Result json.RawMessage `json:"result"`
+		JobID    string          `json:"job_id"`
+		Result   json.RawMessage `json:"result"`
+		WorkerID string          `json:"worker_id"`
 	}
 	if err := decodeObject(raw, &req); err != nil {
 		return err
@@ -413,7 +416,9 @@ func (a *api) ack(w http.ResponseWriter, r *http.Request, _ params) error {
 	if string(req.Result) == "null" {
 		req.Result = nil
 	}
-	j, err := a.jobs.Ack(r.Context(), req.JobID, req.Result, 0)
+	// With worker_id, only the worker holding the reservation may ACK
+	// (ojs-worker-protocol.md 5.6).
+	j, err := a.jobs.AckOwned(r.Context(), req.JobID, req.WorkerID, req.Result)
 	if err != nil {
 		return err
 	}
@@ -437,7 +442,8 @@ func (a *api) nack(w http.ResponseWriter, r *http.Request, _ params) error {
 			Backtrace []string        `json:"backtrace"`
 			Details   json.RawMessage `json:"details"`
 		} `json:"error"`
-		Requeue bool `json:"requeue"`
+		Requeue  bool   `json:"requeue"`
+		WorkerID string `json:"worker_id"`
 	}
 	if err := decodeObject(raw, &req); err != nil {
 		return err
@@ -453,7 +459,7 @@ func (a *api) nack(w http.ResponseWriter, r *http.Request, _ params) error {
 	}
 	in := lifecycle.ErrorInput{Type: req.Error.Type, Code: req.Error.Code, Message: req.Error.Message, Retryable: req.Error.Retryable,
 		Backtrace: req.Error.Backtrace, Details: req.Error.Details, Requeue: req.Requeue}
-	j, err := a.jobs.Nack(r.Context(), req.JobID, in, 0)
+	j, err := a.jobs.NackOwned(r.Context(), req.JobID, req.WorkerID, in)
 	if err != nil {
 		return err
 	}

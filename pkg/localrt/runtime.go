@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -66,6 +67,15 @@ type Config struct {
 	// at-least-once Streams mapping may; the e2e suite runs with it on to
 	// prove every consumer idempotent.
 	DuplicateStreamRecords bool
+	// DuplicateSQSMessages is the probability (0..1) that the SQS mapping
+	// puts a copy of a message it received back on its queue, as a
+	// standard queue's at-least-once delivery may deliver a message twice
+	// (the fault-injection soak).
+	DuplicateSQSMessages float64
+	// Sweepers is the number of sweeper schedules running at once
+	// (default 1); the fault-injection soak runs two to prove that
+	// concurrent sweeps do nothing twice.
+	Sweepers int
 }
 
 // Runtime is a running local stack.
@@ -127,6 +137,9 @@ func Start(ctx context.Context, cfg Config) (*Runtime, error) {
 		if name == topology.FunctionSweeper || name == topology.FunctionStream {
 			conc = 1 // one sweep at a time; the stream mapping invokes serially per shard
 		}
+		if name == topology.FunctionSweeper && cfg.Sweepers > 1 {
+			conc = cfg.Sweepers
+		}
 		fn := &Function{Name: cfg.Env.Prefix + "-" + name, Binary: filepath.Join(cfg.BinDir, name, "bootstrap"), Env: env,
 			Timeout: cfg.Env.Functions[name].Timeout, Concurrency: conc, Log: logw, Logger: rt.log}
 		if _, err := os.Stat(fn.Binary); err != nil {
@@ -151,8 +164,16 @@ func Start(ctx context.Context, cfg Config) (*Runtime, error) {
 		}
 	}
 	rt.goLoop(func() { rt.pollStream(runCtx) })
-	rt.goLoop(func() { rt.schedule(runCtx) })
+	for i := 0; i < max(1, cfg.Sweepers); i++ {
+		rt.goLoop(func() { rt.schedule(runCtx) })
+	}
 	return rt, nil
+}
+
+func (rt *Runtime) count(key string) {
+	rt.statsMu.Lock()
+	rt.stats[key]++
+	rt.statsMu.Unlock()
 }
 
 func (rt *Runtime) goLoop(f func()) {
@@ -169,13 +190,24 @@ func (rt *Runtime) Table() string { return rt.cfg.Table }
 // QueueURLs maps push-mode OJS queues to their SQS URLs.
 func (rt *Runtime) QueueURLs() map[string]string { return rt.queueURLs }
 
-// Invocations returns how many times each function was invoked.
+// Invocations returns how many times each function was invoked, and how
+// many SQS messages the mapping duplicated ("sqs.duplicated").
 func (rt *Runtime) Invocations() map[string]int {
 	rt.statsMu.Lock()
 	defer rt.statsMu.Unlock()
 	out := map[string]int{}
 	for k, v := range rt.stats {
 		out[k] = v
+	}
+	return out
+}
+
+// Restarts returns how many execution environments of each function were
+// replaced after their process exited or timed out (a crash).
+func (rt *Runtime) Restarts() map[string]int {
+	out := map[string]int{}
+	for name, fn := range rt.fns {
+		out[name] = int(fn.restarts.Load())
 	}
 	return out
 }
@@ -312,6 +344,15 @@ func (rt *Runtime) pollSQS(ctx context.Context, q topology.Queue) {
 		}
 		if len(out.Messages) == 0 {
 			continue
+		}
+		if p := rt.cfg.DuplicateSQSMessages; p > 0 {
+			for _, m := range out.Messages {
+				if rand.Float64() < p {
+					if _, err := client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(url), MessageBody: m.Body}); err == nil {
+						rt.count("sqs.duplicated")
+					}
+				}
+			}
 		}
 		ev := events.SQSEvent{Records: make([]events.SQSMessage, len(out.Messages))}
 		for i, m := range out.Messages {

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -72,6 +73,9 @@ type Function struct {
 	mu      sync.Mutex
 	closed  bool
 	started time.Time
+	// restarts counts execution environments replaced after their
+	// process exited or was killed.
+	restarts atomic.Int64
 }
 
 // Start launches the execution environments.
@@ -107,13 +111,21 @@ func (f *Function) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
 	}
 	defer func() { f.idle <- inst }()
 	inv := &invocation{id: uuid.NewString(), payload: payload, deadline: time.Now().Add(f.Timeout), done: make(chan result, 1)}
-	select {
-	case inst.next <- inv:
-	case <-inst.exitedCh():
-		inst.restart()
-		return nil, fmt.Errorf("%s: execution environment exited before the invocation", f.Name)
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	// An environment whose process died while idle is replaced and the
+	// invocation goes to the fresh one (a cold start), as on Lambda.
+	for tries := 0; ; tries++ {
+		select {
+		case inst.next <- inv:
+		case <-inst.exitedCh():
+			inst.restart()
+			if tries < 3 {
+				continue
+			}
+			return nil, fmt.Errorf("%s: execution environment exited before the invocation", f.Name)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		break
 	}
 	timer := time.NewTimer(f.Timeout)
 	defer timer.Stop()
@@ -216,6 +228,7 @@ func (in *instance) restart() {
 	in.mu.Lock()
 	in.current = nil
 	in.mu.Unlock()
+	in.fn.restarts.Add(1)
 	if err := in.spawn(); err != nil {
 		in.fn.Logger.Error("restart execution environment", "function", in.fn.Name, "error", err.Error())
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/ojs-aws/ojs-serverless/pkg/cron"
 	"github.com/ojs-aws/ojs-serverless/pkg/dispatch"
+	"github.com/ojs-aws/ojs-serverless/pkg/fault"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
@@ -167,6 +168,9 @@ func (s *Sweeper) sweepQueue(ctx context.Context, q string, limit int, paused bo
 		if err != nil {
 			return redelivered, err
 		}
+		if err := fault.Hit(fault.SweeperAfterResolve); err != nil {
+			return redelivered, err
+		}
 		if len(items) > 0 {
 			n, err := s.redeliver(ctx, items, paused)
 			redelivered += n
@@ -200,6 +204,9 @@ func (s *Sweeper) redeliver(ctx context.Context, items []store.Item, paused bool
 		ds = nil
 	} else if err := s.Sender.Send(ctx, ds); err != nil {
 		return 0, err
+	}
+	if err := fault.Hit(fault.SweeperAfterSend); err != nil {
+		return len(ds), err
 	}
 	now := s.Service.Now()
 	for _, it := range items {

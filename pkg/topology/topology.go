@@ -43,6 +43,10 @@ const (
 	EnvDeadMaxAge        = "OJS_DLQ_MAX_AGE"
 	EnvDeadMaxCount      = "OJS_DLQ_MAX_COUNT"
 	EnvDeadPruneInterval = "OJS_DLQ_PRUNE_INTERVAL"
+	// EnvRedeliverAfter is a Go duration: how long an available push-mode
+	// job may wait unclaimed before the sweeper sends it to SQS again
+	// (default 5m; the fault-injection soak shortens it).
+	EnvRedeliverAfter = "OJS_REDELIVER_AFTER"
 )
 
 // Function names, used as construct ids, local process names and the

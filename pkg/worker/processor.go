@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/dispatch"
+	"github.com/ojs-aws/ojs-serverless/pkg/fault"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
@@ -108,6 +109,9 @@ func (p *Processor) processOne(ctx context.Context, m Message) error {
 	if d.Job == nil {
 		return nil
 	}
+	if err := fault.Hit(fault.WorkerAfterClaim); err != nil {
+		return err
+	}
 	return p.run(ctx, d.Job)
 }
 
@@ -150,9 +154,13 @@ func (p *Processor) run(ctx context.Context, j *job.Job) error {
 			if string(raw) == "null" {
 				raw = nil
 			}
+			if err := fault.Hit(fault.WorkerAfterHandler); err != nil {
+				return err
+			}
 			_, err := p.Service.Ack(ctx, j.ID, raw, j.Attempt)
 			if err == nil {
 				log.InfoContext(ctx, "job handler succeeded", "duration_ms", dur.Milliseconds())
+				err = fault.Hit(fault.WorkerAfterAck)
 			}
 			return recordErr(err)
 		}

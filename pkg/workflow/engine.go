@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/ojs-aws/ojs-serverless/pkg/fault"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
@@ -360,6 +361,9 @@ func (e *Engine) finished(ctx context.Context, wfID, path string, ok bool, resul
 			Result: result, Error: errJSON, Attempt: attempt, At: e.now(), StartedAt: started}); err != nil {
 			return err
 		}
+		if err := fault.Hit(fault.WorkflowAfterRecord); err != nil {
+			return err
+		}
 		if child.Outcome != "" {
 			ok = child.Outcome == "ok" // the first recorded outcome is the one that counts
 		}
@@ -435,6 +439,9 @@ func (e *Engine) decide(ctx context.Context, wfID, path, childPath string, child
 			return finish(p.Fail == 0, nil)
 		}
 		if _, err := e.st.FireCallbacks(ctx, wfID, path, fired, now); err != nil {
+			return false, false, err
+		}
+		if err := fault.Hit(fault.WorkflowAfterFire); err != nil {
 			return false, false, err
 		}
 		if err := e.startCallbacks(ctx, wfID, path, fired); err != nil {

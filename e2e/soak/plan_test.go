@@ -1,0 +1,239 @@
+package soak
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+
+	"github.com/google/uuid"
+)
+
+// Leaf behaviours, planned before the run.
+const (
+	behaveOK    = "ok"    // succeeds at its first attempt
+	behaveFlaky = "flaky" // its first attempt fails (retryable), the second succeeds
+	behaveFail  = "fail"  // every attempt fails (retryable) until max_attempts
+)
+
+// Pull-mode queues served by the in-test worker pool; push-mode jobs go to
+// the worker function's queue.
+var pullQueues = []string{"soak-a", "soak-b"}
+
+const pushQueue = "lambda"
+
+// Planned attempts per behaviour and the retry policies that bound them.
+const (
+	okMaxAttempts   = 8 // room for faults to cost attempts without exhausting them
+	failMaxAttempts = 2
+)
+
+// node is a planned workflow node.
+type node struct {
+	kind      string // job, chain, group, batch
+	path      string
+	children  []*node
+	callbacks map[string]*node
+	// leaves
+	behave   string
+	pull     bool
+	callback bool
+	tag      string
+}
+
+// wfPlan is one planned workflow.
+type wfPlan struct {
+	id    string
+	index int
+	kind  string // chain, group, batch, nested
+	mode  string // push, pull, mixed
+	root  *node
+}
+
+func childPath(parent, seg string) string {
+	if parent == "/" {
+		return "/" + seg
+	}
+	return parent + "/" + seg
+}
+
+type planner struct {
+	r    *rand.Rand
+	mode string
+	wf   int
+}
+
+func (p *planner) leaf(path string, callback bool) *node {
+	n := &node{kind: "job", path: path, callback: callback, behave: behaveOK, tag: fmt.Sprintf("wf%d%s", p.wf, path)}
+	if !callback {
+		switch x := p.r.Float64(); {
+		case x < 0.06:
+			n.behave = behaveFail
+		case x < 0.18:
+			n.behave = behaveFlaky
+		}
+	}
+	switch p.mode {
+	case "pull":
+		n.pull = true
+	case "mixed":
+		n.pull = p.r.IntN(2) == 0
+	}
+	return n
+}
+
+// composite builds a chain, group or batch at path whose children are
+// leaves, or (while depth < maxDepth) sometimes composites; force makes
+// the first child a composite (to guarantee the nesting depth).
+func (p *planner) composite(kind, path string, depth, maxDepth int, force bool) *node {
+	n := &node{kind: kind, path: path}
+	seg := "j"
+	if kind == "chain" {
+		seg = "s"
+	}
+	count := 2 + p.r.IntN(3)
+	for i := 0; i < count; i++ {
+		cp := childPath(path, seg+strconv.Itoa(i))
+		if depth < maxDepth && ((force && i == 0) || p.r.Float64() < 0.35) {
+			kinds := []string{"chain", "group", "batch"}
+			n.children = append(n.children, p.composite(kinds[p.r.IntN(3)], cp, depth+1, maxDepth, force && i == 0))
+		} else {
+			n.children = append(n.children, p.leaf(cp, false))
+		}
+	}
+	if kind == "batch" {
+		n.callbacks = map[string]*node{}
+		for _, cb := range []string{"on_complete", "on_success", "on_failure"} {
+			if p.r.Float64() < 0.6 {
+				n.callbacks[cb] = p.leaf(childPath(path, cb), true)
+			}
+		}
+		if len(n.callbacks) == 0 {
+			n.callbacks["on_complete"] = p.leaf(childPath(path, "on_complete"), true)
+		}
+	}
+	return n
+}
+
+// plan draws n workflows from the seed: chains, groups and batches of
+// leaves, and workflows nested three levels deep, in push, pull and mixed
+// mode.
+func plan(n int, seed uint64) []*wfPlan {
+	r := rand.New(rand.NewPCG(seed, seed^0xabcdef))
+	out := make([]*wfPlan, n)
+	for i := range out {
+		w := &wfPlan{index: i, id: uuid.Must(uuid.NewV7()).String()}
+		switch x := r.Float64(); {
+		case x < 0.4:
+			w.mode = "push"
+		case x < 0.8:
+			w.mode = "pull"
+		default:
+			w.mode = "mixed"
+		}
+		p := &planner{r: r, mode: w.mode, wf: i}
+		kinds := []string{"chain", "group", "batch"}
+		switch x := r.Float64(); {
+		case x < 0.7:
+			w.kind = kinds[r.IntN(3)]
+			w.root = p.composite(w.kind, "/", 1, 1, false)
+		default:
+			w.kind = "nested"
+			w.root = p.composite(kinds[r.IntN(3)], "/", 1, 3, true)
+		}
+		out[i] = w
+	}
+	return out
+}
+
+// body renders the workflow request.
+func (w *wfPlan) body() []byte {
+	m := render(w.root)
+	m["id"] = w.id
+	m["name"] = fmt.Sprintf("soak-%d-%s-%s", w.index, w.kind, w.mode)
+	b, _ := json.Marshal(m)
+	return b
+}
+
+func render(n *node) map[string]any {
+	if n.kind == "job" {
+		typ, q := "", pushQueue
+		if n.pull {
+			typ, q = "soak."+n.behave, pullQueues[len(n.tag)%len(pullQueues)]
+		} else {
+			typ = map[string]string{behaveOK: "test.echo", behaveFlaky: "test.fail_once", behaveFail: "test.fail_always"}[n.behave]
+		}
+		max := okMaxAttempts
+		if n.behave == behaveFail {
+			max = failMaxAttempts
+		}
+		return map[string]any{"type": typ, "args": []any{n.tag}, "options": map[string]any{"queue": q,
+			"retry": map[string]any{"max_attempts": max, "initial_interval_ms": 200, "backoff_coefficient": 1, "jitter": false}}}
+	}
+	kids := make([]any, len(n.children))
+	for i, c := range n.children {
+		kids[i] = render(c)
+	}
+	m := map[string]any{"type": n.kind}
+	if n.kind == "chain" {
+		m["steps"] = kids
+	} else {
+		m["jobs"] = kids
+	}
+	if n.kind == "batch" {
+		cbs := map[string]any{}
+		for name, c := range n.callbacks {
+			cbs[name] = render(c)
+		}
+		m["callbacks"] = cbs
+	}
+	return m
+}
+
+// walk visits n and every descendant, callbacks included.
+func walk(n *node, f func(*node)) {
+	f(n)
+	for _, c := range n.children {
+		walk(c, f)
+	}
+	for _, name := range []string{"on_complete", "on_success", "on_failure"} {
+		if c := n.callbacks[name]; c != nil {
+			walk(c, f)
+		}
+	}
+}
+
+func (w *wfPlan) leaves() (all, counted int) {
+	walk(w.root, func(n *node) {
+		if n.kind == "job" {
+			all++
+			if !n.callback {
+				counted++
+			}
+		}
+	})
+	return
+}
+
+func (w *wfPlan) depth() int {
+	var d func(n *node) int
+	d = func(n *node) int {
+		best := 0
+		for _, c := range n.children {
+			best = max(best, d(c))
+		}
+		return best + 1
+	}
+	return d(w.root)
+}
+
+func (w *wfPlan) hasPull() bool {
+	out := false
+	walk(w.root, func(n *node) { out = out || (n.kind == "job" && n.pull) })
+	return out
+}
+
+func isCallbackPath(path string) bool {
+	return strings.HasPrefix(path[strings.LastIndex(path, "/")+1:], "on_")
+}

@@ -1,0 +1,59 @@
+package localrt
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// A crashed execution environment is replaced, as on Lambda: the
+// invocation that crashed it fails with Runtime.ExitError, the next one
+// runs in a fresh process; a process that died while idle is replaced
+// before the next invocation, which then succeeds (a cold start).
+func TestCrashedEnvironmentIsReplaced(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "bootstrap")
+	cmd := exec.Command("go", "build", "-tags", "lambda.norpc", "-o", bin, "./testdata/crashfn")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	f := &Function{Name: "crashfn", Binary: bin, Timeout: 10 * time.Second, Concurrency: 1, Logger: slog.Default()}
+	if err := f.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Stop)
+	ctx := context.Background()
+	pid := func() int {
+		t.Helper()
+		out, err := f.Invoke(ctx, []byte(`{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v struct{ PID int }
+		_ = json.Unmarshal(out, &v)
+		return v.PID
+	}
+	first := pid()
+	_, err := f.Invoke(ctx, []byte(`{"crash":true}`))
+	var fe *FunctionError
+	if !errors.As(err, &fe) || fe.Type != "Runtime.ExitError" {
+		t.Fatalf("crash: %v", err)
+	}
+	second := pid()
+	if second == first || f.restarts.Load() != 1 {
+		t.Fatalf("pids %d, %d; restarts %d", first, second, f.restarts.Load())
+	}
+	// Killed while idle: the next invocation runs in a fresh process.
+	_ = syscall.Kill(second, syscall.SIGKILL)
+	time.Sleep(200 * time.Millisecond)
+	if third := pid(); third == second || f.restarts.Load() != 2 {
+		t.Fatalf("after an idle crash: pid %d (was %d), restarts %d", third, second, f.restarts.Load())
+	}
+}
