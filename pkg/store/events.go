@@ -59,7 +59,7 @@ func (s *Store) PutEvents(ctx context.Context, evs []events.Event, ttl time.Dura
 		}
 		at := e.At()
 		it := map[string]types.AttributeValue{
-			attrPK:  &types.AttributeValueMemberS{Value: eventPK(e.Category(), e.Subject)},
+			attrPK:  &types.AttributeValueMemberS{Value: eventPK(e.SubjectCategory(), e.Subject)},
 			attrSK:  &types.AttributeValueMemberS{Value: e.ID},
 			"ev_pk": &types.AttributeValueMemberS{Value: eventIndexPK(eventDay(at), eventShard(e.Subject))},
 			"ev_sk": &types.AttributeValueMemberS{Value: e.ID},
