@@ -168,8 +168,8 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		{"pull batches", "pull", "batches", s.Batches, 0},
 		{"push jobs paced", "push", "jobs", o.PacedJobs, o.PacedRate},
 		{"pull jobs paced", "pull", "jobs", o.PacedJobs, o.PacedRate},
-		{"push chains paced", "push", "chains", max(1, o.PacedJobs/10), o.PacedRate / 10},
-		{"pull chains paced", "pull", "chains", max(1, o.PacedJobs/10), o.PacedRate / 10},
+		{"push chains paced", "push", "chains", o.PacedJobs / 10, o.PacedRate / 10},
+		{"pull chains paced", "pull", "chains", o.PacedJobs / 10, o.PacedRate / 10},
 	}
 	for _, ph := range phases {
 		if ph.n <= 0 {

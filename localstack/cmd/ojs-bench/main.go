@@ -49,8 +49,8 @@ func envFloat(name string, def float64) float64 {
 func main() {
 	var o bench.Options
 	s := &o.Settings
-	flag.IntVar(&s.Jobs, "jobs", envInt("BENCH_JOBS", 3000), "jobs per jobs phase (BENCH_JOBS)")
-	flag.IntVar(&s.Chains, "chains", envInt("BENCH_CHAINS", 400), "3-step chains per chains phase (BENCH_CHAINS)")
+	flag.IntVar(&s.Jobs, "jobs", envInt("BENCH_JOBS", 2000), "jobs per jobs phase (BENCH_JOBS)")
+	flag.IntVar(&s.Chains, "chains", envInt("BENCH_CHAINS", 300), "3-step chains per chains phase (BENCH_CHAINS)")
 	flag.IntVar(&s.Batches, "batches", envInt("BENCH_BATCHES", 10), "batches per batches phase (BENCH_BATCHES)")
 	flag.IntVar(&s.BatchWidth, "batch-width", envInt("BENCH_BATCH_WIDTH", 100), "jobs per batch (BENCH_BATCH_WIDTH)")
 	flag.IntVar(&s.Clients, "clients", envInt("BENCH_CLIENTS", 16), "concurrent enqueueing clients (BENCH_CLIENTS)")
