@@ -101,11 +101,11 @@ type EmptyFetch struct {
 
 // Sweeper is the sweeper's fixed cost, measured over the run.
 type Sweeper struct {
-	Invocations         int     `json:"invocations"`
-	DynamoDBPerSweep    float64 `json:"dynamodb_requests_per_sweep"`
-	ReadUnitsPerSweep   float64 `json:"read_units_per_sweep"`
-	USDPerMonthOnAWS    float64 `json:"usd_per_month_at_one_sweep_a_minute"`
-	Note                string  `json:"note"`
+	Invocations         int                `json:"invocations"`
+	DynamoDBPerSweep    float64            `json:"dynamodb_requests_per_sweep"`
+	ReadUnitsPerSweep   float64            `json:"read_units_per_sweep"`
+	USDPerMonthOnAWS    float64            `json:"usd_per_month_at_one_sweep_a_minute"`
+	Note                string             `json:"note"`
 	DynamoDBByOperation map[string]float64 `json:"dynamodb_by_operation"`
 }
 

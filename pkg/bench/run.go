@@ -901,4 +901,3 @@ func startBus() (*busStub, error) {
 
 // Close stops the stub.
 func (s *busStub) Close() { _ = s.srv.Close() }
-
