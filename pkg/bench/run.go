@@ -184,7 +184,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if o.Big {
 		res.Big = b.bigRun(ctx, o.BigWorkflows, o.BigWidth)
 	} else {
-		res.Big = BigRun{Note: fmt.Sprintf("not run (set BENCH_BIG=1: %d batches of %d jobs, each with callbacks; a workflow holds at most %d jobs)",
+		res.Big = BigRun{Note: fmt.Sprintf("set BENCH_BIG=1 to run it: %d batches of %d jobs in push mode, each with a callback (a workflow holds at most %d jobs)",
 			max(o.BigWorkflows, 1), o.BigWidth, workflow.MaxJobs)}
 	}
 	last, err := b.quiet(ctx)
@@ -551,10 +551,10 @@ func (b *bencher) waitJobs(ctx context.Context, ids []string, prog *Progress) (m
 }
 
 // waitWorkflows polls the root nodes until every workflow finished.
-func (b *bencher) waitWorkflows(ctx context.Context, ids []string, perWorkflow int, prog *Progress) error {
+func (b *bencher) waitWorkflows(ctx context.Context, ids []string, perWorkflow int, prog *Progress, timeout time.Duration) error {
 	pending := slices.Clone(ids)
 	done := 0
-	deadline := time.Now().Add(15 * time.Minute)
+	deadline := time.Now().Add(timeout)
 	for len(pending) > 0 {
 		var rest []string
 		head := pending[:min(20, len(pending))]
@@ -574,7 +574,7 @@ func (b *bencher) waitWorkflows(ctx context.Context, ids []string, perWorkflow i
 		pending = append(rest, pending[len(head):]...)
 		if len(rest) == len(head) {
 			if time.Now().After(deadline) {
-				return fmt.Errorf("%d workflows not finished after 15 minutes", len(pending))
+				return fmt.Errorf("%d workflows not finished after %v", len(pending), timeout)
 			}
 			if !sleepCtx(ctx, 200*time.Millisecond) {
 				return ctx.Err()
@@ -670,7 +670,7 @@ func (b *bencher) runPhase(ctx context.Context, name, mode, kind string, n, widt
 			prog.Done()
 			return p, err
 		}
-	} else if err := b.waitWorkflows(ctx, ids, perWorkflow, prog); err != nil {
+	} else if err := b.waitWorkflows(ctx, ids, perWorkflow, prog, 15*time.Minute); err != nil {
 		prog.Done()
 		return p, err
 	}
@@ -810,7 +810,7 @@ func (b *bencher) bigRun(ctx context.Context, workflows, width int) BigRun {
 		r.Note = "failed: " + err.Error()
 		return r
 	}
-	if err := b.waitWorkflows(ctx, ids, width+1, prog); err != nil {
+	if err := b.waitWorkflows(ctx, ids, width+1, prog, 3*time.Hour); err != nil {
 		r.Note = "failed: " + err.Error()
 		return r
 	}
@@ -838,7 +838,7 @@ func (b *bencher) bigRun(ctx context.Context, workflows, width int) BigRun {
 		}
 	}
 	r.CallbacksFiredOnce = once
-	r.Note = fmt.Sprintf("%d batches of %d jobs (%d jobs) in push mode finished in %.0f s (%.0f jobs/s); callbacks fired once each: %v",
+	r.Note = fmt.Sprintf("%d batch(es) of %d jobs (%d jobs) in push mode finished in %.0f s (%.0f jobs/s); callbacks fired once each: %v",
 		workflows, width, r.Jobs, r.Seconds, r.JobsPerSecond, once)
 	return r
 }
