@@ -110,7 +110,7 @@ type Snapshot struct {
 // subtracted in.
 type Set map[string]Op
 
-// Add adds the ops of s2 to s.
+// Add adds ops to s.
 func (s Set) Add(ops []Op) {
 	for _, p := range ops {
 		o := s[p.Key()]
