@@ -127,7 +127,9 @@ type BigRun struct {
 	Seconds            float64 `json:"seconds,omitempty"`
 	JobsPerSecond      float64 `json:"jobs_per_second,omitempty"`
 	CallbacksFiredOnce bool    `json:"callbacks_fired_once"`
-	Note               string  `json:"note"`
+	// Retries are workflow creations answered 500 and sent again.
+	Retries int    `json:"retries,omitempty"`
+	Note    string `json:"note"`
 }
 
 // Target is one goal the run is checked against.
