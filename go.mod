@@ -17,6 +17,7 @@ require (
 	github.com/aws/constructs-go/constructs/v10 v10.6.0
 	github.com/aws/jsii-runtime-go v1.139.0
 	github.com/google/uuid v1.6.0
+	golang.org/x/image v0.23.0
 	golang.org/x/text v0.21.0
 )
 

@@ -13,11 +13,15 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/smithy-go/middleware"
+	"github.com/ojs-aws/ojs-serverless/pkg/callstats"
 )
 
 // Load returns the SDK configuration. When an endpoint override is set and
 // no credentials are configured (the local stack), it uses static dummy
-// credentials and region us-east-1 so nothing reaches for AWS.
+// credentials and region us-east-1 so nothing reaches for AWS. With
+// OJS_CALL_STATS_DIR set, every client built from it counts its requests
+// (package callstats).
 func Load(ctx context.Context, opts ...func(*config.LoadOptions) error) (aws.Config, error) {
 	local := os.Getenv("AWS_ENDPOINT_URL") != "" || os.Getenv("AWS_ENDPOINT_URL_DYNAMODB") != "" || os.Getenv("AWS_ENDPOINT_URL_SQS") != ""
 	if local && os.Getenv("AWS_ACCESS_KEY_ID") == "" && os.Getenv("AWS_PROFILE") == "" {
@@ -25,6 +29,11 @@ func Load(ctx context.Context, opts ...func(*config.LoadOptions) error) (aws.Con
 	}
 	if os.Getenv("AWS_REGION") == "" && os.Getenv("AWS_DEFAULT_REGION") == "" {
 		opts = append(opts, config.WithRegion("us-east-1"))
+	}
+	if rec := callstats.FromEnv(); rec != nil {
+		// Opt-in request counting for the benchmark (OJS_CALL_STATS_DIR);
+		// without it no middleware is added.
+		opts = append(opts, config.WithAPIOptions([]func(*middleware.Stack) error{rec.AddMiddleware}))
 	}
 	cfg, err := config.LoadDefaultConfig(ctx, opts...)
 	if err != nil {

@@ -93,6 +93,7 @@ type Runtime struct {
 
 	statsMu sync.Mutex
 	stats   map[string]int
+	busy    map[string]time.Duration
 }
 
 // Start provisions the table and queues, starts the functions and the
@@ -107,7 +108,7 @@ func Start(ctx context.Context, cfg Config) (*Runtime, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	rt := &Runtime{cfg: cfg, log: cfg.Logger, fns: map[string]*Function{}, stats: map[string]int{}}
+	rt := &Runtime{cfg: cfg, log: cfg.Logger, fns: map[string]*Function{}, stats: map[string]int{}, busy: map[string]time.Duration{}}
 	if err := rt.provision(ctx); err != nil {
 		return nil, err
 	}
@@ -212,6 +213,30 @@ func (rt *Runtime) Restarts() map[string]int {
 	return out
 }
 
+// InvocationTime returns, per function, the total time its invocations
+// took (from the invoke until the function's response, as Lambda bills
+// duration; waiting for a free execution environment is not included).
+func (rt *Runtime) InvocationTime() map[string]time.Duration {
+	rt.statsMu.Lock()
+	defer rt.statsMu.Unlock()
+	out := map[string]time.Duration{}
+	for k, v := range rt.busy {
+		out[k] = v
+	}
+	return out
+}
+
+// InitTimes returns, per function, the init duration of each execution
+// environment started so far: from the process start until its first
+// Runtime API "next" request (what Lambda reports as Init Duration).
+func (rt *Runtime) InitTimes() map[string][]time.Duration {
+	out := map[string][]time.Duration{}
+	for name, fn := range rt.fns {
+		out[name] = fn.InitTimes()
+	}
+	return out
+}
+
 // Invoke calls a function directly (tests use it to run the sweeper now).
 func (rt *Runtime) Invoke(ctx context.Context, name string, payload []byte) ([]byte, error) {
 	fn, ok := rt.fns[name]
@@ -221,7 +246,12 @@ func (rt *Runtime) Invoke(ctx context.Context, name string, payload []byte) ([]b
 	rt.statsMu.Lock()
 	rt.stats[name]++
 	rt.statsMu.Unlock()
-	return fn.Invoke(ctx, payload)
+	var took time.Duration
+	out, err := fn.invoke(ctx, payload, &took)
+	rt.statsMu.Lock()
+	rt.busy[name] += took
+	rt.statsMu.Unlock()
+	return out, err
 }
 
 // Stop stops the API, the pollers and the functions.

@@ -55,6 +55,10 @@ type instance struct {
 	exited   chan struct{}
 	listener net.Listener
 	srv      *http.Server
+	// spawned is when the process started; initDone is set at its first
+	// "next" request.
+	spawned  time.Time
+	initDone bool
 }
 
 // Function is a pool of execution environments for one function binary.
@@ -73,9 +77,19 @@ type Function struct {
 	mu      sync.Mutex
 	closed  bool
 	started time.Time
+	inits   []time.Duration
 	// restarts counts execution environments replaced after their
 	// process exited or was killed.
 	restarts atomic.Int64
+}
+
+// InitTimes returns the init duration of every execution environment
+// started so far (restarts included): process start to its first Runtime
+// API "next" request.
+func (f *Function) InitTimes() []time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]time.Duration(nil), f.inits...)
 }
 
 // Start launches the execution environments.
@@ -103,6 +117,13 @@ func (f *Function) Start() error {
 // Invoke runs one invocation synchronously, like the Lambda Invoke API
 // with RequestResponse. A function error is returned as *FunctionError.
 func (f *Function) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
+	var took time.Duration
+	return f.invoke(ctx, payload, &took)
+}
+
+// invoke is Invoke, also reporting in *took how long the invocation ran
+// once an execution environment took it.
+func (f *Function) invoke(ctx context.Context, payload []byte, took *time.Duration) ([]byte, error) {
 	var inst *instance
 	select {
 	case inst = <-f.idle:
@@ -110,6 +131,8 @@ func (f *Function) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
 		return nil, ctx.Err()
 	}
 	defer func() { f.idle <- inst }()
+	begin := time.Now()
+	defer func() { *took = time.Since(begin) }()
 	inv := &invocation{id: uuid.NewString(), payload: payload, deadline: time.Now().Add(f.Timeout), done: make(chan result, 1)}
 	// An environment whose process died while idle is replaced and the
 	// invocation goes to the fresh one (a cold start), as on Lambda.
@@ -191,6 +214,9 @@ func (in *instance) spawn() error {
 	)
 	cmd.Stdout, cmd.Stderr = f.Log, f.Log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	in.mu.Lock()
+	in.spawned, in.initDone = time.Now(), false
+	in.mu.Unlock()
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s (%s): %w", f.Name, f.Binary, err)
 	}
@@ -235,6 +261,16 @@ func (in *instance) restart() {
 }
 
 func (in *instance) handleNext(w http.ResponseWriter, r *http.Request) {
+	in.mu.Lock()
+	first := !in.initDone
+	in.initDone = true
+	initTook := time.Since(in.spawned)
+	in.mu.Unlock()
+	if first {
+		in.fn.mu.Lock()
+		in.fn.inits = append(in.fn.inits, initTook)
+		in.fn.mu.Unlock()
+	}
 	var inv *invocation
 	select {
 	case inv = <-in.next:

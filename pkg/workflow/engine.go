@@ -217,7 +217,7 @@ func (e *Engine) Start(ctx context.Context, wfID string) error {
 	if root.State != StateRunning {
 		return nil
 	}
-	return e.start(ctx, wfID, store.RootPath, json.RawMessage("{}"))
+	return e.startNode(ctx, wfID, root, json.RawMessage("{}"))
 }
 
 // start starts the node at path: a leaf's job is created; a chain starts
@@ -227,6 +227,12 @@ func (e *Engine) start(ctx context.Context, wfID, path string, parentResults jso
 	if err != nil {
 		return err
 	}
+	return e.startNode(ctx, wfID, n, parentResults)
+}
+
+// startNode is start with the node already read.
+func (e *Engine) startNode(ctx context.Context, wfID string, n *store.Node, parentResults json.RawMessage) error {
+	path := n.Path
 	if n.Kind == KindJob {
 		return e.createJobs(ctx, wfID, []*store.Node{n}, parentResults)
 	}
@@ -334,17 +340,23 @@ func (e *Engine) JobFinished(ctx context.Context, j *job.Job) error {
 	if j.StartedAt != nil {
 		started = *j.StartedAt
 	}
-	return e.finished(ctx, j.WorkflowID, j.WorkflowNode, ok, string(j.Result), errJSON, j.Attempt, started)
+	return e.finished(ctx, j.WorkflowID, j.WorkflowNode, ok, string(j.Result), errJSON, j.Attempt, started, root)
 }
 
 // finished records node path's outcome in its parent and applies the
-// consequences, walking up while nodes finish.
-func (e *Engine) finished(ctx context.Context, wfID, path string, ok bool, result, errJSON string, attempt int, started time.Time) error {
+// consequences, walking up while nodes finish. root, when not nil, is the
+// root node as just read: it stands for the first parent's read when that
+// parent is the root (a job of the root chain, group or batch).
+func (e *Engine) finished(ctx context.Context, wfID, path string, ok bool, result, errJSON string, attempt int, started time.Time, root *store.Node) error {
 	for path != store.RootPath {
 		parent := parentOf(path)
-		p, err := e.st.GetNode(ctx, wfID, parent)
-		if err != nil {
-			return err
+		p := root
+		root = nil
+		if p == nil || parent != store.RootPath {
+			var err error
+			if p, err = e.st.GetNode(ctx, wfID, parent); err != nil {
+				return err
+			}
 		}
 		if p.State == StateCancelled {
 			return nil
@@ -376,7 +388,7 @@ func (e *Engine) finished(ctx context.Context, wfID, path string, ok bool, resul
 				return err
 			}
 		}
-		done, pok, err := e.decide(ctx, wfID, parent, path, ok, child.Index)
+		done, pok, err := e.decide(ctx, wfID, parent, path, ok, child.Index, p)
 		if err != nil || !done {
 			return err
 		}
@@ -386,11 +398,17 @@ func (e *Engine) finished(ctx context.Context, wfID, path string, ok bool, resul
 }
 
 // decide applies the parent's rule after a child finished. It returns
-// whether the parent is now finished and with which outcome.
-func (e *Engine) decide(ctx context.Context, wfID, path, childPath string, childOK bool, childIndex int) (bool, bool, error) {
-	p, err := e.st.GetNode(ctx, wfID, path)
-	if err != nil {
-		return false, false, err
+// whether the parent is now finished and with which outcome. read is the
+// parent as read before the child's outcome was recorded: a chain decides
+// on its kind and size alone, which never change; a group or batch
+// decides on its rolled-up counts, so it is read again.
+func (e *Engine) decide(ctx context.Context, wfID, path, childPath string, childOK bool, childIndex int, read *store.Node) (bool, bool, error) {
+	p := read
+	if p == nil || p.Kind != KindChain {
+		var err error
+		if p, err = e.st.GetNode(ctx, wfID, path); err != nil {
+			return false, false, err
+		}
 	}
 	now := e.now()
 	finish := func(okState bool, failedIndex *int) (bool, bool, error) {
@@ -398,9 +416,17 @@ func (e *Engine) decide(ctx context.Context, wfID, path, childPath string, child
 		if !okState {
 			to = StateFailed
 		}
-		if _, err := e.st.SetNodeState(ctx, wfID, path, to, now, failedIndex, StateRunning, StateWaiting); err != nil {
+		moved, err := e.st.SetNodeState(ctx, wfID, path, to, now, failedIndex, StateRunning, StateWaiting)
+		if err != nil {
 			return false, false, err
 		}
+		if moved {
+			// This call finished the node, so its state is the one set.
+			e.log.InfoContext(ctx, "workflow node finished", "workflow_id", wfID, "node", path, "state", to)
+			return true, to == StateCompleted, nil
+		}
+		// Someone else finished it first (a repeated record) or it was
+		// cancelled: read what it became.
 		cur, err := e.st.GetNode(ctx, wfID, path)
 		if err != nil {
 			return false, false, err

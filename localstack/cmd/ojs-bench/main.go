@@ -1,0 +1,148 @@
+// Command ojs-bench is the throughput and cost benchmark (make bench): it
+// starts the emulators and the local runtime with the real bootstrap
+// binaries on free ports, runs jobs, chains and batches in push and pull
+// mode, counts every AWS request the functions make (OJS_CALL_STATS_DIR),
+// prices them at us-east-1 list prices, measures binary sizes and init
+// times, checks the results against the project's targets and writes
+// bench/results/latest.{json,md,png}; with -update it also rewrites the
+// marked sections of README.md and docs/benchmark.md.
+//
+// Knobs (environment, or the matching flags): BENCH_JOBS, BENCH_CHAINS,
+// BENCH_BATCHES, BENCH_BATCH_WIDTH, BENCH_CLIENTS, BENCH_WORKERS,
+// BENCH_FETCH, BENCH_CONCURRENCY, BENCH_PACED_JOBS, BENCH_PACED_RATE,
+// BENCH_BIG=1 (BENCH_BIG_BATCHES, BENCH_BIG_WIDTH), BENCH_SKIP_ARM64=1.
+// It never fails on a missed target: it reports it.
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+
+	"github.com/ojs-aws/ojs-serverless/pkg/bench"
+	"github.com/ojs-aws/ojs-serverless/pkg/emulator"
+	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
+)
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
+		return v
+	}
+	return def
+}
+
+func envFloat(name string, def float64) float64 {
+	if v, err := strconv.ParseFloat(os.Getenv(name), 64); err == nil {
+		return v
+	}
+	return def
+}
+
+func main() {
+	var o bench.Options
+	s := &o.Settings
+	flag.IntVar(&s.Jobs, "jobs", envInt("BENCH_JOBS", 2000), "jobs per jobs phase (BENCH_JOBS)")
+	flag.IntVar(&s.Chains, "chains", envInt("BENCH_CHAINS", 300), "3-step chains per chains phase (BENCH_CHAINS)")
+	flag.IntVar(&s.Batches, "batches", envInt("BENCH_BATCHES", 10), "batches per batches phase (BENCH_BATCHES)")
+	flag.IntVar(&s.BatchWidth, "batch-width", envInt("BENCH_BATCH_WIDTH", 100), "jobs per batch (BENCH_BATCH_WIDTH)")
+	flag.IntVar(&s.Clients, "clients", envInt("BENCH_CLIENTS", 16), "concurrent enqueueing clients (BENCH_CLIENTS)")
+	flag.IntVar(&s.Workers, "workers", envInt("BENCH_WORKERS", 8), "pull-mode workers (BENCH_WORKERS)")
+	flag.IntVar(&s.FetchCount, "fetch", envInt("BENCH_FETCH", 10), "jobs per FETCH (BENCH_FETCH)")
+	flag.IntVar(&s.Concurrency, "concurrency", envInt("BENCH_CONCURRENCY", 4), "execution environments of the api and worker functions (BENCH_CONCURRENCY)")
+	flag.IntVar(&o.PacedJobs, "paced-jobs", envInt("BENCH_PACED_JOBS", 300), "jobs of each paced latency phase (a tenth as many chains) (BENCH_PACED_JOBS)")
+	flag.Float64Var(&o.PacedRate, "paced-rate", envFloat("BENCH_PACED_RATE", 30), "jobs per second of the paced phases (BENCH_PACED_RATE)")
+	flag.BoolVar(&o.Big, "big", os.Getenv("BENCH_BIG") == "1", "also run the large batches (BENCH_BIG=1)")
+	flag.IntVar(&o.BigWorkflows, "big-batches", envInt("BENCH_BIG_BATCHES", 10), "large batches (BENCH_BIG_BATCHES)")
+	flag.IntVar(&o.BigWidth, "big-width", envInt("BENCH_BIG_WIDTH", workflow.MaxJobs), "jobs per large batch (BENCH_BIG_WIDTH)")
+	flag.BoolVar(&o.SkipArm64, "skip-arm64", os.Getenv("BENCH_SKIP_ARM64") == "1", "skip the linux/arm64 size builds (BENCH_SKIP_ARM64=1)")
+	flag.StringVar(&o.BinDir, "bin", ".local/bin", "directory of <function>/bootstrap host builds (make build-local)")
+	out := flag.String("out", "bench/results", "results directory")
+	update := flag.Bool("update", false, "rewrite the marked sections of README.md and docs/benchmark.md")
+	flag.Parse()
+
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	slog.SetDefault(log)
+	loc, err := emulator.FindDir()
+	if err != nil {
+		fail(err)
+	}
+	o.RootDir = filepath.Dir(loc)
+	o.LogDir = filepath.Join(o.RootDir, ".local", "logs", "bench")
+	o.Progress = os.Stderr
+	o.Logger = log
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	res, err := bench.Run(ctx, o)
+	if err != nil {
+		fail(err)
+	}
+	if err := write(res, *out); err != nil {
+		fail(err)
+	}
+	if *update {
+		for _, f := range []struct{ path, content string }{
+			{filepath.Join(o.RootDir, "README.md"), res.SummaryMarkdown()},
+			{filepath.Join(o.RootDir, "docs", "benchmark.md"), res.SummaryMarkdown() + "\n" + res.DetailMarkdown()},
+		} {
+			if err := updateFile(f.path, f.content); err != nil {
+				fail(err)
+			}
+		}
+	}
+	fmt.Println(res.SummaryMarkdown())
+	fmt.Printf("results: %s/latest.json, latest.md, latest.png; function logs: %s\n", *out, o.LogDir)
+}
+
+const (
+	beginMarker = "<!-- bench:begin (written by make bench) -->"
+	endMarker   = "<!-- bench:end -->"
+)
+
+func updateFile(path, content string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	doc, ok := bench.ReplaceBetween(string(b), beginMarker, endMarker, content)
+	if !ok {
+		return fmt.Errorf("%s has no %q ... %q section", path, beginMarker, endMarker)
+	}
+	return os.WriteFile(path, []byte(doc), 0o644)
+}
+
+func write(res *bench.Result, dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	js, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "latest.json"), append(js, '\n'), 0o644); err != nil {
+		return err
+	}
+	md := "# Latest benchmark run\n\n" + res.SummaryMarkdown() + "\n" + res.DetailMarkdown()
+	if err := os.WriteFile(filepath.Join(dir, "latest.md"), []byte(md), 0o644); err != nil {
+		return err
+	}
+	var png bytes.Buffer
+	title := fmt.Sprintf("ojs-serverless make bench, %s, %d CPUs, local emulators", res.StartedAt.Format("2006-01-02"), res.Machine.CPUs)
+	if err := bench.DrawPNG(&png, title, res.Panels()); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "latest.png"), png.Bytes(), 0o644)
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "ojs-bench:", err)
+	os.Exit(1)
+}

@@ -1,0 +1,137 @@
+package bench
+
+import (
+	"bytes"
+	"image/png"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ojs-aws/ojs-serverless/pkg/callstats"
+	"github.com/ojs-aws/ojs-serverless/pkg/topology"
+)
+
+func TestSummarize(t *testing.T) {
+	var ds []time.Duration
+	for i := 1; i <= 100; i++ {
+		ds = append(ds, time.Duration(i)*time.Millisecond)
+	}
+	ds = append(ds, -time.Millisecond) // clock skew counts as zero
+	l := Summarize(ds)
+	if l.Count != 101 || l.P50 != 50 || l.P99 != 99 || l.Max != 100 {
+		t.Fatalf("%+v", l)
+	}
+	if (Summarize(nil) != Latency{}) {
+		t.Fatal("empty")
+	}
+}
+
+func TestPerMillion(t *testing.T) {
+	// A job with 3 single writes of 1 KB, one strongly consistent read,
+	// 3 SQS requests, 2 invocations of 0.1 s at 512 MB, 1 API request and
+	// 3 events.
+	u := Usage{DynamoDBWriteUnits: 3, DynamoDBReadUnits: 1, SQSRequests: 3, LambdaRequests: 2, LambdaGBSeconds: 2 * 0.1 * 0.5, APIRequests: 1, EventBridgeEvents: 3}
+	c := USEast1.PerMillion(u)
+	want := Cost{DynamoDB: 3*0.625 + 0.125, SQS: 1.2, LambdaRequests: 0.4, LambdaCompute: 1.333, APIGateway: 1, EventBridge: 3}
+	want.NoCompute = want.DynamoDB + want.SQS + want.LambdaRequests + want.APIGateway + want.EventBridge
+	want.Total = want.NoCompute + want.LambdaCompute
+	for name, pair := range map[string][2]float64{"dynamodb": {c.DynamoDB, want.DynamoDB}, "sqs": {c.SQS, want.SQS},
+		"lambda": {c.LambdaRequests, want.LambdaRequests}, "compute": {c.LambdaCompute, want.LambdaCompute},
+		"api": {c.APIGateway, want.APIGateway}, "events": {c.EventBridge, want.EventBridge}, "total": {c.Total, want.Total}} {
+		if math.Abs(pair[0]-pair[1]) > 0.002 {
+			t.Errorf("%s: got %v want %v", name, pair[0], pair[1])
+		}
+	}
+	sf := USEast1.StepFunctionsCost(3, 0.1)
+	if sf.StandardPerMillionSteps != 25 || math.Abs(sf.ExpressPerMillionSteps-(1.0/3+0.1*0.0625*16.67)) > 0.01 {
+		t.Fatalf("%+v", sf)
+	}
+	for _, p := range USEast1.Table() {
+		if p.Source == "" || !strings.HasPrefix(p.Source, "https://aws.amazon.com/") {
+			t.Errorf("%s has no AWS source", p.Item)
+		}
+	}
+}
+
+func TestCheck(t *testing.T) {
+	if c := Check("x", 4, 5, true, "r"); !c.Pass || c.Margin != "20% under" || c.Verdict() != "PASS" {
+		t.Fatalf("%+v", c)
+	}
+	if c := Check("x", 7.5, 5, true, "r"); c.Pass || c.Margin != "50% over" || c.Verdict() != "MISS" {
+		t.Fatalf("%+v", c)
+	}
+	if c := Check("x", 130, 520, false, "jobs/s"); c.Pass || c.Margin != "0.25x of the target" {
+		t.Fatalf("%+v", c)
+	}
+}
+
+func TestAccount(t *testing.T) {
+	env, _ := topology.ForEnv("local")
+	set := func(ops ...callstats.Op) callstats.Set { s := callstats.Set{}; s.Add(ops); return s }
+	d := Delta{
+		Functions: map[string]callstats.Set{
+			"api":     set(callstats.Op{Service: callstats.DynamoDB, Operation: "PutItem", Calls: 10, Attempts: 10, WriteUnits: 30}),
+			"worker":  set(callstats.Op{Service: callstats.DynamoDB, Operation: "UpdateItem", Calls: 20, Attempts: 20, WriteUnits: 60}),
+			"stream":  set(callstats.Op{Service: callstats.SQS, Operation: "SendMessageBatch", Calls: 1, Attempts: 1, Chunks: 1}, callstats.Op{Service: callstats.EventBridge, Operation: "PutEvents", Calls: 3, Attempts: 3, Items: 30}),
+			"sweeper": set(callstats.Op{Service: callstats.DynamoDB, Operation: "Query", Calls: 99, Attempts: 99}),
+		},
+		ESM: set(callstats.Op{Service: callstats.SQS, Operation: "ReceiveMessage", Calls: 7, Attempts: 7, Chunks: 7, Empty: 5},
+			callstats.Op{Service: callstats.DynamoDBStreams, Operation: "GetRecords", Calls: 4, Attempts: 4}),
+		Invocations: map[string]int{"api": 10, "worker": 2, "stream": 1, "sweeper": 1},
+		Busy:        map[string]time.Duration{"api": time.Second, "worker": 2 * time.Second},
+	}
+	p, u := Account(d, 10, env, 4, 3)
+	if p.DynamoDB != 3 || p.DynamoDBByFunction["worker"] != 2 || p.DynamoDBByOperation["api PutItem"] != 1 || p.WriteUnits != 9 {
+		t.Fatalf("dynamodb %+v", p)
+	}
+	if p.SQS != 0.3 || p.SQSIdleReceives != 0.5 || p.StreamReads != 0.4 || p.EventBridgeEvents != 3 || p.PutEvents != 0.3 {
+		t.Fatalf("sqs/events %+v", p)
+	}
+	if p.Lambda != 1.3 || p.API != 1 || p.EmptyFetchDynamoDB != 1.2 {
+		t.Fatalf("lambda %+v", p)
+	}
+	if math.Abs(u.LambdaGBSeconds-3*0.5/10) > 1e-9 {
+		t.Fatalf("gb-s %v", u.LambdaGBSeconds)
+	}
+}
+
+func TestRenderBarAndReplace(t *testing.T) {
+	line := RenderBar("push jobs", 5, 10, 2*time.Second, 10)
+	if !strings.Contains(line, "[#####.....]") || !strings.Contains(line, " 50%") || !strings.Contains(line, "2/s") {
+		t.Fatalf("%q", line)
+	}
+	doc := "a\n<!-- b -->\nold\n<!-- e -->\nz\n"
+	got, ok := ReplaceBetween(doc, "<!-- b -->", "<!-- e -->", "new table")
+	if !ok || got != "a\n<!-- b -->\nnew table\n<!-- e -->\nz\n" {
+		t.Fatalf("%q", got)
+	}
+	if _, ok := ReplaceBetween("x", "<!-- b -->", "<!-- e -->", ""); ok {
+		t.Fatal("missing markers accepted")
+	}
+}
+
+func TestReportAndChart(t *testing.T) {
+	r := &Result{Phases: []Phase{{Name: "push jobs", Mode: "push", Kind: "jobs", Unit: "job", Units: 10, UnitsPerSecond: 100,
+		PerUnit: PerUnit{DynamoDB: 4, SQS: 0.3, Lambda: 1.2}, EnqueueToStart: Latency{P50: 20, P99: 80}}},
+		Binaries: []Binary{{Function: "api", Target: "linux/arm64", Bytes: 11_000_000}},
+		Init:     map[string]Latency{"api": {P50: 30, Max: 40, Count: 7}}}
+	r.Targets = Targets(r)
+	md := r.SummaryMarkdown()
+	for _, want := range []string{"| push jobs | 10 jobs | 100 job/s", "DynamoDB requests per job, push mode", "PASS", "not run"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("summary lacks %q:\n%s", want, md)
+		}
+	}
+	if !strings.Contains(r.DetailMarkdown(), "| api | linux/arm64 | 11.00 MB |") {
+		t.Error(r.DetailMarkdown())
+	}
+	var buf bytes.Buffer
+	if err := DrawPNG(&buf, "test", r.Panels()); err != nil {
+		t.Fatal(err)
+	}
+	img, err := png.Decode(&buf)
+	if err != nil || img.Bounds().Dx() != 1000 {
+		t.Fatalf("%v %v", err, img)
+	}
+}

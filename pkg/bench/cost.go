@@ -1,0 +1,142 @@
+package bench
+
+// Price is one list price with where it comes from.
+type Price struct {
+	Item   string  `json:"item"`
+	USD    float64 `json:"usd"`
+	Per    string  `json:"per"`
+	Source string  `json:"source"`
+}
+
+// Prices are the on-demand list prices the cost model uses.
+type Prices struct {
+	// DynamoDB on-demand, per request unit. A write unit is a write of up
+	// to 1 KB (2 for a transactional write), a read unit a strongly
+	// consistent read of up to 4 KB (0.5 eventually consistent, 2
+	// transactional).
+	DynamoDBWriteUnit float64 `json:"dynamodb_write_unit"`
+	DynamoDBReadUnit  float64 `json:"dynamodb_read_unit"`
+	// SQS standard queue, per request (per 64 KB chunk of payload).
+	SQSRequest float64 `json:"sqs_request"`
+	// Lambda, per request and per GB-second on arm64.
+	LambdaRequest       float64 `json:"lambda_request"`
+	LambdaGBSecondArm64 float64 `json:"lambda_gb_second_arm64"`
+	// API Gateway HTTP API, per request (first 300 million a month).
+	APIGatewayHTTPRequest float64 `json:"apigateway_http_request"`
+	// EventBridge custom events, per event (64 KB chunk) put.
+	EventBridgeEvent float64 `json:"eventbridge_event"`
+	// Step Functions: Standard per state transition; Express per request
+	// and per GB-second (64 MB minimum, first tier).
+	StepFunctionsStandardTransition float64 `json:"stepfunctions_standard_transition"`
+	StepFunctionsExpressRequest     float64 `json:"stepfunctions_express_request"`
+	StepFunctionsExpressGBSecond    float64 `json:"stepfunctions_express_gb_second"`
+}
+
+// USEast1 are the us-east-1 list prices (checked June 2026; see
+// docs/benchmark.md for the sources).
+var USEast1 = Prices{
+	DynamoDBWriteUnit:               0.625 / 1e6,
+	DynamoDBReadUnit:                0.125 / 1e6,
+	SQSRequest:                      0.40 / 1e6,
+	LambdaRequest:                   0.20 / 1e6,
+	LambdaGBSecondArm64:             0.0000133334,
+	APIGatewayHTTPRequest:           1.00 / 1e6,
+	EventBridgeEvent:                1.00 / 1e6,
+	StepFunctionsStandardTransition: 25.0 / 1e6,
+	StepFunctionsExpressRequest:     1.00 / 1e6,
+	StepFunctionsExpressGBSecond:    0.00001667,
+}
+
+// Table lists the prices with their sources, for the report.
+func (p Prices) Table() []Price {
+	return []Price{
+		{"DynamoDB on-demand write request unit", p.DynamoDBWriteUnit * 1e6, "million WRU", "https://aws.amazon.com/dynamodb/pricing/on-demand/"},
+		{"DynamoDB on-demand read request unit", p.DynamoDBReadUnit * 1e6, "million RRU", "https://aws.amazon.com/dynamodb/pricing/on-demand/"},
+		{"DynamoDB Streams reads by a Lambda trigger", 0, "GetRecords", "https://aws.amazon.com/dynamodb/pricing/on-demand/ (\"GetRecords API calls invoked by AWS Lambda as part of DynamoDB triggers are free\")"},
+		{"SQS standard request (per 64 KB chunk)", p.SQSRequest * 1e6, "million requests", "https://aws.amazon.com/sqs/pricing/"},
+		{"Lambda request", p.LambdaRequest * 1e6, "million requests", "https://aws.amazon.com/lambda/pricing/"},
+		{"Lambda duration, arm64", p.LambdaGBSecondArm64, "GB-second", "https://aws.amazon.com/lambda/pricing/"},
+		{"API Gateway HTTP API request", p.APIGatewayHTTPRequest * 1e6, "million requests", "https://aws.amazon.com/api-gateway/pricing/"},
+		{"EventBridge custom event (per 64 KB chunk)", p.EventBridgeEvent * 1e6, "million events", "https://aws.amazon.com/eventbridge/pricing/"},
+		{"Step Functions Standard state transition", p.StepFunctionsStandardTransition * 1e6, "million transitions", "https://aws.amazon.com/step-functions/pricing/"},
+		{"Step Functions Express request", p.StepFunctionsExpressRequest * 1e6, "million requests", "https://aws.amazon.com/step-functions/pricing/"},
+		{"Step Functions Express duration (64 MB minimum)", p.StepFunctionsExpressGBSecond, "GB-second", "https://aws.amazon.com/step-functions/pricing/"},
+	}
+}
+
+// Usage is what one unit of work (a job, a workflow step) uses on AWS.
+type Usage struct {
+	DynamoDBReadUnits  float64 `json:"dynamodb_read_units"`
+	DynamoDBWriteUnits float64 `json:"dynamodb_write_units"`
+	// SQSRequests are billable SQS requests (64 KB chunks), empty
+	// receives of idle pollers excluded.
+	SQSRequests float64 `json:"sqs_requests"`
+	// LambdaRequests are function invocations; LambdaGBSeconds their
+	// duration times memory. The benchmark's handlers do nothing, so the
+	// worker function's duration is the engine's own (claim, complete).
+	LambdaRequests    float64 `json:"lambda_requests"`
+	LambdaGBSeconds   float64 `json:"lambda_gb_seconds"`
+	APIRequests       float64 `json:"api_requests"`
+	EventBridgeEvents float64 `json:"eventbridge_events"`
+}
+
+// Cost is dollars per million units, by service.
+type Cost struct {
+	DynamoDB       float64 `json:"dynamodb"`
+	SQS            float64 `json:"sqs"`
+	LambdaRequests float64 `json:"lambda_requests"`
+	LambdaCompute  float64 `json:"lambda_compute"`
+	APIGateway     float64 `json:"api_gateway"`
+	EventBridge    float64 `json:"eventbridge"`
+	// Total is everything; NoCompute is everything but Lambda duration,
+	// which the local runtime measures against emulators (slower than
+	// AWS), so it is an upper bound.
+	Total     float64 `json:"total"`
+	NoCompute float64 `json:"total_without_lambda_compute"`
+}
+
+// PerMillion prices a million units of u.
+func (p Prices) PerMillion(u Usage) Cost {
+	const m = 1e6
+	c := Cost{
+		DynamoDB:       m * (u.DynamoDBReadUnits*p.DynamoDBReadUnit + u.DynamoDBWriteUnits*p.DynamoDBWriteUnit),
+		SQS:            m * u.SQSRequests * p.SQSRequest,
+		LambdaRequests: m * u.LambdaRequests * p.LambdaRequest,
+		LambdaCompute:  m * u.LambdaGBSeconds * p.LambdaGBSecondArm64,
+		APIGateway:     m * u.APIRequests * p.APIGatewayHTTPRequest,
+		EventBridge:    m * u.EventBridgeEvents * p.EventBridgeEvent,
+	}
+	c.NoCompute = c.DynamoDB + c.SQS + c.LambdaRequests + c.APIGateway + c.EventBridge
+	c.Total = c.NoCompute + c.LambdaCompute
+	for _, f := range []*float64{&c.DynamoDB, &c.SQS, &c.LambdaRequests, &c.LambdaCompute, &c.APIGateway, &c.EventBridge, &c.NoCompute, &c.Total} {
+		*f = round(*f, 3)
+	}
+	return c
+}
+
+// StepFunctions is what a million workflow steps cost in Step Functions,
+// for comparison: Standard bills each state transition (at least one per
+// step: its Task state; the lower bound is used), Express bills each
+// execution and its duration at 64 MB.
+type StepFunctions struct {
+	StandardPerMillionSteps float64 `json:"standard_per_million_steps"`
+	ExpressPerMillionSteps  float64 `json:"express_per_million_steps"`
+	// Assumptions: steps per workflow and the orchestration time per step
+	// an Express execution is billed for (its wall clock, which includes
+	// waiting for the step's Lambda).
+	StepsPerWorkflow float64 `json:"steps_per_workflow"`
+	SecondsPerStep   float64 `json:"seconds_per_step"`
+}
+
+// StepFunctionsCost prices a million steps of workflows with
+// stepsPerWorkflow steps taking secondsPerStep each.
+func (p Prices) StepFunctionsCost(stepsPerWorkflow, secondsPerStep float64) StepFunctions {
+	const m = 1e6
+	const transitions = 1.0 // per step: its Task state
+	express := p.StepFunctionsExpressRequest/stepsPerWorkflow + secondsPerStep*0.0625*p.StepFunctionsExpressGBSecond
+	return StepFunctions{
+		StandardPerMillionSteps: round(m*transitions*p.StepFunctionsStandardTransition, 3),
+		ExpressPerMillionSteps:  round(m*express, 3),
+		StepsPerWorkflow:        stepsPerWorkflow, SecondsPerStep: secondsPerStep,
+	}
+}

@@ -1,0 +1,312 @@
+package bench
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/ojs-aws/ojs-serverless/pkg/callstats"
+)
+
+// Result is one benchmark run: bench/results/latest.json.
+type Result struct {
+	StartedAt time.Time `json:"started_at"`
+	Seconds   float64   `json:"seconds"`
+	Machine   Machine   `json:"machine"`
+	Settings  Settings  `json:"settings"`
+	Phases    []Phase   `json:"phases"`
+	// EmptyFetch is the calibration: requests one FETCH that finds
+	// nothing costs.
+	EmptyFetch EmptyFetch `json:"empty_fetch"`
+	Sweeper    Sweeper    `json:"sweeper"`
+	Binaries   []Binary   `json:"binaries"`
+	// Init is each function's init time on this machine (host build):
+	// process start to its first Runtime API "next", started one at a time
+	// against a stub Runtime API. InitUnderLoad is the same observed by the
+	// local runtime when it starts every environment at once (they compete
+	// for the CPUs with each other and the emulators).
+	Init          map[string]Latency `json:"init"`
+	InitUnderLoad map[string]Latency `json:"init_under_load"`
+	Big           BigRun             `json:"big"`
+	Prices        []Price            `json:"prices"`
+	StepFunctions StepFunctions      `json:"step_functions"`
+	Targets       []Target           `json:"targets"`
+}
+
+// Machine describes where the run happened.
+type Machine struct {
+	CPUs      int    `json:"cpus"`
+	OS        string `json:"os"`
+	Arch      string `json:"arch"`
+	GoVersion string `json:"go_version"`
+}
+
+// Settings are the run's knobs.
+type Settings struct {
+	Jobs        int `json:"jobs"`
+	Chains      int `json:"chains"`
+	Batches     int `json:"batches"`
+	BatchWidth  int `json:"batch_width"`
+	Clients     int `json:"clients"`
+	Workers     int `json:"workers"`
+	FetchCount  int `json:"fetch_count"`
+	Concurrency int `json:"concurrency"`
+}
+
+// Phase is one measured workload.
+type Phase struct {
+	Name string `json:"name"`
+	Mode string `json:"mode"`
+	Kind string `json:"kind"`
+	// Unit is "job" or "step"; Units how many ran; Workflows how many
+	// workflows held them.
+	Unit      string  `json:"unit"`
+	Units     int     `json:"units"`
+	Workflows int     `json:"workflows,omitempty"`
+	Seconds   float64 `json:"seconds"`
+	// UnitsPerSecond is end to end: first enqueue to last completion.
+	UnitsPerSecond     float64 `json:"units_per_second"`
+	WorkflowsPerSecond float64 `json:"workflows_per_second,omitempty"`
+	EnqueueToStart     Latency `json:"enqueue_to_start"`
+	// StepToStep is a step's completion to the next step's start (chains)
+	// or the last job's completion to the callback's start (batches).
+	StepToStep *Latency `json:"step_to_step,omitempty"`
+	PerUnit    PerUnit  `json:"per_unit"`
+	Usage      Usage    `json:"usage_per_unit"`
+	Cost       Cost     `json:"usd_per_million_units"`
+	// Calls are the raw counts by function and "mapping".
+	Calls          map[string][]callstats.Op `json:"calls"`
+	Invocations    map[string]int            `json:"invocations"`
+	ClientRequests map[string]int            `json:"client_requests"`
+	EmptyFetches   int                       `json:"empty_fetches,omitempty"`
+	Errors         []string                  `json:"errors,omitempty"`
+}
+
+// DynamoDBPerUnitExclIdle is DynamoDB requests per unit without empty
+// FETCH polls.
+func (p Phase) DynamoDBPerUnitExclIdle() float64 {
+	return round(p.PerUnit.DynamoDB-p.PerUnit.EmptyFetchDynamoDB, 2)
+}
+
+// EmptyFetch is the calibration of an empty FETCH.
+type EmptyFetch struct {
+	Fetches          int                `json:"fetches"`
+	DynamoDB         float64            `json:"dynamodb_requests_each"`
+	ByOperation      map[string]float64 `json:"by_operation"`
+	ReadUnitsEach    float64            `json:"read_units_each"`
+	APIRequestsEach  float64            `json:"api_requests_each"`
+	LambdaInvocation float64            `json:"lambda_invocations_each"`
+}
+
+// Sweeper is the sweeper's fixed cost, measured over the run.
+type Sweeper struct {
+	Invocations         int                `json:"invocations"`
+	DynamoDBPerSweep    float64            `json:"dynamodb_requests_per_sweep"`
+	ReadUnitsPerSweep   float64            `json:"read_units_per_sweep"`
+	USDPerMonthOnAWS    float64            `json:"usd_per_month_at_one_sweep_a_minute"`
+	Note                string             `json:"note"`
+	DynamoDBByOperation map[string]float64 `json:"dynamodb_by_operation"`
+}
+
+// Binary is one function binary's size.
+type Binary struct {
+	Function string `json:"function"`
+	Target   string `json:"target"` // linux/arm64 (deployed) or the host
+	Bytes    int64  `json:"bytes"`
+}
+
+// MB is the size in MB (10^6 bytes).
+func (b Binary) MB() float64 { return round(float64(b.Bytes)/1e6, 2) }
+
+// BigRun is the optional large batch (BENCH_BIG=1).
+type BigRun struct {
+	Run                bool    `json:"run"`
+	Jobs               int     `json:"jobs,omitempty"`
+	Workflows          int     `json:"workflows,omitempty"`
+	Seconds            float64 `json:"seconds,omitempty"`
+	JobsPerSecond      float64 `json:"jobs_per_second,omitempty"`
+	CallbacksFiredOnce bool    `json:"callbacks_fired_once"`
+	// Retries are workflow creations answered 500 and sent again.
+	Retries int    `json:"retries,omitempty"`
+	Note    string `json:"note"`
+}
+
+// Target is one goal the run is checked against.
+type Target struct {
+	Name     string  `json:"name"`
+	Measured float64 `json:"measured"`
+	Limit    float64 `json:"limit"`
+	// AtMost: the measured value must not exceed Limit; else it must
+	// reach it.
+	AtMost bool   `json:"at_most"`
+	Unit   string `json:"unit"`
+	Pass   bool   `json:"pass"`
+	Margin string `json:"margin"`
+	Note   string `json:"note,omitempty"`
+}
+
+// Check evaluates a target and describes the margin.
+func Check(name string, measured, limit float64, atMost bool, unit string) Target {
+	t := Target{Name: name, Measured: round(measured, 2), Limit: limit, AtMost: atMost, Unit: unit}
+	if limit == 0 {
+		t.Margin = "n/a"
+		return t
+	}
+	if atMost {
+		t.Pass = measured <= limit
+		d := (limit - measured) / limit * 100
+		if t.Pass {
+			t.Margin = fmt.Sprintf("%.0f%% under", d)
+		} else {
+			t.Margin = fmt.Sprintf("%.0f%% over", -d)
+		}
+	} else {
+		t.Pass = measured >= limit
+		t.Margin = fmt.Sprintf("%.2fx of the target", measured/limit)
+	}
+	return t
+}
+
+// Verdict is PASS or MISS.
+func (t Target) Verdict() string {
+	if t.Pass {
+		return "PASS"
+	}
+	return "MISS"
+}
+
+func (t Target) limitText() string {
+	if t.AtMost {
+		return fmt.Sprintf("≤ %s %s", num(t.Limit), t.Unit)
+	}
+	return fmt.Sprintf("≥ %s %s", num(t.Limit), t.Unit)
+}
+
+func num(v float64) string {
+	switch {
+	case v == float64(int64(v)):
+		return fmt.Sprintf("%d", int64(v))
+	case v >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case v >= 10:
+		return fmt.Sprintf("%.1f", v)
+	default:
+		return fmt.Sprintf("%.2f", v)
+	}
+}
+
+// Phase returns the named phase (nil if it did not run).
+func (r *Result) Phase(name string) *Phase {
+	for i := range r.Phases {
+		if r.Phases[i].Name == name {
+			return &r.Phases[i]
+		}
+	}
+	return nil
+}
+
+// SummaryMarkdown renders the headline table (README) and the targets.
+func (r *Result) SummaryMarkdown() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Run of %s on %d CPUs (%s/%s, %s), %.0f s; settings: %d jobs, %d chains, %d batches of %d, %d clients, %d pull workers fetching %d, %d environments per function.\n\n",
+		r.StartedAt.UTC().Format("2006-01-02 15:04 UTC"), r.Machine.CPUs, r.Machine.OS, r.Machine.Arch, r.Machine.GoVersion, r.Seconds,
+		r.Settings.Jobs, r.Settings.Chains, r.Settings.Batches, r.Settings.BatchWidth, r.Settings.Clients, r.Settings.Workers, r.Settings.FetchCount, r.Settings.Concurrency)
+	b.WriteString("| phase | units | throughput | enqueue→start p50 / p99 | step→step p50 / p99 | DynamoDB req/unit | SQS req/unit | Lambda inv/unit | $ per M units (no compute / with local compute) |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
+	for _, p := range r.Phases {
+		tp := fmt.Sprintf("%s %s/s", num(p.UnitsPerSecond), p.Unit)
+		if p.Workflows > 0 {
+			tp += fmt.Sprintf(" (%s wf/s)", num(p.WorkflowsPerSecond))
+		}
+		s2s := "–"
+		if p.StepToStep != nil {
+			s2s = fmt.Sprintf("%s / %s ms", num(p.StepToStep.P50), num(p.StepToStep.P99))
+		}
+		ddb := num(p.PerUnit.DynamoDB)
+		if p.PerUnit.EmptyFetchDynamoDB > 0 {
+			ddb = fmt.Sprintf("%s (%s without empty polls)", num(p.PerUnit.DynamoDB), num(p.DynamoDBPerUnitExclIdle()))
+		}
+		fmt.Fprintf(&b, "| %s | %d %ss | %s | %s / %s ms | %s | %s | %s | %s | %s / %s |\n", p.Name, p.Units, p.Unit, tp,
+			num(p.EnqueueToStart.P50), num(p.EnqueueToStart.P99), s2s, ddb, num(p.PerUnit.SQS), num(p.PerUnit.Lambda),
+			num(p.Cost.NoCompute), num(p.Cost.Total))
+	}
+	b.WriteString("\n")
+	b.WriteString(r.TargetsMarkdown())
+	return b.String()
+}
+
+// TargetsMarkdown renders the targets table.
+func (r *Result) TargetsMarkdown() string {
+	var b strings.Builder
+	b.WriteString("| target | measured | goal | verdict | margin |\n|---|---|---|---|---|\n")
+	for _, t := range r.Targets {
+		note := ""
+		if t.Note != "" {
+			note = " — " + t.Note
+		}
+		fmt.Fprintf(&b, "| %s | %s %s | %s | %s | %s%s |\n", t.Name, num(t.Measured), t.Unit, t.limitText(), t.Verdict(), t.Margin, note)
+	}
+	return b.String()
+}
+
+// DetailMarkdown renders the per-operation breakdown of every phase,
+// binaries, init times and the sweeper (docs/benchmark.md).
+func (r *Result) DetailMarkdown() string {
+	var b strings.Builder
+	for _, p := range r.Phases {
+		fmt.Fprintf(&b, "**%s** (%d %ss in %.1f s): per %s ", p.Name, p.Units, p.Unit, p.Seconds, p.Unit)
+		fmt.Fprintf(&b, "DynamoDB %s requests (%s RRU, %s WRU), SQS %s, Lambda %s (%s), API %s, EventBridge %s events in %s PutEvents, stream reads %s (free), idle SQS receives %s.\n\n",
+			num(p.PerUnit.DynamoDB), num(p.PerUnit.ReadUnits), num(p.PerUnit.WriteUnits), num(p.PerUnit.SQS), num(p.PerUnit.Lambda),
+			kv(p.PerUnit.LambdaByFunction), num(p.PerUnit.API), num(p.PerUnit.EventBridgeEvents), num(p.PerUnit.PutEvents),
+			num(p.PerUnit.StreamReads), num(p.PerUnit.SQSIdleReceives))
+		b.WriteString("| function operation | DynamoDB requests per " + p.Unit + " |\n|---|---|\n")
+		for _, k := range sortedKeys(p.PerUnit.DynamoDBByOperation) {
+			fmt.Fprintf(&b, "| %s | %s |\n", k, num(p.PerUnit.DynamoDBByOperation[k]))
+		}
+		if len(p.PerUnit.SQSByOperation) > 0 {
+			fmt.Fprintf(&b, "\nSQS per %s: %s\n", p.Unit, kv(p.PerUnit.SQSByOperation))
+		}
+		if p.EmptyFetches > 0 {
+			fmt.Fprintf(&b, "\nEmpty FETCH polls: %d (%s DynamoDB requests per %s of the above).\n", p.EmptyFetches, num(p.PerUnit.EmptyFetchDynamoDB), p.Unit)
+		}
+		fmt.Fprintf(&b, "\nCost per million %ss: DynamoDB $%s, SQS $%s, Lambda requests $%s, Lambda compute $%s (local durations), API Gateway $%s, EventBridge $%s; total $%s ($%s without compute).\n\n",
+			p.Unit, num(p.Cost.DynamoDB), num(p.Cost.SQS), num(p.Cost.LambdaRequests), num(p.Cost.LambdaCompute), num(p.Cost.APIGateway),
+			num(p.Cost.EventBridge), num(p.Cost.Total), num(p.Cost.NoCompute))
+	}
+	b.WriteString("| binary | target | size |\n|---|---|---|\n")
+	for _, bin := range r.Binaries {
+		fmt.Fprintf(&b, "| %s | %s | %.2f MB |\n", bin.Function, bin.Target, bin.MB())
+	}
+	b.WriteString("\n| function | init p50 (one at a time) | init max | starts | p50 with every environment starting at once |\n|---|---|---|---|---|\n")
+	for _, k := range sortedKeys(r.Init) {
+		fmt.Fprintf(&b, "| %s | %s ms | %s ms | %d | %s ms |\n", k, num(r.Init[k].P50), num(r.Init[k].Max), r.Init[k].Count, num(r.InitUnderLoad[k].P50))
+	}
+	fmt.Fprintf(&b, "\nEmpty FETCH (calibration, %d polls): %s DynamoDB requests each (%s).\n", r.EmptyFetch.Fetches, num(r.EmptyFetch.DynamoDB), kv(r.EmptyFetch.ByOperation))
+	fmt.Fprintf(&b, "\nSweeper: %d invocations during the run, %s DynamoDB requests per sweep (%s): $%s a month at one sweep a minute. %s\n",
+		r.Sweeper.Invocations, num(r.Sweeper.DynamoDBPerSweep), kv(r.Sweeper.DynamoDBByOperation), num(r.Sweeper.USDPerMonthOnAWS), r.Sweeper.Note)
+	fmt.Fprintf(&b, "\nStep Functions for comparison (per million steps, %s steps per workflow, %s s billed per step for Express): Standard $%s, Express $%s.\n",
+		num(r.StepFunctions.StepsPerWorkflow), num(r.StepFunctions.SecondsPerStep), num(r.StepFunctions.StandardPerMillionSteps), num(r.StepFunctions.ExpressPerMillionSteps))
+	fmt.Fprintf(&b, "\nLarge batch (BENCH_BIG=1): %s\n", r.Big.Note)
+	return b.String()
+}
+
+func kv[V float64 | int](m map[string]V) string {
+	var parts []string
+	for _, k := range sortedKeys(m) {
+		parts = append(parts, fmt.Sprintf("%s %s", k, num(float64(m[k]))))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}

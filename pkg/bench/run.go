@@ -1,0 +1,919 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/ojs-aws/ojs-serverless/pkg/awsclient"
+	"github.com/ojs-aws/ojs-serverless/pkg/callstats"
+	"github.com/ojs-aws/ojs-serverless/pkg/emulator"
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/localrt"
+	"github.com/ojs-aws/ojs-serverless/pkg/store"
+	"github.com/ojs-aws/ojs-serverless/pkg/topology"
+	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
+)
+
+// Options configure a run.
+type Options struct {
+	// BinDir holds <function>/bootstrap built for this machine (make
+	// build-local: .local/bin).
+	BinDir string
+	// RootDir is the module root (for the linux/arm64 size builds).
+	RootDir  string
+	Settings Settings
+	// PacedJobs and PacedRate: the latency phases push this many jobs
+	// (and a tenth as many chains) at this rate per second.
+	PacedJobs int
+	PacedRate float64
+	// Big runs the large batch: BigWorkflows batches of BigWidth jobs.
+	Big          bool
+	BigWorkflows int
+	BigWidth     int
+	// SkipArm64 skips the linux/arm64 size builds.
+	SkipArm64 bool
+	// Progress receives the progress bars (stderr); nil draws none.
+	Progress io.Writer
+	Logger   *slog.Logger
+	// LogDir receives the functions' and emulators' logs.
+	LogDir string
+}
+
+// Queues the benchmark uses: the push-mode queue of the topology, and one
+// pull-mode queue per workload so that phases never see each other's jobs.
+const (
+	pushQueue = topology.DefaultQueueName
+	echoType  = "test.echo"
+)
+
+type bencher struct {
+	o       Options
+	log     *slog.Logger
+	rt      *localrt.Runtime
+	env     topology.Env
+	http    *http.Client
+	base    string
+	mon     *store.Store
+	esm     *callstats.Recorder
+	stats   string
+	mu      sync.Mutex
+	client  map[string]int
+	empties atomic.Int64
+}
+
+// Run starts the emulators and the local runtime on free ports, runs every
+// phase, and returns the result; everything it started is stopped.
+func Run(ctx context.Context, o Options) (*Result, error) {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	}
+	res := &Result{StartedAt: time.Now().UTC(), Settings: o.Settings, Prices: USEast1.Table(),
+		Machine: Machine{CPUs: runtime.NumCPU(), OS: runtime.GOOS, Arch: runtime.GOARCH, GoVersion: runtime.Version()}}
+	begin := time.Now()
+	var err error
+	if res.Binaries, err = Binaries(ctx, o.RootDir, o.BinDir, !o.SkipArm64); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(o.LogDir, 0o755); err != nil {
+		return nil, err
+	}
+	emLog, err := os.Create(filepath.Join(o.LogDir, "bench-emulators.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer emLog.Close()
+	o.Logger.Info("starting the emulators")
+	em, err := emulator.Start(ctx, emulator.Options{Log: emLog})
+	if err != nil {
+		return nil, err
+	}
+	defer em.Stop()
+	for _, kv := range em.Env() {
+		k, v, _ := strings.Cut(kv, "=")
+		os.Setenv(k, v)
+	}
+	cfg, err := awsclient.Load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	statsDir, err := os.MkdirTemp("", "ojs-bench-stats-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(statsDir)
+	bus, err := startBus()
+	if err != nil {
+		return nil, err
+	}
+	defer bus.Close()
+
+	b := &bencher{o: o, log: o.Logger, esm: callstats.New("mapping"), stats: statsDir, client: map[string]int{}}
+	rtCfg := cfg.Copy()
+	rtCfg.APIOptions = append(slices.Clone(cfg.APIOptions), b.esm.AddMiddleware)
+	b.env, _ = topology.ForEnv("local")
+	// The sweeper as on AWS: once a minute, no ticking (nothing on the
+	// happy path needs it; its cost is reported apart).
+	b.env.Sweeper.Tick = 0
+	b.env.Sweeper.Interval = time.Minute
+	o.Logger.Info("starting the local runtime", "bin", o.BinDir, "concurrency", o.Settings.Concurrency)
+	b.rt, err = localrt.Start(ctx, localrt.Config{Env: b.env, AWS: rtCfg, AWSEnv: em.Env(), BinDir: o.BinDir, APIAddr: "127.0.0.1:0",
+		Table: "bench", Concurrency: o.Settings.Concurrency, LogDir: o.LogDir, Logger: o.Logger,
+		ExtraEnv: []string{callstats.EnvDir + "=" + statsDir, topology.EnvEventBus + "=ojs-bench",
+			"AWS_ENDPOINT_URL_EVENTBRIDGE=" + bus.URL}})
+	if err != nil {
+		return nil, err
+	}
+	defer b.rt.Stop()
+	b.base = b.rt.URL() + "/ojs/v1"
+	b.http = &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256, MaxConnsPerHost: 256}}
+	b.mon = store.New(dynamodb.NewFromConfig(cfg, awsclient.DynamoDBOptions), "bench")
+
+	if err := b.warmUp(ctx); err != nil {
+		return nil, fmt.Errorf("warm-up: %w", err)
+	}
+	first, err := b.quiet(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if res.EmptyFetch, err = b.calibrateEmptyFetch(ctx); err != nil {
+		return nil, err
+	}
+	s := o.Settings
+	phases := []struct {
+		name, mode, kind string
+		n                int
+		rate             float64
+	}{
+		{"push jobs", "push", "jobs", s.Jobs, 0},
+		{"pull jobs", "pull", "jobs", s.Jobs, 0},
+		{"push chains", "push", "chains", s.Chains, 0},
+		{"pull chains", "pull", "chains", s.Chains, 0},
+		{"push batches", "push", "batches", s.Batches, 0},
+		{"pull batches", "pull", "batches", s.Batches, 0},
+		{"push jobs paced", "push", "jobs", o.PacedJobs, o.PacedRate},
+		{"pull jobs paced", "pull", "jobs", o.PacedJobs, o.PacedRate},
+		{"push chains paced", "push", "chains", o.PacedJobs / 10, o.PacedRate / 10},
+		{"pull chains paced", "pull", "chains", o.PacedJobs / 10, o.PacedRate / 10},
+	}
+	for _, ph := range phases {
+		if ph.n <= 0 {
+			continue
+		}
+		p, err := b.runPhase(ctx, ph.name, ph.mode, ph.kind, ph.n, s.BatchWidth, ph.rate, res.EmptyFetch.DynamoDB)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", ph.name, err)
+		}
+		res.Phases = append(res.Phases, p)
+	}
+	if o.Big {
+		res.Big = b.bigRun(ctx, o.BigWorkflows, o.BigWidth)
+	} else {
+		res.Big = BigRun{Note: fmt.Sprintf("set BENCH_BIG=1 to run it: %d batches of %d jobs in push mode, each with a callback (a workflow holds at most %d jobs)",
+			max(o.BigWorkflows, 1), o.BigWidth, workflow.MaxJobs)}
+	}
+	last, err := b.quiet(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res.Sweeper = sweeperCost(last.sub(first), b.env)
+	res.InitUnderLoad = map[string]Latency{}
+	for fn, ds := range b.rt.InitTimes() {
+		res.InitUnderLoad[fn] = Summarize(ds)
+	}
+	// Cold starts one at a time against a stub Runtime API, with the
+	// environment the functions get from the local runtime.
+	res.Init = map[string]Latency{}
+	urls, _ := json.Marshal(b.rt.QueueURLs())
+	initEnv := append(em.Env(), topology.EnvTable+"=bench", topology.EnvPushQueues+"="+string(urls))
+	for _, fn := range topology.FunctionNames {
+		ds, err := MeasureInit(ctx, filepath.Join(o.BinDir, fn, "bootstrap"), initEnv, 7)
+		if err != nil {
+			return nil, fmt.Errorf("init time of %s: %w", fn, err)
+		}
+		res.Init[fn] = Summarize(ds)
+	}
+	res.StepFunctions = USEast1.StepFunctionsCost(3, 0.1)
+	res.Targets = Targets(res)
+	res.Seconds = round(time.Since(begin).Seconds(), 1)
+	return res, nil
+}
+
+// snap is the cumulative state of the counters at one moment.
+type snap struct {
+	fns  map[string]callstats.Set
+	esm  callstats.Set
+	inv  map[string]int
+	busy map[string]time.Duration
+}
+
+func (b *bencher) snapshot() (snap, error) {
+	files, err := callstats.ReadDir(b.stats)
+	if err != nil {
+		return snap{}, err
+	}
+	s := snap{fns: map[string]callstats.Set{}, esm: b.esm.Set(), inv: b.rt.Invocations(), busy: b.rt.InvocationTime()}
+	for proc, set := range files {
+		s.fns[strings.TrimPrefix(proc, b.env.Prefix+"-")] = set
+	}
+	return s, nil
+}
+
+func (s snap) sub(before snap) Delta {
+	d := Delta{Functions: map[string]callstats.Set{}, ESM: s.esm.Sub(before.esm), Invocations: map[string]int{}, Busy: map[string]time.Duration{}}
+	for fn, set := range s.fns {
+		prev := before.fns[fn]
+		if prev == nil {
+			prev = callstats.Set{}
+		}
+		d.Functions[fn] = set.Sub(prev)
+	}
+	for fn, n := range s.inv {
+		d.Invocations[fn] = n - before.inv[fn]
+	}
+	for fn, t := range s.busy {
+		d.Busy[fn] = t - before.busy[fn]
+	}
+	return d
+}
+
+// activity is what must stop changing for the stack to be quiet: the
+// engine functions' requests and invocations (the sweeper and the pollers'
+// idle requests go on regardless).
+func (s snap) activity() string {
+	var sb strings.Builder
+	for _, fn := range EngineFunctions {
+		fmt.Fprintf(&sb, "%s:%d;", fn, s.inv[fn])
+		for _, o := range s.fns[fn].Ops() {
+			fmt.Fprintf(&sb, "%s=%d;", o.Key(), o.Attempts)
+		}
+	}
+	return sb.String()
+}
+
+// quiet waits until nothing changed for 1.5 s (the functions flush their
+// counts every 200 ms) and returns the snapshot.
+func (b *bencher) quiet(ctx context.Context) (snap, error) {
+	deadline := time.Now().Add(2 * time.Minute)
+	var last string
+	stable := 0
+	for {
+		s, err := b.snapshot()
+		if err != nil {
+			return snap{}, err
+		}
+		if a := s.activity(); a == last {
+			stable++
+			if stable >= 6 {
+				return s, nil
+			}
+		} else {
+			last, stable = a, 0
+		}
+		if time.Now().After(deadline) {
+			b.log.Warn("the stack did not go quiet within 2 minutes; counting anyway")
+			return s, nil
+		}
+		if !sleepCtx(ctx, 250*time.Millisecond) {
+			return snap{}, ctx.Err()
+		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// do sends one API request, counting it under label.
+func (b *bencher) do(ctx context.Context, label, method, path string, body, out any) (int, error) {
+	var rd io.Reader
+	if body != nil {
+		raw, err := json.Marshal(body)
+		if err != nil {
+			return 0, err
+		}
+		rd = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, b.base+path, rd)
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	b.mu.Lock()
+	b.client[label]++
+	b.mu.Unlock()
+	resp, err := b.http.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return resp.StatusCode, err
+	}
+	if resp.StatusCode >= 300 {
+		return resp.StatusCode, fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, bytes.TrimSpace(raw))
+	}
+	if out != nil {
+		return resp.StatusCode, json.Unmarshal(raw, out)
+	}
+	return resp.StatusCode, nil
+}
+
+func (b *bencher) takeClientCounts() map[string]int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := b.client
+	b.client = map[string]int{}
+	return out
+}
+
+func jobBody(queue string, i int) map[string]any {
+	return map[string]any{"type": echoType, "args": []any{i}, "options": map[string]any{"queue": queue}}
+}
+
+// push enqueues one job and returns its id.
+func (b *bencher) push(ctx context.Context, queue string, i int) (string, error) {
+	var out struct {
+		Job struct {
+			ID string `json:"id"`
+		} `json:"job"`
+	}
+	_, err := b.do(ctx, "POST /jobs", http.MethodPost, "/jobs", jobBody(queue, i), &out)
+	if err == nil && out.Job.ID == "" {
+		err = errors.New("POST /jobs: no job id in the response")
+	}
+	return out.Job.ID, err
+}
+
+// workflowBody is a 3-step chain or a batch of width jobs with an
+// on_complete callback.
+func workflowBody(kind, queue string, i, width int) map[string]any {
+	if kind == "chains" {
+		steps := make([]any, 3)
+		for s := range steps {
+			steps[s] = map[string]any{"type": echoType, "args": []any{i, s}, "options": map[string]any{"queue": queue}}
+		}
+		return map[string]any{"type": "chain", "name": "bench-chain", "steps": steps}
+	}
+	jobs := make([]any, width)
+	for j := range jobs {
+		jobs[j] = map[string]any{"type": echoType, "args": []any{i, j}, "options": map[string]any{"queue": queue}}
+	}
+	return map[string]any{"type": "batch", "name": "bench-batch", "jobs": jobs,
+		"callbacks": map[string]any{"on_complete": map[string]any{"type": echoType, "args": []any{i}, "options": map[string]any{"queue": queue}}}}
+}
+
+func (b *bencher) createWorkflow(ctx context.Context, body map[string]any) (string, error) {
+	id, _, err := b.createWorkflowStatus(ctx, body)
+	return id, err
+}
+
+func (b *bencher) createWorkflowStatus(ctx context.Context, body map[string]any) (string, int, error) {
+	var out struct {
+		Workflow struct {
+			ID string `json:"id"`
+		} `json:"workflow"`
+	}
+	status, err := b.do(ctx, "POST /workflows", http.MethodPost, "/workflows", body, &out)
+	if err == nil && out.Workflow.ID == "" {
+		err = errors.New("POST /workflows: no workflow id in the response")
+	}
+	return out.Workflow.ID, status, err
+}
+
+// enqueue runs create(i) for i in [0, n) on the given number of clients;
+// with rate > 0 item i is sent no earlier than i/rate seconds after start.
+func enqueue(ctx context.Context, n, clients int, rate float64, create func(context.Context, int) error) error {
+	var next atomic.Int64
+	start := time.Now()
+	errs := make(chan error, clients)
+	var wg sync.WaitGroup
+	for c := 0; c < clients; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				if rate > 0 {
+					if !sleepCtx(ctx, time.Until(start.Add(time.Duration(float64(i)/rate*float64(time.Second))))) {
+						return
+					}
+				}
+				if err := create(ctx, i); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// pullWorkers fetch from queue and acknowledge until want jobs were
+// acknowledged, backing off (up to 50 ms) while FETCH finds nothing. It
+// returns the time of the last acknowledgement.
+func (b *bencher) pullWorkers(ctx context.Context, queue string, want int, prog *Progress) (time.Time, error) {
+	var acked atomic.Int64
+	var lastAck atomic.Int64
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var wg sync.WaitGroup
+	for w := 0; w < b.o.Settings.Workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			backoff := 5 * time.Millisecond
+			for ctx.Err() == nil && acked.Load() < int64(want) {
+				var out struct {
+					Jobs []struct {
+						ID string `json:"id"`
+					} `json:"jobs"`
+				}
+				_, err := b.do(ctx, "POST /workers/fetch", http.MethodPost, "/workers/fetch", map[string]any{
+					"queues": []string{queue}, "count": b.o.Settings.FetchCount, "worker_id": fmt.Sprintf("bench-%d", w)}, &out)
+				if err != nil {
+					if ctx.Err() == nil {
+						cancel(err)
+					}
+					return
+				}
+				if len(out.Jobs) == 0 {
+					b.empties.Add(1)
+					sleepCtx(ctx, backoff)
+					backoff = min(2*backoff, 50*time.Millisecond)
+					continue
+				}
+				backoff = 5 * time.Millisecond
+				for _, j := range out.Jobs {
+					if _, err := b.do(ctx, "POST /workers/ack", http.MethodPost, "/workers/ack", map[string]any{"job_id": j.ID, "result": map[string]any{"ok": true}}, nil); err != nil {
+						if ctx.Err() == nil {
+							cancel(err)
+						}
+						return
+					}
+					lastAck.Store(time.Now().UnixNano())
+					prog.Set(int(acked.Add(1)))
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil && acked.Load() < int64(want) {
+		return time.Time{}, err
+	}
+	return time.Unix(0, lastAck.Load()), nil
+}
+
+// warmUp starts every execution environment's clients and registers the
+// queues, so that the phases measure the steady state.
+func (b *bencher) warmUp(ctx context.Context) error {
+	prog := NewProgress(nil, "warm-up", 1)
+	defer prog.Done()
+	ids := make([]string, 20)
+	if err := enqueue(ctx, len(ids), 4, 0, func(ctx context.Context, i int) error {
+		var err error
+		ids[i], err = b.push(ctx, pushQueue, i)
+		return err
+	}); err != nil {
+		return err
+	}
+	for _, q := range []string{"bench-jobs", "bench-chains", "bench-batches"} {
+		if err := enqueue(ctx, 8, 4, 0, func(ctx context.Context, i int) error { _, err := b.push(ctx, q, i); return err }); err != nil {
+			return err
+		}
+		if _, err := b.pullWorkers(ctx, q, 8, prog); err != nil {
+			return err
+		}
+	}
+	if _, err := b.waitJobs(ctx, ids, nil); err != nil {
+		return err
+	}
+	prog.Set(1)
+	return nil
+}
+
+// waitJobs polls the job items (through the benchmark's own DynamoDB
+// client, not the API) until every job is terminal, and returns them.
+func (b *bencher) waitJobs(ctx context.Context, ids []string, prog *Progress) (map[string]*job.Job, error) {
+	pending := slices.Clone(ids)
+	done := len(ids) - len(pending)
+	deadline := time.Now().Add(10 * time.Minute)
+	for len(pending) > 0 {
+		head := pending[:min(100, len(pending))]
+		got, err := b.mon.BatchGetJobs(ctx, head)
+		if err != nil {
+			return nil, err
+		}
+		var rest []string
+		for _, id := range head {
+			if j := got[id]; j == nil || !j.State.Terminal() {
+				rest = append(rest, id)
+			}
+		}
+		done += len(head) - len(rest)
+		if prog != nil {
+			prog.Set(done)
+		}
+		pending = append(rest, pending[len(head):]...)
+		if len(rest) == len(head) {
+			if time.Now().After(deadline) {
+				return nil, fmt.Errorf("%d jobs not finished after 10 minutes", len(pending))
+			}
+			if !sleepCtx(ctx, 200*time.Millisecond) {
+				return nil, ctx.Err()
+			}
+		}
+	}
+	return b.mon.BatchGetJobs(ctx, ids)
+}
+
+// waitWorkflows polls the root nodes until every workflow finished.
+func (b *bencher) waitWorkflows(ctx context.Context, ids []string, perWorkflow int, prog *Progress, timeout time.Duration) error {
+	pending := slices.Clone(ids)
+	done := 0
+	deadline := time.Now().Add(timeout)
+	for len(pending) > 0 {
+		var rest []string
+		head := pending[:min(20, len(pending))]
+		for _, id := range head {
+			n, err := b.mon.GetNode(ctx, id, store.RootPath)
+			if err != nil && !errors.Is(err, store.ErrNotFound) {
+				return err
+			}
+			if n == nil || (n.State != workflow.StateCompleted && n.State != workflow.StateFailed && n.State != workflow.StateCancelled) {
+				rest = append(rest, id)
+			}
+		}
+		done += len(head) - len(rest)
+		if prog != nil {
+			prog.Set(done * perWorkflow)
+		}
+		pending = append(rest, pending[len(head):]...)
+		if len(rest) == len(head) {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%d workflows not finished after %v", len(pending), timeout)
+			}
+			if !sleepCtx(ctx, 200*time.Millisecond) {
+				return ctx.Err()
+			}
+		}
+	}
+	return nil
+}
+
+// calibrateEmptyFetch measures what a FETCH of an empty queue costs.
+func (b *bencher) calibrateEmptyFetch(ctx context.Context) (EmptyFetch, error) {
+	const n = 20
+	before, err := b.quiet(ctx)
+	if err != nil {
+		return EmptyFetch{}, err
+	}
+	for i := 0; i < n; i++ {
+		if _, err := b.do(ctx, "POST /workers/fetch", http.MethodPost, "/workers/fetch", map[string]any{"queues": []string{"bench-empty"}, "count": b.o.Settings.FetchCount, "worker_id": "bench-cal"}, nil); err != nil {
+			return EmptyFetch{}, err
+		}
+	}
+	after, err := b.quiet(ctx)
+	if err != nil {
+		return EmptyFetch{}, err
+	}
+	b.takeClientCounts()
+	d := after.sub(before)
+	p, _ := Account(d, n, b.env, 0, 0)
+	return EmptyFetch{Fetches: n, DynamoDB: p.DynamoDB, ByOperation: p.DynamoDBByOperation, ReadUnitsEach: p.ReadUnits,
+		APIRequestsEach: p.API, LambdaInvocation: p.Lambda}, nil
+}
+
+// runPhase runs one workload of n jobs, chains or batches in push or
+// pull mode and accounts for it.
+func (b *bencher) runPhase(ctx context.Context, name, mode, kind string, n, width int, rate float64, emptyFetchCost float64) (Phase, error) {
+	queue := pushQueue
+	if mode == "pull" {
+		queue = "bench-" + kind
+	}
+	perWorkflow := 1
+	switch kind {
+	case "chains":
+		perWorkflow = 3
+	case "batches":
+		perWorkflow = width + 1
+	}
+	units := n * perWorkflow
+	p := Phase{Name: name, Mode: mode, Kind: kind, Unit: "job", Units: units}
+	if kind != "jobs" {
+		p.Unit, p.Workflows = "step", n
+	}
+	before, err := b.quiet(ctx)
+	if err != nil {
+		return p, err
+	}
+	b.takeClientCounts()
+	b.empties.Store(0)
+	prog := NewProgress(b.o.Progress, name, units)
+	clients := b.o.Settings.Clients
+	if kind == "batches" {
+		clients = min(clients, 4) // each request is large
+	}
+	ids := make([]string, n)
+	start := time.Now()
+	var pullEnd time.Time
+	var pullErr error
+	var pullWG sync.WaitGroup
+	if mode == "pull" {
+		pullWG.Add(1)
+		go func() { defer pullWG.Done(); pullEnd, pullErr = b.pullWorkers(ctx, queue, units, prog) }()
+	}
+	err = enqueue(ctx, n, clients, rate, func(ctx context.Context, i int) error {
+		var err error
+		if kind == "jobs" {
+			ids[i], err = b.push(ctx, queue, i)
+		} else {
+			ids[i], err = b.createWorkflow(ctx, workflowBody(kind, queue, i, width))
+		}
+		return err
+	})
+	if err != nil {
+		prog.Done()
+		return p, err
+	}
+	if mode == "pull" {
+		pullWG.Wait()
+		if pullErr != nil {
+			prog.Done()
+			return p, pullErr
+		}
+	} else if kind == "jobs" {
+		if _, err := b.waitJobs(ctx, ids, prog); err != nil {
+			prog.Done()
+			return p, err
+		}
+	} else if err := b.waitWorkflows(ctx, ids, perWorkflow, prog, 15*time.Minute); err != nil {
+		prog.Done()
+		return p, err
+	}
+	prog.Done()
+	after, err := b.quiet(ctx)
+	if err != nil {
+		return p, err
+	}
+	p.ClientRequests = b.takeClientCounts()
+	p.EmptyFetches = int(b.empties.Load())
+	d := after.sub(before)
+
+	// Latencies and the end time from the jobs' own timestamps (read
+	// after the counters, so these reads are not counted).
+	jobIDs, groups := jobIDsOf(kind, ids, width)
+	jobs, err := b.mon.BatchGetJobs(ctx, jobIDs)
+	if err != nil {
+		return p, err
+	}
+	var e2s []time.Duration
+	var end time.Time
+	for _, id := range jobIDs {
+		j := jobs[id]
+		if j == nil {
+			p.Errors = append(p.Errors, "job "+id+" not found")
+			continue
+		}
+		if j.State != job.Completed {
+			p.Errors = append(p.Errors, fmt.Sprintf("job %s is %s", id, j.State))
+		}
+		if j.StartedAt != nil && j.EnqueuedAt != nil {
+			e2s = append(e2s, j.StartedAt.Sub(*j.EnqueuedAt))
+		}
+		if j.CompletedAt != nil && j.CompletedAt.After(end) {
+			end = *j.CompletedAt
+		}
+	}
+	if mode == "pull" && pullEnd.After(end) {
+		end = pullEnd
+	}
+	p.EnqueueToStart = Summarize(e2s)
+	if kind != "jobs" {
+		s2s := stepToStep(kind, groups, jobs)
+		p.StepToStep = &s2s
+	}
+	p.Seconds = round(end.Sub(start).Seconds(), 2)
+	if p.Seconds > 0 {
+		p.UnitsPerSecond = round(float64(units)/p.Seconds, 1)
+		if p.Workflows > 0 {
+			p.WorkflowsPerSecond = round(float64(n)/p.Seconds, 1)
+		}
+	}
+	p.PerUnit, p.Usage = Account(d, units, b.env, p.EmptyFetches, emptyFetchCost)
+	p.Cost = USEast1.PerMillion(p.Usage)
+	p.Invocations = d.Invocations
+	p.Calls = map[string][]callstats.Op{"mapping": d.ESM.Ops()}
+	for fn, set := range d.Functions {
+		p.Calls[fn] = set.Ops()
+	}
+	if len(p.Errors) > 5 {
+		p.Errors = append(p.Errors[:5], fmt.Sprintf("... %d more", len(p.Errors)-5))
+	}
+	b.log.Info("phase done", "phase", name, "units", units, "seconds", p.Seconds, "units_per_second", p.UnitsPerSecond,
+		"dynamodb_per_unit", p.PerUnit.DynamoDB, "sqs_per_unit", p.PerUnit.SQS)
+	return p, nil
+}
+
+// jobIDsOf lists the job ids of the phase's items: the jobs themselves,
+// or each workflow's steps (chains: /s0../s2; batches: /j0.. then the
+// on_complete callback last), grouped per workflow.
+func jobIDsOf(kind string, ids []string, width int) ([]string, [][]string) {
+	if kind == "jobs" {
+		return ids, nil
+	}
+	var all []string
+	groups := make([][]string, len(ids))
+	for i, wf := range ids {
+		var g []string
+		if kind == "chains" {
+			for s := 0; s < 3; s++ {
+				g = append(g, workflow.JobID(wf, fmt.Sprintf("/s%d", s)))
+			}
+		} else {
+			for j := 0; j < width; j++ {
+				g = append(g, workflow.JobID(wf, fmt.Sprintf("/j%d", j)))
+			}
+			g = append(g, workflow.JobID(wf, "/on_complete"))
+		}
+		groups[i] = g
+		all = append(all, g...)
+	}
+	return all, groups
+}
+
+// stepToStep is, for chains, each step's start minus the previous step's
+// completion; for batches, the callback's start minus the last job's
+// completion.
+func stepToStep(kind string, groups [][]string, jobs map[string]*job.Job) Latency {
+	var ds []time.Duration
+	for _, g := range groups {
+		if kind == "chains" {
+			for s := 1; s < len(g); s++ {
+				prev, cur := jobs[g[s-1]], jobs[g[s]]
+				if prev != nil && cur != nil && prev.CompletedAt != nil && cur.StartedAt != nil {
+					ds = append(ds, cur.StartedAt.Sub(*prev.CompletedAt))
+				}
+			}
+			continue
+		}
+		cb := jobs[g[len(g)-1]]
+		var last time.Time
+		for _, id := range g[:len(g)-1] {
+			if j := jobs[id]; j != nil && j.CompletedAt != nil && j.CompletedAt.After(last) {
+				last = *j.CompletedAt
+			}
+		}
+		if cb != nil && cb.StartedAt != nil && !last.IsZero() {
+			ds = append(ds, cb.StartedAt.Sub(last))
+		}
+	}
+	return Summarize(ds)
+}
+
+// bigRun pushes workflows batches of width jobs in push mode and checks
+// that every one completed with its callback fired exactly once.
+func (b *bencher) bigRun(ctx context.Context, workflows, width int) BigRun {
+	r := BigRun{Run: true, Workflows: workflows, Jobs: workflows * width}
+	prog := NewProgress(b.o.Progress, "big batches", workflows*(width+1))
+	defer prog.Done()
+	ids := make([]string, workflows)
+	start := time.Now()
+	// One batch at a time: creating a 10,000-job workflow is one API
+	// request that writes 10,000 nodes, and on DynamoDB Local busy with the
+	// previous batch it can outlast the API's 29 s deadline (a retryable
+	// 500, retried here as a client would).
+	for i := range ids {
+		var err error
+		for try := 0; try < 3; try++ {
+			var status int
+			if ids[i], status, err = b.createWorkflowStatus(ctx, workflowBody("batches", pushQueue, i, width)); err == nil || status < 500 {
+				break
+			}
+			r.Retries++
+			sleepCtx(ctx, 5*time.Second)
+		}
+		if err == nil {
+			err = b.waitWorkflows(ctx, ids[i:i+1], width+1, nil, time.Hour)
+		}
+		if err != nil {
+			r.Note = fmt.Sprintf("failed at batch %d: %v", i+1, err)
+			return r
+		}
+		prog.Set((i + 1) * (width + 1))
+	}
+	r.Seconds = round(time.Since(start).Seconds(), 1)
+	r.JobsPerSecond = round(float64(r.Jobs)/r.Seconds, 1)
+	once := true
+	for _, id := range ids {
+		var out struct {
+			Events []struct {
+				Type string `json:"type"`
+			} `json:"events"`
+		}
+		if _, err := b.do(ctx, "GET /events", http.MethodGet, "/events?workflow_id="+id+"&types=workflow.callback_fired&limit=100", nil, &out); err != nil {
+			r.Note = "failed: " + err.Error()
+			return r
+		}
+		cb, err := b.mon.BatchGetJobs(ctx, []string{workflow.JobID(id, "/on_complete")})
+		if err != nil {
+			r.Note = "failed: " + err.Error()
+			return r
+		}
+		j := cb[workflow.JobID(id, "/on_complete")]
+		if len(out.Events) != 1 || j == nil || j.State != job.Completed || j.Attempt != 1 {
+			once = false
+		}
+	}
+	r.CallbacksFiredOnce = once
+	r.Note = fmt.Sprintf("%d batch(es) of %d jobs (%d jobs) in push mode, one after another, finished in %.0f s (%.0f jobs/s); callbacks fired once each: %v; workflow creations retried after a 500: %d",
+		workflows, width, r.Jobs, r.Seconds, r.JobsPerSecond, once, r.Retries)
+	return r
+}
+
+// sweeperCost is the sweeper's cost per sweep over the run, and per month
+// at one sweep a minute (the AWS schedule).
+func sweeperCost(d Delta, env topology.Env) Sweeper {
+	s := Sweeper{Invocations: d.Invocations[topology.FunctionSweeper], DynamoDBByOperation: map[string]float64{},
+		Note: "A fixed cost per sweep, whatever the load: it reads the queue registry and the due index of each queue."}
+	if s.Invocations == 0 {
+		return s
+	}
+	n := float64(s.Invocations)
+	var rru, wru float64
+	for _, o := range d.Functions[topology.FunctionSweeper] {
+		if o.Service == callstats.DynamoDB {
+			s.DynamoDBPerSweep += float64(o.Attempts) / n
+			s.DynamoDBByOperation[o.Operation] = round(float64(o.Attempts)/n, 2)
+			rru += o.ReadUnits / n
+			wru += o.WriteUnits / n
+		}
+	}
+	s.DynamoDBPerSweep = round(s.DynamoDBPerSweep, 2)
+	s.ReadUnitsPerSweep = round(rru, 2)
+	gbs := d.Busy[topology.FunctionSweeper].Seconds() / n * float64(env.Functions[topology.FunctionSweeper].MemoryMB) / 1024
+	perSweep := rru*USEast1.DynamoDBReadUnit + wru*USEast1.DynamoDBWriteUnit + USEast1.LambdaRequest + gbs*USEast1.LambdaGBSecondArm64
+	s.USDPerMonthOnAWS = round(perSweep*60*24*30, 3)
+	return s
+}
+
+// busStub answers EventBridge PutEvents with success for every entry, so
+// that the stream function publishes as on AWS and its requests are
+// counted.
+type busStub struct {
+	URL string
+	srv *http.Server
+}
+
+func startBus() (*busStub, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var in struct{ Entries []json.RawMessage }
+		if err := json.NewDecoder(r.Body).Decode(&in); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		entries := make([]map[string]string, len(in.Entries))
+		for i := range entries {
+			entries[i] = map[string]string{"EventId": fmt.Sprintf("bench-%d", i)}
+		}
+		w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+		_ = json.NewEncoder(w).Encode(map[string]any{"FailedEntryCount": 0, "Entries": entries})
+	})}
+	go func() { _ = srv.Serve(l) }()
+	return &busStub{URL: "http://" + l.Addr().String(), srv: srv}, nil
+}
+
+// Close stops the stub.
+func (s *busStub) Close() { _ = s.srv.Close() }

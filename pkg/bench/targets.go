@@ -1,0 +1,106 @@
+package bench
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Goals of the benchmark (issue 6). Throughput goals are twice the
+// baseline measured on these emulators on a 2-core machine.
+const (
+	GoalDynamoDBPerJob     = 5
+	GoalSQSPerJob          = 3
+	GoalDynamoDBPerChain   = 18
+	GoalPullJobsPerSecond  = 2 * 260
+	GoalChainsPerSecond    = 2 * 45
+	GoalUSDPerMillionSteps = 5
+	GoalBinaryMB           = 12
+	GoalInitMS             = 50
+	GoalBigJobs            = 100000
+)
+
+// Targets checks a result against the goals.
+func Targets(r *Result) []Target {
+	var ts []Target
+	for _, name := range []string{"push jobs", "pull jobs"} {
+		if p := r.Phase(name); p != nil {
+			t := Check("DynamoDB requests per job, "+p.Mode+" mode (enqueue, fetch, ack, events)", p.DynamoDBPerUnitExclIdle(), GoalDynamoDBPerJob, true, "requests")
+			if p.Mode == "pull" {
+				t.Note = fmt.Sprintf("FETCH of up to %d; empty FETCH polls excluded (%s per job)", r.Settings.FetchCount, num(p.PerUnit.EmptyFetchDynamoDB))
+			}
+			ts = append(ts, t)
+			ts = append(ts, Check("SQS requests per job, "+p.Mode+" mode", p.PerUnit.SQS, GoalSQSPerJob, true, "requests"))
+		}
+	}
+	for _, name := range []string{"push chains", "pull chains"} {
+		if p := r.Phase(name); p != nil {
+			t := Check("DynamoDB requests per 3-step chain, "+p.Mode+" mode", 3*p.DynamoDBPerUnitExclIdle(), GoalDynamoDBPerChain, true, "requests")
+			if p.PerUnit.EmptyFetchDynamoDB > 0 {
+				t.Note = "empty FETCH polls excluded"
+			}
+			ts = append(ts, t)
+		}
+	}
+	if p := r.Phase("pull jobs"); p != nil {
+		ts = append(ts, Check("fetch+ack jobs per second (pull mode)", p.UnitsPerSecond, GoalPullJobsPerSecond, false, "jobs/s"))
+	}
+	for _, name := range []string{"push chains", "pull chains"} {
+		if p := r.Phase(name); p != nil {
+			ts = append(ts, Check("3-step chains per second, "+p.Mode+" mode", p.WorkflowsPerSecond, GoalChainsPerSecond, false, "chains/s"))
+		}
+	}
+	for _, p := range r.Phases {
+		if p.Unit != "step" || strings.HasSuffix(p.Name, "paced") {
+			continue
+		}
+		t := Check("$ per million workflow steps, "+p.Name, p.Cost.Total, GoalUSDPerMillionSteps, true, "USD")
+		t.Note = fmt.Sprintf("$%s without Lambda compute, which is measured against the emulators", num(p.Cost.NoCompute))
+		ts = append(ts, t)
+	}
+	var maxBin Binary
+	for _, b := range r.Binaries {
+		if b.Target == "linux/arm64" && b.Bytes > maxBin.Bytes {
+			maxBin = b
+		}
+	}
+	if maxBin.Bytes > 0 {
+		t := Check("largest function binary (linux/arm64)", maxBin.MB(), GoalBinaryMB, true, "MB")
+		t.Note = maxBin.Function
+		ts = append(ts, t)
+	}
+	var worst float64
+	var worstFn string
+	for fn, l := range r.Init {
+		if l.P50 > worst {
+			worst, worstFn = l.P50, fn
+		}
+	}
+	if worstFn != "" {
+		t := Check("function init time (p50 of the slowest function, host build)", worst, GoalInitMS, true, "ms")
+		t.Note = fmt.Sprintf("%s; max %s ms", worstFn, num(r.Init[worstFn].Max))
+		ts = append(ts, t)
+	}
+	big := Target{Name: "100,000 jobs in batches, callbacks fired once", Limit: GoalBigJobs, Unit: "jobs", Margin: "not run", Note: r.Big.Note}
+	if r.Big.Run {
+		big.Measured = float64(r.Big.Jobs)
+		big.Pass = r.Big.CallbacksFiredOnce && r.Big.Jobs >= GoalBigJobs
+		big.Margin = fmt.Sprintf("%.0f s", r.Big.Seconds)
+	}
+	ts = append(ts, big)
+	return ts
+}
+
+// ReplaceBetween replaces the text between the lines holding begin and
+// end markers (kept) with content; ok is false when a marker is missing.
+func ReplaceBetween(doc, begin, end, content string) (string, bool) {
+	i := strings.Index(doc, begin)
+	if i < 0 {
+		return doc, false
+	}
+	i += len(begin)
+	j := strings.Index(doc[i:], end)
+	if j < 0 {
+		return doc, false
+	}
+	return doc[:i] + "\n" + strings.TrimSpace(content) + "\n" + doc[i+j:], true
+}

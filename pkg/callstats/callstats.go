@@ -1,0 +1,559 @@
+// Package callstats counts the AWS requests a process makes, by service and
+// operation, with what they are billed by: request bytes, items per
+// transaction or batch, DynamoDB read and write units (as the service
+// reports them with ReturnConsumedCapacity, or estimated when it does not),
+// 64 KB chunks for SQS and EventBridge, and empty receives.
+//
+// It is opt-in and costs nothing when off: the functions add the middleware
+// only when OJS_CALL_STATS_DIR is set (awsclient.Load does that), and then
+// each process writes its cumulative counts to one file in that directory,
+// which the benchmark (make bench) sums before and after each phase.
+package callstats
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/smithy-go/middleware"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
+)
+
+// EnvDir names the directory the process writes its counts to; unset, no
+// middleware is installed.
+const EnvDir = "OJS_CALL_STATS_DIR"
+
+// Service ids as the SDK names them.
+const (
+	DynamoDB        = "DynamoDB"
+	DynamoDBStreams = "DynamoDB Streams"
+	SQS             = "SQS"
+	EventBridge     = "EventBridge"
+)
+
+// Op is what was counted for one service operation.
+type Op struct {
+	Service   string `json:"service"`
+	Operation string `json:"operation"`
+	// Calls are operation calls (one per SDK call, whatever its retries).
+	Calls int64 `json:"calls"`
+	// Attempts are HTTP requests sent, retries included: what is billed.
+	Attempts int64 `json:"attempts"`
+	// Errors are calls that returned an error; ConditionFailed those whose
+	// error was a failed condition or a cancelled transaction (DynamoDB
+	// still bills their writes).
+	Errors          int64 `json:"errors,omitempty"`
+	ConditionFailed int64 `json:"condition_failed,omitempty"`
+	// RequestBytes is the size of the request bodies sent.
+	RequestBytes int64 `json:"request_bytes"`
+	// Items are the items of a transaction or batch (DynamoDB), the
+	// entries of an SQS batch or the messages received, the EventBridge
+	// entries, or the stream records read.
+	Items int64 `json:"items,omitempty"`
+	// Empty counts receives and stream reads that returned nothing.
+	Empty int64 `json:"empty,omitempty"`
+	// ReadUnits and WriteUnits are DynamoDB request units: what the
+	// service reported (ReturnConsumedCapacity TOTAL), or an estimate for
+	// calls that failed (see estimateUnits).
+	ReadUnits  float64 `json:"read_units,omitempty"`
+	WriteUnits float64 `json:"write_units,omitempty"`
+	// Chunks are billing units of 64 KB payload (SQS requests,
+	// EventBridge entries).
+	Chunks int64 `json:"chunks_64k,omitempty"`
+}
+
+func (o *Op) add(p Op, sign int64) {
+	f := float64(sign)
+	o.Calls += sign * p.Calls
+	o.Attempts += sign * p.Attempts
+	o.Errors += sign * p.Errors
+	o.ConditionFailed += sign * p.ConditionFailed
+	o.RequestBytes += sign * p.RequestBytes
+	o.Items += sign * p.Items
+	o.Empty += sign * p.Empty
+	o.ReadUnits += f * p.ReadUnits
+	o.WriteUnits += f * p.WriteUnits
+	o.Chunks += sign * p.Chunks
+}
+
+func (o Op) zero() bool {
+	return o.Calls == 0 && o.Attempts == 0 && o.RequestBytes == 0 && o.Items == 0 && o.ReadUnits == 0 && o.WriteUnits == 0
+}
+
+// Key is "service operation".
+func (o Op) Key() string { return o.Service + " " + o.Operation }
+
+// Snapshot is a process's cumulative counts.
+type Snapshot struct {
+	// Process names the process (the Lambda function name locally).
+	Process string    `json:"process"`
+	PID     int       `json:"pid"`
+	At      time.Time `json:"at"`
+	Ops     []Op      `json:"ops"`
+}
+
+// Set is counts by operation key, the unit snapshots are summed and
+// subtracted in.
+type Set map[string]Op
+
+// Add adds ops to s.
+func (s Set) Add(ops []Op) {
+	for _, p := range ops {
+		o := s[p.Key()]
+		o.Service, o.Operation = p.Service, p.Operation
+		o.add(p, 1)
+		s[p.Key()] = o
+	}
+}
+
+// Sub returns s minus before, dropping operations left at zero.
+func (s Set) Sub(before Set) Set {
+	out := Set{}
+	for k, o := range s {
+		if b, ok := before[k]; ok {
+			o.add(b, -1)
+		}
+		if !o.zero() {
+			out[k] = o
+		}
+	}
+	return out
+}
+
+// Ops lists the set sorted by service, then operation.
+func (s Set) Ops() []Op {
+	out := make([]Op, 0, len(s))
+	for _, o := range s {
+		out = append(out, o)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key() < out[j].Key() })
+	return out
+}
+
+// Total sums the operations of one service ("" for all).
+func (s Set) Total(service string) Op {
+	t := Op{Service: service}
+	for _, o := range s {
+		if service == "" || o.Service == service {
+			t.add(o, 1)
+		}
+	}
+	return t
+}
+
+// Recorder counts the requests of the SDK clients it is installed on.
+type Recorder struct {
+	process string
+	mu      sync.Mutex
+	ops     map[string]*Op
+	changed bool
+}
+
+// New returns an empty recorder for the named process.
+func New(process string) *Recorder {
+	return &Recorder{process: process, ops: map[string]*Op{}}
+}
+
+// Snapshot returns the counts so far.
+func (r *Recorder) Snapshot() Snapshot {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := Snapshot{Process: r.process, PID: os.Getpid(), At: time.Now().UTC()}
+	for _, o := range r.ops {
+		s.Ops = append(s.Ops, *o)
+	}
+	sort.Slice(s.Ops, func(i, j int) bool { return s.Ops[i].Key() < s.Ops[j].Key() })
+	return s
+}
+
+// Set returns the counts so far as a Set.
+func (r *Recorder) Set() Set {
+	s := Set{}
+	s.Add(r.Snapshot().Ops)
+	return s
+}
+
+func (r *Recorder) record(service, op string, f func(*Op)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k := service + " " + op
+	o := r.ops[k]
+	if o == nil {
+		o = &Op{Service: service, Operation: op}
+		r.ops[k] = o
+	}
+	f(o)
+	r.changed = true
+}
+
+// AddMiddleware installs the counting middleware on an SDK client's stack:
+// pass it in aws.Config.APIOptions or a client's Options.APIOptions.
+func (r *Recorder) AddMiddleware(stack *middleware.Stack) error {
+	if err := stack.Initialize.Add(middleware.InitializeMiddlewareFunc("CallStatsCall", r.handleCall), middleware.After); err != nil {
+		return err
+	}
+	return stack.Finalize.Add(middleware.FinalizeMiddlewareFunc("CallStatsAttempt", r.handleAttempt), middleware.After)
+}
+
+// handleCall counts one call: it asks DynamoDB for the consumed capacity
+// and reads items, units and empties from the input and output.
+func (r *Recorder) handleCall(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+	service, op := awsmiddleware.GetServiceID(ctx), awsmiddleware.GetOperationName(ctx)
+	in.Parameters = withCapacity(in.Parameters)
+	out, md, err := next.HandleInitialize(ctx, in)
+	c := describe(in.Parameters, out.Result, err)
+	r.record(service, op, func(o *Op) {
+		o.Calls++
+		o.Items += c.items
+		o.Empty += c.empty
+		o.ReadUnits += c.read
+		o.WriteUnits += c.write
+		if err != nil {
+			o.Errors++
+			if c.conditionFailed {
+				o.ConditionFailed++
+			}
+		}
+	})
+	return out, md, err
+}
+
+// handleAttempt counts one HTTP attempt and its request bytes.
+func (r *Recorder) handleAttempt(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
+	service, op := awsmiddleware.GetServiceID(ctx), awsmiddleware.GetOperationName(ctx)
+	var n int64
+	if req, ok := in.Request.(*smithyhttp.Request); ok && req.ContentLength > 0 {
+		n = req.ContentLength
+	}
+	r.record(service, op, func(o *Op) {
+		o.Attempts++
+		o.RequestBytes += n
+		if service == SQS {
+			o.Chunks += Chunks(n)
+		}
+	})
+	return next.HandleFinalize(ctx, in)
+}
+
+// Chunks is the number of 64 KB billing chunks of a payload of n bytes
+// (at least one).
+func Chunks(n int64) int64 {
+	if n <= 0 {
+		return 1
+	}
+	return (n + 65535) / 65536
+}
+
+// withCapacity returns a copy of a DynamoDB input asking for the consumed
+// capacity (TOTAL: table and indexes together); other inputs unchanged.
+func withCapacity(p any) any {
+	const total = ddbtypes.ReturnConsumedCapacityTotal
+	switch v := p.(type) {
+	case *dynamodb.GetItemInput:
+		c := *v
+		c.ReturnConsumedCapacity = total
+		return &c
+	case *dynamodb.PutItemInput:
+		c := *v
+		c.ReturnConsumedCapacity = total
+		return &c
+	case *dynamodb.UpdateItemInput:
+		c := *v
+		c.ReturnConsumedCapacity = total
+		return &c
+	case *dynamodb.DeleteItemInput:
+		c := *v
+		c.ReturnConsumedCapacity = total
+		return &c
+	case *dynamodb.QueryInput:
+		c := *v
+		c.ReturnConsumedCapacity = total
+		return &c
+	case *dynamodb.ScanInput:
+		c := *v
+		c.ReturnConsumedCapacity = total
+		return &c
+	case *dynamodb.BatchGetItemInput:
+		c := *v
+		c.ReturnConsumedCapacity = total
+		return &c
+	case *dynamodb.BatchWriteItemInput:
+		c := *v
+		c.ReturnConsumedCapacity = total
+		return &c
+	case *dynamodb.TransactWriteItemsInput:
+		c := *v
+		c.ReturnConsumedCapacity = total
+		return &c
+	case *dynamodb.TransactGetItemsInput:
+		c := *v
+		c.ReturnConsumedCapacity = total
+		return &c
+	}
+	return p
+}
+
+type callFacts struct {
+	items, empty    int64
+	read, write     float64
+	conditionFailed bool
+}
+
+// describe reads the billing facts of one call from its input and output.
+func describe(in, out any, err error) callFacts {
+	var c callFacts
+	var cc []ddbtypes.ConsumedCapacity
+	one := func(p *ddbtypes.ConsumedCapacity) {
+		if p != nil {
+			cc = append(cc, *p)
+		}
+	}
+	switch v := in.(type) {
+	case *dynamodb.TransactWriteItemsInput:
+		c.items = int64(len(v.TransactItems))
+	case *dynamodb.TransactGetItemsInput:
+		c.items = int64(len(v.TransactItems))
+	case *dynamodb.BatchWriteItemInput:
+		for _, reqs := range v.RequestItems {
+			c.items += int64(len(reqs))
+		}
+	case *dynamodb.BatchGetItemInput:
+		for _, ka := range v.RequestItems {
+			c.items += int64(len(ka.Keys))
+		}
+	case *sqs.SendMessageBatchInput:
+		c.items = int64(len(v.Entries))
+	case *sqs.DeleteMessageBatchInput:
+		c.items = int64(len(v.Entries))
+	case *sqs.ChangeMessageVisibilityBatchInput:
+		c.items = int64(len(v.Entries))
+	case *eventbridge.PutEventsInput:
+		for _, e := range v.Entries {
+			n := int64(len(awsString(e.Detail)) + len(awsString(e.DetailType)) + len(awsString(e.Source)))
+			c.items += Chunks(n)
+		}
+	}
+	switch v := out.(type) {
+	case *dynamodb.GetItemOutput:
+		one(v.ConsumedCapacity)
+	case *dynamodb.PutItemOutput:
+		one(v.ConsumedCapacity)
+	case *dynamodb.UpdateItemOutput:
+		one(v.ConsumedCapacity)
+	case *dynamodb.DeleteItemOutput:
+		one(v.ConsumedCapacity)
+	case *dynamodb.QueryOutput:
+		one(v.ConsumedCapacity)
+	case *dynamodb.ScanOutput:
+		one(v.ConsumedCapacity)
+	case *dynamodb.BatchGetItemOutput:
+		cc = v.ConsumedCapacity
+	case *dynamodb.BatchWriteItemOutput:
+		cc = v.ConsumedCapacity
+	case *dynamodb.TransactWriteItemsOutput:
+		cc = v.ConsumedCapacity
+	case *dynamodb.TransactGetItemsOutput:
+		cc = v.ConsumedCapacity
+	case *sqs.ReceiveMessageOutput:
+		c.items = int64(len(v.Messages))
+		if len(v.Messages) == 0 {
+			c.empty = 1
+		}
+	default:
+		// DynamoDB Streams GetRecords, read by reflection so that the
+		// functions (which never read streams) do not link its client.
+		if n, ok := recordsLen(out); ok {
+			c.items = int64(n)
+			if n == 0 {
+				c.empty = 1
+			}
+		}
+	}
+	for _, x := range cc {
+		r, w := deref(x.ReadCapacityUnits), deref(x.WriteCapacityUnits)
+		if r == 0 && w == 0 {
+			// Some emulators report only the total: attribute it by the
+			// kind of request.
+			if isWrite(in) {
+				w = deref(x.CapacityUnits)
+			} else {
+				r = deref(x.CapacityUnits)
+			}
+		}
+		c.read += r
+		c.write += w
+	}
+	if err != nil {
+		var ccf *ddbtypes.ConditionalCheckFailedException
+		var tce *ddbtypes.TransactionCanceledException
+		c.conditionFailed = errors.As(err, &ccf) || errors.As(err, &tce)
+		if c.conditionFailed {
+			c.read, c.write = estimateUnits(in)
+		}
+	}
+	return c
+}
+
+// estimateUnits estimates what DynamoDB bills for a write that failed its
+// condition (no consumed capacity comes back with the error): one write
+// unit per item, two per transactional item, and a transaction's condition
+// checks count as writes too.
+func estimateUnits(in any) (read, write float64) {
+	switch v := in.(type) {
+	case *dynamodb.TransactWriteItemsInput:
+		return 0, 2 * float64(len(v.TransactItems))
+	case *dynamodb.PutItemInput, *dynamodb.UpdateItemInput, *dynamodb.DeleteItemInput:
+		return 0, 1
+	}
+	return 0, 0
+}
+
+func isWrite(in any) bool {
+	switch in.(type) {
+	case *dynamodb.PutItemInput, *dynamodb.UpdateItemInput, *dynamodb.DeleteItemInput,
+		*dynamodb.BatchWriteItemInput, *dynamodb.TransactWriteItemsInput:
+		return true
+	}
+	return false
+}
+
+// recordsLen is len(out.Records) for an output struct pointer with a
+// Records slice.
+func recordsLen(out any) (int, bool) {
+	v := reflect.ValueOf(out)
+	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
+		return 0, false
+	}
+	f := v.Elem().FieldByName("Records")
+	if !f.IsValid() || f.Kind() != reflect.Slice {
+		return 0, false
+	}
+	return f.Len(), true
+}
+
+func deref(p *float64) float64 {
+	if p == nil || math.IsNaN(*p) {
+		return 0
+	}
+	return *p
+}
+
+func awsString(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
+
+// FileName is the file a process writes its snapshot to.
+func FileName(process string, pid int) string {
+	return fmt.Sprintf("%s-%d.json", strings.NewReplacer("/", "_", " ", "_").Replace(process), pid)
+}
+
+// WriteFile writes the recorder's snapshot to dir atomically (temporary
+// file, then rename), so a reader never sees half a file.
+func (r *Recorder) WriteFile(dir string) error {
+	r.mu.Lock()
+	r.changed = false
+	r.mu.Unlock()
+	s := r.Snapshot()
+	b, err := json.Marshal(s)
+	if err != nil {
+		return err
+	}
+	name := filepath.Join(dir, FileName(s.Process, s.PID))
+	tmp := name + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, name)
+}
+
+// Flush writes the snapshot every interval while it changes, until ctx
+// ends (then once more).
+func (r *Recorder) Flush(ctx context.Context, dir string, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			_ = r.WriteFile(dir)
+			return
+		case <-t.C:
+			r.mu.Lock()
+			changed := r.changed
+			r.mu.Unlock()
+			if changed {
+				_ = r.WriteFile(dir)
+			}
+		}
+	}
+}
+
+// ReadDir sums the snapshots in dir by process name (the part of the file
+// name before the pid), so restarted processes add up.
+func ReadDir(dir string) (map[string]Set, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.json"))
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]Set{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		var s Snapshot
+		if err := json.Unmarshal(b, &s); err != nil {
+			return nil, fmt.Errorf("%s: %w", f, err)
+		}
+		set := out[s.Process]
+		if set == nil {
+			set = Set{}
+			out[s.Process] = set
+		}
+		set.Add(s.Ops)
+	}
+	return out, nil
+}
+
+var (
+	procOnce sync.Once
+	proc     *Recorder
+)
+
+// FromEnv returns the process-wide recorder when OJS_CALL_STATS_DIR is set
+// (creating the directory and starting its flusher on first use), else nil.
+// The process is named by AWS_LAMBDA_FUNCTION_NAME, else the executable.
+func FromEnv() *Recorder {
+	dir := os.Getenv(EnvDir)
+	if dir == "" {
+		return nil
+	}
+	procOnce.Do(func() {
+		name := os.Getenv("AWS_LAMBDA_FUNCTION_NAME")
+		if name == "" {
+			name = filepath.Base(os.Args[0])
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return
+		}
+		proc = New(name)
+		go proc.Flush(context.Background(), dir, 200*time.Millisecond)
+	})
+	return proc
+}
