@@ -485,15 +485,28 @@ func (s *Service) decide(j *job.Job, in ErrorInput, now time.Time) store.Failure
 // Ack completes an active job. attempt > 0 pins the attempt being
 // acknowledged (push-mode worker); pull-mode ACKs pass 0.
 func (s *Service) Ack(ctx context.Context, id string, result json.RawMessage, attempt int) (*job.Job, error) {
+	return s.ack(ctx, id, result, attempt, "")
+}
+
+// ack completes an active job; with workerID set, only if that worker
+// holds its reservation (a condition of the same write, not a read first).
+func (s *Service) ack(ctx context.Context, id string, result json.RawMessage, attempt int, workerID string) (*job.Job, error) {
 	if err := validID(id); err != nil {
 		return nil, err
 	}
 	if len(result) > job.MaxResultBytes {
 		return nil, ojserr.Newf(ojserr.PayloadTooLarge, "The result is %d bytes; the maximum is %d bytes.", len(result), job.MaxResultBytes).With("field", "result")
 	}
-	j, err := s.st.Apply(ctx, store.Complete(id, result, attempt, s.Now()))
+	t := store.Complete(id, result, attempt, s.Now())
+	if workerID != "" {
+		t = t.HeldBy(workerID)
+	}
+	j, err := s.st.Apply(ctx, t)
 	if err != nil {
 		var ce *store.ConflictError
+		if errors.As(err, &ce) && workerID != "" && ce.Current.State == job.Active && ce.Current.WorkerID != workerID && ce.Current.WorkerID != "" {
+			return nil, notHolder("acknowledge", id, workerID)
+		}
 		if errors.As(err, &ce) {
 			return nil, ojserr.StateConflict(ojserr.Conflict, "Cannot acknowledge job not in 'active' state. Current state: '%s'.", ce.Current.State).
 				With("job_id", id).With("current_state", string(ce.Current.State)).With("expected_state", "active")
@@ -507,6 +520,13 @@ func (s *Service) Ack(ctx context.Context, id string, result json.RawMessage, at
 // Nack records a failed attempt and applies the retry policy: the job
 // becomes retryable (with next_attempt_at) or discarded.
 func (s *Service) Nack(ctx context.Context, id string, in ErrorInput, attempt int) (*job.Job, error) {
+	return s.nack(ctx, id, in, attempt, "")
+}
+
+// nack records a failed attempt; with workerID set, only if that worker
+// holds the job's reservation (checked on the read, and a condition of the
+// write).
+func (s *Service) nack(ctx context.Context, id string, in ErrorInput, attempt int, workerID string) (*job.Job, error) {
 	if err := validID(id); err != nil {
 		return nil, err
 	}
@@ -519,11 +539,17 @@ func (s *Service) Nack(ctx context.Context, id string, in ErrorInput, attempt in
 			return nil, ojserr.StateConflict(ojserr.Conflict, "Cannot fail job not in 'active' state. Current state: '%s'.", cur.State).
 				With("job_id", id).With("current_state", string(cur.State)).With("expected_state", "active")
 		}
+		if workerID != "" && cur.WorkerID != workerID && cur.WorkerID != "" {
+			return nil, notHolder("fail", id, workerID)
+		}
 		now := s.Now()
 		f := s.decide(cur, in, now)
 		t := store.Fail(cur, f, now)
 		if in.Requeue {
 			t = store.Requeue(cur, f.Error, now, s.redel)
+		}
+		if workerID != "" {
+			t = t.HeldBy(workerID)
 		}
 		j, err := s.st.Apply(ctx, t)
 		var ce *store.ConflictError

@@ -53,4 +53,12 @@ func TestOnlyTheReservationHolderMayAckOrFail(t *testing.T) {
 	if _, err := s.AckOwned(ctx, k.ID, "", nil); err != nil {
 		t.Fatalf("ACK without worker_id: %v", err)
 	}
+	// Fetched without a worker id, acknowledged with one: nobody else holds it.
+	m, _ := s.Push(ctx, []byte(`{"type":"a.b","args":[],"options":{"queue":"own-q3"}}`))
+	if _, err := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"own-q3"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AckOwned(ctx, m.ID, "w-late-named", nil); err != nil {
+		t.Fatalf("ACK with a worker_id of an anonymously fetched job: %v", err)
+	}
 }

@@ -132,6 +132,14 @@ func Claim(id string, o ClaimOpts) Transition {
 	return t
 }
 
+// HeldBy makes the transition conditional on the job's reservation not
+// being held by another worker (ojs-worker-protocol.md 5.6): held by
+// workerID, or fetched without a worker id.
+func (t Transition) HeldBy(workerID string) Transition {
+	t.and(expression.Name(attrWorker).Equal(expression.Value(workerID)).Or(expression.AttributeNotExists(expression.Name(attrWorker))))
+	return t
+}
+
 // Complete records success of an active job. attempt > 0 additionally
 // requires the job to still be in that attempt (a late completion of an
 // earlier attempt changes nothing).
