@@ -236,6 +236,7 @@ func (s *Sweeper) Loop(ctx context.Context, tick time.Duration, until time.Time)
 		total.Redelivered += r.Redelivered
 		total.Workflows += r.Workflows
 		total.CronsFired += r.CronsFired
+		total.DeadPruned += r.DeadPruned
 		if err != nil {
 			// One failing queue or schedule must not stop the others'
 			// time-driven moves for the rest of the invocation.

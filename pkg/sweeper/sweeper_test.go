@@ -91,10 +91,18 @@ func TestSweeperPromotesDueJobsAndRequeuesExpiredLeases(t *testing.T) {
 	}
 }
 
-type failingCrons struct{ calls int }
+// failingCrons fails every cron pass and ends the loop (stop) after the
+// third, so the test counts sweeps, not time.
+type failingCrons struct {
+	calls int
+	stop  context.CancelFunc
+}
 
 func (f *failingCrons) Run(context.Context) (cron.RunResult, error) {
 	f.calls++
+	if f.calls == 3 {
+		f.stop()
+	}
 	return cron.RunResult{}, errors.New("schedule broken")
 }
 
@@ -104,10 +112,13 @@ func TestLoopKeepsSweepingAfterAnError(t *testing.T) {
 	t.Parallel()
 	st, _ := testenv.Table(t)
 	svc := lifecycle.New(st, lifecycle.Config{})
-	fc := &failingCrons{}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	fc := &failingCrons{stop: cancel}
 	sw := &sweeper.Sweeper{Service: svc, Store: st, Sender: dispatch.New(testenv.SQS(), nil), Crons: fc}
-	_, err := sw.Loop(context.Background(), 20*time.Millisecond, time.Now().Add(300*time.Millisecond))
-	if err == nil || fc.calls < 3 {
+	// The deadline is far: only the third failing pass ends the loop.
+	_, err := sw.Loop(ctx, 20*time.Millisecond, time.Now().Add(10*time.Minute))
+	if err == nil || fc.calls != 3 {
 		t.Fatalf("sweeps after an error: %d (err %v)", fc.calls, err)
 	}
 }
