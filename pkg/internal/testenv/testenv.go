@@ -103,9 +103,11 @@ func Table(t testing.TB) (*store.Store, string) {
 }
 
 // Eventually polls cond every 20 ms until it returns true or the timeout
-// passes, then fails the test with msg.
+// passes, then fails the test with msg. The timeout is at least two
+// minutes: a loaded CI machine must not fail a test by being slow.
 func Eventually(t testing.TB, timeout time.Duration, msg string, cond func() bool) {
 	t.Helper()
+	timeout = max(timeout, 2*time.Minute)
 	deadline := time.Now().Add(timeout)
 	for {
 		if cond() {
