@@ -16,7 +16,8 @@ type ItemStore interface {
 
 var _ ItemStore = (*store.Store)(nil)
 
-// clockSkew tolerates SQS delivering a delayed message slightly early.
+// clockSkew is how early a delayed SQS message may arrive and still be
+// held by the worker until its time instead of being re-sent.
 const clockSkew = time.Second
 
 // Delivered is the outcome of ClaimDelivered.
@@ -56,11 +57,21 @@ func (s *Service) ClaimDelivered(ctx context.Context, items ItemStore, id, worke
 				return Delivered{RetryIn: wait}, nil
 			}
 			return Delivered{}, nil // the sweeper delivers it nearer the time
+		} else if wait > 0 {
+			// SQS delays are whole seconds, so a delayed message can arrive
+			// a moment early: wait it out rather than start the attempt
+			// before its time (a retry never runs before its backoff).
+			select {
+			case <-time.After(wait):
+			case <-ctx.Done():
+				return Delivered{}, ctx.Err()
+			}
+			now = now.Add(wait)
 		}
 		if j.ExpiresAt != nil && !j.ExpiresAt.After(now) {
 			return Delivered{}, s.expire(ctx, j, now)
 		}
-		t := store.Promote(j, now.Add(clockSkew), s.redel, true)
+		t := store.Promote(j, now, s.redel, true)
 		if j, err = s.st.Apply(ctx, t); err != nil {
 			return Delivered{}, ignoreConflict(err)
 		}
