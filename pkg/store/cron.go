@@ -322,13 +322,5 @@ func avS(v string) types.AttributeValue { return &types.AttributeValueMemberS{Va
 // DecodeCron turns a stream image into a schedule; ok is false for other
 // items.
 func DecodeCron(av map[string]types.AttributeValue) (*CronInfo, bool, error) {
-	sk, ok := av[attrSK].(*types.AttributeValueMemberS)
-	if !ok || !strings.HasPrefix(sk.Value, cronPrefix) {
-		return nil, false, nil
-	}
-	var c CronInfo
-	if err := attributevalue.UnmarshalMap(av, &c); err != nil {
-		return nil, false, fmt.Errorf("decode cron item: %w", err)
-	}
-	return &c, true, nil
+	return decodeIf[CronInfo](av, prefixed(cronPrefix), "cron item")
 }

@@ -49,14 +49,7 @@ func pruneRunKey() map[string]types.AttributeValue {
 // DecodePruneRun turns a stream image into a PruneRun; ok is false for
 // other items.
 func DecodePruneRun(av map[string]types.AttributeValue) (*PruneRun, bool, error) {
-	if sk, ok := av[attrSK].(*types.AttributeValueMemberS); !ok || sk.Value != pruneRunSK {
-		return nil, false, nil
-	}
-	var r PruneRun
-	if err := attributevalue.UnmarshalMap(av, &r); err != nil {
-		return nil, false, fmt.Errorf("decode prune run: %w", err)
-	}
-	return &r, true, nil
+	return decodeIf[PruneRun](av, equals(pruneRunSK), "prune run")
 }
 
 // ClaimPruneRun starts a pruning run if none started since the last run's

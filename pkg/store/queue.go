@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -175,15 +174,7 @@ func (s *Store) ClearRedeliver(ctx context.Context, name, token string) error {
 // DecodeQueue turns a stream image into a queue item; ok is false for
 // other items.
 func DecodeQueue(av map[string]types.AttributeValue) (*QueueInfo, bool, error) {
-	sk, ok := av[attrSK].(*types.AttributeValueMemberS)
-	if !ok || !strings.HasPrefix(sk.Value, queuePrefix) {
-		return nil, false, nil
-	}
-	var q QueueInfo
-	if err := attributevalue.UnmarshalMap(av, &q); err != nil {
-		return nil, false, fmt.Errorf("decode queue item: %w", err)
-	}
-	return &q, true, nil
+	return decodeIf[QueueInfo](av, prefixed(queuePrefix), "queue item")
 }
 
 // QueueCounts are a queue's jobs per waiting state, counted from the

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
@@ -252,6 +253,24 @@ func DecodeItem(av map[string]types.AttributeValue) (Item, bool, error) {
 	}
 	return it, true, nil
 }
+
+// decodeIf decodes an item (a read or a stream image) into a T when its
+// sort key satisfies match; ok is false for other items.
+func decodeIf[T any](av map[string]types.AttributeValue, match func(sk string) bool, what string) (*T, bool, error) {
+	sk, ok := av[attrSK].(*types.AttributeValueMemberS)
+	if !ok || !match(sk.Value) {
+		return nil, false, nil
+	}
+	var v T
+	if err := attributevalue.UnmarshalMap(av, &v); err != nil {
+		return nil, false, fmt.Errorf("decode %s: %w", what, err)
+	}
+	return &v, true, nil
+}
+
+func prefixed(p string) func(string) bool { return func(sk string) bool { return strings.HasPrefix(sk, p) } }
+
+func equals(v string) func(string) bool { return func(sk string) bool { return sk == v } }
 
 func decodeJob(av map[string]types.AttributeValue) (*job.Job, error) {
 	it, ok, err := DecodeItem(av)

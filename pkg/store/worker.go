@@ -72,14 +72,7 @@ func (s *Store) WorkerBeat(ctx context.Context, w WorkerInfo, now time.Time) (*W
 // DecodeWorker turns a stream image into a WorkerInfo; ok is false for
 // other items.
 func DecodeWorker(av map[string]types.AttributeValue) (*WorkerInfo, bool, error) {
-	if sk, ok := av[attrSK].(*types.AttributeValueMemberS); !ok || sk.Value != workerSK {
-		return nil, false, nil
-	}
-	var w WorkerInfo
-	if err := attributevalue.UnmarshalMap(av, &w); err != nil {
-		return nil, false, fmt.Errorf("decode worker: %w", err)
-	}
-	return &w, true, nil
+	return decodeIf[WorkerInfo](av, equals(workerSK), "worker item")
 }
 
 // WorkerState reads what a worker last reported and the directive an
