@@ -110,9 +110,16 @@ type PruneResult struct {
 func (s *Service) PruneDead(ctx context.Context) (PruneResult, error) {
 	pol := s.retention
 	now := s.Now()
-	run, ok, err := s.st.ClaimPruneRun(ctx, now, now.Add(pol.Interval))
-	if err != nil || !ok {
+	if now.UnixMilli() < s.pruneAfter.Load() {
+		return PruneResult{}, nil // known not to be time yet
+	}
+	run, ok, nextAt, err := s.st.ClaimPruneRun(ctx, now, now.Add(pol.Interval))
+	if err != nil {
 		return PruneResult{}, err
+	}
+	s.pruneAfter.Store(nextAt.UnixMilli())
+	if !ok {
+		return PruneResult{}, nil
 	}
 	res := PruneResult{Ran: true, ByQueue: map[string]int{}}
 	queues, err := s.st.Queues(ctx)
@@ -205,6 +212,7 @@ func (s *Service) PruneDead(ctx context.Context) (PruneResult, error) {
 	var next *time.Time
 	if res.More {
 		next = &now // the next sweep carries on
+		s.pruneAfter.Store(now.UnixMilli())
 	}
 	if err := s.st.FinishPruneRun(ctx, run, store.PruneRun{Pruned: res.Pruned, ByAge: res.ByAge, ByCount: res.ByCount, ByQueue: res.ByQueue}, s.Now(), next); err != nil {
 		return res, err

@@ -14,6 +14,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
@@ -48,7 +49,7 @@ type Store interface {
 	SetWorkerDirective(ctx context.Context, id, directive string, now time.Time) (*store.WorkerInfo, error)
 	Workers(ctx context.Context, limit int) ([]store.WorkerInfo, error)
 	WorkerState(ctx context.Context, id string) (*store.WorkerInfo, error)
-	ClaimPruneRun(ctx context.Context, now, next time.Time) (int64, bool, error)
+	ClaimPruneRun(ctx context.Context, now, next time.Time) (int64, bool, time.Time, error)
 	FinishPruneRun(ctx context.Context, run int64, r store.PruneRun, now time.Time, next *time.Time) error
 	PruneState(ctx context.Context) (*store.PruneRun, error)
 	OldestDead(ctx context.Context, queue string, before *time.Time, limit int) ([]store.DeadRef, error)
@@ -93,6 +94,9 @@ type Service struct {
 	retention Retention
 	// workers caches which workers are quiet or terminating.
 	workers workerStates
+	// pruneAfter (Unix ms) is when this process may next try to claim a
+	// pruning run: the claim is a write, not to be spent on every sweep.
+	pruneAfter atomic.Int64
 }
 
 // New returns a service on st.

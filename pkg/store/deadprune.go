@@ -54,8 +54,9 @@ func DecodePruneRun(av map[string]types.AttributeValue) (*PruneRun, bool, error)
 
 // ClaimPruneRun starts a pruning run if none started since the last run's
 // next_prune_at: one conditional write, so of two sweepers at once only one
-// prunes. It returns the run number and ok=false when it is not yet time.
-func (s *Store) ClaimPruneRun(ctx context.Context, now, next time.Time) (int64, bool, error) {
+// prunes. It returns the run number, or ok=false and the time the next run
+// may start when it is not yet time.
+func (s *Store) ClaimPruneRun(ctx context.Context, now, next time.Time) (int64, bool, time.Time, error) {
 	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName: &s.table, Key: pruneRunKey(),
 		UpdateExpression:    aws.String("SET next_prune_at = :next, run = if_not_exists(run, :zero) + :one, started_at = :now"),
@@ -64,19 +65,23 @@ func (s *Store) ClaimPruneRun(ctx context.Context, now, next time.Time) (int64, 
 			":next": &types.AttributeValueMemberN{Value: itoa(ms(next))}, ":now": &types.AttributeValueMemberN{Value: itoa(ms(now))},
 			":zero": &types.AttributeValueMemberN{Value: "0"}, ":one": &types.AttributeValueMemberN{Value: "1"},
 		},
-		ReturnValues: types.ReturnValueUpdatedNew,
+		ReturnValues:                        types.ReturnValueUpdatedNew,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	if conditionFailed(err) {
-		return 0, false, nil
+	var ccf *types.ConditionalCheckFailedException
+	if errors.As(err, &ccf) {
+		var cur PruneRun
+		_ = attributevalue.UnmarshalMap(ccf.Item, &cur)
+		return 0, false, time.UnixMilli(cur.NextAt).UTC(), nil
 	}
 	if err != nil {
-		return 0, false, fmt.Errorf("claim prune run: %w", err)
+		return 0, false, time.Time{}, fmt.Errorf("claim prune run: %w", err)
 	}
 	var r PruneRun
 	if err := attributevalue.UnmarshalMap(out.Attributes, &r); err != nil {
-		return 0, false, err
+		return 0, false, time.Time{}, err
 	}
-	return r.Run, true, nil
+	return r.Run, true, next, nil
 }
 
 // FinishPruneRun records what run removed. When more remain (the run hit
