@@ -12,6 +12,9 @@ GO          ?= go
 LOCAL_BIN   := .local/bin
 FUNCS       := api worker stream sweeper
 DEV_ADDR    ?= 127.0.0.1:8080
+# make dev answers Redis FLUSHDB here by wiping the local stack (for the OJS
+# conformance runner's -redis reset); RESET_ADDR= turns it off.
+RESET_ADDR  ?= 127.0.0.1:6379
 EMU_STAMP   := localstack/node_modules/.package-lock.json
 
 .DEFAULT_GOAL := help

@@ -77,11 +77,11 @@ func run(addr, bin, logs, envName, token, demo, resetAddr string, log *slog.Logg
 		return err
 	}
 	defer rt.Stop()
-	if resetAddr != "" {
-		l, err := net.Listen("tcp", resetAddr)
-		if err != nil {
-			return fmt.Errorf("reset listener: %w", err)
-		}
+	if l, err := listenReset(resetAddr); err != nil {
+		// Best effort: the stack serves without it (e.g. a Redis already
+		// holds the port).
+		fmt.Printf("\nReset listener not started on %s: %v\n", resetAddr, err)
+	} else if l != nil {
 		defer l.Close()
 		go func() {
 			_ = localrt.ServeReset(l, func(ctx context.Context) error {
@@ -121,6 +121,14 @@ func run(addr, bin, logs, envName, token, demo, resetAddr string, log *slog.Logg
 	case <-time.After(10 * time.Second):
 	}
 	return nil
+}
+
+// listenReset opens the development reset listener (nil when addr is empty).
+func listenReset(addr string) (net.Listener, error) {
+	if addr == "" {
+		return nil, nil
+	}
+	return net.Listen("tcp", addr)
 }
 
 func cut(kv string) (string, string, bool) {
