@@ -268,7 +268,9 @@ func decodeIf[T any](av map[string]types.AttributeValue, match func(sk string) b
 	return &v, true, nil
 }
 
-func prefixed(p string) func(string) bool { return func(sk string) bool { return strings.HasPrefix(sk, p) } }
+func prefixed(p string) func(string) bool {
+	return func(sk string) bool { return strings.HasPrefix(sk, p) }
+}
 
 func equals(v string) func(string) bool { return func(sk string) bool { return sk == v } }
 
