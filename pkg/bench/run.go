@@ -23,6 +23,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/awsclient"
 	"github.com/ojs-aws/ojs-serverless/pkg/callstats"
 	"github.com/ojs-aws/ojs-serverless/pkg/emulator"
+	"github.com/ojs-aws/ojs-serverless/pkg/internal/ctxsleep"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/localrt"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
@@ -289,20 +290,9 @@ func (b *bencher) quiet(ctx context.Context) (snap, error) {
 			b.log.Warn("the stack did not go quiet within 2 minutes; counting anyway")
 			return s, nil
 		}
-		if !sleepCtx(ctx, 250*time.Millisecond) {
+		if !ctxsleep.Sleep(ctx, 250*time.Millisecond) {
 			return snap{}, ctx.Err()
 		}
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
 
@@ -421,7 +411,7 @@ func enqueue(ctx context.Context, n, clients int, rate float64, create func(cont
 					return
 				}
 				if rate > 0 {
-					if !sleepCtx(ctx, time.Until(start.Add(time.Duration(float64(i)/rate*float64(time.Second))))) {
+					if !ctxsleep.Sleep(ctx, time.Until(start.Add(time.Duration(float64(i)/rate*float64(time.Second))))) {
 						return
 					}
 				}
@@ -467,7 +457,7 @@ func (b *bencher) pullWorkers(ctx context.Context, queue string, want int, prog 
 				}
 				if len(out.Jobs) == 0 {
 					b.empties.Add(1)
-					sleepCtx(ctx, backoff)
+					ctxsleep.Sleep(ctx, backoff)
 					backoff = min(2*backoff, 50*time.Millisecond)
 					continue
 				}
@@ -547,7 +537,7 @@ func (b *bencher) waitJobs(ctx context.Context, ids []string, prog *Progress) (m
 			if time.Now().After(deadline) {
 				return nil, fmt.Errorf("%d jobs not finished after 10 minutes", len(pending))
 			}
-			if !sleepCtx(ctx, 200*time.Millisecond) {
+			if !ctxsleep.Sleep(ctx, 200*time.Millisecond) {
 				return nil, ctx.Err()
 			}
 		}
@@ -581,7 +571,7 @@ func (b *bencher) waitWorkflows(ctx context.Context, ids []string, perWorkflow i
 			if time.Now().After(deadline) {
 				return fmt.Errorf("%d workflows not finished after %v", len(pending), timeout)
 			}
-			if !sleepCtx(ctx, 200*time.Millisecond) {
+			if !ctxsleep.Sleep(ctx, 200*time.Millisecond) {
 				return ctx.Err()
 			}
 		}
@@ -819,7 +809,7 @@ func (b *bencher) bigRun(ctx context.Context, workflows, width int) BigRun {
 				break
 			}
 			r.Retries++
-			sleepCtx(ctx, 5*time.Second)
+			ctxsleep.Sleep(ctx, 5*time.Second)
 		}
 		if err == nil {
 			err = b.waitWorkflows(ctx, ids[i:i+1], width+1, nil, time.Hour)

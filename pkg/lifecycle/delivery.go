@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/ojs-aws/ojs-serverless/pkg/internal/ctxsleep"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 )
@@ -61,9 +62,7 @@ func (s *Service) ClaimDelivered(ctx context.Context, items ItemStore, id, worke
 			// SQS delays are whole seconds, so a delayed message can arrive
 			// a moment early: wait it out rather than start the attempt
 			// before its time (a retry never runs before its backoff).
-			select {
-			case <-time.After(wait):
-			case <-ctx.Done():
+			if !ctxsleep.Sleep(ctx, wait) {
 				return Delivered{}, ctx.Err()
 			}
 			now = now.Add(wait)

@@ -33,6 +33,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/ojs-aws/ojs-serverless/pkg/awsclient"
 	"github.com/ojs-aws/ojs-serverless/pkg/edge/apigw"
+	"github.com/ojs-aws/ojs-serverless/pkg/internal/ctxsleep"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 )
@@ -368,7 +369,7 @@ func (rt *Runtime) pollSQS(ctx context.Context, q topology.Queue) {
 		if err != nil {
 			if ctx.Err() == nil {
 				rt.log.Warn("sqs receive failed", "queue", q.Name, "error", err.Error())
-				sleep(ctx, time.Second)
+				ctxsleep.Sleep(ctx, time.Second)
 			}
 			continue
 		}
@@ -435,19 +436,8 @@ func (rt *Runtime) schedule(ctx context.Context) {
 		if _, err := rt.Invoke(ctx, topology.FunctionSweeper, payload); err != nil && ctx.Err() == nil {
 			rt.log.Warn("sweeper invocation failed", "error", err.Error())
 		}
-		if !sleep(ctx, time.Until(start.Add(interval))) {
+		if !ctxsleep.Sleep(ctx, time.Until(start.Add(interval))) {
 			return
 		}
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
+	"github.com/ojs-aws/ojs-serverless/pkg/internal/ctxsleep"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 )
 
@@ -32,7 +33,7 @@ func (rt *Runtime) pollStream(ctx context.Context) {
 			if ctx.Err() == nil {
 				rt.log.Warn("describe stream failed", "error", err.Error())
 			}
-			sleep(ctx, time.Second)
+			ctxsleep.Sleep(ctx, time.Second)
 			continue
 		}
 		for _, sh := range out.StreamDescription.Shards {
@@ -59,7 +60,7 @@ func (rt *Runtime) pollStream(ctx context.Context) {
 				rt.readShard(ctx, client, id)
 			})
 		}
-		sleep(ctx, 2*time.Second)
+		ctxsleep.Sleep(ctx, 2*time.Second)
 	}
 }
 
@@ -79,7 +80,7 @@ func (rt *Runtime) readShard(ctx context.Context, client *dynamodbstreams.Client
 			if err != nil {
 				if ctx.Err() == nil {
 					rt.log.Warn("get records failed", "shard", shardID, "error", err.Error())
-					sleep(ctx, time.Second)
+					ctxsleep.Sleep(ctx, time.Second)
 				}
 				continue
 			}
@@ -93,7 +94,7 @@ func (rt *Runtime) readShard(ctx context.Context, client *dynamodbstreams.Client
 			}
 		}
 		if len(pending) == 0 {
-			sleep(ctx, cfg.PollInterval)
+			ctxsleep.Sleep(ctx, cfg.PollInterval)
 			continue
 		}
 		pending = rt.deliverRecords(ctx, pending)
@@ -141,7 +142,7 @@ func (rt *Runtime) deliverRecords(ctx context.Context, recs []types.Record) []ty
 				"first_sequence", aws.ToString(recs[0].Dynamodb.SequenceNumber))
 			return nil
 		}
-		sleep(ctx, time.Duration(attempt+1)*200*time.Millisecond)
+		ctxsleep.Sleep(ctx, time.Duration(attempt+1)*200*time.Millisecond)
 	}
 	return recs
 }
