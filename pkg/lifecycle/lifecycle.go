@@ -92,8 +92,8 @@ type Service struct {
 	pauses pauseCache
 	// retention is the dead letter retention policy.
 	retention Retention
-	// workers caches which workers are quiet or terminating.
-	workers workerStates
+	// workers remembers which workers are quiet or terminating.
+	workers stoppingWorkers
 	// pruneAfter (Unix ms) is when this process may next try to claim a
 	// pruning run: the claim is a write, not to be spent on every sweep.
 	pruneAfter atomic.Int64
@@ -846,7 +846,9 @@ func (s *Service) Heartbeat(ctx context.Context, r HeartbeatRequest) (HeartbeatR
 		return HeartbeatResult{}, ojserr.Backend(err)
 	}
 	directive := w.Directive
-	s.workers.put(r.WorkerID, stopping(w.State) || stopping(directive), time.Now())
+	if stopping(w.State) || stopping(directive) {
+		s.workers.add(r.WorkerID)
+	}
 	vt := r.Visibility
 	if vt <= 0 {
 		vt = job.DefaultVisibilityTimeout

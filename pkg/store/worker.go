@@ -76,9 +76,9 @@ func DecodeWorker(av map[string]types.AttributeValue) (*WorkerInfo, bool, error)
 }
 
 // WorkerState reads what a worker last reported and the directive an
-// operator set (eventually consistent: one read unit at most).
+// operator set (a consistent read of a small item: one read unit).
 func (s *Store) WorkerState(ctx context.Context, id string) (*WorkerInfo, error) {
-	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.table, Key: workerKey(id),
+	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.table, Key: workerKey(id), ConsistentRead: aws.Bool(true),
 		ProjectionExpression:     aws.String("worker_id, #s, directive"),
 		ExpressionAttributeNames: map[string]string{"#s": "state"}})
 	if err != nil {
