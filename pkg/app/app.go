@@ -101,10 +101,14 @@ func Load(ctx context.Context) (*App, error) {
 	d := dispatch.New(sqs.NewFromConfig(cfg), urls)
 	push := d.Queues()
 	svc := lifecycle.New(st, lifecycle.Config{PushQueues: push, Logger: log, DeadRetention: ret, RedeliverAfter: redeliver})
+	// Workflow jobs are admitted like every job, and a request that
+	// finishes a workflow job advances its workflow before it answers.
+	wfs := workflow.New(st, workflow.Config{Jobs: svc, PushQueues: push, Logger: log, RedeliverAfter: redeliver})
+	svc.SetWorkflows(wfs)
 	return &App{
 		Logger: log, Store: st, Dispatcher: d, PushQueues: push, EventTTL: ttl, Publisher: pub, Table: table,
 		Service:   svc,
-		Workflows: workflow.New(st, workflow.Config{PushQueues: push, Logger: log, RedeliverAfter: redeliver}),
+		Workflows: wfs,
 		Crons:     &cron.Service{Store: st, Jobs: svc, Logger: log},
 		AuthToken: os.Getenv(topology.EnvAuthToken),
 	}, nil

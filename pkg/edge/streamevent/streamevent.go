@@ -70,11 +70,6 @@ func Change(r events.DynamoDBEventRecord) (engine.Change, error) {
 		if err != nil {
 			return c, err
 		}
-		if img.dst == &c.New && len(r.Change.OldImage) == 0 {
-			if id, ok := store.WorkflowStarted(av); ok {
-				c.StartWorkflow = id
-			}
-		}
 		if q, ok, err := store.DecodeQueue(av); err != nil {
 			return c, err
 		} else if ok {
