@@ -155,11 +155,15 @@ func (o *OJSServerless) addTable() {
 		RemovalPolicy:      o.removalPolicy(),
 	})
 	for _, ix := range t.Indexes {
+		proj := awsdynamodb.ProjectionType_ALL
+		if ix.KeysOnly {
+			proj = awsdynamodb.ProjectionType_KEYS_ONLY
+		}
 		o.Table.AddGlobalSecondaryIndex(&awsdynamodb.GlobalSecondaryIndexProps{
 			IndexName:      jsii.String(ix.Name),
 			PartitionKey:   attribute(ix.PartitionKey),
 			SortKey:        attribute(ix.SortKey),
-			ProjectionType: awsdynamodb.ProjectionType_ALL,
+			ProjectionType: proj,
 		})
 	}
 }

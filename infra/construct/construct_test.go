@@ -63,13 +63,17 @@ func TestTable(t *testing.T) {
 	jt := topology.JobTable
 	var gsis []any
 	for _, ix := range jt.Indexes {
+		proj := "ALL"
+		if ix.KeysOnly {
+			proj = "KEYS_ONLY"
+		}
 		gsis = append(gsis, map[string]any{
 			"IndexName": ix.Name,
 			"KeySchema": []any{
 				map[string]any{"AttributeName": ix.PartitionKey.Name, "KeyType": "HASH"},
 				map[string]any{"AttributeName": ix.SortKey.Name, "KeyType": "RANGE"},
 			},
-			"Projection": map[string]any{"ProjectionType": "ALL"},
+			"Projection": map[string]any{"ProjectionType": proj},
 		})
 	}
 	s.template.HasResourceProperties(jsii.String("AWS::DynamoDB::Table"), map[string]any{

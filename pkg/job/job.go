@@ -192,7 +192,7 @@ func (j *Job) MarshalJSON() ([]byte, error) {
 		Priority: j.Priority, State: j.State, Attempt: j.Attempt, MaxAttempts: j.Retry.MaxAttempts,
 		Timeout: int64((j.Timeout + time.Second - 1) / time.Second), TimeoutMS: j.Timeout.Milliseconds(),
 		VisibilityTimeoutMS: j.Visibility.Milliseconds(), VisibilityTimeout: int64((j.Visibility + time.Second - 1) / time.Second),
-		Retry:               j.Retry, Tags: j.Tags, Schema: j.Schema,
+		Retry: j.Retry, Tags: j.Tags, Schema: j.Schema,
 		ScheduledAt: text(j.ScheduledAtText, j.ScheduledAt), ExpiresAt: text(j.ExpiresAtText, j.ExpiresAt), CreatedAt: ts(j.CreatedAt),
 		EnqueuedAt: ts(j.EnqueuedAt), StartedAt: ts(j.StartedAt), CompletedAt: ts(j.CompletedAt),
 		CancelledAt: ts(j.CancelledAt), DiscardedAt: ts(j.DiscardedAt), NextAttemptAt: ts(j.NextAttemptAt),

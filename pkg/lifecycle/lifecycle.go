@@ -45,6 +45,7 @@ type Store interface {
 	SetQueueRate(ctx context.Context, name string, perSecond float64, now time.Time) error
 	TakeRateTokens(ctx context.Context, name string, n int, perSecond float64, now time.Time) (bool, error)
 	CountQueue(ctx context.Context, queue string) (store.QueueCounts, error)
+	CountCompleted(ctx context.Context, queue string, since time.Time) (int, error)
 	QueryEvents(ctx context.Context, f events.Filter, now time.Time) (*events.Page, error)
 	WorkerBeat(ctx context.Context, w store.WorkerInfo, now time.Time) (*store.WorkerInfo, error)
 	SetWorkerDirective(ctx context.Context, id, directive string, now time.Time) (*store.WorkerInfo, error)

@@ -24,6 +24,8 @@ const (
 	attrReadySK  = "ready_sk"
 	attrDuePK    = "due_pk"
 	attrDueAt    = "due_at"
+	attrDonePK   = "done_pk"
+	attrDoneSK   = "done_sk"
 	attrLease    = "lease_until"
 	attrWorker   = "worker_id"
 	attrDispatch = "dispatch"

@@ -155,6 +155,10 @@ func (t *Transition) leaseHeld(now time.Time) {
 func Complete(id string, result json.RawMessage, attempt int, now time.Time) Transition {
 	t := newTransition(id, job.Completed, job.Active)
 	t.set("completed_at", job.Timestamp(now))
+	// Listed among its queue's completions (index "done", keys only: the
+	// partition is the queue name, copied from the item), for queue stats.
+	t.update = t.update.Set(expression.Name(attrDonePK), expression.Name("queue"))
+	t.set(attrDoneSK, deadSortKey(now, id))
 	if len(result) > 0 {
 		t.set("result", string(result))
 	} else {
@@ -352,7 +356,7 @@ func Requeue(j *job.Job, e job.ErrorInfo, now time.Time, redeliverAfter time.Dur
 	t.set("errors", list)
 	t.set("error", last)
 	t.becomeAvailable(j.Queue, j.Priority, j.Push, now, redeliverAfter, false)
-	t.remove("deadline_ms", "lease_ms")
+	t.remove("deadline_ms")
 	t.and(expression.Name(attrAttempt).Equal(expression.Value(j.Attempt)))
 	t.leaseHeld(now)
 	return t

@@ -525,7 +525,9 @@ func (e *Engine) graphJobs(ctx context.Context, s step, g *store.Node, deps [][]
 	if err != nil {
 		return nil, err
 	}
-	node := func(x int) *store.Node { return p.Nodes[store.NodeKey{WorkflowID: s.wf, Path: childPath(g.Path, segment(KindGraph, x))}] }
+	node := func(x int) *store.Node {
+		return p.Nodes[store.NodeKey{WorkflowID: s.wf, Path: childPath(g.Path, segment(KindGraph, x))}]
+	}
 	var ids []string
 	for x := range need {
 		if x != s.index() && !hasInt(ready, x) {
