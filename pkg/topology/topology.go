@@ -47,6 +47,10 @@ const (
 	// job may wait unclaimed before the sweeper sends it to SQS again
 	// (default 5m; the fault-injection soak shortens it).
 	EnvRedeliverAfter = "OJS_REDELIVER_AFTER"
+	// EnvName is the environment's name (Env.Name): the Environment
+	// dimension of the lifecycle metrics the stream function writes
+	// (pkg/metrics). Default "default".
+	EnvName = "OJS_ENV"
 )
 
 // Function names, used as construct ids, local process names and the
