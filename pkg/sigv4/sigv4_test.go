@@ -226,7 +226,7 @@ func TestRegionFromURL(t *testing.T) {
 		"https://api.example.com":                                    "",
 		"https://abc.lambda-url.eu-west-1.on.aws":                    "",
 		"https://abc123.execute-api.eu-west-1.amazonaws.com.evil.io": "",
-		"::not a url":                                                "",
+		"::not a url": "",
 	} {
 		got, ok := RegionFromURL(url)
 		if got != want || ok != (want != "") {
