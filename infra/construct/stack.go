@@ -28,6 +28,9 @@ const (
 	OutputStreamFailureQueueURL = "StreamFailureQueueUrl"
 	// OutputDashboardName is the CloudWatch dashboard name.
 	OutputDashboardName = "DashboardName"
+	// OutputAlarmTopicARN is the SNS topic every alarm notifies (subscribe
+	// your on-call email or tooling to it).
+	OutputAlarmTopicARN = "AlarmTopicArn"
 )
 
 // QueueURLOutput returns the output key holding the SQS URL of the named
@@ -93,5 +96,6 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.
 	}
 	out(OutputStreamFailureQueueURL, o.StreamFailureQueue.QueueUrl(), "On-failure destination of the stream mapping")
 	out(OutputDashboardName, o.Dashboard.DashboardName(), "CloudWatch dashboard")
+	out(OutputAlarmTopicARN, o.AlarmTopic.TopicArn(), "SNS topic of every alarm (ALARM and OK)")
 	return stack, o, nil
 }
