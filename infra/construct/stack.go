@@ -1,7 +1,11 @@
 package ojsconstruct
 
 import (
+	"fmt"
+	"regexp"
+
 	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssns"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 )
@@ -50,7 +54,13 @@ type StackProps struct {
 	awscdk.StackProps
 	// OJS configures the backend construct; see Props.
 	OJS Props
+	// AlarmTopicARN, when set and OJS.AlarmTopic is nil, is an existing SNS
+	// topic (e.g. the environment's on-call topic) imported as the alarm
+	// topic. Default: the construct creates one.
+	AlarmTopicARN string
 }
+
+var topicARNPattern = regexp.MustCompile(`^arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_-]{1,256}(\.fifo)?$`)
 
 // NewStack creates a stack holding one OJSServerless construct (id
 // ConstructID) and the stack outputs listed above. StackName defaults to
@@ -63,6 +73,9 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.
 	if _, err := props.OJS.withDefaults(); err != nil {
 		return nil, nil, err
 	}
+	if a := props.AlarmTopicARN; a != "" && !topicARNPattern.MatchString(a) {
+		return nil, nil, fmt.Errorf("ojsconstruct: alarm topic %q is not an SNS topic ARN", a)
+	}
 	sp := props.StackProps
 	if sp.StackName == nil {
 		sp.StackName = jsii.String(StackName(props.OJS.Env.Name))
@@ -74,7 +87,11 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.
 	awscdk.Tags_Of(stack).Add(jsii.String("ojs:env"), jsii.String(props.OJS.Env.Name), nil)
 	awscdk.Tags_Of(stack).Add(jsii.String("project"), jsii.String("ojs-serverless"), nil)
 
-	o, err := NewOJSServerless(stack, ConstructID, &props.OJS)
+	ojsProps := props.OJS
+	if ojsProps.AlarmTopic == nil && props.AlarmTopicARN != "" {
+		ojsProps.AlarmTopic = awssns.Topic_FromTopicArn(stack, jsii.String("AlarmTopic"), jsii.String(props.AlarmTopicARN))
+	}
+	o, err := NewOJSServerless(stack, ConstructID, &ojsProps)
 	if err != nil {
 		return nil, nil, err
 	}
