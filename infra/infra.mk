@@ -17,6 +17,11 @@
 # Variables: ENV (default dev), CDK_ARGS (extra cdk arguments, e.g.
 # "--profile prod --require-approval never"), SYNTH_ENVS, SYNTH_ACCOUNT,
 # SYNTH_REGION, OJS_LOCAL_TOKEN, LOCALSTACK_URL.
+#
+# prod and staging are pinned to an account and region named in context:
+# CDK_ARGS="-c account=<id> -c region=<region>" or cdk.json's
+# "environments": {"<env>": {"account": ..., "region": ...}} (synth passes
+# SYNTH_ACCOUNT/SYNTH_REGION placeholders explicitly).
 
 GO                 ?= go
 INFRA_FUNCTIONS    := api worker stream sweeper

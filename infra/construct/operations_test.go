@@ -42,7 +42,8 @@ func TestStageThrottlingAndAccessLogs(t *testing.T) {
 				t.Fatalf("access log format is not JSON: %v", err)
 			}
 			for key, v := range map[string]string{
-				"request_id": "$context.requestId", "status": "$context.status", "ip": "$context.identity.sourceIp",
+				"request_id": "$context.requestId", "lambda_request_id": "$context.awsEndpointRequestId",
+				"status": "$context.status", "ip": "$context.identity.sourceIp",
 				"user_arn": "$context.identity.userArn", "account_id": "$context.identity.accountId", "caller": "$context.identity.caller",
 				"jwt_sub": "$context.authorizer.claims.sub", "principal_id": "$context.authorizer.principalId",
 				"path": "$context.path", "latency_ms": "$context.responseLatency", "integration_error": "$context.integrationErrorMessage",

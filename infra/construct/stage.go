@@ -14,11 +14,14 @@ import (
 // authorizers: the principal id), from where, what (method, path without
 // the query string, route), how it ended (status, API Gateway and
 // integration errors, authorizer errors) and how long it took. request_id
-// is API Gateway's request id, which the api function also receives (as
-// the X-Amzn-Request-Id header, the OJS request id when the client sent
-// none). Fields a request has no value for are "-".
+// is API Gateway's request id; lambda_request_id is the request id of the
+// AWS endpoint API Gateway called (the x-amzn-RequestId of Lambda's Invoke
+// answer: the api function's invocation id, the aws_request_id of every
+// line the function logged for the request; not verified on AWS here).
+// Fields a request has no value for are "-".
 var AccessLogFormat = map[string]string{
 	"request_id":             "$context.requestId",
+	"lambda_request_id":      "$context.awsEndpointRequestId",
 	"time":                   "$context.requestTime",
 	"ip":                     "$context.identity.sourceIp",
 	"user_agent":             "$context.identity.userAgent",
