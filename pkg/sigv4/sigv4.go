@@ -52,10 +52,12 @@ var _ http.RoundTripper = (*Transport)(nil)
 // sending when the credentials cannot be retrieved or the body read.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	signed, err := t.Sign(req.Context(), req)
+	// The clone carries a body of its own; the caller's is done with
+	// either way (a RoundTripper closes it, even on error).
+	if req.Body != nil {
+		req.Body.Close()
+	}
 	if err != nil {
-		if req.Body != nil {
-			req.Body.Close()
-		}
 		return nil, err
 	}
 	base := t.Base
