@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -50,12 +49,10 @@ type App struct {
 }
 
 // Logger returns a JSON slog logger at the level named by OJS_LOG_LEVEL.
+// Lines logged with an invocation's context carry its Lambda request id
+// (see NewLogger).
 func Logger() *slog.Logger {
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(strings.ToUpper(os.Getenv(topology.EnvLogLevel)))); err != nil {
-		lvl = slog.LevelInfo
-	}
-	return slog.New(slog.NewJSONHandler(os.Stdout, &slog.HandlerOptions{Level: lvl}))
+	return NewLogger(os.Stdout, os.Getenv(topology.EnvLogLevel))
 }
 
 // Load builds the components from the environment: OJS_TABLE (required),

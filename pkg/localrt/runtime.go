@@ -123,7 +123,7 @@ func Start(ctx context.Context, cfg Config) (*Runtime, error) {
 			env = append(env, topology.EnvSweepTick+"="+cfg.Env.Sweeper.Tick.String())
 		}
 		if name == topology.FunctionStream {
-			env = append(env, topology.EnvEventTTL+"="+cfg.Env.EventTTL.String())
+			env = append(env, topology.EnvEventTTL+"="+cfg.Env.EventTTL.String(), topology.EnvName+"="+cfg.Env.Name)
 		}
 		var logw io.Writer = io.Discard
 		if cfg.LogDir != "" {

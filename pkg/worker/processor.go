@@ -59,7 +59,7 @@ func (p *Processor) Process(ctx context.Context, msgs []Message) []string {
 		go func(m Message) {
 			defer wg.Done()
 			if err := p.processOne(ctx, m); err != nil {
-				p.log().ErrorContext(ctx, "message failed; SQS will deliver it again", "message_id", m.ID, "error", err.Error())
+				p.log().ErrorContext(ctx, "message failed; SQS will deliver it again", "message_id", m.ID, "job_id", messageJobID(m.Body), "error", err.Error())
 				mu.Lock()
 				failed = append(failed, m.ID)
 				mu.Unlock()
@@ -68,6 +68,16 @@ func (p *Processor) Process(ctx context.Context, msgs []Message) []string {
 	}
 	wg.Wait()
 	return failed
+}
+
+// messageJobID returns the job id of a message body (an OJS envelope), or
+// "" when it has none. Only for logs: it decodes the body again.
+func messageJobID(body []byte) string {
+	var env struct {
+		ID string `json:"id"`
+	}
+	_ = json.Unmarshal(body, &env)
+	return env.ID
 }
 
 func (p *Processor) log() *slog.Logger {
