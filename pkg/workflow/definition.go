@@ -675,17 +675,41 @@ func childPath(parent, seg string) string {
 }
 
 // JobID derives the deterministic id of the job at path in workflow wfID:
-// a UUIDv7 with the workflow's timestamp and bits from a hash of the path,
-// so a re-created job always collides with the first.
+// a UUIDv7 with the workflow's timestamp, the step's position among its
+// siblings in the 12 bits after the version (so jobs started together,
+// whose other sort keys are equal, are fetched in the order the workflow
+// lists them), and bits from a hash of the path, so a re-created job
+// always collides with the first.
 func JobID(wfID, path string) string {
 	w, _ := uuid.Parse(wfID)
 	h := sha256.Sum256([]byte(wfID + "|" + path))
 	var u uuid.UUID
 	copy(u[:6], w[:6])
 	copy(u[6:], h[:10])
-	u[6] = (u[6] & 0x0f) | 0x70 // version 7
+	pos := position(path) & 0xfff
+	u[6] = 0x70 | byte(pos>>8) // version 7, then the position's high bits
+	u[7] = byte(pos)
 	u[8] = (u[8] & 0x3f) | 0x80 // RFC 4122 variant
 	return u.String()
+}
+
+// position is a step's order among its siblings: its index, or for a
+// batch callback its place in Callbacks after every job.
+func position(path string) int {
+	seg := lastSegment(path)
+	for i, name := range Callbacks {
+		if seg == name {
+			return 0xffd + i
+		}
+	}
+	n := 0
+	for _, c := range seg[min(1, len(seg)):] {
+		if c < '0' || c > '9' {
+			return 0
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n
 }
 
 // Walk calls f for d and every descendant, callbacks included.
