@@ -139,6 +139,8 @@ func Parse(raw []byte, now time.Time) (*Parsed, error) {
 	if rn.Type == nil || *rn.Type == KindGraph {
 		out.Form = "steps"
 		out.Root = p.steps(rn)
+	} else if !isComposite(rn) {
+		p.add("$.type", fmt.Sprintf("must be chain, group or batch (or leave type out and send steps with ids and depends_on); got %q", *rn.Type))
 	} else {
 		out.Root = p.node(t, "$", "/", 0, 1)
 	}
