@@ -115,7 +115,7 @@ func TestLogsHoldNoSecrets(t *testing.T) {
 	}
 	wf := w.Body["workflow"].(map[string]any)["id"].(string)
 	// Rejected requests echo nothing into the logs either.
-	send(http.MethodPost, "/ojs/v1/jobs", `{"type":"`+secret+`","args":[]}`)
+	send(http.MethodPost, "/ojs/v1/jobs", `{"type":"Not A Type `+secret+`","args":[]}`)
 	send(http.MethodGet, "/ojs/v1/jobs/"+secret, nil)
 	waitFor(t, echo, "completed")
 	waitState(t, "/ojs/v1/workflows/"+wf, "workflow", "completed")

@@ -81,6 +81,8 @@ type Node struct {
 	// JobCount is the number of leaf jobs in the workflow (root only).
 	JobCount    int  `dynamodbav:"job_count,omitempty"`
 	FailedIndex *int `dynamodbav:"failed_index,omitempty"`
+	// FailedStep is the path of the child whose failure failed the node.
+	FailedStep string `dynamodbav:"failed_step,omitempty"`
 	// Form is "steps" for a workflow created in the dependency-graph form
 	// (its view lists steps by id), empty for the tree form (root only).
 	Form string `dynamodbav:"form,omitempty"`
@@ -688,8 +690,10 @@ type NodeWrite struct {
 	// Fired records the triggered callbacks of a batch (condition: none
 	// recorded yet).
 	Fired []string
-	// FailedIndex records the failed step of a chain.
+	// FailedIndex records the failed step of a chain; FailedStep the
+	// path of the child whose failure failed the node.
 	FailedIndex *int
+	FailedStep  string
 	// NotAll holds sets of child indexes of which, for the write to apply,
 	// not all may be counted OK yet: the decisions "this graph step cannot
 	// start yet" the write relies on.
@@ -743,6 +747,9 @@ func (w NodeWrite) build(x *exprs, root bool) (update, cond string) {
 	}
 	if w.FailedIndex != nil {
 		set = append(set, x.name("failed_index")+" = "+x.num(int64(*w.FailedIndex)))
+	}
+	if w.FailedStep != "" {
+		set = append(set, x.name("failed_step")+" = "+x.str(w.FailedStep))
 	}
 	if len(w.AddOK) > 0 {
 		add = append(add, x.name("ok")+" "+x.nums(w.AddOK))

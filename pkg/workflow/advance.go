@@ -136,7 +136,7 @@ func (e *Engine) chainStepDone(ctx context.Context, s step) (*step, error) {
 	parent, k := parentOf(s.path), s.index()
 	if !s.ok {
 		idx := k
-		return e.finish(ctx, s.wf, parent, false, store.NodeWrite{AddFail: []int{k}, FailedIndex: &idx})
+		return e.finish(ctx, s.wf, parent, false, store.NodeWrite{AddFail: []int{k}, FailedIndex: &idx, FailedStep: s.path})
 	}
 	nextPath := childPath(parent, segment(KindChain, k+1))
 	next, err := e.st.GetNode(ctx, s.wf, nextPath)
@@ -263,22 +263,29 @@ func (e *Engine) settle(ctx context.Context, n *store.Node) (*step, error) {
 		s := stepOfNode(n)
 		return &s, nil
 	}
+	// failedChild names the first failed child counted on the node.
+	failedChild := func() string {
+		if len(n.Fail) == 0 {
+			return ""
+		}
+		return childPath(n.Path, segment(n.Kind, store.SortedInts(n.Fail)[0]))
+	}
 	switch n.Kind {
 	case KindChain:
 		if len(n.Fail) > 0 {
 			idx := store.SortedInts(n.Fail)[0]
-			return e.finish(ctx, n.WorkflowID, n.Path, false, store.NodeWrite{FailedIndex: &idx})
+			return e.finish(ctx, n.WorkflowID, n.Path, false, store.NodeWrite{FailedIndex: &idx, FailedStep: failedChild()})
 		}
 		if len(n.OK) >= n.Total {
 			return e.finish(ctx, n.WorkflowID, n.Path, true, store.NodeWrite{})
 		}
 	case KindGraph:
 		if done, failed := graphDone(n); done {
-			return e.finish(ctx, n.WorkflowID, n.Path, !failed, store.NodeWrite{})
+			return e.finish(ctx, n.WorkflowID, n.Path, !failed, store.NodeWrite{FailedStep: failedChild()})
 		}
 	case KindGroup:
 		if done, fail := membersDone(n); done {
-			return e.finish(ctx, n.WorkflowID, n.Path, fail == 0, store.NodeWrite{})
+			return e.finish(ctx, n.WorkflowID, n.Path, fail == 0, store.NodeWrite{FailedStep: failedChild()})
 		}
 	case KindBatch:
 		done, fail := membersDone(n)
@@ -287,13 +294,17 @@ func (e *Engine) settle(ctx context.Context, n *store.Node) (*step, error) {
 		}
 		fired := firedFor(n.Callbacks, fail)
 		if len(fired) == 0 {
-			return e.finish(ctx, n.WorkflowID, n.Path, fail == 0, store.NodeWrite{})
+			return e.finish(ctx, n.WorkflowID, n.Path, fail == 0, store.NodeWrite{FailedStep: failedChild()})
 		}
 		if n.FiredAt == "" {
 			return nil, e.fire(ctx, n, fired)
 		}
 		if len(n.CallbacksOK)+len(n.CallbacksFail) >= len(n.Fired) {
-			return e.finish(ctx, n.WorkflowID, n.Path, len(n.CallbacksFail) == 0, store.NodeWrite{})
+			w := store.NodeWrite{}
+			if len(n.CallbacksFail) > 0 {
+				w.FailedStep = childPath(n.Path, n.CallbacksFail[0])
+			}
+			return e.finish(ctx, n.WorkflowID, n.Path, len(n.CallbacksFail) == 0, w)
 		}
 	}
 	return nil, nil
@@ -351,7 +362,7 @@ func (e *Engine) fire(ctx context.Context, n *store.Node, fired []string) error 
 		return err
 	}
 	err = e.st.Advance(ctx, store.Advance{WorkflowID: n.WorkflowID, Jobs: jobs, RedeliverAfter: e.redel,
-		Nodes: []store.NodeWrite{{Path: n.Path, Fired: fired}}})
+		Nodes: []store.NodeWrite{{Path: n.Path, Fired: fired, At: e.now()}}})
 	var nc *store.ErrNodeConflict
 	if errors.As(err, &nc) {
 		return nil // fired already

@@ -159,9 +159,8 @@ func (b *wfEvents) nodeChange(ctx context.Context, c NodeChange) error {
 		case wfstate.Cancelled:
 			b.add(n.WorkflowID, events.WorkflowCancelled, parseTime(n.CancelledAt, end), seq(0), n, d, key(0)...)
 		case wfstate.Failed:
-			d["error"] = map[string]any{"code": "workflow_failed", "message": "a step of the workflow failed"}
-			if n.FailedIndex != nil {
-				d["failed_step_index"] = *n.FailedIndex
+			if err := b.failedStep(ctx, n, d); err != nil {
+				return err
 			}
 			b.add(n.WorkflowID, events.WorkflowFailed, end, seq(0), n, d, key(0)...)
 		}
@@ -248,6 +247,40 @@ func (b *wfEvents) stepEvent(ctx context.Context, wfID, path, stepType string, o
 		d["job_index"] = idx
 	}
 	b.add(wfID, typ, at, seq, root, d, key...)
+	return nil
+}
+
+// failedStep names the job whose failure failed the workflow, following
+// each failed composite's failed_step down to a job step, with its error.
+func (b *wfEvents) failedStep(ctx context.Context, root *store.Node, d map[string]any) error {
+	d["failed_step_id"], d["failed_step_type"] = "", ""
+	d["error"] = map[string]any{"code": "workflow_failed", "message": "a step of the workflow failed"}
+	if root.FailedIndex != nil {
+		d["failed_step_index"] = *root.FailedIndex
+	}
+	n := root
+	for depth := 0; n != nil && n.Kind != KindJob && n.FailedStep != "" && depth <= MaxDepth+1; depth++ {
+		next, err := b.node(ctx, root.WorkflowID, n.FailedStep)
+		if err != nil {
+			return err
+		}
+		n = next
+	}
+	if n == nil || n.Kind != KindJob {
+		return nil
+	}
+	id := JobID(root.WorkflowID, n.Path)
+	d["failed_step_id"], d["failed_step_type"], d["failed_job_id"] = stepKey(n), n.JobType, id
+	if n.StepID == "" {
+		d["failed_step_id"] = id
+	}
+	jobs, err := b.e.st.BatchGetJobs(ctx, []string{id})
+	if err != nil {
+		return err
+	}
+	if j := jobs[id]; j != nil && j.Error != nil {
+		d["error"] = map[string]any{"code": errCode(j.Error), "message": j.Error.Message}
+	}
 	return nil
 }
 
