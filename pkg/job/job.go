@@ -105,6 +105,10 @@ type Job struct {
 	// WorkflowShard names the counter shard the job's step is counted in
 	// when its group or batch is counted in shards (not on the wire).
 	WorkflowShard string
+	// WorkflowNext lists the graph steps that depend on the job's step, by
+	// index (not on the wire): the request that finishes the job reads
+	// them with the graph's progress in one request.
+	WorkflowNext []int
 
 	// Push is true when Queue is a push-mode queue delivered to Lambda.
 	Push bool

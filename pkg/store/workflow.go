@@ -52,15 +52,17 @@ type Node struct {
 	// in (a child of a wide group or batch); empty when the parent counts
 	// on itself.
 	PShard string `dynamodbav:"pshard,omitempty"`
-	// Deps lists the sibling indexes a graph step waits for.
+	// Deps lists the sibling indexes a graph step waits for; Next the
+	// ones that wait for it.
 	Deps []int `dynamodbav:"deps,omitempty,numberset"`
+	Next []int `dynamodbav:"next,omitempty,numberset"`
 	// Total is a composite's number of children (callbacks not counted).
 	Total int `dynamodbav:"total,omitempty"`
 	// Shards is the number of counter shards of a wide group or batch; 0
 	// means its children are counted on the node itself.
 	Shards int `dynamodbav:"shards,omitempty"`
-	// Graph is a graph composite's structure: the JSON array of each
-	// child's dependency indexes, read together with its progress.
+	// Graph is a graph composite's structure, read together with its
+	// progress: JSON {"ids": [step ids], "deps": [[dependency indexes]]}.
 	Graph string `dynamodbav:"graph,omitempty"`
 	// OK and Fail are the children that finished (counted on the node).
 	OK   []int `dynamodbav:"ok,omitempty,numberset"`

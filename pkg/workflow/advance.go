@@ -391,22 +391,42 @@ func (e *Engine) callbackDone(ctx context.Context, s step) (*step, error) {
 	return e.settle(ctx, n)
 }
 
-// graphOf decodes a graph composite's structure: each child's
-// dependency indexes.
-func graphOf(n *store.Node) [][]int {
-	var deps [][]int
-	_ = json.Unmarshal([]byte(n.Graph), &deps)
-	for len(deps) < n.Total {
-		deps = append(deps, nil)
+// graphShape is a graph composite's structure: its steps' ids and each
+// step's dependency indexes.
+type graphShape struct {
+	IDs  []string `json:"ids"`
+	Deps [][]int  `json:"deps"`
+}
+
+// graphOf decodes a graph composite's structure.
+func graphOf(n *store.Node) graphShape {
+	var g graphShape
+	_ = json.Unmarshal([]byte(n.Graph), &g)
+	for len(g.Deps) < n.Total {
+		g.Deps = append(g.Deps, nil)
 	}
-	return deps
+	for len(g.IDs) < n.Total {
+		g.IDs = append(g.IDs, "")
+	}
+	return g
+}
+
+// graphDoneWith is graphDone once step i is counted (ok or failed).
+func graphDoneWith(n *store.Node, i int, ok bool) (bool, bool) {
+	c := *n
+	if ok {
+		c.OK = append(append([]int{}, n.OK...), i)
+	} else {
+		c.Fail = append(append([]int{}, n.Fail...), i)
+	}
+	return graphDone(&c)
 }
 
 // graphDone reports whether every step of a graph finished or can never
 // run (a step it depends on, directly or not, failed), and whether one
 // failed.
 func graphDone(n *store.Node) (done, failed bool) {
-	deps := graphOf(n)
+	deps := graphOf(n).Deps
 	blocked := make([]int8, len(deps)) // 0 unknown, 1 blocked, 2 not
 	var isBlocked func(i int) bool
 	isBlocked = func(i int) bool {
@@ -446,48 +466,86 @@ func hasInt(list []int, v int) bool {
 // still holding, so two steps finishing at once cannot both leave a
 // common dependent unstarted: the later one's write fails, re-reads and
 // starts it. A failed step starts nothing; the steps that depend on it
-// never run.
+// never run. The graph's progress and the dependent steps (which the
+// job names) are read in one request.
 func (e *Engine) graphStepDone(ctx context.Context, s step) (*step, error) {
 	parent, i := parentOf(s.path), s.index()
+	gk := store.NodeKey{WorkflowID: s.wf, Path: parent}
+	stepKeyOf := func(x int) store.NodeKey {
+		return store.NodeKey{WorkflowID: s.wf, Path: childPath(parent, segment(KindGraph, x))}
+	}
+	var next []int
+	if s.job != nil {
+		next = s.job.WorkflowNext
+	}
 	for tries := 0; tries < 20; tries++ {
-		g, err := e.st.GetNode(ctx, s.wf, parent)
+		keys := []store.NodeKey{gk}
+		if s.ok {
+			for _, d := range next {
+				keys = append(keys, stepKeyOf(d))
+			}
+		}
+		p, err := e.st.ReadProgress(ctx, keys, nil)
 		if err != nil {
 			return nil, err
+		}
+		g := p.Nodes[gk]
+		if g == nil {
+			return nil, nil
 		}
 		if g.Done(i) || g.State.Terminal() {
 			return e.settle(ctx, g)
 		}
 		if !s.ok {
+			if last, _ := graphDoneWith(g, i, false); last {
+				// Nothing else runs or can: count it and fail the graph in
+				// one write.
+				return e.finish(ctx, s.wf, parent, false, store.NodeWrite{AddFail: []int{i}, FailedStep: s.path})
+			}
 			n, err := e.st.UpdateNode(ctx, s.wf, store.NodeWrite{Path: parent, AddFail: []int{i}})
 			if err != nil {
 				return nil, err
 			}
 			return e.settle(ctx, n)
 		}
-		deps := graphOf(g)
-		var ready []int
+		shape := graphOf(g)
+		var ready []*store.Node
 		var notAll [][]int
-		for d := range deps {
-			if !hasInt(deps[d], i) {
+		for d := range shape.Deps {
+			if !hasInt(shape.Deps[d], i) {
 				continue
 			}
 			var rest []int
 			met := true
-			for _, x := range deps[d] {
-				if x == i {
-					continue
+			for _, x := range shape.Deps[d] {
+				if x != i {
+					rest = append(rest, x)
+					met = met && hasInt(g.OK, x)
 				}
-				rest = append(rest, x)
-				met = met && hasInt(g.OK, x)
 			}
-			if met {
-				ready = append(ready, d)
-			} else {
+			if !met {
 				notAll = append(notAll, rest)
+				continue
 			}
+			n := p.Nodes[stepKeyOf(d)]
+			if n == nil {
+				// The job did not name it (a step recreated by repair):
+				// read it.
+				if n, err = e.st.GetNode(ctx, s.wf, stepKeyOf(d).Path); err != nil {
+					return nil, err
+				}
+			}
+			ready = append(ready, n)
 		}
 		w := store.NodeWrite{Path: parent, AddOK: []int{i}, NotAll: notAll}
 		if len(ready) == 0 {
+			if last, failed := graphDoneWith(g, i, true); last {
+				// The last step: count it and finish the graph in one write.
+				if failed {
+					w.FailedStep = childPath(parent, segment(KindGraph, store.SortedInts(g.Fail)[0]))
+				}
+				return e.finish(ctx, s.wf, parent, !failed, w)
+			}
 			n, err := e.st.UpdateNode(ctx, s.wf, w)
 			var nc *store.ErrNodeConflict
 			if errors.As(err, &nc) {
@@ -501,7 +559,7 @@ func (e *Engine) graphStepDone(ctx context.Context, s step) (*step, error) {
 			}
 			return e.settle(ctx, n)
 		}
-		jobs, err := e.graphJobs(ctx, s, g, deps, ready)
+		jobs, err := e.graphJobs(ctx, s, parent, shape, ready)
 		if err != nil {
 			return nil, err
 		}
@@ -519,30 +577,18 @@ func (e *Engine) graphStepDone(ctx context.Context, s step) (*step, error) {
 }
 
 // graphJobs builds the jobs of ready graph steps; each receives the
-// results of its dependencies keyed by step id.
-func (e *Engine) graphJobs(ctx context.Context, s step, g *store.Node, deps [][]int, ready []int) ([]*job.Job, error) {
-	need := map[int]bool{}
-	var keys []store.NodeKey
-	for _, d := range ready {
-		need[d] = true
-		for _, x := range deps[d] {
-			need[x] = true
-		}
-	}
-	for x := range need {
-		keys = append(keys, store.NodeKey{WorkflowID: s.wf, Path: childPath(g.Path, segment(KindGraph, x))})
-	}
-	p, err := e.st.ReadProgress(ctx, keys, nil)
-	if err != nil {
-		return nil, err
-	}
-	node := func(x int) *store.Node {
-		return p.Nodes[store.NodeKey{WorkflowID: s.wf, Path: childPath(g.Path, segment(KindGraph, x))}]
-	}
+// results of its dependencies keyed by step id (the finished step's from
+// its job, the others' read in one request).
+func (e *Engine) graphJobs(ctx context.Context, s step, parent string, shape graphShape, ready []*store.Node) ([]*job.Job, error) {
+	self := s.index()
 	var ids []string
-	for x := range need {
-		if x != s.index() && !hasInt(ready, x) {
-			ids = append(ids, JobID(s.wf, childPath(g.Path, segment(KindGraph, x))))
+	seen := map[int]bool{}
+	for _, n := range ready {
+		for _, x := range shape.Deps[n.Index] {
+			if x != self && !seen[x] {
+				seen[x] = true
+				ids = append(ids, JobID(s.wf, childPath(parent, segment(KindGraph, x))))
+			}
 		}
 	}
 	done, err := e.st.BatchGetJobs(ctx, ids)
@@ -553,18 +599,14 @@ func (e *Engine) graphJobs(ctx context.Context, s step, g *store.Node, deps [][]
 		done[s.job.ID] = s.job
 	}
 	var jobs []*job.Job
-	for _, d := range ready {
-		n := node(d)
-		if n == nil {
-			return nil, fmt.Errorf("workflow %s: graph step %d missing", s.wf, d)
-		}
+	for _, n := range ready {
 		pr := map[string]json.RawMessage{}
-		for _, x := range deps[d] {
-			dn := node(x)
-			if dn == nil {
-				return nil, fmt.Errorf("workflow %s: graph step %d missing", s.wf, x)
+		for _, x := range shape.Deps[n.Index] {
+			key := shape.IDs[x]
+			if key == "" {
+				key = trimPath(childPath(parent, segment(KindGraph, x)))
 			}
-			pr[stepKey(dn)] = resultValue(done[JobID(s.wf, dn.Path)])
+			pr[key] = resultValue(done[JobID(s.wf, childPath(parent, segment(KindGraph, x)))])
 		}
 		b, err := json.Marshal(pr)
 		if err != nil {

@@ -141,11 +141,11 @@ func (e *Engine) Create(ctx context.Context, raw []byte) (*View, error) {
 				}
 			}
 			if d.Kind == KindGraph {
-				deps := make([][]int, len(d.Children))
+				g := graphShape{IDs: make([]string, len(d.Children)), Deps: make([][]int, len(d.Children))}
 				for i, c := range d.Children {
-					deps[i] = append([]int{}, c.Deps...)
+					g.IDs[i], g.Deps[i] = c.StepID, append([]int{}, c.Deps...)
 				}
-				b, _ := json.Marshal(deps)
+				b, _ := json.Marshal(g)
 				n.Graph = string(b)
 			}
 		}
@@ -157,10 +157,17 @@ func (e *Engine) Create(ctx context.Context, raw []byte) (*View, error) {
 		}
 		nodes = append(nodes, n)
 	})
-	// Children of wide groups and batches are counted in shards.
+	// Children of wide groups and batches are counted in shards; graph
+	// steps know the steps that depend on them.
 	byPath := map[string]*store.Node{}
 	for i := range nodes {
 		byPath[nodes[i].Path] = &nodes[i]
+	}
+	for i := range nodes {
+		for _, d := range nodes[i].Deps {
+			dep := byPath[childPath(parentOf(nodes[i].Path), segment(KindGraph, d))]
+			dep.Next = append(dep.Next, nodes[i].Index)
+		}
 	}
 	for i := range nodes {
 		n := &nodes[i]
@@ -311,7 +318,7 @@ func (e *Engine) newJob(n *store.Node, parentResults json.RawMessage) (*job.Job,
 		return nil, fmt.Errorf("workflow %s node %s: stored job no longer valid: %w", n.WorkflowID, n.Path, err)
 	}
 	j := en.Job
-	j.ID, j.WorkflowID, j.WorkflowNode, j.WorkflowShard = JobID(n.WorkflowID, n.Path), n.WorkflowID, n.Path, n.PShard
+	j.ID, j.WorkflowID, j.WorkflowNode, j.WorkflowShard, j.WorkflowNext = JobID(n.WorkflowID, n.Path), n.WorkflowID, n.Path, n.PShard, n.Next
 	j.ParentResults = capResults(n.WorkflowID, parentResults)
 	j.Push = e.push[j.Queue]
 	return j, nil

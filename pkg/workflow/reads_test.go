@@ -131,3 +131,60 @@ func TestChainStepRequests(t *testing.T) {
 	}
 	_ = job.Completed
 }
+
+// TestGraphStepRequests pins that a step of a dependency graph costs no
+// more than a chain step: the job's write, one read (the graph's progress
+// with the steps the job names as its dependents) and one write (the next
+// step's job with the record, or the graph's finish).
+func TestGraphStepRequests(t *testing.T) {
+	t.Parallel()
+	base, _ := testenv.Table(t)
+	db := &countingDB{Client: testenv.DynamoDB(), n: map[string]int{}}
+	st := store.New(db, base.Table())
+	svc := lifecycle.New(st, lifecycle.Config{})
+	eng := workflow.New(st, workflow.Config{Jobs: svc})
+	svc.SetWorkflows(eng)
+	ctx := context.Background()
+	if err := svc.EnsureQueue(ctx, "g"); err != nil {
+		t.Fatal(err)
+	}
+	v, err := eng.Create(ctx, []byte(`{"options":{"queue":"g"},"steps":[{"id":"a","type":"a","args":[],"depends_on":[]},
+		{"id":"b","type":"b","args":[],"depends_on":["a"]},{"id":"c","type":"c","args":[],"depends_on":["b"]},
+		{"id":"x","type":"x","args":[],"depends_on":[]},{"id":"y","type":"y","args":[],"depends_on":["c","x"]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if (*v)["type"] != "graph" {
+		t.Fatalf("parsed as %v", (*v)["type"])
+	}
+	active := map[string]*job.Job{}
+	for _, want := range []struct {
+		typ  string
+		reqs int
+	}{{"a", 3}, {"x", 3}, {"b", 3}, {"c", 4}, {"y", 3}} {
+		jobs, err := svc.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"g"}, Count: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range jobs {
+			active[c.Type] = c
+		}
+		j := active[want.typ]
+		delete(active, want.typ)
+		if j == nil {
+			t.Fatalf("step %s not fetchable", want.typ)
+		}
+		db.reset()
+		if _, err := svc.Ack(ctx, j.ID, []byte(`1`), 0); err != nil {
+			t.Fatal(err)
+		}
+		// c completes y's dependencies: the results of x are read for y.
+		if n := db.total(); n != want.reqs {
+			t.Fatalf("ACK of graph step %s made %d requests (%v), want %d", want.typ, n, db.n, want.reqs)
+		}
+	}
+	root, err := st.GetNode(ctx, (*v)["id"].(string), store.RootPath)
+	if err != nil || root.State != wfstate.Completed {
+		t.Fatalf("root %+v %v", root, err)
+	}
+}
