@@ -204,6 +204,21 @@ func verify(plans []*wfPlan, snap *snapshot, views map[string]map[string]any, po
 						ok = false
 					}
 				}
+			case "graph":
+				// A step runs when every step it depends on completed; the
+				// graph fails when a step that ran failed.
+				ok = true
+				okStep := make([]bool, len(n.children))
+				for i, c := range n.children {
+					run := true
+					for _, d := range c.deps {
+						run = run && okStep[d]
+					}
+					okStep[i] = eval(c, run)
+					if run && !okStep[i] {
+						ok = false
+					}
+				}
 			case "group", "batch":
 				all := true
 				for _, c := range n.children {
