@@ -443,6 +443,9 @@ func (s *Store) batchPut(ctx context.Context, items []map[string]types.Attribute
 // parallel runs f for 0..n-1, at most conc at once, and returns the first
 // error.
 func parallel(ctx context.Context, n, conc int, f func(context.Context, int) error) error {
+	if n == 0 {
+		return nil
+	}
 	if n == 1 {
 		return f(ctx, 0)
 	}
@@ -918,13 +921,19 @@ func (s *Store) Advance(ctx context.Context, a Advance) error {
 		return fmt.Errorf("advance of workflow %s: %d node writes exceed a transaction", a.WorkflowID, len(a.Nodes))
 	}
 	jobs := a.Jobs
-	// Leading chunks of jobs alone (each with the root check).
+	// Leading chunks of jobs alone (each with the root check), eight
+	// transactions at once; the last chunk, with the node writes, only
+	// after all of them.
+	var chunks [][]*job.Job
 	for len(jobs) > room {
 		n := min(MaxBatch-1, len(jobs)-room)
-		if err := s.advanceTx(ctx, a.WorkflowID, jobs[:n], nil, a.RedeliverAfter); err != nil {
-			return err
-		}
+		chunks = append(chunks, jobs[:n])
 		jobs = jobs[n:]
+	}
+	if err := parallel(ctx, len(chunks), 8, func(ctx context.Context, c int) error {
+		return s.advanceTx(ctx, a.WorkflowID, chunks[c], nil, a.RedeliverAfter)
+	}); err != nil {
+		return err
 	}
 	return s.advanceTx(ctx, a.WorkflowID, jobs, a.Nodes, a.RedeliverAfter)
 }

@@ -127,7 +127,11 @@ func (e *Engine) Create(ctx context.Context, raw []byte) (*View, error) {
 			n.Def = string(d.Request)
 		} else {
 			n.Total = len(d.Children)
-			n.Shards = shardsFor(n.Total)
+			if d.Kind == KindGroup || d.Kind == KindBatch {
+				// Only groups and batches count in shards: a chain runs one
+				// step at a time, a graph decides on its whole progress.
+				n.Shards = shardsFor(n.Total)
+			}
 			for k := 0; k < n.Shards; k++ {
 				exp := n.Total / n.Shards
 				if k < n.Total%n.Shards {

@@ -2,6 +2,8 @@ package workflow_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
@@ -186,5 +188,60 @@ func TestGraphStepRequests(t *testing.T) {
 	root, err := st.GetNode(ctx, (*v)["id"].(string), store.RootPath)
 	if err != nil || root.State != wfstate.Completed {
 		t.Fatalf("root %+v %v", root, err)
+	}
+}
+
+// Long chains and graphs count their steps on their own node, never in
+// shards (only wide groups and batches shard): the stream's verification
+// of a step the request recorded is one read.
+func TestLongChainAndGraphVerifyInOneRead(t *testing.T) {
+	t.Parallel()
+	base, _ := testenv.Table(t)
+	db := &countingDB{Client: testenv.DynamoDB(), n: map[string]int{}}
+	st := store.New(db, base.Table())
+	svc := lifecycle.New(st, lifecycle.Config{})
+	eng := workflow.New(st, workflow.Config{Jobs: svc})
+	svc.SetWorkflows(eng)
+	ctx := context.Background()
+	for _, form := range []string{"chain", "graph"} {
+		var steps []string
+		for i := 0; i < 150; i++ {
+			switch {
+			case form == "chain":
+				steps = append(steps, `{"type":"l.step","args":[],"options":{"queue":"long-`+form+`"}}`)
+			case i == 0:
+				steps = append(steps, `{"id":"s0","type":"l.step","args":[],"depends_on":[],"options":{"queue":"long-graph"}}`)
+			case i == 1:
+				steps = append(steps, `{"id":"s1","type":"l.step","args":[],"depends_on":[],"options":{"queue":"long-graph"}}`)
+			default:
+				steps = append(steps, fmt.Sprintf(`{"id":"s%d","type":"l.step","args":[],"depends_on":["s%d","s%d"],"options":{"queue":"long-graph"}}`, i, i-1, i-2))
+			}
+		}
+		body := `{"type":"chain","steps":[` + strings.Join(steps, ",") + `]}`
+		if form == "graph" {
+			body = `{"steps":[` + strings.Join(steps, ",") + `]}`
+		}
+		v, err := eng.Create(ctx, []byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.GetShard(ctx, (*v)["id"].(string), store.RootPath, "0"); err != store.ErrNotFound {
+			t.Fatalf("%s: a counter shard exists: %v", form, err)
+		}
+		jobs, err := svc.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"long-" + form}, Count: 1})
+		if err != nil || len(jobs) != 1 {
+			t.Fatalf("%s: %d jobs %v", form, len(jobs), err)
+		}
+		done, err := svc.Ack(ctx, jobs[0].ID, []byte(`1`), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		db.reset()
+		if err := eng.Verify(ctx, []workflow.Finished{{Job: done}}); err != nil {
+			t.Fatal(err)
+		}
+		if n := db.total(); n != 1 {
+			t.Fatalf("%s: verifying a recorded step made %d requests (%v)", form, n, db.n)
+		}
 	}
 }

@@ -59,6 +59,29 @@ type viewer struct {
 	completed, failed int
 	failedIDs         []string
 	errs              []map[string]any
+	blockedMemo       map[string]bool
+	// sets caches each composite's ok and fail sets as maps.
+	sets map[string][2]map[int]bool
+}
+
+// counted reports whether a composite counted child i as ok and as failed
+// (sets kept as maps: views of long chains ask for every step).
+func (v *viewer) counted(n *store.Node, i int) (ok, fail bool) {
+	if v.sets == nil {
+		v.sets = map[string][2]map[int]bool{}
+	}
+	m, found := v.sets[n.Path]
+	if !found {
+		m = [2]map[int]bool{{}, {}}
+		for _, x := range n.OK {
+			m[0][x] = true
+		}
+		for _, x := range n.Fail {
+			m[1][x] = true
+		}
+		v.sets[n.Path] = m
+	}
+	return m[0][i], m[1][i]
 }
 
 // render builds the view from the nodes and the jobs that exist.
@@ -155,10 +178,14 @@ func (v *viewer) started(n *store.Node) bool {
 	}
 	switch parent.Kind {
 	case KindChain:
-		return n.Index == 0 || hasInt(parent.OK, n.Index-1)
+		if n.Index == 0 {
+			return true
+		}
+		ok, _ := v.counted(parent, n.Index-1)
+		return ok
 	case KindGraph:
 		for _, d := range n.Deps {
-			if !hasInt(parent.OK, d) {
+			if ok, _ := v.counted(parent, d); !ok {
 				return false
 			}
 		}
@@ -167,18 +194,24 @@ func (v *viewer) started(n *store.Node) bool {
 }
 
 // blocked reports whether a graph step can never run: a step it depends
-// on, directly or not, failed.
+// on, directly or not, failed. Memoized: a graph's paths are many.
 func (v *viewer) blocked(n *store.Node) bool {
+	if b, ok := v.blockedMemo[n.Path]; ok {
+		return b
+	}
 	parent := v.t.byPath[parentOf(n.Path)]
 	if parent == nil || parent.Kind != KindGraph {
 		return false
 	}
+	if v.blockedMemo == nil {
+		v.blockedMemo = map[string]bool{}
+	}
+	v.blockedMemo[n.Path] = false
 	kids := v.t.kids[parent.Path]
 	for _, d := range n.Deps {
-		if hasInt(parent.Fail, d) {
-			return true
-		}
-		if d < len(kids) && !hasInt(parent.OK, d) && v.blocked(kids[d]) {
+		ok, fail := v.counted(parent, d)
+		if fail || (d < len(kids) && !ok && v.blocked(kids[d])) {
+			v.blockedMemo[n.Path] = true
 			return true
 		}
 	}
