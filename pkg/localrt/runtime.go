@@ -32,6 +32,7 @@ import (
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/google/uuid"
 	"github.com/ojs-aws/ojs-serverless/pkg/awsclient"
+	"github.com/ojs-aws/ojs-serverless/pkg/awslimit"
 	"github.com/ojs-aws/ojs-serverless/pkg/edge/apigw"
 	"github.com/ojs-aws/ojs-serverless/pkg/internal/ctxsleep"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
@@ -283,7 +284,8 @@ func (rt *Runtime) provision(ctx context.Context) error {
 // Provision creates what the CDK stack creates on AWS, from the same
 // topology: the job table (with its stream) and, per push-mode queue, an
 // SQS queue with its visibility timeout and a redrive policy to a
-// dead-letter queue after MaxReceiveCount receives. It returns the stream
+// dead-letter queue after MaxReceiveCount receives, accepting messages of
+// up to awslimit.SQSMessageBytes. It returns the stream
 // ARN and the push-mode queue URLs. It is idempotent.
 func Provision(ctx context.Context, cfg aws.Config, env topology.Env, table string) (string, map[string]string, error) {
 	arn, err := store.EnsureTable(ctx, dynamodb.NewFromConfig(cfg, awsclient.DynamoDBOptions), table)
@@ -304,7 +306,10 @@ func Provision(ctx context.Context, cfg aws.Config, env topology.Env, table stri
 		}
 		redrive, _ := json.Marshal(map[string]any{"deadLetterTargetArn": attrs.Attributes["QueueArn"], "maxReceiveCount": strconv.Itoa(q.MaxReceiveCount)})
 		main, err := client.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(q.SQSName(env.Prefix)), Attributes: map[string]string{
-			"VisibilityTimeout": strconv.Itoa(int(q.VisibilityTimeout.Seconds())), "RedrivePolicy": string(redrive)}})
+			"VisibilityTimeout": strconv.Itoa(int(q.VisibilityTimeout.Seconds())), "RedrivePolicy": string(redrive),
+			// SQS (and the emulator) default to 1 MiB; the stack sets the
+			// portable 256 KiB, and so does the local stack.
+			"MaximumMessageSize": strconv.Itoa(awslimit.SQSMessageBytes)}})
 		if err != nil {
 			return "", nil, fmt.Errorf("create queue %s: %w", q.Name, err)
 		}

@@ -82,9 +82,12 @@ func (p *Processor) processOne(ctx context.Context, m Message) error {
 		ID    string `json:"id"`
 		Queue string `json:"queue"`
 	}
+	// The body is a dispatch.Message (a whole envelope, as sent before
+	// messages became references, reads the same): the job is read from
+	// DynamoDB when it is claimed.
 	if err := json.Unmarshal(m.Body, &env); err != nil || job.ValidateID(env.ID) != nil {
-		// A message that is not a job envelope can never succeed: drop it.
-		p.log().WarnContext(ctx, "dropping message that is not an OJS job envelope", "message_id", m.ID)
+		// A message that names no job can never succeed: drop it.
+		p.log().WarnContext(ctx, "dropping message that is not an OJS job message", "message_id", m.ID)
 		return nil
 	}
 	lease := job.DefaultTimeout

@@ -45,8 +45,9 @@ func setup(t *testing.T, handler worker.HandlerFunc) (*lifecycle.Service, *worke
 	return svc, &worker.Processor{Service: svc, Items: st, Mux: mux, Sender: s}, s, clk
 }
 
+// message is the SQS message the dispatcher sends for j.
 func message(t *testing.T, j *job.Job) worker.Message {
-	b, err := json.Marshal(j)
+	b, err := json.Marshal(dispatch.NewMessage(j))
 	if err != nil {
 		t.Fatal(err)
 	}
