@@ -13,6 +13,7 @@ package localrt
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -334,7 +335,9 @@ func (rt *Runtime) serveAPI() error {
 }
 
 // serveHTTP plays API Gateway: the request becomes a payload 2.0 event,
-// the api function's response becomes the HTTP response.
+// the api function's response becomes the HTTP response. Lambda's limits
+// hold: an event over 6 MB is a 413, a response over 6 MB a 500 (the
+// invocation failed).
 func (rt *Runtime) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 10<<20) // API Gateway's payload limit
 	ev, err := apigw.Event(r, uuid.NewString(), time.Now())
@@ -344,6 +347,17 @@ func (rt *Runtime) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	payload, _ := json.Marshal(ev)
 	out, err := rt.Invoke(r.Context(), topology.FunctionAPI, payload)
+	var tooLarge *RequestTooLargeError
+	if errors.As(err, &tooLarge) {
+		// The event (the body as a JSON string, headers and all) passes
+		// Lambda's 6 MB: API Gateway answers 413 without running the api
+		// function.
+		rt.log.Warn("api request too large for Lambda", "event_bytes", tooLarge.Bytes)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusRequestEntityTooLarge)
+		_, _ = w.Write([]byte(`{"message":"Request Entity Too Large"}`))
+		return
+	}
 	if err != nil {
 		rt.log.Error("api invocation failed", "error", err.Error())
 		w.Header().Set("Content-Type", "application/json")

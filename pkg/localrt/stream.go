@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
+	"github.com/ojs-aws/ojs-serverless/pkg/awslimit"
 	"github.com/ojs-aws/ojs-serverless/pkg/internal/ctxsleep"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 )
@@ -101,9 +102,41 @@ func (rt *Runtime) readShard(ctx context.Context, client *dynamodbstreams.Client
 	}
 }
 
-// deliverRecords invokes the stream function with the batch, retrying the
-// failed tail; it returns what is left (nothing, unless ctx ended).
+// deliverRecords invokes the stream function with the records in batches
+// whose event stays within Lambda's payload limit, as the Streams mapping
+// cuts its batches at 6 MB; it returns what is left (nothing, unless ctx
+// ended).
 func (rt *Runtime) deliverRecords(ctx context.Context, recs []types.Record) []types.Record {
+	for len(recs) > 0 && ctx.Err() == nil {
+		n := fitRecords(recs, rt.streamARN, awslimit.LambdaRequestBytes)
+		if left := rt.deliverBatch(ctx, recs[:n]); len(left) > 0 {
+			return append(left, recs[n:]...)
+		}
+		recs = recs[n:]
+	}
+	return recs
+}
+
+// fitRecords returns how many records from the start of recs fit in one
+// stream event of at most limit bytes (at least one).
+func fitRecords(recs []types.Record, arn string, limit int) int {
+	size := len(`{"Records":[]}`)
+	for i, r := range recs {
+		b, _ := json.Marshal(lambdaRecords([]types.Record{r}, arn)[0])
+		if i > 0 {
+			size++ // the comma
+		}
+		size += len(b)
+		if size > limit {
+			return max(i, 1)
+		}
+	}
+	return len(recs)
+}
+
+// deliverBatch invokes the stream function with one batch, retrying the
+// failed tail; it returns what is left (nothing, unless ctx ended).
+func (rt *Runtime) deliverBatch(ctx context.Context, recs []types.Record) []types.Record {
 	cfg := rt.cfg.Env.Stream
 	for attempt := 0; ctx.Err() == nil; attempt++ {
 		payload, _ := json.Marshal(map[string]any{"Records": lambdaRecords(recs, rt.streamARN)})
