@@ -70,3 +70,54 @@ func waitQuiet(t *testing.T, id string, states ...string) map[string]any {
 	t.Fatalf("job %s did not reach %v within %v; last state %v, attempt %v, error %v", id, states, settle, last["state"], last["attempt"], last["error"])
 	return nil
 }
+
+// TestFetchAnswerStaysUnderLambdasResponseLimit: a FETCH of 32 jobs of
+// 250 KiB (8 MB) claims and returns only what fits Lambda's 6 MB response;
+// the jobs it left are still available, their attempts untouched, and the
+// next FETCH gets them.
+func TestFetchAnswerStaysUnderLambdasResponseLimit(t *testing.T) {
+	t.Parallel()
+	var queues, ids []string
+	for q := 0; q < 8; q++ {
+		name := uniqueQueue(t) + "-" + string(rune('a'+q))
+		queues = append(queues, name)
+		for i := 0; i < 4; i++ {
+			j := push(t, map[string]any{"type": "big.job", "args": []any{strings.Repeat("a", 250<<10)}, "options": map[string]any{"queue": name}})
+			ids = append(ids, j["id"].(string))
+		}
+	}
+	fetch := func() []string {
+		r := do(t, http.MethodPost, "/ojs/v1/workers/fetch", map[string]any{"queues": queues, "count": len(ids), "worker_id": "big-" + queues[0]})
+		if r.Status != http.StatusOK {
+			t.Fatalf("fetch: %d %.300s", r.Status, r.Raw)
+		}
+		var got []string
+		jobs, _ := r.Body["jobs"].([]any)
+		for _, j := range jobs {
+			got = append(got, j.(map[string]any)["id"].(string))
+		}
+		return got
+	}
+	got := fetch()
+	if len(got) == 0 || len(got) >= len(ids) {
+		t.Fatalf("fetched %d of %d jobs", len(got), len(ids))
+	}
+	var left []string
+	for _, id := range ids {
+		if slices.Contains(got, id) {
+			continue
+		}
+		left = append(left, id)
+		j := do(t, http.MethodGet, "/ojs/v1/jobs/"+id, nil).job(t)
+		if j["state"] != "available" || num(j["attempt"]) != 0 {
+			t.Fatalf("job %s left by the FETCH: state %v attempt %v", id, j["state"], j["attempt"])
+		}
+	}
+	for len(left) > 0 {
+		more := fetch()
+		if len(more) == 0 {
+			t.Fatalf("%d jobs left and the FETCH returned none", len(left))
+		}
+		left = slices.DeleteFunc(left, func(id string) bool { return slices.Contains(more, id) })
+	}
+}

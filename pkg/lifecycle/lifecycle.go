@@ -576,6 +576,11 @@ type FetchRequest struct {
 	WorkerID string
 	// Visibility is the lease length; 0 uses the job's own or the default.
 	Visibility time.Duration
+	// MaxBytes bounds the answer: jobs are claimed only while the sum of
+	// their FetchedBytes stays within it, the first one counted twice
+	// (the HTTP binding's answer repeats it as "job"). Default
+	// DefaultFetchBytes.
+	MaxBytes int
 }
 
 // MaxFetch bounds the jobs one FETCH returns.
@@ -591,7 +596,10 @@ const MaxWorkerQueues = 100
 // Fetch claims up to Count jobs from the queues in order: highest priority
 // first, FIFO within a priority. Due scheduled and retryable jobs of each
 // queue are promoted first and expired leases requeued, so pull workers see
-// them without waiting for the sweeper.
+// them without waiting for the sweeper. It stops before the job that would
+// take the answer past MaxBytes (that job and the rest stay available,
+// their attempts untouched); a job that cannot fit an answer even alone is
+// skipped and logged.
 func (s *Service) Fetch(ctx context.Context, r FetchRequest) ([]*job.Job, error) {
 	if len(r.Queues) == 0 {
 		return nil, ojserr.Invalid("queues", "The 'queues' field must list at least one queue.")
@@ -610,14 +618,19 @@ func (s *Service) Fetch(ctx context.Context, r FetchRequest) ([]*job.Job, error)
 	if r.Count > MaxFetch {
 		r.Count = MaxFetch
 	}
+	if r.MaxBytes <= 0 {
+		r.MaxBytes = DefaultFetchBytes
+	}
+	used := 0
 	out := []*job.Job{}
 	if st, err := s.workerStopping(ctx, r.WorkerID); err != nil {
 		return nil, ojserr.Backend(err)
 	} else if st {
 		return out, nil // a quiet or terminating worker gets no new jobs
 	}
+	full := false // the next job would pass MaxBytes
 	for _, q := range r.Queues {
-		if len(out) >= r.Count {
+		if len(out) >= r.Count || full {
 			break
 		}
 		// Read fresh, not cached: a pause holds for every fetch after it.
@@ -653,12 +666,26 @@ func (s *Service) Fetch(ctx context.Context, r FetchRequest) ([]*job.Job, error)
 			if len(out) >= r.Count || taken >= want {
 				break
 			}
+			size := FetchedBytes(it.Job)
+			if len(out) == 0 {
+				size *= 2
+			}
+			if used+size > r.MaxBytes {
+				if len(out) > 0 {
+					full = true
+					break
+				}
+				s.log.ErrorContext(ctx, "job too large for a FETCH answer; skipped", "job_id", it.Job.ID, "queue", q,
+					"answer_bytes", size, "max_bytes", r.MaxBytes)
+				continue
+			}
 			j, err := s.Claim(ctx, it.Job, r.WorkerID, r.Visibility)
 			if err != nil {
 				return nil, ojserr.Backend(err)
 			}
 			if j != nil {
 				out = append(out, j)
+				used += size
 				taken++
 			}
 		}
