@@ -121,3 +121,49 @@ func TestFetchAnswerStaysUnderLambdasResponseLimit(t *testing.T) {
 		left = slices.DeleteFunc(left, func(id string) bool { return slices.Contains(more, id) })
 	}
 }
+
+// TestLargestFailuresOfALargeJobAreStored: a pull-mode job near the
+// envelope limit fails three times with the largest error FAIL accepts
+// (64 KiB of details, 50 frames of 1 KiB). Every FAIL is answered 200 and
+// stored with its error cut to the history's byte budget, never a 500 from
+// an item over DynamoDB's 400 KB.
+func TestLargestFailuresOfALargeJobAreStored(t *testing.T) {
+	t.Parallel()
+	q := uniqueQueue(t)
+	j := push(t, map[string]any{"type": "big.fail", "args": []any{strings.Repeat("a", 250<<10)}, "options": map[string]any{"queue": q,
+		"retry": map[string]any{"max_attempts": 3, "initial_interval": "PT1S", "backoff_coefficient": 1, "jitter": false}}})
+	id := j["id"].(string)
+	frames := make([]string, 50)
+	for i := range frames {
+		frames[i] = strings.Repeat("f", 1024)
+	}
+	for attempt := 1; attempt <= 3; attempt++ {
+		deadline := time.Now().Add(settle)
+		for {
+			r := do(t, http.MethodPost, "/ojs/v1/workers/fetch", map[string]any{"queues": []string{q}, "worker_id": "w-" + q})
+			if jobs, _ := r.Body["jobs"].([]any); len(jobs) == 1 {
+				break
+			}
+			if r.Status != http.StatusOK || time.Now().After(deadline) {
+				t.Fatalf("fetch of attempt %d: %d %.300s", attempt, r.Status, r.Raw)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		r := do(t, http.MethodPost, "/ojs/v1/workers/nack", map[string]any{"job_id": id, "worker_id": "w-" + q, "error": map[string]any{
+			"type": "big.error", "message": strings.Repeat("m", 60<<10), "backtrace": frames,
+			"details": map[string]any{"dump": strings.Repeat("d", 60<<10)}}})
+		if r.Status != http.StatusOK {
+			t.Fatalf("fail %d: %d %.300s", attempt, r.Status, r.Raw)
+		}
+	}
+	done := waitQuiet(t, id, "discarded")
+	errs, _ := done["errors"].([]any)
+	raw, _ := json.Marshal(errs)
+	if len(errs) != 3 || len(raw) > 48<<10 {
+		t.Fatalf("history of %d errors, %d bytes", len(errs), len(raw))
+	}
+	last := errs[2].(map[string]any)
+	if d, _ := last["details"].(map[string]any); d["truncated"] != true {
+		t.Fatalf("details not marked truncated: %.200v", last["details"])
+	}
+}
