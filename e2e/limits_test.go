@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // padded returns body with its "pad" string grown so that the body's JSON
@@ -165,5 +167,37 @@ func TestLargestFailuresOfALargeJobAreStored(t *testing.T) {
 	last := errs[2].(map[string]any)
 	if d, _ := last["details"].(map[string]any); d["truncated"] != true {
 		t.Fatalf("details not marked truncated: %.200v", last["details"])
+	}
+}
+
+// TestBatchOverTheTransactionLimitIs413: 100 jobs of 41 KB fit the 4 MiB
+// request body but not one DynamoDB transaction (4 MB of items, which
+// DynamoDB Local enforces too): the batch, atomic by contract, is refused
+// with 413 payload_too_large and nothing is written. 90 of them fit.
+func TestBatchOverTheTransactionLimitIs413(t *testing.T) {
+	t.Parallel()
+	q := uniqueQueue(t)
+	var jobs []map[string]any
+	for i := 0; i < 100; i++ {
+		jobs = append(jobs, map[string]any{"id": uuid.Must(uuid.NewV7()).String(), "type": "big.batch",
+			"args": []any{strings.Repeat("a", 41_500)}, "options": map[string]any{"queue": q}})
+	}
+	body, _ := json.Marshal(map[string]any{"jobs": jobs})
+	if len(body) > 4<<20 {
+		t.Fatalf("body of %d bytes", len(body))
+	}
+	r := do(t, http.MethodPost, "/ojs/v1/jobs/batch", body)
+	details, _ := r.Body["error"].(map[string]any)["details"].(map[string]any)
+	if r.Status != http.StatusRequestEntityTooLarge || r.errCode() != "payload_too_large" || num(details["max_bytes"]) != 4_000_000 || num(details["actual_bytes"]) <= 4_000_000 {
+		t.Fatalf("batch: %d %.400s", r.Status, r.Raw)
+	}
+	for _, i := range []int{0, 50, 99} {
+		if g := do(t, http.MethodGet, "/ojs/v1/jobs/"+jobs[i]["id"].(string), nil); g.Status != http.StatusNotFound {
+			t.Fatalf("job %d of the refused batch: %d", i, g.Status)
+		}
+	}
+	body, _ = json.Marshal(map[string]any{"jobs": jobs[:90]})
+	if r := do(t, http.MethodPost, "/ojs/v1/jobs/batch", body); r.Status != http.StatusCreated {
+		t.Fatalf("90 jobs: %d %.300s", r.Status, r.Raw)
 	}
 }

@@ -234,6 +234,10 @@ func (s *Service) PushBatch(ctx context.Context, raws [][]byte) ([]*job.Job, err
 			return nil, ojserr.Invalid("unique", "Unique policies are honoured on single PUSH only; job at index %d has one. Enqueue it with POST /ojs/v1/jobs.", i).With("index", i)
 		}
 	}
+	sizes, err := s.itemSizes(jobs)
+	if err != nil {
+		return nil, err
+	}
 	for _, j := range jobs {
 		if err := s.ensureQueue(ctx, j.Queue); err != nil {
 			return nil, ojserr.Backend(err)
@@ -255,7 +259,7 @@ func (s *Service) PushBatch(ctx context.Context, raws [][]byte) ([]*job.Job, err
 		return []*job.Job{j}, nil
 	}
 	if len(jobs) > store.MaxBatch {
-		return s.createChunked(ctx, jobs)
+		return s.createChunked(ctx, jobs, sizes)
 	}
 	if err := s.st.Create(ctx, jobs, s.redel); err != nil {
 		return nil, createChunkError(err, 0)
@@ -267,6 +271,9 @@ func (s *Service) PushBatch(ctx context.Context, raws [][]byte) ([]*job.Job, err
 }
 
 func createChunkError(err error, offset int) *ojserr.Error {
+	if oe, ok := asTooLarge(err); ok {
+		return oe
+	}
 	var dup *store.DuplicateError
 	if errors.As(err, &dup) {
 		return ojserr.Newf(ojserr.Duplicate, "A job with id '%s' already exists.", dup.ID).With("existing_job_id", dup.ID).With("index", offset+dup.Index)
@@ -292,10 +299,12 @@ func (e *PartialError) Error() string {
 	return fmt.Sprintf("%d jobs of the batch were not created", len(e.Failed))
 }
 
-// createChunked writes a large batch in transactions of store.MaxBatch,
+// createChunked writes a large batch in transactions of up to
+// store.MaxBatch jobs that each fit DynamoDB's transaction size (txChunks),
 // four at a time, keeping request order in the result.
-func (s *Service) createChunked(ctx context.Context, jobs []*job.Job) ([]*job.Job, error) {
-	n := (len(jobs) + store.MaxBatch - 1) / store.MaxBatch
+func (s *Service) createChunked(ctx context.Context, jobs []*job.Job, sizes []int) ([]*job.Job, error) {
+	starts := txChunks(sizes)
+	n := len(starts) - 1
 	errs := make([]error, n)
 	sem := make(chan struct{}, 4)
 	var wg sync.WaitGroup
@@ -305,22 +314,21 @@ func (s *Service) createChunked(ctx context.Context, jobs []*job.Job) ([]*job.Jo
 		go func(c int) {
 			defer wg.Done()
 			defer func() { <-sem }()
-			chunk := jobs[c*store.MaxBatch : min((c+1)*store.MaxBatch, len(jobs))]
-			errs[c] = s.st.Create(ctx, chunk, s.redel)
+			errs[c] = s.st.Create(ctx, jobs[starts[c]:starts[c+1]], s.redel)
 		}(c)
 	}
 	wg.Wait()
 	var created []*job.Job
 	var pe PartialError
 	for c, err := range errs {
-		chunk := jobs[c*store.MaxBatch : min((c+1)*store.MaxBatch, len(jobs))]
+		chunk := jobs[starts[c]:starts[c+1]]
 		if err == nil {
 			created = append(created, chunk...)
 			continue
 		}
-		ce := createChunkError(err, c*store.MaxBatch)
+		ce := createChunkError(err, starts[c])
 		for i, j := range chunk {
-			pe.Failed = append(pe.Failed, BatchFailure{Index: c*store.MaxBatch + i, JobID: j.ID, Error: ce})
+			pe.Failed = append(pe.Failed, BatchFailure{Index: starts[c] + i, JobID: j.ID, Error: ce})
 		}
 	}
 	s.log.InfoContext(ctx, "batch pushed", "jobs", len(jobs), "created", len(created), "failed", len(pe.Failed), "chunks", n)
