@@ -124,14 +124,17 @@ func TestStreamBatchesStayWithinTheLambdaPayload(t *testing.T) {
 	}
 	batches := 0
 	for rest := recs; len(rest) > 0; batches++ {
-		n := fitRecords(rest, "arn:x", awslimit.LambdaRequestBytes)
+		enc := encodeRecords(rest, "arn:x")
+		n := fitRecords(enc, awslimit.LambdaRequestBytes)
 		payload, _ := json.Marshal(map[string]any{"Records": lambdaRecords(rest[:n], "arn:x")})
+		if string(payload) != string(streamEvent(enc[:n])) {
+			t.Fatal("the event built from encoded records differs from the records encoded together")
+		}
 		if len(payload) > awslimit.LambdaRequestBytes {
 			t.Fatalf("a batch of %d records is %d bytes", n, len(payload))
 		}
 		if n < len(rest) {
-			more, _ := json.Marshal(map[string]any{"Records": lambdaRecords(rest[:n+1], "arn:x")})
-			if len(more) <= awslimit.LambdaRequestBytes {
+			if more := streamEvent(enc[:n+1]); len(more) <= awslimit.LambdaRequestBytes {
 				t.Fatalf("the batch of %d records could have taken one more (%d bytes)", n, len(more))
 			}
 		}

@@ -1,6 +1,7 @@
 package localrt
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -105,24 +106,39 @@ func (rt *Runtime) readShard(ctx context.Context, client *dynamodbstreams.Client
 // deliverRecords invokes the stream function with the records in batches
 // whose event stays within Lambda's payload limit, as the Streams mapping
 // cuts its batches at 6 MB; it returns what is left (nothing, unless ctx
-// ended).
+// ended). Each record is encoded once.
 func (rt *Runtime) deliverRecords(ctx context.Context, recs []types.Record) []types.Record {
+	enc := encodeRecords(recs, rt.streamARN)
 	for len(recs) > 0 && ctx.Err() == nil {
-		n := fitRecords(recs, rt.streamARN, awslimit.LambdaRequestBytes)
-		if left := rt.deliverBatch(ctx, recs[:n]); len(left) > 0 {
-			return append(left, recs[n:]...)
+		n := fitRecords(enc, awslimit.LambdaRequestBytes)
+		if left := rt.deliverBatch(ctx, recs[:n], enc[:n]); left > 0 {
+			return recs[n-left:]
 		}
-		recs = recs[n:]
+		recs, enc = recs[n:], enc[n:]
 	}
 	return recs
 }
 
-// fitRecords returns how many records from the start of recs fit in one
-// stream event of at most limit bytes (at least one).
-func fitRecords(recs []types.Record, arn string, limit int) int {
+// encodeRecords renders each record as the Lambda event holds it.
+func encodeRecords(recs []types.Record, arn string) [][]byte {
+	out := make([][]byte, len(recs))
+	for i, r := range lambdaRecords(recs, arn) {
+		out[i], _ = json.Marshal(r)
+	}
+	return out
+}
+
+// streamEvent is the stream event holding the encoded records, byte for byte
+// what encoding the records together gives.
+func streamEvent(enc [][]byte) []byte {
+	return append(append([]byte(`{"Records":[`), bytes.Join(enc, []byte(","))...), ']', '}')
+}
+
+// fitRecords returns how many encoded records from the start of enc fit
+// in one stream event of at most limit bytes (at least one).
+func fitRecords(enc [][]byte, limit int) int {
 	size := len(`{"Records":[]}`)
-	for i, r := range recs {
-		b, _ := json.Marshal(lambdaRecords([]types.Record{r}, arn)[0])
+	for i, b := range enc {
 		if i > 0 {
 			size++ // the comma
 		}
@@ -131,15 +147,16 @@ func fitRecords(recs []types.Record, arn string, limit int) int {
 			return max(i, 1)
 		}
 	}
-	return len(recs)
+	return len(enc)
 }
 
-// deliverBatch invokes the stream function with one batch, retrying the
-// failed tail; it returns what is left (nothing, unless ctx ended).
-func (rt *Runtime) deliverBatch(ctx context.Context, recs []types.Record) []types.Record {
+// deliverBatch invokes the stream function with one batch (recs, encoded
+// as enc), retrying the failed tail; it returns how many records are left
+// at the end of the batch (none, unless ctx ended).
+func (rt *Runtime) deliverBatch(ctx context.Context, recs []types.Record, enc [][]byte) int {
 	cfg := rt.cfg.Env.Stream
 	for attempt := 0; ctx.Err() == nil; attempt++ {
-		payload, _ := json.Marshal(map[string]any{"Records": lambdaRecords(recs, rt.streamARN)})
+		payload := streamEvent(enc)
 		if rt.cfg.DuplicateStreamRecords {
 			// Deliver the batch an extra time; its outcome is ignored, as a
 			// duplicate delivery's would be.
@@ -167,17 +184,17 @@ func (rt *Runtime) deliverBatch(ctx context.Context, recs []types.Record) []type
 			}
 		}
 		if failedAt < 0 {
-			return nil
+			return 0
 		}
-		recs = recs[failedAt:]
+		recs, enc = recs[failedAt:], enc[failedAt:]
 		if attempt >= cfg.MaxRetries {
 			rt.log.Error("stream records exhausted their retries; skipping them (on-failure destination)", "count", len(recs),
 				"first_sequence", aws.ToString(recs[0].Dynamodb.SequenceNumber))
-			return nil
+			return 0
 		}
 		ctxsleep.Sleep(ctx, time.Duration(attempt+1)*200*time.Millisecond)
 	}
-	return recs
+	return len(recs)
 }
 
 // lambdaRecords renders stream records exactly as the Lambda event source
