@@ -1,5 +1,10 @@
 package e2e
 
+// The tests of AWS limits move megabytes through DynamoDB Local, the
+// stream and the functions. They run one at a time, before the parallel
+// tests start, so that they never slow those past a function's timeout on a
+// small shared machine.
+
 import (
 	"encoding/json"
 	"net/http"
@@ -31,7 +36,6 @@ func padded(t *testing.T, body map[string]any, size int) []byte {
 // fails once and is retried), and completes. Its SQS messages carry the
 // job's reference, not the job.
 func TestPushModeJobAtTheEnvelopeLimitRuns(t *testing.T) {
-	t.Parallel()
 	args := map[string]any{"type": "test.fail_once", "options": map[string]any{"queue": pushQueue,
 		"retry": map[string]any{"max_attempts": 3, "initial_interval": "PT1S", "jitter": false}}}
 	// The big part is args: a one-element array holding an object.
@@ -79,7 +83,6 @@ func waitQuiet(t *testing.T, id string, states ...string) map[string]any {
 // returns only what fits Lambda's 6 MB response; the jobs it left are still
 // available, their attempts untouched, and the next FETCH gets them.
 func TestFetchAnswerStaysUnderLambdasResponseLimit(t *testing.T) {
-	t.Parallel()
 	q := uniqueQueue(t)
 	var ids []string
 	for i := 0; i < 4; i++ {
@@ -133,7 +136,6 @@ func TestFetchAnswerStaysUnderLambdasResponseLimit(t *testing.T) {
 // stored with its error cut to the history's byte budget, never a 500 from
 // an item over DynamoDB's 400 KB.
 func TestLargestFailuresOfALargeJobAreStored(t *testing.T) {
-	t.Parallel()
 	q := uniqueQueue(t)
 	j := push(t, map[string]any{"type": "big.fail", "args": []any{strings.Repeat("a", 250<<10)}, "options": map[string]any{"queue": q,
 		"retry": map[string]any{"max_attempts": 3, "initial_interval": "PT1S", "backoff_coefficient": 1, "jitter": false}}})
@@ -179,7 +181,6 @@ func TestLargestFailuresOfALargeJobAreStored(t *testing.T) {
 // contract, is refused with 413 payload_too_large and nothing is written.
 // (pkg/store tests that fewer of them fit.)
 func TestBatchOverTheTransactionLimitIs413(t *testing.T) {
-	t.Parallel()
 	q := uniqueQueue(t)
 	var jobs []map[string]any
 	for i := 0; i < 100; i++ {
