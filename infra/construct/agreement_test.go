@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ojs-aws/ojs-serverless/pkg/awslimit"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 )
 
@@ -29,6 +30,7 @@ func fromTopology(e topology.Env) settings {
 	for _, q := range e.Queues {
 		p := "queue " + q.Name + " "
 		s[p+"visibility timeout (s)"] = secs(q.VisibilityTimeout)
+		s[p+"maximum message size"] = float64(awslimit.SQSMessageBytes)
 		s[p+"maxReceiveCount"] = float64(q.MaxReceiveCount)
 		s[p+"DLQ retention (s)"] = secs(q.DLQRetention)
 		s[p+"batch size"] = float64(q.BatchSize)
@@ -76,6 +78,7 @@ func fromTemplate(t *testing.T, st *synthesized, e topology.Env) settings {
 		dlq := st.byTag(t, "AWS::SQS::Queue", TagQueue, q.Name, TagQueueRole, QueueRoleDeadLetter)
 		qp := props(queues[push])
 		s[p+"visibility timeout (s)"] = qp["VisibilityTimeout"]
+		s[p+"maximum message size"] = qp["MaximumMessageSize"]
 		if rp, ok := qp["RedrivePolicy"].(map[string]any); ok {
 			s[p+"maxReceiveCount"] = rp["maxReceiveCount"]
 		}

@@ -23,6 +23,7 @@ import (
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 
+	"github.com/ojs-aws/ojs-serverless/pkg/awslimit"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 )
 
@@ -212,8 +213,11 @@ func (o *OJSServerless) addQueues() {
 		tag(dlq, TagQueue, q.Name, TagQueueRole, QueueRoleDeadLetter)
 		queue := awssqs.NewQueue(o.Construct, jsii.String("Queue-"+q.Name), &awssqs.QueueProps{
 			VisibilityTimeout: seconds(q.VisibilityTimeout),
-			Encryption:        awssqs.QueueEncryption_SQS_MANAGED,
-			EnforceSSL:        jsii.Bool(true),
+			// Messages are job references (pkg/dispatch); the portable
+			// 256 KiB limit, which the local stack enforces too.
+			MaxMessageSizeBytes: jsii.Number(awslimit.SQSMessageBytes),
+			Encryption:          awssqs.QueueEncryption_SQS_MANAGED,
+			EnforceSSL:          jsii.Bool(true),
 			DeadLetterQueue: &awssqs.DeadLetterQueue{
 				Queue:           dlq,
 				MaxReceiveCount: jsii.Number(q.MaxReceiveCount),

@@ -287,7 +287,12 @@ func (s *Service) PushBatch(ctx context.Context, raws [][]byte) ([]*job.Job, err
 			return nil, ojserr.Invalid("unique", "Unique policies are honoured on single PUSH only; job at index %d has one. Enqueue it with POST /ojs/v1/jobs.", i).With("index", i)
 		}
 	}
+	// Admit first: it sets push mode, which the item sizes count.
 	if err := s.Admit(ctx, jobs); err != nil {
+		return nil, err
+	}
+	sizes, err := s.itemSizes(jobs)
+	if err != nil {
 		return nil, err
 	}
 	if jobs[0].Unique != nil {
@@ -301,7 +306,7 @@ func (s *Service) PushBatch(ctx context.Context, raws [][]byte) ([]*job.Job, err
 		return []*job.Job{j}, nil
 	}
 	if len(jobs) > store.MaxBatch {
-		return s.createChunked(ctx, jobs)
+		return s.createChunked(ctx, jobs, sizes)
 	}
 	if err := s.st.Create(ctx, jobs, s.redel); err != nil {
 		return nil, createChunkError(err, 0)
@@ -313,6 +318,9 @@ func (s *Service) PushBatch(ctx context.Context, raws [][]byte) ([]*job.Job, err
 }
 
 func createChunkError(err error, offset int) *ojserr.Error {
+	if oe, ok := asTooLarge(err); ok {
+		return oe
+	}
 	var dup *store.DuplicateError
 	if errors.As(err, &dup) {
 		return ojserr.Newf(ojserr.Duplicate, "A job with id '%s' already exists.", dup.ID).With("existing_job_id", dup.ID).With("index", offset+dup.Index)
@@ -338,10 +346,12 @@ func (e *PartialError) Error() string {
 	return fmt.Sprintf("%d jobs of the batch were not created", len(e.Failed))
 }
 
-// createChunked writes a large batch in transactions of store.MaxBatch,
+// createChunked writes a large batch in transactions of up to
+// store.MaxBatch jobs that each fit DynamoDB's transaction size (txChunks),
 // four at a time, keeping request order in the result.
-func (s *Service) createChunked(ctx context.Context, jobs []*job.Job) ([]*job.Job, error) {
-	n := (len(jobs) + store.MaxBatch - 1) / store.MaxBatch
+func (s *Service) createChunked(ctx context.Context, jobs []*job.Job, sizes []int) ([]*job.Job, error) {
+	starts := txChunks(sizes)
+	n := len(starts) - 1
 	errs := make([]error, n)
 	sem := make(chan struct{}, 4)
 	var wg sync.WaitGroup
@@ -351,22 +361,21 @@ func (s *Service) createChunked(ctx context.Context, jobs []*job.Job) ([]*job.Jo
 		go func(c int) {
 			defer wg.Done()
 			defer func() { <-sem }()
-			chunk := jobs[c*store.MaxBatch : min((c+1)*store.MaxBatch, len(jobs))]
-			errs[c] = s.st.Create(ctx, chunk, s.redel)
+			errs[c] = s.st.Create(ctx, jobs[starts[c]:starts[c+1]], s.redel)
 		}(c)
 	}
 	wg.Wait()
 	var created []*job.Job
 	var pe PartialError
 	for c, err := range errs {
-		chunk := jobs[c*store.MaxBatch : min((c+1)*store.MaxBatch, len(jobs))]
+		chunk := jobs[starts[c]:starts[c+1]]
 		if err == nil {
 			created = append(created, chunk...)
 			continue
 		}
-		ce := createChunkError(err, c*store.MaxBatch)
+		ce := createChunkError(err, starts[c])
 		for i, j := range chunk {
-			pe.Failed = append(pe.Failed, BatchFailure{Index: c*store.MaxBatch + i, JobID: j.ID, Error: ce})
+			pe.Failed = append(pe.Failed, BatchFailure{Index: starts[c] + i, JobID: j.ID, Error: ce})
 		}
 	}
 	s.log.InfoContext(ctx, "batch pushed", "jobs", len(jobs), "created", len(created), "failed", len(pe.Failed), "chunks", n)
@@ -631,6 +640,11 @@ type FetchRequest struct {
 	WorkerID string
 	// Visibility is the lease length; 0 uses the job's own or the default.
 	Visibility time.Duration
+	// MaxBytes bounds the answer: jobs are claimed only while the sum of
+	// their FetchedBytes stays within it, the first one counted twice
+	// (the HTTP binding's answer repeats it as "job"). Default
+	// DefaultFetchBytes.
+	MaxBytes int
 }
 
 // MaxFetch bounds the jobs one FETCH returns.
@@ -646,7 +660,10 @@ const MaxWorkerQueues = 100
 // Fetch claims up to Count jobs from the queues in order: highest priority
 // first, FIFO within a priority. Due scheduled and retryable jobs of each
 // queue are promoted first and expired leases requeued, so pull workers see
-// them without waiting for the sweeper.
+// them without waiting for the sweeper. It stops before the job that would
+// take the answer past MaxBytes (that job and the rest stay available,
+// their attempts untouched); a job that cannot fit an answer even alone is
+// skipped and logged.
 func (s *Service) Fetch(ctx context.Context, r FetchRequest) ([]*job.Job, error) {
 	if len(r.Queues) == 0 {
 		return nil, ojserr.Invalid("queues", "The 'queues' field must list at least one queue.")
@@ -665,14 +682,19 @@ func (s *Service) Fetch(ctx context.Context, r FetchRequest) ([]*job.Job, error)
 	if r.Count > MaxFetch {
 		r.Count = MaxFetch
 	}
+	if r.MaxBytes <= 0 {
+		r.MaxBytes = DefaultFetchBytes
+	}
+	used := 0
 	out := []*job.Job{}
 	if st, err := s.workerStopping(ctx, r.WorkerID); err != nil {
 		return nil, ojserr.Backend(err)
 	} else if st {
 		return out, nil // a quiet or terminating worker gets no new jobs
 	}
+	full := false // the next job would pass MaxBytes
 	for _, q := range r.Queues {
-		if len(out) >= r.Count {
+		if len(out) >= r.Count || full {
 			break
 		}
 		// Read fresh, not cached: a pause holds for every fetch after it.
@@ -708,12 +730,26 @@ func (s *Service) Fetch(ctx context.Context, r FetchRequest) ([]*job.Job, error)
 			if len(out) >= r.Count || taken >= want {
 				break
 			}
+			size := FetchedBytes(it.Job)
+			if len(out) == 0 {
+				size *= 2
+			}
+			if used+size > r.MaxBytes {
+				if len(out) > 0 {
+					full = true
+					break
+				}
+				s.log.ErrorContext(ctx, "job too large for a FETCH answer; skipped", "job_id", it.Job.ID, "queue", q,
+					"answer_bytes", size, "max_bytes", r.MaxBytes)
+				continue
+			}
 			j, err := s.Claim(ctx, it.Job, r.WorkerID, r.Visibility)
 			if err != nil {
 				return nil, ojserr.Backend(err)
 			}
 			if j != nil {
 				out = append(out, j)
+				used += size
 				taken++
 			}
 		}

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/ojs-aws/ojs-serverless/pkg/awslimit"
 )
 
 // FunctionError is an error the function returned (the Runtime API /error
@@ -125,9 +126,32 @@ func (f *Function) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
 	return f.invoke(ctx, payload, &took)
 }
 
+// RequestTooLargeError is Lambda refusing an invocation whose payload
+// passes awslimit.LambdaRequestBytes (RequestEntityTooLargeException): the
+// function never runs.
+type RequestTooLargeError struct {
+	Function string
+	Bytes    int
+}
+
+func (e *RequestTooLargeError) Error() string {
+	return fmt.Sprintf("%s: RequestEntityTooLargeException: Request must be smaller than %d bytes for the Invoke operation (got %d)",
+		e.Function, awslimit.LambdaRequestBytes, e.Bytes)
+}
+
+// ResponseTooLarge is the FunctionError type of an invocation whose
+// response passed awslimit.LambdaResponseBytes, as Lambda reports it.
+const ResponseTooLarge = "Function.ResponseSizeTooLarge"
+
 // invoke is Invoke, also reporting in *took how long the invocation ran
-// once an execution environment took it.
+// once an execution environment took it. Like Lambda, it refuses a payload
+// over awslimit.LambdaRequestBytes (*RequestTooLargeError) and fails an
+// invocation whose response passes awslimit.LambdaResponseBytes
+// (*FunctionError of type ResponseTooLarge).
 func (f *Function) invoke(ctx context.Context, payload []byte, took *time.Duration) ([]byte, error) {
+	if len(payload) > awslimit.LambdaRequestBytes {
+		return nil, &RequestTooLargeError{Function: f.Name, Bytes: len(payload)}
+	}
 	var inst *instance
 	select {
 	case inst = <-f.idle:
@@ -331,7 +355,12 @@ func (in *instance) handleResult(isErr bool) http.HandlerFunc {
 			return
 		}
 		res := result{body: body}
-		if isErr {
+		if !isErr && len(body) > awslimit.LambdaResponseBytes {
+			// Lambda accepts the response from the runtime and fails the
+			// invocation for the caller.
+			res = result{err: &FunctionError{Type: ResponseTooLarge,
+				Message: fmt.Sprintf("Response payload size exceeded maximum allowed payload size (%d bytes).", awslimit.LambdaResponseBytes)}}
+		} else if isErr {
 			fe := &FunctionError{}
 			if json.Unmarshal(body, fe) != nil || fe.Message == "" {
 				fe = &FunctionError{Type: "Unknown", Message: string(bytes.TrimSpace(body))}

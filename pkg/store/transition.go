@@ -180,19 +180,13 @@ type Failure struct {
 	NextAttempt time.Time
 }
 
+// errorsWith returns the error history with e appended, bounded in count
+// and bytes (job.BoundHistory), and e as stored (the job's current error).
 func errorsWith(j *job.Job, e job.ErrorInfo) ([]string, string) {
 	if e.OccurredAt == "" {
 		e.OccurredAt = e.Timestamp
 	}
-	all := append(append([]job.ErrorInfo{}, j.Errors...), e)
-	if len(all) > job.MaxErrorHistory {
-		all = all[len(all)-job.MaxErrorHistory:]
-	}
-	out := make([]string, len(all))
-	for i, x := range all {
-		b, _ := json.Marshal(x)
-		out[i] = string(b)
-	}
+	out := job.BoundHistory(j.Errors, e)
 	return out, out[len(out)-1]
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/ojs-aws/ojs-serverless/pkg/awslimit"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
 )
@@ -255,7 +256,8 @@ type NewWorkflow struct {
 }
 
 // CreateWorkflow writes a new workflow. Up to MaxBatch items (nodes,
-// shards and first jobs together) are written in one transaction, so the
+// shards and first jobs together, and 3 MB of them) are written in one
+// transaction, so the
 // workflow and its first jobs appear together or not at all. A larger one
 // is written in stages: the root first (conditional, marked creating),
 // then its other items, then the root unmarked, then its first jobs (each
@@ -293,7 +295,18 @@ func (s *Store) CreateWorkflow(ctx context.Context, w NewWorkflow) error {
 	r := *root
 	r.Version = 1
 	cond := aws.String("attribute_not_exists(pk)")
-	if len(items)+len(w.Jobs)+1 <= MaxBatch {
+	bytes := 0
+	for _, it := range items {
+		bytes += ItemBytes(it)
+	}
+	for _, j := range w.Jobs {
+		n, err := JobItemBytes(j, w.RedeliverAfter)
+		if err != nil {
+			return err
+		}
+		bytes += n
+	}
+	if len(items)+len(w.Jobs)+1 <= MaxBatch && bytes <= awslimit.DynamoTxBytes-txNodeReserve {
 		rootAV, err := attributevalue.MarshalMap(nodeItem{PK: wfPrefix + r.WorkflowID, SK: nodeSK(RootPath), Node: r})
 		if err != nil {
 			return err
@@ -920,23 +933,51 @@ func (s *Store) Advance(ctx context.Context, a Advance) error {
 	if room < 0 {
 		return fmt.Errorf("advance of workflow %s: %d node writes exceed a transaction", a.WorkflowID, len(a.Nodes))
 	}
-	jobs := a.Jobs
-	// Leading chunks of jobs alone (each with the root check), eight
-	// transactions at once; the last chunk, with the node writes, only
-	// after all of them.
+	sizes := make([]int, len(a.Jobs))
+	for i, j := range a.Jobs {
+		n, err := JobItemBytes(j, a.RedeliverAfter)
+		if err != nil {
+			return err
+		}
+		if n > awslimit.DynamoItemBytes {
+			return &TooLargeError{What: "item", Bytes: n, Max: awslimit.DynamoItemBytes, Index: i}
+		}
+		sizes[i] = n
+	}
+	// The last transaction holds the node writes and as many jobs from the
+	// end as fit beside them (node items are read as whole items: keep a
+	// megabyte for them); the jobs before it go in leading transactions of
+	// at most MaxBatch-1 jobs and DynamoDB's 4 MB, eight at once, all
+	// before the last.
+	tail, bytes := len(a.Jobs), 0
+	for tail > 0 && len(a.Jobs)-tail < room && bytes+sizes[tail-1] <= awslimit.DynamoTxBytes-txNodeReserve {
+		tail--
+		bytes += sizes[tail]
+	}
 	var chunks [][]*job.Job
-	for len(jobs) > room {
-		n := min(MaxBatch-1, len(jobs)-room)
-		chunks = append(chunks, jobs[:n])
-		jobs = jobs[n:]
+	for start := 0; start < tail; {
+		end, b := start, 0
+		for end < tail && end-start < MaxBatch-1 && (end == start || b+sizes[end] <= awslimit.DynamoTxBytes-txCheckReserve) {
+			b += sizes[end]
+			end++
+		}
+		chunks = append(chunks, a.Jobs[start:end])
+		start = end
 	}
 	if err := parallel(ctx, len(chunks), 8, func(ctx context.Context, c int) error {
 		return s.advanceTx(ctx, a.WorkflowID, chunks[c], nil, a.RedeliverAfter)
 	}); err != nil {
 		return err
 	}
-	return s.advanceTx(ctx, a.WorkflowID, jobs, a.Nodes, a.RedeliverAfter)
+	return s.advanceTx(ctx, a.WorkflowID, a.Jobs[tail:], a.Nodes, a.RedeliverAfter)
 }
+
+// Room kept in a transaction besides its jobs: for the node items it
+// updates (counted whole), and for the root check of a jobs-only one.
+const (
+	txNodeReserve  = 1 << 20
+	txCheckReserve = 8 << 10
+)
 
 // advanceTx writes jobs and node writes in one transaction, retrying
 // without the jobs that turn out to exist.

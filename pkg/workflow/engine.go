@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/ojs-aws/ojs-serverless/pkg/awslimit"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
@@ -323,20 +324,34 @@ func (e *Engine) newJob(n *store.Node, parentResults json.RawMessage) (*job.Job,
 	}
 	j := en.Job
 	j.ID, j.WorkflowID, j.WorkflowNode, j.WorkflowShard, j.WorkflowNext = JobID(n.WorkflowID, n.Path), n.WorkflowID, n.Path, n.PShard, n.Next
-	j.ParentResults = capResults(n.WorkflowID, parentResults)
 	j.Push = e.push[j.Queue]
+	j.ParentResults = capResults(n.WorkflowID, parentResults, resultsRoom(j, e.redel))
 	return j, nil
 }
 
 // maxParentResults bounds parent_results inline in a job.
 const maxParentResults = 128 << 10
 
-func capResults(wfID string, r json.RawMessage) json.RawMessage {
-	if len(r) <= maxParentResults {
+// resultsRoom is how much parent_results a job's item has room for: at
+// most maxParentResults, and never so much that the item, once it holds
+// its largest result and error history too, passes DynamoDB's 400 KB.
+func resultsRoom(j *job.Job, redeliverAfter time.Duration) int {
+	size, err := store.JobItemBytes(j, redeliverAfter)
+	if err != nil {
+		return 0
+	}
+	room := awslimit.DynamoItemBytes - size - job.MaxResultBytes - job.MaxErrorHistoryBytes - 2*job.MaxErrorBytes - 4<<10
+	return max(0, min(maxParentResults, room))
+}
+
+// capResults replaces parent_results larger than room by a pointer to the
+// workflow, which holds every result.
+func capResults(wfID string, r json.RawMessage, room int) json.RawMessage {
+	if len(r) <= room {
 		return r
 	}
 	b, _ := json.Marshal(map[string]any{"truncated": true, "bytes": len(r), "workflow_id": wfID,
-		"hint": "parent_results exceed 128 KiB; read them from GET /ojs/v1/workflows/" + wfID})
+		"hint": "parent_results do not fit in the job; read them from GET /ojs/v1/workflows/" + wfID})
 	return b
 }
 

@@ -231,3 +231,46 @@ func TestStepsFormValidation(t *testing.T) {
 		t.Fatalf("too many graph steps: %v", err)
 	}
 }
+
+// Big jobs: a group whose first jobs pass DynamoDB's 4 MB transaction
+// limit together is written in transactions that each fit, and a step
+// whose item has no room for parent_results gets the pointer to the
+// workflow instead (its item stays under 400 KB with its largest result
+// and error history).
+func TestBigJobsFitDynamoDBLimits(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := context.Background()
+	big := strings.Repeat("x", 150<<10)
+	var jobs []string
+	for i := 0; i < 30; i++ {
+		jobs = append(jobs, fmt.Sprintf(`{"type":"big.job","args":["%s",%d],"options":{"queue":"bigq"}}`, big, i))
+	}
+	v, err := h.eng.Create(ctx, []byte(`{"type":"group","jobs":[`+strings.Join(jobs, ",")+`]}`))
+	if err != nil {
+		t.Fatalf("a 4.5 MB group: %v", err)
+	}
+	// FETCH answers at most 6 MB: several fetches take them all.
+	n := 0
+	for tries := 0; tries < 20 && n < 30; tries++ {
+		got, err := h.svc.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"bigq"}, Count: 30})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += len(got)
+	}
+	if n != 30 || (*v)["state"] != "running" {
+		t.Fatalf("fetched %d of the group's 30 jobs", n)
+	}
+	huge := strings.Repeat("y", 250<<10)
+	id := h.create(`{"type":"chain","steps":[{"type":"c.one","args":[],"options":{"queue":"bigc"}},
+		{"type":"c.two","args":["` + huge + `"],"options":{"queue":"bigc"}}]}`)
+	one, _ := h.svc.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"bigc"}})
+	if _, err := h.svc.Ack(ctx, one[0].ID, []byte(`"`+strings.Repeat("r", 60<<10)+`"`), 0); err != nil {
+		t.Fatal(err)
+	}
+	two, _ := h.svc.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"bigc"}})
+	if len(two) != 1 || !strings.Contains(string(two[0].ParentResults), `"truncated":true`) || !strings.Contains(string(two[0].ParentResults), id) {
+		t.Fatalf("step two: %d jobs, parent_results %.200s", len(two), two[0].ParentResults)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/ojs-aws/ojs-serverless/pkg/awslimit"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
@@ -16,9 +17,11 @@ import (
 // ojs-http-binding.md section 14.2).
 type View map[string]any
 
-// MaxViewResultBytes bounds the step results one view carries: a Lambda
-// response is at most 6 MB. Results beyond it are left out of the view
-// (each step says so); GET /ojs/v1/jobs/{job_id} returns each one.
+// MaxViewResultBytes bounds what the step results and errors of one view
+// cost in the API's Lambda response (measured as encoded there: a Lambda
+// response is at most 6 MB, and the rest of a 10,000-job view takes up
+// to about 2.5 MB). Results beyond it are left out of the view (each step
+// says so); GET /ojs/v1/jobs/{job_id} returns each one.
 const MaxViewResultBytes = 3 << 20
 
 // Get returns the workflow's state with every step and job.
@@ -283,11 +286,9 @@ func (v *viewer) leaf(n *store.Node, m map[string]any) {
 			v.completed++
 		}
 		if len(j.Result) > 0 {
-			if len(j.Result) <= v.budget {
-				v.budget -= len(j.Result)
+			if v.fits(j.Result) {
 				m["result"] = j.Result
 			} else {
-				v.cut = true
 				m["result_truncated"] = true
 			}
 		}
@@ -296,7 +297,7 @@ func (v *viewer) leaf(n *store.Node, m map[string]any) {
 			v.failed++
 		}
 		v.failedIDs = append(v.failedIDs, id)
-		if j.Error != nil {
+		if b, _ := json.Marshal(j.Error); j.Error != nil && v.fits(b) {
 			m["error"] = j.Error
 			code := j.Error.Code
 			if code == "" {
@@ -305,6 +306,26 @@ func (v *viewer) leaf(n *store.Node, m map[string]any) {
 			v.errs = append(v.errs, map[string]any{"job_id": id, "node": n.Path, "code": code, "type": j.Error.Type, "message": j.Error.Message, "attempt": j.Attempt})
 		}
 	}
+}
+
+// fits takes what b costs in the Lambda response (b is escaped once in
+// the view's JSON and once more as the response body) from the budget,
+// and reports whether it fitted; once one does not, none is added.
+func (v *viewer) fits(b []byte) bool {
+	if v.cut {
+		return false
+	}
+	esc, err := json.Marshal(json.RawMessage(b))
+	if err != nil {
+		esc = b
+	}
+	cost := awslimit.JSONStringLen(esc)
+	if cost > v.budget {
+		v.cut = true
+		return false
+	}
+	v.budget -= cost
+	return true
 }
 
 // entry renders a node of the tree form.
