@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/dispatch"
@@ -311,7 +312,8 @@ func finished(c Change) (workflow.Finished, bool) {
 		}
 		return workflow.Finished{Job: c.New.Job}, true
 	}
-	if n := c.NewNode; n != nil && n.Path != store.RootPath && n.Kind != workflow.KindJob && n.State.Terminal() {
+	if n := c.NewNode; n != nil && (n.Kind != workflow.KindJob || strings.HasPrefix(n.Path, "/~")) && n.State.Terminal() {
+		// A composite (or the root, or a handler) that finished.
 		if c.OldNode != nil && c.OldNode.State == n.State {
 			return workflow.Finished{}, false
 		}

@@ -60,6 +60,14 @@ const (
 	WorkflowCompleted     = "workflow.completed"
 	WorkflowFailed        = "workflow.failed"
 	WorkflowCancelled     = "workflow.cancelled"
+
+	// Workflow control beyond OJS 1.0 (docs/workflows.md).
+	WorkflowTimedOut        = "workflow.timed_out"
+	WorkflowCompensating    = "workflow.compensating"
+	WorkflowCompensated     = "workflow.compensated"
+	WorkflowRetried         = "workflow.retried"
+	WorkflowHandlerStarted  = "workflow.handler_started"
+	WorkflowHandlerFinished = "workflow.handler_finished"
 )
 
 // Types lists every type above (the values the events API accepts).
@@ -70,6 +78,7 @@ var Types = []string{
 	WorkerStarted, WorkerHeartbeat, WorkerQuiet, WorkerStopped,
 	WorkflowCreated, WorkflowStarted, WorkflowStepCompleted, WorkflowStepFailed, WorkflowJobCompleted,
 	WorkflowJobFailed, WorkflowCallbackFired, WorkflowCompleted, WorkflowFailed, WorkflowCancelled,
+	WorkflowTimedOut, WorkflowCompensating, WorkflowCompensated, WorkflowRetried, WorkflowHandlerStarted, WorkflowHandlerFinished,
 }
 
 // Event is one OJS event: the envelope of ojs-events.md section 2.

@@ -63,6 +63,7 @@ type Workflows interface {
 	Create(ctx context.Context, raw []byte) (*workflow.View, error)
 	Get(ctx context.Context, id string) (*workflow.View, error)
 	Cancel(ctx context.Context, id string) (*workflow.View, error)
+	Retry(ctx context.Context, id string) (*workflow.View, error)
 }
 
 var _ Workflows = (*workflow.Engine)(nil)
@@ -121,6 +122,7 @@ func New(jobs Jobs, backend Backend, wfs Workflows, cfg Config) *Server {
 		s.add(http.MethodPost, "/ojs/v1/workflows", a.createWorkflow)
 		s.add(http.MethodGet, "/ojs/v1/workflows/{id}", a.getWorkflow)
 		s.add(http.MethodDelete, "/ojs/v1/workflows/{id}", a.cancelWorkflow)
+		s.add(http.MethodPost, "/ojs/v1/workflows/{id}/retry", a.retryWorkflow)
 	}
 	if cfg.Crons != nil {
 		a.crons = cfg.Crons
@@ -234,6 +236,17 @@ func (a *api) getWorkflow(w http.ResponseWriter, r *http.Request, p params) erro
 
 func (a *api) cancelWorkflow(w http.ResponseWriter, r *http.Request, p params) error {
 	v, err := a.wfs.Cancel(r.Context(), p["id"])
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"workflow": v})
+	return nil
+}
+
+// retryWorkflow serves POST /workflows/{id}/retry: a failed or cancelled
+// workflow runs again from its failed steps.
+func (a *api) retryWorkflow(w http.ResponseWriter, r *http.Request, p params) error {
+	v, err := a.wfs.Retry(r.Context(), p["id"])
 	if err != nil {
 		return err
 	}

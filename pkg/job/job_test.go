@@ -12,14 +12,15 @@ import (
 func TestTransitionsMatchSpec(t *testing.T) {
 	t.Parallel()
 	// L0-LC-002 plus the transitions ojs-core section 6.3 adds: lease expiry
-	// (active -> available), expiry (-> discarded) and manual retry.
+	// (active -> available), expiry (-> discarded) and manual retry; and a
+	// workflow retry re-running a cancelled step (cancelled -> available).
 	valid := map[[2]State]bool{
 		{Scheduled, Available}: true, {Scheduled, Cancelled}: true, {Scheduled, Discarded}: true,
 		{Available, Active}: true, {Available, Cancelled}: true, {Available, Discarded}: true,
 		{Pending, Available}: true, {Pending, Cancelled}: true,
 		{Active, Completed}: true, {Active, Retryable}: true, {Active, Cancelled}: true, {Active, Discarded}: true, {Active, Available}: true,
 		{Retryable, Available}: true, {Retryable, Cancelled}: true, {Retryable, Discarded}: true,
-		{Discarded, Available}: true,
+		{Discarded, Available}: true, {Cancelled, Available}: true,
 	}
 	for _, from := range States {
 		for _, to := range States {
@@ -28,7 +29,7 @@ func TestTransitionsMatchSpec(t *testing.T) {
 			}
 		}
 	}
-	for _, s := range []State{Completed, Cancelled} {
+	for _, s := range []State{Completed} {
 		for _, to := range States {
 			if CanTransition(s, to) {
 				t.Errorf("terminal %s has an outgoing transition to %s", s, to)

@@ -10,8 +10,12 @@
 //	available -> active (claim) | cancelled | discarded (expired)
 //	active    -> completed | retryable | discarded | cancelled | available (lease expired, attempts left)
 //	retryable -> available (backoff elapsed) | cancelled | discarded (expired)
-//	discarded -> available (manual retry from the dead letter list)
-//	completed, cancelled: terminal
+//	discarded -> available (manual retry from the dead letter list, or a
+//	             workflow retry re-running its failed step)
+//	cancelled -> available (a workflow retry re-running a step its
+//	             cancellation or timeout stopped)
+//	completed: terminal; cancelled and discarded end a job unless one of
+//	the retries above re-opens it
 package job
 
 // State is a job lifecycle state. The string values are persisted.
@@ -39,6 +43,7 @@ var transitions = map[State][]State{
 	Active:    {Completed, Retryable, Discarded, Cancelled, Available},
 	Retryable: {Available, Cancelled, Discarded},
 	Discarded: {Available},
+	Cancelled: {Available},
 }
 
 // CanTransition reports whether from -> to is a valid transition.
@@ -54,7 +59,7 @@ func CanTransition(from, to State) bool {
 // Valid reports whether s is one of the eight states.
 func (s State) Valid() bool {
 	_, ok := transitions[s]
-	return ok || s == Completed || s == Cancelled
+	return ok || s == Completed
 }
 
 // Terminal reports whether s is completed, cancelled or discarded.

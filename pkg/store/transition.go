@@ -376,3 +376,16 @@ func Revive(j *job.Job, now time.Time, redeliverAfter time.Duration, queue strin
 	t.remove("completed_at", "discarded_at", "started_at", "retry_delay_ms", "result", "deadline_ms", "pruned_at")
 	return t
 }
+
+// Reopen returns a workflow job that failed (discarded) or was stopped
+// (cancelled) to its queue when its workflow is retried: attempt reset to
+// 0, a fresh enqueued_at, the error history kept, the id unchanged. The
+// workflow advances it again when it finishes.
+func Reopen(j *job.Job, now time.Time, redeliverAfter time.Duration) Transition {
+	t := newTransition(j.ID, job.Available, job.Discarded, job.Cancelled)
+	t.set(attrAttempt, 0)
+	t.becomeAvailable(j.Queue, j.Priority, j.Push, now, redeliverAfter, false)
+	t.remove("completed_at", "discarded_at", "cancelled_at", "started_at", "retry_delay_ms", "result", "deadline_ms", "pruned_at")
+	t.and(expression.Name("wf_id").Equal(expression.Value(j.WorkflowID)))
+	return t
+}

@@ -86,6 +86,29 @@ type Node struct {
 	FailedIndex *int `dynamodbav:"failed_index,omitempty"`
 	// FailedStep is the path of the child whose failure failed the node.
 	FailedStep string `dynamodbav:"failed_step,omitempty"`
+	// Error is what failed the node itself (JSON), e.g. its timeout.
+	Error string `dynamodbav:"error,omitempty"`
+	// TimeoutMS bounds a composite's run; Deadline (Unix ms) is when the
+	// run that started it ends.
+	TimeoutMS int64 `dynamodbav:"timeout_ms,omitempty"`
+	Deadline  int64 `dynamodbav:"deadline_ms,omitempty"`
+	// Compensate is a job step's compensation (a job request, JSON).
+	Compensate string `dynamodbav:"compensate,omitempty"`
+	// Plan lists, in the order they run, the steps a failed workflow's
+	// compensation undoes (the /~compensate node).
+	Plan []string `dynamodbav:"plan,omitempty"`
+	// Root only: Compensable counts the steps with a compensate job;
+	// Compensation is "running", "completed" or "failed" once a failure
+	// started it; Handlers lists the defined handlers, HandlersOK and
+	// HandlersFail the finished ones; Run counts the retries; Reopening is
+	// set while a retry re-opens the workflow's failed steps.
+	Compensable  int      `dynamodbav:"compensable,omitempty"`
+	Compensation string   `dynamodbav:"compensation,omitempty"`
+	Handlers     []string `dynamodbav:"handlers,omitempty,stringset"`
+	HandlersOK   []string `dynamodbav:"h_ok,omitempty,stringset"`
+	HandlersFail []string `dynamodbav:"h_fail,omitempty,stringset"`
+	Run          int      `dynamodbav:"run,omitempty"`
+	Reopening    string   `dynamodbav:"reopening,omitempty"`
 	// Form is "steps" for a workflow created in the dependency-graph form
 	// (its view lists steps by id), empty for the tree form (root only).
 	Form string `dynamodbav:"form,omitempty"`
@@ -150,8 +173,62 @@ func (n *Node) ShardRolled(key string) bool {
 }
 
 // workflowDuePK is the due-index partition of running workflows. It has no
-// "due#" prefix, so no queue name can collide with it.
-const workflowDuePK = "wfdue"
+// "due#" prefix, so no queue name can collide with it. timeoutDuePK holds
+// nested nodes whose timeout is running, at their deadline.
+const (
+	workflowDuePK = "wfdue"
+	timeoutDuePK  = "wftimeout"
+)
+
+// DueTimeouts lists up to limit nested workflow nodes whose deadline has
+// passed.
+func (s *Store) DueTimeouts(ctx context.Context, now time.Time, limit int) ([]NodeKey, error) {
+	out, err := s.db.Query(ctx, &dynamodb.QueryInput{
+		TableName: &s.table, IndexName: aws.String("due"),
+		KeyConditionExpression: aws.String("due_pk = :pk AND due_at <= :now"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":pk": &types.AttributeValueMemberS{Value: timeoutDuePK}, ":now": &types.AttributeValueMemberN{Value: itoa(ms(now))},
+		},
+		Limit: aws.Int32(int32(limit)),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("query due workflow timeouts: %w", err)
+	}
+	keys := make([]NodeKey, 0, len(out.Items))
+	for _, av := range out.Items {
+		var n Node
+		if err := attributevalue.UnmarshalMap(av, &n); err != nil {
+			return nil, err
+		}
+		keys = append(keys, NodeKey{WorkflowID: n.WorkflowID, Path: n.Path})
+	}
+	return keys, nil
+}
+
+// A failed workflow's compensation: none to run, running, or how it ended.
+const (
+	CompensationNone      = "none"
+	CompensationRunning   = "running"
+	CompensationCompleted = "completed"
+	CompensationFailed    = "failed"
+)
+
+// ForgetInShard removes children from a counter shard's sets (a retry
+// re-running them).
+func (s *Store) ForgetInShard(ctx context.Context, wfID, path, key string, idx []int) error {
+	x := newExprs()
+	update := "DELETE " + x.name("ok") + " " + x.nums(idx) + ", " + x.name("fail") + " " + x.nums(idx)
+	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table, Key: wfKey(wfID, shardSK(path, key)),
+		UpdateExpression: &update, ExpressionAttributeNames: x.names, ExpressionAttributeValues: x.values})
+	if err != nil {
+		return fmt.Errorf("forget in %s%s#%s: %w", wfID, path, key, err)
+	}
+	return nil
+}
+
+// TimeoutDue lists a nested node created with a running deadline in the
+// due index at that deadline.
+func TimeoutDue(n *Node) { n.DuePK, n.DueAt = timeoutDuePK, n.Deadline }
 
 // WorkflowCheckDue sets when the sweeper first checks a new workflow.
 func WorkflowCheckDue(n *Node, at time.Time) { n.DuePK, n.DueAt = workflowDuePK, ms(at) }
@@ -716,6 +793,35 @@ type NodeWrite struct {
 	// not all may be counted OK yet: the decisions "this graph step cannot
 	// start yet" the write relies on.
 	NotAll [][]int
+	// Open makes the write conditional on the node not being finished
+	// (waiting or running): the writes that start its children.
+	Open bool
+	// Deadline sets the node's deadline and lists it in the due index at
+	// that time (the root's listing is its progress check, set by
+	// CheckAt instead).
+	Deadline time.Time
+	// CheckAt moves the root's progress check (its due index entry).
+	CheckAt time.Time
+	// Error records what failed the node itself (JSON).
+	Error string
+	// DelOK, DelFail and DelCallbacksFail forget counted children (a
+	// retry re-running them); DelRolled forgets rolled-up shards.
+	DelOK, DelFail    []int
+	DelCallbacksFail  []string
+	DelRolled         []string
+	AddHandlersOK     []string
+	AddHandlersFail   []string
+	// SetStrings and SetNumbers set attributes; Remove removes attributes;
+	// AddNumbers adds to number attributes.
+	SetStrings map[string]string
+	SetNumbers map[string]int64
+	Remove     []string
+	AddNumbers map[string]int
+	// CondAbsent names attributes that must not exist for the write to
+	// apply; CondStates, when set, replaces From as the state condition
+	// without moving the state.
+	CondAbsent []string
+	CondStates []wfstate.State
 }
 
 // validate checks every From -> To against the node state machine.
@@ -737,9 +843,11 @@ func (w NodeWrite) validate() error {
 	return nil
 }
 
-// build returns the update and condition expressions of w; root adds the
-// condition that the workflow is running (the write targets the root).
-func (w NodeWrite) build(x *exprs, root bool) (update, cond string) {
+// build returns the update and condition expressions of w; scope, when
+// the write targets its step's scope node (the root, or a handler's or the
+// compensation's node), adds the condition that it is in one of those
+// states.
+func (w NodeWrite) build(x *exprs, scope []wfstate.State) (update, cond string) {
 	var set, add, remove, conds []string
 	set = append(set, x.name("version")+" = "+x.name("version")+" + "+x.num(1))
 	if w.To != "" {
@@ -753,8 +861,8 @@ func (w NodeWrite) build(x *exprs, root bool) (update, cond string) {
 		default:
 			set = append(set, x.name("completed_at")+" = "+x.str(at))
 		}
-		if w.To.Terminal() {
-			// A finished workflow leaves the due index.
+		if w.To.Terminal() && w.CheckAt.IsZero() {
+			// A finished node leaves the due index (checks, timeouts).
 			remove = append(remove, x.name(attrDuePK), x.name(attrDueAt))
 		}
 		states := make([]string, len(w.From))
@@ -768,6 +876,65 @@ func (w NodeWrite) build(x *exprs, root bool) (update, cond string) {
 	}
 	if w.FailedStep != "" {
 		set = append(set, x.name("failed_step")+" = "+x.str(w.FailedStep))
+	}
+	if w.Error != "" {
+		set = append(set, x.name("error")+" = "+x.str(w.Error))
+	}
+	if !w.Deadline.IsZero() {
+		set = append(set, x.name("deadline_ms")+" = "+x.num(ms(w.Deadline)), x.name(attrDuePK)+" = "+x.str(timeoutDuePK),
+			x.name(attrDueAt)+" = "+x.num(ms(w.Deadline)))
+	}
+	if !w.CheckAt.IsZero() {
+		set = append(set, x.name(attrDuePK)+" = "+x.str(workflowDuePK), x.name(attrDueAt)+" = "+x.num(ms(w.CheckAt)))
+	}
+	keys := make([]string, 0, len(w.SetStrings))
+	for k := range w.SetStrings {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		set = append(set, x.name(k)+" = "+x.str(w.SetStrings[k]))
+	}
+	for k, v := range w.AddNumbers {
+		add = append(add, x.name(k)+" "+x.num(int64(v)))
+	}
+	for k, v := range w.SetNumbers {
+		set = append(set, x.name(k)+" = "+x.num(v))
+	}
+	var del []string
+	if len(w.DelOK) > 0 {
+		del = append(del, x.name("ok")+" "+x.nums(w.DelOK))
+	}
+	if len(w.DelFail) > 0 {
+		del = append(del, x.name("fail")+" "+x.nums(w.DelFail))
+	}
+	if len(w.DelCallbacksFail) > 0 {
+		del = append(del, x.name("cb_fail")+" "+x.strs(w.DelCallbacksFail))
+	}
+	if len(w.DelRolled) > 0 {
+		del = append(del, x.name("rolled")+" "+x.strs(w.DelRolled))
+	}
+	if len(w.AddHandlersOK) > 0 {
+		add = append(add, x.name("h_ok")+" "+x.strs(w.AddHandlersOK))
+	}
+	if len(w.AddHandlersFail) > 0 {
+		add = append(add, x.name("h_fail")+" "+x.strs(w.AddHandlersFail))
+	}
+	for _, r := range w.Remove {
+		remove = append(remove, x.name(r))
+	}
+	for _, a := range w.CondAbsent {
+		conds = append(conds, "attribute_not_exists("+x.name(a)+")")
+	}
+	if len(w.CondStates) > 0 {
+		states := make([]string, len(w.CondStates))
+		for i, f := range w.CondStates {
+			states[i] = x.str(string(f))
+		}
+		conds = append(conds, x.name("state")+" IN ("+strings.Join(states, ", ")+")")
+	}
+	if w.Open {
+		conds = append(conds, x.name("state")+" IN ("+x.str(string(wfstate.Waiting))+", "+x.str(string(wfstate.Running))+")")
 	}
 	if len(w.AddOK) > 0 {
 		add = append(add, x.name("ok")+" "+x.nums(w.AddOK))
@@ -797,13 +964,20 @@ func (w NodeWrite) build(x *exprs, root bool) (update, cond string) {
 			conds = append(conds, "NOT ("+strings.Join(parts, " AND ")+")")
 		}
 	}
-	if root && w.To == "" {
-		conds = append(conds, x.name("state")+" = "+x.str(string(wfstate.Running)))
+	if len(scope) > 0 && w.To == "" && len(w.CondStates) == 0 {
+		states := make([]string, len(scope))
+		for i, f := range scope {
+			states[i] = x.str(string(f))
+		}
+		conds = append(conds, x.name("state")+" IN ("+strings.Join(states, ", ")+")")
 	}
 	conds = append(conds, "attribute_exists(pk)")
 	update = "SET " + strings.Join(set, ", ")
 	if len(add) > 0 {
 		update += " ADD " + strings.Join(add, ", ")
+	}
+	if len(del) > 0 {
+		update += " DELETE " + strings.Join(del, ", ")
 	}
 	if len(remove) > 0 {
 		update += " REMOVE " + strings.Join(remove, ", ")
@@ -827,7 +1001,7 @@ func (s *Store) UpdateNode(ctx context.Context, wfID string, w NodeWrite) (*Node
 		return nil, err
 	}
 	x := newExprs()
-	update, cond := w.build(x, false)
+	update, cond := w.build(x, nil)
 	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table, Key: wfKey(wfID, nodeSK(w.Path)),
 		UpdateExpression: &update, ConditionExpression: &cond, ExpressionAttributeNames: x.namesOrNil(), ExpressionAttributeValues: x.valuesOrNil(),
 		ReturnValues: types.ReturnValueAllNew, ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld})
@@ -906,6 +1080,14 @@ type Advance struct {
 	WorkflowID string
 	Jobs       []*job.Job
 	Nodes      []NodeWrite
+	// NewNodes are nodes the step creates (each only if it does not
+	// exist), written with the node writes.
+	NewNodes []Node
+	// Scope is the node that must be in one of ScopeStates for the step
+	// to apply: by default the root, running; a failed workflow's
+	// compensation and handlers are steps of their own nodes.
+	Scope       string
+	ScopeStates []wfstate.State
 	// RedeliverAfter is passed to job creation (see Store.Create).
 	RedeliverAfter time.Duration
 }
@@ -920,15 +1102,18 @@ func (s *Store) Advance(ctx context.Context, a Advance) error {
 			return err
 		}
 	}
-	rootWrite := -1
+	if a.Scope == "" {
+		a.Scope, a.ScopeStates = RootPath, []wfstate.State{wfstate.Running}
+	}
+	scopeWrite := -1
 	for i, w := range a.Nodes {
-		if w.Path == RootPath {
-			rootWrite = i
+		if w.Path == a.Scope {
+			scopeWrite = i
 		}
 	}
-	room := MaxBatch - len(a.Nodes)
-	if rootWrite < 0 {
-		room-- // the root check
+	room := MaxBatch - len(a.Nodes) - len(a.NewNodes)
+	if scopeWrite < 0 {
+		room-- // the scope check
 	}
 	if room < 0 {
 		return fmt.Errorf("advance of workflow %s: %d node writes exceed a transaction", a.WorkflowID, len(a.Nodes))
@@ -965,11 +1150,11 @@ func (s *Store) Advance(ctx context.Context, a Advance) error {
 		start = end
 	}
 	if err := parallel(ctx, len(chunks), 8, func(ctx context.Context, c int) error {
-		return s.advanceTx(ctx, a.WorkflowID, chunks[c], nil, a.RedeliverAfter)
+		return s.advanceTx(ctx, a, chunks[c], nil, nil)
 	}); err != nil {
 		return err
 	}
-	return s.advanceTx(ctx, a.WorkflowID, a.Jobs[tail:], a.Nodes, a.RedeliverAfter)
+	return s.advanceTx(ctx, a, a.Jobs[tail:], a.Nodes, a.NewNodes)
 }
 
 // Room kept in a transaction besides its jobs: for the node items it
@@ -979,34 +1164,60 @@ const (
 	txCheckReserve = 8 << 10
 )
 
-// advanceTx writes jobs and node writes in one transaction, retrying
-// without the jobs that turn out to exist.
-func (s *Store) advanceTx(ctx context.Context, wfID string, jobs []*job.Job, nodes []NodeWrite, redeliverAfter time.Duration) error {
-	if len(jobs) == 0 && len(nodes) == 0 {
+// advanceTx writes jobs, node writes and new nodes in one transaction
+// conditional on a's scope, retrying without the jobs that turn out to
+// exist.
+func (s *Store) advanceTx(ctx context.Context, a Advance, jobs []*job.Job, nodes []NodeWrite, newNodes []Node) error {
+	wfID := a.WorkflowID
+	if len(jobs) == 0 && len(nodes) == 0 && len(newNodes) == 0 {
 		return nil
+	}
+	inScope := func(st wfstate.State) bool {
+		for _, x := range a.ScopeStates {
+			if x == st {
+				return true
+			}
+		}
+		return false
 	}
 	for tries := 0; ; tries++ {
 		var tx []types.TransactWriteItem
-		hasRoot := false
+		hasScope := false
 		for _, w := range nodes {
 			x := newExprs()
-			root := w.Path == RootPath
-			hasRoot = hasRoot || root
-			update, cond := w.build(x, root)
+			var scope []wfstate.State
+			if w.Path == a.Scope {
+				hasScope, scope = true, a.ScopeStates
+			}
+			update, cond := w.build(x, scope)
 			tx = append(tx, types.TransactWriteItem{Update: &types.Update{TableName: &s.table, Key: wfKey(wfID, nodeSK(w.Path)),
 				UpdateExpression: aws.String(update), ConditionExpression: aws.String(cond),
 				ExpressionAttributeNames: x.namesOrNil(), ExpressionAttributeValues: x.valuesOrNil(),
 				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}})
 		}
-		if !hasRoot {
-			tx = append(tx, types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{TableName: &s.table, Key: wfKey(wfID, nodeSK(RootPath)),
-				ConditionExpression: aws.String("#s = :running"), ExpressionAttributeNames: map[string]string{"#s": "state"},
-				ExpressionAttributeValues:           map[string]types.AttributeValue{":running": &types.AttributeValueMemberS{Value: string(wfstate.Running)}},
+		if !hasScope {
+			x := newExprs()
+			states := make([]string, len(a.ScopeStates))
+			for i, st := range a.ScopeStates {
+				states[i] = x.str(string(st))
+			}
+			tx = append(tx, types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{TableName: &s.table, Key: wfKey(wfID, nodeSK(a.Scope)),
+				ConditionExpression:                 aws.String(x.name("state") + " IN (" + strings.Join(states, ", ") + ")"),
+				ExpressionAttributeNames:            x.names, ExpressionAttributeValues: x.values,
+				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}})
+		}
+		for _, n := range newNodes {
+			n.Version = 1
+			av, err := attributevalue.MarshalMap(nodeItem{PK: wfPrefix + wfID, SK: nodeSK(n.Path), Node: n})
+			if err != nil {
+				return err
+			}
+			tx = append(tx, types.TransactWriteItem{Put: &types.Put{TableName: &s.table, Item: av, ConditionExpression: aws.String("attribute_not_exists(pk)"),
 				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}})
 		}
 		first := len(tx)
 		for _, j := range jobs {
-			put, err := s.jobPut(j, redeliverAfter)
+			put, err := s.jobPut(j, a.RedeliverAfter)
 			if err != nil {
 				return err
 			}
@@ -1039,19 +1250,17 @@ func (s *Store) advanceTx(ctx context.Context, wfID string, jobs []*job.Job, nod
 				exist[i-first] = true
 				continue
 			}
-			var it nodeItem
-			if len(r.Item) > 0 {
-				if err := attributevalue.UnmarshalMap(r.Item, &it); err != nil {
-					return err
-				}
-			}
-			if it.Path == RootPath && it.State != wfstate.Running || len(r.Item) == 0 {
+			if len(r.Item) == 0 {
 				return ErrWorkflowNotRunning
 			}
-			if i < len(nodes) {
-				return &ErrNodeConflict{Current: &it.Node}
+			var it nodeItem
+			if err := attributevalue.UnmarshalMap(r.Item, &it); err != nil {
+				return err
 			}
-			return ErrWorkflowNotRunning
+			if it.Path == a.Scope && !inScope(it.State) {
+				return ErrWorkflowNotRunning
+			}
+			return &ErrNodeConflict{Current: &it.Node}
 		}
 		if exist == nil {
 			if conflict && tries < 8 {
@@ -1071,7 +1280,7 @@ func (s *Store) advanceTx(ctx context.Context, wfID string, jobs []*job.Job, nod
 			}
 		}
 		jobs = kept
-		if len(jobs) == 0 && len(nodes) == 0 {
+		if len(jobs) == 0 && len(nodes) == 0 && len(newNodes) == 0 {
 			return nil
 		}
 	}

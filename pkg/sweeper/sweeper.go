@@ -42,6 +42,7 @@ type Sweeper struct {
 	// Workflows, when set, has its stalled workflows repaired each sweep.
 	Workflows interface {
 		Repair(ctx context.Context, limit int) (int, error)
+		Timeouts(ctx context.Context, limit int) (int, error)
 	}
 	// Crons, when set, fires the cron schedules that are due each sweep.
 	Crons interface {
@@ -62,6 +63,7 @@ type Result struct {
 	Queues      int `json:"queues"`
 	Redelivered int `json:"redelivered"`
 	Workflows   int `json:"workflows_checked"`
+	TimedOut    int `json:"workflow_nodes_timed_out"`
 	CronsFired  int `json:"crons_fired"`
 	DeadPruned  int `json:"dead_letter_pruned"`
 }
@@ -123,7 +125,12 @@ func (s *Sweeper) Sweep(ctx context.Context) (Result, error) {
 		errs = append(errs, fmt.Errorf("dead letter retention: %w", err))
 	}
 	if s.Workflows != nil {
-		n, err := s.Workflows.Repair(ctx, limit)
+		n, err := s.Workflows.Timeouts(ctx, limit)
+		res.TimedOut = n
+		if err != nil {
+			errs = append(errs, err)
+		}
+		n, err = s.Workflows.Repair(ctx, limit)
 		res.Workflows = n
 		if err != nil {
 			errs = append(errs, err)
@@ -257,6 +264,7 @@ func (s *Sweeper) Loop(ctx context.Context, tick time.Duration, until time.Time)
 		total.Queues = r.Queues
 		total.Redelivered += r.Redelivered
 		total.Workflows += r.Workflows
+		total.TimedOut += r.TimedOut
 		total.CronsFired += r.CronsFired
 		total.DeadPruned += r.DeadPruned
 		if err != nil {

@@ -5,7 +5,10 @@
 //
 //	waiting   -> running | completed | failed | cancelled
 //	running   -> completed | failed | cancelled
-//	completed, failed, cancelled: terminal
+//	failed    -> running | waiting (a retry re-opens it: the root runs
+//	             again, nested nodes wait again)
+//	cancelled -> running | waiting (the same)
+//	completed: terminal
 //
 // A workflow's root is running from creation: its first jobs are written
 // in the same request (the spec's pending workflow state is never
@@ -30,8 +33,10 @@ const (
 )
 
 var transitions = map[State][]State{
-	Waiting: {Running, Completed, Failed, Cancelled},
-	Running: {Completed, Failed, Cancelled},
+	Waiting:   {Running, Completed, Failed, Cancelled},
+	Running:   {Completed, Failed, Cancelled},
+	Failed:    {Running, Waiting},
+	Cancelled: {Running, Waiting},
 }
 
 // CanTransition reports whether from -> to is a valid transition.
@@ -44,7 +49,9 @@ func CanTransition(from, to State) bool {
 	return false
 }
 
-// Terminal reports whether s is completed, failed or cancelled.
+// Terminal reports whether s is completed, failed or cancelled (a failed
+// or cancelled workflow can be re-opened by a retry, but nothing moves it
+// until then).
 func (s State) Terminal() bool { return s == Completed || s == Failed || s == Cancelled }
 
 // Valid reports whether s is one of the five states.

@@ -87,6 +87,17 @@ func (e *Engine) advance(ctx context.Context, s step) error {
 // stepDone records s in its parent; it returns the parent as a finished
 // step when this finished it (or found it finished), else nil.
 func (e *Engine) stepDone(ctx context.Context, s step) (*step, error) {
+	switch {
+	case s.path == compensatePath:
+		if s.node == nil {
+			return nil, nil
+		}
+		return nil, e.endCompensation(ctx, s.node)
+	case strings.HasPrefix(s.path, compensatePath+"/"):
+		return e.compensationStepDone(ctx, s)
+	case parentOf(s.path) == store.RootPath && strings.HasPrefix(s.path, "/~"):
+		return nil, e.handlerDone(ctx, s)
+	}
 	switch parentKind(s.path) {
 	case KindChain:
 		return e.chainStepDone(ctx, s)
@@ -108,22 +119,32 @@ func (e *Engine) finish(ctx context.Context, wf, path string, ok bool, w store.N
 	if !ok {
 		w.To = wfstate.Failed
 	}
-	w.From = []wfstate.State{wfstate.Waiting}
+	w.From = []wfstate.State{wfstate.Waiting, wfstate.Running}
 	if path == store.RootPath {
 		w.From = []wfstate.State{wfstate.Running}
 	}
 	n, err := e.st.UpdateNode(ctx, wf, w)
 	var nc *store.ErrNodeConflict
+	moved := false
 	if errors.As(err, &nc) {
 		n, err = nc.Current, nil
 		if n.State == wfstate.Cancelled || !n.State.Terminal() {
 			return nil, nil
 		}
 	} else if err == nil {
+		moved = true
 		e.log.InfoContext(ctx, "workflow node finished", "workflow_id", wf, "node", path, "state", string(n.State))
 	}
-	if err != nil || path == store.RootPath {
+	if err != nil {
 		return nil, err
+	}
+	if path == store.RootPath {
+		if n.State == wfstate.Failed && (moved || n.Compensation == "") {
+			// The workflow failed: its compensation and on_failure
+			// handler run (each once, whoever gets here).
+			return nil, e.afterFailure(ctx, n)
+		}
+		return nil, nil
 	}
 	next := stepOfNode(n)
 	return &next, nil
@@ -158,15 +179,21 @@ func (e *Engine) chainStepDone(ctx context.Context, s step) (*step, error) {
 	if err != nil {
 		return nil, err
 	}
-	jobs, err := e.launch(ctx, t, nextPath, pr)
+	jobs, timed, err := e.launch(ctx, t, nextPath, pr)
 	if err != nil {
 		return nil, err
 	}
 	if err := e.admitJobs(ctx, jobs); err != nil {
 		return nil, err
 	}
-	err = e.st.Advance(ctx, store.Advance{WorkflowID: s.wf, Jobs: jobs, RedeliverAfter: e.redel,
-		Nodes: []store.NodeWrite{{Path: parent, AddOK: []int{k}}}})
+	scope, states := scopeOf(s.path)
+	err = e.st.Advance(ctx, store.Advance{WorkflowID: s.wf, Jobs: jobs, RedeliverAfter: e.redel, Scope: scope, ScopeStates: states,
+		Nodes: append([]store.NodeWrite{{Path: parent, AddOK: []int{k}, Open: true}}, e.deadlines(timed)...)})
+	var nc *store.ErrNodeConflict
+	if errors.As(err, &nc) {
+		// The chain finished meanwhile (its timeout): nothing starts.
+		return nil, nil
+	}
 	if err == nil {
 		err = fault.Hit(fault.WorkflowAfterRecord)
 	}
@@ -362,7 +389,7 @@ func (e *Engine) fire(ctx context.Context, n *store.Node, fired []string) error 
 		return err
 	}
 	err = e.st.Advance(ctx, store.Advance{WorkflowID: n.WorkflowID, Jobs: jobs, RedeliverAfter: e.redel,
-		Nodes: []store.NodeWrite{{Path: n.Path, Fired: fired, At: e.now()}}})
+		Nodes: []store.NodeWrite{{Path: n.Path, Fired: fired, At: e.now(), Open: true}}})
 	var nc *store.ErrNodeConflict
 	if errors.As(err, &nc) {
 		return nil // fired already
@@ -537,7 +564,7 @@ func (e *Engine) graphStepDone(ctx context.Context, s step) (*step, error) {
 			}
 			ready = append(ready, n)
 		}
-		w := store.NodeWrite{Path: parent, AddOK: []int{i}, NotAll: notAll}
+		w := store.NodeWrite{Path: parent, AddOK: []int{i}, NotAll: notAll, Open: true}
 		if len(ready) == 0 {
 			if last, failed := graphDoneWith(g, i, true); last {
 				// The last step: count it and finish the graph in one write.

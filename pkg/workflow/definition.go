@@ -59,6 +59,11 @@ const (
 	// MaxNameLength bounds a composite's name (bytes): names are stored
 	// in the node items (at most 400 KB each).
 	MaxNameLength = 1024
+	// MaxTimeout bounds a workflow's or a node's timeout_ms: 30 days.
+	MaxTimeout = 30 * 24 * time.Hour
+	// MaxCompensations bounds the steps of one workflow that carry a
+	// compensate job (they run one after another when it fails).
+	MaxCompensations = 1_000
 	// ShardSize is how many children share one counter shard: a group or
 	// batch with n > ShardSize jobs counts them in ceil(n/ShardSize)
 	// shards, so no item takes a write for every child.
@@ -84,7 +89,30 @@ type Def struct {
 	Children []*Def
 	// Callbacks maps on_complete/on_success/on_failure to leaf defs.
 	Callbacks map[string]*Def
+	// TimeoutMS bounds a composite's run: when it passes, what has not
+	// started is cancelled and the node fails (workflow_timeout).
+	TimeoutMS int64
+	// Compensate is a job step's compensation (a job request): it runs,
+	// in reverse order of completion, when the workflow fails.
+	Compensate json.RawMessage
+	// Handlers maps on_failure and on_cancel (root only) to a job or a
+	// chain of jobs run once the workflow fails or is cancelled.
+	Handlers map[string]*Def
 }
+
+// Handler names, and the paths special subtrees live under: a handler's
+// nodes under /~<name>, a failed workflow's compensation under
+// /~compensate. No step of a workflow's own tree has a "~" segment.
+const (
+	HandlerOnFailure = "on_failure"
+	HandlerOnCancel  = "on_cancel"
+	compensatePath   = "/~compensate"
+)
+
+// Handlers lists the workflow handlers.
+var Handlers = []string{HandlerOnFailure, HandlerOnCancel}
+
+func handlerPath(name string) string { return "/~" + name }
 
 // Problem is one validation failure with its JSON path.
 type Problem struct {
@@ -111,6 +139,9 @@ type rawNode struct {
 	Jobs      []json.RawMessage          `json:"jobs"`
 	Callbacks map[string]json.RawMessage `json:"callbacks"`
 	Options   json.RawMessage            `json:"options"`
+	TimeoutMS json.RawMessage            `json:"timeout_ms"`
+	OnFailure json.RawMessage            `json:"on_failure"`
+	OnCancel  json.RawMessage            `json:"on_cancel"`
 }
 
 // Parse validates a workflow creation request: the tree form (a chain,
@@ -144,8 +175,17 @@ func Parse(raw []byte, now time.Time) (*Parsed, error) {
 	} else {
 		out.Root = p.node(t, "$", "/", 0, 1)
 	}
+	if out.Root != nil {
+		if out.Form == "steps" {
+			out.Root.TimeoutMS = p.timeout(rn.TimeoutMS, "$.timeout_ms")
+		}
+		p.handlers(out.Root, rn)
+	}
 	if p.jobs > MaxJobs {
 		p.add("$", fmt.Sprintf("the workflow has %d jobs; the maximum is %d", p.jobs, MaxJobs))
+	}
+	if p.compensations > MaxCompensations {
+		p.add("$", fmt.Sprintf("%d steps carry a compensate job; the maximum is %d", p.compensations, MaxCompensations))
 	}
 	if len(p.problems) > 0 {
 		return nil, invalid(p.problems)
@@ -163,9 +203,73 @@ func invalid(ps []Problem) error {
 }
 
 type parser struct {
-	now      time.Time
-	problems []Problem
-	jobs     int
+	now           time.Time
+	problems      []Problem
+	jobs          int
+	compensations int
+}
+
+// timeout parses a timeout_ms value (absent: 0).
+func (p *parser) timeout(raw json.RawMessage, jp string) int64 {
+	if len(raw) == 0 || isNull(raw) {
+		return 0
+	}
+	var ms int64
+	if err := json.Unmarshal(raw, &ms); err != nil || ms <= 0 || ms > MaxTimeout.Milliseconds() {
+		p.add(jp, fmt.Sprintf("must be a whole number of milliseconds from 1 to %d (30 days)", MaxTimeout.Milliseconds()))
+		return 0
+	}
+	return ms
+}
+
+// handlers parses the root's on_failure and on_cancel: a job, or a chain
+// of jobs.
+func (p *parser) handlers(root *Def, rn rawNode) {
+	for _, h := range []struct {
+		name string
+		raw  json.RawMessage
+	}{{HandlerOnFailure, rn.OnFailure}, {HandlerOnCancel, rn.OnCancel}} {
+		if len(h.raw) == 0 || isNull(h.raw) {
+			continue
+		}
+		jp := "$." + h.name
+		var hn rawNode
+		if jsoncase.Unmarshal(h.raw, &hn) != nil {
+			p.add(jp, "must be a job or a chain of jobs")
+			continue
+		}
+		before := p.jobs
+		var d *Def
+		if hn.Type != nil && *hn.Type == KindChain {
+			d = &Def{Kind: KindChain, Path: handlerPath(h.name), Index: -1}
+			if len(hn.Steps) == 0 {
+				p.add(jp+".steps", "steps array must contain at least one element")
+			}
+			for i, st := range hn.Steps {
+				var sn rawNode
+				if jsoncase.Unmarshal(st, &sn) == nil && (isComposite(sn) || (sn.Type != nil && *sn.Type == KindGraph)) {
+					p.add(fmt.Sprintf("%s.steps[%d]", jp, i), "a handler's chain holds jobs only")
+					continue
+				}
+				if c := p.leaf(st, fmt.Sprintf("%s.steps[%d]", jp, i), childPath(d.Path, segment(KindChain, i)), i); c != nil {
+					d.Children = append(d.Children, c)
+				}
+			}
+		} else if isComposite(hn) {
+			p.add(jp, "must be a job or a chain of jobs")
+			continue
+		} else {
+			d = p.leaf(h.raw, jp, handlerPath(h.name), -1)
+		}
+		p.jobs = before // handlers are not counted in job_count
+		if d == nil {
+			continue
+		}
+		if root.Handlers == nil {
+			root.Handlers = map[string]*Def{}
+		}
+		root.Handlers[h.name] = d
+	}
 }
 
 func (p *parser) add(path, msg string) {
@@ -201,7 +305,10 @@ func (p *parser) node(raw json.RawMessage, jp, tp string, index, depth int) *Def
 		}
 		return p.leaf(raw, jp, tp, index)
 	}
-	d := &Def{Kind: *rn.Type, Path: tp, Index: index}
+	d := &Def{Kind: *rn.Type, Path: tp, Index: index, TimeoutMS: p.timeout(rn.TimeoutMS, jp+".timeout_ms")}
+	if tp != "/" && (rn.OnFailure != nil || rn.OnCancel != nil) {
+		p.add(jp, "on_failure and on_cancel belong to the workflow, not to a nested "+*rn.Type)
+	}
 	if rn.Name != nil {
 		d.Name = *rn.Name
 		if len(d.Name) > MaxNameLength {
@@ -284,10 +391,22 @@ func segment(kind string, i int) string {
 func (p *parser) leaf(raw json.RawMessage, jp, tp string, index int) *Def {
 	p.jobs++
 	var probe map[string]json.RawMessage
+	var compensate json.RawMessage
 	if err := json.Unmarshal(raw, &probe); err == nil {
 		if _, ok := probe["id"]; ok {
 			p.add(jp+".id", "jobs in a workflow get their ids from the workflow; remove 'id'")
 			return nil
+		}
+		if c, ok := probe["compensate"]; ok {
+			// The step's own job is the request without it.
+			delete(probe, "compensate")
+			raw, _ = json.Marshal(probe)
+			if !isNull(c) {
+				compensate = p.compensate(c, jp+".compensate")
+				if compensate == nil {
+					return nil
+				}
+			}
 		}
 	}
 	e, err := job.ParseEnqueue(raw, p.now)
@@ -309,7 +428,41 @@ func (p *parser) leaf(raw json.RawMessage, jp, tp string, index int) *Def {
 		p.add(jp+".options.unique", "jobs in a workflow cannot carry a unique policy (the workflow already runs each job once)")
 		return nil
 	}
-	return &Def{Kind: KindJob, Path: tp, Index: index, JobType: e.Job.Type, Request: raw}
+	return &Def{Kind: KindJob, Path: tp, Index: index, JobType: e.Job.Type, Request: raw, Compensate: compensate}
+}
+
+// compensate validates a step's compensate job; nil when invalid.
+func (p *parser) compensate(raw json.RawMessage, jp string) json.RawMessage {
+	var cn rawNode
+	if jsoncase.Unmarshal(raw, &cn) != nil || isComposite(cn) || (cn.Type != nil && *cn.Type == KindGraph) {
+		p.add(jp, "must be a job (type, args, options)")
+		return nil
+	}
+	var probe map[string]json.RawMessage
+	if json.Unmarshal(raw, &probe) == nil {
+		for _, k := range []string{"id", "compensate"} {
+			if _, ok := probe[k]; ok {
+				p.add(jp+"."+k, "a compensate job has no "+k)
+				return nil
+			}
+		}
+	}
+	e, err := job.ParseEnqueue(raw, p.now)
+	if err != nil {
+		oe := ojserr.As(err)
+		path := jp
+		if field, _ := oe.Details["field"].(string); field != "" && field != "body" {
+			path += "." + field
+		}
+		p.add(path, oe.Message)
+		return nil
+	}
+	if e.Pending || e.Job.Unique != nil || e.Job.ScheduledAt != nil {
+		p.add(jp, "a compensate job cannot be pending, scheduled or unique")
+		return nil
+	}
+	p.compensations++
+	return raw
 }
 
 // graphStep is one step of the dependency-graph form as parsed.
@@ -714,7 +867,8 @@ func position(path string) int {
 	return n
 }
 
-// Walk calls f for d and every descendant, callbacks included.
+// Walk calls f for d and every descendant, callbacks and handlers
+// included.
 func Walk(d *Def, f func(*Def)) {
 	f(d)
 	for _, c := range d.Children {
@@ -723,6 +877,11 @@ func Walk(d *Def, f func(*Def)) {
 	for _, name := range Callbacks {
 		if c := d.Callbacks[name]; c != nil {
 			f(c)
+		}
+	}
+	for _, name := range Handlers {
+		if h := d.Handlers[name]; h != nil {
+			Walk(h, f)
 		}
 	}
 }

@@ -33,6 +33,8 @@ type Store interface {
 	Advance(ctx context.Context, a store.Advance) error
 	BatchGetJobs(ctx context.Context, ids []string) (map[string]*job.Job, error)
 	DueWorkflows(ctx context.Context, now time.Time, limit int) (map[string]time.Time, error)
+	DueTimeouts(ctx context.Context, now time.Time, limit int) ([]store.NodeKey, error)
+	ForgetInShard(ctx context.Context, wfID, path, key string, idx []int) error
 	PostponeWorkflowCheck(ctx context.Context, wfID string, due, next time.Time) error
 	Apply(ctx context.Context, t store.Transition) (*job.Job, error)
 }
@@ -121,9 +123,13 @@ func (e *Engine) Create(ctx context.Context, raw []byte) (*View, error) {
 	}
 	var nodes []store.Node
 	var shards []store.Shard
+	compensable := 0
 	Walk(parsed.Root, func(d *Def) {
 		n := store.Node{WorkflowID: id, Path: d.Path, Kind: d.Kind, Name: d.Name, Index: d.Index, StepID: d.StepID,
-			JobType: d.JobType, State: wfstate.Waiting, Deps: d.Deps}
+			JobType: d.JobType, State: wfstate.Waiting, Deps: d.Deps, TimeoutMS: d.TimeoutMS, Compensate: string(d.Compensate)}
+		if len(d.Compensate) > 0 {
+			compensable++
+		}
 		if d.Kind == KindJob {
 			n.Def = string(d.Request)
 		} else {
@@ -158,10 +164,23 @@ func (e *Engine) Create(ctx context.Context, raw []byte) (*View, error) {
 			n.State = wfstate.Running
 			n.Form = parsed.Form
 			n.CreatedAt, n.StartedAt, n.JobCount = job.Timestamp(now), job.Timestamp(now), parsed.Jobs
-			store.WorkflowCheckDue(&n, now.Add(CheckAfter))
+			check := now.Add(CheckAfter)
+			if d.TimeoutMS > 0 {
+				// The progress check comes no later than the deadline: it
+				// times the workflow out.
+				n.Deadline = now.Add(time.Duration(d.TimeoutMS) * time.Millisecond).UnixMilli()
+				check = minTime(check, time.UnixMilli(n.Deadline))
+			}
+			store.WorkflowCheckDue(&n, check)
+			for _, h := range Handlers {
+				if d.Handlers[h] != nil {
+					n.Handlers = append(n.Handlers, h)
+				}
+			}
 		}
 		nodes = append(nodes, n)
 	})
+	nodes[0].Compensable = compensable
 	// Children of wide groups and batches are counted in shards; graph
 	// steps know the steps that depend on them.
 	byPath := map[string]*store.Node{}
@@ -184,9 +203,18 @@ func (e *Engine) Create(ctx context.Context, raw []byte) (*View, error) {
 		}
 	}
 	t := newTree(nodes)
-	jobs, err := e.launch(ctx, t, store.RootPath, emptyResults(parsed.Root.Kind))
+	jobs, timed, err := e.launch(ctx, t, store.RootPath, emptyResults(parsed.Root.Kind))
 	if err != nil {
 		return nil, err
+	}
+	for _, n := range timed {
+		if n.Path != store.RootPath {
+			// A nested composite that starts with the workflow: its
+			// deadline runs from now.
+			n.Deadline = now.Add(time.Duration(n.TimeoutMS) * time.Millisecond).UnixMilli()
+			n.DuePK, n.DueAt = "", 0
+			store.TimeoutDue(n)
+		}
 	}
 	if err := e.admitJobs(ctx, jobs); err != nil {
 		return nil, err
@@ -239,9 +267,12 @@ type tree struct {
 	root   *store.Node
 	byPath map[string]*store.Node
 	// kids are the children of each composite in index order (callbacks
-	// not included); cbs its callbacks by name.
-	kids map[string][]*store.Node
-	cbs  map[string]map[string]*store.Node
+	// not included); cbs its callbacks by name; special the root's
+	// handler and compensation nodes (paths /~<name>), which are not its
+	// steps.
+	kids    map[string][]*store.Node
+	cbs     map[string]map[string]*store.Node
+	special map[string]*store.Node
 }
 
 func newTree(nodes []store.Node) *tree {
@@ -253,7 +284,8 @@ func newTree(nodes []store.Node) *tree {
 }
 
 func newTreeOf(nodes []*store.Node) *tree {
-	t := &tree{byPath: map[string]*store.Node{}, kids: map[string][]*store.Node{}, cbs: map[string]map[string]*store.Node{}}
+	t := &tree{byPath: map[string]*store.Node{}, kids: map[string][]*store.Node{}, cbs: map[string]map[string]*store.Node{},
+		special: map[string]*store.Node{}}
 	for _, n := range nodes {
 		t.byPath[n.Path] = n
 		if t.wfID == "" {
@@ -264,6 +296,10 @@ func newTreeOf(nodes []*store.Node) *tree {
 			continue
 		}
 		parent := parentOf(n.Path)
+		if parent == store.RootPath && strings.HasPrefix(n.Path, "/~") {
+			t.special[n.Path] = n
+			continue
+		}
 		if name, ok := callbackName(n.Path); ok {
 			if t.cbs[parent] == nil {
 				t.cbs[parent] = map[string]*store.Node{}
@@ -282,20 +318,25 @@ func newTreeOf(nodes []*store.Node) *tree {
 // launch returns the jobs that start when the node at path starts with
 // parentResults: a job step's job; a chain's first step; every job of a
 // group or batch; a graph's steps without dependencies. Nested composites
-// start the same way. Nothing is written.
-func (e *Engine) launch(ctx context.Context, t *tree, path string, parentResults json.RawMessage) ([]*job.Job, error) {
+// start the same way. It also returns the composites that start with a
+// timeout (their deadline starts now). Nothing is written.
+func (e *Engine) launch(ctx context.Context, t *tree, path string, parentResults json.RawMessage) ([]*job.Job, []*store.Node, error) {
 	n := t.byPath[path]
 	if n == nil {
-		return nil, fmt.Errorf("workflow %s: node %s missing", t.wfID, path)
+		return nil, nil, fmt.Errorf("workflow %s: node %s missing", t.wfID, path)
 	}
 	if n.Kind == KindJob {
 		j, err := e.newJob(n, parentResults)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		return []*job.Job{j}, nil
+		return []*job.Job{j}, nil, nil
 	}
 	var out []*job.Job
+	var timed []*store.Node
+	if n.TimeoutMS > 0 {
+		timed = append(timed, n)
+	}
 	for _, c := range t.kids[path] {
 		if n.Kind == KindChain && c.Index > 0 {
 			break
@@ -307,13 +348,44 @@ func (e *Engine) launch(ctx context.Context, t *tree, path string, parentResults
 			}
 			pr = json.RawMessage("{}")
 		}
-		js, err := e.launch(ctx, t, c.Path, pr)
+		js, ts, err := e.launch(ctx, t, c.Path, pr)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		out = append(out, js...)
+		timed = append(timed, ts...)
 	}
-	return out, nil
+	return out, timed, nil
+}
+
+// deadlines are the writes that start the deadlines of the composites a
+// step starts.
+func (e *Engine) deadlines(timed []*store.Node) []store.NodeWrite {
+	var ws []store.NodeWrite
+	for _, n := range timed {
+		ws = append(ws, store.NodeWrite{Path: n.Path, Deadline: e.now().Add(time.Duration(n.TimeoutMS) * time.Millisecond)})
+	}
+	return ws
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// scopeOf is the node a step's writes are conditional on, and the states
+// it must be in: the root, running, for the workflow's own steps; a
+// handler's or the compensation's node, running, for theirs.
+func scopeOf(path string) (string, []wfstate.State) {
+	if strings.HasPrefix(path, "/~") {
+		if i := strings.Index(path[1:], "/"); i > 0 {
+			return path[:i+1], []wfstate.State{wfstate.Running}
+		}
+		return path, []wfstate.State{wfstate.Running}
+	}
+	return store.RootPath, []wfstate.State{wfstate.Running}
 }
 
 // newJob builds the job of a leaf node with its deterministic id.
@@ -404,7 +476,7 @@ func (e *Engine) Cancel(ctx context.Context, wfID string) (*View, error) {
 		return nil, err
 	}
 	now := e.now()
-	_, err := e.st.UpdateNode(ctx, wfID, store.NodeWrite{Path: store.RootPath, From: []wfstate.State{wfstate.Running}, To: wfstate.Cancelled, At: now})
+	root, err := e.st.UpdateNode(ctx, wfID, store.NodeWrite{Path: store.RootPath, From: []wfstate.State{wfstate.Running}, To: wfstate.Cancelled, At: now})
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, ojserr.NotFoundf("workflow", wfID)
 	}
@@ -422,7 +494,7 @@ func (e *Engine) Cancel(ctx context.Context, wfID string) (*View, error) {
 	}
 	var ids []string
 	for _, n := range items {
-		if n.Kind == KindJob {
+		if n.Kind == KindJob && !strings.HasPrefix(n.Path, "/~") {
 			ids = append(ids, JobID(wfID, n.Path))
 		}
 	}
@@ -445,6 +517,10 @@ func (e *Engine) Cancel(ctx context.Context, wfID string) (*View, error) {
 		}
 	}
 	e.log.InfoContext(ctx, "workflow cancelled", "workflow_id", wfID, "jobs_cancelled", cancelled)
+	if err := e.launchHandler(ctx, root, HandlerOnCancel); err != nil {
+		// The stream function starts it from the root's change.
+		e.log.WarnContext(ctx, "on_cancel handler not started; the stream function will", "workflow_id", wfID, "error", err.Error())
+	}
 	return e.Get(ctx, wfID)
 }
 

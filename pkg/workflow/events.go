@@ -2,9 +2,11 @@ package workflow
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
@@ -140,6 +142,55 @@ func (b *wfEvents) nodeChange(ctx context.Context, c NodeChange) error {
 				"job_id": JobID(n.WorkflowID, childPath(n.Path, cb))}, key(i)...)
 		}
 	}
+	if n.Error != "" && (old == nil || old.Error == "") && n.State == wfstate.Failed {
+		var e struct {
+			Code string `json:"code"`
+		}
+		if json.Unmarshal([]byte(n.Error), &e) == nil && e.Code == ErrorCodeTimeout {
+			root, err := b.node(ctx, n.WorkflowID, store.RootPath)
+			if err != nil {
+				return err
+			}
+			b.add(n.WorkflowID, events.WorkflowTimedOut, parseTime(n.CompletedAt, at), seq(2), root, map[string]any{"node_path": n.Path,
+				"node_type": n.Kind, "timeout_ms": n.TimeoutMS, "error": json.RawMessage(n.Error)}, key(2)...)
+		}
+	}
+	if strings.HasPrefix(n.Path, "/~") && n.Path != compensatePath && oldState != n.State {
+		root, err := b.node(ctx, n.WorkflowID, store.RootPath)
+		if err != nil {
+			return err
+		}
+		name := strings.TrimPrefix(n.Path, "/~")
+		switch n.State {
+		case wfstate.Running:
+			b.add(n.WorkflowID, events.WorkflowHandlerStarted, parseTime(n.StartedAt, at), seq(3), root, map[string]any{"handler": name}, key(3)...)
+		case wfstate.Completed, wfstate.Failed:
+			b.add(n.WorkflowID, events.WorkflowHandlerFinished, parseTime(n.CompletedAt, at), seq(3), root,
+				map[string]any{"handler": name, "state": string(n.State)}, key(3)...)
+		}
+		return nil
+	}
+	if n.Path == compensatePath {
+		return nil // the root's compensation attribute tells it
+	}
+	if n.Path == store.RootPath {
+		oldComp := ""
+		if old != nil {
+			oldComp = old.Compensation
+		}
+		if n.Compensation != oldComp {
+			switch n.Compensation {
+			case store.CompensationRunning:
+				b.add(n.WorkflowID, events.WorkflowCompensating, at, seq(4), n, map[string]any{"steps": n.Compensable}, key(4)...)
+			case store.CompensationCompleted, store.CompensationFailed:
+				b.add(n.WorkflowID, events.WorkflowCompensated, at, seq(4), n, map[string]any{"state": n.Compensation}, key(4)...)
+			}
+		}
+		if old != nil && (old.State == wfstate.Failed || old.State == wfstate.Cancelled) && n.State == wfstate.Running {
+			b.add(n.WorkflowID, events.WorkflowRetried, parseTime(n.StartedAt, at), seq(5), n, map[string]any{"run": n.Run, "previous_state": string(old.State)}, key(5)...)
+			return nil
+		}
+	}
 	if n.Path == store.RootPath {
 		if old == nil {
 			created := parseTime(n.CreatedAt, at)
@@ -175,7 +226,7 @@ func (b *wfEvents) nodeChange(ctx context.Context, c NodeChange) error {
 
 func (b *wfEvents) jobChange(ctx context.Context, c JobChange) error {
 	j := c.New
-	if j == nil || j.WorkflowID == "" || !j.State.Terminal() || isCallback(j.WorkflowNode) {
+	if j == nil || j.WorkflowID == "" || !j.State.Terminal() || isCallback(j.WorkflowNode) || strings.HasPrefix(j.WorkflowNode, "/~") {
 		return nil
 	}
 	if c.Old != nil && c.Old.State.Terminal() {

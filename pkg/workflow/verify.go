@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
@@ -70,8 +71,23 @@ func (e *Engine) Verify(ctx context.Context, fs []Finished) error {
 	var nodes []store.NodeKey
 	var shards []store.ShardRef
 	for _, f := range fs {
+		if n := f.Node; n != nil && n.Path == store.RootPath {
+			// A workflow that ended: its compensation and handlers run.
+			if err := e.rootEnded(ctx, n); err != nil {
+				return err
+			}
+			continue
+		}
 		s, ok := f.step()
 		if !ok {
+			continue
+		}
+		if strings.HasPrefix(s.path, "/~") {
+			// A compensation or handler step: few, advanced directly (every
+			// write of theirs is conditional).
+			if err := e.advance(ctx, s); err != nil {
+				return fmt.Errorf("workflow %s step %s: %w", s.wf, s.path, err)
+			}
 			continue
 		}
 		steps = append(steps, s)
@@ -140,6 +156,29 @@ func (e *Engine) Verify(ctx context.Context, fs []Finished) error {
 	return nil
 }
 
+// rootEnded runs what follows a workflow's end (the guarantee behind the
+// request that ended it): a failed workflow's compensation and on_failure
+// handler, a cancelled one's on_cancel handler. Each starts once.
+func (e *Engine) rootEnded(ctx context.Context, n *store.Node) error {
+	if n.State != wfstate.Failed && n.State != wfstate.Cancelled {
+		return nil
+	}
+	cur, err := e.st.GetNode(ctx, n.WorkflowID, store.RootPath)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	switch cur.State {
+	case wfstate.Failed:
+		return e.afterFailure(ctx, cur)
+	case wfstate.Cancelled:
+		return e.launchHandler(ctx, cur, HandlerOnCancel)
+	}
+	return nil
+}
+
 // creatingGrace is how long a workflow's creation may take before the
 // sweeper deletes what a creator that died left behind.
 const creatingGrace = 2 * time.Minute
@@ -161,7 +200,11 @@ func (e *Engine) Repair(ctx context.Context, limit int) (int, error) {
 		if err := e.repair(ctx, id, now); err != nil {
 			return 0, fmt.Errorf("repair workflow %s: %w", id, err)
 		}
-		if err := e.st.PostponeWorkflowCheck(ctx, id, at, now.Add(CheckAfter)); err != nil {
+		next := now.Add(CheckAfter)
+		if root, err := e.st.GetNode(ctx, id, store.RootPath); err == nil && root.Deadline > 0 && time.UnixMilli(root.Deadline).After(now) {
+			next = minTime(next, time.UnixMilli(root.Deadline))
+		}
+		if err := e.st.PostponeWorkflowCheck(ctx, id, at, next); err != nil {
 			return 0, err
 		}
 	}
@@ -187,6 +230,13 @@ func (e *Engine) repair(ctx context.Context, id string, now time.Time) error {
 	if root.State != wfstate.Running {
 		return nil
 	}
+	if root.Deadline > 0 && !now.Before(time.UnixMilli(root.Deadline)) {
+		_, err := e.timeout(ctx, id, store.RootPath, now)
+		return err
+	}
+	if root.Reopening != "" {
+		return e.reopen(ctx, id)
+	}
 	t := newTreeOf(items)
 	var ids []string
 	for _, n := range items {
@@ -199,7 +249,7 @@ func (e *Engine) repair(ctx context.Context, id string, now time.Time) error {
 		return err
 	}
 	// First jobs a creator that died did not write.
-	first, err := e.launch(ctx, t, store.RootPath, emptyResults(root.Kind))
+	first, _, err := e.launch(ctx, t, store.RootPath, emptyResults(root.Kind))
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/awslimit"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
@@ -40,6 +41,11 @@ func (e *Engine) Get(ctx context.Context, wfID string) (*View, error) {
 	for _, n := range nodes {
 		if n.Kind == KindJob {
 			ids = append(ids, JobID(wfID, n.Path))
+		}
+		if n.Path == compensatePath {
+			for k := range n.Plan {
+				ids = append(ids, JobID(wfID, childPath(compensatePath, segment(KindChain, k))))
+			}
 		}
 	}
 	jobs, err := e.st.BatchGetJobs(ctx, ids)
@@ -123,6 +129,22 @@ func render(t *tree, jobs map[string]*job.Job) *View {
 		sort.Strings(v.failedIDs)
 		out["failed_job_ids"] = v.failedIDs
 		out["errors"] = v.errs
+	}
+	if root.TimeoutMS > 0 {
+		out["timeout_ms"] = root.TimeoutMS
+		out["deadline"] = job.Timestamp(time.UnixMilli(root.Deadline))
+	}
+	if root.Error != "" {
+		out["error"] = json.RawMessage(root.Error)
+	}
+	if root.Run > 0 {
+		out["retries"] = root.Run
+	}
+	if comp := v.compensation(); comp != nil {
+		out["compensation"] = comp
+	}
+	if hs := v.handlers(); len(hs) > 0 {
+		out["handlers"] = hs
 	}
 	if v.cut {
 		out["results_truncated"] = true
@@ -267,7 +289,7 @@ func (v *viewer) leaf(n *store.Node, m map[string]any) {
 	id := JobID(v.t.wfID, n.Path)
 	m["job_id"] = nil
 	m["state"] = v.state(n)
-	counted := !isCallback(n.Path)
+	counted := !isCallback(n.Path) && !strings.HasPrefix(n.Path, "/~")
 	j := v.jobs[id]
 	if j == nil {
 		return
@@ -328,6 +350,73 @@ func (v *viewer) fits(b []byte) bool {
 	return true
 }
 
+// compensation renders a failed workflow's compensation: its state and,
+// once it started, each step with the step it undoes.
+func (v *viewer) compensation() map[string]any {
+	root := v.t.root
+	if root.Compensable == 0 {
+		return nil
+	}
+	out := map[string]any{"state": "not_started", "steps_total": root.Compensable}
+	if root.Compensation != "" {
+		out["state"] = root.Compensation
+	}
+	comp := v.t.special[compensatePath]
+	if comp == nil {
+		return out
+	}
+	steps := []map[string]any{}
+	for k, undo := range comp.Plan {
+		path := childPath(compensatePath, segment(KindChain, k))
+		m := map[string]any{"index": k, "undoes": undo, "job_id": nil, "state": string(wfstate.Waiting)}
+		if n := v.t.byPath[undo]; n != nil {
+			m["undoes"] = stepKey(n)
+		}
+		if j := v.jobs[JobID(v.t.wfID, path)]; j != nil {
+			m["job_id"], m["state"], m["type"] = j.ID, jobState(j.State), j.Type
+			if len(j.Result) > 0 && v.fits(j.Result) {
+				m["result"] = j.Result
+			}
+			if j.State != job.Completed && j.Error != nil {
+				m["error"] = j.Error
+			}
+		}
+		steps = append(steps, m)
+	}
+	out["steps"] = steps
+	if comp.FailedStep != "" {
+		out["failed_step"] = comp.FailedStep
+	}
+	return out
+}
+
+// handlers renders the workflow's handlers with their state (waiting
+// until the workflow fails or is cancelled).
+func (v *viewer) handlers() map[string]any {
+	out := map[string]any{}
+	for _, name := range Handlers {
+		h := v.t.special[handlerPath(name)]
+		if h == nil {
+			continue
+		}
+		var m map[string]any
+		if h.Kind == KindJob {
+			m = map[string]any{}
+			v.leaf(h, m)
+			if j := v.jobs[JobID(v.t.wfID, h.Path)]; j == nil {
+				m["state"] = string(h.State)
+			}
+		} else {
+			m = v.entry(h, false)
+			m["state"] = string(h.State)
+		}
+		delete(m, "index")
+		m["id"] = name
+		out[name] = m
+	}
+	return out
+}
+
 // entry renders a node of the tree form.
 func (v *viewer) entry(n *store.Node, root bool) map[string]any {
 	m := map[string]any{"index": n.Index, "id": stepKey(n)}
@@ -340,6 +429,12 @@ func (v *viewer) entry(n *store.Node, root bool) map[string]any {
 		m["name"] = n.Name
 	}
 	m["state"] = v.state(n)
+	if n.TimeoutMS > 0 && !root {
+		m["timeout_ms"] = n.TimeoutMS
+	}
+	if n.Error != "" && !root {
+		m["error"] = json.RawMessage(n.Error)
+	}
 	list := []map[string]any{}
 	for _, c := range v.t.kids[n.Path] {
 		list = append(list, v.entry(c, false))

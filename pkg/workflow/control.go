@@ -1,0 +1,633 @@
+package workflow
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+	"github.com/ojs-aws/ojs-serverless/pkg/store"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
+)
+
+// Workflow control beyond OJS 1.0 (docs/workflows.md, "Control"):
+// timeouts, compensation, the on_failure and on_cancel handlers, and
+// retry from the failed step.
+
+// ErrorCodeTimeout is the error code of a workflow or node that timed out.
+const ErrorCodeTimeout = "workflow_timeout"
+
+// Timeouts fails the nested workflow nodes whose timeout passed (the
+// sweeper calls it every sweep; a workflow's own timeout is checked by
+// Repair, at its deadline). It returns how many timed out.
+func (e *Engine) Timeouts(ctx context.Context, limit int) (int, error) {
+	now := e.now()
+	due, err := e.st.DueTimeouts(ctx, now, limit)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, k := range due {
+		ok, err := e.timeout(ctx, k.WorkflowID, k.Path, now)
+		if err != nil {
+			return n, fmt.Errorf("time out %s%s: %w", k.WorkflowID, k.Path, err)
+		}
+		if ok {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// timeout fails a node whose deadline passed, once: what has not started
+// under it is cancelled (its jobs, and its nested composites so that
+// nothing starts there any more), active jobs run on and their results
+// change nothing, and the failure goes up as any failed step's does. It
+// reports whether this call timed the node out.
+func (e *Engine) timeout(ctx context.Context, wf, path string, now time.Time) (bool, error) {
+	n, err := e.st.GetNode(ctx, wf, path)
+	if errors.Is(err, store.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if n.State.Terminal() || n.Deadline == 0 || now.Before(time.UnixMilli(n.Deadline)) {
+		return false, nil
+	}
+	msg, _ := json.Marshal(map[string]any{"code": ErrorCodeTimeout, "type": ErrorCodeTimeout,
+		"message": fmt.Sprintf("The %s did not finish within its timeout of %d ms.", kindName(n), n.TimeoutMS), "timeout_ms": n.TimeoutMS})
+	w := store.NodeWrite{Path: path, To: wfstate.Failed, At: now, Error: string(msg), From: []wfstate.State{wfstate.Waiting, wfstate.Running}}
+	if path == store.RootPath {
+		w.From = []wfstate.State{wfstate.Running}
+	}
+	failed, err := e.st.UpdateNode(ctx, wf, w)
+	var nc *store.ErrNodeConflict
+	if errors.As(err, &nc) {
+		return false, nil // it finished (or timed out) first
+	}
+	if err != nil {
+		return false, err
+	}
+	e.log.InfoContext(ctx, "workflow node timed out", "workflow_id", wf, "node", path, "timeout_ms", n.TimeoutMS)
+	if err := e.stopBelow(ctx, wf, path, now); err != nil {
+		return true, err
+	}
+	if path == store.RootPath {
+		return true, e.afterFailure(ctx, failed)
+	}
+	return true, e.advance(ctx, stepOfNode(failed))
+}
+
+func kindName(n *store.Node) string {
+	if n.Path == store.RootPath {
+		return "workflow"
+	}
+	return n.Kind
+}
+
+// stopBelow cancels what has not started under a node that ended early
+// (timed out): its nested composites (so nothing starts in them) and its
+// jobs that have not started; active jobs run on.
+func (e *Engine) stopBelow(ctx context.Context, wf, path string, now time.Time) error {
+	nodes, err := e.st.Subtree(ctx, wf, path)
+	if err != nil {
+		return err
+	}
+	var ids []string
+	for _, n := range nodes {
+		if strings.HasPrefix(n.Path, "/~") || n.Path == path {
+			continue
+		}
+		if n.Kind == KindJob {
+			ids = append(ids, JobID(wf, n.Path))
+			continue
+		}
+		if !n.State.Terminal() {
+			_, err := e.st.UpdateNode(ctx, wf, store.NodeWrite{Path: n.Path, To: wfstate.Cancelled, At: now, From: []wfstate.State{wfstate.Waiting, wfstate.Running}})
+			var nc *store.ErrNodeConflict
+			if err != nil && !errors.As(err, &nc) {
+				return err
+			}
+		}
+	}
+	return e.cancelJobs(ctx, ids, now)
+}
+
+// cancelJobs cancels the jobs among ids that have not started.
+func (e *Engine) cancelJobs(ctx context.Context, ids []string, now time.Time) error {
+	jobs, err := e.st.BatchGetJobs(ctx, ids)
+	if err != nil {
+		return err
+	}
+	for _, j := range jobs {
+		switch j.State {
+		case job.Scheduled, job.Available, job.Pending, job.Retryable:
+			if _, err := e.st.Apply(ctx, store.Cancel(j.ID, now, j.State)); err != nil {
+				var ce *store.ConflictError
+				if !errors.As(err, &ce) {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// afterFailure runs once a workflow failed: the compensations of its
+// completed steps (newest first), then its on_failure handler. Each is
+// started by a conditional write, so any number of callers start it
+// once.
+func (e *Engine) afterFailure(ctx context.Context, root *store.Node) error {
+	if root.Compensable > 0 && root.Compensation == "" {
+		started, err := e.startCompensation(ctx, root)
+		if err != nil || started {
+			return err
+		}
+	}
+	if root.Compensation == store.CompensationRunning {
+		return nil // the handler runs when the compensation ends
+	}
+	return e.launchHandler(ctx, root, HandlerOnFailure)
+}
+
+// startCompensation plans and starts a failed workflow's compensation:
+// the steps that completed and carry a compensate job, newest completion
+// first, run one after another. It reports whether there was any.
+func (e *Engine) startCompensation(ctx context.Context, root *store.Node) (bool, error) {
+	wf := root.WorkflowID
+	nodes, err := e.st.WorkflowItems(ctx, wf)
+	if err != nil {
+		return false, err
+	}
+	var ids []string
+	byID := map[string]*store.Node{}
+	for _, n := range nodes {
+		if n.Kind == KindJob && n.Compensate != "" && !strings.HasPrefix(n.Path, "/~") {
+			id := JobID(wf, n.Path)
+			ids = append(ids, id)
+			byID[id] = n
+		}
+	}
+	jobs, err := e.st.BatchGetJobs(ctx, ids)
+	if err != nil {
+		return false, err
+	}
+	type done struct {
+		n  *store.Node
+		at time.Time
+	}
+	var list []done
+	for id, j := range jobs {
+		if j.State == job.Completed && j.CompletedAt != nil {
+			list = append(list, done{byID[id], *j.CompletedAt})
+		}
+	}
+	now := e.now()
+	if len(list) == 0 {
+		// Nothing to undo: record that, so the handler can run.
+		_, err := e.st.UpdateNode(ctx, wf, store.NodeWrite{Path: store.RootPath, CondStates: []wfstate.State{wfstate.Failed},
+			CondAbsent: []string{"compensation"}, SetStrings: map[string]string{"compensation": store.CompensationNone}})
+		var nc *store.ErrNodeConflict
+		if err != nil && !errors.As(err, &nc) {
+			return false, err
+		}
+		root.Compensation = store.CompensationNone
+		return false, nil
+	}
+	sort.Slice(list, func(a, b int) bool {
+		if !list[a].at.Equal(list[b].at) {
+			return list[a].at.After(list[b].at)
+		}
+		return list[a].n.Path > list[b].n.Path
+	})
+	plan := make([]string, len(list))
+	for i, d := range list {
+		plan[i] = d.n.Path
+	}
+	first, err := e.compensationJob(ctx, wf, 0, list[0].n, jobs[JobID(wf, list[0].n.Path)])
+	if err != nil {
+		return false, err
+	}
+	comp := store.Node{WorkflowID: wf, Path: compensatePath, Kind: KindChain, Name: "compensation", Index: -1, Total: len(plan), Plan: plan,
+		State: wfstate.Running, StartedAt: job.Timestamp(now)}
+	err = e.st.Advance(ctx, store.Advance{WorkflowID: wf, Jobs: []*job.Job{first}, RedeliverAfter: e.redel, NewNodes: []store.Node{comp},
+		Scope: store.RootPath, ScopeStates: []wfstate.State{wfstate.Failed},
+		Nodes: []store.NodeWrite{{Path: store.RootPath, CondAbsent: []string{"compensation"},
+			SetStrings: map[string]string{"compensation": store.CompensationRunning}}}})
+	var nc *store.ErrNodeConflict
+	if errors.As(err, &nc) || errors.Is(err, store.ErrWorkflowNotRunning) {
+		return true, nil // started by someone else (or the workflow was retried)
+	}
+	if err != nil {
+		return false, err
+	}
+	root.Compensation = store.CompensationRunning
+	e.log.InfoContext(ctx, "workflow compensation started", "workflow_id", wf, "steps", len(plan))
+	return true, nil
+}
+
+// compensationJob builds compensation step k, undoing the step of node
+// n: its compensate job, with the undone step's id, job id and result as
+// parent_results.
+func (e *Engine) compensationJob(ctx context.Context, wf string, k int, n *store.Node, undone *job.Job) (*job.Job, error) {
+	pr, _ := json.Marshal(map[string]any{"compensates": stepKey(n), "job_id": JobID(wf, n.Path), "result": resultValue(undone)})
+	synthetic := &store.Node{WorkflowID: wf, Path: childPath(compensatePath, segment(KindChain, k)), Kind: KindJob, Def: n.Compensate}
+	j, err := e.newJob(synthetic, pr)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.admitJobs(ctx, []*job.Job{j}); err != nil {
+		return nil, err
+	}
+	return j, nil
+}
+
+// compensationStepDone goes on with a failed workflow's compensation
+// after step k finished (whatever its outcome: one failed compensation
+// does not stop the others); after the last, it records the outcome on
+// the workflow and runs its on_failure handler.
+func (e *Engine) compensationStepDone(ctx context.Context, s step) (*step, error) {
+	k := s.index()
+	comp, err := e.st.GetNode(ctx, s.wf, compensatePath)
+	if err != nil {
+		return nil, err
+	}
+	if comp.Done(k) || comp.State.Terminal() {
+		return nil, e.endCompensation(ctx, comp)
+	}
+	w := store.NodeWrite{Path: compensatePath}
+	if s.ok {
+		w.AddOK = []int{k}
+	} else {
+		w.AddFail = []int{k}
+	}
+	if k+1 >= len(comp.Plan) {
+		ok := s.ok && len(comp.Fail) == 0
+		if !ok && len(comp.Fail) == 0 {
+			w.FailedStep = s.path
+		} else if !ok {
+			w.FailedStep = childPath(compensatePath, segment(KindChain, store.SortedInts(comp.Fail)[0]))
+		}
+		if _, err := e.finish(ctx, s.wf, compensatePath, ok, w); err != nil {
+			return nil, err
+		}
+		comp, err = e.st.GetNode(ctx, s.wf, compensatePath)
+		if err != nil {
+			return nil, err
+		}
+		return nil, e.endCompensation(ctx, comp)
+	}
+	next, err := e.st.GetNode(ctx, s.wf, comp.Plan[k+1])
+	if err != nil {
+		return nil, err
+	}
+	undone, err := e.st.BatchGetJobs(ctx, []string{JobID(s.wf, next.Path)})
+	if err != nil {
+		return nil, err
+	}
+	j, err := e.compensationJob(ctx, s.wf, k+1, next, undone[JobID(s.wf, next.Path)])
+	if err != nil {
+		return nil, err
+	}
+	err = e.st.Advance(ctx, store.Advance{WorkflowID: s.wf, Jobs: []*job.Job{j}, RedeliverAfter: e.redel,
+		Scope: compensatePath, ScopeStates: []wfstate.State{wfstate.Running}, Nodes: []store.NodeWrite{w}})
+	return nil, stopIfNotRunning(err)
+}
+
+// endCompensation records a finished compensation on the workflow, once,
+// and runs the on_failure handler.
+func (e *Engine) endCompensation(ctx context.Context, comp *store.Node) error {
+	if !comp.State.Terminal() {
+		return nil
+	}
+	outcome := store.CompensationCompleted
+	if comp.State != wfstate.Completed {
+		outcome = store.CompensationFailed
+	}
+	w := store.NodeWrite{Path: store.RootPath, CondStates: []wfstate.State{wfstate.Failed},
+		SetStrings: map[string]string{"compensation": outcome}}
+	if comp.FailedStep != "" {
+		w.SetStrings["compensation_failed_step"] = comp.FailedStep
+	}
+	root, err := e.st.UpdateNode(ctx, comp.WorkflowID, w)
+	var nc *store.ErrNodeConflict
+	if errors.As(err, &nc) {
+		return nil // retried or cancelled meanwhile
+	}
+	if err != nil {
+		return err
+	}
+	return e.launchHandler(ctx, root, HandlerOnFailure)
+}
+
+// launchHandler starts a handler of a failed or cancelled workflow, once
+// (its node moves from waiting to running in the transaction that writes
+// its first job). The handler receives the workflow's state, the error
+// that failed it and the results of its completed steps, keyed by step.
+func (e *Engine) launchHandler(ctx context.Context, root *store.Node, name string) error {
+	if !store.HasString(root.Handlers, name) {
+		return nil
+	}
+	wf := root.WorkflowID
+	path := handlerPath(name)
+	nodes, err := e.st.WorkflowItems(ctx, wf)
+	if err != nil {
+		return err
+	}
+	t := newTreeOf(nodes)
+	h := t.special[path]
+	if h == nil || h.State != wfstate.Waiting {
+		return nil
+	}
+	pr, err := e.handlerInput(ctx, t, root)
+	if err != nil {
+		return err
+	}
+	jobs, _, err := e.launch(ctx, t, path, pr)
+	if err != nil {
+		return err
+	}
+	if err := e.admitJobs(ctx, jobs); err != nil {
+		return err
+	}
+	err = e.st.Advance(ctx, store.Advance{WorkflowID: wf, Jobs: jobs, RedeliverAfter: e.redel, Scope: path, ScopeStates: []wfstate.State{wfstate.Waiting},
+		Nodes: []store.NodeWrite{{Path: path, From: []wfstate.State{wfstate.Waiting}, To: wfstate.Running, At: e.now()}}})
+	var nc *store.ErrNodeConflict
+	if errors.As(err, &nc) || errors.Is(err, store.ErrWorkflowNotRunning) {
+		return nil // started already
+	}
+	if err == nil {
+		e.log.InfoContext(ctx, "workflow handler started", "workflow_id", wf, "handler", name)
+	}
+	return err
+}
+
+// handlerInput is a handler's parent_results: the workflow's state, what
+// failed it, and the results of its completed steps keyed by step.
+func (e *Engine) handlerInput(ctx context.Context, t *tree, root *store.Node) (json.RawMessage, error) {
+	var ids []string
+	for _, n := range t.byPath {
+		if n.Kind == KindJob && !strings.HasPrefix(n.Path, "/~") {
+			ids = append(ids, JobID(t.wfID, n.Path))
+		}
+	}
+	jobs, err := e.st.BatchGetJobs(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	results := map[string]json.RawMessage{}
+	var failed *job.Job
+	for _, n := range t.byPath {
+		if n.Kind != KindJob || strings.HasPrefix(n.Path, "/~") {
+			continue
+		}
+		j := jobs[JobID(t.wfID, n.Path)]
+		if j == nil {
+			continue
+		}
+		if j.State == job.Completed {
+			results[stepKey(n)] = resultValue(j)
+		} else if j.State == job.Discarded && (failed == nil || (j.CompletedAt != nil && failed.CompletedAt != nil && j.CompletedAt.Before(*failed.CompletedAt))) {
+			failed = j
+		}
+	}
+	in := map[string]any{"workflow_id": t.wfID, "state": string(root.State), "results": results}
+	switch {
+	case root.Error != "":
+		in["error"] = json.RawMessage(root.Error)
+	case failed != nil && failed.Error != nil:
+		in["error"] = failed.Error
+		in["failed_job_id"] = failed.ID
+	}
+	if root.Compensation != "" {
+		in["compensation"] = root.Compensation
+	}
+	return json.Marshal(in)
+}
+
+// handlerDone records a finished handler (its job, or its chain) on the
+// workflow.
+func (e *Engine) handlerDone(ctx context.Context, s step) error {
+	name := strings.TrimPrefix(s.path, "/~")
+	if s.job != nil {
+		// A handler that is one job: its node records the outcome.
+		to := wfstate.Completed
+		if !s.ok {
+			to = wfstate.Failed
+		}
+		_, err := e.st.UpdateNode(ctx, s.wf, store.NodeWrite{Path: s.path, From: []wfstate.State{wfstate.Running}, To: to, At: e.now()})
+		var nc *store.ErrNodeConflict
+		if err != nil && !errors.As(err, &nc) {
+			return err
+		}
+	}
+	w := store.NodeWrite{Path: store.RootPath, CondStates: []wfstate.State{wfstate.Failed, wfstate.Cancelled}}
+	if s.ok {
+		w.AddHandlersOK = []string{name}
+	} else {
+		w.AddHandlersFail = []string{name}
+	}
+	_, err := e.st.UpdateNode(ctx, s.wf, w)
+	var nc *store.ErrNodeConflict
+	if errors.As(err, &nc) {
+		return nil
+	}
+	return err
+}
+
+// Retry re-opens a failed or cancelled workflow whose compensation has not
+// run: its failed and cancelled steps run again, the steps that never ran
+// run when their turn comes, and completed steps keep their results and
+// do not run again. It answers 409 for a running or completed workflow
+// (and for one a concurrent retry re-opened first).
+func (e *Engine) Retry(ctx context.Context, wfID string) (*View, error) {
+	if err := validWorkflowID(wfID); err != nil {
+		return nil, err
+	}
+	root, err := e.st.GetNode(ctx, wfID, store.RootPath)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && root.Creating) {
+		return nil, ojserr.NotFoundf("workflow", wfID)
+	}
+	if err != nil {
+		return nil, ojserr.Backend(err)
+	}
+	if root.State != wfstate.Failed && root.State != wfstate.Cancelled {
+		return nil, ojserr.StateConflict(ojserr.Conflict, "Workflow %s is %s; only a failed or cancelled workflow can be retried.", wfID, root.State).
+			With("workflow_id", wfID).With("current_state", string(root.State))
+	}
+	if root.Compensation != "" && root.Compensation != store.CompensationNone {
+		return nil, ojserr.StateConflict(ojserr.Conflict, "Workflow %s was compensated (its completed steps were undone); it cannot be retried.", wfID).
+			With("workflow_id", wfID).With("current_state", string(root.State)).With("compensation", root.Compensation)
+	}
+	now := e.now()
+	w := store.NodeWrite{Path: store.RootPath, From: []wfstate.State{root.State}, To: wfstate.Running, At: now,
+		AddNumbers: map[string]int{"run": 1}, SetStrings: map[string]string{"reopening": "true"},
+		Remove:  []string{"failed_index", "failed_step", "error", "compensation", "h_ok", "h_fail", "completed_at", "cancelled_at"},
+		CheckAt: now.Add(CheckAfter)}
+	if root.TimeoutMS > 0 {
+		// The workflow's timeout runs again from the retry.
+		deadline := now.Add(time.Duration(root.TimeoutMS) * time.Millisecond)
+		w.CheckAt = minTime(w.CheckAt, deadline)
+		w.SetNumbers = map[string]int64{"deadline_ms": deadline.UnixMilli()}
+	}
+	_, err = e.st.UpdateNode(ctx, wfID, w)
+	var nc *store.ErrNodeConflict
+	if errors.As(err, &nc) {
+		return nil, ojserr.StateConflict(ojserr.Conflict, "Workflow %s is %s; only a failed or cancelled workflow can be retried.", wfID, nc.Current.State).
+			With("workflow_id", wfID).With("current_state", string(nc.Current.State))
+	}
+	if err != nil {
+		return nil, ojserr.Backend(err)
+	}
+	e.log.InfoContext(ctx, "workflow retried", "workflow_id", wfID, "run", root.Run+1)
+	if err := e.reopen(ctx, wfID); err != nil {
+		// The sweeper's repair finishes re-opening it.
+		e.log.WarnContext(ctx, "workflow retry not finished; the sweeper will", "workflow_id", wfID, "error", err.Error())
+	}
+	return e.Get(ctx, wfID)
+}
+
+// reopen runs a retried workflow's failed and cancelled steps again: each
+// failed or cancelled composite waits again (its deadline restarted), each
+// failed or cancelled job goes back to its queue, the counts of what
+// failed are forgotten, the handlers may run again, and every finished
+// step not counted (one a timeout stopped counting) is advanced. Every
+// write is conditional or idempotent, so a repeat finishes what a retry
+// that died left.
+func (e *Engine) reopen(ctx context.Context, wf string) error {
+	nodes, err := e.st.WorkflowItems(ctx, wf)
+	if err != nil {
+		return err
+	}
+	now := e.now()
+	t := newTreeOf(nodes)
+	var ids []string
+	for _, n := range nodes {
+		if n.Kind == KindJob && !strings.HasPrefix(n.Path, "/~") {
+			ids = append(ids, JobID(wf, n.Path))
+		}
+	}
+	jobs, err := e.st.BatchGetJobs(ctx, ids)
+	if err != nil {
+		return err
+	}
+	failedChild := func(n *store.Node) bool {
+		if n.Kind == KindJob {
+			j := jobs[JobID(wf, n.Path)]
+			return j != nil && (j.State == job.Discarded || j.State == job.Cancelled)
+		}
+		return n.State == wfstate.Failed || n.State == wfstate.Cancelled
+	}
+	// Composites: forget failed children, wait again.
+	for _, n := range nodes {
+		if n.Kind == KindJob || strings.HasPrefix(n.Path, "/~") {
+			continue
+		}
+		w := store.NodeWrite{Path: n.Path, Remove: []string{"failed_index", "failed_step", "error"}}
+		for _, c := range t.kids[n.Path] {
+			if failedChild(c) && hasInt(n.Fail, c.Index) {
+				w.DelFail = append(w.DelFail, c.Index)
+			}
+		}
+		for name, cb := range t.cbs[n.Path] {
+			if failedChild(cb) && store.HasString(n.CallbacksFail, name) {
+				w.DelCallbacksFail = append(w.DelCallbacksFail, name)
+			}
+		}
+		if n.Shards > 0 {
+			if err := e.reopenShards(ctx, n, t, failedChild, &w); err != nil {
+				return err
+			}
+		}
+		if n.Path != store.RootPath && (n.State == wfstate.Failed || n.State == wfstate.Cancelled) {
+			w.From, w.To, w.At = []wfstate.State{n.State}, wfstate.Waiting, now
+			if n.TimeoutMS > 0 {
+				w.Deadline = now.Add(time.Duration(n.TimeoutMS) * time.Millisecond)
+			}
+			w.Remove = append(w.Remove, "completed_at", "cancelled_at")
+		}
+		if len(w.DelFail) == 0 && len(w.DelCallbacksFail) == 0 && len(w.DelRolled) == 0 && w.To == "" && n.FailedStep == "" && n.Error == "" {
+			continue
+		}
+		if _, err := e.st.UpdateNode(ctx, wf, w); err != nil {
+			var nc *store.ErrNodeConflict
+			if !errors.As(err, &nc) {
+				return err
+			}
+		}
+	}
+	// Handlers wait again, for a later failure or cancel.
+	for path, h := range t.special {
+		if path != compensatePath && h.State != wfstate.Waiting {
+			_, err := e.st.UpdateNode(ctx, wf, store.NodeWrite{Path: path, From: []wfstate.State{h.State}, To: wfstate.Waiting, At: now,
+				Remove: []string{"ok", "fail", "completed_at", "cancelled_at", "failed_step", "failed_index"}})
+			var nc *store.ErrNodeConflict
+			if err != nil && !errors.As(err, &nc) {
+				return err
+			}
+		}
+	}
+	// Failed and cancelled jobs run again.
+	for _, j := range jobs {
+		if j.State == job.Discarded || j.State == job.Cancelled {
+			if _, err := e.st.Apply(ctx, store.Reopen(j, now, e.redel)); err != nil {
+				var ce *store.ConflictError
+				if !errors.As(err, &ce) {
+					return err
+				}
+			}
+		}
+	}
+	// Finished steps a timeout stopped from counting.
+	var fs []Finished
+	for _, j := range jobs {
+		if j.State == job.Completed {
+			fs = append(fs, Finished{Job: j})
+		}
+	}
+	if err := e.Verify(ctx, fs); err != nil {
+		return err
+	}
+	_, err = e.st.UpdateNode(ctx, wf, store.NodeWrite{Path: store.RootPath, CondStates: []wfstate.State{wfstate.Running}, Remove: []string{"reopening"}})
+	var nc *store.ErrNodeConflict
+	if err != nil && !errors.As(err, &nc) {
+		return err
+	}
+	// A workflow whose failed steps were all callbacks or composites may
+	// be complete as it stands.
+	cur, err := e.st.GetNode(ctx, wf, store.RootPath)
+	if err != nil {
+		return err
+	}
+	_, err = e.settle(ctx, cur)
+	return err
+}
+
+// reopenShards forgets a wide group's or batch's failed children in their
+// shards, and the roll-ups of those shards (they roll up again when the
+// children finish).
+func (e *Engine) reopenShards(ctx context.Context, n *store.Node, t *tree, failedChild func(*store.Node) bool, w *store.NodeWrite) error {
+	byShard := map[string][]int{}
+	for _, c := range t.kids[n.Path] {
+		if failedChild(c) {
+			byShard[c.PShard] = append(byShard[c.PShard], c.Index)
+		}
+	}
+	for key, idx := range byShard {
+		if err := e.st.ForgetInShard(ctx, n.WorkflowID, n.Path, key, idx); err != nil {
+			return err
+		}
+		for _, r := range n.Rolled {
+			if strings.HasPrefix(r, key+":") {
+				w.DelRolled = append(w.DelRolled, r)
+			}
+		}
+	}
+	return nil
+}
