@@ -806,11 +806,11 @@ type NodeWrite struct {
 	Error string
 	// DelOK, DelFail and DelCallbacksFail forget counted children (a
 	// retry re-running them); DelRolled forgets rolled-up shards.
-	DelOK, DelFail    []int
-	DelCallbacksFail  []string
-	DelRolled         []string
-	AddHandlersOK     []string
-	AddHandlersFail   []string
+	DelOK, DelFail   []int
+	DelCallbacksFail []string
+	DelRolled        []string
+	AddHandlersOK    []string
+	AddHandlersFail  []string
 	// SetStrings and SetNumbers set attributes; Remove removes attributes;
 	// AddNumbers adds to number attributes.
 	SetStrings map[string]string
@@ -856,6 +856,9 @@ func (w NodeWrite) build(x *exprs, scope []wfstate.State) (update, cond string) 
 		switch w.To {
 		case wfstate.Running:
 			set = append(set, x.name("started_at")+" = "+x.str(at))
+		case wfstate.Waiting:
+			// Re-opened by a retry: it has not finished any more.
+			remove = append(remove, x.name("completed_at"), x.name("cancelled_at"))
 		case wfstate.Cancelled:
 			set = append(set, x.name("cancelled_at")+" = "+x.str(at), x.name("completed_at")+" = "+x.str(at))
 		default:
@@ -1202,8 +1205,8 @@ func (s *Store) advanceTx(ctx context.Context, a Advance, jobs []*job.Job, nodes
 				states[i] = x.str(string(st))
 			}
 			tx = append(tx, types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{TableName: &s.table, Key: wfKey(wfID, nodeSK(a.Scope)),
-				ConditionExpression:                 aws.String(x.name("state") + " IN (" + strings.Join(states, ", ") + ")"),
-				ExpressionAttributeNames:            x.names, ExpressionAttributeValues: x.values,
+				ConditionExpression:      aws.String(x.name("state") + " IN (" + strings.Join(states, ", ") + ")"),
+				ExpressionAttributeNames: x.names, ExpressionAttributeValues: x.values,
 				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}})
 		}
 		for _, n := range newNodes {

@@ -550,7 +550,6 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 			if n.TimeoutMS > 0 {
 				w.Deadline = now.Add(time.Duration(n.TimeoutMS) * time.Millisecond)
 			}
-			w.Remove = append(w.Remove, "completed_at", "cancelled_at")
 		}
 		if len(w.DelFail) == 0 && len(w.DelCallbacksFail) == 0 && len(w.DelRolled) == 0 && w.To == "" && n.FailedStep == "" && n.Error == "" {
 			continue
@@ -566,7 +565,7 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 	for path, h := range t.special {
 		if path != compensatePath && h.State != wfstate.Waiting {
 			_, err := e.st.UpdateNode(ctx, wf, store.NodeWrite{Path: path, From: []wfstate.State{h.State}, To: wfstate.Waiting, At: now,
-				Remove: []string{"ok", "fail", "completed_at", "cancelled_at", "failed_step", "failed_index"}})
+				Remove: []string{"ok", "fail", "failed_step", "failed_index"}})
 			var nc *store.ErrNodeConflict
 			if err != nil && !errors.As(err, &nc) {
 				return err

@@ -1,0 +1,361 @@
+package workflow_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ojs-aws/ojs-serverless/pkg/internal/testenv"
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
+	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+	"github.com/ojs-aws/ojs-serverless/pkg/store"
+	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
+)
+
+// clocked is a harness whose service and engine share a settable clock.
+type clocked struct {
+	*harness
+	clk *testenv.Clock
+}
+
+func newClocked(t *testing.T) *clocked {
+	st, _ := testenv.Table(t)
+	clk := testenv.NewClock(time.Now().UTC())
+	svc := lifecycle.New(st, lifecycle.Config{Now: clk.Now})
+	eng := workflow.New(st, workflow.Config{Jobs: svc, Now: clk.Now})
+	svc.SetWorkflows(eng)
+	return &clocked{harness: &harness{t: t, st: st, svc: svc, eng: eng, ran: map[string]int{}}, clk: clk}
+}
+
+// fetch fetches the available jobs of q, by type.
+func (h *clocked) fetch(q string) map[string]*job.Job {
+	h.t.Helper()
+	jobs, err := h.svc.Fetch(context.Background(), lifecycle.FetchRequest{Queues: []string{q}, Count: 100})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	out := map[string]*job.Job{}
+	for _, j := range jobs {
+		out[j.Type] = j
+	}
+	return out
+}
+
+func (h *clocked) ack(j *job.Job, result string) {
+	h.t.Helper()
+	if _, err := h.svc.Ack(context.Background(), j.ID, []byte(result), 0); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func (h *clocked) fail(j *job.Job) {
+	h.t.Helper()
+	if _, err := h.svc.Nack(context.Background(), j.ID, lifecycle.ErrorInput{Type: "boom", Message: "it broke", Retryable: new(bool)}, 0); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func keys(m map[string]*job.Job) string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return strings.Join(sortStrings(out), ",")
+}
+
+func sortStrings(s []string) []string {
+	for i := range s {
+		for j := i + 1; j < len(s); j++ {
+			if s[j] < s[i] {
+				s[i], s[j] = s[j], s[i]
+			}
+		}
+	}
+	return s
+}
+
+// A workflow's timeout fails it once its deadline passes, without any
+// request: what has not started is cancelled, what runs finishes and
+// changes nothing, and the next step never starts.
+func TestWorkflowTimeout(t *testing.T) {
+	t.Parallel()
+	h := newClocked(t)
+	ctx := context.Background()
+	id := h.create(`{"type":"chain","timeout_ms":60000,"steps":[{"type":"t.a","args":[],"options":{"queue":"tq"}},
+		{"type":"t.b","args":[],"options":{"queue":"tq"}},{"type":"t.c","args":[],"options":{"queue":"tq"}}]}`)
+	h.ack(h.fetch("tq")["t.a"], `1`)
+	b := h.fetch("tq")["t.b"]
+	h.clk.Add(59 * time.Second)
+	if n, _ := h.eng.Repair(ctx, 10); n != 0 {
+		t.Fatal("checked before its deadline")
+	}
+	h.clk.Add(2 * time.Second)
+	var wg sync.WaitGroup
+	for k := 0; k < 3; k++ { // concurrent sweepers
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := h.eng.Repair(ctx, 10); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	v := h.view(id)
+	e, _ := v["error"].(map[string]any)
+	if v["state"] != "failed" || e == nil || e["code"] != workflow.ErrorCodeTimeout {
+		t.Fatalf("after the deadline: %s", jsonStr(v))
+	}
+	// The active step finishes; nothing follows it.
+	done, err := h.svc.Ack(ctx, b.ID, []byte(`2`), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.eng.Verify(ctx, []workflow.Finished{{Job: done}}); err != nil {
+		t.Fatal(err)
+	}
+	if rest := h.fetch("tq"); len(rest) != 0 {
+		t.Fatalf("a step started after the timeout: %s", keys(rest))
+	}
+	if h.view(id)["state"] != "failed" {
+		t.Fatal("a late completion changed the workflow")
+	}
+}
+
+// A nested group's timeout fails the group: its waiting job is cancelled,
+// the chain fails, its next step never runs.
+func TestNestedTimeout(t *testing.T) {
+	t.Parallel()
+	h := newClocked(t)
+	ctx := context.Background()
+	id := h.create(`{"type":"chain","steps":[{"type":"n.first","args":[],"options":{"queue":"nq"}},
+		{"type":"group","timeout_ms":5000,"jobs":[{"type":"n.a","args":[],"options":{"queue":"nq"}},{"type":"n.b","args":[],"options":{"queue":"nq2"}}]},
+		{"type":"n.last","args":[],"options":{"queue":"nq"}}]}`)
+	h.ack(h.fetch("nq")["n.first"], `1`)
+	h.clk.Add(3 * time.Second) // the group's deadline runs from when it started
+	h.ack(h.fetch("nq")["n.a"], `2`)
+	if n, _ := h.eng.Timeouts(ctx, 10); n != 0 {
+		t.Fatal("timed out early")
+	}
+	h.clk.Add(3 * time.Second)
+	var wg sync.WaitGroup
+	counts := make(chan int, 3)
+	for k := 0; k < 3; k++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n, err := h.eng.Timeouts(ctx, 10)
+			if err != nil {
+				t.Error(err)
+			}
+			counts <- n
+		}()
+	}
+	wg.Wait()
+	close(counts)
+	total := 0
+	for n := range counts {
+		total += n
+	}
+	if total != 1 {
+		t.Fatalf("the group timed out %d times", total)
+	}
+	v := h.view(id)
+	g := v["steps"].([]any)[1].(map[string]any)
+	if v["state"] != "failed" || g["state"] != "failed" || g["jobs"].([]any)[1].(map[string]any)["state"] != "cancelled" ||
+		v["steps"].([]any)[2].(map[string]any)["state"] != "cancelled" {
+		t.Fatalf("after the group's timeout: %s", jsonStr(v))
+	}
+	if rest := h.fetch("nq2"); len(rest) != 0 {
+		t.Fatalf("the cancelled job was fetched: %s", keys(rest))
+	}
+}
+
+// When a workflow fails, the compensations of its completed steps run one
+// after another, newest completion first, each with the result of the
+// step it undoes, each once; a failing compensation does not stop the
+// others; then the on_failure handler runs once with the failure.
+func TestCompensationAndFailureHandler(t *testing.T) {
+	t.Parallel()
+	h := newClocked(t)
+	ctx := context.Background()
+	id := h.create(`{"type":"chain","name":"order","steps":[
+		{"type":"o.reserve","args":[],"options":{"queue":"cq"},"compensate":{"type":"o.unreserve","args":["r"],"options":{"queue":"cq"}}},
+		{"type":"o.charge","args":[],"options":{"queue":"cq"},"compensate":{"type":"o.refund","args":["c"],"options":{"queue":"cq"}}},
+		{"type":"o.ship","args":[],"options":{"queue":"cq"},"compensate":{"type":"o.unship","args":[],"options":{"queue":"cq"}}}],
+		"on_failure":{"type":"o.alert","args":[],"options":{"queue":"cq"}}}`)
+	h.ack(h.fetch("cq")["o.reserve"], `{"reservation":"R1"}`)
+	h.clk.Add(time.Millisecond)
+	h.ack(h.fetch("cq")["o.charge"], `{"charge":"C1"}`)
+	h.clk.Add(time.Millisecond)
+	h.fail(h.fetch("cq")["o.ship"])
+	v := h.view(id)
+	if v["state"] != "failed" || v["compensation"].(map[string]any)["state"] != "running" {
+		t.Fatalf("after the failure: %s", jsonStr(v))
+	}
+	refund := h.fetch("cq")
+	if keys(refund) != "o.refund" {
+		t.Fatalf("first compensation: %s", keys(refund))
+	}
+	var pr map[string]any
+	_ = json.Unmarshal(refund["o.refund"].ParentResults, &pr)
+	if pr["compensates"] != "s1" || jsonStr(pr["result"]) != `{"charge":"C1"}` {
+		t.Fatalf("refund parent_results: %s", refund["o.refund"].ParentResults)
+	}
+	// The refund fails: the unreserve still runs.
+	h.fail(refund["o.refund"])
+	unreserve := h.fetch("cq")
+	if keys(unreserve) != "o.unreserve" {
+		t.Fatalf("second compensation: %s", keys(unreserve))
+	}
+	h.ack(unreserve["o.unreserve"], `"ok"`)
+	alert := h.fetch("cq")
+	if keys(alert) != "o.alert" {
+		t.Fatalf("handler: %s", keys(alert))
+	}
+	var in map[string]any
+	_ = json.Unmarshal(alert["o.alert"].ParentResults, &in)
+	if in["state"] != "failed" || in["compensation"] != "failed" || jsonStr(in["results"]) != `{"s0":{"reservation":"R1"},"s1":{"charge":"C1"}}` ||
+		in["error"].(map[string]any)["message"] != "it broke" {
+		t.Fatalf("handler input: %s", alert["o.alert"].ParentResults)
+	}
+	h.ack(alert["o.alert"], `"paged"`)
+	// Duplicated stream records of everything change nothing.
+	all, _ := h.st.BatchGetJobs(ctx, []string{workflow.JobID(id, "/s2")})
+	for k := 0; k < 2; k++ {
+		if err := h.eng.Verify(ctx, []workflow.Finished{{Job: all[workflow.JobID(id, "/s2")]}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if more := h.fetch("cq"); len(more) != 0 {
+		t.Fatalf("ran again: %s", keys(more))
+	}
+	v = h.view(id)
+	comp := v["compensation"].(map[string]any)
+	steps := comp["steps"].([]any)
+	if comp["state"] != "failed" || len(steps) != 2 || steps[0].(map[string]any)["undoes"] != "s1" || steps[1].(map[string]any)["state"] != "completed" ||
+		v["handlers"].(map[string]any)["on_failure"].(map[string]any)["state"] != "completed" {
+		t.Fatalf("view: %s", jsonStr(v))
+	}
+	if _, err := h.eng.Retry(ctx, id); ojserr.As(err).Code != ojserr.Conflict {
+		t.Fatalf("retry of a compensated workflow: %v", err)
+	}
+}
+
+// The on_cancel handler (a chain) runs once when the workflow is
+// cancelled.
+func TestCancelHandler(t *testing.T) {
+	t.Parallel()
+	h := newClocked(t)
+	ctx := context.Background()
+	id := h.create(`{"type":"group","jobs":[{"type":"x.a","args":[],"options":{"queue":"xq"}}],
+		"on_cancel":{"type":"chain","steps":[{"type":"x.clean1","args":[],"options":{"queue":"xq"}},{"type":"x.clean2","args":[],"options":{"queue":"xq"}}]}}`)
+	if _, err := h.eng.Cancel(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	first := h.fetch("xq")
+	if keys(first) != "x.clean1" {
+		t.Fatalf("on_cancel: %s", keys(first))
+	}
+	h.ack(first["x.clean1"], `1`)
+	h.ack(h.fetch("xq")["x.clean2"], `2`)
+	v := h.view(id)
+	hd := v["handlers"].(map[string]any)["on_cancel"].(map[string]any)
+	if v["state"] != "cancelled" || hd["state"] != "completed" {
+		t.Fatalf("view: %s", jsonStr(v))
+	}
+}
+
+// Retry re-runs a failed workflow from its failed step: the failed job
+// runs again (same id, attempts from 0), completed steps keep their
+// results and do not run again, the steps after it run in turn; a
+// running workflow cannot be retried, and concurrent retries re-open it
+// once.
+func TestRetryFromTheFailedStep(t *testing.T) {
+	t.Parallel()
+	h := newClocked(t)
+	ctx := context.Background()
+	id := h.create(`{"type":"chain","steps":[{"type":"r.a","args":[],"options":{"queue":"rq"}},
+		{"type":"group","jobs":[{"type":"r.b1","args":[],"options":{"queue":"rq"}},{"type":"r.b2","args":[],"options":{"queue":"rq"}}]},
+		{"type":"r.c","args":[],"options":{"queue":"rq"}}]}`)
+	if _, err := h.eng.Retry(ctx, id); ojserr.As(err).Code != ojserr.Conflict {
+		t.Fatalf("retry of a running workflow: %v", err)
+	}
+	h.ack(h.fetch("rq")["r.a"], `"a"`)
+	g := h.fetch("rq")
+	h.ack(g["r.b1"], `"b1"`)
+	h.fail(g["r.b2"])
+	if v := h.view(id); v["state"] != "failed" {
+		t.Fatalf("failed: %s", jsonStr(v))
+	}
+	var wg sync.WaitGroup
+	ok := make(chan bool, 3)
+	for k := 0; k < 3; k++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := h.eng.Retry(ctx, id)
+			ok <- err == nil
+		}()
+	}
+	wg.Wait()
+	close(ok)
+	reopened := 0
+	for x := range ok {
+		if x {
+			reopened++
+		}
+	}
+	if reopened != 1 {
+		t.Fatalf("concurrent retries re-opened it %d times", reopened)
+	}
+	again := h.fetch("rq")
+	if keys(again) != "r.b2" || again["r.b2"].Attempt != 1 || again["r.b2"].ID != g["r.b2"].ID {
+		t.Fatalf("after the retry: %s %+v", keys(again), again["r.b2"])
+	}
+	h.ack(again["r.b2"], `"b2"`)
+	c := h.fetch("rq")
+	if keys(c) != "r.c" || string(c["r.c"].ParentResults) != `["a",["b1","b2"]]` {
+		t.Fatalf("next step: %s %s", keys(c), c["r.c"].ParentResults)
+	}
+	h.ack(c["r.c"], `"c"`)
+	v := h.view(id)
+	if v["state"] != "completed" || v["retries"].(float64) != 1 {
+		t.Fatalf("after the retry: %s", jsonStr(v))
+	}
+}
+
+// A workflow that timed out can be retried: the jobs the timeout
+// cancelled run again.
+func TestRetryAfterTimeout(t *testing.T) {
+	t.Parallel()
+	h := newClocked(t)
+	ctx := context.Background()
+	id := h.create(`{"type":"group","timeout_ms":1000,"jobs":[{"type":"y.a","args":[],"options":{"queue":"yq"}},{"type":"y.b","args":[],"options":{"queue":"yq2"}}]}`)
+	h.ack(h.fetch("yq")["y.a"], `1`)
+	h.clk.Add(2 * time.Second)
+	if _, err := h.eng.Repair(ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	if v := h.view(id); v["state"] != "failed" {
+		t.Fatalf("timed out: %s", jsonStr(v))
+	}
+	if _, err := h.eng.Retry(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	b := h.fetch("yq2")
+	if keys(b) != "y.b" {
+		t.Fatalf("the cancelled job after the retry: %s", keys(b))
+	}
+	h.ack(b["y.b"], `2`)
+	if v := h.view(id); v["state"] != "completed" {
+		t.Fatalf("after the retry: %s", jsonStr(v))
+	}
+	_ = store.RootPath
+	_ = fmt.Sprint
+}
