@@ -111,8 +111,15 @@ func (e *Engine) Verify(ctx context.Context, fs []Finished) error {
 			continue
 		}
 		if !s.recorded(p) {
+			cur, err := e.current(ctx, s)
+			if err != nil {
+				return err
+			}
+			if cur == nil {
+				continue // it changed since (a retry re-opened it): stale
+			}
 			e.log.InfoContext(ctx, "advancing a workflow step the request did not record", "workflow_id", s.wf, "node", s.path)
-			if err := e.advance(ctx, s); err != nil {
+			if err := e.advance(ctx, *cur); err != nil {
 				return fmt.Errorf("workflow %s step %s: %w", s.wf, s.path, err)
 			}
 			continue
@@ -154,6 +161,36 @@ func (e *Engine) Verify(ctx context.Context, fs []Finished) error {
 		}
 	}
 	return nil
+}
+
+// current re-reads a finished step the stream saw and returns it as it is
+// now, or nil when it is no longer what the record said (a retry
+// re-opened it since): a stale record must not count it again.
+func (e *Engine) current(ctx context.Context, s step) (*step, error) {
+	if s.job != nil {
+		jobs, err := e.st.BatchGetJobs(ctx, []string{s.job.ID})
+		if err != nil {
+			return nil, err
+		}
+		j := jobs[s.job.ID]
+		if j == nil || j.State != s.job.State {
+			return nil, nil
+		}
+		cur := stepOfJob(j)
+		return &cur, nil
+	}
+	n, err := e.st.GetNode(ctx, s.wf, s.path)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if n.State != s.node.State {
+		return nil, nil
+	}
+	cur := stepOfNode(n)
+	return &cur, nil
 }
 
 // rootEnded runs what follows a workflow's end (the guarantee behind the
