@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/ojs-aws/ojs-serverless/pkg/admin"
 	"github.com/ojs-aws/ojs-serverless/pkg/awsclient"
 	"github.com/ojs-aws/ojs-serverless/pkg/cron"
 	"github.com/ojs-aws/ojs-serverless/pkg/dispatch"
@@ -28,6 +29,9 @@ import (
 
 // App holds the wired components.
 type App struct {
+	// Admin is the Admin API service (the API function's /ojs/v1/admin
+	// and the web console).
+	Admin *admin.Service
 	Logger     *slog.Logger
 	Store      *store.Store
 	Service    *lifecycle.Service
@@ -102,6 +106,7 @@ func Load(ctx context.Context) (*App, error) {
 	push := d.Queues()
 	svc := lifecycle.New(st, lifecycle.Config{PushQueues: push, Logger: log, DeadRetention: ret, RedeliverAfter: redeliver})
 	return &App{
+		Admin:  admin.New(st, svc, admin.Config{Logger: log}),
 		Logger: log, Store: st, Dispatcher: d, PushQueues: push, EventTTL: ttl, Publisher: pub, Table: table,
 		Service:   svc,
 		Workflows: workflow.New(st, workflow.Config{PushQueues: push, Logger: log, RedeliverAfter: redeliver}),

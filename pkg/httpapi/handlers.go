@@ -89,7 +89,7 @@ func New(jobs Jobs, backend Backend, wfs Workflows, cfg Config) *Server {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	s := &Server{cfg: cfg, started: cfg.Now()}
+	s := &Server{cfg: cfg, started: cfg.Now(), mux: http.NewServeMux(), patterns: map[string]bool{}, raw: map[string]bool{}, metrics: newRequestMetrics()}
 	a := &api{jobs: jobs, backend: backend, wfs: wfs, s: s}
 	s.add(http.MethodGet, "/ojs/manifest", a.manifest)
 	s.add(http.MethodGet, "/ojs/v1/health", a.health)
@@ -102,7 +102,13 @@ func New(jobs Jobs, backend Backend, wfs Workflows, cfg Config) *Server {
 	s.add(http.MethodPost, "/ojs/v1/workers/ack", a.ack)
 	s.add(http.MethodPost, "/ojs/v1/workers/nack", a.nack)
 	s.add(http.MethodPost, "/ojs/v1/workers/heartbeat", a.heartbeat)
-	s.add(http.MethodGet, "/ojs/v1/admin/workers", a.workers)
+	if cfg.Admin != nil {
+		s.add(http.MethodGet, "/ojs/v1/admin/workers", (&adminAPI{ad: cfg.Admin, api: a}).workers)
+		s.addAdmin(a, cfg.Admin)
+	} else {
+		s.add(http.MethodGet, "/ojs/v1/admin/workers", a.workers)
+	}
+	s.addObservability(a, cfg.Admin)
 	s.add(http.MethodPost, "/ojs/v1/admin/workers/{id}/quiet", a.workerDirective(lifecycle.WorkerQuiet))
 	s.add(http.MethodPost, "/ojs/v1/admin/workers/{id}/terminate", a.workerDirective(lifecycle.WorkerTerminate))
 	s.add(http.MethodGet, "/ojs/v1/dead-letter", a.deadLetter)
@@ -731,12 +737,12 @@ func (a *api) events(w http.ResponseWriter, r *http.Request, _ params) error {
 func (a *api) health(w http.ResponseWriter, r *http.Request, _ params) error {
 	start := a.s.cfg.Now()
 	err := a.backend.Ping(r.Context())
-	backend := map[string]any{"type": "dynamodb", "status": "connected", "latency_ms": a.s.cfg.Now().Sub(start).Milliseconds()}
+	backend := map[string]any{"type": "dynamodb", "status": "ok", "latency_ms": a.s.cfg.Now().Sub(start).Milliseconds()}
 	status, code := "ok", http.StatusOK
 	if err != nil {
 		a.s.cfg.Logger.ErrorContext(r.Context(), "health check failed", "error", err.Error())
 		status, code = "degraded", http.StatusServiceUnavailable
-		backend["status"], backend["error"] = "disconnected", "the job table is unreachable"
+		backend["status"], backend["error"] = "unhealthy", "the job table is unreachable"
 	}
 	writeJSON(w, code, map[string]any{"status": status, "version": job.SpecVersion, "uptime_seconds": int64(a.s.cfg.Now().Sub(a.s.started).Seconds()), "backend": backend})
 	return nil
