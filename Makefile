@@ -18,13 +18,15 @@ RESET_ADDR  ?= 127.0.0.1:6379
 EMU_STAMP   := localstack/node_modules/.package-lock.json
 
 .DEFAULT_GOAL := help
-.PHONY: help prereqs emulators build-local dev demo test test-unit vet bench clean fuzz fuzz-targets soak
+.PHONY: help prereqs emulators build-local dev demo test test-unit vet bench clean fuzz fuzz-targets soak conformance-ext console-e2e chromium
 
 help:
 	@echo "make dev          run the offline local stack on http://localhost:8080 with a demo (Ctrl-C stops it)"
 	@echo "make test         run every test (starts and stops its own emulators)"
 	@echo "make fuzz         run every fuzz target under pkg/ for FUZZTIME (default 30s) each"
 	@echo "make soak         the fault-injection soak: 1,000 workflows under injected faults (SOAK_WORKFLOWS, SOAK_SEED)"
+	@echo "make conformance-ext   the OJS extension suites the manifest claims, against a stack on free ports"
+	@echo "make console-e2e  the web console in headless Chromium (installs chromium with apt-get if missing)"
 	@echo "make demo         the local stack running the ETL workflow example step by step"
 	@echo "make bench        throughput, latency, AWS requests and cost per job and step (BENCH_JOBS=... etc.)"
 	@echo "make build        build the Lambda binaries (linux/arm64) into build/lambda/"
@@ -62,6 +64,17 @@ dev: emulators build-local
 # The ETL workflow example, its progress shown step by step.
 demo: emulators build-local
 	@exec .local/ojs-local -demo etl -addr $(DEV_ADDR) -bin $(LOCAL_BIN)
+
+# The conformance suites of the extensions the manifest claims
+# (pkg/httpapi/manifest.go), run by the public runner against a local stack
+# that localstack/cmd/ojs-conformance starts on free ports; it prints a
+# table and fails on any failure. CONFORMANCE_SUITES takes any suite
+# directories (level-0-core, ...); CONFORMANCE_DIR the suite copy.
+CONFORMANCE_DIR    ?= ../shared/ojs-conformance
+CONFORMANCE_SUITES ?= ext-admin-api,ext-dead-letter,ext-observability,ext-graceful-shutdown,ext-serverless
+
+conformance-ext: emulators
+	$(GO) run ./localstack/cmd/ojs-conformance -dir $(CONFORMANCE_DIR) -suites $(CONFORMANCE_SUITES)
 
 vet: prereqs
 	$(GO) vet ./...

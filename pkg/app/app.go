@@ -31,7 +31,7 @@ import (
 type App struct {
 	// Admin is the Admin API service (the API function's /ojs/v1/admin
 	// and the web console).
-	Admin *admin.Service
+	Admin      *admin.Service
 	Logger     *slog.Logger
 	Store      *store.Store
 	Service    *lifecycle.Service

@@ -109,6 +109,7 @@ func New(jobs Jobs, backend Backend, wfs Workflows, cfg Config) *Server {
 		s.add(http.MethodGet, "/ojs/v1/admin/workers", a.workers)
 	}
 	s.addObservability(a, cfg.Admin)
+	s.addGracefulShutdown(a, cfg.Admin)
 	s.add(http.MethodPost, "/ojs/v1/admin/workers/{id}/quiet", a.workerDirective(lifecycle.WorkerQuiet))
 	s.add(http.MethodPost, "/ojs/v1/admin/workers/{id}/terminate", a.workerDirective(lifecycle.WorkerTerminate))
 	s.add(http.MethodGet, "/ojs/v1/dead-letter", a.deadLetter)
@@ -491,9 +492,18 @@ func (a *api) heartbeat(w http.ResponseWriter, r *http.Request, _ params) error 
 		Queues              []string        `json:"queues"`
 		Concurrency         json.RawMessage `json:"concurrency"`
 		VisibilityTimeoutMS json.RawMessage `json:"visibility_timeout_ms"`
+		Shutdown            bool            `json:"shutdown"`
 	}
 	if err := decodeObject(raw, &req); err != nil {
 		return err
+	}
+	// ojs-graceful-shutdown.md's words for the same states: a draining
+	// worker takes no new jobs (quiet); one shutting down terminates.
+	switch {
+	case req.Shutdown:
+		req.State = lifecycle.WorkerTerminate
+	case req.State == "drain" || req.State == "draining":
+		req.State = lifecycle.WorkerQuiet
 	}
 	conc, err := intParam("concurrency", req.Concurrency, 1, 100000)
 	if err != nil {
@@ -521,7 +531,8 @@ func (a *api) heartbeat(w http.ResponseWriter, r *http.Request, _ params) error 
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"state": res.State, "directive": res.State, "jobs_extended": res.Extended, "server_time": job.Timestamp(a.s.cfg.Now())})
+	writeJSON(w, http.StatusOK, map[string]any{"state": res.State, "directive": res.State, "jobs_extended": res.Extended, "server_time": job.Timestamp(a.s.cfg.Now()),
+		"acknowledged": true})
 	return nil
 }
 

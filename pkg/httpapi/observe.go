@@ -181,3 +181,33 @@ func (a *api) ready(w http.ResponseWriter, r *http.Request, _ params) error {
 	writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "backend": map[string]any{"type": "dynamodb", "status": "ok"}})
 	return nil
 }
+
+// The graceful shutdown extension's routes (ojs-graceful-shutdown.md as
+// the conformance suite exercises it): BEAT under its short name, where a
+// worker reports "drain" (this backend's "quiet": no new jobs) or
+// "shutdown": true ("terminate"), and a worker's health.
+func (s *Server) addGracefulShutdown(a *api, ad *admin.Service) {
+	s.add(http.MethodPost, "/ojs/v1/workers/beat", a.heartbeat)
+	if ad != nil {
+		s.add(http.MethodGet, "/ojs/v1/workers/{id}/health", func(w http.ResponseWriter, r *http.Request, p params) error {
+			wk, err := ad.Worker(r.Context(), p["id"])
+			if err != nil {
+				return err
+			}
+			state := wk.State
+			switch state {
+			case "quiet":
+				state = "draining"
+			case "terminate":
+				state = "shutting_down"
+			}
+			status := http.StatusOK
+			if wk.Stale || state != "running" {
+				status = http.StatusServiceUnavailable
+			}
+			writeJSON(w, status, map[string]any{"worker_id": wk.ID, "state": state, "active_jobs": wk.ActiveJobs,
+				"last_heartbeat_at": wk.LastHeartbeatAt, "stale": wk.Stale, "directive": wk.Directive})
+			return nil
+		})
+	}
+}
