@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/ojs-aws/ojs-serverless/pkg/admin"
 	"github.com/ojs-aws/ojs-serverless/pkg/awsclient"
+	"github.com/ojs-aws/ojs-serverless/pkg/console"
 	"github.com/ojs-aws/ojs-serverless/pkg/cron"
 	"github.com/ojs-aws/ojs-serverless/pkg/dispatch"
 	"github.com/ojs-aws/ojs-serverless/pkg/engine"
@@ -31,7 +32,9 @@ import (
 type App struct {
 	// Admin is the Admin API service (the API function's /ojs/v1/admin
 	// and the web console).
-	Admin      *admin.Service
+	Admin *admin.Service
+	// Console is the web console served by the API function.
+	Console    *console.Console
 	Logger     *slog.Logger
 	Store      *store.Store
 	Service    *lifecycle.Service
@@ -105,14 +108,20 @@ func Load(ctx context.Context) (*App, error) {
 	d := dispatch.New(sqs.NewFromConfig(cfg), urls)
 	push := d.Queues()
 	svc := lifecycle.New(st, lifecycle.Config{PushQueues: push, Logger: log, DeadRetention: ret, RedeliverAfter: redeliver})
-	return &App{
+	a := &App{
 		Admin:  admin.New(st, svc, admin.Config{Logger: log}),
 		Logger: log, Store: st, Dispatcher: d, PushQueues: push, EventTTL: ttl, Publisher: pub, Table: table,
 		Service:   svc,
 		Workflows: workflow.New(st, workflow.Config{PushQueues: push, Logger: log, RedeliverAfter: redeliver}),
 		Crons:     &cron.Service{Store: st, Jobs: svc, Logger: log},
 		AuthToken: os.Getenv(topology.EnvAuthToken),
-	}, nil
+	}
+	a.Console, err = console.New(console.Config{Admin: a.Admin, Workflows: a.Workflows, Crons: a.Crons, AuthToken: a.AuthToken,
+		IsPush: svc.IsPush, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	return a, nil
 }
 
 // StreamEngine is the stream function's engine: SQS relay, events (stored,

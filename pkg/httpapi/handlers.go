@@ -110,6 +110,9 @@ func New(jobs Jobs, backend Backend, wfs Workflows, cfg Config) *Server {
 	}
 	s.addObservability(a, cfg.Admin)
 	s.addGracefulShutdown(a, cfg.Admin)
+	if cfg.Console != nil {
+		s.addConsole(cfg.Console)
+	}
 	s.add(http.MethodPost, "/ojs/v1/admin/workers/{id}/quiet", a.workerDirective(lifecycle.WorkerQuiet))
 	s.add(http.MethodPost, "/ojs/v1/admin/workers/{id}/terminate", a.workerDirective(lifecycle.WorkerTerminate))
 	s.add(http.MethodGet, "/ojs/v1/dead-letter", a.deadLetter)

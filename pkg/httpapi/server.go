@@ -22,6 +22,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/ojs-aws/ojs-serverless/pkg/admin"
+	"github.com/ojs-aws/ojs-serverless/pkg/console"
 	"github.com/ojs-aws/ojs-serverless/pkg/internal/jsoncase"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 )
@@ -53,6 +54,8 @@ type Config struct {
 	// Admin, when set, serves the Admin API under /ojs/v1/admin
 	// (ojs-admin-api.md) and the table-derived gauges of /metrics.
 	Admin *admin.Service
+	// Console, when set, serves the web console under /ojs/admin/.
+	Console *console.Console
 }
 
 type params map[string]string
@@ -135,7 +138,9 @@ func wildcards(pattern string) []string {
 	var out []string
 	for _, seg := range strings.Split(pattern, "/") {
 		if strings.HasPrefix(seg, "{") && strings.HasSuffix(seg, "}") {
-			out = append(out, strings.TrimSuffix(strings.Trim(seg, "{}"), "..."))
+			if n := strings.TrimSuffix(strings.Trim(seg, "{}"), "..."); n != "$" {
+				out = append(out, n)
+			}
 		}
 	}
 	return out
@@ -394,4 +399,19 @@ func isConsolePath(p string) bool {
 }
 
 // ConsolePrefix is where the web console is served.
-const ConsolePrefix = "/ojs/admin/"
+const ConsolePrefix = console.Prefix
+
+// addConsole registers the console's routes. They write their own
+// content type and answer HTML, so they skip the OJS JSON checks; the
+// console authenticates with the same token (header or its cookie).
+func (s *Server) addConsole(c *console.Console) {
+	for _, rt := range c.Routes() {
+		h := rt.Handler
+		s.addRaw(rt.Method, rt.Pattern, func(w http.ResponseWriter, r *http.Request, _ params) error {
+			w.Header().Del("Content-Type")
+			r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+			h(w, r)
+			return nil
+		})
+	}
+}
