@@ -65,6 +65,19 @@ dev: emulators build-local
 demo: emulators build-local
 	@exec .local/ojs-local -demo etl -addr $(DEV_ADDR) -bin $(LOCAL_BIN)
 
+# Debian's headless Chromium for the console's browser tests (e2e/console_test.go):
+# installed with apt-get when missing; stops with a clear message if it cannot be.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || [ -n "$$CHROMIUM" ] || { \
+	  echo "Chromium not found: installing Debian's chromium (apt-get) for the console tests ..."; \
+	  { command -v apt-get >/dev/null 2>&1 && SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ) && \
+	    $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; } || { \
+	  echo "could not install Chromium: run 'apt-get update && apt-get install -y chromium' as root, or set CHROMIUM=/path/to/chromium" >&2; exit 1; }; }
+
+# The web console in headless Chromium against a stack the e2e suite starts.
+console-e2e: emulators chromium
+	$(GO) test -count=1 -run 'TestConsole' ./e2e/
+
 # The conformance suites of the extensions the manifest claims
 # (pkg/httpapi/manifest.go), run by the public runner against a local stack
 # that localstack/cmd/ojs-conformance starts on free ports; it prints a
@@ -81,7 +94,7 @@ vet: prereqs
 
 # One pair of emulators for every package; the e2e suite starts its own
 # local runtime (real bootstrap binaries) on free ports.
-test: emulators vet
+test: emulators vet chromium
 	$(GO) run ./localstack/cmd/with-emulators -- bash -c '\
 		$(GO) test -count=1 -race ./pkg/... ./functions/... ./localstack/... && \
 		$(INFRA_CDK_ENV) $(GO) test -count=1 -timeout 30m ./e2e/... ./infra/...'

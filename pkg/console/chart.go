@@ -11,7 +11,7 @@ import (
 // Chart draws a throughput history as an SVG line chart: jobs completed
 // (processed), failed attempts and jobs enqueued per period.
 func Chart(h *admin.History) template.HTML {
-	const w, ht, left, bottom, top, right = 880.0, 220.0, 44.0, 26.0, 12.0, 12.0
+	const w, ht, left, bottom, top, right = 880.0, 220.0, 44.0, 26.0, 12.0, 24.0
 	maxV := 1
 	for _, b := range h.Data {
 		maxV = max(maxV, b.Processed, b.Failed, b.Enqueued)

@@ -1,0 +1,271 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ojs-aws/ojs-serverless/pkg/cdp"
+)
+
+// The web console in a real browser: Debian's headless Chromium, driven
+// through the DevTools protocol (pkg/cdp). `make test` installs
+// Chromium when it is missing (make chromium); without it these tests
+// fail and say how to install it. OJS_CONSOLE_SCREENSHOTS=<dir> also
+// writes the dashboard and a workflow page as PNG there (docs/ holds the
+// ones the README shows).
+
+func browser(t *testing.T) (*cdp.Page, context.Context) {
+	t.Helper()
+	bin, err := cdp.Find()
+	if err != nil {
+		t.Fatalf("the console tests need Chromium: %v", err)
+	}
+	b, err := cdp.Launch(bin, 1400, 900)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), settle+time.Minute)
+	t.Cleanup(cancel)
+	var headers map[string]string
+	if authToken != "" {
+		headers = map[string]string{"Authorization": "Bearer " + authToken}
+	}
+	p, err := b.NewPage(ctx, headers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, ctx
+}
+
+func open(t *testing.T, ctx context.Context, p *cdp.Page, path string) {
+	t.Helper()
+	if err := p.Navigate(ctx, baseURL+path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func eval[T any](t *testing.T, ctx context.Context, p *cdp.Page, expr string) T {
+	t.Helper()
+	var v T
+	if err := p.Eval(ctx, expr, &v); err != nil {
+		t.Fatalf("%s: %v", expr, err)
+	}
+	return v
+}
+
+// graphStates reads every graph node's data-step-id and data-state from
+// the page as it is now (the page refreshes itself; it is not reloaded).
+const graphStates = `Object.fromEntries(Array.from(document.querySelectorAll("svg.wf-graph [data-step-id]")).map(e => [e.dataset.stepId, e.dataset.state]))`
+
+// waitGraph waits until the open page's graph shows node id in state.
+func waitGraph(t *testing.T, ctx context.Context, p *cdp.Page, id, state string) map[string]string {
+	t.Helper()
+	deadline := time.Now().Add(settle)
+	var last map[string]string
+	for time.Now().Before(deadline) {
+		if err := p.Eval(ctx, graphStates, &last); err == nil && last[id] == state {
+			return last
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("the graph did not show %s %s within %v; last: %v", id, state, settle, last)
+	return nil
+}
+
+func screenshot(t *testing.T, ctx context.Context, p *cdp.Page, name string) {
+	dir := os.Getenv("OJS_CONSOLE_SCREENSHOTS")
+	if dir == "" {
+		return
+	}
+	png, err := p.Screenshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name), png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestConsoleWorkflowGraphLive opens a running workflow (a chain of a job,
+// a group, and a batch holding a nested chain, with a callback) and works
+// its jobs one at a time as a pull worker: after each FETCH and each ACK
+// the open page, which is never reloaded, must show that step's new
+// state. Each node links to its job's page.
+func TestConsoleWorkflowGraphLive(t *testing.T) {
+	t.Parallel()
+	q := uniqueQueue(t)
+	opt := fmt.Sprintf(`"args":[],"options":{"queue":%q}`, q)
+	wf := createWorkflow(t, `{"type":"chain","name":"console-e2e","steps":[
+		{"type":"data.extract",`+opt+`},
+		{"type":"group","name":"transform","jobs":[{"type":"transform.csv",`+opt+`},{"type":"transform.json",`+opt+`}]},
+		{"type":"batch","name":"load","jobs":[{"type":"load.warehouse",`+opt+`},
+			{"type":"chain","name":"index","steps":[{"type":"index.build",`+opt+`},{"type":"index.publish",`+opt+`}]}],
+		 "callbacks":{"on_success":{"type":"notify.done",`+opt+`}}}]}`)
+	id := wf["id"].(string)
+	p, ctx := browser(t)
+	open(t, ctx, p, "/ojs/admin/workflows/"+id)
+
+	// Every step of every kind is drawn, in its state, before anything ran.
+	got := waitGraph(t, ctx, p, "/s0", "pending")
+	want := map[string]string{id: "running", "/s0": "pending", "/s1": "waiting", "/s1/j0": "waiting", "/s1/j1": "waiting",
+		"/s2": "waiting", "/s2/j0": "waiting", "/s2/j1": "waiting", "/s2/j1/s0": "waiting", "/s2/j1/s1": "waiting", "/s2/on_success": "waiting"}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("before any job ran: node %s is %q, want %q (graph %v)", k, got[k], v, got)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("graph nodes %v, want %v", got, want)
+	}
+
+	// Work the jobs one at a time; the graph follows each change.
+	seen := map[string]string{}
+	deadline := time.Now().Add(settle)
+	for n := 0; len(seen) < 7; n++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("jobs done: %v", seen)
+		}
+		r := do(t, http.MethodPost, "/ojs/v1/workers/fetch", map[string]any{"queues": []string{q}, "count": 1, "worker_id": "console-e2e"})
+		jobs, _ := r.Body["jobs"].([]any)
+		if len(jobs) == 0 {
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		j := jobs[0].(map[string]any)
+		node, jid := j["workflow_node"].(string), j["id"].(string)
+		waitGraph(t, ctx, p, node, "active")
+		if len(seen) == 3 {
+			screenshot(t, ctx, p, "console-workflow.png")
+		}
+		// The node links to its job's page.
+		href := eval[string](t, ctx, p, fmt.Sprintf(`document.querySelector('[data-step-id=%q] a').getAttribute("href")`, node))
+		if href != "/ojs/admin/jobs/"+jid {
+			t.Errorf("node %s links to %q, want its job %s", node, href, jid)
+		}
+		if a := do(t, http.MethodPost, "/ojs/v1/workers/ack", map[string]any{"job_id": jid, "result": map[string]any{"n": n}}); a.Status != 200 {
+			t.Fatalf("ack: %d %s", a.Status, a.Raw)
+		}
+		waitGraph(t, ctx, p, node, "completed")
+		seen[node] = jid
+	}
+	for _, node := range []string{"/s0", "/s1/j0", "/s1/j1", "/s2/j0", "/s2/j1/s0", "/s2/j1/s1", "/s2/on_success"} {
+		if seen[node] == "" {
+			t.Errorf("step %s never ran: %v", node, seen)
+		}
+	}
+	final := waitGraph(t, ctx, p, id, "completed")
+	for k, v := range final {
+		if v != "completed" {
+			t.Errorf("after the workflow finished, node %s is %s", k, v)
+		}
+	}
+	// A finished workflow stops refreshing.
+	if s := eval[string](t, ctx, p, `document.querySelector("[data-live]").dataset.final + " " + document.getElementById("wf-state").dataset.state`); s != "true completed" {
+		t.Errorf("final marker: %q", s)
+	}
+	// The job page of a step: its envelope, state and events.
+	open(t, ctx, p, "/ojs/admin/jobs/"+seen["/s1/j1"])
+	page := eval[string](t, ctx, p, `document.getElementById("content").innerText`)
+	for _, s := range []string{seen["/s1/j1"], "transform.json", "completed", "job.completed", id} {
+		if !strings.Contains(page, s) {
+			t.Errorf("job page lacks %q:\n%s", s, page)
+		}
+	}
+}
+
+// TestConsoleDashboardAndDeadLetter opens the dashboard (the queue with
+// its counts) and the dead letter page, and retries then deletes a dead
+// job with the page's buttons.
+func TestConsoleDashboardAndDeadLetter(t *testing.T) {
+	t.Parallel()
+	q := uniqueQueue(t) + "-dl"
+	id := func() string {
+		push(t, map[string]any{"type": "console.fail", "args": []any{}, "options": map[string]any{"queue": q, "retry": map[string]any{"max_attempts": 1}}})
+		r := do(t, http.MethodPost, "/ojs/v1/workers/fetch", map[string]any{"queues": []string{q}, "count": 1})
+		jobs, _ := r.Body["jobs"].([]any)
+		if len(jobs) != 1 {
+			t.Fatalf("fetch: %s", r.Raw)
+		}
+		id := jobs[0].(map[string]any)["id"].(string)
+		do(t, http.MethodPost, "/ojs/v1/workers/nack", map[string]any{"job_id": id, "error": map[string]any{"type": "BoomError", "message": "boom"}})
+		waitFor(t, id, "discarded")
+		return id
+	}()
+	push(t, map[string]any{"type": "console.wait", "args": []any{}, "options": map[string]any{"queue": q}})
+	p, ctx := browser(t)
+
+	open(t, ctx, p, "/ojs/admin/")
+	row := eval[[]string](t, ctx, p, fmt.Sprintf(`Array.from(document.querySelectorAll('tr[data-queue=%q] td')).map(td => td.innerText.trim())`, q))
+	// queue, mode, status, available, active, scheduled, retryable, completed, dead, ...
+	if len(row) < 9 || row[0] != q || row[1] != "pull" || row[3] != "1" || row[8] != "1" {
+		t.Errorf("dashboard row of %s: %v", q, row)
+	}
+	if n := eval[int](t, ctx, p, `document.querySelectorAll("svg.chart polyline").length`); n != 3 {
+		t.Errorf("throughput chart has %d series", n)
+	}
+	screenshot(t, ctx, p, "console-dashboard.png")
+
+	open(t, ctx, p, "/ojs/admin/dead-letter?queue="+q)
+	submit := func(action string) {
+		t.Helper()
+		ok := eval[bool](t, ctx, p, fmt.Sprintf(`(() => { const f = document.querySelector('tr[data-job-id=%q] form[action$=%q]'); if (!f) return false; f.submit(); return true })()`, id, action))
+		if !ok {
+			t.Fatalf("no %s button for %s on %s", action, id, eval[string](t, ctx, p, `document.body.innerText`))
+		}
+		// The post redirects to a page with a flash message.
+		deadline := time.Now().Add(settle)
+		for eval[string](t, ctx, p, `(document.querySelector(".flash") || {}).innerText || ""`) == "" {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: no confirmation; page: %s", action, eval[string](t, ctx, p, `document.body.innerText`))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	submit("/retry")
+	if j := do(t, http.MethodGet, "/ojs/v1/jobs/"+id, nil).job(t); j["state"] != "available" || num(j["attempt"]) != 0 {
+		t.Fatalf("after Retry: %v", j)
+	}
+	// Fail it again (and complete the other job), find both with the job
+	// search (index and event log), and delete the dead one from the page.
+	r := do(t, http.MethodPost, "/ojs/v1/workers/fetch", map[string]any{"queues": []string{q}, "count": 2})
+	for _, x := range r.Body["jobs"].([]any) {
+		jid := x.(map[string]any)["id"].(string)
+		if jid == id {
+			do(t, http.MethodPost, "/ojs/v1/workers/nack", map[string]any{"job_id": id, "error": map[string]any{"type": "BoomError", "message": "again"}})
+		} else {
+			do(t, http.MethodPost, "/ojs/v1/workers/ack", map[string]any{"job_id": jid, "result": nil})
+		}
+	}
+	waitFor(t, id, "discarded")
+	search := func(query, want string) {
+		t.Helper()
+		deadline := time.Now().Add(settle)
+		var cells []string
+		for {
+			open(t, ctx, p, "/ojs/admin/jobs?"+query)
+			if err := p.Eval(ctx, `Array.from(document.querySelectorAll("tbody tr td:nth-child(2)")).map(td => td.innerText)`, &cells); err == nil && len(cells) == 1 && cells[0] == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				b, _ := json.Marshal(cells)
+				t.Fatalf("job search %s: %s", query, b)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	search("state=discarded&queue="+q, "console.fail")
+	search("state=completed&queue="+q, "console.wait")
+	open(t, ctx, p, "/ojs/admin/dead-letter?queue="+q)
+	submit("/delete")
+	if r := do(t, http.MethodGet, "/ojs/v1/jobs/"+id, nil); r.Status != http.StatusNotFound {
+		t.Fatalf("after Delete: %d %s", r.Status, r.Raw)
+	}
+}
