@@ -110,6 +110,10 @@ func TestConsoleWorkflowGraphLive(t *testing.T) {
 			{"type":"chain","name":"index","steps":[{"type":"index.build",`+opt+`},{"type":"index.publish",`+opt+`}]}],
 		 "callbacks":{"on_success":{"type":"notify.done",`+opt+`}}}]}`)
 	id := wf["id"].(string)
+	// The workflow's queue is registered like a pushed job's.
+	if r := do(t, http.MethodGet, "/ojs/v1/admin/queues/"+q, nil); r.Status != 200 || r.Body["name"] != q {
+		t.Errorf("the workflow's queue is not listed: %d %s", r.Status, r.Raw)
+	}
 	p, ctx := browser(t)
 	open(t, ctx, p, "/ojs/admin/workflows/"+id)
 

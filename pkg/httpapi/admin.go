@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"encoding/json"
 	"net/http"
 	"strconv"
 	"strings"
@@ -304,4 +305,52 @@ func (h *adminAPI) systemConfig(w http.ResponseWriter, r *http.Request, _ params
 		"maintenance": map[string]any{"supported": false},
 	})
 	return nil
+}
+
+// workflowQueues lists the queues a workflow request's jobs use (every
+// options.queue, and "default" for a job without one), so that they are
+// registered like the queues of pushed jobs: the queue list, the console
+// and the searches over all queues read the registry.
+func workflowQueues(raw []byte) []string {
+	var v any
+	if json.Unmarshal(raw, &v) != nil {
+		return nil
+	}
+	seen := map[string]bool{}
+	var walk func(x any, depth int)
+	walk = func(x any, depth int) {
+		if depth > 64 {
+			return
+		}
+		switch t := x.(type) {
+		case map[string]any:
+			if _, job := t["args"]; job {
+				q := "default"
+				if o, ok := t["options"].(map[string]any); ok {
+					if s, ok := o["queue"].(string); ok && s != "" {
+						q = s
+					}
+				}
+				if s, ok := t["queue"].(string); ok && s != "" {
+					q = s
+				}
+				seen[q] = true
+			}
+			for _, c := range t {
+				walk(c, depth+1)
+			}
+		case []any:
+			for _, c := range t {
+				walk(c, depth+1)
+			}
+		}
+	}
+	walk(v, 0)
+	out := make([]string, 0, len(seen))
+	for q := range seen {
+		if job.ValidateQueue(q) == nil && len(out) < 100 {
+			out = append(out, q)
+		}
+	}
+	return out
 }

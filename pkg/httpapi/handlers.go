@@ -228,6 +228,16 @@ func (a *api) createWorkflow(w http.ResponseWriter, r *http.Request, _ params) e
 	if err != nil {
 		return err
 	}
+	if reg, ok := a.jobs.(interface {
+		EnsureQueue(ctx context.Context, q string) error
+	}); ok {
+		for _, q := range workflowQueues(raw) {
+			if err := reg.EnsureQueue(r.Context(), q); err != nil {
+				// The workflow is stored; only the queue list lags.
+				a.s.cfg.Logger.WarnContext(r.Context(), "registering a workflow queue failed", "queue", q, "error", err.Error())
+			}
+		}
+	}
 	w.Header().Set("Location", "/ojs/v1/workflows/"+(*v)["id"].(string))
 	writeJSON(w, http.StatusCreated, map[string]any{"workflow": v})
 	return nil
