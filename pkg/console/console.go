@@ -281,26 +281,20 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, err error) {
 	c.render(w, r, "error", e.Status(), page{Title: "Error", Error: msg})
 }
 
-// back redirects a form post to where it came from, with a message.
+// back redirects a form post to where it came from (a console page named
+// by the form's "back" field, else to), with a message.
 func back(w http.ResponseWriter, r *http.Request, to, flash string) {
 	if f := r.FormValue("back"); strings.HasPrefix(f, Prefix) && !strings.HasPrefix(f, "//") {
 		to = f
 	}
-	sep := "?"
-	if strings.Contains(to, "?") {
-		sep = "&"
+	u, err := url.Parse(to)
+	if err != nil {
+		u = &url.URL{Path: Prefix}
 	}
-	u, _ := url.Parse(to)
 	q := u.Query()
-	q.Del("flash")
+	q.Set("flash", flash)
 	u.RawQuery = q.Encode()
-	to = u.String()
-	if strings.Contains(to, "?") {
-		sep = "&"
-	} else {
-		sep = "?"
-	}
-	http.Redirect(w, r, to+sep+"flash="+url.QueryEscape(flash), http.StatusSeeOther)
+	http.Redirect(w, r, u.String(), http.StatusSeeOther)
 }
 
 func (c *Console) static(w http.ResponseWriter, r *http.Request) {

@@ -139,13 +139,6 @@ func DecodeCursor(c string) (map[string]types.AttributeValue, error) {
 	return key, nil
 }
 
-// Counted is a bounded count: N items, and Capped when counting stopped at
-// the bound (the true number is at least N).
-type Counted struct {
-	N      int
-	Capped bool
-}
-
 // CountStates counts one queue's index partition by job state, reading at
 // most max index entries (only the state attribute is returned).
 func (s *Store) CountStates(ctx context.Context, l Listing, queue string, max int) (map[job.State]int, bool, error) {
