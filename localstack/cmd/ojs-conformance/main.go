@@ -131,6 +131,10 @@ func startStack(ctx context.Context, tmp, bin string) (func(), string, string, e
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	logs := filepath.Join(tmp, "logs")
+	if err := os.MkdirAll(logs, 0o755); err != nil {
+		em.Stop()
+		return nil, "", "", err
+	}
 	rt, err := localrt.Start(ctx, localrt.Config{Env: env, AWS: cfg, AWSEnv: em.Env(), BinDir: bin, APIAddr: "127.0.0.1:0",
 		Table: fmt.Sprintf("conformance-%d", os.Getpid()), LogDir: logs, Logger: quiet})
 	if err != nil {
