@@ -45,7 +45,7 @@ func do(t *testing.T, method, path string, body any, headers ...string) response
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
 	}
-	res, err := http.DefaultClient.Do(req)
+	res, err := client.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
 	}
@@ -65,7 +65,21 @@ func (r response) job(t *testing.T) map[string]any {
 	return j
 }
 
+// errCode is the error's specific kind: its code, or its type when the
+// code is a mapped one (invalid_request with type invalid_workflow,
+// x_unauthenticated with type unauthenticated; see docs/errors.md).
 func (r response) errCode() string {
+	e, _ := r.Body["error"].(map[string]any)
+	s, _ := e["code"].(string)
+	typ, _ := e["type"].(string)
+	if (s == "invalid_request" || strings.HasPrefix(s, "x_")) && typ != "" {
+		return typ
+	}
+	return s
+}
+
+// wireCode is the error's code as sent.
+func (r response) wireCode() string {
 	e, _ := r.Body["error"].(map[string]any)
 	s, _ := e["code"].(string)
 	return s

@@ -3,7 +3,11 @@
 // binaries built for this machine, the local runtime on a free port). With
 // OJS_BASE_URL set it runs against that deployment instead (LocalStack or a
 // real stage; OJS_AUTH_TOKEN adds a bearer token, OJS_PUSH_QUEUE names the
-// push-mode queue, default "lambda").
+// push-mode queue, default "lambda"). Requests to an API Gateway
+// execute-api URL are signed with SigV4 (IAM authorisation, the stack's
+// default) using the standard AWS credential chain and the URL's region,
+// unless OJS_AUTH_TOKEN is set (a JWT stage); OJS_SIGV4=1 signs for any
+// URL (a custom domain, with AWS_REGION), OJS_SIGV4=0 never.
 package e2e
 
 import (
@@ -11,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +24,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/awsclient"
 	"github.com/ojs-aws/ojs-serverless/pkg/emulator"
 	"github.com/ojs-aws/ojs-serverless/pkg/localrt"
+	"github.com/ojs-aws/ojs-serverless/pkg/sigv4"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 )
 
@@ -28,6 +34,9 @@ var (
 	pushQueue = "lambda"
 	// rt is the local runtime (nil against a remote deployment).
 	rt *localrt.Runtime
+	// client sends every request of the suite (SigV4-signing against an
+	// IAM-authorised stage).
+	client = http.DefaultClient
 	// logDir holds the local functions' logs, <function>.log ("" against a
 	// remote deployment).
 	logDir string
@@ -42,6 +51,10 @@ func run(m *testing.M) int {
 	authToken = os.Getenv("OJS_AUTH_TOKEN")
 	if u := os.Getenv("OJS_BASE_URL"); u != "" {
 		baseURL = u
+		if err := remoteClient(context.Background(), u, os.Getenv("OJS_SIGV4")); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e:", err)
+			return 1
+		}
 		return m.Run()
 	}
 	ctx := context.Background()
@@ -129,4 +142,26 @@ func cut(kv string) (string, string, bool) {
 		}
 	}
 	return kv, "", false
+}
+
+// remoteClient makes the suite sign its requests to a deployed stage when
+// sigv4.Enabled says so (setting is OJS_SIGV4).
+func remoteClient(ctx context.Context, url, setting string) error {
+	sign, err := sigv4.Enabled(url, setting)
+	if err != nil || !sign {
+		return err
+	}
+	if authToken != "" {
+		if setting == "" {
+			return nil // a bearer (JWT) token authorises instead
+		}
+		return fmt.Errorf("OJS_SIGV4=%s and OJS_AUTH_TOKEN both set: both use the Authorization header", setting)
+	}
+	tr, err := sigv4.NewTransport(ctx, url)
+	if err != nil {
+		return err
+	}
+	client = &http.Client{Transport: tr}
+	fmt.Fprintf(os.Stderr, "e2e: signing requests with SigV4 (%s, %s)\n", sigv4.Service, tr.Region)
+	return nil
 }

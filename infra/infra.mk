@@ -12,11 +12,16 @@
 #   make localstack-up / localstack-down
 #   make localstack-deploy          deploy env "local" to LocalStack with cdklocal
 #   make test-localstack            localstack-deploy, then the e2e suite against it
-#   make test-e2e URL=<ApiUrl> [TOKEN=<bearer token>]
+#   make test-e2e URL=<ApiUrl> [TOKEN=<bearer token or JWT>] [SIGV4=1|0]
 #
 # Variables: ENV (default dev), CDK_ARGS (extra cdk arguments, e.g.
 # "--profile prod --require-approval never"), SYNTH_ENVS, SYNTH_ACCOUNT,
 # SYNTH_REGION, OJS_LOCAL_TOKEN, LOCALSTACK_URL.
+#
+# prod and staging are pinned to an account and region named in context:
+# CDK_ARGS="-c account=<id> -c region=<region>" or cdk.json's
+# "environments": {"<env>": {"account": ..., "region": ...}} (synth passes
+# SYNTH_ACCOUNT/SYNTH_REGION placeholders explicitly).
 
 GO                 ?= go
 INFRA_FUNCTIONS    := api worker stream sweeper
@@ -125,9 +130,13 @@ deploy: infra-check-env infra-check-node build $(INFRA_NPM_STAMP)
 destroy: infra-check-env infra-check-node build $(INFRA_NPM_STAMP)
 	env $(INFRA_CDK_ENV) $(CDK) destroy --no-notices -c env=$(ENV) $(CDK_ARGS) $(call INFRA_STACK,$(ENV))
 
+# Against an IAM-authorised stage the suite signs every request with SigV4
+# (execute-api, the URL's region, your AWS credentials: AWS_PROFILE etc.);
+# TOKEN= a JWT for a JWT-authorised stage instead; SIGV4=1 signs for a
+# custom domain (set AWS_REGION), SIGV4=0 never.
 test-e2e:
-	@test -n "$(URL)" || { echo "usage: make test-e2e URL=<OJS base URL, the ApiUrl stack output> [TOKEN=<bearer token>]" >&2; exit 2; }
-	OJS_BASE_URL=$(URL) $(if $(TOKEN),OJS_AUTH_TOKEN=$(TOKEN)) $(GO) test ./e2e/... -run . -count=1 -v
+	@test -n "$(URL)" || { echo "usage: make test-e2e URL=<OJS base URL, the ApiUrl stack output> [TOKEN=<bearer token or JWT>] [SIGV4=1|0]" >&2; exit 2; }
+	OJS_BASE_URL=$(URL) $(if $(TOKEN),OJS_AUTH_TOKEN=$(TOKEN)) $(if $(SIGV4),OJS_SIGV4=$(SIGV4)) $(GO) test ./e2e/ -run . -count=1 -v
 
 # --- LocalStack (needs Docker) ------------------------------------------------
 

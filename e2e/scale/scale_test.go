@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,7 +33,10 @@ func TestTenThousandJobs(t *testing.T) {
 	}
 }
 
-func scaleRun(t *testing.T, kind string, n int) {
+// newStack starts fresh emulators and returns a store, a lifecycle service
+// and a workflow engine on them, wired as the product wires them (the
+// request that finishes a job advances its workflow).
+func newStack(t *testing.T) (*store.Store, *lifecycle.Service, *workflow.Engine) {
 	ctx0 := context.Background()
 	em, err := emulator.Start(ctx0, emulator.Options{})
 	if err != nil {
@@ -55,7 +57,65 @@ func scaleRun(t *testing.T, kind string, n int) {
 	}
 	st := store.New(db, "scale")
 	svc := lifecycle.New(st, lifecycle.Config{})
-	eng := workflow.New(st, workflow.Config{})
+	eng := workflow.New(st, workflow.Config{Jobs: svc})
+	svc.SetWorkflows(eng)
+	return st, svc, eng
+}
+
+// runAll plays 16 pull workers until the workflow finishes: every ACK
+// advances the workflow inline and the stream's verification then sees
+// the record twice. It returns the jobs run by type.
+func runAll(t *testing.T, st *store.Store, svc *lifecycle.Service, eng *workflow.Engine, queue, id string, deadline time.Time) map[string]int {
+	ctx := context.Background()
+	var mu sync.Mutex
+	ran := map[string]int{}
+	var wg sync.WaitGroup
+	done := func() bool {
+		root, err := st.GetNode(ctx, id, store.RootPath)
+		return err == nil && root.State.Terminal()
+	}
+	for w := 0; w < 16; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(deadline) {
+				got, err := svc.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{queue}, Count: 25})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if len(got) == 0 {
+					if done() {
+						return
+					}
+					time.Sleep(20 * time.Millisecond)
+					continue
+				}
+				for _, j := range got {
+					mu.Lock()
+					ran[j.Type]++
+					mu.Unlock()
+					fin, err := svc.Ack(ctx, j.ID, json.RawMessage(`1`), 0)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					for k := 0; k < 2; k++ {
+						if err := eng.Verify(ctx, []workflow.Finished{{Job: fin}}); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return ran
+}
+
+func scaleRun(t *testing.T, kind string, n int) {
+	st, svc, eng := newStack(t)
 	ctx := context.Background()
 	jobs := make([]string, n)
 	for i := range jobs {
@@ -72,56 +132,8 @@ func scaleRun(t *testing.T, kind string, n int) {
 		t.Fatal(err)
 	}
 	id := (*v)["id"].(string)
-	if err := eng.Start(ctx, id); err != nil {
-		t.Fatal(err)
-	}
 	created := time.Since(start)
-	var ran, callbacks atomic.Int64
-	var wg sync.WaitGroup
-	deadline := time.Now().Add(8 * time.Minute)
-	done := func() bool {
-		root, err := st.GetNode(ctx, id, store.RootPath)
-		return err == nil && (root.State == "completed" || root.State == "failed")
-	}
-	for w := 0; w < 16; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for time.Now().Before(deadline) {
-				got, err := svc.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"scale"}, Count: 25})
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if len(got) == 0 {
-					if done() {
-						return
-					}
-					time.Sleep(20 * time.Millisecond)
-					continue
-				}
-				for _, j := range got {
-					if j.Type == "scale.job" {
-						ran.Add(1)
-					} else {
-						callbacks.Add(1)
-					}
-					fin, err := svc.Ack(ctx, j.ID, json.RawMessage(`1`), 0)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					for k := 0; k < 2; k++ {
-						if err := eng.JobFinished(ctx, fin); err != nil {
-							t.Error(err)
-							return
-						}
-					}
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	ran := runAll(t, st, svc, eng, "scale", id, time.Now().Add(8*time.Minute))
 	root, err := st.GetNode(ctx, id, store.RootPath)
 	if err != nil {
 		t.Fatal(err)
@@ -132,8 +144,10 @@ func scaleRun(t *testing.T, kind string, n int) {
 	if kind == "batch" {
 		wantCallbacks = 2
 	}
-	if root.State != "completed" || root.OK != n || root.Fail != 0 || ran.Load() != int64(n) || callbacks.Load() != wantCallbacks {
-		t.Fatalf("state %s ok %d fail %d ran %d callbacks %d", root.State, root.OK, root.Fail, ran.Load(), callbacks.Load())
+	shards, ok, fail := root.RolledCounts()
+	callbacks := int64(ran["scale.done"] + ran["scale.ok"])
+	if root.State != "completed" || ok != n || fail != 0 || shards != root.Shards || ran["scale.job"] != n || callbacks != wantCallbacks {
+		t.Fatalf("state %s ok %d fail %d shards %d/%d ran %v callbacks %d", root.State, ok, fail, shards, root.Shards, ran, callbacks)
 	}
 	if root.Version > int64(root.Shards)+10 {
 		t.Fatalf("the root node took %d writes for %d shards: a write per job somewhere", root.Version, root.Shards)
@@ -142,3 +156,64 @@ func scaleRun(t *testing.T, kind string, n int) {
 
 // scaleJobs is the size of each run: the documented maximum.
 var scaleJobs = workflow.MaxJobs
+
+// TestThousandStepGraphs runs two dependency graphs of 1,000 steps: a wide
+// one (10 layers of 100 steps, each waiting for two steps of the layer
+// before) and a deep one (a line of 999 steps that also waits for one
+// more root at its end), each completion seen inline and twice by the
+// stream: every step runs exactly once and the graph completes, its
+// progress on one item.
+func TestThousandStepGraphs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("scale run skipped with -short")
+	}
+	st, svc, eng := newStack(t)
+	for _, shape := range []string{"wide", "deep"} {
+		t.Run(shape, func(t *testing.T) {
+			ctx := context.Background()
+			var steps []string
+			for i := 0; i < 1000; i++ {
+				var deps []string
+				switch {
+				case shape == "wide" && i >= 100:
+					layer := i / 100
+					a, b := (layer-1)*100+(i*7)%100, (layer-1)*100+(i*13+1)%100
+					deps = []string{fmt.Sprintf(`"s%d"`, a)}
+					if b != a {
+						deps = append(deps, fmt.Sprintf(`"s%d"`, b))
+					}
+				case shape == "deep" && i > 0 && i < 999:
+					deps = []string{fmt.Sprintf(`"s%d"`, i-1)}
+				case shape == "deep" && i == 999:
+					deps = []string{`"s998"`, `"s0"`}
+				}
+				steps = append(steps, fmt.Sprintf(`{"id":"s%d","type":"g.step","args":[%d],"depends_on":[%s]}`, i, i, strings.Join(deps, ",")))
+			}
+			if shape == "deep" {
+				// The line's first step waits for a second root, so the
+				// shape is a graph, not a chain.
+				steps[1] = `{"id":"s1","type":"g.step","args":[1],"depends_on":["s0","root2"]}`
+				steps = append(steps, `{"id":"root2","type":"g.step","args":[-1],"depends_on":[]}`)
+			}
+			q := "graph-" + shape
+			start := time.Now()
+			v, err := eng.Create(ctx, []byte(`{"name":"`+shape+`","options":{"queue":"`+q+`"},"steps":[`+strings.Join(steps, ",")+`]}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (*v)["type"] != "graph" {
+				t.Fatalf("parsed as %v", (*v)["type"])
+			}
+			id := (*v)["id"].(string)
+			ran := runAll(t, st, svc, eng, q, id, time.Now().Add(8*time.Minute))
+			root, err := st.GetNode(ctx, id, store.RootPath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s graph of %d steps finished in %v; graph node version %d (writes)", shape, len(steps), time.Since(start).Round(time.Millisecond), root.Version)
+			if root.State != "completed" || len(root.OK) != len(steps) || ran["g.step"] != len(steps) {
+				t.Fatalf("state %s ok %d ran %v", root.State, len(root.OK), ran)
+			}
+		})
+	}
+}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -13,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
 	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
 )
 
@@ -168,7 +171,7 @@ func verify(plans []*wfPlan, snap *snapshot, views map[string]map[string]any, po
 						if j := snap.jobs[workflow.JobID(w.id, d.path)]; j != nil {
 							fail("wf %d %s: a job exists for a step that must never run (state %s)", w.index, d.path, j.State)
 						}
-					} else if dn := nodes[d.path]; dn != nil && dn.State != workflow.StateWaiting {
+					} else if dn := nodes[d.path]; dn != nil && dn.State != wfstate.Waiting {
 						fail("wf %d %s: a node that must never start is %s", w.index, d.path, dn.State)
 					}
 				})
@@ -182,7 +185,7 @@ func verify(plans []*wfPlan, snap *snapshot, views map[string]map[string]any, po
 					fail("wf %d %s: the job was never created (lost)", w.index, n.path)
 					return false
 				}
-				ok := checkJob(w, n, j, sn, snap, pool, t, fail)
+				ok := checkJob(w, n, j, nodes[parentPath(n.path)], snap, pool, t, fail)
 				if !n.callback {
 					if ok {
 						counted["completed"]++
@@ -198,6 +201,21 @@ func verify(plans []*wfPlan, snap *snapshot, views map[string]map[string]any, po
 				ok = true
 				for _, c := range n.children {
 					if !eval(c, ok) {
+						ok = false
+					}
+				}
+			case "graph":
+				// A step runs when every step it depends on completed; the
+				// graph fails when a step that ran failed.
+				ok = true
+				okStep := make([]bool, len(n.children))
+				for i, c := range n.children {
+					run := true
+					for _, d := range c.deps {
+						run = run && okStep[d]
+					}
+					okStep[i] = eval(c, run)
+					if run && !okStep[i] {
 						ok = false
 					}
 				}
@@ -252,9 +270,9 @@ func verify(plans []*wfPlan, snap *snapshot, views map[string]map[string]any, po
 					}
 				}
 			}
-			want := workflow.StateCompleted
+			want := wfstate.Completed
 			if !ok {
-				want = workflow.StateFailed
+				want = wfstate.Failed
 			}
 			if sn.State != want {
 				fail("wf %d %s (%s): node state %s, want %s", w.index, n.path, n.kind, sn.State, want)
@@ -263,13 +281,13 @@ func verify(plans []*wfPlan, snap *snapshot, views map[string]map[string]any, po
 		}
 		eval(w.root, true)
 		state := nodes["/"].State
-		t.wfState[w.kind+"/"+w.mode+"/"+state]++
+		t.wfState[w.kind+"/"+w.mode+"/"+string(state)]++
 		v := views[w.id]
 		if v == nil {
 			fail("wf %d: no API view", w.index)
 			continue
 		}
-		if v["state"] != state {
+		if v["state"] != string(state) {
 			fail("wf %d: API state %v, table %s", w.index, v["state"], state)
 		}
 		_, leafCount := w.leaves()
@@ -300,18 +318,36 @@ func verify(plans []*wfPlan, snap *snapshot, views map[string]map[string]any, po
 	return bad, t
 }
 
+// parentPath is the path of a node's parent.
+func parentPath(p string) string {
+	i := strings.LastIndex(p, "/")
+	if i <= 0 {
+		return "/"
+	}
+	return p[:i]
+}
+
 // checkJob checks one leaf's job: terminal, result, outcome as planned
-// or explained by faults, node outcome, and its event history (each
-// attempt enqueued once and started once, one terminal event).
-func checkJob(w *wfPlan, n *node, j *job.Job, sn *store.Node, snap *snapshot, pool *pullPool, t *tally, fail func(string, ...any)) bool {
+// or explained by faults, counted once in its parent as what it was, and
+// its event history (each attempt enqueued once and started once, one
+// terminal event).
+func checkJob(w *wfPlan, n *node, j *job.Job, parent *store.Node, snap *snapshot, pool *pullPool, t *tally, fail func(string, ...any)) bool {
 	ok := j.State == job.Completed
 	if j.State != job.Completed && j.State != job.Discarded {
 		fail("wf %d %s: job %s is %s, not finished", w.index, n.path, j.ID, j.State)
 		return false
 	}
-	wantOutcome := map[bool]string{true: "ok", false: "fail"}[ok]
-	if sn.Outcome != wantOutcome {
-		fail("wf %d %s: node outcome %q, job %s", w.index, n.path, sn.Outcome, j.State)
+	if parent != nil && parent.Shards == 0 {
+		seg := n.path[strings.LastIndex(n.path, "/")+1:]
+		var inOK, inFail bool
+		if strings.HasPrefix(seg, "on_") {
+			inOK, inFail = store.HasString(parent.CallbacksOK, seg), store.HasString(parent.CallbacksFail, seg)
+		} else if idx, err := strconv.Atoi(seg[1:]); err == nil {
+			inOK, inFail = slices.Contains(parent.OK, idx), slices.Contains(parent.Fail, idx)
+		}
+		if inOK != ok || inFail == ok {
+			fail("wf %d %s: counted in its parent as ok=%v fail=%v, job %s", w.index, n.path, inOK, inFail, j.State)
+		}
 	}
 	if j.WorkflowID != w.id || j.WorkflowNode != n.path {
 		fail("wf %d %s: job %s belongs to %s %s", w.index, n.path, j.ID, j.WorkflowID, j.WorkflowNode)

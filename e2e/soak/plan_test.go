@@ -31,10 +31,12 @@ const (
 
 // node is a planned workflow node.
 type node struct {
-	kind      string // job, chain, group, batch
+	kind      string // job, chain, group, batch, graph
 	path      string
 	children  []*node
 	callbacks map[string]*node
+	// deps are a graph step's dependencies (indexes of its siblings).
+	deps []int
 	// leaves
 	behave   string
 	pull     bool
@@ -46,7 +48,7 @@ type node struct {
 type wfPlan struct {
 	id    string
 	index int
-	kind  string // chain, group, batch, nested
+	kind  string // chain, group, batch, nested, graph
 	mode  string // push, pull, mixed
 	root  *node
 }
@@ -116,6 +118,29 @@ func (p *planner) composite(kind, path string, depth, maxDepth int, force bool) 
 	return n
 }
 
+// graph builds a dependency graph of 4 to 9 steps: two roots, a step
+// that waits for both (so it is neither a chain nor a group), and steps
+// that each wait for one or two earlier ones.
+func (p *planner) graph() *node {
+	n := &node{kind: "graph", path: "/"}
+	count := 4 + p.r.IntN(6)
+	for i := 0; i < count; i++ {
+		c := p.leaf(childPath("/", "g"+strconv.Itoa(i)), false)
+		switch {
+		case i == 2:
+			c.deps = []int{0, 1}
+		case i > 2:
+			a := p.r.IntN(i)
+			c.deps = []int{a}
+			if b := p.r.IntN(i); b != a && p.r.Float64() < 0.5 {
+				c.deps = append(c.deps, b)
+			}
+		}
+		n.children = append(n.children, c)
+	}
+	return n
+}
+
 // plan draws n workflows from the seed: chains, groups and batches of
 // leaves, and workflows nested three levels deep, in push, pull and mixed
 // mode.
@@ -135,9 +160,12 @@ func plan(n int, seed uint64) []*wfPlan {
 		p := &planner{r: r, mode: w.mode, wf: i}
 		kinds := []string{"chain", "group", "batch"}
 		switch x := r.Float64(); {
-		case x < 0.7:
+		case x < 0.55:
 			w.kind = kinds[r.IntN(3)]
 			w.root = p.composite(w.kind, "/", 1, 1, false)
+		case x < 0.75:
+			w.kind = "graph"
+			w.root = p.graph()
 		default:
 			w.kind = "nested"
 			w.root = p.composite(kinds[r.IntN(3)], "/", 1, 3, true)
@@ -157,6 +185,19 @@ func (w *wfPlan) body() []byte {
 }
 
 func render(n *node) map[string]any {
+	if n.kind == "graph" {
+		steps := make([]any, len(n.children))
+		for i, c := range n.children {
+			m := render(c)
+			deps := []string{}
+			for _, d := range c.deps {
+				deps = append(deps, "s"+strconv.Itoa(d))
+			}
+			m["id"], m["depends_on"] = "s"+strconv.Itoa(i), deps
+			steps[i] = m
+		}
+		return map[string]any{"steps": steps}
+	}
 	if n.kind == "job" {
 		typ, q := "", pushQueue
 		if n.pull {

@@ -47,6 +47,7 @@ const defaultFaults = "api.after_write:0.02:crash,api.after_write:0.02," +
 	"engine.after_relay:0.03:crash,engine.after_relay:0.03," +
 	"engine.after_events:0.02:crash,engine.after_events:0.02," +
 	"engine.workflow_action:0.002:crash,engine.workflow_action:0.01," +
+	"lifecycle.before_advance:0.02:crash,lifecycle.before_advance:0.05," +
 	"workflow.after_record:0.002:crash,workflow.after_record:0.01," +
 	"workflow.after_fire:0.05:crash,workflow.after_fire:0.1," +
 	"worker.after_claim:0.01:crash,worker.after_claim:0.01," +

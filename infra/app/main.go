@@ -2,11 +2,13 @@
 // it from the repository root (see cdk.json), and it synthesises one stack,
 // OjsServerless-<env>, for the environment chosen with `-c env=<name>`.
 //
-// Context keys (all optional):
+// Context keys (all optional, but see pinning below):
 //
 //	env          dev (default), staging, prod or local (LocalStack)
 //	account      AWS account id; default $CDK_DEFAULT_ACCOUNT, else none
 //	region       AWS region; default $CDK_DEFAULT_REGION, else none
+//	alarmTopicArn an existing SNS topic every alarm notifies; default a
+//	             topic the stack creates (output AlarmTopicArn)
 //	arch         arm64 (default) or x86_64: the architecture of the binaries
 //	assetDir     directory with <function>/bootstrap; default build/lambda
 //	logLevel     OJS_LOG_LEVEL of the functions; default info
@@ -17,13 +19,26 @@
 //	authToken    OJS_AUTH_TOKEN of the api function; required with
 //	             frontend=function-url
 //
-// Without account and region the stack is environment-agnostic; synthesis
-// then needs no AWS credentials and performs no lookups.
+// account, region and alarmTopicArn may also be set per environment in
+// cdk.json, under "context": {"environments": {"prod": {"account": ...,
+// "region": ..., "alarmTopicArn": ...}}}; a -c value wins.
+//
+// prod and staging are pinned: their account and region must come from
+// context (-c or cdk.json), never from the credentials in use, so a deploy
+// with the wrong profile fails instead of creating a second production;
+// synthesis stops with a message saying so. `make synth` passes placeholder
+// values explicitly. dev and local fall back to the CLI's account and
+// region and, without them, are environment-agnostic (no credentials, no
+// lookups).
+//
+// The app runs cdk-nag's AwsSolutions checks on the stack (reports in the
+// cloud assembly); an unjustified finding fails synthesis.
 package main
 
 import (
 	"fmt"
 	"os"
+	"regexp"
 	"strings"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
@@ -49,16 +64,17 @@ func main() {
 
 // config is what the app reads from CDK context and the environment.
 type config struct {
-	Env         string
-	Account     string
-	Region      string
-	Arch        string
-	AssetDir    string
-	LogLevel    string
-	Frontend    string
-	AuthToken   string
-	JWTIssuer   string
-	JWTAudience []string
+	Env           string
+	Account       string
+	Region        string
+	AlarmTopicARN string
+	Arch          string
+	AssetDir      string
+	LogLevel      string
+	Frontend      string
+	AuthToken     string
+	JWTIssuer     string
+	JWTAudience   []string
 }
 
 // readConfig reads the context keys documented on the package through get
@@ -67,8 +83,6 @@ type config struct {
 func readConfig(get, getenv func(string) string) (config, error) {
 	c := config{
 		Env:       get("env"),
-		Account:   get("account"),
-		Region:    get("region"),
 		Arch:      get("arch"),
 		AssetDir:  get("assetDir"),
 		LogLevel:  get("logLevel"),
@@ -79,11 +93,34 @@ func readConfig(get, getenv func(string) string) (config, error) {
 	if c.Env == "" {
 		c.Env = "dev"
 	}
-	if c.Account == "" {
-		c.Account = getenv("CDK_DEFAULT_ACCOUNT")
+	// -c key=value, else environments.<env>.<key> from cdk.json.
+	perEnv := func(key string) string {
+		if v := get(key); v != "" {
+			return v
+		}
+		return get("environments." + c.Env + "." + key)
 	}
-	if c.Region == "" {
-		c.Region = getenv("CDK_DEFAULT_REGION")
+	c.Account, c.Region, c.AlarmTopicARN = perEnv("account"), perEnv("region"), perEnv("alarmTopicArn")
+	if pinnedEnvs[c.Env] {
+		if c.Account == "" || c.Region == "" {
+			return config{}, fmt.Errorf("environment %s must be pinned to an AWS account and region: pass -c account=<12 digits> -c region=<region> "+
+				"(make deploy ENV=%s CDK_ARGS=\"-c account=... -c region=...\"), or set them in cdk.json under "+
+				"\"context\": {\"environments\": {\"%s\": {\"account\": \"...\", \"region\": \"...\"}}}; "+
+				"the credentials' own account and region are not used for %s", c.Env, c.Env, c.Env, c.Env)
+		}
+	} else {
+		if c.Account == "" {
+			c.Account = getenv("CDK_DEFAULT_ACCOUNT")
+		}
+		if c.Region == "" {
+			c.Region = getenv("CDK_DEFAULT_REGION")
+		}
+	}
+	if c.Account != "" && !accountPattern.MatchString(c.Account) {
+		return config{}, fmt.Errorf("account %q: want a 12-digit AWS account id", c.Account)
+	}
+	if c.Region != "" && !regionPattern.MatchString(c.Region) {
+		return config{}, fmt.Errorf("region %q is not an AWS region name (like eu-west-1)", c.Region)
 	}
 	if c.Arch == "" {
 		c.Arch = "arm64"
@@ -102,10 +139,34 @@ func readConfig(get, getenv func(string) string) (config, error) {
 	return c, nil
 }
 
-// contextString returns a context value as a string ("" when unset).
+// pinnedEnvs must name their account and region in context.
+var pinnedEnvs = map[string]bool{"prod": true, "staging": true}
+
+var (
+	accountPattern = regexp.MustCompile(`^\d{12}$`)
+	regionPattern  = regexp.MustCompile(`^[a-z]{2}(-[a-z]+)+-\d+$`)
+)
+
+// contextString returns a context value as a string ("" when unset). A
+// dotted key ("environments.prod.account") that is not a context key of
+// its own is looked up in the nested objects of cdk.json's context.
 func contextString(app awscdk.App) func(string) string {
 	return func(key string) string {
 		v := app.Node().TryGetContext(jsii.String(key))
+		if v == nil {
+			parts := strings.Split(key, ".")
+			if len(parts) > 1 {
+				v = app.Node().TryGetContext(jsii.String(parts[0]))
+				for _, p := range parts[1:] {
+					m, ok := v.(map[string]any)
+					if !ok {
+						v = nil
+						break
+					}
+					v = m[p]
+				}
+			}
+		}
 		if v == nil {
 			return ""
 		}
@@ -124,6 +185,7 @@ func build(app awscdk.App, getenv func(string) string) error {
 		return err
 	}
 	props := &ojsconstruct.StackProps{
+		AlarmTopicARN: c.AlarmTopicARN,
 		OJS: ojsconstruct.Props{
 			Env:       env,
 			AssetRoot: c.AssetDir,
@@ -147,6 +209,10 @@ func build(app awscdk.App, getenv func(string) string) error {
 	if c.JWTIssuer != "" {
 		props.OJS.JWT = &ojsconstruct.JWTAuth{Issuer: c.JWTIssuer, Audience: c.JWTAudience}
 	}
-	_, _, err = ojsconstruct.NewStack(app, ojsconstruct.StackName(env.Name), props)
-	return err
+	stack, _, err := ojsconstruct.NewStack(app, ojsconstruct.StackName(env.Name), props)
+	if err != nil {
+		return err
+	}
+	awscdk.Aspects_Of(stack).Add(ojsconstruct.NagChecks(true), nil)
+	return nil
 }

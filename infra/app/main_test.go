@@ -50,6 +50,36 @@ func TestReadConfig(t *testing.T) {
 			ctx:  map[string]string{"jwtIssuer": "https://issuer", "jwtAudience": "a, b,"},
 			want: config{Env: "dev", Arch: "arm64", JWTIssuer: "https://issuer", JWTAudience: []string{"a", "b"}},
 		},
+		{
+			name: "prod pinned with -c",
+			ctx:  map[string]string{"env": "prod", "account": "333333333333", "region": "eu-central-1", "alarmTopicArn": "arn:aws:sns:eu-central-1:333333333333:oncall"},
+			env:  map[string]string{"CDK_DEFAULT_ACCOUNT": "111111111111", "CDK_DEFAULT_REGION": "eu-west-1"},
+			want: config{Env: "prod", Arch: "arm64", Account: "333333333333", Region: "eu-central-1", AlarmTopicARN: "arn:aws:sns:eu-central-1:333333333333:oncall"},
+		},
+		{
+			name: "staging pinned in cdk.json",
+			ctx: map[string]string{"env": "staging", "environments.staging.account": "444444444444", "environments.staging.region": "us-west-2",
+				"environments.staging.alarmTopicArn": "arn:aws:sns:us-west-2:444444444444:staging", "environments.prod.account": "555555555555"},
+			want: config{Env: "staging", Arch: "arm64", Account: "444444444444", Region: "us-west-2", AlarmTopicARN: "arn:aws:sns:us-west-2:444444444444:staging"},
+		},
+		{
+			name: "-c wins over cdk.json",
+			ctx:  map[string]string{"env": "prod", "account": "123456789012", "region": "us-east-1", "environments.prod.account": "555555555555"},
+			want: config{Env: "prod", Arch: "arm64", Account: "123456789012", Region: "us-east-1"},
+		},
+		{
+			name: "dev in cdk.json",
+			ctx:  map[string]string{"environments.dev.account": "666666666666"},
+			env:  map[string]string{"CDK_DEFAULT_ACCOUNT": "111111111111", "CDK_DEFAULT_REGION": "eu-west-1"},
+			want: config{Env: "dev", Arch: "arm64", Account: "666666666666", Region: "eu-west-1"},
+		},
+		// prod and staging never take the credentials' account and region.
+		{name: "prod from credentials", ctx: map[string]string{"env": "prod"},
+			env: map[string]string{"CDK_DEFAULT_ACCOUNT": "111111111111", "CDK_DEFAULT_REGION": "eu-west-1"}, wantErr: "must be pinned"},
+		{name: "staging without region", ctx: map[string]string{"env": "staging", "account": "111111111111"},
+			env: map[string]string{"CDK_DEFAULT_REGION": "eu-west-1"}, wantErr: "must be pinned"},
+		{name: "bad account", ctx: map[string]string{"account": "12345"}, wantErr: "12-digit"},
+		{name: "bad region", ctx: map[string]string{"region": "Europe"}, wantErr: "region"},
 		{name: "bad arch", ctx: map[string]string{"arch": "ppc64"}, wantErr: "arch"},
 		{name: "issuer alone", ctx: map[string]string{"jwtIssuer": "https://issuer"}, wantErr: "jwtIssuer"},
 		{name: "audience alone", ctx: map[string]string{"jwtAudience": "a"}, wantErr: "jwtIssuer"},
@@ -110,6 +140,28 @@ func TestBuild(t *testing.T) {
 	tpl := assertions.Template_FromStack(stack, nil)
 	tpl.AllResourcesProperties(jsii.String("AWS::Lambda::Function"), map[string]any{"Architectures": []any{"x86_64"}})
 	tpl.HasResourceProperties(jsii.String("AWS::DynamoDB::Table"), map[string]any{"DeletionProtectionEnabled": true})
+	// The app runs cdk-nag: nothing unjustified.
+	nag := assertions.Annotations_FromStack(stack)
+	if errs := *nag.FindError(jsii.String("*"), assertions.Match_StringLikeRegexp(jsii.String("AwsSolutions-.*"))); len(errs) > 0 {
+		t.Errorf("%d cdk-nag errors, first %v", len(errs), errs[0].Entry.Data)
+	}
+
+	// staging pinned in cdk.json's nested context, alarms to its topic.
+	topic := "arn:aws:sns:us-west-2:444444444444:ojs-staging-oncall"
+	app = awscdk.NewApp(&awscdk.AppProps{Context: &map[string]any{
+		"env": "staging", "assetDir": assets,
+		"environments": map[string]any{"staging": map[string]any{"account": "444444444444", "region": "us-west-2", "alarmTopicArn": topic}},
+	}})
+	if err := build(app, lookup(map[string]string{"CDK_DEFAULT_ACCOUNT": "111111111111", "CDK_DEFAULT_REGION": "eu-west-1"})); err != nil {
+		t.Fatal(err)
+	}
+	stack = (*app.Node().Children())[0].(awscdk.Stack)
+	if *stack.Account() != "444444444444" || *stack.Region() != "us-west-2" {
+		t.Errorf("staging in %s/%s, want the pinned 444444444444/us-west-2", *stack.Account(), *stack.Region())
+	}
+	tpl = assertions.Template_FromStack(stack, nil)
+	tpl.ResourceCountIs(jsii.String("AWS::SNS::Topic"), jsii.Number(0))
+	tpl.AllResourcesProperties(jsii.String("AWS::CloudWatch::Alarm"), map[string]any{"AlarmActions": []any{topic}, "OKActions": []any{topic}})
 
 	for _, bad := range []struct {
 		ctx  map[string]any
@@ -118,6 +170,8 @@ func TestBuild(t *testing.T) {
 		{map[string]any{"env": "qa", "assetDir": assets}, "unknown environment"},
 		{map[string]any{"env": "local", "assetDir": assets, "frontend": "function-url"}, "AuthToken"},
 		{map[string]any{"env": "dev", "assetDir": t.TempDir()}, "make build"},
+		{map[string]any{"env": "prod", "assetDir": assets}, "must be pinned"},
+		{map[string]any{"env": "dev", "assetDir": assets, "alarmTopicArn": "oncall"}, "not an SNS topic ARN"},
 	} {
 		app := awscdk.NewApp(&awscdk.AppProps{Context: &bad.ctx})
 		if err := build(app, lookup(nil)); err == nil || !strings.Contains(err.Error(), bad.want) {

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ojs-aws/ojs-serverless/pkg/awslimit"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 )
 
@@ -29,6 +30,7 @@ func fromTopology(e topology.Env) settings {
 	for _, q := range e.Queues {
 		p := "queue " + q.Name + " "
 		s[p+"visibility timeout (s)"] = secs(q.VisibilityTimeout)
+		s[p+"maximum message size"] = float64(awslimit.SQSMessageBytes)
 		s[p+"maxReceiveCount"] = float64(q.MaxReceiveCount)
 		s[p+"DLQ retention (s)"] = secs(q.DLQRetention)
 		s[p+"batch size"] = float64(q.BatchSize)
@@ -41,7 +43,11 @@ func fromTopology(e topology.Env) settings {
 		s["function "+fn+" timeout (s)"] = secs(f.Timeout)
 		s["function "+fn+" tracing"] = e.Tracing
 		s["function "+fn+" log retention (days)"] = float64(e.LogRetentionDays)
+		s["function "+fn+" reserved concurrency"] = float64(f.ReservedConcurrency)
 	}
+	// Deployed only (the local runtime does not throttle).
+	s["API throttle rate (/s)"] = e.API.ThrottleRate
+	s["API throttle burst"] = float64(e.API.ThrottleBurst)
 	s["stream batch size"] = float64(e.Stream.BatchSize)
 	s["stream batching window (s)"] = secs(e.Stream.MaxBatchingWindow)
 	s["stream max retries"] = float64(e.Stream.MaxRetries)
@@ -72,6 +78,7 @@ func fromTemplate(t *testing.T, st *synthesized, e topology.Env) settings {
 		dlq := st.byTag(t, "AWS::SQS::Queue", TagQueue, q.Name, TagQueueRole, QueueRoleDeadLetter)
 		qp := props(queues[push])
 		s[p+"visibility timeout (s)"] = qp["VisibilityTimeout"]
+		s[p+"maximum message size"] = qp["MaximumMessageSize"]
 		if rp, ok := qp["RedrivePolicy"].(map[string]any); ok {
 			s[p+"maxReceiveCount"] = rp["maxReceiveCount"]
 		}
@@ -105,6 +112,8 @@ func fromTemplate(t *testing.T, st *synthesized, e topology.Env) settings {
 			vars, _ := fp["Environment"].(map[string]any)["Variables"].(map[string]any)
 			s["stream event TTL"] = vars[topology.EnvEventTTL]
 		}
+		rc, _ := fp["ReservedConcurrentExecutions"].(float64)
+		s["function "+fn+" reserved concurrency"] = rc
 		lg := refID(fp["LoggingConfig"].(map[string]any)["LogGroup"])
 		s["function "+fn+" log retention (days)"] = props(groups[lg])["RetentionInDays"]
 	}
@@ -124,6 +133,12 @@ func fromTemplate(t *testing.T, st *synthesized, e topology.Env) settings {
 			if fs, ok := fc["Filters"].([]any); ok && len(fs) == 1 {
 				s["stream filter pattern"] = fs[0].(map[string]any)["Pattern"]
 			}
+		}
+	}
+	for _, sg := range st.resources("AWS::ApiGatewayV2::Stage") {
+		if rs, ok := props(sg)["DefaultRouteSettings"].(map[string]any); ok {
+			s["API throttle rate (/s)"] = rs["ThrottlingRateLimit"]
+			s["API throttle burst"] = rs["ThrottlingBurstLimit"]
 		}
 	}
 	for _, r := range st.resources("AWS::Events::Rule") {

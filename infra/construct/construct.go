@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigatewayv2authorizers"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigatewayv2integrations"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awscodedeploy"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsdynamodb"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsevents"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awseventstargets"
@@ -17,10 +18,12 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambdaeventsources"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssns"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 
+	"github.com/ojs-aws/ojs-serverless/pkg/awslimit"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 )
 
@@ -65,11 +68,22 @@ type OJSServerless struct {
 	Functions map[string]awslambda.Function
 	// Roles maps each function name to its execution role.
 	Roles map[string]awsiam.Role
+	// Aliases maps each function name to its "live" alias (AliasName),
+	// which everything invokes.
+	Aliases map[string]awslambda.Alias
+	// DeploymentGroups maps each function name to the CodeDeploy group
+	// that shifts its alias (empty with topology.ShiftAllAtOnce), and
+	// DeploymentRole is their service role (nil then).
+	DeploymentGroups map[string]awscodedeploy.LambdaDeploymentGroup
+	DeploymentRole   awsiam.Role
 	// EventBus receives OJS lifecycle events from the stream function.
 	EventBus awsevents.EventBus
 	// HTTPAPI is the API Gateway HTTP API in front of the api function
 	// (nil with FrontendFunctionURL).
 	HTTPAPI awsapigatewayv2.HttpApi
+	// AccessLogs is the HTTP API stage's access log group (nil with
+	// FrontendFunctionURL).
+	AccessLogs awslogs.LogGroup
 	// FunctionURL is the api function's URL (nil with FrontendHTTPAPI).
 	FunctionURL awslambda.FunctionUrl
 	// APIURL is the OJS base URL without a trailing slash (clients append
@@ -81,10 +95,14 @@ type OJSServerless struct {
 	SweeperRule awsevents.Rule
 	// Alarms lists every alarm the construct created.
 	Alarms []awscloudwatch.Alarm
+	// AlarmTopic receives every alarm's ALARM and OK notifications:
+	// Props.AlarmTopic, or a topic the construct created.
+	AlarmTopic awssns.ITopic
 	// Dashboard shows the API, functions, queues and stream.
 	Dashboard awscloudwatch.Dashboard
 
-	props Props
+	props       Props
+	errorAlarms map[string]awscloudwatch.Alarm
 }
 
 // NewOJSServerless adds the OJS backend under scope. It returns an error,
@@ -106,7 +124,10 @@ func NewOJSServerless(scope constructs.Construct, id string, props *Props) (*OJS
 		DeadLetterQueues: map[string]awssqs.Queue{},
 		Functions:        map[string]awslambda.Function{},
 		Roles:            map[string]awsiam.Role{},
+		Aliases:          map[string]awslambda.Alias{},
+		DeploymentGroups: map[string]awscodedeploy.LambdaDeploymentGroup{},
 		props:            p,
+		errorAlarms:      map[string]awscloudwatch.Alarm{},
 	}
 	o.addTable()
 	o.addQueues()
@@ -114,12 +135,15 @@ func NewOJSServerless(scope constructs.Construct, id string, props *Props) (*OJS
 		Description: jsii.String("OJS lifecycle events (" + p.Env.Name + ")"),
 	})
 	o.addFunctions()
+	o.addAliases()
 	o.grant()
 	o.addMappings()
 	o.addAPI()
 	o.addSchedule()
 	o.addAlarms()
+	o.addTrafficShifting()
 	o.addDashboard()
+	o.addNagSuppressions()
 	return o, nil
 }
 
@@ -158,11 +182,15 @@ func (o *OJSServerless) addTable() {
 		RemovalPolicy:      o.removalPolicy(),
 	})
 	for _, ix := range t.Indexes {
+		proj := awsdynamodb.ProjectionType_ALL
+		if ix.KeysOnly {
+			proj = awsdynamodb.ProjectionType_KEYS_ONLY
+		}
 		o.Table.AddGlobalSecondaryIndex(&awsdynamodb.GlobalSecondaryIndexProps{
 			IndexName:      jsii.String(ix.Name),
 			PartitionKey:   attribute(ix.PartitionKey),
 			SortKey:        attribute(ix.SortKey),
-			ProjectionType: awsdynamodb.ProjectionType_ALL,
+			ProjectionType: proj,
 		})
 	}
 }
@@ -188,8 +216,11 @@ func (o *OJSServerless) addQueues() {
 		tag(dlq, TagQueue, q.Name, TagQueueRole, QueueRoleDeadLetter)
 		queue := awssqs.NewQueue(o.Construct, jsii.String("Queue-"+q.Name), &awssqs.QueueProps{
 			VisibilityTimeout: seconds(q.VisibilityTimeout),
-			Encryption:        awssqs.QueueEncryption_SQS_MANAGED,
-			EnforceSSL:        jsii.Bool(true),
+			// Messages are job references (pkg/dispatch); the portable
+			// 256 KiB limit, which the local stack enforces too.
+			MaxMessageSizeBytes: jsii.Number(awslimit.SQSMessageBytes),
+			Encryption:          awssqs.QueueEncryption_SQS_MANAGED,
+			EnforceSSL:          jsii.Bool(true),
 			DeadLetterQueue: &awssqs.DeadLetterQueue{
 				Queue:           dlq,
 				MaxReceiveCount: jsii.Number(q.MaxReceiveCount),
@@ -238,6 +269,8 @@ func (o *OJSServerless) addFunctions() {
 			// the variable unset, which disables publishing.
 			env[topology.EnvEventBus] = o.EventBus.EventBusName()
 			env[topology.EnvEventTTL] = jsii.String(o.Env.EventTTL.String())
+			// The Environment dimension of the lifecycle metrics.
+			env[topology.EnvName] = jsii.String(o.Env.Name)
 		}
 		// Our own role without managed policies: the default
 		// AWSLambdaBasicExecutionRole would allow logs:* on "*".
@@ -261,6 +294,9 @@ func (o *OJSServerless) addFunctions() {
 			Role:         role,
 			LogGroup:     logs,
 			Tracing:      tracing,
+		}
+		if size.ReservedConcurrency > 0 {
+			fprops.ReservedConcurrentExecutions = jsii.Number(size.ReservedConcurrency)
 		}
 		if name == topology.FunctionSweeper {
 			// A failed sweep is redone by the next tick; Lambda's two
@@ -321,7 +357,7 @@ func (o *OJSServerless) grant() {
 }
 
 func (o *OJSServerless) addMappings() {
-	worker := o.Functions[topology.FunctionWorker]
+	worker := o.Aliases[topology.FunctionWorker]
 	for _, q := range o.Env.Queues {
 		// SqsEventSource also grants the worker ReceiveMessage,
 		// DeleteMessage, ChangeMessageVisibility and GetQueueAttributes on
@@ -337,7 +373,7 @@ func (o *OJSServerless) addMappings() {
 	// A plain EventSourceMapping rather than DynamoEventSource, whose bind
 	// grants dynamodb:ListStreams on "*" (see grant).
 	o.StreamMapping = awslambda.NewEventSourceMapping(o.Construct, jsii.String("StreamMapping"), &awslambda.EventSourceMappingProps{
-		Target:                  o.Functions[topology.FunctionStream],
+		Target:                  o.Aliases[topology.FunctionStream],
 		EventSourceArn:          o.Table.TableStreamArn(),
 		StartingPosition:        StreamStartingPosition,
 		BatchSize:               jsii.Number(s.BatchSize),
@@ -356,7 +392,7 @@ func (o *OJSServerless) addMappings() {
 
 func (o *OJSServerless) addAPI() {
 	if o.props.Frontend == FrontendFunctionURL {
-		o.FunctionURL = o.Functions[topology.FunctionAPI].AddFunctionUrl(&awslambda.FunctionUrlOptions{
+		o.FunctionURL = o.Aliases[topology.FunctionAPI].AddFunctionUrl(&awslambda.FunctionUrlOptions{
 			AuthType: awslambda.FunctionUrlAuthType_NONE,
 		})
 		// The URL ends in "/": rebuild it as <scheme>//<host>.
@@ -380,7 +416,7 @@ func (o *OJSServerless) addAPI() {
 		DefaultAuthorizer:  auth,
 	})
 	integration := awsapigatewayv2integrations.NewHttpLambdaIntegration(jsii.String("ApiIntegration"),
-		o.Functions[topology.FunctionAPI],
+		o.Aliases[topology.FunctionAPI],
 		&awsapigatewayv2integrations.HttpLambdaIntegrationProps{
 			PayloadFormatVersion: awsapigatewayv2.PayloadFormatVersion_VERSION_2_0(),
 		})
@@ -399,6 +435,7 @@ func (o *OJSServerless) addAPI() {
 		})
 	}
 	o.APIURL = o.HTTPAPI.ApiEndpoint()
+	o.configureStage()
 }
 
 func (o *OJSServerless) addSchedule() {
@@ -407,7 +444,7 @@ func (o *OJSServerless) addSchedule() {
 		Description: jsii.String("Runs the OJS sweeper (" + o.Env.Name + ")"),
 		Schedule:    awsevents.Schedule_Rate(awscdk.Duration_Minutes(jsii.Number(float64(minutes)))),
 		Targets: &[]awsevents.IRuleTarget{
-			awseventstargets.NewLambdaFunction(o.Functions[topology.FunctionSweeper], nil),
+			awseventstargets.NewLambdaFunction(o.Aliases[topology.FunctionSweeper], nil),
 		},
 	})
 }

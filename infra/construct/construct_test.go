@@ -63,13 +63,17 @@ func TestTable(t *testing.T) {
 	jt := topology.JobTable
 	var gsis []any
 	for _, ix := range jt.Indexes {
+		proj := "ALL"
+		if ix.KeysOnly {
+			proj = "KEYS_ONLY"
+		}
 		gsis = append(gsis, map[string]any{
 			"IndexName": ix.Name,
 			"KeySchema": []any{
 				map[string]any{"AttributeName": ix.PartitionKey.Name, "KeyType": "HASH"},
 				map[string]any{"AttributeName": ix.SortKey.Name, "KeyType": "RANGE"},
 			},
-			"Projection": map[string]any{"ProjectionType": "ALL"},
+			"Projection": map[string]any{"ProjectionType": proj},
 		})
 	}
 	s.template.HasResourceProperties(jsii.String("AWS::DynamoDB::Table"), map[string]any{
@@ -177,7 +181,10 @@ func TestFunctions(t *testing.T) {
 		vars := fn["Environment"].(map[string]any)["Variables"].(map[string]any)
 		want := []string{topology.EnvLogLevel, topology.EnvPushQueues, topology.EnvTable}
 		if name == topology.FunctionStream {
-			want = append(want, topology.EnvEventBus, topology.EnvEventTTL)
+			want = append(want, topology.EnvEventBus, topology.EnvEventTTL, topology.EnvName)
+			if vars[topology.EnvName] != "dev" {
+				t.Errorf("stream: %s = %v, want the environment name", topology.EnvName, vars[topology.EnvName])
+			}
 		}
 		if got := sortedKeys(vars); strings.Join(got, ",") != strings.Join(sortedStrings(want), ",") {
 			t.Errorf("%s env vars %v, want %v", name, got, sortedStrings(want))
@@ -197,7 +204,8 @@ func TestFunctions(t *testing.T) {
 			t.Errorf("%s logs to %q, which is not a log group of the stack", name, lg)
 		}
 	}
-	s.template.ResourceCountIs(jsii.String("AWS::Logs::LogGroup"), jsii.Number(len(topology.FunctionNames)))
+	// One per function and the API's access logs.
+	s.template.ResourceCountIs(jsii.String("AWS::Logs::LogGroup"), jsii.Number(len(topology.FunctionNames)+1))
 }
 
 func sortedStrings(s []string) []string {
@@ -247,15 +255,18 @@ func TestRolesHaveNoManagedPolicies(t *testing.T) {
 func TestWorkerMappings(t *testing.T) {
 	s := synthCustom(t)
 	e := customEnv(t)
-	worker := s.byTag(t, "AWS::Lambda::Function", TagFunction, topology.FunctionWorker)
 	for _, q := range e.Queues {
 		queue := s.byTag(t, "AWS::SQS::Queue", TagQueue, q.Name, TagQueueRole, QueueRolePush)
 		s.template.HasResourceProperties(jsii.String("AWS::Lambda::EventSourceMapping"), map[string]any{
 			"EventSourceArn":        map[string]any{"Fn::GetAtt": []any{queue, "Arn"}},
-			"FunctionName":          map[string]any{"Ref": worker},
 			"FunctionResponseTypes": []any{"ReportBatchItemFailures"},
 			"BatchSize":             q.BatchSize,
 		})
+		for _, m := range s.resources("AWS::Lambda::EventSourceMapping") {
+			if refID(props(m)["EventSourceArn"]) == queue {
+				s.invokesAlias(t, "mapping of queue "+q.Name, props(m)["FunctionName"], topology.FunctionWorker)
+			}
+		}
 	}
 	// One SQS mapping per push queue plus the stream mapping.
 	s.template.ResourceCountIs(jsii.String("AWS::Lambda::EventSourceMapping"), jsii.Number(len(e.Queues)+1))
@@ -265,10 +276,8 @@ func TestStreamMapping(t *testing.T) {
 	s := synthEnv(t, "dev")
 	table := refID(s.doc["Outputs"].(map[string]any)[OutputTableName].(map[string]any)["Value"])
 	failures := s.byTag(t, "AWS::SQS::Queue", TagQueueRole, QueueRoleStreamFailure)
-	stream := s.byTag(t, "AWS::Lambda::Function", TagFunction, topology.FunctionStream)
 	s.template.HasResourceProperties(jsii.String("AWS::Lambda::EventSourceMapping"), map[string]any{
 		"EventSourceArn":             map[string]any{"Fn::GetAtt": []any{table, "StreamArn"}},
-		"FunctionName":               map[string]any{"Ref": stream},
 		"StartingPosition":           "TRIM_HORIZON",
 		"BisectBatchOnFunctionError": true,
 		"FunctionResponseTypes":      []any{"ReportBatchItemFailures"},
@@ -276,11 +285,15 @@ func TestStreamMapping(t *testing.T) {
 			"Destination": map[string]any{"Fn::GetAtt": []any{failures, "Arn"}},
 		}},
 	})
+	for _, m := range s.resources("AWS::Lambda::EventSourceMapping") {
+		if strings.HasSuffix(flatten(props(m)["EventSourceArn"]), ".StreamArn>") {
+			s.invokesAlias(t, "stream mapping", props(m)["FunctionName"], topology.FunctionStream)
+		}
+	}
 }
 
 func TestHTTPAPIWithIAMAuth(t *testing.T) {
 	s := synthEnv(t, "dev")
-	api := s.byTag(t, "AWS::Lambda::Function", TagFunction, topology.FunctionAPI)
 	s.template.ResourceCountIs(jsii.String("AWS::ApiGatewayV2::Api"), jsii.Number(1))
 	s.template.HasResourceProperties(jsii.String("AWS::ApiGatewayV2::Api"), map[string]any{"ProtocolType": "HTTP"})
 	s.template.ResourceCountIs(jsii.String("AWS::ApiGatewayV2::Route"), jsii.Number(float64(1+len(ObservabilityPaths))))
@@ -300,17 +313,34 @@ func TestHTTPAPIWithIAMAuth(t *testing.T) {
 	s.template.HasResourceProperties(jsii.String("AWS::ApiGatewayV2::Integration"), map[string]any{
 		"IntegrationType":      "AWS_PROXY",
 		"PayloadFormatVersion": "2.0",
-		"IntegrationUri":       map[string]any{"Fn::GetAtt": []any{api, "Arn"}},
 	})
+	for _, in := range s.resources("AWS::ApiGatewayV2::Integration") {
+		s.invokesAlias(t, "API integration", props(in)["IntegrationUri"], topology.FunctionAPI)
+	}
 	s.template.HasResourceProperties(jsii.String("AWS::ApiGatewayV2::Stage"), map[string]any{
 		"StageName":  "$default",
 		"AutoDeploy": true,
 	})
-	s.template.HasResourceProperties(jsii.String("AWS::Lambda::Permission"), map[string]any{
-		"Action":       "lambda:InvokeFunction",
-		"FunctionName": map[string]any{"Fn::GetAtt": []any{api, "Arn"}},
-		"Principal":    "apigateway.amazonaws.com",
-	})
+	s.invokedBy(t, topology.FunctionAPI, "apigateway.amazonaws.com")
+}
+
+// invokedBy checks that principal may invoke fn only through its live
+// alias, and at least once.
+func (s *synthesized) invokedBy(t *testing.T, fn, principal string) {
+	t.Helper()
+	n := 0
+	for _, p := range s.resources("AWS::Lambda::Permission") {
+		if pp := props(p); pp["Principal"] == principal {
+			n++
+			if pp["Action"] != "lambda:InvokeFunction" {
+				t.Errorf("%s may %v", principal, pp["Action"])
+			}
+			s.invokesAlias(t, principal+" permission", pp["FunctionName"], fn)
+		}
+	}
+	if n == 0 {
+		t.Errorf("%s may not invoke %s", principal, fn)
+	}
 }
 
 func TestHTTPAPIWithJWTAuth(t *testing.T) {
@@ -349,16 +379,33 @@ func TestSweeperSchedule(t *testing.T) {
 	s.template.HasResourceProperties(jsii.String("AWS::Events::Rule"), map[string]any{
 		"ScheduleExpression": "rate(1 minute)",
 		"State":              "ENABLED",
-		"Targets": []any{assertions.Match_ObjectLike(&map[string]any{
-			"Arn": map[string]any{"Fn::GetAtt": []any{sweeper, "Arn"}},
-		})},
 	})
-	s.template.HasResourceProperties(jsii.String("AWS::Lambda::Permission"), map[string]any{
-		"FunctionName": map[string]any{"Fn::GetAtt": []any{sweeper, "Arn"}},
-		"Principal":    "events.amazonaws.com",
-	})
+	for _, r := range s.resources("AWS::Events::Rule") {
+		targets := props(r)["Targets"].([]any)
+		if len(targets) != 1 {
+			t.Fatalf("rule targets %v", targets)
+		}
+		s.invokesAlias(t, "schedule", targets[0].(map[string]any)["Arn"], topology.FunctionSweeper)
+	}
+	s.invokedBy(t, topology.FunctionSweeper, "events.amazonaws.com")
+	// No asynchronous retries, for the alias the schedule invokes and for
+	// the unqualified function.
+	alias := strings.Trim(s.aliasRefs(t, topology.FunctionSweeper)[0], "<>")
+	aliasConfigs := 0
+	for _, c := range s.resources("AWS::Lambda::EventInvokeConfig") {
+		if q := flatten(props(c)["Qualifier"]); strings.Contains(q, `{"Ref":"`+alias+`"}`) {
+			aliasConfigs++
+			if refID(props(c)["FunctionName"]) != sweeper || props(c)["MaximumRetryAttempts"] != 0.0 {
+				t.Errorf("alias invoke config %v", props(c))
+			}
+		}
+	}
+	if aliasConfigs != 1 {
+		t.Errorf("%d invoke configs for the sweeper's alias, want 1", aliasConfigs)
+	}
 	s.template.HasResourceProperties(jsii.String("AWS::Lambda::EventInvokeConfig"), map[string]any{
 		"FunctionName":         map[string]any{"Ref": sweeper},
+		"Qualifier":            "$LATEST",
 		"MaximumRetryAttempts": 0,
 	})
 }
@@ -371,11 +418,20 @@ func TestEventBus(t *testing.T) {
 func TestAlarms(t *testing.T) {
 	s := synthCustom(t)
 	e := customEnv(t)
-	// Per DLQ, stream failures, iterator age, errors and throttles per
-	// function, API 5xx.
-	want := len(e.Queues) + 2 + 2*len(topology.FunctionNames) + 1
+	// Per push queue its DLQ depth and oldest message; stream failures,
+	// iterator age; errors and throttles per function; DynamoDB throttles
+	// of the table and each index; API 5xx and p99 latency.
+	want := 2*len(e.Queues) + 2 + 2*len(topology.FunctionNames) + 1 + len(topology.JobTable.Indexes) + 2
 	s.template.ResourceCountIs(jsii.String("AWS::CloudWatch::Alarm"), jsii.Number(want))
 	for _, q := range e.Queues {
+		push := s.byTag(t, "AWS::SQS::Queue", TagQueue, q.Name, TagQueueRole, QueueRolePush)
+		s.template.HasResourceProperties(jsii.String("AWS::CloudWatch::Alarm"), map[string]any{
+			"Namespace":          "AWS/SQS",
+			"MetricName":         "ApproximateAgeOfOldestMessage",
+			"Dimensions":         []any{map[string]any{"Name": "QueueName", "Value": map[string]any{"Fn::GetAtt": []any{push, "QueueName"}}}},
+			"ComparisonOperator": "GreaterThanThreshold",
+			"Threshold":          DefaultQueueAgeAlarmThreshold.Seconds(),
+		})
 		dlq := s.byTag(t, "AWS::SQS::Queue", TagQueue, q.Name, TagQueueRole, QueueRoleDeadLetter)
 		s.template.HasResourceProperties(jsii.String("AWS::CloudWatch::Alarm"), map[string]any{
 			"Namespace":          "AWS/SQS",
@@ -412,7 +468,83 @@ func TestAlarms(t *testing.T) {
 		"Namespace":  "AWS/ApiGateway",
 		"MetricName": "5xx",
 	})
+	s.template.HasResourceProperties(jsii.String("AWS::CloudWatch::Alarm"), map[string]any{
+		"Namespace":          "AWS/ApiGateway",
+		"MetricName":         "Latency",
+		"ExtendedStatistic":  "p99",
+		"ComparisonOperator": "GreaterThanThreshold",
+		"Threshold":          float64(DefaultAPILatencyAlarmThreshold.Milliseconds()),
+	})
+	// DynamoDB: read + write throttle events of the table, and of each
+	// index with its GlobalSecondaryIndexName dimension.
+	table := refID(s.doc["Outputs"].(map[string]any)[OutputTableName].(map[string]any)["Value"])
+	scopes := map[string]bool{}
+	for _, a := range s.resources("AWS::CloudWatch::Alarm") {
+		ms, _ := props(a)["Metrics"].([]any)
+		seen := map[string]string{}
+		for _, m := range ms {
+			stat, ok := m.(map[string]any)["MetricStat"].(map[string]any)
+			if !ok {
+				continue
+			}
+			metric := stat["Metric"].(map[string]any)
+			if metric["Namespace"] != "AWS/DynamoDB" {
+				continue
+			}
+			scope := ""
+			for _, d := range metric["Dimensions"].([]any) {
+				d := d.(map[string]any)
+				switch d["Name"] {
+				case "TableName":
+					if refID(d["Value"]) != table {
+						t.Errorf("throttle alarm on table %v", d["Value"])
+					}
+				case "GlobalSecondaryIndexName":
+					scope = d["Value"].(string)
+				}
+			}
+			seen[metric["MetricName"].(string)] = scope
+		}
+		if len(seen) == 0 {
+			continue
+		}
+		if len(seen) != 2 || seen["ReadThrottleEvents"] != seen["WriteThrottleEvents"] {
+			t.Errorf("throttle alarm metrics %v, want read and write of one scope", seen)
+		}
+		scopes[seen["ReadThrottleEvents"]] = true
+	}
+	wantScopes := map[string]bool{"": true}
+	for _, ix := range topology.JobTable.Indexes {
+		wantScopes[ix.Name] = true
+	}
+	if !reflect.DeepEqual(scopes, wantScopes) {
+		t.Errorf("throttle alarms for %v, want the table (\"\") and every index %v", sortedKeys(scopes), sortedKeys(wantScopes))
+	}
 	s.template.ResourceCountIs(jsii.String("AWS::CloudWatch::Dashboard"), jsii.Number(1))
+}
+
+// TestAlarmsNotifyATopic: without Props.AlarmTopic the construct creates
+// one (TLS only) and every alarm notifies it of ALARM and OK.
+func TestAlarmsNotifyATopic(t *testing.T) {
+	s := synthEnv(t, "dev")
+	s.template.ResourceCountIs(jsii.String("AWS::SNS::Topic"), jsii.Number(1))
+	topic := sortedKeys(s.resources("AWS::SNS::Topic"))[0]
+	ref := map[string]any{"Ref": topic}
+	s.template.AllResourcesProperties(jsii.String("AWS::CloudWatch::Alarm"), map[string]any{
+		"AlarmActions": []any{ref},
+		"OKActions":    []any{ref},
+	})
+	s.template.HasResourceProperties(jsii.String("AWS::SNS::TopicPolicy"), map[string]any{
+		"PolicyDocument": map[string]any{"Statement": assertions.Match_ArrayWith(&[]any{
+			assertions.Match_ObjectLike(&map[string]any{
+				"Effect":    "Deny",
+				"Condition": map[string]any{"Bool": map[string]any{"aws:SecureTransport": "false"}},
+			}),
+		})},
+	})
+	if got := s.doc["Outputs"].(map[string]any)[OutputAlarmTopicARN].(map[string]any)["Value"]; refID(got) != topic {
+		t.Errorf("%s output %v", OutputAlarmTopicARN, got)
+	}
 }
 
 func TestAlarmTopic(t *testing.T) {
@@ -423,6 +555,7 @@ func TestAlarmTopic(t *testing.T) {
 		t.Fatal(err)
 	}
 	tpl := assertions.Template_FromStack(stack, nil)
+	tpl.ResourceCountIs(jsii.String("AWS::SNS::Topic"), jsii.Number(1)) // the given one only
 	topicRef := map[string]any{"Ref": assertions.Match_StringLikeRegexp(jsii.String("^Alarms"))}
 	tpl.AllResourcesProperties(jsii.String("AWS::CloudWatch::Alarm"), map[string]any{
 		"AlarmActions": []any{topicRef},
@@ -434,7 +567,7 @@ func TestOutputs(t *testing.T) {
 	s := synthCustom(t)
 	e := customEnv(t)
 	want := []string{OutputAPIURL, OutputAPIV1URL, OutputTableName, OutputEventBusName, OutputPushQueues,
-		OutputStreamFailureQueueURL, OutputDashboardName}
+		OutputStreamFailureQueueURL, OutputDashboardName, OutputAlarmTopicARN}
 	for _, q := range e.Queues {
 		want = append(want, QueueURLOutput(q.Name), DeadLetterQueueURLOutput(q.Name))
 	}
@@ -551,10 +684,27 @@ func TestDefaultAssetRootIsRelative(t *testing.T) {
 	}
 }
 
+var (
+	functionURLOnce sync.Once
+	functionURLTpl  *synthesized
+)
+
+// synthFunctionURL synthesises the LocalStack shape once.
+func synthFunctionURL(t *testing.T) *synthesized {
+	t.Helper()
+	functionURLOnce.Do(func() {
+		functionURLTpl = synth(t, Props{Env: mustEnv(t, "local"), Frontend: FrontendFunctionURL, AuthToken: "secret-token"})
+	})
+	if functionURLTpl == nil {
+		t.Fatal("function URL synthesis failed in another test")
+	}
+	return functionURLTpl
+}
+
 // TestFunctionURLFrontend is the LocalStack shape: no API Gateway v2, a
 // function URL with bearer-token auth in the api function.
 func TestFunctionURLFrontend(t *testing.T) {
-	s := synth(t, Props{Env: mustEnv(t, "local"), Frontend: FrontendFunctionURL, AuthToken: "secret-token"})
+	s := synthFunctionURL(t)
 	api := s.byTag(t, "AWS::Lambda::Function", TagFunction, topology.FunctionAPI)
 	for _, typ := range []string{"AWS::ApiGatewayV2::Api", "AWS::ApiGatewayV2::Route", "AWS::ApiGatewayV2::Integration", "AWS::ApiGatewayV2::Stage"} {
 		s.template.ResourceCountIs(jsii.String(typ), jsii.Number(0))
@@ -563,6 +713,7 @@ func TestFunctionURLFrontend(t *testing.T) {
 	s.template.HasResourceProperties(jsii.String("AWS::Lambda::Url"), map[string]any{
 		"AuthType":          "NONE",
 		"TargetFunctionArn": map[string]any{"Fn::GetAtt": []any{api, "Arn"}},
+		"Qualifier":         AliasName,
 	})
 	// Only the api function gets the token.
 	for _, name := range topology.FunctionNames {
@@ -588,12 +739,34 @@ func TestFunctionURLFrontend(t *testing.T) {
 			t.Errorf("ApiV1Url for function URL %s = %v", url, got)
 		}
 	}
-	// No API Gateway, so no 5xx alarm; everything else is unchanged.
-	want := len(mustEnv(t, "local").Queues) + 2 + 2*len(topology.FunctionNames)
+	// No API Gateway, so no 5xx or latency alarm and no access logs;
+	// everything else is unchanged.
+	want := 2*len(mustEnv(t, "local").Queues) + 2 + 2*len(topology.FunctionNames) + 1 + len(topology.JobTable.Indexes)
+	s.template.ResourceCountIs(jsii.String("AWS::Logs::LogGroup"), jsii.Number(len(topology.FunctionNames)))
 	s.template.ResourceCountIs(jsii.String("AWS::CloudWatch::Alarm"), jsii.Number(want))
 	s.template.HasResourceProperties(jsii.String("AWS::Lambda::Permission"), map[string]any{
 		"Action":              "lambda:InvokeFunctionUrl",
 		"FunctionUrlAuthType": "NONE",
 		"Principal":           "*",
 	})
+}
+
+// TestCdkNagAwsSolutions: every environment's stack (and the two-queue,
+// JWT and function-URL variants) passes cdk-nag's AwsSolutions rules, each
+// exception suppressed with its reason in the construct (nag.go).
+func TestCdkNagAwsSolutions(t *testing.T) {
+	cases := map[string]func(*testing.T) *synthesized{
+		"custom":       synthCustom,
+		"function-url": synthFunctionURL,
+	}
+	for _, name := range topology.Environments {
+		cases[name] = func(t *testing.T) *synthesized { return synthEnv(t, name) }
+	}
+	for _, name := range sortedKeys(cases) {
+		t.Run(name, func(t *testing.T) {
+			if f := cases[name](t).nag; len(f) > 0 {
+				t.Errorf("%d unsuppressed cdk-nag findings:\n%s", len(f), strings.Join(f, "\n"))
+			}
+		})
+	}
 }

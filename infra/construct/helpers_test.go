@@ -12,6 +12,7 @@ import (
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
+	"github.com/aws/aws-cdk-go/awscdk/v2/cxapi"
 	"github.com/aws/jsii-runtime-go"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
@@ -64,6 +65,9 @@ func writeAssets(root string) error {
 type synthesized struct {
 	template assertions.Template
 	doc      map[string]any
+	// nag holds cdk-nag's AwsSolutions findings that no suppression
+	// covers: "<level> <construct path>: <message>".
+	nag []string
 }
 
 // resources returns the template's resources of one CloudFormation type,
@@ -212,6 +216,8 @@ func synth(t *testing.T, p Props) *synthesized {
 		p.AssetRoot = assetRoot
 	}
 	app := awscdk.NewApp(nil)
+	// cdk-nag runs on every synthesis, as in the app.
+	awscdk.Aspects_Of(app).Add(NagChecks(false), nil)
 	stack, _, err := NewStack(app, "Test", &StackProps{
 		StackProps: awscdk.StackProps{Env: &awscdk.Environment{
 			Account: jsii.String("123456789012"),
@@ -227,11 +233,29 @@ func synth(t *testing.T, p Props) *synthesized {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &synthesized{template: tpl}
+	s := &synthesized{template: tpl, nag: nagFindings(stack)}
 	if err := json.Unmarshal(raw, &s.doc); err != nil {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// nagFindings returns the unsuppressed AwsSolutions errors and warnings
+// cdk-nag attached to the stack's constructs.
+func nagFindings(stack awscdk.Stack) []string {
+	ann := assertions.Annotations_FromStack(stack)
+	rule := assertions.Match_StringLikeRegexp(jsii.String("AwsSolutions-.*"))
+	var out []string
+	for level, msgs := range map[string]*[]*cxapi.SynthesisMessage{
+		"error":   ann.FindError(jsii.String("*"), rule),
+		"warning": ann.FindWarning(jsii.String("*"), rule),
+	} {
+		for _, m := range *msgs {
+			out = append(out, fmt.Sprintf("%s %s: %v", level, *m.Id, m.Entry.Data))
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 var (
@@ -296,4 +320,41 @@ func evaluate(t *testing.T, v any, attrs map[string]string) any {
 	}
 	t.Fatalf("evaluate: unsupported %v", m)
 	return nil
+}
+
+// aliasRefs returns the renderings (as flatten gives them) that name the
+// live alias of function fn: a Ref to the alias resource (its ARN), or
+// the function's name or ARN with the ":live" qualifier.
+func (s *synthesized) aliasRefs(t *testing.T, fn string) []string {
+	t.Helper()
+	fnID := s.byTag(t, "AWS::Lambda::Function", TagFunction, fn)
+	var out []string
+	for id, a := range s.resources("AWS::Lambda::Alias") {
+		if refID(props(a)["FunctionName"]) == fnID && props(a)["Name"] == AliasName {
+			out = append(out, "<"+id+">")
+		}
+	}
+	if len(out) != 1 {
+		t.Fatalf("function %s has %d %s aliases", fn, len(out), AliasName)
+	}
+	return append(out, "<"+fnID+">:"+AliasName, "<"+fnID+".Arn>:"+AliasName)
+}
+
+// invokesAlias fails the test unless v names fn's live alias.
+func (s *synthesized) invokesAlias(t *testing.T, what string, v any, fn string) {
+	t.Helper()
+	got := flatten(v)
+	refs := s.aliasRefs(t, fn)
+	for _, r := range refs {
+		if got == r {
+			return
+		}
+	}
+	// The function name taken from the alias ARN, with the qualifier:
+	// {"Fn::Select":[6,{"Fn::Split":[":",{"Ref":"<alias>"}]}]}:live.
+	alias := strings.Trim(refs[0], "<>")
+	if strings.Contains(got, `{"Ref":"`+alias+`"}`) && strings.HasSuffix(got, ":"+AliasName) {
+		return
+	}
+	t.Errorf("%s targets %s, want the %s alias of %s (%v)", what, got, AliasName, fn, s.aliasRefs(t, fn))
 }

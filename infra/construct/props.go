@@ -30,6 +30,16 @@ const DefaultIteratorAgeAlarmThreshold = 5 * time.Minute
 // Props.LogLevel is empty.
 const DefaultLogLevel = "info"
 
+// DefaultQueueAgeAlarmThreshold is the age of the oldest message of a push
+// queue above which its alarm fires when Props.QueueAgeAlarmThreshold is
+// zero. It is above SQS's 15-minute maximum delay, because the stack sends
+// delayed messages for scheduled and retried jobs.
+const DefaultQueueAgeAlarmThreshold = 20 * time.Minute
+
+// DefaultAPILatencyAlarmThreshold is the API's p99 latency above which its
+// alarm fires when Props.APILatencyAlarmThreshold is zero.
+const DefaultAPILatencyAlarmThreshold = 5 * time.Second
+
 // Props configures NewOJSServerless. The zero value of every optional field
 // means the default stated in its comment.
 type Props struct {
@@ -72,8 +82,20 @@ type Props struct {
 	// alarm. Default DefaultIteratorAgeAlarmThreshold (5 minutes).
 	IteratorAgeAlarmThreshold time.Duration
 
-	// AlarmTopic, when set, receives the ALARM and OK notifications of
-	// every alarm. Default: alarms have no actions.
+	// QueueAgeAlarmThreshold is the age of the oldest message in a push
+	// queue (jobs waiting for the worker function) that raises that
+	// queue's alarm. Default DefaultQueueAgeAlarmThreshold (20 minutes).
+	QueueAgeAlarmThreshold time.Duration
+
+	// APILatencyAlarmThreshold is the HTTP API's p99 latency over five
+	// minutes that raises the latency alarm. Default
+	// DefaultAPILatencyAlarmThreshold (5 seconds).
+	APILatencyAlarmThreshold time.Duration
+
+	// AlarmTopic receives the ALARM and OK notifications of every alarm
+	// (an existing topic per environment, e.g. the one your on-call
+	// tooling subscribes to). Default: the construct creates a topic
+	// (OJSServerless.AlarmTopic; subscribe to it).
 	AlarmTopic awssns.ITopic
 }
 
@@ -126,6 +148,12 @@ func (p Props) withDefaults() (Props, error) {
 	if p.IteratorAgeAlarmThreshold == 0 {
 		p.IteratorAgeAlarmThreshold = DefaultIteratorAgeAlarmThreshold
 	}
+	if p.QueueAgeAlarmThreshold == 0 {
+		p.QueueAgeAlarmThreshold = DefaultQueueAgeAlarmThreshold
+	}
+	if p.APILatencyAlarmThreshold == 0 {
+		p.APILatencyAlarmThreshold = DefaultAPILatencyAlarmThreshold
+	}
 	if err := p.validate(); err != nil {
 		return Props{}, err
 	}
@@ -140,8 +168,14 @@ func (p Props) validate() error {
 	if !logLevels[p.LogLevel] {
 		return fmt.Errorf("ojsconstruct: log level %q: want debug, info, warn or error", p.LogLevel)
 	}
-	if p.IteratorAgeAlarmThreshold < 0 {
-		return fmt.Errorf("ojsconstruct: negative iterator age alarm threshold %v", p.IteratorAgeAlarmThreshold)
+	if p.IteratorAgeAlarmThreshold < 0 || p.QueueAgeAlarmThreshold < 0 || p.APILatencyAlarmThreshold < 0 {
+		return errors.New("ojsconstruct: alarm thresholds must not be negative")
+	}
+	if e.API.ThrottleRate < 0 || e.API.ThrottleBurst < 0 {
+		return fmt.Errorf("ojsconstruct: API throttling %+v must not be negative", e.API)
+	}
+	if _, ok := deploymentConfigs[e.TrafficShift]; !ok && e.TrafficShift != topology.ShiftAllAtOnce {
+		return fmt.Errorf("ojsconstruct: traffic shift %q: want one of %v", e.TrafficShift, sortedShifts())
 	}
 	if p.JWT != nil && (p.JWT.Issuer == "" || len(p.JWT.Audience) == 0) {
 		return errors.New("ojsconstruct: JWT auth needs an issuer and at least one audience")
@@ -191,6 +225,9 @@ func (p Props) validate() error {
 		}
 		if err := wholeSeconds("function "+name+" timeout", f.Timeout, time.Second, 15*time.Minute); err != nil {
 			return err
+		}
+		if f.ReservedConcurrency < 0 {
+			return fmt.Errorf("ojsconstruct: function %s reserved concurrency %d is negative", name, f.ReservedConcurrency)
 		}
 		bin := filepath.Join(p.AssetRoot, name, BootstrapName)
 		if st, err := os.Stat(bin); err != nil || st.IsDir() {

@@ -1,7 +1,11 @@
 package ojsconstruct
 
 import (
+	"fmt"
+	"regexp"
+
 	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssns"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 )
@@ -28,6 +32,9 @@ const (
 	OutputStreamFailureQueueURL = "StreamFailureQueueUrl"
 	// OutputDashboardName is the CloudWatch dashboard name.
 	OutputDashboardName = "DashboardName"
+	// OutputAlarmTopicARN is the SNS topic every alarm notifies (subscribe
+	// your on-call email or tooling to it).
+	OutputAlarmTopicARN = "AlarmTopicArn"
 )
 
 // QueueURLOutput returns the output key holding the SQS URL of the named
@@ -47,7 +54,13 @@ type StackProps struct {
 	awscdk.StackProps
 	// OJS configures the backend construct; see Props.
 	OJS Props
+	// AlarmTopicARN, when set and OJS.AlarmTopic is nil, is an existing SNS
+	// topic (e.g. the environment's on-call topic) imported as the alarm
+	// topic. Default: the construct creates one.
+	AlarmTopicARN string
 }
+
+var topicARNPattern = regexp.MustCompile(`^arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_-]{1,256}(\.fifo)?$`)
 
 // NewStack creates a stack holding one OJSServerless construct (id
 // ConstructID) and the stack outputs listed above. StackName defaults to
@@ -60,6 +73,9 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.
 	if _, err := props.OJS.withDefaults(); err != nil {
 		return nil, nil, err
 	}
+	if a := props.AlarmTopicARN; a != "" && !topicARNPattern.MatchString(a) {
+		return nil, nil, fmt.Errorf("ojsconstruct: alarm topic %q is not an SNS topic ARN", a)
+	}
 	sp := props.StackProps
 	if sp.StackName == nil {
 		sp.StackName = jsii.String(StackName(props.OJS.Env.Name))
@@ -71,7 +87,11 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.
 	awscdk.Tags_Of(stack).Add(jsii.String("ojs:env"), jsii.String(props.OJS.Env.Name), nil)
 	awscdk.Tags_Of(stack).Add(jsii.String("project"), jsii.String("ojs-serverless"), nil)
 
-	o, err := NewOJSServerless(stack, ConstructID, &props.OJS)
+	ojsProps := props.OJS
+	if ojsProps.AlarmTopic == nil && props.AlarmTopicARN != "" {
+		ojsProps.AlarmTopic = awssns.Topic_FromTopicArn(stack, jsii.String("AlarmTopic"), jsii.String(props.AlarmTopicARN))
+	}
+	o, err := NewOJSServerless(stack, ConstructID, &ojsProps)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -93,5 +113,6 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.
 	}
 	out(OutputStreamFailureQueueURL, o.StreamFailureQueue.QueueUrl(), "On-failure destination of the stream mapping")
 	out(OutputDashboardName, o.Dashboard.DashboardName(), "CloudWatch dashboard")
+	out(OutputAlarmTopicARN, o.AlarmTopic.TopicArn(), "SNS topic of every alarm (ALARM and OK)")
 	return stack, o, nil
 }

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -57,12 +56,10 @@ type App struct {
 }
 
 // Logger returns a JSON slog logger at the level named by OJS_LOG_LEVEL.
+// Lines logged with an invocation's context carry its Lambda request id
+// (see NewLogger).
 func Logger() *slog.Logger {
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(strings.ToUpper(os.Getenv(topology.EnvLogLevel)))); err != nil {
-		lvl = slog.LevelInfo
-	}
-	return slog.New(slog.NewJSONHandler(os.Stdout, &slog.HandlerOptions{Level: lvl}))
+	return NewLogger(os.Stdout, os.Getenv(topology.EnvLogLevel))
 }
 
 // Load builds the components from the environment: OJS_TABLE (required),
@@ -108,11 +105,15 @@ func Load(ctx context.Context) (*App, error) {
 	d := dispatch.New(sqs.NewFromConfig(cfg), urls)
 	push := d.Queues()
 	svc := lifecycle.New(st, lifecycle.Config{PushQueues: push, Logger: log, DeadRetention: ret, RedeliverAfter: redeliver})
+	// Workflow jobs are admitted like every job, and a request that
+	// finishes a workflow job advances its workflow before it answers.
+	wfs := workflow.New(st, workflow.Config{Jobs: svc, PushQueues: push, Logger: log, RedeliverAfter: redeliver})
+	svc.SetWorkflows(wfs)
 	a := &App{
 		Admin:  admin.New(st, svc, admin.Config{Logger: log}),
 		Logger: log, Store: st, Dispatcher: d, PushQueues: push, EventTTL: ttl, Publisher: pub, Table: table,
 		Service:   svc,
-		Workflows: workflow.New(st, workflow.Config{PushQueues: push, Logger: log, RedeliverAfter: redeliver}),
+		Workflows: wfs,
 		Crons:     &cron.Service{Store: st, Jobs: svc, Logger: log},
 		AuthToken: os.Getenv(topology.EnvAuthToken),
 	}

@@ -558,7 +558,7 @@ func (b *bencher) waitWorkflows(ctx context.Context, ids []string, perWorkflow i
 			if err != nil && !errors.Is(err, store.ErrNotFound) {
 				return err
 			}
-			if n == nil || (n.State != workflow.StateCompleted && n.State != workflow.StateFailed && n.State != workflow.StateCancelled) {
+			if n == nil || !n.State.Terminal() {
 				rest = append(rest, id)
 			}
 		}

@@ -1,7 +1,6 @@
-// Package conformance builds the public OJS conformance runner (a copy in
-// shared/ojs-conformance) and runs suite directories of it against a
-// server, printing a table and reporting failures. The local stack to run
-// it against is started by localstack/cmd/ojs-conformance.
+// Package conformance builds the public OJS conformance runner from a copy
+// of the suite (third_party/ojs-conformance); localstack/cmd/ojs-conformance
+// runs it against a local stack.
 //
 // The stored runner (v0.4.0, and its upstream at the time of writing)
 // does not evaluate three things some extension suites use: a step's
@@ -14,16 +13,12 @@
 package conformance
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"strings"
 )
 
@@ -107,7 +102,6 @@ func matchBareOperators(expected map[string]json.RawMessage, actual any) (bool, 
 import (
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"sync"
 
 	"github.com/openjobspec/ojs-conformance/lib"
@@ -223,68 +217,4 @@ func writeOverlay(dir, tmp string) (string, error) {
 	b, _ := json.Marshal(map[string]any{"Replace": replace})
 	ov := filepath.Join(tmp, "overlay.json")
 	return ov, os.WriteFile(ov, b, 0o644)
-}
-
-// Result is one suite directory's outcome.
-type Result struct {
-	Suite                 string
-	Total, Passed, Failed int
-	Skipped, Errored      int
-	FailedTests           []string
-	ExitCode              int
-}
-
-// OK reports whether every test of the suite passed.
-func (r Result) OK() bool { return r.ExitCode == 0 && r.Failed == 0 && r.Errored == 0 && r.Total > 0 }
-
-var (
-	totalLine  = regexp.MustCompile(`Total: (\d+) \| Passed: (\d+) \| Failed: (\d+) \| Skipped: (\d+) \| Errored: (\d+)`)
-	failedLine = regexp.MustCompile(`^\s+- (\S+): `)
-)
-
-// Run runs one suite directory with the runner binary against url,
-// resetting the server through the Redis address before each test, and
-// copies the runner's table to out.
-func Run(ctx context.Context, runner, suiteDir, url, redisAddr string, out io.Writer) (Result, error) {
-	res := Result{Suite: filepath.Base(suiteDir)}
-	cmd := exec.CommandContext(ctx, runner, "-url", url, "-suites", suiteDir, "-redis", "redis://"+redisAddr, "-output", "table")
-	pipe, err := cmd.StdoutPipe()
-	if err != nil {
-		return res, err
-	}
-	cmd.Stderr = out
-	if err := cmd.Start(); err != nil {
-		return res, err
-	}
-	sc := bufio.NewScanner(pipe)
-	for sc.Scan() {
-		line := sc.Text()
-		fmt.Fprintln(out, line)
-		if m := totalLine.FindStringSubmatch(line); m != nil {
-			res.Total, _ = strconv.Atoi(m[1])
-			res.Passed, _ = strconv.Atoi(m[2])
-			res.Failed, _ = strconv.Atoi(m[3])
-			res.Skipped, _ = strconv.Atoi(m[4])
-			res.Errored, _ = strconv.Atoi(m[5])
-		}
-		if m := failedLine.FindStringSubmatch(line); m != nil {
-			res.FailedTests = append(res.FailedTests, m[1])
-		}
-	}
-	err = cmd.Wait()
-	if ee, ok := err.(*exec.ExitError); ok {
-		res.ExitCode = ee.ExitCode()
-		err = nil
-	}
-	return res, err
-}
-
-// Table formats results as a plain table.
-func Table(rs []Result) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%-28s %6s %6s %6s %7s %7s  %s\n", "suite", "total", "pass", "fail", "skip", "error", "failed tests")
-	for _, r := range rs {
-		fmt.Fprintf(&b, "%-28s %6d %6d %6d %7d %7d  %s\n", r.Suite, r.Total, r.Passed, r.Failed, r.Skipped, r.Errored, strings.Join(r.FailedTests, " "))
-	}
-	return b.String()
 }

@@ -134,6 +134,9 @@ func (s *Service) step(ctx context.Context, name string, res *RunResult) error {
 		if err != nil {
 			return err
 		}
+		if err := s.Jobs.Admit(ctx, []*job.Job{j}); err != nil {
+			return err
+		}
 		st.Job, st.Ran = j, true
 		st.PrevMustBeDone = c.OverlapPolicy == OverlapSkip || c.OverlapPolicy == OverlapEnqueue
 		st.Event = &store.CronEvent{Type: "triggered", JobID: j.ID, ScheduledTime: stamp(scheduled), ActualTime: job.Timestamp(now)}
@@ -209,7 +212,6 @@ func (s *Service) occurrenceJob(c *store.CronInfo, scheduled, now time.Time) (*j
 	if j.Meta, err = json.Marshal(meta); err != nil {
 		return nil, err
 	}
-	j.Push = s.Jobs.IsPush(j.Queue)
 	return j, nil
 }
 

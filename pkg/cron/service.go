@@ -46,7 +46,9 @@ type Store interface {
 // *lifecycle.Service).
 type Jobs interface {
 	Now() time.Time
-	IsPush(queue string) bool
+	// Admit prepares a job for writing as every job is prepared (push
+	// mode, queue registration, rate limit).
+	Admit(ctx context.Context, jobs []*job.Job) error
 	RedeliverAfter() time.Duration
 	EnsureQueue(ctx context.Context, queue string) error
 	Cancel(ctx context.Context, id string) (*job.Job, job.State, error)

@@ -1,8 +1,10 @@
-// Package dispatch sends push-mode jobs to their SQS queues. A message body
-// is the job's OJS JSON envelope (ojs-json-format.md), which is what OJS
-// serverless adapters in other languages expect; consumers must still
-// check DynamoDB before running anything, because a message is only a hint
-// that a job may be ready (it can be duplicated, late or stale).
+// Package dispatch sends push-mode jobs to their SQS queues. A message is a
+// reference to a job, never the job itself: its body is a small JSON object
+// (Message: the job's id, type, queue and attempts so far) whatever the
+// job's size, so no job can pass SQS's message size limit. Consumers read
+// the job from DynamoDB when they claim it, which they must do anyway: a
+// message is only a hint that a job may be ready (it can be duplicated,
+// late or stale).
 package dispatch
 
 import (
@@ -10,12 +12,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/aws/smithy-go"
+	"github.com/ojs-aws/ojs-serverless/pkg/awslimit"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 )
 
@@ -30,8 +36,31 @@ var _ SQSAPI = (*sqs.Client)(nil)
 // the sweeper.
 const MaxDelay = 15 * time.Minute
 
-// batchBytes keeps a SendMessageBatch under the oldest SQS payload limit.
-const batchBytes = 250 << 10
+// tries bounds the sends of one entry that fails for a reason that may
+// pass (throttling, a service error); the SDK's own retries come on top.
+const tries = 3
+
+// Message is the body of every SQS message the product sends: which job
+// may be ready. The field names are the OJS envelope's, so a consumer that
+// reads id, type and queue from an envelope reads them from a Message; the
+// rest of the job (args, meta, retry policy, error history,
+// parent_results) is in DynamoDB.
+type Message struct {
+	// ID is the job id.
+	ID string `json:"id"`
+	// Type is the job type.
+	Type string `json:"type"`
+	// Queue is the OJS queue.
+	Queue string `json:"queue"`
+	// Attempt is the number of attempts made when the message was sent
+	// (0 before the first): a hint for logs; the claim decides.
+	Attempt int `json:"attempt"`
+}
+
+// NewMessage returns the message for j.
+func NewMessage(j *job.Job) Message {
+	return Message{ID: j.ID, Type: j.Type, Queue: j.Queue, Attempt: j.Attempt}
+}
 
 // Delivery is one job to send, after Delay.
 type Delivery struct {
@@ -39,10 +68,28 @@ type Delivery struct {
 	Delay time.Duration
 }
 
+// SendError reports the jobs whose messages could not be sent for a reason
+// that may pass; a later send of the same jobs can succeed.
+type SendError struct {
+	// JobIDs lists the jobs not sent.
+	JobIDs []string
+	// Err describes the failures.
+	Err error
+}
+
+func (e *SendError) Error() string {
+	return fmt.Sprintf("%d push-mode job messages were not sent: %v", len(e.JobIDs), e.Err)
+}
+
+func (e *SendError) Unwrap() error { return e.Err }
+
 // Dispatcher sends jobs to the SQS queue of their OJS queue.
 type Dispatcher struct {
 	sqs  SQSAPI
 	urls map[string]string
+	// Logger receives the messages that can never be sent. Default
+	// slog.Default().
+	Logger *slog.Logger
 }
 
 // New returns a dispatcher; urls maps push-mode OJS queue names to SQS
@@ -78,27 +125,52 @@ func (d *Dispatcher) Queues() []string {
 	return out
 }
 
-// Send sends the deliveries, grouped per queue in batches of up to ten. It
-// returns an error naming the jobs that could not be sent; callers retry
-// (SQS deduplicates nothing: a duplicate is harmless, a loss is not).
+func (d *Dispatcher) log() *slog.Logger {
+	if d.Logger != nil {
+		return d.Logger
+	}
+	return slog.Default()
+}
+
+// entry is one message to send with the job it stands for.
+type entry struct {
+	jobID string
+	e     types.SendMessageBatchRequestEntry
+	size  int
+}
+
+// messageSize is what SQS counts against its message size limit: the body
+// and each message attribute's name, data type and value.
+func messageSize(e types.SendMessageBatchRequestEntry) int {
+	n := len(aws.ToString(e.MessageBody))
+	for k, v := range e.MessageAttributes {
+		n += len(k) + len(aws.ToString(v.DataType)) + len(aws.ToString(v.StringValue)) + len(v.BinaryValue)
+	}
+	return n
+}
+
+// Send sends the deliveries, grouped per queue in batches of up to ten
+// messages and awslimit.SQSBatchBytes. Each message is handled on its own:
+// a failed entry of a batch is retried alone, and never holds back the
+// others. A message SQS refuses as the sender's fault (it could never be
+// sent) is logged and skipped, not returned: its job stays available with
+// its redelivery check, so the sweeper tries it again later. Messages that
+// may still be sent (throttling, service errors) are returned as a
+// *SendError naming their jobs; callers retry (SQS deduplicates nothing: a
+// duplicate is harmless, a loss is not). A delivery for a queue that is not
+// push-mode is an error and nothing is sent.
 func (d *Dispatcher) Send(ctx context.Context, ds []Delivery) error {
-	byQueue := map[string][]types.SendMessageBatchRequestEntry{}
+	byQueue := map[string][]entry{}
 	for _, dl := range ds {
 		if _, ok := d.urls[dl.Job.Queue]; !ok {
 			return fmt.Errorf("dispatch job %s: queue %q is not a push-mode queue", dl.Job.ID, dl.Job.Queue)
 		}
-		body, err := json.Marshal(dl.Job)
+		body, err := json.Marshal(NewMessage(dl.Job))
 		if err != nil {
-			return fmt.Errorf("encode job %s: %w", dl.Job.ID, err)
+			return fmt.Errorf("encode message for job %s: %w", dl.Job.ID, err)
 		}
-		delay := dl.Delay
-		if delay < 0 {
-			delay = 0
-		}
-		if delay > MaxDelay {
-			delay = MaxDelay
-		}
-		byQueue[dl.Job.Queue] = append(byQueue[dl.Job.Queue], types.SendMessageBatchRequestEntry{
+		delay := min(max(dl.Delay, 0), MaxDelay)
+		e := types.SendMessageBatchRequestEntry{
 			Id:           aws.String(strconv.Itoa(len(byQueue[dl.Job.Queue]))),
 			MessageBody:  aws.String(string(body)),
 			DelaySeconds: int32((delay + time.Second - 1) / time.Second),
@@ -106,51 +178,130 @@ func (d *Dispatcher) Send(ctx context.Context, ds []Delivery) error {
 				"ojs_job_id": {DataType: aws.String("String"), StringValue: aws.String(dl.Job.ID)},
 				"ojs_type":   {DataType: aws.String("String"), StringValue: aws.String(dl.Job.Type)},
 			},
-		})
+		}
+		size := messageSize(e)
+		if size > awslimit.SQSMessageBytes {
+			// Cannot happen for a valid job (ids, types and queue names
+			// are short), but a message SQS must refuse is never sent.
+			d.log().ErrorContext(ctx, "push-mode job message exceeds the SQS message size; left for the sweeper",
+				"job_id", dl.Job.ID, "queue", dl.Job.Queue, "message_bytes", size, "max_bytes", awslimit.SQSMessageBytes)
+			continue
+		}
+		byQueue[dl.Job.Queue] = append(byQueue[dl.Job.Queue], entry{jobID: dl.Job.ID, e: e, size: size})
 	}
+	var failed []string
 	var errs []error
 	for q, entries := range byQueue {
 		for len(entries) > 0 {
 			n, size := 0, 0
-			for n < len(entries) && n < 10 && (n == 0 || size+len(aws.ToString(entries[n].MessageBody)) <= batchBytes) {
-				size += len(aws.ToString(entries[n].MessageBody))
+			for n < len(entries) && n < 10 && size+entries[n].size <= awslimit.SQSBatchBytes {
+				size += entries[n].size
 				n++
 			}
-			if err := d.sendBatch(ctx, d.urls[q], entries[:n]); err != nil {
+			ids, err := d.sendBatch(ctx, q, entries[:n])
+			failed = append(failed, ids...)
+			if err != nil {
 				errs = append(errs, err)
 			}
 			entries = entries[n:]
 		}
 	}
-	return errors.Join(errs...)
+	if len(failed) > 0 {
+		return &SendError{JobIDs: failed, Err: errors.Join(errs...)}
+	}
+	return nil
 }
 
-func (d *Dispatcher) sendBatch(ctx context.Context, url string, entries []types.SendMessageBatchRequestEntry) error {
-	for try := 0; try < 3 && len(entries) > 0; try++ {
-		out, err := d.sqs.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(url), Entries: entries})
+// sendBatch sends one batch and returns the jobs whose messages may still
+// be sent later (with why); messages that can never be sent are logged.
+func (d *Dispatcher) sendBatch(ctx context.Context, queue string, entries []entry) ([]string, error) {
+	url := d.urls[queue]
+	var lastErr error
+	for try := 0; try < tries && len(entries) > 0; try++ {
+		in := &sqs.SendMessageBatchInput{QueueUrl: aws.String(url), Entries: make([]types.SendMessageBatchRequestEntry, len(entries))}
+		for i, e := range entries {
+			in.Entries[i] = e.e
+		}
+		out, err := d.sqs.SendMessageBatch(ctx, in)
 		if err != nil {
-			if try == 2 {
-				return fmt.Errorf("send %d messages to %s: %w", len(entries), url, err)
+			if senderFault(err) {
+				if len(entries) == 1 {
+					d.poison(ctx, queue, entries[0], err.Error())
+					return nil, nil
+				}
+				// The request as a whole was refused: send each message
+				// alone so that one bad message does not keep the others.
+				var ids []string
+				var errs []error
+				for _, e := range entries {
+					f, err := d.sendBatch(ctx, queue, []entry{e})
+					ids = append(ids, f...)
+					if err != nil {
+						errs = append(errs, err)
+					}
+				}
+				return ids, errors.Join(errs...)
+			}
+			lastErr = fmt.Errorf("send %d messages to %s: %w", len(entries), url, err)
+			if ctx.Err() != nil {
+				break
 			}
 			continue
 		}
-		if len(out.Failed) == 0 {
-			return nil
-		}
-		failed := map[string]bool{}
-		for _, f := range out.Failed {
-			failed[aws.ToString(f.Id)] = true
-		}
-		var retry []types.SendMessageBatchRequestEntry
+		byID := map[string]entry{}
 		for _, e := range entries {
-			if failed[aws.ToString(e.Id)] {
-				retry = append(retry, e)
+			byID[aws.ToString(e.e.Id)] = e
+		}
+		var retry []entry
+		for _, f := range out.Failed {
+			e, ok := byID[aws.ToString(f.Id)]
+			if !ok {
+				continue
 			}
+			why := aws.ToString(f.Code) + ": " + aws.ToString(f.Message)
+			if f.SenderFault {
+				d.poison(ctx, queue, e, why)
+				continue
+			}
+			lastErr = fmt.Errorf("send message for job %s to %s: %s", e.jobID, url, why)
+			retry = append(retry, e)
 		}
 		entries = retry
 	}
-	if len(entries) > 0 {
-		return fmt.Errorf("send to %s: %d messages failed", url, len(entries))
+	ids := make([]string, len(entries))
+	for i, e := range entries {
+		ids[i] = e.jobID
 	}
-	return nil
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	return ids, lastErr
+}
+
+// poison logs a message SQS refused as the sender's fault: sending it again
+// cannot succeed, and returning it would make the stream retry its batch
+// (and the sweeper its page) forever.
+func (d *Dispatcher) poison(ctx context.Context, queue string, e entry, why string) {
+	d.log().ErrorContext(ctx, "SQS refused a push-mode job message; left for the sweeper",
+		"job_id", e.jobID, "queue", queue, "message_bytes", e.size, "error", why)
+}
+
+// senderFault reports whether err is SQS refusing the request because of
+// what it carries (a message too long, invalid characters, a bad
+// parameter): sending the same request again cannot succeed, but its
+// messages sent one by one may. Throttling, a missing queue or missing
+// permissions are not: they hold for every message and may pass.
+func senderFault(err error) bool {
+	var ae smithy.APIError
+	if !errors.As(err, &ae) {
+		return false
+	}
+	code := ae.ErrorCode()
+	for _, c := range []string{"InvalidParameterValue", "InvalidMessageContents", "BatchRequestTooLong", "MessageTooLong",
+		"BatchEntryIdsNotDistinct", "TooManyEntriesInBatchRequest", "InvalidBatchEntryId", "InvalidAttributeValue", "UnsupportedOperation"} {
+		if strings.HasSuffix(code, c) {
+			return true
+		}
+	}
+	return false
 }

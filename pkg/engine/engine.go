@@ -14,7 +14,6 @@ import (
 	"encoding/json"
 	"log/slog"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/dispatch"
@@ -38,16 +37,14 @@ type Change struct {
 	At time.Time
 	// SequenceNumber identifies the record for partial batch failures.
 	SequenceNumber string
-	// StartWorkflow is set when the record inserted a workflow's root.
-	StartWorkflow string
 }
 
-// Workflows advances workflows and tells the events their node changes
-// imply (implemented by *workflow.Engine).
+// Workflows verifies that finished workflow steps were advanced (the
+// guarantee behind the requests that advance them) and tells the events
+// the changes imply (implemented by *workflow.Engine).
 type Workflows interface {
-	Start(ctx context.Context, wfID string) error
-	JobFinished(ctx context.Context, j *job.Job) error
-	Events(ctx context.Context, source string, changes []workflow.NodeChange) ([]events.Event, error)
+	Verify(ctx context.Context, fs []workflow.Finished) error
+	Events(ctx context.Context, source string, nodes []workflow.NodeChange, jobs []workflow.JobChange) ([]events.Event, error)
 }
 
 // EventStore keeps events for the events API (implemented by *store.Store).
@@ -68,8 +65,8 @@ type Sender interface {
 // Engine processes stream changes.
 type Engine struct {
 	Sender Sender
-	// Workflows, when set, is driven by workflow root inserts and by
-	// workflow jobs reaching a terminal state.
+	// Workflows, when set, verifies every finished workflow step (a job
+	// reaching a terminal state, a nested composite finishing).
 	Workflows Workflows
 	// Events, when set, stores the lifecycle events the changes imply, with
 	// EventTTL (default 7 days); Publisher, when set, also publishes them.
@@ -78,8 +75,6 @@ type Engine struct {
 	Publisher Publisher
 	// Source is the events' source URI. Default "ojs://ojs-serverless/engine".
 	Source string
-	// Concurrency bounds the workflow actions run at once. Default 16.
-	Concurrency int
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 	// Logger defaults to slog.Default().
@@ -154,38 +149,22 @@ func (e *Engine) Process(ctx context.Context, changes []Change) (int, error) {
 	if e.Workflows == nil {
 		return -1, nil
 	}
-	conc := e.Concurrency
-	if conc <= 0 {
-		conc = 16
-	}
-	sem := make(chan struct{}, conc)
-	var mu sync.Mutex
-	first, firstErr := -1, error(nil)
-	var wg sync.WaitGroup
-	for i, c := range changes {
-		act := e.workflowAction(c)
-		if act == nil {
-			continue
+	var fs []workflow.Finished
+	for _, c := range changes {
+		if f, ok := finished(c); ok {
+			fs = append(fs, f)
 		}
-		wg.Add(1)
-		sem <- struct{}{}
-		go func(i int) {
-			defer func() { <-sem; wg.Done() }()
-			err := fault.Hit(fault.EngineWorkflowAction)
-			if err == nil {
-				err = act(ctx)
-			}
-			if err != nil {
-				mu.Lock()
-				if first < 0 || i < first {
-					first, firstErr = i, err
-				}
-				mu.Unlock()
-			}
-		}(i)
 	}
-	wg.Wait()
-	return first, firstErr
+	if len(fs) == 0 {
+		return -1, nil
+	}
+	if err := fault.Hit(fault.EngineWorkflowAction); err != nil {
+		return 0, err
+	}
+	if err := e.Workflows.Verify(ctx, fs); err != nil {
+		return 0, err
+	}
+	return -1, nil
 }
 
 // DefaultSource is the events' source when Engine.Source is empty.
@@ -204,6 +183,7 @@ func (e *Engine) emit(ctx context.Context, changes []Change, now time.Time) erro
 	}
 	var evs []events.Event
 	var nodes []workflow.NodeChange
+	var jobs []workflow.JobChange
 	for _, c := range changes {
 		at := c.At
 		if at.IsZero() {
@@ -215,6 +195,9 @@ func (e *Engine) emit(ctx context.Context, changes []Change, now time.Time) erro
 				old = c.Old.Job
 			}
 			evs = append(evs, events.FromJob(src, old, c.New.Job, c.New.Version, at)...)
+			if c.New.Job.WorkflowID != "" {
+				jobs = append(jobs, workflow.JobChange{Old: old, New: c.New.Job, Version: c.New.Version, At: at})
+			}
 		} else if c.New == nil && c.Old != nil && c.Old.Job != nil {
 			evs = append(evs, events.FromDeletedJob(src, c.Old.Job, c.Old.Pruned, c.Old.Version, at)...)
 		}
@@ -234,8 +217,8 @@ func (e *Engine) emit(ctx context.Context, changes []Change, now time.Time) erro
 			evs = append(evs, workerEvents(src, c.OldWorker, c.NewWorker, at)...)
 		}
 	}
-	if len(nodes) > 0 && e.Workflows != nil {
-		wevs, err := e.Workflows.Events(ctx, src, nodes)
+	if len(nodes)+len(jobs) > 0 && e.Workflows != nil {
+		wevs, err := e.Workflows.Events(ctx, src, nodes, jobs)
 		if err != nil {
 			return err
 		}
@@ -319,18 +302,20 @@ func cronEvents(src string, old, cur *store.CronInfo, at time.Time) []events.Eve
 
 func itoa(v int64) string { return strconv.FormatInt(v, 10) }
 
-// workflowAction returns what a change means for workflows, or nil.
-func (e *Engine) workflowAction(c Change) func(context.Context) error {
-	if c.StartWorkflow != "" {
-		id := c.StartWorkflow
-		return func(ctx context.Context) error { return e.Workflows.Start(ctx, id) }
+// finished reports a change that finished a workflow step: a workflow
+// job reaching a terminal state, or a nested composite finishing.
+func finished(c Change) (workflow.Finished, bool) {
+	if c.New != nil && c.New.Job != nil && c.New.Job.WorkflowID != "" && c.New.Job.State.Terminal() {
+		if c.Old != nil && c.Old.Job != nil && c.Old.Job.State == c.New.Job.State {
+			return workflow.Finished{}, false
+		}
+		return workflow.Finished{Job: c.New.Job}, true
 	}
-	if c.New == nil || c.New.Job == nil || c.New.Job.WorkflowID == "" || !c.New.Job.State.Terminal() {
-		return nil
+	if n := c.NewNode; n != nil && n.Path != store.RootPath && n.Kind != workflow.KindJob && n.State.Terminal() {
+		if c.OldNode != nil && c.OldNode.State == n.State {
+			return workflow.Finished{}, false
+		}
+		return workflow.Finished{Node: n}, true
 	}
-	if c.Old != nil && c.Old.Job != nil && c.Old.Job.State == c.New.Job.State {
-		return nil
-	}
-	j := c.New.Job
-	return func(ctx context.Context) error { return e.Workflows.JobFinished(ctx, j) }
+	return workflow.Finished{}, false
 }

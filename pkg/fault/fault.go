@@ -50,9 +50,13 @@ const (
 	// through a batch's workflow actions (some done, some not); an error
 	// is reported as a partial batch failure at that record.
 	EngineWorkflowAction Point = "engine.workflow_action"
-	// WorkflowAfterRecord: a finished job's outcome is counted in its
-	// parent's shard, nothing after it (roll-up, next step, callbacks,
-	// completion) is done yet.
+	// LifecycleBeforeAdvance: a workflow job reached a terminal state (ACK,
+	// FAIL, lease expiry, cancel) and the request dies or fails before it
+	// advances the workflow: the stream function's verification must.
+	LifecycleBeforeAdvance Point = "lifecycle.before_advance"
+	// WorkflowAfterRecord: a finished step is counted in its parent (with
+	// the next steps it starts), nothing after it (roll-up, the parent
+	// finishing, callbacks, the levels above) is done yet.
 	WorkflowAfterRecord Point = "workflow.after_record"
 	// WorkflowAfterFire: a batch's callbacks are recorded as fired, their
 	// jobs are not created yet.
@@ -76,7 +80,7 @@ const (
 )
 
 // Points lists every fault point.
-var Points = []Point{APIAfterWrite, EngineAfterRelay, EngineAfterEvents, EngineWorkflowAction, WorkflowAfterRecord, WorkflowAfterFire,
+var Points = []Point{APIAfterWrite, EngineAfterRelay, EngineAfterEvents, EngineWorkflowAction, LifecycleBeforeAdvance, WorkflowAfterRecord, WorkflowAfterFire,
 	WorkerAfterClaim, WorkerAfterHandler, WorkerAfterAck, SweeperAfterSend, SweeperAfterResolve}
 
 // Environment variables read at process start.

@@ -65,7 +65,7 @@ func TestAuthComesFirst(t *testing.T) {
 			calls := h.checkOutcome(t, what, rec)
 			var env errorEnvelope
 			_ = json.Unmarshal(rec.Body.Bytes(), &env)
-			if rec.Code != http.StatusUnauthorized || env.Error == nil || env.Error.Code != "unauthenticated" || len(calls) > 0 {
+			if rec.Code != http.StatusUnauthorized || env.Error == nil || env.Error.Code != "x_unauthenticated" || env.Error.Type != "unauthenticated" || len(calls) > 0 {
 				t.Fatalf("%s: %d %s (storage calls %v)", what, rec.Code, rec.Body.Bytes(), calls)
 			}
 			if rec.Header().Get("WWW-Authenticate") != `Bearer realm="ojs"` || rec.Header().Get("Allow") != "" {

@@ -338,9 +338,10 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		s.cfg.Logger.ErrorContext(r.Context(), "request failed", "request_id", RequestID(r.Context()), "code", string(e.Code), "error", err.Error())
 	}
 	var b errorBody
-	b.Error.Code, b.Error.Type, b.Error.Message, b.Error.Retryable = e.Code, e.Type, e.Message, e.Retryable
+	code, typ := e.Wire()
+	b.Error.Code, b.Error.Type, b.Error.Message, b.Error.Retryable = code, typ, e.Message, e.Retryable
 	b.Error.Details, b.Error.Hint, b.Error.RequestID = e.Details, e.Hint, RequestID(r.Context())
-	b.Error.DocsURL = DocsBase + string(e.Code)
+	b.Error.DocsURL = DocsBase + string(e.Code) // the specific kind's entry
 	if status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="ojs"`)
 	}

@@ -19,9 +19,10 @@ import (
 )
 
 var (
-	// typePattern is the conformance suite's pattern (L0-ENV-003): dot
-	// separated segments starting with a letter.
-	typePattern  = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9_]*(\.[a-zA-Z][a-zA-Z0-9_]*)*$`)
+	// typePattern is what the conformance suite (L0-ENV-003, L0-ENV-005)
+	// and the official SDKs use: dot-separated lowercase segments of
+	// letters, digits, '_' and '-', each starting with a letter.
+	typePattern  = regexp.MustCompile(`^[a-z][a-z0-9_-]*(\.[a-z][a-z0-9_-]*)*$`)
 	queuePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9\-\.]*$`)
 )
 
@@ -36,7 +37,7 @@ var known = map[string]bool{
 	"started_at": true, "completed_at": true, "cancelled_at": true, "discarded_at": true,
 	"next_attempt_at": true, "error": true, "errors": true, "result": true, "timeout_ms": true,
 	"visibility_timeout_ms": true, "workflow_id": true, "workflow_node": true, "parent_results": true,
-	"retry_delay_ms": true,
+	"retry_delay_ms": true, "visibility_timeout": true,
 }
 
 // request is the PUSH body: the OJS envelope attributes at the top level
@@ -56,7 +57,10 @@ type request struct {
 	Unique      json.RawMessage `json:"unique"`
 	Schema      *string         `json:"schema"`
 	Tags        json.RawMessage `json:"tags"`
-	Options     *options        `json:"options"`
+	// VisibilityTimeout is the envelope's own lease length in seconds
+	// (ojs-json-format.md 3.1).
+	VisibilityTimeout json.RawMessage `json:"visibility_timeout"`
+	Options           *options        `json:"options"`
 }
 
 type options struct {
@@ -133,7 +137,7 @@ func ParseEnqueue(raw []byte, now time.Time) (*Enqueue, error) {
 	}
 	j.Type = *req.Type
 	if j.Type == "" || len(j.Type) > MaxTypeLength || !typePattern.MatchString(j.Type) {
-		return nil, ojserr.Invalid("type", "The 'type' field must be a dot-separated name like 'email.send' (segments start with a letter; letters, digits and underscores; at most %d bytes).", MaxTypeLength)
+		return nil, ojserr.Invalid("type", "The 'type' field must be a dot-separated name like 'email.send' (lowercase segments that start with a letter and hold letters, digits, '_' and '-'; at most %d bytes).", MaxTypeLength)
 	}
 	if req.Args == nil {
 		return nil, missing("args")
@@ -210,7 +214,7 @@ func ParseEnqueue(raw []byte, now time.Time) (*Enqueue, error) {
 			return nil, err
 		}
 		j.Visibility = time.Duration(ms) * time.Millisecond
-	} else if raw := opts.VisibilityTimeout; raw != nil && !isNull(raw) {
+	} else if raw := first(opts.VisibilityTimeout, req.VisibilityTimeout); raw != nil && !isNull(raw) {
 		var iso string
 		if json.Unmarshal(raw, &iso) == nil {
 			d, err := retry.ParseDuration(iso)

@@ -17,8 +17,9 @@ const (
 	// DefaultTimeout is a job's execution timeout when it sets none.
 	DefaultTimeout = 30 * time.Minute
 	// DefaultVisibilityTimeout is how long a pull-mode claim lasts without a
-	// heartbeat when neither the job nor the FETCH sets one.
-	DefaultVisibilityTimeout = 30 * time.Second
+	// heartbeat when neither the job nor the FETCH sets one
+	// (ojs-worker-protocol.md 5.2: 1800 seconds).
+	DefaultVisibilityTimeout = 1800 * time.Second
 	// MaxEnvelopeBytes bounds one job's JSON envelope. A DynamoDB item is at
 	// most 400 KB and holds the envelope, the result and the error history.
 	MaxEnvelopeBytes = 256 << 10
@@ -101,6 +102,13 @@ type Job struct {
 	WorkflowID    string
 	WorkflowNode  string
 	ParentResults json.RawMessage
+	// WorkflowShard names the counter shard the job's step is counted in
+	// when its group or batch is counted in shards (not on the wire).
+	WorkflowShard string
+	// WorkflowNext lists the graph steps that depend on the job's step, by
+	// index (not on the wire): the request that finishes the job reads
+	// them with the graph's progress in one request.
+	WorkflowNext []int
 
 	// Push is true when Queue is a push-mode queue delivered to Lambda.
 	Push bool
@@ -157,6 +165,7 @@ type wireJob struct {
 	Timeout             int64           `json:"timeout"`
 	TimeoutMS           int64           `json:"timeout_ms"`
 	VisibilityTimeoutMS int64           `json:"visibility_timeout_ms,omitempty"`
+	VisibilityTimeout   int64           `json:"visibility_timeout,omitempty"`
 	Retry               retry.Policy    `json:"retry"`
 	Tags                []string        `json:"tags"`
 	Schema              string          `json:"schema,omitempty"`
@@ -186,8 +195,8 @@ func (j *Job) MarshalJSON() ([]byte, error) {
 		SpecVersion: SpecVersion, ID: j.ID, Type: j.Type, Queue: j.Queue, Args: j.Args, Meta: j.Meta,
 		Priority: j.Priority, State: j.State, Attempt: j.Attempt, MaxAttempts: j.Retry.MaxAttempts,
 		Timeout: int64((j.Timeout + time.Second - 1) / time.Second), TimeoutMS: j.Timeout.Milliseconds(),
-		VisibilityTimeoutMS: j.Visibility.Milliseconds(),
-		Retry:               j.Retry, Tags: j.Tags, Schema: j.Schema,
+		VisibilityTimeoutMS: j.Visibility.Milliseconds(), VisibilityTimeout: int64((j.Visibility + time.Second - 1) / time.Second),
+		Retry: j.Retry, Tags: j.Tags, Schema: j.Schema,
 		ScheduledAt: text(j.ScheduledAtText, j.ScheduledAt), ExpiresAt: text(j.ExpiresAtText, j.ExpiresAt), CreatedAt: ts(j.CreatedAt),
 		EnqueuedAt: ts(j.EnqueuedAt), StartedAt: ts(j.StartedAt), CompletedAt: ts(j.CompletedAt),
 		CancelledAt: ts(j.CancelledAt), DiscardedAt: ts(j.DiscardedAt), NextAttemptAt: ts(j.NextAttemptAt),

@@ -83,6 +83,7 @@ func (s *Service) ClaimDelivered(ctx context.Context, items ItemStore, id, worke
 			return Delivered{}, ignoreConflict(err)
 		}
 		if j.State != job.Available {
+			s.finished(ctx, j)
 			return Delivered{}, nil
 		}
 	case job.Available:

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
+	"github.com/ojs-aws/ojs-serverless/pkg/fault"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
@@ -44,6 +45,7 @@ type Store interface {
 	SetQueueRate(ctx context.Context, name string, perSecond float64, now time.Time) error
 	TakeRateTokens(ctx context.Context, name string, n int, perSecond float64, now time.Time) (bool, error)
 	CountQueue(ctx context.Context, queue string) (store.QueueCounts, error)
+	CountCompleted(ctx context.Context, queue string, since time.Time) (int, error)
 	QueryEvents(ctx context.Context, f events.Filter, now time.Time) (*events.Page, error)
 	WorkerBeat(ctx context.Context, w store.WorkerInfo, now time.Time) (*store.WorkerInfo, error)
 	SetWorkerDirective(ctx context.Context, id, directive string, now time.Time) (*store.WorkerInfo, error)
@@ -58,6 +60,12 @@ type Store interface {
 }
 
 var _ Store = (*store.Store)(nil)
+
+// Finisher advances the workflow of a job that reached a terminal state
+// (implemented by *workflow.Engine).
+type Finisher interface {
+	JobFinished(ctx context.Context, j *job.Job) error
+}
 
 // Config configures a Service. Zero values mean the documented defaults.
 type Config struct {
@@ -77,6 +85,11 @@ type Config struct {
 	// DeadRetention is the dead letter retention policy. Zero fields mean
 	// the defaults (180 days, 10,000 jobs, pruned every 5 minutes).
 	DeadRetention Retention
+	// Workflows, when set, advances a workflow job's workflow in the
+	// request that finished the job, before it answers (the stream
+	// function verifies it behind every request). Nil: the stream
+	// function alone advances workflows.
+	Workflows Finisher
 }
 
 // Service runs the job operations.
@@ -97,12 +110,14 @@ type Service struct {
 	// pruneAfter (Unix ms) is when this process may next try to claim a
 	// pruning run: the claim is a write, not to be spent on every sweep.
 	pruneAfter atomic.Int64
+	// flow advances workflows inline (Config.Workflows).
+	flow Finisher
 }
 
 // New returns a service on st.
 func New(st Store, c Config) *Service {
 	s := &Service{st: st, push: map[string]bool{}, redel: c.RedeliverAfter, now: c.Now, rnd: c.Rand, log: c.Logger,
-		retention: c.DeadRetention.withDefaults()}
+		retention: c.DeadRetention.withDefaults(), flow: c.Workflows}
 	for _, q := range c.PushQueues {
 		s.push[q] = true
 	}
@@ -129,6 +144,45 @@ func (s *Service) RedeliverAfter() time.Duration { return s.redel }
 
 // IsPush reports whether queue is a push-mode queue.
 func (s *Service) IsPush(queue string) bool { return s.push[queue] }
+
+// SetWorkflows sets the Finisher after construction (the workflow engine
+// and the service refer to each other).
+func (s *Service) SetWorkflows(f Finisher) { s.flow = f }
+
+// finished advances the workflow of a job the service just moved to a
+// terminal state, before the request answers. A failure here is logged,
+// not returned: the job's change is committed, and the stream function
+// verifies every finished workflow job and advances what a request left
+// undone.
+func (s *Service) finished(ctx context.Context, j *job.Job) {
+	if s.flow == nil || j == nil || j.WorkflowID == "" || !j.State.Terminal() {
+		return
+	}
+	if err := fault.Hit(fault.LifecycleBeforeAdvance); err != nil {
+		s.log.WarnContext(ctx, "workflow not advanced inline; the stream function will", "job_id", j.ID, "workflow_id", j.WorkflowID, "error", err.Error())
+		return
+	}
+	if err := s.flow.JobFinished(ctx, j); err != nil {
+		s.log.WarnContext(ctx, "workflow not advanced inline; the stream function will", "job_id", j.ID, "workflow_id", j.WorkflowID, "error", err.Error())
+	}
+}
+
+// Admit prepares jobs for writing, the one way every job is prepared
+// whoever creates it (PUSH, batch PUSH, cron, workflows): push mode from
+// its queue, the queue registered (once per process), and the queue's
+// rate limit recorded when the job sets one.
+func (s *Service) Admit(ctx context.Context, jobs []*job.Job) error {
+	for _, j := range jobs {
+		j.Push = s.push[j.Queue]
+		if err := s.ensureQueue(ctx, j.Queue); err != nil {
+			return ojserr.Backend(err)
+		}
+		if err := s.setRate(ctx, j); err != nil {
+			return ojserr.Backend(err)
+		}
+	}
+	return nil
+}
 
 // apiError maps store errors to API errors.
 func apiError(err error, id, op string) error {
@@ -226,7 +280,6 @@ func (s *Service) PushBatch(ctx context.Context, raws [][]byte) ([]*job.Job, err
 			return nil, ojserr.Invalid("id", "Jobs at index %d and %d have the same id.", prev, i).With("index", i)
 		}
 		seen[e.Job.ID] = i
-		e.Job.Push = s.push[e.Job.Queue]
 		jobs[i] = e.Job
 	}
 	for i, j := range jobs {
@@ -234,15 +287,13 @@ func (s *Service) PushBatch(ctx context.Context, raws [][]byte) ([]*job.Job, err
 			return nil, ojserr.Invalid("unique", "Unique policies are honoured on single PUSH only; job at index %d has one. Enqueue it with POST /ojs/v1/jobs.", i).With("index", i)
 		}
 	}
-	for _, j := range jobs {
-		if err := s.ensureQueue(ctx, j.Queue); err != nil {
-			return nil, ojserr.Backend(err)
-		}
+	// Admit first: it sets push mode, which the item sizes count.
+	if err := s.Admit(ctx, jobs); err != nil {
+		return nil, err
 	}
-	for _, j := range jobs {
-		if err := s.setRate(ctx, j); err != nil {
-			return nil, ojserr.Backend(err)
-		}
+	sizes, err := s.itemSizes(jobs)
+	if err != nil {
+		return nil, err
 	}
 	if jobs[0].Unique != nil {
 		j, err := s.pushUnique(ctx, jobs[0])
@@ -255,7 +306,7 @@ func (s *Service) PushBatch(ctx context.Context, raws [][]byte) ([]*job.Job, err
 		return []*job.Job{j}, nil
 	}
 	if len(jobs) > store.MaxBatch {
-		return s.createChunked(ctx, jobs)
+		return s.createChunked(ctx, jobs, sizes)
 	}
 	if err := s.st.Create(ctx, jobs, s.redel); err != nil {
 		return nil, createChunkError(err, 0)
@@ -267,6 +318,9 @@ func (s *Service) PushBatch(ctx context.Context, raws [][]byte) ([]*job.Job, err
 }
 
 func createChunkError(err error, offset int) *ojserr.Error {
+	if oe, ok := asTooLarge(err); ok {
+		return oe
+	}
 	var dup *store.DuplicateError
 	if errors.As(err, &dup) {
 		return ojserr.Newf(ojserr.Duplicate, "A job with id '%s' already exists.", dup.ID).With("existing_job_id", dup.ID).With("index", offset+dup.Index)
@@ -292,10 +346,12 @@ func (e *PartialError) Error() string {
 	return fmt.Sprintf("%d jobs of the batch were not created", len(e.Failed))
 }
 
-// createChunked writes a large batch in transactions of store.MaxBatch,
+// createChunked writes a large batch in transactions of up to
+// store.MaxBatch jobs that each fit DynamoDB's transaction size (txChunks),
 // four at a time, keeping request order in the result.
-func (s *Service) createChunked(ctx context.Context, jobs []*job.Job) ([]*job.Job, error) {
-	n := (len(jobs) + store.MaxBatch - 1) / store.MaxBatch
+func (s *Service) createChunked(ctx context.Context, jobs []*job.Job, sizes []int) ([]*job.Job, error) {
+	starts := txChunks(sizes)
+	n := len(starts) - 1
 	errs := make([]error, n)
 	sem := make(chan struct{}, 4)
 	var wg sync.WaitGroup
@@ -305,22 +361,21 @@ func (s *Service) createChunked(ctx context.Context, jobs []*job.Job) ([]*job.Jo
 		go func(c int) {
 			defer wg.Done()
 			defer func() { <-sem }()
-			chunk := jobs[c*store.MaxBatch : min((c+1)*store.MaxBatch, len(jobs))]
-			errs[c] = s.st.Create(ctx, chunk, s.redel)
+			errs[c] = s.st.Create(ctx, jobs[starts[c]:starts[c+1]], s.redel)
 		}(c)
 	}
 	wg.Wait()
 	var created []*job.Job
 	var pe PartialError
 	for c, err := range errs {
-		chunk := jobs[c*store.MaxBatch : min((c+1)*store.MaxBatch, len(jobs))]
+		chunk := jobs[starts[c]:starts[c+1]]
 		if err == nil {
 			created = append(created, chunk...)
 			continue
 		}
-		ce := createChunkError(err, c*store.MaxBatch)
+		ce := createChunkError(err, starts[c])
 		for i, j := range chunk {
-			pe.Failed = append(pe.Failed, BatchFailure{Index: c*store.MaxBatch + i, JobID: j.ID, Error: ce})
+			pe.Failed = append(pe.Failed, BatchFailure{Index: starts[c] + i, JobID: j.ID, Error: ce})
 		}
 	}
 	s.log.InfoContext(ctx, "batch pushed", "jobs", len(jobs), "created", len(created), "failed", len(pe.Failed), "chunks", n)
@@ -380,6 +435,7 @@ func (s *Service) Cancel(ctx context.Context, id string) (*job.Job, job.State, e
 		}
 	}
 	s.log.InfoContext(ctx, "job cancelled", "job_id", id, "previous_state", string(before.State))
+	s.finished(ctx, j)
 	return j, before.State, nil
 }
 
@@ -511,6 +567,9 @@ func (s *Service) ack(ctx context.Context, id string, result json.RawMessage, at
 		if errors.As(err, &ce) && workerID != "" && ce.Current.State == job.Active && ce.Current.WorkerID != workerID && ce.Current.WorkerID != "" {
 			return nil, notHolder("acknowledge", id, workerID)
 		}
+		if errors.As(err, &ce) && ce.Current.State == job.Active && (attempt == 0 || ce.Current.Attempt == attempt) {
+			return nil, leaseEnded("acknowledge", ce.Current)
+		}
 		if errors.As(err, &ce) {
 			return nil, ojserr.StateConflict(ojserr.Conflict, "Cannot acknowledge job not in 'active' state. Current state: '%s'.", ce.Current.State).
 				With("job_id", id).With("current_state", string(ce.Current.State)).With("expected_state", "active")
@@ -518,6 +577,7 @@ func (s *Service) ack(ctx context.Context, id string, result json.RawMessage, at
 		return nil, apiError(err, id, "acknowledge")
 	}
 	s.log.InfoContext(ctx, "job completed", "job_id", id, "attempt", j.Attempt)
+	s.finished(ctx, j)
 	return j, nil
 }
 
@@ -547,6 +607,9 @@ func (s *Service) nack(ctx context.Context, id string, in ErrorInput, attempt in
 			return nil, notHolder("fail", id, workerID)
 		}
 		now := s.Now()
+		if cur.LeaseUntil != nil && !cur.LeaseUntil.After(now) {
+			return nil, leaseEnded("fail", cur)
+		}
 		f := s.decide(cur, in, now)
 		t := store.Fail(cur, f, now)
 		if in.Requeue {
@@ -564,6 +627,7 @@ func (s *Service) nack(ctx context.Context, id string, in ErrorInput, attempt in
 			return nil, apiError(err, id, "fail")
 		}
 		s.log.InfoContext(ctx, "job failed", "job_id", id, "attempt", j.Attempt, "state", string(j.State), "error_type", f.Error.Type)
+		s.finished(ctx, j)
 		return j, nil
 	}
 	return nil, ojserr.Backend(fmt.Errorf("fail job %s: too much contention", id))
@@ -576,6 +640,11 @@ type FetchRequest struct {
 	WorkerID string
 	// Visibility is the lease length; 0 uses the job's own or the default.
 	Visibility time.Duration
+	// MaxBytes bounds the answer: jobs are claimed only while the sum of
+	// their FetchedBytes stays within it, the first one counted twice
+	// (the HTTP binding's answer repeats it as "job"). Default
+	// DefaultFetchBytes.
+	MaxBytes int
 }
 
 // MaxFetch bounds the jobs one FETCH returns.
@@ -591,7 +660,10 @@ const MaxWorkerQueues = 100
 // Fetch claims up to Count jobs from the queues in order: highest priority
 // first, FIFO within a priority. Due scheduled and retryable jobs of each
 // queue are promoted first and expired leases requeued, so pull workers see
-// them without waiting for the sweeper.
+// them without waiting for the sweeper. It stops before the job that would
+// take the answer past MaxBytes (that job and the rest stay available,
+// their attempts untouched); a job that cannot fit an answer even alone is
+// skipped and logged.
 func (s *Service) Fetch(ctx context.Context, r FetchRequest) ([]*job.Job, error) {
 	if len(r.Queues) == 0 {
 		return nil, ojserr.Invalid("queues", "The 'queues' field must list at least one queue.")
@@ -610,14 +682,19 @@ func (s *Service) Fetch(ctx context.Context, r FetchRequest) ([]*job.Job, error)
 	if r.Count > MaxFetch {
 		r.Count = MaxFetch
 	}
+	if r.MaxBytes <= 0 {
+		r.MaxBytes = DefaultFetchBytes
+	}
+	used := 0
 	out := []*job.Job{}
 	if st, err := s.workerStopping(ctx, r.WorkerID); err != nil {
 		return nil, ojserr.Backend(err)
 	} else if st {
 		return out, nil // a quiet or terminating worker gets no new jobs
 	}
+	full := false // the next job would pass MaxBytes
 	for _, q := range r.Queues {
-		if len(out) >= r.Count {
+		if len(out) >= r.Count || full {
 			break
 		}
 		// Read fresh, not cached: a pause holds for every fetch after it.
@@ -653,12 +730,26 @@ func (s *Service) Fetch(ctx context.Context, r FetchRequest) ([]*job.Job, error)
 			if len(out) >= r.Count || taken >= want {
 				break
 			}
+			size := FetchedBytes(it.Job)
+			if len(out) == 0 {
+				size *= 2
+			}
+			if used+size > r.MaxBytes {
+				if len(out) > 0 {
+					full = true
+					break
+				}
+				s.log.ErrorContext(ctx, "job too large for a FETCH answer; skipped", "job_id", it.Job.ID, "queue", q,
+					"answer_bytes", size, "max_bytes", r.MaxBytes)
+				continue
+			}
 			j, err := s.Claim(ctx, it.Job, r.WorkerID, r.Visibility)
 			if err != nil {
 				return nil, ojserr.Backend(err)
 			}
 			if j != nil {
 				out = append(out, j)
+				used += size
 				taken++
 			}
 		}
@@ -705,7 +796,10 @@ func (s *Service) Claim(ctx context.Context, j *job.Job, workerID string, visibi
 }
 
 func (s *Service) expire(ctx context.Context, j *job.Job, now time.Time) error {
-	_, err := s.st.Apply(ctx, store.Expire(j, now))
+	expired, err := s.st.Apply(ctx, store.Expire(j, now))
+	if err == nil {
+		s.finished(ctx, expired)
+	}
 	var ce *store.ConflictError
 	if err != nil && !errors.As(err, &ce) && !errors.Is(err, store.ErrNotFound) {
 		return err
@@ -714,6 +808,18 @@ func (s *Service) expire(ctx context.Context, j *job.Job, now time.Time) error {
 		s.log.InfoContext(ctx, "job expired", "job_id", j.ID, "queue", j.Queue)
 	}
 	return nil
+}
+
+// leaseEnded is the answer to an ACK, FAIL or heartbeat of an attempt
+// whose lease ended: the attempt is over whether or not the job was
+// requeued yet (ojs-worker-protocol.md 5.5).
+func leaseEnded(op string, j *job.Job) error {
+	e := ojserr.StateConflict(ojserr.Conflict, "Cannot %s job %s: its lease ended; the attempt is over and the job is requeued or discarded per its retry policy.", op, j.ID).
+		With("job_id", j.ID).With("current_state", string(j.State)).With("attempt", j.Attempt)
+	if j.LeaseUntil != nil {
+		e = e.With("lease_expired_at", job.Timestamp(*j.LeaseUntil))
+	}
+	return e
 }
 
 // ResolveDue applies the time-driven moves to up to limit due jobs of a
@@ -755,7 +861,8 @@ func (s *Service) ResolveDue(ctx context.Context, queue string, limit int, inlin
 		default:
 			continue
 		}
-		if _, err := s.st.Apply(ctx, t); err != nil {
+		moved, err := s.st.Apply(ctx, t)
+		if err != nil {
 			var ce *store.ConflictError
 			if errors.As(err, &ce) || errors.Is(err, store.ErrNotFound) {
 				continue // someone else moved it first
@@ -763,6 +870,7 @@ func (s *Service) ResolveDue(ctx context.Context, queue string, limit int, inlin
 			return redeliver, err
 		}
 		s.log.InfoContext(ctx, "due job resolved", "job_id", j.ID, "from", string(j.State), "to", string(t.To))
+		s.finished(ctx, moved)
 	}
 	return redeliver, nil
 }
@@ -849,17 +957,23 @@ func (s *Service) Heartbeat(ctx context.Context, r HeartbeatRequest) (HeartbeatR
 	if stopping(w.State) || stopping(directive) {
 		s.workers.add(r.WorkerID)
 	}
-	vt := r.Visibility
-	if vt <= 0 {
-		vt = job.DefaultVisibilityTimeout
+	var until time.Time // zero: each job's own lease length
+	if r.Visibility > 0 {
+		until = now.Add(r.Visibility)
 	}
 	for _, id := range r.JobIDs {
-		j, err := s.st.Apply(ctx, store.Extend(id, r.WorkerID, now.Add(vt)))
+		j, err := s.st.Apply(ctx, store.Extend(id, r.WorkerID, until, now))
 		var ce *store.ConflictError
-		if errors.As(err, &ce) && ce.Current.State == job.Active && ce.Current.Deadline != nil &&
-			ce.Current.Deadline.After(now) && (r.WorkerID == ce.Current.WorkerID || ce.Current.WorkerID == "") {
+		if errors.As(err, &ce) && ce.Current.State == job.Active && ce.Current.Deadline != nil && ce.Current.Deadline.After(now) &&
+			ce.Current.LeaseUntil != nil && ce.Current.LeaseUntil.After(now) && (r.WorkerID == ce.Current.WorkerID || ce.Current.WorkerID == "") {
 			// The extension would pass the execution deadline: extend to it.
-			j, err = s.st.Apply(ctx, store.Extend(id, r.WorkerID, *ce.Current.Deadline))
+			j, err = s.st.Apply(ctx, store.Extend(id, r.WorkerID, *ce.Current.Deadline, now))
+		}
+		if err == nil && j.Deadline != nil && j.LeaseUntil != nil && j.LeaseUntil.After(*j.Deadline) {
+			// The claim's lease length passes the deadline: clamp it.
+			if clamped, cerr := s.st.Apply(ctx, store.Clamp(id, *j.Deadline)); cerr == nil {
+				j = clamped
+			}
 		}
 		if errors.As(err, &ce) || errors.Is(err, store.ErrNotFound) {
 			continue

@@ -285,3 +285,63 @@ func TestHeartbeatDirectives(t *testing.T) {
 		t.Error("directive running accepted")
 	}
 }
+
+// A lease is a condition of every write of the attempt it belongs to:
+// once it ended, a heartbeat, ACK or FAIL of that attempt is refused
+// (409), even before a sweep or a FETCH requeued the job. Leases default
+// to 1800 s; a heartbeat renews the claim's own length, and the
+// envelope's visibility_timeout (seconds) sets it.
+func TestLeaseEndRefusesTheAttempt(t *testing.T) {
+	t.Parallel()
+	s, c := newService(t)
+	ctx := context.Background()
+	j, _ := s.Push(ctx, []byte(`{"type":"a.b","args":[],"options":{"queue":"lease","visibility_timeout_ms":3000}}`))
+	got, _ := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"lease"}, WorkerID: "w1"})
+	if len(got) != 1 || !got[0].LeaseUntil.Equal(c.Now().Add(3*time.Second)) {
+		t.Fatalf("fetch: %+v", got)
+	}
+	c.Add(2 * time.Second)
+	if hb, _ := s.Heartbeat(ctx, lifecycle.HeartbeatRequest{WorkerID: "w1", JobIDs: []string{j.ID}}); len(hb.Extended) != 1 {
+		t.Fatal("heartbeat within the lease")
+	}
+	if cur, _ := s.Info(ctx, j.ID); !cur.LeaseUntil.Equal(c.Now().Add(3 * time.Second)) {
+		t.Fatalf("a heartbeat renews the claim's own lease length (3 s): lease until %v at %v", cur.LeaseUntil, c.Now())
+	}
+	c.Add(3*time.Second + time.Millisecond) // the lease ended; nothing requeued the job yet
+	if hb, _ := s.Heartbeat(ctx, lifecycle.HeartbeatRequest{WorkerID: "w1", JobIDs: []string{j.ID}}); len(hb.Extended) != 0 {
+		t.Fatal("a heartbeat after the lease's end revived it")
+	}
+	if _, err := s.AckOwned(ctx, j.ID, "w1", []byte(`1`)); code(err) != ojserr.Conflict {
+		t.Fatalf("ack after the lease's end: %v", err)
+	}
+	if _, err := s.Ack(ctx, j.ID, []byte(`1`), 0); code(err) != ojserr.Conflict {
+		t.Fatalf("ack without a worker id after the lease's end: %v", err)
+	}
+	if _, err := s.NackOwned(ctx, j.ID, "w1", lifecycle.ErrorInput{Message: "late"}); code(err) != ojserr.Conflict {
+		t.Fatalf("fail after the lease's end: %v", err)
+	}
+	if cur, _ := s.Info(ctx, j.ID); cur.State != job.Active || cur.Attempt != 1 {
+		t.Fatalf("a refused write changed the job: %+v", cur)
+	}
+	again, err := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"lease"}, WorkerID: "w2"})
+	if err != nil || len(again) != 1 || again[0].Attempt != 2 {
+		t.Fatalf("requeued: %+v %v", again, err)
+	}
+	// Defaults: 1800 s, or the envelope's visibility_timeout in seconds.
+	for body, want := range map[string]time.Duration{
+		`{"type":"a.b","args":[],"options":{"queue":"lease-default"}}`:                      job.DefaultVisibilityTimeout,
+		`{"type":"a.b","args":[],"visibility_timeout":600,"options":{"queue":"lease-env"}}`: 600 * time.Second,
+	} {
+		pushed, err := s.Push(ctx, []byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{pushed.Queue}})
+		if len(got) != 1 || !got[0].LeaseUntil.Equal(c.Now().Add(want)) {
+			t.Fatalf("%s: lease %+v, want %v", body, got, want)
+		}
+	}
+	if job.DefaultVisibilityTimeout != 1800*time.Second {
+		t.Fatal("the default lease is 1800 s (ojs-worker-protocol.md 5.2)")
+	}
+}

@@ -117,10 +117,11 @@ type QueueStats struct {
 	FailedLastHour    int `json:"failed_last_hour"`
 }
 
-// Stats counts a queue's jobs by state (from the indexes) and its
-// completions and failed attempts of the last hour (from the event log;
-// "completed" is the same last-hour count, since finished jobs are not
-// indexed per queue).
+// Stats counts a queue's jobs by state (from the indexes), its
+// completions of the last hour (from the "done" index, which the ACK's
+// own write updates: counted when the ACK returns) and its failed
+// attempts of the last hour (from the event log, which trails by the
+// stream's delay). "completed" is the last hour's count.
 func (s *Service) Stats(ctx context.Context, name string) (*QueueStats, error) {
 	if err := job.ValidateQueue(name); err != nil {
 		return nil, err
@@ -147,7 +148,7 @@ func (s *Service) Stats(ctx context.Context, name string) (*QueueStats, error) {
 		}
 		return n, nil
 	}
-	done, err := count(events.JobCompleted)
+	done, err := qs.CountCompleted(ctx, name, now.Add(-time.Hour))
 	if err != nil {
 		return nil, ojserr.Backend(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/ojs-aws/ojs-serverless/pkg/awslimit"
 	"github.com/ojs-aws/ojs-serverless/pkg/internal/testenv"
 	"github.com/ojs-aws/ojs-serverless/pkg/localrt"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
@@ -73,4 +74,31 @@ func TestProvisionedQueueRedrivesAfterMaxReceiveCount(t *testing.T) {
 		out, err := client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: dlq.QueueUrl, WaitTimeSeconds: 1})
 		return err == nil && len(out.Messages) == 1 && aws.ToString(out.Messages[0].Body) == "poison"
 	})
+}
+
+// TestProvisionedQueueTakes256KiB: the local queues refuse a message over
+// SQS's portable 256 KiB, as the deployed ones (MaximumMessageSize set by
+// the stack) do; the emulator's default would take 1 MiB.
+func TestProvisionedQueueTakes256KiB(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	env, _ := topology.ForEnv("local")
+	env.Prefix = testenv.Name(t, "p")
+	_, urls, err := localrt.Provision(ctx, testenv.Config(), env, testenv.Name(t, "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := aws.String(urls[env.Queues[0].Name])
+	client := testenv.SQS()
+	if _, err := client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: url, MessageBody: aws.String(strings.Repeat("a", awslimit.SQSMessageBytes))}); err != nil {
+		t.Fatalf("a message of 256 KiB: %v", err)
+	}
+	if _, err := client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: url, MessageBody: aws.String(strings.Repeat("a", awslimit.SQSMessageBytes+1))}); err == nil {
+		t.Fatal("the local queue took a message over 256 KiB")
+	}
+	out, err := client.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: url, Entries: []sqstypes.SendMessageBatchRequestEntry{
+		{Id: aws.String("ok"), MessageBody: aws.String("small")}, {Id: aws.String("big"), MessageBody: aws.String(strings.Repeat("a", awslimit.SQSMessageBytes+1))}}})
+	if err != nil || len(out.Successful) != 1 || len(out.Failed) != 1 || aws.ToString(out.Failed[0].Id) != "big" || !out.Failed[0].SenderFault {
+		t.Fatalf("batch with one message over 256 KiB: %+v %v", out, err)
+	}
 }

@@ -117,13 +117,24 @@ func wipeSegment(ctx context.Context, db *dynamodb.Client, table string, seg, se
 	}
 }
 
-// Reset wipes the running stack's table and push-mode queues (see Wipe).
+// Reset wipes the running stack's table and push-mode queues (see Wipe)
+// and then recycles every function's execution environments (each is
+// replaced before its next invocation), so that no cache of what was
+// wiped (registered queues, quiet workers, rate limits) is used again: the
+// stack is as freshly deployed.
 func (rt *Runtime) Reset(ctx context.Context) (int, error) {
 	urls := make([]string, 0, len(rt.queueURLs))
 	for _, u := range rt.queueURLs {
 		urls = append(urls, u)
 	}
-	return Wipe(ctx, rt.cfg.AWS, rt.cfg.Table, urls)
+	n, err := Wipe(ctx, rt.cfg.AWS, rt.cfg.Table, urls)
+	if err != nil {
+		return n, err
+	}
+	for _, fn := range rt.fns {
+		fn.Recycle()
+	}
+	return n, nil
 }
 
 // ServeReset answers the few Redis (RESP) commands a test runner sends to

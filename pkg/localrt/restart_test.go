@@ -53,7 +53,15 @@ func TestCrashedEnvironmentIsReplaced(t *testing.T) {
 	// Killed while idle: the next invocation runs in a fresh process.
 	_ = syscall.Kill(second, syscall.SIGKILL)
 	time.Sleep(200 * time.Millisecond)
-	if third := pid(); third == second || f.restarts.Load() != 2 {
+	third := pid()
+	if third == second || f.restarts.Load() != 2 {
 		t.Fatalf("after an idle crash: pid %d (was %d), restarts %d", third, second, f.restarts.Load())
+	}
+	// Recycled (the stack's reset): the next invocation runs in a fresh
+	// process, the one after it in the same one.
+	f.Recycle()
+	fourth := pid()
+	if fourth == third || pid() != fourth {
+		t.Fatalf("after recycle: pids %d, %d", third, fourth)
 	}
 }

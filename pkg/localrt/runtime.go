@@ -13,6 +13,7 @@ package localrt
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -32,6 +33,7 @@ import (
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/google/uuid"
 	"github.com/ojs-aws/ojs-serverless/pkg/awsclient"
+	"github.com/ojs-aws/ojs-serverless/pkg/awslimit"
 	"github.com/ojs-aws/ojs-serverless/pkg/edge/apigw"
 	"github.com/ojs-aws/ojs-serverless/pkg/internal/ctxsleep"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
@@ -123,7 +125,7 @@ func Start(ctx context.Context, cfg Config) (*Runtime, error) {
 			env = append(env, topology.EnvSweepTick+"="+cfg.Env.Sweeper.Tick.String())
 		}
 		if name == topology.FunctionStream {
-			env = append(env, topology.EnvEventTTL+"="+cfg.Env.EventTTL.String())
+			env = append(env, topology.EnvEventTTL+"="+cfg.Env.EventTTL.String(), topology.EnvName+"="+cfg.Env.Name)
 		}
 		var logw io.Writer = io.Discard
 		if cfg.LogDir != "" {
@@ -283,7 +285,8 @@ func (rt *Runtime) provision(ctx context.Context) error {
 // Provision creates what the CDK stack creates on AWS, from the same
 // topology: the job table (with its stream) and, per push-mode queue, an
 // SQS queue with its visibility timeout and a redrive policy to a
-// dead-letter queue after MaxReceiveCount receives. It returns the stream
+// dead-letter queue after MaxReceiveCount receives, accepting messages of
+// up to awslimit.SQSMessageBytes. It returns the stream
 // ARN and the push-mode queue URLs. It is idempotent.
 func Provision(ctx context.Context, cfg aws.Config, env topology.Env, table string) (string, map[string]string, error) {
 	arn, err := store.EnsureTable(ctx, dynamodb.NewFromConfig(cfg, awsclient.DynamoDBOptions), table)
@@ -304,7 +307,10 @@ func Provision(ctx context.Context, cfg aws.Config, env topology.Env, table stri
 		}
 		redrive, _ := json.Marshal(map[string]any{"deadLetterTargetArn": attrs.Attributes["QueueArn"], "maxReceiveCount": strconv.Itoa(q.MaxReceiveCount)})
 		main, err := client.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(q.SQSName(env.Prefix)), Attributes: map[string]string{
-			"VisibilityTimeout": strconv.Itoa(int(q.VisibilityTimeout.Seconds())), "RedrivePolicy": string(redrive)}})
+			"VisibilityTimeout": strconv.Itoa(int(q.VisibilityTimeout.Seconds())), "RedrivePolicy": string(redrive),
+			// SQS (and the emulator) default to 1 MiB; the stack sets the
+			// portable 256 KiB, and so does the local stack.
+			"MaximumMessageSize": strconv.Itoa(awslimit.SQSMessageBytes)}})
 		if err != nil {
 			return "", nil, fmt.Errorf("create queue %s: %w", q.Name, err)
 		}
@@ -329,7 +335,9 @@ func (rt *Runtime) serveAPI() error {
 }
 
 // serveHTTP plays API Gateway: the request becomes a payload 2.0 event,
-// the api function's response becomes the HTTP response.
+// the api function's response becomes the HTTP response. Lambda's limits
+// hold: an event over 6 MB is a 413, a response over 6 MB a 500 (the
+// invocation failed).
 func (rt *Runtime) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 10<<20) // API Gateway's payload limit
 	ev, err := apigw.Event(r, uuid.NewString(), time.Now())
@@ -339,6 +347,17 @@ func (rt *Runtime) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	payload, _ := json.Marshal(ev)
 	out, err := rt.Invoke(r.Context(), topology.FunctionAPI, payload)
+	var tooLarge *RequestTooLargeError
+	if errors.As(err, &tooLarge) {
+		// The event (the body as a JSON string, headers and all) passes
+		// Lambda's 6 MB: API Gateway answers 413 without running the api
+		// function.
+		rt.log.Warn("api request too large for Lambda", "event_bytes", tooLarge.Bytes)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusRequestEntityTooLarge)
+		_, _ = w.Write([]byte(`{"message":"Request Entity Too Large"}`))
+		return
+	}
 	if err != nil {
 		rt.log.Error("api invocation failed", "error", err.Error())
 		w.Header().Set("Content-Type", "application/json")

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/ojs-aws/ojs-serverless/pkg/awslimit"
 )
 
 // FunctionError is an error the function returned (the Runtime API /error
@@ -59,6 +60,8 @@ type instance struct {
 	// "next" request.
 	spawned  time.Time
 	initDone bool
+	// gen is the Function generation the environment was started in.
+	gen int64
 }
 
 // Function is a pool of execution environments for one function binary.
@@ -81,6 +84,8 @@ type Function struct {
 	// restarts counts execution environments replaced after their
 	// process exited or was killed.
 	restarts atomic.Int64
+	// gen is the current generation (see Recycle).
+	gen atomic.Int64
 }
 
 // InitTimes returns the init duration of every execution environment
@@ -103,7 +108,7 @@ func (f *Function) Start() error {
 	f.idle = make(chan *instance, f.Concurrency)
 	f.started = time.Now()
 	for i := 0; i < f.Concurrency; i++ {
-		inst := &instance{fn: f, next: make(chan *invocation)}
+		inst := &instance{fn: f, next: make(chan *invocation), gen: f.gen.Load()}
 		if err := inst.start(); err != nil {
 			f.Stop()
 			return err
@@ -121,9 +126,32 @@ func (f *Function) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
 	return f.invoke(ctx, payload, &took)
 }
 
+// RequestTooLargeError is Lambda refusing an invocation whose payload
+// passes awslimit.LambdaRequestBytes (RequestEntityTooLargeException): the
+// function never runs.
+type RequestTooLargeError struct {
+	Function string
+	Bytes    int
+}
+
+func (e *RequestTooLargeError) Error() string {
+	return fmt.Sprintf("%s: RequestEntityTooLargeException: Request must be smaller than %d bytes for the Invoke operation (got %d)",
+		e.Function, awslimit.LambdaRequestBytes, e.Bytes)
+}
+
+// ResponseTooLarge is the FunctionError type of an invocation whose
+// response passed awslimit.LambdaResponseBytes, as Lambda reports it.
+const ResponseTooLarge = "Function.ResponseSizeTooLarge"
+
 // invoke is Invoke, also reporting in *took how long the invocation ran
-// once an execution environment took it.
+// once an execution environment took it. Like Lambda, it refuses a payload
+// over awslimit.LambdaRequestBytes (*RequestTooLargeError) and fails an
+// invocation whose response passes awslimit.LambdaResponseBytes
+// (*FunctionError of type ResponseTooLarge).
 func (f *Function) invoke(ctx context.Context, payload []byte, took *time.Duration) ([]byte, error) {
+	if len(payload) > awslimit.LambdaRequestBytes {
+		return nil, &RequestTooLargeError{Function: f.Name, Bytes: len(payload)}
+	}
 	var inst *instance
 	select {
 	case inst = <-f.idle:
@@ -131,6 +159,12 @@ func (f *Function) invoke(ctx context.Context, payload []byte, took *time.Durati
 		return nil, ctx.Err()
 	}
 	defer func() { f.idle <- inst }()
+	if g := f.gen.Load(); inst.gen != g {
+		// A stale environment (see Recycle): replace it first.
+		inst.kill()
+		inst.restart()
+		inst.gen = g
+	}
 	begin := time.Now()
 	defer func() { *took = time.Since(begin) }()
 	inv := &invocation{id: uuid.NewString(), payload: payload, deadline: time.Now().Add(f.Timeout), done: make(chan result, 1)}
@@ -138,7 +172,7 @@ func (f *Function) invoke(ctx context.Context, payload []byte, took *time.Durati
 	// invocation goes to the fresh one (a cold start), as on Lambda.
 	for tries := 0; ; tries++ {
 		select {
-		case inst.next <- inv:
+		case inst.nextCh() <- inv:
 		case <-inst.exitedCh():
 			inst.restart()
 			if tries < 3 {
@@ -167,6 +201,12 @@ func (f *Function) invoke(ctx context.Context, payload []byte, took *time.Durati
 		return nil, ctx.Err()
 	}
 }
+
+// Recycle marks every execution environment stale: each is replaced by a
+// fresh one (a cold start) before it serves its next invocation, as after
+// a new deployment, so no in-memory cache of the old one is used again.
+// It does not wait for invocations in flight.
+func (f *Function) Recycle() { f.gen.Add(1) }
 
 // Stop kills every execution environment.
 func (f *Function) Stop() {
@@ -216,6 +256,7 @@ func (in *instance) spawn() error {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	in.mu.Lock()
 	in.spawned, in.initDone = time.Now(), false
+	in.next = make(chan *invocation)
 	in.mu.Unlock()
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s (%s): %w", f.Name, f.Binary, err)
@@ -226,6 +267,15 @@ func (in *instance) spawn() error {
 	in.mu.Unlock()
 	go func() { _ = cmd.Wait(); close(exited) }()
 	return nil
+}
+
+// nextCh is the channel invocations reach the current process's "next"
+// request on. Every process gets its own, so a request a killed process
+// left waiting never takes an invocation meant for its replacement.
+func (in *instance) nextCh() chan *invocation {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.next
 }
 
 func (in *instance) exitedCh() chan struct{} {
@@ -273,7 +323,7 @@ func (in *instance) handleNext(w http.ResponseWriter, r *http.Request) {
 	}
 	var inv *invocation
 	select {
-	case inv = <-in.next:
+	case inv = <-in.nextCh():
 	case <-r.Context().Done():
 		return
 	}
@@ -305,7 +355,12 @@ func (in *instance) handleResult(isErr bool) http.HandlerFunc {
 			return
 		}
 		res := result{body: body}
-		if isErr {
+		if !isErr && len(body) > awslimit.LambdaResponseBytes {
+			// Lambda accepts the response from the runtime and fails the
+			// invocation for the caller.
+			res = result{err: &FunctionError{Type: ResponseTooLarge,
+				Message: fmt.Sprintf("Response payload size exceeded maximum allowed payload size (%d bytes).", awslimit.LambdaResponseBytes)}}
+		} else if isErr {
 			fe := &FunctionError{}
 			if json.Unmarshal(body, fe) != nil || fe.Message == "" {
 				fe = &FunctionError{Type: "Unknown", Message: string(bytes.TrimSpace(body))}

@@ -1,6 +1,7 @@
 package localrt
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -11,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
+	"github.com/ojs-aws/ojs-serverless/pkg/awslimit"
 	"github.com/ojs-aws/ojs-serverless/pkg/internal/ctxsleep"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 )
@@ -101,12 +103,60 @@ func (rt *Runtime) readShard(ctx context.Context, client *dynamodbstreams.Client
 	}
 }
 
-// deliverRecords invokes the stream function with the batch, retrying the
-// failed tail; it returns what is left (nothing, unless ctx ended).
+// deliverRecords invokes the stream function with the records in batches
+// whose event stays within Lambda's payload limit, as the Streams mapping
+// cuts its batches at 6 MB; it returns what is left (nothing, unless ctx
+// ended). Each record is encoded once.
 func (rt *Runtime) deliverRecords(ctx context.Context, recs []types.Record) []types.Record {
+	enc := encodeRecords(recs, rt.streamARN)
+	for len(recs) > 0 && ctx.Err() == nil {
+		n := fitRecords(enc, awslimit.LambdaRequestBytes)
+		if left := rt.deliverBatch(ctx, recs[:n], enc[:n]); left > 0 {
+			return recs[n-left:]
+		}
+		recs, enc = recs[n:], enc[n:]
+	}
+	return recs
+}
+
+// encodeRecords renders each record as the Lambda event holds it.
+func encodeRecords(recs []types.Record, arn string) [][]byte {
+	out := make([][]byte, len(recs))
+	for i, r := range lambdaRecords(recs, arn) {
+		out[i], _ = json.Marshal(r)
+	}
+	return out
+}
+
+// streamEvent is the stream event holding the encoded records, byte for byte
+// what encoding the records together gives.
+func streamEvent(enc [][]byte) []byte {
+	return append(append([]byte(`{"Records":[`), bytes.Join(enc, []byte(","))...), ']', '}')
+}
+
+// fitRecords returns how many encoded records from the start of enc fit
+// in one stream event of at most limit bytes (at least one).
+func fitRecords(enc [][]byte, limit int) int {
+	size := len(`{"Records":[]}`)
+	for i, b := range enc {
+		if i > 0 {
+			size++ // the comma
+		}
+		size += len(b)
+		if size > limit {
+			return max(i, 1)
+		}
+	}
+	return len(enc)
+}
+
+// deliverBatch invokes the stream function with one batch (recs, encoded
+// as enc), retrying the failed tail; it returns how many records are left
+// at the end of the batch (none, unless ctx ended).
+func (rt *Runtime) deliverBatch(ctx context.Context, recs []types.Record, enc [][]byte) int {
 	cfg := rt.cfg.Env.Stream
 	for attempt := 0; ctx.Err() == nil; attempt++ {
-		payload, _ := json.Marshal(map[string]any{"Records": lambdaRecords(recs, rt.streamARN)})
+		payload := streamEvent(enc)
 		if rt.cfg.DuplicateStreamRecords {
 			// Deliver the batch an extra time; its outcome is ignored, as a
 			// duplicate delivery's would be.
@@ -134,17 +184,17 @@ func (rt *Runtime) deliverRecords(ctx context.Context, recs []types.Record) []ty
 			}
 		}
 		if failedAt < 0 {
-			return nil
+			return 0
 		}
-		recs = recs[failedAt:]
+		recs, enc = recs[failedAt:], enc[failedAt:]
 		if attempt >= cfg.MaxRetries {
 			rt.log.Error("stream records exhausted their retries; skipping them (on-failure destination)", "count", len(recs),
 				"first_sequence", aws.ToString(recs[0].Dynamodb.SequenceNumber))
-			return nil
+			return 0
 		}
 		ctxsleep.Sleep(ctx, time.Duration(attempt+1)*200*time.Millisecond)
 	}
-	return recs
+	return len(recs)
 }
 
 // lambdaRecords renders stream records exactly as the Lambda event source

@@ -58,6 +58,35 @@ func (e *Error) Error() string {
 // Unwrap returns the cause.
 func (e *Error) Unwrap() error { return e.Cause }
 
+// wire maps the codes outside the HTTP binding's table
+// (ojs-http-binding.md 16.3) to the code sent on the wire: one of the
+// table's where one fits (the specific meaning goes in "type"), else the
+// x_ prefix the binding asks for. conflict stays as it is: the public
+// conformance suite requires it (docs/errors.md).
+var wire = map[Code]Code{
+	InvalidWorkflow:      InvalidRequest,
+	ValidationError:      InvalidRequest,
+	PayloadTooLarge:      InvalidRequest,
+	UnsupportedMediaType: InvalidRequest,
+	MethodNotAllowed:     InvalidRequest,
+	Unauthenticated:      "x_unauthenticated",
+}
+
+// Wire returns the code and type the error is sent with: a code of the
+// binding's table (or x_-prefixed), and the specific kind as the type
+// when the code was mapped (e.g. invalid_request with type
+// invalid_workflow).
+func (e *Error) Wire() (Code, string) {
+	w, ok := wire[e.Code]
+	if !ok {
+		return e.Code, e.Type
+	}
+	if e.Type != "" {
+		return w, e.Type
+	}
+	return w, string(e.Code)
+}
+
 // Status is the HTTP status for the error's code.
 func (e *Error) Status() int {
 	if e.HTTPStatus != 0 {

@@ -185,6 +185,29 @@ type QueueCounts struct {
 	Available, Active, Scheduled, Retryable, Discarded int
 }
 
+// CountCompleted counts a queue's jobs completed at or after since, from
+// the keys-only "done" index (1 read unit per 4 KB of keys: about 40,000
+// completions per page).
+func (s *Store) CountCompleted(ctx context.Context, queue string, since time.Time) (int, error) {
+	in := &dynamodb.QueryInput{TableName: &s.table, IndexName: aws.String(topology.IndexDone),
+		KeyConditionExpression:    aws.String("#k = :q AND #s >= :since"),
+		ExpressionAttributeNames:  map[string]string{"#k": attrDonePK, "#s": attrDoneSK},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":q": &types.AttributeValueMemberS{Value: queue}, ":since": &types.AttributeValueMemberS{Value: fmt.Sprintf("%013d", ms(since))}},
+		Select:                    types.SelectCount}
+	n := 0
+	for {
+		out, err := s.db.Query(ctx, in)
+		if err != nil {
+			return 0, fmt.Errorf("count completions of queue %s: %w", queue, err)
+		}
+		n += int(out.Count)
+		if len(out.LastEvaluatedKey) == 0 {
+			return n, nil
+		}
+		in.ExclusiveStartKey = out.LastEvaluatedKey
+	}
+}
+
 // CountQueue counts a queue's available and discarded jobs (ready index)
 // and its active, scheduled and retryable jobs (due index). It reads every
 // index entry of the queue, so its cost grows with the backlog.

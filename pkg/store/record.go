@@ -24,6 +24,8 @@ const (
 	attrReadySK  = "ready_sk"
 	attrDuePK    = "due_pk"
 	attrDueAt    = "due_at"
+	attrDonePK   = "done_pk"
+	attrDoneSK   = "done_sk"
 	attrLease    = "lease_until"
 	attrWorker   = "worker_id"
 	attrDispatch = "dispatch"
@@ -93,6 +95,8 @@ type record struct {
 	WorkflowID      string   `dynamodbav:"wf_id,omitempty"`
 	WorkflowNode    string   `dynamodbav:"wf_node,omitempty"`
 	ParentResults   string   `dynamodbav:"parent_results,omitempty"`
+	WorkflowShard   string   `dynamodbav:"wf_shard,omitempty"`
+	WorkflowNext    []int    `dynamodbav:"wf_next,omitempty,numberset"`
 	// PrunedAt marks a discarded job the dead letter pruner is removing
 	// (set just before its conditional delete), so the stream tells a
 	// pruned job from one an operator deleted.
@@ -157,6 +161,7 @@ func toRecord(j *job.Job) (record, error) {
 		ScheduledAt: textOr(j.ScheduledAtText, j.ScheduledAt), ExpiresAt: textOr(j.ExpiresAtText, j.ExpiresAt),
 		CreatedAt: tstr(j.CreatedAt), EnqueuedAt: tstr(j.EnqueuedAt), Push: j.Push,
 		WorkflowID: j.WorkflowID, WorkflowNode: j.WorkflowNode, ParentResults: string(j.ParentResults),
+		WorkflowShard: j.WorkflowShard, WorkflowNext: j.WorkflowNext,
 	}
 	if j.ExpiresAt != nil {
 		r.ExpiresMS = ms(*j.ExpiresAt)
@@ -182,7 +187,7 @@ func (r record) toJob() (*job.Job, error) {
 		CreatedAt: optTime(r.CreatedAt), EnqueuedAt: optTime(r.EnqueuedAt), StartedAt: optTime(r.StartedAt),
 		CompletedAt: optTime(r.CompletedAt), CancelledAt: optTime(r.CancelledAt), DiscardedAt: optTime(r.DiscardedAt),
 		NextAttemptAt: optTime(r.NextAttemptAt), Push: r.Push, WorkerID: r.WorkerID, CancelRequested: r.CancelRequested,
-		WorkflowID: r.WorkflowID, WorkflowNode: r.WorkflowNode,
+		WorkflowID: r.WorkflowID, WorkflowNode: r.WorkflowNode, WorkflowShard: r.WorkflowShard, WorkflowNext: r.WorkflowNext,
 	}
 	if r.ParentResults != "" {
 		j.ParentResults = json.RawMessage(r.ParentResults)

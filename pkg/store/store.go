@@ -74,7 +74,9 @@ func (s *Store) Table() string { return s.table }
 // Create writes new jobs, all or none. Each job's initial index entries are
 // set from its state: available jobs join the ready index, scheduled ones
 // the due index. redeliverAfter is when the sweeper re-sends an available
-// push-mode job that was not claimed.
+// push-mode job that was not claimed. Jobs DynamoDB would refuse for their
+// size (an item over 400 KB, a transaction over 4 MB) are refused with
+// *TooLargeError before anything is written.
 func (s *Store) Create(ctx context.Context, jobs []*job.Job, redeliverAfter time.Duration) error {
 	if len(jobs) == 0 {
 		return nil
@@ -89,6 +91,9 @@ func (s *Store) Create(ctx context.Context, jobs []*job.Job, redeliverAfter time
 			return err
 		}
 		puts[i] = p
+	}
+	if err := checkSizes(puts); err != nil {
+		return err
 	}
 	if len(puts) == 1 {
 		_, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &s.table, Item: puts[0].Item, ConditionExpression: puts[0].ConditionExpression})

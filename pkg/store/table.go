@@ -30,13 +30,17 @@ func EnsureTable(ctx context.Context, db TableAdmin, name string) (string, error
 	for _, ix := range spec.Indexes {
 		attrs[ix.PartitionKey.Name] = ix.PartitionKey.Type
 		attrs[ix.SortKey.Name] = ix.SortKey.Type
+		proj := types.ProjectionTypeAll
+		if ix.KeysOnly {
+			proj = types.ProjectionTypeKeysOnly
+		}
 		gsis = append(gsis, types.GlobalSecondaryIndex{
 			IndexName: aws.String(ix.Name),
 			KeySchema: []types.KeySchemaElement{
 				{AttributeName: aws.String(ix.PartitionKey.Name), KeyType: types.KeyTypeHash},
 				{AttributeName: aws.String(ix.SortKey.Name), KeyType: types.KeyTypeRange},
 			},
-			Projection: &types.Projection{ProjectionType: types.ProjectionTypeAll},
+			Projection: &types.Projection{ProjectionType: proj},
 		})
 	}
 	var defs []types.AttributeDefinition

@@ -90,7 +90,7 @@ func (t *Transition) becomeAvailable(queue string, priority int, push bool, now 
 	} else {
 		t.remove(attrDispatch)
 	}
-	t.remove(attrLease, attrWorker, "next_attempt_at", "cancel_requested")
+	t.remove(attrLease, "lease_ms", attrWorker, "next_attempt_at", "cancel_requested")
 }
 
 // ClaimOpts describes a claim of an available job.
@@ -117,6 +117,7 @@ func Claim(id string, o ClaimOpts) Transition {
 		lease = o.Deadline
 	}
 	t.set(attrLease, ms(lease))
+	t.set("lease_ms", o.LeaseUntil.Sub(o.Now).Milliseconds())
 	t.set("deadline_ms", ms(o.Deadline))
 	t.set(attrDuePK, duePrefix+o.Queue)
 	t.set(attrDueAt, ms(lease))
@@ -140,21 +141,34 @@ func (t Transition) HeldBy(workerID string) Transition {
 	return t
 }
 
-// Complete records success of an active job. attempt > 0 additionally
-// requires the job to still be in that attempt (a late completion of an
-// earlier attempt changes nothing).
+// leaseHeld makes a transition conditional on the job's lease not having
+// ended at now: an ACK, FAIL or heartbeat after the lease's end is refused
+// whether or not the job was requeued yet (ojs-worker-protocol.md 5.5).
+func (t *Transition) leaseHeld(now time.Time) {
+	t.and(expression.Or(expression.AttributeNotExists(expression.Name(attrLease)),
+		expression.Name(attrLease).GreaterThan(expression.Value(ms(now)))))
+}
+
+// Complete records success of an active job whose lease has not ended.
+// attempt > 0 additionally requires the job to still be in that attempt
+// (a late completion of an earlier attempt changes nothing).
 func Complete(id string, result json.RawMessage, attempt int, now time.Time) Transition {
 	t := newTransition(id, job.Completed, job.Active)
 	t.set("completed_at", job.Timestamp(now))
+	// Listed among its queue's completions (index "done", keys only: the
+	// partition is the queue name, copied from the item), for queue stats.
+	t.update = t.update.Set(expression.Name(attrDonePK), expression.Name("queue"))
+	t.set(attrDoneSK, deadSortKey(now, id))
 	if len(result) > 0 {
 		t.set("result", string(result))
 	} else {
 		t.remove("result")
 	}
-	t.remove("error", attrLease, "deadline_ms", attrWorker, attrDuePK, attrDueAt, attrReadyPK, attrReadySK, "cancel_requested")
+	t.remove("error", attrLease, "lease_ms", "deadline_ms", attrWorker, attrDuePK, attrDueAt, attrReadyPK, attrReadySK, "cancel_requested")
 	if attempt > 0 {
 		t.and(expression.Name(attrAttempt).Equal(expression.Value(attempt)))
 	}
+	t.leaseHeld(now)
 	return t
 }
 
@@ -166,19 +180,13 @@ type Failure struct {
 	NextAttempt time.Time
 }
 
+// errorsWith returns the error history with e appended, bounded in count
+// and bytes (job.BoundHistory), and e as stored (the job's current error).
 func errorsWith(j *job.Job, e job.ErrorInfo) ([]string, string) {
 	if e.OccurredAt == "" {
 		e.OccurredAt = e.Timestamp
 	}
-	all := append(append([]job.ErrorInfo{}, j.Errors...), e)
-	if len(all) > job.MaxErrorHistory {
-		all = all[len(all)-job.MaxErrorHistory:]
-	}
-	out := make([]string, len(all))
-	for i, x := range all {
-		b, _ := json.Marshal(x)
-		out[i] = string(b)
-	}
+	out := job.BoundHistory(j.Errors, e)
 	return out, out[len(out)-1]
 }
 
@@ -186,7 +194,7 @@ func (t *Transition) recordFailure(j *job.Job, f Failure, now time.Time) {
 	list, last := errorsWith(j, f.Error)
 	t.set("errors", list)
 	t.set("error", last)
-	t.remove(attrLease, "deadline_ms", attrWorker, "cancel_requested", attrDispatch)
+	t.remove(attrLease, "lease_ms", "deadline_ms", attrWorker, "cancel_requested", attrDispatch)
 	if t.To == job.Retryable {
 		t.set("retry_delay_ms", f.NextAttempt.Sub(now).Milliseconds())
 		t.set("next_attempt_at", job.Timestamp(f.NextAttempt))
@@ -210,7 +218,7 @@ func (t *Transition) discard(j *job.Job, now time.Time) {
 
 // Fail records a failed attempt of active job j (as read) and moves it to
 // retryable or discarded. It applies only while j is still in the same
-// attempt.
+// attempt and its lease has not ended.
 func Fail(j *job.Job, f Failure, now time.Time) Transition {
 	to := job.Discarded
 	if f.Retry {
@@ -219,6 +227,7 @@ func Fail(j *job.Job, f Failure, now time.Time) Transition {
 	t := newTransition(j.ID, to, job.Active)
 	t.recordFailure(j, f, now)
 	t.and(expression.Name(attrAttempt).Equal(expression.Value(j.Attempt)))
+	t.leaseHeld(now)
 	return t
 }
 
@@ -286,20 +295,41 @@ func Cancel(id string, now time.Time, from ...job.State) Transition {
 	return t
 }
 
-// Extend renews the lease of an active job (heartbeat). workerID, when
-// set, must match the claim's worker. The lease never passes the attempt's
-// deadline: the condition fails if it would, and the caller retries with
-// the deadline.
-func Extend(id, workerID string, leaseUntil time.Time) Transition {
+// Extend renews the lease of an active job (heartbeat) whose lease has
+// not ended at now: to leaseUntil, or when that is zero to now plus the
+// lease length of its claim (ojs-worker-protocol.md 5.4: the full
+// configured duration, counted from the heartbeat). workerID, when set,
+// must match the claim's worker. The lease never passes the attempt's
+// deadline: with an explicit leaseUntil the condition fails if it would
+// (the caller retries with the deadline); with the claim's length the
+// caller clamps the written lease (see Clamp).
+func Extend(id, workerID string, leaseUntil, now time.Time) Transition {
 	t := newTransition(id, job.Active, job.Active)
-	t.set(attrLease, ms(leaseUntil))
-	t.set(attrDueAt, ms(leaseUntil))
-	t.and(expression.Or(expression.AttributeNotExists(expression.Name("deadline_ms")),
-		expression.Name("deadline_ms").GreaterThanEqual(expression.Value(ms(leaseUntil)))))
+	if leaseUntil.IsZero() {
+		next := expression.Plus(expression.Value(ms(now)),
+			expression.IfNotExists(expression.Name("lease_ms"), expression.Value(job.DefaultVisibilityTimeout.Milliseconds())))
+		t.update = t.update.Set(expression.Name(attrLease), next).Set(expression.Name(attrDueAt), next)
+	} else {
+		t.set(attrLease, ms(leaseUntil))
+		t.set(attrDueAt, ms(leaseUntil))
+		t.and(expression.Or(expression.AttributeNotExists(expression.Name("deadline_ms")),
+			expression.Name("deadline_ms").GreaterThanEqual(expression.Value(ms(leaseUntil)))))
+	}
 	if workerID != "" {
 		t.and(expression.Or(expression.AttributeNotExists(expression.Name(attrWorker)),
 			expression.Name(attrWorker).Equal(expression.Value(workerID))))
 	}
+	t.leaseHeld(now)
+	return t
+}
+
+// Clamp sets an active job's lease to its deadline when a heartbeat
+// extended it past it (only while the lease is later than the deadline).
+func Clamp(id string, deadline time.Time) Transition {
+	t := newTransition(id, job.Active, job.Active)
+	t.set(attrLease, ms(deadline))
+	t.set(attrDueAt, ms(deadline))
+	t.and(expression.Name(attrLease).GreaterThan(expression.Value(ms(deadline))))
 	return t
 }
 
@@ -322,6 +352,7 @@ func Requeue(j *job.Job, e job.ErrorInfo, now time.Time, redeliverAfter time.Dur
 	t.becomeAvailable(j.Queue, j.Priority, j.Push, now, redeliverAfter, false)
 	t.remove("deadline_ms")
 	t.and(expression.Name(attrAttempt).Equal(expression.Value(j.Attempt)))
+	t.leaseHeld(now)
 	return t
 }
 

@@ -4,15 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
-	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/ojs-aws/ojs-serverless/pkg/awslimit"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
 )
 
 // Workflow item key prefixes: every item of a workflow lives in the
@@ -24,47 +28,70 @@ const (
 	shardPrefix = "C#"
 	// RootPath is the path of a workflow's root node.
 	RootPath = "/"
-	// CallbackShard is the counter shard of a batch's callbacks.
-	CallbackShard = "cb"
 )
 
-// Node is one node of a workflow tree as stored: a job (leaf) or a chain,
-// group or batch (composite).
+// Node is one node of a workflow as stored: a job step (leaf) or a chain,
+// group, batch or graph (composite). A composite's progress lives on its
+// own item (OK and Fail: the indexes of the children that finished), or
+// for a wide group or batch in counter shards rolled up into Rolled; a
+// batch's callbacks in Fired, CallbacksOK and CallbacksFail. Every write
+// to these sets is an ADD, so repeating it changes nothing.
 type Node struct {
 	WorkflowID string `dynamodbav:"wf_id"`
 	Path       string `dynamodbav:"path"`
-	// Kind is "job", "chain", "group" or "batch".
-	Kind  string `dynamodbav:"kind"`
-	Name  string `dynamodbav:"name,omitempty"`
-	Index int    `dynamodbav:"idx"`
+	// Kind is "job", "chain", "group", "batch" or "graph".
+	Kind string `dynamodbav:"kind"`
+	Name string `dynamodbav:"name,omitempty"`
+	// StepID is the id a client gave the step (the dependency-graph form).
+	StepID string `dynamodbav:"sid,omitempty"`
+	Index  int    `dynamodbav:"idx"`
 	// Def is a leaf's job request (JSON text).
 	Def string `dynamodbav:"def,omitempty"`
 	// JobType is a leaf's job type.
 	JobType string `dynamodbav:"job_type,omitempty"`
-	// Total is a composite's number of children (not callbacks).
+	// PShard names the counter shard of its parent this node is counted
+	// in (a child of a wide group or batch); empty when the parent counts
+	// on itself.
+	PShard string `dynamodbav:"pshard,omitempty"`
+	// Deps lists the sibling indexes a graph step waits for; Next the
+	// ones that wait for it.
+	Deps []int `dynamodbav:"deps,omitempty,numberset"`
+	Next []int `dynamodbav:"next,omitempty,numberset"`
+	// Total is a composite's number of children (callbacks not counted).
 	Total int `dynamodbav:"total,omitempty"`
-	// Shards is the number of counter shards; ShardsDone how many rolled up.
-	Shards     int `dynamodbav:"shards,omitempty"`
-	ShardsDone int `dynamodbav:"shards_done,omitempty"`
-	// OK and Fail are the rolled-up child outcomes.
-	OK   int `dynamodbav:"ok,omitempty"`
-	Fail int `dynamodbav:"fail,omitempty"`
+	// Shards is the number of counter shards of a wide group or batch; 0
+	// means its children are counted on the node itself.
+	Shards int `dynamodbav:"shards,omitempty"`
+	// Graph is a graph composite's structure, read together with its
+	// progress: JSON {"ids": [step ids], "deps": [[dependency indexes]]}.
+	Graph string `dynamodbav:"graph,omitempty"`
+	// OK and Fail are the children that finished (counted on the node).
+	OK   []int `dynamodbav:"ok,omitempty,numberset"`
+	Fail []int `dynamodbav:"fail,omitempty,numberset"`
+	// Rolled holds "<shard>:<ok>:<fail>" for each full counter shard.
+	Rolled []string `dynamodbav:"rolled,omitempty,stringset"`
 	// Callbacks lists a batch's defined callbacks (on_complete, ...);
-	// Fired the ones triggered.
-	Callbacks []string `dynamodbav:"callbacks,omitempty,stringset"`
-	Fired     []string `dynamodbav:"fired,omitempty,stringset"`
-	FiredAt   string   `dynamodbav:"fired_at,omitempty"`
-	// State is waiting, running, completed, failed or cancelled.
-	State string `dynamodbav:"state"`
-	// Outcome is "ok" or "fail" once recorded in the parent's counters.
-	Outcome string `dynamodbav:"outcome,omitempty"`
-	// Result and Error are a finished leaf's result and last error (JSON).
-	Result  string `dynamodbav:"result,omitempty"`
-	Error   string `dynamodbav:"error,omitempty"`
-	Attempt int    `dynamodbav:"attempt,omitempty"`
+	// Fired the ones triggered; CallbacksOK and CallbacksFail the fired
+	// ones that finished.
+	Callbacks     []string `dynamodbav:"callbacks,omitempty,stringset"`
+	Fired         []string `dynamodbav:"fired,omitempty,stringset"`
+	FiredAt       string   `dynamodbav:"fired_at,omitempty"`
+	CallbacksOK   []string `dynamodbav:"cb_ok,omitempty,stringset"`
+	CallbacksFail []string `dynamodbav:"cb_fail,omitempty,stringset"`
+	// State is the node's state; leaves keep "waiting" (their job holds
+	// theirs).
+	State wfstate.State `dynamodbav:"state"`
 	// JobCount is the number of leaf jobs in the workflow (root only).
-	JobCount    int    `dynamodbav:"job_count,omitempty"`
-	FailedIndex *int   `dynamodbav:"failed_index,omitempty"`
+	JobCount    int  `dynamodbav:"job_count,omitempty"`
+	FailedIndex *int `dynamodbav:"failed_index,omitempty"`
+	// FailedStep is the path of the child whose failure failed the node.
+	FailedStep string `dynamodbav:"failed_step,omitempty"`
+	// Form is "steps" for a workflow created in the dependency-graph form
+	// (its view lists steps by id), empty for the tree form (root only).
+	Form string `dynamodbav:"form,omitempty"`
+	// Creating is set on the root of a large workflow while its items are
+	// written; the sweeper deletes one whose creator died.
+	Creating    bool   `dynamodbav:"creating,omitempty"`
 	CreatedAt   string `dynamodbav:"created_at,omitempty"`
 	StartedAt   string `dynamodbav:"started_at,omitempty"`
 	CompletedAt string `dynamodbav:"completed_at,omitempty"`
@@ -74,6 +101,52 @@ type Node struct {
 	// the sweeper checks it for lost progress (see DueWorkflows).
 	DuePK string `dynamodbav:"due_pk,omitempty"`
 	DueAt int64  `dynamodbav:"due_at,omitempty"`
+}
+
+// Done reports whether child i is counted as finished on the node.
+func (n *Node) Done(i int) bool { return hasInt(n.OK, i) || hasInt(n.Fail, i) }
+
+func hasInt(list []int, v int) bool {
+	for _, x := range list {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+func hasString(list []string, v string) bool {
+	for _, x := range list {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// RolledCounts sums the rolled-up shards: how many, and their ok and fail
+// counts.
+func (n *Node) RolledCounts() (shards, ok, fail int) {
+	for _, r := range n.Rolled {
+		parts := strings.Split(r, ":")
+		if len(parts) != 3 {
+			continue
+		}
+		o, _ := strconv.Atoi(parts[1])
+		f, _ := strconv.Atoi(parts[2])
+		shards, ok, fail = shards+1, ok+o, fail+f
+	}
+	return shards, ok, fail
+}
+
+// ShardRolled reports whether shard key was rolled up into the node.
+func (n *Node) ShardRolled(key string) bool {
+	for _, r := range n.Rolled {
+		if strings.HasPrefix(r, key+":") {
+			return true
+		}
+	}
+	return false
 }
 
 // workflowDuePK is the due-index partition of running workflows. It has no
@@ -124,13 +197,18 @@ func (s *Store) PostponeWorkflowCheck(ctx context.Context, wfID string, due, nex
 	return nil
 }
 
-// Shard is one counter shard of a composite node.
+// Shard is one counter shard of a wide composite: child i of n counts in
+// shard i mod ceil(n/ShardSize).
 type Shard struct {
-	Expected int  `dynamodbav:"expected"`
-	OK       int  `dynamodbav:"ok"`
-	Fail     int  `dynamodbav:"fail"`
-	Rolled   bool `dynamodbav:"rolled,omitempty"`
+	Path     string `dynamodbav:"path"`
+	Key      string `dynamodbav:"shard"`
+	Expected int    `dynamodbav:"expected"`
+	OK       []int  `dynamodbav:"ok,omitempty,numberset"`
+	Fail     []int  `dynamodbav:"fail,omitempty,numberset"`
 }
+
+// Full reports whether every child of the shard finished.
+func (sh *Shard) Full() bool { return len(sh.OK)+len(sh.Fail) >= sh.Expected }
 
 type nodeItem struct {
 	PK string `dynamodbav:"pk"`
@@ -142,8 +220,6 @@ type shardItem struct {
 	PK   string `dynamodbav:"pk"`
 	SK   string `dynamodbav:"sk"`
 	WFID string `dynamodbav:"wf_id"`
-	Path string `dynamodbav:"path"`
-	Key  string `dynamodbav:"shard"`
 	Shard
 }
 
@@ -161,28 +237,43 @@ func shardSK(path, shard string) string { return shardPrefix + path + "#" + shar
 // ShardKey names shard k of a composite.
 func ShardKey(k int) string { return strconv.Itoa(k) }
 
-// NewShard describes a shard to create with a workflow.
-type NewShard struct {
-	Path, Key string
-	Expected  int
-}
-
 // ErrWorkflowExists is returned when a workflow id is taken.
 var ErrWorkflowExists = errors.New("workflow exists")
 
-// CreateWorkflow writes a workflow's nodes and counter shards. The root
-// node is written last and conditionally: its stream record starts the
-// workflow, so a workflow whose creation failed midway never starts (its
-// partial items are unreachable and carry no jobs). Workflows of at most
-// 100 items are written in one transaction.
-func (s *Store) CreateWorkflow(ctx context.Context, nodes []Node, shards []NewShard) error {
+// ErrWorkflowNotRunning is returned when a workflow stopped (cancelled or
+// finished) before a write that needs it running.
+var ErrWorkflowNotRunning = errors.New("workflow is not running")
+
+// NewWorkflow is everything a workflow's creation writes: its nodes (the
+// root among them), the counter shards of its wide composites, and the
+// jobs that start at once.
+type NewWorkflow struct {
+	Nodes  []Node
+	Shards []Shard
+	Jobs   []*job.Job
+	// RedeliverAfter is passed to job creation (see Store.Create).
+	RedeliverAfter time.Duration
+}
+
+// CreateWorkflow writes a new workflow. Up to MaxBatch items (nodes,
+// shards and first jobs together, and 3 MB of them) are written in one
+// transaction, so the
+// workflow and its first jobs appear together or not at all. A larger one
+// is written in stages: the root first (conditional, marked creating),
+// then its other items, then the root unmarked, then its first jobs (each
+// transaction conditional on the workflow still running). A creator that
+// dies while the root is marked leaves only items the sweeper deletes
+// (no job exists before the mark is removed); one that dies later leaves
+// a running workflow whose missing first jobs the sweeper's repair
+// creates.
+func (s *Store) CreateWorkflow(ctx context.Context, w NewWorkflow) error {
 	var root *Node
 	var items []map[string]types.AttributeValue
-	for i := range nodes {
-		n := nodes[i]
+	for i := range w.Nodes {
+		n := w.Nodes[i]
 		n.Version = 1
 		if n.Path == RootPath {
-			root = &nodes[i]
+			root = &w.Nodes[i]
 			continue
 		}
 		av, err := attributevalue.MarshalMap(nodeItem{PK: wfPrefix + n.WorkflowID, SK: nodeSK(n.Path), Node: n})
@@ -194,8 +285,8 @@ func (s *Store) CreateWorkflow(ctx context.Context, nodes []Node, shards []NewSh
 	if root == nil {
 		return fmt.Errorf("workflow has no root node")
 	}
-	for _, sh := range shards {
-		av, err := attributevalue.MarshalMap(shardItem{PK: wfPrefix + root.WorkflowID, SK: shardSK(sh.Path, sh.Key), WFID: root.WorkflowID, Path: sh.Path, Key: sh.Key, Shard: Shard{Expected: sh.Expected}})
+	for _, sh := range w.Shards {
+		av, err := attributevalue.MarshalMap(shardItem{PK: wfPrefix + root.WorkflowID, SK: shardSK(sh.Path, sh.Key), WFID: root.WorkflowID, Shard: sh})
 		if err != nil {
 			return err
 		}
@@ -203,29 +294,51 @@ func (s *Store) CreateWorkflow(ctx context.Context, nodes []Node, shards []NewSh
 	}
 	r := *root
 	r.Version = 1
-	rootAV, err := attributevalue.MarshalMap(nodeItem{PK: wfPrefix + r.WorkflowID, SK: nodeSK(RootPath), Node: r})
-	if err != nil {
-		return err
-	}
 	cond := aws.String("attribute_not_exists(pk)")
-	if len(items) < MaxBatch {
-		tx := make([]types.TransactWriteItem, 0, len(items)+1)
+	bytes := 0
+	for _, it := range items {
+		bytes += ItemBytes(it)
+	}
+	for _, j := range w.Jobs {
+		n, err := JobItemBytes(j, w.RedeliverAfter)
+		if err != nil {
+			return err
+		}
+		bytes += n
+	}
+	if len(items)+len(w.Jobs)+1 <= MaxBatch && bytes <= awslimit.DynamoTxBytes-txNodeReserve {
+		rootAV, err := attributevalue.MarshalMap(nodeItem{PK: wfPrefix + r.WorkflowID, SK: nodeSK(RootPath), Node: r})
+		if err != nil {
+			return err
+		}
+		tx := make([]types.TransactWriteItem, 0, len(items)+len(w.Jobs)+1)
+		tx = append(tx, types.TransactWriteItem{Put: &types.Put{TableName: &s.table, Item: rootAV, ConditionExpression: cond}})
 		for _, it := range items {
 			tx = append(tx, types.TransactWriteItem{Put: &types.Put{TableName: &s.table, Item: it}})
 		}
-		tx = append(tx, types.TransactWriteItem{Put: &types.Put{TableName: &s.table, Item: rootAV, ConditionExpression: cond}})
-		_, err := s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: tx})
-		var tce *types.TransactionCanceledException
-		if errors.As(err, &tce) {
-			return ErrWorkflowExists
+		for _, j := range w.Jobs {
+			put, err := s.jobPut(j, w.RedeliverAfter)
+			if err != nil {
+				return err
+			}
+			tx = append(tx, types.TransactWriteItem{Put: put})
+		}
+		_, err = s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: tx})
+		if i, ok := failedCondition(err); ok {
+			if i == 0 {
+				return ErrWorkflowExists
+			}
+			return &DuplicateError{ID: w.Jobs[i-1-len(items)].ID}
 		}
 		if err != nil {
 			return fmt.Errorf("create workflow %s: %w", r.WorkflowID, err)
 		}
 		return nil
 	}
-	if err := s.batchPut(ctx, items); err != nil {
-		return fmt.Errorf("create workflow %s: %w", r.WorkflowID, err)
+	r.Creating = true
+	rootAV, err := attributevalue.MarshalMap(nodeItem{PK: wfPrefix + r.WorkflowID, SK: nodeSK(RootPath), Node: r})
+	if err != nil {
+		return err
 	}
 	_, err = s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &s.table, Item: rootAV, ConditionExpression: cond})
 	var ccf *types.ConditionalCheckFailedException
@@ -235,7 +348,68 @@ func (s *Store) CreateWorkflow(ctx context.Context, nodes []Node, shards []NewSh
 	if err != nil {
 		return fmt.Errorf("create workflow %s: %w", r.WorkflowID, err)
 	}
-	return nil
+	if err := s.batchPut(ctx, items); err != nil {
+		return fmt.Errorf("create workflow %s: %w", r.WorkflowID, err)
+	}
+	if _, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table, Key: wfKey(r.WorkflowID, nodeSK(RootPath)),
+		UpdateExpression: aws.String("REMOVE creating")}); err != nil {
+		return fmt.Errorf("create workflow %s: %w", r.WorkflowID, err)
+	}
+	return s.Advance(ctx, Advance{WorkflowID: r.WorkflowID, Jobs: w.Jobs, RedeliverAfter: w.RedeliverAfter})
+}
+
+// DeleteWorkflow removes every item of a workflow whose creation never
+// finished (its root still marked creating, so none of its jobs exist).
+// It returns false if the root is not marked.
+func (s *Store) DeleteWorkflow(ctx context.Context, wfID string) (bool, error) {
+	var keys []map[string]types.AttributeValue
+	var start map[string]types.AttributeValue
+	for {
+		out, err := s.db.Query(ctx, &dynamodb.QueryInput{TableName: &s.table, KeyConditionExpression: aws.String("pk = :pk"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":pk": &types.AttributeValueMemberS{Value: wfPrefix + wfID}},
+			ProjectionExpression:      aws.String("pk, sk"), ExclusiveStartKey: start})
+		if err != nil {
+			return false, fmt.Errorf("list workflow %s: %w", wfID, err)
+		}
+		for _, it := range out.Items {
+			if sk := it[attrSK].(*types.AttributeValueMemberS).Value; sk != nodeSK(RootPath) {
+				keys = append(keys, it)
+			}
+		}
+		if len(out.LastEvaluatedKey) == 0 {
+			break
+		}
+		start = out.LastEvaluatedKey
+	}
+	_, err := s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &s.table, Key: wfKey(wfID, nodeSK(RootPath)),
+		ConditionExpression: aws.String("creating = :t"), ExpressionAttributeValues: map[string]types.AttributeValue{":t": &types.AttributeValueMemberBOOL{Value: true}}})
+	var ccf *types.ConditionalCheckFailedException
+	if errors.As(err, &ccf) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("delete workflow %s: %w", wfID, err)
+	}
+	bw, ok := s.db.(BatchWriter)
+	if !ok {
+		return true, fmt.Errorf("the DynamoDB client cannot batch write")
+	}
+	for len(keys) > 0 {
+		n := min(25, len(keys))
+		reqs := make([]types.WriteRequest, n)
+		for i := range n {
+			reqs[i] = types.WriteRequest{DeleteRequest: &types.DeleteRequest{Key: keys[i]}}
+		}
+		keys = keys[n:]
+		for tries := 0; len(reqs) > 0 && tries < 8; tries++ {
+			out, err := bw.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: map[string][]types.WriteRequest{s.table: reqs}})
+			if err != nil {
+				return true, err
+			}
+			reqs = out.UnprocessedItems[s.table]
+		}
+	}
+	return true, nil
 }
 
 // BatchWriter is the batch write call CreateWorkflow uses for large
@@ -244,11 +418,13 @@ type BatchWriter interface {
 	BatchWriteItem(context.Context, *dynamodb.BatchWriteItemInput, ...func(*dynamodb.Options)) (*dynamodb.BatchWriteItemOutput, error)
 }
 
+// batchPut writes items 25 at a time, eight requests at once.
 func (s *Store) batchPut(ctx context.Context, items []map[string]types.AttributeValue) error {
 	bw, ok := s.db.(BatchWriter)
 	if !ok {
 		return fmt.Errorf("the DynamoDB client cannot batch write")
 	}
+	var chunks [][]types.WriteRequest
 	for len(items) > 0 {
 		n := min(25, len(items))
 		reqs := make([]types.WriteRequest, n)
@@ -256,6 +432,10 @@ func (s *Store) batchPut(ctx context.Context, items []map[string]types.Attribute
 			reqs[i] = types.WriteRequest{PutRequest: &types.PutRequest{Item: items[i]}}
 		}
 		items = items[n:]
+		chunks = append(chunks, reqs)
+	}
+	return parallel(ctx, len(chunks), 8, func(ctx context.Context, c int) error {
+		reqs := chunks[c]
 		for tries := 0; len(reqs) > 0; tries++ {
 			if tries > 8 {
 				return fmt.Errorf("batch write: %d items still unprocessed", len(reqs))
@@ -269,8 +449,39 @@ func (s *Store) batchPut(ctx context.Context, items []map[string]types.Attribute
 				time.Sleep(time.Duration(tries+1) * 20 * time.Millisecond)
 			}
 		}
+		return nil
+	})
+}
+
+// parallel runs f for 0..n-1, at most conc at once, and returns the first
+// error.
+func parallel(ctx context.Context, n, conc int, f func(context.Context, int) error) error {
+	if n == 0 {
+		return nil
 	}
-	return nil
+	if n == 1 {
+		return f(ctx, 0)
+	}
+	sem := make(chan struct{}, conc)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(i int) {
+			defer func() { <-sem; wg.Done() }()
+			if err := f(ctx, i); err != nil {
+				mu.Lock()
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
+			}
+		}(i)
+	}
+	wg.Wait()
+	return first
 }
 
 // getWF reads one workflow item into out (consistent read).
@@ -303,16 +514,112 @@ func (s *Store) GetShard(ctx context.Context, wfID, path, key string) (*Shard, e
 	return &it.Shard, nil
 }
 
+// NodeKey names a node of a workflow.
+type NodeKey struct{ WorkflowID, Path string }
+
+// ShardRef names a counter shard of a workflow.
+type ShardRef struct{ WorkflowID, Path, Key string }
+
+// Progress is what a batch read of nodes and shards found, keyed by
+// workflow id + path (nodes) and workflow id + path + "#" + key (shards).
+type Progress struct {
+	Nodes  map[NodeKey]*Node
+	Shards map[ShardRef]*Shard
+}
+
+// ReadProgress reads nodes and shards in batches of 100 (consistent
+// reads); missing items are absent from the result.
+func (s *Store) ReadProgress(ctx context.Context, nodes []NodeKey, shards []ShardRef) (*Progress, error) {
+	p := &Progress{Nodes: map[NodeKey]*Node{}, Shards: map[ShardRef]*Shard{}}
+	bg, ok := s.db.(batchGetter)
+	if !ok {
+		return nil, fmt.Errorf("the DynamoDB client cannot batch get")
+	}
+	seen := map[string]bool{}
+	var keys []map[string]types.AttributeValue
+	for _, k := range nodes {
+		if id := k.WorkflowID + "|" + nodeSK(k.Path); !seen[id] {
+			seen[id] = true
+			keys = append(keys, wfKey(k.WorkflowID, nodeSK(k.Path)))
+		}
+	}
+	for _, k := range shards {
+		if id := k.WorkflowID + "|" + shardSK(k.Path, k.Key); !seen[id] {
+			seen[id] = true
+			keys = append(keys, wfKey(k.WorkflowID, shardSK(k.Path, k.Key)))
+		}
+	}
+	for len(keys) > 0 {
+		n := min(100, len(keys))
+		chunk := keys[:n]
+		keys = keys[n:]
+		for tries := 0; len(chunk) > 0 && tries < 8; tries++ {
+			res, err := bg.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: map[string]types.KeysAndAttributes{s.table: {Keys: chunk, ConsistentRead: aws.Bool(true)}}})
+			if err != nil {
+				return nil, fmt.Errorf("batch get workflow items: %w", err)
+			}
+			for _, av := range res.Responses[s.table] {
+				sk := av[attrSK].(*types.AttributeValueMemberS).Value
+				if strings.HasPrefix(sk, nodePrefix) {
+					var it nodeItem
+					if err := attributevalue.UnmarshalMap(av, &it); err != nil {
+						return nil, err
+					}
+					n := it.Node
+					p.Nodes[NodeKey{n.WorkflowID, n.Path}] = &n
+				} else {
+					var it shardItem
+					if err := attributevalue.UnmarshalMap(av, &it); err != nil {
+						return nil, err
+					}
+					sh := it.Shard
+					p.Shards[ShardRef{it.WFID, sh.Path, sh.Key}] = &sh
+				}
+			}
+			chunk = res.UnprocessedKeys[s.table].Keys
+		}
+	}
+	return p, nil
+}
+
+type batchGetter interface {
+	BatchGetItem(context.Context, *dynamodb.BatchGetItemInput, ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error)
+}
+
 // WorkflowItems reads every node of a workflow (paginated query of its
 // partition), root first.
 func (s *Store) WorkflowItems(ctx context.Context, wfID string) ([]*Node, error) {
+	return s.Subtree(ctx, wfID, RootPath)
+}
+
+// Subtree reads the node at path and every node below it, in path order
+// (the node itself first).
+func (s *Store) Subtree(ctx context.Context, wfID, path string) ([]*Node, error) {
+	prefix := nodeSK(path)
+	if path != RootPath {
+		n, err := s.GetNode(ctx, wfID, path)
+		if errors.Is(err, ErrNotFound) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		prefix += "/"
+		nodes := []*Node{n}
+		more, err := s.queryNodes(ctx, wfID, prefix)
+		return append(nodes, more...), err
+	}
+	return s.queryNodes(ctx, wfID, prefix)
+}
+
+func (s *Store) queryNodes(ctx context.Context, wfID, prefix string) ([]*Node, error) {
 	var nodes []*Node
 	var start map[string]types.AttributeValue
 	for {
 		out, err := s.db.Query(ctx, &dynamodb.QueryInput{
 			TableName: &s.table, KeyConditionExpression: aws.String("pk = :pk AND begins_with(sk, :n)"),
 			ExpressionAttributeValues: map[string]types.AttributeValue{
-				":pk": &types.AttributeValueMemberS{Value: wfPrefix + wfID}, ":n": &types.AttributeValueMemberS{Value: nodePrefix},
+				":pk": &types.AttributeValueMemberS{Value: wfPrefix + wfID}, ":n": &types.AttributeValueMemberS{Value: prefix},
 			},
 			ConsistentRead: aws.Bool(true), ExclusiveStartKey: start,
 		})
@@ -334,258 +641,451 @@ func (s *Store) WorkflowItems(ctx context.Context, wfID string) ([]*Node, error)
 	}
 }
 
-// Outcome is a finished child recorded in its parent's counters.
-type Outcome struct {
-	WorkflowID, Path, Parent, ShardKey string
-	OK                                 bool
-	Result, Error                      string
-	Attempt                            int
-	At                                 time.Time
-	// StartedAt, when set, records when a leaf's job started (for the
-	// duration in workflow events).
-	StartedAt time.Time
+// exprs builds the names and values of a hand-written expression.
+type exprs struct {
+	names  map[string]string
+	values map[string]types.AttributeValue
 }
 
-// RecordOutcome marks a child node finished and counts it in its parent's
-// shard, in one transaction that applies only the first time: it returns
-// false when the outcome was already recorded (a duplicate or retried
-// stream record).
-func (s *Store) RecordOutcome(ctx context.Context, o Outcome) (bool, error) {
-	outcome, state, counter := "ok", "completed", "ok"
-	if !o.OK {
-		outcome, state, counter = "fail", "failed", "fail"
+func newExprs() *exprs {
+	return &exprs{names: map[string]string{}, values: map[string]types.AttributeValue{}}
+}
+
+func (x *exprs) name(n string) string {
+	k := "#" + n
+	x.names[k] = n
+	return k
+}
+
+func (x *exprs) val(v types.AttributeValue) string {
+	k := fmt.Sprintf(":v%d", len(x.values))
+	x.values[k] = v
+	return k
+}
+
+func (x *exprs) str(s string) string { return x.val(&types.AttributeValueMemberS{Value: s}) }
+
+func (x *exprs) num(i int64) string { return x.val(&types.AttributeValueMemberN{Value: itoa(i)}) }
+
+func (x *exprs) nums(is []int) string {
+	ns := make([]string, len(is))
+	for i, v := range is {
+		ns[i] = strconv.Itoa(v)
 	}
-	u := expression.Set(expression.Name("outcome"), expression.Value(outcome)).
-		Set(expression.Name("state"), expression.Value(state)).
-		Set(expression.Name("completed_at"), expression.Value(job.Timestamp(o.At))).
-		Add(expression.Name(attrVersion), expression.Value(1))
-	if o.Result != "" {
-		u = u.Set(expression.Name("result"), expression.Value(o.Result))
+	return x.val(&types.AttributeValueMemberNS{Value: ns})
+}
+
+func (x *exprs) strs(ss []string) string { return x.val(&types.AttributeValueMemberSS{Value: ss}) }
+
+func (x *exprs) namesOrNil() map[string]string {
+	if len(x.names) == 0 {
+		return nil
 	}
-	if o.Error != "" {
-		u = u.Set(expression.Name("error"), expression.Value(o.Error))
+	return x.names
+}
+
+func (x *exprs) valuesOrNil() map[string]types.AttributeValue {
+	if len(x.values) == 0 {
+		return nil
 	}
-	if o.Attempt > 0 {
-		u = u.Set(expression.Name("attempt"), expression.Value(o.Attempt))
+	return x.values
+}
+
+// NodeWrite is one change of a node, applied only if the node is in one of
+// the From states (when set) and the NotAll conditions hold. It moves the
+// node to To (when set, with the matching timestamp), counts children in
+// OK or Fail, and records fired callbacks (only once: Fired is written
+// only if none were).
+type NodeWrite struct {
+	Path string
+	From []wfstate.State
+	To   wfstate.State
+	At   time.Time
+	// AddOK and AddFail count children as finished.
+	AddOK, AddFail []int
+	// AddCallbacksOK and AddCallbacksFail count finished callbacks.
+	AddCallbacksOK, AddCallbacksFail []string
+	// Fired records the triggered callbacks of a batch (condition: none
+	// recorded yet).
+	Fired []string
+	// FailedIndex records the failed step of a chain; FailedStep the
+	// path of the child whose failure failed the node.
+	FailedIndex *int
+	FailedStep  string
+	// NotAll holds sets of child indexes of which, for the write to apply,
+	// not all may be counted OK yet: the decisions "this graph step cannot
+	// start yet" the write relies on.
+	NotAll [][]int
+}
+
+// validate checks every From -> To against the node state machine.
+func (w NodeWrite) validate() error {
+	if w.To == "" {
+		return nil
 	}
-	if !o.StartedAt.IsZero() {
-		u = u.Set(expression.Name("started_at"), expression.IfNotExists(expression.Name("started_at"), expression.Value(job.Timestamp(o.StartedAt))))
+	if !w.To.Valid() {
+		return fmt.Errorf("node %s: invalid state %q", w.Path, w.To)
 	}
-	child, err := expression.NewBuilder().WithUpdate(u).
-		WithCondition(expression.AttributeExists(expression.Name(attrPK)).And(expression.AttributeNotExists(expression.Name("outcome")))).Build()
-	if err != nil {
-		return false, err
+	if len(w.From) == 0 {
+		return fmt.Errorf("node %s: a move to %s must name the states it leaves", w.Path, w.To)
 	}
-	count, err := expression.NewBuilder().WithUpdate(expression.Add(expression.Name(counter), expression.Value(1))).
-		WithCondition(expression.AttributeExists(expression.Name(attrPK))).Build()
-	if err != nil {
-		return false, err
-	}
-	_, err = s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
-		{Update: &types.Update{TableName: &s.table, Key: wfKey(o.WorkflowID, nodeSK(o.Path)), UpdateExpression: child.Update(),
-			ConditionExpression: child.Condition(), ExpressionAttributeNames: child.Names(), ExpressionAttributeValues: child.Values()}},
-		{Update: &types.Update{TableName: &s.table, Key: wfKey(o.WorkflowID, shardSK(o.Parent, o.ShardKey)), UpdateExpression: count.Update(),
-			ConditionExpression: count.Condition(), ExpressionAttributeNames: count.Names(), ExpressionAttributeValues: count.Values()}},
-	}})
-	var tce *types.TransactionCanceledException
-	if errors.As(err, &tce) {
-		if len(tce.CancellationReasons) > 0 && aws.ToString(tce.CancellationReasons[0].Code) == "ConditionalCheckFailed" {
-			return false, nil
+	for _, f := range w.From {
+		if !wfstate.CanTransition(f, w.To) {
+			return fmt.Errorf("node %s: invalid transition %s -> %s", w.Path, f, w.To)
 		}
-		return false, fmt.Errorf("record outcome of %s%s: %w", o.WorkflowID, o.Path, err)
 	}
-	if err != nil {
-		return false, fmt.Errorf("record outcome of %s%s: %w", o.WorkflowID, o.Path, err)
-	}
-	return true, nil
+	return nil
 }
 
-// RollUp adds a full shard's counts to its node, exactly once (the shard
-// is marked rolled in the same transaction). It returns false if the shard
-// was already rolled up.
-func (s *Store) RollUp(ctx context.Context, wfID, path, key string, sh *Shard) (bool, error) {
-	mark, err := expression.NewBuilder().WithUpdate(expression.Set(expression.Name("rolled"), expression.Value(true))).
-		WithCondition(expression.AttributeNotExists(expression.Name("rolled"))).Build()
-	if err != nil {
-		return false, err
+// build returns the update and condition expressions of w; root adds the
+// condition that the workflow is running (the write targets the root).
+func (w NodeWrite) build(x *exprs, root bool) (update, cond string) {
+	var set, add, remove, conds []string
+	set = append(set, x.name("version")+" = "+x.name("version")+" + "+x.num(1))
+	if w.To != "" {
+		set = append(set, x.name("state")+" = "+x.str(string(w.To)))
+		at := job.Timestamp(w.At)
+		switch w.To {
+		case wfstate.Running:
+			set = append(set, x.name("started_at")+" = "+x.str(at))
+		case wfstate.Cancelled:
+			set = append(set, x.name("cancelled_at")+" = "+x.str(at), x.name("completed_at")+" = "+x.str(at))
+		default:
+			set = append(set, x.name("completed_at")+" = "+x.str(at))
+		}
+		if w.To.Terminal() {
+			// A finished workflow leaves the due index.
+			remove = append(remove, x.name(attrDuePK), x.name(attrDueAt))
+		}
+		states := make([]string, len(w.From))
+		for i, f := range w.From {
+			states[i] = x.str(string(f))
+		}
+		conds = append(conds, x.name("state")+" IN ("+strings.Join(states, ", ")+")")
 	}
-	u := expression.Add(expression.Name(attrVersion), expression.Value(1))
-	if key == CallbackShard {
-		u = u.Set(expression.Name("cb_done"), expression.Value(true)).Set(expression.Name("cb_fail"), expression.Value(sh.Fail))
-	} else {
-		u = u.Add(expression.Name("shards_done"), expression.Value(1)).Add(expression.Name("ok"), expression.Value(sh.OK)).
-			Add(expression.Name("fail"), expression.Value(sh.Fail))
+	if w.FailedIndex != nil {
+		set = append(set, x.name("failed_index")+" = "+x.num(int64(*w.FailedIndex)))
 	}
-	node, err := expression.NewBuilder().WithUpdate(u).Build()
-	if err != nil {
-		return false, err
+	if w.FailedStep != "" {
+		set = append(set, x.name("failed_step")+" = "+x.str(w.FailedStep))
 	}
-	_, err = s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
-		{Update: &types.Update{TableName: &s.table, Key: wfKey(wfID, shardSK(path, key)), UpdateExpression: mark.Update(),
-			ConditionExpression: mark.Condition(), ExpressionAttributeNames: mark.Names(), ExpressionAttributeValues: mark.Values()}},
-		{Update: &types.Update{TableName: &s.table, Key: wfKey(wfID, nodeSK(path)), UpdateExpression: node.Update(),
-			ExpressionAttributeNames: node.Names(), ExpressionAttributeValues: node.Values()}},
-	}})
-	var tce *types.TransactionCanceledException
-	if errors.As(err, &tce) {
-		return false, nil
+	if len(w.AddOK) > 0 {
+		add = append(add, x.name("ok")+" "+x.nums(w.AddOK))
 	}
-	if err != nil {
-		return false, fmt.Errorf("roll up %s%s#%s: %w", wfID, path, key, err)
+	if len(w.AddFail) > 0 {
+		add = append(add, x.name("fail")+" "+x.nums(w.AddFail))
 	}
-	return true, nil
+	if len(w.AddCallbacksOK) > 0 {
+		add = append(add, x.name("cb_ok")+" "+x.strs(w.AddCallbacksOK))
+	}
+	if len(w.AddCallbacksFail) > 0 {
+		add = append(add, x.name("cb_fail")+" "+x.strs(w.AddCallbacksFail))
+	}
+	if w.Fired != nil {
+		set = append(set, x.name("fired_at")+" = "+x.str(job.Timestamp(w.At)))
+		if len(w.Fired) > 0 {
+			set = append(set, x.name("fired")+" = "+x.strs(w.Fired))
+		}
+		conds = append(conds, "attribute_not_exists("+x.name("fired_at")+")")
+	}
+	for _, all := range w.NotAll {
+		var parts []string
+		for _, i := range all {
+			parts = append(parts, "contains("+x.name("ok")+", "+x.num(int64(i))+")")
+		}
+		if len(parts) > 0 {
+			conds = append(conds, "NOT ("+strings.Join(parts, " AND ")+")")
+		}
+	}
+	if root && w.To == "" {
+		conds = append(conds, x.name("state")+" = "+x.str(string(wfstate.Running)))
+	}
+	conds = append(conds, "attribute_exists(pk)")
+	update = "SET " + strings.Join(set, ", ")
+	if len(add) > 0 {
+		update += " ADD " + strings.Join(add, ", ")
+	}
+	if len(remove) > 0 {
+		update += " REMOVE " + strings.Join(remove, ", ")
+	}
+	return update, strings.Join(conds, " AND ")
 }
 
-// CallbacksDone reports whether a batch's callback shard was rolled up and
-// how many callbacks failed.
-func (s *Store) CallbacksDone(ctx context.Context, wfID, path string) (bool, int, error) {
-	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.table, Key: wfKey(wfID, nodeSK(path)), ConsistentRead: aws.Bool(true),
-		ProjectionExpression: aws.String("cb_done, cb_fail")})
-	if err != nil {
-		return false, 0, err
-	}
-	var v struct {
-		Done bool `dynamodbav:"cb_done"`
-		Fail int  `dynamodbav:"cb_fail"`
-	}
-	if err := attributevalue.UnmarshalMap(out.Item, &v); err != nil {
-		return false, 0, err
-	}
-	return v.Done, v.Fail, nil
+// ErrNodeConflict is returned when a node write's condition failed: the
+// node is not in a From state, its callbacks were fired already, or a
+// NotAll decision no longer holds. Current is the node as it was.
+type ErrNodeConflict struct{ Current *Node }
+
+func (e *ErrNodeConflict) Error() string {
+	return fmt.Sprintf("node %s%s changed (state %s)", e.Current.WorkflowID, e.Current.Path, e.Current.State)
 }
 
-// FireCallbacks creates a batch's callback shard expecting the triggered
-// callbacks and records which fired, exactly once. It returns false if
-// they were already fired.
-func (s *Store) FireCallbacks(ctx context.Context, wfID, path string, fired []string, at time.Time) (bool, error) {
-	shard, err := attributevalue.MarshalMap(shardItem{PK: wfPrefix + wfID, SK: shardSK(path, CallbackShard), WFID: wfID, Path: path, Key: CallbackShard, Shard: Shard{Expected: len(fired)}})
-	if err != nil {
-		return false, err
+// UpdateNode applies one node write and returns the node as written, or
+// *ErrNodeConflict with the node as it is, or ErrNotFound.
+func (s *Store) UpdateNode(ctx context.Context, wfID string, w NodeWrite) (*Node, error) {
+	if err := w.validate(); err != nil {
+		return nil, err
 	}
-	u := expression.Add(expression.Name(attrVersion), expression.Value(1)).Set(expression.Name("fired_at"), expression.Value(job.Timestamp(at)))
-	if len(fired) > 0 {
-		u = u.Set(expression.Name("fired"), expression.Value(&types.AttributeValueMemberSS{Value: fired}))
-	}
-	node, err := expression.NewBuilder().WithUpdate(u).Build()
-	if err != nil {
-		return false, err
-	}
-	_, err = s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
-		{Put: &types.Put{TableName: &s.table, Item: shard, ConditionExpression: aws.String("attribute_not_exists(pk)")}},
-		{Update: &types.Update{TableName: &s.table, Key: wfKey(wfID, nodeSK(path)), UpdateExpression: node.Update(),
-			ExpressionAttributeNames: node.Names(), ExpressionAttributeValues: node.Values()}},
-	}})
-	var tce *types.TransactionCanceledException
-	if errors.As(err, &tce) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("fire callbacks of %s%s: %w", wfID, path, err)
-	}
-	return true, nil
-}
-
-// SetNodeState moves a node from one of the from states to "to" (with
-// started_at, completed_at or cancelled_at as fits), and optionally records
-// the failed step index. It returns false if the node was not in a from
-// state.
-func (s *Store) SetNodeState(ctx context.Context, wfID, path string, to string, at time.Time, failedIndex *int, from ...string) (bool, error) {
-	u := expression.Set(expression.Name("state"), expression.Value(to)).Add(expression.Name(attrVersion), expression.Value(1))
-	switch to {
-	case "running":
-		u = u.Set(expression.Name("started_at"), expression.Value(job.Timestamp(at)))
-	case "cancelled":
-		u = u.Set(expression.Name("cancelled_at"), expression.Value(job.Timestamp(at))).Set(expression.Name("completed_at"), expression.Value(job.Timestamp(at)))
-	default:
-		u = u.Set(expression.Name("completed_at"), expression.Value(job.Timestamp(at)))
-	}
-	if to != "running" {
-		// A finished workflow leaves the due index.
-		u = u.Remove(expression.Name(attrDuePK)).Remove(expression.Name(attrDueAt))
-	}
-	if failedIndex != nil {
-		u = u.Set(expression.Name("failed_index"), expression.Value(*failedIndex))
-	}
-	ops := make([]expression.OperandBuilder, 0, len(from))
-	for _, f := range from[1:] {
-		ops = append(ops, expression.Value(f))
-	}
-	expr, err := expression.NewBuilder().WithUpdate(u).WithCondition(expression.Name("state").In(expression.Value(from[0]), ops...)).Build()
-	if err != nil {
-		return false, err
-	}
-	_, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table, Key: wfKey(wfID, nodeSK(path)),
-		UpdateExpression: expr.Update(), ConditionExpression: expr.Condition(), ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values()})
+	x := newExprs()
+	update, cond := w.build(x, false)
+	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table, Key: wfKey(wfID, nodeSK(w.Path)),
+		UpdateExpression: &update, ConditionExpression: &cond, ExpressionAttributeNames: x.namesOrNil(), ExpressionAttributeValues: x.valuesOrNil(),
+		ReturnValues: types.ReturnValueAllNew, ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld})
 	var ccf *types.ConditionalCheckFailedException
 	if errors.As(err, &ccf) {
-		return false, nil
+		if len(ccf.Item) == 0 {
+			return nil, ErrNotFound
+		}
+		var it nodeItem
+		if err := attributevalue.UnmarshalMap(ccf.Item, &it); err != nil {
+			return nil, err
+		}
+		return nil, &ErrNodeConflict{Current: &it.Node}
 	}
 	if err != nil {
-		return false, fmt.Errorf("set node %s%s %s: %w", wfID, path, to, err)
+		return nil, fmt.Errorf("update node %s%s: %w", wfID, w.Path, err)
 	}
-	return true, nil
+	var it nodeItem
+	if err := attributevalue.UnmarshalMap(out.Attributes, &it); err != nil {
+		return nil, err
+	}
+	return &it.Node, nil
 }
 
-// CreateWorkflowJobs creates a workflow's jobs only while its root is
-// still running (a ConditionCheck in every transaction), so a cancelled
-// workflow never gains a job. Jobs that exist already are skipped: the
-// call is idempotent.
-func (s *Store) CreateWorkflowJobs(ctx context.Context, wfID string, jobs []*job.Job, redeliverAfter time.Duration) error {
-	check := types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{TableName: &s.table, Key: wfKey(wfID, nodeSK(RootPath)),
-		ConditionExpression: aws.String("#s = :running"), ExpressionAttributeNames: map[string]string{"#s": "state"},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":running": &types.AttributeValueMemberS{Value: "running"}}}}
-	for len(jobs) > 0 {
-		n := min(MaxBatch-1, len(jobs))
-		chunk := jobs[:n]
-		jobs = jobs[n:]
-		tx := []types.TransactWriteItem{check}
-		for _, j := range chunk {
+// CountOnShard counts child idx of the composite at path as finished in
+// counter shard key and returns the shard as written (idempotent).
+func (s *Store) CountOnShard(ctx context.Context, wfID, path, key string, idx int, ok bool) (*Shard, error) {
+	x := newExprs()
+	attr := "fail"
+	if ok {
+		attr = "ok"
+	}
+	set := x.name(attr)
+	update := "ADD " + set + " " + x.nums([]int{idx})
+	cond := "attribute_exists(pk)"
+	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table, Key: wfKey(wfID, shardSK(path, key)),
+		UpdateExpression: &update, ConditionExpression: &cond, ExpressionAttributeNames: x.names, ExpressionAttributeValues: x.values,
+		ReturnValues: types.ReturnValueAllNew})
+	if err != nil {
+		return nil, fmt.Errorf("count %s%s#%s: %w", wfID, path, key, err)
+	}
+	var it shardItem
+	if err := attributevalue.UnmarshalMap(out.Attributes, &it); err != nil {
+		return nil, err
+	}
+	return &it.Shard, nil
+}
+
+// RollUp records a full shard's counts on its composite (idempotent) and
+// returns the composite as written.
+func (s *Store) RollUp(ctx context.Context, wfID, path string, sh *Shard) (*Node, error) {
+	x := newExprs()
+	entry := fmt.Sprintf("%s:%d:%d", sh.Key, len(sh.OK), len(sh.Fail))
+	update := "ADD " + x.name("rolled") + " " + x.strs([]string{entry})
+	cond := "attribute_exists(pk)"
+	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table, Key: wfKey(wfID, nodeSK(path)),
+		UpdateExpression: &update, ConditionExpression: &cond, ExpressionAttributeNames: x.names, ExpressionAttributeValues: x.values,
+		ReturnValues: types.ReturnValueAllNew})
+	if err != nil {
+		return nil, fmt.Errorf("roll up %s%s#%s: %w", wfID, path, sh.Key, err)
+	}
+	var it nodeItem
+	if err := attributevalue.UnmarshalMap(out.Attributes, &it); err != nil {
+		return nil, err
+	}
+	return &it.Node, nil
+}
+
+// Advance is one step of a workflow written as a whole: jobs that start
+// (each created only if it does not exist) and node writes. It is applied
+// only while the workflow runs. Up to MaxBatch items go in one
+// transaction; more are written jobs first, in transactions of MaxBatch,
+// with the node writes in the last one, so that the node writes (the
+// record that the step happened) are never visible before its jobs.
+type Advance struct {
+	WorkflowID string
+	Jobs       []*job.Job
+	Nodes      []NodeWrite
+	// RedeliverAfter is passed to job creation (see Store.Create).
+	RedeliverAfter time.Duration
+}
+
+// Advance applies a. Jobs that exist already are skipped (a repeated
+// step). It returns ErrWorkflowNotRunning when the workflow stopped,
+// *ErrNodeConflict when a node write's condition failed (nothing of the
+// last transaction applied), or another error.
+func (s *Store) Advance(ctx context.Context, a Advance) error {
+	for _, w := range a.Nodes {
+		if err := w.validate(); err != nil {
+			return err
+		}
+	}
+	rootWrite := -1
+	for i, w := range a.Nodes {
+		if w.Path == RootPath {
+			rootWrite = i
+		}
+	}
+	room := MaxBatch - len(a.Nodes)
+	if rootWrite < 0 {
+		room-- // the root check
+	}
+	if room < 0 {
+		return fmt.Errorf("advance of workflow %s: %d node writes exceed a transaction", a.WorkflowID, len(a.Nodes))
+	}
+	sizes := make([]int, len(a.Jobs))
+	for i, j := range a.Jobs {
+		n, err := JobItemBytes(j, a.RedeliverAfter)
+		if err != nil {
+			return err
+		}
+		if n > awslimit.DynamoItemBytes {
+			return &TooLargeError{What: "item", Bytes: n, Max: awslimit.DynamoItemBytes, Index: i}
+		}
+		sizes[i] = n
+	}
+	// The last transaction holds the node writes and as many jobs from the
+	// end as fit beside them (node items are read as whole items: keep a
+	// megabyte for them); the jobs before it go in leading transactions of
+	// at most MaxBatch-1 jobs and DynamoDB's 4 MB, eight at once, all
+	// before the last.
+	tail, bytes := len(a.Jobs), 0
+	for tail > 0 && len(a.Jobs)-tail < room && bytes+sizes[tail-1] <= awslimit.DynamoTxBytes-txNodeReserve {
+		tail--
+		bytes += sizes[tail]
+	}
+	var chunks [][]*job.Job
+	for start := 0; start < tail; {
+		end, b := start, 0
+		for end < tail && end-start < MaxBatch-1 && (end == start || b+sizes[end] <= awslimit.DynamoTxBytes-txCheckReserve) {
+			b += sizes[end]
+			end++
+		}
+		chunks = append(chunks, a.Jobs[start:end])
+		start = end
+	}
+	if err := parallel(ctx, len(chunks), 8, func(ctx context.Context, c int) error {
+		return s.advanceTx(ctx, a.WorkflowID, chunks[c], nil, a.RedeliverAfter)
+	}); err != nil {
+		return err
+	}
+	return s.advanceTx(ctx, a.WorkflowID, a.Jobs[tail:], a.Nodes, a.RedeliverAfter)
+}
+
+// Room kept in a transaction besides its jobs: for the node items it
+// updates (counted whole), and for the root check of a jobs-only one.
+const (
+	txNodeReserve  = 1 << 20
+	txCheckReserve = 8 << 10
+)
+
+// advanceTx writes jobs and node writes in one transaction, retrying
+// without the jobs that turn out to exist.
+func (s *Store) advanceTx(ctx context.Context, wfID string, jobs []*job.Job, nodes []NodeWrite, redeliverAfter time.Duration) error {
+	if len(jobs) == 0 && len(nodes) == 0 {
+		return nil
+	}
+	for tries := 0; ; tries++ {
+		var tx []types.TransactWriteItem
+		hasRoot := false
+		for _, w := range nodes {
+			x := newExprs()
+			root := w.Path == RootPath
+			hasRoot = hasRoot || root
+			update, cond := w.build(x, root)
+			tx = append(tx, types.TransactWriteItem{Update: &types.Update{TableName: &s.table, Key: wfKey(wfID, nodeSK(w.Path)),
+				UpdateExpression: aws.String(update), ConditionExpression: aws.String(cond),
+				ExpressionAttributeNames: x.namesOrNil(), ExpressionAttributeValues: x.valuesOrNil(),
+				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}})
+		}
+		if !hasRoot {
+			tx = append(tx, types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{TableName: &s.table, Key: wfKey(wfID, nodeSK(RootPath)),
+				ConditionExpression: aws.String("#s = :running"), ExpressionAttributeNames: map[string]string{"#s": "state"},
+				ExpressionAttributeValues:           map[string]types.AttributeValue{":running": &types.AttributeValueMemberS{Value: string(wfstate.Running)}},
+				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}})
+		}
+		first := len(tx)
+		for _, j := range jobs {
 			put, err := s.jobPut(j, redeliverAfter)
 			if err != nil {
 				return err
 			}
 			tx = append(tx, types.TransactWriteItem{Put: put})
 		}
+		if len(tx) == 1 && tx[0].ConditionCheck != nil {
+			return nil
+		}
 		_, err := s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: tx})
 		var tce *types.TransactionCanceledException
-		if errors.As(err, &tce) {
-			if aws.ToString(tce.CancellationReasons[0].Code) == "ConditionalCheckFailed" {
+		if !errors.As(err, &tce) {
+			if err != nil {
+				return fmt.Errorf("advance workflow %s: %w", wfID, err)
+			}
+			return nil
+		}
+		var exist map[int]bool
+		conflict := false
+		for i, r := range tce.CancellationReasons {
+			if aws.ToString(r.Code) == "TransactionConflict" {
+				conflict = true
+			}
+			if aws.ToString(r.Code) != "ConditionalCheckFailed" {
+				continue
+			}
+			if i >= first {
+				if exist == nil {
+					exist = map[int]bool{}
+				}
+				exist[i-first] = true
+				continue
+			}
+			var it nodeItem
+			if len(r.Item) > 0 {
+				if err := attributevalue.UnmarshalMap(r.Item, &it); err != nil {
+					return err
+				}
+			}
+			if it.Path == RootPath && it.State != wfstate.Running || len(r.Item) == 0 {
 				return ErrWorkflowNotRunning
 			}
-			// Some jobs exist (a retried start): create the rest one by one.
-			for _, j := range chunk {
-				put, _ := s.jobPut(j, redeliverAfter)
-				_, err := s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{check, {Put: put}}})
-				if errors.As(err, &tce) && aws.ToString(tce.CancellationReasons[0].Code) == "ConditionalCheckFailed" {
-					return ErrWorkflowNotRunning
-				}
-				if err != nil && !errors.As(err, &tce) {
-					return fmt.Errorf("create workflow job %s: %w", j.ID, err)
-				}
+			if i < len(nodes) {
+				return &ErrNodeConflict{Current: &it.Node}
 			}
-			continue
+			return ErrWorkflowNotRunning
 		}
-		if err != nil {
-			return fmt.Errorf("create %d workflow jobs: %w", len(chunk), err)
+		if exist == nil {
+			if conflict && tries < 8 {
+				// Another transaction held one of the items: try again.
+				time.Sleep(time.Duration(tries+1) * 15 * time.Millisecond)
+				continue
+			}
+			return fmt.Errorf("advance workflow %s: %w", wfID, err)
+		}
+		if tries >= 8 {
+			return fmt.Errorf("advance workflow %s: jobs keep colliding: %w", wfID, err)
+		}
+		kept := jobs[:0:0]
+		for i, j := range jobs {
+			if !exist[i] {
+				kept = append(kept, j)
+			}
+		}
+		jobs = kept
+		if len(jobs) == 0 && len(nodes) == 0 {
+			return nil
 		}
 	}
-	return nil
 }
 
-// ErrWorkflowNotRunning is returned when a workflow stopped (cancelled or
-// finished) before its jobs could be created.
-var ErrWorkflowNotRunning = errors.New("workflow is not running")
-
-// BatchGetJobs reads jobs by id (up to 100 per call, eventually
-// consistent); missing ids are absent from the result.
+// BatchGetJobs reads jobs by id (up to 100 per call, strongly consistent);
+// missing ids are absent from the result.
 func (s *Store) BatchGetJobs(ctx context.Context, ids []string) (map[string]*job.Job, error) {
-	bg, ok := s.db.(interface {
-		BatchGetItem(context.Context, *dynamodb.BatchGetItemInput, ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error)
-	})
+	bg, ok := s.db.(batchGetter)
 	if !ok {
 		return nil, fmt.Errorf("the DynamoDB client cannot batch get")
 	}
 	out := map[string]*job.Job{}
+	var chunks [][]map[string]types.AttributeValue
 	for len(ids) > 0 {
 		n := min(100, len(ids))
 		keys := make([]map[string]types.AttributeValue, n)
@@ -593,22 +1093,30 @@ func (s *Store) BatchGetJobs(ctx context.Context, ids []string) (map[string]*job
 			keys[i] = jobKey(id)
 		}
 		ids = ids[n:]
+		chunks = append(chunks, keys)
+	}
+	var mu sync.Mutex
+	err := parallel(ctx, len(chunks), 8, func(ctx context.Context, c int) error {
+		keys := chunks[c]
 		for tries := 0; len(keys) > 0 && tries < 8; tries++ {
-			res, err := bg.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: map[string]types.KeysAndAttributes{s.table: {Keys: keys}}})
+			res, err := bg.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: map[string]types.KeysAndAttributes{s.table: {Keys: keys, ConsistentRead: aws.Bool(true)}}})
 			if err != nil {
-				return nil, fmt.Errorf("batch get jobs: %w", err)
+				return fmt.Errorf("batch get jobs: %w", err)
 			}
 			for _, av := range res.Responses[s.table] {
 				j, err := decodeJob(av)
 				if err != nil {
-					return nil, err
+					return err
 				}
+				mu.Lock()
 				out[j.ID] = j
+				mu.Unlock()
 			}
 			keys = res.UnprocessedKeys[s.table].Keys
 		}
-	}
-	return out, nil
+		return nil
+	})
+	return out, err
 }
 
 // jobPut builds the conditional put of a new job with its initial index
@@ -641,27 +1149,19 @@ func (s *Store) jobPut(j *job.Job, redeliverAfter time.Duration) (*types.Put, er
 // DecodeNode turns a stream image into a workflow node; ok is false for
 // items that are not nodes.
 func DecodeNode(av map[string]types.AttributeValue) (*Node, bool, error) {
-	sk, ok := av[attrSK].(*types.AttributeValueMemberS)
-	if !ok || len(sk.Value) < len(nodePrefix) || sk.Value[:len(nodePrefix)] != nodePrefix {
-		return nil, false, nil
+	n, ok, err := decodeIf[nodeItem](av, prefixed(nodePrefix), "workflow node")
+	if err != nil || !ok {
+		return nil, ok, err
 	}
-	var it nodeItem
-	if err := attributevalue.UnmarshalMap(av, &it); err != nil {
-		return nil, false, fmt.Errorf("decode workflow node: %w", err)
-	}
-	return &it.Node, true, nil
+	return &n.Node, true, nil
 }
 
-// WorkflowStarted reports the workflow id when a stream image is a
-// workflow's root node (its insertion starts the workflow).
-func WorkflowStarted(av map[string]types.AttributeValue) (string, bool) {
-	sk, ok := av[attrSK].(*types.AttributeValueMemberS)
-	if !ok || sk.Value != nodeSK(RootPath) {
-		return "", false
-	}
-	id, ok := av["wf_id"].(*types.AttributeValueMemberS)
-	if !ok {
-		return "", false
-	}
-	return id.Value, true
+// SortedInts returns a sorted copy of a set.
+func SortedInts(s []int) []int {
+	out := append([]int(nil), s...)
+	sort.Ints(out)
+	return out
 }
+
+// HasString reports whether list holds v.
+func HasString(list []string, v string) bool { return hasString(list, v) }

@@ -137,6 +137,7 @@ func (s *Sweeper) Sweep(ctx context.Context) (Result, error) {
 // queue's mark. A crash in between re-sends them again: harmless.
 func (s *Sweeper) redeliverResumed(ctx context.Context, qi store.QueueInfo) (int, error) {
 	sent := 0
+	var sendErr error
 	for round := 0; round < 100; round++ {
 		items, err := s.Store.Ready(ctx, qi.Name, 1000)
 		if err != nil {
@@ -150,7 +151,16 @@ func (s *Sweeper) redeliverResumed(ctx context.Context, qi store.QueueInfo) (int
 		}
 		if len(ds) > 0 {
 			if err := s.Sender.Send(ctx, ds); err != nil {
-				return sent, err
+				// Jobs whose message could not be sent keep their own
+				// redelivery check (due within the redelivery delay):
+				// the mark is cleared all the same, so the queue's other
+				// jobs are not re-sent every sweep.
+				var se *dispatch.SendError
+				if !errors.As(err, &se) {
+					return sent, err
+				}
+				sendErr = errors.Join(sendErr, err)
+				sent -= len(se.JobIDs)
 			}
 			sent += len(ds)
 		}
@@ -158,7 +168,7 @@ func (s *Sweeper) redeliverResumed(ctx context.Context, qi store.QueueInfo) (int
 			break
 		}
 	}
-	return sent, s.Store.ClearRedeliver(ctx, qi.Name, qi.Redeliver)
+	return sent, errors.Join(sendErr, s.Store.ClearRedeliver(ctx, qi.Name, qi.Redeliver))
 }
 
 func (s *Sweeper) sweepQueue(ctx context.Context, q string, limit int, paused bool) (int, error) {
@@ -200,17 +210,29 @@ func (s *Sweeper) redeliver(ctx context.Context, items []store.Item, paused bool
 	if len(ds) == 0 {
 		return 0, nil
 	}
+	// Jobs whose message could not be sent keep their redelivery check, so
+	// the next sweep tries them again; the others' checks move on, so a
+	// failing job never makes its page be re-sent every sweep.
+	unsent := map[string]bool{}
+	var sendErr error
 	if paused {
 		ds = nil
 	} else if err := s.Sender.Send(ctx, ds); err != nil {
-		return 0, err
+		var se *dispatch.SendError
+		if !errors.As(err, &se) {
+			return 0, err
+		}
+		for _, id := range se.JobIDs {
+			unsent[id] = true
+		}
+		sendErr = err
 	}
 	if err := fault.Hit(fault.SweeperAfterSend); err != nil {
 		return len(ds), err
 	}
 	now := s.Service.Now()
 	for _, it := range items {
-		if !it.Job.Push {
+		if !it.Job.Push || unsent[it.Job.ID] {
 			continue
 		}
 		if _, err := s.Store.Apply(ctx, store.Redelivered(it.Job.ID, it.DueAt, now.Add(s.Service.RedeliverAfter()))); err != nil {
@@ -220,8 +242,8 @@ func (s *Sweeper) redeliver(ctx context.Context, items []store.Item, paused bool
 			}
 		}
 	}
-	s.logger().InfoContext(ctx, "redelivered unclaimed push-mode jobs", "count", len(ds))
-	return len(ds), nil
+	s.logger().InfoContext(ctx, "redelivered unclaimed push-mode jobs", "count", len(ds)-len(unsent))
+	return len(ds) - len(unsent), sendErr
 }
 
 // Loop sweeps every tick until ctx is done or until stops; it is how one

@@ -4,11 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/ojs-aws/ojs-serverless/pkg/cron"
 	"github.com/ojs-aws/ojs-serverless/pkg/dispatch"
 	"github.com/ojs-aws/ojs-serverless/pkg/internal/testenv"
@@ -29,7 +32,7 @@ func receiveIDs(t *testing.T, url string) []string {
 	for _, m := range out.Messages {
 		var env struct{ ID string }
 		if err := json.Unmarshal([]byte(aws.ToString(m.Body)), &env); err != nil {
-			t.Fatalf("message body is not a job envelope: %s", aws.ToString(m.Body))
+			t.Fatalf("message body is not a job message: %s", aws.ToString(m.Body))
 		}
 		ids = append(ids, env.ID)
 	}
@@ -121,4 +124,105 @@ func TestLoopKeepsSweepingAfterAnError(t *testing.T) {
 	if err == nil || fc.calls != 3 {
 		t.Fatalf("sweeps after an error: %d (err %v)", fc.calls, err)
 	}
+}
+
+// flaky passes every call to the SQS emulator but fails the entries of the
+// named jobs with a failure that may pass (SenderFault false), as SQS does
+// under throttling.
+type flaky struct {
+	real dispatch.SQSAPI
+	mu   sync.Mutex
+	bad  map[string]bool
+}
+
+func (f *flaky) SendMessageBatch(ctx context.Context, in *sqs.SendMessageBatchInput, opts ...func(*sqs.Options)) (*sqs.SendMessageBatchOutput, error) {
+	f.mu.Lock()
+	var pass []sqstypes.SendMessageBatchRequestEntry
+	var failed []sqstypes.BatchResultErrorEntry
+	for _, e := range in.Entries {
+		if f.bad[aws.ToString(e.MessageAttributes["ojs_job_id"].StringValue)] {
+			failed = append(failed, sqstypes.BatchResultErrorEntry{Id: e.Id, Code: aws.String("InternalError"), Message: aws.String("injected")})
+			continue
+		}
+		pass = append(pass, e)
+	}
+	f.mu.Unlock()
+	out := &sqs.SendMessageBatchOutput{}
+	if len(pass) > 0 {
+		in2 := *in
+		in2.Entries = pass
+		o, err := f.real.SendMessageBatch(ctx, &in2, opts...)
+		if err != nil {
+			return nil, err
+		}
+		out = o
+	}
+	out.Failed = append(out.Failed, failed...)
+	return out, nil
+}
+
+// TestSweeperMovesOnWhenOneJobCannotBeSent: one job of a page whose message
+// keeps failing is tried again every sweep, but the others of its page are
+// sent once, not again with it on every sweep.
+func TestSweeperMovesOnWhenOneJobCannotBeSent(t *testing.T) {
+	t.Parallel()
+	st, _ := testenv.Table(t)
+	url := testenv.Queue(t)
+	clk := testenv.NewClock(time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC))
+	svc := lifecycle.New(st, lifecycle.Config{PushQueues: []string{"lambda"}, Now: clk.Now, RedeliverAfter: 5 * time.Minute})
+	f := &flaky{real: testenv.SQS(), bad: map[string]bool{}}
+	sw := &sweeper.Sweeper{Service: svc, Store: st, Sender: dispatch.New(f, map[string]string{"lambda": url}), PushQueues: []string{"lambda"}}
+	ctx := context.Background()
+	var ids []string
+	for i := 0; i < 4; i++ {
+		j, err := svc.Push(ctx, []byte(`{"type":"demo.greet","args":["x"],"options":{"queue":"lambda"}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, j.ID)
+		clk.Add(time.Millisecond)
+	}
+	bad := ids[1]
+	f.bad[bad] = true
+	clk.Add(6 * time.Minute)
+	r, err := sw.Sweep(ctx)
+	var se *dispatch.SendError
+	if !errors.As(err, &se) || !slices.Equal(se.JobIDs, []string{bad}) || r.Redelivered != 3 {
+		t.Fatalf("sweep: %+v %v, want 3 redelivered and a SendError naming %s", r, err, bad)
+	}
+	got := receiveAll(t, url, 3)
+	want := slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return id == bad })
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("first sweep sent %v, want %v", got, want)
+	}
+	// The next sweeps retry the failing job alone.
+	for i := 0; i < 2; i++ {
+		if r, err := sw.Sweep(ctx); !errors.As(err, &se) || r.Redelivered != 0 {
+			t.Fatalf("sweep %d: %+v %v", i+2, r, err)
+		}
+	}
+	f.mu.Lock()
+	f.bad[bad] = false
+	f.mu.Unlock()
+	if r, err := sw.Sweep(ctx); err != nil || r.Redelivered != 1 {
+		t.Fatalf("sweep once the job can be sent: %+v %v", r, err)
+	}
+	if got := receiveAll(t, url, 1); !slices.Equal(got, []string{bad}) {
+		t.Fatalf("SQS holds %v, want only [%s]: the rest of the page was sent again", got, bad)
+	}
+}
+
+// receiveAll reads until it has want messages (or two minutes pass), then
+// once more to catch extras, and returns their job ids sorted.
+func receiveAll(t *testing.T, url string, want int) []string {
+	t.Helper()
+	var ids []string
+	deadline := time.Now().Add(2 * time.Minute)
+	for len(ids) < want && time.Now().Before(deadline) {
+		ids = append(ids, receiveIDs(t, url)...)
+	}
+	ids = append(ids, receiveIDs(t, url)...)
+	slices.Sort(ids)
+	return ids
 }

@@ -7,11 +7,15 @@ type IndexKey struct {
 	Type string
 }
 
-// Index is a global secondary index (all indexes project all attributes).
+// Index is a global secondary index.
 type Index struct {
 	Name         string
 	PartitionKey IndexKey
 	SortKey      IndexKey
+	// KeysOnly projects only the table's and the index's keys (the index
+	// is counted or listed, never read for the items); otherwise every
+	// attribute is projected.
+	KeysOnly bool
 }
 
 // Table describes the single DynamoDB table. The data model is documented in
@@ -36,6 +40,10 @@ const (
 	// IndexEvents orders lifecycle events by time: partition
 	// ev#<UTC day>#<shard>, sort key the event id (a UUIDv7).
 	IndexEvents = "events"
+	// IndexDone lists completed jobs per queue by completion time
+	// (the queue name, <completed ms>#<id>), keys only: queue stats count
+	// completions from it right after the ACK that made them.
+	IndexDone = "done"
 )
 
 // JobTable is the table every environment uses.
@@ -47,5 +55,6 @@ var JobTable = Table{
 		{Name: IndexReady, PartitionKey: IndexKey{Name: "ready_pk", Type: "S"}, SortKey: IndexKey{Name: "ready_sk", Type: "S"}},
 		{Name: IndexDue, PartitionKey: IndexKey{Name: "due_pk", Type: "S"}, SortKey: IndexKey{Name: "due_at", Type: "N"}},
 		{Name: IndexEvents, PartitionKey: IndexKey{Name: "ev_pk", Type: "S"}, SortKey: IndexKey{Name: "ev_sk", Type: "S"}},
+		{Name: IndexDone, PartitionKey: IndexKey{Name: "done_pk", Type: "S"}, SortKey: IndexKey{Name: "done_sk", Type: "S"}, KeysOnly: true},
 	},
 }

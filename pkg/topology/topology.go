@@ -47,6 +47,10 @@ const (
 	// job may wait unclaimed before the sweeper sends it to SQS again
 	// (default 5m; the fault-injection soak shortens it).
 	EnvRedeliverAfter = "OJS_REDELIVER_AFTER"
+	// EnvName is the environment's name (Env.Name): the Environment
+	// dimension of the lifecycle metrics the stream function writes
+	// (pkg/metrics). Default "default".
+	EnvName = "OJS_ENV"
 )
 
 // Function names, used as construct ids, local process names and the
@@ -95,7 +99,39 @@ func (q Queue) DLQName(prefix string) string { return prefix + "-" + q.Name + "-
 type Function struct {
 	MemoryMB int
 	Timeout  time.Duration
+	// ReservedConcurrency, when above zero, reserves that many concurrent
+	// executions of the account's pool for the function (and caps it
+	// there), so bursts of the other functions cannot starve it. 0 leaves
+	// it in the unreserved pool. Not applied by the local runtime.
+	ReservedConcurrency int
 }
+
+// API configures the HTTP API stage in front of the api function.
+type API struct {
+	// ThrottleRate is the stage's steady-state request rate limit per
+	// second over all routes and callers (API Gateway answers 429 above
+	// it). 0 leaves the account's limit (10,000/s per region).
+	ThrottleRate float64
+	// ThrottleBurst is the stage's burst limit (token bucket size).
+	ThrottleBurst int
+}
+
+// TrafficShift names how a deployment moves each function's "live" alias
+// to the new version (CodeDeploy predefined Lambda deployment configs).
+type TrafficShift string
+
+// The traffic shifts the stack supports.
+const (
+	// ShiftAllAtOnce points the alias at the new version at once, through
+	// CloudFormation, with no CodeDeploy resources.
+	ShiftAllAtOnce TrafficShift = ""
+	// ShiftCanary10Percent5Minutes sends 10% of invocations to the new
+	// version for 5 minutes, then all; CodeDeploy rolls back if one of the
+	// function's alarms fires meanwhile.
+	ShiftCanary10Percent5Minutes TrafficShift = "canary-10-percent-5-minutes"
+	// ShiftLinear10PercentEveryMinute adds 10% every minute.
+	ShiftLinear10PercentEveryMinute TrafficShift = "linear-10-percent-every-1-minute"
+)
 
 // Stream configures the DynamoDB Streams event source mapping into the
 // stream function.
@@ -196,6 +232,11 @@ type Env struct {
 	DeletionProtection  bool
 	// Tracing turns on X-Ray active tracing for the functions.
 	Tracing bool
+	// API is the HTTP API stage's throttling (not applied locally).
+	API API
+	// TrafficShift is how deployments move the functions' aliases to a
+	// new version. Default ShiftAllAtOnce.
+	TrafficShift TrafficShift
 }
 
 // Queue returns the push-mode queue named name.
@@ -229,9 +270,12 @@ func baseEnv(name string) Env {
 			DLQRetention:      14 * 24 * time.Hour,
 		}},
 		Functions: map[string]Function{
-			FunctionAPI:     {MemoryMB: 512, Timeout: 29 * time.Second},
-			FunctionWorker:  worker,
-			FunctionStream:  {MemoryMB: 512, Timeout: 60 * time.Second},
+			FunctionAPI:    {MemoryMB: 512, Timeout: 29 * time.Second},
+			FunctionWorker: worker,
+			// Reserved so that API and worker bursts cannot starve the
+			// stream function (it relays push jobs and advances workflows):
+			// one concurrent invocation per stream shard is needed.
+			FunctionStream:  {MemoryMB: 512, Timeout: 60 * time.Second, ReservedConcurrency: 10},
 			FunctionSweeper: {MemoryMB: 256, Timeout: 120 * time.Second},
 		},
 		Stream: Stream{
@@ -243,6 +287,7 @@ func baseEnv(name string) Env {
 			Filter:        StreamFilter,
 		},
 		Sweeper:          Sweeper{Interval: time.Minute},
+		API:              API{ThrottleRate: 200, ThrottleBurst: 400},
 		EventTTL:         7 * 24 * time.Hour,
 		LogRetentionDays: 14,
 		Tracing:          true,
@@ -270,6 +315,11 @@ func ForEnv(name string) (Env, error) {
 		e.DeletionProtection = true
 		e.EventTTL = 30 * 24 * time.Hour
 		e.Queues[0].MaxConcurrency = 200
+		e.API = API{ThrottleRate: 2000, ThrottleBurst: 4000}
+		stream := e.Functions[FunctionStream]
+		stream.ReservedConcurrency = 50
+		e.Functions[FunctionStream] = stream
+		e.TrafficShift = ShiftCanary10Percent5Minutes
 	default:
 		return Env{}, fmt.Errorf("topology: unknown environment %q (want one of %v)", name, Environments)
 	}

@@ -59,7 +59,7 @@ func (p *Processor) Process(ctx context.Context, msgs []Message) []string {
 		go func(m Message) {
 			defer wg.Done()
 			if err := p.processOne(ctx, m); err != nil {
-				p.log().ErrorContext(ctx, "message failed; SQS will deliver it again", "message_id", m.ID, "error", err.Error())
+				p.log().ErrorContext(ctx, "message failed; SQS will deliver it again", "message_id", m.ID, "job_id", messageJobID(m.Body), "error", err.Error())
 				mu.Lock()
 				failed = append(failed, m.ID)
 				mu.Unlock()
@@ -68,6 +68,16 @@ func (p *Processor) Process(ctx context.Context, msgs []Message) []string {
 	}
 	wg.Wait()
 	return failed
+}
+
+// messageJobID returns the job id of a message body (an OJS envelope), or
+// "" when it has none. Only for logs: it decodes the body again.
+func messageJobID(body []byte) string {
+	var env struct {
+		ID string `json:"id"`
+	}
+	_ = json.Unmarshal(body, &env)
+	return env.ID
 }
 
 func (p *Processor) log() *slog.Logger {
@@ -82,9 +92,12 @@ func (p *Processor) processOne(ctx context.Context, m Message) error {
 		ID    string `json:"id"`
 		Queue string `json:"queue"`
 	}
+	// The body is a dispatch.Message (a whole envelope, as sent before
+	// messages became references, reads the same): the job is read from
+	// DynamoDB when it is claimed.
 	if err := json.Unmarshal(m.Body, &env); err != nil || job.ValidateID(env.ID) != nil {
-		// A message that is not a job envelope can never succeed: drop it.
-		p.log().WarnContext(ctx, "dropping message that is not an OJS job envelope", "message_id", m.ID)
+		// A message that names no job can never succeed: drop it.
+		p.log().WarnContext(ctx, "dropping message that is not an OJS job message", "message_id", m.ID)
 		return nil
 	}
 	lease := job.DefaultTimeout
@@ -150,6 +163,10 @@ func (p *Processor) run(ctx context.Context, j *job.Job) error {
 		raw, err := json.Marshal(result)
 		if err != nil {
 			herr = NonRetryable("invalid_result", "The handler's result is not JSON-encodable: "+err.Error())
+		} else if len(raw) > job.MaxResultBytes {
+			// ACK would refuse it (413) and the job would stay active
+			// until its lease expired, then be retried to no end.
+			herr = NonRetryable("result_too_large", fmt.Sprintf("The handler's result is %d bytes; a job's result is at most %d bytes (store large outputs elsewhere and return a reference).", len(raw), job.MaxResultBytes))
 		} else {
 			if string(raw) == "null" {
 				raw = nil

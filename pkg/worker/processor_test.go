@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -45,8 +46,9 @@ func setup(t *testing.T, handler worker.HandlerFunc) (*lifecycle.Service, *worke
 	return svc, &worker.Processor{Service: svc, Items: st, Mux: mux, Sender: s}, s, clk
 }
 
+// message is the SQS message the dispatcher sends for j.
 func message(t *testing.T, j *job.Job) worker.Message {
-	b, err := json.Marshal(j)
+	b, err := json.Marshal(dispatch.NewMessage(j))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,5 +141,25 @@ func TestHandlerErrorsAndPanicsAreRecorded(t *testing.T) {
 		if got.State != want.state || got.Error == nil || got.Error.Type != want.typ {
 			t.Fatalf("%s: %s %+v", arg, got.State, got.Error)
 		}
+	}
+}
+
+// TestResultOverTheLimitFailsTheJob: a handler whose result passes the
+// 64 KiB result limit fails its job at once (result_too_large, not
+// retried), instead of an ACK refused with 413 leaving the job active until
+// its lease expired.
+func TestResultOverTheLimitFailsTheJob(t *testing.T) {
+	t.Parallel()
+	svc, p, _, _ := setup(t, func(ctx context.Context, j *worker.Job) (any, error) {
+		return strings.Repeat("r", job.MaxResultBytes), nil
+	})
+	ctx := context.Background()
+	j, _ := svc.Push(ctx, []byte(`{"type":"t.run","args":[],"options":{"queue":"lambda"}}`))
+	if failed := p.Process(ctx, []worker.Message{message(t, j)}); len(failed) != 0 {
+		t.Fatalf("failed: %v", failed)
+	}
+	got, _ := svc.Info(ctx, j.ID)
+	if got.State != job.Discarded || got.Error == nil || got.Error.Type != "result_too_large" || got.Attempt != 1 {
+		t.Fatalf("job: %s attempt %d error %+v", got.State, got.Attempt, got.Error)
 	}
 }

@@ -1,9 +1,15 @@
 // Package workflow implements the OJS workflow primitives (chain, group,
-// batch, and their nesting; ojs-workflows.md) on the job lifecycle. A
-// workflow is a tree of nodes stored under one DynamoDB partition; the
-// stream function advances it when a node's job finishes, with conditional
-// writes and transactions only, so duplicated, retried and concurrent
-// stream records fire every step and callback exactly once.
+// batch, their nesting, and dependency graphs; ojs-workflows.md and
+// ojs-http-binding.md section 14) on the job lifecycle.
+//
+// A workflow is a tree of nodes stored under one DynamoDB partition; its
+// leaves are jobs. The request that finishes a job (ACK or FAIL over HTTP,
+// the worker function, the sweeper) advances the workflow before it
+// answers, through JobFinished; the stream function runs Verify on the
+// same table changes as the guarantee for a request that died half way.
+// Every step is a conditional write or transaction whose record is the
+// commit point of the step (see docs/workflows.md), so the two paths and
+// any duplicates start every job and fire every callback exactly once.
 package workflow
 
 import (
@@ -11,6 +17,8 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -25,6 +33,9 @@ const (
 	KindChain = "chain"
 	KindGroup = "group"
 	KindBatch = "batch"
+	// KindGraph is a dependency graph: steps that wait for the steps
+	// they name in depends_on (ojs-http-binding.md section 14.1).
+	KindGraph = "graph"
 )
 
 // Limits, stated in the README and the manifest.
@@ -36,26 +47,40 @@ const (
 	MaxJobs = 10_000
 	// MaxChildren bounds the steps or jobs of one composite.
 	MaxChildren = 10_000
+	// MaxGraphSteps bounds the steps of a dependency graph: its progress
+	// and structure live on one item (see docs/data-model.md).
+	MaxGraphSteps = 2_000
+	// MaxGraphEdges bounds the dependencies of a graph, all steps together.
+	MaxGraphEdges = 20_000
+	// MaxDependsOn bounds the dependencies of one step.
+	MaxDependsOn = 100
+	// MaxStepIDLength bounds a step id (bytes).
+	MaxStepIDLength = 128
 	// MaxNameLength bounds a composite's name (bytes): names are stored
 	// in the node items (at most 400 KB each).
 	MaxNameLength = 1024
-	// ShardSize is how many children share one counter shard: a composite
-	// with n children has ceil(n/ShardSize) shards, so no item takes a
-	// write for every child.
+	// ShardSize is how many children share one counter shard: a group or
+	// batch with n > ShardSize jobs counts them in ceil(n/ShardSize)
+	// shards, so no item takes a write for every child.
 	ShardSize = 100
 )
 
-// Callback names of a batch, in firing order.
+// Callbacks are the callback names of a batch, in firing order.
 var Callbacks = []string{"on_complete", "on_success", "on_failure"}
 
 // Def is a parsed workflow node.
 type Def struct {
-	Kind     string
-	Name     string
-	Path     string
-	Index    int
-	JobType  string
-	Request  json.RawMessage // leaf: the job request as sent
+	Kind string
+	Name string
+	Path string
+	// Index is the position among the parent's children (-1: callback).
+	Index int
+	// StepID is the client's id of a step (the dependency-graph form).
+	StepID  string
+	JobType string
+	Request json.RawMessage // leaf: the job request
+	// Deps are the sibling indexes a graph step waits for.
+	Deps     []int
 	Children []*Def
 	// Callbacks maps on_complete/on_success/on_failure to leaf defs.
 	Callbacks map[string]*Def
@@ -67,6 +92,17 @@ type Problem struct {
 	Message string `json:"message"`
 }
 
+// Parsed is a validated workflow creation request.
+type Parsed struct {
+	Root *Def
+	// ID is the client-chosen workflow id, if any.
+	ID string
+	// Jobs is the number of leaf jobs, callbacks excluded.
+	Jobs int
+	// Form is "steps" when the request used the dependency-graph form.
+	Form string
+}
+
 type rawNode struct {
 	Type      *string                    `json:"type"`
 	ID        *string                    `json:"id"`
@@ -74,36 +110,48 @@ type rawNode struct {
 	Steps     []json.RawMessage          `json:"steps"`
 	Jobs      []json.RawMessage          `json:"jobs"`
 	Callbacks map[string]json.RawMessage `json:"callbacks"`
+	Options   json.RawMessage            `json:"options"`
 }
 
-// Parse validates a workflow creation request and returns its tree and
-// the number of leaf jobs. Every problem is listed with its JSON path in a
-// 400 invalid_workflow error. now validates the jobs' timestamps.
-func Parse(raw []byte, now time.Time) (*Def, string, int, error) {
+// Parse validates a workflow creation request: the tree form (a chain,
+// group or batch, nested) or the dependency-graph form of
+// ojs-http-binding.md section 14.1 (steps with ids and depends_on, no
+// type). Every problem is listed with its JSON path in one 400
+// invalid_workflow error. now validates the jobs' timestamps.
+func Parse(raw []byte, now time.Time) (*Parsed, error) {
 	t := bytes.TrimSpace(raw)
 	if len(t) == 0 || !json.Valid(t) {
-		return nil, "", 0, ojserr.New(ojserr.InvalidPayload, "The request body is empty or not valid JSON.").With("field", "body")
+		return nil, ojserr.New(ojserr.InvalidPayload, "The request body is empty or not valid JSON.").With("field", "body")
 	}
 	var rn rawNode
 	if t[0] != '{' || jsoncase.Unmarshal(t, &rn) != nil {
-		return nil, "", 0, invalid([]Problem{{"$", "a workflow must be a JSON object with type, and steps or jobs"}})
+		return nil, invalid([]Problem{{"$", "a workflow must be a JSON object: a chain, group or batch with 'type', or 'steps' with ids and depends_on"}})
 	}
 	id := ""
 	if rn.ID != nil {
 		if job.ValidateID(*rn.ID) != nil {
-			return nil, "", 0, invalid([]Problem{{"$.id", "must be a lowercase hyphenated UUIDv7"}})
+			return nil, invalid([]Problem{{"$.id", "must be a lowercase hyphenated UUIDv7"}})
 		}
 		id = *rn.ID
 	}
 	p := &parser{now: now}
-	root := p.node(t, "$", "/", 0, 1)
+	out := &Parsed{ID: id}
+	if rn.Type == nil || *rn.Type == KindGraph {
+		out.Form = "steps"
+		out.Root = p.steps(rn)
+	} else if !isComposite(rn) {
+		p.add("$.type", fmt.Sprintf("must be chain, group or batch (or leave type out and send steps with ids and depends_on); got %q", *rn.Type))
+	} else {
+		out.Root = p.node(t, "$", "/", 0, 1)
+	}
 	if p.jobs > MaxJobs {
 		p.add("$", fmt.Sprintf("the workflow has %d jobs; the maximum is %d", p.jobs, MaxJobs))
 	}
 	if len(p.problems) > 0 {
-		return nil, "", 0, invalid(p.problems)
+		return nil, invalid(p.problems)
 	}
-	return root, id, p.jobs, nil
+	out.Jobs = p.jobs
+	return out, nil
 }
 
 func invalid(ps []Problem) error {
@@ -139,7 +187,7 @@ func isComposite(rn rawNode) bool {
 	return false
 }
 
-// node parses one node at JSON path jp and tree path tp.
+// node parses one node of the tree form at JSON path jp and tree path tp.
 func (p *parser) node(raw json.RawMessage, jp, tp string, index, depth int) *Def {
 	var rn rawNode
 	if err := jsoncase.Unmarshal(raw, &rn); err != nil {
@@ -147,6 +195,10 @@ func (p *parser) node(raw json.RawMessage, jp, tp string, index, depth int) *Def
 		return nil
 	}
 	if !isComposite(rn) {
+		if rn.Type != nil && *rn.Type == KindGraph {
+			p.add(jp+".type", "a dependency graph (steps with depends_on) can only be a whole workflow")
+			return nil
+		}
 		return p.leaf(raw, jp, tp, index)
 	}
 	d := &Def{Kind: *rn.Type, Path: tp, Index: index}
@@ -176,12 +228,8 @@ func (p *parser) node(raw json.RawMessage, jp, tp string, index, depth int) *Def
 		p.add(jp+"."+field, fmt.Sprintf("at most %d elements", MaxChildren))
 		return d
 	}
-	seg := "j"
-	if d.Kind == KindChain {
-		seg = "s"
-	}
 	for i, it := range items {
-		c := p.node(it, fmt.Sprintf("%s.%s[%d]", jp, field, i), childPath(tp, fmt.Sprintf("%s%d", seg, i)), i, depth+1)
+		c := p.node(it, fmt.Sprintf("%s.%s[%d]", jp, field, i), childPath(tp, segment(d.Kind, i)), i, depth+1)
 		if c != nil {
 			d.Children = append(d.Children, c)
 		}
@@ -192,11 +240,7 @@ func (p *parser) node(raw json.RawMessage, jp, tp string, index, depth int) *Def
 		}
 		d.Callbacks = map[string]*Def{}
 		for name, cb := range rn.Callbacks {
-			known := false
-			for _, k := range Callbacks {
-				known = known || k == name
-			}
-			if !known {
+			if !isCallbackName(name) {
 				p.add(jp+".callbacks."+name, "unknown callback; use on_complete, on_success or on_failure")
 				continue
 			}
@@ -214,6 +258,27 @@ func (p *parser) node(raw json.RawMessage, jp, tp string, index, depth int) *Def
 		p.add(jp+".callbacks", "only a batch has callbacks")
 	}
 	return d
+}
+
+func isCallbackName(name string) bool {
+	for _, k := range Callbacks {
+		if k == name {
+			return true
+		}
+	}
+	return false
+}
+
+// segment names child i of a composite of kind in its path: s<i> for a
+// chain's steps, j<i> for a group's or batch's jobs, g<i> for a graph's.
+func segment(kind string, i int) string {
+	switch kind {
+	case KindChain:
+		return fmt.Sprintf("s%d", i)
+	case KindGraph:
+		return fmt.Sprintf("g%d", i)
+	}
+	return fmt.Sprintf("j%d", i)
 }
 
 func (p *parser) leaf(raw json.RawMessage, jp, tp string, index int) *Def {
@@ -247,6 +312,363 @@ func (p *parser) leaf(raw json.RawMessage, jp, tp string, index int) *Def {
 	return &Def{Kind: KindJob, Path: tp, Index: index, JobType: e.Job.Type, Request: raw}
 }
 
+// graphStep is one step of the dependency-graph form as parsed.
+type graphStep struct {
+	id       string
+	deps     []string
+	request  json.RawMessage
+	callback string
+	jp       string
+}
+
+// rawStep is one step of the dependency-graph form.
+type rawStep struct {
+	ID        *string         `json:"id"`
+	DependsOn json.RawMessage `json:"depends_on"`
+	Options   json.RawMessage `json:"options"`
+}
+
+// steps parses the dependency-graph form and recognises what it encodes:
+// the official SDKs send chains, groups and batches in this form (a batch
+// as jobs without dependencies plus callback steps that depend on every
+// job, marked by options.callback_type or named on-complete, on-success,
+// on-failure), and those run with their own rules. Anything else runs as
+// a graph.
+func (p *parser) steps(rn rawNode) *Def {
+	name := ""
+	if rn.Name != nil {
+		name = *rn.Name
+		if len(name) > MaxNameLength {
+			p.add("$.name", fmt.Sprintf("at most %d bytes", MaxNameLength))
+		}
+	}
+	if rn.Jobs != nil || rn.Callbacks != nil {
+		p.add("$.type", "is required: chain, group or batch (or send steps with ids and depends_on)")
+		return nil
+	}
+	if len(rn.Steps) == 0 {
+		p.add("$.steps", "steps array must contain at least one element")
+		return nil
+	}
+	if len(rn.Steps) > MaxChildren {
+		p.add("$.steps", fmt.Sprintf("at most %d elements", MaxChildren))
+		return nil
+	}
+	var defaults map[string]json.RawMessage
+	if len(rn.Options) > 0 && !isNull(rn.Options) {
+		if json.Unmarshal(rn.Options, &defaults) != nil {
+			p.add("$.options", "must be an object")
+		}
+	}
+	all := make([]*graphStep, 0, len(rn.Steps))
+	index := map[string]int{}
+	for i, raw := range rn.Steps {
+		jp := fmt.Sprintf("$.steps[%d]", i)
+		var rs rawStep
+		var fields map[string]json.RawMessage
+		if jsoncase.Unmarshal(raw, &rs) != nil || json.Unmarshal(raw, &fields) != nil {
+			p.add(jp, "must be a step object with id, type, args and depends_on")
+			all = append(all, nil)
+			continue
+		}
+		s := &graphStep{jp: jp}
+		switch {
+		case rs.ID == nil:
+			p.add(jp+".id", "is required: a unique step id")
+		case *rs.ID == "":
+			p.add(jp+".id", "must not be empty")
+		case len(*rs.ID) > MaxStepIDLength:
+			p.add(jp+".id", fmt.Sprintf("at most %d bytes", MaxStepIDLength))
+		default:
+			s.id = *rs.ID
+			if prev, dup := index[s.id]; dup {
+				p.add(jp+".id", fmt.Sprintf("duplicate step id %q (also $.steps[%d])", s.id, prev))
+			} else {
+				index[s.id] = i
+			}
+		}
+		if len(rs.DependsOn) > 0 && !isNull(rs.DependsOn) {
+			if json.Unmarshal(rs.DependsOn, &s.deps) != nil {
+				p.add(jp+".depends_on", "must be an array of step ids")
+			}
+		}
+		if len(s.deps) > MaxDependsOn {
+			p.add(jp+".depends_on", fmt.Sprintf("at most %d dependencies per step", MaxDependsOn))
+		}
+		// The step's job: the step without id and depends_on, with the
+		// workflow's options as defaults for its own.
+		delete(fields, "id")
+		delete(fields, "depends_on")
+		opts := map[string]json.RawMessage{}
+		for k, v := range defaults {
+			opts[k] = v
+		}
+		if o, ok := fields["options"]; ok && !isNull(o) {
+			var own map[string]json.RawMessage
+			if json.Unmarshal(o, &own) != nil {
+				p.add(jp+".options", "must be an object")
+			}
+			for k, v := range own {
+				opts[k] = v
+			}
+		}
+		if cb, ok := opts["callback_type"]; ok {
+			var name string
+			if json.Unmarshal(cb, &name) != nil || !isCallbackName(name) {
+				p.add(jp+".options.callback_type", "must be on_complete, on_success or on_failure")
+			}
+			s.callback = name
+			delete(opts, "callback_type")
+		}
+		if len(opts) > 0 {
+			fields["options"], _ = json.Marshal(opts)
+		} else {
+			delete(fields, "options")
+		}
+		s.request, _ = json.Marshal(fields)
+		all = append(all, s)
+	}
+	edges := 0
+	for _, s := range all {
+		if s == nil {
+			continue
+		}
+		seen := map[string]bool{}
+		for k, d := range s.deps {
+			switch {
+			case d == s.id:
+				p.add(fmt.Sprintf("%s.depends_on[%d]", s.jp, k), fmt.Sprintf("step %q depends on itself", d))
+			case seen[d]:
+				p.add(fmt.Sprintf("%s.depends_on[%d]", s.jp, k), fmt.Sprintf("%q is listed twice", d))
+			default:
+				if _, ok := index[d]; !ok {
+					p.add(fmt.Sprintf("%s.depends_on[%d]", s.jp, k), fmt.Sprintf("unknown step %q", d))
+				}
+			}
+			seen[d] = true
+			edges++
+		}
+	}
+	if len(p.problems) > 0 {
+		return nil
+	}
+	if cyc := findCycle(len(all), func(i int) []int {
+		var out []int
+		for _, d := range all[i].deps {
+			out = append(out, index[d])
+		}
+		return out
+	}); cyc != nil {
+		ids := make([]string, len(cyc))
+		for i, c := range cyc {
+			ids[i] = all[c].id
+		}
+		p.add("$.steps", "the dependencies form a cycle: "+strings.Join(ids, " -> "))
+		return nil
+	}
+	depIdx := func(s *graphStep) []int {
+		out := make([]int, 0, len(s.deps))
+		for _, d := range s.deps {
+			out = append(out, index[d])
+		}
+		sort.Ints(out)
+		return out
+	}
+	leaf := func(s *graphStep, jp, path string, i int) *Def {
+		d := p.leaf(s.request, jp, path, i)
+		if d != nil {
+			d.StepID = s.id
+		}
+		return d
+	}
+	// A batch: callback steps that depend on every other step, and other
+	// steps without dependencies.
+	var jobs, cbs []*graphStep
+	for _, s := range all {
+		if s.callback != "" || (isSDKCallbackID(s.id) && len(s.deps) > 0) {
+			cbs = append(cbs, s)
+		} else {
+			jobs = append(jobs, s)
+		}
+	}
+	if len(cbs) > 0 && len(jobs) > 0 && batchShaped(jobs, cbs) {
+		root := &Def{Kind: KindBatch, Name: name, Path: "/", Callbacks: map[string]*Def{}}
+		for i, s := range jobs {
+			if c := leaf(s, s.jp, childPath("/", segment(KindBatch, i)), i); c != nil {
+				root.Children = append(root.Children, c)
+			}
+		}
+		for _, s := range cbs {
+			cb := s.callback
+			if cb == "" {
+				cb = strings.ReplaceAll(s.id, "-", "_")
+			}
+			if root.Callbacks[cb] != nil {
+				p.add(s.jp, fmt.Sprintf("a second %s callback", cb))
+				continue
+			}
+			if c := leaf(s, s.jp, childPath("/", cb), -1); c != nil {
+				p.jobs--
+				root.Callbacks[cb] = c
+			}
+		}
+		return root
+	}
+	for _, s := range all {
+		if s.callback != "" {
+			p.add(s.jp+".options.callback_type", "callback steps need other steps without dependencies, and must depend on every one of them")
+			return nil
+		}
+	}
+	kind := KindGraph
+	order := make([]int, len(all))
+	for i := range order {
+		order[i] = i
+	}
+	if edges == 0 {
+		kind = KindGroup
+	} else if chain := chainOrder(all, index); chain != nil {
+		kind, order = KindChain, chain
+	}
+	if kind == KindGraph {
+		if len(all) > MaxGraphSteps {
+			p.add("$.steps", fmt.Sprintf("a dependency graph has at most %d steps; got %d (chains, groups and batches take %d)", MaxGraphSteps, len(all), MaxChildren))
+		}
+		if edges > MaxGraphEdges {
+			p.add("$.steps", fmt.Sprintf("a dependency graph has at most %d dependencies; got %d", MaxGraphEdges, edges))
+		}
+	}
+	root := &Def{Kind: kind, Name: name, Path: "/"}
+	for pos, i := range order {
+		s := all[i]
+		c := leaf(s, s.jp, childPath("/", segment(kind, pos)), pos)
+		if c == nil {
+			continue
+		}
+		if kind == KindGraph {
+			c.Deps = depIdx(s)
+		}
+		root.Children = append(root.Children, c)
+	}
+	return root
+}
+
+// isSDKCallbackID reports the callback step ids of SDKs that mark batch
+// callbacks by id alone.
+func isSDKCallbackID(id string) bool {
+	switch id {
+	case "on-complete", "on-success", "on-failure", "on_complete", "on_success", "on_failure":
+		return true
+	}
+	return false
+}
+
+// batchShaped reports whether jobs have no dependencies and every
+// callback depends on exactly the jobs.
+func batchShaped(jobs, cbs []*graphStep) bool {
+	ids := map[string]bool{}
+	for _, s := range jobs {
+		if len(s.deps) > 0 {
+			return false
+		}
+		ids[s.id] = true
+	}
+	for _, c := range cbs {
+		if len(c.deps) != len(ids) {
+			return false
+		}
+		for _, d := range c.deps {
+			if !ids[d] {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// chainOrder returns the steps in chain order when they form one line
+// (one step without dependencies, every other step depending on exactly
+// the one before it), or nil.
+func chainOrder(all []*graphStep, index map[string]int) []int {
+	next := map[int]int{}
+	start := -1
+	for i, s := range all {
+		switch len(s.deps) {
+		case 0:
+			if start >= 0 {
+				return nil
+			}
+			start = i
+		case 1:
+			d := index[s.deps[0]]
+			if _, taken := next[d]; taken {
+				return nil
+			}
+			next[d] = i
+		default:
+			return nil
+		}
+	}
+	if start < 0 {
+		return nil
+	}
+	order := []int{start}
+	for cur := start; ; {
+		n, ok := next[cur]
+		if !ok {
+			break
+		}
+		order = append(order, n)
+		cur = n
+	}
+	if len(order) != len(all) {
+		return nil
+	}
+	return order
+}
+
+// findCycle returns the indexes on one dependency cycle, or nil.
+func findCycle(n int, deps func(int) []int) []int {
+	const (
+		white = iota
+		grey
+		black
+	)
+	color := make([]int, n)
+	stack := []int{}
+	var cycle []int
+	var visit func(i int) bool
+	visit = func(i int) bool {
+		color[i] = grey
+		stack = append(stack, i)
+		for _, d := range deps(i) {
+			if color[d] == grey {
+				for k := len(stack) - 1; k >= 0; k-- {
+					if stack[k] == d {
+						cycle = append(append([]int{}, stack[k:]...), d)
+						return true
+					}
+				}
+			}
+			if color[d] == white && visit(d) {
+				return true
+			}
+		}
+		stack = stack[:len(stack)-1]
+		color[i] = black
+		return false
+	}
+	for i := 0; i < n; i++ {
+		if color[i] == white && visit(i) {
+			// Report it in dependency order: a -> b means a waits for b.
+			return cycle
+		}
+	}
+	return nil
+}
+
+func isNull(raw json.RawMessage) bool { return string(bytes.TrimSpace(raw)) == "null" }
+
 func childPath(parent, seg string) string {
 	if parent == "/" {
 		return "/" + seg
@@ -255,17 +677,41 @@ func childPath(parent, seg string) string {
 }
 
 // JobID derives the deterministic id of the job at path in workflow wfID:
-// a UUIDv7 with the workflow's timestamp and bits from a hash of the path,
-// so a re-created job always collides with the first.
+// a UUIDv7 with the workflow's timestamp, the step's position among its
+// siblings in the 12 bits after the version (so jobs started together,
+// whose other sort keys are equal, are fetched in the order the workflow
+// lists them), and bits from a hash of the path, so a re-created job
+// always collides with the first.
 func JobID(wfID, path string) string {
 	w, _ := uuid.Parse(wfID)
 	h := sha256.Sum256([]byte(wfID + "|" + path))
 	var u uuid.UUID
 	copy(u[:6], w[:6])
 	copy(u[6:], h[:10])
-	u[6] = (u[6] & 0x0f) | 0x70 // version 7
+	pos := position(path) & 0xfff
+	u[6] = 0x70 | byte(pos>>8) // version 7, then the position's high bits
+	u[7] = byte(pos)
 	u[8] = (u[8] & 0x3f) | 0x80 // RFC 4122 variant
 	return u.String()
+}
+
+// position is a step's order among its siblings: its index, or for a
+// batch callback its place in Callbacks after every job.
+func position(path string) int {
+	seg := lastSegment(path)
+	for i, name := range Callbacks {
+		if seg == name {
+			return 0xffd + i
+		}
+	}
+	n := 0
+	for _, c := range seg[min(1, len(seg)):] {
+		if c < '0' || c > '9' {
+			return 0
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n
 }
 
 // Walk calls f for d and every descendant, callbacks included.

@@ -7,38 +7,30 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/ojs-aws/ojs-serverless/pkg/fault"
+	"github.com/ojs-aws/ojs-serverless/pkg/awslimit"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
-)
-
-// Node states.
-const (
-	StateWaiting   = "waiting"
-	StateRunning   = "running"
-	StateCompleted = "completed"
-	StateFailed    = "failed"
-	StateCancelled = "cancelled"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
 )
 
 // Store is the persistence the engine uses (implemented by *store.Store).
 type Store interface {
-	CreateWorkflow(ctx context.Context, nodes []store.Node, shards []store.NewShard) error
+	CreateWorkflow(ctx context.Context, w store.NewWorkflow) error
+	DeleteWorkflow(ctx context.Context, wfID string) (bool, error)
 	GetNode(ctx context.Context, wfID, path string) (*store.Node, error)
 	GetShard(ctx context.Context, wfID, path, key string) (*store.Shard, error)
+	ReadProgress(ctx context.Context, nodes []store.NodeKey, shards []store.ShardRef) (*store.Progress, error)
+	Subtree(ctx context.Context, wfID, path string) ([]*store.Node, error)
 	WorkflowItems(ctx context.Context, wfID string) ([]*store.Node, error)
-	RecordOutcome(ctx context.Context, o store.Outcome) (bool, error)
-	RollUp(ctx context.Context, wfID, path, key string, sh *store.Shard) (bool, error)
-	FireCallbacks(ctx context.Context, wfID, path string, fired []string, at time.Time) (bool, error)
-	CallbacksDone(ctx context.Context, wfID, path string) (bool, int, error)
-	SetNodeState(ctx context.Context, wfID, path, to string, at time.Time, failedIndex *int, from ...string) (bool, error)
-	CreateWorkflowJobs(ctx context.Context, wfID string, jobs []*job.Job, redeliverAfter time.Duration) error
+	UpdateNode(ctx context.Context, wfID string, w store.NodeWrite) (*store.Node, error)
+	CountOnShard(ctx context.Context, wfID, path, key string, idx int, ok bool) (*store.Shard, error)
+	RollUp(ctx context.Context, wfID, path string, sh *store.Shard) (*store.Node, error)
+	Advance(ctx context.Context, a store.Advance) error
 	BatchGetJobs(ctx context.Context, ids []string) (map[string]*job.Job, error)
 	DueWorkflows(ctx context.Context, now time.Time, limit int) (map[string]time.Time, error)
 	PostponeWorkflowCheck(ctx context.Context, wfID string, due, next time.Time) error
@@ -47,9 +39,20 @@ type Store interface {
 
 var _ Store = (*store.Store)(nil)
 
+// Admitter prepares jobs for writing the way every job is prepared
+// (implemented by *lifecycle.Service): push mode from the queue, the
+// queue registered, its rate limit recorded. Workflow jobs are admitted
+// by the same code as PUSH, batch and cron jobs.
+type Admitter interface {
+	Admit(ctx context.Context, jobs []*job.Job) error
+}
+
 // Config configures an Engine.
 type Config struct {
-	// PushQueues are the push-mode queues (jobs there get Push set).
+	// Jobs admits the jobs the engine creates. Default: only the push flag
+	// from PushQueues is set.
+	Jobs Admitter
+	// PushQueues are the push-mode queues (used without Jobs).
 	PushQueues []string
 	// RedeliverAfter is passed to job creation (see lifecycle.Config).
 	// Default 5 min.
@@ -63,6 +66,7 @@ type Config struct {
 // Engine creates, advances, cancels and reads workflows.
 type Engine struct {
 	st    Store
+	admit Admitter
 	push  map[string]bool
 	redel time.Duration
 	now   func() time.Time
@@ -71,7 +75,7 @@ type Engine struct {
 
 // New returns an engine on st.
 func New(st Store, c Config) *Engine {
-	e := &Engine{st: st, push: map[string]bool{}, redel: c.RedeliverAfter, now: c.Now, log: c.Logger}
+	e := &Engine{st: st, admit: c.Jobs, push: map[string]bool{}, redel: c.RedeliverAfter, now: c.Now, log: c.Logger}
 	for _, q := range c.PushQueues {
 		e.push[q] = true
 	}
@@ -87,216 +91,273 @@ func New(st Store, c Config) *Engine {
 	return e
 }
 
+// SetAdmitter sets the admitter after construction (the lifecycle service
+// and the engine refer to each other).
+func (e *Engine) SetAdmitter(a Admitter) { e.admit = a }
+
 func shardsFor(n int) int {
-	if n <= 0 {
-		return 1
+	if n <= ShardSize {
+		return 0
 	}
 	return (n + ShardSize - 1) / ShardSize
 }
 
-func shardOf(index, n int) string { return store.ShardKey(index % shardsFor(n)) }
+// CheckAfter is how often the sweeper checks a running workflow for
+// progress lost with a request and a stream record that both failed.
+const CheckAfter = 5 * time.Minute
 
-// Create validates and stores a workflow; its root's stream record starts
-// it (the API returns at once).
+// Create validates a workflow, writes it and starts it: its first jobs are
+// written with it (in the same transaction up to store.MaxBatch items),
+// so every job id in the answer exists when it arrives.
 func (e *Engine) Create(ctx context.Context, raw []byte) (*View, error) {
 	now := e.now().UTC()
-	def, id, jobCount, err := Parse(raw, now)
+	parsed, err := Parse(raw, now)
 	if err != nil {
 		return nil, err
 	}
+	id := parsed.ID
 	if id == "" {
 		id = uuid.Must(uuid.NewV7()).String()
 	}
 	var nodes []store.Node
-	var shards []store.NewShard
-	Walk(def, func(d *Def) {
-		n := store.Node{WorkflowID: id, Path: d.Path, Kind: d.Kind, Name: d.Name, Index: d.Index, JobType: d.JobType, State: StateWaiting}
+	var shards []store.Shard
+	Walk(parsed.Root, func(d *Def) {
+		n := store.Node{WorkflowID: id, Path: d.Path, Kind: d.Kind, Name: d.Name, Index: d.Index, StepID: d.StepID,
+			JobType: d.JobType, State: wfstate.Waiting, Deps: d.Deps}
 		if d.Kind == KindJob {
 			n.Def = string(d.Request)
 		} else {
 			n.Total = len(d.Children)
-			n.Shards = shardsFor(n.Total)
+			if d.Kind == KindGroup || d.Kind == KindBatch {
+				// Only groups and batches count in shards: a chain runs one
+				// step at a time, a graph decides on its whole progress.
+				n.Shards = shardsFor(n.Total)
+			}
 			for k := 0; k < n.Shards; k++ {
 				exp := n.Total / n.Shards
 				if k < n.Total%n.Shards {
 					exp++
 				}
-				shards = append(shards, store.NewShard{Path: d.Path, Key: store.ShardKey(k), Expected: exp})
+				shards = append(shards, store.Shard{Path: d.Path, Key: store.ShardKey(k), Expected: exp})
 			}
 			for _, name := range Callbacks {
 				if d.Callbacks[name] != nil {
 					n.Callbacks = append(n.Callbacks, name)
 				}
 			}
+			if d.Kind == KindGraph {
+				g := graphShape{IDs: make([]string, len(d.Children)), Deps: make([][]int, len(d.Children))}
+				for i, c := range d.Children {
+					g.IDs[i], g.Deps[i] = c.StepID, append([]int{}, c.Deps...)
+				}
+				b, _ := json.Marshal(g)
+				n.Graph = string(b)
+			}
 		}
 		if d.Path == store.RootPath {
-			n.State = StateRunning
-			n.CreatedAt, n.StartedAt, n.JobCount = job.Timestamp(now), job.Timestamp(now), jobCount
+			n.State = wfstate.Running
+			n.Form = parsed.Form
+			n.CreatedAt, n.StartedAt, n.JobCount = job.Timestamp(now), job.Timestamp(now), parsed.Jobs
 			store.WorkflowCheckDue(&n, now.Add(CheckAfter))
 		}
 		nodes = append(nodes, n)
 	})
-	if err := e.st.CreateWorkflow(ctx, nodes, shards); err != nil {
+	// Children of wide groups and batches are counted in shards; graph
+	// steps know the steps that depend on them.
+	byPath := map[string]*store.Node{}
+	for i := range nodes {
+		byPath[nodes[i].Path] = &nodes[i]
+	}
+	for i := range nodes {
+		for _, d := range nodes[i].Deps {
+			dep := byPath[childPath(parentOf(nodes[i].Path), segment(KindGraph, d))]
+			dep.Next = append(dep.Next, nodes[i].Index)
+		}
+	}
+	for i := range nodes {
+		n := &nodes[i]
+		if n.Path == store.RootPath || n.Index < 0 {
+			continue
+		}
+		if p := byPath[parentOf(n.Path)]; p.Shards > 0 {
+			n.PShard = store.ShardKey(n.Index % p.Shards)
+		}
+	}
+	t := newTree(nodes)
+	jobs, err := e.launch(ctx, t, store.RootPath, emptyResults(parsed.Root.Kind))
+	if err != nil {
+		return nil, err
+	}
+	if err := e.admitJobs(ctx, jobs); err != nil {
+		return nil, err
+	}
+	if err := e.st.CreateWorkflow(ctx, store.NewWorkflow{Nodes: nodes, Shards: shards, Jobs: jobs, RedeliverAfter: e.redel}); err != nil {
 		if errors.Is(err, store.ErrWorkflowExists) {
 			return nil, ojserr.Newf(ojserr.Duplicate, "A workflow with id '%s' already exists.", id).With("existing_workflow_id", id)
 		}
 		return nil, ojserr.Backend(err)
 	}
-	e.log.InfoContext(ctx, "workflow created", "workflow_id", id, "type", def.Kind, "jobs", jobCount)
-	return render(def, id, nodes, nil), nil
+	e.log.InfoContext(ctx, "workflow created", "workflow_id", id, "type", parsed.Root.Kind, "jobs", parsed.Jobs, "started_jobs", len(jobs))
+	byID := make(map[string]*job.Job, len(jobs))
+	for _, j := range jobs {
+		byID[j.ID] = j
+	}
+	return render(t, byID), nil
 }
 
-// CheckAfter is how often the sweeper checks a running workflow for
-// progress lost with a stream record that exhausted its retries.
-const CheckAfter = 5 * time.Minute
-
-// Repair re-drives running workflows whose check is due: a workflow none
-// of whose jobs exist is started again, and every finished job not yet
-// recorded in its workflow is recorded. Both are idempotent, so repairing a
-// healthy workflow changes nothing. It returns how many workflows it
-// checked.
-func (e *Engine) Repair(ctx context.Context, limit int) (int, error) {
-	now := e.now()
-	due, err := e.st.DueWorkflows(ctx, now, limit)
-	if err != nil {
-		return 0, err
+// emptyResults is what the first steps of a workflow receive as
+// parent_results: an empty array (an empty object for a graph, whose
+// steps receive their dependencies' results keyed by step id).
+func emptyResults(kind string) json.RawMessage {
+	if kind == KindGraph {
+		return json.RawMessage("{}")
 	}
-	for id, at := range due {
-		if err := e.repair(ctx, id); err != nil {
-			return 0, fmt.Errorf("repair workflow %s: %w", id, err)
-		}
-		if err := e.st.PostponeWorkflowCheck(ctx, id, at, now.Add(CheckAfter)); err != nil {
-			return 0, err
-		}
-	}
-	return len(due), nil
+	return json.RawMessage("[]")
 }
 
-func (e *Engine) repair(ctx context.Context, id string) error {
-	items, err := e.st.WorkflowItems(ctx, id)
-	if err != nil || len(items) == 0 || items[0].State != StateRunning {
-		return err
+// admitJobs admits jobs through the configured admitter, or sets their
+// push flag from the push-mode queue list.
+func (e *Engine) admitJobs(ctx context.Context, jobs []*job.Job) error {
+	if len(jobs) == 0 {
+		return nil
 	}
-	var ids []string
-	recorded := false
-	for _, n := range items {
-		if n.Kind != KindJob {
-			continue
+	if e.admit != nil {
+		if err := e.admit.Admit(ctx, jobs); err != nil {
+			return ojserr.As(err)
 		}
-		if n.Outcome != "" {
-			recorded = true
-		} else {
-			ids = append(ids, JobID(id, n.Path))
-		}
-	}
-	jobs, err := e.st.BatchGetJobs(ctx, ids)
-	if err != nil {
-		return err
-	}
-	if len(jobs) == 0 && !recorded {
-		e.log.WarnContext(ctx, "repairing a workflow that never started", "workflow_id", id)
-		return e.Start(ctx, id)
+		return nil
 	}
 	for _, j := range jobs {
-		if j.State.Terminal() {
-			if err := e.JobFinished(ctx, j); err != nil {
-				return err
-			}
-		}
+		j.Push = e.push[j.Queue]
 	}
 	return nil
 }
 
-// Start starts a workflow's root (idempotent: run for every delivery of
-// the root's stream record).
-func (e *Engine) Start(ctx context.Context, wfID string) error {
-	root, err := e.st.GetNode(ctx, wfID, store.RootPath)
-	if err != nil {
-		return err
-	}
-	if root.State != StateRunning {
-		return nil
-	}
-	return e.startNode(ctx, wfID, root, json.RawMessage("{}"))
+// tree is a workflow's nodes (or a subtree) in memory.
+type tree struct {
+	wfID   string
+	root   *store.Node
+	byPath map[string]*store.Node
+	// kids are the children of each composite in index order (callbacks
+	// not included); cbs its callbacks by name.
+	kids map[string][]*store.Node
+	cbs  map[string]map[string]*store.Node
 }
 
-// start starts the node at path: a leaf's job is created; a chain starts
-// its first step; a group or batch starts every child. Idempotent.
-func (e *Engine) start(ctx context.Context, wfID, path string, parentResults json.RawMessage) error {
-	n, err := e.st.GetNode(ctx, wfID, path)
-	if err != nil {
-		return err
+func newTree(nodes []store.Node) *tree {
+	ptrs := make([]*store.Node, len(nodes))
+	for i := range nodes {
+		ptrs[i] = &nodes[i]
 	}
-	return e.startNode(ctx, wfID, n, parentResults)
+	return newTreeOf(ptrs)
 }
 
-// startNode is start with the node already read.
-func (e *Engine) startNode(ctx context.Context, wfID string, n *store.Node, parentResults json.RawMessage) error {
-	path := n.Path
-	if n.Kind == KindJob {
-		return e.createJobs(ctx, wfID, []*store.Node{n}, parentResults)
-	}
-	if path != store.RootPath {
-		if _, err := e.st.SetNodeState(ctx, wfID, path, StateRunning, e.now(), nil, StateWaiting); err != nil {
-			return err
+func newTreeOf(nodes []*store.Node) *tree {
+	t := &tree{byPath: map[string]*store.Node{}, kids: map[string][]*store.Node{}, cbs: map[string]map[string]*store.Node{}}
+	for _, n := range nodes {
+		t.byPath[n.Path] = n
+		if t.wfID == "" {
+			t.wfID = n.WorkflowID
 		}
-	}
-	if n.Kind == KindChain {
-		return e.start(ctx, wfID, childPath(path, "s0"), parentResults)
-	}
-	// Group or batch: start every child; leaves in bulk.
-	items, err := e.st.WorkflowItems(ctx, wfID)
-	if err != nil {
-		return err
-	}
-	var leaves []*store.Node
-	for _, c := range items {
-		if c.Path == path || parentOf(c.Path) != path || isCallback(c.Path) {
+		if n.Path == store.RootPath {
+			t.root = n
 			continue
 		}
-		if c.Kind == KindJob {
-			leaves = append(leaves, c)
-		} else if err := e.start(ctx, wfID, c.Path, parentResults); err != nil {
-			return err
+		parent := parentOf(n.Path)
+		if name, ok := callbackName(n.Path); ok {
+			if t.cbs[parent] == nil {
+				t.cbs[parent] = map[string]*store.Node{}
+			}
+			t.cbs[parent][name] = n
+			continue
 		}
+		t.kids[parent] = append(t.kids[parent], n)
 	}
-	return e.createJobs(ctx, wfID, leaves, parentResults)
+	for _, ks := range t.kids {
+		sort.Slice(ks, func(i, j int) bool { return ks[i].Index < ks[j].Index })
+	}
+	return t
 }
 
-// createJobs creates the jobs of leaf nodes with deterministic ids.
-func (e *Engine) createJobs(ctx context.Context, wfID string, leaves []*store.Node, parentResults json.RawMessage) error {
-	if len(leaves) == 0 {
-		return nil
+// launch returns the jobs that start when the node at path starts with
+// parentResults: a job step's job; a chain's first step; every job of a
+// group or batch; a graph's steps without dependencies. Nested composites
+// start the same way. Nothing is written.
+func (e *Engine) launch(ctx context.Context, t *tree, path string, parentResults json.RawMessage) ([]*job.Job, error) {
+	n := t.byPath[path]
+	if n == nil {
+		return nil, fmt.Errorf("workflow %s: node %s missing", t.wfID, path)
 	}
-	now := e.now().UTC()
-	jobs := make([]*job.Job, 0, len(leaves))
-	for _, n := range leaves {
-		en, err := job.ParseEnqueue([]byte(n.Def), now)
+	if n.Kind == KindJob {
+		j, err := e.newJob(n, parentResults)
 		if err != nil {
-			return fmt.Errorf("workflow %s node %s: stored job no longer valid: %w", wfID, n.Path, err)
+			return nil, err
 		}
-		j := en.Job
-		j.ID, j.WorkflowID, j.WorkflowNode, j.ParentResults = JobID(wfID, n.Path), wfID, n.Path, capResults(wfID, parentResults)
-		j.Push = e.push[j.Queue]
-		jobs = append(jobs, j)
+		return []*job.Job{j}, nil
 	}
-	err := e.st.CreateWorkflowJobs(ctx, wfID, jobs, e.redel)
-	if errors.Is(err, store.ErrWorkflowNotRunning) {
-		return nil // cancelled or finished meanwhile: create nothing
+	var out []*job.Job
+	for _, c := range t.kids[path] {
+		if n.Kind == KindChain && c.Index > 0 {
+			break
+		}
+		pr := parentResults
+		if n.Kind == KindGraph {
+			if len(c.Deps) > 0 {
+				continue
+			}
+			pr = json.RawMessage("{}")
+		}
+		js, err := e.launch(ctx, t, c.Path, pr)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, js...)
 	}
-	return err
+	return out, nil
+}
+
+// newJob builds the job of a leaf node with its deterministic id.
+func (e *Engine) newJob(n *store.Node, parentResults json.RawMessage) (*job.Job, error) {
+	en, err := job.ParseEnqueue([]byte(n.Def), e.now().UTC())
+	if err != nil {
+		return nil, fmt.Errorf("workflow %s node %s: stored job no longer valid: %w", n.WorkflowID, n.Path, err)
+	}
+	j := en.Job
+	j.ID, j.WorkflowID, j.WorkflowNode, j.WorkflowShard, j.WorkflowNext = JobID(n.WorkflowID, n.Path), n.WorkflowID, n.Path, n.PShard, n.Next
+	j.Push = e.push[j.Queue]
+	j.ParentResults = capResults(n.WorkflowID, parentResults, resultsRoom(j, e.redel))
+	return j, nil
 }
 
 // maxParentResults bounds parent_results inline in a job.
 const maxParentResults = 128 << 10
 
-func capResults(wfID string, r json.RawMessage) json.RawMessage {
-	if len(r) <= maxParentResults {
+// resultsRoom is how much parent_results a job's item has room for: at
+// most maxParentResults, and never so much that the item, once it holds
+// its largest result and error history too, passes DynamoDB's 400 KB.
+func resultsRoom(j *job.Job, redeliverAfter time.Duration) int {
+	size, err := store.JobItemBytes(j, redeliverAfter)
+	if err != nil {
+		return 0
+	}
+	room := awslimit.DynamoItemBytes - size - job.MaxResultBytes - job.MaxErrorHistoryBytes - 2*job.MaxErrorBytes - 4<<10
+	return max(0, min(maxParentResults, room))
+}
+
+// capResults replaces parent_results larger than room by a pointer to the
+// workflow, which holds every result.
+func capResults(wfID string, r json.RawMessage, room int) json.RawMessage {
+	if len(r) <= room {
 		return r
 	}
 	b, _ := json.Marshal(map[string]any{"truncated": true, "bytes": len(r), "workflow_id": wfID,
-		"hint": "parent_results exceed 128 KiB; read them from GET /ojs/v1/workflows/" + wfID})
+		"hint": "parent_results do not fit in the job; read them from GET /ojs/v1/workflows/" + wfID})
 	return b
+}
+
+// truncatedResults reports whether r is the pointer capResults wrote.
+func truncatedResults(r json.RawMessage) bool {
+	return len(r) > 0 && r[0] == '{' && strings.Contains(string(r[:min(len(r), 40)]), `"bytes"`)
 }
 
 func parentOf(path string) string {
@@ -307,288 +368,53 @@ func parentOf(path string) string {
 	return path[:i]
 }
 
+func lastSegment(path string) string { return path[strings.LastIndex(path, "/")+1:] }
+
+// callbackName reports whether path is a batch callback and which.
+func callbackName(path string) (string, bool) {
+	seg := lastSegment(path)
+	return seg, strings.HasPrefix(seg, "on_")
+}
+
 func isCallback(path string) bool {
-	seg := path[strings.LastIndex(path, "/")+1:]
-	return strings.HasPrefix(seg, "on_")
+	_, ok := callbackName(path)
+	return ok
 }
 
-// JobFinished advances the workflow of a job that reached a terminal
-// state. It is idempotent: every step is a conditional write, and a
-// repeated call re-checks every consequence (counting, roll-up, next step,
-// callbacks, completion) without doing any twice.
-func (e *Engine) JobFinished(ctx context.Context, j *job.Job) error {
-	if j.WorkflowID == "" || !j.State.Terminal() {
-		return nil
+// parentKind tells the kind of the composite a child belongs to from the
+// child's path segment (s: chain, j: group or batch, g: graph, on_: batch
+// callback).
+func parentKind(path string) string {
+	seg := lastSegment(path)
+	switch {
+	case strings.HasPrefix(seg, "on_"):
+		return KindBatch
+	case strings.HasPrefix(seg, "s"):
+		return KindChain
+	case strings.HasPrefix(seg, "g"):
+		return KindGraph
 	}
-	root, err := e.st.GetNode(ctx, j.WorkflowID, store.RootPath)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if root.State == StateCancelled {
-		return nil // late completions of a cancelled workflow change nothing
-	}
-	ok := j.State == job.Completed
-	var errJSON string
-	if j.Error != nil {
-		b, _ := json.Marshal(j.Error)
-		errJSON = string(b)
-	}
-	var started time.Time
-	if j.StartedAt != nil {
-		started = *j.StartedAt
-	}
-	return e.finished(ctx, j.WorkflowID, j.WorkflowNode, ok, string(j.Result), errJSON, j.Attempt, started, root)
+	return KindGroup
 }
 
-// finished records node path's outcome in its parent and applies the
-// consequences, walking up while nodes finish. root, when not nil, is the
-// root node as just read: it stands for the first parent's read when that
-// parent is the root (a job of the root chain, group or batch).
-func (e *Engine) finished(ctx context.Context, wfID, path string, ok bool, result, errJSON string, attempt int, started time.Time, root *store.Node) error {
-	for path != store.RootPath {
-		parent := parentOf(path)
-		p := root
-		root = nil
-		if p == nil || parent != store.RootPath {
-			var err error
-			if p, err = e.st.GetNode(ctx, wfID, parent); err != nil {
-				return err
-			}
-		}
-		if p.State == StateCancelled {
-			return nil
-		}
-		child, err := e.st.GetNode(ctx, wfID, path)
-		if err != nil {
-			return err
-		}
-		key := store.CallbackShard
-		if !isCallback(path) {
-			key = shardOf(child.Index, p.Total)
-		}
-		if _, err := e.st.RecordOutcome(ctx, store.Outcome{WorkflowID: wfID, Path: path, Parent: parent, ShardKey: key, OK: ok,
-			Result: result, Error: errJSON, Attempt: attempt, At: e.now(), StartedAt: started}); err != nil {
-			return err
-		}
-		if err := fault.Hit(fault.WorkflowAfterRecord); err != nil {
-			return err
-		}
-		if child.Outcome != "" {
-			ok = child.Outcome == "ok" // the first recorded outcome is the one that counts
-		}
-		sh, err := e.st.GetShard(ctx, wfID, parent, key)
-		if err != nil {
-			return err
-		}
-		if sh.OK+sh.Fail >= sh.Expected {
-			if _, err := e.st.RollUp(ctx, wfID, parent, key, sh); err != nil {
-				return err
-			}
-		}
-		done, pok, err := e.decide(ctx, wfID, parent, path, ok, child.Index, p)
-		if err != nil || !done {
-			return err
-		}
-		path, ok, result, errJSON, attempt, started = parent, pok, "", "", 0, time.Time{}
-	}
-	return nil
-}
-
-// decide applies the parent's rule after a child finished. It returns
-// whether the parent is now finished and with which outcome. read is the
-// parent as read before the child's outcome was recorded: a chain decides
-// on its kind and size alone, which never change; a group or batch
-// decides on its rolled-up counts, so it is read again.
-func (e *Engine) decide(ctx context.Context, wfID, path, childPath string, childOK bool, childIndex int, read *store.Node) (bool, bool, error) {
-	p := read
-	if p == nil || p.Kind != KindChain {
-		var err error
-		if p, err = e.st.GetNode(ctx, wfID, path); err != nil {
-			return false, false, err
-		}
-	}
-	now := e.now()
-	finish := func(okState bool, failedIndex *int) (bool, bool, error) {
-		to := StateCompleted
-		if !okState {
-			to = StateFailed
-		}
-		moved, err := e.st.SetNodeState(ctx, wfID, path, to, now, failedIndex, StateRunning, StateWaiting)
-		if err != nil {
-			return false, false, err
-		}
-		if moved {
-			// This call finished the node, so its state is the one set.
-			e.log.InfoContext(ctx, "workflow node finished", "workflow_id", wfID, "node", path, "state", to)
-			return true, to == StateCompleted, nil
-		}
-		// Someone else finished it first (a repeated record) or it was
-		// cancelled: read what it became.
-		cur, err := e.st.GetNode(ctx, wfID, path)
-		if err != nil {
-			return false, false, err
-		}
-		if cur.State == StateCancelled {
-			return false, false, nil
-		}
-		e.log.InfoContext(ctx, "workflow node finished", "workflow_id", wfID, "node", path, "state", cur.State)
-		return true, cur.State == StateCompleted, nil
-	}
-	switch p.Kind {
-	case KindChain:
-		if !childOK {
-			idx := childIndex
-			return finish(false, &idx)
-		}
-		if childIndex+1 < p.Total {
-			results, err := e.results(ctx, wfID, path, childIndex+1)
-			if err != nil {
-				return false, false, err
-			}
-			return false, false, e.start(ctx, wfID, childPathOf(path, "s", childIndex+1), results)
-		}
-		return finish(true, nil)
-	case KindGroup:
-		if p.ShardsDone < p.Shards {
-			return false, false, nil
-		}
-		return finish(p.Fail == 0, nil)
-	case KindBatch:
-		if p.ShardsDone < p.Shards {
-			return false, false, nil
-		}
-		fired := firedFor(p)
-		if len(fired) == 0 {
-			return finish(p.Fail == 0, nil)
-		}
-		if _, err := e.st.FireCallbacks(ctx, wfID, path, fired, now); err != nil {
-			return false, false, err
-		}
-		if err := fault.Hit(fault.WorkflowAfterFire); err != nil {
-			return false, false, err
-		}
-		if err := e.startCallbacks(ctx, wfID, path, fired); err != nil {
-			return false, false, err
-		}
-		cbDone, cbFail, err := e.st.CallbacksDone(ctx, wfID, path)
-		if err != nil || !cbDone {
-			return false, false, err
-		}
-		return finish(cbFail == 0, nil)
-	}
-	return false, false, fmt.Errorf("workflow %s node %s: unknown kind %q", wfID, path, p.Kind)
-}
-
-func childPathOf(parent, seg string, i int) string { return childPath(parent, seg+strconv.Itoa(i)) }
-
-// firedFor lists the callbacks a finished batch triggers (ojs-workflows
-// section 6.5).
-func firedFor(p *store.Node) []string {
-	var out []string
-	for _, name := range p.Callbacks {
-		switch {
-		case name == "on_complete",
-			name == "on_success" && p.Fail == 0,
-			name == "on_failure" && p.Fail > 0:
-			out = append(out, name)
-		}
-	}
-	return out
-}
-
-// startCallbacks creates the triggered callback jobs with the results of
-// every batch job (failed ones included) as parent_results.
-func (e *Engine) startCallbacks(ctx context.Context, wfID, path string, fired []string) error {
-	results, err := e.results(ctx, wfID, path, -1)
-	if err != nil {
-		return err
-	}
-	var leaves []*store.Node
-	for _, name := range fired {
-		n, err := e.st.GetNode(ctx, wfID, childPath(path, name))
-		if err != nil {
-			return err
-		}
-		leaves = append(leaves, n)
-	}
-	return e.createJobs(ctx, wfID, leaves, results)
-}
-
-// results builds parent_results for a node's children: for a chain, the
-// results of steps before upTo (and what the chain itself received, for
-// nested chains, is not repeated); for a group or batch (upTo < 0), the
-// result of every child. A composite child's result is its children's
-// results keyed by index; a failed job contributes its error.
-func (e *Engine) results(ctx context.Context, wfID, path string, upTo int) (json.RawMessage, error) {
-	items, err := e.st.WorkflowItems(ctx, wfID)
-	if err != nil {
-		return nil, err
-	}
-	byParent := map[string][]*store.Node{}
-	for _, n := range items {
-		if n.Path != store.RootPath && !isCallback(n.Path) {
-			byParent[parentOf(n.Path)] = append(byParent[parentOf(n.Path)], n)
-		}
-	}
-	var resultOf func(n *store.Node) any
-	resultOf = func(n *store.Node) any {
-		if n.Kind == KindJob {
-			if n.Outcome == "fail" {
-				var errObj any
-				_ = json.Unmarshal([]byte(n.Error), &errObj)
-				return map[string]any{"state": "failed", "error": errObj}
-			}
-			if n.Result == "" {
-				return nil
-			}
-			return json.RawMessage(n.Result)
-		}
-		m := map[string]any{}
-		for _, c := range byParent[n.Path] {
-			m[strconv.Itoa(c.Index)] = resultOf(c)
-		}
-		return m
-	}
-	out := map[string]any{}
-	kids := byParent[path]
-	sort.Slice(kids, func(i, j int) bool { return kids[i].Index < kids[j].Index })
-	for _, c := range kids {
-		if upTo >= 0 && c.Index >= upTo {
-			break
-		}
-		out[strconv.Itoa(c.Index)] = resultOf(c)
-	}
-	return json.Marshal(out)
-}
-
-// Cancel cancels a running workflow: pending and waiting jobs are
+// Cancel cancels a running workflow: its jobs that have not started are
 // cancelled, active ones may finish and their outcomes change nothing.
 func (e *Engine) Cancel(ctx context.Context, wfID string) (*View, error) {
 	if err := validWorkflowID(wfID); err != nil {
 		return nil, err
 	}
-	root, err := e.st.GetNode(ctx, wfID, store.RootPath)
+	now := e.now()
+	_, err := e.st.UpdateNode(ctx, wfID, store.NodeWrite{Path: store.RootPath, From: []wfstate.State{wfstate.Running}, To: wfstate.Cancelled, At: now})
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, ojserr.NotFoundf("workflow", wfID)
 	}
+	var nc *store.ErrNodeConflict
+	if errors.As(err, &nc) {
+		return nil, ojserr.StateConflict(ojserr.Conflict, "Workflow %s is already in terminal state '%s'.", wfID, nc.Current.State).
+			With("workflow_id", wfID).With("current_state", string(nc.Current.State))
+	}
 	if err != nil {
 		return nil, ojserr.Backend(err)
-	}
-	now := e.now()
-	moved, err := e.st.SetNodeState(ctx, wfID, store.RootPath, StateCancelled, now, nil, StateRunning, "pending")
-	if err != nil {
-		return nil, ojserr.Backend(err)
-	}
-	if !moved {
-		cur, err := e.st.GetNode(ctx, wfID, store.RootPath)
-		if err == nil {
-			root = cur
-		}
-		return nil, ojserr.StateConflict(ojserr.Conflict, "Workflow %s is already in terminal state '%s'.", wfID, root.State).
-			With("workflow_id", wfID).With("current_state", root.State)
 	}
 	items, err := e.st.WorkflowItems(ctx, wfID)
 	if err != nil {
@@ -596,7 +422,7 @@ func (e *Engine) Cancel(ctx context.Context, wfID string) (*View, error) {
 	}
 	var ids []string
 	for _, n := range items {
-		if n.Kind == KindJob && n.Outcome == "" {
+		if n.Kind == KindJob {
 			ids = append(ids, JobID(wfID, n.Path))
 		}
 	}
@@ -604,6 +430,7 @@ func (e *Engine) Cancel(ctx context.Context, wfID string) (*View, error) {
 	if err != nil {
 		return nil, ojserr.Backend(err)
 	}
+	cancelled := 0
 	for _, j := range jobs {
 		switch j.State {
 		case job.Scheduled, job.Available, job.Pending, job.Retryable:
@@ -612,10 +439,12 @@ func (e *Engine) Cancel(ctx context.Context, wfID string) (*View, error) {
 				if !errors.As(err, &ce) {
 					return nil, ojserr.Backend(err)
 				}
+				continue
 			}
+			cancelled++
 		}
 	}
-	e.log.InfoContext(ctx, "workflow cancelled", "workflow_id", wfID)
+	e.log.InfoContext(ctx, "workflow cancelled", "workflow_id", wfID, "jobs_cancelled", cancelled)
 	return e.Get(ctx, wfID)
 }
 

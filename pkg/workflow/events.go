@@ -2,16 +2,15 @@ package workflow
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
 )
 
 // NodeChange is one stream record of a workflow node: the node before
@@ -21,30 +20,49 @@ type NodeChange struct {
 	At       time.Time
 }
 
-// Events returns the workflow events (ojs-workflows.md Appendix B, with the
-// fields of ojs-events.md section 4.4) that a batch of node changes
+// JobChange is one stream record of a job: before, after, the item
+// version after, and the record's time.
+type JobChange struct {
+	Old, New *job.Job
+	Version  int64
+	At       time.Time
+}
+
+// Events returns the workflow events (ojs-workflows.md Appendix B, with
+// the fields of ojs-events.md section 4.4) that a batch of changes
 // implies:
 //
 //   - root created: workflow.created, then workflow.started (a workflow
-//     starts at creation: its first jobs are enqueued at once);
-//   - a chain step's outcome recorded: workflow.step_completed or
-//     workflow.step_failed; a group's or batch's job: workflow.job_completed
-//     or workflow.job_failed;
-//   - a batch's callbacks triggered: workflow.callback_fired per callback;
+//     starts at creation: its first jobs are written with it);
+//   - a job of a workflow finished: workflow.step_completed or
+//     workflow.step_failed in a chain, workflow.job_completed or
+//     workflow.job_failed in a group, batch or graph (callbacks: their
+//     job events and workflow.callback_fired tell it);
+//   - a nested chain, group or batch finished: the same, for its parent;
+//   - a batch's callbacks triggered: workflow.callback_fired each;
 //   - root finished: workflow.completed, workflow.failed or
 //     workflow.cancelled.
 //
-// Every event's id is derived from the node and its version, so a
+// Every event's id is derived from the item and its version, so a
 // duplicated record yields the same events. Reads (the root for its name,
-// a chain for its length, the failed step of a failed workflow) are cached
-// for the batch.
-func (e *Engine) Events(ctx context.Context, source string, changes []NodeChange) ([]events.Event, error) {
+// a chain for its length) are cached for the batch.
+func (e *Engine) Events(ctx context.Context, source string, nodes []NodeChange, jobs []JobChange) ([]events.Event, error) {
 	b := &wfEvents{e: e, source: source, nodes: map[string]*store.Node{}}
-	for _, c := range changes {
+	for _, c := range nodes {
+		if c.New != nil {
+			b.put(c.New)
+		}
+	}
+	for _, c := range nodes {
 		if c.New == nil {
 			continue
 		}
-		if err := b.change(ctx, c); err != nil {
+		if err := b.nodeChange(ctx, c); err != nil {
+			return nil, err
+		}
+	}
+	for _, c := range jobs {
+		if err := b.jobChange(ctx, c); err != nil {
 			return nil, err
 		}
 	}
@@ -56,6 +74,13 @@ type wfEvents struct {
 	source string
 	nodes  map[string]*store.Node
 	out    []events.Event
+}
+
+func (b *wfEvents) put(n *store.Node) {
+	k := n.WorkflowID + n.Path
+	if cur, ok := b.nodes[k]; !ok || cur == nil || cur.Version < n.Version {
+		b.nodes[k] = n
+	}
 }
 
 // node reads a node once per batch; nil if it no longer exists.
@@ -75,13 +100,12 @@ func (b *wfEvents) node(ctx context.Context, wfID, path string) (*store.Node, er
 	return n, nil
 }
 
-func (b *wfEvents) add(n *store.Node, typ string, at time.Time, k int, root *store.Node, data map[string]any) {
-	data["workflow_id"] = n.WorkflowID
+func (b *wfEvents) add(wfID, typ string, at time.Time, seq int64, root *store.Node, data map[string]any, key ...string) {
+	data["workflow_id"] = wfID
 	if root != nil {
 		data["workflow_type"], data["workflow_name"] = root.Kind, name(root)
 	}
-	seq := n.Version*8 + int64(k)
-	b.out = append(b.out, events.New(b.source, typ, n.WorkflowID, at, seq, data, n.Path, strconv.FormatInt(n.Version, 10), strconv.Itoa(k)))
+	b.out = append(b.out, events.New(b.source, typ, wfID, at, seq, data, key...))
 }
 
 func name(root *store.Node) string {
@@ -91,19 +115,16 @@ func name(root *store.Node) string {
 	return root.Kind
 }
 
-func (b *wfEvents) change(ctx context.Context, c NodeChange) error {
+func (b *wfEvents) nodeChange(ctx context.Context, c NodeChange) error {
 	n, old := c.New, c.Old
 	at := c.At
-	var oldOutcome string
 	var oldFired []string
+	var oldState wfstate.State
 	if old != nil {
-		oldOutcome, oldFired = old.Outcome, old.Fired
+		oldFired, oldState = old.Fired, old.State
 	}
-	if n.Outcome != "" && oldOutcome == "" && n.Path != store.RootPath {
-		if err := b.outcome(ctx, n, at); err != nil {
-			return err
-		}
-	}
+	key := func(k int) []string { return []string{n.Path, strconv.FormatInt(n.Version, 10), strconv.Itoa(k)} }
+	seq := func(k int) int64 { return n.Version*8 + int64(k) }
 	if len(n.Fired) > len(oldFired) {
 		root, err := b.node(ctx, n.WorkflowID, store.RootPath)
 		if err != nil {
@@ -112,68 +133,109 @@ func (b *wfEvents) change(ctx context.Context, c NodeChange) error {
 		fired := append([]string(nil), n.Fired...)
 		sort.Strings(fired)
 		for i, cb := range fired {
-			if contains(oldFired, cb) {
+			if store.HasString(oldFired, cb) {
 				continue
 			}
-			b.add(n, events.WorkflowCallbackFired, parseTime(n.FiredAt, at), i, root, map[string]any{"callback": cb, "batch_path": n.Path,
-				"job_id": JobID(n.WorkflowID, childPath(n.Path, cb))})
+			b.add(n.WorkflowID, events.WorkflowCallbackFired, parseTime(n.FiredAt, at), seq(i), root, map[string]any{"callback": cb, "batch_path": n.Path,
+				"job_id": JobID(n.WorkflowID, childPath(n.Path, cb))}, key(i)...)
 		}
 	}
 	if n.Path == store.RootPath {
-		return b.rootChange(ctx, old, n, at)
+		if old == nil {
+			created := parseTime(n.CreatedAt, at)
+			d := func() map[string]any { return map[string]any{"total_steps": n.Total, "job_count": n.JobCount} }
+			b.add(n.WorkflowID, events.WorkflowCreated, created, seq(0), n, d(), key(0)...)
+			b.add(n.WorkflowID, events.WorkflowStarted, parseTime(n.StartedAt, created), seq(1), n, d(), key(1)...)
+			return nil
+		}
+		if oldState == n.State {
+			return nil
+		}
+		end := parseTime(n.CompletedAt, at)
+		d := map[string]any{"total_steps": n.Total, "job_count": n.JobCount, "duration_ms": since(n.StartedAt, n.CompletedAt)}
+		switch n.State {
+		case wfstate.Completed:
+			b.add(n.WorkflowID, events.WorkflowCompleted, end, seq(0), n, d, key(0)...)
+		case wfstate.Cancelled:
+			b.add(n.WorkflowID, events.WorkflowCancelled, parseTime(n.CancelledAt, end), seq(0), n, d, key(0)...)
+		case wfstate.Failed:
+			if err := b.failedStep(ctx, n, d); err != nil {
+				return err
+			}
+			b.add(n.WorkflowID, events.WorkflowFailed, end, seq(0), n, d, key(0)...)
+		}
+		return nil
+	}
+	if n.Kind != KindJob && oldState != n.State && (n.State == wfstate.Completed || n.State == wfstate.Failed) {
+		return b.stepEvent(ctx, n.WorkflowID, n.Path, n.Kind, n.State == wfstate.Completed, parseTime(n.CompletedAt, at), seq(0),
+			map[string]any{"duration_ms": since(n.StartedAt, n.CompletedAt)}, key(0))
 	}
 	return nil
 }
 
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
+func (b *wfEvents) jobChange(ctx context.Context, c JobChange) error {
+	j := c.New
+	if j == nil || j.WorkflowID == "" || !j.State.Terminal() || isCallback(j.WorkflowNode) {
+		return nil
+	}
+	if c.Old != nil && c.Old.State.Terminal() {
+		return nil
+	}
+	if j.State == job.Cancelled {
+		root, err := b.node(ctx, j.WorkflowID, store.RootPath)
+		if err != nil || root == nil || root.State == wfstate.Cancelled {
+			return err // a cancelled workflow's jobs: workflow.cancelled tells it
 		}
 	}
-	return false
+	at := c.At
+	if j.CompletedAt != nil {
+		at = *j.CompletedAt
+	} else if j.CancelledAt != nil {
+		at = *j.CancelledAt
+	}
+	d := map[string]any{"job_id": j.ID, "attempt": j.Attempt, "job_type": j.Type}
+	if j.StartedAt != nil && j.CompletedAt != nil {
+		d["duration_ms"] = j.CompletedAt.Sub(*j.StartedAt).Milliseconds()
+	}
+	if j.State != job.Completed && j.Error != nil {
+		d["error"] = map[string]any{"code": errCode(j.Error), "message": j.Error.Message}
+	}
+	return b.stepEvent(ctx, j.WorkflowID, j.WorkflowNode, j.Type, j.State == job.Completed, at, c.Version*8,
+		d, []string{"job", j.ID, strconv.FormatInt(c.Version, 10)})
 }
 
-// outcome reports a step of a chain or a job of a group or batch finishing.
-func (b *wfEvents) outcome(ctx context.Context, n *store.Node, at time.Time) error {
-	seg := n.Path[strings.LastIndex(n.Path, "/")+1:]
-	if strings.HasPrefix(seg, "on_") {
-		return nil // a callback: its job's events and the batch's outcome tell it
-	}
-	root, err := b.node(ctx, n.WorkflowID, store.RootPath)
+// stepEvent reports a step (a job, or a nested composite) of a workflow
+// finishing.
+func (b *wfEvents) stepEvent(ctx context.Context, wfID, path, stepType string, ok bool, at time.Time, seq int64, d map[string]any, key []string) error {
+	root, err := b.node(ctx, wfID, store.RootPath)
 	if err != nil || root == nil {
 		return err
 	}
-	ok := n.Outcome == "ok"
-	stepType := n.JobType
-	if n.Kind != KindJob {
-		stepType = n.Kind
-	}
-	d := map[string]any{"step_index": n.Index, "step_type": stepType, "step_id": n.Path,
-		"duration_ms": since(n.StartedAt, n.CompletedAt), "node_path": n.Path}
-	if n.Kind == KindJob {
-		d["job_id"] = JobID(n.WorkflowID, n.Path)
-		d["step_id"] = d["job_id"]
-		d["attempt"] = n.Attempt
-	}
-	if !ok && n.Error != "" {
-		var ei job.ErrorInfo
-		if json.Unmarshal([]byte(n.Error), &ei) == nil {
-			d["error"] = map[string]any{"code": errCode(&ei), "message": ei.Message}
-		}
-	}
-	at = parseTime(n.CompletedAt, at)
-	parent, err := b.node(ctx, n.WorkflowID, parentOf(n.Path))
+	parent, err := b.node(ctx, wfID, parentOf(path))
 	if err != nil || parent == nil {
 		return err
 	}
+	idx := step{path: path}.index()
+	n, err := b.node(ctx, wfID, path)
+	if err != nil {
+		return err
+	}
+	d["step_index"], d["step_type"], d["node_path"] = idx, stepType, path
+	d["step_id"] = trimPath(path)
+	if n != nil {
+		d["step_id"] = stepKey(n)
+	}
+	if id, ok := d["job_id"]; ok && (n == nil || n.StepID == "") {
+		d["step_id"] = id
+	}
+	d["parent_type"] = parent.Kind
 	typ := events.WorkflowJobCompleted
 	if parent.Kind == KindChain {
 		typ = events.WorkflowStepCompleted
 		if !ok {
 			typ = events.WorkflowStepFailed
 		}
-		remaining := parent.Total - n.Index - 1
+		remaining := parent.Total - idx - 1
 		if !ok {
 			remaining = 0
 		}
@@ -182,68 +244,42 @@ func (b *wfEvents) outcome(ctx context.Context, n *store.Node, at time.Time) err
 		if !ok {
 			typ = events.WorkflowJobFailed
 		}
-		d["job_index"] = n.Index
+		d["job_index"] = idx
 	}
-	d["parent_type"] = parent.Kind
-	b.add(n, typ, at, 0, root, d)
+	b.add(wfID, typ, at, seq, root, d, key...)
 	return nil
 }
 
-func (b *wfEvents) rootChange(ctx context.Context, old, n *store.Node, at time.Time) error {
-	if old == nil {
-		created := parseTime(n.CreatedAt, at)
-		d := func() map[string]any {
-			return map[string]any{"total_steps": n.Total, "job_count": n.JobCount}
-		}
-		b.add(n, events.WorkflowCreated, created, 0, n, d())
-		b.add(n, events.WorkflowStarted, parseTime(n.StartedAt, created), 1, n, d())
-		return nil
-	}
-	if old.State == n.State {
-		return nil
-	}
-	end := parseTime(n.CompletedAt, at)
-	d := map[string]any{"total_steps": n.Total, "job_count": n.JobCount, "duration_ms": since(n.StartedAt, n.CompletedAt),
-		"completed_count": n.OK, "failed_count": n.Fail}
-	switch n.State {
-	case StateCompleted:
-		b.add(n, events.WorkflowCompleted, end, 0, n, d)
-	case StateCancelled:
-		b.add(n, events.WorkflowCancelled, parseTime(n.CancelledAt, end), 0, n, d)
-	case StateFailed:
-		if err := b.failedStep(ctx, n, d); err != nil {
-			return err
-		}
-		b.add(n, events.WorkflowFailed, end, 0, n, d)
-	}
-	return nil
-}
-
-// failedStep names the job whose failure failed the workflow: the failed
-// leaf that finished first.
+// failedStep names the job whose failure failed the workflow, following
+// each failed composite's failed_step down to a job step, with its error.
 func (b *wfEvents) failedStep(ctx context.Context, root *store.Node, d map[string]any) error {
-	nodes, err := b.e.st.WorkflowItems(ctx, root.WorkflowID)
-	if err != nil {
-		return err
-	}
-	var first *store.Node
-	for _, n := range nodes {
-		if n.Kind == KindJob && n.Outcome == "fail" && (first == nil || n.CompletedAt < first.CompletedAt) {
-			first = n
-		}
-	}
 	d["failed_step_id"], d["failed_step_type"] = "", ""
 	d["error"] = map[string]any{"code": "workflow_failed", "message": "a step of the workflow failed"}
 	if root.FailedIndex != nil {
 		d["failed_step_index"] = *root.FailedIndex
 	}
-	if first == nil {
+	n := root
+	for depth := 0; n != nil && n.Kind != KindJob && n.FailedStep != "" && depth <= MaxDepth+1; depth++ {
+		next, err := b.node(ctx, root.WorkflowID, n.FailedStep)
+		if err != nil {
+			return err
+		}
+		n = next
+	}
+	if n == nil || n.Kind != KindJob {
 		return nil
 	}
-	d["failed_step_id"], d["failed_step_type"], d["failed_job_id"] = JobID(root.WorkflowID, first.Path), first.JobType, JobID(root.WorkflowID, first.Path)
-	var ei job.ErrorInfo
-	if first.Error != "" && json.Unmarshal([]byte(first.Error), &ei) == nil {
-		d["error"] = map[string]any{"code": errCode(&ei), "message": ei.Message}
+	id := JobID(root.WorkflowID, n.Path)
+	d["failed_step_id"], d["failed_step_type"], d["failed_job_id"] = stepKey(n), n.JobType, id
+	if n.StepID == "" {
+		d["failed_step_id"] = id
+	}
+	jobs, err := b.e.st.BatchGetJobs(ctx, []string{id})
+	if err != nil {
+		return err
+	}
+	if j := jobs[id]; j != nil && j.Error != nil {
+		d["error"] = map[string]any{"code": errCode(j.Error), "message": j.Error.Message}
 	}
 	return nil
 }

@@ -50,12 +50,18 @@ func FuzzParseWorkflow(f *testing.F) {
 		`{"type":"chain","Type":"group","steps":[` + leaf + `],"STEPS":[]}`,
 		"{\"type\":\"chain\",\"name\":\"\xff\x00\",\"steps\":[" + leaf + "]}",
 		leaf,
+		`{"name":"g","steps":[{"id":"a","type":"a.b","args":[],"depends_on":[]},{"id":"b","type":"a.b","args":[],"depends_on":["a"]},{"id":"c","type":"a.b","args":[],"depends_on":["a"]},{"id":"d","type":"a.b","args":[],"depends_on":["b","c"]}]}`,
+		`{"steps":[{"id":"a","type":"a.b","args":[],"depends_on":["b"]},{"id":"b","type":"a.b","args":[],"depends_on":["a"]}]}`,
+		`{"steps":[{"id":"job-0","type":"a.b","args":[],"depends_on":[]},{"id":"on-complete","type":"c.d","args":[],"depends_on":["job-0"]}],"options":{"queue":"q"}}`,
+		`{"name":"p","steps":[{"id":"step-0","type":"a.b","args":[1],"depends_on":[]},{"id":"on_failure","type":"c.d","args":[],"depends_on":["step-0"],"options":{"callback_type":"on_failure"}}]}`,
+		`{"steps":[{"id":"a","type":"a.b","args":[],"depends_on":["a","zz",""]},{"id":"a","type":"a.b"},{"type":"a.b","args":[]}]}`,
+		`{"type":"graph","steps":[]}`,
 	} {
 		f.Add([]byte(s))
 	}
 	now := time.Date(2026, 3, 15, 9, 30, 0, 0, time.UTC)
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		def, id, n, err := workflow.Parse(raw, now)
+		parsed, err := workflow.Parse(raw, now)
 		if err != nil {
 			var oe *ojserr.Error
 			if !errors.As(err, &oe) {
@@ -72,6 +78,7 @@ func FuzzParseWorkflow(f *testing.F) {
 			}
 			return
 		}
+		def, id, n := parsed.Root, parsed.ID, parsed.Jobs
 		if def == nil || n < 1 || n > workflow.MaxJobs {
 			t.Fatalf("accepted with def %v and %d jobs", def, n)
 		}
@@ -110,7 +117,7 @@ func FuzzParseWorkflow(f *testing.F) {
 				if err != nil || e.Pending || e.Job.Type != d.JobType {
 					t.Fatalf("leaf %s: request %q parses to %v, %v", d.Path, d.Request, e, err)
 				}
-			case workflow.KindChain, workflow.KindGroup, workflow.KindBatch:
+			case workflow.KindChain, workflow.KindGroup, workflow.KindBatch, workflow.KindGraph:
 				if len(d.Name) > workflow.MaxNameLength {
 					t.Fatalf("%s has a name of %d bytes", d.Path, len(d.Name))
 				}
@@ -123,9 +130,17 @@ func FuzzParseWorkflow(f *testing.F) {
 				if (d.Kind == workflow.KindBatch) != (len(d.Callbacks) > 0) {
 					t.Fatalf("%s %s has %d callbacks", d.Kind, d.Path, len(d.Callbacks))
 				}
+				if d.Kind == workflow.KindGraph && (len(d.Children) > workflow.MaxGraphSteps || depth != 1) {
+					t.Fatalf("graph %s with %d steps at depth %d", d.Path, len(d.Children), depth)
+				}
 				for i, c := range d.Children {
 					if c.Index != i {
 						t.Fatalf("child %d of %s has index %d", i, d.Path, c.Index)
+					}
+					for _, dep := range c.Deps {
+						if d.Kind != workflow.KindGraph || dep < 0 || dep >= len(d.Children) || dep == i {
+							t.Fatalf("%s: step %d depends on %d", d.Path, i, dep)
+						}
 					}
 					check(c, depth+1)
 				}

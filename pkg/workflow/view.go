@@ -4,14 +4,25 @@ import (
 	"context"
 	"encoding/json"
 	"sort"
+	"strings"
 
+	"github.com/ojs-aws/ojs-serverless/pkg/awslimit"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
 )
 
-// View is a workflow as the API shows it (ojs-workflows.md section 11).
+// View is a workflow as the API shows it (ojs-workflows.md section 11,
+// ojs-http-binding.md section 14.2).
 type View map[string]any
+
+// MaxViewResultBytes bounds what the step results and errors of one view
+// cost in the API's Lambda response (measured as encoded there: a Lambda
+// response is at most 6 MB, and the rest of a 10,000-job view takes up
+// to about 2.5 MB). Results beyond it are left out of the view (each step
+// says so); GET /ojs/v1/jobs/{job_id} returns each one.
+const MaxViewResultBytes = 3 << 20
 
 // Get returns the workflow's state with every step and job.
 func (e *Engine) Get(ctx context.Context, wfID string) (*View, error) {
@@ -22,12 +33,12 @@ func (e *Engine) Get(ctx context.Context, wfID string) (*View, error) {
 	if err != nil {
 		return nil, ojserr.Backend(err)
 	}
-	if len(nodes) == 0 || nodes[0].Path != store.RootPath {
+	if len(nodes) == 0 || nodes[0].Path != store.RootPath || nodes[0].Creating {
 		return nil, ojserr.NotFoundf("workflow", wfID)
 	}
 	var ids []string
 	for _, n := range nodes {
-		if n.Kind == KindJob && n.Outcome == "" {
+		if n.Kind == KindJob {
 			ids = append(ids, JobID(wfID, n.Path))
 		}
 	}
@@ -35,191 +46,392 @@ func (e *Engine) Get(ctx context.Context, wfID string) (*View, error) {
 	if err != nil {
 		return nil, ojserr.Backend(err)
 	}
-	return render(nil, wfID, derefNodes(nodes), jobs), nil
+	return render(newTreeOf(nodes), jobs), nil
 }
 
-func derefNodes(ns []*store.Node) []store.Node {
-	out := make([]store.Node, len(ns))
-	for i, n := range ns {
-		out[i] = *n
+// viewer renders one workflow.
+type viewer struct {
+	t    *tree
+	jobs map[string]*job.Job
+	// stopped is set when the workflow is cancelled or failed: what never
+	// started never will.
+	stopped bool
+	budget  int
+	cut     bool
+	// counts of leaf jobs (callbacks not included)
+	completed, failed int
+	failedIDs         []string
+	errs              []map[string]any
+	blockedMemo       map[string]bool
+	// sets caches each composite's ok and fail sets as maps.
+	sets map[string][2]map[int]bool
+}
+
+// counted reports whether a composite counted child i as ok and as failed
+// (sets kept as maps: views of long chains ask for every step).
+func (v *viewer) counted(n *store.Node, i int) (ok, fail bool) {
+	if v.sets == nil {
+		v.sets = map[string][2]map[int]bool{}
 	}
-	return out
+	m, found := v.sets[n.Path]
+	if !found {
+		m = [2]map[int]bool{{}, {}}
+		for _, x := range n.OK {
+			m[0][x] = true
+		}
+		for _, x := range n.Fail {
+			m[1][x] = true
+		}
+		v.sets[n.Path] = m
+	}
+	return m[0][i], m[1][i]
 }
 
-// jobState maps a job state to a workflow job state.
+// render builds the view from the nodes and the jobs that exist.
+func render(t *tree, jobs map[string]*job.Job) *View {
+	root := t.root
+	v := &viewer{t: t, jobs: jobs, budget: MaxViewResultBytes,
+		stopped: root.State == wfstate.Cancelled || root.State == wfstate.Failed}
+	var out View
+	if root.Form == "steps" {
+		out = v.flat()
+	} else {
+		out = View(v.entry(root, true))
+		delete(out, "index")
+		delete(out, "id")
+	}
+	out["id"] = t.wfID
+	out["type"] = root.Kind
+	out["name"] = root.Name
+	if root.Name == "" {
+		out["name"] = root.Kind
+	}
+	out["state"] = string(root.State)
+	meta := map[string]any{"created_at": root.CreatedAt, "job_count": root.JobCount, "completed_count": v.completed, "failed_count": v.failed}
+	for k, val := range map[string]string{"started_at": root.StartedAt, "completed_at": root.CompletedAt, "cancelled_at": root.CancelledAt} {
+		if val != "" {
+			meta[k] = val
+			out[k] = val
+		}
+	}
+	out["created_at"] = root.CreatedAt
+	out["metadata"] = meta
+	if root.Kind == KindChain && root.FailedIndex != nil {
+		out["failed_step_index"] = *root.FailedIndex
+	}
+	if len(v.failedIDs) > 0 {
+		sort.Strings(v.failedIDs)
+		out["failed_job_ids"] = v.failedIDs
+		out["errors"] = v.errs
+	}
+	if v.cut {
+		out["results_truncated"] = true
+		out["results_hint"] = "Some step results are left out to keep the answer under Lambda's 6 MB; read each with GET /ojs/v1/jobs/{job_id}."
+	}
+	// Direct-children counters (the conformance suite's shapes).
+	done := 0
+	for _, c := range t.kids[store.RootPath] {
+		if v.state(c) == string(wfstate.Completed) {
+			done++
+		}
+	}
+	if root.Kind == KindChain {
+		out["steps_total"], out["steps_completed"] = root.Total, done
+	} else {
+		out["jobs_total"], out["jobs_completed"] = root.Total, done
+		if root.Kind == KindGraph || root.Form == "steps" {
+			out["steps_total"], out["steps_completed"] = root.Total, done
+		}
+	}
+	if root.State == wfstate.Cancelled {
+		cancelled, completed := 0, 0
+		for _, n := range t.byPath {
+			if n.Kind != KindJob {
+				continue
+			}
+			switch v.state(n) {
+			case string(wfstate.Cancelled):
+				cancelled++
+			case string(wfstate.Completed):
+				completed++
+			}
+		}
+		out["steps_cancelled"], out["steps_already_completed"] = cancelled, completed
+	}
+	return &out
+}
+
+// started reports whether the node at path has started (its jobs exist or
+// existed): the root always; a chain's step once the one before it
+// completed; every child of a started group or batch; a graph step once
+// its dependencies completed; a callback once fired.
+func (v *viewer) started(n *store.Node) bool {
+	if n.Path == store.RootPath {
+		return true
+	}
+	parent := v.t.byPath[parentOf(n.Path)]
+	if parent == nil {
+		return false
+	}
+	if name, ok := callbackName(n.Path); ok {
+		return store.HasString(parent.Fired, name)
+	}
+	if !v.started(parent) {
+		return false
+	}
+	switch parent.Kind {
+	case KindChain:
+		if n.Index == 0 {
+			return true
+		}
+		ok, _ := v.counted(parent, n.Index-1)
+		return ok
+	case KindGraph:
+		for _, d := range n.Deps {
+			if ok, _ := v.counted(parent, d); !ok {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// blocked reports whether a graph step can never run: a step it depends
+// on, directly or not, failed. Memoized: a graph's paths are many.
+func (v *viewer) blocked(n *store.Node) bool {
+	if b, ok := v.blockedMemo[n.Path]; ok {
+		return b
+	}
+	parent := v.t.byPath[parentOf(n.Path)]
+	if parent == nil || parent.Kind != KindGraph {
+		return false
+	}
+	if v.blockedMemo == nil {
+		v.blockedMemo = map[string]bool{}
+	}
+	v.blockedMemo[n.Path] = false
+	kids := v.t.kids[parent.Path]
+	for _, d := range n.Deps {
+		ok, fail := v.counted(parent, d)
+		if fail || (d < len(kids) && !ok && v.blocked(kids[d])) {
+			v.blockedMemo[n.Path] = true
+			return true
+		}
+	}
+	return false
+}
+
+// state is a node's state in the view: a composite's own once finished;
+// a job step's from its job (waiting before it exists, cancelled when it
+// never will).
+func (v *viewer) state(n *store.Node) string {
+	if n.Kind != KindJob {
+		switch {
+		case n.State.Terminal():
+			return string(n.State)
+		case v.stopped:
+			return string(wfstate.Cancelled)
+		case v.started(n):
+			return string(wfstate.Running)
+		}
+		return string(wfstate.Waiting)
+	}
+	if j := v.jobs[JobID(v.t.wfID, n.Path)]; j != nil {
+		return jobState(j.State)
+	}
+	parent := v.t.byPath[parentOf(n.Path)]
+	if v.stopped || v.blocked(n) || (parent != nil && parent.State.Terminal()) {
+		return string(wfstate.Cancelled)
+	}
+	return string(wfstate.Waiting)
+}
+
+// jobState maps a job state to a workflow step state.
 func jobState(s job.State) string {
 	switch s {
 	case job.Active:
 		return "active"
 	case job.Completed:
-		return StateCompleted
+		return string(wfstate.Completed)
 	case job.Discarded:
-		return StateFailed
+		return string(wfstate.Failed)
 	case job.Cancelled:
-		return StateCancelled
+		return string(wfstate.Cancelled)
 	}
 	return "pending"
 }
 
-// render builds the view. jobs holds the current jobs of unfinished leaves;
-// nil means "just created": leaves that start at once show as pending.
-func render(_ *Def, wfID string, nodes []store.Node, jobs map[string]*job.Job) *View {
-	byPath := map[string]*store.Node{}
-	kids := map[string][]*store.Node{}
-	for i := range nodes {
-		n := &nodes[i]
-		byPath[n.Path] = n
-		if n.Path != store.RootPath {
-			kids[parentOf(n.Path)] = append(kids[parentOf(n.Path)], n)
-		}
+// leaf fills a job step's entry.
+func (v *viewer) leaf(n *store.Node, m map[string]any) {
+	m["type"] = n.JobType
+	id := JobID(v.t.wfID, n.Path)
+	m["job_id"] = nil
+	m["state"] = v.state(n)
+	counted := !isCallback(n.Path)
+	j := v.jobs[id]
+	if j == nil {
+		return
 	}
-	root := byPath[store.RootPath]
-	starting := map[string]bool{}
-	if jobs == nil {
-		var mark func(path string)
-		mark = func(path string) {
-			n := byPath[path]
-			starting[path] = true
-			for _, c := range kids[path] {
-				if isCallback(c.Path) || (n.Kind == KindChain && c.Index != 0) {
-					continue
-				}
-				mark(c.Path)
+	m["job_id"] = id
+	m["attempt"] = j.Attempt
+	if j.StartedAt != nil {
+		m["started_at"] = job.Timestamp(*j.StartedAt)
+	}
+	if j.CompletedAt != nil {
+		m["completed_at"] = job.Timestamp(*j.CompletedAt)
+	}
+	switch j.State {
+	case job.Completed:
+		if counted {
+			v.completed++
+		}
+		if len(j.Result) > 0 {
+			if v.fits(j.Result) {
+				m["result"] = j.Result
+			} else {
+				m["result_truncated"] = true
 			}
 		}
-		mark(store.RootPath)
-	}
-	completed, failed := 0, 0
-	var failedIDs []string
-	errs := []map[string]any{}
-	var entry func(n *store.Node) map[string]any
-	entry = func(n *store.Node) map[string]any {
-		m := map[string]any{"index": n.Index}
-		if n.Kind == KindJob {
-			m["type"] = n.JobType
-			id := JobID(wfID, n.Path)
-			m["job_id"] = nil
-			state := StateWaiting
-			switch {
-			case n.Outcome == "ok":
-				state, m["job_id"] = StateCompleted, id
-				if !isCallback(n.Path) {
-					completed++
-				}
-				if n.Result != "" {
-					m["result"] = json.RawMessage(n.Result)
-				}
-			case n.Outcome == "fail":
-				state, m["job_id"] = StateFailed, id
-				if !isCallback(n.Path) {
-					failed++
-				}
-				failedIDs = append(failedIDs, id)
-				var ei job.ErrorInfo
-				if json.Unmarshal([]byte(n.Error), &ei) == nil {
-					m["error"] = ei
-					code := ei.Code
-					if code == "" {
-						code = ei.Type
-					}
-					errs = append(errs, map[string]any{"job_id": id, "node": n.Path, "code": code, "type": ei.Type, "message": ei.Message, "attempt": n.Attempt})
-				}
-			case jobs[id] != nil:
-				j := jobs[id]
-				state, m["job_id"] = jobState(j.State), id
-				if j.StartedAt != nil {
-					m["started_at"] = job.Timestamp(*j.StartedAt)
-				}
-				m["attempt"] = j.Attempt
-			case starting[n.Path]:
-				state, m["job_id"] = "pending", id
-			case root.State == StateCancelled || root.State == StateFailed:
-				state = StateCancelled
+	case job.Discarded, job.Cancelled:
+		if counted {
+			v.failed++
+		}
+		v.failedIDs = append(v.failedIDs, id)
+		if b, _ := json.Marshal(j.Error); j.Error != nil && v.fits(b) {
+			m["error"] = j.Error
+			code := j.Error.Code
+			if code == "" {
+				code = j.Error.Type
 			}
-			m["state"] = state
-			if n.CompletedAt != "" {
-				m["completed_at"] = n.CompletedAt
-			}
-			if n.Attempt > 0 {
-				m["attempt"] = n.Attempt
-			}
-			return m
-		}
-		m["type"] = n.Kind
-		if n.Name != "" {
-			m["name"] = n.Name
-		}
-		state := n.State
-		if state == StateWaiting && (root.State == StateCancelled || root.State == StateFailed) {
-			state = StateCancelled
-		}
-		if starting[n.Path] && state == StateWaiting {
-			state = StateRunning
-		}
-		m["state"] = state
-		var list []map[string]any
-		cbs := map[string]any{}
-		cs := kids[n.Path]
-		sort.Slice(cs, func(i, j int) bool { return cs[i].Index < cs[j].Index })
-		for _, c := range cs {
-			if isCallback(c.Path) {
-				cbs[c.Path[len(n.Path)+boolInt(n.Path != "/"):]] = entry(c)
-				continue
-			}
-			list = append(list, entry(c))
-		}
-		if n.Kind == KindChain {
-			m["steps"] = list
-		} else {
-			m["jobs"] = list
-		}
-		if len(cbs) > 0 {
-			m["callbacks"] = cbs
-		}
-		for _, k := range []string{"started_at", "completed_at"} {
-			v := map[string]string{"started_at": n.StartedAt, "completed_at": n.CompletedAt}[k]
-			if v != "" {
-				m[k] = v
-			}
-		}
-		return m
-	}
-	v := View(entry(root))
-	delete(v, "index")
-	v["id"] = wfID
-	meta := map[string]any{"created_at": root.CreatedAt, "job_count": root.JobCount, "completed_count": completed, "failed_count": failed}
-	for k, val := range map[string]string{"started_at": root.StartedAt, "completed_at": root.CompletedAt, "cancelled_at": root.CancelledAt} {
-		if val != "" {
-			meta[k] = val
+			v.errs = append(v.errs, map[string]any{"job_id": id, "node": n.Path, "code": code, "type": j.Error.Type, "message": j.Error.Message, "attempt": j.Attempt})
 		}
 	}
-	v["metadata"] = meta
-	if root.Kind == KindChain && root.FailedIndex != nil {
-		v["failed_step_index"] = *root.FailedIndex
-	}
-	if len(failedIDs) > 0 {
-		sort.Strings(failedIDs)
-		v["failed_job_ids"] = failedIDs
-		v["errors"] = errs
-	}
-	// Direct-children counters (the conformance suite's shapes).
-	done := 0
-	for _, c := range kids[store.RootPath] {
-		if c.Outcome == "ok" && !isCallback(c.Path) {
-			done++
-		}
-	}
-	if root.Kind == KindChain {
-		v["steps_total"], v["steps_completed"] = root.Total, done
-	} else {
-		v["jobs_total"], v["jobs_completed"] = root.Total, done
-	}
-	return &v
 }
 
-func boolInt(b bool) int {
-	if b {
-		return 1
+// fits takes what b costs in the Lambda response (b is escaped once in
+// the view's JSON and once more as the response body) from the budget,
+// and reports whether it fitted; once one does not, none is added.
+func (v *viewer) fits(b []byte) bool {
+	if v.cut {
+		return false
 	}
-	return 0
+	esc, err := json.Marshal(json.RawMessage(b))
+	if err != nil {
+		esc = b
+	}
+	cost := awslimit.JSONStringLen(esc)
+	if cost > v.budget {
+		v.cut = true
+		return false
+	}
+	v.budget -= cost
+	return true
 }
+
+// entry renders a node of the tree form.
+func (v *viewer) entry(n *store.Node, root bool) map[string]any {
+	m := map[string]any{"index": n.Index, "id": stepKey(n)}
+	if n.Kind == KindJob {
+		v.leaf(n, m)
+		return m
+	}
+	m["type"] = n.Kind
+	if n.Name != "" {
+		m["name"] = n.Name
+	}
+	m["state"] = v.state(n)
+	list := []map[string]any{}
+	for _, c := range v.t.kids[n.Path] {
+		list = append(list, v.entry(c, false))
+	}
+	if n.Kind == KindChain {
+		m["steps"] = list
+	} else {
+		m["jobs"] = list
+	}
+	if cbs := v.t.cbs[n.Path]; len(cbs) > 0 {
+		out := map[string]any{}
+		for name, c := range cbs {
+			e := v.entry(c, false)
+			delete(e, "index")
+			out[name] = e
+		}
+		m["callbacks"] = out
+	}
+	if !root {
+		for k, val := range map[string]string{"started_at": n.StartedAt, "completed_at": n.CompletedAt} {
+			if val != "" {
+				m[k] = val
+			}
+		}
+	}
+	return m
+}
+
+// flat renders a workflow created in the dependency-graph form as
+// ojs-http-binding.md section 14.2 shows it: every step with its id,
+// depends_on, state, job id and result, in the order of the request's
+// steps as run (a batch's jobs, then its callbacks).
+func (v *viewer) flat() View {
+	root := v.t.root
+	kids := v.t.kids[store.RootPath]
+	steps := []map[string]any{}
+	ids := make([]string, len(kids))
+	for i, c := range kids {
+		ids[i] = stepKey(c)
+	}
+	for i, c := range kids {
+		m := map[string]any{"id": stepKey(c), "index": c.Index}
+		v.leaf(c, m)
+		m["state"] = v.flatState(c, m["state"].(string))
+		deps := []string{}
+		switch root.Kind {
+		case KindChain:
+			if i > 0 {
+				deps = append(deps, ids[i-1])
+			}
+		case KindGraph:
+			for _, d := range c.Deps {
+				if d < len(ids) {
+					deps = append(deps, ids[d])
+				}
+			}
+		}
+		m["depends_on"] = deps
+		steps = append(steps, m)
+	}
+	for _, name := range Callbacks {
+		c := v.t.cbs[store.RootPath][name]
+		if c == nil {
+			continue
+		}
+		m := map[string]any{"id": stepKey(c), "callback": name}
+		v.leaf(c, m)
+		m["state"] = v.flatState(c, m["state"].(string))
+		m["depends_on"] = append([]string{}, ids...)
+		steps = append(steps, m)
+	}
+	return View{"steps": steps}
+}
+
+// flatState is a step's state as section 14.2 shows it: the job's own
+// state once it exists (completed, active, available, scheduled,
+// retryable; failed for a discarded job), pending before.
+func (v *viewer) flatState(n *store.Node, treeState string) string {
+	j := v.jobs[JobID(v.t.wfID, n.Path)]
+	switch {
+	case j == nil && treeState == string(wfstate.Waiting):
+		return "pending"
+	case j == nil:
+		return treeState
+	case j.State == job.Discarded:
+		return string(wfstate.Failed)
+	}
+	return string(j.State)
+}
+
+// MarshalJSON keeps json.RawMessage results inline.
+func (v View) MarshalJSON() ([]byte, error) { return json.Marshal(map[string]any(v)) }
+
+// trimPath is a node's path without the leading slash.
+func trimPath(p string) string { return strings.TrimPrefix(p, "/") }

@@ -28,40 +28,48 @@ type harness struct {
 	ran map[string]int // job type -> runs
 }
 
+// newHarness wires the engine as the product does: a request that
+// finishes a workflow job advances the workflow inline.
 func newHarness(t *testing.T) *harness {
-	st, _ := testenv.Table(t)
-	return &harness{t: t, st: st, svc: lifecycle.New(st, lifecycle.Config{}), eng: workflow.New(st, workflow.Config{}), ran: map[string]int{}}
+	h := newStreamOnlyHarness(t)
+	h.svc.SetWorkflows(h.eng)
+	return h
 }
 
-// create posts a workflow and starts it twice (a duplicated stream record).
+// newStreamOnlyHarness has no inline advancement: every request dies
+// after its job write, and only the stream's verification advances.
+func newStreamOnlyHarness(t *testing.T) *harness {
+	st, _ := testenv.Table(t)
+	svc := lifecycle.New(st, lifecycle.Config{})
+	eng := workflow.New(st, workflow.Config{Jobs: svc})
+	return &harness{t: t, st: st, svc: svc, eng: eng, ran: map[string]int{}}
+}
+
+// create posts a workflow.
 func (h *harness) create(body string) string {
 	h.t.Helper()
 	v, err := h.eng.Create(context.Background(), []byte(body))
 	if err != nil {
 		h.t.Fatalf("create: %v", err)
 	}
-	id := (*v)["id"].(string)
-	for i := 0; i < 2; i++ {
-		if err := h.eng.Start(context.Background(), id); err != nil {
-			h.t.Fatalf("start: %v", err)
-		}
-	}
-	return id
+	return (*v)["id"].(string)
 }
 
 // handler decides a job's outcome: a result, or an error to fail it.
 type handler func(j *job.Job) (any, error)
 
 // drain plays the workers and the stream: it fetches every available job,
-// runs it, acks or fails it, and reports each terminal job to the engine
-// twice, concurrently, as duplicated stream records would.
+// runs it, acks or fails it (which advances the workflow inline, unless
+// the harness is stream-only), then lets the stream's verification and a
+// duplicate of the inline path race on the same finished job, as a
+// request and the stream function (with duplicated records) do.
 func (h *harness) drain(queue string, run handler, until func() bool) {
 	h.t.Helper()
 	ctx := context.Background()
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(120 * time.Second)
 	for !until() {
 		if time.Now().After(deadline) {
-			h.t.Fatal("workflow did not finish in 60s")
+			h.t.Fatal("workflow did not finish in 120s")
 		}
 		jobs, err := h.svc.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{queue}, Count: 100})
 		if err != nil {
@@ -83,15 +91,25 @@ func (h *harness) drain(queue string, run handler, until func() bool) {
 			if err != nil {
 				h.t.Fatal(err)
 			}
-			for k := 0; k < 2; k++ {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					if err := h.eng.JobFinished(ctx, done); err != nil {
-						h.t.Errorf("job finished: %v", err)
-					}
-				}()
-			}
+			wg.Add(3)
+			go func() {
+				defer wg.Done()
+				if err := h.eng.Verify(ctx, []workflow.Finished{{Job: done}}); err != nil {
+					h.t.Errorf("verify: %v", err)
+				}
+			}()
+			go func() {
+				defer wg.Done()
+				if err := h.eng.Verify(ctx, []workflow.Finished{{Job: done}}); err != nil {
+					h.t.Errorf("verify (duplicate record): %v", err)
+				}
+			}()
+			go func() {
+				defer wg.Done()
+				if err := h.eng.JobFinished(ctx, done); err != nil {
+					h.t.Errorf("job finished: %v", err)
+				}
+			}()
 		}
 		wg.Wait()
 		if len(jobs) == 0 {
@@ -145,9 +163,9 @@ func TestChainPassesEveryEarlierResult(t *testing.T) {
 		return map[string]string{"done": j.Type}, nil
 	}, h.terminal(id))
 	want := []string{
-		`order.validate:{}`,
-		`payment.charge:{"0":{"done":"order.validate"}}`,
-		`inventory.reserve:{"0":{"done":"order.validate"},"1":{"done":"payment.charge"}}`,
+		`order.validate:[]`,
+		`payment.charge:[{"done":"order.validate"}]`,
+		`inventory.reserve:[{"done":"order.validate"},{"done":"payment.charge"}]`,
 	}
 	if strings.Join(seen, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("steps ran as\n%s\nwant\n%s", strings.Join(seen, "\n"), strings.Join(want, "\n"))
@@ -251,7 +269,7 @@ func TestBatchCallbacksFireExactlyOnceWithAllResults(t *testing.T) {
 			if v["state"] != tc.state {
 				t.Fatalf("state: %s", jsonStr(v))
 			}
-			var pr map[string]any
+			var pr []any
 			if err := json.Unmarshal([]byte(parents["cb.complete"]), &pr); err != nil || len(pr) != 3 {
 				t.Fatalf("on_complete parent_results must hold all 3 jobs: %s", parents["cb.complete"])
 			}
@@ -280,10 +298,10 @@ func TestNestedETLChainWithGroup(t *testing.T) {
 		mu.Unlock()
 		return j.Type, nil
 	}, h.terminal(id))
-	if got["transform.csv"] != `{"0":"data.extract"}` {
+	if got["transform.csv"] != `["data.extract"]` {
 		t.Fatalf("group jobs get the chain's results: %s", got["transform.csv"])
 	}
-	if got["data.load"] != `{"0":"data.extract","1":{"0":"transform.csv","1":"transform.parquet","2":"transform.json"}}` {
+	if got["data.load"] != `["data.extract",["transform.csv","transform.parquet","transform.json"]]` {
 		t.Fatalf("load parent_results: %s", got["data.load"])
 	}
 	v := h.view(id)
@@ -334,7 +352,8 @@ func TestWideGroupCountsExactlyUnderDuplicates(t *testing.T) {
 		t.Fatalf("state %v ran %v meta %v", v["state"], h.ran, v["metadata"])
 	}
 	root, _ := h.st.GetNode(context.Background(), id, store.RootPath)
-	if root.OK != 250 || root.Fail != 0 || root.ShardsDone != 3 || root.Shards != 3 {
+	shards, ok, fail := root.RolledCounts()
+	if ok != 250 || fail != 0 || shards != 3 || root.Shards != 3 || len(root.OK) != 0 {
 		t.Fatalf("counters: %+v", root)
 	}
 }

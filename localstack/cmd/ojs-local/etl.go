@@ -44,7 +44,7 @@ func runETLDemo(base, token string) error {
 		if s := w["state"]; s == "completed" || s == "failed" || s == "cancelled" {
 			steps := w["steps"].([]any)
 			fmt.Printf("   the load step received parent_results from extract and all three transforms:\n   curl -s %s/ojs/v1/jobs/%v\n\n", base, steps[2].(map[string]any)["job_id"])
-			return nil
+			return runDiamondDemo(c, base)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -66,6 +66,54 @@ func describe(w map[string]any) string {
 		parts = append(parts, fmt.Sprint(st["state"]))
 	}
 	return fmt.Sprintf("workflow %-9v extract=%s  %s  load=%s", w["state"], parts[0], parts[1], parts[2])
+}
+
+// diamondWorkflow is a dependency graph (ojs-http-binding.md 14.1): fetch,
+// then two branches at once, then a step that waits for both.
+const diamondWorkflow = `{"name":"onboarding-diamond","options":{"queue":"lambda"},"steps":[
+  {"id":"fetch","type":"test.echo","args":["fetch the user"],"depends_on":[]},
+  {"id":"welcome","type":"test.sleep","args":[400],"depends_on":["fetch"]},
+  {"id":"profile","type":"test.sleep","args":[800],"depends_on":["fetch"]},
+  {"id":"notify","type":"test.echo","args":["notify: both done"],"depends_on":["welcome","profile"]}]}`
+
+// runDiamondDemo creates the diamond and prints every change of its steps
+// until it finishes.
+func runDiamondDemo(c client, base string) error {
+	fmt.Println("== Dependency graph: fetch, then welcome and profile at once, then notify (waits for both)")
+	st, out, err := c.do(http.MethodPost, "/ojs/v1/workflows", rawJSON(diamondWorkflow))
+	if err != nil || st != http.StatusCreated {
+		return fmt.Errorf("create the diamond: status %d %v %v", st, out, err)
+	}
+	id := out["workflow"].(map[string]any)["id"].(string)
+	fmt.Printf("   POST /ojs/v1/workflows -> 201, workflow %s (a graph)\n", id)
+	start, last := time.Now(), ""
+	for time.Since(start) < 60*time.Second {
+		_, out, err = c.do(http.MethodGet, "/ojs/v1/workflows/"+id, nil)
+		if err != nil {
+			return err
+		}
+		w := out["workflow"].(map[string]any)
+		var parts []string
+		var notify any
+		for _, s := range w["steps"].([]any) {
+			st := s.(map[string]any)
+			parts = append(parts, fmt.Sprintf("%s=%v", st["id"], st["state"]))
+			if st["id"] == "notify" {
+				notify = st["job_id"]
+			}
+		}
+		line := fmt.Sprintf("workflow %-9v %s", w["state"], strings.Join(parts, "  "))
+		if line != last {
+			fmt.Printf("   %6.2fs  %s\n", time.Since(start).Seconds(), line)
+			last = line
+		}
+		if s := w["state"]; s == "completed" || s == "failed" || s == "cancelled" {
+			fmt.Printf("   notify received both branches' results, keyed by step id:\n   curl -s %s/ojs/v1/jobs/%v\n\n", base, notify)
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("workflow %s did not finish within 60s", id)
 }
 
 type rawJSON string

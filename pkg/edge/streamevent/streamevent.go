@@ -42,12 +42,39 @@ func Handler(p Processor, log *slog.Logger) func(context.Context, events.DynamoD
 		if err == nil {
 			return events.DynamoDBEventResponse{}, nil
 		}
-		log.ErrorContext(ctx, "stream batch failed; the mapping will retry", "error", err.Error(), "first_failed", idx)
 		if idx < 0 || idx >= len(seqs) {
 			idx = 0
 		}
+		attrs := []any{"error", err.Error(), "first_failed", idx}
+		if idx < len(changes) {
+			attrs = append(attrs, "sequence_number", seqs[idx])
+			attrs = append(attrs, subject(changes[idx])...)
+		}
+		log.ErrorContext(ctx, "stream batch failed; the mapping will retry", attrs...)
+		if len(seqs) == 0 {
+			return events.DynamoDBEventResponse{}, err
+		}
 		return events.DynamoDBEventResponse{BatchItemFailures: []events.DynamoDBBatchItemFailure{{ItemIdentifier: seqs[idx]}}}, nil
 	}
+}
+
+// subject returns log attributes naming what a change is about: the job
+// id (and its workflow), or the workflow of a node.
+func subject(c engine.Change) []any {
+	for _, it := range []*store.Item{c.New, c.Old} {
+		if it != nil && it.Job != nil {
+			if it.Job.WorkflowID != "" {
+				return []any{"job_id", it.Job.ID, "workflow_id", it.Job.WorkflowID}
+			}
+			return []any{"job_id", it.Job.ID}
+		}
+	}
+	for _, n := range []*store.Node{c.NewNode, c.OldNode} {
+		if n != nil {
+			return []any{"workflow_id", n.WorkflowID, "node_path", n.Path}
+		}
+	}
+	return nil
 }
 
 // Change decodes one stream record.
@@ -69,11 +96,6 @@ func Change(r events.DynamoDBEventRecord) (engine.Change, error) {
 		av, err := Image(img.src)
 		if err != nil {
 			return c, err
-		}
-		if img.dst == &c.New && len(r.Change.OldImage) == 0 {
-			if id, ok := store.WorkflowStarted(av); ok {
-				c.StartWorkflow = id
-			}
 		}
 		if q, ok, err := store.DecodeQueue(av); err != nil {
 			return c, err

@@ -1,10 +1,10 @@
 package streamevent
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"log/slog"
 	"os"
 	"testing"
@@ -97,10 +97,22 @@ func (f failing) Process(context.Context, []engine.Change) (int, error) {
 
 func TestHandlerReportsFirstFailedSequenceNumber(t *testing.T) {
 	t.Parallel()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	res, err := Handler(failing{at: 1}, log)(context.Background(), sample(t))
+	var logs bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&logs, nil))
+	ev := sample(t)
+	res, err := Handler(failing{at: 1}, log)(context.Background(), ev)
 	if err != nil || len(res.BatchItemFailures) != 1 || res.BatchItemFailures[0].ItemIdentifier != "111000000000000000000002" {
 		t.Fatalf("%+v %v", res, err)
+	}
+	// The failure line names the record and its job, so it can be found
+	// by job id.
+	failed, _ := Change(ev.Records[1])
+	var line map[string]any
+	if err := json.Unmarshal(logs.Bytes(), &line); err != nil {
+		t.Fatalf("log %q: %v", logs.String(), err)
+	}
+	if failed.New == nil || failed.New.Job == nil || line["job_id"] != failed.New.Job.ID || line["sequence_number"] != "111000000000000000000002" {
+		t.Errorf("failure log %v, want job_id %v", line, failed.New)
 	}
 	res, _ = Handler(failing{at: -1}, log)(context.Background(), sample(t))
 	if len(res.BatchItemFailures) != 0 {

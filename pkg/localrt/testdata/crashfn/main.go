@@ -1,10 +1,14 @@
 // Command crashfn is a test function for the local runtime: it answers
-// with its process id, or exits when asked to crash.
+// with its process id, exits when asked to crash, pads its answer to
+// {"reply_bytes": n} bytes, and answers an API Gateway event with a 200
+// whose body is the reply_bytes query parameter's number of bytes.
 package main
 
 import (
 	"context"
 	"os"
+	"strconv"
+	"strings"
 
 	"github.com/aws/aws-lambda-go/lambda"
 )
@@ -13,6 +17,16 @@ func main() {
 	lambda.Start(func(_ context.Context, in map[string]any) (map[string]any, error) {
 		if in["crash"] == true {
 			os.Exit(86)
+		}
+		if _, ok := in["rawPath"]; ok {
+			q, _ := in["queryStringParameters"].(map[string]any)
+			s, _ := q["reply_bytes"].(string)
+			n, _ := strconv.Atoi(s)
+			return map[string]any{"statusCode": 200, "body": strings.Repeat("a", n)}, nil
+		}
+		if n, ok := in["reply_bytes"].(float64); ok {
+			// {"pad":"…"} of exactly n bytes
+			return map[string]any{"pad": strings.Repeat("a", int(n)-len(`{"pad":""}`))}, nil
 		}
 		return map[string]any{"pid": os.Getpid()}, nil
 	})

@@ -1,0 +1,204 @@
+package e2e
+
+// The tests of AWS limits move megabytes through DynamoDB Local, the
+// stream and the functions. They run one at a time, before the parallel
+// tests start, so that they never slow those past a function's timeout on a
+// small shared machine.
+
+import (
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// padded returns body with its "pad" string grown so that the body's JSON
+// is exactly size bytes.
+func padded(t *testing.T, body map[string]any, size int) []byte {
+	t.Helper()
+	body["pad"] = ""
+	raw, _ := json.Marshal(body)
+	body["pad"] = strings.Repeat("p", size-len(raw))
+	raw, _ = json.Marshal(body)
+	if len(raw) != size {
+		t.Fatalf("padded body is %d bytes, want %d", len(raw), size)
+	}
+	return raw
+}
+
+// TestPushModeJobAtTheEnvelopeLimitRuns: a push-mode job just under the
+// 256 KiB envelope limit goes through the stream relay, SQS (whose queue
+// takes 256 KiB messages, as on AWS) and the worker function twice (it
+// fails once and is retried), and completes. Its SQS messages carry the
+// job's reference, not the job.
+func TestPushModeJobAtTheEnvelopeLimitRuns(t *testing.T) {
+	args := map[string]any{"type": "test.fail_once", "options": map[string]any{"queue": pushQueue,
+		"retry": map[string]any{"max_attempts": 3, "initial_interval": "PT1S", "jitter": false}}}
+	// The big part is args: a one-element array holding an object.
+	inner := map[string]any{}
+	raw := padded(t, inner, 256<<10-400)
+	args["args"] = []json.RawMessage{raw}
+	body, _ := json.Marshal(args)
+	if len(body) < 256<<10-300 || len(body) > 256<<10 {
+		t.Fatalf("envelope is %d bytes", len(body))
+	}
+	r := do(t, http.MethodPost, "/ojs/v1/jobs", body)
+	if r.Status != http.StatusCreated {
+		t.Fatalf("push: %d %.300s", r.Status, r.Raw)
+	}
+	id := r.job(t)["id"].(string)
+	done := waitQuiet(t, id, "completed", "discarded")
+	if done["state"] != "completed" || num(done["attempt"]) != 2 {
+		t.Fatalf("job at the envelope limit: state %v, attempt %v, error %v", done["state"], done["attempt"], done["error"])
+	}
+}
+
+// waitQuiet is waitFor for big jobs: on failure it reports the job's state
+// and attempt, not the whole job.
+func waitQuiet(t *testing.T, id string, states ...string) map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(settle)
+	var last map[string]any
+	for time.Now().Before(deadline) {
+		r := do(t, http.MethodGet, "/ojs/v1/jobs/"+id, nil)
+		if obj, ok := r.Body["job"].(map[string]any); r.Status == http.StatusOK && ok {
+			last = obj
+			if slices.Contains(states, obj["state"].(string)) {
+				return obj
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("job %s did not reach %v within %v; last state %v, attempt %v, error %v", id, states, settle, last["state"], last["attempt"], last["error"])
+	return nil
+}
+
+// TestFetchAnswerStaysUnderLambdasResponseLimit: four jobs of 250 KiB
+// of '<' (1 MB stored, each 1.5 MB in the answer's JSON, where encoding/json
+// writes '<' as \u003c) would make a 7 MB answer: the FETCH claims and
+// returns only what fits Lambda's 6 MB response; the jobs it left are still
+// available, their attempts untouched, and the next FETCH gets them.
+func TestFetchAnswerStaysUnderLambdasResponseLimit(t *testing.T) {
+	q := uniqueQueue(t)
+	var ids []string
+	for i := 0; i < 4; i++ {
+		// Written by hand: json.Marshal would escape the '<' on the way in.
+		body := `{"type":"big.job","args":["` + strings.Repeat("<", 250<<10) + `"],"options":{"queue":"` + q + `"}}`
+		r := do(t, http.MethodPost, "/ojs/v1/jobs", body)
+		if r.Status != http.StatusCreated {
+			t.Fatalf("push: %d %.300s", r.Status, r.Raw)
+		}
+		ids = append(ids, r.job(t)["id"].(string))
+	}
+	fetch := func() []string {
+		r := do(t, http.MethodPost, "/ojs/v1/workers/fetch", map[string]any{"queues": []string{q}, "count": len(ids), "worker_id": "big-" + q})
+		if r.Status != http.StatusOK {
+			t.Fatalf("fetch: %d %.300s", r.Status, r.Raw)
+		}
+		var got []string
+		jobs, _ := r.Body["jobs"].([]any)
+		for _, j := range jobs {
+			got = append(got, j.(map[string]any)["id"].(string))
+		}
+		return got
+	}
+	got := fetch()
+	if len(got) == 0 || len(got) >= len(ids) {
+		t.Fatalf("fetched %d of %d jobs", len(got), len(ids))
+	}
+	var left []string
+	for _, id := range ids {
+		if slices.Contains(got, id) {
+			continue
+		}
+		left = append(left, id)
+		j := do(t, http.MethodGet, "/ojs/v1/jobs/"+id, nil).job(t)
+		if j["state"] != "available" || num(j["attempt"]) != 0 {
+			t.Fatalf("job %s left by the FETCH: state %v attempt %v", id, j["state"], j["attempt"])
+		}
+	}
+	for len(left) > 0 {
+		more := fetch()
+		if len(more) == 0 {
+			t.Fatalf("%d jobs left and the FETCH returned none", len(left))
+		}
+		left = slices.DeleteFunc(left, func(id string) bool { return slices.Contains(more, id) })
+	}
+}
+
+// TestLargestFailuresOfALargeJobAreStored: a pull-mode job near the
+// envelope limit fails three times with the largest error FAIL accepts
+// (64 KiB of details, 50 frames of 1 KiB). Every FAIL is answered 200 and
+// stored with its error cut to the history's byte budget, never a 500 from
+// an item over DynamoDB's 400 KB.
+func TestLargestFailuresOfALargeJobAreStored(t *testing.T) {
+	q := uniqueQueue(t)
+	j := push(t, map[string]any{"type": "big.fail", "args": []any{strings.Repeat("a", 250<<10)}, "options": map[string]any{"queue": q,
+		"retry": map[string]any{"max_attempts": 3, "initial_interval": "PT1S", "backoff_coefficient": 1, "jitter": false}}})
+	id := j["id"].(string)
+	frames := make([]string, 50)
+	for i := range frames {
+		frames[i] = strings.Repeat("f", 1024)
+	}
+	for attempt := 1; attempt <= 3; attempt++ {
+		deadline := time.Now().Add(settle)
+		for {
+			r := do(t, http.MethodPost, "/ojs/v1/workers/fetch", map[string]any{"queues": []string{q}, "worker_id": "w-" + q})
+			if jobs, _ := r.Body["jobs"].([]any); len(jobs) == 1 {
+				break
+			}
+			if r.Status != http.StatusOK || time.Now().After(deadline) {
+				t.Fatalf("fetch of attempt %d: %d %.300s", attempt, r.Status, r.Raw)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		r := do(t, http.MethodPost, "/ojs/v1/workers/nack", map[string]any{"job_id": id, "worker_id": "w-" + q, "error": map[string]any{
+			"type": "big.error", "message": strings.Repeat("m", 60<<10), "backtrace": frames,
+			"details": map[string]any{"dump": strings.Repeat("d", 60<<10)}}})
+		if r.Status != http.StatusOK {
+			t.Fatalf("fail %d: %d %.300s", attempt, r.Status, r.Raw)
+		}
+	}
+	done := waitQuiet(t, id, "discarded")
+	errs, _ := done["errors"].([]any)
+	raw, _ := json.Marshal(errs)
+	if len(errs) != 3 || len(raw) > 48<<10 {
+		t.Fatalf("history of %d errors, %d bytes", len(errs), len(raw))
+	}
+	last := errs[2].(map[string]any)
+	if d, _ := last["details"].(map[string]any); d["truncated"] != true {
+		t.Fatalf("details not marked truncated: %.200v", last["details"])
+	}
+}
+
+// TestBatchOverTheTransactionLimitIs413: 100 jobs of 41 KB fit the 4 MiB
+// request body but not one DynamoDB transaction (4 MB of items, which
+// DynamoDB Local enforces too: a 500 before): the batch, atomic by
+// contract, is refused with 413 payload_too_large and nothing is written.
+// (pkg/store tests that fewer of them fit.)
+func TestBatchOverTheTransactionLimitIs413(t *testing.T) {
+	q := uniqueQueue(t)
+	var jobs []map[string]any
+	for i := 0; i < 100; i++ {
+		jobs = append(jobs, map[string]any{"id": uuid.Must(uuid.NewV7()).String(), "type": "big.batch",
+			"args": []any{strings.Repeat("a", 41_500)}, "options": map[string]any{"queue": q}})
+	}
+	body, _ := json.Marshal(map[string]any{"jobs": jobs})
+	if len(body) > 4<<20 {
+		t.Fatalf("body of %d bytes", len(body))
+	}
+	r := do(t, http.MethodPost, "/ojs/v1/jobs/batch", body)
+	details, _ := r.Body["error"].(map[string]any)["details"].(map[string]any)
+	if r.Status != http.StatusRequestEntityTooLarge || r.errCode() != "payload_too_large" || num(details["max_bytes"]) != 4_000_000 || num(details["actual_bytes"]) <= 4_000_000 {
+		t.Fatalf("batch: %d %.400s", r.Status, r.Raw)
+	}
+	for _, i := range []int{0, 50, 99} {
+		if g := do(t, http.MethodGet, "/ojs/v1/jobs/"+jobs[i]["id"].(string), nil); g.Status != http.StatusNotFound {
+			t.Fatalf("job %d of the refused batch: %d", i, g.Status)
+		}
+	}
+}

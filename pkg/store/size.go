@@ -1,0 +1,111 @@
+package store
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/ojs-aws/ojs-serverless/pkg/awslimit"
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
+)
+
+// ItemBytes is the size DynamoDB counts for an item against its 400 KB
+// item and 4 MB transaction limits, computed by DynamoDB's published rules
+// and rounded up where they are approximate: attribute names and string
+// values by their UTF-8 length, binary values by their length, a number by
+// one byte per two digits plus one, a boolean or null one byte, a list or
+// map 3 bytes plus one per element plus its elements (and a map's keys).
+func ItemBytes(item map[string]types.AttributeValue) int {
+	n := 0
+	for k, v := range item {
+		n += len(k) + valueBytes(v)
+	}
+	return n
+}
+
+func valueBytes(v types.AttributeValue) int {
+	switch t := v.(type) {
+	case *types.AttributeValueMemberS:
+		return len(t.Value)
+	case *types.AttributeValueMemberN:
+		return numberBytes(t.Value)
+	case *types.AttributeValueMemberB:
+		return len(t.Value)
+	case *types.AttributeValueMemberBOOL, *types.AttributeValueMemberNULL:
+		return 1
+	case *types.AttributeValueMemberSS:
+		n := 0
+		for _, s := range t.Value {
+			n += len(s)
+		}
+		return n
+	case *types.AttributeValueMemberNS:
+		n := 0
+		for _, s := range t.Value {
+			n += numberBytes(s)
+		}
+		return n
+	case *types.AttributeValueMemberBS:
+		n := 0
+		for _, b := range t.Value {
+			n += len(b)
+		}
+		return n
+	case *types.AttributeValueMemberL:
+		n := 3
+		for _, e := range t.Value {
+			n += 1 + valueBytes(e)
+		}
+		return n
+	case *types.AttributeValueMemberM:
+		n := 3
+		for k, e := range t.Value {
+			n += 1 + len(k) + valueBytes(e)
+		}
+		return n
+	}
+	return 0
+}
+
+func numberBytes(s string) int { return (len(s)+1)/2 + 1 }
+
+// JobItemBytes is ItemBytes of the item Create writes for j.
+func JobItemBytes(j *job.Job, redeliverAfter time.Duration) (int, error) {
+	p, err := (&Store{}).jobPut(j, redeliverAfter)
+	if err != nil {
+		return 0, err
+	}
+	return ItemBytes(p.Item), nil
+}
+
+// TooLargeError is returned, before anything is written, for a write
+// DynamoDB would refuse for its size: an item over awslimit.DynamoItemBytes
+// or a transaction whose items pass awslimit.DynamoTxBytes.
+type TooLargeError struct {
+	// What is "item" or "transaction".
+	What string
+	// Bytes is the size as DynamoDB counts it (ItemBytes); Max the limit.
+	Bytes, Max int
+	// Index is the offending job's position, for an item.
+	Index int
+}
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("%s of %d bytes exceeds DynamoDB's %d", e.What, e.Bytes, e.Max)
+}
+
+// checkSizes refuses puts DynamoDB would refuse for their size.
+func checkSizes(puts []*types.Put) error {
+	total := 0
+	for i, p := range puts {
+		n := ItemBytes(p.Item)
+		if n > awslimit.DynamoItemBytes {
+			return &TooLargeError{What: "item", Bytes: n, Max: awslimit.DynamoItemBytes, Index: i}
+		}
+		total += n
+	}
+	if len(puts) > 1 && total > awslimit.DynamoTxBytes {
+		return &TooLargeError{What: "transaction", Bytes: total, Max: awslimit.DynamoTxBytes}
+	}
+	return nil
+}

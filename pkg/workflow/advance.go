@@ -1,0 +1,705 @@
+package workflow
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/ojs-aws/ojs-serverless/pkg/fault"
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/store"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
+)
+
+// step is a finished child of a composite: a job step (Job set) or a
+// nested composite that finished (Node set).
+type step struct {
+	wf, path string
+	ok       bool
+	job      *job.Job
+	node     *store.Node
+	// shard is the counter shard of its parent the step counts in.
+	shard string
+}
+
+// index is the step's position among its parent's children (-1 for a
+// callback).
+func (s step) index() int {
+	seg := lastSegment(s.path)
+	if strings.HasPrefix(seg, "on_") {
+		return -1
+	}
+	i, err := strconv.Atoi(seg[1:])
+	if err != nil {
+		return -1
+	}
+	return i
+}
+
+func stepOfJob(j *job.Job) step {
+	return step{wf: j.WorkflowID, path: j.WorkflowNode, ok: j.State == job.Completed, job: j, shard: j.WorkflowShard}
+}
+
+func stepOfNode(n *store.Node) step {
+	return step{wf: n.WorkflowID, path: n.Path, ok: n.State == wfstate.Completed, node: n, shard: n.PShard}
+}
+
+// JobFinished advances the workflow of a job that reached a terminal
+// state: it counts the step in its parent and applies what follows (the
+// next step of a chain, the steps of a graph whose dependencies are met,
+// a batch's callbacks, the parent finishing, and so on up the tree). The
+// request that finished the job calls it before answering; the stream
+// function's Verify calls it for a finish the request did not record. It
+// is idempotent: every write is conditional or a set addition, and a
+// repeated call finds each consequence done.
+func (e *Engine) JobFinished(ctx context.Context, j *job.Job) error {
+	if j == nil || j.WorkflowID == "" || !j.State.Terminal() {
+		return nil
+	}
+	if j.State == job.Cancelled {
+		// Cancelling a workflow cancels its jobs: nothing to advance.
+		root, err := e.st.GetNode(ctx, j.WorkflowID, store.RootPath)
+		if errors.Is(err, store.ErrNotFound) || (err == nil && root.State == wfstate.Cancelled) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return e.advance(ctx, stepOfJob(j))
+}
+
+// advance records s in its parent and walks up while composites finish.
+func (e *Engine) advance(ctx context.Context, s step) error {
+	for s.path != store.RootPath {
+		next, err := e.stepDone(ctx, s)
+		if err != nil || next == nil {
+			return err
+		}
+		s = *next
+	}
+	return nil
+}
+
+// stepDone records s in its parent; it returns the parent as a finished
+// step when this finished it (or found it finished), else nil.
+func (e *Engine) stepDone(ctx context.Context, s step) (*step, error) {
+	switch parentKind(s.path) {
+	case KindChain:
+		return e.chainStepDone(ctx, s)
+	case KindGraph:
+		return e.graphStepDone(ctx, s)
+	}
+	if isCallback(s.path) {
+		return e.callbackDone(ctx, s)
+	}
+	return e.memberDone(ctx, s)
+}
+
+// finish moves a composite to completed or failed (from waiting, or
+// running for the root) with the extra counts in w, and returns it as a
+// finished step for its parent. A composite already finished is returned
+// as it is (a repeated call); a cancelled workflow stops the walk.
+func (e *Engine) finish(ctx context.Context, wf, path string, ok bool, w store.NodeWrite) (*step, error) {
+	w.Path, w.At, w.To = path, e.now(), wfstate.Completed
+	if !ok {
+		w.To = wfstate.Failed
+	}
+	w.From = []wfstate.State{wfstate.Waiting}
+	if path == store.RootPath {
+		w.From = []wfstate.State{wfstate.Running}
+	}
+	n, err := e.st.UpdateNode(ctx, wf, w)
+	var nc *store.ErrNodeConflict
+	if errors.As(err, &nc) {
+		n, err = nc.Current, nil
+		if n.State == wfstate.Cancelled || !n.State.Terminal() {
+			return nil, nil
+		}
+	} else if err == nil {
+		e.log.InfoContext(ctx, "workflow node finished", "workflow_id", wf, "node", path, "state", string(n.State))
+	}
+	if err != nil || path == store.RootPath {
+		return nil, err
+	}
+	next := stepOfNode(n)
+	return &next, nil
+}
+
+// chainStepDone starts the next step of a chain (its jobs written in the
+// same transaction as the record that step k finished), or finishes the
+// chain after its last step or a failed one.
+func (e *Engine) chainStepDone(ctx context.Context, s step) (*step, error) {
+	parent, k := parentOf(s.path), s.index()
+	if !s.ok {
+		idx := k
+		return e.finish(ctx, s.wf, parent, false, store.NodeWrite{AddFail: []int{k}, FailedIndex: &idx, FailedStep: s.path})
+	}
+	nextPath := childPath(parent, segment(KindChain, k+1))
+	next, err := e.st.GetNode(ctx, s.wf, nextPath)
+	if errors.Is(err, store.ErrNotFound) {
+		return e.finish(ctx, s.wf, parent, true, store.NodeWrite{AddOK: []int{k}})
+	}
+	if err != nil {
+		return nil, err
+	}
+	t := newTreeOf([]*store.Node{next})
+	if next.Kind != KindJob {
+		nodes, err := e.st.Subtree(ctx, s.wf, nextPath)
+		if err != nil {
+			return nil, err
+		}
+		t = newTreeOf(nodes)
+	}
+	pr, err := e.chainResults(ctx, s, parent, k)
+	if err != nil {
+		return nil, err
+	}
+	jobs, err := e.launch(ctx, t, nextPath, pr)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.admitJobs(ctx, jobs); err != nil {
+		return nil, err
+	}
+	err = e.st.Advance(ctx, store.Advance{WorkflowID: s.wf, Jobs: jobs, RedeliverAfter: e.redel,
+		Nodes: []store.NodeWrite{{Path: parent, AddOK: []int{k}}}})
+	if err == nil {
+		err = fault.Hit(fault.WorkflowAfterRecord)
+	}
+	return nil, stopIfNotRunning(err)
+}
+
+// stopIfNotRunning turns "the workflow stopped" into the end of the walk:
+// a cancelled workflow starts nothing more.
+func stopIfNotRunning(err error) error {
+	if errors.Is(err, store.ErrWorkflowNotRunning) {
+		return nil
+	}
+	return err
+}
+
+// chainResults is parent_results of chain step k+1: the results of steps
+// 0..k as an array. From a job step it is the job's own parent_results
+// plus its result, without a read; otherwise the steps' results are read.
+func (e *Engine) chainResults(ctx context.Context, s step, chain string, k int) (json.RawMessage, error) {
+	if s.job != nil {
+		r := resultValue(s.job)
+		if k == 0 {
+			return json.Marshal([]json.RawMessage{r})
+		}
+		var prev []json.RawMessage
+		if len(s.job.ParentResults) > 0 && !truncatedResults(s.job.ParentResults) && json.Unmarshal(s.job.ParentResults, &prev) == nil && len(prev) == k {
+			return json.Marshal(append(prev, r))
+		}
+	}
+	nodes, err := e.st.Subtree(ctx, s.wf, chain)
+	if err != nil {
+		return nil, err
+	}
+	t := newTreeOf(nodes)
+	rs, err := e.results(ctx, t, t.kids[chain][:k+1], nil)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(rs)
+}
+
+// memberDone counts a job (or nested composite) of a group or batch, in
+// the composite itself or in its counter shard, and applies what follows
+// when it was the last.
+func (e *Engine) memberDone(ctx context.Context, s step) (*step, error) {
+	parent, i := parentOf(s.path), s.index()
+	var n *store.Node
+	if s.shard == "" {
+		w := store.NodeWrite{Path: parent}
+		if s.ok {
+			w.AddOK = []int{i}
+		} else {
+			w.AddFail = []int{i}
+		}
+		var err error
+		if n, err = e.st.UpdateNode(ctx, s.wf, w); err != nil {
+			return nil, err
+		}
+	} else {
+		sh, err := e.st.CountOnShard(ctx, s.wf, parent, s.shard, i, s.ok)
+		if err != nil || !sh.Full() {
+			return nil, err
+		}
+		if n, err = e.st.RollUp(ctx, s.wf, parent, sh); err != nil {
+			return nil, err
+		}
+	}
+	if err := fault.Hit(fault.WorkflowAfterRecord); err != nil {
+		return nil, err
+	}
+	return e.settle(ctx, n)
+}
+
+// membersDone reports whether every child of a group or batch finished,
+// and how many failed.
+func membersDone(n *store.Node) (bool, int) {
+	if n.Shards > 0 {
+		shards, _, fail := n.RolledCounts()
+		return shards >= n.Shards, fail
+	}
+	return len(n.OK)+len(n.Fail) >= n.Total, len(n.Fail)
+}
+
+// settle applies what a composite's progress (as read or written) calls
+// for and was not done yet: a composite whose children all finished (or
+// can no longer run) finishes; a batch whose jobs finished fires its
+// callbacks. It returns the composite as a finished step when it is
+// finished.
+func (e *Engine) settle(ctx context.Context, n *store.Node) (*step, error) {
+	if n.State.Terminal() {
+		if n.State == wfstate.Cancelled || n.Path == store.RootPath {
+			return nil, nil
+		}
+		s := stepOfNode(n)
+		return &s, nil
+	}
+	// failedChild names the first failed child counted on the node.
+	failedChild := func() string {
+		if len(n.Fail) == 0 {
+			return ""
+		}
+		return childPath(n.Path, segment(n.Kind, store.SortedInts(n.Fail)[0]))
+	}
+	switch n.Kind {
+	case KindChain:
+		if len(n.Fail) > 0 {
+			idx := store.SortedInts(n.Fail)[0]
+			return e.finish(ctx, n.WorkflowID, n.Path, false, store.NodeWrite{FailedIndex: &idx, FailedStep: failedChild()})
+		}
+		if len(n.OK) >= n.Total {
+			return e.finish(ctx, n.WorkflowID, n.Path, true, store.NodeWrite{})
+		}
+	case KindGraph:
+		if done, failed := graphDone(n); done {
+			return e.finish(ctx, n.WorkflowID, n.Path, !failed, store.NodeWrite{FailedStep: failedChild()})
+		}
+	case KindGroup:
+		if done, fail := membersDone(n); done {
+			return e.finish(ctx, n.WorkflowID, n.Path, fail == 0, store.NodeWrite{FailedStep: failedChild()})
+		}
+	case KindBatch:
+		done, fail := membersDone(n)
+		if !done {
+			return nil, nil
+		}
+		fired := firedFor(n.Callbacks, fail)
+		if len(fired) == 0 {
+			return e.finish(ctx, n.WorkflowID, n.Path, fail == 0, store.NodeWrite{FailedStep: failedChild()})
+		}
+		if n.FiredAt == "" {
+			return nil, e.fire(ctx, n, fired)
+		}
+		if len(n.CallbacksOK)+len(n.CallbacksFail) >= len(n.Fired) {
+			w := store.NodeWrite{}
+			if len(n.CallbacksFail) > 0 {
+				w.FailedStep = childPath(n.Path, n.CallbacksFail[0])
+			}
+			return e.finish(ctx, n.WorkflowID, n.Path, len(n.CallbacksFail) == 0, w)
+		}
+	}
+	return nil, nil
+}
+
+// firedFor lists the callbacks a finished batch triggers (ojs-workflows
+// section 6.5).
+func firedFor(callbacks []string, fail int) []string {
+	var out []string
+	for _, name := range Callbacks {
+		if !store.HasString(callbacks, name) {
+			continue
+		}
+		switch {
+		case name == "on_complete",
+			name == "on_success" && fail == 0,
+			name == "on_failure" && fail > 0:
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// fire enqueues a finished batch's triggered callbacks, exactly once: the
+// callback jobs and the record that they fired are one transaction
+// conditional on no callbacks having fired. Each callback receives the
+// result of every job of the batch, failed ones included.
+func (e *Engine) fire(ctx context.Context, n *store.Node, fired []string) error {
+	nodes, err := e.st.Subtree(ctx, n.WorkflowID, n.Path)
+	if err != nil {
+		return err
+	}
+	t := newTreeOf(nodes)
+	rs, err := e.results(ctx, t, t.kids[n.Path], nil)
+	if err != nil {
+		return err
+	}
+	pr, err := json.Marshal(rs)
+	if err != nil {
+		return err
+	}
+	var jobs []*job.Job
+	for _, name := range fired {
+		cb := t.cbs[n.Path][name]
+		if cb == nil {
+			return fmt.Errorf("workflow %s batch %s: callback %s missing", n.WorkflowID, n.Path, name)
+		}
+		j, err := e.newJob(cb, pr)
+		if err != nil {
+			return err
+		}
+		jobs = append(jobs, j)
+	}
+	if err := e.admitJobs(ctx, jobs); err != nil {
+		return err
+	}
+	err = e.st.Advance(ctx, store.Advance{WorkflowID: n.WorkflowID, Jobs: jobs, RedeliverAfter: e.redel,
+		Nodes: []store.NodeWrite{{Path: n.Path, Fired: fired, At: e.now()}}})
+	var nc *store.ErrNodeConflict
+	if errors.As(err, &nc) {
+		return nil // fired already
+	}
+	if err == nil {
+		e.log.InfoContext(ctx, "batch callbacks fired", "workflow_id", n.WorkflowID, "node", n.Path, "callbacks", fired)
+		err = fault.Hit(fault.WorkflowAfterFire)
+	}
+	return stopIfNotRunning(err)
+}
+
+// callbackDone counts a finished callback; the batch finishes when every
+// fired callback did: completed if they all completed.
+func (e *Engine) callbackDone(ctx context.Context, s step) (*step, error) {
+	name, _ := callbackName(s.path)
+	w := store.NodeWrite{Path: parentOf(s.path)}
+	if s.ok {
+		w.AddCallbacksOK = []string{name}
+	} else {
+		w.AddCallbacksFail = []string{name}
+	}
+	n, err := e.st.UpdateNode(ctx, s.wf, w)
+	if err != nil {
+		return nil, err
+	}
+	return e.settle(ctx, n)
+}
+
+// graphShape is a graph composite's structure: its steps' ids and each
+// step's dependency indexes.
+type graphShape struct {
+	IDs  []string `json:"ids"`
+	Deps [][]int  `json:"deps"`
+}
+
+// graphOf decodes a graph composite's structure.
+func graphOf(n *store.Node) graphShape {
+	var g graphShape
+	_ = json.Unmarshal([]byte(n.Graph), &g)
+	for len(g.Deps) < n.Total {
+		g.Deps = append(g.Deps, nil)
+	}
+	for len(g.IDs) < n.Total {
+		g.IDs = append(g.IDs, "")
+	}
+	return g
+}
+
+// graphDoneWith is graphDone once step i is counted (ok or failed).
+func graphDoneWith(n *store.Node, i int, ok bool) (bool, bool) {
+	c := *n
+	if ok {
+		c.OK = append(append([]int{}, n.OK...), i)
+	} else {
+		c.Fail = append(append([]int{}, n.Fail...), i)
+	}
+	return graphDone(&c)
+}
+
+// graphDone reports whether every step of a graph finished or can never
+// run (a step it depends on, directly or not, failed), and whether one
+// failed.
+func graphDone(n *store.Node) (done, failed bool) {
+	deps := graphOf(n).Deps
+	blocked := make([]int8, len(deps)) // 0 unknown, 1 blocked, 2 not
+	var isBlocked func(i int) bool
+	isBlocked = func(i int) bool {
+		if blocked[i] != 0 {
+			return blocked[i] == 1
+		}
+		blocked[i] = 2
+		for _, d := range deps[i] {
+			if hasInt(n.Fail, d) || (!hasInt(n.OK, d) && isBlocked(d)) {
+				blocked[i] = 1
+				return true
+			}
+		}
+		return false
+	}
+	for i := range deps {
+		if !n.Done(i) && !isBlocked(i) {
+			return false, false
+		}
+	}
+	return true, len(n.Fail) > 0
+}
+
+func hasInt(list []int, v int) bool {
+	for _, x := range list {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// graphStepDone records a finished step of a graph. The steps that depend
+// on it and whose other dependencies all completed start in the same
+// transaction as the record; the record is conditional on the decisions
+// taken for the others ("not all of its dependencies completed yet")
+// still holding, so two steps finishing at once cannot both leave a
+// common dependent unstarted: the later one's write fails, re-reads and
+// starts it. A failed step starts nothing; the steps that depend on it
+// never run. The graph's progress and the dependent steps (which the
+// job names) are read in one request.
+func (e *Engine) graphStepDone(ctx context.Context, s step) (*step, error) {
+	parent, i := parentOf(s.path), s.index()
+	gk := store.NodeKey{WorkflowID: s.wf, Path: parent}
+	stepKeyOf := func(x int) store.NodeKey {
+		return store.NodeKey{WorkflowID: s.wf, Path: childPath(parent, segment(KindGraph, x))}
+	}
+	var next []int
+	if s.job != nil {
+		next = s.job.WorkflowNext
+	}
+	for tries := 0; tries < 20; tries++ {
+		keys := []store.NodeKey{gk}
+		if s.ok {
+			for _, d := range next {
+				keys = append(keys, stepKeyOf(d))
+			}
+		}
+		p, err := e.st.ReadProgress(ctx, keys, nil)
+		if err != nil {
+			return nil, err
+		}
+		g := p.Nodes[gk]
+		if g == nil {
+			return nil, nil
+		}
+		if g.Done(i) || g.State.Terminal() {
+			return e.settle(ctx, g)
+		}
+		if !s.ok {
+			if last, _ := graphDoneWith(g, i, false); last {
+				// Nothing else runs or can: count it and fail the graph in
+				// one write.
+				return e.finish(ctx, s.wf, parent, false, store.NodeWrite{AddFail: []int{i}, FailedStep: s.path})
+			}
+			n, err := e.st.UpdateNode(ctx, s.wf, store.NodeWrite{Path: parent, AddFail: []int{i}})
+			if err != nil {
+				return nil, err
+			}
+			return e.settle(ctx, n)
+		}
+		shape := graphOf(g)
+		var ready []*store.Node
+		var notAll [][]int
+		for d := range shape.Deps {
+			if !hasInt(shape.Deps[d], i) {
+				continue
+			}
+			var rest []int
+			met := true
+			for _, x := range shape.Deps[d] {
+				if x != i {
+					rest = append(rest, x)
+					met = met && hasInt(g.OK, x)
+				}
+			}
+			if !met {
+				notAll = append(notAll, rest)
+				continue
+			}
+			n := p.Nodes[stepKeyOf(d)]
+			if n == nil {
+				// The job did not name it (a step recreated by repair):
+				// read it.
+				if n, err = e.st.GetNode(ctx, s.wf, stepKeyOf(d).Path); err != nil {
+					return nil, err
+				}
+			}
+			ready = append(ready, n)
+		}
+		w := store.NodeWrite{Path: parent, AddOK: []int{i}, NotAll: notAll}
+		if len(ready) == 0 {
+			if last, failed := graphDoneWith(g, i, true); last {
+				// The last step: count it and finish the graph in one write.
+				if failed {
+					w.FailedStep = childPath(parent, segment(KindGraph, store.SortedInts(g.Fail)[0]))
+				}
+				return e.finish(ctx, s.wf, parent, !failed, w)
+			}
+			n, err := e.st.UpdateNode(ctx, s.wf, w)
+			var nc *store.ErrNodeConflict
+			if errors.As(err, &nc) {
+				continue // a dependency finished meanwhile: decide again
+			}
+			if err != nil {
+				return nil, err
+			}
+			if err := fault.Hit(fault.WorkflowAfterRecord); err != nil {
+				return nil, err
+			}
+			return e.settle(ctx, n)
+		}
+		jobs, err := e.graphJobs(ctx, s, parent, shape, ready)
+		if err != nil {
+			return nil, err
+		}
+		err = e.st.Advance(ctx, store.Advance{WorkflowID: s.wf, Jobs: jobs, RedeliverAfter: e.redel, Nodes: []store.NodeWrite{w}})
+		var nc *store.ErrNodeConflict
+		if errors.As(err, &nc) {
+			continue
+		}
+		if err == nil {
+			err = fault.Hit(fault.WorkflowAfterRecord)
+		}
+		return nil, stopIfNotRunning(err)
+	}
+	return nil, fmt.Errorf("workflow %s: graph step %s: too much contention", s.wf, s.path)
+}
+
+// graphJobs builds the jobs of ready graph steps; each receives the
+// results of its dependencies keyed by step id (the finished step's from
+// its job, the others' read in one request).
+func (e *Engine) graphJobs(ctx context.Context, s step, parent string, shape graphShape, ready []*store.Node) ([]*job.Job, error) {
+	self := s.index()
+	var ids []string
+	seen := map[int]bool{}
+	for _, n := range ready {
+		for _, x := range shape.Deps[n.Index] {
+			if x != self && !seen[x] {
+				seen[x] = true
+				ids = append(ids, JobID(s.wf, childPath(parent, segment(KindGraph, x))))
+			}
+		}
+	}
+	done, err := e.st.BatchGetJobs(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	if s.job != nil {
+		done[s.job.ID] = s.job
+	}
+	var jobs []*job.Job
+	for _, n := range ready {
+		pr := map[string]json.RawMessage{}
+		for _, x := range shape.Deps[n.Index] {
+			key := shape.IDs[x]
+			if key == "" {
+				key = trimPath(childPath(parent, segment(KindGraph, x)))
+			}
+			pr[key] = resultValue(done[JobID(s.wf, childPath(parent, segment(KindGraph, x)))])
+		}
+		b, err := json.Marshal(pr)
+		if err != nil {
+			return nil, err
+		}
+		j, err := e.newJob(n, b)
+		if err != nil {
+			return nil, err
+		}
+		jobs = append(jobs, j)
+	}
+	if err := e.admitJobs(ctx, jobs); err != nil {
+		return nil, err
+	}
+	return jobs, nil
+}
+
+// stepKey is the key a step's result has in parent_results and its id in
+// views: the client's step id, else its position in the tree.
+func stepKey(n *store.Node) string {
+	if n.StepID != "" {
+		return n.StepID
+	}
+	return strings.TrimPrefix(n.Path, "/")
+}
+
+// resultValue is a finished job's contribution to parent_results: its
+// result (null without one), or its error when it failed.
+func resultValue(j *job.Job) json.RawMessage {
+	if j == nil {
+		return json.RawMessage("null")
+	}
+	if j.State != job.Completed && j.State.Terminal() {
+		b, _ := json.Marshal(map[string]any{"state": "failed", "error": j.Error})
+		return b
+	}
+	if len(j.Result) == 0 {
+		return json.RawMessage("null")
+	}
+	return j.Result
+}
+
+// results returns the results of nodes (children of one composite, in
+// order): a job's result, or a composite's results (an array of its
+// children's, or an object keyed by step id for a graph). jobs, when
+// given, holds jobs already read.
+func (e *Engine) results(ctx context.Context, t *tree, nodes []*store.Node, jobs map[string]*job.Job) ([]json.RawMessage, error) {
+	if jobs == nil {
+		var ids []string
+		var walk func(n *store.Node)
+		walk = func(n *store.Node) {
+			if n.Kind == KindJob {
+				ids = append(ids, JobID(t.wfID, n.Path))
+				return
+			}
+			for _, c := range t.kids[n.Path] {
+				walk(c)
+			}
+		}
+		for _, n := range nodes {
+			walk(n)
+		}
+		var err error
+		if jobs, err = e.st.BatchGetJobs(ctx, ids); err != nil {
+			return nil, err
+		}
+	}
+	var value func(n *store.Node) json.RawMessage
+	value = func(n *store.Node) json.RawMessage {
+		if n.Kind == KindJob {
+			return resultValue(jobs[JobID(t.wfID, n.Path)])
+		}
+		if n.Kind == KindGraph {
+			m := map[string]json.RawMessage{}
+			for _, c := range t.kids[n.Path] {
+				m[stepKey(c)] = value(c)
+			}
+			b, _ := json.Marshal(m)
+			return b
+		}
+		var list []json.RawMessage
+		for _, c := range t.kids[n.Path] {
+			list = append(list, value(c))
+		}
+		if list == nil {
+			list = []json.RawMessage{}
+		}
+		b, _ := json.Marshal(list)
+		return b
+	}
+	out := make([]json.RawMessage, len(nodes))
+	for i, n := range nodes {
+		out[i] = value(n)
+	}
+	return out, nil
+}
