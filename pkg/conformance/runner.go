@@ -102,6 +102,7 @@ func matchBareOperators(expected map[string]json.RawMessage, actual any) (bool, 
 import (
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"sync"
 
 	"github.com/openjobspec/ojs-conformance/lib"
