@@ -18,7 +18,7 @@ RESET_ADDR  ?= 127.0.0.1:6379
 EMU_STAMP   := localstack/node_modules/.package-lock.json
 
 .DEFAULT_GOAL := help
-.PHONY: help prereqs emulators build-local dev demo test test-unit vet bench clean fuzz fuzz-targets soak conformance
+.PHONY: help prereqs emulators build-local dev demo test test-unit vet bench clean fuzz fuzz-targets soak conformance conformance-ext console-e2e chromium
 
 help:
 	@echo "make dev          run the offline local stack on http://localhost:8080 with a demo (Ctrl-C stops it)"
@@ -26,6 +26,8 @@ help:
 	@echo "make conformance  the public OJS conformance suite (levels 0-4 and the claimed extensions) against a fresh local stack"
 	@echo "make fuzz         run every fuzz target under pkg/ for FUZZTIME (default 30s) each"
 	@echo "make soak         the fault-injection soak: 1,000 workflows under injected faults (SOAK_WORKFLOWS, SOAK_SEED)"
+	@echo "make conformance-ext   the OJS extension suites the manifest claims, against a stack on free ports"
+	@echo "make console-e2e  the web console in headless Chromium (installs chromium with apt-get if missing)"
 	@echo "make demo         the local stack running the ETL workflow example step by step"
 	@echo "make bench        throughput, latency, AWS requests and cost per job and step (BENCH_JOBS=... etc.)"
 	@echo "make build        build the Lambda binaries (linux/arm64) into build/lambda/"
@@ -64,13 +66,38 @@ dev: emulators build-local
 demo: emulators build-local
 	@exec .local/ojs-local -demo etl -addr $(DEV_ADDR) -bin $(LOCAL_BIN)
 
+# Debian's headless Chromium for the console's browser tests (e2e/console_test.go):
+# installed with apt-get when missing; stops with a clear message if it cannot be.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || [ -n "$$CHROMIUM" ] || { \
+	  echo "Chromium not found: installing Debian's chromium (apt-get) for the console tests ..."; \
+	  { command -v apt-get >/dev/null 2>&1 && SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ) && \
+	    $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; } || { \
+	  echo "could not install Chromium: run 'apt-get update && apt-get install -y chromium' as root, or set CHROMIUM=/path/to/chromium" >&2; exit 1; }; }
+
+# The web console in headless Chromium against a stack the e2e suite starts.
+console-e2e: emulators chromium
+	$(GO) test -count=1 -run 'TestConsole' ./e2e/
+
+# The conformance suites of the extensions the manifest claims
+# (pkg/httpapi/manifest.go, docs/admin.md), run like `make conformance` but
+# with the runner built with an overlay that adds the step captures and
+# bare $type/$gte matchers some extension tests use and the stored runner
+# lacks (pkg/conformance; nothing else changes). Any failure fails.
+CONFORMANCE_EXT_SUITES ?= ext-admin-api,ext-dead-letter,ext-observability,ext-graceful-shutdown,ext-serverless
+
+conformance-ext: emulators build-local
+	$(GO) run ./localstack/cmd/ojs-conformance-runner -dir $(CONFORMANCE_DIR) -out $(CURDIR)/.local/ojs-conformance-runner-ext
+	$(GO) run ./localstack/cmd/ojs-conformance -runner .local/ojs-conformance-runner-ext -bin $(LOCAL_BIN) \
+		-suites $(CONFORMANCE_DIR)/suites -dirs $(CONFORMANCE_EXT_SUITES) -expected docs/conformance-expected-failures.txt
+
 vet: prereqs
 	$(GO) vet ./...
 
 # One pair of emulators for every package; the e2e suite starts its own
 # local runtime (real bootstrap binaries) on free ports. The public OJS
 # conformance suite runs last, on a stack of its own.
-test: emulators vet
+test: emulators vet chromium
 	$(GO) run ./localstack/cmd/with-emulators -- bash -c '\
 		$(GO) test -count=1 -race ./pkg/... ./functions/... ./localstack/... && \
 		$(INFRA_CDK_ENV) $(GO) test -count=1 -timeout 30m ./e2e/... ./infra/...'

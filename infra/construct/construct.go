@@ -31,6 +31,9 @@ import (
 // the api function, which serves /ojs/manifest and /ojs/v1/... itself.
 const APIRoutePath = "/ojs/{proxy+}"
 
+// ObservabilityPaths are the root routes the api function also serves.
+var ObservabilityPaths = []string{"/metrics", "/ready", "/health"}
+
 // StreamStartingPosition is where the stream mapping starts reading.
 // TRIM_HORIZON (the oldest record still in the 24 h stream) rather than
 // LATEST: the table and mapping are created in one deployment, and LATEST
@@ -412,15 +415,25 @@ func (o *OJSServerless) addAPI() {
 		CreateDefaultStage: jsii.Bool(true),
 		DefaultAuthorizer:  auth,
 	})
+	integration := awsapigatewayv2integrations.NewHttpLambdaIntegration(jsii.String("ApiIntegration"),
+		o.Aliases[topology.FunctionAPI],
+		&awsapigatewayv2integrations.HttpLambdaIntegrationProps{
+			PayloadFormatVersion: awsapigatewayv2.PayloadFormatVersion_VERSION_2_0(),
+		})
 	o.HTTPAPI.AddRoutes(&awsapigatewayv2.AddRoutesOptions{
-		Path:    jsii.String(APIRoutePath),
-		Methods: &[]awsapigatewayv2.HttpMethod{awsapigatewayv2.HttpMethod_ANY},
-		Integration: awsapigatewayv2integrations.NewHttpLambdaIntegration(jsii.String("ApiIntegration"),
-			o.Aliases[topology.FunctionAPI],
-			&awsapigatewayv2integrations.HttpLambdaIntegrationProps{
-				PayloadFormatVersion: awsapigatewayv2.PayloadFormatVersion_VERSION_2_0(),
-			}),
+		Path:        jsii.String(APIRoutePath),
+		Methods:     &[]awsapigatewayv2.HttpMethod{awsapigatewayv2.HttpMethod_ANY},
+		Integration: integration,
 	})
+	// The observability endpoints live at the root (ojs-observability.md,
+	// for load balancers and Prometheus), behind the same authorizer.
+	for _, p := range ObservabilityPaths {
+		o.HTTPAPI.AddRoutes(&awsapigatewayv2.AddRoutesOptions{
+			Path:        jsii.String(p),
+			Methods:     &[]awsapigatewayv2.HttpMethod{awsapigatewayv2.HttpMethod_GET},
+			Integration: integration,
+		})
+	}
 	o.APIURL = o.HTTPAPI.ApiEndpoint()
 	o.configureStage()
 }

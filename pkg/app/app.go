@@ -14,7 +14,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/ojs-aws/ojs-serverless/pkg/admin"
 	"github.com/ojs-aws/ojs-serverless/pkg/awsclient"
+	"github.com/ojs-aws/ojs-serverless/pkg/console"
 	"github.com/ojs-aws/ojs-serverless/pkg/cron"
 	"github.com/ojs-aws/ojs-serverless/pkg/dispatch"
 	"github.com/ojs-aws/ojs-serverless/pkg/engine"
@@ -27,6 +29,11 @@ import (
 
 // App holds the wired components.
 type App struct {
+	// Admin is the Admin API service (the API function's /ojs/v1/admin
+	// and the web console).
+	Admin *admin.Service
+	// Console is the web console served by the API function.
+	Console    *console.Console
 	Logger     *slog.Logger
 	Store      *store.Store
 	Service    *lifecycle.Service
@@ -102,13 +109,20 @@ func Load(ctx context.Context) (*App, error) {
 	// finishes a workflow job advances its workflow before it answers.
 	wfs := workflow.New(st, workflow.Config{Jobs: svc, PushQueues: push, Logger: log, RedeliverAfter: redeliver})
 	svc.SetWorkflows(wfs)
-	return &App{
+	a := &App{
+		Admin:  admin.New(st, svc, admin.Config{Logger: log}),
 		Logger: log, Store: st, Dispatcher: d, PushQueues: push, EventTTL: ttl, Publisher: pub, Table: table,
 		Service:   svc,
 		Workflows: wfs,
 		Crons:     &cron.Service{Store: st, Jobs: svc, Logger: log},
 		AuthToken: os.Getenv(topology.EnvAuthToken),
-	}, nil
+	}
+	a.Console, err = console.New(console.Config{Admin: a.Admin, Workflows: a.Workflows, Crons: a.Crons, AuthToken: a.AuthToken,
+		IsPush: svc.IsPush, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	return a, nil
 }
 
 // StreamEngine is the stream function's engine: SQS relay, events (stored,

@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/ojs-aws/ojs-serverless/pkg/httpapi"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 )
@@ -255,6 +257,15 @@ func FuzzRequest(f *testing.F) {
 		h := fuzzHarness
 		rec := h.serve(method, target, body)
 		if rec == nil {
+			return
+		}
+		// The console and /metrics answer HTML and text, not OJS JSON;
+		// they must not panic.
+		if u, err := url.Parse(target); err == nil && (strings.HasPrefix(u.Path, httpapi.ConsolePrefix) || u.Path == "/ojs/admin" || u.Path == "/metrics") {
+			h.db.reset()
+			if logs := h.log.take(); strings.Contains(logs, "panic serving request") {
+				t.Fatalf("%s %s: panic: %s", method, target, logs)
+			}
 			return
 		}
 		// The manifest needs no storage, nor an events query whose time

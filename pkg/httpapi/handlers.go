@@ -90,7 +90,7 @@ func New(jobs Jobs, backend Backend, wfs Workflows, cfg Config) *Server {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	s := &Server{cfg: cfg, started: cfg.Now()}
+	s := &Server{cfg: cfg, started: cfg.Now(), mux: http.NewServeMux(), patterns: map[string]bool{}, raw: map[string]bool{}, metrics: newRequestMetrics()}
 	a := &api{jobs: jobs, backend: backend, wfs: wfs, s: s}
 	s.add(http.MethodGet, "/ojs/manifest", a.manifest)
 	s.add(http.MethodGet, "/ojs/v1/health", a.health)
@@ -103,7 +103,17 @@ func New(jobs Jobs, backend Backend, wfs Workflows, cfg Config) *Server {
 	s.add(http.MethodPost, "/ojs/v1/workers/ack", a.ack)
 	s.add(http.MethodPost, "/ojs/v1/workers/nack", a.nack)
 	s.add(http.MethodPost, "/ojs/v1/workers/heartbeat", a.heartbeat)
-	s.add(http.MethodGet, "/ojs/v1/admin/workers", a.workers)
+	if cfg.Admin != nil {
+		s.add(http.MethodGet, "/ojs/v1/admin/workers", (&adminAPI{ad: cfg.Admin, api: a}).workers)
+		s.addAdmin(a, cfg.Admin)
+	} else {
+		s.add(http.MethodGet, "/ojs/v1/admin/workers", a.workers)
+	}
+	s.addObservability(a, cfg.Admin)
+	s.addGracefulShutdown(a, cfg.Admin)
+	if cfg.Console != nil {
+		s.addConsole(cfg.Console)
+	}
 	s.add(http.MethodPost, "/ojs/v1/admin/workers/{id}/quiet", a.workerDirective(lifecycle.WorkerQuiet))
 	s.add(http.MethodPost, "/ojs/v1/admin/workers/{id}/terminate", a.workerDirective(lifecycle.WorkerTerminate))
 	s.add(http.MethodGet, "/ojs/v1/dead-letter", a.deadLetter)
@@ -219,6 +229,16 @@ func (a *api) createWorkflow(w http.ResponseWriter, r *http.Request, _ params) e
 	v, err := a.wfs.Create(r.Context(), raw)
 	if err != nil {
 		return err
+	}
+	if reg, ok := a.jobs.(interface {
+		EnsureQueue(ctx context.Context, q string) error
+	}); ok {
+		for _, q := range workflowQueues(raw) {
+			if err := reg.EnsureQueue(r.Context(), q); err != nil {
+				// The workflow is stored; only the queue list lags.
+				a.s.cfg.Logger.WarnContext(r.Context(), "registering a workflow queue failed", "queue", q, "error", err.Error())
+			}
+		}
 	}
 	w.Header().Set("Location", "/ojs/v1/workflows/"+(*v)["id"].(string))
 	writeJSON(w, http.StatusCreated, map[string]any{"workflow": v})
@@ -498,9 +518,18 @@ func (a *api) heartbeat(w http.ResponseWriter, r *http.Request, _ params) error 
 		Queues              []string        `json:"queues"`
 		Concurrency         json.RawMessage `json:"concurrency"`
 		VisibilityTimeoutMS json.RawMessage `json:"visibility_timeout_ms"`
+		Shutdown            bool            `json:"shutdown"`
 	}
 	if err := decodeObject(raw, &req); err != nil {
 		return err
+	}
+	// ojs-graceful-shutdown.md's words for the same states: a draining
+	// worker takes no new jobs (quiet); one shutting down terminates.
+	switch {
+	case req.Shutdown:
+		req.State = lifecycle.WorkerTerminate
+	case req.State == "drain" || req.State == "draining":
+		req.State = lifecycle.WorkerQuiet
 	}
 	conc, err := intParam("concurrency", req.Concurrency, 1, 100000)
 	if err != nil {
@@ -528,7 +557,8 @@ func (a *api) heartbeat(w http.ResponseWriter, r *http.Request, _ params) error 
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"state": res.State, "directive": res.State, "jobs_extended": res.Extended, "server_time": job.Timestamp(a.s.cfg.Now())})
+	writeJSON(w, http.StatusOK, map[string]any{"state": res.State, "directive": res.State, "jobs_extended": res.Extended, "server_time": job.Timestamp(a.s.cfg.Now()),
+		"acknowledged": true})
 	return nil
 }
 
@@ -744,12 +774,12 @@ func (a *api) events(w http.ResponseWriter, r *http.Request, _ params) error {
 func (a *api) health(w http.ResponseWriter, r *http.Request, _ params) error {
 	start := a.s.cfg.Now()
 	err := a.backend.Ping(r.Context())
-	backend := map[string]any{"type": "dynamodb", "status": "connected", "latency_ms": a.s.cfg.Now().Sub(start).Milliseconds()}
+	backend := map[string]any{"type": "dynamodb", "status": "ok", "latency_ms": a.s.cfg.Now().Sub(start).Milliseconds()}
 	status, code := "ok", http.StatusOK
 	if err != nil {
 		a.s.cfg.Logger.ErrorContext(r.Context(), "health check failed", "error", err.Error())
 		status, code = "degraded", http.StatusServiceUnavailable
-		backend["status"], backend["error"] = "disconnected", "the job table is unreachable"
+		backend["status"], backend["error"] = "unhealthy", "the job table is unreachable"
 	}
 	writeJSON(w, code, map[string]any{"status": status, "version": job.SpecVersion, "uptime_seconds": int64(a.s.cfg.Now().Sub(a.s.started).Seconds()), "backend": backend})
 	return nil

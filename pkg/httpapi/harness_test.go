@@ -18,6 +18,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/ojs-aws/ojs-serverless/pkg/admin"
+	"github.com/ojs-aws/ojs-serverless/pkg/console"
 	"github.com/ojs-aws/ojs-serverless/pkg/httpapi"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
@@ -250,7 +252,12 @@ func newHarness(token string, level slog.Level) *harness {
 	now := func() time.Time { return fixedNow }
 	svc := lifecycle.New(st, lifecycle.Config{Logger: logger, Now: now})
 	wfs := workflow.New(st, workflow.Config{Logger: logger, Now: now})
-	h.srv = httpapi.New(svc, st, wfs, httpapi.Config{AuthToken: token, Logger: logger, Now: now})
+	ad := admin.New(st, svc, admin.Config{Logger: logger, Now: now})
+	con, err := console.New(console.Config{Admin: ad, Workflows: wfs, AuthToken: token, Logger: logger})
+	if err != nil {
+		panic(err)
+	}
+	h.srv = httpapi.New(svc, st, wfs, httpapi.Config{AuthToken: token, Logger: logger, Now: now, Admin: ad, Console: con})
 	return h
 }
 

@@ -45,7 +45,25 @@ func Manifest() map[string]any {
 			"max_workflow_depth": workflow.MaxDepth, "max_workflow_jobs": workflow.MaxJobs,
 		},
 		"uniqueness_strength": "strong",
-		"extensions":          []string{"push-delivery-aws-lambda"},
-		"endpoints":           map[string]string{"manifest": "/ojs/manifest", "health": "/ojs/v1/health", "base_path": "/ojs/v1", "events": "/ojs/v1/events", "cron": "/ojs/v1/cron"},
+		// Only extensions whose conformance suite passes in full here
+		// (localstack/cmd/ojs-conformance, docs/admin.md): admin-api,
+		// dead-letter, observability, graceful-shutdown and serverless.
+		// Not claimed: rate-limiting (keyed concurrency limits), webhooks,
+		// schema-registry, multi-tenancy, encryption, backpressure,
+		// progress, fair-scheduling, job-versioning, middleware; nor the
+		// suites that pass only because they check that meta is kept
+		// (ai-agents, durable-execution, federation, ml-resources).
+		"extensions": map[string]any{
+			"official": []map[string]string{
+				{"name": "admin-api", "uri": "urn:ojs:ext:admin-api", "version": "1.0.0"},
+				{"name": "dead-letter", "uri": "urn:ojs:ext:dead-letter", "version": "1.0.0"},
+				{"name": "observability", "uri": "urn:ojs:ext:observability", "version": "1.0.0"},
+				{"name": "graceful-shutdown", "uri": "urn:ojs:ext:graceful-shutdown", "version": "1.0.0"},
+				{"name": "serverless", "uri": "urn:ojs:ext:serverless", "version": "1.0.0"},
+			},
+			"experimental": []map[string]string{{"name": "push-delivery-aws-lambda", "uri": "urn:ojs:ext:experimental:push-delivery-aws-lambda", "version": "0.1.0"}},
+		},
+		"endpoints": map[string]string{"manifest": "/ojs/manifest", "health": "/ojs/v1/health", "base_path": "/ojs/v1", "events": "/ojs/v1/events", "cron": "/ojs/v1/cron",
+			"admin": "/ojs/v1/admin", "metrics": "/metrics", "ready": "/ready", "console": ConsolePrefix},
 	}
 }

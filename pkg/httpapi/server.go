@@ -15,11 +15,14 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"path"
 	"runtime/debug"
 	"strings"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/ojs-aws/ojs-serverless/pkg/admin"
+	"github.com/ojs-aws/ojs-serverless/pkg/console"
 	"github.com/ojs-aws/ojs-serverless/pkg/internal/jsoncase"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 )
@@ -48,49 +51,99 @@ type Config struct {
 	Now func() time.Time
 	// Crons, when set, serves the cron routes under /ojs/v1/cron.
 	Crons Crons
-}
-
-type route struct {
-	method  string
-	pattern []string
-	name    string
-	handle  func(w http.ResponseWriter, r *http.Request, p params) error
+	// Admin, when set, serves the Admin API under /ojs/v1/admin
+	// (ojs-admin-api.md) and the table-derived gauges of /metrics.
+	Admin *admin.Service
+	// Console, when set, serves the web console under /ojs/admin/.
+	Console *console.Console
 }
 
 type params map[string]string
 
-// Server is the OJS HTTP handler.
+// handlerFunc is a route's handler: it writes a successful answer itself and
+// returns an error for Server to write in the OJS error shape.
+type handlerFunc func(w http.ResponseWriter, r *http.Request, p params) error
+
+// Server is the OJS HTTP handler. Routes are net/http ServeMux patterns
+// with a method ("POST /ojs/v1/jobs/{id}/activate"); Server answers
+// unmatched paths and methods itself, in the OJS error shape.
 type Server struct {
-	routes  []route
-	cfg     Config
-	started time.Time
+	mux *http.ServeMux
+	// patterns holds every registered pattern, so a ServeMux answer that
+	// is not a route (a redirect to a cleaned path) is recognised.
+	patterns map[string]bool
+	cfg      Config
+	started  time.Time
+	// raw routes are served as they are (no JSON content checks, no body
+	// limit): /metrics and the web console.
+	raw map[string]bool
+	// metrics counts requests per route for GET /metrics.
+	metrics *requestMetrics
 }
 
-func (s *Server) add(method, pattern string, h func(http.ResponseWriter, *http.Request, params) error) {
-	s.routes = append(s.routes, route{method: method, pattern: strings.Split(strings.Trim(pattern, "/"), "/"), name: method + " " + pattern, handle: h})
+// dispatchState carries a request's outcome from the route handler (run by
+// the ServeMux) back to ServeHTTP.
+type dispatchState struct {
+	route string
+	err   error
 }
 
-func (r route) match(segs []string) (params, bool) {
-	if len(segs) != len(r.pattern) {
-		return nil, false
+type stateKey struct{}
+
+func (s *Server) add(method, pattern string, h handlerFunc) { s.addRoute(method, pattern, h, false) }
+
+// addRaw registers a route whose handler writes its own content type and
+// reads its own body (the console and /metrics): no OJS content checks.
+func (s *Server) addRaw(method, pattern string, h handlerFunc) { s.addRoute(method, pattern, h, true) }
+
+func (s *Server) addRoute(method, pattern string, h handlerFunc, raw bool) {
+	full := method + " " + pattern
+	names := wildcards(pattern)
+	s.patterns[full] = true
+	if raw {
+		s.raw[full] = true
 	}
-	var p params
-	for i, seg := range r.pattern {
-		if strings.HasPrefix(seg, "{") {
-			if segs[i] == "" {
-				return nil, false
-			}
+	s.mux.HandleFunc(full, func(w http.ResponseWriter, r *http.Request) {
+		st, _ := r.Context().Value(stateKey{}).(*dispatchState)
+		if st == nil {
+			st = &dispatchState{}
+		}
+		st.route = full
+		var p params
+		for _, n := range names {
 			if p == nil {
 				p = params{}
 			}
-			p[strings.Trim(seg, "{}")] = segs[i]
-			continue
+			p[n] = r.PathValue(n)
 		}
-		if seg != segs[i] {
-			return nil, false
+		if !raw {
+			if err := checkVersion(r); err != nil {
+				st.err = err
+				return
+			}
+			if r.Method == http.MethodPost || r.Method == http.MethodPatch || r.Method == http.MethodPut {
+				if err := checkContentType(r); err != nil {
+					st.err = err
+					return
+				}
+			}
+			r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
+		}
+		st.err = h(w, r, p)
+	})
+}
+
+// wildcards returns the names of a pattern's {name} and {name...} segments.
+func wildcards(pattern string) []string {
+	var out []string
+	for _, seg := range strings.Split(pattern, "/") {
+		if strings.HasPrefix(seg, "{") && strings.HasSuffix(seg, "}") {
+			if n := strings.TrimSuffix(strings.Trim(seg, "{}"), "..."); n != "$" {
+				out = append(out, n)
+			}
 		}
 	}
-	return p, true
+	return out
 }
 
 type ctxKey struct{}
@@ -142,51 +195,82 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 			s.cfg.Logger.ErrorContext(ctx, "panic serving request", "request_id", rid, "panic", fmt.Sprint(rec), "stack", string(debug.Stack()))
 			s.writeError(w, r, ojserr.Backend(fmt.Errorf("panic: %v", rec)))
 		}
+		d := s.cfg.Now().Sub(start)
+		s.metrics.observe(routeName, w.status, d)
 		s.cfg.Logger.InfoContext(ctx, "http request", "request_id", rid, "method", r.Method, "route", routeName,
-			"status", w.status, "duration_ms", s.cfg.Now().Sub(start).Milliseconds())
+			"status", w.status, "duration_ms", d.Milliseconds())
 	}()
 	if err := s.dispatch(w, r, &routeName); err != nil {
 		s.writeError(w, r, err)
 	}
 }
 
+// routeMethods are the methods probed to build a 405's Allow header.
+var routeMethods = []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
+
+// match returns the registered pattern ServeMux picks for r ("" when none).
+// A GET pattern also matches HEAD in ServeMux; here it does not (as
+// before the move to ServeMux, HEAD is answered 405).
+func (s *Server) match(r *http.Request) string {
+	_, pattern := s.mux.Handler(r)
+	if !s.patterns[pattern] {
+		return ""
+	}
+	if m, _, _ := strings.Cut(pattern, " "); m != r.Method {
+		return ""
+	}
+	return pattern
+}
+
 func (s *Server) dispatch(w http.ResponseWriter, r *http.Request, routeName *string) error {
 	// Authentication comes first, as API Gateway's authorizer does on AWS:
 	// without the token a caller learns nothing, not even which routes
-	// and methods exist.
-	if err := s.checkAuth(r); err != nil {
-		return err
-	}
-	segs := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
-	var allowed []string
-	for _, rt := range s.routes {
-		p, ok := rt.match(segs)
-		if !ok {
-			continue
-		}
-		if rt.method != r.Method {
-			allowed = append(allowed, rt.method)
-			continue
-		}
-		*routeName = rt.name
-		if err := checkVersion(r); err != nil {
+	// and methods exist. The console handles its own (a login page, a
+	// cookie holding the same token).
+	console := isConsolePath(r.URL.Path)
+	if !console {
+		if err := s.checkAuth(r); err != nil {
 			return err
 		}
-		if r.Method == http.MethodPost || r.Method == http.MethodPatch {
-			if err := checkContentType(r); err != nil {
-				return err
+	}
+	// ServeMux would redirect an unclean path ("//ojs//v1"); the API
+	// answers 404 as for any path that is not a route.
+	if clean := cleanPath(r.URL.Path); clean == r.URL.Path || console {
+		if pattern := s.match(r); pattern != "" {
+			st := &dispatchState{}
+			r = r.WithContext(context.WithValue(r.Context(), stateKey{}, st))
+			s.mux.ServeHTTP(w, r)
+			*routeName = st.route
+			return st.err
+		}
+		var allowed []string
+		for _, m := range routeMethods {
+			probe := r.Clone(r.Context())
+			probe.Method = m
+			if s.match(probe) != "" {
+				allowed = append(allowed, m)
 			}
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
-		return rt.handle(w, r, p)
-	}
-	if len(allowed) > 0 {
-		w.Header().Set("Allow", strings.Join(allowed, ", "))
-		return ojserr.Newf(ojserr.MethodNotAllowed, "Method %s is not allowed on %s; allowed: %s.", r.Method, r.URL.Path, strings.Join(allowed, ", "))
+		if len(allowed) > 0 {
+			w.Header().Set("Allow", strings.Join(allowed, ", "))
+			return ojserr.Newf(ojserr.MethodNotAllowed, "Method %s is not allowed on %s; allowed: %s.", r.Method, truncate(r.URL.Path, 200), strings.Join(allowed, ", "))
+		}
 	}
 	e := ojserr.Newf(ojserr.NotFound, "No OJS endpoint at %s %s.", r.Method, truncate(r.URL.Path, 200))
 	e.Hint = "OJS endpoints live under /ojs/v1; see /ojs/manifest."
 	return e
+}
+
+// cleanPath is path.Clean keeping a trailing slash.
+func cleanPath(p string) string {
+	if p == "" || p[0] != '/' {
+		p = "/" + p
+	}
+	c := path.Clean(p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	return c
 }
 
 func (s *Server) checkAuth(r *http.Request) error {
@@ -308,4 +392,27 @@ func decodeObject(raw []byte, v any) error {
 		return ojserr.Invalid("body", "The request body does not match the expected shape.")
 	}
 	return nil
+}
+
+// isConsolePath reports whether p is under the web console's prefix.
+func isConsolePath(p string) bool {
+	return p == ConsolePrefix[:len(ConsolePrefix)-1] || strings.HasPrefix(p, ConsolePrefix)
+}
+
+// ConsolePrefix is where the web console is served.
+const ConsolePrefix = console.Prefix
+
+// addConsole registers the console's routes. They write their own
+// content type and answer HTML, so they skip the OJS JSON checks; the
+// console authenticates with the same token (header or its cookie).
+func (s *Server) addConsole(c *console.Console) {
+	for _, rt := range c.Routes() {
+		h := rt.Handler
+		s.addRaw(rt.Method, rt.Pattern, func(w http.ResponseWriter, r *http.Request, _ params) error {
+			w.Header().Del("Content-Type")
+			r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+			h(w, r)
+			return nil
+		})
+	}
 }

@@ -21,7 +21,10 @@ type DeadFilter struct {
 	Type      string    `json:"type,omitempty"`
 	ErrorType string    `json:"error_type,omitempty"`
 	Since     time.Time `json:"-"`
-	Limit     int       `json:"-"`
+	// Before, when set, selects jobs discarded before it (the Admin
+	// API's older_than).
+	Before time.Time `json:"-"`
+	Limit  int       `json:"-"`
 }
 
 func (f DeadFilter) match(j *job.Job) bool {
@@ -32,6 +35,9 @@ func (f DeadFilter) match(j *job.Job) bool {
 		return false
 	}
 	if !f.Since.IsZero() && (j.DiscardedAt == nil || j.DiscardedAt.Before(f.Since)) {
+		return false
+	}
+	if !f.Before.IsZero() && (j.DiscardedAt == nil || !j.DiscardedAt.Before(f.Before)) {
 		return false
 	}
 	return true

@@ -26,6 +26,8 @@ type QueueInfo struct {
 	Version   int64  `dynamodbav:"version,omitempty"`
 	// RateLimit is the most jobs per second FETCH hands out (0: none).
 	RateLimit float64 `dynamodbav:"rate_limit,omitempty"`
+	// CreatedAt is when the queue was first registered.
+	CreatedAt string `dynamodbav:"created_at,omitempty"`
 }
 
 const (

@@ -93,6 +93,7 @@ func run(addr, bin, logs, envName, token, demo, resetAddr string, log *slog.Logg
 		fmt.Printf("\nReset (dev only): Redis FLUSHDB on %s wipes the table and the queues\n", l.Addr())
 	}
 	fmt.Printf("\nOJS API:        %s/ojs/v1  (manifest: %s/ojs/manifest)\n", rt.URL(), rt.URL())
+	fmt.Printf("Web console:    %s/ojs/admin/\n", rt.URL())
 	fmt.Printf("DynamoDB Local: %s  table %s\n", em.DynamoDBEndpoint, rt.Table())
 	fmt.Printf("SQS emulator:   %s  push-mode queues %v\n", em.SQSEndpoint, rt.QueueURLs())
 	fmt.Printf("Function logs:  %s/{api,worker,stream,sweeper}.log\n\n", logs)

@@ -79,6 +79,12 @@ func Response(res *http.Response) (events.APIGatewayV2HTTPResponse, error) {
 	}
 	out := events.APIGatewayV2HTTPResponse{StatusCode: res.StatusCode, Headers: map[string]string{}}
 	for k, vs := range res.Header {
+		if k == "Set-Cookie" {
+			// Payload format 2.0 carries cookies apart: joined into one
+			// header they would not reach the browser as set.
+			out.Cookies = append(out.Cookies, vs...)
+			continue
+		}
 		out.Headers[k] = strings.Join(vs, ", ")
 	}
 	if utf8.Valid(body) {

@@ -76,3 +76,21 @@ func TestEventRoundTrip(t *testing.T) {
 		t.Fatalf("write response: %v %+v", err, w)
 	}
 }
+
+// Set-Cookie leaves in the response's cookies (payload format 2.0), one
+// per cookie, and a request's cookies reach the handler as a Cookie header.
+func TestCookies(t *testing.T) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if c, err := r.Cookie("b"); err != nil || c.Value != "2" {
+			t.Errorf("request cookie: %v %v", c, err)
+		}
+		http.SetCookie(w, &http.Cookie{Name: "x", Value: "1", HttpOnly: true})
+		http.SetCookie(w, &http.Cookie{Name: "y", Value: "2"})
+	})
+	ev := events.APIGatewayV2HTTPRequest{Version: "2.0", RawPath: "/ojs/admin/", Cookies: []string{"a=1", "b=2"}}
+	ev.RequestContext.HTTP.Method = "GET"
+	res, err := Handler(h)(context.Background(), ev)
+	if err != nil || len(res.Cookies) != 2 || res.Cookies[0] != "x=1; HttpOnly" || res.Cookies[1] != "y=2" || res.Headers["Set-Cookie"] != "" {
+		t.Fatalf("cookies: %v %v %v", res.Cookies, res.Headers, err)
+	}
+}

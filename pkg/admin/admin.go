@@ -1,0 +1,148 @@
+// Package admin implements the OJS Admin API (ojs-admin-api.md) and the
+// reads behind the web console: queues with counts by state, job search,
+// bulk operations, workers, statistics and dead letter management.
+//
+// Nothing here scans the table. Every read is one of:
+//
+//   - a query of one queue's partition of the ready index (available and
+//     discarded jobs) or the due index (scheduled, retryable, active),
+//     paged with an opaque cursor and bounded per call;
+//   - a query of the events index over a time window (completed and
+//     cancelled jobs, throughput, history), bounded per call;
+//   - a read by key (a job, a worker, the queue registry partition).
+//
+// The bounds are constants of this package, documented in docs/admin.md.
+package admin
+
+import (
+	"context"
+	"log/slog"
+	"sort"
+	"time"
+
+	"github.com/ojs-aws/ojs-serverless/pkg/events"
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
+	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+	"github.com/ojs-aws/ojs-serverless/pkg/store"
+)
+
+// Bounds of the operator's reads (docs/admin.md).
+const (
+	// MaxPerPage is the largest page of a listing.
+	MaxPerPage = 100
+	// DefaultPerPage is a listing's page size when none is asked for.
+	DefaultPerPage = 20
+	// MaxQueryCalls bounds the DynamoDB queries one listing call makes; a
+	// listing that stops there returns a cursor (maybe with fewer items).
+	MaxQueryCalls = 10
+	// MaxCountPerPartition bounds the index entries one count reads per
+	// queue and index partition; counts above it are reported as capped.
+	MaxCountPerPartition = 10000
+	// MaxStatsEvents bounds the events one statistics call reads.
+	MaxStatsEvents = 20000
+	// MaxBulk bounds the jobs one bulk operation or purge acts on;
+	// has_more tells the caller to call again.
+	MaxBulk = 1000
+	// DefaultStaleAfter is how long after its last heartbeat a worker is
+	// stale.
+	DefaultStaleAfter = 2 * time.Minute
+)
+
+// Store is the storage the admin service reads (implemented by
+// *store.Store).
+type Store interface {
+	QueueInfos(ctx context.Context) ([]store.QueueInfo, error)
+	ListQueue(ctx context.Context, l store.Listing, queue string, states []job.State, limit int, cursor string) (store.IndexPage, error)
+	CountStates(ctx context.Context, l store.Listing, queue string, max int) (map[job.State]int, bool, error)
+	QueryEvents(ctx context.Context, f events.Filter, now time.Time) (*events.Page, error)
+	BatchGetJobs(ctx context.Context, ids []string) (map[string]*job.Job, error)
+	Get(ctx context.Context, id string) (*job.Job, error)
+	Workers(ctx context.Context, limit int) ([]store.WorkerInfo, error)
+	Worker(ctx context.Context, id string) (*store.WorkerInfo, error)
+	DeleteWorker(ctx context.Context, id string, staleBefore time.Time) error
+	DeleteFinished(ctx context.Context, id string, state job.State) error
+	DeleteWaiting(ctx context.Context, id string, state job.State) error
+	CountDead(ctx context.Context, queue string) (int, error)
+	Dead(ctx context.Context, queue string, limit int, cursor string) (store.Page, error)
+	SetQueueRate(ctx context.Context, name string, perSecond float64, now time.Time) error
+}
+
+var _ Store = (*store.Store)(nil)
+
+// Jobs is the job service the admin operations go through, so that they
+// follow the same rules as the data plane (implemented by
+// *lifecycle.Service).
+type Jobs interface {
+	Cancel(ctx context.Context, id string) (*job.Job, job.State, error)
+	RetryDead(ctx context.Context, id string, o lifecycle.RetryOverride) (*job.Job, error)
+	DeleteDead(ctx context.Context, id string) error
+	SetPaused(ctx context.Context, queue string, paused bool) (lifecycle.QueueState, error)
+	DeadStats(ctx context.Context) (lifecycle.DeadStats, error)
+	SetWorkerDirective(ctx context.Context, id, directive string) (*store.WorkerInfo, error)
+	PurgeDead(ctx context.Context, f lifecycle.DeadFilter) (lifecycle.BulkResult, error)
+}
+
+var _ Jobs = (*lifecycle.Service)(nil)
+
+// Config configures a Service. Zero values mean defaults.
+type Config struct {
+	// StaleAfter is how long after its last heartbeat a worker counts as
+	// stale (and may be deregistered). Default DefaultStaleAfter.
+	StaleAfter time.Duration
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+	// Logger receives structured logs. Default slog.Default().
+	Logger *slog.Logger
+	// Started is when this process started (uptime). Default: New's time.
+	Started time.Time
+}
+
+// Service answers the Admin API.
+type Service struct {
+	st   Store
+	jobs Jobs
+	cfg  Config
+}
+
+// New returns an admin service on st and jobs.
+func New(st Store, jobs Jobs, cfg Config) *Service {
+	if cfg.StaleAfter <= 0 {
+		cfg.StaleAfter = DefaultStaleAfter
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Started.IsZero() {
+		cfg.Started = cfg.Now()
+	}
+	return &Service{st: st, jobs: jobs, cfg: cfg}
+}
+
+func (s *Service) now() time.Time { return s.cfg.Now().UTC() }
+
+// queueNames lists the registered queues by name.
+func (s *Service) queueNames(ctx context.Context) ([]store.QueueInfo, error) {
+	qs, err := s.st.QueueInfos(ctx)
+	if err != nil {
+		return nil, ojserr.Backend(err)
+	}
+	sort.Slice(qs, func(i, j int) bool { return qs[i].Name < qs[j].Name })
+	return qs, nil
+}
+
+func (s *Service) queueInfo(ctx context.Context, name string) (*store.QueueInfo, error) {
+	qs, err := s.queueNames(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for i := range qs {
+		if qs[i].Name == name {
+			return &qs[i], nil
+		}
+	}
+	return nil, nil
+}

@@ -1,0 +1,221 @@
+// Package conformance builds the public OJS conformance runner from a copy
+// of the suite (third_party/ojs-conformance); localstack/cmd/ojs-conformance
+// runs it against a local stack.
+//
+// The stored runner (v0.4.0, and its upstream at the time of writing)
+// does not evaluate three things some extension suites use: a step's
+// "capture" (a JSONPath saved under a name) with "{{name}}" references,
+// and the bare matchers {"$type": ...} and {"$gte": n} (it only knows
+// $type inside $exists). A test using them fails against any server. With
+// Options.Patch the runner is built with a Go -overlay that adds exactly
+// those, on the semantics the test files state; nothing else of the runner
+// and no test case changes. docs/admin.md lists the tests that need it.
+package conformance
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// Options configure Build.
+type Options struct {
+	// Dir is the conformance repository copy (shared/ojs-conformance).
+	Dir string
+	// Out is the runner binary to write.
+	Out string
+	// Patch adds capture and the bare $type/$gte/$gt/$lte/$lt matchers
+	// (see the package doc).
+	Patch bool
+}
+
+// edit is one textual change to a runner source file: Anchor must occur
+// exactly once and is replaced by Replace.
+type edit struct {
+	file, anchor, replace string
+}
+
+var edits = []edit{
+	{"lib/schema.go", "\tParallelWith string            `json:\"parallel_with,omitempty\"`\n",
+		"\tParallelWith string            `json:\"parallel_with,omitempty\"`\n\tCapture      map[string]string `json:\"capture,omitempty\"`\n"},
+	{"lib/assertions.go", "\tobj, ok := actual.(map[string]any)\n\tif !ok {\n\t\treturn fmt.Errorf(\"expected object, got %T: %v\", actual, actual)\n\t}\n\tfor key, exp := range expected {",
+		"\tif handled, err := matchBareOperators(expected, actual); handled {\n\t\treturn err\n\t}\n\tobj, ok := actual.(map[string]any)\n\tif !ok {\n\t\treturn fmt.Errorf(\"expected object, got %T: %v\", actual, actual)\n\t}\n\tfor key, exp := range expected {"},
+	{"runner/http/runner.go", "\t// Evaluate assertions\n\tvar failures []lib.Failure\n",
+		"\tsaveCaptures(step, sr, stepResults)\n\n\t// Evaluate assertions\n\tvar failures []lib.Failure\n"},
+	{"runner/http/runner.go", "func resolveTemplates(input string, stepResults map[string]*lib.StepResult) string {\n\treturn templateRefPattern.ReplaceAllStringFunc(input,",
+		"func resolveTemplates(input string, stepResults map[string]*lib.StepResult) string {\n\tinput = resolveCaptures(input, stepResults)\n\treturn templateRefPattern.ReplaceAllStringFunc(input,"},
+	{"runner/http/runner.go", "\tif !strings.Contains(s, \"{{steps.\") {\n\t\treturn matcher\n\t}",
+		"\tif !strings.Contains(s, \"{{\") {\n\t\treturn matcher\n\t}"},
+}
+
+// added files: the helpers the edits call.
+var added = map[string]string{
+	"lib/zz_ojs_serverless_matchers.go": `package lib
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// matchBareOperators evaluates {"$type": t} and numeric comparisons
+// ({"$gte": n}, "$gt", "$lte", "$lt") used without $exists. It reports
+// whether expected was such a matcher.
+func matchBareOperators(expected map[string]json.RawMessage, actual any) (bool, error) {
+	handled := false
+	if raw, ok := expected["$type"]; ok {
+		handled = true
+		var t string
+		if err := json.Unmarshal(raw, &t); err != nil {
+			return true, fmt.Errorf("invalid $type value: %s", string(raw))
+		}
+		if got := jsonType(actual); got != t {
+			return true, fmt.Errorf("expected type %q, got %q", t, got)
+		}
+	}
+	for _, op := range []string{"$gte", "$gt", "$lte", "$lt"} {
+		raw, ok := expected[op]
+		if !ok {
+			continue
+		}
+		handled = true
+		var want float64
+		if err := json.Unmarshal(raw, &want); err != nil {
+			return true, fmt.Errorf("invalid %s value: %s", op, string(raw))
+		}
+		n, ok := toFloat64(actual)
+		if !ok {
+			return true, fmt.Errorf("expected a number for %s, got %T: %v", op, actual, actual)
+		}
+		if (op == "$gte" && n < want) || (op == "$gt" && n <= want) || (op == "$lte" && n > want) || (op == "$lt" && n >= want) {
+			return true, fmt.Errorf("expected %s %v, got %v", op, want, n)
+		}
+	}
+	return handled, nil
+}
+`,
+	"runner/http/zz_ojs_serverless_capture.go": `package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"sync"
+
+	"github.com/openjobspec/ojs-conformance/lib"
+)
+
+// A step's "capture" saves values of its response under names; "{{name}}"
+// in later steps' paths, bodies and matchers refers to them. They are kept
+// in the test's step results under a reserved key.
+var (
+	captureMu  sync.Mutex
+	captureRef = regexp.MustCompile(` + "`\\{\\{([A-Za-z_][A-Za-z0-9_]*)\\}\\}`" + `)
+)
+
+const captureKey = "\x00capture:"
+
+func saveCaptures(step lib.Step, sr *lib.StepResult, stepResults map[string]*lib.StepResult) {
+	if len(step.Capture) == 0 || sr.Parsed == nil {
+		return
+	}
+	captureMu.Lock()
+	defer captureMu.Unlock()
+	for name, path := range step.Capture {
+		if v, err := lib.ResolveJSONPath(path, sr.Parsed); err == nil && v != nil {
+			stepResults[captureKey+name] = &lib.StepResult{Parsed: map[string]any{"v": v}}
+		}
+	}
+}
+
+func resolveCaptures(input string, stepResults map[string]*lib.StepResult) string {
+	captureMu.Lock()
+	defer captureMu.Unlock()
+	return captureRef.ReplaceAllStringFunc(input, func(m string) string {
+		name := captureRef.FindStringSubmatch(m)[1]
+		sr, ok := stepResults[captureKey+name]
+		if !ok {
+			return m
+		}
+		switch v := sr.Parsed["v"].(type) {
+		case string:
+			return v
+		case float64:
+			if v == float64(int64(v)) {
+				return fmt.Sprintf("%d", int64(v))
+			}
+			return fmt.Sprintf("%v", v)
+		default:
+			b, _ := json.Marshal(v)
+			return string(b)
+		}
+	})
+}
+`,
+}
+
+// Build compiles the runner to o.Out (with the overlay when o.Patch).
+func Build(ctx context.Context, o Options) error {
+	args := []string{"build", "-o", o.Out}
+	if o.Patch {
+		tmp, err := os.MkdirTemp("", "ojs-conformance-overlay-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		overlay, err := writeOverlay(o.Dir, tmp)
+		if err != nil {
+			return err
+		}
+		args = append(args, "-overlay", overlay)
+	}
+	args = append(args, "./runner/http")
+	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd.Dir = o.Dir
+	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("build the conformance runner: %v\n%s", err, out)
+	}
+	return nil
+}
+
+// writeOverlay writes the patched and added files into tmp and returns the
+// overlay file naming them.
+func writeOverlay(dir, tmp string) (string, error) {
+	replace := map[string]string{}
+	patched := map[string]string{}
+	for _, e := range edits {
+		src, ok := patched[e.file]
+		if !ok {
+			b, err := os.ReadFile(filepath.Join(dir, e.file))
+			if err != nil {
+				return "", err
+			}
+			src = string(b)
+		}
+		if n := strings.Count(src, e.anchor); n != 1 {
+			return "", fmt.Errorf("conformance runner patch: %s: anchor found %d times (the runner changed; update pkg/conformance)", e.file, n)
+		}
+		patched[e.file] = strings.Replace(src, e.anchor, e.replace, 1)
+	}
+	for f, src := range added {
+		patched[f] = src
+	}
+	for f, src := range patched {
+		p := filepath.Join(tmp, strings.ReplaceAll(f, "/", "_"))
+		if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
+			return "", err
+		}
+		abs, err := filepath.Abs(filepath.Join(dir, f))
+		if err != nil {
+			return "", err
+		}
+		replace[abs] = p
+	}
+	b, _ := json.Marshal(map[string]any{"Replace": replace})
+	ov := filepath.Join(tmp, "overlay.json")
+	return ov, os.WriteFile(ov, b, 0o644)
+}

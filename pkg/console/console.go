@@ -1,0 +1,643 @@
+// Package console is the operator's web console, served by the API
+// function under /ojs/admin/: a dashboard of queues and throughput, job
+// search and job pages, the dead letter queue, workers, cron schedules and
+// workflow pages that draw each workflow as a graph, updated live.
+//
+// Pages are rendered on the server (html/template, SVG for charts and
+// graphs) from the same services the Admin API uses; the assets are
+// embedded and nothing is loaded from elsewhere, so it works offline. A
+// small hand-written script (static/console.js) refreshes marked parts of
+// a page in place. With an auth token configured, the console asks for
+// that token once and keeps it in an HttpOnly, SameSite=Strict cookie;
+// state-changing forms are also checked for a same-origin request.
+package console
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/ojs-aws/ojs-serverless/pkg/admin"
+	"github.com/ojs-aws/ojs-serverless/pkg/cron"
+	"github.com/ojs-aws/ojs-serverless/pkg/events"
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
+)
+
+// Prefix is where the console is served.
+const Prefix = "/ojs/admin/"
+
+//go:embed templates/*.html static/*
+var assets embed.FS
+
+// Workflows reads workflows (implemented by *workflow.Engine).
+type Workflows interface {
+	Get(ctx context.Context, id string) (*workflow.View, error)
+}
+
+// Crons lists cron schedules (implemented by *cron.Service).
+type Crons interface {
+	List(ctx context.Context, enabled *bool) ([]cron.View, error)
+}
+
+// Config configures the console. Admin is required.
+type Config struct {
+	Admin *admin.Service
+	// Workflows, when set, serves the workflow pages.
+	Workflows Workflows
+	// Crons, when set, serves the cron page.
+	Crons Crons
+	// AuthToken, when set, is required (bearer header or the console's
+	// cookie) on every console page.
+	AuthToken string
+	// IsPush tells push-mode queues (may be nil).
+	IsPush func(string) bool
+	// Logger receives errors. Default slog.Default().
+	Logger *slog.Logger
+	// Refresh is how often live parts refresh. Default 1 s for workflow
+	// graphs, 5 s for the dashboard.
+	Refresh time.Duration
+}
+
+// Console serves the web console.
+type Console struct {
+	cfg   Config
+	pages map[string]*template.Template
+}
+
+// Route is one console route: a ServeMux pattern with its method.
+type Route struct {
+	Method, Pattern string
+	Handler         http.HandlerFunc
+}
+
+var funcs = template.FuncMap{
+	"json": func(v any) string {
+		b, _ := json.MarshalIndent(v, "", "  ")
+		return string(b)
+	},
+	"short": func(s string) string {
+		if len(s) > 13 {
+			return s[:8] + "…" + s[len(s)-4:]
+		}
+		return s
+	},
+	"pathesc":  url.PathEscape,
+	"queryesc": url.QueryEscape,
+	"add":      func(a, b int) int { return a + b },
+	"stateclass": func(s any) string {
+		return cls(fmt.Sprint(s))
+	},
+}
+
+// New returns a console.
+func New(cfg Config) (*Console, error) {
+	if cfg.Admin == nil {
+		return nil, errors.New("console: Admin is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Refresh <= 0 {
+		cfg.Refresh = time.Second
+	}
+	c := &Console{cfg: cfg, pages: map[string]*template.Template{}}
+	names, err := fs.Glob(assets, "templates/*.html")
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range names {
+		base := strings.TrimSuffix(strings.TrimPrefix(n, "templates/"), ".html")
+		if base == "layout" {
+			continue
+		}
+		t, err := template.New("layout.html").Funcs(funcs).ParseFS(assets, "templates/layout.html", n)
+		if err != nil {
+			return nil, fmt.Errorf("console template %s: %w", n, err)
+		}
+		c.pages[base] = t
+	}
+	return c, nil
+}
+
+// Routes lists the console's routes.
+func (c *Console) Routes() []Route {
+	g, p := http.MethodGet, http.MethodPost
+	rs := []Route{
+		{g, "/ojs/admin", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, Prefix, http.StatusMovedPermanently) }},
+		{g, Prefix + "{$}", c.auth(c.dashboard)},
+		{g, Prefix + "fragments/dashboard", c.auth(c.dashboardFragment)},
+		{p, Prefix + "queues/{name}/pause", c.auth(c.pause(true))},
+		{p, Prefix + "queues/{name}/resume", c.auth(c.pause(false))},
+		{g, Prefix + "jobs", c.auth(c.jobs)},
+		{g, Prefix + "jobs/{id}", c.auth(c.job)},
+		{p, Prefix + "jobs/{id}/retry", c.auth(c.retryJob)},
+		{p, Prefix + "jobs/{id}/cancel", c.auth(c.cancelJob)},
+		{g, Prefix + "dead-letter", c.auth(c.deadLetter)},
+		{p, Prefix + "dead-letter/{id}/retry", c.auth(c.retryJob)},
+		{p, Prefix + "dead-letter/{id}/delete", c.auth(c.deleteDead)},
+		{g, Prefix + "workers", c.auth(c.workers)},
+		{p, Prefix + "workers/{id}/quiet", c.auth(c.quietWorker)},
+		{p, Prefix + "workers/{id}/deregister", c.auth(c.deregister)},
+		{g, Prefix + "cron", c.auth(c.crons)},
+		{g, Prefix + "workflows", c.auth(c.workflows)},
+		{g, Prefix + "workflows/{id}", c.auth(c.workflow)},
+		{g, Prefix + "workflows/{id}/graph", c.auth(c.workflowGraph)},
+		{g, Prefix + "static/{file}", c.static},
+		{g, Prefix + "login", c.loginPage},
+		{p, Prefix + "login", c.login},
+		{p, Prefix + "logout", c.logout},
+	}
+	return rs
+}
+
+const cookieName = "ojs_console"
+
+func sum(s string) [32]byte { return sha256.Sum256([]byte(s)) }
+
+// authorized checks the bearer header or the console cookie against the
+// token (constant time, on hashes of equal length).
+func (c *Console) authorized(r *http.Request) bool {
+	if c.cfg.AuthToken == "" {
+		return true
+	}
+	want := sum(c.cfg.AuthToken)
+	if got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+		s := sum(got)
+		if subtle.ConstantTimeCompare(s[:], want[:]) == 1 {
+			return true
+		}
+	}
+	if ck, err := r.Cookie(cookieName); err == nil {
+		s := sum(ck.Value)
+		return subtle.ConstantTimeCompare(s[:], want[:]) == 1
+	}
+	return false
+}
+
+// sameOrigin refuses a cross-site form post (the cookie is SameSite=Strict
+// already; this also covers browsers that ignore it).
+func sameOrigin(r *http.Request) bool {
+	if site := r.Header.Get("Sec-Fetch-Site"); site != "" {
+		return site == "same-origin" || site == "none"
+	}
+	if o := r.Header.Get("Origin"); o != "" && o != "null" {
+		u, err := url.Parse(o)
+		return err == nil && u.Host == r.Host
+	}
+	return true
+}
+
+func (c *Console) auth(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !c.authorized(r) {
+			if r.Method == http.MethodGet && r.Header.Get("X-Console-Fragment") == "" {
+				http.Redirect(w, r, Prefix+"login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+				return
+			}
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			w.WriteHeader(http.StatusUnauthorized)
+			_, _ = w.Write([]byte("Missing or invalid token.\n"))
+			return
+		}
+		if r.Method == http.MethodPost && !sameOrigin(r) {
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			w.WriteHeader(http.StatusForbidden)
+			_, _ = w.Write([]byte("Cross-site request refused.\n"))
+			return
+		}
+		h(w, r)
+	}
+}
+
+// page is what every template receives.
+type page struct {
+	Title   string
+	Nav     string
+	Auth    bool
+	Flash   string
+	Error   string
+	Refresh int64
+	Data    any
+}
+
+func (c *Console) render(w http.ResponseWriter, r *http.Request, name string, status int, p page) {
+	t := c.pages[name]
+	var buf bytes.Buffer
+	p.Auth = c.cfg.AuthToken != ""
+	if p.Flash == "" {
+		p.Flash = r.URL.Query().Get("flash")
+	}
+	p.Refresh = c.cfg.Refresh.Milliseconds()
+	tmpl := "layout.html"
+	if r.Header.Get("X-Console-Fragment") != "" {
+		tmpl = "content"
+	}
+	if err := t.ExecuteTemplate(&buf, tmpl, p); err != nil {
+		c.cfg.Logger.ErrorContext(r.Context(), "console render failed", "page", name, "error", err.Error())
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(http.StatusInternalServerError)
+		_, _ = w.Write([]byte("The page could not be rendered.\n"))
+		return
+	}
+	setHTMLHeaders(w)
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+func setHTMLHeaders(w http.ResponseWriter) {
+	h := w.Header()
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Referrer-Policy", "same-origin")
+	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; frame-ancestors 'none'; form-action 'self'")
+}
+
+// fail renders an error page with the OJS error's status and message
+// (never a backend's internals).
+func (c *Console) fail(w http.ResponseWriter, r *http.Request, err error) {
+	e := ojserr.As(err)
+	msg := e.Message
+	if e.Status() >= 500 {
+		c.cfg.Logger.ErrorContext(r.Context(), "console request failed", "path", r.URL.Path, "error", err.Error())
+		msg = "The backend failed; try again."
+	}
+	c.render(w, r, "error", e.Status(), page{Title: "Error", Error: msg})
+}
+
+// back redirects a form post to where it came from (a console page named
+// by the form's "back" field, else to), with a message.
+func back(w http.ResponseWriter, r *http.Request, to, flash string) {
+	if f := r.FormValue("back"); strings.HasPrefix(f, Prefix) && !strings.HasPrefix(f, "//") {
+		to = f
+	}
+	u, err := url.Parse(to)
+	if err != nil {
+		u = &url.URL{Path: Prefix}
+	}
+	q := u.Query()
+	q.Set("flash", flash)
+	u.RawQuery = q.Encode()
+	http.Redirect(w, r, u.String(), http.StatusSeeOther)
+}
+
+func (c *Console) static(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("file")
+	b, err := assets.ReadFile("static/" + name)
+	if err != nil || strings.Contains(name, "/") {
+		http.NotFound(w, r)
+		return
+	}
+	ct := "text/plain; charset=utf-8"
+	switch {
+	case strings.HasSuffix(name, ".css"):
+		ct = "text/css; charset=utf-8"
+	case strings.HasSuffix(name, ".js"):
+		ct = "text/javascript; charset=utf-8"
+	case strings.HasSuffix(name, ".svg"):
+		ct = "image/svg+xml"
+	}
+	w.Header().Set("Content-Type", ct)
+	w.Header().Set("Cache-Control", "public, max-age=300")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	_, _ = w.Write(b)
+}
+
+func (c *Console) loginPage(w http.ResponseWriter, r *http.Request) {
+	next := r.URL.Query().Get("next")
+	c.render(w, r, "login", http.StatusOK, page{Title: "Sign in", Data: map[string]any{"Next": next, "NoToken": c.cfg.AuthToken == ""}})
+}
+
+func (c *Console) login(w http.ResponseWriter, r *http.Request) {
+	if !sameOrigin(r) {
+		w.WriteHeader(http.StatusForbidden)
+		return
+	}
+	tok := r.FormValue("token")
+	next := r.FormValue("next")
+	if !strings.HasPrefix(next, Prefix) || strings.HasPrefix(next, "//") {
+		next = Prefix
+	}
+	if c.cfg.AuthToken != "" {
+		s, want := sum(tok), sum(c.cfg.AuthToken)
+		if subtle.ConstantTimeCompare(s[:], want[:]) != 1 {
+			c.render(w, r, "login", http.StatusUnauthorized, page{Title: "Sign in", Error: "That token is not valid.", Data: map[string]any{"Next": next}})
+			return
+		}
+		http.SetCookie(w, &http.Cookie{Name: cookieName, Value: tok, Path: Prefix, HttpOnly: true, SameSite: http.SameSiteStrictMode,
+			Secure: r.TLS != nil || r.Header.Get("X-Forwarded-Proto") == "https", MaxAge: 12 * 3600})
+	}
+	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+func (c *Console) logout(w http.ResponseWriter, r *http.Request) {
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: Prefix, HttpOnly: true, SameSite: http.SameSiteStrictMode, MaxAge: -1})
+	http.Redirect(w, r, Prefix+"login", http.StatusSeeOther)
+}
+
+// dashboardData is the dashboard's content.
+type dashboardData struct {
+	Stats   *admin.Stats
+	Queues  []admin.Queue
+	History *admin.History
+	Chart   template.HTML
+}
+
+func (c *Console) dashboardData(ctx context.Context) (*dashboardData, error) {
+	st, err := c.cfg.Admin.Stats(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ql, err := c.cfg.Admin.Queues(ctx, 1, admin.MaxPerPage, c.cfg.IsPush)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now().UTC()
+	h, err := c.cfg.Admin.History(ctx, admin.HistoryQuery{Period: time.Minute, PeriodName: "1m", Since: now.Add(-time.Hour), Until: now})
+	if err != nil {
+		return nil, err
+	}
+	return &dashboardData{Stats: st, Queues: ql.Items, History: h, Chart: Chart(h)}, nil
+}
+
+func (c *Console) dashboard(w http.ResponseWriter, r *http.Request) {
+	d, err := c.dashboardData(r.Context())
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	c.render(w, r, "dashboard", http.StatusOK, page{Title: "Dashboard", Nav: "dashboard", Data: d})
+}
+
+func (c *Console) dashboardFragment(w http.ResponseWriter, r *http.Request) {
+	r.Header.Set("X-Console-Fragment", "1")
+	c.dashboard(w, r)
+}
+
+func (c *Console) pause(paused bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		name := r.PathValue("name")
+		if _, err := c.cfg.Admin.SetPaused(r.Context(), name, paused); err != nil {
+			c.fail(w, r, err)
+			return
+		}
+		verb := "resumed"
+		if paused {
+			verb = "paused"
+		}
+		back(w, r, Prefix, fmt.Sprintf("Queue %s %s.", name, verb))
+	}
+}
+
+// jobsData is the job search page's content.
+type jobsData struct {
+	Query      url.Values
+	States     []job.State
+	Queues     []string
+	Page       *admin.JobPage
+	NextURL    string
+	SearchNote string
+}
+
+func (c *Console) jobs(w http.ResponseWriter, r *http.Request) {
+	v := r.URL.Query()
+	v.Del("flash")
+	for k, vals := range v {
+		if len(vals) == 0 || vals[0] == "" {
+			v.Del(k)
+		}
+	}
+	d := &jobsData{Query: v, States: job.States}
+	if qs, err := c.cfg.Admin.Queues(r.Context(), 1, admin.MaxPerPage, nil); err == nil {
+		for _, q := range qs.Items {
+			d.Queues = append(d.Queues, q.Name)
+		}
+	}
+	q, err := admin.ParseJobQuery(v)
+	if err == nil {
+		d.Page, err = c.cfg.Admin.SearchJobs(r.Context(), q)
+	}
+	if err != nil {
+		e := ojserr.As(err)
+		if e.Status() >= 500 {
+			c.fail(w, r, err)
+			return
+		}
+		c.render(w, r, "jobs", http.StatusBadRequest, page{Title: "Jobs", Nav: "jobs", Error: e.Message, Data: d})
+		return
+	}
+	if d.Page.Pagination.NextCursor != "" {
+		n := url.Values{}
+		for k, vals := range v {
+			n[k] = vals
+		}
+		n.Set("cursor", d.Page.Pagination.NextCursor)
+		d.NextURL = Prefix + "jobs?" + n.Encode()
+	}
+	if d.Page.Window != nil {
+		d.SearchNote = fmt.Sprintf("Read from the event log between %s and %s.", d.Page.Window.Since, d.Page.Window.Until)
+	} else {
+		d.SearchNote = "Read from the queue indexes (every job in that state)."
+	}
+	c.render(w, r, "jobs", http.StatusOK, page{Title: "Jobs", Nav: "jobs", Data: d})
+}
+
+// jobData is the job page's content.
+type jobData struct {
+	Job      *job.Job
+	Envelope map[string]any
+	Events   []events.Event
+	Errors   []job.ErrorInfo
+}
+
+func (c *Console) job(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	env, j, err := c.cfg.Admin.JobDetail(r.Context(), id)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	evs, err := c.cfg.Admin.JobEvents(r.Context(), id, 200)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	errs := append([]job.ErrorInfo(nil), j.Errors...)
+	sort.SliceStable(errs, func(a, b int) bool { return errs[a].Attempt > errs[b].Attempt })
+	c.render(w, r, "job", http.StatusOK, page{Title: "Job " + id, Nav: "jobs", Data: &jobData{Job: j, Envelope: env, Events: evs, Errors: errs}})
+}
+
+func (c *Console) retryJob(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if _, err := c.cfg.Admin.RetryJob(r.Context(), id); err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	back(w, r, Prefix+"jobs/"+url.PathEscape(id), "Job retried: it is available again with its attempts reset.")
+}
+
+func (c *Console) cancelJob(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if _, _, err := c.cfg.Admin.CancelJob(r.Context(), id); err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	back(w, r, Prefix+"jobs/"+url.PathEscape(id), "Job cancelled.")
+}
+
+func (c *Console) deleteDead(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if err := c.cfg.Admin.DeleteDead(r.Context(), id); err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	back(w, r, Prefix+"dead-letter", "Job "+id+" deleted.")
+}
+
+// deadData is the dead letter page's content.
+type deadData struct {
+	List    *admin.DeadList
+	Queue   string
+	NextURL string
+}
+
+func (c *Console) deadLetter(w http.ResponseWriter, r *http.Request) {
+	v := url.Values{}
+	for _, k := range []string{"queue", "cursor", "type"} {
+		if x := r.URL.Query().Get(k); x != "" {
+			v.Set(k, x)
+		}
+	}
+	q, err := admin.ParseJobQuery(v)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	l, err := c.cfg.Admin.DeadLetter(r.Context(), q)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	d := &deadData{List: l, Queue: v.Get("queue")}
+	if l.Pagination.NextCursor != "" {
+		v.Set("cursor", l.Pagination.NextCursor)
+		d.NextURL = Prefix + "dead-letter?" + v.Encode()
+	}
+	c.render(w, r, "deadletter", http.StatusOK, page{Title: "Dead letter", Nav: "dead-letter", Data: d})
+}
+
+func (c *Console) workers(w http.ResponseWriter, r *http.Request) {
+	l, err := c.cfg.Admin.Workers(r.Context(), 1, admin.MaxWorkers)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	c.render(w, r, "workers", http.StatusOK, page{Title: "Workers", Nav: "workers", Data: l})
+}
+
+func (c *Console) quietWorker(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if _, err := c.cfg.Admin.QuietWorker(r.Context(), id); err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	back(w, r, Prefix+"workers", "Worker "+id+" will be told to go quiet on its next heartbeat.")
+}
+
+func (c *Console) deregister(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if err := c.cfg.Admin.Deregister(r.Context(), id); err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	back(w, r, Prefix+"workers", "Worker "+id+" deregistered.")
+}
+
+func (c *Console) crons(w http.ResponseWriter, r *http.Request) {
+	var vs []cron.View
+	if c.cfg.Crons != nil {
+		var err error
+		if vs, err = c.cfg.Crons.List(r.Context(), nil); err != nil {
+			c.fail(w, r, err)
+			return
+		}
+	}
+	c.render(w, r, "cron", http.StatusOK, page{Title: "Cron", Nav: "cron", Data: vs})
+}
+
+func (c *Console) workflows(w http.ResponseWriter, r *http.Request) {
+	if id := strings.TrimSpace(r.URL.Query().Get("id")); id != "" {
+		http.Redirect(w, r, Prefix+"workflows/"+url.PathEscape(id), http.StatusSeeOther)
+		return
+	}
+	refs, err := c.cfg.Admin.RecentWorkflows(r.Context())
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	c.render(w, r, "workflows", http.StatusOK, page{Title: "Workflows", Nav: "workflows", Data: refs})
+}
+
+// workflowData is the workflow page's content.
+type workflowData struct {
+	ID       string
+	View     map[string]any
+	Graph    template.HTML
+	State    string
+	Final    bool
+	Metadata map[string]any
+}
+
+func (c *Console) workflowData(ctx context.Context, id string) (*workflowData, error) {
+	if c.cfg.Workflows == nil {
+		return nil, ojserr.NotFoundf("workflow", id)
+	}
+	v, err := c.cfg.Workflows.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	// The JSON form, as GET /ojs/v1/workflows/{id} answers it.
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, ojserr.Backend(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, ojserr.Backend(err)
+	}
+	g := Layout(m)
+	state, _ := m["state"].(string)
+	meta, _ := m["metadata"].(map[string]any)
+	return &workflowData{ID: id, View: m, Graph: g.SVG(func(jid string) string { return Prefix + "jobs/" + url.PathEscape(jid) }),
+		State: state, Final: state == "completed" || state == "failed" || state == "cancelled", Metadata: meta}, nil
+}
+
+func (c *Console) workflow(w http.ResponseWriter, r *http.Request) {
+	d, err := c.workflowData(r.Context(), r.PathValue("id"))
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	c.render(w, r, "workflow", http.StatusOK, page{Title: "Workflow " + d.ID, Nav: "workflows", Data: d})
+}
+
+func (c *Console) workflowGraph(w http.ResponseWriter, r *http.Request) {
+	r.Header.Set("X-Console-Fragment", "1")
+	c.workflow(w, r)
+}
