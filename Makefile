@@ -23,7 +23,7 @@ EMU_STAMP   := localstack/node_modules/.package-lock.json
 help:
 	@echo "make dev          run the offline local stack on http://localhost:8080 with a demo (Ctrl-C stops it)"
 	@echo "make test         run every test, then the public OJS conformance suite (starts and stops its own emulators)"
-	@echo "make conformance  the public OJS conformance suite (levels 0-4 and the claimed extensions) against a fresh local stack"
+	@echo "make conformance  the public OJS conformance suite (levels 0-4, then the extensions the manifest claims) against a fresh local stack"
 	@echo "make fuzz         run every fuzz target under pkg/ for FUZZTIME (default 30s) each"
 	@echo "make soak         the fault-injection soak: 1,000 workflows under injected faults (SOAK_WORKFLOWS, SOAK_SEED)"
 	@echo "make conformance-ext   the OJS extension suites the manifest claims, against a stack on free ports"
@@ -116,6 +116,7 @@ conformance: emulators build-local
 	@cd $(CONFORMANCE_DIR) && GOFLAGS=-mod=mod $(GO) build -o $(CURDIR)/.local/ojs-conformance-runner ./runner/http
 	$(GO) run ./localstack/cmd/ojs-conformance -runner .local/ojs-conformance-runner -bin $(LOCAL_BIN) \
 		-suites $(CONFORMANCE_DIR)/suites -dirs $(CONFORMANCE_SUITES) -expected docs/conformance-expected-failures.txt
+	$(MAKE) --no-print-directory conformance-ext
 
 test-unit: prereqs
 	$(GO) test -count=1 ./pkg/job/... ./pkg/retry/... ./pkg/ojserr/... ./pkg/topology/...
