@@ -359,3 +359,45 @@ func TestRetryAfterTimeout(t *testing.T) {
 	_ = store.RootPath
 	_ = fmt.Sprint
 }
+
+func TestControlValidation(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	leaf := `{"type":"a.b","args":[]}`
+	for _, tc := range []struct{ body, want string }{
+		{`{"type":"chain","timeout_ms":0,"steps":[` + leaf + `]}`, `$.timeout_ms`},
+		{`{"type":"chain","timeout_ms":"5s","steps":[` + leaf + `]}`, `$.timeout_ms`},
+		{`{"type":"chain","steps":[{"type":"group","timeout_ms":-1,"jobs":[` + leaf + `]}]}`, `$.steps[0].timeout_ms`},
+		{`{"type":"chain","steps":[{"type":"a.b","args":[],"compensate":{"type":"group","jobs":[` + leaf + `]}}]}`, `$.steps[0].compensate`},
+		{`{"type":"chain","steps":[{"type":"a.b","args":[],"compensate":{"type":"Bad","args":[]}}]}`, `$.steps[0].compensate.type`},
+		{`{"type":"chain","steps":[` + leaf + `],"on_failure":{"type":"group","jobs":[` + leaf + `]}}`, `$.on_failure`},
+		{`{"type":"chain","steps":[` + leaf + `],"on_cancel":{"type":"chain","steps":[{"type":"group","jobs":[` + leaf + `]}]}}`, `$.on_cancel.steps[0]`},
+		{`{"type":"chain","steps":[{"type":"group","on_failure":` + leaf + `,"jobs":[` + leaf + `]}]}`, `$.steps[0]`},
+		{`{"timeout_ms":-5,"steps":[{"id":"a","type":"a.b","args":[],"depends_on":[]}]}`, `$.timeout_ms`},
+	} {
+		_, err := workflow.Parse([]byte(tc.body), now)
+		e := ojserr.As(err)
+		ps, _ := e.Details["validation_errors"].([]workflow.Problem)
+		found := false
+		for _, p := range ps {
+			found = found || p.Path == tc.want
+		}
+		if e.Code != ojserr.InvalidWorkflow || !found {
+			t.Fatalf("%s: %v %v, want a problem at %s", tc.body, err, ps, tc.want)
+		}
+	}
+	var many []string
+	for i := 0; i <= workflow.MaxCompensations; i++ {
+		many = append(many, `{"type":"a.b","args":[],"compensate":{"type":"a.undo","args":[]}}`)
+	}
+	_, err := workflow.Parse([]byte(`{"type":"group","jobs":[`+strings.Join(many, ",")+`]}`), now)
+	if e := ojserr.As(err); e.Code != ojserr.InvalidWorkflow || !strings.Contains(e.Message, "compensate") {
+		t.Fatalf("too many compensations: %v", err)
+	}
+	p, err := workflow.Parse([]byte(`{"type":"chain","timeout_ms":5000,"steps":[{"type":"a.b","args":[],"compensate":{"type":"a.undo","args":[1]}}],
+		"on_failure":{"type":"chain","steps":[`+leaf+`,`+leaf+`]},"on_cancel":`+leaf+`}`), now)
+	if err != nil || p.Root.TimeoutMS != 5000 || len(p.Root.Children[0].Compensate) == 0 || p.Root.Handlers["on_failure"].Kind != "chain" ||
+		p.Root.Handlers["on_cancel"].Kind != "job" || p.Jobs != 1 || strings.Contains(string(p.Root.Children[0].Request), "compensate") {
+		t.Fatalf("valid control fields: %+v %v", p, err)
+	}
+}
