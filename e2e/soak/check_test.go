@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -157,6 +158,10 @@ func verify(plans []*wfPlan, snap *snapshot, views map[string]map[string]any, po
 			fail("workflow %d (%s): not in the table", w.index, w.id)
 			continue
 		}
+		if w.kind == "timed" {
+			checkTimed(w, nodes, snap, views, want, t, fail)
+			continue
+		}
 		var eval func(n *node, run bool) (ok bool)
 		counted := map[string]int{}
 		eval = func(n *node, run bool) bool {
@@ -280,6 +285,9 @@ func verify(plans []*wfPlan, snap *snapshot, views map[string]map[string]any, po
 			return ok
 		}
 		eval(w.root, true)
+		if w.kind == "saga" {
+			checkSaga(w, nodes, snap, want, fail)
+		}
 		state := nodes["/"].State
 		t.wfState[w.kind+"/"+w.mode+"/"+string(state)]++
 		v := views[w.id]
@@ -325,6 +333,115 @@ func parentPath(p string) string {
 		return "/"
 	}
 	return p[:i]
+}
+
+// checkSaga checks a failed saga's compensation: every step that
+// completed is undone exactly once, the latest completion first, each
+// compensation with its step's result; a saga that completed undoes
+// nothing.
+func checkSaga(w *wfPlan, nodes map[string]*store.Node, snap *snapshot, want map[string]bool, fail func(string, ...any)) {
+	root := nodes["/"]
+	type done struct {
+		path string
+		at   time.Time
+	}
+	var completed []done
+	for _, c := range w.root.children {
+		if j := snap.jobs[workflow.JobID(w.id, c.path)]; j != nil && j.State == job.Completed && j.CompletedAt != nil {
+			completed = append(completed, done{c.path, *j.CompletedAt})
+		}
+	}
+	sort.Slice(completed, func(a, b int) bool {
+		if !completed[a].at.Equal(completed[b].at) {
+			return completed[a].at.After(completed[b].at)
+		}
+		return completed[a].path > completed[b].path
+	})
+	if root.State != wfstate.Failed {
+		if root.Compensation != "" {
+			fail("wf %d: a %s saga has compensation %q", w.index, root.State, root.Compensation)
+		}
+		return
+	}
+	if root.Compensation != store.CompensationCompleted {
+		fail("wf %d: a failed saga's compensation is %q, want completed", w.index, root.Compensation)
+	}
+	for k, d := range completed {
+		id := workflow.JobID(w.id, fmt.Sprintf("/~compensate/s%d", k))
+		want[id] = true
+		j := snap.jobs[id]
+		if j == nil || j.State != job.Completed {
+			fail("wf %d: compensation %d (undoing %s) is missing or not completed: %v", w.index, k, d.path, j)
+			continue
+		}
+		var pr struct {
+			Compensates string `json:"compensates"`
+		}
+		_ = json.Unmarshal(j.ParentResults, &pr)
+		if "/"+pr.Compensates != d.path {
+			fail("wf %d: compensation %d undoes %q, want %s (latest completion first)", w.index, k, pr.Compensates, d.path)
+		}
+	}
+	if j := snap.jobs[workflow.JobID(w.id, fmt.Sprintf("/~compensate/s%d", len(completed)))]; j != nil {
+		fail("wf %d: a compensation beyond the %d completed steps exists", w.index, len(completed))
+	}
+	evs := map[string]int{}
+	for _, e := range snap.wfEvts[w.id] {
+		evs[e]++
+	}
+	if evs["workflow.compensating"] != 1 || evs["workflow.compensated"] != 1 {
+		fail("wf %d: compensation events %v", w.index, evs)
+	}
+}
+
+// checkTimed checks a group whose timeout raced its jobs: it ended once,
+// completed if and only if every job completed; a job the timeout stopped
+// was cancelled before it started, and the workflow then failed with
+// workflow_timeout; every job is terminal and ran at most once per
+// attempt.
+func checkTimed(w *wfPlan, nodes map[string]*store.Node, snap *snapshot, views map[string]map[string]any, want map[string]bool,
+	t *tally, fail func(string, ...any)) {
+	root := nodes["/"]
+	all, cancelled := true, 0
+	for _, c := range w.root.children {
+		id := workflow.JobID(w.id, c.path)
+		want[id] = true
+		j := snap.jobs[id]
+		if j == nil {
+			fail("wf %d %s: the job was never created (lost)", w.index, c.path)
+			continue
+		}
+		if j.State != job.Completed {
+			all = false
+		}
+		if j.State == job.Cancelled {
+			cancelled++
+			if j.StartedAt != nil && j.Attempt > 0 && len(j.Errors) == 0 {
+				fail("wf %d %s: a job that had started was cancelled by the timeout", w.index, c.path)
+			}
+		}
+	}
+	switch {
+	case all && root.State != wfstate.Completed && !strings.Contains(root.Error, workflow.ErrorCodeTimeout):
+		fail("wf %d: every job completed but the workflow is %s", w.index, root.State)
+	case !all && root.State != wfstate.Failed:
+		fail("wf %d: a job did not complete but the workflow is %s", w.index, root.State)
+	case cancelled > 0 && !strings.Contains(root.Error, workflow.ErrorCodeTimeout):
+		fail("wf %d: %d jobs cancelled without a timeout (error %q)", w.index, cancelled, root.Error)
+	}
+	evs := 0
+	for _, e := range snap.wfEvts[w.id] {
+		if e == "workflow.timed_out" {
+			evs++
+		}
+	}
+	if strings.Contains(root.Error, workflow.ErrorCodeTimeout) != (evs == 1) || evs > 1 {
+		fail("wf %d: %d workflow.timed_out events, error %q", w.index, evs, root.Error)
+	}
+	t.wfState[w.kind+"/"+w.mode+"/"+string(root.State)]++
+	if v := views[w.id]; v == nil || v["state"] != string(root.State) {
+		fail("wf %d: API view %v, table %s", w.index, v["state"], root.State)
+	}
 }
 
 // checkJob checks one leaf's job: terminal, result, outcome as planned

@@ -37,6 +37,12 @@ type node struct {
 	callbacks map[string]*node
 	// deps are a graph step's dependencies (indexes of its siblings).
 	deps []int
+	// compensate marks a step that carries a compensate job (saga).
+	compensate bool
+	// sleepMS makes a push-mode leaf sleep (timed workflows).
+	sleepMS int
+	// timeoutMS is the workflow's timeout (timed workflows).
+	timeoutMS int
 	// leaves
 	behave   string
 	pull     bool
@@ -48,7 +54,7 @@ type node struct {
 type wfPlan struct {
 	id    string
 	index int
-	kind  string // chain, group, batch, nested, graph
+	kind  string // chain, group, batch, nested, graph, saga, timed
 	mode  string // push, pull, mixed
 	root  *node
 }
@@ -141,6 +147,39 @@ func (p *planner) graph() *node {
 	return n
 }
 
+// saga builds a chain of 3 or 4 steps that each carry a compensate job;
+// the last one fails more often than not, so the completed steps are
+// undone.
+func (p *planner) saga() *node {
+	n := &node{kind: "chain", path: "/"}
+	count := 3 + p.r.IntN(2)
+	for i := 0; i < count; i++ {
+		c := p.leaf(childPath("/", "s"+strconv.Itoa(i)), false)
+		c.compensate = true
+		if i == count-1 && p.r.Float64() < 0.6 {
+			c.behave = behaveFail
+		}
+		n.children = append(n.children, c)
+	}
+	return n
+}
+
+// timed builds a group whose timeout races its jobs: push-mode jobs sleep
+// 100 to 1,500 ms, the timeout is 300 to 3,000 ms, so it ends either way.
+func (p *planner) timed() *node {
+	n := &node{kind: "group", path: "/", timeoutMS: 300 + p.r.IntN(2700)}
+	count := 2 + p.r.IntN(4)
+	for i := 0; i < count; i++ {
+		c := p.leaf(childPath("/", "j"+strconv.Itoa(i)), false)
+		c.behave = behaveOK
+		if !c.pull {
+			c.sleepMS = 100 + p.r.IntN(1400)
+		}
+		n.children = append(n.children, c)
+	}
+	return n
+}
+
 // plan draws n workflows from the seed: chains, groups and batches of
 // leaves, and workflows nested three levels deep, in push, pull and mixed
 // mode.
@@ -160,12 +199,18 @@ func plan(n int, seed uint64) []*wfPlan {
 		p := &planner{r: r, mode: w.mode, wf: i}
 		kinds := []string{"chain", "group", "batch"}
 		switch x := r.Float64(); {
-		case x < 0.55:
+		case x < 0.45:
 			w.kind = kinds[r.IntN(3)]
 			w.root = p.composite(w.kind, "/", 1, 1, false)
-		case x < 0.75:
+		case x < 0.6:
 			w.kind = "graph"
 			w.root = p.graph()
+		case x < 0.7:
+			w.kind = "saga"
+			w.root = p.saga()
+		case x < 0.8:
+			w.kind = "timed"
+			w.root = p.timed()
 		default:
 			w.kind = "nested"
 			w.root = p.composite(kinds[r.IntN(3)], "/", 1, 3, true)
@@ -209,14 +254,30 @@ func render(n *node) map[string]any {
 		if n.behave == behaveFail {
 			max = failMaxAttempts
 		}
-		return map[string]any{"type": typ, "args": []any{n.tag}, "options": map[string]any{"queue": q,
+		args := []any{n.tag}
+		if n.sleepMS > 0 {
+			typ, args = "test.sleep", []any{n.sleepMS}
+		}
+		m := map[string]any{"type": typ, "args": args, "options": map[string]any{"queue": q,
 			"retry": map[string]any{"max_attempts": max, "initial_interval_ms": 200, "backoff_coefficient": 1, "jitter": false}}}
+		if n.compensate {
+			ctyp := "test.echo"
+			if n.pull {
+				ctyp = "soak." + behaveOK
+			}
+			m["compensate"] = map[string]any{"type": ctyp, "args": []any{"undo " + n.tag}, "options": map[string]any{"queue": q,
+				"retry": map[string]any{"max_attempts": okMaxAttempts, "initial_interval_ms": 200, "backoff_coefficient": 1, "jitter": false}}}
+		}
+		return m
 	}
 	kids := make([]any, len(n.children))
 	for i, c := range n.children {
 		kids[i] = render(c)
 	}
 	m := map[string]any{"type": n.kind}
+	if n.timeoutMS > 0 {
+		m["timeout_ms"] = n.timeoutMS
+	}
 	if n.kind == "chain" {
 		m["steps"] = kids
 	} else {
