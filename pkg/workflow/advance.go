@@ -122,6 +122,11 @@ func (e *Engine) finish(ctx context.Context, wf, path string, ok bool, w store.N
 	w.From = []wfstate.State{wfstate.Waiting, wfstate.Running}
 	if path == store.RootPath {
 		w.From = []wfstate.State{wfstate.Running}
+		if len(w.AddOK) == 0 && len(w.AddFail) == 0 {
+			// Decided from counts read earlier: not while a retry is
+			// forgetting them (see settle).
+			w.CondAbsent = append(w.CondAbsent, "reopening")
+		}
 	}
 	n, err := e.st.UpdateNode(ctx, wf, w)
 	var nc *store.ErrNodeConflict
@@ -289,6 +294,12 @@ func (e *Engine) settle(ctx context.Context, n *store.Node) (*step, error) {
 		}
 		s := stepOfNode(n)
 		return &s, nil
+	}
+	if n.Reopening != "" {
+		// A retry is re-opening the workflow: the counts of what failed are
+		// being forgotten, so they decide nothing. The retry settles the
+		// root when it is done.
+		return nil, nil
 	}
 	// failedChild names the first failed child counted on the node.
 	failedChild := func() string {

@@ -14,6 +14,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
 	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
 )
 
@@ -326,6 +327,51 @@ func TestRetryFromTheFailedStep(t *testing.T) {
 	h.ack(c["r.c"], `"c"`)
 	v := h.view(id)
 	if v["state"] != "completed" || v["retries"].(float64) != 1 {
+		t.Fatalf("after the retry: %s", jsonStr(v))
+	}
+}
+
+// A retry that died after re-opening the root (before it forgot what
+// failed) leaves the failure counted on a running root. The stream's
+// record of that failure, reaching the engine then, must not fail the
+// workflow again; the repair finishes the retry and the failed step runs.
+func TestRetryRacingTheFailureRecord(t *testing.T) {
+	t.Parallel()
+	h := newClocked(t)
+	ctx := context.Background()
+	id := h.create(`{"type":"chain","steps":[{"type":"x.a","args":[],"options":{"queue":"xq"}},{"type":"x.b","args":[],"options":{"queue":"xq"}}]}`)
+	h.ack(h.fetch("xq")["x.a"], `"a"`)
+	b := h.fetch("xq")["x.b"]
+	h.fail(b)
+	if v := h.view(id); v["state"] != "failed" {
+		t.Fatalf("failed: %s", jsonStr(v))
+	}
+	now := h.clk.Now()
+	if _, err := h.st.UpdateNode(ctx, id, store.NodeWrite{Path: store.RootPath, From: []wfstate.State{wfstate.Failed}, To: wfstate.Running, At: now,
+		AddNumbers: map[string]int{"run": 1}, SetStrings: map[string]string{"reopening": "true"},
+		Remove: []string{"failed_index", "failed_step", "error", "completed_at"}, CheckAt: now.Add(workflow.CheckAfter)}); err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := h.st.BatchGetJobs(ctx, []string{b.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.eng.Verify(ctx, []workflow.Finished{{Job: jobs[b.ID]}}); err != nil {
+		t.Fatal(err)
+	}
+	if v := h.view(id); v["state"] != "running" {
+		t.Fatalf("the stale failure record failed the re-opened workflow again: %s", jsonStr(v))
+	}
+	h.clk.Add(workflow.CheckAfter + time.Second)
+	if _, err := h.eng.Repair(ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	again := h.fetch("xq")
+	if keys(again) != "x.b" || again["x.b"].ID != b.ID {
+		t.Fatalf("after the repair: %s", keys(again))
+	}
+	h.ack(again["x.b"], `"b"`)
+	if v := h.view(id); v["state"] != "completed" {
 		t.Fatalf("after the retry: %s", jsonStr(v))
 	}
 }
