@@ -190,3 +190,51 @@ func TestWorkflowRetry(t *testing.T) {
 		t.Fatalf("retry of a completed workflow: %d", r.Status)
 	}
 }
+
+// Push mode: a timed-out group is retried; the job its timeout cancelled
+// runs again in the worker function and the workflow completes. Then a
+// cancelled workflow runs its on_cancel handler in the worker function.
+func TestWorkflowRetryAndCancelHandlerInPushMode(t *testing.T) {
+	t.Parallel()
+	later := time.Now().Add(time.Minute).UTC().Format(time.RFC3339)
+	wf := createWorkflow(t, fmt.Sprintf(`{"type":"group","timeout_ms":1500,"jobs":[
+		{"type":"test.sleep","args":[2500],"options":{"queue":"%s"}},
+		{"type":"test.echo","args":["later"],"options":{"queue":"%s","delay_until":"%s"}}]}`, pushQueue, pushQueue, later))
+	id := wf["id"].(string)
+	failed := waitWorkflow(t, id, "failed")
+	if e, _ := failed["error"].(map[string]any); e == nil || e["code"] != "workflow_timeout" {
+		t.Fatalf("timed out: %v", failed)
+	}
+	if r := do(t, http.MethodPost, "/ojs/v1/workflows/"+id+"/retry", nil); r.Status != 200 {
+		t.Fatalf("retry: %d %s", r.Status, r.Raw)
+	}
+	done := waitWorkflow(t, id, "completed")
+	jobs := done["jobs"].([]any)
+	if jobs[1].(map[string]any)["state"] != "completed" || num(done["retries"]) != 1 {
+		t.Fatalf("after the retry: %v", done)
+	}
+
+	q := uniqueQueue(t)
+	wf = createWorkflow(t, fmt.Sprintf(`{"type":"chain","steps":[{"type":"pc.a","args":[],"options":{"queue":"%s"}}],
+		"on_cancel":{"type":"test.echo","args":["cleanup"],"options":{"queue":"%s"}}}`, q, pushQueue))
+	id = wf["id"].(string)
+	if r := do(t, http.MethodDelete, "/ojs/v1/workflows/"+id, nil); r.Status != 200 {
+		t.Fatalf("cancel: %d %s", r.Status, r.Raw)
+	}
+	deadline := time.Now().Add(settle)
+	for {
+		w := do(t, http.MethodGet, "/ojs/v1/workflows/"+id, nil).Body["workflow"].(map[string]any)
+		h := w["handlers"].(map[string]any)["on_cancel"].(map[string]any)
+		if h["state"] == "completed" {
+			if !strings.Contains(fmt.Sprint(h["result"]), "cleanup") {
+				t.Fatalf("on_cancel: %v", h)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("on_cancel did not run: %v", w)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	waitEvents(t, "workflow_id="+id+"&types=workflow.handler_finished", 1)
+}
