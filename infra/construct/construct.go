@@ -269,6 +269,9 @@ func (o *OJSServerless) addFunctions() {
 			// the variable unset, which disables publishing.
 			env[topology.EnvEventBus] = o.EventBus.EventBusName()
 			env[topology.EnvEventTTL] = jsii.String(o.Env.EventTTL.String())
+			if o.Env.PublishEvents != "" {
+				env[topology.EnvPublishEvents] = jsii.String(o.Env.PublishEvents)
+			}
 			// The Environment dimension of the lifecycle metrics.
 			env[topology.EnvName] = jsii.String(o.Env.Name)
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/dispatch"
 	"github.com/ojs-aws/ojs-serverless/pkg/engine"
 	"github.com/ojs-aws/ojs-serverless/pkg/eventbus"
+	"github.com/ojs-aws/ojs-serverless/pkg/events"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
@@ -95,7 +96,11 @@ func Load(ctx context.Context) (*App, error) {
 	}
 	var pub *eventbus.Publisher
 	if bus := os.Getenv(topology.EnvEventBus); bus != "" {
-		pub = &eventbus.Publisher{Client: eventbridge.NewFromConfig(cfg), Bus: bus}
+		published, err := events.ParsePublished(os.Getenv(topology.EnvPublishEvents))
+		if err != nil {
+			return nil, err
+		}
+		pub = &eventbus.Publisher{Client: eventbridge.NewFromConfig(cfg), Bus: bus, Types: published}
 	}
 	ret, err := lifecycle.ParseRetention(os.Getenv(topology.EnvDeadMaxAge), os.Getenv(topology.EnvDeadMaxCount), os.Getenv(topology.EnvDeadPruneInterval))
 	if err != nil {

@@ -38,15 +38,22 @@ type Publisher struct {
 	// Retries bounds the re-sends of entries EventBridge reports as failed
 	// (throttling, internal errors). Default 3.
 	Retries int
+	// Types, when not nil, are the event types (and "job.*" patterns)
+	// published; the others are only stored for the events API. The api
+	// wiring sets it from OJS_PUBLISH_EVENTS (events.DefaultPublished).
+	Types []string
 }
 
-// Publish sends evs in requests of at most 10 entries and 256 KiB. An event
+// Publish sends evs (those of Types) in requests of at most 10 entries and 256 KiB. An event
 // too large for EventBridge is sent with its data replaced by a note
 // pointing at the events API, which keeps the whole event.
 func (p *Publisher) Publish(ctx context.Context, evs []events.Event) error {
 	var batch []types.PutEventsRequestEntry
 	size := 0
 	for i := range evs {
+		if p.Types != nil && !events.MatchType(p.Types, evs[i].Type) {
+			continue
+		}
 		entry, err := p.entry(&evs[i])
 		if err != nil {
 			return err

@@ -101,3 +101,57 @@ func TestPublishBatchesAndRetriesFailedEntries(t *testing.T) {
 		}
 	}
 }
+
+// Only the configured types reach the bus: the default set publishes a
+// job's end and a workflow's lifecycle, not its per-attempt events.
+func TestPublishOnlyConfiguredTypes(t *testing.T) {
+	bus := &fakeBus{}
+	srv := httptest.NewServer(bus)
+	defer srv.Close()
+	client := eventbridge.New(eventbridge.Options{Region: "us-east-1", BaseEndpoint: aws.String(srv.URL),
+		Credentials: aws.AnonymousCredentials{}, RetryMaxAttempts: 1})
+	at := time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
+	all := []string{events.JobEnqueued, events.JobStarted, events.JobCompleted, events.WorkflowStepCompleted, events.WorkflowCompleted, events.JobRetrying, events.JobDiscarded}
+	var evs []events.Event
+	for i, typ := range all {
+		evs = append(evs, events.New("ojs://t/engine", typ, "job", at, int64(i), map[string]any{"queue": "q"}, "k"))
+	}
+	def, err := events.ParsePublished("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := events.ParsePublished(" job.* , workflow.completed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	none, _ := events.ParsePublished("none")
+	for _, c := range []struct {
+		types []string
+		want  string
+	}{
+		{def, "job.completed,workflow.completed,job.discarded"},
+		{jobs, "job.enqueued,job.started,job.completed,workflow.completed,job.retrying,job.discarded"},
+		{none, ""},
+		{nil, strings.Join(all, ",")},
+	} {
+		bus.requests = [][]map[string]any{{}} // not the first request: nothing throttled
+		p := &Publisher{Client: client, Bus: "b", Types: c.types}
+		if err := p.Publish(context.Background(), evs); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, req := range bus.requests {
+			for _, e := range req {
+				got = append(got, e["DetailType"].(string))
+			}
+		}
+		if strings.Join(got, ",") != c.want {
+			t.Errorf("types %v published %v, want %s", c.types, got, c.want)
+		}
+	}
+	for _, bad := range []string{"job.nope", "job*", "jobs.*x"} {
+		if _, err := events.ParsePublished(bad); err == nil || !strings.Contains(err.Error(), "job") {
+			t.Errorf("ParsePublished(%q) = %v, want an error naming it", bad, err)
+		}
+	}
+}

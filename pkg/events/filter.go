@@ -1,6 +1,7 @@
 package events
 
 import (
+	"fmt"
 	"net/url"
 	"slices"
 	"strconv"
@@ -56,16 +57,8 @@ func ParseQuery(q url.Values) (Filter, error) {
 		}
 	}
 	f.Types = list(q, "types", "type")
-	for _, t := range f.Types {
-		if p, ok := strings.CutSuffix(t, "*"); ok {
-			if !strings.HasSuffix(p, ".") && p != "" {
-				return f, ojserr.Invalid("types", "Type pattern '%s' must end in '.*' (e.g. 'job.*').", t)
-			}
-			continue
-		}
-		if !slices.Contains(Types, t) {
-			return f, ojserr.Invalid("types", "Unknown event type '%s'.", t).With("allowed", Types)
-		}
+	if err := checkPatterns("types", f.Types); err != nil {
+		return f, err
 	}
 	f.Queues = list(q, "queues", "queue")
 	f.JobTypes = list(q, "job_types", "job_type")
@@ -161,12 +154,7 @@ func (f Filter) Start(now time.Time) string {
 // Matches reports whether e passes the type, queue and job type filters
 // (the subject and time bounds are applied by the query itself).
 func (f Filter) Matches(e *Event) bool {
-	if len(f.Types) > 0 && !slices.ContainsFunc(f.Types, func(t string) bool {
-		if p, ok := strings.CutSuffix(t, "*"); ok {
-			return strings.HasPrefix(e.Type, p)
-		}
-		return t == e.Type
-	}) {
+	if len(f.Types) > 0 && !MatchType(f.Types, e.Type) {
 		return false
 	}
 	if len(f.Queues) > 0 && !slices.Contains(f.Queues, e.Queue()) {
@@ -184,4 +172,68 @@ type Page struct {
 	Events  []Event `json:"events"`
 	Cursor  string  `json:"cursor,omitempty"`
 	HasMore bool    `json:"has_more"`
+}
+
+// checkPatterns validates event type patterns: each an event type, a
+// prefix ending in ".*" ("job.*"), or "*" for every type.
+func checkPatterns(field string, patterns []string) error {
+	for _, t := range patterns {
+		if p, ok := strings.CutSuffix(t, "*"); ok {
+			if !strings.HasSuffix(p, ".") && p != "" {
+				return ojserr.Invalid(field, "Type pattern '%s' must end in '.*' (e.g. 'job.*').", t)
+			}
+			continue
+		}
+		if !slices.Contains(Types, t) {
+			return ojserr.Invalid(field, "Unknown event type '%s'.", t).With("allowed", Types)
+		}
+	}
+	return nil
+}
+
+// MatchType reports whether typ matches one of patterns (event types,
+// "job.*" prefixes, or "*").
+func MatchType(patterns []string, typ string) bool {
+	return slices.ContainsFunc(patterns, func(t string) bool {
+		if p, ok := strings.CutSuffix(t, "*"); ok {
+			return strings.HasPrefix(typ, p)
+		}
+		return t == typ
+	})
+}
+
+// DefaultPublished are the event types published to EventBridge unless
+// configured otherwise: what subscribers act on in practice, the end of
+// each job and each workflow's lifecycle. The per-attempt and per-step
+// events (job.enqueued, job.started, job.retrying, workflow.step_completed,
+// ...) stay in the events API only: at $1 per million events they would
+// cost four times what the terminal ones do (docs/benchmark.md).
+var DefaultPublished = []string{
+	JobCompleted, JobDiscarded, JobCancelled,
+	WorkflowCreated, WorkflowCompleted, WorkflowFailed, WorkflowCancelled, WorkflowCallbackFired,
+	WorkflowTimedOut, WorkflowCompensating, WorkflowCompensated, WorkflowRetried, WorkflowHandlerStarted, WorkflowHandlerFinished,
+	DeadLetterAdded, QueuePaused, QueueResumed,
+}
+
+// ParsePublished reads the OJS_PUBLISH_EVENTS setting: a comma-separated
+// list of types and patterns ("job.*", "*" for all), "none" for no
+// events, or empty for DefaultPublished.
+func ParsePublished(spec string) ([]string, error) {
+	spec = strings.TrimSpace(spec)
+	switch spec {
+	case "":
+		return DefaultPublished, nil
+	case "none":
+		return []string{}, nil
+	}
+	var out []string
+	for _, s := range strings.Split(spec, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	if err := checkPatterns("OJS_PUBLISH_EVENTS", out); err != nil {
+		return nil, fmt.Errorf("%s", ojserr.As(err).Message)
+	}
+	return out, nil
 }

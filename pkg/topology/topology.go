@@ -27,6 +27,12 @@ const (
 	// EnvEventBus names the EventBridge bus OJS events are published to;
 	// empty disables publishing (the local stack).
 	EnvEventBus = "OJS_EVENT_BUS"
+	// EnvPublishEvents chooses which event types are published to the bus:
+	// comma-separated types or patterns ("job.*", "*"), "none", or empty
+	// for the default (terminal job and workflow events, see
+	// events.DefaultPublished). Every event is stored for the events API
+	// whatever it says.
+	EnvPublishEvents = "OJS_PUBLISH_EVENTS"
 	// EnvAuthToken, when set, makes the API require "Authorization: Bearer
 	// <token>" on every route (the local stack's stand-in for IAM/JWT auth).
 	EnvAuthToken = "OJS_AUTH_TOKEN"
@@ -225,6 +231,9 @@ type Env struct {
 	Sweeper   Sweeper
 	// EventTTL is how long lifecycle event items are kept.
 	EventTTL time.Duration
+	// PublishEvents is the OJS_PUBLISH_EVENTS setting of the stream
+	// function (empty: the default set).
+	PublishEvents string
 	// LogRetentionDays is the CloudWatch Logs retention.
 	LogRetentionDays int
 	// PointInTimeRecovery and DeletionProtection protect the table (prod).
