@@ -135,3 +135,31 @@ func TestReportAndChart(t *testing.T) {
 		t.Fatalf("%v %v", err, img)
 	}
 }
+
+// The creation target is the slower of the group and the batch, and a
+// refused creation misses it whatever the clock said.
+func TestCreateTarget(t *testing.T) {
+	find := func(r *Result) Target {
+		for _, tg := range Targets(r) {
+			if strings.HasPrefix(tg.Name, "create a 10000-job workflow") {
+				return tg
+			}
+		}
+		t.Fatalf("no creation target in %v", Targets(r))
+		return Target{}
+	}
+	if tg := find(&Result{Create: CreateRun{Width: 10000, GroupSeconds: 12, BatchSeconds: 25}}); tg.Measured != 25 || tg.Pass {
+		t.Errorf("slow batch: %+v", tg)
+	}
+	if tg := find(&Result{Create: CreateRun{Width: 10000, GroupSeconds: 12, BatchSeconds: 9}}); tg.Measured != 12 || !tg.Pass {
+		t.Errorf("in time: %+v", tg)
+	}
+	if tg := find(&Result{Create: CreateRun{Width: 10000, Note: "the group was refused (500)"}}); tg.Pass {
+		t.Errorf("refused: %+v", tg)
+	}
+	for _, tg := range Targets(&Result{}) {
+		if strings.HasPrefix(tg.Name, "create a") {
+			t.Errorf("a creation target without a run: %+v", tg)
+		}
+	}
+}

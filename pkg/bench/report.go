@@ -29,6 +29,7 @@ type Result struct {
 	Init          map[string]Latency `json:"init"`
 	InitUnderLoad map[string]Latency `json:"init_under_load"`
 	Big           BigRun             `json:"big"`
+	Create        CreateRun          `json:"create"`
 	Prices        []Price            `json:"prices"`
 	StepFunctions StepFunctions      `json:"step_functions"`
 	Targets       []Target           `json:"targets"`
@@ -118,6 +119,15 @@ type Binary struct {
 
 // MB is the size in MB (10^6 bytes).
 func (b Binary) MB() float64 { return round(float64(b.Bytes)/1e6, 2) }
+
+// CreateRun times the creation of the largest workflows: one POST of a
+// group and one of a batch of Width jobs each (BENCH_CREATE_WIDTH).
+type CreateRun struct {
+	Width        int     `json:"width,omitempty"`
+	GroupSeconds float64 `json:"group_seconds,omitempty"`
+	BatchSeconds float64 `json:"batch_seconds,omitempty"`
+	Note         string  `json:"note"`
+}
 
 // BigRun is the optional large batch (BENCH_BIG=1).
 type BigRun struct {
@@ -287,6 +297,10 @@ func (r *Result) DetailMarkdown() string {
 		r.Sweeper.Invocations, num(r.Sweeper.DynamoDBPerSweep), kv(r.Sweeper.DynamoDBByOperation), num(r.Sweeper.USDPerMonthOnAWS), r.Sweeper.Note)
 	fmt.Fprintf(&b, "\nStep Functions for comparison (per million steps, %s steps per workflow, %s s billed per step for Express): Standard $%s, Express $%s.\n",
 		num(r.StepFunctions.StepsPerWorkflow), num(r.StepFunctions.SecondsPerStep), num(r.StepFunctions.StandardPerMillionSteps), num(r.StepFunctions.ExpressPerMillionSteps))
+	if r.Create.Width > 0 {
+		fmt.Fprintf(&b, "\nCreating a workflow of %d jobs (one POST, the jobs left unclaimed): group %s s, batch %s s. %s\n",
+			r.Create.Width, num(r.Create.GroupSeconds), num(r.Create.BatchSeconds), r.Create.Note)
+	}
 	fmt.Fprintf(&b, "\nLarge batch (BENCH_BIG=1): %s\n", r.Big.Note)
 	return b.String()
 }

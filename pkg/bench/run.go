@@ -47,6 +47,9 @@ type Options struct {
 	Big          bool
 	BigWorkflows int
 	BigWidth     int
+	// CreateWidth is the size of the group and the batch whose creation
+	// is timed (one POST each); 0 skips it.
+	CreateWidth int
 	// SkipArm64 skips the linux/arm64 size builds.
 	SkipArm64 bool
 	// Progress receives the progress bars (stderr); nil draws none.
@@ -181,6 +184,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			return nil, fmt.Errorf("%s: %w", ph.name, err)
 		}
 		res.Phases = append(res.Phases, p)
+	}
+	if o.CreateWidth > 0 {
+		res.Create = b.createRun(ctx, o.CreateWidth)
 	}
 	if o.Big {
 		res.Big = b.bigRun(ctx, o.BigWorkflows, o.BigWidth)
@@ -787,6 +793,33 @@ func stepToStep(kind string, groups [][]string, jobs map[string]*job.Job) Latenc
 		}
 	}
 	return Summarize(ds)
+}
+
+// createRun times one POST of a group and one of a batch of width jobs on
+// a pull queue no worker reads: the time is the creation alone (every
+// node, counter shard and first job written, the 201 answered), which must
+// stay well inside API Gateway's 29 s. The jobs are left unclaimed.
+func (b *bencher) createRun(ctx context.Context, width int) CreateRun {
+	r := CreateRun{Width: width}
+	for _, kind := range []string{"group", "batch"} {
+		body := workflowBody("batches", "bench-create", 0, width)
+		if kind == "group" {
+			body = map[string]any{"type": "group", "name": "bench-create", "jobs": body["jobs"]}
+		}
+		start := time.Now()
+		if _, status, err := b.createWorkflowStatus(ctx, body); err != nil {
+			r.Note = fmt.Sprintf("the %s was refused (%d): %v", kind, status, err)
+			r.GroupSeconds, r.BatchSeconds = 0, 0
+			return r
+		}
+		secs := round(time.Since(start).Seconds(), 1)
+		if kind == "group" {
+			r.GroupSeconds = secs
+		} else {
+			r.BatchSeconds = secs
+		}
+	}
+	return r
 }
 
 // bigRun pushes workflows batches of width jobs in push mode and checks

@@ -17,6 +17,9 @@ const (
 	GoalBinaryMB           = 12
 	GoalInitMS             = 50
 	GoalBigJobs            = 100000
+	// GoalCreateSeconds is the creation of the largest workflow, well
+	// inside API Gateway's 29 s integration timeout.
+	GoalCreateSeconds = 20
 )
 
 // Targets checks a result against the goals.
@@ -78,6 +81,15 @@ func Targets(r *Result) []Target {
 	if worstFn != "" {
 		t := Check("function init time (p50 of the slowest function, host build)", worst, GoalInitMS, true, "ms")
 		t.Note = fmt.Sprintf("%s; max %s ms", worstFn, num(r.Init[worstFn].Max))
+		ts = append(ts, t)
+	}
+	if r.Create.Width > 0 {
+		t := Check(fmt.Sprintf("create a %d-job workflow in one request (slowest of a group and a batch)", r.Create.Width),
+			max(r.Create.GroupSeconds, r.Create.BatchSeconds), GoalCreateSeconds, true, "s")
+		t.Note = r.Create.Note
+		if r.Create.Note != "" && r.Create.GroupSeconds == 0 {
+			t.Pass, t.Margin = false, "failed"
+		}
 		ts = append(ts, t)
 	}
 	big := Target{Name: "100,000 jobs in batches, callbacks fired once", Limit: GoalBigJobs, Unit: "jobs", Margin: "not run", Note: r.Big.Note}
