@@ -238,3 +238,48 @@ func TestWorkflowRetryAndCancelHandlerInPushMode(t *testing.T) {
 	}
 	waitEvents(t, "workflow_id="+id+"&types=workflow.handler_finished", 1)
 }
+
+// Pull mode: cancelling a workflow runs its on_cancel handler (a chain)
+// once, on the handler's queue, with what the workflow had done; the
+// step that had not started is cancelled.
+func TestWorkflowCancelHandlerInPullMode(t *testing.T) {
+	t.Parallel()
+	q, hq := uniqueQueue(t), uniqueQueue(t)
+	wf := createWorkflow(t, fmt.Sprintf(`{"type":"chain","steps":[{"type":"cx.a","args":[],"options":{"queue":"%s"}},{"type":"cx.b","args":[],"options":{"queue":"%s"}}],
+		"on_cancel":{"type":"chain","steps":[{"type":"cx.undo","args":[],"options":{"queue":"%s"}},{"type":"cx.notify","args":[],"options":{"queue":"%s"}}]}}`, q, q, hq, hq))
+	id := wf["id"].(string)
+	ackJob(t, waitJobOf(t, q, "cx.a"), "a")
+	if r := do(t, http.MethodDelete, "/ojs/v1/workflows/"+id, nil); r.Status != 200 {
+		t.Fatalf("cancel: %d %s", r.Status, r.Raw)
+	}
+	undo := waitJobOf(t, hq, "cx.undo")
+	ackJob(t, undo, "undone")
+	notify := waitJobOf(t, hq, "cx.notify")
+	if !strings.Contains(pr(notify), "undone") {
+		t.Fatalf("the handler chain's second step: %s", pr(notify))
+	}
+	ackJob(t, notify, "sent")
+	steps := do(t, http.MethodGet, "/ojs/v1/workflows/"+id, nil).Body["workflow"].(map[string]any)["steps"].([]any)
+	if bj := do(t, http.MethodGet, "/ojs/v1/jobs/"+steps[1].(map[string]any)["job_id"].(string), nil); bj.Body["job"].(map[string]any)["state"] != "cancelled" {
+		t.Fatalf("the step that had not started: %s", bj.Raw)
+	}
+	deadline := time.Now().Add(settle)
+	for {
+		w := do(t, http.MethodGet, "/ojs/v1/workflows/"+id, nil).Body["workflow"].(map[string]any)
+		h := w["handlers"].(map[string]any)["on_cancel"].(map[string]any)
+		if w["state"] != "cancelled" {
+			t.Fatalf("state: %v", w)
+		}
+		if h["state"] == "completed" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("on_cancel did not finish: %v", w)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	evs := waitEvents(t, "workflow_id="+id+"&types=workflow.cancelled,workflow.handler_started,workflow.handler_finished", 3)
+	if got := eventTypes(evs); got != "workflow.cancelled,workflow.handler_started,workflow.handler_finished" {
+		t.Fatalf("events: %s", got)
+	}
+}
