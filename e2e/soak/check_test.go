@@ -337,8 +337,8 @@ func parentPath(p string) string {
 
 // checkSaga checks a failed saga's compensation: every step that
 // completed is undone exactly once, the latest completion first, each
-// compensation with its step's result; a saga that completed undoes
-// nothing.
+// compensation with its step's result; a saga that completed, or whose
+// first step failed, undoes nothing.
 func checkSaga(w *wfPlan, nodes map[string]*store.Node, snap *snapshot, want map[string]bool, fail func(string, ...any)) {
 	root := nodes["/"]
 	type done struct {
@@ -360,6 +360,21 @@ func checkSaga(w *wfPlan, nodes map[string]*store.Node, snap *snapshot, want map
 	if root.State != wfstate.Failed {
 		if root.Compensation != "" {
 			fail("wf %d: a %s saga has compensation %q", w.index, root.State, root.Compensation)
+		}
+		return
+	}
+	if len(completed) == 0 {
+		// Its first step failed: nothing to undo, no compensation events.
+		if root.Compensation != store.CompensationNone {
+			fail("wf %d: a failed saga with no completed step has compensation %q, want none", w.index, root.Compensation)
+		}
+		for _, e := range snap.wfEvts[w.id] {
+			if e == "workflow.compensating" || e == "workflow.compensated" {
+				fail("wf %d: %s without a completed step to undo", w.index, e)
+			}
+		}
+		if j := snap.jobs[workflow.JobID(w.id, "/~compensate/s0")]; j != nil {
+			fail("wf %d: a compensation without a completed step exists", w.index)
 		}
 		return
 	}

@@ -109,6 +109,11 @@ type Job struct {
 	// index (not on the wire): the request that finishes the job reads
 	// them with the graph's progress in one request.
 	WorkflowNext []int
+	// WorkflowStepID is the step id the workflow events report for the
+	// job's step (its id in the steps form, else the job id), so the
+	// stream function derives them without reading the node (not on the
+	// wire).
+	WorkflowStepID string
 
 	// Push is true when Queue is a push-mode queue delivered to Lambda.
 	Push bool

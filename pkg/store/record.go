@@ -97,6 +97,7 @@ type record struct {
 	ParentResults   string   `dynamodbav:"parent_results,omitempty"`
 	WorkflowShard   string   `dynamodbav:"wf_shard,omitempty"`
 	WorkflowNext    []int    `dynamodbav:"wf_next,omitempty,numberset"`
+	WorkflowStepID  string   `dynamodbav:"wf_sid,omitempty"`
 	// PrunedAt marks a discarded job the dead letter pruner is removing
 	// (set just before its conditional delete), so the stream tells a
 	// pruned job from one an operator deleted.
@@ -161,7 +162,7 @@ func toRecord(j *job.Job) (record, error) {
 		ScheduledAt: textOr(j.ScheduledAtText, j.ScheduledAt), ExpiresAt: textOr(j.ExpiresAtText, j.ExpiresAt),
 		CreatedAt: tstr(j.CreatedAt), EnqueuedAt: tstr(j.EnqueuedAt), Push: j.Push,
 		WorkflowID: j.WorkflowID, WorkflowNode: j.WorkflowNode, ParentResults: string(j.ParentResults),
-		WorkflowShard: j.WorkflowShard, WorkflowNext: j.WorkflowNext,
+		WorkflowShard: j.WorkflowShard, WorkflowNext: j.WorkflowNext, WorkflowStepID: j.WorkflowStepID,
 	}
 	if j.ExpiresAt != nil {
 		r.ExpiresMS = ms(*j.ExpiresAt)
@@ -188,6 +189,7 @@ func (r record) toJob() (*job.Job, error) {
 		CompletedAt: optTime(r.CompletedAt), CancelledAt: optTime(r.CancelledAt), DiscardedAt: optTime(r.DiscardedAt),
 		NextAttemptAt: optTime(r.NextAttemptAt), Push: r.Push, WorkerID: r.WorkerID, CancelRequested: r.CancelRequested,
 		WorkflowID: r.WorkflowID, WorkflowNode: r.WorkflowNode, WorkflowShard: r.WorkflowShard, WorkflowNext: r.WorkflowNext,
+		WorkflowStepID: r.WorkflowStepID,
 	}
 	if r.ParentResults != "" {
 		j.ParentResults = json.RawMessage(r.ParentResults)

@@ -73,11 +73,14 @@ type Engine struct {
 	redel time.Duration
 	now   func() time.Time
 	log   *slog.Logger
+	// shapes caches what never changes of the nodes events are derived
+	// from (see Events).
+	shapes *shapeCache
 }
 
 // New returns an engine on st.
 func New(st Store, c Config) *Engine {
-	e := &Engine{st: st, admit: c.Jobs, push: map[string]bool{}, redel: c.RedeliverAfter, now: c.Now, log: c.Logger}
+	e := &Engine{st: st, admit: c.Jobs, push: map[string]bool{}, redel: c.RedeliverAfter, now: c.Now, log: c.Logger, shapes: &shapeCache{}}
 	for _, q := range c.PushQueues {
 		e.push[q] = true
 	}
@@ -396,6 +399,10 @@ func (e *Engine) newJob(n *store.Node, parentResults json.RawMessage) (*job.Job,
 	}
 	j := en.Job
 	j.ID, j.WorkflowID, j.WorkflowNode, j.WorkflowShard, j.WorkflowNext = JobID(n.WorkflowID, n.Path), n.WorkflowID, n.Path, n.PShard, n.Next
+	j.WorkflowStepID = n.StepID
+	if j.WorkflowStepID == "" {
+		j.WorkflowStepID = j.ID
+	}
 	j.Push = e.push[j.Queue]
 	j.ParentResults = capResults(n.WorkflowID, parentResults, resultsRoom(j, e.redel))
 	return j, nil

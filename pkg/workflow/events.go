@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
@@ -47,12 +48,16 @@ type JobChange struct {
 //
 // Every event's id is derived from the item and its version, so a
 // duplicated record yields the same events. Reads (the root for its name,
-// a chain for its length) are cached for the batch.
+// a chain for its length) are cached for the batch, and what never changes
+// once written (a node's kind, name and number of children) for the life
+// of the process; a job carries its step id. So a chain step's events cost
+// no read in a warm stream function.
 func (e *Engine) Events(ctx context.Context, source string, nodes []NodeChange, jobs []JobChange) ([]events.Event, error) {
 	b := &wfEvents{e: e, source: source, nodes: map[string]*store.Node{}}
 	for _, c := range nodes {
 		if c.New != nil {
 			b.put(c.New)
+			e.shapes.put(c.New)
 		}
 	}
 	for _, c := range nodes {
@@ -76,6 +81,20 @@ type wfEvents struct {
 	source string
 	nodes  map[string]*store.Node
 	out    []events.Event
+}
+
+// shapeOf is the unchanging part of a node: from the process's cache, or
+// read once; nil if the node no longer exists.
+func (b *wfEvents) shapeOf(ctx context.Context, wfID, path string) (*shape, error) {
+	if s, ok := b.e.shapes.get(wfID + path); ok {
+		return &s, nil
+	}
+	n, err := b.node(ctx, wfID, path)
+	if err != nil || n == nil {
+		return nil, err
+	}
+	s := b.e.shapes.put(n)
+	return &s, nil
 }
 
 func (b *wfEvents) put(n *store.Node) {
@@ -103,9 +122,18 @@ func (b *wfEvents) node(ctx context.Context, wfID, path string) (*store.Node, er
 }
 
 func (b *wfEvents) add(wfID, typ string, at time.Time, seq int64, root *store.Node, data map[string]any, key ...string) {
+	var s *shape
+	if root != nil {
+		sh := shapeOfNode(root)
+		s = &sh
+	}
+	b.addShaped(wfID, typ, at, seq, s, data, key...)
+}
+
+func (b *wfEvents) addShaped(wfID, typ string, at time.Time, seq int64, root *shape, data map[string]any, key ...string) {
 	data["workflow_id"] = wfID
 	if root != nil {
-		data["workflow_type"], data["workflow_name"] = root.Kind, name(root)
+		data["workflow_type"], data["workflow_name"] = root.kind, root.name
 	}
 	b.out = append(b.out, events.New(b.source, typ, wfID, at, seq, data, key...))
 }
@@ -251,42 +279,47 @@ func (b *wfEvents) jobChange(ctx context.Context, c JobChange) error {
 	if j.State != job.Completed && j.Error != nil {
 		d["error"] = map[string]any{"code": errCode(j.Error), "message": j.Error.Message}
 	}
+	if j.WorkflowStepID != "" {
+		d["step_id"] = j.WorkflowStepID
+	}
 	return b.stepEvent(ctx, j.WorkflowID, j.WorkflowNode, j.Type, j.State == job.Completed, at, c.Version*8,
 		d, []string{"job", j.ID, strconv.FormatInt(c.Version, 10)})
 }
 
 // stepEvent reports a step (a job, or a nested composite) of a workflow
-// finishing.
+// finishing. d holds the step's id already when its job carried it.
 func (b *wfEvents) stepEvent(ctx context.Context, wfID, path, stepType string, ok bool, at time.Time, seq int64, d map[string]any, key []string) error {
-	root, err := b.node(ctx, wfID, store.RootPath)
+	root, err := b.shapeOf(ctx, wfID, store.RootPath)
 	if err != nil || root == nil {
 		return err
 	}
-	parent, err := b.node(ctx, wfID, parentOf(path))
+	parent, err := b.shapeOf(ctx, wfID, parentOf(path))
 	if err != nil || parent == nil {
 		return err
 	}
 	idx := step{path: path}.index()
-	n, err := b.node(ctx, wfID, path)
-	if err != nil {
-		return err
-	}
 	d["step_index"], d["step_type"], d["node_path"] = idx, stepType, path
-	d["step_id"] = trimPath(path)
-	if n != nil {
-		d["step_id"] = stepKey(n)
+	if _, known := d["step_id"]; !known {
+		n, err := b.node(ctx, wfID, path)
+		if err != nil {
+			return err
+		}
+		d["step_id"] = trimPath(path)
+		if n != nil {
+			d["step_id"] = stepKey(n)
+		}
+		if id, ok := d["job_id"]; ok && (n == nil || n.StepID == "") {
+			d["step_id"] = id
+		}
 	}
-	if id, ok := d["job_id"]; ok && (n == nil || n.StepID == "") {
-		d["step_id"] = id
-	}
-	d["parent_type"] = parent.Kind
+	d["parent_type"] = parent.kind
 	typ := events.WorkflowJobCompleted
-	if parent.Kind == KindChain {
+	if parent.kind == KindChain {
 		typ = events.WorkflowStepCompleted
 		if !ok {
 			typ = events.WorkflowStepFailed
 		}
-		remaining := parent.Total - idx - 1
+		remaining := parent.total - idx - 1
 		if !ok {
 			remaining = 0
 		}
@@ -297,8 +330,51 @@ func (b *wfEvents) stepEvent(ctx context.Context, wfID, path, stepType string, o
 		}
 		d["job_index"] = idx
 	}
-	b.add(wfID, typ, at, seq, root, d, key...)
+	b.addShaped(wfID, typ, at, seq, root, d, key...)
 	return nil
+}
+
+// shape is what the events need of a node that never changes once it is
+// written: its kind, the workflow's name (the root's), its number of
+// children.
+type shape struct {
+	kind, name string
+	total      int
+}
+
+func shapeOfNode(n *store.Node) shape {
+	s := shape{kind: n.Kind, total: n.Total}
+	if n.Path == store.RootPath {
+		s.name = name(n)
+	}
+	return s
+}
+
+// shapeCache holds shapes for the life of a process (the stream function's
+// execution environment), up to maxShapes, then starts over.
+type shapeCache struct {
+	mu sync.Mutex
+	m  map[string]shape
+}
+
+const maxShapes = 100_000
+
+func (c *shapeCache) get(k string) (shape, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s, ok := c.m[k]
+	return s, ok
+}
+
+func (c *shapeCache) put(n *store.Node) shape {
+	s := shapeOfNode(n)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= maxShapes {
+		c.m = make(map[string]shape, 1024)
+	}
+	c.m[n.WorkflowID+n.Path] = s
+	return s
 }
 
 // failedStep names the job whose failure failed the workflow, following

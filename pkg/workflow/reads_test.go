@@ -6,8 +6,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/ojs-aws/ojs-serverless/pkg/events"
 	"github.com/ojs-aws/ojs-serverless/pkg/internal/testenv"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
@@ -130,6 +132,41 @@ func TestChainStepRequests(t *testing.T) {
 	}
 	if n := db.total(); n != 1 {
 		t.Fatalf("verifying three recorded steps made %d requests (%v), want 1", n, db.n)
+	}
+	// The stream's events of the three steps: no read in a stream function
+	// that saw the workflow's creation record, one (the root, once per
+	// process) in one that did not; the same events either way.
+	for _, warm := range []bool{true, false} {
+		stream := workflow.New(st, workflow.Config{Jobs: svc})
+		var nodes []workflow.NodeChange
+		if warm {
+			nodes = []workflow.NodeChange{{New: root, At: time.Now()}}
+		}
+		var changes []workflow.JobChange
+		for _, f := range done {
+			changes = append(changes, workflow.JobChange{New: f.Job, Version: 3, At: time.Now()})
+		}
+		db.reset()
+		evs, err := stream.Events(ctx, "test", nodes, changes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := 0
+		if !warm {
+			want = 1
+		}
+		if n := db.total(); n != want {
+			t.Errorf("warm=%v: the step events made %d requests (%v), want %d", warm, n, db.n, want)
+		}
+		var steps []string
+		for _, e := range evs {
+			if e.Type == events.WorkflowStepCompleted {
+				steps = append(steps, fmt.Sprintf("%v/%v/%v/%v", e.Data["step_id"] == e.Data["job_id"], e.Data["workflow_name"], e.Data["parent_type"], e.Data["remaining_steps"]))
+			}
+		}
+		if got := strings.Join(steps, " "); got != "true/reads/chain/2 true/reads/chain/1 true/reads/chain/0" {
+			t.Errorf("warm=%v: step events %s", warm, got)
+		}
 	}
 	_ = job.Completed
 }
