@@ -31,3 +31,13 @@ func TestTxChunksKeepEachTransactionUnderItsLimits(t *testing.T) {
 		}
 	}
 }
+
+func TestRotateFrom(t *testing.T) {
+	for r, want := range []string{"abcde", "bcdea", "cdeab", "deabc", "eabcd"} {
+		s := []byte("abcde")
+		rotateFrom(s, r)
+		if string(s) != want {
+			t.Errorf("rotateFrom(abcde, %d) = %s, want %s", r, s, want)
+		}
+	}
+}

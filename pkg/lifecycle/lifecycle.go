@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -725,8 +726,9 @@ func (s *Service) Fetch(ctx context.Context, r FetchRequest) ([]*job.Job, error)
 				continue
 			}
 		}
-		taken := 0
-		for _, it := range items {
+		taken, rotated := 0, false
+		for k := 0; k < len(items); k++ {
+			it := items[k]
 			if len(out) >= r.Count || taken >= want {
 				break
 			}
@@ -751,10 +753,27 @@ func (s *Service) Fetch(ctx context.Context, r FetchRequest) ([]*job.Job, error)
 				out = append(out, j)
 				used += size
 				taken++
+			} else if !rotated && k+2 < len(items) {
+				// Contention: another FETCH is claiming the same heads in
+				// the same order, and would win or lose each next one
+				// against this one in lockstep (every lost claim is a
+				// billed write). Go on from a random later candidate and
+				// wrap round to the skipped ones: the two part ways, and
+				// this FETCH still tries every candidate. Without
+				// contention nothing changes: order is strict.
+				rotateFrom(items[k+1:], rand.IntN(len(items)-k-1))
+				rotated = true
 			}
 		}
 	}
 	return out, nil
+}
+
+// rotateFrom rotates s left by r: s[r] first, s[r-1] last.
+func rotateFrom[T any](s []T, r int) {
+	slices.Reverse(s[:r])
+	slices.Reverse(s[r:])
+	slices.Reverse(s)
 }
 
 // Claim tries to move j (as last read) from available to active for
