@@ -85,9 +85,14 @@ func TestLargeBatchOverHTTP(t *testing.T) {
 	if r.Status != http.StatusUnprocessableEntity {
 		t.Fatalf("atomic 101: %d %s", r.Status, r.Raw)
 	}
+	began := time.Now()
 	r = do(t, http.MethodPost, "/ojs/v1/jobs/batch", map[string]any{"jobs": jobs})
 	if got, _ := r.Body["jobs"].([]any); r.Status != http.StatusCreated || len(got) != 1000 || num(got[0].(map[string]any)["priority"]) != 1 {
-		t.Fatalf("1000 jobs: %d (%d bytes)", r.Status, len(r.Raw))
+		raw := r.Raw
+		if len(raw) > 2000 {
+			raw = raw[:2000]
+		}
+		t.Fatalf("1000 jobs: %d after %v (%d bytes): %s", r.Status, time.Since(began), len(r.Raw), raw)
 	}
 	st := queueObj(t, do(t, http.MethodGet, "/ojs/v1/queues/"+q+"/stats", nil))
 	if num(st["available"]) != 1000 {
