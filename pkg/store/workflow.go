@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sort"
 	"strconv"
 	"strings"
@@ -1135,8 +1136,11 @@ func (s *Store) Advance(ctx context.Context, a Advance) error {
 	// The last transaction holds the node writes and as many jobs from the
 	// end as fit beside them (node items are read as whole items: keep a
 	// megabyte for them); the jobs before it go in leading transactions of
-	// at most MaxBatch-1 jobs and DynamoDB's 4 MB, eight at once, all
-	// before the last.
+	// at most MaxBatch-1 jobs and DynamoDB's 4 MB, one after another, all
+	// before the last. Not at once: every one of them checks the scope
+	// node, and on DynamoDB two transactions holding the same item cancel
+	// each other (TransactionConflict), so eight at once would mostly
+	// retry. (DynamoDB Local runs transactions one at a time anyway.)
 	tail, bytes := len(a.Jobs), 0
 	for tail > 0 && len(a.Jobs)-tail < room && bytes+sizes[tail-1] <= awslimit.DynamoTxBytes-txNodeReserve {
 		tail--
@@ -1152,10 +1156,10 @@ func (s *Store) Advance(ctx context.Context, a Advance) error {
 		chunks = append(chunks, a.Jobs[start:end])
 		start = end
 	}
-	if err := parallel(ctx, len(chunks), 8, func(ctx context.Context, c int) error {
-		return s.advanceTx(ctx, a, chunks[c], nil, nil)
-	}); err != nil {
-		return err
+	for _, c := range chunks {
+		if err := s.advanceTx(ctx, a, c, nil, nil); err != nil {
+			return err
+		}
 	}
 	return s.advanceTx(ctx, a, a.Jobs[tail:], a.Nodes, a.NewNodes)
 }
@@ -1166,6 +1170,28 @@ const (
 	txNodeReserve  = 1 << 20
 	txCheckReserve = 8 << 10
 )
+
+// conflictTries is how many times a transaction cancelled by a
+// TransactionConflict is tried again; conflictBackoff the pause before
+// try n+1: full jitter over 20 ms doubling up to 640 ms, about 2.5 s in
+// all at most.
+const conflictTries = 8
+
+func conflictBackoff(n int) time.Duration {
+	ceiling := 20 * time.Millisecond << min(n, 5)
+	return time.Duration(rand.Int64N(int64(ceiling))) + time.Millisecond
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
 
 // advanceTx writes jobs, node writes and new nodes in one transaction
 // conditional on a's scope, retrying without the jobs that turn out to
@@ -1266,9 +1292,13 @@ func (s *Store) advanceTx(ctx context.Context, a Advance, jobs []*job.Job, nodes
 			return &ErrNodeConflict{Current: &it.Node}
 		}
 		if exist == nil {
-			if conflict && tries < 8 {
-				// Another transaction held one of the items: try again.
-				time.Sleep(time.Duration(tries+1) * 15 * time.Millisecond)
+			if conflict && tries < conflictTries {
+				// Another transaction held one of the items (a completion
+				// settling the same node): try again after a jittered,
+				// growing pause.
+				if err := sleepCtx(ctx, conflictBackoff(tries)); err != nil {
+					return err
+				}
 				continue
 			}
 			return fmt.Errorf("advance workflow %s: %w", wfID, err)
