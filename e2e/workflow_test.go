@@ -263,3 +263,58 @@ func TestWorkflowAdvancesBeforeTheAnswer(t *testing.T) {
 		t.Fatalf("after the last ACK: %v", w)
 	}
 }
+
+// A workflow past OJS_ASYNC_CREATE_ITEMS (4,000 items by default) is
+// answered 202 at once with only its root written; the stream function
+// writes its nodes and first jobs, GET shows x_creating until every one
+// exists, and then it is an ordinary running workflow.
+func TestLargeWorkflowIsCreatedAsynchronously(t *testing.T) {
+	t.Parallel()
+	q := uniqueQueue(t) + "-async"
+	const n = 2100
+	jobs := make([]string, n)
+	for i := range jobs {
+		jobs[i] = fmt.Sprintf(`{"type":"async.item","args":[%d],"options":{"queue":"%s"}}`, i, q)
+	}
+	began := time.Now()
+	r := do(t, http.MethodPost, "/ojs/v1/workflows", `{"type":"group","name":"async","jobs":[`+strings.Join(jobs, ",")+`]}`)
+	answered := time.Since(began)
+	wf, _ := r.Body["workflow"].(map[string]any)
+	if r.Status != http.StatusAccepted || wf["state"] != "pending" || wf["x_creating"] == nil || r.Header.Get("Location") != "/ojs/v1/workflows/"+fmt.Sprint(wf["id"]) {
+		t.Fatalf("create: %d %s", r.Status, r.Raw)
+	}
+	id := wf["id"].(string)
+	deadline := time.Now().Add(3 * time.Minute)
+	var got map[string]any
+	for {
+		g := do(t, http.MethodGet, "/ojs/v1/workflows/"+id, nil)
+		got, _ = g.Body["workflow"].(map[string]any)
+		if g.Status != http.StatusOK || got == nil {
+			t.Fatalf("GET while creating: %d %s", g.Status, g.Raw)
+		}
+		if got["x_creating"] == nil {
+			break
+		}
+		if s := got["state"]; s != "pending" && s != "running" {
+			t.Fatalf("state %v while creating", s)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still being created after 3 minutes: %v", got["x_creating"])
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("answered in %v, every job written after %v", answered, time.Since(began))
+	if steps, _ := got["jobs"].([]any); got["state"] != "running" || len(steps) != n {
+		t.Fatalf("after creation: state %v, %d jobs", got["state"], len(steps))
+	}
+	st := queueObj(t, do(t, http.MethodGet, "/ojs/v1/queues/"+q+"/stats", nil))
+	if num(st["available"]) != n {
+		t.Fatalf("queue stats after creation: %v", st)
+	}
+	if c := do(t, http.MethodDelete, "/ojs/v1/workflows/"+id, nil); c.Status != http.StatusOK {
+		t.Fatalf("cancel: %d %s", c.Status, c.Raw)
+	}
+	if f := do(t, http.MethodPost, "/ojs/v1/workers/fetch", map[string]any{"queues": []string{q}}); len(f.Body["jobs"].([]any)) != 0 {
+		t.Fatalf("a job of the cancelled workflow was fetched: %s", f.Raw)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -65,7 +66,8 @@ func Logger() *slog.Logger {
 
 // Load builds the components from the environment: OJS_TABLE (required),
 // OJS_PUSH_QUEUES, OJS_LOG_LEVEL, OJS_AUTH_TOKEN, OJS_EVENT_TTL,
-// OJS_EVENT_BUS, OJS_REDELIVER_AFTER, the dead letter retention (OJS_DLQ_*)
+// OJS_EVENT_BUS, OJS_REDELIVER_AFTER, OJS_ASYNC_CREATE_ITEMS, the dead
+// letter retention (OJS_DLQ_*)
 // and the AWS SDK variables.
 func Load(ctx context.Context) (*App, error) {
 	log := Logger()
@@ -94,6 +96,12 @@ func Load(ctx context.Context) (*App, error) {
 			return nil, fmt.Errorf("%s=%q is not a positive duration", topology.EnvRedeliverAfter, v)
 		}
 	}
+	async := workflow.DefaultAsyncItems
+	if v := os.Getenv(topology.EnvAsyncCreateItems); v != "" {
+		if async, err = strconv.Atoi(v); err != nil || async < 0 {
+			return nil, fmt.Errorf("%s=%q is not a count", topology.EnvAsyncCreateItems, v)
+		}
+	}
 	var pub *eventbus.Publisher
 	if bus := os.Getenv(topology.EnvEventBus); bus != "" {
 		published, err := events.ParsePublished(os.Getenv(topology.EnvPublishEvents))
@@ -112,7 +120,7 @@ func Load(ctx context.Context) (*App, error) {
 	svc := lifecycle.New(st, lifecycle.Config{PushQueues: push, Logger: log, DeadRetention: ret, RedeliverAfter: redeliver})
 	// Workflow jobs are admitted like every job, and a request that
 	// finishes a workflow job advances its workflow before it answers.
-	wfs := workflow.New(st, workflow.Config{Jobs: svc, PushQueues: push, Logger: log, RedeliverAfter: redeliver})
+	wfs := workflow.New(st, workflow.Config{Jobs: svc, PushQueues: push, Logger: log, RedeliverAfter: redeliver, AsyncItems: async})
 	svc.SetWorkflows(wfs)
 	a := &App{
 		Admin:  admin.New(st, svc, admin.Config{Logger: log}),

@@ -17,9 +17,9 @@ const (
 	GoalBinaryMB           = 12
 	GoalInitMS             = 50
 	GoalBigJobs            = 100000
-	// GoalCreateSeconds is the creation of the largest workflow, well
-	// inside API Gateway's 29 s integration timeout.
-	GoalCreateSeconds = 20
+	// GoalCreateSeconds is the answer to the creation of the largest
+	// workflow, well inside API Gateway's 29 s integration timeout.
+	GoalCreateSeconds = 5
 )
 
 // Targets checks a result against the goals.
@@ -84,10 +84,13 @@ func Targets(r *Result) []Target {
 		ts = append(ts, t)
 	}
 	if r.Create.Width > 0 {
-		t := Check(fmt.Sprintf("create a %d-job workflow in one request (slowest of a group and a batch)", r.Create.Width),
-			max(r.Create.GroupSeconds, r.Create.BatchSeconds), GoalCreateSeconds, true, "s")
-		t.Note = r.Create.Note
-		if r.Create.Note != "" && r.Create.GroupSeconds == 0 {
+		t := Check(fmt.Sprintf("create a %d-job workflow: the POST's answer (slowest of a group and a batch)", r.Create.Width),
+			max(r.Create.GroupAnswerSeconds, r.Create.BatchAnswerSeconds), GoalCreateSeconds, true, "s")
+		t.Note = fmt.Sprintf("answered %d; every first job written after %s s", r.Create.Status, num(max(r.Create.GroupSeconds, r.Create.BatchSeconds)))
+		if r.Create.Note != "" {
+			t.Note += "; " + r.Create.Note
+		}
+		if r.Create.GroupAnswerSeconds == 0 {
 			t.Pass, t.Margin = false, "failed"
 		}
 		ts = append(ts, t)

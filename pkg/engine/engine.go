@@ -45,6 +45,7 @@ type Change struct {
 // the changes imply (implemented by *workflow.Engine).
 type Workflows interface {
 	Verify(ctx context.Context, fs []workflow.Finished) error
+	Resume(ctx context.Context, wfID string) error
 	Events(ctx context.Context, source string, nodes []workflow.NodeChange, jobs []workflow.JobChange) ([]events.Event, error)
 }
 
@@ -149,6 +150,15 @@ func (e *Engine) Process(ctx context.Context, changes []Change) (int, error) {
 	}
 	if e.Workflows == nil {
 		return -1, nil
+	}
+	// Workflows accepted with 202: their creation is finished here, from
+	// the root's insert record (a retried batch resumes it).
+	for _, c := range changes {
+		if c.OldNode == nil && c.NewNode != nil && c.NewNode.Path == store.RootPath && len(c.NewNode.CDef) > 0 {
+			if err := e.Workflows.Resume(ctx, c.NewNode.WorkflowID); err != nil {
+				return 0, err
+			}
+		}
 	}
 	var fs []workflow.Finished
 	for _, c := range changes {

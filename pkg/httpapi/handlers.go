@@ -241,7 +241,13 @@ func (a *api) createWorkflow(w http.ResponseWriter, r *http.Request, _ params) e
 		}
 	}
 	w.Header().Set("Location", "/ojs/v1/workflows/"+(*v)["id"].(string))
-	writeJSON(w, http.StatusCreated, map[string]any{"workflow": v})
+	status := http.StatusCreated
+	if workflow.Creating(v) {
+		// Accepted; its nodes and first jobs are being written (GET shows
+		// x_creating until they all exist).
+		status = http.StatusAccepted
+	}
+	writeJSON(w, status, map[string]any{"workflow": v})
 	return nil
 }
 

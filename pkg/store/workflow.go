@@ -114,8 +114,14 @@ type Node struct {
 	// (its view lists steps by id), empty for the tree form (root only).
 	Form string `dynamodbav:"form,omitempty"`
 	// Creating is set on the root of a large workflow while its items are
-	// written; the sweeper deletes one whose creator died.
-	Creating    bool   `dynamodbav:"creating,omitempty"`
+	// written; the sweeper deletes one whose creator died (one created
+	// asynchronously, with CDef, it finishes instead).
+	Creating bool `dynamodbav:"creating,omitempty"`
+	// CDef is the gzipped definition of a workflow created asynchronously
+	// (see BeginWorkflow), kept on the root until its first jobs exist;
+	// CreateItems is how many items its creation writes besides the root.
+	CDef        []byte `dynamodbav:"cdef,omitempty"`
+	CreateItems int    `dynamodbav:"citems,omitempty"`
 	CreatedAt   string `dynamodbav:"created_at,omitempty"`
 	StartedAt   string `dynamodbav:"started_at,omitempty"`
 	CompletedAt string `dynamodbav:"completed_at,omitempty"`
@@ -318,6 +324,16 @@ func ShardKey(k int) string { return strconv.Itoa(k) }
 // ErrWorkflowExists is returned when a workflow id is taken.
 var ErrWorkflowExists = errors.New("workflow exists")
 
+// ErrTooLargeToDefer is BeginWorkflow refusing a root that, with its
+// definition, would not fit one item; the caller creates the workflow in
+// the request instead.
+var ErrTooLargeToDefer = errors.New("workflow definition too large to keep on its root")
+
+// deferredRootBytes is the most a root holding its definition may weigh:
+// DynamoDB's 400 KB less room for what running adds to it (counts,
+// timestamps, errors).
+const deferredRootBytes = awslimit.DynamoItemBytes - 64<<10
+
 // ErrWorkflowNotRunning is returned when a workflow stopped (cancelled or
 // finished) before a write that needs it running.
 var ErrWorkflowNotRunning = errors.New("workflow is not running")
@@ -345,30 +361,9 @@ type NewWorkflow struct {
 // a running workflow whose missing first jobs the sweeper's repair
 // creates.
 func (s *Store) CreateWorkflow(ctx context.Context, w NewWorkflow) error {
-	var root *Node
-	var items []map[string]types.AttributeValue
-	for i := range w.Nodes {
-		n := w.Nodes[i]
-		n.Version = 1
-		if n.Path == RootPath {
-			root = &w.Nodes[i]
-			continue
-		}
-		av, err := attributevalue.MarshalMap(nodeItem{PK: wfPrefix + n.WorkflowID, SK: nodeSK(n.Path), Node: n})
-		if err != nil {
-			return err
-		}
-		items = append(items, av)
-	}
-	if root == nil {
-		return fmt.Errorf("workflow has no root node")
-	}
-	for _, sh := range w.Shards {
-		av, err := attributevalue.MarshalMap(shardItem{PK: wfPrefix + root.WorkflowID, SK: shardSK(sh.Path, sh.Key), WFID: root.WorkflowID, Shard: sh})
-		if err != nil {
-			return err
-		}
-		items = append(items, av)
+	root, items, err := workflowItems(w)
+	if err != nil {
+		return err
 	}
 	r := *root
 	r.Version = 1
@@ -414,11 +409,78 @@ func (s *Store) CreateWorkflow(ctx context.Context, w NewWorkflow) error {
 		return nil
 	}
 	r.Creating = true
+	if err := s.putRoot(ctx, r); err != nil {
+		return err
+	}
+	if err := s.batchPut(ctx, items); err != nil {
+		return fmt.Errorf("create workflow %s: %w", r.WorkflowID, err)
+	}
+	if err := s.unmark(ctx, r.WorkflowID, "creating"); err != nil {
+		return err
+	}
+	return s.Advance(ctx, Advance{WorkflowID: r.WorkflowID, Jobs: w.Jobs, RedeliverAfter: w.RedeliverAfter})
+}
+
+// BeginWorkflow writes only the root of a workflow created asynchronously:
+// marked creating, holding the gzipped definition def, conditional on no
+// workflow with its id existing (ErrWorkflowExists). The stream function
+// finishes it from the root's insert record (ResumeWorkflow), and the
+// sweeper if that failed. items is how many items the creation writes
+// besides the root (nodes and shards), for progress.
+func (s *Store) BeginWorkflow(ctx context.Context, root Node, def []byte, items int) error {
+	root.Version, root.Creating, root.CDef, root.CreateItems = 1, true, def, items
+	av, err := attributevalue.MarshalMap(nodeItem{PK: wfPrefix + root.WorkflowID, SK: nodeSK(RootPath), Node: root})
+	if err != nil {
+		return err
+	}
+	if ItemBytes(av) > deferredRootBytes {
+		return ErrTooLargeToDefer
+	}
+	return s.putRoot(ctx, root)
+}
+
+// ResumeWorkflow finishes a workflow BeginWorkflow started, from the same
+// items CreateWorkflow would write: while the root is marked creating (no
+// job exists yet) its nodes and shards are written and the mark removed;
+// then its first jobs are written (conditional puts, so jobs that exist
+// are kept as they are) and the definition dropped from the root. Every
+// step is idempotent: a creator that died is resumed by running it again.
+// A workflow already finished, or cancelled before its first jobs were
+// written, changes nothing.
+func (s *Store) ResumeWorkflow(ctx context.Context, w NewWorkflow) error {
+	want, items, err := workflowItems(w)
+	if err != nil {
+		return err
+	}
+	root, err := s.GetNode(ctx, want.WorkflowID, RootPath)
+	if err != nil {
+		return err
+	}
+	if root.Creating {
+		if err := s.batchPut(ctx, items); err != nil {
+			return fmt.Errorf("create workflow %s: %w", root.WorkflowID, err)
+		}
+		if err := s.unmark(ctx, root.WorkflowID, "creating"); err != nil {
+			return err
+		}
+	} else if len(root.CDef) == 0 {
+		return nil
+	}
+	err = s.Advance(ctx, Advance{WorkflowID: root.WorkflowID, Jobs: w.Jobs, RedeliverAfter: w.RedeliverAfter})
+	if err != nil && !errors.Is(err, ErrWorkflowNotRunning) {
+		return err
+	}
+	return s.unmark(ctx, root.WorkflowID, "cdef", "citems")
+}
+
+// putRoot writes a workflow's root, conditional on no workflow with its id
+// existing.
+func (s *Store) putRoot(ctx context.Context, r Node) error {
 	rootAV, err := attributevalue.MarshalMap(nodeItem{PK: wfPrefix + r.WorkflowID, SK: nodeSK(RootPath), Node: r})
 	if err != nil {
 		return err
 	}
-	_, err = s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &s.table, Item: rootAV, ConditionExpression: cond})
+	_, err = s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &s.table, Item: rootAV, ConditionExpression: aws.String("attribute_not_exists(pk)")})
 	var ccf *types.ConditionalCheckFailedException
 	if errors.As(err, &ccf) {
 		return ErrWorkflowExists
@@ -426,14 +488,47 @@ func (s *Store) CreateWorkflow(ctx context.Context, w NewWorkflow) error {
 	if err != nil {
 		return fmt.Errorf("create workflow %s: %w", r.WorkflowID, err)
 	}
-	if err := s.batchPut(ctx, items); err != nil {
-		return fmt.Errorf("create workflow %s: %w", r.WorkflowID, err)
+	return nil
+}
+
+// unmark removes creation attributes from a workflow's root (it exists).
+func (s *Store) unmark(ctx context.Context, wfID string, attrs ...string) error {
+	if _, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table, Key: wfKey(wfID, nodeSK(RootPath)),
+		UpdateExpression: aws.String("REMOVE " + strings.Join(attrs, ", ")), ConditionExpression: aws.String("attribute_exists(pk)")}); err != nil {
+		return fmt.Errorf("create workflow %s: %w", wfID, err)
 	}
-	if _, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table, Key: wfKey(r.WorkflowID, nodeSK(RootPath)),
-		UpdateExpression: aws.String("REMOVE creating")}); err != nil {
-		return fmt.Errorf("create workflow %s: %w", r.WorkflowID, err)
+	return nil
+}
+
+// workflowItems returns a new workflow's root and its other items (nodes
+// and counter shards) as written.
+func workflowItems(w NewWorkflow) (*Node, []map[string]types.AttributeValue, error) {
+	var root *Node
+	var items []map[string]types.AttributeValue
+	for i := range w.Nodes {
+		n := w.Nodes[i]
+		n.Version = 1
+		if n.Path == RootPath {
+			root = &w.Nodes[i]
+			continue
+		}
+		av, err := attributevalue.MarshalMap(nodeItem{PK: wfPrefix + n.WorkflowID, SK: nodeSK(n.Path), Node: n})
+		if err != nil {
+			return nil, nil, err
+		}
+		items = append(items, av)
 	}
-	return s.Advance(ctx, Advance{WorkflowID: r.WorkflowID, Jobs: w.Jobs, RedeliverAfter: w.RedeliverAfter})
+	if root == nil {
+		return nil, nil, fmt.Errorf("workflow has no root node")
+	}
+	for _, sh := range w.Shards {
+		av, err := attributevalue.MarshalMap(shardItem{PK: wfPrefix + root.WorkflowID, SK: shardSK(sh.Path, sh.Key), WFID: root.WorkflowID, Shard: sh})
+		if err != nil {
+			return nil, nil, err
+		}
+		items = append(items, av)
+	}
+	return root, items, nil
 }
 
 // DeleteWorkflow removes every item of a workflow whose creation never

@@ -53,6 +53,11 @@ const (
 	// job may wait unclaimed before the sweeper sends it to SQS again
 	// (default 5m; the fault-injection soak shortens it).
 	EnvRedeliverAfter = "OJS_REDELIVER_AFTER"
+	// EnvAsyncCreateItems is the size (nodes, counter shards and first
+	// jobs) past which POST /workflows answers 202 and the stream function
+	// writes the workflow (default 4000, workflow.DefaultAsyncItems; 0
+	// turns it off).
+	EnvAsyncCreateItems = "OJS_ASYNC_CREATE_ITEMS"
 	// EnvName is the environment's name (Env.Name): the Environment
 	// dimension of the lifecycle metrics the stream function writes
 	// (pkg/metrics). Default "default".

@@ -217,7 +217,8 @@ func (e *Engine) rootEnded(ctx context.Context, n *store.Node) error {
 }
 
 // creatingGrace is how long a workflow's creation may take before the
-// sweeper deletes what a creator that died left behind.
+// sweeper deletes what a creator that died left behind (or finishes an
+// asynchronous creation).
 const creatingGrace = 2 * time.Minute
 
 // Repair checks running workflows whose check is due for progress that a
@@ -254,6 +255,15 @@ func (e *Engine) repair(ctx context.Context, id string, now time.Time) error {
 		return err
 	}
 	root := items[0]
+	if len(root.CDef) > 0 {
+		// Accepted with 202: the stream function finishes its creation
+		// (Resume); if that failed, this does.
+		if created, err := time.Parse(time.RFC3339Nano, root.CreatedAt); err == nil && now.Sub(created) > creatingGrace {
+			e.log.WarnContext(ctx, "finishing a workflow whose asynchronous creation did not", "workflow_id", id)
+			return e.Resume(ctx, id)
+		}
+		return nil
+	}
 	if root.Creating {
 		if created, err := time.Parse(time.RFC3339Nano, root.CreatedAt); err == nil && now.Sub(created) > creatingGrace {
 			deleted, err := e.st.DeleteWorkflow(ctx, id)

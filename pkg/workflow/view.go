@@ -34,8 +34,12 @@ func (e *Engine) Get(ctx context.Context, wfID string) (*View, error) {
 	if err != nil {
 		return nil, ojserr.Backend(err)
 	}
-	if len(nodes) == 0 || nodes[0].Path != store.RootPath || nodes[0].Creating {
+	if len(nodes) == 0 || nodes[0].Path != store.RootPath || (nodes[0].Creating && len(nodes[0].CDef) == 0) {
+		// Not there, or still being written by the request creating it.
 		return nil, ojserr.NotFoundf("workflow", wfID)
+	}
+	if root := nodes[0]; root.Creating {
+		return creatingView(root, len(nodes)-1, root.CreateItems), nil
 	}
 	var ids []string
 	for _, n := range nodes {
@@ -52,7 +56,12 @@ func (e *Engine) Get(ctx context.Context, wfID string) (*View, error) {
 	if err != nil {
 		return nil, ojserr.Backend(err)
 	}
-	return render(newTreeOf(nodes), jobs), nil
+	v := render(newTreeOf(nodes), jobs)
+	if len(nodes[0].CDef) > 0 {
+		// Every node exists; its first jobs are being written.
+		(*v)["x_creating"] = map[string]any{"phase": "jobs", "nodes_written": len(nodes) - 1, "nodes_total": len(nodes) - 1}
+	}
+	return v, nil
 }
 
 // viewer renders one workflow.

@@ -1,0 +1,132 @@
+package workflow
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+	"github.com/ojs-aws/ojs-serverless/pkg/store"
+)
+
+// A workflow too large to write within API Gateway's 29 s is created in
+// two parts. The request writes only its root, marked creating and
+// holding the gzipped definition, and answers 202 with x_creating set.
+// The stream function reads the root's insert record and calls Resume,
+// which derives the same items the request would have written (build is
+// deterministic for a definition, id and creation time) and writes them:
+// nodes and counter shards while the root is still marked (no job exists
+// yet), then the mark removed, then the first jobs, then the definition
+// dropped. Each part is idempotent, so a stream retry, or the sweeper's
+// repair of a root still holding its definition after creatingGrace,
+// finishes what a dead writer left.
+
+// begin writes the root of an asynchronously created workflow and returns
+// its creating view. store.ErrTooLargeToDefer means the root cannot hold
+// the definition: the caller creates it in the request.
+func (e *Engine) begin(ctx context.Context, raw []byte, b *built) (*View, error) {
+	def, err := gzipBytes(raw)
+	if err != nil {
+		return nil, ojserr.Backend(err)
+	}
+	root := b.nodes[0]
+	err = e.st.BeginWorkflow(ctx, root, def, len(b.nodes)-1+len(b.shards))
+	if errors.Is(err, store.ErrTooLargeToDefer) {
+		return nil, err
+	}
+	if errors.Is(err, store.ErrWorkflowExists) {
+		return nil, ojserr.Newf(ojserr.Duplicate, "A workflow with id '%s' already exists.", root.WorkflowID).With("existing_workflow_id", root.WorkflowID)
+	}
+	if err != nil {
+		return nil, ojserr.Backend(err)
+	}
+	e.log.InfoContext(ctx, "workflow accepted; creating it asynchronously", "workflow_id", root.WorkflowID, "type", root.Kind,
+		"jobs", root.JobCount, "items", len(b.nodes)+len(b.shards)+len(b.jobs))
+	root.Creating, root.CreateItems = true, len(b.nodes)-1
+	return creatingView(&root, 0, len(b.nodes)-1), nil
+}
+
+// Resume finishes the creation of a workflow Create accepted
+// asynchronously (its root holds the definition); for any other workflow
+// it does nothing. It is idempotent and safe beside another Resume of the
+// same workflow.
+func (e *Engine) Resume(ctx context.Context, wfID string) error {
+	root, err := e.st.GetNode(ctx, wfID, store.RootPath)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if len(root.CDef) == 0 {
+		return nil
+	}
+	raw, err := gunzipBytes(root.CDef)
+	if err != nil {
+		return fmt.Errorf("workflow %s: stored definition: %w", wfID, err)
+	}
+	created, err := time.Parse(time.RFC3339Nano, root.CreatedAt)
+	if err != nil {
+		return fmt.Errorf("workflow %s: created_at: %w", wfID, err)
+	}
+	parsed, err := Parse(raw, created)
+	if err != nil {
+		return fmt.Errorf("workflow %s: stored definition no longer valid: %w", wfID, err)
+	}
+	b, err := e.build(ctx, parsed, wfID, created)
+	if err != nil {
+		return fmt.Errorf("workflow %s: %w", wfID, err)
+	}
+	began := time.Now()
+	if err := e.st.ResumeWorkflow(ctx, store.NewWorkflow{Nodes: b.nodes, Shards: b.shards, Jobs: b.jobs, RedeliverAfter: e.redel}); err != nil {
+		return fmt.Errorf("workflow %s: %w", wfID, err)
+	}
+	e.log.InfoContext(ctx, "workflow created", "workflow_id", wfID, "type", parsed.Root.Kind, "jobs", parsed.Jobs,
+		"started_jobs", len(b.jobs), "async", true, "took_ms", time.Since(began).Milliseconds())
+	return nil
+}
+
+// creatingView is what GET shows of a workflow whose nodes are still
+// being written: state pending, and how many of its steps exist.
+func creatingView(root *store.Node, written, total int) *View {
+	name := root.Name
+	if name == "" {
+		name = root.Kind
+	}
+	return &View{
+		"id": root.WorkflowID, "type": root.Kind, "name": name, "state": "pending", "created_at": root.CreatedAt,
+		"metadata":   map[string]any{"created_at": root.CreatedAt, "job_count": root.JobCount, "completed_count": 0, "failed_count": 0},
+		"x_creating": map[string]any{"phase": "nodes", "nodes_written": written, "nodes_total": total},
+	}
+}
+
+// Creating reports whether v is the view of a workflow still being created
+// asynchronously (the API answers its creation 202).
+func Creating(v *View) bool {
+	_, ok := (*v)["x_creating"]
+	return ok
+}
+
+func gzipBytes(b []byte) ([]byte, error) {
+	var buf bytes.Buffer
+	w, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+	if _, err := w.Write(b); err != nil {
+		return nil, err
+	}
+	if err := w.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+func gunzipBytes(b []byte) ([]byte, error) {
+	r, err := gzip.NewReader(bytes.NewReader(b))
+	if err != nil {
+		return nil, err
+	}
+	return io.ReadAll(r)
+}

@@ -1,0 +1,281 @@
+package workflow_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/google/uuid"
+	"github.com/ojs-aws/ojs-serverless/pkg/internal/testenv"
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
+	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+	"github.com/ojs-aws/ojs-serverless/pkg/store"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
+	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
+)
+
+// asyncBody is a batch of n jobs on queue q with an on_complete callback.
+func asyncBody(id, q string, n int) string {
+	jobs := make([]string, n)
+	for i := range jobs {
+		jobs[i] = `{"type":"async.job","args":[` + jsonStr(i) + `],"options":{"queue":"` + q + `"}}`
+	}
+	return `{"id":"` + id + `","type":"batch","name":"big","jobs":[` + strings.Join(jobs, ",") +
+		`],"callbacks":{"on_complete":{"type":"async.report","args":[],"options":{"queue":"` + q + `"}}}}`
+}
+
+func viewMap(t *testing.T, v *workflow.View) map[string]any {
+	t.Helper()
+	b, _ := json.Marshal(v)
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// fetchAll claims every available job of q, in pages of 100.
+func fetchAll(t *testing.T, svc *lifecycle.Service, q string) []*job.Job {
+	t.Helper()
+	var all []*job.Job
+	for {
+		got, err := svc.Fetch(context.Background(), lifecycle.FetchRequest{Queues: []string{q}, Count: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) == 0 {
+			return all
+		}
+		all = append(all, got...)
+	}
+}
+
+// A workflow past AsyncItems is accepted with only its root written (GET
+// shows it pending with x_creating, no job exists, cancel answers 409,
+// its id is taken); Resume, run twice at once as a duplicated stream
+// record would, writes every node and each first job exactly once, drops
+// the stored definition, and the workflow then runs to its end.
+func TestAsyncCreationAnswersAtOnceAndResumeFinishesIt(t *testing.T) {
+	t.Parallel()
+	st, _ := testenv.Table(t)
+	svc := lifecycle.New(st, lifecycle.Config{})
+	eng := workflow.New(st, workflow.Config{Jobs: svc, AsyncItems: 50})
+	svc.SetWorkflows(eng)
+	ctx := context.Background()
+	id := uuid.Must(uuid.NewV7()).String()
+	body := asyncBody(id, "asyncq", 60)
+
+	v, err := eng.Create(ctx, []byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !workflow.Creating(v) {
+		t.Fatalf("a 60-job batch over AsyncItems 50 was created in the request: %v", viewMap(t, v))
+	}
+	m := viewMap(t, v)
+	if m["id"] != id || m["state"] != "pending" || m["type"] != "batch" || m["name"] != "big" {
+		t.Fatalf("accepted view: %v", m)
+	}
+	g, err := eng.Get(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gm := viewMap(t, g)
+	if c, _ := gm["x_creating"].(map[string]any); gm["state"] != "pending" || c["phase"] != "nodes" || c["nodes_written"] != 0.0 || c["nodes_total"] != 61.0 {
+		t.Fatalf("GET before Resume: %v", gm)
+	}
+	if jobs := fetchAll(t, svc, "asyncq"); len(jobs) != 0 {
+		t.Fatalf("%d jobs exist before Resume", len(jobs))
+	}
+	if _, err := eng.Cancel(ctx, id); ojserr.As(err).Status() != http.StatusConflict {
+		t.Fatalf("cancel while creating: %v", err)
+	}
+	if _, err := eng.Create(ctx, []byte(body)); ojserr.As(err).Code != ojserr.Duplicate {
+		t.Fatalf("second create with the same id: %v", err)
+	}
+
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := eng.Resume(ctx, id); err != nil {
+				t.Errorf("resume: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	root, err := st.GetNode(ctx, id, store.RootPath)
+	if err != nil || root.Creating || len(root.CDef) != 0 || root.CreateItems != 0 || root.State != wfstate.Running {
+		t.Fatalf("root after Resume: %+v %v", root, err)
+	}
+	gm = viewMap(t, must(eng.Get(ctx, id)))
+	if _, still := gm["x_creating"]; still || gm["state"] != "running" {
+		t.Fatalf("GET after Resume: %v", gm)
+	}
+	if steps, _ := gm["jobs"].([]any); len(steps) != 60 {
+		t.Fatalf("GET lists %d jobs, want 60: %v", len(steps), gm)
+	}
+	jobs := fetchAll(t, svc, "asyncq")
+	seen := map[string]bool{}
+	for _, j := range jobs {
+		if j.WorkflowID != id || seen[j.ID] || j.Type != "async.job" {
+			t.Fatalf("job %s of %s (%s), seen before: %v", j.ID, j.WorkflowID, j.Type, seen[j.ID])
+		}
+		seen[j.ID] = true
+	}
+	if len(jobs) != 60 {
+		t.Fatalf("%d first jobs, want 60", len(jobs))
+	}
+	// Resume again (a record retried late): nothing more is written.
+	if err := eng.Resume(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if more := fetchAll(t, svc, "asyncq"); len(more) != 0 {
+		t.Fatalf("a late Resume wrote %d more jobs", len(more))
+	}
+	for _, j := range jobs {
+		if _, err := svc.Ack(ctx, j.ID, []byte(`1`), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cb := fetchAll(t, svc, "asyncq")
+	if len(cb) != 1 || cb[0].Type != "async.report" {
+		t.Fatalf("callback jobs: %v", cb)
+	}
+	if _, err := svc.Ack(ctx, cb[0].ID, []byte(`"done"`), 0); err != nil {
+		t.Fatal(err)
+	}
+	if s := viewMap(t, must(eng.Get(ctx, id)))["state"]; s != "completed" {
+		t.Fatalf("state %v after every job and the callback", s)
+	}
+}
+
+// A workflow at or under AsyncItems, or with AsyncItems 0, is created in
+// the request as before.
+func TestSmallWorkflowsAreCreatedInTheRequest(t *testing.T) {
+	t.Parallel()
+	st, _ := testenv.Table(t)
+	svc := lifecycle.New(st, lifecycle.Config{})
+	ctx := context.Background()
+	for _, async := range []int{0, 200} {
+		eng := workflow.New(st, workflow.Config{Jobs: svc, AsyncItems: async})
+		v, err := eng.Create(ctx, []byte(asyncBody(uuid.Must(uuid.NewV7()).String(), "syncq", 60)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if workflow.Creating(v) || viewMap(t, v)["state"] != "running" {
+			t.Fatalf("AsyncItems %d: %v", async, viewMap(t, v))
+		}
+	}
+	if jobs := fetchAll(t, svc, "syncq"); len(jobs) != 120 {
+		t.Fatalf("%d jobs, want 120", len(jobs))
+	}
+}
+
+// The writer of an asynchronous creation dies (the stream function's
+// Resume fails, and its retries too): while its nodes are half written,
+// and after the root was unmarked but before its first jobs. The sweeper's
+// repair leaves it alone within the grace period, then finishes it: every
+// node, each first job once.
+func TestRepairFinishesAnAsyncCreationWhoseWriterDied(t *testing.T) {
+	t.Parallel()
+	st, _ := testenv.Table(t)
+	table := st.Table()
+	clk := testenv.NewClock(time.Now().UTC())
+	svc := lifecycle.New(st, lifecycle.Config{Now: clk.Now})
+	eng := workflow.New(st, workflow.Config{Now: clk.Now, Jobs: svc, AsyncItems: 50})
+	ctx := context.Background()
+	db := testenv.DynamoDB()
+	for k, stage := range []string{"nodes", "jobs"} {
+		q := "repairq-" + stage
+		id := uuid.Must(uuid.NewV7()).String()
+		if _, err := eng.Create(ctx, []byte(asyncBody(id, q, 70))); err != nil {
+			t.Fatal(err)
+		}
+		root, err := st.GetNode(ctx, id, store.RootPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		def := root.CDef
+		if err := eng.Resume(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		// Take the workflow back to where the writer died.
+		items, err := st.WorkflowItems(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, n := range items {
+			if n.Kind == workflow.KindJob {
+				del(t, db, table, "JOB#"+workflow.JobID(id, n.Path), "JOB")
+			}
+			if stage == "nodes" && i > 0 && i%2 == 0 {
+				del(t, db, table, "WF#"+id, "N#"+n.Path)
+			}
+		}
+		set := "SET cdef = :d"
+		vals := map[string]types.AttributeValue{":d": &types.AttributeValueMemberB{Value: def}}
+		if stage == "nodes" {
+			set += ", creating = :t"
+			vals[":t"] = &types.AttributeValueMemberBOOL{Value: true}
+		}
+		if _, err := db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String(table),
+			Key:              map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "WF#" + id}, "sk": &types.AttributeValueMemberS{Value: "N#/"}},
+			UpdateExpression: aws.String(set), ExpressionAttributeValues: vals}); err != nil {
+			t.Fatal(err)
+		}
+		gm := viewMap(t, must(eng.Get(ctx, id)))
+		if c, _ := gm["x_creating"].(map[string]any); c["phase"] != stage {
+			t.Fatalf("%s: GET of the interrupted creation: %v", stage, gm)
+		}
+		if n, err := eng.Repair(ctx, 10); err != nil || n != 0 {
+			t.Fatalf("%s: repair before the check is due: %d %v", stage, n, err)
+		}
+		clk.Add(workflow.CheckAfter)
+		// (The workflow of the first stage is checked again too.)
+		if n, err := eng.Repair(ctx, 10); err != nil || n != k+1 {
+			t.Fatalf("%s: repair: %d %v", stage, n, err)
+		}
+		root, err = st.GetNode(ctx, id, store.RootPath)
+		if err != nil || root.Creating || len(root.CDef) != 0 {
+			t.Fatalf("%s: root after the repair: %+v %v", stage, root, err)
+		}
+		items, err = st.WorkflowItems(ctx, id)
+		if err != nil || len(items) != 72 {
+			t.Fatalf("%s: %d nodes after the repair, want 72 (%v)", stage, len(items), err)
+		}
+		jobs := fetchAll(t, svc, q)
+		seen := map[string]bool{}
+		for _, j := range jobs {
+			seen[j.ID] = true
+		}
+		if len(jobs) != 70 || len(seen) != 70 {
+			t.Fatalf("%s: %d first jobs (%d distinct), want 70", stage, len(jobs), len(seen))
+		}
+	}
+}
+
+func del(t *testing.T, db *dynamodb.Client, table, pk, sk string) {
+	t.Helper()
+	if _, err := db.DeleteItem(context.Background(), &dynamodb.DeleteItemInput{TableName: aws.String(table), Key: map[string]types.AttributeValue{
+		"pk": &types.AttributeValueMemberS{Value: pk}, "sk": &types.AttributeValueMemberS{Value: sk}}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func must(v *workflow.View, err error) *workflow.View {
+	if err != nil {
+		panic(errors.Join(errors.New("get"), err))
+	}
+	return v
+}
