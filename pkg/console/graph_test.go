@@ -160,3 +160,18 @@ func TestSVGEscapes(t *testing.T) {
 		}
 	}
 }
+
+// A workflow still being created asynchronously has no steps in its view
+// yet: the page draws its root alone, without failing.
+func TestLayoutOfAWorkflowBeingCreated(t *testing.T) {
+	for _, kind := range []string{"group", "batch", "chain"} {
+		g := Layout(map[string]any{"id": "019", "type": kind, "name": "big", "state": "pending",
+			"x_creating": map[string]any{"phase": "nodes", "nodes_written": 10, "nodes_total": 5000}})
+		if g == nil || g.W <= 0 || g.H <= 0 {
+			t.Fatalf("%s: %+v", kind, g)
+		}
+		if svg := string(g.SVG(func(id string) string { return "/j/" + id })); !strings.Contains(svg, "<svg") {
+			t.Fatalf("%s: %s", kind, svg)
+		}
+	}
+}
