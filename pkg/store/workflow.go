@@ -119,7 +119,7 @@ type Node struct {
 	Creating bool `dynamodbav:"creating,omitempty"`
 	// CDef is the gzipped definition of a workflow created asynchronously
 	// (see BeginWorkflow), kept on the root until its first jobs exist;
-	// CreateItems is how many items its creation writes besides the root.
+	// CreateItems is how many nodes its creation writes besides the root.
 	CDef        []byte `dynamodbav:"cdef,omitempty"`
 	CreateItems int    `dynamodbav:"citems,omitempty"`
 	CreatedAt   string `dynamodbav:"created_at,omitempty"`
@@ -425,8 +425,8 @@ func (s *Store) CreateWorkflow(ctx context.Context, w NewWorkflow) error {
 // marked creating, holding the gzipped definition def, conditional on no
 // workflow with its id existing (ErrWorkflowExists). The stream function
 // finishes it from the root's insert record (ResumeWorkflow), and the
-// sweeper if that failed. items is how many items the creation writes
-// besides the root (nodes and shards), for progress.
+// sweeper if that failed. items is how many nodes the creation writes
+// besides the root, for progress.
 func (s *Store) BeginWorkflow(ctx context.Context, root Node, def []byte, items int) error {
 	root.Version, root.Creating, root.CDef, root.CreateItems = 1, true, def, items
 	av, err := attributevalue.MarshalMap(nodeItem{PK: wfPrefix + root.WorkflowID, SK: nodeSK(RootPath), Node: root})

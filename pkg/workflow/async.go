@@ -34,7 +34,7 @@ func (e *Engine) begin(ctx context.Context, raw []byte, b *built) (*View, error)
 		return nil, ojserr.Backend(err)
 	}
 	root := b.nodes[0]
-	err = e.st.BeginWorkflow(ctx, root, def, len(b.nodes)-1+len(b.shards))
+	err = e.st.BeginWorkflow(ctx, root, def, len(b.nodes)-1)
 	if errors.Is(err, store.ErrTooLargeToDefer) {
 		return nil, err
 	}

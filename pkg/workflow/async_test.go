@@ -72,14 +72,14 @@ func TestAsyncCreationAnswersAtOnceAndResumeFinishesIt(t *testing.T) {
 	svc.SetWorkflows(eng)
 	ctx := context.Background()
 	id := uuid.Must(uuid.NewV7()).String()
-	body := asyncBody(id, "asyncq", 60)
+	body := asyncBody(id, "asyncq", 150) // past 100 jobs: counted in shards
 
 	v, err := eng.Create(ctx, []byte(body))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !workflow.Creating(v) {
-		t.Fatalf("a 60-job batch over AsyncItems 50 was created in the request: %v", viewMap(t, v))
+		t.Fatalf("a 150-job batch over AsyncItems 50 was created in the request: %v", viewMap(t, v))
 	}
 	m := viewMap(t, v)
 	if m["id"] != id || m["state"] != "pending" || m["type"] != "batch" || m["name"] != "big" {
@@ -90,7 +90,7 @@ func TestAsyncCreationAnswersAtOnceAndResumeFinishesIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	gm := viewMap(t, g)
-	if c, _ := gm["x_creating"].(map[string]any); gm["state"] != "pending" || c["phase"] != "nodes" || c["nodes_written"] != 0.0 || c["nodes_total"] != 61.0 {
+	if c, _ := gm["x_creating"].(map[string]any); gm["state"] != "pending" || c["phase"] != "nodes" || c["nodes_written"] != 0.0 || c["nodes_total"] != 151.0 {
 		t.Fatalf("GET before Resume: %v", gm)
 	}
 	if jobs := fetchAll(t, svc, "asyncq"); len(jobs) != 0 {
@@ -122,8 +122,13 @@ func TestAsyncCreationAnswersAtOnceAndResumeFinishesIt(t *testing.T) {
 	if _, still := gm["x_creating"]; still || gm["state"] != "running" {
 		t.Fatalf("GET after Resume: %v", gm)
 	}
-	if steps, _ := gm["jobs"].([]any); len(steps) != 60 {
-		t.Fatalf("GET lists %d jobs, want 60: %v", len(steps), gm)
+	if steps, _ := gm["jobs"].([]any); len(steps) != 150 {
+		t.Fatalf("GET lists %d jobs, want 150: %v", len(steps), gm)
+	}
+	for k := range 2 {
+		if sh, err := st.GetShard(ctx, id, store.RootPath, store.ShardKey(k)); err != nil || sh.Expected != 75 {
+			t.Fatalf("counter shard %d: %+v %v", k, sh, err)
+		}
 	}
 	jobs := fetchAll(t, svc, "asyncq")
 	seen := map[string]bool{}
@@ -133,8 +138,8 @@ func TestAsyncCreationAnswersAtOnceAndResumeFinishesIt(t *testing.T) {
 		}
 		seen[j.ID] = true
 	}
-	if len(jobs) != 60 {
-		t.Fatalf("%d first jobs, want 60", len(jobs))
+	if len(jobs) != 150 {
+		t.Fatalf("%d first jobs, want 150", len(jobs))
 	}
 	// Resume again (a record retried late): nothing more is written.
 	if err := eng.Resume(ctx, id); err != nil {
