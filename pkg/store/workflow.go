@@ -439,23 +439,65 @@ func (s *Store) BeginWorkflow(ctx context.Context, root Node, def []byte, items 
 	return s.putRoot(ctx, root)
 }
 
+// ErrCreationBusy is ResumeWorkflow finding another writer's lease on the
+// creation: that writer finishes it, or the sweeper once the lease ends.
+var ErrCreationBusy = errors.New("another writer is creating the workflow")
+
+// CreationLease is how long a ResumeWorkflow holds a creation: longer than
+// any function's timeout, so a writer still holding it is alive.
+const CreationLease = 3 * time.Minute
+
 // ResumeWorkflow finishes a workflow BeginWorkflow started, from the same
 // items CreateWorkflow would write: while the root is marked creating (no
 // job exists yet) its nodes and shards are written and the mark removed;
 // then its first jobs are written (conditional puts, so jobs that exist
 // are kept as they are) and the definition dropped from the root. Every
-// step is idempotent: a creator that died is resumed by running it again.
-// A workflow already finished, or cancelled before its first jobs were
-// written, changes nothing.
-func (s *Store) ResumeWorkflow(ctx context.Context, w NewWorkflow) error {
+// step is idempotent, so a writer that died is resumed by running it
+// again. One writer at a time: it first takes a lease on the root
+// (CreationLease from now; ErrCreationBusy while another's runs), since a
+// second writer's unconditional node writes could otherwise land after
+// the first had started the jobs, over their progress. It gives the lease
+// back when it fails. A workflow whose creation is finished changes
+// nothing.
+func (s *Store) ResumeWorkflow(ctx context.Context, w NewWorkflow, now time.Time) error {
 	want, items, err := workflowItems(w)
 	if err != nil {
 		return err
 	}
-	root, err := s.GetNode(ctx, want.WorkflowID, RootPath)
+	wfID := want.WorkflowID
+	until := now.Add(CreationLease).UnixMilli()
+	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table, Key: wfKey(wfID, nodeSK(RootPath)),
+		UpdateExpression:    aws.String("SET clease = :until"),
+		ConditionExpression: aws.String("attribute_exists(cdef) AND (attribute_not_exists(clease) OR clease < :now)"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":until": &types.AttributeValueMemberN{Value: strconv.FormatInt(until, 10)},
+			":now":   &types.AttributeValueMemberN{Value: strconv.FormatInt(now.UnixMilli(), 10)}},
+		ReturnValues: types.ReturnValueAllNew, ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld})
+	var ccf *types.ConditionalCheckFailedException
+	if errors.As(err, &ccf) {
+		if _, pending := ccf.Item["cdef"]; pending {
+			return ErrCreationBusy
+		}
+		return nil // finished (or gone)
+	}
 	if err != nil {
+		return fmt.Errorf("create workflow %s: %w", wfID, err)
+	}
+	var root nodeItem
+	if err := attributevalue.UnmarshalMap(out.Attributes, &root); err != nil {
 		return err
 	}
+	if err := s.resume(ctx, w, root.Node, items); err != nil {
+		// Give the lease back so a retry need not wait for it to end.
+		_, _ = s.db.UpdateItem(context.WithoutCancel(ctx), &dynamodb.UpdateItemInput{TableName: &s.table, Key: wfKey(wfID, nodeSK(RootPath)),
+			UpdateExpression: aws.String("REMOVE clease"), ConditionExpression: aws.String("clease = :until"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":until": &types.AttributeValueMemberN{Value: strconv.FormatInt(until, 10)}}})
+		return err
+	}
+	return nil
+}
+
+func (s *Store) resume(ctx context.Context, w NewWorkflow, root Node, items []map[string]types.AttributeValue) error {
 	if root.Creating {
 		if err := s.batchPut(ctx, items); err != nil {
 			return fmt.Errorf("create workflow %s: %w", root.WorkflowID, err)
@@ -463,14 +505,12 @@ func (s *Store) ResumeWorkflow(ctx context.Context, w NewWorkflow) error {
 		if err := s.unmark(ctx, root.WorkflowID, "creating"); err != nil {
 			return err
 		}
-	} else if len(root.CDef) == 0 {
-		return nil
 	}
-	err = s.Advance(ctx, Advance{WorkflowID: root.WorkflowID, Jobs: w.Jobs, RedeliverAfter: w.RedeliverAfter})
+	err := s.Advance(ctx, Advance{WorkflowID: root.WorkflowID, Jobs: w.Jobs, RedeliverAfter: w.RedeliverAfter})
 	if err != nil && !errors.Is(err, ErrWorkflowNotRunning) {
 		return err
 	}
-	return s.unmark(ctx, root.WorkflowID, "cdef", "citems")
+	return s.unmark(ctx, root.WorkflowID, "cdef", "citems", "clease")
 }
 
 // putRoot writes a workflow's root, conditional on no workflow with its id

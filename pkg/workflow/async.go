@@ -21,7 +21,8 @@ import (
 // deterministic for a definition, id and creation time) and writes them:
 // nodes and counter shards while the root is still marked (no job exists
 // yet), then the mark removed, then the first jobs, then the definition
-// dropped. Each part is idempotent, so a stream retry, or the sweeper's
+// dropped. Each part is idempotent and one writer at a time holds the
+// creation (a lease on the root), so a stream retry, or the sweeper's
 // repair of a root still holding its definition after creatingGrace,
 // finishes what a dead writer left.
 
@@ -52,8 +53,9 @@ func (e *Engine) begin(ctx context.Context, raw []byte, b *built) (*View, error)
 
 // Resume finishes the creation of a workflow Create accepted
 // asynchronously (its root holds the definition); for any other workflow
-// it does nothing. It is idempotent and safe beside another Resume of the
-// same workflow.
+// it does nothing. It is idempotent; beside another Resume of the same
+// workflow it leaves the work to whichever took the creation's lease
+// first (store.ResumeWorkflow).
 func (e *Engine) Resume(ctx context.Context, wfID string) error {
 	root, err := e.st.GetNode(ctx, wfID, store.RootPath)
 	if errors.Is(err, store.ErrNotFound) {
@@ -82,7 +84,13 @@ func (e *Engine) Resume(ctx context.Context, wfID string) error {
 		return fmt.Errorf("workflow %s: %w", wfID, err)
 	}
 	began := time.Now()
-	if err := e.st.ResumeWorkflow(ctx, store.NewWorkflow{Nodes: b.nodes, Shards: b.shards, Jobs: b.jobs, RedeliverAfter: e.redel}); err != nil {
+	err = e.st.ResumeWorkflow(ctx, store.NewWorkflow{Nodes: b.nodes, Shards: b.shards, Jobs: b.jobs, RedeliverAfter: e.redel}, e.now())
+	if errors.Is(err, store.ErrCreationBusy) {
+		// Another writer holds it; the sweeper resumes it if that one died.
+		e.log.InfoContext(ctx, "workflow creation already being written elsewhere", "workflow_id", wfID)
+		return nil
+	}
+	if err != nil {
 		return fmt.Errorf("workflow %s: %w", wfID, err)
 	}
 	e.log.InfoContext(ctx, "workflow created", "workflow_id", wfID, "type", parsed.Root.Kind, "jobs", parsed.Jobs,

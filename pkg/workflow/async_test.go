@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -189,9 +190,10 @@ func TestSmallWorkflowsAreCreatedInTheRequest(t *testing.T) {
 
 // The writer of an asynchronous creation dies (the stream function's
 // Resume fails, and its retries too): while its nodes are half written,
-// and after the root was unmarked but before its first jobs. The sweeper's
-// repair leaves it alone within the grace period, then finishes it: every
-// node, each first job once.
+// and after the root was unmarked but before its first jobs, holding its
+// lease. A Resume under that lease writes nothing; the sweeper's repair
+// leaves it alone within the grace period, then finishes it: every node,
+// each first job once.
 func TestRepairFinishesAnAsyncCreationWhoseWriterDied(t *testing.T) {
 	t.Parallel()
 	st, _ := testenv.Table(t)
@@ -233,6 +235,10 @@ func TestRepairFinishesAnAsyncCreationWhoseWriterDied(t *testing.T) {
 		if stage == "nodes" {
 			set += ", creating = :t"
 			vals[":t"] = &types.AttributeValueMemberBOOL{Value: true}
+		} else {
+			// The writer died holding its lease.
+			set += ", clease = :l"
+			vals[":l"] = &types.AttributeValueMemberN{Value: fmt.Sprint(clk.Now().Add(store.CreationLease).UnixMilli())}
 		}
 		if _, err := db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String(table),
 			Key:              map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "WF#" + id}, "sk": &types.AttributeValueMemberS{Value: "N#/"}},
@@ -245,6 +251,16 @@ func TestRepairFinishesAnAsyncCreationWhoseWriterDied(t *testing.T) {
 		}
 		if n, err := eng.Repair(ctx, 10); err != nil || n != 0 {
 			t.Fatalf("%s: repair before the check is due: %d %v", stage, n, err)
+		}
+		if stage == "jobs" {
+			// A retried record while the dead writer's lease runs: it
+			// leaves the creation alone.
+			if err := eng.Resume(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+			if jobs := fetchAll(t, svc, q); len(jobs) != 0 {
+				t.Fatalf("a Resume wrote %d jobs under another writer's lease", len(jobs))
+			}
 		}
 		clk.Add(workflow.CheckAfter)
 		// (The workflow of the first stage is checked again too.)

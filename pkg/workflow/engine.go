@@ -22,7 +22,7 @@ import (
 type Store interface {
 	CreateWorkflow(ctx context.Context, w store.NewWorkflow) error
 	BeginWorkflow(ctx context.Context, root store.Node, def []byte, items int) error
-	ResumeWorkflow(ctx context.Context, w store.NewWorkflow) error
+	ResumeWorkflow(ctx context.Context, w store.NewWorkflow, now time.Time) error
 	DeleteWorkflow(ctx context.Context, wfID string) (bool, error)
 	GetNode(ctx context.Context, wfID, path string) (*store.Node, error)
 	GetShard(ctx context.Context, wfID, path, key string) (*store.Shard, error)
