@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/awsclient"
@@ -100,6 +101,18 @@ func run(m *testing.M) int {
 	if code != 0 {
 		for _, fn := range topology.FunctionNames {
 			b, _ := os.ReadFile(filepath.Join(logDir, fn+".log"))
+			// Every error line first (the tail rarely holds the one that
+			// made a request fail), then the tail.
+			var errs []string
+			for _, line := range strings.Split(string(b), "\n") {
+				if strings.Contains(line, `"level":"ERROR"`) {
+					errs = append(errs, line)
+				}
+			}
+			if len(errs) > 20 {
+				errs = errs[len(errs)-20:]
+			}
+			fmt.Fprintf(os.Stderr, "--- errors in %s.log (last 20) ---\n%s\n", fn, strings.Join(errs, "\n"))
 			if len(b) > 4000 {
 				b = b[len(b)-4000:]
 			}
