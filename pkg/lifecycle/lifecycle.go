@@ -386,13 +386,35 @@ func (s *Service) createChunked(ctx context.Context, jobs []*job.Job, sizes []in
 	return created, nil
 }
 
-// Info returns a job.
+// Info returns a job. An active job whose lease has ended is requeued (or
+// discarded per its retry policy) first, so a read sees it as it is at the
+// lease's end rather than as of the last sweep.
 func (s *Service) Info(ctx context.Context, id string) (*job.Job, error) {
 	if err := validID(id); err != nil {
 		return nil, err
 	}
 	j, err := s.st.Get(ctx, id)
-	return j, apiError(err, id, "read")
+	if err != nil {
+		return nil, apiError(err, id, "read")
+	}
+	if now := s.Now(); leaseOver(j, now) {
+		// The job is requeued at its lease's end (ojs-worker-protocol.md
+		// 5.5), not at the next sweep: the read makes the move the
+		// sweeper would, with the same conditional write.
+		moved, err := s.st.Apply(ctx, s.leaseExpiry(j, now, false))
+		var ce *store.ConflictError
+		switch {
+		case err == nil:
+			s.log.InfoContext(ctx, "due job resolved", "job_id", j.ID, "from", string(j.State), "to", string(moved.State))
+			s.finished(ctx, moved)
+			return moved, nil
+		case errors.As(err, &ce) && ce.Current != nil:
+			return ce.Current, nil // moved by someone else first
+		default:
+			return nil, apiError(err, id, "read")
+		}
+	}
+	return j, nil
 }
 
 func validID(id string) error {
@@ -865,15 +887,10 @@ func (s *Service) ResolveDue(ctx context.Context, queue string, limit int, inlin
 				t = store.Promote(j, now, s.redel, inline)
 			}
 		case job.Active:
-			if j.LeaseUntil == nil || j.LeaseUntil.After(now) {
+			if !leaseOver(j, now) {
 				continue
 			}
-			in := ErrorInput{Type: "visibility_timeout", Code: "timeout", Message: "The job's lease expired before the worker acknowledged or failed it; its worker is presumed dead."}
-			if j.Deadline != nil && !j.LeaseUntil.Before(*j.Deadline) {
-				in = ErrorInput{Type: "timeout", Code: "timeout", Message: "The job exceeded its execution timeout of " + j.Timeout.String() + "."}
-			}
-			f := s.decide(j, in, now)
-			t = store.ExpireLease(j, f, now, s.redel, inline)
+			t = s.leaseExpiry(j, now, inline)
 		case job.Available:
 			redeliver = append(redeliver, it)
 			continue
@@ -892,6 +909,22 @@ func (s *Service) ResolveDue(ctx context.Context, queue string, limit int, inlin
 		s.finished(ctx, moved)
 	}
 	return redeliver, nil
+}
+
+// leaseOver reports whether an active job's lease has ended.
+func leaseOver(j *job.Job, now time.Time) bool {
+	return j.State == job.Active && j.LeaseUntil != nil && !j.LeaseUntil.After(now)
+}
+
+// leaseExpiry is the move of an active job whose lease ended: requeued or
+// discarded per its retry policy, the attempt recorded as a visibility
+// timeout (or as the execution timeout, when the lease ran to it).
+func (s *Service) leaseExpiry(j *job.Job, now time.Time, inline bool) store.Transition {
+	in := ErrorInput{Type: "visibility_timeout", Code: "timeout", Message: "The job's lease expired before the worker acknowledged or failed it; its worker is presumed dead."}
+	if j.Deadline != nil && !j.LeaseUntil.Before(*j.Deadline) {
+		in = ErrorInput{Type: "timeout", Code: "timeout", Message: "The job exceeded its execution timeout of " + j.Timeout.String() + "."}
+	}
+	return store.ExpireLease(j, s.decide(j, in, now), now, s.redel, inline)
 }
 
 // HeartbeatRequest is a worker's BEAT (ojs-worker-protocol.md 4.2).

@@ -320,7 +320,9 @@ func TestLeaseEndRefusesTheAttempt(t *testing.T) {
 	if _, err := s.NackOwned(ctx, j.ID, "w1", lifecycle.ErrorInput{Message: "late"}); code(err) != ojserr.Conflict {
 		t.Fatalf("fail after the lease's end: %v", err)
 	}
-	if cur, _ := s.Info(ctx, j.ID); cur.State != job.Active || cur.Attempt != 1 {
+	// The refused writes changed nothing: the read requeues the job with
+	// the lease's end as the attempt's only error (not the late FAIL).
+	if cur, _ := s.Info(ctx, j.ID); cur.State != job.Available || cur.Attempt != 1 || len(cur.Errors) != 1 || cur.Errors[0].Type != "visibility_timeout" {
 		t.Fatalf("a refused write changed the job: %+v", cur)
 	}
 	again, err := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"lease"}, WorkerID: "w2"})
@@ -343,5 +345,38 @@ func TestLeaseEndRefusesTheAttempt(t *testing.T) {
 	}
 	if job.DefaultVisibilityTimeout != 1800*time.Second {
 		t.Fatal("the default lease is 1800 s (ojs-worker-protocol.md 5.2)")
+	}
+}
+
+// A job is requeued at its lease's end, not at the next sweep: a read
+// after the end shows it available with the attempt's visibility timeout
+// recorded, and another worker fetches it (L1-VIS-001). A read before the
+// end changes nothing.
+func TestInfoAfterTheLeaseEndShowsTheJobRequeued(t *testing.T) {
+	s, c := newService(t)
+	ctx := context.Background()
+	j, err := s.Push(ctx, []byte(`{"type":"a.b","args":[],"options":{"queue":"vis","visibility_timeout_ms":3000}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"vis"}, WorkerID: "w1"}); len(got) != 1 {
+		t.Fatal("not fetched")
+	}
+	c.Add(2 * time.Second)
+	if info, err := s.Info(ctx, j.ID); err != nil || info.State != job.Active {
+		t.Fatalf("within the lease: %+v %v", info, err)
+	}
+	c.Add(2 * time.Second)
+	info, err := s.Info(ctx, j.ID)
+	if err != nil || info.State != job.Available || info.Attempt != 1 || len(info.Errors) != 1 || info.Errors[0].Type != "visibility_timeout" {
+		t.Fatalf("after the lease: %+v %v", info, err)
+	}
+	again, _ := s.Info(ctx, j.ID)
+	if again.State != job.Available || len(again.Errors) != 1 {
+		t.Fatalf("a second read moved it again: %+v", again)
+	}
+	got, err := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"vis"}, WorkerID: "w2"})
+	if err != nil || len(got) != 1 || got[0].ID != j.ID || got[0].Attempt != 2 {
+		t.Fatalf("refetch: %+v %v", got, err)
 	}
 }
