@@ -13,7 +13,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -86,8 +85,15 @@ func run(m *testing.M) int {
 	}
 	env, _ := topology.ForEnv("local")
 	logDir, _ = os.MkdirTemp("", "ojs-e2e-logs-")
+	// The runtime's own log (failed invocations, timeouts, restarts).
+	rtLog, err := os.Create(filepath.Join(logDir, "runtime.log"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	defer rtLog.Close()
 	rt, err = localrt.Start(ctx, localrt.Config{Env: env, AWS: cfg, AWSEnv: em, BinDir: bin, APIAddr: "127.0.0.1:0",
-		Table: fmt.Sprintf("e2e-%d", os.Getpid()), LogDir: logDir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Table: fmt.Sprintf("e2e-%d", os.Getpid()), LogDir: logDir, Logger: slog.New(slog.NewTextHandler(rtLog, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		// Every stream record is delivered twice: relays, workflow steps and
 		// callbacks must still happen exactly once.
 		DuplicateStreamRecords: true})
@@ -99,13 +105,19 @@ func run(m *testing.M) int {
 	baseURL = rt.URL()
 	code := m.Run()
 	if code != 0 {
+		if b, _ := os.ReadFile(filepath.Join(logDir, "runtime.log")); len(b) > 0 {
+			if len(b) > 4000 {
+				b = b[len(b)-4000:]
+			}
+			fmt.Fprintf(os.Stderr, "--- local runtime warnings and errors ---\n%s\n", b)
+		}
 		for _, fn := range topology.FunctionNames {
 			b, _ := os.ReadFile(filepath.Join(logDir, fn+".log"))
 			// Every error line first (the tail rarely holds the one that
 			// made a request fail), then the tail.
 			var errs []string
 			for _, line := range strings.Split(string(b), "\n") {
-				if strings.Contains(line, `"level":"ERROR"`) {
+				if strings.Contains(line, `"level":"ERROR"`) || strings.HasPrefix(line, "panic:") || strings.HasPrefix(line, "fatal error:") {
 					errs = append(errs, line)
 				}
 			}

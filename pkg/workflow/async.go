@@ -48,7 +48,7 @@ func (e *Engine) begin(ctx context.Context, raw []byte, b *built) (*View, error)
 	e.log.InfoContext(ctx, "workflow accepted; creating it asynchronously", "workflow_id", root.WorkflowID, "type", root.Kind,
 		"jobs", root.JobCount, "items", len(b.nodes)+len(b.shards)+len(b.jobs))
 	root.Creating, root.CreateItems = true, len(b.nodes)-1
-	return creatingView(&root, 0, len(b.nodes)-1), nil
+	return creatingView(&root, "nodes", 0, len(b.nodes)-1), nil
 }
 
 // Resume finishes the creation of a workflow Create accepted
@@ -98,17 +98,21 @@ func (e *Engine) Resume(ctx context.Context, wfID string) error {
 	return nil
 }
 
-// creatingView is what GET shows of a workflow whose nodes are still
-// being written: state pending, and how many of its steps exist.
-func creatingView(root *store.Node, written, total int) *View {
+// creatingView is what GET shows of a workflow still being created: state
+// pending, the phase (nodes, then first jobs) and how many nodes exist.
+func creatingView(root *store.Node, phase string, written, total int) *View {
 	name := root.Name
 	if name == "" {
 		name = root.Kind
 	}
+	state := "pending" // no job exists yet
+	if phase != "nodes" {
+		state = string(root.State)
+	}
 	return &View{
-		"id": root.WorkflowID, "type": root.Kind, "name": name, "state": "pending", "created_at": root.CreatedAt,
+		"id": root.WorkflowID, "type": root.Kind, "name": name, "state": state, "created_at": root.CreatedAt,
 		"metadata":   map[string]any{"created_at": root.CreatedAt, "job_count": root.JobCount, "completed_count": 0, "failed_count": 0},
-		"x_creating": map[string]any{"phase": "nodes", "nodes_written": written, "nodes_total": total},
+		"x_creating": map[string]any{"phase": phase, "nodes_written": written, "nodes_total": total},
 	}
 }
 

@@ -38,8 +38,14 @@ func (e *Engine) Get(ctx context.Context, wfID string) (*View, error) {
 		// Not there, or still being written by the request creating it.
 		return nil, ojserr.NotFoundf("workflow", wfID)
 	}
-	if root := nodes[0]; root.Creating {
-		return creatingView(root, len(nodes)-1, root.CreateItems), nil
+	if root := nodes[0]; root.Creating || len(root.CDef) > 0 {
+		// Accepted with 202 and still being written: progress only (the
+		// full view, thousands of jobs read, waits until it is written).
+		phase := "jobs"
+		if root.Creating {
+			phase = "nodes"
+		}
+		return creatingView(root, phase, len(nodes)-1, root.CreateItems), nil
 	}
 	var ids []string
 	for _, n := range nodes {
@@ -56,12 +62,7 @@ func (e *Engine) Get(ctx context.Context, wfID string) (*View, error) {
 	if err != nil {
 		return nil, ojserr.Backend(err)
 	}
-	v := render(newTreeOf(nodes), jobs)
-	if len(nodes[0].CDef) > 0 {
-		// Every node exists; its first jobs are being written.
-		(*v)["x_creating"] = map[string]any{"phase": "jobs", "nodes_written": len(nodes) - 1, "nodes_total": len(nodes) - 1}
-	}
-	return v, nil
+	return render(newTreeOf(nodes), jobs), nil
 }
 
 // viewer renders one workflow.
