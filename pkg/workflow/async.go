@@ -40,14 +40,13 @@ func (e *Engine) begin(ctx context.Context, raw []byte, b *built) (*View, error)
 		return nil, err
 	}
 	if errors.Is(err, store.ErrWorkflowExists) {
-		return nil, ojserr.Newf(ojserr.Duplicate, "A workflow with id '%s' already exists.", root.WorkflowID).With("existing_workflow_id", root.WorkflowID)
+		return nil, workflowExists(root.WorkflowID)
 	}
 	if err != nil {
 		return nil, ojserr.Backend(err)
 	}
 	e.log.InfoContext(ctx, "workflow accepted; creating it asynchronously", "workflow_id", root.WorkflowID, "type", root.Kind,
 		"jobs", root.JobCount, "items", len(b.nodes)+len(b.shards)+len(b.jobs))
-	root.Creating, root.CreateItems = true, len(b.nodes)-1
 	return creatingView(&root, "nodes", 0, len(b.nodes)-1), nil
 }
 

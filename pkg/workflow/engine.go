@@ -152,7 +152,7 @@ func (e *Engine) Create(ctx context.Context, raw []byte) (*View, error) {
 	}
 	if err := e.st.CreateWorkflow(ctx, store.NewWorkflow{Nodes: b.nodes, Shards: b.shards, Jobs: b.jobs, RedeliverAfter: e.redel}); err != nil {
 		if errors.Is(err, store.ErrWorkflowExists) {
-			return nil, ojserr.Newf(ojserr.Duplicate, "A workflow with id '%s' already exists.", id).With("existing_workflow_id", id)
+			return nil, workflowExists(id)
 		}
 		return nil, ojserr.Backend(err)
 	}
@@ -162,6 +162,11 @@ func (e *Engine) Create(ctx context.Context, raw []byte) (*View, error) {
 		byID[j.ID] = j
 	}
 	return render(b.t, byID), nil
+}
+
+// workflowExists is the answer to a creation whose id is taken.
+func workflowExists(id string) error {
+	return ojserr.Newf(ojserr.Duplicate, "A workflow with id '%s' already exists.", id).With("existing_workflow_id", id)
 }
 
 // built is what creating a workflow writes: its nodes (the root first),
