@@ -35,6 +35,7 @@ type Store interface {
 	Apply(ctx context.Context, t store.Transition) (*job.Job, error)
 	Ready(ctx context.Context, queue string, limit int) ([]store.Item, error)
 	Due(ctx context.Context, queue string, now time.Time, limit int) ([]store.Item, error)
+	DueNow(ctx context.Context, queue string, now time.Time, limit int) ([]store.Item, error)
 	Dead(ctx context.Context, queue string, limit int, cursor string) (store.Page, error)
 	EnsureQueue(ctx context.Context, name string, now time.Time) error
 	Queues(ctx context.Context) ([]string, error)
@@ -728,7 +729,15 @@ func (s *Service) Fetch(ctx context.Context, r FetchRequest) ([]*job.Job, error)
 		if paused {
 			continue // a paused queue is not fetched; its jobs wait
 		}
-		if _, err := s.ResolveDue(ctx, q, 25, false); err != nil {
+		// The due shards that may hold something due now (store.DueNow):
+		// promotions and requeues are seen at once, and an idle queue
+		// costs no due reads.
+		now := s.Now()
+		due, err := s.st.DueNow(ctx, q, now, 25)
+		if err != nil {
+			return nil, ojserr.Backend(err)
+		}
+		if _, err := s.resolve(ctx, due, now, false); err != nil {
 			return nil, ojserr.Backend(err)
 		}
 		want := r.Count - len(out)
@@ -875,6 +884,12 @@ func (s *Service) ResolveDue(ctx context.Context, queue string, limit int, inlin
 	if err != nil {
 		return nil, err
 	}
+	return s.resolve(ctx, items, now, inline)
+}
+
+// resolve applies the time-driven moves to due items read at now and
+// returns the available push-mode ones (see ResolveDue).
+func (s *Service) resolve(ctx context.Context, items []store.Item, now time.Time, inline bool) ([]store.Item, error) {
 	var redeliver []store.Item
 	for _, it := range items {
 		j := it.Job

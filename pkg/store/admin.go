@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -38,14 +39,16 @@ const (
 	ListWaiting
 )
 
-func (l Listing) query(queue string) (index, keyName, key string, forward bool) {
+// partitions names the index, its partition and sort attributes, the
+// partitions of the queue (one per shard) and the listing's direction.
+func (l Listing) partitions(queue string) (index, keyName, sortName string, keys []string, forward bool) {
 	switch l {
 	case ListAvailable:
-		return topology.IndexReady, attrReadyPK, availPrefix + queue, true
+		return topology.IndexReady, attrReadyPK, attrReadySK, readyKeys(queue), true
 	case ListDead:
-		return topology.IndexReady, attrReadyPK, deadPrefix + queue, false
+		return topology.IndexReady, attrReadyPK, attrReadySK, []string{deadPrefix + queue}, false
 	default:
-		return topology.IndexDue, attrDuePK, duePrefix + queue, true
+		return topology.IndexDue, attrDuePK, attrDueAt, dueKeys(queue), true
 	}
 }
 
@@ -56,43 +59,174 @@ type IndexPage struct {
 	Cursor string
 }
 
-// ListQueue reads up to limit items of one queue's index partition from
-// cursor (a previous IndexPage.Cursor, or "" to start). states, when set,
-// filters on the job state (a DynamoDB filter: read capacity is spent on
-// the items read, not returned).
+// ListQueue reads up to limit items of one queue's index partitions from
+// cursor (a previous IndexPage.Cursor, or "" to start), merged across the
+// partition's shards in index order. states, when set, filters on the job
+// state (a DynamoDB filter: read capacity is spent on the items read, not
+// returned). A page may hold fewer than limit items and still have a
+// cursor: it ends where a shard's unread part could sort before the next
+// item.
 func (s *Store) ListQueue(ctx context.Context, l Listing, queue string, states []job.State, limit int, cursor string) (IndexPage, error) {
-	index, keyName, key, forward := l.query(queue)
-	in := &dynamodb.QueryInput{IndexName: aws.String(index),
-		KeyConditionExpression:    aws.String("#k = :k"),
-		ExpressionAttributeNames:  map[string]string{"#k": keyName},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":k": avS(key)},
-		ScanIndexForward:          aws.Bool(forward), Limit: aws.Int32(int32(limit))}
-	if len(states) > 0 {
-		in.ExpressionAttributeNames["#s"] = attrState
-		var ph []string
-		for i, st := range states {
-			p := fmt.Sprintf(":s%d", i)
-			ph = append(ph, p)
-			in.ExpressionAttributeValues[p] = avS(string(st))
-		}
-		in.FilterExpression = aws.String("#s IN (" + strings.Join(ph, ", ") + ")")
-	}
+	index, keyName, sortName, keys, forward := l.partitions(queue)
+	starts := make([]string, len(keys)) // per shard: "" from the start, "-" done, else its cursor
 	if cursor != "" {
-		k, err := DecodeCursor(cursor)
-		if err != nil {
+		if err := decodeShardCursor(cursor, starts); err != nil {
 			return IndexPage{}, err
 		}
-		in.ExclusiveStartKey = k
 	}
-	items, last, err := s.queryJobs(ctx, in)
+	type part struct {
+		items []map[string]types.AttributeValue
+		last  map[string]types.AttributeValue
+	}
+	parts, err := eachShard(ctx, keys, func(ctx context.Context, pk string) (part, error) {
+		i := slices.Index(keys, pk)
+		if starts[i] == "-" {
+			return part{}, nil
+		}
+		in := &dynamodb.QueryInput{TableName: &s.table, IndexName: aws.String(index),
+			KeyConditionExpression:    aws.String("#k = :k"),
+			ExpressionAttributeNames:  map[string]string{"#k": keyName},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":k": avS(pk)},
+			ScanIndexForward:          aws.Bool(forward), Limit: aws.Int32(int32(limit))}
+		if len(states) > 0 {
+			in.ExpressionAttributeNames["#s"] = attrState
+			var ph []string
+			for i, st := range states {
+				p := fmt.Sprintf(":s%d", i)
+				ph = append(ph, p)
+				in.ExpressionAttributeValues[p] = avS(string(st))
+			}
+			in.FilterExpression = aws.String("#s IN (" + strings.Join(ph, ", ") + ")")
+		}
+		if starts[i] != "" {
+			k, err := DecodeCursor(starts[i])
+			if err != nil {
+				return part{}, err
+			}
+			in.ExclusiveStartKey = k
+		}
+		out, err := s.db.Query(ctx, in)
+		if err != nil {
+			return part{}, fmt.Errorf("query %s: %w", index, err)
+		}
+		return part{items: out.Items, last: out.LastEvaluatedKey}, nil
+	})
 	if err != nil {
 		return IndexPage{}, err
 	}
-	p := IndexPage{Items: items}
-	if len(last) > 0 {
-		p.Cursor = EncodeCursor(last)
+	// Merge the shards' items in index order, up to limit, and no further
+	// than the first point where a shard that has more could hold an
+	// earlier item.
+	type entry struct {
+		av    map[string]types.AttributeValue
+		shard int
 	}
-	return p, nil
+	var all []entry
+	var bound string
+	for i, p := range parts {
+		for _, av := range p.items {
+			all = append(all, entry{av, i})
+		}
+		if len(p.last) > 0 {
+			if b := sortValue(p.last, sortName); bound == "" || (forward && b < bound) || (!forward && b > bound) {
+				bound = b
+			}
+		}
+	}
+	slices.SortStableFunc(all, func(a, b entry) int {
+		c := strings.Compare(sortValue(a.av, sortName), sortValue(b.av, sortName))
+		if !forward {
+			c = -c
+		}
+		return c
+	})
+	taken := make([]int, len(keys))
+	lastTaken := make([]map[string]types.AttributeValue, len(keys))
+	var page IndexPage
+	for _, e := range all {
+		if len(page.Items) >= limit {
+			break
+		}
+		if v := sortValue(e.av, sortName); bound != "" && ((forward && v > bound) || (!forward && v < bound)) {
+			break
+		}
+		it, ok, err := DecodeItem(e.av)
+		if err != nil {
+			return IndexPage{}, err
+		}
+		if ok {
+			page.Items = append(page.Items, it)
+		}
+		taken[e.shard]++
+		lastTaken[e.shard] = e.av
+	}
+	next := make([]string, len(keys))
+	more := false
+	for i, p := range parts {
+		switch {
+		case starts[i] == "-":
+			next[i] = "-"
+		case taken[i] == len(p.items) && len(p.last) == 0:
+			next[i] = "-"
+		case taken[i] == len(p.items):
+			next[i] = EncodeCursor(p.last)
+		case taken[i] > 0:
+			next[i] = EncodeCursor(indexKey(lastTaken[i], keyName, sortName))
+		default:
+			next[i] = starts[i]
+		}
+		more = more || next[i] != "-"
+	}
+	if more {
+		page.Cursor = encodeShardCursor(next)
+	}
+	return page, nil
+}
+
+// sortValue is an index item's sort attribute as a string that orders like
+// the attribute (numbers zero-padded), then its table key (ties).
+func sortValue(av map[string]types.AttributeValue, sortName string) string {
+	v := ""
+	switch a := av[sortName].(type) {
+	case *types.AttributeValueMemberS:
+		v = a.Value
+	case *types.AttributeValueMemberN:
+		v = fmt.Sprintf("%020s", a.Value)
+	}
+	if pk, ok := av[attrPK].(*types.AttributeValueMemberS); ok {
+		v += "\x00" + pk.Value
+	}
+	return v
+}
+
+// indexKey is the exclusive start key of an index query at item av.
+func indexKey(av map[string]types.AttributeValue, keyName, sortName string) map[string]types.AttributeValue {
+	k := map[string]types.AttributeValue{}
+	for _, n := range []string{attrPK, attrSK, keyName, sortName} {
+		if v, ok := av[n]; ok {
+			k[n] = v
+		}
+	}
+	return k
+}
+
+// encodeShardCursor and decodeShardCursor carry one position per shard.
+func encodeShardCursor(pos []string) string {
+	b, _ := json.Marshal(pos)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func decodeShardCursor(c string, into []string) error {
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil || len(b) > 16384 {
+		return ErrBadCursor
+	}
+	var pos []string
+	if json.Unmarshal(b, &pos) != nil || len(pos) != len(into) {
+		return ErrBadCursor
+	}
+	copy(into, pos)
+	return nil
 }
 
 // ErrBadCursor is returned for a cursor this store did not produce.
@@ -142,30 +276,47 @@ func DecodeCursor(c string) (map[string]types.AttributeValue, error) {
 // CountStates counts one queue's index partition by job state, reading at
 // most max index entries (only the state attribute is returned).
 func (s *Store) CountStates(ctx context.Context, l Listing, queue string, max int) (map[job.State]int, bool, error) {
-	index, keyName, key, _ := l.query(queue)
+	index, keyName, _, keys, _ := l.partitions(queue)
+	out := map[job.State]int{}
+	read := 0
+	for _, key := range keys {
+		if read >= max {
+			return out, true, nil // more shards unread
+		}
+		capped, err := s.countStates(ctx, index, keyName, key, max-read, &read, func(st string) { out[job.State(st)]++ })
+		if err != nil || capped {
+			return out, capped, err
+		}
+	}
+	return out, false, nil
+}
+
+// countStates reads the state of every item of one index partition (at
+// most max items, then capped is true), adding the count read to *read.
+func (s *Store) countStates(ctx context.Context, index, keyName, key string, max int, read *int, each func(state string)) (capped bool, err error) {
 	in := &dynamodb.QueryInput{TableName: &s.table, IndexName: aws.String(index),
 		KeyConditionExpression:    aws.String("#k = :k"),
 		ExpressionAttributeNames:  map[string]string{"#k": keyName, "#s": attrState},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":k": avS(key)},
 		ProjectionExpression:      aws.String("#s")}
-	out := map[job.State]int{}
-	read := 0
+	n := 0
 	for {
 		page, err := s.db.Query(ctx, in)
 		if err != nil {
-			return out, false, fmt.Errorf("count %s: %w", key, err)
+			return false, fmt.Errorf("count %s: %w", key, err)
 		}
 		for _, it := range page.Items {
 			if st, ok := it[attrState].(*types.AttributeValueMemberS); ok {
-				out[job.State(st.Value)]++
+				each(st.Value)
 			}
 		}
-		read += len(page.Items)
+		n += len(page.Items)
+		*read += len(page.Items)
 		if len(page.LastEvaluatedKey) == 0 {
-			return out, false, nil
+			return false, nil
 		}
-		if read >= max {
-			return out, true, nil
+		if max > 0 && n >= max {
+			return true, nil
 		}
 		in.ExclusiveStartKey = page.LastEvaluatedKey
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -41,7 +43,7 @@ const (
 
 func queueKey(name string) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{
-		attrPK: &types.AttributeValueMemberS{Value: queuesPK}, attrSK: &types.AttributeValueMemberS{Value: queuePrefix + name},
+		attrPK: &types.AttributeValueMemberS{Value: registryPK(name)}, attrSK: &types.AttributeValueMemberS{Value: queuePrefix + name},
 	}
 }
 
@@ -124,7 +126,7 @@ func (s *Store) QueueFetchState(ctx context.Context, name string) (paused bool, 
 func (s *Store) TakeRateTokens(ctx context.Context, name string, n int, perSecond float64, now time.Time) (bool, error) {
 	hold := time.Duration(float64(n) / perSecond * float64(time.Second))
 	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table,
-		Key:                       map[string]types.AttributeValue{attrPK: avS(queuesPK), attrSK: avS(ratePrefix + name)},
+		Key:                       map[string]types.AttributeValue{attrPK: avS(registryPK(name)), attrSK: avS(ratePrefix + name)},
 		UpdateExpression:          aws.String("SET next_ms = :next"),
 		ConditionExpression:       aws.String("attribute_not_exists(next_ms) OR next_ms <= :now"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":next": &types.AttributeValueMemberN{Value: itoa(ms(now.Add(hold)))}, ":now": &types.AttributeValueMemberN{Value: itoa(ms(now))}}})
@@ -151,12 +153,19 @@ func (s *Store) QueuePaused(ctx context.Context, name string) (bool, error) {
 
 // QueueInfos lists the registered queues with their pause state.
 func (s *Store) QueueInfos(ctx context.Context) ([]QueueInfo, error) {
-	qs, err := queryAll[QueueInfo](ctx, s.db, &dynamodb.QueryInput{TableName: &s.table, ConsistentRead: aws.Bool(true),
-		KeyConditionExpression:    aws.String("pk = :pk AND begins_with(sk, :p)"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": avS(queuesPK), ":p": avS(queuePrefix)}})
+	parts, err := eachShard(ctx, shardKeys(queuesPK, shards().Registry), func(ctx context.Context, pk string) ([]QueueInfo, error) {
+		return queryAll[QueueInfo](ctx, s.db, &dynamodb.QueryInput{TableName: &s.table, ConsistentRead: aws.Bool(true),
+			KeyConditionExpression:    aws.String("pk = :pk AND begins_with(sk, :p)"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":pk": avS(pk), ":p": avS(queuePrefix)}})
+	})
 	if err != nil {
 		return nil, fmt.Errorf("list queues: %w", err)
 	}
+	var qs []QueueInfo
+	for _, p := range parts {
+		qs = append(qs, p...)
+	}
+	slices.SortFunc(qs, func(a, b QueueInfo) int { return strings.Compare(a.Name, b.Name) })
 	return qs, nil
 }
 
@@ -213,28 +222,6 @@ func (s *Store) CountCompleted(ctx context.Context, queue string, since time.Tim
 // index entry of the queue, so its cost grows with the backlog.
 func (s *Store) CountQueue(ctx context.Context, queue string) (QueueCounts, error) {
 	var c QueueCounts
-	count := func(index, keyName, key string, each func(state string)) error {
-		in := &dynamodb.QueryInput{TableName: &s.table, IndexName: aws.String(index),
-			KeyConditionExpression:    aws.String("#k = :k"),
-			ExpressionAttributeNames:  map[string]string{"#k": keyName, "#s": attrState},
-			ExpressionAttributeValues: map[string]types.AttributeValue{":k": &types.AttributeValueMemberS{Value: key}},
-			ProjectionExpression:      aws.String("#s")}
-		for {
-			out, err := s.db.Query(ctx, in)
-			if err != nil {
-				return fmt.Errorf("count %s of queue %s: %w", key, queue, err)
-			}
-			for _, it := range out.Items {
-				if st, ok := it[attrState].(*types.AttributeValueMemberS); ok {
-					each(st.Value)
-				}
-			}
-			if len(out.LastEvaluatedKey) == 0 {
-				return nil
-			}
-			in.ExclusiveStartKey = out.LastEvaluatedKey
-		}
-	}
 	tally := func(state string) {
 		switch job.State(state) {
 		case job.Available:
@@ -249,18 +236,25 @@ func (s *Store) CountQueue(ctx context.Context, queue string) (QueueCounts, erro
 			c.Discarded++
 		}
 	}
-	if err := count(topology.IndexReady, attrReadyPK, availPrefix+queue, tally); err != nil {
-		return c, err
-	}
-	if err := count(topology.IndexReady, attrReadyPK, deadPrefix+queue, tally); err != nil {
-		return c, err
-	}
 	// The due index also lists available push-mode jobs (redelivery
-	// checks); those were counted from the ready index already.
-	err := count(topology.IndexDue, attrDuePK, duePrefix+queue, func(state string) {
+	// checks); those are counted from the ready index.
+	notAvailable := func(state string) {
 		if job.State(state) != job.Available {
 			tally(state)
 		}
-	})
-	return c, err
+	}
+	for _, l := range []Listing{ListAvailable, ListDead, ListWaiting} {
+		index, keyName, _, keys, _ := l.partitions(queue)
+		each := tally
+		if l == ListWaiting {
+			each = notAvailable
+		}
+		for _, key := range keys {
+			read := 0
+			if _, err := s.countStates(ctx, index, keyName, key, 0, &read, each); err != nil {
+				return c, fmt.Errorf("count queue %s: %w", queue, err)
+			}
+		}
+	}
+	return c, nil
 }

@@ -235,6 +235,7 @@ type Item struct {
 	Job      *job.Job
 	Version  int64
 	DueAt    time.Time
+	ReadySK  string
 	Dispatch string
 	// Pruned is set on a discarded job the retention pruner is removing.
 	Pruned bool
@@ -254,7 +255,7 @@ func DecodeItem(av map[string]types.AttributeValue) (Item, bool, error) {
 	if err != nil {
 		return Item{}, false, err
 	}
-	it := Item{Job: j, Version: r.Version, Dispatch: r.Dispatch, Pruned: r.PrunedAt > 0}
+	it := Item{Job: j, Version: r.Version, Dispatch: r.Dispatch, ReadySK: r.ReadySK, Pruned: r.PrunedAt > 0}
 	if r.DueAt > 0 {
 		it.DueAt = fromMS(r.DueAt)
 	}

@@ -63,6 +63,7 @@ const MaxBatch = 100
 type Store struct {
 	db    DynamoAPI
 	table string
+	due   dueWatch
 }
 
 // New returns a store on the named table.
@@ -197,6 +198,9 @@ func (s *Store) Apply(ctx context.Context, t Transition) (*job.Job, error) {
 	if err != nil {
 		return nil, fmt.Errorf("build transition %s of job %s: %w", t.To, t.ID, err)
 	}
+	if t.due != "" {
+		s.due.wrote(t.due, t.dueAt) // before the write: reading early is harmless
+	}
 	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName: &s.table, Key: jobKey(t.ID),
 		UpdateExpression: expr.Update(), ConditionExpression: expr.Condition(),
@@ -240,35 +244,49 @@ func (s *Store) queryJobs(ctx context.Context, in *dynamodb.QueryInput) ([]Item,
 	return items, out.LastEvaluatedKey, nil
 }
 
-// Ready lists up to limit available jobs of a queue in fetch order. The
-// index is eventually consistent: callers claim with a condition.
+// Ready lists up to limit available jobs of a queue in fetch order: it
+// reads the head of every ready shard at once and merges them by the ready
+// sort key, so priority-then-FIFO holds across shards. The index is
+// eventually consistent: callers claim with a condition.
 func (s *Store) Ready(ctx context.Context, queue string, limit int) ([]Item, error) {
-	items, _, err := s.queryJobs(ctx, &dynamodb.QueryInput{
-		IndexName:              aws.String(topology.IndexReady),
-		KeyConditionExpression: aws.String("ready_pk = :pk"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":pk": &types.AttributeValueMemberS{Value: availPrefix + queue},
-		},
-		Limit: aws.Int32(int32(limit)),
+	parts, err := eachShard(ctx, readyKeys(queue), func(ctx context.Context, pk string) ([]Item, error) {
+		items, _, err := s.queryJobs(ctx, &dynamodb.QueryInput{
+			IndexName:                 aws.String(topology.IndexReady),
+			KeyConditionExpression:    aws.String("ready_pk = :pk"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":pk": avS(pk)},
+			Limit:                     aws.Int32(int32(limit)),
+		})
+		return items, err
 	})
-	return items, err
+	if err != nil {
+		return nil, err
+	}
+	return mergeItems(parts, limit, func(a, b Item) int { return strings.Compare(a.ReadySK, b.ReadySK) }), nil
 }
 
-// Due lists up to limit jobs of a queue whose due time is at or before now:
-// scheduled and retryable jobs to promote, active jobs whose lease ended,
-// and available push-mode jobs to redeliver.
+// Due lists up to limit jobs of a queue whose due time is at or before now,
+// earliest first, from every due shard: scheduled and retryable jobs to
+// promote, active jobs whose lease ended, and available push-mode jobs to
+// redeliver. The sweeper reads this way; FETCH reads through DueNow.
 func (s *Store) Due(ctx context.Context, queue string, now time.Time, limit int) ([]Item, error) {
-	items, _, err := s.queryJobs(ctx, &dynamodb.QueryInput{
-		IndexName:              aws.String(topology.IndexDue),
-		KeyConditionExpression: aws.String("due_pk = :pk AND due_at <= :now"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":pk":  &types.AttributeValueMemberS{Value: duePrefix + queue},
-			":now": &types.AttributeValueMemberN{Value: itoa(ms(now))},
-		},
-		Limit: aws.Int32(int32(limit)),
+	parts, err := eachShard(ctx, dueKeys(queue), func(ctx context.Context, pk string) ([]Item, error) {
+		items, _, err := s.queryJobs(ctx, &dynamodb.QueryInput{
+			IndexName:              aws.String(topology.IndexDue),
+			KeyConditionExpression: aws.String("due_pk = :pk AND due_at <= :now"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{
+				":pk": avS(pk), ":now": &types.AttributeValueMemberN{Value: itoa(ms(now))},
+			},
+			Limit: aws.Int32(int32(limit)),
+		})
+		return items, err
 	})
-	return items, err
+	if err != nil {
+		return nil, err
+	}
+	return mergeItems(parts, limit, byDueAt), nil
 }
+
+func byDueAt(a, b Item) int { return a.DueAt.Compare(b.DueAt) }
 
 // Page is one page of a listing; Cursor is empty on the last page.
 type Page struct {

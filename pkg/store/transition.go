@@ -21,6 +21,10 @@ type Transition struct {
 	To     job.State
 	update expression.UpdateBuilder
 	extra  *expression.ConditionBuilder
+	// due and dueAt are the due entry the transition lists the job in,
+	// if any (the store's dueWatch learns of it).
+	due   string
+	dueAt time.Time
 }
 
 func newTransition(id string, to job.State, from ...job.State) Transition {
@@ -31,6 +35,13 @@ func newTransition(id string, to job.State, from ...job.State) Transition {
 
 func (t *Transition) set(name string, v any) {
 	t.update = t.update.Set(expression.Name(name), expression.Value(v))
+}
+
+// listDue lists the job in its queue's due shard at at.
+func (t *Transition) listDue(queue string, at time.Time) {
+	t.due, t.dueAt = dueKey(queue, t.ID), at
+	t.set(attrDuePK, t.due)
+	t.set(attrDueAt, ms(at))
 }
 
 func (t *Transition) remove(names ...string) {
@@ -77,11 +88,10 @@ func (t Transition) condition() expression.ConditionBuilder {
 // ready index, and for push-mode jobs a redelivery check in the due index.
 func (t *Transition) becomeAvailable(queue string, priority int, push bool, now time.Time, redeliverAfter time.Duration, inline bool) {
 	t.set("enqueued_at", job.Timestamp(now))
-	t.set(attrReadyPK, availPrefix+queue)
+	t.set(attrReadyPK, readyKey(queue, t.ID))
 	t.set(attrReadySK, readySortKey(priority, now, t.ID))
 	if push {
-		t.set(attrDuePK, duePrefix+queue)
-		t.set(attrDueAt, ms(now.Add(redeliverAfter)))
+		t.listDue(queue, now.Add(redeliverAfter))
 	} else {
 		t.remove(attrDuePK, attrDueAt)
 	}
@@ -119,8 +129,7 @@ func Claim(id string, o ClaimOpts) Transition {
 	t.set(attrLease, ms(lease))
 	t.set("lease_ms", o.LeaseUntil.Sub(o.Now).Milliseconds())
 	t.set("deadline_ms", ms(o.Deadline))
-	t.set(attrDuePK, duePrefix+o.Queue)
-	t.set(attrDueAt, ms(lease))
+	t.listDue(o.Queue, lease)
 	if o.WorkerID != "" {
 		t.set(attrWorker, o.WorkerID)
 	} else {
@@ -198,8 +207,7 @@ func (t *Transition) recordFailure(j *job.Job, f Failure, now time.Time) {
 	if t.To == job.Retryable {
 		t.set("retry_delay_ms", f.NextAttempt.Sub(now).Milliseconds())
 		t.set("next_attempt_at", job.Timestamp(f.NextAttempt))
-		t.set(attrDuePK, duePrefix+j.Queue)
-		t.set(attrDueAt, ms(f.NextAttempt))
+		t.listDue(j.Queue, f.NextAttempt)
 		t.remove(attrReadyPK, attrReadySK)
 	} else if t.To == job.Discarded {
 		t.discard(j, now)

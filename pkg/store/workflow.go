@@ -1,10 +1,12 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -17,6 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/ojs-aws/ojs-serverless/pkg/awslimit"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
 )
 
@@ -187,27 +190,54 @@ const (
 	timeoutDuePK  = "wftimeout"
 )
 
+// dueNodes lists up to limit nodes of every shard of a workflow due
+// partition (workflowDuePK or timeoutDuePK) due at or before now, earliest
+// first.
+func (s *Store) dueNodes(ctx context.Context, base string, now time.Time, limit int) ([]Node, error) {
+	parts, err := eachShard(ctx, shardKeys(base, shards().WorkflowDue), func(ctx context.Context, pk string) ([]Node, error) {
+		out, err := s.db.Query(ctx, &dynamodb.QueryInput{
+			TableName: &s.table, IndexName: aws.String(topology.IndexDue),
+			KeyConditionExpression: aws.String("due_pk = :pk AND due_at <= :now"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{
+				":pk": avS(pk), ":now": &types.AttributeValueMemberN{Value: itoa(ms(now))},
+			},
+			Limit: aws.Int32(int32(limit)),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("query %s: %w", pk, err)
+		}
+		nodes := make([]Node, len(out.Items))
+		for i, av := range out.Items {
+			if err := attributevalue.UnmarshalMap(av, &nodes[i]); err != nil {
+				return nil, err
+			}
+		}
+		return nodes, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	var all []Node
+	for _, p := range parts {
+		all = append(all, p...)
+	}
+	slices.SortStableFunc(all, func(a, b Node) int { return cmp.Compare(a.DueAt, b.DueAt) })
+	if len(all) > limit {
+		all = all[:limit]
+	}
+	return all, nil
+}
+
 // DueTimeouts lists up to limit nested workflow nodes whose deadline has
 // passed.
 func (s *Store) DueTimeouts(ctx context.Context, now time.Time, limit int) ([]NodeKey, error) {
-	out, err := s.db.Query(ctx, &dynamodb.QueryInput{
-		TableName: &s.table, IndexName: aws.String("due"),
-		KeyConditionExpression: aws.String("due_pk = :pk AND due_at <= :now"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":pk": &types.AttributeValueMemberS{Value: timeoutDuePK}, ":now": &types.AttributeValueMemberN{Value: itoa(ms(now))},
-		},
-		Limit: aws.Int32(int32(limit)),
-	})
+	nodes, err := s.dueNodes(ctx, timeoutDuePK, now, limit)
 	if err != nil {
-		return nil, fmt.Errorf("query due workflow timeouts: %w", err)
+		return nil, fmt.Errorf("due workflow timeouts: %w", err)
 	}
-	keys := make([]NodeKey, 0, len(out.Items))
-	for _, av := range out.Items {
-		var n Node
-		if err := attributevalue.UnmarshalMap(av, &n); err != nil {
-			return nil, err
-		}
-		keys = append(keys, NodeKey{WorkflowID: n.WorkflowID, Path: n.Path})
+	keys := make([]NodeKey, len(nodes))
+	for i, n := range nodes {
+		keys[i] = NodeKey{WorkflowID: n.WorkflowID, Path: n.Path}
 	}
 	return keys, nil
 }
@@ -235,31 +265,20 @@ func (s *Store) ForgetInShard(ctx context.Context, wfID, path, key string, idx [
 
 // TimeoutDue lists a nested node created with a running deadline in the
 // due index at that deadline.
-func TimeoutDue(n *Node) { n.DuePK, n.DueAt = timeoutDuePK, n.Deadline }
+func TimeoutDue(n *Node) { n.DuePK, n.DueAt = workflowDueKey(timeoutDuePK, n.WorkflowID), n.Deadline }
 
 // WorkflowCheckDue sets when the sweeper first checks a new workflow.
-func WorkflowCheckDue(n *Node, at time.Time) { n.DuePK, n.DueAt = workflowDuePK, ms(at) }
+func WorkflowCheckDue(n *Node, at time.Time) { n.DuePK, n.DueAt = workflowDueKey(workflowDuePK, n.WorkflowID), ms(at) }
 
 // DueWorkflows lists up to limit running workflows whose progress check is
 // due, with the due time each was listed at.
 func (s *Store) DueWorkflows(ctx context.Context, now time.Time, limit int) (map[string]time.Time, error) {
-	out, err := s.db.Query(ctx, &dynamodb.QueryInput{
-		TableName: &s.table, IndexName: aws.String("due"),
-		KeyConditionExpression: aws.String("due_pk = :pk AND due_at <= :now"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":pk": &types.AttributeValueMemberS{Value: workflowDuePK}, ":now": &types.AttributeValueMemberN{Value: itoa(ms(now))},
-		},
-		Limit: aws.Int32(int32(limit)),
-	})
+	nodes, err := s.dueNodes(ctx, workflowDuePK, now, limit)
 	if err != nil {
-		return nil, fmt.Errorf("query due workflows: %w", err)
+		return nil, fmt.Errorf("due workflows: %w", err)
 	}
 	ids := map[string]time.Time{}
-	for _, av := range out.Items {
-		var n Node
-		if err := attributevalue.UnmarshalMap(av, &n); err != nil {
-			return nil, err
-		}
+	for _, n := range nodes {
 		ids[n.WorkflowID] = fromMS(n.DueAt)
 	}
 	return ids, nil
@@ -983,7 +1002,7 @@ func (w NodeWrite) validate() error {
 // the write targets its step's scope node (the root, or a handler's or the
 // compensation's node), adds the condition that it is in one of those
 // states.
-func (w NodeWrite) build(x *exprs, scope []wfstate.State) (update, cond string) {
+func (w NodeWrite) build(x *exprs, wfID string, scope []wfstate.State) (update, cond string) {
 	var set, add, remove, conds []string
 	set = append(set, x.name("version")+" = "+x.name("version")+" + "+x.num(1))
 	if w.To != "" {
@@ -1020,11 +1039,11 @@ func (w NodeWrite) build(x *exprs, scope []wfstate.State) (update, cond string) 
 		set = append(set, x.name("error")+" = "+x.str(w.Error))
 	}
 	if !w.Deadline.IsZero() {
-		set = append(set, x.name("deadline_ms")+" = "+x.num(ms(w.Deadline)), x.name(attrDuePK)+" = "+x.str(timeoutDuePK),
+		set = append(set, x.name("deadline_ms")+" = "+x.num(ms(w.Deadline)), x.name(attrDuePK)+" = "+x.str(workflowDueKey(timeoutDuePK, wfID)),
 			x.name(attrDueAt)+" = "+x.num(ms(w.Deadline)))
 	}
 	if !w.CheckAt.IsZero() {
-		set = append(set, x.name(attrDuePK)+" = "+x.str(workflowDuePK), x.name(attrDueAt)+" = "+x.num(ms(w.CheckAt)))
+		set = append(set, x.name(attrDuePK)+" = "+x.str(workflowDueKey(workflowDuePK, wfID)), x.name(attrDueAt)+" = "+x.num(ms(w.CheckAt)))
 	}
 	keys := make([]string, 0, len(w.SetStrings))
 	for k := range w.SetStrings {
@@ -1140,7 +1159,7 @@ func (s *Store) UpdateNode(ctx context.Context, wfID string, w NodeWrite) (*Node
 		return nil, err
 	}
 	x := newExprs()
-	update, cond := w.build(x, nil)
+	update, cond := w.build(x, wfID, nil)
 	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table, Key: wfKey(wfID, nodeSK(w.Path)),
 		UpdateExpression: &update, ConditionExpression: &cond, ExpressionAttributeNames: x.namesOrNil(), ExpressionAttributeValues: x.valuesOrNil(),
 		ReturnValues: types.ReturnValueAllNew, ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld})
@@ -1353,7 +1372,7 @@ func (s *Store) advanceTx(ctx context.Context, a Advance, jobs []*job.Job, nodes
 			if w.Path == a.Scope {
 				hasScope, scope = true, a.ScopeStates
 			}
-			update, cond := w.build(x, scope)
+			update, cond := w.build(x, wfID, scope)
 			tx = append(tx, types.TransactWriteItem{Update: &types.Update{TableName: &s.table, Key: wfKey(wfID, nodeSK(w.Path)),
 				UpdateExpression: aws.String(update), ConditionExpression: aws.String(cond),
 				ExpressionAttributeNames: x.namesOrNil(), ExpressionAttributeValues: x.valuesOrNil(),
@@ -1506,15 +1525,18 @@ func (s *Store) jobPut(j *job.Job, redeliverAfter time.Duration) (*types.Put, er
 	}
 	switch j.State {
 	case job.Available:
-		r.ReadyPK, r.ReadySK = availPrefix+j.Queue, readySortKey(j.Priority, *j.EnqueuedAt, j.ID)
+		r.ReadyPK, r.ReadySK = readyKey(j.Queue, j.ID), readySortKey(j.Priority, *j.EnqueuedAt, j.ID)
 		if j.Push {
-			r.DuePK, r.DueAt = duePrefix+j.Queue, ms(j.EnqueuedAt.Add(redeliverAfter))
+			r.DuePK, r.DueAt = dueKey(j.Queue, j.ID), ms(j.EnqueuedAt.Add(redeliverAfter))
 		}
 	case job.Scheduled:
-		r.DuePK, r.DueAt = duePrefix+j.Queue, ms(*j.ScheduledAt)
+		r.DuePK, r.DueAt = dueKey(j.Queue, j.ID), ms(*j.ScheduledAt)
 	case job.Pending:
 	default:
 		return nil, fmt.Errorf("create job %s in state %s", j.ID, j.State)
+	}
+	if r.DuePK != "" {
+		s.due.wrote(r.DuePK, fromMS(r.DueAt))
 	}
 	av, err := attributevalue.MarshalMap(r)
 	if err != nil {

@@ -26,6 +26,28 @@ type Table struct {
 	// TTLAttribute holds an epoch-seconds expiry (events, finished items).
 	TTLAttribute string
 	Indexes      []Index
+	// Shards spreads the busiest index partitions over several keys.
+	Shards Shards
+}
+
+// Shards is how many keys each hot partition is spread over. DynamoDB
+// gives one partition key about 1,000 write units a second (an index's
+// too), so a queue's partition is sharded in proportion to how often one
+// job writes it: ready twice (available, then claimed), due up to four
+// times (a push-mode job's redelivery check, moved to its lease's end,
+// then removed). Shard 0 keeps the key used before sharding. The counts
+// are fixed for a table's life: readers read every shard of the count
+// they were built with (docs/data-model.md, "Hot keys").
+type Shards struct {
+	// Ready spreads each queue's available jobs (avail#<queue>) by job id.
+	Ready int
+	// Due spreads each queue's due entries (due#<queue>) by job id.
+	Due int
+	// Registry spreads the queue registry (QUEUES) by queue name.
+	Registry int
+	// WorkflowDue spreads running workflows' progress checks (wfdue) and
+	// nested timeouts (wftimeout) by workflow id.
+	WorkflowDue int
 }
 
 // Index names.
@@ -57,4 +79,5 @@ var JobTable = Table{
 		{Name: IndexEvents, PartitionKey: IndexKey{Name: "ev_pk", Type: "S"}, SortKey: IndexKey{Name: "ev_sk", Type: "S"}},
 		{Name: IndexDone, PartitionKey: IndexKey{Name: "done_pk", Type: "S"}, SortKey: IndexKey{Name: "done_sk", Type: "S"}, KeysOnly: true},
 	},
+	Shards: Shards{Ready: 2, Due: 4, Registry: 4, WorkflowDue: 4},
 }

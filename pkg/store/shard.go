@@ -1,0 +1,206 @@
+package store
+
+import (
+	"context"
+	"hash/fnv"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/ojs-aws/ojs-serverless/pkg/topology"
+	"golang.org/x/sync/errgroup"
+)
+
+// Hot partitions (a queue's ready and due index entries, the queue
+// registry, due workflows) are spread over the shard counts of
+// topology.JobTable.Shards. A key's shard is a hash of what it holds (the
+// job id, the queue name, the workflow id); shard 0 keeps the key written
+// before sharding, so items written then are still found by readers, who
+// read every shard.
+
+// shardOf picks one of n shards for key (FNV-1a); always 0 when n <= 1.
+func shardOf(key string, n int) int {
+	if n <= 1 {
+		return 0
+	}
+	h := fnv.New32a()
+	h.Write([]byte(key))
+	return int(h.Sum32() % uint32(n))
+}
+
+// shardKey is base in shard 0 and base#<shard> in the others. Queue names
+// and the fixed bases hold no '#', so no two keys collide.
+func shardKey(base string, shard int) string {
+	if shard == 0 {
+		return base
+	}
+	return base + "#" + strconv.Itoa(shard)
+}
+
+// shardKeys lists every shard's key of base.
+func shardKeys(base string, n int) []string {
+	keys := make([]string, max(n, 1))
+	for i := range keys {
+		keys[i] = shardKey(base, i)
+	}
+	return keys
+}
+
+func shards() topology.Shards { return topology.JobTable.Shards }
+
+// readyKey is the ready-index partition of an available job.
+func readyKey(queue, id string) string {
+	return shardKey(availPrefix+queue, shardOf(id, shards().Ready))
+}
+
+// dueKey is the due-index partition of a job waiting for a time.
+func dueKey(queue, id string) string {
+	return shardKey(duePrefix+queue, shardOf(id, shards().Due))
+}
+
+// readyKeys and dueKeys list every partition of a queue.
+func readyKeys(queue string) []string { return shardKeys(availPrefix+queue, shards().Ready) }
+func dueKeys(queue string) []string   { return shardKeys(duePrefix+queue, shards().Due) }
+
+// registryPK is the partition holding a queue's registry and rate items.
+func registryPK(queue string) string {
+	return shardKey(queuesPK, shardOf(queue, shards().Registry))
+}
+
+// workflowDueKey is the partition of a workflow's due entries under base
+// (workflowDuePK or timeoutDuePK).
+func workflowDueKey(base, workflowID string) string {
+	return shardKey(base, shardOf(workflowID, shards().WorkflowDue))
+}
+
+// eachShard runs read for every partition key at once and returns the
+// answers in key order.
+func eachShard[T any](ctx context.Context, keys []string, read func(ctx context.Context, pk string) (T, error)) ([]T, error) {
+	out := make([]T, len(keys))
+	if len(keys) == 1 {
+		v, err := read(ctx, keys[0])
+		out[0] = v
+		return out, err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	for i, k := range keys {
+		g.Go(func() error {
+			v, err := read(gctx, k)
+			out[i] = v
+			return err
+		})
+	}
+	return out, g.Wait()
+}
+
+// mergeItems merges sorted parts into one list in cmp order (ties keep
+// part order), at most limit long.
+func mergeItems(parts [][]Item, limit int, cmp func(a, b Item) int) []Item {
+	var all []Item
+	for _, p := range parts {
+		all = append(all, p...)
+	}
+	slices.SortStableFunc(all, cmp)
+	if len(all) > limit {
+		all = all[:limit]
+	}
+	return all
+}
+
+// maxDueStale bounds how long FETCH trusts what it last read of a due
+// shard: an entry another process wrote that falls due sooner than the
+// shard's known next entry is seen at most this late by this process's
+// FETCH (the sweeper reads every shard on each sweep regardless).
+const maxDueStale = time.Second
+
+// dueWatch remembers, per due partition, when this process last read it
+// and the earliest time it may next hold a due entry: the first entry not
+// yet due when it was read, lowered by every due entry this process
+// writes. FETCH reads only the shards that may hold something due, so an
+// idle queue costs no due reads between the moments its entries fall due
+// (at most one read per shard and second).
+type dueWatch struct {
+	mu   sync.Mutex
+	next map[string]time.Time
+	read map[string]time.Time
+}
+
+// wanted reports whether partition pk must be read at now.
+func (w *dueWatch) wanted(pk string, now time.Time) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	next, known := w.next[pk]
+	return !known || !now.Before(next) || now.Sub(w.read[pk]) >= maxDueStale
+}
+
+// seen records a read of pk at now whose first entry not yet due is next
+// (zero: none left).
+func (w *dueWatch) seen(pk string, now, next time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.next == nil {
+		w.next, w.read = map[string]time.Time{}, map[string]time.Time{}
+	}
+	if next.IsZero() {
+		next = now.Add(maxDueStale)
+	}
+	w.next[pk], w.read[pk] = next, now
+}
+
+// wrote lowers pk's next due time to at: this process listed an entry due
+// then.
+func (w *dueWatch) wrote(pk string, at time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if next, ok := w.next[pk]; ok && at.Before(next) {
+		w.next[pk] = at
+	}
+}
+
+// DueNow is Due for FETCH: it reads only the due shards of the queue that
+// may hold an entry due at now (see dueWatch), each from its earliest
+// entry, and learns from the first entry not yet due when to read the
+// shard next.
+func (s *Store) DueNow(ctx context.Context, queue string, now time.Time, limit int) ([]Item, error) {
+	var keys []string
+	for _, pk := range dueKeys(queue) {
+		if s.due.wanted(pk, now) {
+			keys = append(keys, pk)
+		}
+	}
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	parts, err := eachShard(ctx, keys, func(ctx context.Context, pk string) ([]Item, error) {
+		items, _, err := s.queryJobs(ctx, &dynamodb.QueryInput{
+			IndexName:                 aws.String(topology.IndexDue),
+			KeyConditionExpression:    aws.String("due_pk = :pk"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":pk": avS(pk)},
+			Limit:                     aws.Int32(int32(limit)),
+		})
+		if err != nil {
+			return nil, err
+		}
+		n := 0
+		for n < len(items) && !items[n].DueAt.After(now) {
+			n++
+		}
+		var next time.Time
+		switch {
+		case n < len(items):
+			next = items[n].DueAt
+		case len(items) == limit:
+			next = now // a full page of due entries: more may be due
+		}
+		s.due.seen(pk, now, next)
+		return items[:n], nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return mergeItems(parts, limit, byDueAt), nil
+}
