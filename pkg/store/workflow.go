@@ -268,7 +268,9 @@ func (s *Store) ForgetInShard(ctx context.Context, wfID, path, key string, idx [
 func TimeoutDue(n *Node) { n.DuePK, n.DueAt = workflowDueKey(timeoutDuePK, n.WorkflowID), n.Deadline }
 
 // WorkflowCheckDue sets when the sweeper first checks a new workflow.
-func WorkflowCheckDue(n *Node, at time.Time) { n.DuePK, n.DueAt = workflowDueKey(workflowDuePK, n.WorkflowID), ms(at) }
+func WorkflowCheckDue(n *Node, at time.Time) {
+	n.DuePK, n.DueAt = workflowDueKey(workflowDuePK, n.WorkflowID), ms(at)
+}
 
 // DueWorkflows lists up to limit running workflows whose progress check is
 // due, with the due time each was listed at.
