@@ -1,0 +1,341 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/ojs-aws/ojs-serverless/pkg/internal/testenv"
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/store"
+	"github.com/ojs-aws/ojs-serverless/pkg/topology"
+)
+
+// partitionSizes counts the items of each shard partition base, base#1, ...
+// of an index (read straight from DynamoDB, not through the store).
+func partitionSizes(t *testing.T, table, index, keyName, base string, n int) []int {
+	t.Helper()
+	db := testenv.DynamoDB()
+	sizes := make([]int, n)
+	for i := range sizes {
+		pk := base
+		if i > 0 {
+			pk = fmt.Sprintf("%s#%d", base, i)
+		}
+		in := &dynamodb.QueryInput{TableName: aws.String(table), KeyConditionExpression: aws.String("#k = :k"),
+			ExpressionAttributeNames:  map[string]string{"#k": keyName},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":k": &types.AttributeValueMemberS{Value: pk}},
+			Select:                    types.SelectCount}
+		if index != "" {
+			in.IndexName = aws.String(index)
+		}
+		out, err := db.Query(context.Background(), in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sizes[i] = int(out.Count)
+	}
+	return sizes
+}
+
+// spread fails the test unless every shard holds something and the
+// shards hold want in all.
+func spread(t *testing.T, what string, sizes []int, want int) {
+	t.Helper()
+	sum := 0
+	for _, n := range sizes {
+		sum += n
+		if n == 0 {
+			t.Fatalf("%s: a shard is empty, sizes %v (the partition is not spread)", what, sizes)
+		}
+	}
+	if sum != want {
+		t.Fatalf("%s: %d entries over the shards %v, want %d", what, sum, sizes, want)
+	}
+}
+
+// hotQueue creates n available jobs on one queue with mixed priorities,
+// created in random order at distinct times (every third push-mode), and
+// returns them in fetch order: priority first, then FIFO, then id.
+func hotQueue(t *testing.T, s *store.Store, queue string, n int) []*job.Job {
+	t.Helper()
+	jobs := make([]*job.Job, n)
+	for i := range jobs {
+		body := fmt.Sprintf(`{"type":"a.b","args":[%d],"queue":%q,"priority":%d}`, i, queue, []int{-1, 0, 5}[rand.IntN(3)])
+		jobs[i] = newJob(t, body, t0.Add(time.Duration(rand.IntN(1000))*time.Millisecond))
+		jobs[i].Push = i%3 == 0
+	}
+	for _, j := range jobs {
+		if err := s.Create(context.Background(), []*job.Job{j}, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	order := slices.Clone(jobs)
+	sort.SliceStable(order, func(a, b int) bool {
+		x, y := order[a], order[b]
+		if x.Priority != y.Priority {
+			return x.Priority > y.Priority
+		}
+		if !x.EnqueuedAt.Equal(*y.EnqueuedAt) {
+			return x.EnqueuedAt.Before(*y.EnqueuedAt)
+		}
+		return x.ID < y.ID
+	})
+	return order
+}
+
+func jobIDs(jobs []*job.Job) string {
+	var s []string
+	for _, j := range jobs {
+		s = append(s, j.ID[len(j.ID)-6:])
+	}
+	return strings.Join(s, " ")
+}
+
+func itemIDs(items []store.Item) string {
+	var jobs []*job.Job
+	for _, it := range items {
+		jobs = append(jobs, it.Job)
+	}
+	return jobIDs(jobs)
+}
+
+// One busy queue's ready and due entries are spread over their shards, and
+// fetch order (priority, then FIFO) holds across them: in Ready's merge,
+// in the Admin API's paged listing and in the counts.
+func TestAQueueIsSpreadOverShardsAndKeepsFetchOrder(t *testing.T) {
+	t.Parallel()
+	s, _ := testenv.Table(t)
+	table := s.Table()
+	ctx := context.Background()
+	sh := topology.JobTable.Shards
+	if sh.Ready < 2 || sh.Due < 2 {
+		t.Fatalf("the queue partitions are not sharded: %+v", sh)
+	}
+	order := hotQueue(t, s, "hot", 60)
+	spread(t, "ready", partitionSizes(t, table, topology.IndexReady, "ready_pk", "avail#hot", sh.Ready), 60)
+	spread(t, "due", partitionSizes(t, table, topology.IndexDue, "due_pk", "due#hot", sh.Due), 20)
+
+	for _, limit := range []int{1, 7, 60, 100} {
+		items, err := s.Ready(ctx, "hot", limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := itemIDs(items), jobIDs(order[:min(limit, len(order))]); got != want {
+			t.Fatalf("Ready(%d) order\n got  %s\n want %s", limit, got, want)
+		}
+	}
+
+	// The Admin API's listing pages through every shard in fetch order.
+	var paged []store.Item
+	cursor := ""
+	for pages := 0; ; pages++ {
+		if pages > 30 {
+			t.Fatal("listing does not end")
+		}
+		p, err := s.ListQueue(ctx, store.ListAvailable, "hot", nil, 7, cursor)
+		if err != nil {
+			t.Fatal(err)
+		}
+		paged = append(paged, p.Items...)
+		if cursor = p.Cursor; cursor == "" {
+			break
+		}
+	}
+	if got, want := itemIDs(paged), jobIDs(order); got != want {
+		t.Fatalf("paged listing\n got  %s\n want %s", got, want)
+	}
+	// Filtered: the waiting listing of the due shards holds the push-mode
+	// jobs' redelivery checks, in due order, each once.
+	var waiting []store.Item
+	cursor = ""
+	for pages := 0; ; pages++ {
+		if pages > 30 {
+			t.Fatal("listing does not end")
+		}
+		p, err := s.ListQueue(ctx, store.ListWaiting, "hot", []job.State{job.Available}, 3, cursor)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waiting = append(waiting, p.Items...)
+		if cursor = p.Cursor; cursor == "" {
+			break
+		}
+	}
+	if len(waiting) != 20 {
+		t.Fatalf("waiting listing has %d entries, want 20", len(waiting))
+	}
+	seen := map[string]bool{}
+	for i, it := range waiting {
+		if seen[it.Job.ID] || !it.Job.Push {
+			t.Fatalf("waiting listing: entry %d (%s) repeated or not push-mode", i, it.Job.ID)
+		}
+		seen[it.Job.ID] = true
+		if i > 0 && it.DueAt.Before(waiting[i-1].DueAt) {
+			t.Fatalf("waiting listing out of due order at %d", i)
+		}
+	}
+	if _, err := s.ListQueue(ctx, store.ListAvailable, "hot", nil, 7, "bm90LWEtY3Vyc29y"); err == nil {
+		t.Fatal("a cursor the store did not make must be refused")
+	}
+
+	c, err := s.CountQueue(ctx, "hot")
+	if err != nil || c.Available != 60 || c.Active != 0 {
+		t.Fatalf("counts %+v %v", c, err)
+	}
+	m, capped, err := s.CountStates(ctx, store.ListAvailable, "hot", 1000)
+	if err != nil || capped || m[job.Available] != 60 {
+		t.Fatalf("count states %v capped=%v %v", m, capped, err)
+	}
+	if _, capped, _ := s.CountStates(ctx, store.ListAvailable, "hot", 10); !capped {
+		t.Fatal("a count past its bound must say so")
+	}
+}
+
+// Due reads every due shard and answers the earliest entries first.
+func TestDueMergesShardsInDueOrder(t *testing.T) {
+	t.Parallel()
+	s, _ := testenv.Table(t)
+	table := s.Table()
+	ctx := context.Background()
+	var jobs []*job.Job
+	for i, k := range rand.Perm(24) {
+		at := t0.Add(time.Duration(1+k) * time.Second).Format(time.RFC3339Nano)
+		jobs = append(jobs, newJob(t, fmt.Sprintf(`{"type":"a.b","args":[%d],"queue":"later","scheduled_at":%q}`, i, at), t0))
+	}
+	if err := s.Create(ctx, jobs, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	spread(t, "due", partitionSizes(t, table, topology.IndexDue, "due_pk", "due#later", topology.JobTable.Shards.Due), 24)
+	slices.SortStableFunc(jobs, func(a, b *job.Job) int { return a.ScheduledAt.Compare(*b.ScheduledAt) })
+	due, err := s.Due(ctx, "later", t0.Add(time.Hour), 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := itemIDs(due), jobIDs(jobs[:5]); got != want {
+		t.Fatalf("Due: got %s, want the earliest %s", got, want)
+	}
+	cut := *jobs[10].ScheduledAt
+	due, _ = s.Due(ctx, "later", cut, 100)
+	if got, want := itemIDs(due), jobIDs(jobs[:11]); got != want {
+		t.Fatalf("Due at %s: got %s, want %s", cut, got, want)
+	}
+}
+
+// countingDB counts the queries a store makes.
+type countingDB struct {
+	store.DynamoAPI
+	queries atomic.Int64
+}
+
+func (c *countingDB) Query(ctx context.Context, in *dynamodb.QueryInput, o ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error) {
+	c.queries.Add(1)
+	return c.DynamoAPI.Query(ctx, in, o...)
+}
+
+// FETCH's read of the due shards (DueNow) reads a shard only when its
+// next entry falls due, when this process listed something there, or
+// once a second for what other processes wrote.
+func TestDueNowReadsAShardOnlyWhenSomethingMayBeDue(t *testing.T) {
+	t.Parallel()
+	st, _ := testenv.Table(t)
+	table := st.Table()
+	ctx := context.Background()
+	db := &countingDB{DynamoAPI: testenv.DynamoDB()}
+	mine, other := store.New(db, table), store.New(testenv.DynamoDB(), table)
+	n := topology.JobTable.Shards.Due
+	reads := func(now time.Time) ([]store.Item, int64) {
+		t.Helper()
+		before := db.queries.Load()
+		items, err := mine.DueNow(ctx, "q", now, 25)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return items, db.queries.Load() - before
+	}
+	if items, q := reads(t0); len(items) != 0 || q != int64(n) {
+		t.Fatalf("first read: %d items, %d queries; want 0 and one per shard (%d)", len(items), q, n)
+	}
+	if _, q := reads(t0.Add(500 * time.Millisecond)); q != 0 {
+		t.Fatalf("an idle queue read again within a second: %d queries", q)
+	}
+	// Another process lists a job due at t0+600ms: this one sees it once
+	// its second is up.
+	theirs := newJob(t, `{"type":"a.b","args":[],"queue":"q","scheduled_at":"2026-11-21T10:00:00.6Z"}`, t0)
+	if err := other.Create(ctx, []*job.Job{theirs}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if items, q := reads(t0.Add(700 * time.Millisecond)); len(items) != 0 || q != 0 {
+		t.Fatalf("within the second: %d items, %d queries", len(items), q)
+	}
+	items, q := reads(t0.Add(time.Second))
+	if len(items) != 1 || items[0].Job.ID != theirs.ID || q != int64(n) {
+		t.Fatalf("after the second: %d items, %d queries", len(items), q)
+	}
+	// Every entry was read and handed to the caller to move: no shard
+	// holds anything else falling due, so none is read again at once.
+	if items, q := reads(t0.Add(1100 * time.Millisecond)); len(items) != 0 || q != 0 {
+		t.Fatalf("after a complete read: %d items, %d queries; want none", len(items), q)
+	}
+	// This process lists a job due at t0+1.3s: read as soon as it is due,
+	// though the shard was read 200 ms before.
+	mineJob := newJob(t, `{"type":"a.b","args":[],"queue":"q","scheduled_at":"2026-11-21T10:00:01.3Z"}`, t0)
+	if err := mine.Create(ctx, []*job.Job{mineJob}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	items, _ = reads(t0.Add(1300 * time.Millisecond))
+	found := false
+	for _, it := range items {
+		found = found || it.Job.ID == mineJob.ID
+	}
+	if !found {
+		t.Fatalf("a job this process scheduled was not read when due: %s", itemIDs(items))
+	}
+}
+
+// The queue registry is spread over its shards by queue name; the list,
+// pause state and rate limiter of each queue are found in its shard.
+func TestTheQueueRegistryIsSpread(t *testing.T) {
+	t.Parallel()
+	s, _ := testenv.Table(t)
+	table := s.Table()
+	ctx := context.Background()
+	var names []string
+	for i := range 16 {
+		names = append(names, fmt.Sprintf("queue-%02d", i))
+	}
+	for _, q := range names {
+		if err := s.EnsureQueue(ctx, q, t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	spread(t, "registry", partitionSizes(t, table, "", "pk", "QUEUES", topology.JobTable.Shards.Registry), 16)
+	got, err := s.Queues(ctx)
+	if err != nil || strings.Join(got, ",") != strings.Join(names, ",") {
+		t.Fatalf("queues %v %v", got, err)
+	}
+	for _, q := range names {
+		if _, err := s.SetQueuePaused(ctx, q, q == "queue-07", t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, q := range names {
+		p, _, err := s.QueueFetchState(ctx, q)
+		if err != nil || p != (q == "queue-07") {
+			t.Fatalf("queue %s paused=%v %v", q, p, err)
+		}
+	}
+	infos, _ := s.QueueInfos(ctx)
+	if len(infos) != 16 {
+		t.Fatalf("%d queues listed after pausing, want 16 (an update wrote outside its shard)", len(infos))
+	}
+}
