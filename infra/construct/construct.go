@@ -182,16 +182,18 @@ func (o *OJSServerless) addTable() {
 		RemovalPolicy:      o.removalPolicy(),
 	})
 	for _, ix := range t.Indexes {
-		proj := awsdynamodb.ProjectionType_ALL
-		if ix.KeysOnly {
-			proj = awsdynamodb.ProjectionType_KEYS_ONLY
-		}
-		o.Table.AddGlobalSecondaryIndex(&awsdynamodb.GlobalSecondaryIndexProps{
+		props := &awsdynamodb.GlobalSecondaryIndexProps{
 			IndexName:      jsii.String(ix.Name),
 			PartitionKey:   attribute(ix.PartitionKey),
 			SortKey:        attribute(ix.SortKey),
-			ProjectionType: proj,
-		})
+			ProjectionType: awsdynamodb.ProjectionType_ALL,
+		}
+		if ix.KeysOnly {
+			props.ProjectionType = awsdynamodb.ProjectionType_KEYS_ONLY
+		} else if len(ix.Include) > 0 {
+			props.ProjectionType, props.NonKeyAttributes = awsdynamodb.ProjectionType_INCLUDE, jsii.Strings(ix.Include...)
+		}
+		o.Table.AddGlobalSecondaryIndex(props)
 	}
 }
 

@@ -63,9 +63,15 @@ func TestTable(t *testing.T) {
 	jt := topology.JobTable
 	var gsis []any
 	for _, ix := range jt.Indexes {
-		proj := "ALL"
+		proj := map[string]any{"ProjectionType": "ALL"}
 		if ix.KeysOnly {
-			proj = "KEYS_ONLY"
+			proj = map[string]any{"ProjectionType": "KEYS_ONLY"}
+		} else if len(ix.Include) > 0 {
+			var attrs []any
+			for _, a := range ix.Include {
+				attrs = append(attrs, a)
+			}
+			proj = map[string]any{"ProjectionType": "INCLUDE", "NonKeyAttributes": attrs}
 		}
 		gsis = append(gsis, map[string]any{
 			"IndexName": ix.Name,
@@ -73,7 +79,7 @@ func TestTable(t *testing.T) {
 				map[string]any{"AttributeName": ix.PartitionKey.Name, "KeyType": "HASH"},
 				map[string]any{"AttributeName": ix.SortKey.Name, "KeyType": "RANGE"},
 			},
-			"Projection": map[string]any{"ProjectionType": proj},
+			"Projection": proj,
 		})
 	}
 	s.template.HasResourceProperties(jsii.String("AWS::DynamoDB::Table"), map[string]any{

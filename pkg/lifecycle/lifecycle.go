@@ -665,7 +665,7 @@ type FetchRequest struct {
 	// Visibility is the lease length; 0 uses the job's own or the default.
 	Visibility time.Duration
 	// MaxBytes bounds the answer: jobs are claimed only while the sum of
-	// their FetchedBytes stays within it, the first one counted twice
+	// their store.FetchBytes stays within it, the first one counted twice
 	// (the HTTP binding's answer repeats it as "job"). Default
 	// DefaultFetchBytes.
 	MaxBytes int
@@ -763,7 +763,13 @@ func (s *Service) Fetch(ctx context.Context, r FetchRequest) ([]*job.Job, error)
 			if len(out) >= r.Count || taken >= want {
 				break
 			}
-			size := FetchedBytes(it.Job)
+			size, err := s.fetchBytes(ctx, it)
+			if err != nil {
+				return nil, ojserr.Backend(err)
+			}
+			if size == 0 {
+				continue // deleted since the index was read
+			}
 			if len(out) == 0 {
 				size *= 2
 			}
@@ -798,6 +804,26 @@ func (s *Service) Fetch(ctx context.Context, r FetchRequest) ([]*job.Job, error)
 		}
 	}
 	return out, nil
+}
+
+// fetchBytes is what a FETCH candidate adds to the answer once claimed
+// (store.FetchBytes): recorded on the job and projected by the ready
+// index; a job written before it was recorded is read by key (0: gone).
+func (s *Service) fetchBytes(ctx context.Context, it store.Item) (int, error) {
+	if it.FetchBytes > 0 {
+		return it.FetchBytes, nil
+	}
+	if !it.Partial {
+		return store.FetchBytes(it.Job), nil
+	}
+	j, err := s.st.Get(ctx, it.Job.ID)
+	if errors.Is(err, store.ErrNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return store.FetchBytes(j), nil
 }
 
 // rotateFrom rotates s left by r: s[r] first, s[r-1] last.
@@ -845,7 +871,20 @@ func (s *Service) Claim(ctx context.Context, j *job.Job, workerID string, visibi
 	return claimed, nil
 }
 
+// expire discards job j (as read, possibly from an index) whose
+// expires_at has passed. It reads the job by key first: the discard
+// appends to the error history, which an index does not project.
 func (s *Service) expire(ctx context.Context, j *job.Job, now time.Time) error {
+	j, err := s.st.Get(ctx, j.ID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if j.ExpiresAt == nil || j.ExpiresAt.After(now) || (j.State != job.Available && j.State != job.Scheduled && j.State != job.Retryable) {
+		return nil // moved meanwhile
+	}
 	expired, err := s.st.Apply(ctx, store.Expire(j, now))
 	if err == nil {
 		s.finished(ctx, expired)
@@ -905,6 +944,19 @@ func (s *Service) resolve(ctx context.Context, items []store.Item, now time.Time
 			if !leaseOver(j, now) {
 				continue
 			}
+			// The requeue appends to the error history, which the index
+			// does not project: read the job by key.
+			full, err := s.st.Get(ctx, j.ID)
+			if errors.Is(err, store.ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return redeliver, err
+			}
+			if !leaseOver(full, now) {
+				continue // a heartbeat extended it or it finished meanwhile
+			}
+			j = full
 			t = s.leaseExpiry(j, now, inline)
 		case job.Available:
 			redeliver = append(redeliver, it)

@@ -180,7 +180,53 @@ func (s *Store) ListQueue(ctx context.Context, l Listing, queue string, states [
 	if more {
 		page.Cursor = encodeShardCursor(next)
 	}
+	if l == ListDead {
+		// Dead letters are shown with their error history, which the
+		// index does not project.
+		if page.Items, err = s.whole(ctx, page.Items); err != nil {
+			return IndexPage{}, err
+		}
+	}
 	return page, nil
+}
+
+// whole replaces index items by the jobs read by key, in the same order;
+// a job deleted since the index was read is left out.
+func (s *Store) whole(ctx context.Context, items []Item) ([]Item, error) {
+	if len(items) == 0 {
+		return items, nil
+	}
+	byID := map[string]*job.Job{}
+	if _, ok := s.db.(batchGetter); ok {
+		ids := make([]string, len(items))
+		for i, it := range items {
+			ids[i] = it.Job.ID
+		}
+		got, err := s.BatchGetJobs(ctx, ids)
+		if err != nil {
+			return nil, err
+		}
+		byID = got
+	} else {
+		for _, it := range items {
+			j, err := s.Get(ctx, it.Job.ID)
+			if errors.Is(err, ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return nil, err
+			}
+			byID[j.ID] = j
+		}
+	}
+	out := items[:0]
+	for _, it := range items {
+		if j, ok := byID[it.Job.ID]; ok {
+			it.Job, it.Partial = j, false
+			out = append(out, it)
+		}
+	}
+	return out, nil
 }
 
 // sortValue is an index item's sort attribute as a string that orders like

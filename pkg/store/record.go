@@ -31,6 +31,8 @@ const (
 	attrDispatch = "dispatch"
 	attrExpires  = "expires_ms"
 	attrVersion  = "version"
+	// attrFetchBytes holds FetchBytes of the job as last written.
+	attrFetchBytes = "fb"
 	jobSK        = "JOB"
 )
 
@@ -102,6 +104,9 @@ type record struct {
 	// (set just before its conditional delete), so the stream tells a
 	// pruned job from one an operator deleted.
 	PrunedAt int64 `dynamodbav:"pruned_at,omitempty"`
+	// FetchBytes is FetchBytes of the job as last written (projected by the
+	// ready index, which does not project the payloads it counts).
+	FetchBytes int `dynamodbav:"fb,omitempty"`
 }
 
 func jobKey(id string) map[string]types.AttributeValue {
@@ -237,6 +242,14 @@ type Item struct {
 	DueAt    time.Time
 	ReadySK  string
 	Dispatch string
+	// Partial is set on an item read from an index: the job's payloads
+	// (args, meta, result, the error history, parent_results, tags,
+	// extra) are not there (topology.JobIndexAttributes); read the job by
+	// key for them.
+	Partial bool
+	// FetchBytes is FetchBytes of the job as last written; 0 for a job
+	// written before it was recorded.
+	FetchBytes int
 	// Pruned is set on a discarded job the retention pruner is removing.
 	Pruned bool
 }
@@ -255,7 +268,7 @@ func DecodeItem(av map[string]types.AttributeValue) (Item, bool, error) {
 	if err != nil {
 		return Item{}, false, err
 	}
-	it := Item{Job: j, Version: r.Version, Dispatch: r.Dispatch, ReadySK: r.ReadySK, Pruned: r.PrunedAt > 0}
+	it := Item{Job: j, Version: r.Version, Dispatch: r.Dispatch, ReadySK: r.ReadySK, Pruned: r.PrunedAt > 0, FetchBytes: r.FetchBytes}
 	if r.DueAt > 0 {
 		it.DueAt = fromMS(r.DueAt)
 	}

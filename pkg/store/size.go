@@ -1,6 +1,7 @@
 package store
 
 import (
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -108,4 +109,23 @@ func checkSizes(puts []*types.Put) error {
 		return &TooLargeError{What: "transaction", Bytes: total, Max: awslimit.DynamoTxBytes}
 	}
 	return nil
+}
+
+// FetchSlack covers what a claim adds to a job as last written before it
+// (state, attempt, started_at and the other timestamps of the attempt).
+const FetchSlack = 512
+
+// FetchBytes is what job j, once claimed, adds to the api function's
+// FETCH answer: its OJS JSON as encoding/json writes it, carried as a JSON
+// string inside the Lambda response (so every quote, backslash and
+// HTML-escaped character counts as it will), plus FetchSlack. Every write
+// that changes it stores it on the job as "fb", which the ready index
+// projects: FETCH claims a job only if it fits its budget, without reading
+// the payload first.
+func FetchBytes(j *job.Job) int {
+	b, err := json.Marshal(j)
+	if err != nil {
+		return 0
+	}
+	return awslimit.JSONStringLen(b) + FetchSlack
 }

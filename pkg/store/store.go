@@ -238,6 +238,7 @@ func (s *Store) queryJobs(ctx context.Context, in *dynamodb.QueryInput) ([]Item,
 			return nil, nil, err
 		}
 		if ok {
+			it.Partial = in.IndexName != nil
 			items = append(items, it)
 		}
 	}
@@ -348,13 +349,17 @@ func (s *Store) Dead(ctx context.Context, queue string, limit int, cursor string
 	if err != nil {
 		return Page{}, err
 	}
-	p := Page{Jobs: make([]*job.Job, len(items))}
-	for i, it := range items {
-		p.Jobs[i] = it.Job
-	}
+	p := Page{}
 	if len(last) > 0 && len(items) > 0 {
 		lj := items[len(items)-1].Job
 		p.Cursor = lj.ID + "|" + deadSortKey(*lj.DiscardedAt, lj.ID)
+	}
+	if items, err = s.whole(ctx, items); err != nil {
+		return Page{}, err
+	}
+	p.Jobs = make([]*job.Job, len(items))
+	for i, it := range items {
+		p.Jobs[i] = it.Job
 	}
 	return p, nil
 }

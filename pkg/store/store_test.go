@@ -163,9 +163,15 @@ func TestReadyOrderAndDueIndex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The index projects no payloads (args come with the claim) but the
+	// size FETCH budgets by.
+	name := map[string]string{high.ID: `["high"]`, first.ID: `["first"]`, second.ID: `["second"]`, low.ID: `["low"]`}
 	var order []string
 	for _, it := range items {
-		order = append(order, string(it.Job.Args))
+		order = append(order, name[it.Job.ID])
+		if !it.Partial || len(it.Job.Args) != 0 || it.FetchBytes != store.FetchBytes(newJobCopy(t, it.Job.ID, low, first, second, high)) {
+			t.Fatalf("ready item %s: partial=%v args=%s fb=%d", it.Job.ID, it.Partial, it.Job.Args, it.FetchBytes)
+		}
 	}
 	want := `[["high"] ["first"] ["second"] ["low"]]`
 	if got := jsonList(order); got != want {
@@ -206,6 +212,18 @@ func TestExpiredJobIsNotClaimed(t *testing.T) {
 	if err != nil || len(page.Jobs) != 1 || page.Jobs[0].ID != j.ID {
 		t.Fatalf("dead list: %+v %v", page, err)
 	}
+}
+
+// newJobCopy returns the job with id among jobs.
+func newJobCopy(t *testing.T, id string, jobs ...*job.Job) *job.Job {
+	t.Helper()
+	for _, j := range jobs {
+		if j.ID == id {
+			return j
+		}
+	}
+	t.Fatalf("no job %s", id)
+	return nil
 }
 
 func jsonList(v []string) string {

@@ -30,9 +30,11 @@ func EnsureTable(ctx context.Context, db TableAdmin, name string) (string, error
 	for _, ix := range spec.Indexes {
 		attrs[ix.PartitionKey.Name] = ix.PartitionKey.Type
 		attrs[ix.SortKey.Name] = ix.SortKey.Type
-		proj := types.ProjectionTypeAll
+		p := &types.Projection{ProjectionType: types.ProjectionTypeAll}
 		if ix.KeysOnly {
-			proj = types.ProjectionTypeKeysOnly
+			p.ProjectionType = types.ProjectionTypeKeysOnly
+		} else if len(ix.Include) > 0 {
+			p.ProjectionType, p.NonKeyAttributes = types.ProjectionTypeInclude, ix.Include
 		}
 		gsis = append(gsis, types.GlobalSecondaryIndex{
 			IndexName: aws.String(ix.Name),
@@ -40,7 +42,7 @@ func EnsureTable(ctx context.Context, db TableAdmin, name string) (string, error
 				{AttributeName: aws.String(ix.PartitionKey.Name), KeyType: types.KeyTypeHash},
 				{AttributeName: aws.String(ix.SortKey.Name), KeyType: types.KeyTypeRange},
 			},
-			Projection: &types.Projection{ProjectionType: proj},
+			Projection: p,
 		})
 	}
 	var defs []types.AttributeDefinition

@@ -199,10 +199,28 @@ func errorsWith(j *job.Job, e job.ErrorInfo) ([]string, string) {
 	return out, out[len(out)-1]
 }
 
-func (t *Transition) recordFailure(j *job.Job, f Failure, now time.Time) {
-	list, last := errorsWith(j, f.Error)
+// setErrors appends e to the error history of j (as read by key: its
+// history is needed) and records the job's new FETCH answer size.
+func (t *Transition) setErrors(j *job.Job, e job.ErrorInfo) {
+	list, last := errorsWith(j, e)
 	t.set("errors", list)
 	t.set("error", last)
+	after := *j
+	after.Errors = make([]job.ErrorInfo, 0, len(list))
+	for _, s := range list {
+		var ei job.ErrorInfo
+		if json.Unmarshal([]byte(s), &ei) == nil {
+			after.Errors = append(after.Errors, ei)
+		}
+	}
+	if n := len(after.Errors); n > 0 {
+		after.Error = &after.Errors[n-1]
+	}
+	t.set(attrFetchBytes, FetchBytes(&after))
+}
+
+func (t *Transition) recordFailure(j *job.Job, f Failure, now time.Time) {
+	t.setErrors(j, f.Error)
 	t.remove(attrLease, "lease_ms", "deadline_ms", attrWorker, "cancel_requested", attrDispatch)
 	if t.To == job.Retryable {
 		t.set("retry_delay_ms", f.NextAttempt.Sub(now).Milliseconds())
@@ -248,9 +266,7 @@ func ExpireLease(j *job.Job, f Failure, now time.Time, redeliverAfter time.Durat
 		to = job.Available
 	}
 	t := newTransition(j.ID, to, job.Active)
-	list, last := errorsWith(j, f.Error)
-	t.set("errors", list)
-	t.set("error", last)
+	t.setErrors(j, f.Error)
 	if to == job.Available {
 		t.becomeAvailable(j.Queue, j.Priority, j.Push, now, redeliverAfter, inline)
 		t.remove("deadline_ms")
@@ -278,9 +294,7 @@ func Promote(j *job.Job, now time.Time, redeliverAfter time.Duration, inline boo
 func Expire(j *job.Job, now time.Time) Transition {
 	t := newTransition(j.ID, job.Discarded, j.State)
 	msg := "The job expired before it started (expires_at " + job.Timestamp(*j.ExpiresAt) + ")."
-	list, last := errorsWith(j, job.ErrorInfo{Type: "expired", Code: "DISCARD", Message: msg, Attempt: j.Attempt, Timestamp: job.Timestamp(now)})
-	t.set("errors", list)
-	t.set("error", last)
+	t.setErrors(j, job.ErrorInfo{Type: "expired", Code: "DISCARD", Message: msg, Attempt: j.Attempt, Timestamp: job.Timestamp(now)})
 	t.remove(attrLease, attrWorker, attrDispatch)
 	t.discard(j, now)
 	t.and(expression.Name(attrExpires).LessThanEqual(expression.Value(ms(now))))
@@ -354,9 +368,7 @@ func Redelivered(id string, dueAt, next time.Time) Transition {
 // requeue), recording the error; the attempt stays counted.
 func Requeue(j *job.Job, e job.ErrorInfo, now time.Time, redeliverAfter time.Duration) Transition {
 	t := newTransition(j.ID, job.Available, job.Active)
-	list, last := errorsWith(j, e)
-	t.set("errors", list)
-	t.set("error", last)
+	t.setErrors(j, e)
 	t.becomeAvailable(j.Queue, j.Priority, j.Push, now, redeliverAfter, false)
 	t.remove("deadline_ms")
 	t.and(expression.Name(attrAttempt).Equal(expression.Value(j.Attempt)))
@@ -382,6 +394,12 @@ func Revive(j *job.Job, now time.Time, redeliverAfter time.Duration, queue strin
 	t.set(attrAttempt, 0)
 	t.becomeAvailable(queue, j.Priority, push, now, redeliverAfter, false)
 	t.remove("completed_at", "discarded_at", "started_at", "retry_delay_ms", "result", "deadline_ms", "pruned_at")
+	after := *j
+	after.Queue, after.Attempt, after.Result = queue, 0, nil
+	if len(meta) > 0 {
+		after.Meta = meta
+	}
+	t.set(attrFetchBytes, FetchBytes(&after))
 	return t
 }
 

@@ -1525,6 +1525,7 @@ func (s *Store) jobPut(j *job.Job, redeliverAfter time.Duration) (*types.Put, er
 	if err != nil {
 		return nil, err
 	}
+	r.FetchBytes = FetchBytes(j)
 	switch j.State {
 	case job.Available:
 		r.ReadyPK, r.ReadySK = readyKey(j.Queue, j.ID), readySortKey(j.Priority, *j.EnqueuedAt, j.ID)

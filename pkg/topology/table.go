@@ -13,9 +13,12 @@ type Index struct {
 	PartitionKey IndexKey
 	SortKey      IndexKey
 	// KeysOnly projects only the table's and the index's keys (the index
-	// is counted or listed, never read for the items); otherwise every
-	// attribute is projected.
+	// is counted or listed, never read for the items).
 	KeysOnly bool
+	// Include, when set, projects these attributes besides the keys (and
+	// nothing else); with neither set every attribute is projected. An
+	// index write costs a write unit per KB of what it projects.
+	Include []string
 }
 
 // Table describes the single DynamoDB table. The data model is documented in
@@ -68,15 +71,38 @@ const (
 	IndexDone = "done"
 )
 
+// JobIndexAttributes are the job attributes the ready and due indexes
+// project: what FETCH needs to choose and claim a job (its answer comes
+// from the claim itself), what the sweeper needs to promote, requeue and
+// re-send, and what the Admin API's listings and counts show. A job's
+// payloads (args, meta, result, the error history, parent_results, tags,
+// extra) are not projected: readers that need them read the job by key,
+// and "fb" tells FETCH the size of its answer without them.
+var JobIndexAttributes = []string{
+	"id", "type", "queue", "state", "priority", "attempt", "max_attempts", "version", "retry",
+	"timeout_ms", "visibility_ms", "expires_at", "expires_ms", "scheduled_at", "created_at", "enqueued_at",
+	"started_at", "completed_at", "cancelled_at", "discarded_at", "next_attempt_at", "push", "worker_id",
+	"dispatch", "error", "wf_id", "fb", "pruned_at", "lease_until", "deadline_ms",
+}
+
+// DueOtherAttributes are what the due index's other readers use: the
+// worker registry (due_pk "workers") and due workflow nodes (wf_id, path).
+var DueOtherAttributes = []string{
+	"directive", "hostname", "queues", "active_jobs", "concurrency", "last_heartbeat_at", "first_seen_at", "path",
+}
+
 // JobTable is the table every environment uses.
 var JobTable = Table{
 	PartitionKey: IndexKey{Name: "pk", Type: "S"},
 	SortKey:      IndexKey{Name: "sk", Type: "S"},
 	TTLAttribute: "ttl",
 	Indexes: []Index{
-		{Name: IndexReady, PartitionKey: IndexKey{Name: "ready_pk", Type: "S"}, SortKey: IndexKey{Name: "ready_sk", Type: "S"}},
-		{Name: IndexDue, PartitionKey: IndexKey{Name: "due_pk", Type: "S"}, SortKey: IndexKey{Name: "due_at", Type: "N"}},
-		{Name: IndexEvents, PartitionKey: IndexKey{Name: "ev_pk", Type: "S"}, SortKey: IndexKey{Name: "ev_sk", Type: "S"}},
+		{Name: IndexReady, PartitionKey: IndexKey{Name: "ready_pk", Type: "S"}, SortKey: IndexKey{Name: "ready_sk", Type: "S"},
+			Include: JobIndexAttributes},
+		{Name: IndexDue, PartitionKey: IndexKey{Name: "due_pk", Type: "S"}, SortKey: IndexKey{Name: "due_at", Type: "N"},
+			Include: append(append([]string{}, JobIndexAttributes...), DueOtherAttributes...)},
+		{Name: IndexEvents, PartitionKey: IndexKey{Name: "ev_pk", Type: "S"}, SortKey: IndexKey{Name: "ev_sk", Type: "S"},
+			Include: []string{"type", "body", "queue", "job_type"}},
 		{Name: IndexDone, PartitionKey: IndexKey{Name: "done_pk", Type: "S"}, SortKey: IndexKey{Name: "done_sk", Type: "S"}, KeysOnly: true},
 	},
 	Shards: Shards{Ready: 2, Due: 4, Registry: 4, WorkflowDue: 4},
