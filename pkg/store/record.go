@@ -33,7 +33,7 @@ const (
 	attrVersion  = "version"
 	// attrFetchBytes holds FetchBytes of the job as last written.
 	attrFetchBytes = "fb"
-	jobSK        = "JOB"
+	jobSK          = "JOB"
 )
 
 // Key prefixes.
