@@ -43,7 +43,7 @@ type Store interface {
 	SetQueuePaused(ctx context.Context, name string, paused bool, now time.Time) (*store.QueueInfo, error)
 	QueueInfos(ctx context.Context) ([]store.QueueInfo, error)
 	QueuePaused(ctx context.Context, name string) (bool, error)
-	QueueFetchState(ctx context.Context, name string) (paused bool, rate float64, err error)
+	FetchState(ctx context.Context, queues []string, workerID string) (store.FetchState, error)
 	SetQueueRate(ctx context.Context, name string, perSecond float64, now time.Time) error
 	TakeRateTokens(ctx context.Context, name string, n int, perSecond float64, now time.Time) (bool, error)
 	CountQueue(ctx context.Context, queue string) (store.QueueCounts, error)
@@ -52,7 +52,6 @@ type Store interface {
 	WorkerBeat(ctx context.Context, w store.WorkerInfo, now time.Time) (*store.WorkerInfo, error)
 	SetWorkerDirective(ctx context.Context, id, directive string, now time.Time) (*store.WorkerInfo, error)
 	Workers(ctx context.Context, limit int) ([]store.WorkerInfo, error)
-	WorkerState(ctx context.Context, id string) (*store.WorkerInfo, error)
 	ClaimPruneRun(ctx context.Context, now, next time.Time) (int64, bool, time.Time, error)
 	FinishPruneRun(ctx context.Context, run int64, r store.PruneRun, now time.Time, next *time.Time) error
 	PruneState(ctx context.Context) (*store.PruneRun, error)
@@ -711,22 +710,28 @@ func (s *Service) Fetch(ctx context.Context, r FetchRequest) ([]*job.Job, error)
 	}
 	used := 0
 	out := []*job.Job{}
-	if st, err := s.workerStopping(ctx, r.WorkerID); err != nil {
-		return nil, ojserr.Backend(err)
-	} else if st {
+	// One consistent read of every queue's pause state and rate limit and
+	// of the worker's state (skipped once it is known to be stopping):
+	// read fresh, not cached, so a pause holds for every FETCH after it.
+	if s.workers.has(r.WorkerID) {
 		return out, nil // a quiet or terminating worker gets no new jobs
+	}
+	fs, err := s.st.FetchState(ctx, r.Queues, r.WorkerID)
+	if err != nil {
+		return nil, ojserr.Backend(err)
+	}
+	if w := fs.Worker; w != nil && (stopping(w.State) || stopping(w.Directive)) {
+		s.workers.add(r.WorkerID)
+		return out, nil
 	}
 	full := false // the next job would pass MaxBytes
 	for _, q := range r.Queues {
 		if len(out) >= r.Count || full {
 			break
 		}
-		// Read fresh, not cached: a pause holds for every fetch after it.
-		paused, rate, err := s.st.QueueFetchState(ctx, q)
-		if err != nil {
-			return nil, ojserr.Backend(err)
-		}
-		if paused {
+		qs := fs.Queues[q]
+		rate := qs.Rate
+		if qs.Paused {
 			continue // a paused queue is not fetched; its jobs wait
 		}
 		// The due shards that may hold something due now (store.DueNow):

@@ -103,6 +103,92 @@ func (s *Store) SetQueueRate(ctx context.Context, name string, perSecond float64
 	return nil
 }
 
+// QueueState is what FETCH needs of a queue's registry item.
+type QueueState struct {
+	Paused bool
+	Rate   float64
+}
+
+// FetchState is what a FETCH reads before it claims: each queue's state
+// (an unknown queue is neither paused nor limited) and, when asked, the
+// worker's state and directive (nil for an unknown worker).
+type FetchState struct {
+	Queues map[string]QueueState
+	Worker *WorkerInfo
+}
+
+// FetchState reads, consistently and in one BatchGetItem, the registry
+// items of queues and the worker workerID ("": none).
+func (s *Store) FetchState(ctx context.Context, queues []string, workerID string) (FetchState, error) {
+	fs := FetchState{Queues: make(map[string]QueueState, len(queues))}
+	bg, ok := s.db.(batchGetter)
+	if !ok { // a client without BatchGetItem: one read each
+		for _, q := range queues {
+			p, r, err := s.QueueFetchState(ctx, q)
+			if err != nil {
+				return fs, err
+			}
+			fs.Queues[q] = QueueState{Paused: p, Rate: r}
+		}
+		if workerID != "" {
+			w, err := s.WorkerState(ctx, workerID)
+			if err != nil {
+				return fs, err
+			}
+			fs.Worker = w
+		}
+		return fs, nil
+	}
+	var keys []map[string]types.AttributeValue
+	seen := map[string]bool{}
+	for _, q := range queues {
+		if !seen[q] {
+			seen[q] = true
+			keys = append(keys, queueKey(q))
+		}
+	}
+	if workerID != "" {
+		keys = append(keys, workerKey(workerID))
+	}
+	for tries := 0; len(keys) > 0; tries++ {
+		if tries == 8 {
+			return fs, fmt.Errorf("read fetch state: items left unprocessed")
+		}
+		out, err := bg.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: map[string]types.KeysAndAttributes{s.table: {
+			Keys: keys, ConsistentRead: aws.Bool(true),
+			ProjectionExpression:     aws.String("sk, #n, paused, rate_limit, worker_id, #s, directive"),
+			ExpressionAttributeNames: map[string]string{"#n": "name", "#s": "state"},
+		}}})
+		if err != nil {
+			return fs, fmt.Errorf("read fetch state: %w", err)
+		}
+		for _, av := range out.Responses[s.table] {
+			sk, _ := av[attrSK].(*types.AttributeValueMemberS)
+			if sk != nil && sk.Value == workerSK {
+				var w WorkerInfo
+				if err := attributevalue.UnmarshalMap(av, &w); err != nil {
+					return fs, err
+				}
+				fs.Worker = &w
+				continue
+			}
+			var q QueueInfo
+			if err := attributevalue.UnmarshalMap(av, &q); err != nil {
+				return fs, err
+			}
+			if sk != nil {
+				q.Name = strings.TrimPrefix(sk.Value, queuePrefix)
+			}
+			fs.Queues[q.Name] = QueueState{Paused: q.Paused, Rate: q.RateLimit}
+		}
+		keys = out.UnprocessedKeys[s.table].Keys
+		if len(keys) > 0 {
+			time.Sleep(conflictBackoff(tries))
+		}
+	}
+	return fs, nil
+}
+
 // QueueFetchState reads, consistently, whether a queue is paused and its
 // rate limit (an unknown queue is neither).
 func (s *Store) QueueFetchState(ctx context.Context, name string) (paused bool, rate float64, err error) {

@@ -338,4 +338,27 @@ func TestTheQueueRegistryIsSpread(t *testing.T) {
 	if len(infos) != 16 {
 		t.Fatalf("%d queues listed after pausing, want 16 (an update wrote outside its shard)", len(infos))
 	}
+	// FETCH's one read of its queues and worker finds each in its shard,
+	// through BatchGetItem and through a client without it alike.
+	if _, err := s.WorkerBeat(ctx, store.WorkerInfo{ID: "w-quiet", State: "quiet"}, t0); err != nil {
+		t.Fatal(err)
+	}
+	plain := store.New(&countingDB{DynamoAPI: testenv.DynamoDB()}, table)
+	for _, st := range []*store.Store{s, plain} {
+		fs, err := st.FetchState(ctx, append(names, "never-registered"), "w-quiet")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range names {
+			if fs.Queues[q].Paused != (q == "queue-07") {
+				t.Fatalf("fetch state of %s: %+v", q, fs.Queues[q])
+			}
+		}
+		if fs.Queues["never-registered"].Paused || fs.Worker == nil || fs.Worker.State != "quiet" {
+			t.Fatalf("fetch state: %+v, worker %+v", fs.Queues["never-registered"], fs.Worker)
+		}
+		if fs, err := st.FetchState(ctx, names[:1], "w-unknown"); err != nil || fs.Worker != nil {
+			t.Fatalf("an unknown worker: %+v %v", fs.Worker, err)
+		}
+	}
 }
