@@ -31,4 +31,3 @@ func (c *stoppingWorkers) add(id string) {
 }
 
 func stopping(state string) bool { return state == WorkerQuiet || state == WorkerTerminate }
-
