@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/awslimit"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
@@ -121,5 +122,33 @@ func TestFetchSkipsAJobThatCannotFitAlone(t *testing.T) {
 	}
 	if j, _ := s.Info(ctx, big); j.State != job.Available || j.Attempt != 0 {
 		t.Fatalf("the skipped job: %s attempt %d", j.State, j.Attempt)
+	}
+}
+
+// TestExpiryFromTheDueIndexKeepsTheHistory: the due index does not project
+// the error history; a retryable job that expires while it waits is read
+// by key before its discard appends the expiry to the history.
+func TestExpiryFromTheDueIndexKeepsTheHistory(t *testing.T) {
+	t.Parallel()
+	s, clk := newService(t)
+	ctx := context.Background()
+	exp := clk.Now().Add(5 * time.Second).Format(time.RFC3339Nano)
+	j, err := s.Push(ctx, []byte(fmt.Sprintf(`{"type":"exp.job","args":[],"options":{"queue":"exp","expires_at":%q,"retry":{"max_attempts":5,"initial_interval":"PT30S","jitter":false}}}`, exp)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"exp"}}); err != nil || len(got) != 1 {
+		t.Fatalf("fetch: %d %v", len(got), err)
+	}
+	if _, err := s.Nack(ctx, j.ID, lifecycle.ErrorInput{Type: "first.failure", Message: "boom"}, 0); err != nil {
+		t.Fatal(err)
+	}
+	clk.Add(time.Minute) // past expires_at and the backoff
+	if _, err := s.ResolveDue(ctx, "exp", 10, false); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Info(ctx, j.ID)
+	if err != nil || got.State != job.Discarded || len(got.Errors) != 2 || got.Errors[0].Type != "first.failure" || got.Errors[1].Type != "expired" {
+		t.Fatalf("after expiry: state %s, errors %+v, %v", got.State, got.Errors, err)
 	}
 }

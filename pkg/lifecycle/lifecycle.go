@@ -941,10 +941,12 @@ func (s *Service) resolve(ctx context.Context, items []store.Item, now time.Time
 		switch j.State {
 		case job.Scheduled, job.Retryable:
 			if j.ExpiresAt != nil && !j.ExpiresAt.After(now) {
-				t = store.Expire(j, now)
-			} else {
-				t = store.Promote(j, now, s.redel, inline)
+				if err := s.expire(ctx, j, now); err != nil {
+					return redeliver, err
+				}
+				continue
 			}
+			t = store.Promote(j, now, s.redel, inline)
 		case job.Active:
 			if !leaseOver(j, now) {
 				continue
