@@ -1,0 +1,89 @@
+package lifecycle_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/ojs-aws/ojs-serverless/pkg/internal/testenv"
+	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
+	"github.com/ojs-aws/ojs-serverless/pkg/store"
+	"github.com/ojs-aws/ojs-serverless/pkg/topology"
+)
+
+// countingClient counts the DynamoDB requests a store makes.
+type countingClient struct {
+	*dynamodb.Client
+	n atomic.Int64
+}
+
+func (c *countingClient) GetItem(ctx context.Context, in *dynamodb.GetItemInput, o ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	c.n.Add(1)
+	return c.Client.GetItem(ctx, in, o...)
+}
+
+func (c *countingClient) PutItem(ctx context.Context, in *dynamodb.PutItemInput, o ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	c.n.Add(1)
+	return c.Client.PutItem(ctx, in, o...)
+}
+
+func (c *countingClient) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	c.n.Add(1)
+	return c.Client.UpdateItem(ctx, in, o...)
+}
+
+func (c *countingClient) Query(ctx context.Context, in *dynamodb.QueryInput, o ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error) {
+	c.n.Add(1)
+	return c.Client.Query(ctx, in, o...)
+}
+
+func (c *countingClient) BatchGetItem(ctx context.Context, in *dynamodb.BatchGetItemInput, o ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error) {
+	c.n.Add(1)
+	return c.Client.BatchGetItem(ctx, in, o...)
+}
+
+// TestFetchRequests pins what FETCH costs in DynamoDB requests with the
+// queue's partitions sharded: one read of the queue and worker state, one
+// query per ready shard, the due shards only when something may be due
+// (at most once a second otherwise), and one conditional write per job.
+func TestFetchRequests(t *testing.T) {
+	t.Parallel()
+	st, _ := testenv.Table(t)
+	db := &countingClient{Client: testenv.DynamoDB()}
+	c := &clock{t: time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)}
+	s := lifecycle.New(store.New(db, st.Table()), lifecycle.Config{Now: c.Now})
+	ctx := context.Background()
+	sh := topology.JobTable.Shards
+	fetch := func(count int) (int, int64) {
+		t.Helper()
+		before := db.n.Load()
+		got, err := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"cost"}, Count: count, WorkerID: "w-cost"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(got), db.n.Load() - before
+	}
+	if n, req := fetch(10); n != 0 || req != int64(1+sh.Due+sh.Ready) {
+		t.Fatalf("first empty FETCH: %d jobs, %d requests; want 0 and %d", n, req, 1+sh.Due+sh.Ready)
+	}
+	c.Add(100 * time.Millisecond)
+	if n, req := fetch(10); n != 0 || req != int64(1+sh.Ready) {
+		t.Fatalf("empty FETCH: %d jobs, %d requests; want 0 and %d", n, req, 1+sh.Ready)
+	}
+	for i := range 10 {
+		if _, err := s.Push(ctx, []byte(fmt.Sprintf(`{"type":"cost.job","args":[%d],"options":{"queue":"cost"}}`, i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Add(100 * time.Millisecond)
+	if n, req := fetch(10); n != 10 || req != int64(1+sh.Ready+10) {
+		t.Fatalf("FETCH of 10: %d jobs, %d requests; want 10 and %d", n, req, 1+sh.Ready+10)
+	}
+	c.Add(time.Second) // the due shards are read again once a second
+	if n, req := fetch(1); n != 0 || req != int64(1+sh.Due+sh.Ready) {
+		t.Fatalf("empty FETCH a second later: %d jobs, %d requests; want 0 and %d", n, req, 1+sh.Due+sh.Ready)
+	}
+}
