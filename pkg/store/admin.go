@@ -114,51 +114,41 @@ func (s *Store) ListQueue(ctx context.Context, l Listing, queue string, states [
 	if err != nil {
 		return IndexPage{}, err
 	}
-	// Merge the shards' items in index order, up to limit, and no further
-	// than the first point where a shard that has more could hold an
-	// earlier item.
-	type entry struct {
-		av    map[string]types.AttributeValue
-		shard int
-	}
-	var all []entry
+	// Merge the shards' pages in index order (each shard's own order kept,
+	// ties included), up to limit, and no further than the first point
+	// where a shard that has more could hold an earlier item.
 	var bound string
-	for i, p := range parts {
-		for _, av := range p.items {
-			all = append(all, entry{av, i})
-		}
+	for _, p := range parts {
 		if len(p.last) > 0 {
 			if b := sortValue(p.last, sortName); bound == "" || (forward && b < bound) || (!forward && b > bound) {
 				bound = b
 			}
 		}
 	}
-	slices.SortStableFunc(all, func(a, b entry) int {
-		c := strings.Compare(sortValue(a.av, sortName), sortValue(b.av, sortName))
-		if !forward {
-			c = -c
-		}
-		return c
-	})
 	taken := make([]int, len(keys))
-	lastTaken := make([]map[string]types.AttributeValue, len(keys))
 	var page IndexPage
-	for _, e := range all {
-		if len(page.Items) >= limit {
+	for len(page.Items) < limit {
+		best, bestV := -1, ""
+		for i, p := range parts {
+			if taken[i] < len(p.items) {
+				v := sortValue(p.items[taken[i]], sortName)
+				if best < 0 || (forward && v < bestV) || (!forward && v > bestV) {
+					best, bestV = i, v
+				}
+			}
+		}
+		if best < 0 || (bound != "" && ((forward && bestV > bound) || (!forward && bestV < bound))) {
 			break
 		}
-		if v := sortValue(e.av, sortName); bound != "" && ((forward && v > bound) || (!forward && v < bound)) {
-			break
-		}
-		it, ok, err := DecodeItem(e.av)
+		it, ok, err := DecodeItem(parts[best].items[taken[best]])
 		if err != nil {
 			return IndexPage{}, err
 		}
 		if ok {
+			it.Partial = true
 			page.Items = append(page.Items, it)
 		}
-		taken[e.shard]++
-		lastTaken[e.shard] = e.av
+		taken[best]++
 	}
 	next := make([]string, len(keys))
 	more := false
@@ -171,7 +161,7 @@ func (s *Store) ListQueue(ctx context.Context, l Listing, queue string, states [
 		case taken[i] == len(p.items):
 			next[i] = EncodeCursor(p.last)
 		case taken[i] > 0:
-			next[i] = EncodeCursor(indexKey(lastTaken[i], keyName, sortName))
+			next[i] = EncodeCursor(indexKey(p.items[taken[i]-1], keyName, sortName))
 		default:
 			next[i] = starts[i]
 		}
@@ -230,19 +220,16 @@ func (s *Store) whole(ctx context.Context, items []Item) ([]Item, error) {
 }
 
 // sortValue is an index item's sort attribute as a string that orders like
-// the attribute (numbers zero-padded), then its table key (ties).
+// the attribute (numbers zero-padded). Items of equal value keep the order
+// their shard returned them in.
 func sortValue(av map[string]types.AttributeValue, sortName string) string {
-	v := ""
 	switch a := av[sortName].(type) {
 	case *types.AttributeValueMemberS:
-		v = a.Value
+		return a.Value
 	case *types.AttributeValueMemberN:
-		v = fmt.Sprintf("%020s", a.Value)
+		return fmt.Sprintf("%020s", a.Value)
 	}
-	if pk, ok := av[attrPK].(*types.AttributeValueMemberS); ok {
-		v += "\x00" + pk.Value
-	}
-	return v
+	return ""
 }
 
 // indexKey is the exclusive start key of an index query at item av.

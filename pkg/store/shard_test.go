@@ -362,3 +362,46 @@ func TestTheQueueRegistryIsSpread(t *testing.T) {
 		}
 	}
 }
+
+// Entries with equal sort values (jobs due at the same millisecond) are
+// each listed once when the Admin API pages across the due shards.
+func TestListingPagesThroughTiesAcrossShards(t *testing.T) {
+	t.Parallel()
+	s, _ := testenv.Table(t)
+	ctx := context.Background()
+	want := map[string]bool{}
+	var jobs []*job.Job
+	for i := range 30 {
+		j := newJob(t, fmt.Sprintf(`{"type":"a.b","args":[%d],"queue":"ties","scheduled_at":"2026-11-21T11:00:00Z"}`, i), t0)
+		jobs = append(jobs, j)
+		want[j.ID] = true
+	}
+	if err := s.Create(ctx, jobs, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	for _, limit := range []int{1, 4, 7} {
+		seen := map[string]bool{}
+		cursor := ""
+		for pages := 0; ; pages++ {
+			if pages > 100 {
+				t.Fatal("listing does not end")
+			}
+			p, err := s.ListQueue(ctx, store.ListWaiting, "ties", nil, limit, cursor)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, it := range p.Items {
+				if seen[it.Job.ID] {
+					t.Fatalf("limit %d: %s listed twice", limit, it.Job.ID)
+				}
+				seen[it.Job.ID] = true
+			}
+			if cursor = p.Cursor; cursor == "" {
+				break
+			}
+		}
+		if len(seen) != len(want) {
+			t.Fatalf("limit %d: %d of %d jobs listed", limit, len(seen), len(want))
+		}
+	}
+}
