@@ -585,9 +585,14 @@ func (b *bencher) waitWorkflows(ctx context.Context, ids []string, perWorkflow i
 	return nil
 }
 
-// calibrateEmptyFetch measures what a FETCH of an empty queue costs.
+// calibrateEmptyFetch measures what a FETCH of an empty queue costs. An
+// empty FETCH reads the due shards of its queue at most once a second
+// per API instance, so the calibration polls as fast as the phases' idle
+// workers do, many times, for that read to weigh as it does in a phase
+// (20 polls weighed it five times over and made paced phases' figures
+// without empty polls negative).
 func (b *bencher) calibrateEmptyFetch(ctx context.Context) (EmptyFetch, error) {
-	const n = 20
+	const n = 100
 	before, err := b.quiet(ctx)
 	if err != nil {
 		return EmptyFetch{}, err
