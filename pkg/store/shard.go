@@ -120,9 +120,10 @@ const maxDueStale = time.Second
 // dueWatch remembers, per due partition, when this process last read it
 // and the earliest time it may next hold a due entry: the first entry not
 // yet due when it was read, lowered by every due entry this process
-// writes. FETCH reads only the shards that may hold something due, so an
-// idle queue costs no due reads between the moments its entries fall due
-// (at most one read per shard and second).
+// writes (one written while a read of its shard is under way may be seen
+// up to maxDueStale later). FETCH reads only the shards that may hold
+// something due, so an idle queue costs no due reads between the moments
+// its entries fall due (at most one read per shard and second).
 type dueWatch struct {
 	mu   sync.Mutex
 	next map[string]time.Time
@@ -163,8 +164,8 @@ func (w *dueWatch) wrote(pk string, at time.Time) {
 
 // DueNow is Due for FETCH: it reads only the due shards of the queue that
 // may hold an entry due at now (see dueWatch), each from its earliest
-// entry, and learns from the first entry not yet due when to read the
-// shard next.
+// entry (up to limit entries per shard), and learns from the first entry
+// not yet due when to read the shard next.
 func (s *Store) DueNow(ctx context.Context, queue string, now time.Time, limit int) ([]Item, error) {
 	var keys []string
 	for _, pk := range dueKeys(queue) {
@@ -202,5 +203,7 @@ func (s *Store) DueNow(ctx context.Context, queue string, now time.Time, limit i
 	if err != nil {
 		return nil, err
 	}
-	return mergeItems(parts, limit, byDueAt), nil
+	// Every due entry read is returned (up to limit per shard): a shard is
+	// not read again before its next entry, so none may be left behind.
+	return mergeItems(parts, len(keys)*limit, byDueAt), nil
 }
