@@ -2,8 +2,10 @@ package bench
 
 import (
 	"bytes"
+	"encoding/json"
 	"image/png"
 	"math"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -161,5 +163,44 @@ func TestCreateTarget(t *testing.T) {
 		if strings.HasPrefix(tg.Name, "create a") {
 			t.Errorf("a creation target without a run: %+v", tg)
 		}
+	}
+}
+
+// The money breakdown of every phase of a real run adds up to the phase's
+// total, and the cost tables show it beside the previous run and Step
+// Functions.
+func TestBreakdownAddsUpToTheTotal(t *testing.T) {
+	js, err := os.ReadFile("../../bench/results/latest.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r Result
+	if err := json.Unmarshal(js, &r); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Phases) == 0 {
+		t.Fatal("no phases in the committed run")
+	}
+	for _, p := range r.Phases {
+		sum := 0.0
+		for _, v := range USEast1.Breakdown(p) {
+			sum += v
+		}
+		if math.Abs(sum-p.Cost.Total) > 0.05 {
+			t.Errorf("%s: items add up to $%.3f, the total is $%.3f", p.Name, sum, p.Cost.Total)
+		}
+	}
+	r.Previous = PreviousOf(js)
+	if r.Previous == nil || r.Previous.Cost[r.Phases[0].Name].Total != r.Phases[0].Cost.Total {
+		t.Fatalf("previous run not read: %+v", r.Previous)
+	}
+	md := r.CostMarkdown()
+	for _, want := range []string{"Step Functions Standard", "(+0%)", "Where a workflow step's money goes", "worker DynamoDB UpdateItem", "**total**"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("cost tables lack %q:\n%s", want, md)
+		}
+	}
+	if PreviousOf([]byte("not json")) != nil {
+		t.Error("a bad previous file must read as none")
 	}
 }

@@ -46,11 +46,13 @@ var (
 )
 
 // Panels builds the chart's panels from a result: throughput, AWS
-// requests per unit by service, and enqueue-to-start latency.
+// requests per unit by service, enqueue-to-start latency, and the cost per
+// million units by service beside Step Functions.
 func (r *Result) Panels() []Panel {
 	tp := Panel{Title: "Throughput, end to end (units per second; a unit is a job or a workflow step)"}
 	req := Panel{Title: "AWS requests per unit: DynamoDB (blue), SQS (orange), Lambda invocations (green), EventBridge events (purple)"}
 	lat := Panel{Title: "Enqueue to start, ms: p50 (blue), p99 (red)"}
+	cost := Panel{Title: "$ per million units: DynamoDB (blue), SQS (orange), Lambda (green), API Gateway (grey), EventBridge (purple)"}
 	for _, p := range r.Phases {
 		tp.Bars = append(tp.Bars, Bar{Label: p.Name, Segments: []Segment{{Value: p.UnitsPerSecond, Color: colMain}},
 			Text: fmt.Sprintf("%s %s/s", num(p.UnitsPerSecond), p.Unit)})
@@ -61,7 +63,19 @@ func (r *Result) Panels() []Panel {
 		lat.Bars = append(lat.Bars, Bar{Label: p.Name + " p50", Segments: []Segment{{Value: p.EnqueueToStart.P50, Color: colMain}}, Text: num(p.EnqueueToStart.P50) + " ms"},
 			Bar{Label: p.Name + " p99", Segments: []Segment{{Value: p.EnqueueToStart.P99, Color: colP99}}, Text: num(p.EnqueueToStart.P99) + " ms"})
 	}
-	return []Panel{tp, req, lat}
+	for _, p := range r.Phases {
+		c := p.Cost
+		cost.Bars = append(cost.Bars, Bar{Label: p.Name, Segments: []Segment{
+			{Value: c.DynamoDB, Color: colDynamoDB}, {Value: c.SQS, Color: colSQS}, {Value: c.LambdaRequests + c.LambdaCompute, Color: colLambda},
+			{Value: c.APIGateway, Color: colAPI}, {Value: c.EventBridge, Color: colEvents}},
+			Text: "$" + num(c.Total)})
+	}
+	if sf := r.StepFunctions; sf.StandardPerMillionSteps > 0 {
+		cost.Bars = append(cost.Bars,
+			Bar{Label: "Step Functions Standard", Segments: []Segment{{Value: sf.StandardPerMillionSteps, Color: colP99}}, Text: "$" + num(sf.StandardPerMillionSteps) + " per step"},
+			Bar{Label: "Step Functions Express", Segments: []Segment{{Value: sf.ExpressPerMillionSteps, Color: colP99}}, Text: "$" + num(sf.ExpressPerMillionSteps) + " per step"})
+	}
+	return []Panel{tp, req, lat, cost}
 }
 
 // DrawPNG renders the panels one above the other as a PNG.

@@ -1,5 +1,10 @@
 package bench
 
+import (
+	"github.com/ojs-aws/ojs-serverless/pkg/callstats"
+	"github.com/ojs-aws/ojs-serverless/pkg/topology"
+)
+
 // Price is one list price with where it comes from.
 type Price struct {
 	Item   string  `json:"item"`
@@ -139,4 +144,46 @@ func (p Prices) StepFunctionsCost(stepsPerWorkflow, secondsPerStep float64) Step
 		ExpressPerMillionSteps:  round(m*express, 3),
 		StepsPerWorkflow:        stepsPerWorkflow, SecondsPerStep: secondsPerStep,
 	}
+}
+
+// Breakdown is where a phase's money goes: dollars per million units by
+// item ("api DynamoDB UpdateItem", "mapping SQS ReceiveMessage", "Lambda
+// requests worker", "API Gateway", ...), from the phase's raw counts. The
+// items add up to the phase's Cost.Total.
+func (pr Prices) Breakdown(p Phase) map[string]float64 {
+	n := float64(max(p.Units, 1))
+	out := map[string]float64{}
+	add := func(item string, usd float64) {
+		if usd > 0 {
+			out[item] += 1e6 * usd / n
+		}
+	}
+	for _, fn := range append(append([]string{}, EngineFunctions...), "mapping") {
+		for _, o := range p.Calls[fn] {
+			item := fn + " " + o.Service + " " + o.Operation
+			switch o.Service {
+			case callstats.DynamoDB:
+				add(item, o.WriteUnits*pr.DynamoDBWriteUnit+o.ReadUnits*pr.DynamoDBReadUnit)
+			case callstats.SQS:
+				billed := o.Chunks
+				if fn == "mapping" {
+					billed -= o.Empty // an idle queue's polling, not a unit's
+				}
+				add(item, float64(billed)*pr.SQSRequest)
+			case callstats.EventBridge:
+				add(item, float64(o.Items)*pr.EventBridgeEvent)
+			}
+		}
+	}
+	for _, fn := range EngineFunctions {
+		add("Lambda requests "+fn, float64(p.Invocations[fn])*pr.LambdaRequest)
+	}
+	add("API Gateway requests", float64(p.Invocations[topology.FunctionAPI])*pr.APIGatewayHTTPRequest)
+	if p.Cost.LambdaCompute > 0 {
+		out["Lambda compute (local durations)"] = p.Cost.LambdaCompute
+	}
+	for k, v := range out {
+		out[k] = round(v, 3)
+	}
+	return out
 }

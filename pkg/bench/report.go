@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -33,6 +34,35 @@ type Result struct {
 	Prices        []Price            `json:"prices"`
 	StepFunctions StepFunctions      `json:"step_functions"`
 	Targets       []Target           `json:"targets"`
+	// Previous is the cost of the run this one replaced in the results
+	// directory, for comparison (nil when there was none).
+	Previous *Previous `json:"previous,omitempty"`
+}
+
+// Previous is a former run's cost per million units, by phase name.
+type Previous struct {
+	StartedAt time.Time       `json:"started_at"`
+	Cost      map[string]Cost `json:"usd_per_million_units"`
+}
+
+// PreviousOf reads the cost of each phase from a former run's
+// latest.json; nil if it holds none.
+func PreviousOf(js []byte) *Previous {
+	var r struct {
+		StartedAt time.Time `json:"started_at"`
+		Phases    []struct {
+			Name string `json:"name"`
+			Cost Cost   `json:"usd_per_million_units"`
+		} `json:"phases"`
+	}
+	if json.Unmarshal(js, &r) != nil || len(r.Phases) == 0 {
+		return nil
+	}
+	p := &Previous{StartedAt: r.StartedAt, Cost: map[string]Cost{}}
+	for _, ph := range r.Phases {
+		p.Cost[ph.Name] = ph.Cost
+	}
+	return p
 }
 
 // Machine describes where the run happened.
@@ -248,7 +278,73 @@ func (r *Result) SummaryMarkdown() string {
 			num(p.Cost.NoCompute), num(p.Cost.Total))
 	}
 	b.WriteString("\n")
+	b.WriteString(r.CostMarkdown())
+	b.WriteString("\n")
 	b.WriteString(r.TargetsMarkdown())
+	return b.String()
+}
+
+// CostMarkdown renders the cost of every phase beside the previous run and
+// Step Functions, and where a workflow step's money goes.
+func (r *Result) CostMarkdown() string {
+	var b strings.Builder
+	prev := "previous run"
+	if r.Previous != nil {
+		prev += " (" + r.Previous.StartedAt.UTC().Format("2006-01-02 15:04") + ")"
+	}
+	fmt.Fprintf(&b, "| $ per million units | this run | %s | Step Functions Standard | Step Functions Express |\n|---|---|---|---|---|\n", prev)
+	for _, p := range r.Phases {
+		was, sfStd, sfExp := "–", "–", "–"
+		if r.Previous != nil {
+			if c, ok := r.Previous.Cost[p.Name]; ok && c.Total > 0 {
+				was = fmt.Sprintf("$%s (%+.0f%%)", num(c.Total), 100*(p.Cost.Total-c.Total)/c.Total)
+			}
+		}
+		if p.Unit == "step" {
+			sfStd, sfExp = "$"+num(r.StepFunctions.StandardPerMillionSteps), "$"+num(r.StepFunctions.ExpressPerMillionSteps)
+		}
+		fmt.Fprintf(&b, "| %s (per %s) | $%s | %s | %s | %s |\n", p.Name, p.Unit, num(p.Cost.Total), was, sfStd, sfExp)
+	}
+	var steps []Phase
+	for _, p := range r.Phases {
+		if p.Unit == "step" && !strings.HasSuffix(p.Name, "paced") {
+			steps = append(steps, p)
+		}
+	}
+	if len(steps) == 0 {
+		return b.String()
+	}
+	items := map[string]float64{} // item -> its largest share, for the order
+	bd := make([]map[string]float64, len(steps))
+	for i, p := range steps {
+		bd[i] = USEast1.Breakdown(p)
+		for k, v := range bd[i] {
+			items[k] = max(items[k], v)
+		}
+	}
+	keys := sortedKeys(items)
+	sort.SliceStable(keys, func(a, c int) bool { return items[keys[a]] > items[keys[c]] })
+	b.WriteString("\nWhere a workflow step's money goes ($ per million steps, by function and operation):\n\n| item |")
+	for _, p := range steps {
+		b.WriteString(" " + p.Name + " |")
+	}
+	b.WriteString("\n|---|" + strings.Repeat("---|", len(steps)) + "\n")
+	for _, k := range keys {
+		b.WriteString("| " + k + " |")
+		for i := range steps {
+			v := "–"
+			if x, ok := bd[i][k]; ok {
+				v = num(x)
+			}
+			b.WriteString(" " + v + " |")
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("| **total** |")
+	for _, p := range steps {
+		b.WriteString(" **" + num(p.Cost.Total) + "** |")
+	}
+	b.WriteString("\n")
 	return b.String()
 }
 

@@ -86,6 +86,9 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
+	if old, err := os.ReadFile(filepath.Join(*out, "latest.json")); err == nil {
+		res.Previous = bench.PreviousOf(old)
+	}
 	if err := write(res, *out); err != nil {
 		fail(err)
 	}
