@@ -2,7 +2,6 @@ package console
 
 import (
 	"fmt"
-	"html/template"
 	"strings"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/admin"
@@ -10,7 +9,7 @@ import (
 
 // Chart draws a throughput history as an SVG line chart: jobs completed
 // (processed), failed attempts and jobs enqueued per period.
-func Chart(h *admin.History) template.HTML {
+func Chart(h *admin.History) SafeHTML {
 	const w, ht, left, bottom, top, right = 880.0, 220.0, 44.0, 26.0, 12.0, 24.0
 	maxV := 1
 	for _, b := range h.Data {
@@ -55,5 +54,5 @@ func Chart(h *admin.History) template.HTML {
 		fmt.Fprintf(&b, `<polyline class="series %s" points="%s"/>`, s.cls, strings.Join(pts, " "))
 	}
 	b.WriteString(`</svg>`)
-	return template.HTML(b.String()) // numbers and escaped labels only
+	return SafeHTML(b.String()) // numbers and escaped labels only
 }

@@ -3,7 +3,7 @@
 // search and job pages, the dead letter queue, workers, cron schedules and
 // workflow pages that draw each workflow as a graph, updated live.
 //
-// Pages are rendered on the server (html/template, SVG for charts and
+// Pages are rendered on the server (views.go, SVG for charts and
 // graphs) from the same services the Admin API uses; the assets are
 // embedded and nothing is loaded from elsewhere, so it works offline. A
 // small hand-written script (static/console.js) refreshes marked parts of
@@ -13,7 +13,6 @@
 package console
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -21,8 +20,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"html/template"
-	"io/fs"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -41,7 +38,7 @@ import (
 // Prefix is where the console is served.
 const Prefix = "/ojs/admin/"
 
-//go:embed templates/*.html static/*
+//go:embed static/*
 var assets embed.FS
 
 // Workflows reads workflows (implemented by *workflow.Engine).
@@ -75,33 +72,13 @@ type Config struct {
 
 // Console serves the web console.
 type Console struct {
-	cfg   Config
-	pages map[string]*template.Template
+	cfg Config
 }
 
 // Route is one console route: a ServeMux pattern with its method.
 type Route struct {
 	Method, Pattern string
 	Handler         http.HandlerFunc
-}
-
-var funcs = template.FuncMap{
-	"json": func(v any) string {
-		b, _ := json.MarshalIndent(v, "", "  ")
-		return string(b)
-	},
-	"short": func(s string) string {
-		if len(s) > 13 {
-			return s[:8] + "…" + s[len(s)-4:]
-		}
-		return s
-	},
-	"pathesc":  url.PathEscape,
-	"queryesc": url.QueryEscape,
-	"add":      func(a, b int) int { return a + b },
-	"stateclass": func(s any) string {
-		return cls(fmt.Sprint(s))
-	},
 }
 
 // New returns a console.
@@ -115,23 +92,7 @@ func New(cfg Config) (*Console, error) {
 	if cfg.Refresh <= 0 {
 		cfg.Refresh = time.Second
 	}
-	c := &Console{cfg: cfg, pages: map[string]*template.Template{}}
-	names, err := fs.Glob(assets, "templates/*.html")
-	if err != nil {
-		return nil, err
-	}
-	for _, n := range names {
-		base := strings.TrimSuffix(strings.TrimPrefix(n, "templates/"), ".html")
-		if base == "layout" {
-			continue
-		}
-		t, err := template.New("layout.html").Funcs(funcs).ParseFS(assets, "templates/layout.html", n)
-		if err != nil {
-			return nil, fmt.Errorf("console template %s: %w", n, err)
-		}
-		c.pages[base] = t
-	}
-	return c, nil
+	return &Console{cfg: cfg}, nil
 }
 
 // Routes lists the console's routes.
@@ -236,27 +197,28 @@ type page struct {
 }
 
 func (c *Console) render(w http.ResponseWriter, r *http.Request, name string, status int, p page) {
-	t := c.pages[name]
-	var buf bytes.Buffer
-	p.Auth = c.cfg.AuthToken != ""
-	if p.Flash == "" {
-		p.Flash = r.URL.Query().Get("flash")
-	}
-	p.Refresh = c.cfg.Refresh.Milliseconds()
-	tmpl := "layout.html"
-	if r.Header.Get("X-Console-Fragment") != "" {
-		tmpl = "content"
-	}
-	if err := t.ExecuteTemplate(&buf, tmpl, p); err != nil {
-		c.cfg.Logger.ErrorContext(r.Context(), "console render failed", "page", name, "error", err.Error())
+	view, ok := views[name]
+	if !ok {
+		c.cfg.Logger.ErrorContext(r.Context(), "console render failed", "page", name, "error", "no such view")
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.WriteHeader(http.StatusInternalServerError)
 		_, _ = w.Write([]byte("The page could not be rendered.\n"))
 		return
 	}
+	p.Auth = c.cfg.AuthToken != ""
+	if p.Flash == "" {
+		p.Flash = r.URL.Query().Get("flash")
+	}
+	p.Refresh = c.cfg.Refresh.Milliseconds()
+	var b Builder
+	if r.Header.Get("X-Console-Fragment") != "" {
+		view(&b, p)
+	} else {
+		pageLayout(&b, p, view)
+	}
 	setHTMLHeaders(w)
 	w.WriteHeader(status)
-	_, _ = w.Write(buf.Bytes())
+	_, _ = w.Write([]byte(b.String()))
 }
 
 func setHTMLHeaders(w http.ResponseWriter) {
@@ -356,7 +318,7 @@ type dashboardData struct {
 	Stats   *admin.Stats
 	Queues  []admin.Queue
 	History *admin.History
-	Chart   template.HTML
+	Chart   SafeHTML
 }
 
 func (c *Console) dashboardData(ctx context.Context) (*dashboardData, error) {
@@ -598,7 +560,7 @@ func (c *Console) workflows(w http.ResponseWriter, r *http.Request) {
 type workflowData struct {
 	ID       string
 	View     map[string]any
-	Graph    template.HTML
+	Graph    SafeHTML
 	State    string
 	Final    bool
 	Metadata map[string]any

@@ -3,7 +3,7 @@ package console
 import (
 	"encoding/json"
 	"fmt"
-	"html/template"
+	"html"
 	"sort"
 	"strings"
 )
@@ -450,7 +450,7 @@ func layered(bs []*block, ids []string, deps [][]string) *block {
 }
 
 // SVG renders the graph; jobURL links a job id to its page.
-func (g *Graph) SVG(jobURL func(id string) string) template.HTML {
+func (g *Graph) SVG(jobURL func(id string) string) SafeHTML {
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg class="wf-graph" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 %.0f %.0f" width="%.0f" height="%.0f" role="img" aria-label="workflow graph">`, g.W, g.H, g.W, g.H)
 	b.WriteString(`<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse"><path d="M 0 0 L 10 5 L 0 10 z" class="arrowhead"/></marker></defs>`)
@@ -506,10 +506,10 @@ func (g *Graph) SVG(jobURL func(id string) string) template.HTML {
 		b.WriteString(`</g>`)
 	}
 	b.WriteString(`</svg>`)
-	return template.HTML(b.String()) // every value above is escaped by esc
+	return SafeHTML(b.String()) // every value above is escaped by esc
 }
 
-func esc(s string) string { return template.HTMLEscapeString(s) }
+func esc(s string) string { return html.EscapeString(s) }
 
 // cls keeps a state usable as a class name.
 func cls(s string) string {

@@ -1,0 +1,512 @@
+package console
+
+import (
+	"encoding/json"
+	"fmt"
+	"html"
+	"net/url"
+	"strings"
+
+	"github.com/ojs-aws/ojs-serverless/pkg/admin"
+	"github.com/ojs-aws/ojs-serverless/pkg/cron"
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
+)
+
+// The pages are written by Go code rather than text/template: a template
+// engine evaluates fields by reflection, which makes the linker keep every
+// exported method of every type in the api function (18 MB instead of
+// 12.7 MB for linux/arm64). Every value goes through one of two doors:
+// Builder.f escapes each argument for HTML text and quoted attributes,
+// and only SafeHTML (the SVG charts and graphs, escaped where they are
+// built) is written as is.
+
+// SafeHTML is markup that is already safe to write as is.
+type SafeHTML string
+
+// Builder accumulates a page.
+type Builder struct{ strings.Builder }
+
+// f writes format with each argument escaped for HTML (text and quoted
+// attribute values alike); SafeHTML arguments are written as they are.
+func (b *Builder) f(format string, args ...any) {
+	esc := make([]any, len(args))
+	for i, a := range args {
+		if s, ok := a.(SafeHTML); ok {
+			esc[i] = string(s)
+			continue
+		}
+		esc[i] = html.EscapeString(fmt.Sprint(a))
+	}
+	fmt.Fprintf(b, format, esc...)
+}
+
+// raw writes trusted constant markup.
+func (b *Builder) raw(s string) { b.WriteString(s) }
+
+// when returns s if cond holds, else "" (for constant markup).
+func when(cond bool, s string) SafeHTML {
+	if cond {
+		return SafeHTML(s)
+	}
+	return ""
+}
+
+// present reports whether a template would have shown v with "with": not
+// nil, not empty, not zero.
+func present(v any) bool {
+	switch x := v.(type) {
+	case nil:
+		return false
+	case string:
+		return x != ""
+	case *string:
+		return x != nil && *x != ""
+	case bool:
+		return x
+	case float64:
+		return x != 0
+	case int:
+		return x != 0
+	case map[string]any:
+		return len(x) > 0
+	}
+	return true
+}
+
+// deref prints a *string as its value ("" for nil).
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+func shortID(s string) string {
+	if len(s) > 13 {
+		return s[:8] + "…" + s[len(s)-4:]
+	}
+	return s
+}
+
+func jsonText(v any) string {
+	b, _ := json.MarshalIndent(v, "", "  ")
+	return string(b)
+}
+
+// views are the pages' contents by name.
+var views = map[string]func(*Builder, page){
+	"dashboard":  dashboardView,
+	"jobs":       jobsView,
+	"job":        jobView,
+	"deadletter": deadLetterView,
+	"workers":    workersView,
+	"cron":       cronView,
+	"workflows":  workflowsView,
+	"workflow":   workflowView,
+	"login":      loginView,
+	"error":      errorView,
+}
+
+// pageLayout writes the whole page around its content.
+func pageLayout(b *Builder, p page, content func(*Builder, page)) {
+	b.f(`<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>%s · OJS console</title>
+<link rel="stylesheet" href="/ojs/admin/static/console.css">
+<script src="/ojs/admin/static/console.js" defer></script>
+</head>
+<body>
+<header class="top">
+  <a class="brand" href="/ojs/admin/">OJS<span> console</span></a>
+  <nav>
+`, p.Title)
+	for _, n := range []struct{ href, nav, label string }{
+		{"/ojs/admin/", "dashboard", "Dashboard"}, {"/ojs/admin/jobs", "jobs", "Jobs"}, {"/ojs/admin/workflows", "workflows", "Workflows"},
+		{"/ojs/admin/dead-letter", "dead-letter", "Dead letter"}, {"/ojs/admin/workers", "workers", "Workers"}, {"/ojs/admin/cron", "cron", "Cron"},
+	} {
+		b.f("    <a href=\"%s\" %s>%s</a>\n", n.href, when(p.Nav == n.nav, `class="on"`), n.label)
+	}
+	b.raw("  </nav>\n")
+	if p.Auth {
+		b.raw(`  <form method="post" action="/ojs/admin/logout" class="logout"><button>Sign out</button></form>` + "\n")
+	}
+	b.raw("</header>\n")
+	if p.Flash != "" {
+		b.f("<p class=\"flash\">%s</p>\n", p.Flash)
+	}
+	if p.Error != "" {
+		b.f("<p class=\"error\">%s</p>\n", p.Error)
+	}
+	b.raw(`<main id="content">`)
+	content(b, p)
+	b.raw(`</main>
+<footer>ojs-serverless · <a href="/ojs/manifest">manifest</a> · <a href="/ojs/v1/admin/stats">Admin API</a> · <a href="/metrics">metrics</a></footer>
+</body>
+</html>
+`)
+}
+
+func dashboardView(b *Builder, p page) {
+	b.raw(`<div data-live="/ojs/admin/fragments/dashboard" data-interval="5000" data-final="false"></div>` + "\n")
+	d, _ := p.Data.(*dashboardData)
+	if d == nil {
+		return
+	}
+	s := d.Stats
+	b.f(`<section class="tiles">
+  <div class="tile"><b>%v</b><span>queues</span></div>
+  <div class="tile"><b>%v</b><span>workers</span></div>
+  <div class="tile state-available"><b>%v</b><span>available</span></div>
+  <div class="tile state-active"><b>%v</b><span>active</span></div>
+  <div class="tile state-scheduled"><b>%v</b><span>scheduled</span></div>
+  <div class="tile state-retryable"><b>%v</b><span>retryable</span></div>
+  <div class="tile state-completed"><b>%v</b><span>completed (1 h)</span></div>
+  <div class="tile state-discarded"><b>%v</b><span>dead letter</span></div>
+  <div class="tile"><b>%v</b><span>processed / min</span></div>
+  <div class="tile"><b>%v</b><span>failed / min</span></div>
+</section>
+`, s.Queues, s.Workers, s.Jobs.Available, s.Jobs.Active, s.Jobs.Scheduled, s.Jobs.Retryable, s.Jobs.Completed, s.Jobs.Discarded,
+		s.Throughput.ProcessedPerMinute, s.Throughput.FailedPerMinute)
+	b.f(`<section class="card">
+  <h2>Throughput, last hour <span class="legend"><i class="s-enqueued"></i>enqueued <i class="s-processed"></i>completed <i class="s-failed"></i>failed attempts</span></h2>
+  %s
+  %s
+</section>
+`, d.Chart, when(d.History != nil && d.History.Truncated, `<p class="muted">More events than one read covers; later minutes are undercounted.</p>`))
+	b.raw(`<section class="card">
+  <h2>Queues</h2>
+  <table class="queues">
+    <thead><tr><th>queue</th><th>mode</th><th>status</th><th>available</th><th>active</th><th>scheduled</th><th>retryable</th><th>completed (1 h)</th><th>dead</th><th>cancelled (1 h)</th><th>/min</th><th></th></tr></thead>
+    <tbody>
+`)
+	for _, q := range d.Queues {
+		qe := url.QueryEscape(q.Name)
+		state := "running"
+		if q.Paused {
+			state = "paused"
+		}
+		b.f(`      <tr data-queue="%s">
+        <td><a href="/ojs/admin/jobs?queue=%s&amp;state=available">%s</a></td>
+        <td>%s</td>
+        <td><span class="pill state-%s">%s</span></td>
+`, q.Name, qe, q.Name, q.Mode, state, q.State)
+		for _, c := range []struct {
+			state string
+			n     int
+		}{{"available", q.Counts.Available}, {"active", q.Counts.Active}, {"scheduled", q.Counts.Scheduled}, {"retryable", q.Counts.Retryable}, {"completed", q.Counts.Completed}} {
+			b.f("        <td><a href=\"/ojs/admin/jobs?queue=%s&amp;state=%s\">%v</a></td>\n", qe, c.state, c.n)
+		}
+		b.f("        <td><a href=\"/ojs/admin/dead-letter?queue=%s\">%v</a></td>\n        <td>%v</td>\n        <td>%v</td>\n",
+			qe, q.Counts.Discarded, q.Counts.Cancelled, q.Throughput.ProcessedPerMinute)
+		verb, label := "pause", "Pause"
+		if q.Paused {
+			verb, label = "resume", "Resume"
+		}
+		b.f("        <td><form method=\"post\" action=\"/ojs/admin/queues/%s/%s\"><button>%s</button></form></td>\n      </tr>\n", url.PathEscape(q.Name), verb, label)
+	}
+	if len(d.Queues) == 0 {
+		b.raw(`      <tr><td colspan="12" class="muted">No queues yet: push a job.</td></tr>` + "\n")
+	}
+	b.f(`    </tbody>
+  </table>
+  <p class="muted">Counts of waiting and dead jobs are exact (read from the indexes%s); completed and cancelled count the last hour. Computed %s.</p>
+</section>
+`, when(s.Capped, ", some capped"), s.ComputedAt)
+}
+
+func jobsView(b *Builder, p page) {
+	b.raw("<h1>Jobs</h1>\n")
+	d, _ := p.Data.(*jobsData)
+	if d == nil {
+		return
+	}
+	b.raw(`<form method="get" action="/ojs/admin/jobs" class="card search">
+  <label>Queue <select name="queue"><option value="">all</option>`)
+	for _, q := range d.Queues {
+		b.f("<option %s>%s</option>", when(q == d.Query.Get("queue"), "selected"), q)
+	}
+	b.raw(`</select></label>
+  <label>State <select name="state"><option value="">any (created in the window)</option>`)
+	for _, s := range d.States {
+		if s != job.Pending {
+			b.f("<option %s>%s</option>", when(string(s) == d.Query.Get("state"), "selected"), s)
+		}
+	}
+	b.f(`</select></label>
+  <label>Type <input name="type" value="%s" placeholder="email.send or email.*"></label>
+  <label>Since <input name="since" value="%s" placeholder="RFC 3339"></label>
+  <label>Until <input name="until" value="%s" placeholder="RFC 3339"></label>
+  <button>Search</button>
+</form>
+`, d.Query.Get("type"), d.Query.Get("since"), d.Query.Get("until"))
+	if d.Page == nil {
+		return
+	}
+	b.f(`<p class="muted">%s</p>
+<table>
+  <thead><tr><th>id</th><th>type</th><th>queue</th><th>state</th><th>attempt</th><th>created</th><th>finished</th></tr></thead>
+  <tbody>
+`, d.SearchNote)
+	for _, it := range d.Page.Items {
+		id := fmt.Sprint(it["id"])
+		finished := ""
+		for _, k := range []string{"completed_at", "discarded_at", "cancelled_at"} {
+			if present(it[k]) {
+				finished += fmt.Sprint(it[k])
+			}
+		}
+		b.f(`    <tr><td><a href="/ojs/admin/jobs/%s" class="mono">%s</a></td><td>%v</td><td>%v</td>
+      <td><span class="pill state-%s">%v</span></td><td>%v</td><td>%v</td>
+      <td>%s</td></tr>
+`, id, shortID(id), it["type"], it["queue"], cls(fmt.Sprint(it["state"])), it["state"], it["attempt"], it["created_at"], finished)
+	}
+	if len(d.Page.Items) == 0 {
+		b.raw(`    <tr><td colspan="7" class="muted">No jobs match.</td></tr>` + "\n")
+	}
+	b.raw("  </tbody>\n</table>\n")
+	if d.NextURL != "" {
+		b.f("<p><a class=\"button\" href=\"%s\">Next page</a></p>\n", d.NextURL)
+	}
+}
+
+func jobView(b *Builder, p page) {
+	d, _ := p.Data.(*jobData)
+	if d == nil {
+		return
+	}
+	j := d.Job
+	b.f(`<h1>Job <span class="mono">%s</span> <span class="pill state-%s">%s</span></h1>
+<section class="card actions">
+  <p><b>%s</b> on queue <a href="/ojs/admin/jobs?queue=%s&amp;state=available">%s</a>, attempt %v of %v, priority %v
+`, j.ID, cls(string(j.State)), j.State, j.Type, url.QueryEscape(j.Queue), j.Queue, j.Attempt, j.Retry.MaxAttempts, j.Priority)
+	if j.WorkflowID != "" {
+		b.f(`   · step %s of workflow <a href="/ojs/admin/workflows/%s">%s</a>`, j.WorkflowNode, j.WorkflowID, shortID(j.WorkflowID))
+	}
+	if j.WorkerID != "" {
+		b.f(` · worker <span class="mono">%s</span>`, j.WorkerID)
+	}
+	b.raw("</p>\n")
+	if j.State == job.Discarded {
+		b.f("  <form method=\"post\" action=\"/ojs/admin/jobs/%s/retry\"><button>Retry</button></form>\n", j.ID)
+	}
+	switch j.State {
+	case job.Available, job.Scheduled, job.Retryable, job.Active, job.Pending:
+		b.f("  <form method=\"post\" action=\"/ojs/admin/jobs/%s/cancel\"><button class=\"danger\">Cancel</button></form>\n", j.ID)
+	}
+	b.raw(`</section>
+<section class="card">
+  <h2>Attempts and errors</h2>
+  <table>
+    <thead><tr><th>attempt</th><th>type</th><th>message</th><th>at</th></tr></thead>
+    <tbody>
+`)
+	for _, e := range d.Errors {
+		at := e.OccurredAt
+		if at == "" {
+			at = e.Timestamp
+		}
+		b.f("    <tr><td>%v</td><td>%s</td><td>%s</td><td>%s</td></tr>\n", e.Attempt, e.Type, e.Message, at)
+	}
+	if len(d.Errors) == 0 {
+		b.raw(`    <tr><td colspan="4" class="muted">No failed attempts.</td></tr>` + "\n")
+	}
+	b.raw(`    </tbody>
+  </table>
+</section>
+<section class="card">
+  <h2>Events</h2>
+  <table>
+    <thead><tr><th>time</th><th>event</th><th>data</th></tr></thead>
+    <tbody>
+`)
+	for _, e := range d.Events {
+		b.f("    <tr><td>%s</td><td><span class=\"mono\">%s</span></td><td><code>%s</code></td></tr>\n", e.Time, e.Type, jsonText(e.Data))
+	}
+	if len(d.Events) == 0 {
+		b.raw(`    <tr><td colspan="3" class="muted">No events (they are kept for the event TTL and appear within a moment of each change).</td></tr>` + "\n")
+	}
+	b.f(`    </tbody>
+  </table>
+</section>
+<section class="card">
+  <h2>Envelope</h2>
+  <pre class="json">%s</pre>
+</section>
+`, jsonText(d.Envelope))
+}
+
+func deadLetterView(b *Builder, p page) {
+	b.raw("<h1>Dead letter</h1>\n")
+	d, _ := p.Data.(*deadData)
+	if d == nil {
+		return
+	}
+	total := ""
+	if t := d.List.Pagination.Total; t != nil && *t != 0 {
+		total = fmt.Sprint(*t)
+	}
+	inQueue := ""
+	if d.Queue != "" {
+		inQueue = " in queue " + d.Queue
+	}
+	b.f(`<p class="muted">%s discarded jobs%s, newest first per queue.</p>
+<table>
+  <thead><tr><th>id</th><th>type</th><th>queue</th><th>attempts</th><th>last error</th><th>discarded</th><th></th></tr></thead>
+  <tbody>
+`, total, inQueue)
+	jobs := d.List.Jobs()
+	for _, j := range jobs {
+		lastErr, discarded := "", ""
+		if j.Error != nil {
+			lastErr = j.Error.Type + ": " + j.Error.Message
+		}
+		if j.DiscardedAt != nil {
+			discarded = j.DiscardedAt.Format("2006-01-02 15:04:05")
+		}
+		b.f(`    <tr data-job-id="%s"><td><a class="mono" href="/ojs/admin/jobs/%s">%s</a></td><td>%s</td><td>%s</td><td>%v</td>
+      <td>%s</td><td>%s</td>
+      <td class="row-actions">
+`, j.ID, j.ID, shortID(j.ID), j.Type, j.Queue, j.Attempt, lastErr, discarded)
+		if j.WorkflowID == "" {
+			b.f(`        <form method="post" action="/ojs/admin/dead-letter/%s/retry"><input type="hidden" name="back" value="/ojs/admin/dead-letter"><button>Retry</button></form>`+"\n", j.ID)
+		}
+		b.f(`        <form method="post" action="/ojs/admin/dead-letter/%s/delete"><button class="danger">Delete</button></form>
+      </td></tr>
+`, j.ID)
+	}
+	if len(jobs) == 0 {
+		b.raw(`    <tr><td colspan="7" class="muted">The dead letter queue is empty.</td></tr>` + "\n")
+	}
+	b.raw("  </tbody>\n</table>\n")
+	if d.NextURL != "" {
+		b.f("<p><a class=\"button\" href=\"%s\">Next page</a></p>\n", d.NextURL)
+	}
+}
+
+func workersView(b *Builder, p page) {
+	b.raw("<h1>Workers</h1>\n")
+	l, _ := p.Data.(*admin.WorkerList)
+	if l == nil {
+		return
+	}
+	b.f(`<p class="muted">%v seen in the last day: %v running, %v quiet, %v stale.</p>
+<table>
+  <thead><tr><th>id</th><th>state</th><th>host</th><th>queues</th><th>active jobs</th><th>concurrency</th><th>last heartbeat</th><th>started</th><th></th></tr></thead>
+  <tbody>
+`, l.Summary.Total, l.Summary.Running, l.Summary.Quiet, l.Summary.Stale)
+	for _, w := range l.Items {
+		told := ""
+		if w.Directive != "" {
+			told = " (told: " + w.Directive + ")"
+		}
+		queues := ""
+		for _, q := range w.Queues {
+			queues += q + " "
+		}
+		b.f(`    <tr data-worker-id="%s"><td class="mono">%s</td><td><span class="pill state-%s">%s</span>%s</td><td>%s</td>
+      <td>%s</td><td>%v</td><td>%v</td><td>%s</td><td>%s</td>
+      <td class="row-actions">
+`, w.ID, w.ID, cls(w.State), w.State, told, w.Hostname, queues, w.ActiveJobs, w.Concurrency, w.LastHeartbeatAt, w.FirstSeenAt)
+		if w.Stale {
+			b.f(`        <form method="post" action="/ojs/admin/workers/%s/deregister"><button class="danger">Deregister</button></form>`+"\n", url.PathEscape(w.ID))
+		} else {
+			b.f(`        <form method="post" action="/ojs/admin/workers/%s/quiet"><button>Quiet</button></form>`+"\n", url.PathEscape(w.ID))
+		}
+		b.raw("      </td></tr>\n")
+	}
+	if len(l.Items) == 0 {
+		b.raw(`    <tr><td colspan="9" class="muted">No worker has sent a heartbeat in the last day. (The push-mode worker function does not heartbeat.)</td></tr>` + "\n")
+	}
+	b.raw("  </tbody>\n</table>\n")
+}
+
+func cronView(b *Builder, p page) {
+	b.raw(`<h1>Cron schedules</h1>
+<table>
+  <thead><tr><th>name</th><th>expression</th><th>time zone</th><th>overlap</th><th>enabled</th><th>next run</th><th>last run</th><th>runs</th><th>skips</th><th>last job</th></tr></thead>
+  <tbody>
+`)
+	vs, _ := p.Data.([]cron.View)
+	for _, v := range vs {
+		b.f(`    <tr><td>%s</td><td class="mono">%s</td><td>%s</td><td>%s</td><td>%v</td>
+      <td>%s</td><td>%s</td><td>%v</td><td>%v</td>
+      <td>`, v.Name, v.Expression, v.Timezone, v.OverlapPolicy, v.Enabled, deref(v.NextRunAt), deref(v.LastRunAt), v.RunCount, v.SkipCount)
+		if id := deref(v.LastJobID); id != "" {
+			b.f(`<a class="mono" href="/ojs/admin/jobs/%s">%s</a>`, id, shortID(id))
+		}
+		b.raw("</td></tr>\n")
+	}
+	if len(vs) == 0 {
+		b.raw(`    <tr><td colspan="10" class="muted">No cron schedules (POST /ojs/v1/cron registers one).</td></tr>` + "\n")
+	}
+	b.raw("  </tbody>\n</table>\n")
+}
+
+func workflowsView(b *Builder, p page) {
+	b.raw(`<h1>Workflows</h1>
+<form method="get" action="/ojs/admin/workflows" class="card search">
+  <label>Workflow id <input name="id" size="40" placeholder="0195…"></label><button>Open</button>
+</form>
+<h2>Created in the last day</h2>
+<table>
+  <thead><tr><th>id</th><th>type</th><th>name</th><th>created</th></tr></thead>
+  <tbody>
+`)
+	refs, _ := p.Data.([]admin.WorkflowRef)
+	for _, w := range refs {
+		b.f("  <tr><td><a class=\"mono\" href=\"/ojs/admin/workflows/%s\">%s</a></td><td>%s</td><td>%s</td><td>%s</td></tr>\n", w.ID, w.ID, w.Type, w.Name, w.CreatedAt)
+	}
+	if len(refs) == 0 {
+		b.raw(`  <tr><td colspan="4" class="muted">None in the event log.</td></tr>` + "\n")
+	}
+	b.raw("  </tbody>\n</table>\n")
+}
+
+func workflowView(b *Builder, p page) {
+	d, _ := p.Data.(*workflowData)
+	if d == nil {
+		return
+	}
+	b.f(`<div data-live="/ojs/admin/workflows/%s/graph" data-interval="%v" data-final="%v"></div>
+<h1>Workflow <span class="mono">%s</span> <span class="pill state-%s" id="wf-state" data-state="%s">%s</span></h1>
+<p class="muted">`, d.ID, p.Refresh, d.Final, d.ID, cls(d.State), d.State, d.State)
+	if present(d.View["type"]) {
+		b.f("%v", d.View["type"])
+	}
+	if present(d.View["name"]) {
+		b.f(" · %v", d.View["name"])
+	}
+	if m := d.Metadata; present(m) {
+		b.f(" · %v of %v jobs completed, %v failed · created %v", m["completed_count"], m["job_count"], m["failed_count"], m["created_at"])
+	}
+	b.f(`%s</p>
+<section class="card graph">
+  %s
+  <p class="legend states"><i class="state-waiting"></i>waiting <i class="state-pending"></i>pending <i class="state-active"></i>active <i class="state-running"></i>running <i class="state-completed"></i>completed <i class="state-failed"></i>failed <i class="state-cancelled"></i>cancelled</p>
+</section>
+<details class="card"><summary>JSON (GET /ojs/v1/workflows/%s)</summary><pre class="json">%s</pre></details>
+`, when(!d.Final, " · updating live"), d.Graph, d.ID, jsonText(d.View))
+}
+
+func loginView(b *Builder, p page) {
+	b.raw("<h1>Sign in</h1>\n")
+	m, _ := p.Data.(map[string]any)
+	if noToken, _ := m["NoToken"].(bool); noToken {
+		b.raw("<p>This console needs no token (none is configured).</p>\n")
+	}
+	next, _ := m["Next"].(string)
+	b.f(`<form method="post" action="/ojs/admin/login" class="card narrow">
+  <input type="hidden" name="next" value="%s">
+  <label>API token <input type="password" name="token" autocomplete="current-password" autofocus></label>
+  <button>Sign in</button>
+  <p class="muted">The same bearer token the OJS API asks for (OJS_AUTH_TOKEN). It is kept in a cookie for this console only.</p>
+</form>
+`, next)
+}
+
+func errorView(b *Builder, _ page) {
+	b.raw(`<h1>Something went wrong</h1><p><a href="/ojs/admin/">Back to the dashboard</a></p>`)
+}

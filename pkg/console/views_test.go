@@ -1,0 +1,52 @@
+package console
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ojs-aws/ojs-serverless/pkg/admin"
+	"github.com/ojs-aws/ojs-serverless/pkg/cron"
+	"github.com/ojs-aws/ojs-serverless/pkg/events"
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/store"
+)
+
+// Every value a user or a worker controls (types, queue names, error
+// messages, worker ids, flash text, form values) is written escaped on
+// every page, text and attributes alike.
+func TestViewsEscapeEveryValue(t *testing.T) {
+	const evil = `"><script>alert(1)</script><x y='`
+	now := time.Now()
+	j := &job.Job{ID: "0195" + evil, Type: evil, Queue: evil, State: job.Discarded, WorkflowID: evil, WorkflowNode: evil, WorkerID: evil,
+		Error: &job.ErrorInfo{Type: evil, Message: evil}, DiscardedAt: &now}
+	one := 1
+	pages := map[string]page{
+		"job": {Title: evil, Flash: evil, Error: evil, Data: &jobData{Job: j, Envelope: map[string]any{"k": evil},
+			Events: []events.Event{{Type: evil, Time: evil, Data: map[string]any{"x": evil}}}, Errors: []job.ErrorInfo{{Type: evil, Message: evil, OccurredAt: evil}}}},
+		"dashboard": {Data: &dashboardData{Stats: &admin.Stats{ComputedAt: evil}, History: &admin.History{},
+			Queues: []admin.Queue{{Name: evil, State: evil, Mode: evil}}}},
+		"jobs": {Data: &jobsData{Query: map[string][]string{"type": {evil}, "since": {evil}, "queue": {evil}}, Queues: []string{evil}, States: job.States,
+			Page: &admin.JobPage{Items: []map[string]any{{"id": evil, "type": evil, "queue": evil, "state": evil, "created_at": evil, "completed_at": evil}}},
+			NextURL: Prefix + evil, SearchNote: evil}},
+		"deadletter": {Data: &deadData{List: &admin.DeadList{Pagination: admin.Pagination{Total: &one}}, Queue: evil, NextURL: Prefix + evil}},
+		"workers":    {Data: &admin.WorkerList{Items: []admin.Worker{{WorkerInfo: store.WorkerInfo{ID: evil, State: evil, Directive: evil, Hostname: evil, Queues: []string{evil}}}}}},
+		"cron":       {Data: []cron.View{{Name: evil, Expression: evil, Timezone: evil, OverlapPolicy: evil, LastJobID: ptr(evil), NextRunAt: ptr(evil)}}},
+		"workflows":  {Data: []admin.WorkflowRef{{ID: evil, Type: evil, Name: evil, CreatedAt: evil}}},
+		"workflow":   {Data: &workflowData{ID: evil, State: evil, View: map[string]any{"type": evil, "name": evil}, Metadata: map[string]any{"created_at": evil}}},
+		"login":      {Data: map[string]any{"Next": evil}},
+	}
+	for name, p := range pages {
+		var b Builder
+		pageLayout(&b, p, views[name])
+		out := b.String()
+		if strings.Contains(out, "<script>") || strings.Contains(out, "<x y=") {
+			t.Errorf("%s: a value was written unescaped:\n%s", name, out)
+		}
+		if !strings.Contains(out, "&lt;script&gt;") {
+			t.Errorf("%s: the value is missing from the page", name)
+		}
+	}
+}
+
+func ptr(s string) *string { return &s }
