@@ -27,7 +27,7 @@ func TestViewsEscapeEveryValue(t *testing.T) {
 		"dashboard": {Data: &dashboardData{Stats: &admin.Stats{ComputedAt: evil}, History: &admin.History{},
 			Queues: []admin.Queue{{Name: evil, State: evil, Mode: evil}}}},
 		"jobs": {Data: &jobsData{Query: map[string][]string{"type": {evil}, "since": {evil}, "queue": {evil}}, Queues: []string{evil}, States: job.States,
-			Page: &admin.JobPage{Items: []map[string]any{{"id": evil, "type": evil, "queue": evil, "state": evil, "created_at": evil, "completed_at": evil}}},
+			Page:    &admin.JobPage{Items: []map[string]any{{"id": evil, "type": evil, "queue": evil, "state": evil, "created_at": evil, "completed_at": evil}}},
 			NextURL: Prefix + evil, SearchNote: evil}},
 		"deadletter": {Data: &deadData{List: &admin.DeadList{Pagination: admin.Pagination{Total: &one}}, Queue: evil, NextURL: Prefix + evil}},
 		"workers":    {Data: &admin.WorkerList{Items: []admin.Worker{{WorkerInfo: store.WorkerInfo{ID: evil, State: evil, Directive: evil, Hostname: evil, Queues: []string{evil}}}}}},
