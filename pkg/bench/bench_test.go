@@ -195,7 +195,7 @@ func TestBreakdownAddsUpToTheTotal(t *testing.T) {
 		t.Fatalf("previous run not read: %+v", r.Previous)
 	}
 	md := r.CostMarkdown()
-	for _, want := range []string{"Step Functions Standard", "(+0%)", "Where a workflow step's money goes", "worker DynamoDB UpdateItem", "**total**"} {
+	for _, want := range []string{"Step Functions Standard", "(same)", "Where a workflow step's money goes", "worker DynamoDB UpdateItem", "**total**"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("cost tables lack %q:\n%s", want, md)
 		}

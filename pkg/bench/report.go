@@ -3,6 +3,7 @@ package bench
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 	"time"
@@ -297,7 +298,11 @@ func (r *Result) CostMarkdown() string {
 		was, sfStd, sfExp := "–", "–", "–"
 		if r.Previous != nil {
 			if c, ok := r.Previous.Cost[p.Name]; ok && c.Total > 0 {
-				was = fmt.Sprintf("$%s (%+.0f%%)", num(c.Total), 100*(p.Cost.Total-c.Total)/c.Total)
+				change := "same"
+				if pct := math.Round(100 * (p.Cost.Total - c.Total) / c.Total); pct != 0 {
+					change = fmt.Sprintf("%+.0f%%", pct)
+				}
+				was = fmt.Sprintf("$%s (%s)", num(c.Total), change)
 			}
 		}
 		if p.Unit == "step" {
