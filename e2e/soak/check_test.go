@@ -26,6 +26,7 @@ type snapshot struct {
 	nodes  map[string]map[string]*store.Node // workflow id -> path -> node
 	events map[string][]jobEvent             // job id -> its events
 	wfEvts map[string][]string               // workflow id -> event types
+	seen   map[string]bool                   // event ids counted
 }
 
 type jobEvent struct {
@@ -34,7 +35,7 @@ type jobEvent struct {
 }
 
 func scan(ctx context.Context, db *dynamodb.Client, table string) (*snapshot, error) {
-	s := &snapshot{jobs: map[string]*job.Job{}, nodes: map[string]map[string]*store.Node{}, events: map[string][]jobEvent{}, wfEvts: map[string][]string{}}
+	s := &snapshot{jobs: map[string]*job.Job{}, nodes: map[string]map[string]*store.Node{}, events: map[string][]jobEvent{}, wfEvts: map[string][]string{}, seen: map[string]bool{}}
 	const segments = 4
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -91,30 +92,29 @@ func (s *snapshot) add(av map[string]types.AttributeValue) error {
 		}
 		s.nodes[n.WorkflowID][n.Path] = n
 	case strings.HasPrefix(pk.Value, "EVT#job#"), strings.HasPrefix(pk.Value, "EVT#workflow#"):
-		body, _ := av["body"].(*types.AttributeValueMemberS)
-		if body == nil {
-			return nil
-		}
-		var ev struct {
-			Type string `json:"type"`
-			Data struct {
-				Attempt  int    `json:"attempt"`
-				Callback string `json:"callback"`
-				Batch    string `json:"batch_path"`
-			} `json:"data"`
-		}
-		if err := json.Unmarshal([]byte(body.Value), &ev); err != nil {
+		// A page of the subject's history; a retried stream batch may have
+		// stored an event in two pages: each id counts once.
+		evs, ok, err := store.DecodeEventPage(av)
+		if err != nil || !ok {
 			return err
 		}
-		if id, ok := strings.CutPrefix(pk.Value, "EVT#job#"); ok {
-			s.events[id] = append(s.events[id], jobEvent{Type: ev.Type, Attempt: ev.Data.Attempt})
-		} else {
-			id := strings.TrimPrefix(pk.Value, "EVT#workflow#")
-			t := ev.Type
-			if ev.Data.Callback != "" {
-				t += ":" + ev.Data.Batch + "/" + ev.Data.Callback
+		for _, ev := range evs {
+			if s.seen[ev.ID] {
+				continue
 			}
-			s.wfEvts[id] = append(s.wfEvts[id], t)
+			s.seen[ev.ID] = true
+			if id, ok := strings.CutPrefix(pk.Value, "EVT#job#"); ok {
+				attempt, _ := ev.Data["attempt"].(float64)
+				s.events[id] = append(s.events[id], jobEvent{Type: ev.Type, Attempt: int(attempt)})
+			} else {
+				id := strings.TrimPrefix(pk.Value, "EVT#workflow#")
+				t := ev.Type
+				if cb, _ := ev.Data["callback"].(string); cb != "" {
+					batch, _ := ev.Data["batch_path"].(string)
+					t += ":" + batch + "/" + cb
+				}
+				s.wfEvts[id] = append(s.wfEvts[id], t)
+			}
 		}
 	}
 	return nil

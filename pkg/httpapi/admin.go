@@ -301,7 +301,7 @@ func (h *adminAPI) systemConfig(w http.ResponseWriter, r *http.Request, _ params
 			"max_bulk_jobs": admin.MaxBulk, "max_page_size": admin.MaxPerPage, "min_priority": job.MinPriority, "max_priority": job.MaxPriority},
 		"admin": map[string]any{"stale_worker_after": admin.DefaultStaleAfter.String(), "max_query_calls": admin.MaxQueryCalls,
 			"max_count_per_partition": admin.MaxCountPerPartition, "max_stats_events": admin.MaxStatsEvents, "event_window": admin.EventWindow.String()},
-		"indexes":     []string{topology.IndexReady, topology.IndexDue, topology.IndexEvents},
+		"indexes":     topology.JobTable.IndexNames(),
 		"maintenance": map[string]any{"supported": false},
 	})
 	return nil

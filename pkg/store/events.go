@@ -1,52 +1,99 @@
 package store
 
 import (
+	"bytes"
+	"compress/flate"
 	"context"
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"io"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
-	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 )
 
-// Event items (see docs/data-model.md): pk EVT#<category>#<subject>, sk the
-// event id, so one job's or workflow's events are one Query; the events
-// index (ev_pk = ev#<UTC day>#<shard>, ev_sk = event id) orders all events
-// by time for the events API. Subjects are spread over EventShards index
-// partitions per day so that no partition takes every event write.
+// Event pages (see docs/data-model.md "Events"). The stream function
+// writes the events of one batch as few items as it can, each a page: the
+// events of one window of time (EventWindow), compressed together.
+//
+//   - The log: pk EVL#<UTC day>#<shard>, one page per batch and window
+//     (the shard a hash of the page), so a query by time reads the day's
+//     shards in sort-key order.
+//   - The subject's history: pk EVT#<category>#<subject>, one page per
+//     batch, window and subject, so a job's or workflow's events are one
+//     Query.
+//
+// A page's sort key is <lower bound of its window>#<its first event id>#
+// <hash of its event ids>: pages sort by window, every event of a window
+// sorts after every event of an earlier window, and the same events always
+// make the same page (a retried batch overwrites its own pages). A batch
+// retried with other records makes other pages holding some of the same
+// events: readers drop the duplicates by id.
+//
+// A write costs a write unit per KB of compressed page instead of two units
+// per event (an item of at least 1 KB and its copy in an index): about 0.1
+// unit per event in the log, one per subject and batch in the histories.
 const (
-	eventPrefix = "EVT#"
-	// EventShards is the number of index partitions per day.
+	eventPrefix    = "EVT#"
+	eventLogPrefix = "EVL#"
+	// EventShards is the number of log partitions per day.
 	EventShards = 8
+	// EventWindow is the span of time one page holds. A query from a cursor
+	// re-reads the pages of the cursor's window (at most this much of the
+	// log) to find the events after it.
+	EventWindow = time.Second
+	// maxPageRaw bounds the uncompressed events of one page (a page is an
+	// item: at most 400 KB). An event bigger than this is a page of its own.
+	maxPageRaw = 256 << 10
+	// eventFormat names the page encoding: a JSON array of events,
+	// compressed with DEFLATE and eventDict as preset dictionary. Readers
+	// refuse another value; a new encoding gets a new value.
+	eventFormat = "1"
 )
+
+// eventDict is the preset dictionary of event pages: the text events share,
+// so that a page of one or two events compresses too. It is part of the
+// stored format (eventFormat "1"): never change it, add a new format.
+var eventDict = []byte(`"datacontenttype":"application/json","data":{"job_id":"","job_type":"","queue":"default","attempt":1,"max_attempts":3,` +
+	`"duration_ms":"result":null,"worker_id":"unknown","priority":0,"workflow_id":"","workflow_type":"chain","step":"error":{"type":"","message":""}},` +
+	`{"specversion":"1.0","id":"evt_0000000-0000-7000-8000-000000000000","type":"job.enqueued","job.started","job.completed","job.failed",` +
+	`"workflow.step_completed","workflow.completed","source":"ojs://","time":"2026-01-01T00:00:00.000Z","subject":"`)
 
 func eventPK(category, subject string) string { return eventPrefix + category + "#" + subject }
 
 func eventDay(t time.Time) string { return t.UTC().Format("20060102") }
 
-func eventShard(subject string) int {
-	h := fnv.New32a()
-	h.Write([]byte(subject))
-	return int(h.Sum32() % EventShards)
+func eventLogPK(day string, shard int) string {
+	return eventLogPrefix + day + "#" + strconv.Itoa(shard)
 }
 
-func eventIndexPK(day string, shard int) string { return "ev#" + day + "#" + strconv.Itoa(shard) }
+// windowKey is the lower bound of the window holding t: every event of the
+// window sorts at or after it, before the next window's.
+func windowKey(t time.Time) string { return events.LowerBound(t.UTC().Truncate(EventWindow)) }
 
-// PutEvents stores events (idempotently: an event's key is its id, and the
-// same change always derives the same event) with a TTL of ttl after the
-// event time. Duplicates within evs are written once.
+var windowKeyLen = len(windowKey(time.Unix(0, 0)))
+
+// PutEvents stores events as pages of the log and of their subjects'
+// histories, with a TTL of ttl after the latest event of each page. Writing
+// the same events again in the same groups rewrites the same pages; any
+// other grouping adds duplicates the readers drop.
 func (s *Store) PutEvents(ctx context.Context, evs []events.Event, ttl time.Duration) error {
 	seen := make(map[string]bool, len(evs))
-	items := make([]map[string]types.AttributeValue, 0, len(evs))
+	type raw struct {
+		ev   *events.Event
+		body []byte
+	}
+	logs := map[string][]raw{}     // window key -> events
+	subjects := map[string][]raw{} // pk + "\x00" + window key -> events
 	for i := range evs {
 		e := &evs[i]
 		if seen[e.ID] {
@@ -57,25 +104,121 @@ func (s *Store) PutEvents(ctx context.Context, evs []events.Event, ttl time.Dura
 		if err != nil {
 			return fmt.Errorf("encode event %s: %w", e.ID, err)
 		}
-		at := e.At()
-		it := map[string]types.AttributeValue{
-			attrPK:  &types.AttributeValueMemberS{Value: eventPK(e.SubjectCategory(), e.Subject)},
-			attrSK:  &types.AttributeValueMemberS{Value: e.ID},
-			"ev_pk": &types.AttributeValueMemberS{Value: eventIndexPK(eventDay(at), eventShard(e.Subject))},
-			"ev_sk": &types.AttributeValueMemberS{Value: e.ID},
-			"type":  &types.AttributeValueMemberS{Value: e.Type},
-			"body":  &types.AttributeValueMemberS{Value: string(body)},
-			"ttl":   &types.AttributeValueMemberN{Value: itoa(at.Add(ttl).Unix())},
+		w := windowKey(e.At())
+		logs[w] = append(logs[w], raw{e, body})
+		sk := eventPK(e.SubjectCategory(), e.Subject) + "\x00" + w
+		subjects[sk] = append(subjects[sk], raw{e, body})
+	}
+	var items []map[string]types.AttributeValue
+	add := func(pk func(first *events.Event) string, w string, group []raw) error {
+		sort.Slice(group, func(i, j int) bool { return group[i].ev.ID < group[j].ev.ID })
+		for len(group) > 0 {
+			n, size := 0, 0
+			for n < len(group) && (n == 0 || size+len(group[n].body) <= maxPageRaw) {
+				size += len(group[n].body) + 1
+				n++
+			}
+			bodies := make([][]byte, n)
+			latest := time.Time{}
+			h := fnv.New64a()
+			for i, r := range group[:n] {
+				bodies[i] = r.body
+				h.Write([]byte(r.ev.ID))
+				if at := r.ev.At(); at.After(latest) {
+					latest = at
+				}
+			}
+			z, err := encodePage(bodies)
+			if err != nil {
+				return err
+			}
+			first := group[0].ev
+			items = append(items, map[string]types.AttributeValue{
+				attrPK: &types.AttributeValueMemberS{Value: pk(first)},
+				attrSK: &types.AttributeValueMemberS{Value: w + "#" + first.ID + "#" + strconv.FormatUint(h.Sum64(), 36)},
+				"z":    &types.AttributeValueMemberB{Value: z},
+				"n":    &types.AttributeValueMemberN{Value: strconv.Itoa(n)},
+				"ef":   &types.AttributeValueMemberS{Value: eventFormat},
+				"ttl":  &types.AttributeValueMemberN{Value: itoa(latest.Add(ttl).Unix())},
+			})
+			group = group[n:]
 		}
-		if q := e.Queue(); q != "" {
-			it["queue"] = &types.AttributeValueMemberS{Value: q}
+		return nil
+	}
+	for w, group := range logs {
+		err := add(func(first *events.Event) string {
+			return eventLogPK(eventDay(first.At()), logShard(first.ID))
+		}, w, group)
+		if err != nil {
+			return err
 		}
-		if jt := e.JobType(); jt != "" {
-			it["job_type"] = &types.AttributeValueMemberS{Value: jt}
+	}
+	for key, group := range subjects {
+		pk, w, _ := strings.Cut(key, "\x00")
+		if err := add(func(*events.Event) string { return pk }, w, group); err != nil {
+			return err
 		}
-		items = append(items, it)
 	}
 	return s.batchPut(ctx, items)
+}
+
+// logShard spreads the log's pages over EventShards partitions by their
+// first event.
+func logShard(firstID string) int {
+	h := fnv.New32a()
+	h.Write([]byte(firstID))
+	return int(h.Sum32() % EventShards)
+}
+
+var pageWriters = sync.Pool{New: func() any {
+	w, err := flate.NewWriterDict(nil, flate.DefaultCompression, eventDict)
+	if err != nil {
+		panic(err) // only for an invalid level
+	}
+	return w
+}}
+
+// encodePage compresses the JSON array of bodies.
+func encodePage(bodies [][]byte) ([]byte, error) {
+	var buf bytes.Buffer
+	w := pageWriters.Get().(*flate.Writer)
+	defer pageWriters.Put(w)
+	w.Reset(&buf)
+	w.Write([]byte{'['})
+	for i, b := range bodies {
+		if i > 0 {
+			w.Write([]byte{','})
+		}
+		w.Write(b)
+	}
+	w.Write([]byte{']'})
+	if err := w.Close(); err != nil {
+		return nil, fmt.Errorf("compress events: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// DecodeEventPage returns the events of a stored event page (ok is false
+// for an item that is not one).
+func DecodeEventPage(av map[string]types.AttributeValue) (evs []events.Event, ok bool, err error) {
+	z, _ := av["z"].(*types.AttributeValueMemberB)
+	pk, _ := av[attrPK].(*types.AttributeValueMemberS)
+	if z == nil || pk == nil || !(strings.HasPrefix(pk.Value, eventPrefix) || strings.HasPrefix(pk.Value, eventLogPrefix)) {
+		return nil, false, nil
+	}
+	if f, _ := av["ef"].(*types.AttributeValueMemberS); f == nil || f.Value != eventFormat {
+		return nil, true, fmt.Errorf("event page %s: unknown format", pk.Value)
+	}
+	r := flate.NewReaderDict(bytes.NewReader(z.Value), eventDict)
+	defer r.Close()
+	raw, err := io.ReadAll(io.LimitReader(r, 64<<20))
+	if err != nil {
+		return nil, true, fmt.Errorf("event page %s: %w", pk.Value, err)
+	}
+	if err := json.Unmarshal(raw, &evs); err != nil {
+		return nil, true, fmt.Errorf("event page %s: %w", pk.Value, err)
+	}
+	return evs, true, nil
 }
 
 // QueryEvents returns one page of the events f selects, in id (time)
@@ -92,7 +235,7 @@ func (s *Store) QueryEvents(ctx context.Context, f events.Filter, now time.Time)
 	var found []events.Event
 	var err error
 	if f.SubjectID != "" {
-		found, err = s.queryEventPartition(ctx, "", eventPK(f.SubjectCategory, f.SubjectID), start, f, limit+1)
+		found, err = s.readPages(ctx, eventPK(f.SubjectCategory, f.SubjectID), start, f, limit+1)
 		if err != nil {
 			return nil, err
 		}
@@ -123,7 +266,7 @@ func (s *Store) QueryEvents(ctx context.Context, f events.Filter, now time.Time)
 	return page, nil
 }
 
-// queryEventDay merges the day's index shards: each shard is read in
+// queryEventDay merges the day's log shards: each shard is read in
 // parallel up to want matches, then the first want overall are kept.
 func (s *Store) queryEventDay(ctx context.Context, day, start string, f events.Filter, want int) ([]events.Event, error) {
 	var (
@@ -136,7 +279,7 @@ func (s *Store) queryEventDay(ctx context.Context, day, start string, f events.F
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			got, err := s.queryEventPartition(ctx, topology.IndexEvents, eventIndexPK(day, shard), start, f, want)
+			got, err := s.readPages(ctx, eventLogPK(day, shard), start, f, want)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil && firstErr == nil {
@@ -149,126 +292,91 @@ func (s *Store) queryEventDay(ctx context.Context, day, start string, f events.F
 	if firstErr != nil {
 		return nil, firstErr
 	}
-	sort.Slice(all, func(i, j int) bool { return all[i].ID < all[j].ID })
+	all = sortUnique(all)
 	if len(all) > want {
 		all = all[:want]
 	}
 	return all, nil
 }
 
-// queryEventPartition reads one partition (of the table when index is "",
-// else of the index) from start upwards until want events matched.
-func (s *Store) queryEventPartition(ctx context.Context, index, pk, start string, f events.Filter, want int) ([]events.Event, error) {
-	pkName, skName := attrPK, attrSK
-	if index != "" {
-		pkName, skName = "ev_pk", "ev_sk"
-	}
-	key := expression.Key(pkName).Equal(expression.Value(pk))
-	if start != "" {
-		key = key.And(expression.Key(skName).GreaterThan(expression.Value(start)))
+// readPages reads the pages of one partition from start's window upwards
+// and returns, in id order without duplicates, up to want events after
+// start (and before f.Until) that f matches. Pages are read window by
+// window: a window's events all sort before the next window's, so once a
+// window ends with want matches, no later page can change the answer.
+func (s *Store) readPages(ctx context.Context, pk, start string, f events.Filter, want int) ([]events.Event, error) {
+	key := expression.Key(attrPK).Equal(expression.Value(pk))
+	lo := "evt_"
+	if t, ok := events.ParseID(start); ok {
+		lo = windowKey(t)
 	}
 	if !f.Until.IsZero() {
-		key = expression.Key(pkName).Equal(expression.Value(pk)).
-			And(expression.Key(skName).Between(expression.Value(maxStr(start, "evt_")), expression.Value(events.LowerBound(f.Until))))
+		// Pages of the window holding Until and earlier ('$' follows '#').
+		key = key.And(expression.Key(attrSK).Between(expression.Value(lo), expression.Value(windowKey(f.Until)+"$")))
+	} else {
+		key = key.And(expression.Key(attrSK).GreaterThanEqual(expression.Value(lo)))
 	}
-	b := expression.NewBuilder().WithKeyCondition(key)
-	if len(f.Types)+len(f.Queues)+len(f.JobTypes) > 0 {
-		b = b.WithFilter(filterCond(f))
-	}
-	expr, err := b.Build()
+	expr, err := expression.NewBuilder().WithKeyCondition(key).Build()
 	if err != nil {
 		return nil, err
 	}
-	in := &dynamodb.QueryInput{TableName: &s.table, KeyConditionExpression: expr.KeyCondition(), FilterExpression: expr.Filter(),
-		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(), Limit: aws.Int32(int32(max(want, 25)))}
-	if index != "" {
-		in.IndexName = aws.String(index)
+	in := &dynamodb.QueryInput{TableName: &s.table, KeyConditionExpression: expr.KeyCondition(),
+		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values()}
+	var (
+		out    []events.Event
+		window string
+	)
+	enough := func() bool {
+		out = sortUnique(out)
+		return len(out) >= want
 	}
-	var out []events.Event
 	for {
 		res, err := s.db.Query(ctx, in)
 		if err != nil {
 			return nil, fmt.Errorf("query events %s: %w", pk, err)
 		}
 		for _, av := range res.Items {
-			body, ok := av["body"].(*types.AttributeValueMemberS)
+			sk, _ := av[attrSK].(*types.AttributeValueMemberS)
+			if sk == nil || len(sk.Value) < windowKeyLen {
+				continue
+			}
+			if w := sk.Value[:windowKeyLen]; w != window {
+				if window != "" && enough() {
+					return out[:want], nil
+				}
+				window = w
+			}
+			evs, ok, err := DecodeEventPage(av)
+			if err != nil {
+				return nil, err
+			}
 			if !ok {
 				continue
 			}
-			var e events.Event
-			if err := json.Unmarshal([]byte(body.Value), &e); err != nil {
-				return nil, fmt.Errorf("decode event: %w", err)
-			}
-			if e.ID == start || !f.Matches(&e) {
-				continue
-			}
-			if !f.Until.IsZero() && !e.At().Before(f.Until) {
-				continue
-			}
-			out = append(out, e)
-			if len(out) >= want {
-				return out, nil
+			for i := range evs {
+				e := &evs[i]
+				if e.ID <= start || !f.Matches(e) {
+					continue
+				}
+				if !f.Until.IsZero() && !e.At().Before(f.Until) {
+					continue
+				}
+				out = append(out, *e)
 			}
 		}
 		if len(res.LastEvaluatedKey) == 0 {
-			return out, nil
+			break
 		}
 		in.ExclusiveStartKey = res.LastEvaluatedKey
 	}
+	if enough() {
+		out = out[:want]
+	}
+	return out, nil
 }
 
-func maxStr(a, b string) string {
-	if a > b {
-		return a
-	}
-	return b
-}
-
-// filterCond is the filter expression of f's type, queue and job type
-// dimensions (at least one must be set).
-func filterCond(f events.Filter) expression.ConditionBuilder {
-	var conds []expression.ConditionBuilder
-	if len(f.Types) > 0 {
-		var any []expression.ConditionBuilder
-		for _, t := range f.Types {
-			if p, ok := cutStar(t); ok {
-				any = append(any, expression.Name("type").BeginsWith(p))
-			} else {
-				any = append(any, expression.Name("type").Equal(expression.Value(t)))
-			}
-		}
-		conds = append(conds, or(any))
-	}
-	for _, d := range []struct {
-		name string
-		vals []string
-	}{{"queue", f.Queues}, {"job_type", f.JobTypes}} {
-		if len(d.vals) == 0 {
-			continue
-		}
-		var any []expression.ConditionBuilder
-		for _, v := range d.vals {
-			any = append(any, expression.Name(d.name).Equal(expression.Value(v)))
-		}
-		conds = append(conds, or(any))
-	}
-	c := conds[0]
-	for _, x := range conds[1:] {
-		c = c.And(x)
-	}
-	return c
-}
-
-func or(cs []expression.ConditionBuilder) expression.ConditionBuilder {
-	if len(cs) == 1 {
-		return cs[0]
-	}
-	return expression.Or(cs[0], cs[1], cs[2:]...)
-}
-
-func cutStar(t string) (string, bool) {
-	if len(t) > 0 && t[len(t)-1] == '*' {
-		return t[:len(t)-1], true
-	}
-	return "", false
+// sortUnique sorts events by id and drops repeated ids.
+func sortUnique(evs []events.Event) []events.Event {
+	sort.Slice(evs, func(i, j int) bool { return evs[i].ID < evs[j].ID })
+	return slices.CompactFunc(evs, func(a, b events.Event) bool { return a.ID == b.ID })
 }

@@ -3,11 +3,15 @@ package store_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
 	"github.com/ojs-aws/ojs-serverless/pkg/internal/testenv"
+	"github.com/ojs-aws/ojs-serverless/pkg/store"
 )
 
 func ev(typ, subject, queue string, at time.Time, seq int64) events.Event {
@@ -102,4 +106,177 @@ func TestEventLogQueriesInTimeOrderAcrossShardsAndDays(t *testing.T) {
 	from, until := now.Add(-30*time.Hour), now.Add(-20*time.Hour)
 	check("window", events.Filter{Since: from, Until: until}, func(e events.Event) bool { return !e.At().Before(from) && e.At().Before(until) })
 	check("default window", events.Filter{}, func(e events.Event) bool { return e.At().After(now.Add(-24 * time.Hour)) })
+}
+
+// eventItems scans the table's event pages: the log's (EVL#) and the
+// subjects' (EVT#), with their compressed bytes and events.
+func eventItems(t *testing.T, table string) (logPages, subjectPages, zBytes, rawBytes, stored int) {
+	t.Helper()
+	db := testenv.DynamoDB()
+	in := &dynamodb.ScanInput{TableName: &table}
+	for {
+		out, err := db.Scan(context.Background(), in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, av := range out.Items {
+			evs, ok, err := store.DecodeEventPage(av)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok {
+				continue
+			}
+			pk := av["pk"].(*types.AttributeValueMemberS).Value
+			if strings.HasPrefix(pk, "EVL#") {
+				logPages++
+				zBytes += len(av["z"].(*types.AttributeValueMemberB).Value)
+				for i := range evs {
+					b, _ := evs[i].Marshal()
+					rawBytes += len(b)
+				}
+				stored += len(evs)
+			} else {
+				subjectPages++
+			}
+		}
+		if len(out.LastEvaluatedKey) == 0 {
+			return
+		}
+		in.ExclusiveStartKey = out.LastEvaluatedKey
+	}
+}
+
+// A batch's events are stored as one compressed page of the log per window
+// and one page per subject and window, not an item (and an index entry)
+// per event: the log costs a fraction of a write unit per event.
+func TestEventPagesPackABatch(t *testing.T) {
+	t.Parallel()
+	s, _ := testenv.Table(t)
+	table := s.Table()
+	ctx := context.Background()
+	at := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC).Add(100 * time.Millisecond)
+	var batch []events.Event
+	// 40 jobs, each enqueued, started and completed within 600 ms: one
+	// window of the log, 40 subjects.
+	for i := range 40 {
+		subj := fmt.Sprintf("job-%02d", i)
+		batch = append(batch, ev(events.JobEnqueued, subj, "a", at.Add(time.Duration(i)*time.Millisecond), 0),
+			ev(events.JobStarted, subj, "a", at.Add(time.Duration(i+200)*time.Millisecond), 1),
+			ev(events.JobCompleted, subj, "a", at.Add(time.Duration(i+400)*time.Millisecond), 2))
+	}
+	if err := s.PutEvents(ctx, batch, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	logPages, subjectPages, z, raw, stored := eventItems(t, table)
+	if logPages != 1 || subjectPages != 40 || stored != len(batch) {
+		t.Fatalf("%d log pages holding %d events and %d subject pages; want 1 holding %d and 40", logPages, stored, subjectPages, len(batch))
+	}
+	// DynamoDB bills a write unit per KB: the page must cost well under the
+	// 120 units that one item per event would.
+	if z*8 > raw {
+		t.Fatalf("the log page is %d bytes for %d bytes of events: not compressed 8 to 1", z, raw)
+	}
+	t.Logf("log page %d bytes for %d events (%d bytes of JSON)", z, stored, raw)
+
+	p, err := s.QueryEvents(ctx, events.Filter{SubjectCategory: "job", SubjectID: "job-07"}, at.Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Events) != 3 || p.Events[0].Type != events.JobEnqueued || p.Events[2].Type != events.JobCompleted {
+		t.Fatalf("job-07's history: %v", p.Events)
+	}
+}
+
+// A stream batch retried with other records regroups its events: the same
+// events then sit in several pages. Every query, paged by any limit, still
+// returns each event once, in id order, and a cursor inside a window
+// continues right after it.
+func TestEventPagesOfRetriedBatchesReadOnce(t *testing.T) {
+	t.Parallel()
+	s, _ := testenv.Table(t)
+	ctx := context.Background()
+	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	var all []events.Event
+	// 90 events over 3 seconds (3 windows), 6 subjects.
+	for i := range 90 {
+		at := now.Add(-time.Minute).Add(time.Duration(i) * 33 * time.Millisecond)
+		all = append(all, ev([]string{events.JobEnqueued, events.JobStarted, events.JobCompleted}[i%3], fmt.Sprintf("job-%d", i%6), "a", at, int64(i)))
+	}
+	writes := [][]events.Event{all[:50], all[30:], all[10:70], all[85:], all}
+	for _, w := range writes {
+		if err := s.PutEvents(ctx, w, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, limit := range []int{1, 7, 29, 100} {
+		var got []string
+		f := events.Filter{Since: now.Add(-time.Hour), Limit: limit}
+		for calls := 0; ; calls++ {
+			if calls > 100 {
+				t.Fatal("pagination does not end")
+			}
+			p, err := s.QueryEvents(ctx, f, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, ids(p.Events)...)
+			if !p.HasMore {
+				break
+			}
+			f.After = p.Cursor
+		}
+		if fmt.Sprint(got) != fmt.Sprint(ids(all)) {
+			t.Fatalf("limit %d: paged %d events, want the %d stored once each in order", limit, len(got), len(all))
+		}
+	}
+	// One subject's history from a cursor in the middle of a window.
+	var mine []events.Event
+	for _, e := range all {
+		if e.Subject == "job-4" {
+			mine = append(mine, e)
+		}
+	}
+	p, err := s.QueryEvents(ctx, events.Filter{SubjectCategory: "job", SubjectID: "job-4", After: mine[3].ID, Limit: 1000}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(ids(p.Events)) != fmt.Sprint(ids(mine[4:])) {
+		t.Fatalf("job-4 after its 4th event: %d events, want %d", len(p.Events), len(mine)-4)
+	}
+}
+
+// Events too big to share a page are split over several (an item holds at
+// most 400 KB), and all of them are read.
+func TestEventPagesSplitBigEvents(t *testing.T) {
+	t.Parallel()
+	s, _ := testenv.Table(t)
+	table := s.Table()
+	ctx := context.Background()
+	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	var all []events.Event
+	for i := range 4 {
+		e := ev(events.JobCompleted, fmt.Sprintf("job-%d", i), "a", now.Add(-time.Minute).Add(time.Duration(i)*time.Millisecond), 0)
+		// Incompressible-looking results of 150 KB each.
+		r := make([]byte, 0, 150<<10)
+		for j := 0; len(r) < 150<<10; j++ {
+			r = append(r, fmt.Sprintf("%x", (j*2654435761)^(i*40503))...)
+		}
+		e.Data["result"] = string(r)
+		all = append(all, e)
+	}
+	if err := s.PutEvents(ctx, all, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	logPages, _, _, _, stored := eventItems(t, table)
+	if logPages < 2 || stored != 4 {
+		t.Fatalf("%d log pages holding %d events; want the 4 big events split over at least 2", logPages, stored)
+	}
+	p, err := s.QueryEvents(ctx, events.Filter{Since: now.Add(-time.Hour)}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(ids(p.Events)) != fmt.Sprint(ids(all)) || p.Events[3].Data["result"] != all[3].Data["result"] {
+		t.Fatalf("read %d events back", len(p.Events))
+	}
 }

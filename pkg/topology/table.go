@@ -62,9 +62,6 @@ const (
 	// scheduled and retryable jobs (due to become available), active jobs
 	// (lease expiry) and available push-mode jobs (redelivery check).
 	IndexDue = "due"
-	// IndexEvents orders lifecycle events by time: partition
-	// ev#<UTC day>#<shard>, sort key the event id (a UUIDv7).
-	IndexEvents = "events"
 	// IndexDone lists completed jobs per queue by completion time
 	// (the queue name, <completed ms>#<id>), keys only: queue stats count
 	// completions from it right after the ACK that made them.
@@ -101,9 +98,16 @@ var JobTable = Table{
 			Include: JobIndexAttributes},
 		{Name: IndexDue, PartitionKey: IndexKey{Name: "due_pk", Type: "S"}, SortKey: IndexKey{Name: "due_at", Type: "N"},
 			Include: append(append([]string{}, JobIndexAttributes...), DueOtherAttributes...)},
-		{Name: IndexEvents, PartitionKey: IndexKey{Name: "ev_pk", Type: "S"}, SortKey: IndexKey{Name: "ev_sk", Type: "S"},
-			Include: []string{"type", "body", "queue", "job_type"}},
 		{Name: IndexDone, PartitionKey: IndexKey{Name: "done_pk", Type: "S"}, SortKey: IndexKey{Name: "done_sk", Type: "S"}, KeysOnly: true},
 	},
 	Shards: Shards{Ready: 2, Due: 4, Registry: 4, WorkflowDue: 4},
+}
+
+// IndexNames are the names of t's global secondary indexes.
+func (t Table) IndexNames() []string {
+	names := make([]string, len(t.Indexes))
+	for i, ix := range t.Indexes {
+		names[i] = ix.Name
+	}
+	return names
 }
