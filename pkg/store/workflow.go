@@ -125,6 +125,9 @@ type Node struct {
 	// CreateItems is how many nodes its creation writes besides the root.
 	CDef        []byte `dynamodbav:"cdef,omitempty"`
 	CreateItems int    `dynamodbav:"citems,omitempty"`
+	// CreateTries counts the writers that took the creation's lease
+	// (ResumeWorkflow): past the first, a writer skips what exists.
+	CreateTries int    `dynamodbav:"ctries,omitempty"`
 	CreatedAt   string `dynamodbav:"created_at,omitempty"`
 	StartedAt   string `dynamodbav:"started_at,omitempty"`
 	CompletedAt string `dynamodbav:"completed_at,omitempty"`
@@ -464,9 +467,24 @@ func (s *Store) BeginWorkflow(ctx context.Context, root Node, def []byte, items 
 // creation: that writer finishes it, or the sweeper once the lease ends.
 var ErrCreationBusy = errors.New("another writer is creating the workflow")
 
-// CreationLease is how long a ResumeWorkflow holds a creation: longer than
-// any function's timeout, so a writer still holding it is alive.
+// ErrCreationUnfinished is ResumeWorkflow running out of its caller's
+// time (the context's deadline, less a margin) with part of the creation
+// written. It gave its lease back; running it again continues from what
+// exists.
+var ErrCreationUnfinished = errors.New("workflow creation not finished within the invocation's time")
+
+// CreationLease is the longest a ResumeWorkflow holds a creation. A
+// caller with a deadline (a Lambda invocation) holds it only until that
+// deadline and a little more, so a writer the runtime killed at its
+// timeout is followed at once.
 const CreationLease = 3 * time.Minute
+
+// leaseSlack is how long a lease outlives its writer's deadline.
+const leaseSlack = 2 * time.Second
+
+// resumeMargin is the time ResumeWorkflow keeps before its caller's
+// deadline to give its lease back: a tenth of what is left, at most 5 s.
+func resumeMargin(left time.Duration) time.Duration { return min(5*time.Second, left/10) }
 
 // ResumeWorkflow finishes a workflow BeginWorkflow started, from the same
 // items CreateWorkflow would write: while the root is marked creating (no
@@ -474,25 +492,36 @@ const CreationLease = 3 * time.Minute
 // then its first jobs are written (conditional puts, so jobs that exist
 // are kept as they are) and the definition dropped from the root. Every
 // step is idempotent, so a writer that died is resumed by running it
-// again. One writer at a time: it first takes a lease on the root
-// (CreationLease from now; ErrCreationBusy while another's runs), since a
-// second writer's unconditional node writes could otherwise land after
-// the first had started the jobs, over their progress. It gives the lease
-// back when it fails. A workflow whose creation is finished changes
-// nothing.
+// again; a writer after the first reads which items exist and writes only
+// the others, so every try gets further than the last. One writer at a
+// time: it first takes a lease on the root (ErrCreationBusy while
+// another's runs), since a second writer's unconditional node writes could
+// otherwise land after the first had started the jobs, over their
+// progress. It works until shortly before ctx's deadline and gives the
+// lease back when it fails or stops there (ErrCreationUnfinished). A
+// workflow whose creation is finished changes nothing.
 func (s *Store) ResumeWorkflow(ctx context.Context, w NewWorkflow, now time.Time) error {
 	want, items, err := workflowItems(w)
 	if err != nil {
 		return err
 	}
 	wfID := want.WorkflowID
-	until := now.Add(CreationLease).UnixMilli()
+	lease, work := CreationLease, ctx
+	if dl, ok := ctx.Deadline(); ok {
+		left := time.Until(dl)
+		lease = min(lease, left+leaseSlack)
+		var cancel context.CancelFunc
+		work, cancel = context.WithTimeout(ctx, left-resumeMargin(left))
+		defer cancel()
+	}
+	until := now.Add(lease).UnixMilli()
 	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table, Key: wfKey(wfID, nodeSK(RootPath)),
-		UpdateExpression:    aws.String("SET clease = :until"),
+		UpdateExpression:    aws.String("SET clease = :until ADD ctries :one"),
 		ConditionExpression: aws.String("attribute_exists(cdef) AND (attribute_not_exists(clease) OR clease < :now)"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":until": &types.AttributeValueMemberN{Value: strconv.FormatInt(until, 10)},
-			":now":   &types.AttributeValueMemberN{Value: strconv.FormatInt(now.UnixMilli(), 10)}},
+			":now":   &types.AttributeValueMemberN{Value: strconv.FormatInt(now.UnixMilli(), 10)},
+			":one":   &types.AttributeValueMemberN{Value: "1"}},
 		ReturnValues: types.ReturnValueAllNew, ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld})
 	var ccf *types.ConditionalCheckFailedException
 	if errors.As(err, &ccf) {
@@ -508,18 +537,33 @@ func (s *Store) ResumeWorkflow(ctx context.Context, w NewWorkflow, now time.Time
 	if err := attributevalue.UnmarshalMap(out.Attributes, &root); err != nil {
 		return err
 	}
-	if err := s.resume(ctx, w, root.Node, items); err != nil {
+	if err := s.resume(work, w, root.Node, items); err != nil {
 		// Give the lease back so a retry need not wait for it to end.
 		_, _ = s.db.UpdateItem(context.WithoutCancel(ctx), &dynamodb.UpdateItemInput{TableName: &s.table, Key: wfKey(wfID, nodeSK(RootPath)),
 			UpdateExpression: aws.String("REMOVE clease"), ConditionExpression: aws.String("clease = :until"),
 			ExpressionAttributeValues: map[string]types.AttributeValue{":until": &types.AttributeValueMemberN{Value: strconv.FormatInt(until, 10)}}})
+		if work.Err() != nil && ctx.Err() == nil {
+			return fmt.Errorf("create workflow %s: %w (%v)", wfID, ErrCreationUnfinished, err)
+		}
 		return err
 	}
 	return nil
 }
 
 func (s *Store) resume(ctx context.Context, w NewWorkflow, root Node, items []map[string]types.AttributeValue) error {
+	again := root.CreateTries > 1 // an earlier writer may have written part of it
 	if root.Creating {
+		if again {
+			keys := make([]map[string]types.AttributeValue, len(items))
+			for i, it := range items {
+				keys[i] = map[string]types.AttributeValue{attrPK: it[attrPK], attrSK: it[attrSK]}
+			}
+			have, err := s.existing(ctx, keys)
+			if err != nil {
+				return fmt.Errorf("create workflow %s: %w", root.WorkflowID, err)
+			}
+			items = slices.DeleteFunc(slices.Clone(items), func(it map[string]types.AttributeValue) bool { return have[itemKey(it)] })
+		}
 		if err := s.batchPut(ctx, items); err != nil {
 			return fmt.Errorf("create workflow %s: %w", root.WorkflowID, err)
 		}
@@ -527,11 +571,75 @@ func (s *Store) resume(ctx context.Context, w NewWorkflow, root Node, items []ma
 			return err
 		}
 	}
-	err := s.Advance(ctx, Advance{WorkflowID: root.WorkflowID, Jobs: w.Jobs, RedeliverAfter: w.RedeliverAfter})
+	jobs := w.Jobs
+	if again {
+		keys := make([]map[string]types.AttributeValue, len(jobs))
+		for i, j := range jobs {
+			keys[i] = jobKey(j.ID)
+		}
+		have, err := s.existing(ctx, keys)
+		if err != nil {
+			return fmt.Errorf("create workflow %s: %w", root.WorkflowID, err)
+		}
+		jobs = slices.DeleteFunc(slices.Clone(jobs), func(j *job.Job) bool { return have[itemKey(jobKey(j.ID))] })
+	}
+	err := s.Advance(ctx, Advance{WorkflowID: root.WorkflowID, Jobs: jobs, RedeliverAfter: w.RedeliverAfter})
 	if err != nil && !errors.Is(err, ErrWorkflowNotRunning) {
 		return err
 	}
-	return s.unmark(ctx, root.WorkflowID, "cdef", "citems", "clease")
+	return s.unmark(ctx, root.WorkflowID, "cdef", "citems", "clease", "ctries")
+}
+
+// existing reads which of keys name an item (consistently, keys only,
+// 100 a request, 8 requests at once) and returns them by itemKey.
+func (s *Store) existing(ctx context.Context, keys []map[string]types.AttributeValue) (map[string]bool, error) {
+	bg, ok := s.db.(batchGetter)
+	if !ok {
+		return nil, fmt.Errorf("the DynamoDB client cannot batch get")
+	}
+	var chunks [][]map[string]types.AttributeValue
+	for len(keys) > 0 {
+		n := min(100, len(keys))
+		chunks, keys = append(chunks, keys[:n]), keys[n:]
+	}
+	have := map[string]bool{}
+	var mu sync.Mutex
+	err := parallel(ctx, len(chunks), 8, func(ctx context.Context, c int) error {
+		keys := chunks[c]
+		for tries := 0; len(keys) > 0; tries++ {
+			if tries > 8 {
+				return fmt.Errorf("batch get: %d keys still unprocessed", len(keys))
+			}
+			res, err := bg.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: map[string]types.KeysAndAttributes{s.table: {
+				Keys: keys, ConsistentRead: aws.Bool(true), ProjectionExpression: aws.String("pk, sk")}}})
+			if err != nil {
+				return fmt.Errorf("batch get: %w", err)
+			}
+			mu.Lock()
+			for _, av := range res.Responses[s.table] {
+				have[itemKey(av)] = true
+			}
+			mu.Unlock()
+			keys = res.UnprocessedKeys[s.table].Keys
+			if len(keys) > 0 {
+				if err := sleepCtx(ctx, time.Duration(tries+1)*20*time.Millisecond); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	return have, err
+}
+
+// itemKey names an item by its primary key.
+func itemKey(av map[string]types.AttributeValue) string {
+	pk, _ := av[attrPK].(*types.AttributeValueMemberS)
+	sk, _ := av[attrSK].(*types.AttributeValueMemberS)
+	if pk == nil || sk == nil {
+		return ""
+	}
+	return pk.Value + "\x00" + sk.Value
 }
 
 // putRoot writes a workflow's root, conditional on no workflow with its id

@@ -54,7 +54,9 @@ func (e *Engine) begin(ctx context.Context, raw []byte, b *built) (*View, error)
 // asynchronously (its root holds the definition); for any other workflow
 // it does nothing. It is idempotent; beside another Resume of the same
 // workflow it leaves the work to whichever took the creation's lease
-// first (store.ResumeWorkflow).
+// first (store.ResumeWorkflow). Near ctx's deadline it stops and returns
+// an error wrapping store.ErrCreationUnfinished: running it again goes on
+// from what exists.
 func (e *Engine) Resume(ctx context.Context, wfID string) error {
 	root, err := e.st.GetNode(ctx, wfID, store.RootPath)
 	if errors.Is(err, store.ErrNotFound) {
@@ -88,6 +90,13 @@ func (e *Engine) Resume(ctx context.Context, wfID string) error {
 		// Another writer holds it; the sweeper resumes it if that one died.
 		e.log.InfoContext(ctx, "workflow creation already being written elsewhere", "workflow_id", wfID)
 		return nil
+	}
+	if errors.Is(err, store.ErrCreationUnfinished) {
+		// Out of this invocation's time: the lease is given back and the
+		// retry (stream) or the next sweep continues from what exists.
+		e.log.WarnContext(ctx, "workflow creation continues in another invocation", "workflow_id", wfID,
+			"took_ms", time.Since(began).Milliseconds())
+		return err
 	}
 	if err != nil {
 		return fmt.Errorf("workflow %s: %w", wfID, err)

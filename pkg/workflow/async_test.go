@@ -300,3 +300,118 @@ func must(v *workflow.View, err error) *workflow.View {
 	}
 	return v
 }
+
+// stallingDB is DynamoDB whose TransactWriteItems calls past the first
+// allowTx block until their context ends (a writer running out of its
+// invocation's time); it counts the job puts and node writes that land.
+type stallingDB struct {
+	*dynamodb.Client
+	mu       sync.Mutex
+	allowTx  int // -1: never stall
+	txCalls  int
+	jobPuts  int
+	nodePuts int
+}
+
+func (d *stallingDB) reset(allowTx int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.allowTx, d.txCalls, d.jobPuts, d.nodePuts = allowTx, 0, 0, 0
+}
+
+func (d *stallingDB) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, opts ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
+	d.mu.Lock()
+	d.txCalls++
+	stall := d.allowTx >= 0 && d.txCalls > d.allowTx
+	d.mu.Unlock()
+	if stall {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	out, err := d.Client.TransactWriteItems(ctx, in, opts...)
+	if err == nil {
+		d.mu.Lock()
+		for _, it := range in.TransactItems {
+			if it.Put != nil && strings.HasPrefix(it.Put.Item["pk"].(*types.AttributeValueMemberS).Value, "JOB#") {
+				d.jobPuts++
+			}
+		}
+		d.mu.Unlock()
+	}
+	return out, err
+}
+
+func (d *stallingDB) BatchWriteItem(ctx context.Context, in *dynamodb.BatchWriteItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.BatchWriteItemOutput, error) {
+	out, err := d.Client.BatchWriteItem(ctx, in, opts...)
+	if err == nil {
+		d.mu.Lock()
+		for _, reqs := range in.RequestItems {
+			d.nodePuts += len(reqs)
+		}
+		d.mu.Unlock()
+	}
+	return out, err
+}
+
+// A Resume that runs out of its invocation's time (a stream function
+// under load) stops before the deadline with ErrCreationUnfinished and
+// gives its lease back, so the retry starts at once; the retry writes
+// only what does not exist yet, so every try gets further, and each job
+// is created once.
+func TestResumeOutOfTimeGoesOnFromWhatExists(t *testing.T) {
+	t.Parallel()
+	st0, _ := testenv.Table(t)
+	db := &stallingDB{Client: testenv.DynamoDB(), allowTx: -1}
+	st := store.New(db, st0.Table())
+	svc := lifecycle.New(st, lifecycle.Config{})
+	eng := workflow.New(st, workflow.Config{Jobs: svc, AsyncItems: 50})
+	svc.SetWorkflows(eng)
+	id := uuid.Must(uuid.NewV7()).String()
+	const n = 300
+	if v, err := eng.Create(context.Background(), []byte(asyncBody(id, "slowq", n))); err != nil || !workflow.Creating(v) {
+		t.Fatalf("create: %v", err)
+	}
+
+	// The first writer writes the nodes and one transaction of jobs, then
+	// its next transaction hangs until the invocation's time runs out.
+	db.reset(1)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+	err := eng.Resume(ctx, id)
+	cancel()
+	if !errors.Is(err, store.ErrCreationUnfinished) {
+		t.Fatalf("resume out of time: %v, want ErrCreationUnfinished", err)
+	}
+	first := db.jobPuts
+	if first == 0 || first >= n || db.nodePuts == 0 {
+		t.Fatalf("first writer: %d job puts, %d node puts", first, db.nodePuts)
+	}
+	root, err := st.GetNode(context.Background(), id, store.RootPath)
+	if err != nil || len(root.CDef) == 0 || root.Creating || root.CreateTries != 1 {
+		t.Fatalf("root after the first writer: %+v %v", root, err)
+	}
+	if c, _ := viewMap(t, must(eng.Get(context.Background(), id)))["x_creating"].(map[string]any); c == nil {
+		t.Fatal("GET no longer shows the unfinished creation")
+	}
+
+	// The retry comes at once (the lease was given back) and writes only
+	// the rest.
+	db.reset(-1)
+	if err := eng.Resume(context.Background(), id); err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	if db.nodePuts != 0 || db.jobPuts != n-first {
+		t.Fatalf("retry wrote %d nodes and %d jobs, want 0 and %d", db.nodePuts, db.jobPuts, n-first)
+	}
+	root, err = st.GetNode(context.Background(), id, store.RootPath)
+	if err != nil || len(root.CDef) != 0 || root.CreateTries != 0 || root.State != wfstate.Running {
+		t.Fatalf("root after the retry: %+v %v", root, err)
+	}
+	jobs := fetchAll(t, svc, "slowq")
+	seen := map[string]bool{}
+	for _, j := range jobs {
+		seen[j.ID] = true
+	}
+	if len(jobs) != n || len(seen) != n {
+		t.Fatalf("%d jobs (%d distinct), want %d", len(jobs), len(seen), n)
+	}
+}

@@ -260,7 +260,10 @@ func (e *Engine) repair(ctx context.Context, id string, now time.Time) error {
 		// (Resume); if that failed, this does.
 		if created, err := time.Parse(time.RFC3339Nano, root.CreatedAt); err == nil && now.Sub(created) > creatingGrace {
 			e.log.WarnContext(ctx, "finishing a workflow whose asynchronous creation did not", "workflow_id", id)
-			return e.Resume(ctx, id)
+			if err := e.Resume(ctx, id); !errors.Is(err, store.ErrCreationUnfinished) {
+				return err
+			}
+			return nil // the next check goes on from what exists
 		}
 		return nil
 	}
