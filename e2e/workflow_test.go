@@ -311,9 +311,11 @@ func TestLargeWorkflowIsCreatedAsynchronously(t *testing.T) {
 	if num(st["available"]) != n {
 		t.Fatalf("queue stats after creation: %v", st)
 	}
+	began = time.Now()
 	if c := do(t, http.MethodDelete, "/ojs/v1/workflows/"+id, nil); c.Status != http.StatusOK {
 		t.Fatalf("cancel: %d %s", c.Status, c.Raw)
 	}
+	t.Logf("cancelled in %v", time.Since(began))
 	if f := do(t, http.MethodPost, "/ojs/v1/workers/fetch", map[string]any{"queues": []string{q}}); len(f.Body["jobs"].([]any)) != 0 {
 		t.Fatalf("a job of the cancelled workflow was fetched: %s", f.Raw)
 	}

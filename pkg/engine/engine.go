@@ -12,6 +12,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -151,11 +152,15 @@ func (e *Engine) Process(ctx context.Context, changes []Change) (int, error) {
 	if e.Workflows == nil {
 		return -1, nil
 	}
-	// Workflows accepted with 202: their creation is finished here, from
-	// the root's insert record (a retried batch resumes it).
+	// Workflows accepted with 202: their creation is written here a slice
+	// at a time, from each change of the root that leaves it holding the
+	// definition and no writer's lease (its insert, then each slice giving
+	// the lease back), so the other records of the shard wait one slice at
+	// most. A slice that could not give its lease back leaves the rest to
+	// the sweeper once the lease ends.
 	for _, c := range changes {
-		if c.OldNode == nil && c.NewNode != nil && c.NewNode.Path == store.RootPath && len(c.NewNode.CDef) > 0 {
-			if err := e.Workflows.Resume(ctx, c.NewNode.WorkflowID); err != nil {
+		if n := c.NewNode; n != nil && n.Path == store.RootPath && len(n.CDef) > 0 && n.CreateLease == 0 {
+			if err := e.Workflows.Resume(ctx, n.WorkflowID); err != nil && !errors.Is(err, store.ErrCreationUnfinished) {
 				return 0, err
 			}
 		}

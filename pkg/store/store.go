@@ -193,10 +193,9 @@ func (s *Store) Apply(ctx context.Context, t Transition) (*job.Job, error) {
 	if err := t.validate(); err != nil {
 		return nil, err
 	}
-	cond := t.condition().And(expression.AttributeExists(expression.Name(attrPK)))
-	expr, err := expression.NewBuilder().WithUpdate(t.update).WithCondition(cond).Build()
+	expr, err := t.build()
 	if err != nil {
-		return nil, fmt.Errorf("build transition %s of job %s: %w", t.To, t.ID, err)
+		return nil, err
 	}
 	if t.due != "" {
 		s.due.wrote(t.due, t.dueAt) // before the write: reading early is harmless
@@ -223,6 +222,110 @@ func (s *Store) Apply(ctx context.Context, t Transition) (*job.Job, error) {
 		return nil, fmt.Errorf("apply %s to job %s: %w", t.To, t.ID, err)
 	}
 	return decodeJob(out.Attributes)
+}
+
+// build is the transition's update and condition (the job must exist).
+func (t Transition) build() (expression.Expression, error) {
+	cond := t.condition().And(expression.AttributeExists(expression.Name(attrPK)))
+	expr, err := expression.NewBuilder().WithUpdate(t.update).WithCondition(cond).Build()
+	if err != nil {
+		return expr, fmt.Errorf("build transition %s of job %s: %w", t.To, t.ID, err)
+	}
+	return expr, nil
+}
+
+// ApplyAll applies transitions of distinct jobs as Apply would, up to 100
+// in one transaction, four transactions at once: one request where Apply
+// makes a hundred (a large workflow's cancel). It answers per transition:
+// nil, a *ConflictError (the job had moved on) or ErrNotFound. The jobs
+// whose condition failed are left out and the rest tried again; a
+// transaction cancelled for another reason (a request writing one of its
+// jobs at the same moment) is applied one by one instead.
+func (s *Store) ApplyAll(ctx context.Context, ts []Transition) ([]error, error) {
+	errs := make([]error, len(ts))
+	chunks := (len(ts) + maxTransactItems - 1) / maxTransactItems
+	err := parallel(ctx, chunks, 4, func(ctx context.Context, c int) error {
+		lo := c * maxTransactItems
+		pending := make([]int, 0, maxTransactItems)
+		for i := lo; i < min(lo+maxTransactItems, len(ts)); i++ {
+			pending = append(pending, i)
+		}
+		return s.applyChunk(ctx, ts, pending, errs)
+	})
+	return errs, err
+}
+
+// maxTransactItems is the most items one DynamoDB transaction holds.
+const maxTransactItems = 100
+
+// applyChunk applies ts[pending] in one transaction, again without the
+// jobs whose condition failed (at most three tries), then one by one.
+func (s *Store) applyChunk(ctx context.Context, ts []Transition, pending []int, errs []error) error {
+	for tries := 0; len(pending) > 0 && tries < 3; tries++ {
+		tx := make([]types.TransactWriteItem, 0, len(pending))
+		for _, i := range pending {
+			if err := ts[i].validate(); err != nil {
+				return err
+			}
+			expr, err := ts[i].build()
+			if err != nil {
+				return err
+			}
+			if ts[i].due != "" {
+				s.due.wrote(ts[i].due, ts[i].dueAt)
+			}
+			tx = append(tx, types.TransactWriteItem{Update: &types.Update{TableName: &s.table, Key: jobKey(ts[i].ID),
+				UpdateExpression: expr.Update(), ConditionExpression: expr.Condition(),
+				ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}})
+		}
+		_, err := s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: tx})
+		if err == nil {
+			return nil
+		}
+		var tce *types.TransactionCanceledException
+		if !errors.As(err, &tce) || len(tce.CancellationReasons) != len(pending) {
+			return fmt.Errorf("apply %d transitions: %w", len(pending), err)
+		}
+		var next []int
+		conditionsOnly := true
+		for k, r := range tce.CancellationReasons {
+			i := pending[k]
+			switch aws.ToString(r.Code) {
+			case "ConditionalCheckFailed":
+				if len(r.Item) == 0 {
+					errs[i] = ErrNotFound
+					continue
+				}
+				cur, err := decodeJob(r.Item)
+				if err != nil {
+					return err
+				}
+				errs[i] = &ConflictError{Current: cur, Tried: ts[i]}
+			case "None", "":
+				next = append(next, i)
+			default: // TransactionConflict and the like
+				conditionsOnly = false
+				next = append(next, i)
+			}
+		}
+		pending = next
+		if !conditionsOnly {
+			break
+		}
+	}
+	for _, i := range pending {
+		if errs[i] != nil {
+			continue
+		}
+		_, err := s.Apply(ctx, ts[i])
+		var ce *ConflictError
+		if err != nil && !errors.As(err, &ce) && !errors.Is(err, ErrNotFound) {
+			return err
+		}
+		errs[i] = err
+	}
+	return nil
 }
 
 func (s *Store) queryJobs(ctx context.Context, in *dynamodb.QueryInput) ([]Item, map[string]types.AttributeValue, error) {

@@ -236,3 +236,57 @@ func jsonList(v []string) string {
 	}
 	return out + "]"
 }
+
+// ApplyAll cancels 250 jobs in transactions of 100: the jobs that moved
+// on (claimed) answer a ConflictError with their state and stay as they
+// are, a missing job answers ErrNotFound, every other job is cancelled;
+// a transaction that lost a job to its condition is tried again without it.
+func TestApplyAllAnswersPerJob(t *testing.T) {
+	t.Parallel()
+	s, _ := testenv.Table(t)
+	ctx := context.Background()
+	const n = 250
+	jobs := make([]*job.Job, n)
+	for i := range jobs {
+		jobs[i] = newJob(t, `{"type":"a.b","args":[],"options":{"queue":"applyall"}}`, t0)
+	}
+	for lo := 0; lo < n; lo += 25 {
+		if err := s.Create(ctx, jobs[lo:lo+25], time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	claimed := map[int]bool{3: true, 150: true, 151: true, 249: true}
+	for i := range claimed {
+		if _, err := s.Apply(ctx, store.Claim(jobs[i].ID, store.ClaimOpts{Queue: "applyall", Now: t0, LeaseUntil: t0.Add(time.Minute)})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var ts []store.Transition
+	for _, j := range jobs {
+		ts = append(ts, store.Cancel(j.ID, t0, job.Available))
+	}
+	missing := uuid.Must(uuid.NewV7()).String()
+	ts = append(ts, store.Cancel(missing, t0, job.Available))
+	errs, err := s.ApplyAll(ctx, ts)
+	if err != nil || len(errs) != n+1 {
+		t.Fatalf("ApplyAll: %d answers, %v", len(errs), err)
+	}
+	for i, j := range jobs {
+		got, gerr := s.Get(ctx, j.ID)
+		if gerr != nil {
+			t.Fatal(gerr)
+		}
+		var ce *store.ConflictError
+		switch {
+		case claimed[i]:
+			if !errors.As(errs[i], &ce) || ce.Current.State != job.Active || got.State != job.Active {
+				t.Fatalf("claimed job %d: answer %v, state %s", i, errs[i], got.State)
+			}
+		case errs[i] != nil || got.State != job.Cancelled:
+			t.Fatalf("job %d: answer %v, state %s", i, errs[i], got.State)
+		}
+	}
+	if !errors.Is(errs[n], store.ErrNotFound) {
+		t.Fatalf("missing job: %v", errs[n])
+	}
+}

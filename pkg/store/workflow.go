@@ -127,7 +127,11 @@ type Node struct {
 	CreateItems int    `dynamodbav:"citems,omitempty"`
 	// CreateTries counts the writers that took the creation's lease
 	// (ResumeWorkflow): past the first, a writer skips what exists.
-	CreateTries int    `dynamodbav:"ctries,omitempty"`
+	CreateTries int `dynamodbav:"ctries,omitempty"`
+	// CreateLease (Unix ms) is set while a writer holds the creation; the
+	// stream function runs the next slice of a creation from the root's
+	// change that gives it back.
+	CreateLease int64  `dynamodbav:"clease,omitempty"`
 	CreatedAt   string `dynamodbav:"created_at,omitempty"`
 	StartedAt   string `dynamodbav:"started_at,omitempty"`
 	CompletedAt string `dynamodbav:"completed_at,omitempty"`
@@ -467,11 +471,15 @@ func (s *Store) BeginWorkflow(ctx context.Context, root Node, def []byte, items 
 // creation: that writer finishes it, or the sweeper once the lease ends.
 var ErrCreationBusy = errors.New("another writer is creating the workflow")
 
-// ErrCreationUnfinished is ResumeWorkflow running out of its caller's
-// time (the context's deadline, less a margin) with part of the creation
-// written. It gave its lease back; running it again continues from what
-// exists.
-var ErrCreationUnfinished = errors.New("workflow creation not finished within the invocation's time")
+// ErrCreationUnfinished is ResumeWorkflow stopping with part of the
+// creation written: its slice of writing time ended, or its caller's time
+// (the context's deadline, less a margin) ran out. It gave its lease back
+// (a change of the root, so the stream function runs the next slice);
+// running it again continues from what exists.
+var ErrCreationUnfinished = errors.New("workflow creation not finished in this slice")
+
+// errSliceOver ends a ResumeWorkflow's writing once its slice is used.
+var errSliceOver = errors.New("creation slice over")
 
 // CreationLease is the longest a ResumeWorkflow holds a creation. A
 // caller with a deadline (a Lambda invocation) holds it only until that
@@ -497,10 +505,12 @@ func resumeMargin(left time.Duration) time.Duration { return min(5*time.Second, 
 // time: it first takes a lease on the root (ErrCreationBusy while
 // another's runs), since a second writer's unconditional node writes could
 // otherwise land after the first had started the jobs, over their
-// progress. It works until shortly before ctx's deadline and gives the
-// lease back when it fails or stops there (ErrCreationUnfinished). A
-// workflow whose creation is finished changes nothing.
-func (s *Store) ResumeWorkflow(ctx context.Context, w NewWorkflow, now time.Time) error {
+// progress. It writes for at most slice (0: no limit; the clock starts at
+// its first write, after it read what exists, so every slice gets
+// further) and never past shortly before ctx's deadline, and gives the
+// lease back when it fails or stops (ErrCreationUnfinished). A workflow
+// whose creation is finished changes nothing.
+func (s *Store) ResumeWorkflow(ctx context.Context, w NewWorkflow, now time.Time, slice time.Duration) error {
 	want, items, err := workflowItems(w)
 	if err != nil {
 		return err
@@ -537,12 +547,25 @@ func (s *Store) ResumeWorkflow(ctx context.Context, w NewWorkflow, now time.Time
 	if err := attributevalue.UnmarshalMap(out.Attributes, &root); err != nil {
 		return err
 	}
-	if err := s.resume(work, w, root.Node, items); err != nil {
+	wctx, stop := context.WithCancelCause(work)
+	defer stop(nil)
+	var timer *time.Timer
+	startSlice := func() {
+		if slice > 0 && timer == nil {
+			timer = time.AfterFunc(slice, func() { stop(errSliceOver) })
+		}
+	}
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	if err := s.resume(wctx, startSlice, w, root.Node, items); err != nil {
 		// Give the lease back so a retry need not wait for it to end.
 		_, _ = s.db.UpdateItem(context.WithoutCancel(ctx), &dynamodb.UpdateItemInput{TableName: &s.table, Key: wfKey(wfID, nodeSK(RootPath)),
 			UpdateExpression: aws.String("REMOVE clease"), ConditionExpression: aws.String("clease = :until"),
 			ExpressionAttributeValues: map[string]types.AttributeValue{":until": &types.AttributeValueMemberN{Value: strconv.FormatInt(until, 10)}}})
-		if work.Err() != nil && ctx.Err() == nil {
+		if (work.Err() != nil || errors.Is(context.Cause(wctx), errSliceOver)) && ctx.Err() == nil {
 			return fmt.Errorf("create workflow %s: %w (%v)", wfID, ErrCreationUnfinished, err)
 		}
 		return err
@@ -550,7 +573,9 @@ func (s *Store) ResumeWorkflow(ctx context.Context, w NewWorkflow, now time.Time
 	return nil
 }
 
-func (s *Store) resume(ctx context.Context, w NewWorkflow, root Node, items []map[string]types.AttributeValue) error {
+// resume writes what ResumeWorkflow writes; startSlice starts the slice's
+// clock (at the first write).
+func (s *Store) resume(ctx context.Context, startSlice func(), w NewWorkflow, root Node, items []map[string]types.AttributeValue) error {
 	again := root.CreateTries > 1 // an earlier writer may have written part of it
 	if root.Creating {
 		if again {
@@ -564,6 +589,7 @@ func (s *Store) resume(ctx context.Context, w NewWorkflow, root Node, items []ma
 			}
 			items = slices.DeleteFunc(slices.Clone(items), func(it map[string]types.AttributeValue) bool { return have[itemKey(it)] })
 		}
+		startSlice()
 		if err := s.batchPut(ctx, items); err != nil {
 			return fmt.Errorf("create workflow %s: %w", root.WorkflowID, err)
 		}
@@ -583,6 +609,7 @@ func (s *Store) resume(ctx context.Context, w NewWorkflow, root Node, items []ma
 		}
 		jobs = slices.DeleteFunc(slices.Clone(jobs), func(j *job.Job) bool { return have[itemKey(jobKey(j.ID))] })
 	}
+	startSlice()
 	err := s.Advance(ctx, Advance{WorkflowID: root.WorkflowID, Jobs: jobs, RedeliverAfter: w.RedeliverAfter})
 	if err != nil && !errors.Is(err, ErrWorkflowNotRunning) {
 		return err

@@ -54,9 +54,12 @@ func (e *Engine) begin(ctx context.Context, raw []byte, b *built) (*View, error)
 // asynchronously (its root holds the definition); for any other workflow
 // it does nothing. It is idempotent; beside another Resume of the same
 // workflow it leaves the work to whichever took the creation's lease
-// first (store.ResumeWorkflow). Near ctx's deadline it stops and returns
-// an error wrapping store.ErrCreationUnfinished: running it again goes on
-// from what exists.
+// first (store.ResumeWorkflow). It writes for one slice
+// (Config.CreationSlice) and never past shortly before ctx's deadline;
+// stopped there it returns an error wrapping store.ErrCreationUnfinished,
+// having given the lease back: that change of the root is a stream record
+// on which the stream function runs the next slice, and running it again
+// goes on from what exists.
 func (e *Engine) Resume(ctx context.Context, wfID string) error {
 	root, err := e.st.GetNode(ctx, wfID, store.RootPath)
 	if errors.Is(err, store.ErrNotFound) {
@@ -85,16 +88,17 @@ func (e *Engine) Resume(ctx context.Context, wfID string) error {
 		return fmt.Errorf("workflow %s: %w", wfID, err)
 	}
 	began := time.Now()
-	err = e.st.ResumeWorkflow(ctx, store.NewWorkflow{Nodes: b.nodes, Shards: b.shards, Jobs: b.jobs, RedeliverAfter: e.redel}, e.now())
+	err = e.st.ResumeWorkflow(ctx, store.NewWorkflow{Nodes: b.nodes, Shards: b.shards, Jobs: b.jobs, RedeliverAfter: e.redel}, e.now(), e.slice)
 	if errors.Is(err, store.ErrCreationBusy) {
 		// Another writer holds it; the sweeper resumes it if that one died.
 		e.log.InfoContext(ctx, "workflow creation already being written elsewhere", "workflow_id", wfID)
 		return nil
 	}
 	if errors.Is(err, store.ErrCreationUnfinished) {
-		// Out of this invocation's time: the lease is given back and the
-		// retry (stream) or the next sweep continues from what exists.
-		e.log.WarnContext(ctx, "workflow creation continues in another invocation", "workflow_id", wfID,
+		// Its slice is over: the lease is given back and the next slice
+		// (the stream function, from that change of the root, or the next
+		// sweep) continues from what exists.
+		e.log.InfoContext(ctx, "workflow creation continues in its next slice", "workflow_id", wfID,
 			"took_ms", time.Since(began).Milliseconds())
 		return err
 	}

@@ -69,7 +69,7 @@ func TestAsyncCreationAnswersAtOnceAndResumeFinishesIt(t *testing.T) {
 	t.Parallel()
 	st, _ := testenv.Table(t)
 	svc := lifecycle.New(st, lifecycle.Config{})
-	eng := workflow.New(st, workflow.Config{Jobs: svc, AsyncItems: 50})
+	eng := workflow.New(st, workflow.Config{Jobs: svc, AsyncItems: 50, CreationSlice: time.Minute}) // one slice: slices have their own test
 	svc.SetWorkflows(eng)
 	ctx := context.Background()
 	id := uuid.Must(uuid.NewV7()).String()
@@ -200,7 +200,7 @@ func TestRepairFinishesAnAsyncCreationWhoseWriterDied(t *testing.T) {
 	table := st.Table()
 	clk := testenv.NewClock(time.Now().UTC())
 	svc := lifecycle.New(st, lifecycle.Config{Now: clk.Now})
-	eng := workflow.New(st, workflow.Config{Now: clk.Now, Jobs: svc, AsyncItems: 50})
+	eng := workflow.New(st, workflow.Config{Now: clk.Now, Jobs: svc, AsyncItems: 50, CreationSlice: time.Minute})
 	ctx := context.Background()
 	db := testenv.DynamoDB()
 	for k, stage := range []string{"nodes", "jobs"} {
@@ -303,9 +303,11 @@ func must(v *workflow.View, err error) *workflow.View {
 
 // stallingDB is DynamoDB whose TransactWriteItems calls past the first
 // allowTx block until their context ends (a writer running out of its
-// invocation's time); it counts the job puts and node writes that land.
+// invocation's time); every batch write and transaction takes at least
+// delay (a slow table); it counts the job puts and node writes that land.
 type stallingDB struct {
 	*dynamodb.Client
+	delay    time.Duration
 	mu       sync.Mutex
 	allowTx  int // -1: never stall
 	txCalls  int
@@ -328,6 +330,9 @@ func (d *stallingDB) TransactWriteItems(ctx context.Context, in *dynamodb.Transa
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}
+	if err := d.slow(ctx); err != nil {
+		return nil, err
+	}
 	out, err := d.Client.TransactWriteItems(ctx, in, opts...)
 	if err == nil {
 		d.mu.Lock()
@@ -342,6 +347,9 @@ func (d *stallingDB) TransactWriteItems(ctx context.Context, in *dynamodb.Transa
 }
 
 func (d *stallingDB) BatchWriteItem(ctx context.Context, in *dynamodb.BatchWriteItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.BatchWriteItemOutput, error) {
+	if err := d.slow(ctx); err != nil {
+		return nil, err
+	}
 	out, err := d.Client.BatchWriteItem(ctx, in, opts...)
 	if err == nil {
 		d.mu.Lock()
@@ -364,7 +372,7 @@ func TestResumeOutOfTimeGoesOnFromWhatExists(t *testing.T) {
 	db := &stallingDB{Client: testenv.DynamoDB(), allowTx: -1}
 	st := store.New(db, st0.Table())
 	svc := lifecycle.New(st, lifecycle.Config{})
-	eng := workflow.New(st, workflow.Config{Jobs: svc, AsyncItems: 50})
+	eng := workflow.New(st, workflow.Config{Jobs: svc, AsyncItems: 50, CreationSlice: time.Minute})
 	svc.SetWorkflows(eng)
 	id := uuid.Must(uuid.NewV7()).String()
 	const n = 300
@@ -375,7 +383,7 @@ func TestResumeOutOfTimeGoesOnFromWhatExists(t *testing.T) {
 	// The first writer writes the nodes and one transaction of jobs, then
 	// its next transaction hangs until the invocation's time runs out.
 	db.reset(1)
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Second) // room for the nodes on a busy machine
 	err := eng.Resume(ctx, id)
 	cancel()
 	if !errors.Is(err, store.ErrCreationUnfinished) {
@@ -414,4 +422,78 @@ func TestResumeOutOfTimeGoesOnFromWhatExists(t *testing.T) {
 	if len(jobs) != n || len(seen) != n {
 		t.Fatalf("%d jobs (%d distinct), want %d", len(jobs), len(seen), n)
 	}
+}
+
+func (d *stallingDB) slow(ctx context.Context) error {
+	if d.delay <= 0 {
+		return nil
+	}
+	select {
+	case <-time.After(d.delay):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// On a slow table a creation takes several slices (CreationSlice): each
+// Resume writes for its slice, stops with ErrCreationUnfinished and leaves
+// the root holding the definition and no lease (the change the stream
+// function runs the next slice from); GET shows x_creating throughout;
+// the slices together write every job once, and the last one ends the
+// creation.
+func TestCreationIsWrittenOneSliceAtATime(t *testing.T) {
+	t.Parallel()
+	st0, _ := testenv.Table(t)
+	db := &stallingDB{Client: testenv.DynamoDB(), allowTx: -1, delay: 40 * time.Millisecond}
+	st := store.New(db, st0.Table())
+	svc := lifecycle.New(st, lifecycle.Config{})
+	eng := workflow.New(st, workflow.Config{Jobs: svc, AsyncItems: 50, CreationSlice: 60 * time.Millisecond})
+	svc.SetWorkflows(eng)
+	id := uuid.Must(uuid.NewV7()).String()
+	const n = 400
+	if v, err := eng.Create(context.Background(), []byte(asyncBody(id, "sliceq", n))); err != nil || !workflow.Creating(v) {
+		t.Fatalf("create: %v", err)
+	}
+	slices := 0
+	for {
+		slices++
+		if slices > 100 {
+			t.Fatal("no end after 100 slices")
+		}
+		began := time.Now()
+		err := eng.Resume(context.Background(), id)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, store.ErrCreationUnfinished) {
+			t.Fatalf("slice %d: %v", slices, err)
+		}
+		if took := time.Since(began); took > 10*time.Second {
+			t.Fatalf("slice %d took %v", slices, took)
+		}
+		root, err := st.GetNode(context.Background(), id, store.RootPath)
+		if err != nil || len(root.CDef) == 0 || root.CreateLease != 0 || root.CreateTries != slices {
+			t.Fatalf("root after slice %d: lease %d, tries %d, definition %d bytes, %v", slices, root.CreateLease, root.CreateTries, len(root.CDef), err)
+		}
+		if c, _ := viewMap(t, must(eng.Get(context.Background(), id)))["x_creating"].(map[string]any); c == nil {
+			t.Fatalf("GET after slice %d no longer shows the unfinished creation", slices)
+		}
+	}
+	if slices < 3 {
+		t.Fatalf("created in %d slices; a slow table should take several", slices)
+	}
+	root, err := st.GetNode(context.Background(), id, store.RootPath)
+	if err != nil || len(root.CDef) != 0 || root.CreateLease != 0 || root.CreateTries != 0 || root.State != wfstate.Running {
+		t.Fatalf("root after the last slice: %+v %v", root, err)
+	}
+	jobs := fetchAll(t, svc, "sliceq")
+	seen := map[string]bool{}
+	for _, j := range jobs {
+		seen[j.ID] = true
+	}
+	if len(jobs) != n || len(seen) != n {
+		t.Fatalf("%d jobs (%d distinct), want %d", len(jobs), len(seen), n)
+	}
+	t.Logf("created in %d slices", slices)
 }

@@ -7,14 +7,12 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
-	"golang.org/x/sync/errgroup"
 )
 
 // Workflow control beyond OJS 1.0 (docs/workflows.md, "Control"):
@@ -131,29 +129,24 @@ func (e *Engine) cancelJobs(ctx context.Context, ids []string, now time.Time) (i
 	if err != nil {
 		return 0, err
 	}
-	var cancelled atomic.Int64
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(16)
+	var ts []store.Transition
 	for _, j := range jobs {
 		switch j.State {
 		case job.Scheduled, job.Available, job.Pending, job.Retryable:
-		default:
-			continue
+			ts = append(ts, store.Cancel(j.ID, now, j.State))
 		}
-		g.Go(func() error {
-			if _, err := e.st.Apply(gctx, store.Cancel(j.ID, now, j.State)); err != nil {
-				var ce *store.ConflictError
-				if !errors.As(err, &ce) {
-					return err
-				}
-				return nil
-			}
-			cancelled.Add(1)
-			return nil
-		})
 	}
-	err = g.Wait()
-	return int(cancelled.Load()), err
+	// A hundred jobs a request: a large workflow's cancel ends within the
+	// API's time. A job that moved on meanwhile (a worker claimed it) is
+	// left as it is.
+	errs, err := e.st.ApplyAll(ctx, ts)
+	cancelled := 0
+	for _, err := range errs {
+		if err == nil {
+			cancelled++
+		}
+	}
+	return cancelled, err
 }
 
 // afterFailure runs once a workflow failed: the compensations of its

@@ -22,7 +22,7 @@ import (
 type Store interface {
 	CreateWorkflow(ctx context.Context, w store.NewWorkflow) error
 	BeginWorkflow(ctx context.Context, root store.Node, def []byte, items int) error
-	ResumeWorkflow(ctx context.Context, w store.NewWorkflow, now time.Time) error
+	ResumeWorkflow(ctx context.Context, w store.NewWorkflow, now time.Time, slice time.Duration) error
 	DeleteWorkflow(ctx context.Context, wfID string) (bool, error)
 	GetNode(ctx context.Context, wfID, path string) (*store.Node, error)
 	GetShard(ctx context.Context, wfID, path, key string) (*store.Shard, error)
@@ -39,6 +39,7 @@ type Store interface {
 	ForgetInShard(ctx context.Context, wfID, path, key string, idx []int) error
 	PostponeWorkflowCheck(ctx context.Context, wfID string, due, next time.Time) error
 	Apply(ctx context.Context, t store.Transition) (*job.Job, error)
+	ApplyAll(ctx context.Context, ts []store.Transition) ([]error, error)
 }
 
 var _ Store = (*store.Store)(nil)
@@ -68,7 +69,16 @@ type Config struct {
 	// AsyncItems is the size (nodes, counter shards and first jobs) past
 	// which a workflow is created asynchronously (see Create). 0: never.
 	AsyncItems int
+	// CreationSlice is how long one Resume writes an asynchronously
+	// created workflow before it hands the rest to the next (default
+	// DefaultCreationSlice).
+	CreationSlice time.Duration
 }
+
+// DefaultCreationSlice bounds how long one stream invocation spends on a
+// large workflow's creation, so the other records of its shard (push
+// relays, advancement) wait at most that long behind it.
+const DefaultCreationSlice = 5 * time.Second
 
 // DefaultAsyncItems is the AsyncItems the functions use unless
 // OJS_ASYNC_CREATE_ITEMS says otherwise: a group of about 2,000 jobs. At
@@ -84,6 +94,7 @@ type Engine struct {
 	push  map[string]bool
 	redel time.Duration
 	async int
+	slice time.Duration
 	now   func() time.Time
 	log   *slog.Logger
 	// shapes caches what never changes of the nodes events are derived
@@ -93,12 +104,15 @@ type Engine struct {
 
 // New returns an engine on st.
 func New(st Store, c Config) *Engine {
-	e := &Engine{st: st, admit: c.Jobs, push: map[string]bool{}, redel: c.RedeliverAfter, async: c.AsyncItems, now: c.Now, log: c.Logger, shapes: &shapeCache{}}
+	e := &Engine{st: st, admit: c.Jobs, push: map[string]bool{}, redel: c.RedeliverAfter, async: c.AsyncItems, slice: c.CreationSlice, now: c.Now, log: c.Logger, shapes: &shapeCache{}}
 	for _, q := range c.PushQueues {
 		e.push[q] = true
 	}
 	if e.redel <= 0 {
 		e.redel = 5 * time.Minute
+	}
+	if e.slice <= 0 {
+		e.slice = DefaultCreationSlice
 	}
 	if e.now == nil {
 		e.now = time.Now
