@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -481,6 +482,20 @@ var ErrCreationUnfinished = errors.New("workflow creation not finished in this s
 // errSliceOver ends a ResumeWorkflow's writing once its slice is used.
 var errSliceOver = errors.New("creation slice over")
 
+// sliceKey carries, in a ResumeWorkflow's context, whether its slice is
+// over (a func() bool). Writers check it between requests, never during
+// one: a request once started lands, and each phase makes its first
+// request whatever the time, so every slice gets further than the last.
+type sliceKey struct{}
+
+// sliceOver is errSliceOver once ctx's slice is over.
+func sliceOver(ctx context.Context) error {
+	if over, _ := ctx.Value(sliceKey{}).(func() bool); over != nil && over() {
+		return errSliceOver
+	}
+	return nil
+}
+
 // CreationLease is the longest a ResumeWorkflow holds a creation. A
 // caller with a deadline (a Lambda invocation) holds it only until that
 // deadline and a little more, so a writer the runtime killed at its
@@ -547,25 +562,22 @@ func (s *Store) ResumeWorkflow(ctx context.Context, w NewWorkflow, now time.Time
 	if err := attributevalue.UnmarshalMap(out.Attributes, &root); err != nil {
 		return err
 	}
-	wctx, stop := context.WithCancelCause(work)
-	defer stop(nil)
-	var timer *time.Timer
+	var end atomic.Int64 // Unix ns; 0 until the first write
 	startSlice := func() {
-		if slice > 0 && timer == nil {
-			timer = time.AfterFunc(slice, func() { stop(errSliceOver) })
+		if slice > 0 {
+			end.CompareAndSwap(0, time.Now().Add(slice).UnixNano())
 		}
 	}
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
+	wctx := context.WithValue(work, sliceKey{}, func() bool {
+		e := end.Load()
+		return e != 0 && time.Now().UnixNano() > e
+	})
 	if err := s.resume(wctx, startSlice, w, root.Node, items); err != nil {
 		// Give the lease back so a retry need not wait for it to end.
 		_, _ = s.db.UpdateItem(context.WithoutCancel(ctx), &dynamodb.UpdateItemInput{TableName: &s.table, Key: wfKey(wfID, nodeSK(RootPath)),
 			UpdateExpression: aws.String("REMOVE clease"), ConditionExpression: aws.String("clease = :until"),
 			ExpressionAttributeValues: map[string]types.AttributeValue{":until": &types.AttributeValueMemberN{Value: strconv.FormatInt(until, 10)}}})
-		if (work.Err() != nil || errors.Is(context.Cause(wctx), errSliceOver)) && ctx.Err() == nil {
+		if (work.Err() != nil || errors.Is(err, errSliceOver)) && ctx.Err() == nil {
 			return fmt.Errorf("create workflow %s: %w (%v)", wfID, ErrCreationUnfinished, err)
 		}
 		return err
@@ -836,8 +848,19 @@ func parallel(ctx context.Context, n, conc int, f func(context.Context, int) err
 	var mu sync.Mutex
 	var first error
 	for i := 0; i < n; i++ {
-		wg.Add(1)
 		sem <- struct{}{}
+		if i > 0 {
+			if err := sliceOver(ctx); err != nil {
+				<-sem
+				mu.Lock()
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
+				break
+			}
+		}
+		wg.Add(1)
 		go func(i int) {
 			defer func() { <-sem; wg.Done() }()
 			if err := f(ctx, i); err != nil {
@@ -1450,6 +1473,9 @@ func (s *Store) Advance(ctx context.Context, a Advance) error {
 	for _, c := range chunks {
 		if err := s.advanceTx(ctx, a, c, nil, nil); err != nil {
 			return err
+		}
+		if err := sliceOver(ctx); err != nil {
+			return err // a creation's slice is over: the next goes on
 		}
 	}
 	return s.advanceTx(ctx, a, a.Jobs[tail:], a.Nodes, a.NewNodes)

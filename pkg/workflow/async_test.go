@@ -436,7 +436,8 @@ func (d *stallingDB) slow(ctx context.Context) error {
 	}
 }
 
-// On a slow table a creation takes several slices (CreationSlice): each
+// On a slow table a creation takes several slices (CreationSlice, here
+// barely more than one request, which a slice always makes): each
 // Resume writes for its slice, stops with ErrCreationUnfinished and leaves
 // the root holding the definition and no lease (the change the stream
 // function runs the next slice from); GET shows x_creating throughout;
