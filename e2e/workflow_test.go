@@ -284,7 +284,7 @@ func TestLargeWorkflowIsCreatedAsynchronously(t *testing.T) {
 		t.Fatalf("create: %d %s", r.Status, r.Raw)
 	}
 	id := wf["id"].(string)
-	deadline := time.Now().Add(3 * time.Minute)
+	deadline := time.Now().Add(5 * time.Minute) // a loaded machine (CI) is slow; the time is not what this asserts
 	var got map[string]any
 	for {
 		g := do(t, http.MethodGet, "/ojs/v1/workflows/"+id, nil)
@@ -299,7 +299,7 @@ func TestLargeWorkflowIsCreatedAsynchronously(t *testing.T) {
 			t.Fatalf("state %v while creating", s)
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("still being created after 3 minutes: %v", got["x_creating"])
+			t.Fatalf("still being created after 5 minutes: %v", got["x_creating"])
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -312,10 +312,25 @@ func TestLargeWorkflowIsCreatedAsynchronously(t *testing.T) {
 		t.Fatalf("queue stats after creation: %v", st)
 	}
 	began = time.Now()
-	if c := do(t, http.MethodDelete, "/ojs/v1/workflows/"+id, nil); c.Status != http.StatusOK {
+	c := do(t, http.MethodDelete, "/ojs/v1/workflows/"+id, nil)
+	if c.Status != http.StatusOK {
 		t.Fatalf("cancel: %d %s", c.Status, c.Raw)
 	}
 	t.Logf("cancelled in %v", time.Since(began))
+	if left, _ := c.Body["workflow"].(map[string]any)["x_cancelling"].(map[string]any); left != nil {
+		// The request ran out of time (a loaded machine): the stream
+		// function cancels the jobs left.
+		t.Logf("the stream function cancels the rest: %v", left)
+		for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(500 * time.Millisecond) {
+			st := queueObj(t, do(t, http.MethodGet, "/ojs/v1/queues/"+q+"/stats", nil))
+			if num(st["available"]) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("jobs still available 2 minutes after the cancel: %v", st)
+			}
+		}
+	}
 	if f := do(t, http.MethodPost, "/ojs/v1/workers/fetch", map[string]any{"queues": []string{q}}); len(f.Body["jobs"].([]any)) != 0 {
 		t.Fatalf("a job of the cancelled workflow was fetched: %s", f.Raw)
 	}

@@ -157,9 +157,11 @@ func (e *Engine) Process(ctx context.Context, changes []Change) (int, error) {
 	// definition and no writer's lease (its insert, then each slice giving
 	// the lease back), so the other records of the shard wait one slice at
 	// most. A slice that could not give its lease back leaves the rest to
-	// the sweeper once the lease ends.
+	// the sweeper once the lease ends. Likewise a cancelled workflow whose
+	// cancel request ran out of time (its root marked cancelling): Resume
+	// cancels the jobs left.
 	for _, c := range changes {
-		if n := c.NewNode; n != nil && n.Path == store.RootPath && len(n.CDef) > 0 && n.CreateLease == 0 {
+		if n := c.NewNode; n != nil && n.Path == store.RootPath && (len(n.CDef) > 0 && n.CreateLease == 0 || n.Cancelling) {
 			if err := e.Workflows.Resume(ctx, n.WorkflowID); err != nil && !errors.Is(err, store.ErrCreationUnfinished) {
 				return 0, err
 			}

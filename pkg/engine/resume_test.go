@@ -32,7 +32,9 @@ func (r *resumeRecorder) Events(context.Context, string, []workflow.NodeChange, 
 // at a time, from the root's changes that leave it holding the definition
 // and no lease: its insert and each slice giving the lease back; not from
 // the change that takes the lease, not from one without the definition
-// (finished) and not from other nodes. A slice that stops unfinished does
+// (finished) and not from other nodes; and from a cancelled root marked
+// cancelling (its cancel request ran out of time), not once the mark is
+// removed. A slice that stops unfinished does
 // not fail the batch (its own change runs the next one); any other error
 // does, at the first record.
 func TestResumeRunsFromTheRootsChangesWithoutLease(t *testing.T) {
@@ -47,13 +49,15 @@ func TestResumeRunsFromTheRootsChangesWithoutLease(t *testing.T) {
 		{OldNode: root("finished", def, 1795594126694), NewNode: root("finished", nil, 0)},
 		{NewNode: &store.Node{WorkflowID: "child", Path: "/0", CDef: def}},
 		{OldNode: root("deleted", def, 0)},
+		{NewNode: &store.Node{WorkflowID: "cancelling", Path: store.RootPath, Cancelling: true}},
+		{OldNode: &store.Node{WorkflowID: "cancelled", Path: store.RootPath, Cancelling: true}, NewNode: &store.Node{WorkflowID: "cancelled", Path: store.RootPath}},
 	}
 	rec := &resumeRecorder{err: fmt.Errorf("slice over: %w", store.ErrCreationUnfinished)}
 	e := &Engine{Workflows: rec}
 	if i, err := e.Process(context.Background(), changes); i != -1 || err != nil {
 		t.Fatalf("Process with unfinished slices: %d, %v", i, err)
 	}
-	if want := []string{"inserted", "given-back"}; !slices.Equal(rec.resumed, want) {
+	if want := []string{"inserted", "given-back", "cancelling"}; !slices.Equal(rec.resumed, want) {
 		t.Fatalf("resumed %v, want %v", rec.resumed, want)
 	}
 	failing := &resumeRecorder{err: errors.New("table gone")}

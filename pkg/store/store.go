@@ -237,12 +237,17 @@ func (t Transition) build() (expression.Expression, error) {
 // ApplyAll applies transitions of distinct jobs as Apply would, up to 100
 // in one transaction, four transactions at once: one request where Apply
 // makes a hundred (a large workflow's cancel). It answers per transition:
-// nil, a *ConflictError (the job had moved on) or ErrNotFound. The jobs
-// whose condition failed are left out and the rest tried again; a
-// transaction cancelled for another reason (a request writing one of its
-// jobs at the same moment) is applied one by one instead.
+// nil, a *ConflictError (the job had moved on), ErrNotFound, or
+// ErrNotTried for those it did not get to before ctx's budget ended (see
+// WithBudget; the first transaction is always tried). The jobs whose
+// condition failed are left out and the rest tried again; a transaction
+// cancelled for another reason (a request writing one of its jobs at the
+// same moment) is applied one by one instead.
 func (s *Store) ApplyAll(ctx context.Context, ts []Transition) ([]error, error) {
 	errs := make([]error, len(ts))
+	for i := range errs {
+		errs[i] = ErrNotTried
+	}
 	chunks := (len(ts) + maxTransactItems - 1) / maxTransactItems
 	err := parallel(ctx, chunks, 4, func(ctx context.Context, c int) error {
 		lo := c * maxTransactItems
@@ -252,7 +257,20 @@ func (s *Store) ApplyAll(ctx context.Context, ts []Transition) ([]error, error) 
 		}
 		return s.applyChunk(ctx, ts, pending, errs)
 	})
+	if errors.Is(err, errSliceOver) {
+		err = nil
+	}
 	return errs, err
+}
+
+// ErrNotTried answers, in ApplyAll, a transition left for lack of time.
+var ErrNotTried = errors.New("not tried within the budget")
+
+// WithBudget returns ctx whose batch writers (ApplyAll, a workflow
+// creation's) start no request after end, though the requests under way
+// finish (unlike a deadline, which cancels them).
+func WithBudget(ctx context.Context, end time.Time) context.Context {
+	return context.WithValue(ctx, sliceKey{}, func() bool { return time.Now().After(end) })
 }
 
 // maxTransactItems is the most items one DynamoDB transaction holds.
@@ -281,6 +299,9 @@ func (s *Store) applyChunk(ctx context.Context, ts []Transition, pending []int, 
 		}
 		_, err := s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: tx})
 		if err == nil {
+			for _, i := range pending {
+				errs[i] = nil
+			}
 			return nil
 		}
 		var tce *types.TransactionCanceledException
@@ -315,9 +336,6 @@ func (s *Store) applyChunk(ctx context.Context, ts []Transition, pending []int, 
 		}
 	}
 	for _, i := range pending {
-		if errs[i] != nil {
-			continue
-		}
 		_, err := s.Apply(ctx, ts[i])
 		var ce *ConflictError
 		if err != nil && !errors.As(err, &ce) && !errors.Is(err, ErrNotFound) {

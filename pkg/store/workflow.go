@@ -121,6 +121,10 @@ type Node struct {
 	// written; the sweeper deletes one whose creator died (one created
 	// asynchronously, with CDef, it finishes instead).
 	Creating bool `dynamodbav:"creating,omitempty"`
+	// Cancelling is set on a cancelled workflow's root when the request
+	// that cancelled it ran out of time before all its jobs were
+	// cancelled: the stream function cancels the rest (SetCancelling).
+	Cancelling bool `dynamodbav:"cancelling,omitempty"`
 	// CDef is the gzipped definition of a workflow created asynchronously
 	// (see BeginWorkflow), kept on the root until its first jobs exist;
 	// CreateItems is how many nodes its creation writes besides the root.
@@ -573,11 +577,12 @@ func (s *Store) ResumeWorkflow(ctx context.Context, w NewWorkflow, now time.Time
 		return e != 0 && time.Now().UnixNano() > e
 	})
 	if err := s.resume(wctx, startSlice, w, root.Node, items); err != nil {
+		stopped := work.Err() != nil || errors.Is(err, errSliceOver)
 		// Give the lease back so a retry need not wait for it to end.
 		_, _ = s.db.UpdateItem(context.WithoutCancel(ctx), &dynamodb.UpdateItemInput{TableName: &s.table, Key: wfKey(wfID, nodeSK(RootPath)),
 			UpdateExpression: aws.String("REMOVE clease"), ConditionExpression: aws.String("clease = :until"),
 			ExpressionAttributeValues: map[string]types.AttributeValue{":until": &types.AttributeValueMemberN{Value: strconv.FormatInt(until, 10)}}})
-		if (work.Err() != nil || errors.Is(err, errSliceOver)) && ctx.Err() == nil {
+		if stopped {
 			return fmt.Errorf("create workflow %s: %w (%v)", wfID, ErrCreationUnfinished, err)
 		}
 		return err
@@ -695,6 +700,22 @@ func (s *Store) putRoot(ctx context.Context, r Node) error {
 	}
 	if err != nil {
 		return fmt.Errorf("create workflow %s: %w", r.WorkflowID, err)
+	}
+	return nil
+}
+
+// SetCancelling marks a cancelled workflow's root as still cancelling its
+// jobs (on) or done with them (off); the mark's change is the stream
+// record on which the stream function cancels the rest.
+func (s *Store) SetCancelling(ctx context.Context, wfID string, on bool) error {
+	in := &dynamodb.UpdateItemInput{TableName: &s.table, Key: wfKey(wfID, nodeSK(RootPath)),
+		UpdateExpression: aws.String("REMOVE cancelling"), ConditionExpression: aws.String("attribute_exists(pk)")}
+	if on {
+		in.UpdateExpression = aws.String("SET cancelling = :t")
+		in.ExpressionAttributeValues = map[string]types.AttributeValue{":t": &types.AttributeValueMemberBOOL{Value: true}}
+	}
+	if _, err := s.db.UpdateItem(ctx, in); err != nil {
+		return fmt.Errorf("workflow %s: cancelling: %w", wfID, err)
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
 )
 
 // A workflow too large to write within API Gateway's 29 s is created in
@@ -50,9 +51,11 @@ func (e *Engine) begin(ctx context.Context, raw []byte, b *built) (*View, error)
 	return creatingView(&root, "nodes", 0, len(b.nodes)-1), nil
 }
 
-// Resume finishes the creation of a workflow Create accepted
-// asynchronously (its root holds the definition); for any other workflow
-// it does nothing. It is idempotent; beside another Resume of the same
+// Resume finishes what a request left to the stream function: the
+// creation of a workflow Create accepted asynchronously (its root holds
+// the definition), or the cancel of the jobs a Cancel did not get to
+// within the API's time (its root marked cancelling). For any other
+// workflow it does nothing. It is idempotent; beside another Resume of the same
 // workflow it leaves the work to whichever took the creation's lease
 // first (store.ResumeWorkflow). It writes for one slice
 // (Config.CreationSlice) and never past shortly before ctx's deadline;
@@ -67,6 +70,9 @@ func (e *Engine) Resume(ctx context.Context, wfID string) error {
 	}
 	if err != nil {
 		return err
+	}
+	if root.Cancelling && root.State == wfstate.Cancelled {
+		return e.finishCancel(ctx, root)
 	}
 	if len(root.CDef) == 0 {
 		return nil

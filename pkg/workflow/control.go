@@ -116,18 +116,19 @@ func (e *Engine) stopBelow(ctx context.Context, wf, path string, now time.Time) 
 			}
 		}
 	}
-	_, err = e.cancelJobs(ctx, ids, now)
+	_, _, err = e.cancelJobs(ctx, ids, now, time.Time{})
 	return err
 }
 
-// cancelJobs cancels the jobs among ids that have not started, sixteen at
-// once (a wide group's thousands of jobs are cancelled within the API's
-// 29 s), and returns how many it cancelled. A job that started or
-// finished meanwhile is left alone.
-func (e *Engine) cancelJobs(ctx context.Context, ids []string, now time.Time) (int, error) {
+// cancelJobs cancels the jobs among ids that have not started, 100 to a
+// transaction (store.ApplyAll), and returns how many it cancelled and how
+// many it did not get to before until (zero: no limit; see
+// store.WithBudget). A job that started or finished meanwhile is left
+// alone.
+func (e *Engine) cancelJobs(ctx context.Context, ids []string, now, until time.Time) (cancelled, left int, err error) {
 	jobs, err := e.st.BatchGetJobs(ctx, ids)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	var ts []store.Transition
 	for _, j := range jobs {
@@ -136,17 +137,49 @@ func (e *Engine) cancelJobs(ctx context.Context, ids []string, now time.Time) (i
 			ts = append(ts, store.Cancel(j.ID, now, j.State))
 		}
 	}
-	// A hundred jobs a request: a large workflow's cancel ends within the
-	// API's time. A job that moved on meanwhile (a worker claimed it) is
-	// left as it is.
+	if !until.IsZero() {
+		ctx = store.WithBudget(ctx, until)
+	}
 	errs, err := e.st.ApplyAll(ctx, ts)
-	cancelled := 0
 	for _, err := range errs {
-		if err == nil {
+		switch {
+		case err == nil:
 			cancelled++
+		case errors.Is(err, store.ErrNotTried):
+			left++
 		}
 	}
-	return cancelled, err
+	return cancelled, left, err
+}
+
+// finishCancel cancels the jobs of a cancelled workflow that the request
+// cancelling it did not get to (its root marked cancelling), then removes
+// the mark.
+func (e *Engine) finishCancel(ctx context.Context, root *store.Node) error {
+	items, err := e.st.WorkflowItems(ctx, root.WorkflowID)
+	if err != nil {
+		return err
+	}
+	cancelled, left, err := e.cancelJobs(ctx, jobIDs(root.WorkflowID, items), e.now(), time.Time{})
+	if err != nil {
+		return err
+	}
+	if left > 0 {
+		return fmt.Errorf("workflow %s: %d jobs left to cancel", root.WorkflowID, left)
+	}
+	e.log.InfoContext(ctx, "workflow's remaining jobs cancelled", "workflow_id", root.WorkflowID, "jobs_cancelled", cancelled)
+	return e.st.SetCancelling(ctx, root.WorkflowID, false)
+}
+
+// jobIDs lists the ids of a workflow's step jobs (not its handlers').
+func jobIDs(wfID string, items []*store.Node) []string {
+	var ids []string
+	for _, n := range items {
+		if n.Kind == KindJob && !strings.HasPrefix(n.Path, "/~") {
+			ids = append(ids, JobID(wfID, n.Path))
+		}
+	}
+	return ids
 }
 
 // afterFailure runs once a workflow failed: the compensations of its

@@ -40,6 +40,7 @@ type Store interface {
 	PostponeWorkflowCheck(ctx context.Context, wfID string, due, next time.Time) error
 	Apply(ctx context.Context, t store.Transition) (*job.Job, error)
 	ApplyAll(ctx context.Context, ts []store.Transition) ([]error, error)
+	SetCancelling(ctx context.Context, wfID string, on bool) error
 }
 
 var _ Store = (*store.Store)(nil)
@@ -569,23 +570,38 @@ func (e *Engine) Cancel(ctx context.Context, wfID string) (*View, error) {
 	if err != nil {
 		return nil, ojserr.Backend(err)
 	}
-	var ids []string
-	for _, n := range items {
-		if n.Kind == KindJob && !strings.HasPrefix(n.Path, "/~") {
-			ids = append(ids, JobID(wfID, n.Path))
-		}
+	// Within the API's time: past it the stream function cancels the rest.
+	var until time.Time
+	if dl, ok := ctx.Deadline(); ok {
+		until = dl.Add(-cancelReserve)
 	}
-	cancelled, err := e.cancelJobs(ctx, ids, now)
+	cancelled, left, err := e.cancelJobs(ctx, jobIDs(wfID, items), now, until)
 	if err != nil {
 		return nil, ojserr.Backend(err)
 	}
-	e.log.InfoContext(ctx, "workflow cancelled", "workflow_id", wfID, "jobs_cancelled", cancelled)
+	if left > 0 {
+		if err := e.st.SetCancelling(ctx, wfID, true); err != nil {
+			return nil, ojserr.Backend(err)
+		}
+		e.log.WarnContext(ctx, "workflow cancelled; the stream function cancels the jobs left", "workflow_id", wfID,
+			"jobs_cancelled", cancelled, "jobs_left", left)
+	} else {
+		e.log.InfoContext(ctx, "workflow cancelled", "workflow_id", wfID, "jobs_cancelled", cancelled)
+	}
 	if err := e.launchHandler(ctx, root, HandlerOnCancel); err != nil {
 		// The stream function starts it from the root's change.
 		e.log.WarnContext(ctx, "on_cancel handler not started; the stream function will", "workflow_id", wfID, "error", err.Error())
 	}
-	return e.Get(ctx, wfID)
+	v, err := e.Get(ctx, wfID)
+	if err == nil && left > 0 {
+		(*v)["x_cancelling"] = map[string]any{"jobs_left": left}
+	}
+	return v, err
 }
+
+// cancelReserve is the time Cancel keeps before its deadline for the
+// answer once it stops cancelling jobs.
+const cancelReserve = 12 * time.Second
 
 func validWorkflowID(id string) error {
 	if job.ValidateID(id) != nil {
