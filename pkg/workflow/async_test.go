@@ -495,8 +495,8 @@ func TestCreationIsWrittenOneSliceAtATime(t *testing.T) {
 	t.Logf("created in %d slices", slices)
 }
 
-// A cancel that runs out of the API's time (its budget ends 12 s before
-// the request's deadline) cancels what it got to (a first transaction of
+// A cancel that runs out of the API's time (its budget ends 8 s and
+// twice its reads' time before the request's deadline) cancels what it got to (a first transaction of
 // 100 jobs at least), marks the root cancelling and says how many jobs
 // are left; Resume (the stream function, from that mark) cancels the
 // rest and removes the mark.
@@ -533,7 +533,7 @@ func TestCancelOutOfTimeLeavesTheRestToTheStream(t *testing.T) {
 		}
 		return out
 	}
-	ctx, cancel := context.WithTimeout(bg, 12*time.Second) // no time for more than the first transaction
+	ctx, cancel := context.WithTimeout(bg, 8*time.Second) // no time for more than the first transaction
 	v, err := eng.Cancel(ctx, id)
 	cancel()
 	if err != nil {

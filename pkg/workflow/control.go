@@ -116,16 +116,16 @@ func (e *Engine) stopBelow(ctx context.Context, wf, path string, now time.Time) 
 			}
 		}
 	}
-	_, _, err = e.cancelJobs(ctx, ids, now, time.Time{})
+	_, _, err = e.cancelJobs(ctx, ids, now, nil)
 	return err
 }
 
 // cancelJobs cancels the jobs among ids that have not started, 100 to a
 // transaction (store.ApplyAll), and returns how many it cancelled and how
-// many it did not get to before until (zero: no limit; see
-// store.WithBudget). A job that started or finished meanwhile is left
-// alone.
-func (e *Engine) cancelJobs(ctx context.Context, ids []string, now, until time.Time) (cancelled, left int, err error) {
+// many it did not get to before the time budget says once the jobs are
+// read (nil: no limit; see store.WithBudget). A job that started or
+// finished meanwhile is left alone.
+func (e *Engine) cancelJobs(ctx context.Context, ids []string, now time.Time, budget func() time.Time) (cancelled, left int, err error) {
 	jobs, err := e.st.BatchGetJobs(ctx, ids)
 	if err != nil {
 		return 0, 0, err
@@ -137,8 +137,8 @@ func (e *Engine) cancelJobs(ctx context.Context, ids []string, now, until time.T
 			ts = append(ts, store.Cancel(j.ID, now, j.State))
 		}
 	}
-	if !until.IsZero() {
-		ctx = store.WithBudget(ctx, until)
+	if budget != nil {
+		ctx = store.WithBudget(ctx, budget())
 	}
 	errs, err := e.st.ApplyAll(ctx, ts)
 	for _, err := range errs {
@@ -160,7 +160,7 @@ func (e *Engine) finishCancel(ctx context.Context, root *store.Node) error {
 	if err != nil {
 		return err
 	}
-	cancelled, left, err := e.cancelJobs(ctx, jobIDs(root.WorkflowID, items), e.now(), time.Time{})
+	cancelled, left, err := e.cancelJobs(ctx, jobIDs(root.WorkflowID, items), e.now(), nil)
 	if err != nil {
 		return err
 	}

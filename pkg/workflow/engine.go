@@ -545,7 +545,7 @@ func (e *Engine) Cancel(ctx context.Context, wfID string) (*View, error) {
 	if err := validWorkflowID(wfID); err != nil {
 		return nil, err
 	}
-	now := e.now()
+	now, began := e.now(), time.Now()
 	root, err := e.st.UpdateNode(ctx, wfID, store.NodeWrite{Path: store.RootPath, From: []wfstate.State{wfstate.Running}, To: wfstate.Cancelled, At: now,
 		CondAbsent: []string{"creating"}})
 	if errors.Is(err, store.ErrNotFound) {
@@ -571,11 +571,13 @@ func (e *Engine) Cancel(ctx context.Context, wfID string) (*View, error) {
 		return nil, ojserr.Backend(err)
 	}
 	// Within the API's time: past it the stream function cancels the rest.
-	var until time.Time
+	var budget func() time.Time
 	if dl, ok := ctx.Deadline(); ok {
-		until = dl.Add(-cancelReserve)
+		// The answer reads the workflow again (about as long as reading it
+		// took so far) and waits for the transactions under way.
+		budget = func() time.Time { return dl.Add(-cancelReserve - 2*time.Since(began)) }
 	}
-	cancelled, left, err := e.cancelJobs(ctx, jobIDs(wfID, items), now, until)
+	cancelled, left, err := e.cancelJobs(ctx, jobIDs(wfID, items), now, budget)
 	if err != nil {
 		return nil, ojserr.Backend(err)
 	}
@@ -599,9 +601,9 @@ func (e *Engine) Cancel(ctx context.Context, wfID string) (*View, error) {
 	return v, err
 }
 
-// cancelReserve is the time Cancel keeps before its deadline for the
-// answer once it stops cancelling jobs.
-const cancelReserve = 12 * time.Second
+// cancelReserve is the time Cancel keeps before its deadline, besides
+// twice its reads' time, for the answer once it stops cancelling jobs.
+const cancelReserve = 8 * time.Second
 
 func validWorkflowID(id string) error {
 	if job.ValidateID(id) != nil {
