@@ -496,10 +496,10 @@ func TestCreationIsWrittenOneSliceAtATime(t *testing.T) {
 }
 
 // A cancel that runs out of the API's time (its budget ends 8 s and
-// twice its reads' time before the request's deadline) cancels what it got to (a first transaction of
-// 100 jobs at least), marks the root cancelling and says how many jobs
-// are left; Resume (the stream function, from that mark) cancels the
-// rest and removes the mark.
+// twice its reads' time before the request's deadline) cancels what it
+// got to (a first transaction of 100 jobs at least), marks the root
+// cancelling and says how many jobs are left; Resume (the stream
+// function, from that mark) cancels the rest and removes the mark.
 func TestCancelOutOfTimeLeavesTheRestToTheStream(t *testing.T) {
 	t.Parallel()
 	st, _ := testenv.Table(t)
