@@ -705,11 +705,12 @@ func (s *Store) putRoot(ctx context.Context, r Node) error {
 }
 
 // SetCancelling marks a cancelled workflow's root as still cancelling its
-// jobs (on) or done with them (off); the mark's change is the stream
-// record on which the stream function cancels the rest.
+// jobs (on; the mark's change is the stream record on which the stream
+// function cancels the rest), or done with them (off: the mark and the
+// root's progress check are removed).
 func (s *Store) SetCancelling(ctx context.Context, wfID string, on bool) error {
 	in := &dynamodb.UpdateItemInput{TableName: &s.table, Key: wfKey(wfID, nodeSK(RootPath)),
-		UpdateExpression: aws.String("REMOVE cancelling"), ConditionExpression: aws.String("attribute_exists(pk)")}
+		UpdateExpression: aws.String("REMOVE cancelling, " + attrDuePK + ", " + attrDueAt), ConditionExpression: aws.String("attribute_exists(pk)")}
 	if on {
 		in.UpdateExpression = aws.String("SET cancelling = :t")
 		in.ExpressionAttributeValues = map[string]types.AttributeValue{":t": &types.AttributeValueMemberBOOL{Value: true}}

@@ -72,7 +72,7 @@ func (e *Engine) Resume(ctx context.Context, wfID string) error {
 		return err
 	}
 	if root.Cancelling && root.State == wfstate.Cancelled {
-		return e.finishCancel(ctx, root)
+		return e.finishCancel(ctx, root, nil)
 	}
 	if len(root.CDef) == 0 {
 		return nil

@@ -153,12 +153,16 @@ func (e *Engine) cancelJobs(ctx context.Context, ids []string, now time.Time, bu
 }
 
 // finishCancel cancels the jobs of a cancelled workflow that the request
-// cancelling it did not get to (its root marked cancelling), then removes
-// the mark.
-func (e *Engine) finishCancel(ctx context.Context, root *store.Node) error {
-	items, err := e.st.WorkflowItems(ctx, root.WorkflowID)
-	if err != nil {
-		return err
+// cancelling it did not get to (its root marked cancelling, or the
+// request died), then removes the mark and the root's check: the stream
+// function runs it from the mark, the sweeper from the check. items are
+// the workflow's items if the caller has them (nil: read them).
+func (e *Engine) finishCancel(ctx context.Context, root *store.Node, items []*store.Node) error {
+	if items == nil {
+		var err error
+		if items, err = e.st.WorkflowItems(ctx, root.WorkflowID); err != nil {
+			return err
+		}
 	}
 	cancelled, left, err := e.cancelJobs(ctx, jobIDs(root.WorkflowID, items), e.now(), nil)
 	if err != nil {
@@ -167,7 +171,9 @@ func (e *Engine) finishCancel(ctx context.Context, root *store.Node) error {
 	if left > 0 {
 		return fmt.Errorf("workflow %s: %d jobs left to cancel", root.WorkflowID, left)
 	}
-	e.log.InfoContext(ctx, "workflow's remaining jobs cancelled", "workflow_id", root.WorkflowID, "jobs_cancelled", cancelled)
+	if cancelled > 0 {
+		e.log.InfoContext(ctx, "workflow's remaining jobs cancelled", "workflow_id", root.WorkflowID, "jobs_cancelled", cancelled)
+	}
 	return e.st.SetCancelling(ctx, root.WorkflowID, false)
 }
 

@@ -546,8 +546,11 @@ func (e *Engine) Cancel(ctx context.Context, wfID string) (*View, error) {
 		return nil, err
 	}
 	now, began := e.now(), time.Now()
+	// The cancelled root stays in the sweeper's checks (CheckAt) until its
+	// jobs are all cancelled: if this request dies before it gets to them,
+	// or the stream's retries run out, the sweeper cancels them.
 	root, err := e.st.UpdateNode(ctx, wfID, store.NodeWrite{Path: store.RootPath, From: []wfstate.State{wfstate.Running}, To: wfstate.Cancelled, At: now,
-		CondAbsent: []string{"creating"}})
+		CondAbsent: []string{"creating"}, CheckAt: now.Add(cancelCheckAfter)})
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, ojserr.NotFoundf("workflow", wfID)
 	}
@@ -600,6 +603,10 @@ func (e *Engine) Cancel(ctx context.Context, wfID string) (*View, error) {
 	}
 	return v, err
 }
+
+// cancelCheckAfter is when the sweeper makes sure a cancelled workflow's
+// jobs are all cancelled (and then drops it from its checks).
+const cancelCheckAfter = time.Minute
 
 // cancelReserve is the time Cancel keeps before its deadline, besides
 // twice its reads' time, for the answer once it stops cancelling jobs.

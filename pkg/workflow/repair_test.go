@@ -2,14 +2,18 @@ package workflow_test
 
 import (
 	"context"
+	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/google/uuid"
 	"github.com/ojs-aws/ojs-serverless/pkg/internal/testenv"
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
@@ -128,5 +132,99 @@ func TestRepairDeletesAWorkflowWhoseCreatorDied(t *testing.T) {
 		if j.WorkflowID != ids[1] {
 			t.Fatalf("job of %s", j.WorkflowID)
 		}
+	}
+}
+
+// applyFailing fails every ApplyAll while fail is set: a cancelling
+// request that died after it cancelled the root, before its jobs.
+type applyFailing struct {
+	*store.Store
+	fail atomic.Bool
+}
+
+func (a *applyFailing) ApplyAll(ctx context.Context, ts []store.Transition) ([]error, error) {
+	if a.fail.Load() {
+		return nil, errors.New("the request died")
+	}
+	return a.Store.ApplyAll(ctx, ts)
+}
+
+// TestRepairCancelsWhatACancelLeft: a cancel whose request died after it
+// cancelled the root (and before its jobs; no stream record carries the
+// rest) is finished by the sweeper's check of the cancelled root, which
+// then drops the workflow from its checks; a cancel that finished is
+// checked once and changes nothing.
+func TestRepairCancelsWhatACancelLeft(t *testing.T) {
+	t.Parallel()
+	st, _ := testenv.Table(t)
+	clk := testenv.NewClock(time.Now().UTC())
+	svc := lifecycle.New(st, lifecycle.Config{Now: clk.Now})
+	wst := &applyFailing{Store: st}
+	eng := workflow.New(wst, workflow.Config{Now: clk.Now, Jobs: svc})
+	svc.SetWorkflows(eng)
+	ctx := context.Background()
+	states := func(id string) map[job.State]int {
+		items, err := st.WorkflowItems(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, it := range items {
+			if it.Kind == workflow.KindJob && !strings.HasPrefix(it.Path, "/~") {
+				ids = append(ids, workflow.JobID(id, it.Path))
+			}
+		}
+		jobs, err := st.BatchGetJobs(ctx, ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[job.State]int{}
+		for _, j := range jobs {
+			out[j.State]++
+		}
+		return out
+	}
+	died, finished := uuid.Must(uuid.NewV7()).String(), uuid.Must(uuid.NewV7()).String()
+	for _, id := range []string{died, finished} {
+		if _, err := eng.Create(ctx, []byte(asyncBody(id, "rcq", 30))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wst.fail.Store(true)
+	if _, err := eng.Cancel(ctx, died); err == nil {
+		t.Fatal("the cancel's jobs failed, and it answered no error")
+	}
+	wst.fail.Store(false)
+	if _, err := eng.Cancel(ctx, finished); err != nil {
+		t.Fatal(err)
+	}
+	if got := states(died); got[job.Available] != 30 {
+		t.Fatalf("jobs of the died cancel before the check: %v", got)
+	}
+	if got := states(finished); got[job.Cancelled] != 30 {
+		t.Fatalf("jobs of the finished cancel: %v", got)
+	}
+	if n, err := eng.Repair(ctx, 10); err != nil || n != 0 {
+		t.Fatalf("repair before the check is due: %d %v", n, err)
+	}
+	clk.Add(workflow.CheckAfter)
+	if n, err := eng.Repair(ctx, 10); err != nil || n != 2 {
+		t.Fatalf("repair: %d %v", n, err)
+	}
+	for _, id := range []string{died, finished} {
+		if got := states(id); got[job.Cancelled] != 30 {
+			t.Fatalf("jobs of %s after the check: %v", id, got)
+		}
+		root, err := st.GetNode(ctx, id, store.RootPath)
+		if err != nil || root.State != wfstate.Cancelled || root.DuePK != "" || root.Cancelling {
+			t.Fatalf("root after the check: %+v %v", root, err)
+		}
+	}
+	if jobs := fetchAll(t, svc, "rcq"); len(jobs) != 0 {
+		t.Fatalf("%d jobs of the cancelled workflows fetched", len(jobs))
+	}
+	clk.Add(workflow.CheckAfter)
+	if n, _ := eng.Repair(ctx, 10); n != 0 {
+		t.Fatal("a cancelled workflow is still checked after its jobs are")
 	}
 }

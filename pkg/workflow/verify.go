@@ -277,6 +277,14 @@ func (e *Engine) repair(ctx context.Context, id string, now time.Time) error {
 		}
 		return nil
 	}
+	if root.State == wfstate.Cancelled {
+		// Checked once after its cancel: the jobs the cancelling request
+		// or the stream did not get to, and its on_cancel handler.
+		if err := e.finishCancel(ctx, root, items); err != nil {
+			return err
+		}
+		return e.launchHandler(ctx, root, HandlerOnCancel)
+	}
 	if root.State != wfstate.Running {
 		return nil
 	}
