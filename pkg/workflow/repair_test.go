@@ -186,7 +186,11 @@ func TestRepairCancelsWhatACancelLeft(t *testing.T) {
 	}
 	died, finished := uuid.Must(uuid.NewV7()).String(), uuid.Must(uuid.NewV7()).String()
 	for _, id := range []string{died, finished} {
-		if _, err := eng.Create(ctx, []byte(asyncBody(id, "rcq", 30))); err != nil {
+		// Each with an on_cancel handler, which the died request never
+		// started.
+		body := strings.TrimSuffix(asyncBody(id, "rcq", 30), "}") +
+			`,"on_cancel":{"type":"rc.clean","args":[],"options":{"queue":"rcq-h"}}}`
+		if _, err := eng.Create(ctx, []byte(body)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -222,6 +226,11 @@ func TestRepairCancelsWhatACancelLeft(t *testing.T) {
 	}
 	if jobs := fetchAll(t, svc, "rcq"); len(jobs) != 0 {
 		t.Fatalf("%d jobs of the cancelled workflows fetched", len(jobs))
+	}
+	// One on_cancel handler each: the died one started by the check, the
+	// other by its request (and not again by the check).
+	if jobs := fetchAll(t, svc, "rcq-h"); len(jobs) != 2 || jobs[0].WorkflowID == jobs[1].WorkflowID {
+		t.Fatalf("on_cancel handlers: %d jobs", len(jobs))
 	}
 	clk.Add(workflow.CheckAfter)
 	if n, _ := eng.Repair(ctx, 10); n != 0 {

@@ -278,12 +278,14 @@ func (e *Engine) repair(ctx context.Context, id string, now time.Time) error {
 		return nil
 	}
 	if root.State == wfstate.Cancelled {
-		// Checked once after its cancel: the jobs the cancelling request
-		// or the stream did not get to, and its on_cancel handler.
-		if err := e.finishCancel(ctx, root, items); err != nil {
+		// Checked once after its cancel: its on_cancel handler and the
+		// jobs the cancelling request or the stream did not get to. The
+		// handler first: finishing the cancel removes the check, so a
+		// handler that failed to start is tried again at the next sweep.
+		if err := e.launchHandler(ctx, root, HandlerOnCancel); err != nil {
 			return err
 		}
-		return e.launchHandler(ctx, root, HandlerOnCancel)
+		return e.finishCancel(ctx, root, items)
 	}
 	if root.State != wfstate.Running {
 		return nil
