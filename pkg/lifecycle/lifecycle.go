@@ -746,7 +746,12 @@ func (s *Service) Fetch(ctx context.Context, r FetchRequest) ([]*job.Job, error)
 			return nil, ojserr.Backend(err)
 		}
 		want := r.Count - len(out)
-		items, err := s.st.Ready(ctx, q, min(want+4, MaxFetch))
+		// Twice the candidates it wants, and a few: without contention
+		// the FETCH takes the first ones in order; with it, the rotation
+		// below has a window wide enough for racing FETCHes to part ways
+		// (a lost claim is a billed write). The extra entries cost no
+		// more: a Query bills per 4 KB read, and an entry is ~150 bytes.
+		items, err := s.st.Ready(ctx, q, min(2*want+8, MaxFetch))
 		if err != nil {
 			return nil, ojserr.Backend(err)
 		}
