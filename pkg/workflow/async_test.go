@@ -60,6 +60,46 @@ func fetchAll(t *testing.T, svc *lifecycle.Service, q string) []*job.Job {
 	}
 }
 
+// fetchEachOnce fetches every job of queue q and fails unless there are n,
+// each handed out once.
+func fetchEachOnce(t *testing.T, svc *lifecycle.Service, q string, n int) {
+	t.Helper()
+	jobs := fetchAll(t, svc, q)
+	seen := map[string]bool{}
+	for _, j := range jobs {
+		seen[j.ID] = true
+	}
+	if len(jobs) != n || len(seen) != n {
+		t.Fatalf("%d jobs (%d distinct), want %d", len(jobs), len(seen), n)
+	}
+}
+
+// jobStates counts the step jobs (not the handlers') of workflow id by
+// state, read by key.
+func jobStates(t *testing.T, st *store.Store, id string) map[job.State]int {
+	t.Helper()
+	ctx := context.Background()
+	items, err := st.WorkflowItems(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, it := range items {
+		if it.Kind == workflow.KindJob && !strings.HasPrefix(it.Path, "/~") {
+			ids = append(ids, workflow.JobID(id, it.Path))
+		}
+	}
+	jobs, err := st.BatchGetJobs(ctx, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[job.State]int{}
+	for _, j := range jobs {
+		out[j.State]++
+	}
+	return out
+}
+
 // A workflow past AsyncItems is accepted with only its root written (GET
 // shows it pending with x_creating, no job exists, cancel answers 409,
 // its id is taken); Resume, run twice at once as a duplicated stream
@@ -414,14 +454,7 @@ func TestResumeOutOfTimeGoesOnFromWhatExists(t *testing.T) {
 	if err != nil || len(root.CDef) != 0 || root.CreateTries != 0 || root.State != wfstate.Running {
 		t.Fatalf("root after the retry: %+v %v", root, err)
 	}
-	jobs := fetchAll(t, svc, "slowq")
-	seen := map[string]bool{}
-	for _, j := range jobs {
-		seen[j.ID] = true
-	}
-	if len(jobs) != n || len(seen) != n {
-		t.Fatalf("%d jobs (%d distinct), want %d", len(jobs), len(seen), n)
-	}
+	fetchEachOnce(t, svc, "slowq", n)
 }
 
 func (d *stallingDB) slow(ctx context.Context) error {
@@ -484,14 +517,7 @@ func TestCreationIsWrittenOneSliceAtATime(t *testing.T) {
 	if err != nil || len(root.CDef) != 0 || root.CreateLease != 0 || root.CreateTries != 0 || root.State != wfstate.Running {
 		t.Fatalf("root after the last slice: %+v %v", root, err)
 	}
-	jobs := fetchAll(t, svc, "sliceq")
-	seen := map[string]bool{}
-	for _, j := range jobs {
-		seen[j.ID] = true
-	}
-	if len(jobs) != n || len(seen) != n {
-		t.Fatalf("%d jobs (%d distinct), want %d", len(jobs), len(seen), n)
-	}
+	fetchEachOnce(t, svc, "sliceq", n)
 	t.Logf("created in %d slices", slices)
 }
 
@@ -512,27 +538,6 @@ func TestCancelOutOfTimeLeavesTheRestToTheStream(t *testing.T) {
 	if _, err := eng.Create(bg, []byte(asyncBody(id, "cancelq", n))); err != nil {
 		t.Fatal(err)
 	}
-	states := func() map[job.State]int {
-		items, err := st.WorkflowItems(bg, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var ids []string
-		for _, it := range items {
-			if it.Kind == workflow.KindJob && !strings.HasPrefix(it.Path, "/~") {
-				ids = append(ids, workflow.JobID(id, it.Path))
-			}
-		}
-		jobs, err := st.BatchGetJobs(bg, ids)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out := map[job.State]int{}
-		for _, j := range jobs {
-			out[j.State]++
-		}
-		return out
-	}
 	ctx, cancel := context.WithTimeout(bg, 8*time.Second) // no time for more than the first transaction
 	v, err := eng.Cancel(ctx, id)
 	cancel()
@@ -548,7 +553,7 @@ func TestCancelOutOfTimeLeavesTheRestToTheStream(t *testing.T) {
 	if err != nil || !root.Cancelling || root.State != wfstate.Cancelled {
 		t.Fatalf("root after the cancel: %+v %v", root, err)
 	}
-	if got := states(); got[job.Cancelled] != 100 || got[job.Available] != n-100 {
+	if got := jobStates(t, st, id); got[job.Cancelled] != 100 || got[job.Available] != n-100 {
 		t.Fatalf("jobs after the cancel: %v", got)
 	}
 	if err := eng.Resume(bg, id); err != nil {
@@ -558,7 +563,7 @@ func TestCancelOutOfTimeLeavesTheRestToTheStream(t *testing.T) {
 	if err != nil || root.Cancelling {
 		t.Fatalf("root after Resume: %+v %v", root, err)
 	}
-	if got := states(); got[job.Cancelled] != n {
+	if got := jobStates(t, st, id); got[job.Cancelled] != n {
 		t.Fatalf("jobs after Resume: %v", got)
 	}
 	if jobs := fetchAll(t, svc, "cancelq"); len(jobs) != 0 {

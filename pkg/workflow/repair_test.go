@@ -163,27 +163,6 @@ func TestRepairCancelsWhatACancelLeft(t *testing.T) {
 	eng := workflow.New(wst, workflow.Config{Now: clk.Now, Jobs: svc})
 	svc.SetWorkflows(eng)
 	ctx := context.Background()
-	states := func(id string) map[job.State]int {
-		items, err := st.WorkflowItems(ctx, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var ids []string
-		for _, it := range items {
-			if it.Kind == workflow.KindJob && !strings.HasPrefix(it.Path, "/~") {
-				ids = append(ids, workflow.JobID(id, it.Path))
-			}
-		}
-		jobs, err := st.BatchGetJobs(ctx, ids)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out := map[job.State]int{}
-		for _, j := range jobs {
-			out[j.State]++
-		}
-		return out
-	}
 	died, finished := uuid.Must(uuid.NewV7()).String(), uuid.Must(uuid.NewV7()).String()
 	for _, id := range []string{died, finished} {
 		// Each with an on_cancel handler, which the died request never
@@ -202,10 +181,10 @@ func TestRepairCancelsWhatACancelLeft(t *testing.T) {
 	if _, err := eng.Cancel(ctx, finished); err != nil {
 		t.Fatal(err)
 	}
-	if got := states(died); got[job.Available] != 30 {
+	if got := jobStates(t, st, died); got[job.Available] != 30 {
 		t.Fatalf("jobs of the died cancel before the check: %v", got)
 	}
-	if got := states(finished); got[job.Cancelled] != 30 {
+	if got := jobStates(t, st, finished); got[job.Cancelled] != 30 {
 		t.Fatalf("jobs of the finished cancel: %v", got)
 	}
 	if n, err := eng.Repair(ctx, 10); err != nil || n != 0 {
@@ -216,7 +195,7 @@ func TestRepairCancelsWhatACancelLeft(t *testing.T) {
 		t.Fatalf("repair: %d %v", n, err)
 	}
 	for _, id := range []string{died, finished} {
-		if got := states(id); got[job.Cancelled] != 30 {
+		if got := jobStates(t, st, id); got[job.Cancelled] != 30 {
 			t.Fatalf("jobs of %s after the check: %v", id, got)
 		}
 		root, err := st.GetNode(ctx, id, store.RootPath)
