@@ -47,19 +47,49 @@ func partitionSizes(t *testing.T, table, index, keyName, base string, n int) []i
 	return sizes
 }
 
-// spread fails the test unless every shard holds something and the
-// shards hold want in all.
-func spread(t *testing.T, what string, sizes []int, want int) {
+// spread fails the test unless each shard holds exactly the entries whose
+// keys hash to it, and the keys land in more than one shard.
+func spread(t *testing.T, what string, sizes []int, keys []string) {
 	t.Helper()
-	sum := 0
-	for _, n := range sizes {
-		sum += n
-		if n == 0 {
-			t.Fatalf("%s: a shard is empty, sizes %v (the partition is not spread)", what, sizes)
+	want := make([]int, len(sizes))
+	for _, k := range keys {
+		want[store.ShardOf(k, len(sizes))]++
+	}
+	if !slices.Equal(sizes, want) {
+		t.Fatalf("%s: shard sizes %v, want %v from the keys' hashes", what, sizes, want)
+	}
+	if slices.Max(want) == len(keys) {
+		t.Fatalf("%s: all %d keys in one shard %v (the partition is not spread)", what, len(keys), sizes)
+	}
+}
+
+// idsOf lists the ids of jobs, those of push-mode jobs only if push.
+func idsOf(jobs []*job.Job, pushOnly bool) []string {
+	var out []string
+	for _, j := range jobs {
+		if j.Push || !pushOnly {
+			out = append(out, j.ID)
 		}
 	}
-	if sum != want {
-		t.Fatalf("%s: %d entries over the shards %v, want %d", what, sum, sizes, want)
+	return out
+}
+
+// TestShardOfSpreadsKeys: the hash spreads a fixed set of keys over every
+// shard, evenly enough that none holds twice its share.
+func TestShardOfSpreadsKeys(t *testing.T) {
+	for _, n := range []int{2, 4, 8} {
+		sizes := make([]int, n)
+		for i := range 400 {
+			sizes[store.ShardOf(fmt.Sprintf("019a6b2c-%04x-7000-8000-000000000000", i), n)]++
+		}
+		for _, c := range sizes {
+			if c == 0 || c > 2*400/n {
+				t.Fatalf("%d shards: sizes %v", n, sizes)
+			}
+		}
+	}
+	if store.ShardOf("anything", 1) != 0 || store.ShardOf("anything", 0) != 0 {
+		t.Fatal("one shard or none must be shard 0")
 	}
 }
 
@@ -122,8 +152,8 @@ func TestAQueueIsSpreadOverShardsAndKeepsFetchOrder(t *testing.T) {
 		t.Fatalf("the queue partitions are not sharded: %+v", sh)
 	}
 	order := hotQueue(t, s, "hot", 60)
-	spread(t, "ready", partitionSizes(t, table, topology.IndexReady, "ready_pk", "avail#hot", sh.Ready), 60)
-	spread(t, "due", partitionSizes(t, table, topology.IndexDue, "due_pk", "due#hot", sh.Due), 20)
+	spread(t, "ready", partitionSizes(t, table, topology.IndexReady, "ready_pk", "avail#hot", sh.Ready), idsOf(order, false))
+	spread(t, "due", partitionSizes(t, table, topology.IndexDue, "due_pk", "due#hot", sh.Due), idsOf(order, true))
 
 	for _, limit := range []int{1, 7, 60, 100} {
 		items, err := s.Ready(ctx, "hot", limit)
@@ -215,7 +245,7 @@ func TestDueMergesShardsInDueOrder(t *testing.T) {
 	if err := s.Create(ctx, jobs, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	spread(t, "due", partitionSizes(t, table, topology.IndexDue, "due_pk", "due#later", topology.JobTable.Shards.Due), 24)
+	spread(t, "due", partitionSizes(t, table, topology.IndexDue, "due_pk", "due#later", topology.JobTable.Shards.Due), idsOf(jobs, false))
 	slices.SortStableFunc(jobs, func(a, b *job.Job) int { return a.ScheduledAt.Compare(*b.ScheduledAt) })
 	due, err := s.Due(ctx, "later", t0.Add(time.Hour), 5)
 	if err != nil {
@@ -318,7 +348,7 @@ func TestTheQueueRegistryIsSpread(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	spread(t, "registry", partitionSizes(t, table, "", "pk", "QUEUES", topology.JobTable.Shards.Registry), 16)
+	spread(t, "registry", partitionSizes(t, table, "", "pk", "QUEUES", topology.JobTable.Shards.Registry), names)
 	got, err := s.Queues(ctx)
 	if err != nil || strings.Join(got, ",") != strings.Join(names, ",") {
 		t.Fatalf("queues %v %v", got, err)
