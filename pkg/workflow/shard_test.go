@@ -35,7 +35,7 @@ func TestDueWorkflowsAreSpreadOverShards(t *testing.T) {
 		}
 	}
 	db := testenv.DynamoDB()
-	total := 0
+	total, used := 0, 0
 	for i := range n {
 		pk := "wfdue"
 		if i > 0 {
@@ -48,10 +48,15 @@ func TestDueWorkflowsAreSpreadOverShards(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if out.Count == 0 {
-			t.Fatalf("due workflow shard %s is empty: the partition is not spread", pk)
+		if out.Count > 0 {
+			used++
 		}
 		total += int(out.Count)
+	}
+	// 16 random ids over n shards: some shard may well be empty (4% for
+	// 4), all in one has odds of about 1e-9.
+	if used < 2 {
+		t.Fatalf("every progress check is in one shard: the partition is not spread")
 	}
 	if total != workflows {
 		t.Fatalf("%d progress checks listed, want %d", total, workflows)
