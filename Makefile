@@ -104,7 +104,7 @@ test: emulators vet chromium
 	$(GO) run ./localstack/cmd/with-emulators -- bash -c '\
 		$(GO) test -count=1 -race ./pkg/... ./functions/... ./localstack/... && \
 		$(INFRA_CDK_ENV) $(GO) test -count=1 -timeout 30m ./e2e/ ./infra/... && \
-		$(GO) test -count=1 -timeout 30m ./e2e/scale/ ./e2e/soak/'
+		$(GO) test -count=1 -timeout 45m ./e2e/scale/ ./e2e/soak/'
 	$(MAKE) --no-print-directory conformance
 
 # The public OJS conformance suite (third_party/ojs-conformance, a copy of

@@ -197,8 +197,10 @@ func TestWorkflowRetry(t *testing.T) {
 func TestWorkflowRetryAndCancelHandlerInPushMode(t *testing.T) {
 	t.Parallel()
 	later := time.Now().Add(time.Minute).UTC().Format(time.RFC3339)
-	wf := createWorkflow(t, fmt.Sprintf(`{"type":"group","timeout_ms":2500,"jobs":[
-		{"type":"test.sleep","args":[5000],"options":{"queue":"%s"}},
+	// The timeout leaves the echo 8 s after the retry (relay, SQS poll and
+	// worker, on a loaded machine); the sleeper outlasts it.
+	wf := createWorkflow(t, fmt.Sprintf(`{"type":"group","timeout_ms":8000,"jobs":[
+		{"type":"test.sleep","args":[12000],"options":{"queue":"%s"}},
 		{"type":"test.echo","args":["later"],"options":{"queue":"%s","delay_until":"%s"}}]}`, pushQueue, pushQueue, later))
 	id := wf["id"].(string)
 	sleeper := wf["jobs"].([]any)[0].(map[string]any)["job_id"].(string)
@@ -214,7 +216,7 @@ func TestWorkflowRetryAndCancelHandlerInPushMode(t *testing.T) {
 		t.Fatalf("retry: %d %s", r.Status, r.Raw)
 	}
 	if first["state"] == "cancelled" {
-		// Re-run, it sleeps 5 s again: past the timeout, which runs
+		// Re-run, it sleeps 12 s again: past the timeout, which runs
 		// again from the retry.
 		again := waitWorkflow(t, id, "failed")
 		if e, _ := again["error"].(map[string]any); e == nil || e["code"] != "workflow_timeout" || num(again["retries"]) != 1 {

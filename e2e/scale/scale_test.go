@@ -62,6 +62,11 @@ func newStack(t *testing.T) (*store.Store, *lifecycle.Service, *workflow.Engine)
 	return st, svc, eng
 }
 
+// runBudget bounds one workflow's run: far beyond what it needs (a
+// minute or two here, beside the soak on two cores), so that only a
+// workflow that stops advancing fails, never a slow machine.
+const runBudget = 20 * time.Minute
+
 // runAll plays 16 pull workers until the workflow finishes: every ACK
 // advances the workflow inline and the stream's verification then sees
 // the record twice. It returns the jobs run by type.
@@ -133,7 +138,7 @@ func scaleRun(t *testing.T, kind string, n int) {
 	}
 	id := (*v)["id"].(string)
 	created := time.Since(start)
-	ran := runAll(t, st, svc, eng, "scale", id, time.Now().Add(8*time.Minute))
+	ran := runAll(t, st, svc, eng, "scale", id, time.Now().Add(runBudget))
 	root, err := st.GetNode(ctx, id, store.RootPath)
 	if err != nil {
 		t.Fatal(err)
@@ -205,7 +210,7 @@ func TestThousandStepGraphs(t *testing.T) {
 				t.Fatalf("parsed as %v", (*v)["type"])
 			}
 			id := (*v)["id"].(string)
-			ran := runAll(t, st, svc, eng, q, id, time.Now().Add(8*time.Minute))
+			ran := runAll(t, st, svc, eng, q, id, time.Now().Add(runBudget))
 			root, err := st.GetNode(ctx, id, store.RootPath)
 			if err != nil {
 				t.Fatal(err)

@@ -172,6 +172,17 @@ func (f *Function) invoke(ctx context.Context, payload []byte, took *time.Durati
 	// invocation goes to the fresh one (a cold start), as on Lambda.
 	for tries := 0; ; tries++ {
 		select {
+		case <-inst.exitedCh():
+			// Known dead: never offer it to the "next" request the dead
+			// process may have left waiting (select picks at random).
+			inst.restart()
+			if tries < 3 {
+				continue
+			}
+			return nil, fmt.Errorf("%s: execution environment exited before the invocation", f.Name)
+		default:
+		}
+		select {
 		case inst.nextCh() <- inv:
 		case <-inst.exitedCh():
 			inst.restart()
