@@ -232,13 +232,18 @@ func (r *Recorder) handleCall(ctx context.Context, in middleware.InitializeInput
 	return out, md, err
 }
 
-// handleAttempt counts one HTTP attempt and its request bytes.
+// handleAttempt counts one HTTP attempt and its request bytes once it
+// returns, as handleCall counts the call's empties: a snapshot taken while
+// a receive is in flight then finds neither its chunk nor its empty, not
+// one without the other (which made an interval's billed receives,
+// chunks less empties, negative).
 func (r *Recorder) handleAttempt(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
 	service, op := awsmiddleware.GetServiceID(ctx), awsmiddleware.GetOperationName(ctx)
 	var n int64
 	if req, ok := in.Request.(*smithyhttp.Request); ok && req.ContentLength > 0 {
 		n = req.ContentLength
 	}
+	out, md, err := next.HandleFinalize(ctx, in)
 	r.record(service, op, func(o *Op) {
 		o.Attempts++
 		o.RequestBytes += n
@@ -246,7 +251,7 @@ func (r *Recorder) handleAttempt(ctx context.Context, in middleware.FinalizeInpu
 			o.Chunks += Chunks(n)
 		}
 	})
-	return next.HandleFinalize(ctx, in)
+	return out, md, err
 }
 
 // Chunks is the number of 64 KB billing chunks of a payload of n bytes
