@@ -51,8 +51,13 @@ func TestCrashedEnvironmentIsReplaced(t *testing.T) {
 		t.Fatalf("pids %d, %d; restarts %d", first, second, f.restarts.Load())
 	}
 	// Killed while idle: the next invocation runs in a fresh process.
+	exited := f.all[0].exitedCh()
 	_ = syscall.Kill(second, syscall.SIGKILL)
-	time.Sleep(200 * time.Millisecond)
+	select { // the runtime notices the exit (no fixed sleep to outlast)
+	case <-exited:
+	case <-time.After(time.Minute):
+		t.Fatal("the killed process's exit was not noticed")
+	}
 	third := pid()
 	if third == second || f.restarts.Load() != 2 {
 		t.Fatalf("after an idle crash: pid %d (was %d), restarts %d", third, second, f.restarts.Load())
