@@ -171,19 +171,17 @@ func (f *Function) invoke(ctx context.Context, payload []byte, took *time.Durati
 	// An environment whose process died while idle is replaced and the
 	// invocation goes to the fresh one (a cold start), as on Lambda.
 	for tries := 0; ; tries++ {
+		// Known dead: never offer it to the "next" request the dead
+		// process may have left waiting (select picks at random among
+		// ready cases; a nil channel is never ready).
+		next := inst.nextCh()
 		select {
 		case <-inst.exitedCh():
-			// Known dead: never offer it to the "next" request the dead
-			// process may have left waiting (select picks at random).
-			inst.restart()
-			if tries < 3 {
-				continue
-			}
-			return nil, fmt.Errorf("%s: execution environment exited before the invocation", f.Name)
+			next = nil
 		default:
 		}
 		select {
-		case inst.nextCh() <- inv:
+		case next <- inv:
 		case <-inst.exitedCh():
 			inst.restart()
 			if tries < 3 {
