@@ -350,6 +350,7 @@ type stallingDB struct {
 	delay    time.Duration
 	mu       sync.Mutex
 	allowTx  int // -1: never stall
+	onStall  func() // called when a transaction starts to stall
 	txCalls  int
 	jobPuts  int
 	nodePuts int
@@ -365,8 +366,12 @@ func (d *stallingDB) TransactWriteItems(ctx context.Context, in *dynamodb.Transa
 	d.mu.Lock()
 	d.txCalls++
 	stall := d.allowTx >= 0 && d.txCalls > d.allowTx
+	onStall := d.onStall
 	d.mu.Unlock()
 	if stall {
+		if onStall != nil {
+			onStall()
+		}
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}
@@ -421,11 +426,20 @@ func TestResumeOutOfTimeGoesOnFromWhatExists(t *testing.T) {
 	}
 
 	// The first writer writes the nodes and one transaction of jobs, then
-	// its next transaction hangs until the invocation's time runs out.
+	// its next transaction hangs until the invocation's time runs out,
+	// which the hang itself brings about (cancelling the invocation's
+	// context), so the test does not depend on how long the nodes take;
+	// the deadline only gives Resume an invocation to fit in.
 	db.reset(1)
-	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Second) // room for the nodes on a busy machine
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	db.mu.Lock()
+	db.onStall = cancel
+	db.mu.Unlock()
 	err := eng.Resume(ctx, id)
 	cancel()
+	db.mu.Lock()
+	db.onStall = nil
+	db.mu.Unlock()
 	if !errors.Is(err, store.ErrCreationUnfinished) {
 		t.Fatalf("resume out of time: %v, want ErrCreationUnfinished", err)
 	}
