@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sort"
@@ -103,8 +104,9 @@ type Node struct {
 	// compensation undoes (the /~compensate node).
 	Plan []string `dynamodbav:"plan,omitempty"`
 	// Root only: Compensable counts the steps with a compensate job;
-	// Compensation is "running", "completed" or "failed" once a failure
-	// started it; Handlers lists the defined handlers, HandlersOK and
+	// Compensation is "waiting" while a failed workflow's compensation
+	// waits for its running steps, "none", "running", "completed" or
+	// "failed" once a failure started it; Handlers lists the defined handlers, HandlersOK and
 	// HandlersFail the finished ones; Run counts the retries; Reopening is
 	// set while a retry re-opens the workflow's failed steps.
 	Compensable  int      `dynamodbav:"compensable,omitempty"`
@@ -256,7 +258,13 @@ func (s *Store) DueTimeouts(ctx context.Context, now time.Time, limit int) ([]No
 
 // A failed workflow's compensation: none to run, running, or how it ended.
 const (
-	CompensationNone      = "none"
+	CompensationNone = "none"
+	// CompensationWaiting: the workflow failed while steps that carry a
+	// compensation were still running (a timeout cut them off); the
+	// compensation starts once they have finished, so a step that
+	// completes late is undone too. The root's progress check is set
+	// meanwhile, so the sweeper looks again.
+	CompensationWaiting   = "waiting"
 	CompensationRunning   = "running"
 	CompensationCompleted = "completed"
 	CompensationFailed    = "failed"
@@ -284,8 +292,9 @@ func WorkflowCheckDue(n *Node, at time.Time) {
 	n.DuePK, n.DueAt = workflowDueKey(workflowDuePK, n.WorkflowID), ms(at)
 }
 
-// DueWorkflows lists up to limit running workflows whose progress check is
-// due, with the due time each was listed at.
+// DueWorkflows lists up to limit workflows whose progress check is due
+// (running ones, and failed ones whose compensation waits for running
+// steps), with the due time each was listed at.
 func (s *Store) DueWorkflows(ctx context.Context, now time.Time, limit int) (map[string]time.Time, error) {
 	nodes, err := s.dueNodes(ctx, workflowDuePK, now, limit)
 	if err != nil {
@@ -1159,6 +1168,11 @@ type NodeWrite struct {
 	// without moving the state.
 	CondAbsent []string
 	CondStates []wfstate.State
+	// CondUnsetOr names attributes that, for the write to apply, must be
+	// absent or hold one of the listed values.
+	CondUnsetOr map[string][]string
+	// ClearCheck removes the root's progress check (its due index entry).
+	ClearCheck bool
 }
 
 // validate checks every From -> To against the node state machine.
@@ -1265,6 +1279,16 @@ func (w NodeWrite) build(x *exprs, wfID string, scope []wfstate.State) (update, 
 	}
 	for _, a := range w.CondAbsent {
 		conds = append(conds, "attribute_not_exists("+x.name(a)+")")
+	}
+	for _, a := range slices.Sorted(maps.Keys(w.CondUnsetOr)) {
+		vals := make([]string, len(w.CondUnsetOr[a]))
+		for i, v := range w.CondUnsetOr[a] {
+			vals[i] = x.str(v)
+		}
+		conds = append(conds, "(attribute_not_exists("+x.name(a)+") OR "+x.name(a)+" IN ("+strings.Join(vals, ", ")+"))")
+	}
+	if w.ClearCheck && w.CheckAt.IsZero() && !w.To.Terminal() { // a move to a terminal state removes it already
+		remove = append(remove, x.name(attrDuePK), x.name(attrDueAt))
 	}
 	if len(w.CondStates) > 0 {
 		states := make([]string, len(w.CondStates))

@@ -144,7 +144,7 @@ func (e *Engine) finish(ctx context.Context, wf, path string, ok bool, w store.N
 		return nil, err
 	}
 	if path == store.RootPath {
-		if n.State == wfstate.Failed && (moved || n.Compensation == "") {
+		if n.State == wfstate.Failed && (moved || n.Compensation == "" || n.Compensation == store.CompensationWaiting) {
 			// The workflow failed: its compensation and on_failure
 			// handler run (each once, whoever gets here).
 			return nil, e.afterFailure(ctx, n)
@@ -195,14 +195,34 @@ func (e *Engine) chainStepDone(ctx context.Context, s step) (*step, error) {
 	err = e.st.Advance(ctx, store.Advance{WorkflowID: s.wf, Jobs: jobs, RedeliverAfter: e.redel, Scope: scope, ScopeStates: states,
 		Nodes: append([]store.NodeWrite{{Path: parent, AddOK: []int{k}, Open: true}}, e.deadlines(timed)...)})
 	var nc *store.ErrNodeConflict
-	if errors.As(err, &nc) {
-		// The chain finished meanwhile (its timeout): nothing starts.
-		return nil, nil
+	if errors.As(err, &nc) || errors.Is(err, store.ErrWorkflowNotRunning) {
+		// The chain finished meanwhile (its timeout), or the workflow
+		// did: nothing starts, but a failed workflow's compensation may
+		// be waiting for this step.
+		return nil, e.lateStep(ctx, s.wf)
 	}
 	if err == nil {
 		err = fault.Hit(fault.WorkflowAfterRecord)
 	}
-	return nil, stopIfNotRunning(err)
+	return nil, err
+}
+
+// lateStep goes on with a failed workflow whose compensation waits for
+// steps still running, after one of them finished: without it the
+// sweeper's check does so within compensationRecheck. It costs a read,
+// only on this path (a step finishing after its workflow or chain did).
+func (e *Engine) lateStep(ctx context.Context, wf string) error {
+	root, err := e.st.GetNode(ctx, wf, store.RootPath)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if root.State == wfstate.Failed && root.Compensation == store.CompensationWaiting {
+		return e.afterFailure(ctx, root)
+	}
+	return nil
 }
 
 // stopIfNotRunning turns "the workflow stopped" into the end of the walk:

@@ -349,7 +349,7 @@ type stallingDB struct {
 	*dynamodb.Client
 	delay    time.Duration
 	mu       sync.Mutex
-	allowTx  int // -1: never stall
+	allowTx  int    // -1: never stall
 	onStall  func() // called when a transaction starts to stall
 	txCalls  int
 	jobPuts  int

@@ -193,21 +193,30 @@ func jobIDs(wfID string, items []*store.Node) []string {
 // started by a conditional write, so any number of callers start it
 // once.
 func (e *Engine) afterFailure(ctx context.Context, root *store.Node) error {
-	if root.Compensable > 0 && root.Compensation == "" {
+	if root.Compensable > 0 && (root.Compensation == "" || root.Compensation == store.CompensationWaiting) {
 		started, err := e.startCompensation(ctx, root)
 		if err != nil || started {
 			return err
 		}
 	}
-	if root.Compensation == store.CompensationRunning {
+	if root.Compensation == store.CompensationRunning || root.Compensation == store.CompensationWaiting {
 		return nil // the handler runs when the compensation ends
 	}
 	return e.launchHandler(ctx, root, HandlerOnFailure)
 }
 
+// compensationRecheck is how often the sweeper looks again at a failed
+// workflow whose compensation waits for steps still running.
+const compensationRecheck = 15 * time.Second
+
 // startCompensation plans and starts a failed workflow's compensation:
 // the steps that completed and carry a compensate job, newest completion
-// first, run one after another. It reports whether there was any.
+// first, run one after another. While any step that carries one has not
+// finished (a timeout failed the workflow around it), it only marks the
+// root waiting and sets its progress check: the step may still complete
+// and must be undone with the others, so the plan is made once they all
+// finished (by the sweeper's check, or by the late step's own record). It
+// reports whether there was any (or may be).
 func (e *Engine) startCompensation(ctx context.Context, root *store.Node) (bool, error) {
 	wf := root.WorkflowID
 	nodes, err := e.st.WorkflowItems(ctx, wf)
@@ -232,16 +241,38 @@ func (e *Engine) startCompensation(ctx context.Context, root *store.Node) (bool,
 		at time.Time
 	}
 	var list []done
+	running := 0
 	for id, j := range jobs {
-		if j.State == job.Completed && j.CompletedAt != nil {
+		switch {
+		case j.State == job.Completed && j.CompletedAt != nil:
 			list = append(list, done{byID[id], *j.CompletedAt})
+		case !j.State.Terminal():
+			running++
 		}
 	}
 	now := e.now()
+	notStarted := map[string][]string{"compensation": {store.CompensationWaiting}}
+	if running > 0 {
+		_, err := e.st.UpdateNode(ctx, wf, store.NodeWrite{Path: store.RootPath, CondStates: []wfstate.State{wfstate.Failed},
+			CondUnsetOr: notStarted, SetStrings: map[string]string{"compensation": store.CompensationWaiting},
+			CheckAt: now.Add(compensationRecheck)})
+		var nc *store.ErrNodeConflict
+		if errors.As(err, &nc) {
+			return true, nil // started by someone else (or the workflow was retried)
+		}
+		if err != nil {
+			return false, err
+		}
+		if root.Compensation != store.CompensationWaiting {
+			e.log.InfoContext(ctx, "workflow compensation waits for steps still running", "workflow_id", wf, "running", running)
+		}
+		root.Compensation = store.CompensationWaiting
+		return true, nil
+	}
 	if len(list) == 0 {
 		// Nothing to undo: record that, so the handler can run.
 		_, err := e.st.UpdateNode(ctx, wf, store.NodeWrite{Path: store.RootPath, CondStates: []wfstate.State{wfstate.Failed},
-			CondAbsent: []string{"compensation"}, SetStrings: map[string]string{"compensation": store.CompensationNone}})
+			CondUnsetOr: notStarted, ClearCheck: true, SetStrings: map[string]string{"compensation": store.CompensationNone}})
 		var nc *store.ErrNodeConflict
 		if err != nil && !errors.As(err, &nc) {
 			return false, err
@@ -267,7 +298,7 @@ func (e *Engine) startCompensation(ctx context.Context, root *store.Node) (bool,
 		State: wfstate.Running, StartedAt: job.Timestamp(now)}
 	err = e.st.Advance(ctx, store.Advance{WorkflowID: wf, Jobs: []*job.Job{first}, RedeliverAfter: e.redel, NewNodes: []store.Node{comp},
 		Scope: store.RootPath, ScopeStates: []wfstate.State{wfstate.Failed},
-		Nodes: []store.NodeWrite{{Path: store.RootPath, CondAbsent: []string{"compensation"},
+		Nodes: []store.NodeWrite{{Path: store.RootPath, CondUnsetOr: notStarted, ClearCheck: true,
 			SetStrings: map[string]string{"compensation": store.CompensationRunning}}}})
 	var nc *store.ErrNodeConflict
 	if errors.As(err, &nc) || errors.Is(err, store.ErrWorkflowNotRunning) {
@@ -510,15 +541,16 @@ func (e *Engine) Retry(ctx context.Context, wfID string) (*View, error) {
 		return nil, ojserr.StateConflict(ojserr.Conflict, "Workflow %s is %s; only a failed or cancelled workflow can be retried.", wfID, root.State).
 			With("workflow_id", wfID).With("current_state", string(root.State))
 	}
-	if root.Compensation != "" && root.Compensation != store.CompensationNone {
-		return nil, ojserr.StateConflict(ojserr.Conflict, "Workflow %s was compensated (its completed steps were undone); it cannot be retried.", wfID).
-			With("workflow_id", wfID).With("current_state", string(root.State)).With("compensation", root.Compensation)
+	if compensated(root) {
+		return nil, compensatedConflict(root)
 	}
 	now := e.now()
 	w := store.NodeWrite{Path: store.RootPath, From: []wfstate.State{root.State}, To: wfstate.Running, At: now,
 		AddNumbers: map[string]int{"run": 1}, SetStrings: map[string]string{"reopening": "true"},
 		Remove:  []string{"failed_index", "failed_step", "error", "compensation", "h_ok", "h_fail", "completed_at", "cancelled_at"},
-		CheckAt: now.Add(CheckAfter)}
+		CheckAt: now.Add(CheckAfter),
+		// Not once its compensation started meanwhile.
+		CondUnsetOr: map[string][]string{"compensation": {store.CompensationNone, store.CompensationWaiting}}}
 	if root.TimeoutMS > 0 {
 		// The workflow's timeout runs again from the retry.
 		deadline := now.Add(time.Duration(root.TimeoutMS) * time.Millisecond)
@@ -528,6 +560,9 @@ func (e *Engine) Retry(ctx context.Context, wfID string) (*View, error) {
 	_, err = e.st.UpdateNode(ctx, wfID, w)
 	var nc *store.ErrNodeConflict
 	if errors.As(err, &nc) {
+		if compensated(nc.Current) {
+			return nil, compensatedConflict(nc.Current) // its compensation started meanwhile
+		}
 		return nil, ojserr.StateConflict(ojserr.Conflict, "Workflow %s is %s; only a failed or cancelled workflow can be retried.", wfID, nc.Current.State).
 			With("workflow_id", wfID).With("current_state", string(nc.Current.State))
 	}
@@ -540,6 +575,22 @@ func (e *Engine) Retry(ctx context.Context, wfID string) (*View, error) {
 		e.log.WarnContext(ctx, "workflow retry not finished; the sweeper will", "workflow_id", wfID, "error", err.Error())
 	}
 	return e.Get(ctx, wfID)
+}
+
+// compensated reports whether a workflow's compensation started (a
+// compensated workflow cannot be retried); one that waits for its
+// running steps has not.
+func compensated(root *store.Node) bool {
+	switch root.Compensation {
+	case "", store.CompensationNone, store.CompensationWaiting:
+		return false
+	}
+	return true
+}
+
+func compensatedConflict(root *store.Node) error {
+	return ojserr.StateConflict(ojserr.Conflict, "Workflow %s was compensated (its completed steps were undone); it cannot be retried.", root.WorkflowID).
+		With("workflow_id", root.WorkflowID).With("current_state", string(root.State)).With("compensation", root.Compensation)
 }
 
 // reopen runs a retried workflow's failed and cancelled steps again: each

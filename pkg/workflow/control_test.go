@@ -378,6 +378,133 @@ func TestRetryRacingTheFailureRecord(t *testing.T) {
 
 // A workflow that timed out can be retried: the jobs the timeout
 // cancelled run again.
+// A step still running when a timeout fails the workflow is undone too
+// if it completes late: the compensation waits (GET shows "waiting", the
+// on_failure handler waits with it) until the running steps finished,
+// then undoes every completed step, the late one first. The late step's
+// own record starts it; without that record the sweeper's check does,
+// once the recheck interval passed.
+func TestCompensationWaitsForStepsATimeoutCutOff(t *testing.T) {
+	t.Parallel()
+	def := `{"type":"chain","timeout_ms":60000,"steps":[
+		{"type":"w.reserve","args":[],"options":{"queue":"%[1]s"},"compensate":{"type":"w.unreserve","args":[],"options":{"queue":"%[1]s"}}},
+		{"type":"w.charge","args":[],"options":{"queue":"%[1]s"},"compensate":{"type":"w.refund","args":[],"options":{"queue":"%[1]s"}}},
+		{"type":"w.ship","args":[],"options":{"queue":"%[1]s"}}],
+		"on_failure":{"type":"w.alert","args":[],"options":{"queue":"%[1]s"}}}`
+	for _, bySweeper := range []bool{false, true} {
+		t.Run(fmt.Sprint("by_sweeper=", bySweeper), func(t *testing.T) {
+			t.Parallel()
+			h := newClocked(t)
+			ctx := context.Background()
+			q := fmt.Sprint("wq", bySweeper)
+			id := h.create(fmt.Sprintf(def, q))
+			h.ack(h.fetch(q)["w.reserve"], `{"reservation":"R1"}`)
+			h.clk.Add(time.Millisecond)
+			charge := h.fetch(q)["w.charge"]
+			h.clk.Add(61 * time.Second)
+			if _, err := h.eng.Repair(ctx, 10); err != nil {
+				t.Fatal(err)
+			}
+			v := h.view(id)
+			if v["state"] != "failed" || v["compensation"].(map[string]any)["state"] != store.CompensationWaiting {
+				t.Fatalf("after the timeout: %s", jsonStr(v))
+			}
+			if more := h.fetch(q); len(more) != 0 {
+				t.Fatalf("ran while the charge was still running: %s", keys(more))
+			}
+			// Another sweep before the charge finished changes nothing.
+			h.clk.Add(20 * time.Second)
+			if _, err := h.eng.Repair(ctx, 10); err != nil {
+				t.Fatal(err)
+			}
+			if more := h.fetch(q); len(more) != 0 {
+				t.Fatalf("ran while the charge was still running: %s", keys(more))
+			}
+			// The charge completes late.
+			if bySweeper {
+				// Its record is lost: a service without the engine.
+				bare := lifecycle.New(h.st, lifecycle.Config{Now: h.clk.Now})
+				if _, err := bare.Ack(ctx, charge.ID, []byte(`{"charge":"C1"}`), 0); err != nil {
+					t.Fatal(err)
+				}
+				if more := h.fetch(q); len(more) != 0 {
+					t.Fatalf("ran before the sweeper's check: %s", keys(more))
+				}
+				h.clk.Add(16 * time.Second)
+				if n, err := h.eng.Repair(ctx, 10); err != nil || n != 1 {
+					t.Fatalf("sweep: %d checked, %v", n, err)
+				}
+			} else {
+				h.ack(charge, `{"charge":"C1"}`)
+			}
+			refund := h.fetch(q)
+			if keys(refund) != "w.refund" {
+				t.Fatalf("first compensation: %s (%s)", keys(refund), jsonStr(h.view(id)))
+			}
+			var pr map[string]any
+			_ = json.Unmarshal(refund["w.refund"].ParentResults, &pr)
+			if pr["compensates"] != "s1" || jsonStr(pr["result"]) != `{"charge":"C1"}` {
+				t.Fatalf("refund parent_results: %s", refund["w.refund"].ParentResults)
+			}
+			if _, err := h.eng.Retry(ctx, id); ojserr.As(err).Code != ojserr.Conflict {
+				t.Fatalf("retry once the compensation started: %v", err)
+			}
+			h.ack(refund["w.refund"], `"refunded"`)
+			unreserve := h.fetch(q)
+			if keys(unreserve) != "w.unreserve" {
+				t.Fatalf("second compensation: %s", keys(unreserve))
+			}
+			h.ack(unreserve["w.unreserve"], `"released"`)
+			alert := h.fetch(q)
+			if keys(alert) != "w.alert" {
+				t.Fatalf("handler: %s", keys(alert))
+			}
+			h.ack(alert["w.alert"], `"paged"`)
+			v = h.view(id)
+			comp := v["compensation"].(map[string]any)
+			if comp["state"] != store.CompensationCompleted || len(comp["steps"].([]any)) != 2 {
+				t.Fatalf("view: %s", jsonStr(v))
+			}
+			// Its check is gone: later sweeps do not look at it again.
+			h.clk.Add(time.Hour)
+			if n, err := h.eng.Repair(ctx, 10); err != nil || n != 0 {
+				t.Fatalf("sweep after the end: %d checked, %v", n, err)
+			}
+		})
+	}
+}
+
+// A workflow whose compensation waits for a running step can still be
+// retried (its compensation has not started): the retry clears the wait.
+func TestRetryWhileCompensationWaits(t *testing.T) {
+	t.Parallel()
+	h := newClocked(t)
+	ctx := context.Background()
+	id := h.create(`{"type":"chain","timeout_ms":1000,"steps":[
+		{"type":"x.pay","args":[],"options":{"queue":"xq"},"compensate":{"type":"x.unpay","args":[],"options":{"queue":"xq"}}},
+		{"type":"x.next","args":[],"options":{"queue":"xq"}}]}`)
+	pay := h.fetch("xq")["x.pay"]
+	h.clk.Add(2 * time.Second)
+	if _, err := h.eng.Repair(ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	if v := h.view(id); v["compensation"].(map[string]any)["state"] != store.CompensationWaiting {
+		t.Fatalf("after the timeout: %s", jsonStr(v))
+	}
+	if _, err := h.eng.Retry(ctx, id); err != nil {
+		t.Fatalf("retry while waiting: %v", err)
+	}
+	h.ack(pay, `"paid"`)
+	next := h.fetch("xq")
+	if keys(next) != "x.next" {
+		t.Fatalf("after the retry the chain goes on: %s (%s)", keys(next), jsonStr(h.view(id)))
+	}
+	h.ack(next["x.next"], `"done"`)
+	if v := h.view(id); v["state"] != "completed" || v["compensation"].(map[string]any)["state"] != "not_started" {
+		t.Fatalf("after the retry: %s", jsonStr(v))
+	}
+}
+
 func TestRetryAfterTimeout(t *testing.T) {
 	t.Parallel()
 	h := newClocked(t)

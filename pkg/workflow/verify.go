@@ -287,6 +287,11 @@ func (e *Engine) repair(ctx context.Context, id string, now time.Time) error {
 		}
 		return e.finishCancel(ctx, root, items)
 	}
+	if root.State == wfstate.Failed && root.Compensation == store.CompensationWaiting {
+		// Its compensation waits for steps still running: start it if
+		// they finished (else the check is set again).
+		return e.afterFailure(ctx, root)
+	}
 	if root.State != wfstate.Running {
 		return nil
 	}
