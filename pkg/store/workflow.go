@@ -135,6 +135,15 @@ type Node struct {
 	// CreateTries counts the writers that took the creation's lease
 	// (ResumeWorkflow): past the first, a writer skips what exists.
 	CreateTries int `dynamodbav:"ctries,omitempty"`
+	// CreateJobs is how many first jobs (in job id order) a writer that
+	// gave the lease back had written; CreateClean is the try (a
+	// CreateTries value) that gave it back. A writer whose try follows a
+	// clean one writes from CreateJobs on without reading which exist
+	// (at most a request in flight when it stopped landed after it; the
+	// put's condition skips those); after a writer that died it reads the
+	// keys from CreateJobs on.
+	CreateJobs  int `dynamodbav:"cjobs,omitempty"`
+	CreateClean int `dynamodbav:"cclean,omitempty"`
 	// CreateLease (Unix ms) is set while a writer holds the creation; the
 	// stream function runs the next slice of a creation from the root's
 	// change that gives it back.
@@ -389,6 +398,9 @@ type NewWorkflow struct {
 	Jobs   []*job.Job
 	// RedeliverAfter is passed to job creation (see Store.Create).
 	RedeliverAfter time.Duration
+	// Progress, when set, is told after each transaction how many of
+	// Jobs, from the first, exist.
+	Progress func(done int)
 }
 
 // CreateWorkflow writes a new workflow. Up to MaxBatch items (nodes,
@@ -585,12 +597,15 @@ func (s *Store) ResumeWorkflow(ctx context.Context, w NewWorkflow, now time.Time
 		e := end.Load()
 		return e != 0 && time.Now().UnixNano() > e
 	})
-	if err := s.resume(wctx, startSlice, w, root.Node, items); err != nil {
+	done, err := s.resume(wctx, startSlice, w, root.Node, items)
+	if err != nil {
 		stopped := work.Err() != nil || errors.Is(err, errSliceOver)
-		// Give the lease back so a retry need not wait for it to end.
+		// Give the lease back so a retry need not wait for it to end, with
+		// how far this try got, so the next one need not read it.
 		_, _ = s.db.UpdateItem(context.WithoutCancel(ctx), &dynamodb.UpdateItemInput{TableName: &s.table, Key: wfKey(wfID, nodeSK(RootPath)),
-			UpdateExpression: aws.String("REMOVE clease"), ConditionExpression: aws.String("clease = :until"),
-			ExpressionAttributeValues: map[string]types.AttributeValue{":until": &types.AttributeValueMemberN{Value: strconv.FormatInt(until, 10)}}})
+			UpdateExpression: aws.String("SET cjobs = :done, cclean = :try REMOVE clease"), ConditionExpression: aws.String("clease = :until"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":until": &types.AttributeValueMemberN{Value: strconv.FormatInt(until, 10)},
+				":done": &types.AttributeValueMemberN{Value: strconv.Itoa(done)}, ":try": &types.AttributeValueMemberN{Value: strconv.Itoa(root.CreateTries)}}})
 		if stopped {
 			return fmt.Errorf("create workflow %s: %w (%v)", wfID, ErrCreationUnfinished, err)
 		}
@@ -600,8 +615,9 @@ func (s *Store) ResumeWorkflow(ctx context.Context, w NewWorkflow, now time.Time
 }
 
 // resume writes what ResumeWorkflow writes; startSlice starts the slice's
-// clock (at the first write).
-func (s *Store) resume(ctx context.Context, startSlice func(), w NewWorkflow, root Node, items []map[string]types.AttributeValue) error {
+// clock (at the first write). It returns how many of the first jobs, in
+// job id order, are known to exist (see Node.CreateJobs).
+func (s *Store) resume(ctx context.Context, startSlice func(), w NewWorkflow, root Node, items []map[string]types.AttributeValue) (int, error) {
 	again := root.CreateTries > 1 // an earlier writer may have written part of it
 	if root.Creating {
 		if again {
@@ -611,36 +627,63 @@ func (s *Store) resume(ctx context.Context, startSlice func(), w NewWorkflow, ro
 			}
 			have, err := s.existing(ctx, keys)
 			if err != nil {
-				return fmt.Errorf("create workflow %s: %w", root.WorkflowID, err)
+				return 0, fmt.Errorf("create workflow %s: %w", root.WorkflowID, err)
 			}
 			items = slices.DeleteFunc(slices.Clone(items), func(it map[string]types.AttributeValue) bool { return have[itemKey(it)] })
 		}
 		startSlice()
 		if err := s.batchPut(ctx, items); err != nil {
-			return fmt.Errorf("create workflow %s: %w", root.WorkflowID, err)
+			return 0, fmt.Errorf("create workflow %s: %w", root.WorkflowID, err)
 		}
 		if err := s.unmark(ctx, root.WorkflowID, "creating"); err != nil {
-			return err
+			return 0, err
 		}
 	}
-	jobs := w.Jobs
-	if again {
+	// The first jobs in id order (their ids are fixed by the workflow and
+	// the steps' paths), so that every try writes them in the same order
+	// and what exists is a leading run of them (Advance writes its
+	// transactions one after another, in order) plus at most a request in
+	// flight when a try stopped.
+	all := slices.SortedFunc(slices.Values(w.Jobs), func(a, b *job.Job) int { return strings.Compare(a.ID, b.ID) })
+	start := min(root.CreateJobs, len(all))
+	jobs, at := all[start:], []int(nil) // at[i]: the index in all of jobs[i], when some were skipped
+	if again && root.CreateClean != root.CreateTries-1 {
+		// The try before died: read which exist past what a clean one
+		// recorded.
 		keys := make([]map[string]types.AttributeValue, len(jobs))
 		for i, j := range jobs {
 			keys[i] = jobKey(j.ID)
 		}
 		have, err := s.existing(ctx, keys)
 		if err != nil {
-			return fmt.Errorf("create workflow %s: %w", root.WorkflowID, err)
+			return start, fmt.Errorf("create workflow %s: %w", root.WorkflowID, err)
 		}
-		jobs = slices.DeleteFunc(slices.Clone(jobs), func(j *job.Job) bool { return have[itemKey(jobKey(j.ID))] })
+		var kept []*job.Job
+		for i, j := range jobs {
+			if !have[itemKey(jobKey(j.ID))] {
+				kept = append(kept, j)
+				at = append(at, start+i)
+			}
+		}
+		jobs = kept
+	}
+	done := start
+	progress := func(n int) { // jobs[:n] exist
+		switch {
+		case n >= len(jobs):
+			done = len(all)
+		case at != nil:
+			done = at[n]
+		default:
+			done = start + n
+		}
 	}
 	startSlice()
-	err := s.Advance(ctx, Advance{WorkflowID: root.WorkflowID, Jobs: jobs, RedeliverAfter: w.RedeliverAfter})
+	err := s.Advance(ctx, Advance{WorkflowID: root.WorkflowID, Jobs: jobs, RedeliverAfter: w.RedeliverAfter, Progress: progress})
 	if err != nil && !errors.Is(err, ErrWorkflowNotRunning) {
-		return err
+		return done, err
 	}
-	return s.unmark(ctx, root.WorkflowID, "cdef", "citems", "clease", "ctries")
+	return len(all), s.unmark(ctx, root.WorkflowID, "cdef", "citems", "clease", "ctries", "cjobs", "cclean")
 }
 
 // existing reads which of keys name an item (consistently, keys only,
@@ -1454,6 +1497,9 @@ type Advance struct {
 	ScopeStates []wfstate.State
 	// RedeliverAfter is passed to job creation (see Store.Create).
 	RedeliverAfter time.Duration
+	// Progress, when set, is told after each transaction how many of
+	// Jobs, from the first, exist.
+	Progress func(done int)
 }
 
 // Advance applies a. Jobs that exist already are skipped (a repeated
@@ -1516,15 +1562,25 @@ func (s *Store) Advance(ctx context.Context, a Advance) error {
 		chunks = append(chunks, a.Jobs[start:end])
 		start = end
 	}
+	done := 0
 	for _, c := range chunks {
 		if err := s.advanceTx(ctx, a, c, nil, nil); err != nil {
 			return err
+		}
+		if done += len(c); a.Progress != nil {
+			a.Progress(done)
 		}
 		if err := sliceOver(ctx); err != nil {
 			return err // a creation's slice is over: the next goes on
 		}
 	}
-	return s.advanceTx(ctx, a, a.Jobs[tail:], a.Nodes, a.NewNodes)
+	if err := s.advanceTx(ctx, a, a.Jobs[tail:], a.Nodes, a.NewNodes); err != nil {
+		return err
+	}
+	if a.Progress != nil {
+		a.Progress(len(a.Jobs))
+	}
+	return nil
 }
 
 // Room kept in a transaction besides its jobs: for the node items it

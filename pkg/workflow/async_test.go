@@ -354,12 +354,39 @@ type stallingDB struct {
 	txCalls  int
 	jobPuts  int
 	nodePuts int
+	jobReads int // job keys read in batches
+	// dropGiveBack fails the write that gives a creation's lease back,
+	// as if its writer died just before it.
+	dropGiveBack bool
+}
+
+func (d *stallingDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	d.mu.Lock()
+	drop := d.dropGiveBack && strings.Contains(aws.ToString(in.UpdateExpression), "REMOVE clease")
+	d.mu.Unlock()
+	if drop {
+		return nil, errors.New("the writer died")
+	}
+	return d.Client.UpdateItem(ctx, in, opts...)
+}
+
+func (d *stallingDB) BatchGetItem(ctx context.Context, in *dynamodb.BatchGetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error) {
+	d.mu.Lock()
+	for _, ka := range in.RequestItems {
+		for _, k := range ka.Keys {
+			if strings.HasPrefix(k["pk"].(*types.AttributeValueMemberS).Value, "JOB#") {
+				d.jobReads++
+			}
+		}
+	}
+	d.mu.Unlock()
+	return d.Client.BatchGetItem(ctx, in, opts...)
 }
 
 func (d *stallingDB) reset(allowTx int) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.allowTx, d.txCalls, d.jobPuts, d.nodePuts = allowTx, 0, 0, 0
+	d.allowTx, d.txCalls, d.jobPuts, d.nodePuts, d.jobReads = allowTx, 0, 0, 0, 0
 }
 
 func (d *stallingDB) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, opts ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
@@ -503,7 +530,7 @@ func TestCreationIsWrittenOneSliceAtATime(t *testing.T) {
 	if v, err := eng.Create(context.Background(), []byte(asyncBody(id, "sliceq", n))); err != nil || !workflow.Creating(v) {
 		t.Fatalf("create: %v", err)
 	}
-	slices := 0
+	slices, recorded := 0, 0
 	for {
 		slices++
 		if slices > 100 {
@@ -520,6 +547,12 @@ func TestCreationIsWrittenOneSliceAtATime(t *testing.T) {
 		if err != nil || len(root.CDef) == 0 || root.CreateLease != 0 || root.CreateTries != slices {
 			t.Fatalf("root after slice %d: lease %d, tries %d, definition %d bytes, %v", slices, root.CreateLease, root.CreateTries, len(root.CDef), err)
 		}
+		// Each slice gave the lease back with how far it got, so the
+		// next one writes on from there without reading what exists.
+		if root.CreateClean != slices || root.CreateJobs < recorded || root.CreateJobs >= n {
+			t.Fatalf("root after slice %d: clean try %d, %d jobs recorded (before: %d)", slices, root.CreateClean, root.CreateJobs, recorded)
+		}
+		recorded = root.CreateJobs
 		if c, _ := viewMap(t, must(eng.Get(context.Background(), id)))["x_creating"].(map[string]any); c == nil {
 			t.Fatalf("GET after slice %d no longer shows the unfinished creation", slices)
 		}
@@ -531,8 +564,83 @@ func TestCreationIsWrittenOneSliceAtATime(t *testing.T) {
 	if err != nil || len(root.CDef) != 0 || root.CreateLease != 0 || root.CreateTries != 0 || root.State != wfstate.Running {
 		t.Fatalf("root after the last slice: %+v %v", root, err)
 	}
+	if db.jobReads != 0 || db.jobPuts != n {
+		t.Fatalf("the slices read %d job keys and put %d jobs; want 0 and %d", db.jobReads, db.jobPuts, n)
+	}
 	fetchEachOnce(t, svc, "sliceq", n)
 	t.Logf("created in %d slices", slices)
+}
+
+// After a writer that died without giving its lease back (so without
+// recording how far it got), the next one reads which first jobs exist,
+// but only from where the last clean slice recorded, and writes only the
+// missing ones: every job exists once.
+func TestCreationAfterAWriterThatDiedReadsOnlyPastTheRecord(t *testing.T) {
+	t.Parallel()
+	st0, _ := testenv.Table(t)
+	clk := testenv.NewClock(time.Now().UTC())
+	db := &stallingDB{Client: testenv.DynamoDB(), allowTx: -1, delay: 40 * time.Millisecond}
+	st := store.New(db, st0.Table())
+	svc := lifecycle.New(st, lifecycle.Config{Now: clk.Now})
+	eng := workflow.New(st, workflow.Config{Jobs: svc, Now: clk.Now, AsyncItems: 50, CreationSlice: 60 * time.Millisecond})
+	svc.SetWorkflows(eng)
+	bg := context.Background()
+	id := uuid.Must(uuid.NewV7()).String()
+	const n = 400
+	if v, err := eng.Create(bg, []byte(asyncBody(id, "diedq", n))); err != nil || !workflow.Creating(v) {
+		t.Fatalf("create: %v", err)
+	}
+	// Clean slices (the nodes first) until one wrote jobs.
+	var root *store.Node
+	for try := 1; root == nil || root.CreateJobs == 0; try++ {
+		if err := eng.Resume(bg, id); !errors.Is(err, store.ErrCreationUnfinished) {
+			t.Fatalf("slice %d: %v", try, err)
+		}
+		var err error
+		if root, err = st.GetNode(bg, id, store.RootPath); err != nil || root.CreateClean != try || root.CreateJobs >= n {
+			t.Fatalf("after clean slice %d: clean try %d, %d jobs recorded, %v", try, root.CreateClean, root.CreateJobs, err)
+		}
+	}
+	recorded, tries := root.CreateJobs, root.CreateTries
+	// The second writer writes, then dies before giving the lease back.
+	db.reset(-1)
+	db.mu.Lock()
+	db.dropGiveBack = true
+	db.mu.Unlock()
+	if err := eng.Resume(bg, id); !errors.Is(err, store.ErrCreationUnfinished) {
+		t.Fatalf("second slice: %v", err)
+	}
+	db.mu.Lock()
+	db.dropGiveBack = false
+	died := db.jobPuts
+	db.mu.Unlock()
+	root, err := st.GetNode(bg, id, store.RootPath)
+	if err != nil || died == 0 || root.CreateLease == 0 || root.CreateJobs != recorded || root.CreateClean != tries || root.CreateTries != tries+1 {
+		t.Fatalf("after the writer died: %d jobs put, lease %d, %d recorded, clean try %d, tries %d, %v",
+			died, root.CreateLease, root.CreateJobs, root.CreateClean, root.CreateTries, err)
+	}
+	// Its lease holds the creation until it ends.
+	db.reset(-1)
+	if err := eng.Resume(bg, id); err != nil || db.jobPuts != 0 {
+		t.Fatalf("while the dead writer's lease runs: %v, %d jobs put", err, db.jobPuts)
+	}
+	clk.Add(store.CreationLease + time.Second)
+	for slices := 0; ; slices++ {
+		if slices > 100 {
+			t.Fatal("no end after 100 slices")
+		}
+		err := eng.Resume(bg, id)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, store.ErrCreationUnfinished) {
+			t.Fatalf("slice: %v", err)
+		}
+	}
+	if db.jobReads != n-recorded || db.jobPuts != n-recorded-died {
+		t.Fatalf("after the death: %d job keys read, %d jobs put; want %d and %d", db.jobReads, db.jobPuts, n-recorded, n-recorded-died)
+	}
+	fetchEachOnce(t, svc, "diedq", n)
 }
 
 // A cancel that runs out of the API's time (its budget ends 8 s and
