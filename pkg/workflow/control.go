@@ -274,7 +274,13 @@ func (e *Engine) startCompensation(ctx context.Context, root *store.Node) (bool,
 		_, err := e.st.UpdateNode(ctx, wf, store.NodeWrite{Path: store.RootPath, CondStates: []wfstate.State{wfstate.Failed},
 			CondUnsetOr: notStarted, ClearCheck: true, SetStrings: map[string]string{"compensation": store.CompensationNone}})
 		var nc *store.ErrNodeConflict
-		if err != nil && !errors.As(err, &nc) {
+		if errors.As(err, &nc) && (nc.Current.State != wfstate.Failed || nc.Current.Compensation != store.CompensationNone) {
+			// Retried, or its compensation started elsewhere (whose end
+			// runs the handler): not this caller's to go on with.
+			root.Compensation = nc.Current.Compensation
+			return true, nil
+		}
+		if err != nil && nc == nil {
 			return false, err
 		}
 		root.Compensation = store.CompensationNone
