@@ -322,12 +322,21 @@ func TestLargeWorkflowIsCreatedAsynchronously(t *testing.T) {
 		// function cancels the jobs left.
 		t.Logf("the stream function cancels the rest: %v", left)
 		for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(500 * time.Millisecond) {
-			st := queueObj(t, do(t, http.MethodGet, "/ojs/v1/queues/"+q+"/stats", nil))
-			if num(st["available"]) == 0 {
-				break
-			}
 			if time.Now().After(deadline) {
-				t.Fatalf("jobs still available 2 minutes after the cancel: %v", st)
+				t.Fatalf("jobs still available 2 minutes after the cancel")
+			}
+			r := do(t, http.MethodGet, "/ojs/v1/queues/"+q+"/stats", nil)
+			if r.Status >= 500 {
+				// On a machine this loaded (the cancel itself ran out of
+				// time), a stats request, which reads every index entry
+				// of the queue, once passed the API's 29 s while the
+				// stream function's cancel transactions held DynamoDB
+				// Local: what this waits for is the cancel, so ask again.
+				t.Logf("queue stats while the stream cancels: %d %s", r.Status, r.Raw)
+				continue
+			}
+			if st := queueObj(t, r); num(st["available"]) == 0 {
+				break
 			}
 		}
 	}
