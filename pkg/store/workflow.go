@@ -105,8 +105,8 @@ type Node struct {
 	Plan []string `dynamodbav:"plan,omitempty"`
 	// Root only: Compensable counts the steps with a compensate job;
 	// Compensation is "waiting" while a failed workflow's compensation
-	// waits for its running steps, "none", "running", "completed" or
-	// "failed" once a failure started it; Handlers lists the defined handlers, HandlersOK and
+	// waits for its running steps, then "none", "running", "completed"
+	// or "failed"; Handlers lists the defined handlers, HandlersOK and
 	// HandlersFail the finished ones; Run counts the retries; Reopening is
 	// set while a retry re-opens the workflow's failed steps.
 	Compensable  int      `dynamodbav:"compensable,omitempty"`
@@ -398,9 +398,6 @@ type NewWorkflow struct {
 	Jobs   []*job.Job
 	// RedeliverAfter is passed to job creation (see Store.Create).
 	RedeliverAfter time.Duration
-	// Progress, when set, is told after each transaction how many of
-	// Jobs, from the first, exist.
-	Progress func(done int)
 }
 
 // CreateWorkflow writes a new workflow. Up to MaxBatch items (nodes,
