@@ -203,7 +203,7 @@ func (s *Sweeper) sweepQueue(ctx context.Context, q string, limit int, paused bo
 }
 
 // redeliver re-sends available push-mode jobs whose redelivery check is due
-// and pushes the check back. Sending first means a crash in between causes
+// and pushes the check back (recheckIn). Sending first means a crash in between causes
 // a duplicate message (harmless), never a lost one.
 // A paused queue's jobs are not sent (the worker would drop them); only
 // their next check is pushed back.
@@ -242,7 +242,7 @@ func (s *Sweeper) redeliver(ctx context.Context, items []store.Item, paused bool
 		if !it.Job.Push || unsent[it.Job.ID] {
 			continue
 		}
-		if _, err := s.Store.Apply(ctx, store.Redelivered(it.Job.ID, it.DueAt, now.Add(s.Service.RedeliverAfter()))); err != nil {
+		if _, err := s.Store.Apply(ctx, store.Redelivered(it.Job.ID, it.DueAt, now.Add(recheckIn(it.Job, now, s.Service.RedeliverAfter())))); err != nil {
 			var ce *store.ConflictError
 			if !errors.As(err, &ce) && !errors.Is(err, store.ErrNotFound) {
 				return len(ds), err
@@ -251,6 +251,27 @@ func (s *Sweeper) redeliver(ctx context.Context, items []store.Item, paused bool
 	}
 	s.logger().InfoContext(ctx, "redelivered unclaimed push-mode jobs", "count", len(ds)-len(unsent))
 	return len(ds) - len(unsent), sendErr
+}
+
+// maxRecheck bounds the wait between two redelivery checks of one job, in
+// redelivery delays (an hour with the default of five minutes).
+const maxRecheck = 12
+
+// recheckIn is how long after a redelivery the job's next check waits: as
+// long as the job has already waited since it became available, at least
+// the redelivery delay and at most maxRecheck of them. A job whose message
+// sits behind a backlog in SQS is not lost, only waiting; re-sending it
+// every delay would add a message per job and delay to the backlog it is
+// waiting in (an hour of backlog: 12 copies of every message). With the
+// wait doubling, checks come after 1, 2, 4 and 8 delays (4 copies in that
+// hour), while a job whose message really was lost is still re-sent within
+// its own age again, and within maxRecheck delays at the latest.
+func recheckIn(j *job.Job, now time.Time, delay time.Duration) time.Duration {
+	wait := delay
+	if j.EnqueuedAt != nil {
+		wait = max(wait, now.Sub(*j.EnqueuedAt))
+	}
+	return min(wait, maxRecheck*delay)
 }
 
 // Loop sweeps every tick until ctx is done or until stops; it is how one

@@ -71,6 +71,49 @@ func TestSweeperRedeliversAJobTheRelayNeverSent(t *testing.T) {
 	}
 }
 
+// TestRedeliveryChecksBackOffWhileAJobWaits: a push-mode job nobody claims
+// (its message waiting behind a backlog, or lost) is re-sent after 1, 2, 4
+// and 8 redelivery delays, then every 12 at most; not every delay.
+func TestRedeliveryChecksBackOffWhileAJobWaits(t *testing.T) {
+	t.Parallel()
+	st, _ := testenv.Table(t)
+	url := testenv.Queue(t)
+	clk := testenv.NewClock(time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC))
+	svc := lifecycle.New(st, lifecycle.Config{PushQueues: []string{"lambda"}, Now: clk.Now, RedeliverAfter: 5 * time.Minute})
+	sw := &sweeper.Sweeper{Service: svc, Store: st, Sender: dispatch.New(testenv.SQS(), map[string]string{"lambda": url}), PushQueues: []string{"lambda"}}
+	ctx := context.Background()
+	j, err := svc.Push(ctx, []byte(`{"type":"demo.greet","args":["x"],"options":{"queue":"lambda"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sentAt []int
+	for minute := 1; minute <= 150; minute++ {
+		clk.Add(time.Minute)
+		r, err := sw.Sweep(ctx)
+		if err != nil {
+			t.Fatalf("sweep at minute %d: %v", minute, err)
+		}
+		if r.Redelivered > 0 {
+			sentAt = append(sentAt, minute)
+		}
+	}
+	if want := []int{5, 10, 20, 40, 80, 140}; !slices.Equal(sentAt, want) {
+		t.Fatalf("re-sent at minutes %v, want %v", sentAt, want)
+	}
+	got := receiveAll(t, url, len(sentAt))
+	if len(got) != len(sentAt) {
+		t.Fatalf("SQS holds %d messages, want %d", len(got), len(sentAt))
+	}
+	for _, id := range got {
+		if id != j.ID {
+			t.Fatalf("SQS holds %v, want only copies of %s", got, j.ID)
+		}
+	}
+	if cur, err := svc.Info(ctx, j.ID); err != nil || cur.State != job.Available {
+		t.Fatalf("job after the sweeps: %+v %v", cur, err)
+	}
+}
+
 func TestSweeperPromotesDueJobsAndRequeuesExpiredLeases(t *testing.T) {
 	t.Parallel()
 	st, _ := testenv.Table(t)

@@ -51,7 +51,8 @@ const (
 	EnvDeadPruneInterval = "OJS_DLQ_PRUNE_INTERVAL"
 	// EnvRedeliverAfter is a Go duration: how long an available push-mode
 	// job may wait unclaimed before the sweeper sends it to SQS again
-	// (default 5m; the fault-injection soak shortens it).
+	// (default 5m; the fault-injection soak shortens it). Later checks of
+	// the same job wait as long as it has waited (sweeper.recheckIn).
 	EnvRedeliverAfter = "OJS_REDELIVER_AFTER"
 	// EnvAsyncCreateItems is the size (nodes, counter shards and first
 	// jobs) past which POST /workflows answers 202 and the stream function
