@@ -64,6 +64,7 @@ type Store interface {
 	DeleteFinished(ctx context.Context, id string, state job.State) error
 	DeleteWaiting(ctx context.Context, id string, state job.State) error
 	CountDead(ctx context.Context, queue string) (int, error)
+	CountCompleted(ctx context.Context, queue string, since time.Time) (int, error)
 	Dead(ctx context.Context, queue string, limit int, cursor string) (store.Page, error)
 	SetQueueRate(ctx context.Context, name string, perSecond float64, now time.Time) error
 }

@@ -740,10 +740,10 @@ func (s *Service) Fetch(ctx context.Context, r FetchRequest) ([]*job.Job, error)
 		now := s.Now()
 		due, err := s.st.DueNow(ctx, q, now, 25)
 		if err != nil {
-			return nil, ojserr.Backend(err)
+			return s.fetchFailed(ctx, out, err)
 		}
 		if _, err := s.resolve(ctx, due, now, false); err != nil {
-			return nil, ojserr.Backend(err)
+			return s.fetchFailed(ctx, out, err)
 		}
 		want := r.Count - len(out)
 		// Twice the candidates it wants, and a few: without contention
@@ -753,7 +753,7 @@ func (s *Service) Fetch(ctx context.Context, r FetchRequest) ([]*job.Job, error)
 		// more: a Query bills per 4 KB read, and an entry is ~150 bytes.
 		items, err := s.st.Ready(ctx, q, min(2*want+8, MaxFetch))
 		if err != nil {
-			return nil, ojserr.Backend(err)
+			return s.fetchFailed(ctx, out, err)
 		}
 		if rate > 0 && len(items) > 0 {
 			// A rate-limited queue hands out at most rate jobs a second:
@@ -761,7 +761,7 @@ func (s *Service) Fetch(ctx context.Context, r FetchRequest) ([]*job.Job, error)
 			want = min(want, max(1, int(rate)))
 			ok, err := s.st.TakeRateTokens(ctx, q, want, rate, s.Now())
 			if err != nil {
-				return nil, ojserr.Backend(err)
+				return s.fetchFailed(ctx, out, err)
 			}
 			if !ok {
 				continue
@@ -775,7 +775,7 @@ func (s *Service) Fetch(ctx context.Context, r FetchRequest) ([]*job.Job, error)
 			}
 			size, err := s.fetchBytes(ctx, it)
 			if err != nil {
-				return nil, ojserr.Backend(err)
+				return s.fetchFailed(ctx, out, err)
 			}
 			if size == 0 {
 				continue // deleted since the index was read
@@ -794,7 +794,7 @@ func (s *Service) Fetch(ctx context.Context, r FetchRequest) ([]*job.Job, error)
 			}
 			j, err := s.Claim(ctx, it.Job, r.WorkerID, r.Visibility)
 			if err != nil {
-				return nil, ojserr.Backend(err)
+				return s.fetchFailed(ctx, out, err)
 			}
 			if j != nil {
 				out = append(out, j)
@@ -813,6 +813,20 @@ func (s *Service) Fetch(ctx context.Context, r FetchRequest) ([]*job.Job, error)
 			}
 		}
 	}
+	return out, nil
+}
+
+// fetchFailed ends a FETCH that met an error: with nothing claimed yet
+// the error is the answer; once a job is claimed it is active under this
+// worker's lease, so the jobs claimed are the answer and the error only
+// logged. Answering an error would leave them unrun until their leases
+// end, each losing an attempt (a job with one attempt would be discarded
+// without ever having run).
+func (s *Service) fetchFailed(ctx context.Context, out []*job.Job, err error) ([]*job.Job, error) {
+	if len(out) == 0 {
+		return nil, ojserr.Backend(err)
+	}
+	s.log.ErrorContext(ctx, "FETCH stopped early; answering the jobs it claimed", "claimed", len(out), "error", err.Error())
 	return out, nil
 }
 

@@ -87,3 +87,48 @@ func TestFetchRequests(t *testing.T) {
 		t.Fatalf("empty FETCH a second later: %d jobs, %d requests; want 0 and %d", n, req, 1+sh.Due+sh.Ready)
 	}
 }
+
+// failingClaims fails the claims (UpdateItems) after the first ok ones.
+type failingClaims struct {
+	*dynamodb.Client
+	ok atomic.Int64
+}
+
+func (c *failingClaims) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	if c.ok.Add(-1) < 0 {
+		return nil, fmt.Errorf("injected: DynamoDB unavailable")
+	}
+	return c.Client.UpdateItem(ctx, in, o...)
+}
+
+// TestFetchAnswersWhatItClaimedBeforeAnError: a FETCH whose third claim
+// fails answers the two jobs it claimed (active under its lease) instead
+// of an error that would leave them unrun until their leases end; a FETCH
+// that claimed nothing answers the error.
+func TestFetchAnswersWhatItClaimedBeforeAnError(t *testing.T) {
+	t.Parallel()
+	st, _ := testenv.Table(t)
+	db := &failingClaims{Client: testenv.DynamoDB()}
+	s := lifecycle.New(store.New(db, st.Table()), lifecycle.Config{})
+	plain := lifecycle.New(st, lifecycle.Config{})
+	ctx := context.Background()
+	for i := range 5 {
+		if _, err := plain.Push(ctx, []byte(fmt.Sprintf(`{"type":"pay.out","args":[%d],"options":{"queue":"pay","retry":{"max_attempts":1}}}`, i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db.ok.Store(2)
+	got, err := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"pay"}, Count: 5, WorkerID: "w1"})
+	if err != nil || len(got) != 2 {
+		t.Fatalf("FETCH with the third claim failing: %d jobs, %v; want the 2 claimed and no error", len(got), err)
+	}
+	for _, j := range got {
+		cur, err := plain.Info(ctx, j.ID)
+		if err != nil || string(cur.State) != "active" || cur.Attempt != 1 {
+			t.Fatalf("answered job %s is %+v (%v)", j.ID, cur, err)
+		}
+	}
+	if got, err := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"pay"}, Count: 5, WorkerID: "w1"}); err == nil || len(got) != 0 {
+		t.Fatalf("FETCH whose first claim fails: %d jobs, %v; want an error", len(got), err)
+	}
+}

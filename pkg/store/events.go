@@ -31,6 +31,12 @@ import (
 //   - The subject's history: pk EVT#<category>#<subject>, one page per
 //     batch, window and subject, so a job's or workflow's events are one
 //     Query.
+//   - A queue's failures: pk EVQ#<queue>, one page per batch, window and
+//     queue, holding only the QueueIndexed types (failed, retrying,
+//     discarded, cancelled, expired attempts). A query for those types of
+//     one queue (the failures of the last hour in the queue's stats) reads
+//     that queue's failures instead of every event of every queue since
+//     then; successes, the bulk of the log, are not paged again.
 //
 // A page's sort key is <lower bound of its window>#<its first event id>#
 // <hash of its event ids>: pages sort by window, every event of a window
@@ -43,8 +49,9 @@ import (
 // per event (an item of at least 1 KB and its copy in an index): about 0.1
 // unit per event in the log, one per subject and batch in the histories.
 const (
-	eventPrefix    = "EVT#"
-	eventLogPrefix = "EVL#"
+	eventPrefix      = "EVT#"
+	eventLogPrefix   = "EVL#"
+	eventQueuePrefix = "EVQ#"
 	// EventShards is the number of log partitions per day.
 	EventShards = 8
 	// EventWindow is the span of time one page holds. A query from a cursor
@@ -69,6 +76,28 @@ var eventDict = []byte(`"datacontenttype":"application/json","data":{"job_id":""
 	`"workflow.step_completed","workflow.completed","source":"ojs://","time":"2026-01-01T00:00:00.000Z","subject":"`)
 
 func eventPK(category, subject string) string { return eventPrefix + category + "#" + subject }
+
+func eventQueuePK(queue string) string { return eventQueuePrefix + queue }
+
+// QueueIndexed are the event types also paged per queue (pk EVQ#<queue>):
+// the ends of attempts other than success, rare next to the completions
+// that fill the log, so that counting one queue's failures reads only
+// them.
+var QueueIndexed = []string{events.JobFailed, events.JobRetrying, events.JobDiscarded, events.JobCancelled, events.JobExpired}
+
+// queuePages returns the pk of the queue pages that hold every event f
+// can match: f names one queue and only QueueIndexed types (no patterns).
+func queuePages(f events.Filter) (string, bool) {
+	if f.SubjectID != "" || len(f.Queues) != 1 || len(f.Types) == 0 {
+		return "", false
+	}
+	for _, t := range f.Types {
+		if !slices.Contains(QueueIndexed, t) {
+			return "", false
+		}
+	}
+	return eventQueuePK(f.Queues[0]), true
+}
 
 func eventDay(t time.Time) string { return t.UTC().Format("20060102") }
 
@@ -108,6 +137,10 @@ func (s *Store) PutEvents(ctx context.Context, evs []events.Event, ttl time.Dura
 		logs[w] = append(logs[w], raw{e, body})
 		sk := eventPK(e.SubjectCategory(), e.Subject) + "\x00" + w
 		subjects[sk] = append(subjects[sk], raw{e, body})
+		if q := e.Queue(); q != "" && slices.Contains(QueueIndexed, e.Type) {
+			qk := eventQueuePK(q) + "\x00" + w
+			subjects[qk] = append(subjects[qk], raw{e, body})
+		}
 	}
 	var items []map[string]types.AttributeValue
 	add := func(pk func(first *events.Event) string, w string, group []raw) error {
@@ -203,7 +236,8 @@ func encodePage(bodies [][]byte) ([]byte, error) {
 func DecodeEventPage(av map[string]types.AttributeValue) (evs []events.Event, ok bool, err error) {
 	z, _ := av["z"].(*types.AttributeValueMemberB)
 	pk, _ := av[attrPK].(*types.AttributeValueMemberS)
-	if z == nil || pk == nil || !(strings.HasPrefix(pk.Value, eventPrefix) || strings.HasPrefix(pk.Value, eventLogPrefix)) {
+	if z == nil || pk == nil || !(strings.HasPrefix(pk.Value, eventPrefix) || strings.HasPrefix(pk.Value, eventLogPrefix) ||
+		strings.HasPrefix(pk.Value, eventQueuePrefix)) {
 		return nil, false, nil
 	}
 	if f, _ := av["ef"].(*types.AttributeValueMemberS); f == nil || f.Value != eventFormat {
@@ -236,6 +270,11 @@ func (s *Store) QueryEvents(ctx context.Context, f events.Filter, now time.Time)
 	var err error
 	if f.SubjectID != "" {
 		found, err = s.readPages(ctx, eventPK(f.SubjectCategory, f.SubjectID), start, f, limit+1)
+		if err != nil {
+			return nil, err
+		}
+	} else if pk, ok := queuePages(f); ok {
+		found, err = s.readPages(ctx, pk, start, f, limit+1)
 		if err != nil {
 			return nil, err
 		}

@@ -3,7 +3,9 @@ package store_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -278,5 +280,115 @@ func TestEventPagesSplitBigEvents(t *testing.T) {
 	}
 	if fmt.Sprint(ids(p.Events)) != fmt.Sprint(ids(all)) || p.Events[3].Data["result"] != all[3].Data["result"] {
 		t.Fatalf("read %d events back", len(p.Events))
+	}
+}
+
+// pkRecorder records the event partitions a store's queries read.
+type pkRecorder struct {
+	store.DynamoAPI
+	mu  sync.Mutex
+	pks []string
+}
+
+func (r *pkRecorder) Query(ctx context.Context, in *dynamodb.QueryInput, o ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error) {
+	for _, v := range in.ExpressionAttributeValues {
+		if s, ok := v.(*types.AttributeValueMemberS); ok && strings.HasPrefix(s.Value, "EV") {
+			r.mu.Lock()
+			r.pks = append(r.pks, s.Value)
+			r.mu.Unlock()
+		}
+	}
+	return r.DynamoAPI.Query(ctx, in, o...)
+}
+
+func (r *pkRecorder) take() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.pks
+	r.pks = nil
+	return out
+}
+
+// TestQueueFailuresReadOnlyTheQueuesPages: the failures of one quiet
+// queue on a busy table (what a queue's stats count) are read from that
+// queue's pages, not from the log of every queue's events, and the answer
+// is the one the log gives.
+func TestQueueFailuresReadOnlyTheQueuesPages(t *testing.T) {
+	t.Parallel()
+	s, _ := testenv.Table(t)
+	rec := &pkRecorder{DynamoAPI: testenv.DynamoDB()}
+	read := store.New(rec, s.Table())
+	ctx := context.Background()
+	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	var all []events.Event
+	for i := range 300 {
+		at := now.Add(-time.Hour).Add(time.Duration(i) * 11 * time.Second)
+		subj := fmt.Sprintf("busy-%03d", i)
+		all = append(all, ev(events.JobEnqueued, subj, "busy", at, 0), ev(events.JobCompleted, subj, "busy", at.Add(time.Second), 1))
+	}
+	at := now.Add(-30 * time.Minute)
+	all = append(all,
+		ev(events.JobFailed, "busy-fail", "busy", at, 0),
+		ev(events.JobFailed, "quiet-1", "quiet", at.Add(time.Second), 0), ev(events.JobRetrying, "quiet-1", "quiet", at.Add(time.Second), 1),
+		ev(events.JobFailed, "quiet-2", "quiet", at.Add(time.Minute), 0), ev(events.JobDiscarded, "quiet-2", "quiet", at.Add(time.Minute), 1),
+		ev(events.JobCancelled, "quiet-3", "quiet", at.Add(2*time.Minute), 0),
+		ev(events.JobCompleted, "quiet-4", "quiet", at.Add(3*time.Minute), 0))
+	// Two batches, the second repeating part of the first (a retried stream
+	// batch): readers drop the duplicates.
+	if err := s.PutEvents(ctx, all, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutEvents(ctx, all[len(all)-8:], time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	query := func(f events.Filter) ([]string, []string) {
+		t.Helper()
+		f.Since = now.Add(-time.Hour)
+		var got []string
+		for range 20 {
+			p, err := read.QueryEvents(ctx, f, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range p.Events {
+				got = append(got, e.Subject+" "+e.Type)
+			}
+			if !p.HasMore {
+				return got, rec.take()
+			}
+			f.After = p.Cursor
+		}
+		t.Fatal("pagination does not end")
+		return nil, nil
+	}
+	for _, tc := range []struct {
+		types []string
+		want  []string
+	}{
+		{[]string{events.JobFailed}, []string{"quiet-1 job.failed", "quiet-2 job.failed"}},
+		{[]string{events.JobFailed, events.JobCancelled, events.JobDiscarded},
+			[]string{"quiet-1 job.failed", "quiet-2 job.failed", "quiet-2 job.discarded", "quiet-3 job.cancelled"}},
+	} {
+		for _, limit := range []int{1, 100} {
+			got, pks := query(events.Filter{Types: tc.types, Queues: []string{"quiet"}, Limit: limit})
+			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Errorf("%v, limit %d: got %v, want %v", tc.types, limit, got, tc.want)
+			}
+			for _, pk := range pks {
+				if pk != "EVQ#quiet" {
+					t.Errorf("%v, limit %d: read %s, want only the queue's pages", tc.types, limit, pk)
+				}
+			}
+			// The log, read when the filter names two queues, says the same.
+			fromLog, pks := query(events.Filter{Types: tc.types, Queues: []string{"quiet", "none"}, Limit: limit})
+			if fmt.Sprint(fromLog) != fmt.Sprint(tc.want) || !strings.HasPrefix(fmt.Sprint(pks), "[EVL#") {
+				t.Errorf("%v from the log: %v (read %v)", tc.types, fromLog, pks)
+			}
+		}
+	}
+	// Types the queue pages do not hold are read from the log.
+	got, pks := query(events.Filter{Types: []string{events.JobCompleted}, Queues: []string{"quiet"}, Limit: 10})
+	if fmt.Sprint(got) != "[quiet-4 job.completed]" || slices.Contains(pks, "EVQ#quiet") {
+		t.Errorf("completions of the quiet queue: %v (read %v)", got, pks)
 	}
 }
