@@ -28,7 +28,7 @@ import (
 type Store interface {
 	QueueInfos(ctx context.Context) ([]store.QueueInfo, error)
 	Apply(ctx context.Context, t store.Transition) (*job.Job, error)
-	Ready(ctx context.Context, queue string, limit int) ([]store.Item, error)
+	ListQueue(ctx context.Context, l store.Listing, queue string, states []job.State, limit int, cursor string) (store.IndexPage, error)
 	ClearRedeliver(ctx context.Context, name, token string) error
 }
 
@@ -145,13 +145,14 @@ func (s *Sweeper) Sweep(ctx context.Context) (Result, error) {
 func (s *Sweeper) redeliverResumed(ctx context.Context, qi store.QueueInfo) (int, error) {
 	sent := 0
 	var sendErr error
-	for round := 0; round < 100; round++ {
-		items, err := s.Store.Ready(ctx, qi.Name, 1000)
+	cursor := ""
+	for round := 0; round < 1000; round++ {
+		page, err := s.Store.ListQueue(ctx, store.ListAvailable, qi.Name, nil, 1000, cursor)
 		if err != nil {
 			return sent, err
 		}
 		var ds []dispatch.Delivery
-		for _, it := range items {
+		for _, it := range page.Items {
 			if it.Job.Push {
 				ds = append(ds, dispatch.Delivery{Job: it.Job})
 			}
@@ -171,7 +172,7 @@ func (s *Sweeper) redeliverResumed(ctx context.Context, qi store.QueueInfo) (int
 			}
 			sent += len(ds)
 		}
-		if len(items) < 1000 || len(ds) == 0 {
+		if cursor = page.Cursor; cursor == "" {
 			break
 		}
 	}

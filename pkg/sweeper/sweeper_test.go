@@ -269,3 +269,57 @@ func receiveAll(t *testing.T, url string, want int) []string {
 	slices.Sort(ids)
 	return ids
 }
+
+// TestResumeSendsEveryWaitingJobOnce: resuming a push-mode queue with more
+// available jobs than one page re-sends each of them once (it used to send
+// the first page up to 100 times and never the rest).
+func TestResumeSendsEveryWaitingJobOnce(t *testing.T) {
+	t.Parallel()
+	st, _ := testenv.Table(t)
+	url := testenv.Queue(t)
+	clk := testenv.NewClock(time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC))
+	svc := lifecycle.New(st, lifecycle.Config{PushQueues: []string{"lambda"}, Now: clk.Now, RedeliverAfter: 5 * time.Minute})
+	sw := &sweeper.Sweeper{Service: svc, Store: st, Sender: dispatch.New(testenv.SQS(), map[string]string{"lambda": url}), PushQueues: []string{"lambda"}}
+	ctx := context.Background()
+	if _, err := svc.SetPaused(ctx, "lambda", true); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{}
+	for b := 0; b < 2; b++ {
+		raws := make([][]byte, 600)
+		for i := range raws {
+			raws[i] = []byte(`{"type":"demo.greet","args":["x"],"options":{"queue":"lambda"}}`)
+		}
+		js, err := svc.PushBatch(ctx, raws)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, j := range js {
+			want[j.ID] = true
+		}
+	}
+	if _, err := svc.SetPaused(ctx, "lambda", false); err != nil {
+		t.Fatal(err)
+	}
+	clk.Add(time.Second)
+	r, err := sw.Sweep(ctx)
+	if err != nil || r.Redelivered != len(want) {
+		t.Fatalf("sweep after resume: %+v %v, want %d redelivered", r, err, len(want))
+	}
+	got := receiveAll(t, url, len(want))
+	seen := map[string]int{}
+	for _, id := range got {
+		seen[id]++
+	}
+	for id := range want {
+		if seen[id] != 1 {
+			t.Fatalf("job %s sent %d times, want once (%d messages for %d jobs)", id, seen[id], len(got), len(want))
+		}
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d messages for %d jobs", len(got), len(want))
+	}
+	if r, err := sw.Sweep(ctx); err != nil || r.Redelivered != 0 {
+		t.Fatalf("second sweep: %+v %v, want nothing sent", r, err)
+	}
+}
