@@ -742,7 +742,7 @@ func (s *Service) Fetch(ctx context.Context, r FetchRequest) ([]*job.Job, error)
 		if err != nil {
 			return s.fetchFailed(ctx, out, err)
 		}
-		if _, err := s.resolve(ctx, due, now, false); err != nil {
+		if _, _, err := s.resolve(ctx, due, now, false); err != nil {
 			return s.fetchFailed(ctx, out, err)
 		}
 		want := r.Count - len(out)
@@ -940,20 +940,22 @@ func leaseEnded(op string, j *job.Job) error {
 // discarded if expired) and active jobs whose lease ended are requeued or
 // discarded per their retry policy. It returns the available push-mode jobs
 // whose redelivery check is due (the sweeper re-sends them; others ignore
-// them).
-func (s *Service) ResolveDue(ctx context.Context, queue string, limit int, inline bool) ([]store.Item, error) {
+// them), and more: the page was full and something on it moved, so the
+// next page may hold more due jobs.
+func (s *Service) ResolveDue(ctx context.Context, queue string, limit int, inline bool) (redeliver []store.Item, more bool, err error) {
 	now := s.Now()
 	items, err := s.st.Due(ctx, queue, now, limit)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return s.resolve(ctx, items, now, inline)
+	redeliver, stay, err := s.resolve(ctx, items, now, inline)
+	return redeliver, len(items) >= limit && stay < len(items), err
 }
 
 // resolve applies the time-driven moves to due items read at now and
-// returns the available push-mode ones (see ResolveDue).
-func (s *Service) resolve(ctx context.Context, items []store.Item, now time.Time, inline bool) ([]store.Item, error) {
-	var redeliver []store.Item
+// returns the available push-mode ones (see ResolveDue) and how many
+// stay where they are (an active job whose lease was extended).
+func (s *Service) resolve(ctx context.Context, items []store.Item, now time.Time, inline bool) (redeliver []store.Item, stay int, err error) {
 	for _, it := range items {
 		j := it.Job
 		var t store.Transition
@@ -961,13 +963,14 @@ func (s *Service) resolve(ctx context.Context, items []store.Item, now time.Time
 		case job.Scheduled, job.Retryable:
 			if j.ExpiresAt != nil && !j.ExpiresAt.After(now) {
 				if err := s.expire(ctx, j, now); err != nil {
-					return redeliver, err
+					return redeliver, stay, err
 				}
 				continue
 			}
 			t = store.Promote(j, now, s.redel, inline)
 		case job.Active:
 			if !leaseOver(j, now) {
+				stay++
 				continue
 			}
 			// The requeue appends to the error history, which the index
@@ -977,9 +980,10 @@ func (s *Service) resolve(ctx context.Context, items []store.Item, now time.Time
 				continue
 			}
 			if err != nil {
-				return redeliver, err
+				return redeliver, stay, err
 			}
 			if !leaseOver(full, now) {
+				stay++
 				continue // a heartbeat extended it or it finished meanwhile
 			}
 			j = full
@@ -988,6 +992,7 @@ func (s *Service) resolve(ctx context.Context, items []store.Item, now time.Time
 			redeliver = append(redeliver, it)
 			continue
 		default:
+			stay++
 			continue
 		}
 		moved, err := s.st.Apply(ctx, t)
@@ -996,12 +1001,12 @@ func (s *Service) resolve(ctx context.Context, items []store.Item, now time.Time
 			if errors.As(err, &ce) || errors.Is(err, store.ErrNotFound) {
 				continue // someone else moved it first
 			}
-			return redeliver, err
+			return redeliver, stay, err
 		}
 		s.log.InfoContext(ctx, "due job resolved", "job_id", j.ID, "from", string(j.State), "to", string(t.To))
 		s.finished(ctx, moved)
 	}
-	return redeliver, nil
+	return redeliver, stay, nil
 }
 
 // leaseOver reports whether an active job's lease has ended.

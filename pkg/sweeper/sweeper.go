@@ -182,7 +182,7 @@ func (s *Sweeper) redeliverResumed(ctx context.Context, qi store.QueueInfo) (int
 func (s *Sweeper) sweepQueue(ctx context.Context, q string, limit int, paused bool) (int, error) {
 	redelivered := 0
 	for round := 0; round < 50; round++ {
-		items, err := s.Service.ResolveDue(ctx, q, limit, false)
+		items, more, err := s.Service.ResolveDue(ctx, q, limit, false)
 		if err != nil {
 			return redelivered, err
 		}
@@ -196,7 +196,7 @@ func (s *Sweeper) sweepQueue(ctx context.Context, q string, limit int, paused bo
 				return redelivered, err
 			}
 		}
-		if len(items) < limit {
+		if !more {
 			return redelivered, nil
 		}
 	}

@@ -323,3 +323,33 @@ func TestResumeSendsEveryWaitingJobOnce(t *testing.T) {
 		t.Fatalf("second sweep: %+v %v, want nothing sent", r, err)
 	}
 }
+
+// TestOneSweepResolvesMoreThanOnePage: a queue with more due jobs than
+// one page (BatchSize) has them all promoted by one sweep, not a page per
+// sweep (a minute apart on AWS).
+func TestOneSweepResolvesMoreThanOnePage(t *testing.T) {
+	t.Parallel()
+	st, _ := testenv.Table(t)
+	clk := testenv.NewClock(time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC))
+	svc := lifecycle.New(st, lifecycle.Config{Now: clk.Now})
+	sw := &sweeper.Sweeper{Service: svc, Store: st, Sender: dispatch.New(testenv.SQS(), map[string]string{}), BatchSize: 20}
+	ctx := context.Background()
+	raws := make([][]byte, 70)
+	for i := range raws {
+		raws[i] = []byte(`{"type":"later.job","args":[],"options":{"queue":"later","scheduled_at":"2026-11-21T10:01:00Z"}}`)
+	}
+	js, err := svc.PushBatch(ctx, raws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.Add(2 * time.Minute)
+	if _, err := sw.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range js {
+		cur, err := svc.Info(ctx, j.ID)
+		if err != nil || cur.State != job.Available {
+			t.Fatalf("job %s after one sweep: %v %v, want available", j.ID, cur.State, err)
+		}
+	}
+}
