@@ -12,6 +12,7 @@ import (
 
 	"github.com/ojs-aws/ojs-serverless/pkg/dispatch"
 	"github.com/ojs-aws/ojs-serverless/pkg/fault"
+	"github.com/ojs-aws/ojs-serverless/pkg/internal/ctxsleep"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
@@ -46,6 +47,11 @@ type Processor struct {
 // stopMargin is kept free before the invocation deadline to record the
 // outcome.
 const stopMargin = 3 * time.Second
+
+// ackMargin is how long before the claim's lease ends the handler is
+// stopped, so that its outcome is written while the lease holds (the ACK's
+// time is read on this process's clock, as the lease's was).
+const ackMargin = 250 * time.Millisecond
 
 // Process runs a batch of messages concurrently and returns the ids of the
 // messages that must be delivered again (infrastructure failures only: a
@@ -134,19 +140,29 @@ func (p *Processor) run(ctx context.Context, j *job.Job) error {
 	h, ok := p.Mux.Handler(j.Type)
 	if !ok {
 		log.WarnContext(ctx, "no handler registered for job type; discarding")
-		_, err := p.Service.Nack(ctx, j.ID, lifecycle.ErrorInput{Type: "handler_not_found", Code: lifecycle.CodeDiscard,
-			Message: fmt.Sprintf("No handler is registered for job type %q in the worker function.", j.Type)}, j.Attempt)
-		return recordErr(err)
+		return p.record(ctx, j, func() error {
+			_, err := p.Service.Nack(ctx, j.ID, lifecycle.ErrorInput{Type: "handler_not_found", Code: lifecycle.CodeDiscard,
+				Message: fmt.Sprintf("No handler is registered for job type %q in the worker function.", j.Type)}, j.Attempt)
+			return err
+		})
 	}
-	runCtx, cancel := context.WithTimeout(ctx, j.Timeout)
+	// The handler runs until its timeout, but never past the claim's lease
+	// (less ackMargin): the timeout counts from the claim, a few
+	// milliseconds before the handler starts, and an ACK written after
+	// the lease's end is refused, so a handler finishing in those last
+	// milliseconds would lose its result and run again.
+	start := time.Now()
+	end := start.Add(j.Timeout)
+	if left, ok := p.leaseLeft(j); ok && start.Add(left-ackMargin).Before(end) {
+		end = start.Add(left - ackMargin)
+	}
 	cutByInvocation := false // the function's own timeout ends the run first
-	if dl, ok := ctx.Deadline(); ok && time.Until(dl)-stopMargin < j.Timeout {
-		cancel()
-		runCtx, cancel = context.WithDeadline(ctx, dl.Add(-stopMargin))
+	if dl, ok := ctx.Deadline(); ok && dl.Add(-stopMargin).Before(end) {
+		end = dl.Add(-stopMargin)
 		cutByInvocation = true
 	}
+	runCtx, cancel := context.WithDeadline(ctx, end)
 	defer cancel()
-	start := time.Now()
 	result, herr := safeRun(runCtx, h, &Job{ID: j.ID, Type: j.Type, Queue: j.Queue, Args: j.Args, Meta: j.Meta, Attempt: j.Attempt, MaxAttempts: j.Retry.MaxAttempts,
 		WorkflowID: j.WorkflowID, ParentResults: j.ParentResults})
 	if herr == nil && runCtx.Err() != nil {
@@ -174,12 +190,15 @@ func (p *Processor) run(ctx context.Context, j *job.Job) error {
 			if err := fault.Hit(fault.WorkerAfterHandler); err != nil {
 				return err
 			}
-			_, err := p.Service.Ack(ctx, j.ID, raw, j.Attempt)
+			err := p.record(ctx, j, func() error {
+				_, err := p.Service.Ack(ctx, j.ID, raw, j.Attempt)
+				return err
+			})
 			if err == nil {
 				log.InfoContext(ctx, "job handler succeeded", "duration_ms", dur.Milliseconds())
 				err = fault.Hit(fault.WorkerAfterAck)
 			}
-			return recordErr(err)
+			return err
 		}
 	}
 	typ, code, msg, details := describe(herr)
@@ -188,8 +207,45 @@ func (p *Processor) run(ctx context.Context, j *job.Job) error {
 		raw, _ = json.Marshal(details)
 	}
 	log.InfoContext(ctx, "job handler failed", "duration_ms", dur.Milliseconds(), "error_type", typ)
-	_, err := p.Service.Nack(ctx, j.ID, lifecycle.ErrorInput{Type: typ, Code: code, Message: msg, Details: raw}, j.Attempt)
-	return recordErr(err)
+	return p.record(ctx, j, func() error {
+		_, err := p.Service.Nack(ctx, j.ID, lifecycle.ErrorInput{Type: typ, Code: code, Message: msg, Details: raw}, j.Attempt)
+		return err
+	})
+}
+
+// leaseLeft is how long the claim's lease of j still holds, on the
+// service's clock (the one the lease was written with).
+func (p *Processor) leaseLeft(j *job.Job) (time.Duration, bool) {
+	if j.LeaseUntil == nil {
+		return 0, false
+	}
+	return j.LeaseUntil.Sub(p.Service.Now()), true
+}
+
+// record writes an attempt's outcome, again while the write fails for a
+// reason that may pass (DynamoDB failing past the SDK's own retries) and
+// the claim's lease holds. Returning the error instead would lose the
+// outcome: SQS delivers the message again, but while the lease holds the
+// job reads as running elsewhere, and after it ends the job runs again
+// (or is discarded as timed out). The outcome write is pinned to the
+// attempt, so one that landed although its answer was lost makes the
+// next try a conflict, which counts as written.
+func (p *Processor) record(ctx context.Context, j *job.Job, write func() error) error {
+	wait := 50 * time.Millisecond
+	for {
+		err := recordErr(write())
+		if err == nil {
+			return nil
+		}
+		wait = min(2*wait, 2*time.Second)
+		if left, ok := p.leaseLeft(j); !ok || left <= wait {
+			return err
+		}
+		p.log().WarnContext(ctx, "recording the attempt's outcome failed; trying again", "job_id", j.ID, "error", err.Error())
+		if !ctxsleep.Sleep(ctx, wait) {
+			return err
+		}
+	}
 }
 
 // recordErr treats a conflict (the job was cancelled or its lease taken

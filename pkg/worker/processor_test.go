@@ -3,16 +3,20 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/ojs-aws/ojs-serverless/pkg/dispatch"
 	"github.com/ojs-aws/ojs-serverless/pkg/internal/testenv"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
+	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/worker"
 )
 
@@ -161,5 +165,84 @@ func TestResultOverTheLimitFailsTheJob(t *testing.T) {
 	got, _ := svc.Info(ctx, j.ID)
 	if got.State != job.Discarded || got.Error == nil || got.Error.Type != "result_too_large" || got.Attempt != 1 {
 		t.Fatalf("job: %s attempt %d error %+v", got.State, got.Attempt, got.Error)
+	}
+}
+
+// failingCompletions fails the first n writes that complete a job.
+type failingCompletions struct {
+	*dynamodb.Client
+	n atomic.Int32
+}
+
+func (c *failingCompletions) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	for _, v := range in.ExpressionAttributeValues {
+		if s, ok := v.(*types.AttributeValueMemberS); ok && s.Value == string(job.Completed) && c.n.Add(-1) >= 0 {
+			return nil, fmt.Errorf("injected: DynamoDB unavailable")
+		}
+	}
+	return c.Client.UpdateItem(ctx, in, o...)
+}
+
+// TestAFailedAckIsWrittenAgainWhileTheLeaseHolds: a handler's success
+// whose ACK write fails is written again, not left to SQS's redelivery
+// (which finds the job running, then runs it again once the lease ends).
+func TestAFailedAckIsWrittenAgainWhileTheLeaseHolds(t *testing.T) {
+	t.Parallel()
+	st, _ := testenv.Table(t)
+	db := &failingCompletions{Client: testenv.DynamoDB()}
+	db.n.Store(3)
+	svc := lifecycle.New(store.New(db, st.Table()), lifecycle.Config{PushQueues: []string{"lambda"}})
+	var runs atomic.Int32
+	mux := worker.NewMux()
+	if err := mux.Handle("t.pay", worker.HandlerFunc(func(ctx context.Context, j *worker.Job) (any, error) {
+		runs.Add(1)
+		return map[string]string{"paid": "yes"}, nil
+	})); err != nil {
+		t.Fatal(err)
+	}
+	p := &worker.Processor{Service: svc, Items: st, Mux: mux, Sender: &sent{}}
+	ctx := context.Background()
+	j, err := svc.Push(ctx, []byte(`{"type":"t.pay","args":[],"options":{"queue":"lambda","retry":{"max_attempts":1}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if failed := p.Process(ctx, []worker.Message{message(t, j)}); len(failed) != 0 {
+		t.Fatalf("failed: %v", failed)
+	}
+	got, err := svc.Info(ctx, j.ID)
+	if err != nil || got.State != job.Completed || string(got.Result) != `{"paid":"yes"}` || runs.Load() != 1 || db.n.Load() >= 0 {
+		t.Fatalf("job %+v (%v) after %d runs, %d injected failures left", got, err, runs.Load(), db.n.Load())
+	}
+}
+
+// TestAHandlerFinishingAtItsTimeoutKeepsItsResult: the handler's time
+// ends with the claim's lease (less a margin for the ACK), so a handler
+// that succeeds a moment before its context's deadline has its result
+// written; its timeout counted from the handler's start would end after
+// the lease, and the ACK would be refused.
+func TestAHandlerFinishingAtItsTimeoutKeepsItsResult(t *testing.T) {
+	t.Parallel()
+	st, _ := testenv.Table(t)
+	svc := lifecycle.New(st, lifecycle.Config{PushQueues: []string{"lambda"}}) // the real clock: the lease runs out
+	mux := worker.NewMux()
+	if err := mux.Handle("t.run", worker.HandlerFunc(func(ctx context.Context, j *worker.Job) (any, error) {
+		dl, _ := ctx.Deadline()
+		time.Sleep(time.Until(dl) - 2*time.Millisecond)
+		return "paid", nil
+	})); err != nil {
+		t.Fatal(err)
+	}
+	p := &worker.Processor{Service: svc, Items: st, Mux: mux, Sender: &sent{}}
+	ctx := context.Background()
+	j, err := svc.Push(ctx, []byte(`{"type":"t.run","args":[],"options":{"queue":"lambda","timeout_ms":1000,"retry":{"max_attempts":1}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if failed := p.Process(ctx, []worker.Message{message(t, j)}); len(failed) != 0 {
+		t.Fatalf("failed: %v", failed)
+	}
+	got, err := svc.Info(ctx, j.ID)
+	if err != nil || got.State != job.Completed || string(got.Result) != `"paid"` {
+		t.Fatalf("job after its handler succeeded at its deadline: %v %s %+v (%v), want completed", got.State, got.Result, got.Error, err)
 	}
 }
