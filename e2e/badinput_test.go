@@ -157,6 +157,8 @@ func badCatalog() []badCase {
 		{"ack job_id is a number", "POST", "/ojs/v1/workers/ack", `{"job_id":12345}`, nil, 400, "invalid_request"},
 		{"ack job_id in another case", "POST", "/ojs/v1/workers/ack", `{"JOB_ID":"{id}"}`, nil, 400, "invalid_request"},
 		{"ack unknown job", "POST", "/ojs/v1/workers/ack", `{"job_id":"{id}"}`, nil, 404, "not_found"},
+		{"ack attempt 0", "POST", "/ojs/v1/workers/ack", `{"job_id":"{id}","attempt":0}`, nil, 400, "invalid_request"},
+		{"nack attempt as string", "POST", "/ojs/v1/workers/nack", `{"job_id":"{id}","attempt":"1","error":{"message":"m"}}`, nil, 400, "invalid_request"},
 		{"nack without error", "POST", "/ojs/v1/workers/nack", `{"job_id":"{id}","message":"boom"}`, nil, 400, "invalid_request"},
 		{"nack error is a string", "POST", "/ojs/v1/workers/nack", `{"job_id":"{id}","error":"boom"}`, nil, 400, "invalid_request"},
 		{"nack 3 MB backtrace of an unknown job", "POST", "/ojs/v1/workers/nack", `{"job_id":"{id}","error":{"message":"m","backtrace":[` + repeatJoin(`"`+big(60<<10)+`"`, 50) + `]}}`, nil, 404, "not_found"},

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -30,8 +31,8 @@ type Jobs interface {
 	Fetch(ctx context.Context, r lifecycle.FetchRequest) ([]*job.Job, error)
 	Ack(ctx context.Context, id string, result json.RawMessage, attempt int) (*job.Job, error)
 	Nack(ctx context.Context, id string, in lifecycle.ErrorInput, attempt int) (*job.Job, error)
-	AckOwned(ctx context.Context, id, workerID string, result json.RawMessage) (*job.Job, error)
-	NackOwned(ctx context.Context, id, workerID string, in lifecycle.ErrorInput) (*job.Job, error)
+	AckOwned(ctx context.Context, id, workerID string, attempt int, result json.RawMessage) (*job.Job, error)
+	NackOwned(ctx context.Context, id, workerID string, attempt int, in lifecycle.ErrorInput) (*job.Job, error)
 	Heartbeat(ctx context.Context, r lifecycle.HeartbeatRequest) (lifecycle.HeartbeatResult, error)
 	SetWorkerDirective(ctx context.Context, id, directive string) (*store.WorkerInfo, error)
 	Workers(ctx context.Context) ([]store.WorkerInfo, error)
@@ -445,6 +446,7 @@ func (a *api) ack(w http.ResponseWriter, r *http.Request, _ params) error {
 		JobID    string          `json:"job_id"`
 		Result   json.RawMessage `json:"result"`
 		WorkerID string          `json:"worker_id"`
+		Attempt  json.RawMessage `json:"attempt"`
 	}
 	if err := decodeObject(raw, &req); err != nil {
 		return err
@@ -452,12 +454,18 @@ func (a *api) ack(w http.ResponseWriter, r *http.Request, _ params) error {
 	if req.JobID == "" {
 		return ojserr.Invalid("job_id", "The 'job_id' field is required.")
 	}
+	attempt, err := intParam("attempt", req.Attempt, 1, math.MaxInt32)
+	if err != nil {
+		return err
+	}
 	if string(req.Result) == "null" {
 		req.Result = nil
 	}
 	// With worker_id, only the worker holding the reservation may ACK
 	// (ojs-worker-protocol.md 5.6).
-	j, err := a.jobs.AckOwned(r.Context(), req.JobID, req.WorkerID, req.Result)
+	// With attempt (the FETCH answer's), only that attempt: a late ACK of
+	// an attempt whose lease ended cannot complete the next one.
+	j, err := a.jobs.AckOwned(r.Context(), req.JobID, req.WorkerID, int(attempt), req.Result)
 	if err != nil {
 		return err
 	}
@@ -481,14 +489,19 @@ func (a *api) nack(w http.ResponseWriter, r *http.Request, _ params) error {
 			Backtrace []string        `json:"backtrace"`
 			Details   json.RawMessage `json:"details"`
 		} `json:"error"`
-		Requeue  bool   `json:"requeue"`
-		WorkerID string `json:"worker_id"`
+		Requeue  bool            `json:"requeue"`
+		WorkerID string          `json:"worker_id"`
+		Attempt  json.RawMessage `json:"attempt"`
 	}
 	if err := decodeObject(raw, &req); err != nil {
 		return err
 	}
 	if req.JobID == "" {
 		return ojserr.Invalid("job_id", "The 'job_id' field is required.")
+	}
+	attempt, err := intParam("attempt", req.Attempt, 1, math.MaxInt32)
+	if err != nil {
+		return err
 	}
 	if req.Error == nil {
 		return ojserr.Invalid("error", "The 'error' object is required.")
@@ -498,7 +511,7 @@ func (a *api) nack(w http.ResponseWriter, r *http.Request, _ params) error {
 	}
 	in := lifecycle.ErrorInput{Type: req.Error.Type, Code: req.Error.Code, Message: req.Error.Message, Retryable: req.Error.Retryable,
 		Backtrace: req.Error.Backtrace, Details: req.Error.Details, Requeue: req.Requeue}
-	j, err := a.jobs.NackOwned(r.Context(), req.JobID, req.WorkerID, in)
+	j, err := a.jobs.NackOwned(r.Context(), req.JobID, req.WorkerID, int(attempt), in)
 	if err != nil {
 		return err
 	}

@@ -593,6 +593,9 @@ func (s *Service) ack(ctx context.Context, id string, result json.RawMessage, at
 		if errors.As(err, &ce) && ce.Current.State == job.Active && (attempt == 0 || ce.Current.Attempt == attempt) {
 			return nil, leaseEnded("acknowledge", ce.Current)
 		}
+		if errors.As(err, &ce) && attempt != 0 && ce.Current.Attempt != attempt {
+			return nil, attemptOver("acknowledge", ce.Current, attempt)
+		}
 		if errors.As(err, &ce) {
 			return nil, ojserr.StateConflict(ojserr.Conflict, "Cannot acknowledge job not in 'active' state. Current state: '%s'.", ce.Current.State).
 				With("job_id", id).With("current_state", string(ce.Current.State)).With("expected_state", "active")
@@ -622,7 +625,10 @@ func (s *Service) nack(ctx context.Context, id string, in ErrorInput, attempt in
 		if err != nil {
 			return nil, apiError(err, id, "fail")
 		}
-		if cur.State != job.Active || (attempt > 0 && cur.Attempt != attempt) {
+		if attempt > 0 && cur.Attempt != attempt {
+			return nil, attemptOver("fail", cur, attempt)
+		}
+		if cur.State != job.Active {
 			return nil, ojserr.StateConflict(ojserr.Conflict, "Cannot fail job not in 'active' state. Current state: '%s'.", cur.State).
 				With("job_id", id).With("current_state", string(cur.State)).With("expected_state", "active")
 		}

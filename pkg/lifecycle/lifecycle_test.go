@@ -311,13 +311,13 @@ func TestLeaseEndRefusesTheAttempt(t *testing.T) {
 	if hb, _ := s.Heartbeat(ctx, lifecycle.HeartbeatRequest{WorkerID: "w1", JobIDs: []string{j.ID}}); len(hb.Extended) != 0 {
 		t.Fatal("a heartbeat after the lease's end revived it")
 	}
-	if _, err := s.AckOwned(ctx, j.ID, "w1", []byte(`1`)); code(err) != ojserr.Conflict {
+	if _, err := s.AckOwned(ctx, j.ID, "w1", 0, []byte(`1`)); code(err) != ojserr.Conflict {
 		t.Fatalf("ack after the lease's end: %v", err)
 	}
 	if _, err := s.Ack(ctx, j.ID, []byte(`1`), 0); code(err) != ojserr.Conflict {
 		t.Fatalf("ack without a worker id after the lease's end: %v", err)
 	}
-	if _, err := s.NackOwned(ctx, j.ID, "w1", lifecycle.ErrorInput{Message: "late"}); code(err) != ojserr.Conflict {
+	if _, err := s.NackOwned(ctx, j.ID, "w1", 0, lifecycle.ErrorInput{Message: "late"}); code(err) != ojserr.Conflict {
 		t.Fatalf("fail after the lease's end: %v", err)
 	}
 	// The refused writes changed nothing: the read requeues the job with

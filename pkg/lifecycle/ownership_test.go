@@ -32,16 +32,16 @@ func TestOnlyTheReservationHolderMayAckOrFail(t *testing.T) {
 	if err != nil || len(got) != 1 || got[0].Attempt != 2 {
 		t.Fatalf("fetch by the healthy worker: %v %v", got, err)
 	}
-	if _, err := s.AckOwned(ctx, j.ID, "zombie", json.RawMessage(`"late"`)); code(err) != ojserr.Conflict {
+	if _, err := s.AckOwned(ctx, j.ID, "zombie", 0, json.RawMessage(`"late"`)); code(err) != ojserr.Conflict {
 		t.Fatalf("the zombie's late ACK: %v", err)
 	}
-	if _, err := s.NackOwned(ctx, j.ID, "zombie", lifecycle.ErrorInput{Message: "late"}); code(err) != ojserr.Conflict {
+	if _, err := s.NackOwned(ctx, j.ID, "zombie", 0, lifecycle.ErrorInput{Message: "late"}); code(err) != ojserr.Conflict {
 		t.Fatalf("the zombie's late FAIL: %v", err)
 	}
 	if cur, _ := s.Info(ctx, j.ID); cur.State != job.Active || cur.WorkerID != "healthy" || cur.Attempt != 2 {
 		t.Fatalf("the late answers changed the job: %+v", cur)
 	}
-	done, err := s.AckOwned(ctx, j.ID, "healthy", json.RawMessage(`"ok"`))
+	done, err := s.AckOwned(ctx, j.ID, "healthy", 0, json.RawMessage(`"ok"`))
 	if err != nil || done.State != job.Completed || done.Attempt != 2 || string(done.Result) != `"ok"` {
 		t.Fatalf("the holder's ACK: %+v %v", done, err)
 	}
@@ -50,7 +50,7 @@ func TestOnlyTheReservationHolderMayAckOrFail(t *testing.T) {
 	if _, err := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"own-q2"}, WorkerID: "w"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.AckOwned(ctx, k.ID, "", nil); err != nil {
+	if _, err := s.AckOwned(ctx, k.ID, "", 0, nil); err != nil {
 		t.Fatalf("ACK without worker_id: %v", err)
 	}
 	// Fetched without a worker id, acknowledged with one: nobody else holds it.
@@ -58,7 +58,43 @@ func TestOnlyTheReservationHolderMayAckOrFail(t *testing.T) {
 	if _, err := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"own-q3"}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.AckOwned(ctx, m.ID, "w-late-named", nil); err != nil {
+	if _, err := s.AckOwned(ctx, m.ID, "w-late-named", 0, nil); err != nil {
 		t.Fatalf("ACK with a worker_id of an anonymously fetched job: %v", err)
+	}
+}
+
+// One worker id shared by a process's threads cannot tell its attempts
+// apart: an ACK or FAIL that names its attempt (the FETCH answer's) is
+// refused once that attempt is over, even by the same worker id, and
+// leaves the next attempt alone.
+func TestAnAckPinnedToItsAttemptCannotFinishTheNext(t *testing.T) {
+	t.Parallel()
+	s, c := newService(t)
+	ctx := context.Background()
+	j, err := s.Push(ctx, []byte(`{"type":"a.b","args":[],"options":{"queue":"pin-q","retry":{"max_attempts":5}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"pin-q"}, WorkerID: "proc-1", Visibility: time.Second})
+	if err != nil || len(first) != 1 || first[0].Attempt != 1 {
+		t.Fatalf("first fetch: %v %v", first, err)
+	}
+	c.Add(2 * time.Second) // thread 1 stalls past its lease; thread 2 fetches the job again
+	second, err := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"pin-q"}, WorkerID: "proc-1", Visibility: time.Minute})
+	if err != nil || len(second) != 1 || second[0].Attempt != 2 {
+		t.Fatalf("second fetch: %v %v", second, err)
+	}
+	if _, err := s.AckOwned(ctx, j.ID, "proc-1", 1, json.RawMessage(`"late"`)); code(err) != ojserr.Conflict {
+		t.Fatalf("attempt 1's late ACK: %v", err)
+	}
+	if _, err := s.NackOwned(ctx, j.ID, "proc-1", 1, lifecycle.ErrorInput{Message: "late"}); code(err) != ojserr.Conflict {
+		t.Fatalf("attempt 1's late FAIL: %v", err)
+	}
+	if cur, _ := s.Info(ctx, j.ID); cur.State != job.Active || cur.Attempt != 2 || len(cur.Errors) != 1 {
+		t.Fatalf("the late answers changed attempt 2: %+v", cur)
+	}
+	done, err := s.AckOwned(ctx, j.ID, "proc-1", 2, json.RawMessage(`"ok"`))
+	if err != nil || done.State != job.Completed || string(done.Result) != `"ok"` {
+		t.Fatalf("attempt 2's ACK: %+v %v", done, err)
 	}
 }
