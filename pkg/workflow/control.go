@@ -653,7 +653,10 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 		}
 		if n.Path != store.RootPath && (n.State == wfstate.Failed || n.State == wfstate.Cancelled) {
 			w.From, w.To, w.At = []wfstate.State{n.State}, wfstate.Waiting, now
-			if n.TimeoutMS > 0 {
+			// Its clock restarts if it had started (its jobs run again
+			// now); one a failure stopped before it started gets its
+			// deadline when the advance reaches it, as the first time.
+			if n.TimeoutMS > 0 && n.Deadline != 0 {
 				w.Deadline = now.Add(time.Duration(n.TimeoutMS) * time.Millisecond)
 			}
 		}

@@ -533,6 +533,43 @@ func TestRetryAfterTimeout(t *testing.T) {
 	_ = fmt.Sprint
 }
 
+// A composite a timeout cancelled before it started has no clock to
+// restart: after a retry it gets its deadline when the chain reaches it,
+// not at the retry (it would time out while the steps before it run).
+func TestRetryStartsNoClockOfACompositeThatNeverStarted(t *testing.T) {
+	t.Parallel()
+	h := newClocked(t)
+	ctx := context.Background()
+	id := h.create(`{"type":"chain","timeout_ms":10000,"steps":[{"type":"n.a","args":[],"options":{"queue":"nq"}},
+		{"type":"group","timeout_ms":1000,"jobs":[{"type":"n.b","args":[],"options":{"queue":"nq"}}]}]}`)
+	h.clk.Add(11 * time.Second)
+	if _, err := h.eng.Repair(ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	if v := h.view(id); v["state"] != "failed" {
+		t.Fatalf("timed out: %s", jsonStr(v))
+	}
+	if _, err := h.eng.Retry(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	a := h.fetch("nq")["n.a"]
+	h.clk.Add(5 * time.Second) // the first step runs longer than the group's timeout
+	if _, err := h.eng.Timeouts(ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.eng.Repair(ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	if v := h.view(id); v["state"] != "running" {
+		t.Fatalf("the group that had not started timed out: %s", jsonStr(v))
+	}
+	h.ack(a, `"a"`)
+	h.ack(h.fetch("nq")["n.b"], `"b"`)
+	if v := h.view(id); v["state"] != "completed" {
+		t.Fatalf("after the retry: %s", jsonStr(v))
+	}
+}
+
 func TestControlValidation(t *testing.T) {
 	t.Parallel()
 	now := time.Now()
