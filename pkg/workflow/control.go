@@ -57,7 +57,19 @@ func (e *Engine) timeout(ctx context.Context, wf, path string, now time.Time) (b
 	if err != nil {
 		return false, err
 	}
-	if n.State.Terminal() || n.Deadline == 0 || now.Before(time.UnixMilli(n.Deadline)) {
+	if n.State.Terminal() {
+		// Finished, and still listed: a deadline written again by a
+		// repeated advance after it finished. Its entry would be read
+		// again every sweep, first in line, and enough of them would keep
+		// the real timeouts behind them from being read at all.
+		_, err := e.st.UpdateNode(ctx, wf, store.NodeWrite{Path: path, CondStates: []wfstate.State{n.State}, ClearCheck: true})
+		var nc *store.ErrNodeConflict
+		if err != nil && !errors.As(err, &nc) {
+			return false, err
+		}
+		return false, nil
+	}
+	if n.Deadline == 0 || now.Before(time.UnixMilli(n.Deadline)) {
 		return false, nil
 	}
 	msg, _ := json.Marshal(map[string]any{"code": ErrorCodeTimeout, "type": ErrorCodeTimeout,

@@ -570,6 +570,37 @@ func TestRetryStartsNoClockOfACompositeThatNeverStarted(t *testing.T) {
 	}
 }
 
+// A nested node listed for its timeout after it finished (a deadline
+// written again by a repeated advance) leaves the list when the sweep
+// reads it, instead of being read first on every sweep and crowding the
+// real timeouts out of the page.
+func TestAFinishedNodesStaleTimeoutEntryIsRemoved(t *testing.T) {
+	t.Parallel()
+	h := newClocked(t)
+	ctx := context.Background()
+	id := h.create(`{"type":"chain","steps":[{"type":"group","timeout_ms":60000,"jobs":[{"type":"s.a","args":[],"options":{"queue":"sq"}}]},
+		{"type":"s.b","args":[],"options":{"queue":"sq"}}]}`)
+	h.ack(h.fetch("sq")["s.a"], `1`)
+	// The group finished; a repeated advance lists its deadline again.
+	if _, err := h.st.UpdateNode(ctx, id, store.NodeWrite{Path: "/s0", Deadline: h.clk.Now().Add(time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	h.clk.Add(2 * time.Second)
+	if due, err := h.st.DueTimeouts(ctx, h.clk.Now(), 10); err != nil || len(due) != 1 {
+		t.Fatalf("listed before the sweep: %v %v", due, err)
+	}
+	if n, err := h.eng.Timeouts(ctx, 10); err != nil || n != 0 {
+		t.Fatalf("sweep: %d timed out, %v", n, err)
+	}
+	if due, err := h.st.DueTimeouts(ctx, h.clk.Now(), 10); err != nil || len(due) != 0 {
+		t.Fatalf("still listed after the sweep: %v %v", due, err)
+	}
+	h.ack(h.fetch("sq")["s.b"], `2`)
+	if v := h.view(id); v["state"] != "completed" {
+		t.Fatalf("workflow: %s", jsonStr(v))
+	}
+}
+
 func TestControlValidation(t *testing.T) {
 	t.Parallel()
 	now := time.Now()
