@@ -753,6 +753,33 @@ func (s *Store) putRoot(ctx context.Context, r Node) error {
 	return nil
 }
 
+// DeleteWorkflowJob deletes a finished job of workflow wfID (completed,
+// failed or cancelled) on the condition that it is still in the state
+// read: a retry removes the jobs its handlers ran in the run before, whose
+// ids (derived from the workflow and the path) the next launch writes
+// anew. A discarded job's removal is reported as dead_letter.deleted.
+func (s *Store) DeleteWorkflowJob(ctx context.Context, wfID, id string, state job.State) error {
+	switch state {
+	case job.Completed, job.Discarded, job.Cancelled:
+	default:
+		return fmt.Errorf("delete job %s: not a finished state: %s", id, state)
+	}
+	_, err := s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+		TableName: &s.table, Key: jobKey(id),
+		ConditionExpression:      aws.String("#s = :s AND wf_id = :w"),
+		ExpressionAttributeNames: map[string]string{"#s": attrState},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":s": avS(string(state)), ":w": avS(wfID)},
+	})
+	var cf *types.ConditionalCheckFailedException
+	if errors.As(err, &cf) {
+		return nil // gone, or changed by someone else: not a job of the run before any more
+	}
+	if err != nil {
+		return fmt.Errorf("delete job %s: %w", id, err)
+	}
+	return nil
+}
+
 // SetCancelling marks a cancelled workflow's root as still cancelling its
 // jobs (on; the mark's change is the stream record on which the stream
 // function cancels the rest), or done with them (off: the mark and the

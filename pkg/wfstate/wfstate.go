@@ -8,7 +8,9 @@
 //	failed    -> running | waiting (a retry re-opens it: the root runs
 //	             again, nested nodes wait again)
 //	cancelled -> running | waiting (the same)
-//	completed: terminal
+//	completed -> waiting (only a workflow's on_failure or on_cancel
+//	             handler, which a retry re-arms for a later failure or
+//	             cancel; every other completed node is final)
 //
 // A workflow's root is running from creation: its first jobs are written
 // in the same request (the spec's pending workflow state is never
@@ -37,6 +39,7 @@ var transitions = map[State][]State{
 	Running:   {Completed, Failed, Cancelled},
 	Failed:    {Running, Waiting},
 	Cancelled: {Running, Waiting},
+	Completed: {Waiting},
 }
 
 // CanTransition reports whether from -> to is a valid transition.

@@ -611,6 +611,34 @@ func compensatedConflict(root *store.Node) error {
 		With("workflow_id", root.WorkflowID).With("current_state", string(root.State)).With("compensation", root.Compensation)
 }
 
+// removeFinishedJobs deletes the finished jobs of the job nodes among
+// nodes (a retry re-arming a handler or a batch's callbacks, whose job ids
+// are the same in every run). A job still running is left.
+func (e *Engine) removeFinishedJobs(ctx context.Context, wf string, nodes []*store.Node) error {
+	var ids []string
+	for _, n := range nodes {
+		if n.Kind == KindJob {
+			ids = append(ids, JobID(wf, n.Path))
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	jobs, err := e.st.BatchGetJobs(ctx, ids)
+	if err != nil {
+		return err
+	}
+	for _, j := range jobs {
+		switch j.State {
+		case job.Completed, job.Discarded, job.Cancelled:
+			if err := e.st.DeleteWorkflowJob(ctx, wf, j.ID, j.State); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // reopen runs a retried workflow's failed and cancelled steps again: each
 // failed or cancelled composite waits again (its deadline restarted), each
 // failed or cancelled job goes back to its queue, the counts of what
@@ -643,6 +671,7 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 		return n.State == wfstate.Failed || n.State == wfstate.Cancelled
 	}
 	// Composites: forget failed children, wait again.
+	redecided := map[string]bool{} // callback jobs of batches whose members run again
 	for _, n := range nodes {
 		if n.Kind == KindJob || strings.HasPrefix(n.Path, "/~") {
 			continue
@@ -660,6 +689,23 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 		}
 		if n.Shards > 0 {
 			if err := e.reopenShards(ctx, n, t, failedChild, &w); err != nil {
+				return err
+			}
+		}
+		if n.Kind == KindBatch && n.FiredAt != "" && (len(w.DelFail) > 0 || len(w.DelRolled) > 0) {
+			// Members run again: the callbacks are decided again when they
+			// finish (on_success may fire where on_failure did), with
+			// their results. The callbacks' jobs of the run before are
+			// removed (their ids are the same in every run) and not run
+			// again now.
+			w.DelCallbacksFail = nil
+			w.Remove = append(w.Remove, "fired", "fired_at", "cb_ok", "cb_fail")
+			var cbs []*store.Node
+			for _, cb := range t.cbs[n.Path] {
+				cbs = append(cbs, cb)
+				redecided[JobID(wf, cb.Path)] = true
+			}
+			if err := e.removeFinishedJobs(ctx, wf, cbs); err != nil {
 				return err
 			}
 		}
@@ -682,9 +728,22 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 			}
 		}
 	}
-	// Handlers wait again, for a later failure or cancel.
+	// Handlers wait again, for a later failure or cancel. The jobs they
+	// ran in the run before are removed first: a handler job's id is
+	// derived from the workflow and its path, the same in every run, so
+	// the next launch could not write it (the handler would show running
+	// and never run).
 	for path, h := range t.special {
 		if path != compensatePath && h.State != wfstate.Waiting {
+			var under []*store.Node
+			for _, n := range nodes {
+				if n.Path == path || strings.HasPrefix(n.Path, path+"/") {
+					under = append(under, n)
+				}
+			}
+			if err := e.removeFinishedJobs(ctx, wf, under); err != nil {
+				return err
+			}
 			_, err := e.st.UpdateNode(ctx, wf, store.NodeWrite{Path: path, From: []wfstate.State{h.State}, To: wfstate.Waiting, At: now,
 				Remove: []string{"ok", "fail", "failed_step", "failed_index"}})
 			var nc *store.ErrNodeConflict
@@ -695,6 +754,9 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 	}
 	// Failed and cancelled jobs run again.
 	for _, j := range jobs {
+		if redecided[j.ID] {
+			continue
+		}
 		if j.State == job.Discarded || j.State == job.Cancelled {
 			if _, err := e.st.Apply(ctx, store.Reopen(j, now, e.redel)); err != nil {
 				var ce *store.ConflictError
@@ -707,7 +769,7 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 	// Finished steps a timeout stopped from counting.
 	var fs []Finished
 	for _, j := range jobs {
-		if j.State == job.Completed {
+		if j.State == job.Completed && !redecided[j.ID] {
 			fs = append(fs, Finished{Job: j})
 		}
 	}

@@ -601,6 +601,77 @@ func TestAFinishedNodesStaleTimeoutEntryIsRemoved(t *testing.T) {
 	}
 }
 
+// A workflow retried after its on_failure handler ran, and failing again,
+// runs the handler again (its job of the first run used to keep the id
+// the second launch needs: the handler showed running forever and never
+// ran).
+func TestFailureHandlerRunsAgainAfterARetry(t *testing.T) {
+	t.Parallel()
+	h := newClocked(t)
+	ctx := context.Background()
+	id := h.create(`{"type":"chain","steps":[{"type":"f.a","args":[],"options":{"queue":"fq"}}],
+		"on_failure":{"type":"f.alert","args":[],"options":{"queue":"fq"}}}`)
+	for run := 1; run <= 2; run++ {
+		h.fail(h.fetch("fq")["f.a"])
+		alert := h.fetch("fq")
+		if keys(alert) != "f.alert" {
+			t.Fatalf("run %d: handler: %s", run, keys(alert))
+		}
+		h.ack(alert["f.alert"], fmt.Sprintf(`"paged %d"`, run))
+		v := h.view(id)
+		if v["state"] != "failed" || v["handlers"].(map[string]any)["on_failure"].(map[string]any)["state"] != "completed" {
+			t.Fatalf("run %d: %s", run, jsonStr(v))
+		}
+		if run == 1 {
+			if _, err := h.eng.Retry(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// A batch retried for a failed member decides its callbacks again when
+// its members finish: on_failure, which fired (and failed) in the first
+// run, does not run again at the retry with the first run's input, and
+// on_success fires once the member succeeds.
+func TestRetriedBatchFiresTheCallbacksOfItsNewOutcome(t *testing.T) {
+	t.Parallel()
+	h := newClocked(t)
+	ctx := context.Background()
+	id := h.create(`{"type":"batch","jobs":[{"type":"b.a","args":[],"options":{"queue":"bq"}},{"type":"b.b","args":[],"options":{"queue":"bq"}}],
+		"callbacks":{"on_success":{"type":"b.ok","args":[],"options":{"queue":"bq"}},"on_failure":{"type":"b.bad","args":[],"options":{"queue":"bq"}}}}`)
+	run := h.fetch("bq")
+	h.fail(run["b.a"])
+	h.ack(run["b.b"], `"b"`)
+	bad := h.fetch("bq")
+	if keys(bad) != "b.bad" {
+		t.Fatalf("first run's callbacks: %s", keys(bad))
+	}
+	h.fail(bad["b.bad"]) // the alert fails too: the batch fails
+	if v := h.view(id); v["state"] != "failed" {
+		t.Fatalf("after the first run: %s", jsonStr(v))
+	}
+	if _, err := h.eng.Retry(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	again := h.fetch("bq")
+	if keys(again) != "b.a" {
+		t.Fatalf("after the retry: %s, want only the failed member", keys(again))
+	}
+	h.ack(again["b.a"], `"a"`)
+	ok := h.fetch("bq")
+	if keys(ok) != "b.ok" || string(ok["b.ok"].ParentResults) != `["a","b"]` {
+		t.Fatalf("callbacks of the retried run: %s %s", keys(ok), ok["b.ok"].ParentResults)
+	}
+	h.ack(ok["b.ok"], `"done"`)
+	if v := h.view(id); v["state"] != "completed" {
+		t.Fatalf("after the retried run: %s", jsonStr(v))
+	}
+	if more := h.fetch("bq"); len(more) != 0 {
+		t.Fatalf("ran again: %s", keys(more))
+	}
+}
+
 func TestControlValidation(t *testing.T) {
 	t.Parallel()
 	now := time.Now()

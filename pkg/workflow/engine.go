@@ -41,6 +41,7 @@ type Store interface {
 	Apply(ctx context.Context, t store.Transition) (*job.Job, error)
 	ApplyAll(ctx context.Context, ts []store.Transition) ([]error, error)
 	SetCancelling(ctx context.Context, wfID string, on bool) error
+	DeleteWorkflowJob(ctx context.Context, wfID, id string, state job.State) error
 }
 
 var _ Store = (*store.Store)(nil)
