@@ -766,8 +766,8 @@ func (s *Store) DeleteWorkflowJob(ctx context.Context, wfID, id string, state jo
 	}
 	_, err := s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
 		TableName: &s.table, Key: jobKey(id),
-		ConditionExpression:      aws.String("#s = :s AND wf_id = :w"),
-		ExpressionAttributeNames: map[string]string{"#s": attrState},
+		ConditionExpression:       aws.String("#s = :s AND wf_id = :w"),
+		ExpressionAttributeNames:  map[string]string{"#s": attrState},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":s": avS(string(state)), ":w": avS(wfID)},
 	})
 	var cf *types.ConditionalCheckFailedException
