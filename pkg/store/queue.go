@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -330,14 +329,6 @@ func (s *Store) CountQueue(ctx context.Context, queue string) (QueueCounts, erro
 			tally(state)
 		}
 	}
-	// The partitions (the ready and due shards, the dead letters) are read
-	// at once: a backlog's pages are read one after another within a
-	// partition, so the wait is the largest partition's, not their sum.
-	type part struct {
-		index, keyName, key string
-		each                func(string)
-	}
-	var parts []part
 	for _, l := range []Listing{ListAvailable, ListDead, ListWaiting} {
 		index, keyName, _, keys, _ := l.partitions(queue)
 		each := tally
@@ -345,22 +336,11 @@ func (s *Store) CountQueue(ctx context.Context, queue string) (QueueCounts, erro
 			each = notAvailable
 		}
 		for _, key := range keys {
-			parts = append(parts, part{index, keyName, key, each})
+			read := 0
+			if _, err := s.countStates(ctx, index, keyName, key, 0, &read, each); err != nil {
+				return c, fmt.Errorf("count queue %s: %w", queue, err)
+			}
 		}
-	}
-	var mu sync.Mutex
-	err := parallel(ctx, len(parts), len(parts), func(ctx context.Context, i int) error {
-		p := parts[i]
-		read := 0
-		_, err := s.countStates(ctx, p.index, p.keyName, p.key, 0, &read, func(state string) {
-			mu.Lock()
-			p.each(state)
-			mu.Unlock()
-		})
-		return err
-	})
-	if err != nil {
-		return c, fmt.Errorf("count queue %s: %w", queue, err)
 	}
 	return c, nil
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
 )
 
 // DynamoAPI is the part of the DynamoDB client the store uses.
@@ -244,18 +246,59 @@ func (t Transition) build() (expression.Expression, error) {
 // cancelled for another reason (a request writing one of its jobs at the
 // same moment) is applied one by one instead.
 func (s *Store) ApplyAll(ctx context.Context, ts []Transition) ([]error, error) {
+	return s.applyAll(ctx, ts, nil)
+}
+
+// Guard is a condition on an item besides the jobs that every transaction
+// of ApplyAllIf checks (a workflow's root still cancelled, say).
+type Guard struct {
+	key    map[string]types.AttributeValue
+	cond   string
+	names  map[string]string
+	values map[string]types.AttributeValue
+}
+
+// RootIn guards on workflow wfID's root being in one of states.
+func RootIn(wfID string, states ...wfstate.State) Guard {
+	g := Guard{key: wfKey(wfID, nodeSK(RootPath)), names: map[string]string{"#gs": "state"}, values: map[string]types.AttributeValue{}}
+	var in []string
+	for i, st := range states {
+		k := ":gs" + strconv.Itoa(i)
+		g.values[k] = avS(string(st))
+		in = append(in, k)
+	}
+	g.cond = "#gs IN (" + strings.Join(in, ", ") + ")"
+	return g
+}
+
+// ErrGuardFailed is ApplyAllIf's answer once its guard's condition
+// failed: the transitions not applied by then answer ErrNotTried.
+var ErrGuardFailed = errors.New("the guard's condition failed")
+
+// ApplyAllIf is ApplyAll with every transaction also checking g (99 jobs
+// to a transaction): the transitions apply only while g holds, so a
+// decision made from g's item cannot be applied after that item changed.
+func (s *Store) ApplyAllIf(ctx context.Context, ts []Transition, g Guard) ([]error, error) {
+	return s.applyAll(ctx, ts, &g)
+}
+
+func (s *Store) applyAll(ctx context.Context, ts []Transition, g *Guard) ([]error, error) {
 	errs := make([]error, len(ts))
 	for i := range errs {
 		errs[i] = ErrNotTried
 	}
-	chunks := (len(ts) + maxTransactItems - 1) / maxTransactItems
+	size := maxTransactItems
+	if g != nil {
+		size--
+	}
+	chunks := (len(ts) + size - 1) / size
 	err := parallel(ctx, chunks, 4, func(ctx context.Context, c int) error {
-		lo := c * maxTransactItems
-		pending := make([]int, 0, maxTransactItems)
-		for i := lo; i < min(lo+maxTransactItems, len(ts)); i++ {
+		lo := c * size
+		pending := make([]int, 0, size)
+		for i := lo; i < min(lo+size, len(ts)); i++ {
 			pending = append(pending, i)
 		}
-		return s.applyChunk(ctx, ts, pending, errs)
+		return s.applyChunk(ctx, ts, pending, errs, g)
 	})
 	if errors.Is(err, errSliceOver) {
 		err = nil
@@ -276,59 +319,14 @@ func WithBudget(ctx context.Context, end time.Time) context.Context {
 // maxTransactItems is the most items one DynamoDB transaction holds.
 const maxTransactItems = 100
 
-// applyChunk applies ts[pending] in one transaction, again without the
-// jobs whose condition failed (at most three tries), then one by one.
-func (s *Store) applyChunk(ctx context.Context, ts []Transition, pending []int, errs []error) error {
+// applyChunk applies ts[pending] in one transaction (with g's check, when
+// set), again without the jobs whose condition failed (at most three
+// tries), then one by one.
+func (s *Store) applyChunk(ctx context.Context, ts []Transition, pending []int, errs []error, g *Guard) error {
 	for tries := 0; len(pending) > 0 && tries < 3; tries++ {
-		tx := make([]types.TransactWriteItem, 0, len(pending))
-		for _, i := range pending {
-			if err := ts[i].validate(); err != nil {
-				return err
-			}
-			expr, err := ts[i].build()
-			if err != nil {
-				return err
-			}
-			if ts[i].due != "" {
-				s.due.wrote(ts[i].due, ts[i].dueAt)
-			}
-			tx = append(tx, types.TransactWriteItem{Update: &types.Update{TableName: &s.table, Key: jobKey(ts[i].ID),
-				UpdateExpression: expr.Update(), ConditionExpression: expr.Condition(),
-				ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
-				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}})
-		}
-		_, err := s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: tx})
-		if err == nil {
-			for _, i := range pending {
-				errs[i] = nil
-			}
-			return nil
-		}
-		var tce *types.TransactionCanceledException
-		if !errors.As(err, &tce) || len(tce.CancellationReasons) != len(pending) {
-			return fmt.Errorf("apply %d transitions: %w", len(pending), err)
-		}
-		var next []int
-		conditionsOnly := true
-		for k, r := range tce.CancellationReasons {
-			i := pending[k]
-			switch aws.ToString(r.Code) {
-			case "ConditionalCheckFailed":
-				if len(r.Item) == 0 {
-					errs[i] = ErrNotFound
-					continue
-				}
-				cur, err := decodeJob(r.Item)
-				if err != nil {
-					return err
-				}
-				errs[i] = &ConflictError{Current: cur, Tried: ts[i]}
-			case "None", "":
-				next = append(next, i)
-			default: // TransactionConflict and the like
-				conditionsOnly = false
-				next = append(next, i)
-			}
+		next, conditionsOnly, err := s.transact(ctx, ts, pending, errs, g)
+		if err != nil || next == nil {
+			return err
 		}
 		pending = next
 		if !conditionsOnly {
@@ -336,6 +334,25 @@ func (s *Store) applyChunk(ctx context.Context, ts []Transition, pending []int, 
 		}
 	}
 	for _, i := range pending {
+		if g != nil {
+			// One job and the guard: a transaction of two.
+			for tries := 0; ; tries++ {
+				next, _, err := s.transact(ctx, ts, []int{i}, errs, g)
+				if err != nil || next == nil {
+					if err != nil {
+						return err
+					}
+					break
+				}
+				if tries >= 3 {
+					return fmt.Errorf("apply the transition of job %s: transaction conflicts", ts[i].ID)
+				}
+				if err := sleepCtx(ctx, conflictBackoff(tries)); err != nil {
+					return err
+				}
+			}
+			continue
+		}
 		_, err := s.Apply(ctx, ts[i])
 		var ce *ConflictError
 		if err != nil && !errors.As(err, &ce) && !errors.Is(err, ErrNotFound) {
@@ -344,6 +361,70 @@ func (s *Store) applyChunk(ctx context.Context, ts []Transition, pending []int, 
 		errs[i] = err
 	}
 	return nil
+}
+
+// transact writes ts[pending] (and g's check) in one transaction. It
+// records each outcome in errs and returns the transitions to try again
+// (nil when none is left) and whether only conditions failed; an error
+// when the transaction failed otherwise, ErrGuardFailed when g's did.
+func (s *Store) transact(ctx context.Context, ts []Transition, pending []int, errs []error, g *Guard) (next []int, conditionsOnly bool, err error) {
+	tx := make([]types.TransactWriteItem, 0, len(pending)+1)
+	for _, i := range pending {
+		if err := ts[i].validate(); err != nil {
+			return nil, false, err
+		}
+		expr, err := ts[i].build()
+		if err != nil {
+			return nil, false, err
+		}
+		if ts[i].due != "" {
+			s.due.wrote(ts[i].due, ts[i].dueAt)
+		}
+		tx = append(tx, types.TransactWriteItem{Update: &types.Update{TableName: &s.table, Key: jobKey(ts[i].ID),
+			UpdateExpression: expr.Update(), ConditionExpression: expr.Condition(),
+			ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}})
+	}
+	if g != nil {
+		tx = append(tx, types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{TableName: &s.table, Key: g.key,
+			ConditionExpression: &g.cond, ExpressionAttributeNames: g.names, ExpressionAttributeValues: g.values}})
+	}
+	_, err = s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: tx})
+	if err == nil {
+		for _, i := range pending {
+			errs[i] = nil
+		}
+		return nil, true, nil
+	}
+	var tce *types.TransactionCanceledException
+	if !errors.As(err, &tce) || len(tce.CancellationReasons) != len(tx) {
+		return nil, false, fmt.Errorf("apply %d transitions: %w", len(pending), err)
+	}
+	if g != nil && aws.ToString(tce.CancellationReasons[len(pending)].Code) == "ConditionalCheckFailed" {
+		return nil, false, ErrGuardFailed
+	}
+	conditionsOnly = true
+	for k, r := range tce.CancellationReasons[:len(pending)] {
+		i := pending[k]
+		switch aws.ToString(r.Code) {
+		case "ConditionalCheckFailed":
+			if len(r.Item) == 0 {
+				errs[i] = ErrNotFound
+				continue
+			}
+			cur, err := decodeJob(r.Item)
+			if err != nil {
+				return nil, false, err
+			}
+			errs[i] = &ConflictError{Current: cur, Tried: ts[i]}
+		case "None", "":
+			next = append(next, i)
+		default: // TransactionConflict and the like
+			conditionsOnly = false
+			next = append(next, i)
+		}
+	}
+	return next, conditionsOnly, nil
 }
 
 func (s *Store) queryJobs(ctx context.Context, in *dynamodb.QueryInput) ([]Item, map[string]types.AttributeValue, error) {

@@ -784,14 +784,28 @@ func (s *Store) DeleteWorkflowJob(ctx context.Context, wfID, id string, state jo
 // jobs (on; the mark's change is the stream record on which the stream
 // function cancels the rest), or done with them (off: the mark and the
 // root's progress check are removed).
+// Both apply only while the root is cancelled: a retry re-opening the
+// workflow meanwhile owns its jobs and its check (nil is answered).
 func (s *Store) SetCancelling(ctx context.Context, wfID string, on bool) error {
 	in := &dynamodb.UpdateItemInput{TableName: &s.table, Key: wfKey(wfID, nodeSK(RootPath)),
-		UpdateExpression: aws.String("REMOVE cancelling, " + attrDuePK + ", " + attrDueAt), ConditionExpression: aws.String("attribute_exists(pk)")}
+		UpdateExpression:                    aws.String("REMOVE cancelling, " + attrDuePK + ", " + attrDueAt),
+		ConditionExpression:                 aws.String("#s = :c"),
+		ExpressionAttributeNames:            map[string]string{"#s": "state"},
+		ExpressionAttributeValues:           map[string]types.AttributeValue{":c": avS(string(wfstate.Cancelled))},
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}
 	if on {
 		in.UpdateExpression = aws.String("SET cancelling = :t")
-		in.ExpressionAttributeValues = map[string]types.AttributeValue{":t": &types.AttributeValueMemberBOOL{Value: true}}
+		in.ExpressionAttributeValues[":t"] = &types.AttributeValueMemberBOOL{Value: true}
 	}
-	if _, err := s.db.UpdateItem(ctx, in); err != nil {
+	_, err := s.db.UpdateItem(ctx, in)
+	var cf *types.ConditionalCheckFailedException
+	if errors.As(err, &cf) {
+		if len(cf.Item) == 0 {
+			return fmt.Errorf("workflow %s: cancelling: %w", wfID, ErrNotFound)
+		}
+		return nil // re-opened by a retry meanwhile
+	}
+	if err != nil {
 		return fmt.Errorf("workflow %s: cancelling: %w", wfID, err)
 	}
 	return nil
@@ -1256,6 +1270,10 @@ func (w NodeWrite) validate() error {
 	for _, f := range w.From {
 		if !wfstate.CanTransition(f, w.To) {
 			return fmt.Errorf("node %s: invalid transition %s -> %s", w.Path, f, w.To)
+		}
+		if f == wfstate.Completed && !strings.HasPrefix(w.Path, "/~") {
+			// Only a workflow's handlers are re-armed (wfstate).
+			return fmt.Errorf("node %s: invalid transition %s -> %s (only a handler's node leaves completed)", w.Path, f, w.To)
 		}
 	}
 	return nil

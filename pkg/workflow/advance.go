@@ -122,11 +122,14 @@ func (e *Engine) finish(ctx context.Context, wf, path string, ok bool, w store.N
 	w.From = []wfstate.State{wfstate.Waiting, wfstate.Running}
 	if path == store.RootPath {
 		w.From = []wfstate.State{wfstate.Running}
-		if len(w.AddOK) == 0 && len(w.AddFail) == 0 {
-			// Decided from counts read earlier: not while a retry is
-			// forgetting them (see settle).
-			w.CondAbsent = append(w.CondAbsent, "reopening")
-		}
+		// Not while a retry is re-opening the workflow: a decision from
+		// counts read earlier (see settle), or a step's record counted
+		// between the retry forgetting its failure and re-queueing its
+		// job (the stream's late record of a failure the retry undoes)
+		// would fail the re-opened workflow again. A step that really
+		// finished meanwhile is counted by its stream record after the
+		// retry, or by the root's check (Repair).
+		w.CondAbsent = append(w.CondAbsent, "reopening")
 	}
 	n, err := e.st.UpdateNode(ctx, wf, w)
 	var nc *store.ErrNodeConflict

@@ -128,7 +128,7 @@ func (e *Engine) stopBelow(ctx context.Context, wf, path string, now time.Time) 
 			}
 		}
 	}
-	_, _, err = e.cancelJobs(ctx, ids, now, nil)
+	_, _, err = e.cancelJobs(ctx, ids, now, nil, nil)
 	return err
 }
 
@@ -136,8 +136,9 @@ func (e *Engine) stopBelow(ctx context.Context, wf, path string, now time.Time) 
 // transaction (store.ApplyAll), and returns how many it cancelled and how
 // many it did not get to before the time budget says once the jobs are
 // read (nil: no limit; see store.WithBudget). A job that started or
-// finished meanwhile is left alone.
-func (e *Engine) cancelJobs(ctx context.Context, ids []string, now time.Time, budget func() time.Time) (cancelled, left int, err error) {
+// finished meanwhile is left alone. With guard, the jobs are cancelled
+// only while it holds (store.ErrGuardFailed once it does not).
+func (e *Engine) cancelJobs(ctx context.Context, ids []string, now time.Time, budget func() time.Time, guard *store.Guard) (cancelled, left int, err error) {
 	jobs, err := e.st.BatchGetJobs(ctx, ids)
 	if err != nil {
 		return 0, 0, err
@@ -152,7 +153,12 @@ func (e *Engine) cancelJobs(ctx context.Context, ids []string, now time.Time, bu
 	if budget != nil {
 		ctx = store.WithBudget(ctx, budget())
 	}
-	errs, err := e.st.ApplyAll(ctx, ts)
+	var errs []error
+	if guard != nil {
+		errs, err = e.st.ApplyAllIf(ctx, ts, *guard)
+	} else {
+		errs, err = e.st.ApplyAll(ctx, ts)
+	}
 	for _, err := range errs {
 		switch {
 		case err == nil:
@@ -176,7 +182,15 @@ func (e *Engine) finishCancel(ctx context.Context, root *store.Node, items []*st
 			return err
 		}
 	}
-	cancelled, left, err := e.cancelJobs(ctx, jobIDs(root.WorkflowID, items), e.now(), nil)
+	// Only while the workflow is still cancelled: a retry re-opening it
+	// meanwhile returns its jobs to their queues, which this must not
+	// cancel again.
+	guard := store.RootIn(root.WorkflowID, wfstate.Cancelled)
+	cancelled, left, err := e.cancelJobs(ctx, jobIDs(root.WorkflowID, items), e.now(), nil, &guard)
+	if errors.Is(err, store.ErrGuardFailed) {
+		e.log.InfoContext(ctx, "cancelled workflow retried meanwhile; its jobs are left to the retry", "workflow_id", root.WorkflowID)
+		return nil
+	}
 	if err != nil {
 		return err
 	}

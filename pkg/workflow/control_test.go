@@ -3,6 +3,7 @@ package workflow_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -373,6 +374,89 @@ func TestRetryRacingTheFailureRecord(t *testing.T) {
 	h.ack(again["x.b"], `"b"`)
 	if v := h.view(id); v["state"] != "completed" {
 		t.Fatalf("after the retry: %s", jsonStr(v))
+	}
+}
+
+// A retry that forgot a step's failure but has not re-queued its job yet
+// (or the stream's record of that failure arriving late, from another
+// shard than the root's): the record finds the step uncounted and its
+// job still discarded, and must not fail the re-opened workflow again.
+func TestRetryForgettingAFailureRacingItsLateRecord(t *testing.T) {
+	t.Parallel()
+	h := newClocked(t)
+	ctx := context.Background()
+	id := h.create(`{"type":"chain","steps":[{"type":"z.a","args":[],"options":{"queue":"zq"}}]}`)
+	a := h.fetch("zq")["z.a"]
+	h.fail(a)
+	now := h.clk.Now()
+	if _, err := h.st.UpdateNode(ctx, id, store.NodeWrite{Path: store.RootPath, From: []wfstate.State{wfstate.Failed}, To: wfstate.Running, At: now,
+		AddNumbers: map[string]int{"run": 1}, SetStrings: map[string]string{"reopening": "true"}, DelFail: []int{0},
+		Remove: []string{"failed_index", "failed_step", "error", "completed_at"}, CheckAt: now.Add(workflow.CheckAfter)}); err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := h.st.BatchGetJobs(ctx, []string{a.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.eng.Verify(ctx, []workflow.Finished{{Job: jobs[a.ID]}}); err != nil {
+		t.Fatal(err)
+	}
+	if v := h.view(id); v["state"] != "running" {
+		t.Fatalf("the late failure record failed the re-opened workflow again: %s", jsonStr(v))
+	}
+	h.clk.Add(workflow.CheckAfter + time.Second)
+	if _, err := h.eng.Repair(ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	again := h.fetch("zq")
+	if keys(again) != "z.a" || again["z.a"].ID != a.ID {
+		t.Fatalf("after the repair: %s", keys(again))
+	}
+	h.ack(again["z.a"], `"a"`)
+	if v := h.view(id); v["state"] != "completed" {
+		t.Fatalf("after the retry: %s", jsonStr(v))
+	}
+}
+
+// The writes that finish a cancel (the sweeper's or the stream's, from a
+// root they read as cancelled) apply only while the root is cancelled: a
+// retry re-opening it in between keeps its re-queued jobs and its check.
+func TestFinishingACancelLeavesARetriedWorkflowAlone(t *testing.T) {
+	t.Parallel()
+	h := newClocked(t)
+	ctx := context.Background()
+	id := h.create(`{"type":"group","jobs":[{"type":"k.a","args":[],"options":{"queue":"kq"}}]}`)
+	if _, err := h.eng.Cancel(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.eng.Retry(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	ja := workflow.JobID(id, "/j0")
+	// What a cancel finisher that read the root before the retry writes.
+	errs, err := h.st.ApplyAllIf(ctx, []store.Transition{store.Cancel(ja, h.clk.Now(), job.Available)}, store.RootIn(id, wfstate.Cancelled))
+	if !errors.Is(err, store.ErrGuardFailed) || !errors.Is(errs[0], store.ErrNotTried) {
+		t.Fatalf("guarded cancel of a re-queued job: %v %v, want the guard to fail", errs, err)
+	}
+	if err := h.st.SetCancelling(ctx, id, false); err != nil {
+		t.Fatal(err)
+	}
+	h.clk.Add(workflow.CheckAfter + time.Second)
+	if due, err := h.st.DueWorkflows(ctx, h.clk.Now(), 10); err != nil || due[id].IsZero() {
+		t.Fatalf("the retried workflow's check: %v %v, want it kept", due, err)
+	}
+	h.ack(h.fetch("kq")["k.a"], `"a"`)
+	if v := h.view(id); v["state"] != "completed" {
+		t.Fatalf("after the retry: %s", jsonStr(v))
+	}
+	// While the guard holds, the cancel applies.
+	id2 := h.create(`{"type":"group","jobs":[{"type":"k.b","args":[],"options":{"queue":"kq2"}}]}`)
+	if _, err := h.st.UpdateNode(ctx, id2, store.NodeWrite{Path: store.RootPath, From: []wfstate.State{wfstate.Running}, To: wfstate.Cancelled, At: h.clk.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	errs, err = h.st.ApplyAllIf(ctx, []store.Transition{store.Cancel(workflow.JobID(id2, "/j0"), h.clk.Now(), job.Available)}, store.RootIn(id2, wfstate.Cancelled))
+	if err != nil || errs[0] != nil {
+		t.Fatalf("guarded cancel of a cancelled workflow's job: %v %v", errs, err)
 	}
 }
 

@@ -40,6 +40,7 @@ type Store interface {
 	PostponeWorkflowCheck(ctx context.Context, wfID string, due, next time.Time) error
 	Apply(ctx context.Context, t store.Transition) (*job.Job, error)
 	ApplyAll(ctx context.Context, ts []store.Transition) ([]error, error)
+	ApplyAllIf(ctx context.Context, ts []store.Transition, g store.Guard) ([]error, error)
 	SetCancelling(ctx context.Context, wfID string, on bool) error
 	DeleteWorkflowJob(ctx context.Context, wfID, id string, state job.State) error
 }
@@ -581,7 +582,12 @@ func (e *Engine) Cancel(ctx context.Context, wfID string) (*View, error) {
 		// took so far) and waits for the transactions under way.
 		budget = func() time.Time { return dl.Add(-cancelReserve - 2*time.Since(began)) }
 	}
-	cancelled, left, err := e.cancelJobs(ctx, jobIDs(wfID, items), now, budget)
+	guard := store.RootIn(wfID, wfstate.Cancelled)
+	cancelled, left, err := e.cancelJobs(ctx, jobIDs(wfID, items), now, budget, &guard)
+	if errors.Is(err, store.ErrGuardFailed) {
+		// Retried meanwhile: its jobs are the retry's now.
+		return e.Get(ctx, wfID)
+	}
 	if err != nil {
 		return nil, ojserr.Backend(err)
 	}

@@ -135,8 +135,9 @@ func TestRepairDeletesAWorkflowWhoseCreatorDied(t *testing.T) {
 	}
 }
 
-// applyFailing fails every ApplyAll while fail is set: a cancelling
-// request that died after it cancelled the root, before its jobs.
+// applyFailing fails every ApplyAll and ApplyAllIf while fail is set: a
+// cancelling request that died after it cancelled the root, before its
+// jobs.
 type applyFailing struct {
 	*store.Store
 	fail atomic.Bool
@@ -147,6 +148,13 @@ func (a *applyFailing) ApplyAll(ctx context.Context, ts []store.Transition) ([]e
 		return nil, errors.New("the request died")
 	}
 	return a.Store.ApplyAll(ctx, ts)
+}
+
+func (a *applyFailing) ApplyAllIf(ctx context.Context, ts []store.Transition, g store.Guard) ([]error, error) {
+	if a.fail.Load() {
+		return nil, errors.New("the request died")
+	}
+	return a.Store.ApplyAllIf(ctx, ts, g)
 }
 
 // TestRepairCancelsWhatACancelLeft: a cancel whose request died after it
