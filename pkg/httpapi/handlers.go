@@ -576,8 +576,8 @@ func (a *api) heartbeat(w http.ResponseWriter, r *http.Request, _ params) error 
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"state": res.State, "directive": res.State, "jobs_extended": res.Extended, "server_time": job.Timestamp(a.s.cfg.Now()),
-		"acknowledged": true})
+	writeJSON(w, http.StatusOK, map[string]any{"state": res.State, "directive": res.State, "jobs_extended": res.Extended, "jobs_cancelled": res.Cancelled,
+		"server_time": job.Timestamp(a.s.cfg.Now()), "acknowledged": true})
 	return nil
 }
 

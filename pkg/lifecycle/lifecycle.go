@@ -1046,11 +1046,14 @@ type HeartbeatRequest struct {
 	Visibility time.Duration
 }
 
-// HeartbeatResult is the answer: the jobs whose lease was extended and
-// the state the worker must move to (running, quiet or terminate).
+// HeartbeatResult is the answer: the jobs whose lease was extended, the
+// ones among the worker's active jobs that were cancelled meanwhile (it
+// should stop them: ojs-core.md 7.6 asks for the news in the next BEAT),
+// and the state the worker must move to (running, quiet or terminate).
 type HeartbeatResult struct {
-	Extended []string
-	State    string
+	Extended  []string
+	Cancelled []string
+	State     string
 }
 
 // Worker states and directives.
@@ -1098,7 +1101,7 @@ func (s *Service) Heartbeat(ctx context.Context, r HeartbeatRequest) (HeartbeatR
 			return HeartbeatResult{}, err
 		}
 	}
-	res := HeartbeatResult{Extended: []string{}, State: WorkerRunning}
+	res := HeartbeatResult{Extended: []string{}, Cancelled: []string{}, State: WorkerRunning}
 	now := s.Now()
 	active := r.Active
 	if active < len(r.JobIDs) {
@@ -1130,6 +1133,10 @@ func (s *Service) Heartbeat(ctx context.Context, r HeartbeatRequest) (HeartbeatR
 			if clamped, cerr := s.st.Apply(ctx, store.Clamp(id, *j.Deadline)); cerr == nil {
 				j = clamped
 			}
+		}
+		if errors.As(err, &ce) && ce.Current.State == job.Cancelled {
+			// Known from the refused extension's own answer: no read.
+			res.Cancelled = append(res.Cancelled, id)
 		}
 		if errors.As(err, &ce) || errors.Is(err, store.ErrNotFound) {
 			continue

@@ -98,3 +98,30 @@ func TestAnAckPinnedToItsAttemptCannotFinishTheNext(t *testing.T) {
 		t.Fatalf("attempt 2's ACK: %+v %v", done, err)
 	}
 }
+
+// A job cancelled while a worker runs it (ojs-core.md 7.6: active ->
+// cancelled) is named in that worker's next heartbeat answer, so that it
+// can stop it; its lease is not extended.
+func TestHeartbeatNamesTheWorkersJobsCancelledMeanwhile(t *testing.T) {
+	t.Parallel()
+	s, _ := newService(t)
+	ctx := context.Background()
+	var ids []string
+	for range 2 {
+		j, err := s.Push(ctx, []byte(`{"type":"a.b","args":[],"options":{"queue":"hbc-q"}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, j.ID)
+	}
+	if got, err := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"hbc-q"}, WorkerID: "w", Count: 2}); err != nil || len(got) != 2 {
+		t.Fatalf("fetch: %v %v", got, err)
+	}
+	if _, _, err := s.Cancel(ctx, ids[1]); err != nil {
+		t.Fatal(err)
+	}
+	hb, err := s.Heartbeat(ctx, lifecycle.HeartbeatRequest{WorkerID: "w", JobIDs: ids})
+	if err != nil || len(hb.Extended) != 1 || hb.Extended[0] != ids[0] || len(hb.Cancelled) != 1 || hb.Cancelled[0] != ids[1] {
+		t.Fatalf("heartbeat: %+v %v, want %s extended and %s cancelled", hb, err, ids[0], ids[1])
+	}
+}

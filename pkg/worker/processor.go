@@ -233,7 +233,14 @@ func (p *Processor) leaseLeft(j *job.Job) (time.Duration, bool) {
 func (p *Processor) record(ctx context.Context, j *job.Job, write func() error) error {
 	wait := 50 * time.Millisecond
 	for {
-		err := recordErr(write())
+		werr := write()
+		if e := ojserr.As(werr); werr != nil && e.Code == ojserr.Conflict && e.Details["current_state"] == string(job.Cancelled) {
+			// Cancelled while it ran (ojs-core.md 7.6): what the handler did
+			// stands, but the job's outcome is not recorded. Say so, with
+			// the attempt, so an operator can reconcile.
+			p.log().WarnContext(ctx, "job was cancelled while its handler ran; its outcome is not recorded", "job_id", j.ID, "attempt", j.Attempt)
+		}
+		err := recordErr(werr)
 		if err == nil {
 			return nil
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -246,3 +247,45 @@ func TestAHandlerFinishingAtItsTimeoutKeepsItsResult(t *testing.T) {
 		t.Fatalf("job after its handler succeeded at its deadline: %v %s %+v (%v), want completed", got.State, got.Result, got.Error, err)
 	}
 }
+
+// TestAJobCancelledWhileItRunsIsReported: the handler's success after its
+// job was cancelled is not recorded (the job stays cancelled), the
+// message is done, and the worker logs that the outcome was dropped.
+func TestAJobCancelledWhileItRunsIsReported(t *testing.T) {
+	t.Parallel()
+	var svc *lifecycle.Service
+	svc, p, _, _ := setup(t, func(ctx context.Context, j *worker.Job) (any, error) {
+		if _, _, err := svc.Cancel(ctx, j.ID); err != nil {
+			return nil, err
+		}
+		return "paid", nil
+	})
+	var logs strings.Builder
+	var mu sync.Mutex
+	p.Logger = slog.New(slog.NewJSONHandler(writerFunc(func(b []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logs.Write(b)
+	}), nil))
+	ctx := context.Background()
+	j, err := svc.Push(ctx, []byte(`{"type":"t.run","args":[],"options":{"queue":"lambda"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if failed := p.Process(ctx, []worker.Message{message(t, j)}); len(failed) != 0 {
+		t.Fatalf("failed: %v", failed)
+	}
+	got, err := svc.Info(ctx, j.ID)
+	if err != nil || got.State != job.Cancelled || len(got.Result) != 0 {
+		t.Fatalf("job: %v %s (%v), want cancelled without a result", got.State, got.Result, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(logs.String(), "cancelled while its handler ran") || !strings.Contains(logs.String(), j.ID) {
+		t.Fatalf("no warning of the dropped outcome in the log: %s", logs.String())
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
