@@ -132,3 +132,43 @@ func TestFetchAnswersWhatItClaimedBeforeAnError(t *testing.T) {
 		t.Fatalf("FETCH whose first claim fails: %d jobs, %v; want an error", len(got), err)
 	}
 }
+
+// lostAnswer sends the first claim (UpdateItem) twice and answers the
+// second try: what the SDK does when the first answer is lost on the way.
+type lostAnswer struct {
+	*dynamodb.Client
+	done atomic.Bool
+}
+
+func (c *lostAnswer) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	if c.done.CompareAndSwap(false, true) {
+		if _, err := c.Client.UpdateItem(ctx, in, o...); err != nil {
+			return nil, err
+		}
+	}
+	return c.Client.UpdateItem(ctx, in, o...)
+}
+
+// TestAClaimWhoseAnswerWasLostIsStillTheFetchers: the retry of a claim
+// that landed finds the job active; the claim's token tells it is this
+// FETCH's own claim, which it answers, instead of leaving the job claimed
+// and unrun until its lease ends.
+func TestAClaimWhoseAnswerWasLostIsStillTheFetchers(t *testing.T) {
+	t.Parallel()
+	st, _ := testenv.Table(t)
+	db := &lostAnswer{Client: testenv.DynamoDB()}
+	s := lifecycle.New(store.New(db, st.Table()), lifecycle.Config{})
+	plain := lifecycle.New(st, lifecycle.Config{})
+	ctx := context.Background()
+	j, err := plain.Push(ctx, []byte(`{"type":"pay.out","args":[],"options":{"queue":"lost","retry":{"max_attempts":1}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"lost"}, WorkerID: "w1"})
+	if err != nil || len(got) != 1 || got[0].ID != j.ID || got[0].Attempt != 1 {
+		t.Fatalf("FETCH whose claim's answer was lost: %v %v, want the job in attempt 1", got, err)
+	}
+	if !db.done.Load() {
+		t.Fatal("the claim was not sent twice")
+	}
+}

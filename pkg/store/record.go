@@ -33,6 +33,8 @@ const (
 	attrVersion  = "version"
 	// attrFetchBytes holds FetchBytes of the job as last written.
 	attrFetchBytes = "fb"
+	// attrClaimToken is the token of the job's last claim (Transition.token).
+	attrClaimToken = "ct"
 	jobSK          = "JOB"
 )
 

@@ -3,6 +3,8 @@ package store
 import (
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
+	"strconv"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
@@ -25,6 +27,10 @@ type Transition struct {
 	// if any (the store's dueWatch learns of it).
 	due   string
 	dueAt time.Time
+	// token, when set, is written with the transition (attribute ct) so
+	// that Apply knows its own write when a retried request (the SDK
+	// retries one whose answer was lost) finds the condition failed.
+	token string
 }
 
 func newTransition(id string, to job.State, from ...job.State) Transition {
@@ -122,6 +128,12 @@ func Claim(id string, o ClaimOpts) Transition {
 	t := newTransition(id, job.Active, job.Available)
 	t.update = t.update.Add(expression.Name(attrAttempt), expression.Value(1))
 	t.set("started_at", job.Timestamp(o.Now))
+	// A claim whose answer was lost and whose retry found the job active
+	// is still this claim: without the token the caller would take it for
+	// another worker's, and the job would sit claimed and unrun until its
+	// lease ended, losing an attempt.
+	t.token = strconv.FormatUint(rand.Uint64(), 36)
+	t.set(attrClaimToken, t.token)
 	lease := o.LeaseUntil
 	if !o.Deadline.IsZero() && o.Deadline.Before(lease) {
 		lease = o.Deadline
