@@ -171,4 +171,10 @@ func TestAClaimWhoseAnswerWasLostIsStillTheFetchers(t *testing.T) {
 	if !db.done.Load() {
 		t.Fatal("the claim was not sent twice")
 	}
+	// The same for an ACK: answered as done, not 409.
+	db.done.Store(false)
+	done, err := s.AckOwned(ctx, j.ID, "w1", 1, []byte(`"paid"`))
+	if err != nil || done.State != "completed" || !db.done.Load() {
+		t.Fatalf("ACK whose answer was lost: %+v %v", done, err)
+	}
 }

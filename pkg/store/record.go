@@ -33,8 +33,9 @@ const (
 	attrVersion  = "version"
 	// attrFetchBytes holds FetchBytes of the job as last written.
 	attrFetchBytes = "fb"
-	// attrClaimToken is the token of the job's last claim (Transition.token).
-	attrClaimToken = "ct"
+	// attrWriteToken is the token of the job's last transition
+	// (Transition.token).
+	attrWriteToken = "wt"
 	jobSK          = "JOB"
 )
 

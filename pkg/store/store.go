@@ -218,7 +218,7 @@ func (s *Store) Apply(ctx context.Context, t Transition) (*job.Job, error) {
 		if derr != nil {
 			return nil, derr
 		}
-		if tok, ok := ccf.Item[attrClaimToken].(*types.AttributeValueMemberS); ok && t.token != "" && tok.Value == t.token {
+		if tok, ok := ccf.Item[attrWriteToken].(*types.AttributeValueMemberS); ok && t.token != "" && tok.Value == t.token {
 			// This very write landed: the SDK retried the request after
 			// its answer was lost, and the retry found the write done.
 			return cur, nil

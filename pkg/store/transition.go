@@ -27,16 +27,23 @@ type Transition struct {
 	// if any (the store's dueWatch learns of it).
 	due   string
 	dueAt time.Time
-	// token, when set, is written with the transition (attribute ct) so
-	// that Apply knows its own write when a retried request (the SDK
-	// retries one whose answer was lost) finds the condition failed.
+	// token is written with the transition (attribute wt) so that Apply
+	// knows its own write when a retried request (the SDK retries one
+	// whose answer was lost) finds the condition failed.
 	token string
 }
 
 func newTransition(id string, to job.State, from ...job.State) Transition {
+	// Every write carries a token of its own: a write whose answer was
+	// lost, retried by the SDK and finding its condition failed, is known
+	// as this write by Apply. A claim would otherwise be taken for another
+	// worker's (the job claimed and unrun until its lease ended, losing an
+	// attempt), an ACK answered 409 although it completed the job.
+	tok := strconv.FormatUint(rand.Uint64(), 36)
 	u := expression.Set(expression.Name(attrState), expression.Value(string(to))).
-		Add(expression.Name(attrVersion), expression.Value(1))
-	return Transition{ID: id, From: from, To: to, update: u}
+		Add(expression.Name(attrVersion), expression.Value(1)).
+		Set(expression.Name(attrWriteToken), expression.Value(tok))
+	return Transition{ID: id, From: from, To: to, update: u, token: tok}
 }
 
 func (t *Transition) set(name string, v any) {
@@ -128,12 +135,6 @@ func Claim(id string, o ClaimOpts) Transition {
 	t := newTransition(id, job.Active, job.Available)
 	t.update = t.update.Add(expression.Name(attrAttempt), expression.Value(1))
 	t.set("started_at", job.Timestamp(o.Now))
-	// A claim whose answer was lost and whose retry found the job active
-	// is still this claim: without the token the caller would take it for
-	// another worker's, and the job would sit claimed and unrun until its
-	// lease ended, losing an attempt.
-	t.token = strconv.FormatUint(rand.Uint64(), 36)
-	t.set(attrClaimToken, t.token)
 	lease := o.LeaseUntil
 	if !o.Deadline.IsZero() && o.Deadline.Before(lease) {
 		lease = o.Deadline
