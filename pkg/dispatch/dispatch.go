@@ -158,12 +158,18 @@ func messageSize(e types.SendMessageBatchRequestEntry) int {
 // may still be sent (throttling, service errors) are returned as a
 // *SendError naming their jobs; callers retry (SQS deduplicates nothing: a
 // duplicate is harmless, a loss is not). A delivery for a queue that is not
-// push-mode is an error and nothing is sent.
+// push-mode here (a job written while its queue was push-mode, read by a
+// function deployed without it) is logged and skipped, like a message SQS
+// refuses: it can never be sent, and failing the call for it would hold
+// back every other message of the stream batch or the sweep on every
+// retry. Its job stays available to FETCH.
 func (d *Dispatcher) Send(ctx context.Context, ds []Delivery) error {
 	byQueue := map[string][]entry{}
 	for _, dl := range ds {
 		if _, ok := d.urls[dl.Job.Queue]; !ok {
-			return fmt.Errorf("dispatch job %s: queue %q is not a push-mode queue", dl.Job.ID, dl.Job.Queue)
+			d.log().ErrorContext(ctx, "push-mode job of a queue that is not push-mode here; not sent (FETCH can still claim it)",
+				"job_id", dl.Job.ID, "queue", dl.Job.Queue)
+			continue
 		}
 		body, err := json.Marshal(NewMessage(dl.Job))
 		if err != nil {

@@ -222,3 +222,23 @@ func TestFailedEntryIsRetriedAloneAndReported(t *testing.T) {
 		})
 	}
 }
+
+// TestDeliveryForAQueueNotPushModeHereHoldsNothingBack: a job written
+// while its queue was push-mode, read by a function deployed without that
+// queue, is skipped; the other deliveries are sent and no error makes the
+// stream batch (or the sweep) fail on it every time.
+func TestDeliveryForAQueueNotPushModeHereHoldsNothingBack(t *testing.T) {
+	t.Parallel()
+	url := queue(t, awslimit.SQSMessageBytes)
+	d := dispatch.New(testenv.SQS(), map[string]string{"lambda": url})
+	ok := newJob(t, "report.generate", 100)
+	gone := newJob(t, "report.generate", 100)
+	gone.Queue = "no-longer-push"
+	if err := d.Send(context.Background(), []dispatch.Delivery{{Job: gone}, {Job: ok}}); err != nil {
+		t.Fatalf("send: %v", err)
+	}
+	msgs := receive(t, url, 1)
+	if len(msgs) != 1 || !strings.Contains(aws.ToString(msgs[0].Body), ok.ID) {
+		t.Fatalf("received %v, want only %s", msgs, ok.ID)
+	}
+}

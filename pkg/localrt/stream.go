@@ -20,8 +20,10 @@ import (
 // pollStream plays the DynamoDB Streams event source mapping: it discovers
 // shards, reads each in order (a child shard only after its parent is
 // drained) and invokes the stream function with batches of records in the
-// Lambda event shape. A failed batch (error or BatchItemFailures) is
-// retried from the first failed record, up to Stream.MaxRetries times;
+// Lambda event shape. A batch the function fails with an error is split in
+// two (Stream.BisectOnError), each half delivered on its own; a failed
+// batch is retried from the first failed record, up to Stream.MaxRetries
+// times;
 // then, like an on-failure destination, the records are logged and
 // skipped and the sweeper repairs what they would have done.
 func (rt *Runtime) pollStream(ctx context.Context) {
@@ -167,6 +169,16 @@ func (rt *Runtime) deliverBatch(ctx context.Context, recs []types.Record, enc []
 		if err != nil {
 			failedAt = 0
 			rt.log.Warn("stream invocation failed", "error", err.Error(), "attempt", attempt+1)
+			if cfg.BisectOnError && len(recs) > 1 {
+				// As the mapping does on a function error: split the batch
+				// and deliver each half with retries of its own, so a
+				// record that fails every time ends up alone.
+				half := len(recs) / 2
+				if left := rt.deliverBatch(ctx, recs[:half], enc[:half]); left > 0 {
+					return left + len(recs) - half
+				}
+				return rt.deliverBatch(ctx, recs[half:], enc[half:])
+			}
 		} else {
 			var resp events.DynamoDBEventResponse
 			_ = json.Unmarshal(res, &resp)

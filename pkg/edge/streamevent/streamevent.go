@@ -51,7 +51,14 @@ func Handler(p Processor, log *slog.Logger) func(context.Context, events.DynamoD
 			attrs = append(attrs, subject(changes[idx])...)
 		}
 		log.ErrorContext(ctx, "stream batch failed; the mapping will retry", attrs...)
-		if len(seqs) == 0 {
+		if idx == 0 {
+			// Failed at its first record (or somewhere Process cannot
+			// name): a function error, so that the mapping bisects the
+			// batch (BisectBatchOnFunctionError) and a record that fails
+			// every time ends up alone. Reported as the first record's
+			// failure, the whole batch would be retried as it is until
+			// its retries ran out, every record of it going to the
+			// mapping's dead-letter queue with the bad one.
 			return events.DynamoDBEventResponse{}, err
 		}
 		return events.DynamoDBEventResponse{BatchItemFailures: []events.DynamoDBBatchItemFailure{{ItemIdentifier: seqs[idx]}}}, nil

@@ -118,4 +118,11 @@ func TestHandlerReportsFirstFailedSequenceNumber(t *testing.T) {
 	if len(res.BatchItemFailures) != 0 {
 		t.Fatalf("success reported failures: %+v", res)
 	}
+	// Failed at the first record: a function error, so that the mapping
+	// bisects the batch instead of retrying it whole until every record
+	// of it goes to the dead-letter queue with the bad one.
+	res, err = Handler(failing{at: 0}, log)(context.Background(), sample(t))
+	if err == nil || len(res.BatchItemFailures) != 0 {
+		t.Fatalf("failure at the first record: %+v %v, want a function error", res, err)
+	}
 }
