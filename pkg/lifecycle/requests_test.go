@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/ojs-aws/ojs-serverless/pkg/internal/testenv"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
@@ -176,5 +177,39 @@ func TestAClaimWhoseAnswerWasLostIsStillTheFetchers(t *testing.T) {
 	done, err := s.AckOwned(ctx, j.ID, "w1", 1, []byte(`"paid"`))
 	if err != nil || done.State != "completed" || !db.done.Load() {
 		t.Fatalf("ACK whose answer was lost: %+v %v", done, err)
+	}
+}
+
+// lostPut sends the first put of a job twice and answers the second try.
+type lostPut struct {
+	*dynamodb.Client
+	done atomic.Bool
+}
+
+func (c *lostPut) PutItem(ctx context.Context, in *dynamodb.PutItemInput, o ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	if sk, _ := in.Item["sk"].(*types.AttributeValueMemberS); sk != nil && sk.Value == "JOB" && c.done.CompareAndSwap(false, true) {
+		if _, err := c.Client.PutItem(ctx, in, o...); err != nil {
+			return nil, err
+		}
+	}
+	return c.Client.PutItem(ctx, in, o...)
+}
+
+// TestAPushWhoseAnswerWasLostIsNotADuplicate: the SDK's retry of a PUSH
+// whose put landed finds the job there; the put's token tells it is its
+// own, so the PUSH succeeds instead of answering 409.
+func TestAPushWhoseAnswerWasLostIsNotADuplicate(t *testing.T) {
+	t.Parallel()
+	st, _ := testenv.Table(t)
+	db := &lostPut{Client: testenv.DynamoDB()}
+	s := lifecycle.New(store.New(db, st.Table()), lifecycle.Config{})
+	ctx := context.Background()
+	j, err := s.Push(ctx, []byte(`{"type":"pay.out","args":[],"options":{"queue":"lostput"}}`))
+	if err != nil || j == nil || !db.done.Load() {
+		t.Fatalf("PUSH whose answer was lost: %+v %v", j, err)
+	}
+	// A real duplicate (the same id pushed again) is still refused.
+	if _, err := s.Push(ctx, []byte(`{"id":"`+j.ID+`","type":"pay.out","args":[],"options":{"queue":"lostput"}}`)); err == nil {
+		t.Fatal("a second PUSH with the same id was accepted")
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
@@ -95,13 +96,27 @@ func (s *Store) Create(ctx context.Context, jobs []*job.Job, redeliverAfter time
 		}
 		puts[i] = p
 	}
+	// A single put carries a token of its own: when the SDK retries a put
+	// whose answer was lost, the retry finds the job there and the token
+	// tells that it is this put's, not a duplicate (a PUSH that wrote its
+	// job would be answered 409, and a client resending it without an id
+	// would create a second job). Transactions need no token: the SDK
+	// gives each one a ClientRequestToken that its retries reuse.
+	tok := strconv.FormatUint(rand.Uint64(), 36)
+	if len(puts) == 1 {
+		puts[0].Item[attrWriteToken] = avS(tok)
+	}
 	if err := checkSizes(puts); err != nil {
 		return err
 	}
 	if len(puts) == 1 {
-		_, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &s.table, Item: puts[0].Item, ConditionExpression: puts[0].ConditionExpression})
+		_, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &s.table, Item: puts[0].Item, ConditionExpression: puts[0].ConditionExpression,
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld})
 		var ccf *types.ConditionalCheckFailedException
 		if errors.As(err, &ccf) {
+			if old, ok := ccf.Item[attrWriteToken].(*types.AttributeValueMemberS); ok && old.Value == tok {
+				return nil
+			}
 			return &DuplicateError{ID: jobs[0].ID}
 		}
 		if err != nil {
