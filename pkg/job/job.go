@@ -134,6 +134,10 @@ type Job struct {
 	// Deduplicated marks the existing job returned for a PUSH whose unique
 	// policy said "ignore" (answered 200, not 201).
 	Deduplicated bool
+	// UniqueKey is the uniqueness key the job was enqueued under, as
+	// stored (a dead letter retry must hold it again); not in the
+	// envelope.
+	UniqueKey string `json:"-"`
 }
 
 // Timestamp formats t the way every OJS timestamp is written: UTC,

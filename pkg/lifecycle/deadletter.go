@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"time"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
@@ -103,12 +104,53 @@ func (s *Service) RetryDead(ctx context.Context, id string, o RetryOverride) (*j
 			return nil, ojserr.Backend(err)
 		}
 	}
-	out, err := s.st.Apply(ctx, store.Revive(j, s.Now(), s.redel, o.Queue, o.Meta, s.push[queue]))
+	now := s.Now()
+	t := store.Revive(j, now, s.redel, o.Queue, o.Meta, s.push[queue])
+	var out *job.Job
+	if j.UniqueKey != "" {
+		// It takes its uniqueness key back in the same write, unless a job
+		// enqueued since holds it: two live jobs of one key is what the
+		// policy forbids.
+		out, err = s.st.ReviveUnique(ctx, t, j.UniqueKey, now, "")
+		if errors.Is(err, store.ErrLockHeld) {
+			out, err = s.reviveOverFinishedHolder(ctx, t, j, now)
+		}
+	} else {
+		out, err = s.st.Apply(ctx, t)
+	}
 	if err != nil {
 		return nil, deadError(err, id)
 	}
 	s.log.InfoContext(ctx, "dead letter job retried", "job_id", id, "queue", queue)
 	return out, nil
+}
+
+// reviveOverFinishedHolder retries dead job j (transition t) whose
+// uniqueness key another job holds: allowed once that holder has finished
+// (completed, cancelled or discarded: no longer a live job of the key),
+// by taking the key from it; refused (409) while it is live.
+func (s *Service) reviveOverFinishedHolder(ctx context.Context, t store.Transition, j *job.Job, now time.Time) (*job.Job, error) {
+	lock, err := s.st.UniqueHolder(ctx, j.UniqueKey)
+	if errors.Is(err, store.ErrNotFound) {
+		return s.st.ReviveUnique(ctx, t, j.UniqueKey, now, "")
+	}
+	if err != nil {
+		return nil, ojserr.Backend(err)
+	}
+	holder, err := s.st.Get(ctx, lock.JobID)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+	case err != nil:
+		return nil, ojserr.Backend(err)
+	case !holder.State.Terminal():
+		return nil, ojserr.StateConflict(ojserr.Conflict, "Job '%s' cannot be retried while job '%s', enqueued since it was discarded, holds its uniqueness key (state '%s').",
+			j.ID, lock.JobID, holder.State).With("job_id", j.ID).With("existing_job_id", lock.JobID)
+	}
+	out, err := s.st.ReviveUnique(ctx, t, j.UniqueKey, now, lock.JobID)
+	if errors.Is(err, store.ErrLockHeld) {
+		return nil, ojserr.StateConflict(ojserr.Conflict, "Job '%s' cannot be retried: its uniqueness key changed hands meanwhile; try again.", j.ID).With("job_id", j.ID)
+	}
+	return out, err
 }
 
 // DeleteDead deletes a discarded job for good.

@@ -32,6 +32,7 @@ type Store interface {
 	GetItem(ctx context.Context, id string) (store.Item, error)
 	CreateUnique(ctx context.Context, j *job.Job, redeliverAfter time.Duration, until, now time.Time, holder string, holderVersion int64) error
 	UniqueHolder(ctx context.Context, key string) (store.UniqueLock, error)
+	ReviveUnique(ctx context.Context, t store.Transition, key string, now time.Time, holder string) (*job.Job, error)
 	Apply(ctx context.Context, t store.Transition) (*job.Job, error)
 	Ready(ctx context.Context, queue string, limit int) ([]store.Item, error)
 	Due(ctx context.Context, queue string, now time.Time, limit int) ([]store.Item, error)

@@ -110,6 +110,8 @@ type record struct {
 	// FetchBytes is FetchBytes of the job as last written (projected by the
 	// ready index, which does not project the payloads it counts).
 	FetchBytes int `dynamodbav:"fb,omitempty"`
+	// UniqueKey is the uniqueness key the job was enqueued under.
+	UniqueKey string `dynamodbav:"uk,omitempty"`
 }
 
 func jobKey(id string) map[string]types.AttributeValue {
@@ -170,7 +172,10 @@ func toRecord(j *job.Job) (record, error) {
 		ScheduledAt: textOr(j.ScheduledAtText, j.ScheduledAt), ExpiresAt: textOr(j.ExpiresAtText, j.ExpiresAt),
 		CreatedAt: tstr(j.CreatedAt), EnqueuedAt: tstr(j.EnqueuedAt), Push: j.Push,
 		WorkflowID: j.WorkflowID, WorkflowNode: j.WorkflowNode, ParentResults: string(j.ParentResults),
-		WorkflowShard: j.WorkflowShard, WorkflowNext: j.WorkflowNext, WorkflowStepID: j.WorkflowStepID,
+		WorkflowShard: j.WorkflowShard, WorkflowNext: j.WorkflowNext, WorkflowStepID: j.WorkflowStepID, UniqueKey: j.UniqueKey,
+	}
+	if j.Unique != nil {
+		r.UniqueKey = j.Unique.Key
 	}
 	if j.ExpiresAt != nil {
 		r.ExpiresMS = ms(*j.ExpiresAt)
@@ -197,7 +202,7 @@ func (r record) toJob() (*job.Job, error) {
 		CompletedAt: optTime(r.CompletedAt), CancelledAt: optTime(r.CancelledAt), DiscardedAt: optTime(r.DiscardedAt),
 		NextAttemptAt: optTime(r.NextAttemptAt), Push: r.Push, WorkerID: r.WorkerID, CancelRequested: r.CancelRequested,
 		WorkflowID: r.WorkflowID, WorkflowNode: r.WorkflowNode, WorkflowShard: r.WorkflowShard, WorkflowNext: r.WorkflowNext,
-		WorkflowStepID: r.WorkflowStepID,
+		WorkflowStepID: r.WorkflowStepID, UniqueKey: r.UniqueKey,
 	}
 	if r.ParentResults != "" {
 		j.ParentResults = json.RawMessage(r.ParentResults)

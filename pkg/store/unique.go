@@ -81,6 +81,59 @@ func (s *Store) CreateUnique(ctx context.Context, j *job.Job, redeliverAfter tim
 	return nil
 }
 
+// ReviveUnique applies t, a dead letter retry (Revive) of a job enqueued
+// under uniqueness key key, together with taking the key back: in one
+// transaction, conditional on the key being free (no lock, one whose
+// period ended before now, or one naming the job itself) or, with holder
+// set, on the lock still naming holder (a finished job the caller read).
+// Otherwise it returns ErrLockHeld and nothing is written: retrying the
+// discarded job would make it a second live job of its key.
+func (s *Store) ReviveUnique(ctx context.Context, t Transition, key string, now time.Time, holder string) (*job.Job, error) {
+	cond := "attribute_not_exists(pk) OR job_id = :me OR until_ms <= :now"
+	vals := map[string]types.AttributeValue{":me": avS(t.ID), ":now": &types.AttributeValueMemberN{Value: itoa(ms(now))}}
+	if holder != "" {
+		cond = "job_id = :h"
+		vals = map[string]types.AttributeValue{":me": avS(t.ID), ":h": avS(holder)}
+	}
+	if err := t.validate(); err != nil {
+		return nil, err
+	}
+	expr, err := t.build()
+	if err != nil {
+		return nil, err
+	}
+	tx := []types.TransactWriteItem{
+		{Update: &types.Update{TableName: &s.table, Key: jobKey(t.ID),
+			UpdateExpression: expr.Update(), ConditionExpression: expr.Condition(),
+			ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}},
+		{Update: &types.Update{TableName: &s.table, Key: uniqueKey(key),
+			UpdateExpression: aws.String("SET job_id = :me"), ConditionExpression: aws.String(cond), ExpressionAttributeValues: vals}},
+	}
+	_, err = s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: tx})
+	var tce *types.TransactionCanceledException
+	if errors.As(err, &tce) && len(tce.CancellationReasons) == 2 {
+		r := tce.CancellationReasons
+		if aws.ToString(r[0].Code) == "ConditionalCheckFailed" {
+			if len(r[0].Item) == 0 {
+				return nil, ErrNotFound
+			}
+			cur, derr := decodeJob(r[0].Item)
+			if derr != nil {
+				return nil, derr
+			}
+			return nil, &ConflictError{Current: cur, Tried: t}
+		}
+		if aws.ToString(r[1].Code) == "ConditionalCheckFailed" {
+			return nil, ErrLockHeld
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("retry job %s under its uniqueness key: %w", t.ID, err)
+	}
+	return s.Get(ctx, t.ID)
+}
+
 // UniqueHolder reads the holder of a uniqueness key (consistent read);
 // ErrNotFound if none.
 func (s *Store) UniqueHolder(ctx context.Context, key string) (UniqueLock, error) {
