@@ -296,8 +296,9 @@ func RootIn(wfID string, states ...wfstate.State) Guard {
 var ErrGuardFailed = errors.New("the guard's condition failed")
 
 // ApplyAllIf is ApplyAll with every transaction also checking g (99 jobs
-// to a transaction): the transitions apply only while g holds, so a
-// decision made from g's item cannot be applied after that item changed.
+// to a transaction, one transaction at a time): the transitions apply only
+// while g holds, so a decision made from g's item cannot be applied after
+// that item changed.
 func (s *Store) ApplyAllIf(ctx context.Context, ts []Transition, g Guard) ([]error, error) {
 	return s.applyAll(ctx, ts, &g)
 }
@@ -307,12 +308,15 @@ func (s *Store) applyAll(ctx context.Context, ts []Transition, g *Guard) ([]erro
 	for i := range errs {
 		errs[i] = ErrNotTried
 	}
-	size := maxTransactItems
+	size, conc := maxTransactItems, 4
 	if g != nil {
-		size--
+		// One transaction at a time: DynamoDB cancels concurrent
+		// transactions that touch the same item (TransactionConflict), and
+		// every one of these checks the guard's item.
+		size, conc = size-1, 1
 	}
 	chunks := (len(ts) + size - 1) / size
-	err := parallel(ctx, chunks, 4, func(ctx context.Context, c int) error {
+	err := parallel(ctx, chunks, conc, func(ctx context.Context, c int) error {
 		lo := c * size
 		pending := make([]int, 0, size)
 		for i := lo; i < min(lo+size, len(ts)); i++ {
