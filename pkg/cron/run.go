@@ -129,6 +129,17 @@ func (s *Service) step(ctx context.Context, name string, res *RunResult) error {
 		fire, scheduled = true, now
 		st.Held--
 	}
+	if fire && c.OverlapPolicy == OverlapCancelPrevious && prevRunning {
+		// The previous run is cancelled before the next is enqueued, never
+		// after: a sweeper dying in between leaves the occurrence due, and
+		// the next pass (finding the previous run finished) fires it.
+		// Cancelled after the fire's commit, a crash or a failed cancel
+		// would leave both running, and no later pass would look at the
+		// older one again.
+		if err := s.cancelPrevious(ctx, c); err != nil {
+			return err
+		}
+	}
 	if fire {
 		j, err := s.occurrenceJob(c, scheduled, now)
 		if err != nil {
@@ -161,11 +172,6 @@ func (s *Service) step(ctx context.Context, name string, res *RunResult) error {
 	case fire:
 		res.Fired++
 		s.log().InfoContext(ctx, "cron fired", "cron_name", c.Name, "job_id", st.Job.ID, "scheduled_time", stamp(scheduled), "queue", st.Job.Queue)
-		if c.OverlapPolicy == OverlapCancelPrevious && c.LastJobID != "" {
-			if _, _, err := s.Jobs.Cancel(ctx, c.LastJobID); err == nil {
-				s.log().InfoContext(ctx, "cron cancelled its previous run", "cron_name", c.Name, "job_id", c.LastJobID)
-			}
-		}
 	case st.Skipped:
 		res.Skipped++
 		s.log().InfoContext(ctx, "cron occurrence skipped: previous run not finished", "cron_name", c.Name, "active_job_id", c.LastJobID)
@@ -173,6 +179,22 @@ func (s *Service) step(ctx context.Context, name string, res *RunResult) error {
 		res.Held++
 	}
 	return nil
+}
+
+// cancelPrevious cancels the schedule's previous run. A run that finished
+// or went away meanwhile is as good; any other failure leaves the
+// occurrence due for the next pass.
+func (s *Service) cancelPrevious(ctx context.Context, c *store.CronInfo) error {
+	_, _, err := s.Jobs.Cancel(ctx, c.LastJobID)
+	if err == nil {
+		s.log().InfoContext(ctx, "cron cancelled its previous run", "cron_name", c.Name, "job_id", c.LastJobID)
+		return nil
+	}
+	j, gerr := s.Store.Get(ctx, c.LastJobID)
+	if errors.Is(gerr, store.ErrNotFound) || (gerr == nil && j.State.Terminal()) {
+		return nil
+	}
+	return fmt.Errorf("cancel previous run %s: %w", c.LastJobID, err)
 }
 
 // advance is the occurrence after one that fired at now: the first one

@@ -32,8 +32,8 @@ var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9\-\.]*$`)
 
 // Store is the cron part of the table (implemented by *store.Store).
 type Store interface {
-	PutCron(ctx context.Context, c store.CronInfo, next, now time.Time) (*store.CronInfo, bool, error)
-	SetCronEnabled(ctx context.Context, name string, enabled bool, next, now time.Time) (*store.CronInfo, error)
+	PutCron(ctx context.Context, c store.CronInfo, prev *store.CronInfo, times store.CronTimes, now time.Time) (*store.CronInfo, bool, error)
+	SetCronEnabled(ctx context.Context, prev *store.CronInfo, enabled bool, times store.CronTimes, now time.Time) (*store.CronInfo, error)
 	GetCron(ctx context.Context, name string) (*store.CronInfo, error)
 	DeleteCron(ctx context.Context, name string) error
 	Crons(ctx context.Context) ([]store.CronInfo, error)
@@ -282,6 +282,33 @@ func firstRun(sched *Schedule, loc *time.Location, now time.Time) time.Time {
 	return next
 }
 
+// clock is where an update leaves the clock of schedule prev (nil for a
+// new one) that will be enabled (or not) with expression expr in zone tz
+// and overlap policy policy. A schedule that runs on unchanged keeps its
+// next occurrence (even one already due that the sweeper has not fired
+// yet) and, under the enqueue policy, its held occurrences: re-sending the
+// same registration or PATCHing {"enabled": true} must not drop a run. A
+// new, re-enabled or re-timed schedule starts from its first occurrence
+// after now.
+func clock(prev *store.CronInfo, enabled bool, expr, tz, policy string, sched *Schedule, loc *time.Location, now time.Time) store.CronTimes {
+	if !enabled {
+		return store.CronTimes{}
+	}
+	if prev == nil || !prev.Enabled || prev.NextMS == 0 || prev.Expression != expr || prev.Timezone != tz {
+		next := firstRun(sched, loc, now)
+		return store.CronTimes{Next: next, DueAt: next}
+	}
+	t := store.CronTimes{Next: time.UnixMilli(prev.NextMS).UTC(), DueAt: time.UnixMilli(prev.DueMS).UTC()}
+	if policy == OverlapEnqueue && prev.OverlapPolicy == OverlapEnqueue {
+		t.Held = prev.Held
+	}
+	return t
+}
+
+// casTries bounds the re-reads of a schedule an update makes when a sweeper
+// fired it between the read and the write.
+const casTries = 5
+
 // Register creates or replaces a schedule; created reports whether it was
 // new (201) or an update (200).
 func (s *Service) Register(ctx context.Context, raw []byte) (View, bool, error) {
@@ -293,12 +320,26 @@ func (s *Service) Register(ctx context.Context, raw []byte) (View, bool, error) 
 	if err := s.Jobs.EnsureQueue(ctx, spec.Queue); err != nil {
 		return View{}, false, ojserr.Backend(err)
 	}
-	c, created, err := s.Store.PutCron(ctx, spec.Info, firstRun(spec.Schedule, spec.Zone, now), now)
-	if err != nil {
-		return View{}, false, ojserr.Backend(err)
+	for try := 1; ; try++ {
+		prev, err := s.Store.GetCron(ctx, spec.Info.Name)
+		if errors.Is(err, store.ErrNotFound) {
+			prev, err = nil, nil
+		}
+		if err != nil {
+			return View{}, false, ojserr.Backend(err)
+		}
+		in := spec.Info
+		times := clock(prev, in.Enabled, in.Expression, in.Timezone, in.OverlapPolicy, spec.Schedule, spec.Zone, now)
+		c, created, err := s.Store.PutCron(ctx, in, prev, times, now)
+		if errors.Is(err, store.ErrCronChanged) && try < casTries {
+			continue
+		}
+		if err != nil {
+			return View{}, false, ojserr.Backend(err)
+		}
+		s.log().InfoContext(ctx, "cron registered", "cron_name", c.Name, "expression", c.Expression, "timezone", c.Timezone, "created", created)
+		return NewView(c), created, nil
 	}
-	s.log().InfoContext(ctx, "cron registered", "cron_name", c.Name, "expression", c.Expression, "timezone", c.Timezone, "created", created)
-	return NewView(c), created, nil
 }
 
 // Get returns one schedule.
@@ -353,13 +394,11 @@ func (s *Service) SetEnabled(ctx context.Context, name string, raw []byte) (View
 	if err := json.Unmarshal(raw, &body); err != nil || body.Enabled == nil {
 		return View{}, ojserr.Invalid("enabled", "Send {\"enabled\": true} or {\"enabled\": false}.")
 	}
-	c, err := s.Store.GetCron(ctx, name)
-	if err != nil {
-		return View{}, notFound(err, name)
-	}
-	now := s.Jobs.Now()
-	next := now
-	if *body.Enabled {
+	for try := 1; ; try++ {
+		c, err := s.Store.GetCron(ctx, name)
+		if err != nil {
+			return View{}, notFound(err, name)
+		}
 		sched, err := Parse(c.Expression)
 		if err != nil {
 			return View{}, ojserr.Backend(fmt.Errorf("stored cron %s: %w", name, err))
@@ -368,13 +407,17 @@ func (s *Service) SetEnabled(ctx context.Context, name string, raw []byte) (View
 		if err != nil {
 			return View{}, ojserr.Backend(fmt.Errorf("stored cron %s: %w", name, err))
 		}
-		next = firstRun(sched, loc, now)
+		now := s.Jobs.Now()
+		times := clock(c, *body.Enabled, c.Expression, c.Timezone, c.OverlapPolicy, sched, loc, now)
+		c, err = s.Store.SetCronEnabled(ctx, c, *body.Enabled, times, now)
+		if errors.Is(err, store.ErrCronChanged) && try < casTries {
+			continue
+		}
+		if err != nil {
+			return View{}, notFound(err, name)
+		}
+		return NewView(c), nil
 	}
-	c, err = s.Store.SetCronEnabled(ctx, name, *body.Enabled, next, now)
-	if err != nil {
-		return View{}, notFound(err, name)
-	}
-	return NewView(c), nil
 }
 
 // View is a schedule as the API shows it: ojs-cron.md's fields, plus the

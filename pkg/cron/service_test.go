@@ -301,3 +301,159 @@ func TestDeletedOrDisabledScheduleDoesNotFire(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// An occurrence that is due but not yet fired survives the schedule being
+// registered again unchanged or PATCHed enabled again: both used to set the
+// next run after now, dropping it without a trace. Held occurrences of an
+// enqueue schedule survive the same.
+func TestUpdatingAScheduleKeepsItsDueOccurrenceAndHeldRuns(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := setup(t, time.Date(2026, 2, 12, 14, 0, 30, 0, time.UTC))
+	body := `{"name":"minutely","cron":"* * * * *","overlap_policy":"allow","type":"a.b","options":{"queue":"keep-q"}}`
+	f.register(t, body)
+	f.clk.Add(50 * time.Second) // 14:01:20: the 14:01 occurrence is due, no sweep yet
+	if v := f.register(t, body); *v.NextRunAt != "2026-02-12T14:01:00Z" {
+		t.Fatalf("re-registering moved the due occurrence to %s", *v.NextRunAt)
+	}
+	if r := f.run(t); r.Fired != 1 {
+		t.Fatalf("after re-registering: %+v", r)
+	}
+	f.clk.Add(time.Minute) // 14:02:20
+	if _, err := f.cr.SetEnabled(ctx, "minutely", []byte(`{"enabled":true}`)); err != nil {
+		t.Fatal(err)
+	}
+	if r := f.run(t); r.Fired != 1 {
+		t.Fatalf("after PATCH enabled:true: %+v", r)
+	}
+	if js := f.fetchAll(t, "keep-q"); len(js) != 2 {
+		t.Fatalf("%d runs, want 2", len(js))
+	}
+	// A changed expression starts from its own first occurrence.
+	if v := f.register(t, strings.Replace(body, "* * * * *", "*/5 * * * *", 1)); *v.NextRunAt != "2026-02-12T14:05:00Z" {
+		t.Fatalf("new expression: next %s", *v.NextRunAt)
+	}
+
+	// enqueue: an occurrence held behind a running job is kept too.
+	eq := `{"name":"queued","cron":"* * * * *","overlap_policy":"enqueue","type":"a.b","options":{"queue":"held-q","visibility_timeout_ms":600000}}`
+	f.register(t, eq)
+	f.clk.Add(time.Minute)
+	f.run(t)
+	first := f.fetchAll(t, "held-q")
+	if len(first) != 1 {
+		t.Fatalf("%d first runs", len(first))
+	}
+	f.clk.Add(time.Minute)
+	if r := f.run(t); r.Held != 1 {
+		t.Fatalf("not held: %+v", r)
+	}
+	f.register(t, eq)
+	if _, err := f.cr.SetEnabled(ctx, "queued", []byte(`{"enabled":true}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.svc.Ack(ctx, first[0].ID, nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	f.clk.Add(2 * time.Second)
+	if r := f.run(t); r.Fired != 1 {
+		t.Fatalf("the held occurrence was dropped by the updates: %+v", r)
+	}
+}
+
+// racyStore runs hook (once) between an update's read of a schedule and
+// its write.
+type racyStore struct {
+	cron.Store
+	hook func()
+}
+
+func (r *racyStore) PutCron(ctx context.Context, c store.CronInfo, prev *store.CronInfo, times store.CronTimes, now time.Time) (*store.CronInfo, bool, error) {
+	if h := r.hook; h != nil {
+		r.hook = nil
+		h()
+	}
+	return r.Store.PutCron(ctx, c, prev, times, now)
+}
+
+// A sweeper firing a schedule between an update's read and its write is
+// not undone by the write: the update reads again, and the occurrence
+// fires once.
+func TestAnUpdateRacingAFireDoesNotFireTheOccurrenceAgain(t *testing.T) {
+	t.Parallel()
+	f := setup(t, time.Date(2026, 2, 12, 14, 0, 30, 0, time.UTC))
+	body := `{"name":"raced","cron":"* * * * *","type":"a.b","options":{"queue":"race-q"}}`
+	f.register(t, body)
+	f.clk.Add(50 * time.Second)
+	racy := &racyStore{Store: f.st}
+	updater := &cron.Service{Store: racy, Jobs: f.svc}
+	racy.hook = func() {
+		if r := f.run(t); r.Fired != 1 {
+			t.Errorf("sweeper: %+v", r)
+		}
+	}
+	v, _, err := updater.Register(context.Background(), []byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *v.NextRunAt != "2026-02-12T14:02:00Z" {
+		t.Fatalf("next after the raced update: %s", *v.NextRunAt)
+	}
+	if r := f.run(t); r.Fired != 0 {
+		t.Fatalf("the update brought back the fired occurrence: %+v", r)
+	}
+	if js := f.fetchAll(t, "race-q"); len(js) != 1 {
+		t.Fatalf("%d runs of one occurrence", len(js))
+	}
+}
+
+// failingCancel fails the first cancel it is asked for, as a sweeper
+// dying or a throttled write would.
+type failingCancel struct {
+	*lifecycle.Service
+	mu     sync.Mutex
+	failed bool
+}
+
+func (f *failingCancel) Cancel(ctx context.Context, id string) (*job.Job, job.State, error) {
+	f.mu.Lock()
+	fail := !f.failed
+	f.failed = true
+	f.mu.Unlock()
+	if fail {
+		return nil, "", errors.New("injected: cancel failed")
+	}
+	return f.Service.Cancel(ctx, id)
+}
+
+// cancel_previous never leaves two runs going: the previous run is
+// cancelled before the next is enqueued, and a cancel that fails leaves
+// the occurrence due for the next pass instead of firing beside it.
+func TestCancelPreviousNeverLeavesTwoRunsGoing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := setup(t, time.Date(2026, 2, 12, 14, 0, 30, 0, time.UTC))
+	f.cr.Jobs = &failingCancel{Service: f.svc}
+	f.register(t, `{"name":"latest","cron":"* * * * *","overlap_policy":"cancel_previous","type":"a.b","options":{"queue":"cp-q","visibility_timeout_ms":600000}}`)
+	f.clk.Add(time.Minute)
+	f.run(t)
+	first := f.fetchAll(t, "cp-q")
+	if len(first) != 1 {
+		t.Fatalf("%d first runs", len(first))
+	}
+	f.clk.Add(time.Minute)
+	if r, err := f.cr.Run(ctx); err == nil || r.Fired != 0 {
+		t.Fatalf("a pass whose cancel failed: %+v, %v (want an error and no fire)", r, err)
+	}
+	if js := f.fetchAll(t, "cp-q"); len(js) != 0 {
+		t.Fatal("the next run was enqueued while the previous one still runs")
+	}
+	if r := f.run(t); r.Fired != 1 {
+		t.Fatalf("next pass: %+v", r)
+	}
+	if j, _ := f.svc.Info(ctx, first[0].ID); j.State != job.Cancelled {
+		t.Fatalf("previous run %s", j.State)
+	}
+	if js := f.fetchAll(t, "cp-q"); len(js) != 1 {
+		t.Fatal("the occurrence did not fire after the cancel")
+	}
+}

@@ -86,11 +86,22 @@ func cronKey(name string) map[string]types.AttributeValue {
 	}
 }
 
-// PutCron registers or replaces a schedule (upsert). Counters, the last
-// run and the creation time of an existing schedule are kept; next is its
-// next occurrence (ignored when disabled). It reports whether the
-// schedule was new.
-func (s *Store) PutCron(ctx context.Context, c CronInfo, next time.Time, now time.Time) (*CronInfo, bool, error) {
+// CronTimes is where a registration or a PATCH leaves a schedule's
+// clock: its next occurrence, when the sweeper next looks at it, and the
+// occurrences held behind a running job. All zero for a disabled schedule.
+type CronTimes struct {
+	Next, DueAt time.Time
+	Held        int64
+}
+
+// PutCron registers or replaces a schedule (upsert). prev is the schedule
+// as the caller read it (nil when there was none): the write is
+// conditional on it being unchanged since (ErrCronChanged), so that an
+// update never undoes a fire that happened in between. Counters, the last
+// run and the creation time of an existing schedule are kept; times set
+// its clock (ignored when disabled). It reports whether the schedule was
+// new.
+func (s *Store) PutCron(ctx context.Context, c CronInfo, prev *CronInfo, times CronTimes, now time.Time) (*CronInfo, bool, error) {
 	u := expression.Set(expression.Name("name"), expression.Value(c.Name)).
 		Set(expression.Name("expression"), expression.Value(c.Expression)).
 		Set(expression.Name("timezone"), expression.Value(c.Timezone)).
@@ -101,32 +112,47 @@ func (s *Store) PutCron(ctx context.Context, c CronInfo, next time.Time, now tim
 		Set(expression.Name("created_at"), expression.IfNotExists(expression.Name("created_at"), expression.Value(job.Timestamp(now)))).
 		Set(expression.Name("run_count"), expression.IfNotExists(expression.Name("run_count"), expression.Value(0))).
 		Set(expression.Name("skip_count"), expression.IfNotExists(expression.Name("skip_count"), expression.Value(0))).
-		Set(expression.Name(attrVersion), expression.Plus(expression.IfNotExists(expression.Name(attrVersion), expression.Value(0)), expression.Value(1))).
-		Remove(expression.Name("held"))
+		Set(expression.Name(attrVersion), expression.Plus(expression.IfNotExists(expression.Name(attrVersion), expression.Value(0)), expression.Value(1)))
 	if c.Description != "" {
 		u = u.Set(expression.Name("description"), expression.Value(c.Description))
 	} else {
 		u = u.Remove(expression.Name("description"))
 	}
-	u = cronSchedule(u, c.Enabled, next)
-	return s.updateCron(ctx, c.Name, u, nil)
+	u = cronSchedule(u, c.Enabled, times)
+	return s.updateCron(ctx, c.Name, u, cronUnchanged(prev))
 }
 
-// cronSchedule sets or clears a schedule's next occurrence and due entry.
-func cronSchedule(u expression.UpdateBuilder, enabled bool, next time.Time) expression.UpdateBuilder {
+// cronUnchanged is the condition that a schedule is still as read: absent
+// when it was, else at the version read.
+func cronUnchanged(prev *CronInfo) expression.ConditionBuilder {
+	if prev == nil {
+		return expression.AttributeNotExists(expression.Name(attrPK))
+	}
+	return expression.Equal(expression.Name(attrVersion), expression.Value(prev.Version))
+}
+
+// cronSchedule sets or clears a schedule's clock and due entry.
+func cronSchedule(u expression.UpdateBuilder, enabled bool, t CronTimes) expression.UpdateBuilder {
 	if !enabled {
-		return u.Remove(expression.Name("next_ms")).Remove(expression.Name(attrDuePK)).Remove(expression.Name(attrDueAt))
+		return u.Remove(expression.Name("next_ms")).Remove(expression.Name(attrDuePK)).Remove(expression.Name(attrDueAt)).
+			Remove(expression.Name("held"))
 	}
-	return u.Set(expression.Name("next_ms"), expression.Value(ms(next))).
-		Set(expression.Name(attrDuePK), expression.Value(cronDuePK)).Set(expression.Name(attrDueAt), expression.Value(ms(next)))
+	due := t.DueAt
+	if due.IsZero() || due.After(t.Next) {
+		due = t.Next
+	}
+	u = u.Set(expression.Name("next_ms"), expression.Value(ms(t.Next))).
+		Set(expression.Name(attrDuePK), expression.Value(cronDuePK)).Set(expression.Name(attrDueAt), expression.Value(ms(due)))
+	if t.Held > 0 {
+		return u.Set(expression.Name("held"), expression.Value(t.Held))
+	}
+	return u.Remove(expression.Name("held"))
 }
 
-func (s *Store) updateCron(ctx context.Context, name string, u expression.UpdateBuilder, cond *expression.ConditionBuilder) (*CronInfo, bool, error) {
-	b := expression.NewBuilder().WithUpdate(u)
-	if cond != nil {
-		b = b.WithCondition(*cond)
-	}
-	expr, err := b.Build()
+// updateCron writes a schedule under cond; a failed condition is
+// ErrCronChanged.
+func (s *Store) updateCron(ctx context.Context, name string, u expression.UpdateBuilder, cond expression.ConditionBuilder) (*CronInfo, bool, error) {
+	expr, err := expression.NewBuilder().WithUpdate(u).WithCondition(cond).Build()
 	if err != nil {
 		return nil, false, err
 	}
@@ -135,7 +161,7 @@ func (s *Store) updateCron(ctx context.Context, name string, u expression.Update
 		ExpressionAttributeValues: expr.Values(), ReturnValues: types.ReturnValueAllNew})
 	var ccf *types.ConditionalCheckFailedException
 	if errors.As(err, &ccf) {
-		return nil, false, ErrNotFound
+		return nil, false, ErrCronChanged
 	}
 	if err != nil {
 		return nil, false, fmt.Errorf("update cron %s: %w", name, err)
@@ -147,15 +173,15 @@ func (s *Store) updateCron(ctx context.Context, name string, u expression.Update
 	return &c, c.Version == 1, nil
 }
 
-// SetCronEnabled enables (with its next occurrence) or disables a
-// schedule. It returns ErrNotFound for an unknown name.
-func (s *Store) SetCronEnabled(ctx context.Context, name string, enabled bool, next, now time.Time) (*CronInfo, error) {
+// SetCronEnabled enables or disables schedule prev (as read), setting its
+// clock to times; ErrCronChanged if it changed or went away since it was
+// read.
+func (s *Store) SetCronEnabled(ctx context.Context, prev *CronInfo, enabled bool, times CronTimes, now time.Time) (*CronInfo, error) {
 	u := expression.Set(expression.Name("enabled"), expression.Value(enabled)).
 		Set(expression.Name("updated_at"), expression.Value(job.Timestamp(now))).
-		Add(expression.Name(attrVersion), expression.Value(1)).Remove(expression.Name("held"))
-	u = cronSchedule(u, enabled, next)
-	cond := expression.AttributeExists(expression.Name(attrPK))
-	c, _, err := s.updateCron(ctx, name, u, &cond)
+		Add(expression.Name(attrVersion), expression.Value(1))
+	u = cronSchedule(u, enabled, times)
+	c, _, err := s.updateCron(ctx, prev.Name, u, cronUnchanged(prev))
 	return c, err
 }
 
