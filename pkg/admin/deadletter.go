@@ -68,23 +68,25 @@ func (s *Service) DeadLetter(ctx context.Context, q JobQuery) (*DeadList, error)
 }
 
 // PurgeDead deletes dead letter jobs (ojs-admin-api.md 11.3): {"queue",
-// "older_than", "confirm": true}, at most lifecycle.MaxDeadBulk per call.
+// "older_than", "confirm": true}, at most lifecycle.MaxDeadBulk per call;
+// "cursor" goes on from a previous call's next_cursor.
 func (s *Service) PurgeDead(ctx context.Context, raw []byte) (*lifecycle.BulkResult, error) {
 	var body struct {
 		Queue     string `json:"queue"`
 		OlderThan string `json:"older_than"`
 		Confirm   bool   `json:"confirm"`
+		Cursor    string `json:"cursor"`
 	}
 	if len(raw) == 0 {
 		raw = []byte("{}")
 	}
 	if err := json.Unmarshal(raw, &body); err != nil {
-		return nil, ojserr.New(ojserr.InvalidPayload, "The body must be {\"queue\", \"older_than\", \"confirm\": true}.").With("field", "body")
+		return nil, ojserr.New(ojserr.InvalidPayload, "The body must be {\"queue\", \"older_than\", \"confirm\": true, \"cursor\"}.").With("field", "body")
 	}
 	if !body.Confirm {
 		return nil, needConfirm()
 	}
-	f := lifecycle.DeadFilter{Queue: body.Queue, Limit: lifecycle.MaxDeadBulk}
+	f := lifecycle.DeadFilter{Queue: body.Queue, Limit: lifecycle.MaxDeadBulk, Cursor: body.Cursor}
 	if f.Queue != "" {
 		if err := job.ValidateQueue(f.Queue); err != nil {
 			return nil, err

@@ -637,7 +637,9 @@ func (a *api) deadLetter(w http.ResponseWriter, r *http.Request, _ params) error
 
 // deadBulk serves POST /dead-letter/retry and DELETE /dead-letter (a
 // purge): {"filter": {...}, "confirm": true}, or for DELETE the same as
-// query parameters (queue, type, error_type, since, limit, confirm=true).
+// query parameters (queue, type, error_type, since, limit, cursor,
+// confirm=true). A call selects the oldest matches first; with has_more,
+// next_cursor (sent back as "cursor") goes on where it stopped.
 func (a *api) deadBulk(retry bool) func(http.ResponseWriter, *http.Request, params) error {
 	return func(w http.ResponseWriter, r *http.Request, _ params) error {
 		raw, err := readBody(r)
@@ -664,6 +666,9 @@ func (a *api) deadBulk(retry bool) func(http.ResponseWriter, *http.Request, para
 			return err
 		}
 		out := map[string]any{"matched": res.Matched, "succeeded": res.Succeeded, "failed": res.Failed, "job_ids": res.JobIDs, "has_more": res.HasMore}
+		if res.NextCursor != "" {
+			out["next_cursor"] = res.NextCursor
+		}
 		if retry {
 			out["retried"] = res.Succeeded
 		} else {
@@ -686,6 +691,9 @@ func deadQueryBody(r *http.Request) ([]byte, error) {
 		}
 	}
 	body["filter"] = filter
+	if c := q.Get("cursor"); c != "" {
+		body["cursor"] = c
+	}
 	if l := q.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
 		if err != nil {

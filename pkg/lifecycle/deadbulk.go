@@ -3,17 +3,26 @@ package lifecycle
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+	"github.com/ojs-aws/ojs-serverless/pkg/store"
 )
 
 // MaxDeadBulk bounds the jobs one bulk dead-letter call retries or
 // deletes; has_more tells the caller to call again.
 const MaxDeadBulk = 1000
+
+// MaxDeadScan bounds the dead letter jobs one bulk call reads looking for
+// matches, so that a selective filter over a large dead letter queue
+// answers within the API's time instead of reading all of it; has_more
+// and next_cursor tell the caller where to go on.
+const MaxDeadScan = 10000
 
 // DeadFilter selects dead-letter jobs (ojs-dead-letter.md 6.2 and 9.1).
 type DeadFilter struct {
@@ -25,9 +34,19 @@ type DeadFilter struct {
 	// API's older_than).
 	Before time.Time `json:"-"`
 	Limit  int       `json:"-"`
+	// Scan bounds the jobs one call reads (MaxDeadScan when zero).
+	Scan int `json:"-"`
+	// Cursor goes on where a previous call's NextCursor left off.
+	Cursor string `json:"-"`
+	// retry selects only jobs the dead letter retry can take: a
+	// workflow's jobs are retried through their workflow.
+	retry bool
 }
 
 func (f DeadFilter) match(j *job.Job) bool {
+	if f.retry && j.WorkflowID != "" {
+		return false
+	}
 	if f.Type != "" && j.Type != f.Type {
 		return false
 	}
@@ -54,18 +73,19 @@ func ParseDeadBulk(raw []byte) (DeadFilter, error) {
 			ErrorType string `json:"error_type"`
 			Since     string `json:"since"`
 		} `json:"filter"`
-		Confirm bool `json:"confirm"`
-		Limit   *int `json:"limit"`
+		Confirm bool   `json:"confirm"`
+		Limit   *int   `json:"limit"`
+		Cursor  string `json:"cursor"`
 	}
 	dec := json.NewDecoder(bytesReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&body); err != nil {
-		return DeadFilter{}, ojserr.Invalid("body", "The body must be {\"filter\": {\"queue\", \"type\", \"error_type\", \"since\"}, \"confirm\": true, \"limit\": n}: %v.", err)
+		return DeadFilter{}, ojserr.Invalid("body", "The body must be {\"filter\": {\"queue\", \"type\", \"error_type\", \"since\"}, \"confirm\": true, \"limit\": n, \"cursor\": \"…\"}: %v.", err)
 	}
 	if !body.Confirm {
 		return DeadFilter{}, ojserr.Invalid("confirm", "Bulk dead-letter operations act on every matching job; send \"confirm\": true.")
 	}
-	f := DeadFilter{Limit: MaxDeadBulk}
+	f := DeadFilter{Limit: MaxDeadBulk, Cursor: body.Cursor}
 	if body.Limit != nil {
 		if *body.Limit < 1 || *body.Limit > MaxDeadBulk {
 			return f, ojserr.Invalid("limit", "'limit' must be from 1 to %d.", MaxDeadBulk)
@@ -97,6 +117,9 @@ type BulkResult struct {
 	JobIDs    []string       `json:"job_ids"`
 	Failed    []BatchFailure `json:"failed"`
 	HasMore   bool           `json:"has_more"`
+	// NextCursor, with HasMore, is where the next call goes on: send it
+	// back as "cursor" to continue this pass.
+	NextCursor string `json:"next_cursor,omitempty"`
 }
 
 // deadMatching lists up to f.Limit dead-letter jobs matching f, newest
@@ -136,8 +159,12 @@ func (s *Service) deadMatching(ctx context.Context, f DeadFilter) ([]*job.Job, b
 }
 
 // RetryDeadMatching retries every dead-letter job matching f (at most
-// f.Limit per call), each as RetryDead does.
+// f.Limit per call), each as RetryDead does. Jobs of workflows are not
+// selected: RetryDead refuses them (their workflow counted the failure;
+// retry the workflow), and selecting them would fill every page with the
+// same refusals.
 func (s *Service) RetryDeadMatching(ctx context.Context, f DeadFilter) (BulkResult, error) {
+	f.retry = true
 	return s.deadBulk(ctx, f, func(j *job.Job) error {
 		_, err := s.RetryDead(ctx, j.ID, RetryOverride{})
 		return err
@@ -150,12 +177,20 @@ func (s *Service) PurgeDead(ctx context.Context, f DeadFilter) (BulkResult, erro
 	return s.deadBulk(ctx, f, func(j *job.Job) error { return s.DeleteDead(ctx, j.ID) })
 }
 
+// deadBulk applies op to the dead letter jobs f selects, oldest first.
+//
+// A pass (a first call and the calls that go on from its NextCursor)
+// reads each queue's dead letter jobs once, in the order they were
+// discarded, up to the time the first call started: a job this pass
+// retried and that failed again since is not selected again, nor is one
+// this pass could not act on (it is behind the cursor). A call reads at
+// most f.Scan jobs; a call without a cursor starts a new pass.
 func (s *Service) deadBulk(ctx context.Context, f DeadFilter, op func(*job.Job) error) (BulkResult, error) {
-	jobs, more, err := s.deadMatching(ctx, f)
+	jobs, next, err := s.deadSelect(ctx, f)
 	if err != nil {
 		return BulkResult{}, err
 	}
-	res := BulkResult{Matched: len(jobs), HasMore: more, JobIDs: []string{}, Failed: []BatchFailure{}}
+	res := BulkResult{Matched: len(jobs), HasMore: next != "", NextCursor: next, JobIDs: []string{}, Failed: []BatchFailure{}}
 	for i, j := range jobs {
 		if err := op(j); err != nil {
 			var oe *ojserr.Error
@@ -169,6 +204,104 @@ func (s *Service) deadBulk(ctx context.Context, f DeadFilter, op func(*job.Job) 
 		res.JobIDs = append(res.JobIDs, j.ID)
 	}
 	return res, nil
+}
+
+// deadCursor is where a pass of deadBulk is: the queue being read, the
+// store's cursor within it, and the end of the pass (the first call's
+// time).
+type deadCursor struct {
+	Queue string `json:"q"`
+	Page  string `json:"p,omitempty"`
+	End   int64  `json:"e"`
+}
+
+func (c deadCursor) encode() string {
+	b, _ := json.Marshal(c)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func parseDeadCursor(s string) (deadCursor, error) {
+	var c deadCursor
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err == nil {
+		err = json.Unmarshal(b, &c)
+	}
+	if err != nil || c.Queue == "" || c.End <= 0 {
+		return c, ojserr.Invalid("cursor", "'cursor' must be a next_cursor returned by a previous call.")
+	}
+	return c, nil
+}
+
+// deadSelect lists up to f.Limit dead-letter jobs matching f, oldest
+// first, reading at most f.Scan; next is the cursor to go on from, empty
+// when the pass has read everything.
+func (s *Service) deadSelect(ctx context.Context, f DeadFilter) (jobs []*job.Job, next string, err error) {
+	cur := deadCursor{End: s.Now().UnixMilli()}
+	if f.Cursor != "" {
+		if cur, err = parseDeadCursor(f.Cursor); err != nil {
+			return nil, "", err
+		}
+	}
+	queues := []string{f.Queue}
+	if f.Queue == "" {
+		if queues, err = s.st.Queues(ctx); err != nil {
+			return nil, "", ojserr.Backend(err)
+		}
+		slices.Sort(queues)
+	}
+	if f.Cursor != "" {
+		// Go on at the cursor's queue (or the next one, if it went away).
+		i, _ := slices.BinarySearch(queues, cur.Queue)
+		if f.Queue != "" && f.Queue != cur.Queue {
+			return nil, "", ojserr.Invalid("cursor", "'cursor' belongs to another filter.")
+		}
+		if i == len(queues) || queues[i] != cur.Queue {
+			cur.Page = ""
+		}
+		queues = queues[i:]
+	}
+	before := time.UnixMilli(cur.End)
+	if !f.Before.IsZero() && f.Before.Before(before) {
+		before = f.Before
+	}
+	budget := f.Scan
+	if budget <= 0 {
+		budget = MaxDeadScan
+	}
+	for qi, q := range queues {
+		page := ""
+		if qi == 0 && q == cur.Queue {
+			page = cur.Page
+		}
+		for {
+			if budget == 0 {
+				return jobs, deadCursor{Queue: q, Page: page, End: cur.End}.encode(), nil
+			}
+			p, err := s.st.DeadOldest(ctx, q, f.Since, before, min(200, budget), page)
+			if err != nil {
+				return nil, "", ojserr.Backend(err)
+			}
+			budget -= len(p.Jobs)
+			for _, j := range p.Jobs {
+				if !f.match(j) {
+					continue
+				}
+				if len(jobs) == f.Limit {
+					// Go on at this job: the ones taken are behind it.
+					return jobs, deadCursor{Queue: q, Page: store.DeadCursor(jobs[len(jobs)-1]), End: cur.End}.encode(), nil
+				}
+				jobs = append(jobs, j)
+			}
+			if p.Cursor == "" {
+				break
+			}
+			page = p.Cursor
+		}
+		if budget == 0 && qi+1 < len(queues) {
+			return jobs, deadCursor{Queue: queues[qi+1], End: cur.End}.encode(), nil
+		}
+	}
+	return jobs, "", nil
 }
 
 // DeadStats summarises the dead letter queue (ojs-dead-letter.md 10.1).

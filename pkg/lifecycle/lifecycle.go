@@ -38,6 +38,7 @@ type Store interface {
 	Due(ctx context.Context, queue string, now time.Time, limit int) ([]store.Item, error)
 	DueNow(ctx context.Context, queue string, now time.Time, limit int) ([]store.Item, error)
 	Dead(ctx context.Context, queue string, limit int, cursor string) (store.Page, error)
+	DeadOldest(ctx context.Context, queue string, since, before time.Time, limit int, cursor string) (store.Page, error)
 	EnsureQueue(ctx context.Context, name string, now time.Time) error
 	Queues(ctx context.Context) ([]string, error)
 	DeleteDead(ctx context.Context, id string) error

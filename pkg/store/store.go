@@ -552,14 +552,50 @@ func (s *Store) DeleteDead(ctx context.Context, id string) error {
 // Dead lists discarded jobs of a queue, newest first. cursor is the value
 // returned by the previous page.
 func (s *Store) Dead(ctx context.Context, queue string, limit int, cursor string) (Page, error) {
+	return s.deadPage(ctx, queue, time.Time{}, time.Time{}, false, limit, cursor)
+}
+
+// DeadOldest lists discarded jobs of a queue oldest first, only those
+// discarded at or after since and before before (either bound zero for
+// none), read by the index's key so that jobs outside the bounds cost
+// nothing. cursor is the value returned by the previous page.
+func (s *Store) DeadOldest(ctx context.Context, queue string, since, before time.Time, limit int, cursor string) (Page, error) {
+	return s.deadPage(ctx, queue, since, before, true, limit, cursor)
+}
+
+// DeadCursor is the cursor of Dead and DeadOldest that goes on after
+// dead letter job j.
+func DeadCursor(j *job.Job) string {
+	if j.DiscardedAt == nil {
+		return ""
+	}
+	return j.ID + "|" + deadSortKey(*j.DiscardedAt, j.ID)
+}
+
+func (s *Store) deadPage(ctx context.Context, queue string, since, before time.Time, oldest bool, limit int, cursor string) (Page, error) {
+	cond := "ready_pk = :pk"
+	vals := map[string]types.AttributeValue{":pk": &types.AttributeValueMemberS{Value: deadPrefix + queue}}
+	switch {
+	case !since.IsZero() && !before.IsZero():
+		// BETWEEN is inclusive; no key equals a bare time prefix.
+		cond += " AND ready_sk BETWEEN :since AND :before"
+	case !since.IsZero():
+		cond += " AND ready_sk >= :since"
+	case !before.IsZero():
+		cond += " AND ready_sk < :before"
+	}
+	if !since.IsZero() {
+		vals[":since"] = &types.AttributeValueMemberS{Value: deadSortKey(since, "")}
+	}
+	if !before.IsZero() {
+		vals[":before"] = &types.AttributeValueMemberS{Value: deadSortKey(before, "")}
+	}
 	in := &dynamodb.QueryInput{
-		IndexName:              aws.String(topology.IndexReady),
-		KeyConditionExpression: aws.String("ready_pk = :pk"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":pk": &types.AttributeValueMemberS{Value: deadPrefix + queue},
-		},
-		ScanIndexForward: aws.Bool(false),
-		Limit:            aws.Int32(int32(limit)),
+		IndexName:                 aws.String(topology.IndexReady),
+		KeyConditionExpression:    aws.String(cond),
+		ExpressionAttributeValues: vals,
+		ScanIndexForward:          aws.Bool(oldest),
+		Limit:                     aws.Int32(int32(limit)),
 	}
 	if cursor != "" {
 		id, sk, ok := strings.Cut(cursor, "|")
@@ -577,8 +613,7 @@ func (s *Store) Dead(ctx context.Context, queue string, limit int, cursor string
 	}
 	p := Page{}
 	if len(last) > 0 && len(items) > 0 {
-		lj := items[len(items)-1].Job
-		p.Cursor = lj.ID + "|" + deadSortKey(*lj.DiscardedAt, lj.ID)
+		p.Cursor = DeadCursor(items[len(items)-1].Job)
 	}
 	if items, err = s.whole(ctx, items); err != nil {
 		return Page{}, err
