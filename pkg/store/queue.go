@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -210,12 +211,17 @@ func (s *Store) QueueFetchState(ctx context.Context, name string) (paused bool, 
 // reservation is one conditional write, so concurrent fetchers never
 // exceed the rate together.
 func (s *Store) TakeRateTokens(ctx context.Context, name string, n int, perSecond float64, now time.Time) (bool, error) {
-	hold := time.Duration(float64(n) / perSecond * float64(time.Second))
+	// Microseconds, rounded up: in milliseconds a hold under 1 ms (a rate
+	// above 1,000 a second) rounded to nothing, and every FETCH in the same
+	// millisecond passed. (next_ms, the millisecond attribute of before,
+	// is ignored: it held for a second at most.)
+	hold := int64(math.Ceil(float64(n) / perSecond * 1e6))
+	at := now.UnixMicro()
 	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table,
 		Key:                       map[string]types.AttributeValue{attrPK: avS(registryPK(name)), attrSK: avS(ratePrefix + name)},
-		UpdateExpression:          aws.String("SET next_ms = :next"),
-		ConditionExpression:       aws.String("attribute_not_exists(next_ms) OR next_ms <= :now"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":next": &types.AttributeValueMemberN{Value: itoa(ms(now.Add(hold)))}, ":now": &types.AttributeValueMemberN{Value: itoa(ms(now))}}})
+		UpdateExpression:          aws.String("SET next_us = :next"),
+		ConditionExpression:       aws.String("attribute_not_exists(next_us) OR next_us <= :now"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":next": &types.AttributeValueMemberN{Value: itoa(at + hold)}, ":now": &types.AttributeValueMemberN{Value: itoa(at)}}})
 	if errors.As(err, new(*types.ConditionalCheckFailedException)) {
 		return false, nil
 	}

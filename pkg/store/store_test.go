@@ -290,3 +290,40 @@ func TestApplyAllAnswersPerJob(t *testing.T) {
 		t.Fatalf("missing job: %v", errs[n])
 	}
 }
+
+// The rate limiter holds a queue for n / rate even when that is under a
+// millisecond: held in milliseconds, a rate above 1,000 a second rounded
+// the hold to nothing and every FETCH of the same millisecond passed.
+func TestRateLimitAboveAThousandASecondHolds(t *testing.T) {
+	t.Parallel()
+	s, _ := testenv.Table(t)
+	ctx := context.Background()
+	take := func(at time.Time) bool {
+		t.Helper()
+		ok, err := s.TakeRateTokens(ctx, "fast", 1, 4000, at) // 250 µs a job
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	if !take(t0) {
+		t.Fatal("first reservation refused")
+	}
+	if take(t0.Add(100 * time.Microsecond)) {
+		t.Fatal("a second job 100 µs later passed a 4,000/s limit")
+	}
+	if !take(t0.Add(250 * time.Microsecond)) {
+		t.Fatal("refused after the hold")
+	}
+	// 200 reservations, tried every 100 µs, at 4,000/s: one per 250 µs.
+	start := t0.Add(time.Second)
+	var last time.Time
+	for at, n := start, 0; n < 200; at = at.Add(100 * time.Microsecond) {
+		if take(at) {
+			n, last = n+1, at
+		}
+	}
+	if d := last.Sub(start); d < 199*250*time.Microsecond {
+		t.Fatalf("200 jobs passed within %v at 4,000/s", d)
+	}
+}
