@@ -16,6 +16,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+	"github.com/ojs-aws/ojs-serverless/pkg/store"
 )
 
 // Message is one SQS delivery.
@@ -42,7 +43,22 @@ type Processor struct {
 	WorkerID string
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// CancelPoll is how often the job of a handler still running is read
+	// to find out whether it was cancelled meanwhile (or its attempt taken
+	// over after its lease): the handler's context is then cancelled
+	// (ojs-core.md 7.6; a push-mode handler has no heartbeat to be told
+	// by). The first read is CancelPoll after the handler starts, so a
+	// handler shorter than that costs nothing. Default 5 s; negative turns
+	// it off.
+	CancelPoll time.Duration
 }
+
+// DefaultCancelPoll is Processor.CancelPoll's default.
+const DefaultCancelPoll = 5 * time.Second
+
+// errJobGone is the cause a running handler's context is cancelled with
+// when its job was cancelled, or its attempt is no longer the job's.
+var errJobGone = errors.New("the job was cancelled, or its attempt ended, while the handler ran")
 
 // stopMargin is kept free before the invocation deadline to record the
 // outcome.
@@ -163,8 +179,17 @@ func (p *Processor) run(ctx context.Context, j *job.Job) error {
 	}
 	runCtx, cancel := context.WithDeadline(ctx, end)
 	defer cancel()
+	runCtx, stop := context.WithCancelCause(runCtx)
+	defer stop(nil)
+	go p.watch(runCtx, j, stop)
 	result, herr := safeRun(runCtx, h, &Job{ID: j.ID, Type: j.Type, Queue: j.Queue, Args: j.Args, Meta: j.Meta, Attempt: j.Attempt, MaxAttempts: j.Retry.MaxAttempts,
 		WorkflowID: j.WorkflowID, ParentResults: j.ParentResults})
+	if errors.Is(context.Cause(runCtx), errJobGone) {
+		// Its outcome would be refused: nothing to record.
+		log.WarnContext(ctx, "job was cancelled (or its attempt ended) while its handler ran; the handler was stopped and its outcome is not recorded",
+			"duration_ms", time.Since(start).Milliseconds())
+		return nil
+	}
 	if herr == nil && runCtx.Err() != nil {
 		herr = runCtx.Err()
 	}
@@ -211,6 +236,41 @@ func (p *Processor) run(ctx context.Context, j *job.Job) error {
 		_, err := p.Service.Nack(ctx, j.ID, lifecycle.ErrorInput{Type: typ, Code: code, Message: msg, Details: raw}, j.Attempt)
 		return err
 	})
+}
+
+// watch reads job j every CancelPoll while its handler runs (until ctx
+// ends) and stops the handler with errJobGone once the job is no longer
+// this attempt's: cancelled, or taken over after its lease. A failed read
+// changes nothing.
+func (p *Processor) watch(ctx context.Context, j *job.Job, stop context.CancelCauseFunc) {
+	every := p.CancelPoll
+	if every == 0 {
+		every = DefaultCancelPoll
+	}
+	if every < 0 {
+		return
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		it, err := p.Items.GetItem(ctx, j.ID)
+		if ctx.Err() != nil {
+			return
+		}
+		gone := errors.Is(err, store.ErrNotFound)
+		if err == nil {
+			gone = it.Job.State != job.Active || it.Job.Attempt != j.Attempt
+		}
+		if gone {
+			stop(errJobGone)
+			return
+		}
+	}
 }
 
 // leaseLeft is how long the claim's lease of j still holds, on the

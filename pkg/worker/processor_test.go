@@ -286,6 +286,49 @@ func TestAJobCancelledWhileItRunsIsReported(t *testing.T) {
 	}
 }
 
+// A push-mode handler whose job is cancelled while it runs is stopped: its
+// context is cancelled within CancelPoll, and nothing is recorded for the
+// attempt (the job stays cancelled, with no error of the attempt).
+func TestCancellingARunningJobStopsItsHandler(t *testing.T) {
+	t.Parallel()
+	started := make(chan string, 1)
+	stopped := make(chan time.Duration, 1)
+	svc, p, _, _ := setup(t, func(ctx context.Context, j *worker.Job) (any, error) {
+		t0 := time.Now()
+		started <- j.ID
+		select {
+		case <-ctx.Done():
+			stopped <- time.Since(t0)
+			return nil, ctx.Err()
+		case <-time.After(20 * time.Second):
+			stopped <- -1
+			return "ran to the end", nil
+		}
+	})
+	p.CancelPoll = 50 * time.Millisecond
+	ctx := context.Background()
+	j, err := svc.Push(ctx, []byte(`{"type":"t.run","args":[],"options":{"queue":"lambda","retry":{"max_attempts":3}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan []string, 1)
+	go func() { done <- p.Process(ctx, []worker.Message{message(t, j)}) }()
+	<-started
+	if _, _, err := svc.Cancel(ctx, j.ID); err != nil {
+		t.Fatal(err)
+	}
+	if d := <-stopped; d < 0 {
+		t.Fatal("the handler of a cancelled job ran to its end")
+	}
+	if failed := <-done; len(failed) != 0 {
+		t.Fatalf("failed: %v", failed)
+	}
+	got, err := svc.Info(ctx, j.ID)
+	if err != nil || got.State != job.Cancelled || got.Error != nil || len(got.Errors) != 0 {
+		t.Fatalf("job: %v error %+v errors %v (%v), want cancelled with no error recorded", got.State, got.Error, got.Errors, err)
+	}
+}
+
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
