@@ -2,6 +2,7 @@ package events
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/url"
 	"regexp"
 	"sort"
@@ -239,6 +240,37 @@ func TestParseQuery(t *testing.T) {
 		_, err := ParseQuery(bad)
 		if e := ojserr.As(err); err == nil || e.Status() != 400 || e.Code != ojserr.InvalidRequest {
 			t.Errorf("%v: got %v, want 400 invalid_request", bad, err)
+		}
+	}
+}
+
+// A page's cursor is an event id, or for a tailing reader the id, the late
+// bound, the read time and the pages seen; both parse back as they were,
+// and anything else is refused.
+func TestCursorsRoundTrip(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 11, 26, 4, 0, 0, 0, time.UTC)
+	after, late := ID(at, 1, "a"), LowerBound(at.Add(-Settle))
+	for _, c := range []CursorState{
+		{After: after},
+		{After: after, LateAfter: late, ReadAt: at},
+		{After: after, LateAfter: late, ReadAt: at, Seen: []uint64{1, 1<<48 - 1, PageHash("EVL#x", "sk", at)}},
+	} {
+		s := c.String()
+		var f Filter
+		if !f.SetCursor(s) || f.After != c.After || f.LateAfter != c.LateAfter || !f.ReadAt.Equal(c.ReadAt) || fmt.Sprint(f.Seen) != fmt.Sprint(c.Seen) {
+			t.Errorf("%q parsed as %+v, want %+v", s, f, c)
+		}
+	}
+	// A late bound at or above the cursor is no tailing cursor.
+	if s := (CursorState{After: late, LateAfter: after, ReadAt: at}).String(); s != late {
+		t.Errorf("cursor %q", s)
+	}
+	for _, bad := range []string{"", "page2", after + "~", after + "~" + late, after + "~" + late + "~x", after + "~" + after + "~1",
+		after + "~" + late + "~1~!!", after + "~" + late + "~1~AAAA", after + "~" + late + "~1~AAAAAAAA~x"} {
+		var f Filter
+		if f.SetCursor(bad) {
+			t.Errorf("cursor %q accepted", bad)
 		}
 	}
 }

@@ -1,7 +1,9 @@
 package events
 
 import (
+	"encoding/base64"
 	"fmt"
+	"hash/fnv"
 	"net/url"
 	"slices"
 	"strconv"
@@ -36,8 +38,20 @@ type Filter struct {
 	// Subject restricts to one job or workflow: Category is "job" or
 	// "workflow" and ID its id.
 	SubjectCategory, SubjectID string
-	// After is the cursor: only events with a greater id.
+	// After is the cursor: only events with a greater id, and (with
+	// LateAfter) those stored late below it.
 	After string
+	// LateAfter and ReadAt come from a tailing cursor (see Cursor): events
+	// with ids in (LateAfter, After] are returned too if their page was
+	// stored at or after ReadAt less StoreMargin, after the read that
+	// issued the cursor, since that read could not have returned them.
+	LateAfter string
+	ReadAt    time.Time
+	Seen      []uint64
+	// Tail makes the page's cursor a tailing cursor when its last event is
+	// within Settle of now (the HTTP API sets it; internal readers paging
+	// a fixed window take plain cursors, which never repeat an event).
+	Tail bool
 	// Since and Until bound the event time (Until exclusive). Zero: unset.
 	Since, Until time.Time
 	Limit        int
@@ -83,11 +97,11 @@ func ParseQuery(q url.Values) (Filter, error) {
 	if after == "" {
 		after = q.Get("cursor")
 	}
+	f.Tail = true
 	if after != "" {
-		if _, ok := ParseID(after); !ok {
-			return f, ojserr.Invalid("after", "'%s' is not an event id (evt_<uuidv7>); pass the cursor of a previous page.", after)
+		if !f.SetCursor(after) {
+			return f, ojserr.Invalid("after", "'%s' is not an event id (evt_<uuidv7>) or a cursor; pass the cursor of a previous page.", after)
 		}
-		f.After = after
 	}
 	for _, p := range []struct {
 		name string
@@ -145,10 +159,151 @@ func (f Filter) Start(now time.Time) string {
 	if !since.IsZero() {
 		lb = LowerBound(since)
 	}
-	if f.After != "" && f.After > lb {
-		lb = f.After
+	after := f.After
+	if f.LateAfter != "" {
+		after = f.LateAfter
+	}
+	if after != "" && after > lb {
+		lb = after
 	}
 	return lb
+}
+
+// Settle is how long after an event's time it can still be stored late
+// and be found by a reader tailing the log with the cursors of its pages
+// (a stream batch retried, a shard behind another): a page whose last
+// event is younger than this gets a tailing cursor. StoreMargin covers the
+// clocks of the functions that write and read and a write's own time.
+const (
+	Settle      = 10 * time.Second
+	StoreMargin = 2 * time.Second
+)
+
+// CursorState is what a cursor holds: the last event returned (After)
+// and, for a tailing cursor, the bound above which late events are
+// looked for (LateAfter), the time of the read that issued it, and the
+// pages that read saw among those stored within StoreMargin before it
+// (Seen, hashes from PageHash; empty when there were more than MaxSeen):
+// a page it saw has no late event for the next read.
+type CursorState struct {
+	After, LateAfter string
+	ReadAt           time.Time
+	Seen             []uint64
+}
+
+// MaxSeen bounds the pages a cursor names; past it a cursor names none,
+// and the next read may return the events of those pages again (at least
+// once: a consumer deduplicates by id).
+const MaxSeen = 48
+
+// String is the cursor: the event id alone, or for a tailing cursor the
+// id, the late bound's event id, the read time in Unix milliseconds and
+// the seen pages, joined by "~". Either is accepted as after.
+func (c CursorState) String() string {
+	if c.LateAfter == "" || c.LateAfter >= c.After {
+		return c.After
+	}
+	s := c.After + "~" + c.LateAfter + "~" + strconv.FormatInt(c.ReadAt.UnixMilli(), 10)
+	if len(c.Seen) > 0 && len(c.Seen) <= MaxSeen {
+		b := make([]byte, 0, 6*len(c.Seen))
+		for _, h := range c.Seen {
+			b = append(b, byte(h>>40), byte(h>>32), byte(h>>24), byte(h>>16), byte(h>>8), byte(h))
+		}
+		s += "~" + base64.RawURLEncoding.EncodeToString(b)
+	}
+	return s
+}
+
+// ParseCursor reads a cursor (String's form).
+func ParseCursor(s string) (CursorState, bool) {
+	parts := strings.Split(s, "~")
+	var c CursorState
+	if _, ok := ParseID(parts[0]); !ok {
+		return c, false
+	}
+	c.After = parts[0]
+	switch len(parts) {
+	case 1:
+		return c, true
+	case 3, 4:
+		ms, err := strconv.ParseInt(parts[2], 10, 64)
+		if _, ok := ParseID(parts[1]); !ok || err != nil || ms <= 0 || parts[1] >= c.After {
+			return c, false
+		}
+		c.LateAfter, c.ReadAt = parts[1], time.UnixMilli(ms).UTC()
+		if len(parts) == 4 {
+			b, err := base64.RawURLEncoding.DecodeString(parts[3])
+			if err != nil || len(b) == 0 || len(b)%6 != 0 || len(b)/6 > MaxSeen {
+				return c, false
+			}
+			for i := 0; i < len(b); i += 6 {
+				c.Seen = append(c.Seen, uint64(b[i])<<40|uint64(b[i+1])<<32|uint64(b[i+2])<<24|uint64(b[i+3])<<16|uint64(b[i+4])<<8|uint64(b[i+5]))
+			}
+		}
+		return c, true
+	}
+	return c, false
+}
+
+// SetCursor makes f go on from cursor (an event id or a page's cursor);
+// false if it is neither.
+func (f *Filter) SetCursor(cursor string) bool {
+	c, ok := ParseCursor(cursor)
+	if ok {
+		f.After, f.LateAfter, f.ReadAt, f.Seen = c.After, c.LateAfter, c.ReadAt, c.Seen
+	}
+	return ok
+}
+
+// PageHash names a stored page of events for a cursor's Seen: its
+// partition, sort key and write time (a page written again is another
+// page), 48 bits of FNV-1a.
+func PageHash(pk, sk string, storedAt time.Time) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(pk))
+	h.Write([]byte{0})
+	h.Write([]byte(sk))
+	h.Write([]byte{0})
+	h.Write([]byte(strconv.FormatInt(storedAt.UnixMilli(), 10)))
+	return h.Sum64() & (1<<48 - 1)
+}
+
+// AtRisk reports whether a page stored at storedAt, read at now, could be
+// stored after a read at now as far as the next read can tell (within
+// StoreMargin of it): such a page read now goes in the cursor's Seen.
+func AtRisk(storedAt, now time.Time) bool { return !storedAt.Before(now.Add(-StoreMargin)) }
+
+// Fresh reports whether an event with id, of the page named page stored
+// at storedAt, must be returned: above the cursor's After, or at or below
+// it in a page stored late, which the read that issued the cursor did not
+// see.
+func (f Filter) Fresh(id string, storedAt time.Time, page uint64) bool {
+	if id > f.After {
+		return true
+	}
+	return f.LateAfter != "" && id > f.LateAfter && AtRisk(storedAt, f.ReadAt) && !slices.Contains(f.Seen, page)
+}
+
+// NextCursor is the cursor of a page of f read at now whose events (in id
+// order) are evs, hasMore telling whether it was cut at the limit, and
+// seen the pages read stored within StoreMargin before now (nil when
+// there were more than MaxSeen). A tailing cursor keeps looking for events
+// stored late below it for Settle after their time; a page cut among late
+// events goes on from the last of them, as of the same read.
+func (f Filter) NextCursor(evs []Event, hasMore bool, now time.Time, seen []uint64) string {
+	last := ""
+	if n := len(evs); n > 0 {
+		last = evs[n-1].ID
+	}
+	if hasMore && last != "" && last <= f.After {
+		return CursorState{After: f.After, LateAfter: last, ReadAt: f.ReadAt, Seen: f.Seen}.String()
+	}
+	c := CursorState{After: max(f.After, last)}
+	if !f.Tail || c.After == "" {
+		return c.After
+	}
+	c.LateAfter, c.ReadAt, c.Seen = max(f.LateAfter, LowerBound(now.Add(-Settle))), now, seen
+	return c.String()
 }
 
 // Matches reports whether e passes the type, queue and job type filters

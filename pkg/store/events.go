@@ -75,6 +75,12 @@ var eventDict = []byte(`"datacontenttype":"application/json","data":{"job_id":""
 	`{"specversion":"1.0","id":"evt_0000000-0000-7000-8000-000000000000","type":"job.enqueued","job.started","job.completed","job.failed",` +
 	`"workflow.step_completed","workflow.completed","source":"ojs://","time":"2026-01-01T00:00:00.000Z","subject":"`)
 
+// attrStoredAt is an event page's write time (Unix ms).
+const attrStoredAt = "sa"
+
+// storeClock stamps event pages (a variable for tests).
+var storeClock = time.Now
+
 func eventPK(category, subject string) string { return eventPrefix + category + "#" + subject }
 
 func eventQueuePK(queue string) string { return eventQueuePrefix + queue }
@@ -143,6 +149,7 @@ func (s *Store) PutEvents(ctx context.Context, evs []events.Event, ttl time.Dura
 		}
 	}
 	var items []map[string]types.AttributeValue
+	storedAt := storeClock()
 	add := func(pk func(first *events.Event) string, w string, group []raw) error {
 		sort.Slice(group, func(i, j int) bool { return group[i].ev.ID < group[j].ev.ID })
 		for len(group) > 0 {
@@ -172,6 +179,9 @@ func (s *Store) PutEvents(ctx context.Context, evs []events.Event, ttl time.Dura
 				"z":    &types.AttributeValueMemberB{Value: z},
 				"n":    &types.AttributeValueMemberN{Value: strconv.Itoa(n)},
 				"ef":   &types.AttributeValueMemberS{Value: eventFormat},
+				// When the page was stored: a tailing reader's cursor
+				// finds pages stored after its read (events.Filter.Fresh).
+				attrStoredAt: &types.AttributeValueMemberN{Value: itoa(storedAt.UnixMilli())},
 				"ttl":  &types.AttributeValueMemberN{Value: itoa(latest.Add(ttl).Unix())},
 			})
 			group = group[n:]
@@ -268,13 +278,14 @@ func (s *Store) QueryEvents(ctx context.Context, f events.Filter, now time.Time)
 	}
 	var found []events.Event
 	var err error
+	seen := &seenPages{now: now}
 	if f.SubjectID != "" {
-		found, err = s.readPages(ctx, eventPK(f.SubjectCategory, f.SubjectID), start, f, limit+1)
+		found, err = s.readPages(ctx, eventPK(f.SubjectCategory, f.SubjectID), start, f, limit+1, seen)
 		if err != nil {
 			return nil, err
 		}
 	} else if pk, ok := queuePages(f); ok {
-		found, err = s.readPages(ctx, pk, start, f, limit+1)
+		found, err = s.readPages(ctx, pk, start, f, limit+1, seen)
 		if err != nil {
 			return nil, err
 		}
@@ -285,20 +296,18 @@ func (s *Store) QueryEvents(ctx context.Context, f events.Filter, now time.Time)
 			end = f.Until
 		}
 		for day := from.Truncate(24 * time.Hour); !day.After(end) && len(found) <= limit; day = day.Add(24 * time.Hour) {
-			got, err := s.queryEventDay(ctx, eventDay(day), start, f, limit+1-len(found))
+			got, err := s.queryEventDay(ctx, eventDay(day), start, f, limit+1-len(found), seen)
 			if err != nil {
 				return nil, err
 			}
 			found = append(found, got...)
 		}
 	}
-	page := &events.Page{Events: found, Cursor: f.After}
+	page := &events.Page{Events: found}
 	if len(found) > limit {
 		page.Events, page.HasMore = found[:limit], true
 	}
-	if n := len(page.Events); n > 0 {
-		page.Cursor = page.Events[n-1].ID
-	}
+	page.Cursor = f.NextCursor(page.Events, page.HasMore, now, seen.list())
 	if page.Events == nil {
 		page.Events = []events.Event{}
 	}
@@ -307,7 +316,7 @@ func (s *Store) QueryEvents(ctx context.Context, f events.Filter, now time.Time)
 
 // queryEventDay merges the day's log shards: each shard is read in
 // parallel up to want matches, then the first want overall are kept.
-func (s *Store) queryEventDay(ctx context.Context, day, start string, f events.Filter, want int) ([]events.Event, error) {
+func (s *Store) queryEventDay(ctx context.Context, day, start string, f events.Filter, want int, seen *seenPages) ([]events.Event, error) {
 	var (
 		mu       sync.Mutex
 		all      []events.Event
@@ -318,7 +327,7 @@ func (s *Store) queryEventDay(ctx context.Context, day, start string, f events.F
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			got, err := s.readPages(ctx, eventLogPK(day, shard), start, f, want)
+			got, err := s.readPages(ctx, eventLogPK(day, shard), start, f, want, seen)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil && firstErr == nil {
@@ -343,7 +352,7 @@ func (s *Store) queryEventDay(ctx context.Context, day, start string, f events.F
 // start (and before f.Until) that f matches. Pages are read window by
 // window: a window's events all sort before the next window's, so once a
 // window ends with want matches, no later page can change the answer.
-func (s *Store) readPages(ctx context.Context, pk, start string, f events.Filter, want int) ([]events.Event, error) {
+func (s *Store) readPages(ctx context.Context, pk, start string, f events.Filter, want int, seen *seenPages) ([]events.Event, error) {
 	key := expression.Key(attrPK).Equal(expression.Value(pk))
 	lo := "evt_"
 	if t, ok := events.ParseID(start); ok {
@@ -392,9 +401,17 @@ func (s *Store) readPages(ctx context.Context, pk, start string, f events.Filter
 			if !ok {
 				continue
 			}
+			var storedAt time.Time // zero for pages written before it was kept
+			if n, ok := av[attrStoredAt].(*types.AttributeValueMemberN); ok {
+				if ms, err := strconv.ParseInt(n.Value, 10, 64); err == nil {
+					storedAt = time.UnixMilli(ms)
+				}
+			}
+			page := events.PageHash(pk, sk.Value, storedAt)
+			seen.add(page, storedAt)
 			for i := range evs {
 				e := &evs[i]
-				if e.ID <= start || !f.Matches(e) {
+				if e.ID <= start || !f.Fresh(e.ID, storedAt, page) || !f.Matches(e) {
 					continue
 				}
 				if !f.Until.IsZero() && !e.At().Before(f.Until) {
@@ -412,6 +429,41 @@ func (s *Store) readPages(ctx context.Context, pk, start string, f events.Filter
 		out = out[:want]
 	}
 	return out, nil
+}
+
+// seenPages collects the pages a query read that were stored within
+// events.StoreMargin before it, for its cursor (events.CursorState.Seen).
+type seenPages struct {
+	now    time.Time
+	mu     sync.Mutex
+	hashes []uint64
+	over   bool
+}
+
+func (p *seenPages) add(h uint64, storedAt time.Time) {
+	if !events.AtRisk(storedAt, p.now) {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if slices.Contains(p.hashes, h) {
+		return
+	}
+	if len(p.hashes) == events.MaxSeen {
+		p.over = true
+		return
+	}
+	p.hashes = append(p.hashes, h)
+}
+
+// list is the pages seen, or nil if there were too many to name.
+func (p *seenPages) list() []uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.over {
+		return nil
+	}
+	return p.hashes
 }
 
 // sortUnique sorts events by id and drops repeated ids.

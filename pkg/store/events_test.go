@@ -392,3 +392,75 @@ func TestQueueFailuresReadOnlyTheQueuesPages(t *testing.T) {
 		t.Errorf("completions of the quiet queue: %v (read %v)", got, pks)
 	}
 }
+
+// A reader tailing the log with its pages' cursors also gets the events
+// stored late below its cursor (a stream batch retried, a shard behind
+// another) for events.Settle after their time, without the events it
+// already had again; a page cut among late events goes on from the last
+// of them. With plain cursors those late events were never returned.
+// Not parallel: it sets the clock that stamps the pages.
+func TestTailingCursorFindsEventsStoredLate(t *testing.T) {
+	s, _ := testenv.Table(t)
+	ctx := context.Background()
+	t0 := time.Now().UTC().Truncate(time.Second)
+	var stored time.Time
+	defer store.SetStoreClock(func() time.Time { return stored })()
+	put := func(at time.Time, evs ...events.Event) {
+		t.Helper()
+		stored = at
+		if err := s.PutEvents(ctx, evs, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := func(name string, at time.Time) events.Event { return ev(events.JobCompleted, name, "tail", at, 0) }
+	f := events.Filter{Types: []string{events.JobCompleted}, Queues: []string{"tail"}, Since: t0.Add(-time.Minute), Tail: true}
+	read := func(now time.Time, limit int) *events.Page {
+		t.Helper()
+		f.Limit = limit
+		p, err := s.QueryEvents(ctx, f, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !f.SetCursor(p.Cursor) {
+			t.Fatalf("cursor %q does not parse", p.Cursor)
+		}
+		return p
+	}
+	want := func(p *events.Page, more bool, evs ...events.Event) {
+		t.Helper()
+		if fmt.Sprint(ids(p.Events)) != fmt.Sprint(ids(evs)) || p.HasMore != more {
+			t.Fatalf("page %v has_more %v, want %v has_more %v", ids(p.Events), p.HasMore, ids(evs), more)
+		}
+	}
+	e1, e2 := e("e1", t0.Add(-5*time.Second)), e("e2", t0.Add(-4*time.Second))
+	put(t0.Add(-4*time.Second), e1, e2)
+	want(read(t0, 100), false, e1, e2)
+
+	e0, e3 := e("e0", t0.Add(-4500*time.Millisecond)), e("e3", t0.Add(time.Second))
+	put(t0.Add(time.Second), e0, e3) // e0 late, below the cursor
+	want(read(t0.Add(5*time.Second), 100), false, e0, e3)
+
+	l1, l2 := e("l1", t0.Add(-2*time.Second)), e("l2", t0.Add(-time.Second))
+	put(t0.Add(6*time.Second), l1, l2) // both late
+	want(read(t0.Add(10*time.Second), 1), true, l1)
+	want(read(t0.Add(11*time.Second), 1), false, l2)
+	want(read(t0.Add(14*time.Second), 100), false)
+
+	// A read right after a store names the pages it saw in its cursor, so
+	// the next read does not return their events again; a page stored
+	// late after it is not one of them.
+	e4 := e("e4", t0.Add(15*time.Second))
+	put(t0.Add(15*time.Second), e4)
+	want(read(t0.Add(15500*time.Millisecond), 100), false, e4)
+	want(read(t0.Add(16*time.Second), 100), false)
+	l3 := e("l3", t0.Add(12*time.Second))
+	put(t0.Add(16200*time.Millisecond), l3)
+	want(read(t0.Add(16500*time.Millisecond), 100), false, l3)
+	want(read(t0.Add(17*time.Second), 100), false)
+
+	// Internal readers paging a fixed window take plain cursors.
+	p, err := s.QueryEvents(ctx, events.Filter{Types: []string{events.JobCompleted}, Queues: []string{"tail"}, Since: t0.Add(-time.Minute), Limit: 2}, t0.Add(20*time.Second))
+	if err != nil || p.Cursor != p.Events[1].ID {
+		t.Fatalf("plain cursor %q, want %s (%v)", p.Cursor, p.Events[1].ID, err)
+	}
+}
