@@ -182,7 +182,7 @@ func (s *Store) PutEvents(ctx context.Context, evs []events.Event, ttl time.Dura
 				// When the page was stored: a tailing reader's cursor
 				// finds pages stored after its read (events.Filter.Fresh).
 				attrStoredAt: &types.AttributeValueMemberN{Value: itoa(storedAt.UnixMilli())},
-				"ttl":  &types.AttributeValueMemberN{Value: itoa(latest.Add(ttl).Unix())},
+				"ttl":        &types.AttributeValueMemberN{Value: itoa(latest.Add(ttl).Unix())},
 			})
 			group = group[n:]
 		}
