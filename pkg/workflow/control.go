@@ -576,6 +576,19 @@ func (e *Engine) Retry(ctx context.Context, wfID string) (*View, error) {
 	if compensated(root) {
 		return nil, compensatedConflict(root)
 	}
+	// Not while an on_failure or on_cancel handler of this run works: the
+	// retry would have to stop it half-way (its job's id is the same in
+	// every run, so it cannot be left running beside a next launch).
+	for _, name := range root.Handlers {
+		h, err := e.st.GetNode(ctx, wfID, handlerPath(name))
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return nil, ojserr.Backend(err)
+		}
+		if err == nil && h.State == wfstate.Running {
+			return nil, ojserr.StateConflict(ojserr.Conflict, "Workflow %s's %s handler is still running; retry the workflow once it has finished.", wfID, name).
+				With("workflow_id", wfID).With("current_state", string(root.State)).With("handler", name)
+		}
+	}
 	now := e.now()
 	w := store.NodeWrite{Path: store.RootPath, From: []wfstate.State{root.State}, To: wfstate.Running, At: now,
 		AddNumbers: map[string]int{"run": 1}, SetStrings: map[string]string{"reopening": "true"},
@@ -627,8 +640,9 @@ func compensatedConflict(root *store.Node) error {
 
 // removeFinishedJobs deletes the finished jobs of the job nodes among
 // nodes (a retry re-arming a handler or a batch's callbacks, whose job ids
-// are the same in every run). A job still running is left.
-func (e *Engine) removeFinishedJobs(ctx context.Context, wf string, nodes []*store.Node) error {
+// are the same in every run). A job still running is left, unless stop is
+// set: it is cancelled first, and deleted.
+func (e *Engine) removeFinishedJobs(ctx context.Context, wf string, nodes []*store.Node, stop bool) error {
 	var ids []string
 	for _, n := range nodes {
 		if n.Kind == KindJob {
@@ -643,6 +657,19 @@ func (e *Engine) removeFinishedJobs(ctx context.Context, wf string, nodes []*sto
 		return err
 	}
 	for _, j := range jobs {
+		if stop && !j.State.Terminal() {
+			cancelled, err := e.st.Apply(ctx, store.Cancel(j.ID, e.now(), j.State))
+			var ce *store.ConflictError
+			switch {
+			case err == nil:
+				e.log.WarnContext(ctx, "workflow retry cancelled a handler job of the run before", "workflow_id", wf, "job_id", j.ID, "previous_state", string(j.State))
+				j = cancelled
+			case errors.As(err, &ce) && ce.Current != nil:
+				j = ce.Current // it moved meanwhile
+			default:
+				return err
+			}
+		}
 		switch j.State {
 		case job.Completed, job.Discarded, job.Cancelled:
 			if err := e.st.DeleteWorkflowJob(ctx, wf, j.ID, j.State); err != nil {
@@ -719,7 +746,7 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 				cbs = append(cbs, cb)
 				redecided[JobID(wf, cb.Path)] = true
 			}
-			if err := e.removeFinishedJobs(ctx, wf, cbs); err != nil {
+			if err := e.removeFinishedJobs(ctx, wf, cbs, false); err != nil {
 				return err
 			}
 		}
@@ -746,7 +773,9 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 	// ran in the run before are removed first: a handler job's id is
 	// derived from the workflow and its path, the same in every run, so
 	// the next launch could not write it (the handler would show running
-	// and never run).
+	// and never run). Retry refuses while a handler runs; one launched
+	// between its check and its write (or found by the sweeper's repair)
+	// is cancelled, so that it can run again for a later failure.
 	for path, h := range t.special {
 		if path != compensatePath && h.State != wfstate.Waiting {
 			var under []*store.Node
@@ -755,10 +784,27 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 					under = append(under, n)
 				}
 			}
-			if err := e.removeFinishedJobs(ctx, wf, under); err != nil {
+			if err := e.removeFinishedJobs(ctx, wf, under, true); err != nil {
 				return err
 			}
-			_, err := e.st.UpdateNode(ctx, wf, store.NodeWrite{Path: path, From: []wfstate.State{h.State}, To: wfstate.Waiting, At: now,
+			from := h.State
+			if from == wfstate.Running {
+				// Its jobs were just cancelled: it ends cancelled, then waits.
+				cur, err := e.st.UpdateNode(ctx, wf, store.NodeWrite{Path: path, From: []wfstate.State{wfstate.Running}, To: wfstate.Cancelled, At: now})
+				var nc *store.ErrNodeConflict
+				switch {
+				case err == nil:
+					from = cur.State
+				case errors.As(err, &nc) && nc.Current != nil:
+					from = nc.Current.State // finished meanwhile
+				default:
+					return err
+				}
+			}
+			if from == wfstate.Waiting || from == wfstate.Running {
+				continue // re-armed already, or launched again meanwhile
+			}
+			_, err := e.st.UpdateNode(ctx, wf, store.NodeWrite{Path: path, From: []wfstate.State{from}, To: wfstate.Waiting, At: now,
 				Remove: []string{"ok", "fail", "failed_step", "failed_index"}})
 			var nc *store.ErrNodeConflict
 			if err != nil && !errors.As(err, &nc) {

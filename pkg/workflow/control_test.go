@@ -714,6 +714,80 @@ func TestFailureHandlerRunsAgainAfterARetry(t *testing.T) {
 	}
 }
 
+// A retry waits for the failure handler of the run before to finish (409
+// while it runs): re-armed under it, the handler's job (the same id in
+// every run) was still in place at the next failure, and the handler did
+// not run again.
+func TestARetryWaitsForARunningFailureHandler(t *testing.T) {
+	t.Parallel()
+	h := newClocked(t)
+	ctx := context.Background()
+	id := h.create(`{"type":"chain","steps":[{"type":"r.a","args":[],"options":{"queue":"rq"}}],
+		"on_failure":{"type":"r.alert","args":[],"options":{"queue":"rq"}}}`)
+	h.fail(h.fetch("rq")["r.a"])
+	alert := h.fetch("rq")
+	if keys(alert) != "r.alert" {
+		t.Fatalf("handler: %s", keys(alert))
+	}
+	_, err := h.eng.Retry(ctx, id)
+	if e := ojserr.As(err); e.Code != ojserr.Conflict || e.Details["handler"] != "on_failure" {
+		t.Fatalf("retry while the handler runs: %v", err)
+	}
+	h.ack(alert["r.alert"], `"paged"`)
+	if _, err := h.eng.Retry(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	h.fail(h.fetch("rq")["r.a"])
+	if again := h.fetch("rq"); keys(again) != "r.alert" {
+		t.Fatalf("the handler did not run for the second failure: %s", keys(again))
+	}
+}
+
+// staleHandlers reads every handler node as waiting: a handler launched
+// just after a retry's check.
+type staleHandlers struct{ workflow.Store }
+
+func (s staleHandlers) GetNode(ctx context.Context, wf, path string) (*store.Node, error) {
+	n, err := s.Store.GetNode(ctx, wf, path)
+	if err == nil && strings.HasPrefix(path, "/~") {
+		c := *n
+		c.State = wfstate.Waiting
+		return &c, nil
+	}
+	return n, err
+}
+
+// A handler found running by the retry's re-opening (launched after its
+// check) is cancelled and removed, so that it runs for a later failure.
+func TestARetryRacingAHandlerLaunchStopsIt(t *testing.T) {
+	t.Parallel()
+	st, _ := testenv.Table(t)
+	clk := testenv.NewClock(time.Now().UTC())
+	svc := lifecycle.New(st, lifecycle.Config{Now: clk.Now})
+	eng := workflow.New(staleHandlers{st}, workflow.Config{Jobs: svc, Now: clk.Now})
+	svc.SetWorkflows(eng)
+	h := &clocked{harness: &harness{t: t, st: st, svc: svc, eng: eng, ran: map[string]int{}}, clk: clk}
+	ctx := context.Background()
+	id := h.create(`{"type":"chain","steps":[{"type":"s.a","args":[],"options":{"queue":"sq"}}],
+		"on_failure":{"type":"s.alert","args":[],"options":{"queue":"sq"}}}`)
+	h.fail(h.fetch("sq")["s.a"])
+	alert := h.fetch("sq")
+	if keys(alert) != "s.alert" {
+		t.Fatalf("handler: %s", keys(alert))
+	}
+	if _, err := eng.Retry(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	// Cancelled and removed: its late ACK finds no job.
+	if _, err := svc.Ack(ctx, alert["s.alert"].ID, []byte(`"late"`), 0); ojserr.As(err).Code != ojserr.NotFound {
+		t.Fatalf("the stopped handler's ACK: %v", err)
+	}
+	h.fail(h.fetch("sq")["s.a"])
+	if again := h.fetch("sq"); keys(again) != "s.alert" {
+		t.Fatalf("the handler did not run for the second failure: %s", keys(again))
+	}
+}
+
 // A batch retried for a failed member decides its callbacks again when
 // its members finish: on_failure, which fired (and failed) in the first
 // run, does not run again at the retry with the first run's input, and
