@@ -2,7 +2,6 @@ package admin
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"net/url"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
+	"github.com/ojs-aws/ojs-serverless/pkg/internal/opaque"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
@@ -133,15 +133,11 @@ type jobCursor struct {
 	Until string `json:"u,omitempty"`
 }
 
-func (c jobCursor) encode() string {
-	b, _ := json.Marshal(c)
-	return base64.RawURLEncoding.EncodeToString(b)
-}
+func (c jobCursor) encode() string { return opaque.Encode(c) }
 
 func decodeJobCursor(s string) (jobCursor, error) {
 	var c jobCursor
-	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil || len(b) > 8192 || json.Unmarshal(b, &c) != nil || (c.Mode != "i" && c.Mode != "e") {
+	if !opaque.Decode(s, &c) || (c.Mode != "i" && c.Mode != "e") {
 		return c, ojserr.Invalid("cursor", "'cursor' is not a cursor this server returned.")
 	}
 	return c, nil

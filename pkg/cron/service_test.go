@@ -67,6 +67,21 @@ func (f *fixture) fetchAll(t *testing.T, q string) []*job.Job {
 	}
 }
 
+// firstRun registers a minutely schedule on queue q, fires its first
+// occurrence and fetches the job (active: the overlap case), which it
+// returns.
+func (f *fixture) firstRun(t *testing.T, body, q string) *job.Job {
+	t.Helper()
+	f.register(t, body)
+	f.clk.Add(time.Minute)
+	f.run(t)
+	js := f.fetchAll(t, q)
+	if len(js) != 1 {
+		t.Fatalf("%d first runs", len(js))
+	}
+	return js[0]
+}
+
 func TestRegisterListGetDelete(t *testing.T) {
 	t.Parallel()
 	f := setup(t, time.Date(2026, 2, 12, 20, 15, 0, 0, time.UTC))
@@ -336,13 +351,7 @@ func TestUpdatingAScheduleKeepsItsDueOccurrenceAndHeldRuns(t *testing.T) {
 
 	// enqueue: an occurrence held behind a running job is kept too.
 	eq := `{"name":"queued","cron":"* * * * *","overlap_policy":"enqueue","type":"a.b","options":{"queue":"held-q","visibility_timeout_ms":600000}}`
-	f.register(t, eq)
-	f.clk.Add(time.Minute)
-	f.run(t)
-	first := f.fetchAll(t, "held-q")
-	if len(first) != 1 {
-		t.Fatalf("%d first runs", len(first))
-	}
+	first := f.firstRun(t, eq, "held-q")
 	f.clk.Add(time.Minute)
 	if r := f.run(t); r.Held != 1 {
 		t.Fatalf("not held: %+v", r)
@@ -351,7 +360,7 @@ func TestUpdatingAScheduleKeepsItsDueOccurrenceAndHeldRuns(t *testing.T) {
 	if _, err := f.cr.SetEnabled(ctx, "queued", []byte(`{"enabled":true}`)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.svc.Ack(ctx, first[0].ID, nil, 0); err != nil {
+	if _, err := f.svc.Ack(ctx, first.ID, nil, 0); err != nil {
 		t.Fatal(err)
 	}
 	f.clk.Add(2 * time.Second)
@@ -433,13 +442,7 @@ func TestCancelPreviousNeverLeavesTwoRunsGoing(t *testing.T) {
 	ctx := context.Background()
 	f := setup(t, time.Date(2026, 2, 12, 14, 0, 30, 0, time.UTC))
 	f.cr.Jobs = &failingCancel{Service: f.svc}
-	f.register(t, `{"name":"latest","cron":"* * * * *","overlap_policy":"cancel_previous","type":"a.b","options":{"queue":"cp-q","visibility_timeout_ms":600000}}`)
-	f.clk.Add(time.Minute)
-	f.run(t)
-	first := f.fetchAll(t, "cp-q")
-	if len(first) != 1 {
-		t.Fatalf("%d first runs", len(first))
-	}
+	first := f.firstRun(t, `{"name":"latest","cron":"* * * * *","overlap_policy":"cancel_previous","type":"a.b","options":{"queue":"cp-q","visibility_timeout_ms":600000}}`, "cp-q")
 	f.clk.Add(time.Minute)
 	if r, err := f.cr.Run(ctx); err == nil || r.Fired != 0 {
 		t.Fatalf("a pass whose cancel failed: %+v, %v (want an error and no fire)", r, err)
@@ -450,7 +453,7 @@ func TestCancelPreviousNeverLeavesTwoRunsGoing(t *testing.T) {
 	if r := f.run(t); r.Fired != 1 {
 		t.Fatalf("next pass: %+v", r)
 	}
-	if j, _ := f.svc.Info(ctx, first[0].ID); j.State != job.Cancelled {
+	if j, _ := f.svc.Info(ctx, first.ID); j.State != job.Cancelled {
 		t.Fatalf("previous run %s", j.State)
 	}
 	if js := f.fetchAll(t, "cp-q"); len(js) != 1 {

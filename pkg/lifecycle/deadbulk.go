@@ -3,12 +3,12 @@ package lifecycle
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"slices"
 	"time"
 
+	"github.com/ojs-aws/ojs-serverless/pkg/internal/opaque"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
@@ -215,18 +215,11 @@ type deadCursor struct {
 	End   int64  `json:"e"`
 }
 
-func (c deadCursor) encode() string {
-	b, _ := json.Marshal(c)
-	return base64.RawURLEncoding.EncodeToString(b)
-}
+func (c deadCursor) encode() string { return opaque.Encode(c) }
 
 func parseDeadCursor(s string) (deadCursor, error) {
 	var c deadCursor
-	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err == nil {
-		err = json.Unmarshal(b, &c)
-	}
-	if err != nil || c.Queue == "" || c.End <= 0 {
+	if !opaque.Decode(s, &c) || c.Queue == "" || c.End <= 0 {
 		return c, ojserr.Invalid("cursor", "'cursor' must be a next_cursor returned by a previous call.")
 	}
 	return c, nil

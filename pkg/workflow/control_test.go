@@ -26,10 +26,16 @@ type clocked struct {
 }
 
 func newClocked(t *testing.T) *clocked {
+	return newClockedOn(t, func(st *store.Store) workflow.Store { return st })
+}
+
+// newClockedOn is newClocked with the engine reading and writing through
+// the store wrap returns.
+func newClockedOn(t *testing.T, wrap func(*store.Store) workflow.Store) *clocked {
 	st, _ := testenv.Table(t)
 	clk := testenv.NewClock(time.Now().UTC())
 	svc := lifecycle.New(st, lifecycle.Config{Now: clk.Now})
-	eng := workflow.New(st, workflow.Config{Jobs: svc, Now: clk.Now})
+	eng := workflow.New(wrap(st), workflow.Config{Jobs: svc, Now: clk.Now})
 	svc.SetWorkflows(eng)
 	return &clocked{harness: &harness{t: t, st: st, svc: svc, eng: eng, ran: map[string]int{}}, clk: clk}
 }
@@ -761,12 +767,8 @@ func (s staleHandlers) GetNode(ctx context.Context, wf, path string) (*store.Nod
 // check) is cancelled and removed, so that it runs for a later failure.
 func TestARetryRacingAHandlerLaunchStopsIt(t *testing.T) {
 	t.Parallel()
-	st, _ := testenv.Table(t)
-	clk := testenv.NewClock(time.Now().UTC())
-	svc := lifecycle.New(st, lifecycle.Config{Now: clk.Now})
-	eng := workflow.New(staleHandlers{st}, workflow.Config{Jobs: svc, Now: clk.Now})
-	svc.SetWorkflows(eng)
-	h := &clocked{harness: &harness{t: t, st: st, svc: svc, eng: eng, ran: map[string]int{}}, clk: clk}
+	h := newClockedOn(t, func(st *store.Store) workflow.Store { return staleHandlers{st} })
+	eng, svc := h.eng, h.svc
 	ctx := context.Background()
 	id := h.create(`{"type":"chain","steps":[{"type":"s.a","args":[],"options":{"queue":"sq"}}],
 		"on_failure":{"type":"s.alert","args":[],"options":{"queue":"sq"}}}`)
