@@ -8,10 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/ojs-aws/ojs-serverless/pkg/internal/testenv"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+	"github.com/ojs-aws/ojs-serverless/pkg/store"
 )
 
 // discard pushes a job to queue q and discards it at the clock's time.
@@ -222,5 +226,69 @@ func TestShutdownErrorIsRetried(t *testing.T) {
 		if err != nil || d.State != tc.want {
 			t.Errorf("%s: state %v (%v), want %s", tc.typ, d.State, err, tc.want)
 		}
+	}
+}
+
+// deleteRecorder keeps the item each DeleteItem removed, as the stream
+// function would see it (its old image).
+type deleteRecorder struct {
+	*dynamodb.Client
+	mu      sync.Mutex
+	removed []map[string]types.AttributeValue
+}
+
+func (r *deleteRecorder) DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, o ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error) {
+	c := *in
+	c.ReturnValues = types.ReturnValueAllOld
+	out, err := r.Client.DeleteItem(ctx, &c, o...)
+	if err == nil && len(out.Attributes) > 0 {
+		r.mu.Lock()
+		r.removed = append(r.removed, out.Attributes)
+		r.mu.Unlock()
+	}
+	return out, err
+}
+
+// An operator deleting a dead letter job the pruner has marked and not yet
+// removed deletes it unmarked, so the stream function reports
+// dead_letter.deleted (the mark in the deleted item made it
+// dead_letter.pruned); the pruner's delete then finds nothing.
+func TestAnOperatorDeleteRacingThePrunerStaysADelete(t *testing.T) {
+	t.Parallel()
+	base, _ := testenv.Table(t)
+	table := base.Table()
+	rec := &deleteRecorder{Client: testenv.DynamoDB()}
+	st := store.New(rec, table)
+	c := &clock{t: time.Date(2026, 11, 1, 10, 0, 0, 0, time.UTC)}
+	s := lifecycle.New(st, lifecycle.Config{Now: c.Now})
+	ctx := context.Background()
+	id := discard(t, s, "prune-race")
+	refs, err := st.OldestDead(ctx, "prune-race", nil, 10)
+	if err != nil || len(refs) != 1 {
+		t.Fatalf("refs %v %v", refs, err)
+	}
+	// The pruner's mark, its delete not yet made.
+	if _, err := testenv.DynamoDB().UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &table,
+		Key:              map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "JOB#" + id}, "sk": &types.AttributeValueMemberS{Value: "JOB"}},
+		UpdateExpression: aws.String("SET pruned_at = :m"), ExpressionAttributeValues: map[string]types.AttributeValue{":m": &types.AttributeValueMemberN{Value: "1"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteDead(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	rec.mu.Lock()
+	removed := rec.removed
+	rec.mu.Unlock()
+	if len(removed) != 1 {
+		t.Fatalf("%d deletes", len(removed))
+	}
+	if _, marked := removed[0]["pruned_at"]; marked {
+		t.Fatal("the operator's delete removed the pruner's mark with the job: the stream reports a prune")
+	}
+	if ok, err := st.PruneDead(ctx, refs[0], c.Now()); ok || err != nil {
+		t.Fatalf("the pruner's delete after the operator's: %v %v", ok, err)
+	}
+	if err := s.DeleteDead(ctx, id); code(err) != "not_found" {
+		t.Fatalf("delete again: %v", err)
 	}
 }

@@ -524,29 +524,48 @@ type Page struct {
 // DeleteDead deletes a discarded job (ojs-dead-letter.md section 10). It
 // returns ErrNotFound if the job does not exist and a ConflictError if it
 // is not discarded.
+//
+// A job the dead letter pruner has marked (pruned_at) and not yet removed
+// is unmarked first: deleted with the mark, the stream function would
+// report the operator's delete as a prune (dead_letter.pruned instead of
+// dead_letter.deleted). The pruner's own delete, conditional on its mark,
+// then leaves the job alone.
 func (s *Store) DeleteDead(ctx context.Context, id string) error {
-	_, err := s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
-		TableName: &s.table, Key: jobKey(id),
-		ConditionExpression:                 aws.String("#s = :d"),
-		ExpressionAttributeNames:            map[string]string{"#s": attrState},
-		ExpressionAttributeValues:           map[string]types.AttributeValue{":d": &types.AttributeValueMemberS{Value: string(job.Discarded)}},
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	})
-	var ccf *types.ConditionalCheckFailedException
-	if errors.As(err, &ccf) {
+	for try := 0; ; try++ {
+		_, err := s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+			TableName: &s.table, Key: jobKey(id),
+			ConditionExpression:                 aws.String("#s = :d AND attribute_not_exists(pruned_at)"),
+			ExpressionAttributeNames:            map[string]string{"#s": attrState},
+			ExpressionAttributeValues:           map[string]types.AttributeValue{":d": &types.AttributeValueMemberS{Value: string(job.Discarded)}},
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		})
+		var ccf *types.ConditionalCheckFailedException
+		if !errors.As(err, &ccf) {
+			if err != nil {
+				return fmt.Errorf("delete dead job %s: %w", id, err)
+			}
+			return nil
+		}
 		if len(ccf.Item) == 0 {
 			return ErrNotFound
 		}
-		cur, derr := decodeJob(ccf.Item)
-		if derr != nil {
-			return derr
+		mark, marked := ccf.Item["pruned_at"].(*types.AttributeValueMemberN)
+		if st, _ := ccf.Item[attrState].(*types.AttributeValueMemberS); !marked || st == nil || st.Value != string(job.Discarded) || try == 2 {
+			cur, derr := decodeJob(ccf.Item)
+			if derr != nil {
+				return derr
+			}
+			return &ConflictError{Current: cur, Tried: Transition{ID: id, To: "deleted"}}
 		}
-		return &ConflictError{Current: cur, Tried: Transition{ID: id, To: "deleted"}}
+		_, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table, Key: jobKey(id),
+			UpdateExpression:          aws.String("REMOVE pruned_at"),
+			ConditionExpression:       aws.String("pruned_at = :m"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":m": mark}})
+		if err != nil && !conditionFailed(err) {
+			return fmt.Errorf("unmark dead job %s: %w", id, err)
+		}
+		// Deleted by the pruner meanwhile, or unmarked: look again.
 	}
-	if err != nil {
-		return fmt.Errorf("delete dead job %s: %w", id, err)
-	}
-	return nil
 }
 
 // Dead lists discarded jobs of a queue, newest first. cursor is the value

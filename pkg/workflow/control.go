@@ -787,27 +787,9 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 			if err := e.removeFinishedJobs(ctx, wf, under, true); err != nil {
 				return err
 			}
-			from := h.State
-			if from == wfstate.Running {
-				// Its jobs were just cancelled: it ends cancelled, then waits.
-				cur, err := e.st.UpdateNode(ctx, wf, store.NodeWrite{Path: path, From: []wfstate.State{wfstate.Running}, To: wfstate.Cancelled, At: now})
-				var nc *store.ErrNodeConflict
-				switch {
-				case err == nil:
-					from = cur.State
-				case errors.As(err, &nc) && nc.Current != nil:
-					from = nc.Current.State // finished meanwhile
-				default:
-					return err
-				}
-			}
-			if from == wfstate.Waiting || from == wfstate.Running {
-				continue // re-armed already, or launched again meanwhile
-			}
-			_, err := e.st.UpdateNode(ctx, wf, store.NodeWrite{Path: path, From: []wfstate.State{from}, To: wfstate.Waiting, At: now,
-				Remove: []string{"ok", "fail", "failed_step", "failed_index"}})
-			var nc *store.ErrNodeConflict
-			if err != nil && !errors.As(err, &nc) {
+			// (A chain handler's steps need no reset: its launch starts the
+			// chain from its first step.)
+			if err := e.rearm(ctx, wf, h, now); err != nil {
 				return err
 			}
 		}
@@ -849,6 +831,35 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 	}
 	_, err = e.settle(ctx, cur)
 	return err
+}
+
+// rearm moves a handler's node back to waiting for its next launch,
+// forgetting its counts. A running one, whose jobs were just cancelled,
+// ends cancelled first.
+func (e *Engine) rearm(ctx context.Context, wf string, n *store.Node, now time.Time) error {
+	from := n.State
+	if from == wfstate.Running {
+		cur, err := e.st.UpdateNode(ctx, wf, store.NodeWrite{Path: n.Path, From: []wfstate.State{wfstate.Running}, To: wfstate.Cancelled, At: now})
+		var nc *store.ErrNodeConflict
+		switch {
+		case err == nil:
+			from = cur.State
+		case errors.As(err, &nc) && nc.Current != nil:
+			from = nc.Current.State // finished meanwhile
+		default:
+			return err
+		}
+	}
+	if from == wfstate.Waiting || from == wfstate.Running {
+		return nil // waiting already, or launched again meanwhile
+	}
+	_, err := e.st.UpdateNode(ctx, wf, store.NodeWrite{Path: n.Path, From: []wfstate.State{from}, To: wfstate.Waiting, At: now,
+		Remove: []string{"ok", "fail", "failed_step", "failed_index"}})
+	var nc *store.ErrNodeConflict
+	if err != nil && !errors.As(err, &nc) {
+		return err
+	}
+	return nil
 }
 
 // reopenShards forgets a wide group's or batch's failed children in their

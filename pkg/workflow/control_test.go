@@ -749,6 +749,35 @@ func TestARetryWaitsForARunningFailureHandler(t *testing.T) {
 	}
 }
 
+// A failure handler that is a chain runs all its steps again for a
+// failure after a retry: its steps' nodes wait again with it.
+func TestAChainHandlerRunsAgainAfterARetry(t *testing.T) {
+	t.Parallel()
+	h := newClocked(t)
+	ctx := context.Background()
+	id := h.create(`{"type":"chain","steps":[{"type":"c.a","args":[],"options":{"queue":"cq"}}],
+		"on_failure":{"type":"chain","steps":[{"type":"c.page","args":[],"options":{"queue":"cq"}},{"type":"c.log","args":[],"options":{"queue":"cq"}}]}}`)
+	for run := 1; run <= 2; run++ {
+		h.fail(h.fetch("cq")["c.a"])
+		for _, step := range []string{"c.page", "c.log"} {
+			got := h.fetch("cq")
+			if keys(got) != step {
+				t.Fatalf("run %d: handler step %s: got %s", run, step, keys(got))
+			}
+			h.ack(got[step], fmt.Sprintf(`"%s %d"`, step, run))
+		}
+		v := h.view(id)
+		if v["state"] != "failed" || v["handlers"].(map[string]any)["on_failure"].(map[string]any)["state"] != "completed" {
+			t.Fatalf("run %d: %s", run, jsonStr(v))
+		}
+		if run == 1 {
+			if _, err := h.eng.Retry(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
 // staleHandlers reads every handler node as waiting: a handler launched
 // just after a retry's check.
 type staleHandlers struct{ workflow.Store }
