@@ -648,7 +648,8 @@ func TestCreationAfterAWriterThatDiedReadsOnlyPastTheRecord(t *testing.T) {
 // got to (a first transaction of 99 jobs at least: the 100th item checks
 // that the root is still cancelled), marks the root
 // cancelling and says how many jobs are left; Resume (the stream
-// function, from that mark) cancels the rest and removes the mark.
+// function, from that mark, a slice at a time) cancels the rest and
+// removes the mark.
 func TestCancelOutOfTimeLeavesTheRestToTheStream(t *testing.T) {
 	t.Parallel()
 	st, _ := testenv.Table(t)
@@ -679,17 +680,71 @@ func TestCancelOutOfTimeLeavesTheRestToTheStream(t *testing.T) {
 	if got := jobStates(t, st, id); got[job.Cancelled] != 99 || got[job.Available] != n-99 {
 		t.Fatalf("jobs after the cancel: %v", got)
 	}
-	if err := eng.Resume(bg, id); err != nil {
-		t.Fatal(err)
-	}
-	root, err = st.GetNode(bg, id, store.RootPath)
-	if err != nil || root.Cancelling {
-		t.Fatalf("root after Resume: %+v %v", root, err)
+	// Each pass runs for its slice (5 s) at most; on a loaded machine
+	// 351 jobs may take more than one.
+	for pass := 1; root.Cancelling; pass++ {
+		if pass > 4 {
+			t.Fatalf("root after %d passes of Resume: %+v", pass-1, root)
+		}
+		if err := eng.Resume(bg, id); err != nil {
+			t.Fatal(err)
+		}
+		if root, err = st.GetNode(bg, id, store.RootPath); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if got := jobStates(t, st, id); got[job.Cancelled] != n {
 		t.Fatalf("jobs after Resume: %v", got)
 	}
 	if jobs := fetchAll(t, svc, "cancelq"); len(jobs) != 0 {
 		t.Fatalf("%d jobs of the cancelled workflow fetched", len(jobs))
+	}
+}
+
+// A pass that finishes a cancel stops at its slice and leaves the rest,
+// with the root's mark and check, to the next pass: the stream function's
+// batch (and the records behind it in its shard) does not wait for a large
+// cancel, nor outlast the function's timeout doing it. Each pass makes one
+// transaction (99 jobs) at least.
+func TestFinishingACancelGoesOnInSlices(t *testing.T) {
+	t.Parallel()
+	st, _ := testenv.Table(t)
+	svc := lifecycle.New(st, lifecycle.Config{})
+	eng := workflow.New(st, workflow.Config{Jobs: svc, CancelSlice: time.Nanosecond})
+	svc.SetWorkflows(eng)
+	bg := context.Background()
+	id := uuid.Must(uuid.NewV7()).String()
+	const n = 300
+	if _, err := eng.Create(bg, []byte(asyncBody(id, "sliceq", n))); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(bg, 8*time.Second) // the API's cancel: its first transaction only
+	if _, err := eng.Cancel(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	for pass := 1; ; pass++ {
+		if err := eng.Resume(bg, id); err != nil {
+			t.Fatal(err)
+		}
+		root, err := st.GetNode(bg, id, store.RootPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := jobStates(t, st, id)
+		want := min(n, 99*(pass+1))
+		if got[job.Cancelled] != want {
+			t.Fatalf("pass %d: %d jobs cancelled, want %d (one transaction a pass)", pass, got[job.Cancelled], want)
+		}
+		if want < n {
+			if !root.Cancelling || root.DuePK == "" {
+				t.Fatalf("pass %d left %d jobs but cleared the mark (%v) or the check (%q)", pass, n-want, root.Cancelling, root.DuePK)
+			}
+			continue
+		}
+		if root.Cancelling || root.DuePK != "" {
+			t.Fatalf("the last pass left the mark (%v) or the check (%q)", root.Cancelling, root.DuePK)
+		}
+		break
 	}
 }

@@ -170,11 +170,30 @@ func (e *Engine) cancelJobs(ctx context.Context, ids []string, now time.Time, bu
 	return cancelled, left, err
 }
 
+// cancelSliceEnd is when a pass of finishCancel stops starting
+// transactions: Config.CancelSlice from now, or half of what is left of
+// ctx's time if that is sooner (wall clock, as store.WithBudget reads it).
+// The stream function's batch, and every record behind it in the shard,
+// waits for the pass: a 2,100-job cancel under load outlasted the
+// function's timeout, which restarted it to do it all again.
+func (e *Engine) cancelSliceEnd(ctx context.Context) time.Time {
+	now := time.Now()
+	end := now.Add(e.cancelSlice)
+	if dl, ok := ctx.Deadline(); ok {
+		if half := now.Add(dl.Sub(now) / 2); half.Before(end) {
+			end = half
+		}
+	}
+	return end
+}
+
 // finishCancel cancels the jobs of a cancelled workflow that the request
 // cancelling it did not get to (its root marked cancelling, or the
 // request died), then removes the mark and the root's check: the stream
-// function runs it from the mark, the sweeper from the check. items are
-// the workflow's items if the caller has them (nil: read them).
+// function runs it from the mark, the sweeper from the check. A pass stops
+// at its slice (cancelSliceEnd) and leaves the mark and the check for the
+// next. items are the workflow's items if the caller has them (nil: read
+// them).
 func (e *Engine) finishCancel(ctx context.Context, root *store.Node, items []*store.Node) error {
 	if items == nil {
 		var err error
@@ -186,7 +205,7 @@ func (e *Engine) finishCancel(ctx context.Context, root *store.Node, items []*st
 	// meanwhile returns its jobs to their queues, which this must not
 	// cancel again.
 	guard := store.RootIn(root.WorkflowID, wfstate.Cancelled)
-	cancelled, left, err := e.cancelJobs(ctx, jobIDs(root.WorkflowID, items), e.now(), nil, &guard)
+	cancelled, left, err := e.cancelJobs(ctx, jobIDs(root.WorkflowID, items), e.now(), func() time.Time { return e.cancelSliceEnd(ctx) }, &guard)
 	if errors.Is(err, store.ErrGuardFailed) {
 		e.log.InfoContext(ctx, "cancelled workflow retried meanwhile; its jobs are left to the retry", "workflow_id", root.WorkflowID)
 		return nil
@@ -195,7 +214,11 @@ func (e *Engine) finishCancel(ctx context.Context, root *store.Node, items []*st
 		return err
 	}
 	if left > 0 {
-		return fmt.Errorf("workflow %s: %d jobs left to cancel", root.WorkflowID, left)
+		// The root keeps its mark and its check: the sweeper's next pass
+		// (or the stream's next record of it) goes on.
+		e.log.InfoContext(ctx, "cancelled workflow's jobs partly cancelled; the next pass goes on", "workflow_id", root.WorkflowID,
+			"jobs_cancelled", cancelled, "jobs_left", left)
+		return nil
 	}
 	if cancelled > 0 {
 		e.log.InfoContext(ctx, "workflow's remaining jobs cancelled", "workflow_id", root.WorkflowID, "jobs_cancelled", cancelled)

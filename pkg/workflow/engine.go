@@ -76,6 +76,13 @@ type Config struct {
 	// created workflow before it hands the rest to the next (default
 	// DefaultCreationSlice).
 	CreationSlice time.Duration
+	// CancelSlice is how long one pass of a cancelled workflow's job
+	// cancels (the stream function's, from the root's cancelling mark, or
+	// the sweeper's, from its check) runs before it leaves the rest to the
+	// next (default DefaultCreationSlice): the records behind it in its
+	// shard wait that long at most. A pass makes one transaction (99 jobs)
+	// at least.
+	CancelSlice time.Duration
 }
 
 // DefaultCreationSlice bounds how long one stream invocation spends on a
@@ -98,8 +105,10 @@ type Engine struct {
 	redel time.Duration
 	async int
 	slice time.Duration
-	now   func() time.Time
-	log   *slog.Logger
+	// cancelSlice bounds one pass of finishCancel (Config.CancelSlice).
+	cancelSlice time.Duration
+	now         func() time.Time
+	log         *slog.Logger
 	// shapes caches what never changes of the nodes events are derived
 	// from (see Events).
 	shapes *shapeCache
@@ -107,7 +116,8 @@ type Engine struct {
 
 // New returns an engine on st.
 func New(st Store, c Config) *Engine {
-	e := &Engine{st: st, admit: c.Jobs, push: map[string]bool{}, redel: c.RedeliverAfter, async: c.AsyncItems, slice: c.CreationSlice, now: c.Now, log: c.Logger, shapes: &shapeCache{}}
+	e := &Engine{st: st, admit: c.Jobs, push: map[string]bool{}, redel: c.RedeliverAfter, async: c.AsyncItems, slice: c.CreationSlice,
+		cancelSlice: c.CancelSlice, now: c.Now, log: c.Logger, shapes: &shapeCache{}}
 	for _, q := range c.PushQueues {
 		e.push[q] = true
 	}
@@ -116,6 +126,9 @@ func New(st Store, c Config) *Engine {
 	}
 	if e.slice <= 0 {
 		e.slice = DefaultCreationSlice
+	}
+	if e.cancelSlice <= 0 {
+		e.cancelSlice = DefaultCreationSlice
 	}
 	if e.now == nil {
 		e.now = time.Now
