@@ -127,6 +127,10 @@ type Node struct {
 	// that cancelled it ran out of time before all its jobs were
 	// cancelled: the stream function cancels the rest (SetCancelling).
 	Cancelling bool `dynamodbav:"cancelling,omitempty"`
+	// CancelPass counts the passes that cancelled part of the jobs left
+	// (NextCancelPass): each is a change of the root, from which the
+	// stream function runs the next.
+	CancelPass int64 `dynamodbav:"cancel_pass,omitempty"`
 	// CDef is the gzipped definition of a workflow created asynchronously
 	// (see BeginWorkflow), kept on the root until its first jobs exist;
 	// CreateItems is how many nodes its creation writes besides the root.
@@ -807,6 +811,23 @@ func (s *Store) SetCancelling(ctx context.Context, wfID string, on bool) error {
 	}
 	if err != nil {
 		return fmt.Errorf("workflow %s: cancelling: %w", wfID, err)
+	}
+	return nil
+}
+
+// NextCancelPass records on a cancelling workflow's root that a pass
+// cancelled part of its jobs and left the rest: the change is a stream
+// record of the root, from which the stream function runs the next pass
+// (its other records wait for one pass at most, not for the whole cancel).
+// Nothing is written once the root is no longer cancelling.
+func (s *Store) NextCancelPass(ctx context.Context, wfID string) error {
+	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table, Key: wfKey(wfID, nodeSK(RootPath)),
+		UpdateExpression:          aws.String("ADD cancel_pass :one"),
+		ConditionExpression:       aws.String("#s = :c AND cancelling = :t"),
+		ExpressionAttributeNames:  map[string]string{"#s": "state"},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":c": avS(string(wfstate.Cancelled)), ":t": &types.AttributeValueMemberBOOL{Value: true}, ":one": &types.AttributeValueMemberN{Value: "1"}}})
+	if err != nil && !conditionFailed(err) {
+		return fmt.Errorf("workflow %s: next cancel pass: %w", wfID, err)
 	}
 	return nil
 }

@@ -702,7 +702,8 @@ func TestCancelOutOfTimeLeavesTheRestToTheStream(t *testing.T) {
 }
 
 // A pass that finishes a cancel stops at its slice and leaves the rest,
-// with the root's mark and check, to the next pass: the stream function's
+// with the root's mark and check, to the next pass (recorded on the root,
+// whose stream record runs it): the stream function's
 // batch (and the records behind it in its shard) does not wait for a large
 // cancel, nor outlast the function's timeout doing it. Each pass makes one
 // transaction (99 jobs) at least.
@@ -739,6 +740,11 @@ func TestFinishingACancelGoesOnInSlices(t *testing.T) {
 		if want < n {
 			if !root.Cancelling || root.DuePK == "" {
 				t.Fatalf("pass %d left %d jobs but cleared the mark (%v) or the check (%q)", pass, n-want, root.Cancelling, root.DuePK)
+			}
+			// The pass is a change of the root: the stream function's
+			// record of it runs the next.
+			if root.CancelPass != int64(pass) {
+				t.Fatalf("pass %d recorded as %d", pass, root.CancelPass)
 			}
 			continue
 		}

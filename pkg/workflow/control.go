@@ -214,10 +214,15 @@ func (e *Engine) finishCancel(ctx context.Context, root *store.Node, items []*st
 		return err
 	}
 	if left > 0 {
-		// The root keeps its mark and its check: the sweeper's next pass
-		// (or the stream's next record of it) goes on.
+		// The root keeps its mark and its check. A pass that got
+		// somewhere records it on a marked root, a change from which the
+		// stream function runs the next pass (behind the records now in
+		// its shard); the sweeper's check is the guarantee.
 		e.log.InfoContext(ctx, "cancelled workflow's jobs partly cancelled; the next pass goes on", "workflow_id", root.WorkflowID,
 			"jobs_cancelled", cancelled, "jobs_left", left)
+		if cancelled > 0 && root.Cancelling {
+			return e.st.NextCancelPass(ctx, root.WorkflowID)
+		}
 		return nil
 	}
 	if cancelled > 0 {

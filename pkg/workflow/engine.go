@@ -42,6 +42,7 @@ type Store interface {
 	ApplyAll(ctx context.Context, ts []store.Transition) ([]error, error)
 	ApplyAllIf(ctx context.Context, ts []store.Transition, g store.Guard) ([]error, error)
 	SetCancelling(ctx context.Context, wfID string, on bool) error
+	NextCancelPass(ctx context.Context, wfID string) error
 	DeleteWorkflowJob(ctx context.Context, wfID, id string, state job.State) error
 }
 
