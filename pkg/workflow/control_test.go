@@ -697,26 +697,40 @@ func TestAFinishedNodesStaleTimeoutEntryIsRemoved(t *testing.T) {
 // ran).
 func TestFailureHandlerRunsAgainAfterARetry(t *testing.T) {
 	t.Parallel()
-	h := newClocked(t)
-	ctx := context.Background()
-	id := h.create(`{"type":"chain","steps":[{"type":"f.a","args":[],"options":{"queue":"fq"}}],
-		"on_failure":{"type":"f.alert","args":[],"options":{"queue":"fq"}}}`)
-	for run := 1; run <= 2; run++ {
-		h.fail(h.fetch("fq")["f.a"])
-		alert := h.fetch("fq")
-		if keys(alert) != "f.alert" {
-			t.Fatalf("run %d: handler: %s", run, keys(alert))
-		}
-		h.ack(alert["f.alert"], fmt.Sprintf(`"paged %d"`, run))
-		v := h.view(id)
-		if v["state"] != "failed" || v["handlers"].(map[string]any)["on_failure"].(map[string]any)["state"] != "completed" {
-			t.Fatalf("run %d: %s", run, jsonStr(v))
-		}
-		if run == 1 {
-			if _, err := h.eng.Retry(ctx, id); err != nil {
-				t.Fatal(err)
+	for _, tc := range []struct {
+		name, handler string
+		steps         []string // the handler's jobs, in order
+	}{
+		{"one job", `{"type":"f.alert","args":[],"options":{"queue":"fq"}}`, []string{"f.alert"}},
+		// A chain's steps need no reset: its launch starts it from its first.
+		{"a chain", `{"type":"chain","steps":[{"type":"f.page","args":[],"options":{"queue":"fq"}},{"type":"f.log","args":[],"options":{"queue":"fq"}}]}`,
+			[]string{"f.page", "f.log"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newClocked(t)
+			ctx := context.Background()
+			id := h.create(`{"type":"chain","steps":[{"type":"f.a","args":[],"options":{"queue":"fq"}}],"on_failure":` + tc.handler + `}`)
+			for run := 1; run <= 2; run++ {
+				h.fail(h.fetch("fq")["f.a"])
+				for _, step := range tc.steps {
+					got := h.fetch("fq")
+					if keys(got) != step {
+						t.Fatalf("run %d: handler step %s: got %s", run, step, keys(got))
+					}
+					h.ack(got[step], fmt.Sprintf(`"%s %d"`, step, run))
+				}
+				v := h.view(id)
+				if v["state"] != "failed" || v["handlers"].(map[string]any)["on_failure"].(map[string]any)["state"] != "completed" {
+					t.Fatalf("run %d: %s", run, jsonStr(v))
+				}
+				if run == 1 {
+					if _, err := h.eng.Retry(ctx, id); err != nil {
+						t.Fatal(err)
+					}
+				}
 			}
-		}
+		})
 	}
 }
 
@@ -730,52 +744,28 @@ func TestARetryWaitsForARunningFailureHandler(t *testing.T) {
 	ctx := context.Background()
 	id := h.create(`{"type":"chain","steps":[{"type":"r.a","args":[],"options":{"queue":"rq"}}],
 		"on_failure":{"type":"r.alert","args":[],"options":{"queue":"rq"}}}`)
-	h.fail(h.fetch("rq")["r.a"])
-	alert := h.fetch("rq")
-	if keys(alert) != "r.alert" {
-		t.Fatalf("handler: %s", keys(alert))
-	}
+	alert := h.failStep("rq", "r.a", "r.alert")
 	_, err := h.eng.Retry(ctx, id)
 	if e := ojserr.As(err); e.Code != ojserr.Conflict || e.Details["handler"] != "on_failure" {
 		t.Fatalf("retry while the handler runs: %v", err)
 	}
-	h.ack(alert["r.alert"], `"paged"`)
+	h.ack(alert, `"paged"`)
 	if _, err := h.eng.Retry(ctx, id); err != nil {
 		t.Fatal(err)
 	}
-	h.fail(h.fetch("rq")["r.a"])
-	if again := h.fetch("rq"); keys(again) != "r.alert" {
-		t.Fatalf("the handler did not run for the second failure: %s", keys(again))
-	}
+	h.failStep("rq", "r.a", "r.alert") // the handler runs for the second failure
 }
 
-// A failure handler that is a chain runs all its steps again for a
-// failure after a retry: its steps' nodes wait again with it.
-func TestAChainHandlerRunsAgainAfterARetry(t *testing.T) {
-	t.Parallel()
-	h := newClocked(t)
-	ctx := context.Background()
-	id := h.create(`{"type":"chain","steps":[{"type":"c.a","args":[],"options":{"queue":"cq"}}],
-		"on_failure":{"type":"chain","steps":[{"type":"c.page","args":[],"options":{"queue":"cq"}},{"type":"c.log","args":[],"options":{"queue":"cq"}}]}}`)
-	for run := 1; run <= 2; run++ {
-		h.fail(h.fetch("cq")["c.a"])
-		for _, step := range []string{"c.page", "c.log"} {
-			got := h.fetch("cq")
-			if keys(got) != step {
-				t.Fatalf("run %d: handler step %s: got %s", run, step, keys(got))
-			}
-			h.ack(got[step], fmt.Sprintf(`"%s %d"`, step, run))
-		}
-		v := h.view(id)
-		if v["state"] != "failed" || v["handlers"].(map[string]any)["on_failure"].(map[string]any)["state"] != "completed" {
-			t.Fatalf("run %d: %s", run, jsonStr(v))
-		}
-		if run == 1 {
-			if _, err := h.eng.Retry(ctx, id); err != nil {
-				t.Fatal(err)
-			}
-		}
+// failStep fails the job of type step on queue q and returns the handler
+// job (of type handler) the failure launched.
+func (h *clocked) failStep(q, step, handler string) *job.Job {
+	h.t.Helper()
+	h.fail(h.fetch(q)[step])
+	got := h.fetch(q)
+	if keys(got) != handler {
+		h.t.Fatalf("after %s failed: %s, want the handler %s", step, keys(got), handler)
 	}
+	return got[handler]
 }
 
 // staleHandlers reads every handler node as waiting: a handler launched
@@ -801,22 +791,15 @@ func TestARetryRacingAHandlerLaunchStopsIt(t *testing.T) {
 	ctx := context.Background()
 	id := h.create(`{"type":"chain","steps":[{"type":"s.a","args":[],"options":{"queue":"sq"}}],
 		"on_failure":{"type":"s.alert","args":[],"options":{"queue":"sq"}}}`)
-	h.fail(h.fetch("sq")["s.a"])
-	alert := h.fetch("sq")
-	if keys(alert) != "s.alert" {
-		t.Fatalf("handler: %s", keys(alert))
-	}
+	alert := h.failStep("sq", "s.a", "s.alert")
 	if _, err := eng.Retry(ctx, id); err != nil {
 		t.Fatal(err)
 	}
 	// Cancelled and removed: its late ACK finds no job.
-	if _, err := svc.Ack(ctx, alert["s.alert"].ID, []byte(`"late"`), 0); ojserr.As(err).Code != ojserr.NotFound {
+	if _, err := svc.Ack(ctx, alert.ID, []byte(`"late"`), 0); ojserr.As(err).Code != ojserr.NotFound {
 		t.Fatalf("the stopped handler's ACK: %v", err)
 	}
-	h.fail(h.fetch("sq")["s.a"])
-	if again := h.fetch("sq"); keys(again) != "s.alert" {
-		t.Fatalf("the handler did not run for the second failure: %s", keys(again))
-	}
+	h.failStep("sq", "s.a", "s.alert") // the handler runs for the second failure
 }
 
 // A batch retried for a failed member decides its callbacks again when
