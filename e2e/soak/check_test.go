@@ -91,9 +91,11 @@ func (s *snapshot) add(av map[string]types.AttributeValue) error {
 			s.nodes[n.WorkflowID] = map[string]*store.Node{}
 		}
 		s.nodes[n.WorkflowID][n.Path] = n
-	case strings.HasPrefix(pk.Value, "EVT#job#"), strings.HasPrefix(pk.Value, "EVT#workflow#"):
-		// A page of the subject's history; a retried stream batch may have
-		// stored an event in two pages: each id counts once.
+	case strings.HasPrefix(pk.Value, "EVT#job#"), strings.HasPrefix(pk.Value, "EVT#workflow#"),
+		strings.HasPrefix(pk.Value, "EVB#"):
+		// A page of a subject's history (EVT#), or of the histories of the
+		// subjects created in one second (EVB#); a retried stream batch may
+		// have stored an event in two pages: each id counts once.
 		evs, ok, err := store.DecodeEventPage(av)
 		if err != nil || !ok {
 			return err
@@ -103,17 +105,17 @@ func (s *snapshot) add(av map[string]types.AttributeValue) error {
 				continue
 			}
 			s.seen[ev.ID] = true
-			if id, ok := strings.CutPrefix(pk.Value, "EVT#job#"); ok {
+			switch ev.SubjectCategory() {
+			case "job":
 				attempt, _ := ev.Data["attempt"].(float64)
-				s.events[id] = append(s.events[id], jobEvent{Type: ev.Type, Attempt: int(attempt)})
-			} else {
-				id := strings.TrimPrefix(pk.Value, "EVT#workflow#")
+				s.events[ev.Subject] = append(s.events[ev.Subject], jobEvent{Type: ev.Type, Attempt: int(attempt)})
+			case "workflow":
 				t := ev.Type
 				if cb, _ := ev.Data["callback"].(string); cb != "" {
 					batch, _ := ev.Data["batch_path"].(string)
 					t += ":" + batch + "/" + cb
 				}
-				s.wfEvts[id] = append(s.wfEvts[id], t)
+				s.wfEvts[ev.Subject] = append(s.wfEvts[ev.Subject], t)
 			}
 		}
 	}

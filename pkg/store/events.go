@@ -5,6 +5,7 @@ import (
 	"compress/flate"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"io"
@@ -18,7 +19,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/google/uuid"
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
 )
 
 // Event pages (see docs/data-model.md "Events"). The stream function
@@ -28,9 +31,16 @@ import (
 //   - The log: pk EVL#<UTC day>#<shard>, one page per batch and window
 //     (the shard a hash of the page), so a query by time reads the day's
 //     shards in sort-key order.
-//   - The subject's history: pk EVT#<category>#<subject>, one page per
-//     batch, window and subject, so a job's or workflow's events are one
-//     Query.
+//   - The subject's history: a job's or workflow's (its id a UUIDv7, as
+//     every id this service assigns or accepts is) in pk
+//     EVB#<category>#<second of the id's time>#<hash shard>, one page per
+//     batch, window and bucket, shared by the subjects created in the same
+//     second (SubjectShards of them per second): the events of jobs created
+//     together are written together, so a batch writes a page per bucket
+//     instead of one per subject, and a subject's history is one Query of
+//     its bucket, filtered. Other subjects (queues, workers, ids that are
+//     not UUIDv7) in pk EVT#<category>#<subject>, one page per batch,
+//     window and subject, as every subject was before the buckets.
 //   - A queue's failures: pk EVQ#<queue>, one page per batch, window and
 //     queue, holding only the QueueIndexed types (failed, retrying,
 //     discarded, cancelled, expired attempts). A query for those types of
@@ -49,9 +59,14 @@ import (
 // per event (an item of at least 1 KB and its copy in an index): about 0.1
 // unit per event in the log, one per subject and batch in the histories.
 const (
-	eventPrefix      = "EVT#"
-	eventLogPrefix   = "EVL#"
-	eventQueuePrefix = "EVQ#"
+	eventPrefix       = "EVT#"
+	eventBucketPrefix = "EVB#"
+	eventLogPrefix    = "EVL#"
+	eventQueuePrefix  = "EVQ#"
+	// SubjectShards is the number of history buckets per second of subject
+	// creation: a job's history is read from a partition it shares with
+	// about 1/SubjectShards of the jobs created in the same second.
+	SubjectShards = 8
 	// EventShards is the number of log partitions per day.
 	EventShards = 8
 	// EventWindow is the span of time one page holds. A query from a cursor
@@ -82,6 +97,21 @@ const attrStoredAt = "sa"
 var storeClock = time.Now
 
 func eventPK(category, subject string) string { return eventPrefix + category + "#" + subject }
+
+// historyPK is the partition holding subject's history: its creation
+// second's bucket for a job or workflow named by a UUIDv7, its own
+// partition otherwise. The bucket is derived from the id alone, so a
+// reader knows it without reading the job.
+func historyPK(category, subject string) string {
+	if category != "job" && category != "workflow" || job.ValidateID(subject) != nil {
+		return eventPK(category, subject)
+	}
+	u := uuid.MustParse(subject)
+	ms := int64(u[0])<<40 | int64(u[1])<<32 | int64(u[2])<<24 | int64(u[3])<<16 | int64(u[4])<<8 | int64(u[5])
+	h := fnv.New32a()
+	h.Write([]byte(subject))
+	return eventBucketPrefix + category + "#" + strconv.FormatInt(ms/1000, 10) + "#" + strconv.Itoa(int(h.Sum32()%SubjectShards))
+}
 
 func eventQueuePK(queue string) string { return eventQueuePrefix + queue }
 
@@ -141,7 +171,7 @@ func (s *Store) PutEvents(ctx context.Context, evs []events.Event, ttl time.Dura
 		}
 		w := windowKey(e.At())
 		logs[w] = append(logs[w], raw{e, body})
-		sk := eventPK(e.SubjectCategory(), e.Subject) + "\x00" + w
+		sk := historyPK(e.SubjectCategory(), e.Subject) + "\x00" + w
 		subjects[sk] = append(subjects[sk], raw{e, body})
 		if q := e.Queue(); q != "" && slices.Contains(QueueIndexed, e.Type) {
 			qk := eventQueuePK(q) + "\x00" + w
@@ -246,8 +276,8 @@ func encodePage(bodies [][]byte) ([]byte, error) {
 func DecodeEventPage(av map[string]types.AttributeValue) (evs []events.Event, ok bool, err error) {
 	z, _ := av["z"].(*types.AttributeValueMemberB)
 	pk, _ := av[attrPK].(*types.AttributeValueMemberS)
-	if z == nil || pk == nil || !(strings.HasPrefix(pk.Value, eventPrefix) || strings.HasPrefix(pk.Value, eventLogPrefix) ||
-		strings.HasPrefix(pk.Value, eventQueuePrefix)) {
+	if z == nil || pk == nil || !(strings.HasPrefix(pk.Value, eventPrefix) || strings.HasPrefix(pk.Value, eventBucketPrefix) ||
+		strings.HasPrefix(pk.Value, eventLogPrefix) || strings.HasPrefix(pk.Value, eventQueuePrefix)) {
 		return nil, false, nil
 	}
 	if f, _ := av["ef"].(*types.AttributeValueMemberS); f == nil || f.Value != eventFormat {
@@ -280,7 +310,7 @@ func (s *Store) QueryEvents(ctx context.Context, f events.Filter, now time.Time)
 	var err error
 	seen := &seenPages{now: now}
 	if f.SubjectID != "" {
-		found, err = s.readPages(ctx, eventPK(f.SubjectCategory, f.SubjectID), start, f, limit+1, seen)
+		found, err = s.readHistory(ctx, f, start, limit+1, seen)
 		if err != nil {
 			return nil, err
 		}
@@ -312,6 +342,35 @@ func (s *Store) QueryEvents(ctx context.Context, f events.Filter, now time.Time)
 		page.Events = []events.Event{}
 	}
 	return page, nil
+}
+
+// readHistory reads up to want events of f's subject: from its bucket and,
+// for pages stored before the buckets (until their TTL ends), from the
+// subject's own partition, both at once.
+func (s *Store) readHistory(ctx context.Context, f events.Filter, start string, want int, seen *seenPages) ([]events.Event, error) {
+	pks := []string{historyPK(f.SubjectCategory, f.SubjectID)}
+	if own := eventPK(f.SubjectCategory, f.SubjectID); own != pks[0] {
+		pks = append(pks, own)
+	}
+	found := make([][]events.Event, len(pks))
+	errs := make([]error, len(pks))
+	var wg sync.WaitGroup
+	for i, pk := range pks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			found[i], errs[i] = s.readPages(ctx, pk, start, f, want, seen)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	out := sortUnique(slices.Concat(found...))
+	if len(out) > want {
+		out = out[:want]
+	}
+	return out, nil
 }
 
 // queryEventDay merges the day's log shards: each shard is read in
@@ -411,7 +470,9 @@ func (s *Store) readPages(ctx context.Context, pk, start string, f events.Filter
 			seen.add(page, storedAt)
 			for i := range evs {
 				e := &evs[i]
-				if e.ID <= start || !f.Fresh(e.ID, storedAt, page) || !f.Matches(e) {
+				if e.ID <= start || !f.Fresh(e.ID, storedAt, page) || !f.Matches(e) ||
+					// A bucket holds the histories of other subjects.
+					f.SubjectID != "" && (e.Subject != f.SubjectID || e.SubjectCategory() != f.SubjectCategory) {
 					continue
 				}
 				if !f.Until.IsZero() && !e.At().Before(f.Until) {

@@ -9,8 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/google/uuid"
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
 	"github.com/ojs-aws/ojs-serverless/pkg/internal/testenv"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
@@ -462,5 +464,109 @@ func TestTailingCursorFindsEventsStoredLate(t *testing.T) {
 	p, err := s.QueryEvents(ctx, events.Filter{Types: []string{events.JobCompleted}, Queues: []string{"tail"}, Since: t0.Add(-time.Minute), Limit: 2}, t0.Add(20*time.Second))
 	if err != nil || p.Cursor != p.Events[1].ID {
 		t.Fatalf("plain cursor %q, want %s (%v)", p.Cursor, p.Events[1].ID, err)
+	}
+}
+
+// v7 is a UUIDv7 with the time at and n in its random bits.
+func v7(at time.Time, n int) string {
+	var u uuid.UUID
+	ms := at.UnixMilli()
+	for i := range 6 {
+		u[i] = byte(ms >> (40 - 8*i))
+	}
+	u[6], u[7] = 0x70, byte(n>>16)
+	u[8] = 0x80 | byte(n>>8)&0x3f
+	u[15] = byte(n)
+	return u.String()
+}
+
+// The histories of jobs created in the same second share their pages: a
+// batch writes a page per bucket (at most SubjectShards a second), not one
+// per job, and each job's history is still exactly its own events, paged
+// by any limit; pages stored before the buckets (a subject's own
+// partition) are still read, each event once.
+func TestHistoriesOfJobsCreatedTogetherShareTheirPages(t *testing.T) {
+	t.Parallel()
+	s, _ := testenv.Table(t)
+	table := s.Table()
+	ctx := context.Background()
+	db := testenv.DynamoDB()
+	created := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC).Add(100 * time.Millisecond)
+	var batch []events.Event
+	var jobs []string
+	for i := range 40 {
+		id := v7(created.Add(time.Duration(i)*10*time.Millisecond), i)
+		jobs = append(jobs, id)
+		at := created.Add(time.Duration(i) * time.Millisecond)
+		batch = append(batch, ev(events.JobEnqueued, id, "a", at, 0),
+			ev(events.JobStarted, id, "a", at.Add(200*time.Millisecond), 1),
+			ev(events.JobCompleted, id, "a", at.Add(400*time.Millisecond), 2))
+	}
+	if err := s.PutEvents(ctx, batch, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	logPages, subjectPages, _, _, stored := eventItems(t, table)
+	if logPages != 1 || subjectPages > store.SubjectShards || stored != len(batch) {
+		t.Fatalf("%d log pages holding %d events and %d history pages for 40 jobs created in one second; want 1 holding %d and at most %d",
+			logPages, stored, subjectPages, len(batch), store.SubjectShards)
+	}
+	history := func(id string, limit int) []events.Event {
+		t.Helper()
+		var got []events.Event
+		f := events.Filter{SubjectCategory: "job", SubjectID: id, Limit: limit}
+		for calls := 0; ; calls++ {
+			if calls > 20 {
+				t.Fatal("pagination does not end")
+			}
+			p, err := s.QueryEvents(ctx, f, created.Add(time.Hour))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, p.Events...)
+			if !p.HasMore {
+				return got
+			}
+			f.After = p.Cursor
+		}
+	}
+	for i, id := range jobs {
+		for _, limit := range []int{1, 2, 100} {
+			got := history(id, limit)
+			if want := ids(batch[3*i : 3*i+3]); fmt.Sprint(ids(got)) != fmt.Sprint(want) {
+				t.Fatalf("job %d's history by %d: %v, want %v", i, limit, ids(got), want)
+			}
+		}
+	}
+
+	// A job whose first events were stored in its own partition, before
+	// the buckets: its page is moved there, then its later events are
+	// stored in its bucket (one of them again).
+	old := v7(created.Add(time.Hour), 99)
+	at := created.Add(time.Hour)
+	first := []events.Event{ev(events.JobEnqueued, old, "a", at, 0), ev(events.JobStarted, old, "a", at.Add(time.Millisecond), 1)}
+	if err := s.PutEvents(ctx, first, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	out, err := db.Scan(ctx, &dynamodb.ScanInput{TableName: &table, FilterExpression: aws.String("begins_with(pk, :b) AND contains(sk, :id)"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":b": &types.AttributeValueMemberS{Value: "EVB#job#"}, ":id": &types.AttributeValueMemberS{Value: first[0].ID}}})
+	if err != nil || len(out.Items) != 1 {
+		t.Fatalf("the new job's bucket page: %d items, %v", len(out.Items), err)
+	}
+	page := out.Items[0]
+	if _, err := db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &table, Key: map[string]types.AttributeValue{"pk": page["pk"], "sk": page["sk"]}}); err != nil {
+		t.Fatal(err)
+	}
+	page["pk"] = &types.AttributeValueMemberS{Value: "EVT#job#" + old}
+	if _, err := db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &table, Item: page}); err != nil {
+		t.Fatal(err)
+	}
+	later := []events.Event{first[1], ev(events.JobCompleted, old, "a", at.Add(2*time.Millisecond), 2)}
+	if err := s.PutEvents(ctx, later, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	for _, limit := range []int{1, 100} {
+		if got, want := ids(history(old, limit)), ids(append(first, later[1])); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("history across its own partition and its bucket, by %d: %v, want %v", limit, got, want)
+		}
 	}
 }
