@@ -45,7 +45,7 @@ func newFake(t *testing.T) (*fakeAWS, aws.Config, *Recorder) {
 	t.Helper()
 	f := &fakeAWS{bodies: map[string]string{}, answer: map[string]func(http.ResponseWriter){
 		"DynamoDB_20120810.PutItem": func(w http.ResponseWriter) {
-			_, _ = w.Write([]byte(`{"ConsumedCapacity":{"TableName":"t","CapacityUnits":3,"WriteCapacityUnits":3}}`))
+			_, _ = w.Write([]byte(`{"ConsumedCapacity":{"TableName":"t","CapacityUnits":3,"Table":{"CapacityUnits":1},"GlobalSecondaryIndexes":{"ready":{"CapacityUnits":1},"due":{"CapacityUnits":1}}}}`))
 		},
 		"DynamoDB_20120810.GetItem": func(w http.ResponseWriter) {
 			// Only the total, as some emulators report it.
@@ -81,7 +81,7 @@ func TestCountsDynamoDB(t *testing.T) {
 	if in.ReturnConsumedCapacity != "" {
 		t.Fatal("the caller's input was changed")
 	}
-	if !strings.Contains(f.bodies["DynamoDB_20120810.PutItem"], `"ReturnConsumedCapacity":"TOTAL"`) {
+	if !strings.Contains(f.bodies["DynamoDB_20120810.PutItem"], `"ReturnConsumedCapacity":"INDEXES"`) {
 		t.Fatalf("consumed capacity not requested: %s", f.bodies["DynamoDB_20120810.PutItem"])
 	}
 	if _, err := db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String("t"), Key: key}); err != nil {
