@@ -144,7 +144,7 @@ func scaleRun(t *testing.T, kind string, n int) {
 		t.Fatal(err)
 	}
 	t.Logf("%s of %d jobs: created+started in %v, finished in %v; root node version %d (writes)", kind, n, created.Round(time.Millisecond),
-		time.Since(start).Round(time.Millisecond), root.Version)
+		time.Since(start).Round(time.Millisecond), root.Version())
 	wantCallbacks := int64(0)
 	if kind == "batch" {
 		wantCallbacks = 2
@@ -154,8 +154,8 @@ func scaleRun(t *testing.T, kind string, n int) {
 	if root.State != "completed" || ok != n || fail != 0 || shards != root.Shards || ran["scale.job"] != n || callbacks != wantCallbacks {
 		t.Fatalf("state %s ok %d fail %d shards %d/%d ran %v callbacks %d", root.State, ok, fail, shards, root.Shards, ran, callbacks)
 	}
-	if root.Version > int64(root.Shards)+10 {
-		t.Fatalf("the root node took %d writes for %d shards: a write per job somewhere", root.Version, root.Shards)
+	if root.Version() > int64(root.Shards)+10 {
+		t.Fatalf("the root node took %d writes for %d shards: a write per job somewhere", root.Version(), root.Shards)
 	}
 }
 
@@ -215,7 +215,7 @@ func TestThousandStepGraphs(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Logf("%s graph of %d steps finished in %v; graph node version %d (writes)", shape, len(steps), time.Since(start).Round(time.Millisecond), root.Version)
+			t.Logf("%s graph of %d steps finished in %v; graph node version %d (writes)", shape, len(steps), time.Since(start).Round(time.Millisecond), root.Version())
 			if root.State != "completed" || len(root.OK) != len(steps) || ran["g.step"] != len(steps) {
 				t.Fatalf("state %s ok %d ran %v", root.State, len(root.OK), ran)
 			}

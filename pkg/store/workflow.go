@@ -156,11 +156,29 @@ type Node struct {
 	StartedAt   string `dynamodbav:"started_at,omitempty"`
 	CompletedAt string `dynamodbav:"completed_at,omitempty"`
 	CancelledAt string `dynamodbav:"cancelled_at,omitempty"`
-	Version     int64  `dynamodbav:"version"`
+	// Rev counts the node's writes (1 when created): the stream derives
+	// the ids of its events from it. It is "nv", not "version" as on every
+	// other item: the due index projects "version" (a job's), and a
+	// running workflow's root is in that index (its progress check), so
+	// every step's write of the root would write the index too, twice the
+	// units in a transaction. LegacyVersion is the count of a node written
+	// before (see Version).
+	Rev           int64 `dynamodbav:"nv,omitempty"`
+	LegacyVersion int64 `dynamodbav:"version,omitempty"`
 	// DuePK and DueAt list a running workflow's root in the due index so
 	// the sweeper checks it for lost progress (see DueWorkflows).
 	DuePK string `dynamodbav:"due_pk,omitempty"`
 	DueAt int64  `dynamodbav:"due_at,omitempty"`
+}
+
+// Version is the node's write count: Rev, or for a node not written
+// since nodes counted in "version", that count (its next write goes on
+// from it: NodeWrite.build).
+func (n *Node) Version() int64 {
+	if n.Rev > 0 {
+		return n.Rev
+	}
+	return n.LegacyVersion
 }
 
 // Done reports whether child i is counted as finished on the node.
@@ -421,7 +439,7 @@ func (s *Store) CreateWorkflow(ctx context.Context, w NewWorkflow) error {
 		return err
 	}
 	r := *root
-	r.Version = 1
+	r.Rev = 1
 	cond := aws.String("attribute_not_exists(pk)")
 	bytes := 0
 	for _, it := range items {
@@ -483,7 +501,7 @@ func (s *Store) CreateWorkflow(ctx context.Context, w NewWorkflow) error {
 // sweeper if that failed. items is how many nodes the creation writes
 // besides the root, for progress.
 func (s *Store) BeginWorkflow(ctx context.Context, root Node, def []byte, items int) error {
-	root.Version, root.Creating, root.CDef, root.CreateItems = 1, true, def, items
+	root.Rev, root.Creating, root.CDef, root.CreateItems = 1, true, def, items
 	av, err := attributevalue.MarshalMap(nodeItem{PK: wfPrefix + root.WorkflowID, SK: nodeSK(RootPath), Node: root})
 	if err != nil {
 		return err
@@ -848,7 +866,7 @@ func workflowItems(w NewWorkflow) (*Node, []map[string]types.AttributeValue, err
 	var items []map[string]types.AttributeValue
 	for i := range w.Nodes {
 		n := w.Nodes[i]
-		n.Version = 1
+		n.Rev = 1
 		if n.Path == RootPath {
 			root = &w.Nodes[i]
 			continue
@@ -1306,7 +1324,8 @@ func (w NodeWrite) validate() error {
 // states.
 func (w NodeWrite) build(x *exprs, wfID string, scope []wfstate.State) (update, cond string) {
 	var set, add, remove, conds []string
-	set = append(set, x.name("version")+" = "+x.name("version")+" + "+x.num(1))
+	// From "version" for a node written before "nv" (Node.Version).
+	set = append(set, x.name("nv")+" = if_not_exists("+x.name("nv")+", if_not_exists("+x.name("version")+", "+x.num(0)+")) + "+x.num(1))
 	if w.To != "" {
 		set = append(set, x.name("state")+" = "+x.str(string(w.To)))
 		at := job.Timestamp(w.At)
@@ -1718,7 +1737,7 @@ func (s *Store) advanceTx(ctx context.Context, a Advance, jobs []*job.Job, nodes
 				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}})
 		}
 		for _, n := range newNodes {
-			n.Version = 1
+			n.Rev = 1
 			av, err := attributevalue.MarshalMap(nodeItem{PK: wfPrefix + wfID, SK: nodeSK(n.Path), Node: n})
 			if err != nil {
 				return err

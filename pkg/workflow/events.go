@@ -99,7 +99,7 @@ func (b *wfEvents) shapeOf(ctx context.Context, wfID, path string) (*shape, erro
 
 func (b *wfEvents) put(n *store.Node) {
 	k := n.WorkflowID + n.Path
-	if cur, ok := b.nodes[k]; !ok || cur == nil || cur.Version < n.Version {
+	if cur, ok := b.nodes[k]; !ok || cur == nil || cur.Version() < n.Version() {
 		b.nodes[k] = n
 	}
 }
@@ -153,8 +153,8 @@ func (b *wfEvents) nodeChange(ctx context.Context, c NodeChange) error {
 	if old != nil {
 		oldFired, oldState = old.Fired, old.State
 	}
-	key := func(k int) []string { return []string{n.Path, strconv.FormatInt(n.Version, 10), strconv.Itoa(k)} }
-	seq := func(k int) int64 { return n.Version*8 + int64(k) }
+	key := func(k int) []string { return []string{n.Path, strconv.FormatInt(n.Version(), 10), strconv.Itoa(k)} }
+	seq := func(k int) int64 { return n.Version()*8 + int64(k) }
 	if len(n.Fired) > len(oldFired) {
 		root, err := b.node(ctx, n.WorkflowID, store.RootPath)
 		if err != nil {

@@ -8,7 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/ojs-aws/ojs-serverless/pkg/awsclient"
+	"github.com/ojs-aws/ojs-serverless/pkg/callstats"
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
 	"github.com/ojs-aws/ojs-serverless/pkg/internal/testenv"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
@@ -280,5 +284,89 @@ func TestLongChainAndGraphVerifyInOneRead(t *testing.T) {
 		if n := db.total(); n != 1 {
 			t.Fatalf("%s: verifying a recorded step made %d requests (%v)", form, n, db.n)
 		}
+	}
+}
+
+// TestChainStepWriteUnits pins what a chain step's writes cost in DynamoDB
+// write units, as DynamoDB Local reports them (index entries included; a
+// transaction counts twice). Pull mode, every item under 1 KB. Each ACK:
+// the job's completion, 3 (the item, leaving "due", entering "done"); then
+// for the first two steps the transaction of the next step's job (the
+// item and its "ready" entry) and the root's record of the step (the item
+// alone: the root is in the due index for its progress check, and a write
+// that changes none of the attributes the index projects leaves the index
+// alone), 2 × 3; for the last, the root's finish, an update too (the
+// item, leaving the due index), 2: 5 in updates.
+func TestChainStepWriteUnits(t *testing.T) {
+	t.Parallel()
+	base, _ := testenv.Table(t)
+	rec := callstats.New("test")
+	db := dynamodb.NewFromConfig(testenv.Config(), awsclient.DynamoDBOptions, func(o *dynamodb.Options) {
+		o.APIOptions = append(o.APIOptions, rec.AddMiddleware)
+	})
+	st := store.New(db, base.Table())
+	svc := lifecycle.New(st, lifecycle.Config{})
+	eng := workflow.New(st, workflow.Config{Jobs: svc})
+	svc.SetWorkflows(eng)
+	ctx := context.Background()
+	if _, err := eng.Create(ctx, []byte(`{"type":"chain","name":"units","steps":[
+		{"type":"a","args":[],"options":{"queue":"u"}},{"type":"b","args":[],"options":{"queue":"u"}},{"type":"c","args":[],"options":{"queue":"u"}}]}`)); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for step := 0; step < 3; step++ {
+		jobs, err := svc.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"u"}, Count: 10})
+		if err != nil || len(jobs) != 1 {
+			t.Fatalf("step %d: %d jobs, %v", step, len(jobs), err)
+		}
+		before := rec.Set()
+		if _, err := svc.Ack(ctx, jobs[0].ID, []byte(`1`), 0); err != nil {
+			t.Fatal(err)
+		}
+		d := rec.Set().Sub(before)
+		got = append(got, fmt.Sprintf("%g+%g", d["DynamoDB UpdateItem"].WriteUnits, d["DynamoDB TransactWriteItems"].WriteUnits))
+	}
+	if s := strings.Join(got, " "); s != "3+6 3+6 5+0" {
+		t.Fatalf("write units of the three ACKs (job update + transaction): %s, want 3+6 3+6 5+0", s)
+	}
+}
+
+// A node written before nodes counted their writes in "nv" (not projected
+// by the due index) holds its count in "version": its next write goes on
+// from that count, so the ids of the events derived from its writes
+// never repeat.
+func TestANodeWrittenBeforeNVGoesOnCountingFromItsVersion(t *testing.T) {
+	t.Parallel()
+	st, _ := testenv.Table(t)
+	svc := lifecycle.New(st, lifecycle.Config{})
+	eng := workflow.New(st, workflow.Config{Jobs: svc})
+	svc.SetWorkflows(eng)
+	ctx := context.Background()
+	v, err := eng.Create(ctx, []byte(`{"type":"chain","name":"old","steps":[
+		{"type":"a","args":[],"options":{"queue":"o"}},{"type":"b","args":[],"options":{"queue":"o"}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := (*v)["id"].(string)
+	table := st.Table()
+	key := map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "WF#" + id}, "sk": &types.AttributeValueMemberS{Value: "N#/"}}
+	if _, err := testenv.DynamoDB().UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &table, Key: key,
+		UpdateExpression: aws.String("SET version = :v REMOVE nv"), ExpressionAttributeValues: map[string]types.AttributeValue{":v": &types.AttributeValueMemberN{Value: "5"}}}); err != nil {
+		t.Fatal(err)
+	}
+	old, err := st.GetNode(ctx, id, store.RootPath)
+	if err != nil || old.Version() != 5 {
+		t.Fatalf("the old root reads as version %d (%v), want 5", old.Version(), err)
+	}
+	jobs, err := svc.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"o"}, Count: 10})
+	if err != nil || len(jobs) != 1 {
+		t.Fatalf("%d jobs, %v", len(jobs), err)
+	}
+	if _, err := svc.Ack(ctx, jobs[0].ID, []byte(`1`), 0); err != nil {
+		t.Fatal(err)
+	}
+	cur, err := st.GetNode(ctx, id, store.RootPath)
+	if err != nil || cur.Version() != 6 || cur.Rev != 6 || !cur.Done(0) {
+		t.Fatalf("after the step the root is at version %d (nv %d, step counted %v): %v; want 6", cur.Version(), cur.Rev, cur.Done(0), err)
 	}
 }
