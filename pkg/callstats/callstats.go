@@ -31,6 +31,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/smithy-go/middleware"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
+	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 )
 
 // EnvDir names the directory the process writes its counts to; unset, no
@@ -395,10 +396,14 @@ func describe(in, out any, err error) callFacts {
 	for _, x := range cc {
 		// The total of the table and its indexes, attributed by the kind
 		// of request (a write request's units are all write units).
+		units := deref(x.CapacityUnits)
+		if tx, ok := in.(*dynamodb.TransactWriteItemsInput); ok && x.Table != nil {
+			units = txUnits(tx, x)
+		}
 		if isWrite(in) {
-			c.write += deref(x.CapacityUnits)
+			c.write += units
 		} else {
-			c.read += deref(x.CapacityUnits)
+			c.read += units
 		}
 	}
 	if err != nil {
@@ -410,6 +415,92 @@ func describe(in, out any, err error) callFacts {
 		}
 	}
 	return c
+}
+
+// indexKeys names the partition key attribute of each of the job table's
+// global secondary indexes (by index name), for txUnits.
+var indexKeys = func() map[string]string {
+	m := map[string]string{}
+	for _, ix := range topology.JobTable.Indexes {
+		m[ix.Name] = ix.PartitionKey.Name
+	}
+	return m
+}()
+
+// txUnits is what a successful transaction's consumed capacity x (one
+// table's) costs on DynamoDB: two write units per item and KB, and two per
+// index entry written. DynamoDB Local reports two per KB of the items
+// together, for the table and for each index (a transaction of ten small
+// items: 2 units, not 20), so each part is counted as at least two units
+// per item it holds: the table's every item, an index's the items that
+// put or set or remove its key (indexKeys). Items over a KB, and updates
+// that change only what an index projects, count one unit here: what
+// DynamoDB Local reported is kept when it is larger.
+func txUnits(tx *dynamodb.TransactWriteItemsInput, x ddbtypes.ConsumedCapacity) float64 {
+	table := awsString(x.TableName)
+	items, byIndex := 0, map[string]int{}
+	for _, it := range tx.TransactItems {
+		var name *string
+		touches := func(attr string) bool { return false }
+		switch {
+		case it.Put != nil:
+			name = it.Put.TableName
+			touches = func(attr string) bool { _, ok := it.Put.Item[attr]; return ok }
+		case it.Update != nil:
+			name = it.Update.TableName
+			touches = func(attr string) bool { return updateNames(it.Update, attr) }
+		case it.Delete != nil:
+			name = it.Delete.TableName
+		case it.ConditionCheck != nil:
+			name = it.ConditionCheck.TableName
+		}
+		if table != "" && awsString(name) != table {
+			continue
+		}
+		items++
+		for index, key := range indexKeys {
+			if touches(key) {
+				byIndex[index]++
+			}
+		}
+	}
+	total := max(deref(x.Table.CapacityUnits), float64(2*items))
+	for index, c := range x.GlobalSecondaryIndexes {
+		total += max(deref(c.CapacityUnits), float64(2*byIndex[index]))
+	}
+	return total
+}
+
+// updateNames reports whether an update's expression names attr (through
+// its expression attribute names, as the store writes every update).
+func updateNames(u *ddbtypes.Update, attr string) bool {
+	expr := awsString(u.UpdateExpression)
+	for placeholder, name := range u.ExpressionAttributeNames {
+		if name == attr && hasToken(expr, placeholder) {
+			return true
+		}
+	}
+	return hasToken(expr, attr)
+}
+
+// hasToken reports whether tok occurs in expr as a whole name (not the
+// start of a longer one: "#n1" in "#n10").
+func hasToken(expr, tok string) bool {
+	for i := 0; ; {
+		j := strings.Index(expr[i:], tok)
+		if j < 0 {
+			return false
+		}
+		end := i + j + len(tok)
+		if end == len(expr) || !isNameByte(expr[end]) {
+			return true
+		}
+		i = end
+	}
+}
+
+func isNameByte(b byte) bool {
+	return b == '_' || b >= '0' && b <= '9' || b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z'
 }
 
 // estimateUnits estimates what DynamoDB bills for a write that failed its
