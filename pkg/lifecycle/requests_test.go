@@ -134,20 +134,34 @@ func TestFetchAnswersWhatItClaimedBeforeAnError(t *testing.T) {
 	}
 }
 
-// lostAnswer sends the first claim (UpdateItem) twice and answers the
-// second try: what the SDK does when the first answer is lost on the way.
+// lostAnswer sends the first write of a job item (a PUSH's put, a claim's
+// or an ACK's update) twice and answers the second try: what the SDK does
+// when the first answer is lost on the way.
 type lostAnswer struct {
 	*dynamodb.Client
 	done atomic.Bool
 }
 
+// again sends a job item's write once more first, the first time.
+func (c *lostAnswer) again(sk types.AttributeValue, send func() error) error {
+	if s, _ := sk.(*types.AttributeValueMemberS); s != nil && s.Value == "JOB" && c.done.CompareAndSwap(false, true) {
+		return send()
+	}
+	return nil
+}
+
 func (c *lostAnswer) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
-	if c.done.CompareAndSwap(false, true) {
-		if _, err := c.Client.UpdateItem(ctx, in, o...); err != nil {
-			return nil, err
-		}
+	if err := c.again(in.Key["sk"], func() error { _, err := c.Client.UpdateItem(ctx, in, o...); return err }); err != nil {
+		return nil, err
 	}
 	return c.Client.UpdateItem(ctx, in, o...)
+}
+
+func (c *lostAnswer) PutItem(ctx context.Context, in *dynamodb.PutItemInput, o ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	if err := c.again(in.Item["sk"], func() error { _, err := c.Client.PutItem(ctx, in, o...); return err }); err != nil {
+		return nil, err
+	}
+	return c.Client.PutItem(ctx, in, o...)
 }
 
 // TestAClaimWhoseAnswerWasLostIsStillTheFetchers: the retry of a claim
@@ -180,28 +194,13 @@ func TestAClaimWhoseAnswerWasLostIsStillTheFetchers(t *testing.T) {
 	}
 }
 
-// lostPut sends the first put of a job twice and answers the second try.
-type lostPut struct {
-	*dynamodb.Client
-	done atomic.Bool
-}
-
-func (c *lostPut) PutItem(ctx context.Context, in *dynamodb.PutItemInput, o ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
-	if sk, _ := in.Item["sk"].(*types.AttributeValueMemberS); sk != nil && sk.Value == "JOB" && c.done.CompareAndSwap(false, true) {
-		if _, err := c.Client.PutItem(ctx, in, o...); err != nil {
-			return nil, err
-		}
-	}
-	return c.Client.PutItem(ctx, in, o...)
-}
-
 // TestAPushWhoseAnswerWasLostIsNotADuplicate: the SDK's retry of a PUSH
 // whose put landed finds the job there; the put's token tells it is its
 // own, so the PUSH succeeds instead of answering 409.
 func TestAPushWhoseAnswerWasLostIsNotADuplicate(t *testing.T) {
 	t.Parallel()
 	st, _ := testenv.Table(t)
-	db := &lostPut{Client: testenv.DynamoDB()}
+	db := &lostAnswer{Client: testenv.DynamoDB()}
 	s := lifecycle.New(store.New(db, st.Table()), lifecycle.Config{})
 	ctx := context.Background()
 	j, err := s.Push(ctx, []byte(`{"type":"pay.out","args":[],"options":{"queue":"lostput"}}`))
