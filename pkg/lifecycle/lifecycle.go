@@ -115,14 +115,7 @@ type Service struct {
 	pruneAfter atomic.Int64
 	// flow advances workflows inline (Config.Workflows).
 	flow Finisher
-	// contended remembers, per queue, when a FETCH of this process last
-	// lost a claim (time.Time): see Fetch.
-	contended sync.Map
 }
-
-// contendedFor is how long after a lost claim the FETCHes of a process
-// start from a random candidate instead of the head of the queue.
-const contendedFor = time.Second
 
 // New returns a service on st.
 func New(st Store, c Config) *Service {
@@ -783,18 +776,6 @@ func (s *Service) Fetch(ctx context.Context, r FetchRequest) ([]*job.Job, error)
 			}
 		}
 		taken, rotated := 0, false
-		if last, ok := s.contended.Load(q); ok && now.Sub(last.(time.Time)) < contendedFor && len(items) > 1 {
-			// Other workers fetched the same heads a moment ago: their
-			// next FETCHes race this one for the head again, and each
-			// loser's first claim is a billed write that fails. Start from
-			// a random candidate of the window instead (the rotation below
-			// parts the FETCHes only after that first loss). Order is then
-			// loose within the window, as it is between racing workers
-			// anyway; a FETCH that met no contention a second ago keeps it
-			// strict.
-			rotateFrom(items, int(s.rnd()*float64(len(items))))
-			rotated = true
-		}
 		for k := 0; k < len(items); k++ {
 			it := items[k]
 			if len(out) >= r.Count || taken >= want {
@@ -827,19 +808,16 @@ func (s *Service) Fetch(ctx context.Context, r FetchRequest) ([]*job.Job, error)
 				out = append(out, j)
 				used += size
 				taken++
-			} else {
-				s.contended.Store(q, now)
-				if !rotated && k+2 < len(items) {
-					// Contention: another FETCH is claiming the same heads in
-					// the same order, and would win or lose each next one
-					// against this one in lockstep (every lost claim is a
-					// billed write). Go on from a random later candidate and
-					// wrap round to the skipped ones: the two part ways, and
-					// this FETCH still tries every candidate. Without
-					// contention nothing changes: order is strict.
-					rotateFrom(items[k+1:], rand.IntN(len(items)-k-1))
-					rotated = true
-				}
+			} else if !rotated && k+2 < len(items) {
+				// Contention: another FETCH is claiming the same heads in
+				// the same order, and would win or lose each next one
+				// against this one in lockstep (every lost claim is a
+				// billed write). Go on from a random later candidate and
+				// wrap round to the skipped ones: the two part ways, and
+				// this FETCH still tries every candidate. Without
+				// contention nothing changes: order is strict.
+				rotateFrom(items[k+1:], rand.IntN(len(items)-k-1))
+				rotated = true
 			}
 		}
 	}
