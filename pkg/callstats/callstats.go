@@ -433,9 +433,10 @@ var indexKeys = func() map[string]string {
 // together, for the table and for each index (a transaction of ten small
 // items: 2 units, not 20), so each part is counted as at least two units
 // per item it holds: the table's every item, an index's the items that
-// put or set or remove its key (indexKeys). Items over a KB, and updates
-// that change only what an index projects, count one unit here: what
-// DynamoDB Local reported is kept when it is larger.
+// put or set its key (indexKeys). Items over a KB, an entry moved (a
+// delete and a put), an entry removed, and updates that change only what
+// an index projects count one unit or none here: what DynamoDB Local
+// reported is kept when it is larger.
 func txUnits(tx *dynamodb.TransactWriteItemsInput, x ddbtypes.ConsumedCapacity) float64 {
 	table := awsString(x.TableName)
 	items, byIndex := 0, map[string]int{}
@@ -471,16 +472,54 @@ func txUnits(tx *dynamodb.TransactWriteItemsInput, x ddbtypes.ConsumedCapacity) 
 	return total
 }
 
-// updateNames reports whether an update's expression names attr (through
-// its expression attribute names, as the store writes every update).
+// updateNames reports whether an update's SET clause names attr (through
+// its expression attribute names, as the store writes every update): a
+// SET of an index's key puts or moves the item's entry. A REMOVE is not
+// counted: it writes the index only if the item was in it, which the
+// request does not tell.
 func updateNames(u *ddbtypes.Update, attr string) bool {
-	expr := awsString(u.UpdateExpression)
+	expr := setClause(awsString(u.UpdateExpression))
 	for placeholder, name := range u.ExpressionAttributeNames {
 		if name == attr && hasToken(expr, placeholder) {
 			return true
 		}
 	}
 	return hasToken(expr, attr)
+}
+
+// setClause is the SET clause of an update expression ("" if none): from
+// the SET keyword to the next clause's (REMOVE, ADD, DELETE) or the end.
+func setClause(expr string) string {
+	up := strings.ToUpper(expr)
+	i := tokenIndex(up, "SET", 0)
+	if i < 0 {
+		return ""
+	}
+	end := len(expr)
+	for _, kw := range []string{"REMOVE", "ADD", "DELETE"} {
+		if j := tokenIndex(up, kw, i+3); j >= 0 && j < end {
+			end = j
+		}
+	}
+	return expr[i+3 : end]
+}
+
+// tokenIndex is the index of the first whole-word occurrence of kw in s at
+// or after from, or -1.
+func tokenIndex(s, kw string, from int) int {
+	for i := from; i <= len(s)-len(kw); {
+		j := strings.Index(s[i:], kw)
+		if j < 0 {
+			return -1
+		}
+		at := i + j
+		end := at + len(kw)
+		if (at == 0 || !isNameByte(s[at-1]) && s[at-1] != '#' && s[at-1] != ':') && (end == len(s) || !isNameByte(s[end])) {
+			return at
+		}
+		i = end
+	}
+	return -1
 }
 
 // hasToken reports whether tok occurs in expr as a whole name (not the

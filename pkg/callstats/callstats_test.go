@@ -169,3 +169,17 @@ func TestChunks(t *testing.T) {
 		}
 	}
 }
+
+func TestSetClause(t *testing.T) {
+	for expr, want := range map[string]string{
+		"SET #0 = :0, #1 = :1\nREMOVE #2\n": " #0 = :0, #1 = :1\n",
+		"REMOVE #a ADD #b :v SET #c = :c":   " #c = :c",
+		"ADD version :one":                  "",
+		"set #x = :added":                   " #x = :added",
+		"SET #DELETE_ME = :1 DELETE #s :v":  " #DELETE_ME = :1 ",
+	} {
+		if got := setClause(expr); got != want {
+			t.Errorf("setClause(%q) = %q, want %q", expr, got, want)
+		}
+	}
+}
