@@ -123,6 +123,12 @@ type Node struct {
 	// written; the sweeper deletes one whose creator died (one created
 	// asynchronously, with CDef, it finishes instead).
 	Creating bool `dynamodbav:"creating,omitempty"`
+	// Unguarded is set on the root while a creation writes the first jobs
+	// of a large workflow by plain conditional puts, without the root
+	// check a transaction would make (half the write units): a cancel that
+	// finds it puts a cancelled job in place of every first job not
+	// written yet (PutTombstones), so the creation cannot add one after.
+	Unguarded bool `dynamodbav:"cfirst,omitempty"`
 	// Cancelling is set on a cancelled workflow's root when the request
 	// that cancelled it ran out of time before all its jobs were
 	// cancelled: the stream function cancels the rest (SetCancelling).
@@ -427,8 +433,10 @@ type NewWorkflow struct {
 // transaction, so the
 // workflow and its first jobs appear together or not at all. A larger one
 // is written in stages: the root first (conditional, marked creating),
-// then its other items, then the root unmarked, then its first jobs (each
-// transaction conditional on the workflow still running). A creator that
+// then its other items, then the root unmarked and marked Unguarded, then
+// its first jobs by conditional puts (absent) without a check of the root
+// (a cancel meanwhile puts the ones not written yet as cancelled:
+// PutTombstones), then the Unguarded mark removed. A creator that
 // dies while the root is marked leaves only items the sweeper deletes
 // (no job exists before the mark is removed); one that dies later leaves
 // a running workflow whose missing first jobs the sweeper's repair
@@ -488,10 +496,61 @@ func (s *Store) CreateWorkflow(ctx context.Context, w NewWorkflow) error {
 	if err := s.batchPut(ctx, items); err != nil {
 		return fmt.Errorf("create workflow %s: %w", r.WorkflowID, err)
 	}
-	if err := s.unmark(ctx, r.WorkflowID, "creating"); err != nil {
-		return err
+	// The mark off and Unguarded on in one write: from here a cancel may
+	// come, and it finds the first jobs' writes unguarded.
+	if _, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table, Key: wfKey(r.WorkflowID, nodeSK(RootPath)),
+		UpdateExpression: aws.String("SET cfirst = :t REMOVE creating"), ConditionExpression: aws.String("attribute_exists(pk)"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":t": &types.AttributeValueMemberBOOL{Value: true}}}); err != nil {
+		return fmt.Errorf("create workflow %s: %w", r.WorkflowID, err)
 	}
-	return s.Advance(ctx, Advance{WorkflowID: r.WorkflowID, Jobs: w.Jobs, RedeliverAfter: w.RedeliverAfter})
+	if err := s.putJobs(ctx, w.Jobs, w.RedeliverAfter); err != nil {
+		return fmt.Errorf("create workflow %s: %w", r.WorkflowID, err)
+	}
+	return s.unmark(ctx, r.WorkflowID, "cfirst")
+}
+
+// putJobs writes jobs by conditional puts (absent), several at once: one
+// that exists already (written by a cancel's PutTombstones, or by an
+// earlier try) is kept as it is.
+func (s *Store) putJobs(ctx context.Context, jobs []*job.Job, redeliverAfter time.Duration) error {
+	return parallel(ctx, len(jobs), 16, func(ctx context.Context, i int) error {
+		put, err := s.jobPut(jobs[i], redeliverAfter)
+		if err != nil {
+			return err
+		}
+		_, err = s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: put.TableName, Item: put.Item, ConditionExpression: put.ConditionExpression})
+		if err != nil && !conditionFailed(err) {
+			return fmt.Errorf("put job %s: %w", jobs[i].ID, err)
+		}
+		return nil
+	})
+}
+
+// PutTombstones puts, for each of jobs that does not exist, the job as
+// cancelled at now (never run, in no index): what a cancel of a workflow
+// whose first jobs are being written unguarded (Node.Unguarded) puts in
+// place of those not written yet, so that their writes fail. It returns
+// how many it put; the others exist (the cancel cancels them).
+func (s *Store) PutTombstones(ctx context.Context, jobs []*job.Job, now time.Time) (int, error) {
+	var put atomic.Int64
+	err := parallel(ctx, len(jobs), 16, func(ctx context.Context, i int) error {
+		j := *jobs[i]
+		j.State, j.CancelledAt, j.EnqueuedAt, j.ScheduledAt = job.Cancelled, &now, nil, nil
+		p, err := s.jobPut(&j, 0)
+		if err != nil {
+			return err
+		}
+		_, err = s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: p.TableName, Item: p.Item, ConditionExpression: p.ConditionExpression})
+		if conditionFailed(err) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("cancel unwritten job %s: %w", j.ID, err)
+		}
+		put.Add(1)
+		return nil
+	})
+	return int(put.Load()), err
 }
 
 // BeginWorkflow writes only the root of a workflow created asynchronously:
@@ -1879,7 +1938,7 @@ func (s *Store) jobPut(j *job.Job, redeliverAfter time.Duration) (*types.Put, er
 		}
 	case job.Scheduled:
 		r.DuePK, r.DueAt = dueKey(j.Queue, j.ID), ms(*j.ScheduledAt)
-	case job.Pending:
+	case job.Pending, job.Cancelled: // Cancelled: PutTombstones
 	default:
 		return nil, fmt.Errorf("create job %s in state %s", j.ID, j.State)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -128,6 +129,17 @@ func (e *Engine) stopBelow(ctx context.Context, wf, path string, now time.Time) 
 			}
 		}
 	}
+	if path == store.RootPath {
+		// The workflow timed out while its creation may still be writing
+		// its first jobs unguarded.
+		root, err := e.st.GetNode(ctx, wf, store.RootPath)
+		if err != nil {
+			return err
+		}
+		if err := e.takeUnwritten(ctx, root, nodes, now); err != nil {
+			return err
+		}
+	}
 	_, _, err = e.cancelJobs(ctx, ids, now, nil, nil)
 	return err
 }
@@ -204,6 +216,9 @@ func (e *Engine) finishCancel(ctx context.Context, root *store.Node, items []*st
 	// Only while the workflow is still cancelled: a retry re-opening it
 	// meanwhile returns its jobs to their queues, which this must not
 	// cancel again.
+	if err := e.takeUnwritten(ctx, root, items, e.now()); err != nil {
+		return err
+	}
 	guard := store.RootIn(root.WorkflowID, wfstate.Cancelled)
 	cancelled, left, err := e.cancelJobs(ctx, jobIDs(root.WorkflowID, items), e.now(), func() time.Time { return e.cancelSliceEnd(ctx) }, &guard)
 	if errors.Is(err, store.ErrGuardFailed) {
@@ -229,6 +244,38 @@ func (e *Engine) finishCancel(ctx context.Context, root *store.Node, items []*st
 		e.log.InfoContext(ctx, "workflow's remaining jobs cancelled", "workflow_id", root.WorkflowID, "jobs_cancelled", cancelled)
 	}
 	return e.st.SetCancelling(ctx, root.WorkflowID, false)
+}
+
+// takeUnwritten is the first step of a cancel (or of a root timeout's
+// stop) while the workflow's creation
+// may still be writing its first jobs unguarded (root.Unguarded: plain
+// conditional puts, no check of the root): every first job not written
+// yet is put as cancelled, so the creation's put of it fails and the
+// stopped workflow gains no job. The ones written already exist, and
+// the cancel cancels them as any other. With the mark gone, every first
+// job exists: nothing to do.
+func (e *Engine) takeUnwritten(ctx context.Context, root *store.Node, items []*store.Node, now time.Time) error {
+	if !root.Unguarded {
+		return nil
+	}
+	first, _, err := e.launch(ctx, newTreeOf(items), store.RootPath, emptyResults(root.Kind))
+	if err != nil {
+		return err
+	}
+	ids := make([]string, len(first))
+	for i, j := range first {
+		ids[i] = j.ID
+	}
+	have, err := e.st.BatchGetJobs(ctx, ids)
+	if err != nil {
+		return err
+	}
+	missing := slices.DeleteFunc(first, func(j *job.Job) bool { return have[j.ID] != nil })
+	n, err := e.st.PutTombstones(ctx, missing, now)
+	if n > 0 {
+		e.log.InfoContext(ctx, "cancelled first jobs the workflow's creation had not written yet", "workflow_id", root.WorkflowID, "jobs", n)
+	}
+	return err
 }
 
 // jobIDs lists the ids of a workflow's step jobs (not its handlers').

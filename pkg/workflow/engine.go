@@ -34,6 +34,7 @@ type Store interface {
 	RollUp(ctx context.Context, wfID, path string, sh *store.Shard) (*store.Node, error)
 	Advance(ctx context.Context, a store.Advance) error
 	BatchGetJobs(ctx context.Context, ids []string) (map[string]*job.Job, error)
+	PutTombstones(ctx context.Context, jobs []*job.Job, now time.Time) (int, error)
 	DueWorkflows(ctx context.Context, now time.Time, limit int) (map[string]time.Time, error)
 	DueTimeouts(ctx context.Context, now time.Time, limit int) ([]store.NodeKey, error)
 	ForgetInShard(ctx context.Context, wfID, path, key string, idx []int) error
@@ -595,6 +596,9 @@ func (e *Engine) Cancel(ctx context.Context, wfID string) (*View, error) {
 		// The answer reads the workflow again (about as long as reading it
 		// took so far) and waits for the transactions under way.
 		budget = func() time.Time { return dl.Add(-cancelReserve - 2*time.Since(began)) }
+	}
+	if err := e.takeUnwritten(ctx, root, items, now); err != nil {
+		return nil, ojserr.Backend(err)
 	}
 	guard := store.RootIn(wfID, wfstate.Cancelled)
 	cancelled, left, err := e.cancelJobs(ctx, jobIDs(wfID, items), now, budget, &guard)

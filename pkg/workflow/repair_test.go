@@ -3,6 +3,7 @@ package workflow_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -222,5 +223,77 @@ func TestRepairCancelsWhatACancelLeft(t *testing.T) {
 	clk.Add(workflow.CheckAfter)
 	if n, _ := eng.Repair(ctx, 10); n != 0 {
 		t.Fatal("a cancelled workflow is still checked after its jobs are")
+	}
+}
+
+// cancelMidway cancels the workflow whose first job put it sees third,
+// before that put lands: a cancel racing the creation's unguarded writes
+// of a large workflow's first jobs.
+type cancelMidway struct {
+	*dynamodb.Client
+	cancel func(wfID string)
+	puts   atomic.Int64
+}
+
+func (c *cancelMidway) PutItem(ctx context.Context, in *dynamodb.PutItemInput, o ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	if sk, _ := in.Item["sk"].(*types.AttributeValueMemberS); sk != nil && sk.Value == "JOB" && c.puts.Add(1) == 3 {
+		c.cancel(in.Item["wf_id"].(*types.AttributeValueMemberS).Value)
+	}
+	return c.Client.PutItem(ctx, in, o...)
+}
+
+// A large workflow's first jobs are written by plain conditional puts (a
+// transaction with a check of the root would cost twice the units). A
+// cancel that comes while they are written puts each one not written yet
+// as cancelled, so the creation's puts after it fail: the cancelled
+// workflow is left with no job to run, every first job cancelled.
+func TestACancelRacingTheFirstJobsLeavesNoneToRun(t *testing.T) {
+	t.Parallel()
+	st, _ := testenv.Table(t)
+	svc := lifecycle.New(st, lifecycle.Config{})
+	canceller := workflow.New(st, workflow.Config{Jobs: svc})
+	ctx := context.Background()
+	var cancelErr error
+	db := &cancelMidway{Client: testenv.DynamoDB(), cancel: func(id string) { _, cancelErr = canceller.Cancel(ctx, id) }}
+	eng := workflow.New(store.New(db, st.Table()), workflow.Config{Jobs: svc})
+	var jobs []string
+	for i := 0; i < 150; i++ {
+		jobs = append(jobs, `{"type":"race.job","args":[],"options":{"queue":"raceq"}}`)
+	}
+	v, err := eng.Create(ctx, []byte(`{"type":"group","jobs":[`+strings.Join(jobs, ",")+`]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cancelErr != nil {
+		t.Fatalf("the cancel during the creation: %v", cancelErr)
+	}
+	id := (*v)["id"].(string)
+	root, err := st.GetNode(ctx, id, store.RootPath)
+	if err != nil || root.State != wfstate.Cancelled || root.Unguarded {
+		t.Fatalf("root after the creation: %+v %v", root, err)
+	}
+	if got, err := svc.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"raceq"}, Count: 100}); err != nil || len(got) != 0 {
+		t.Fatalf("a cancelled workflow left %d jobs to run (%v)", len(got), err)
+	}
+	var ids []string
+	for i := range 150 {
+		ids = append(ids, workflow.JobID(id, "/j"+strconv.Itoa(i)))
+	}
+	have, err := st.BatchGetJobs(ctx, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unwritten := 0
+	for _, jid := range ids {
+		j := have[jid]
+		if j == nil || j.State != job.Cancelled {
+			t.Fatalf("first job %s: %+v", jid, j)
+		}
+		if j.EnqueuedAt == nil {
+			unwritten++ // put as cancelled by the cancel
+		}
+	}
+	if unwritten == 0 || unwritten == 150 {
+		t.Fatalf("%d of the 150 first jobs were put by the cancel: the race did not happen", unwritten)
 	}
 }
