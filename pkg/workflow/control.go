@@ -213,12 +213,12 @@ func (e *Engine) finishCancel(ctx context.Context, root *store.Node, items []*st
 			return err
 		}
 	}
-	// Only while the workflow is still cancelled: a retry re-opening it
-	// meanwhile returns its jobs to their queues, which this must not
-	// cancel again.
 	if err := e.takeUnwritten(ctx, root, items, e.now()); err != nil {
 		return err
 	}
+	// Only while the workflow is still cancelled: a retry re-opening it
+	// meanwhile returns its jobs to their queues, which this must not
+	// cancel again.
 	guard := store.RootIn(root.WorkflowID, wfstate.Cancelled)
 	cancelled, left, err := e.cancelJobs(ctx, jobIDs(root.WorkflowID, items), e.now(), func() time.Time { return e.cancelSliceEnd(ctx) }, &guard)
 	if errors.Is(err, store.ErrGuardFailed) {
