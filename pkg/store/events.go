@@ -106,11 +106,10 @@ func historyPK(category, subject string) string {
 	if category != "job" && category != "workflow" || job.ValidateID(subject) != nil {
 		return eventPK(category, subject)
 	}
-	u := uuid.MustParse(subject)
-	ms := int64(u[0])<<40 | int64(u[1])<<32 | int64(u[2])<<24 | int64(u[3])<<16 | int64(u[4])<<8 | int64(u[5])
+	sec, _ := uuid.MustParse(subject).Time().UnixTime()
 	h := fnv.New32a()
 	h.Write([]byte(subject))
-	return eventBucketPrefix + category + "#" + strconv.FormatInt(ms/1000, 10) + "#" + strconv.Itoa(int(h.Sum32()%SubjectShards))
+	return eventBucketPrefix + category + "#" + strconv.FormatInt(sec, 10) + "#" + strconv.Itoa(int(h.Sum32()%SubjectShards))
 }
 
 func eventQueuePK(queue string) string { return eventQueuePrefix + queue }
@@ -352,6 +351,21 @@ func (s *Store) readHistory(ctx context.Context, f events.Filter, start string, 
 	if own := eventPK(f.SubjectCategory, f.SubjectID); own != pks[0] {
 		pks = append(pks, own)
 	}
+	return s.readMerged(ctx, pks, start, f, want, seen)
+}
+
+// queryEventDay merges the day's log shards.
+func (s *Store) queryEventDay(ctx context.Context, day, start string, f events.Filter, want int, seen *seenPages) ([]events.Event, error) {
+	pks := make([]string, EventShards)
+	for shard := range EventShards {
+		pks[shard] = eventLogPK(day, shard)
+	}
+	return s.readMerged(ctx, pks, start, f, want, seen)
+}
+
+// readMerged reads partitions pks in parallel, each up to want matches,
+// and keeps the first want overall, in id order without duplicates.
+func (s *Store) readMerged(ctx context.Context, pks []string, start string, f events.Filter, want int, seen *seenPages) ([]events.Event, error) {
 	found := make([][]events.Event, len(pks))
 	errs := make([]error, len(pks))
 	var wg sync.WaitGroup
@@ -371,39 +385,6 @@ func (s *Store) readHistory(ctx context.Context, f events.Filter, start string, 
 		out = out[:want]
 	}
 	return out, nil
-}
-
-// queryEventDay merges the day's log shards: each shard is read in
-// parallel up to want matches, then the first want overall are kept.
-func (s *Store) queryEventDay(ctx context.Context, day, start string, f events.Filter, want int, seen *seenPages) ([]events.Event, error) {
-	var (
-		mu       sync.Mutex
-		all      []events.Event
-		firstErr error
-		wg       sync.WaitGroup
-	)
-	for shard := range EventShards {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			got, err := s.readPages(ctx, eventLogPK(day, shard), start, f, want, seen)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil && firstErr == nil {
-				firstErr = err
-			}
-			all = append(all, got...)
-		}()
-	}
-	wg.Wait()
-	if firstErr != nil {
-		return nil, firstErr
-	}
-	all = sortUnique(all)
-	if len(all) > want {
-		all = all[:want]
-	}
-	return all, nil
 }
 
 // readPages reads the pages of one partition from start's window upwards

@@ -337,10 +337,8 @@ func TestChainStepWriteUnits(t *testing.T) {
 // never repeat.
 func TestANodeWrittenBeforeNVGoesOnCountingFromItsVersion(t *testing.T) {
 	t.Parallel()
-	st, _ := testenv.Table(t)
-	svc := lifecycle.New(st, lifecycle.Config{})
-	eng := workflow.New(st, workflow.Config{Jobs: svc})
-	svc.SetWorkflows(eng)
+	h := newHarness(t)
+	st, svc, eng := h.st, h.svc, h.eng
 	ctx := context.Background()
 	v, err := eng.Create(ctx, []byte(`{"type":"chain","name":"old","steps":[
 		{"type":"a","args":[],"options":{"queue":"o"}},{"type":"b","args":[],"options":{"queue":"o"}}]}`))
