@@ -224,7 +224,7 @@ func TestSoak(t *testing.T) {
 			if st != 200 || json.Unmarshal(raw, &v) != nil {
 				continue
 			}
-			if s := v.Workflow["state"]; s == "completed" || s == "failed" || s == "cancelled" {
+			if s := v.Workflow["state"]; s == "completed" || s == "cancelled" || s == "failed" && compensationOver(v.Workflow) {
 				mu.Lock()
 				delete(running, id)
 				finished[id] = v.Workflow
@@ -369,4 +369,17 @@ func report(n int, seed uint64, d time.Duration, plans []*wfPlan, snap *snapshot
 	fmt.Fprintf(&b, "%-68s %8.1f\n", "jobs per second (end to end)", float64(jobs)/d.Seconds())
 	fmt.Fprintf(&b, "%-68s %8d\n", "invariant violations", violations)
 	return b.String()
+}
+
+// compensationOver reports whether a failed workflow's compensation, if
+// it has one, has ended: a saga's compensation runs after the workflow
+// failed (later still when it waits for a step that was running), and the
+// worker pool must not stop before it has run.
+func compensationOver(wf map[string]any) bool {
+	c, _ := wf["compensation"].(map[string]any)
+	if c == nil {
+		return true
+	}
+	s := c["state"]
+	return s == "completed" || s == "failed" || s == "none"
 }
