@@ -44,6 +44,7 @@ func (s *Service) ClaimDelivered(ctx context.Context, items ItemStore, id, worke
 		return Delivered{}, err
 	}
 	j, now := it.Job, s.Now()
+	var redelivery time.Time // the redelivery check read, when the claim may keep it
 	if p, err := s.paused(ctx, j.Queue); err != nil {
 		return Delivered{}, err
 	} else if p {
@@ -87,10 +88,11 @@ func (s *Service) ClaimDelivered(ctx context.Context, items ItemStore, id, worke
 			return Delivered{}, nil
 		}
 	case job.Available:
+		redelivery = it.DueAt
 	default:
 		return Delivered{}, nil
 	}
-	claimed, err := s.Claim(ctx, j, workerID, leaseFor)
+	claimed, err := s.Claim(ctx, j, workerID, leaseFor, redelivery)
 	return Delivered{Job: claimed}, err
 }
 

@@ -800,7 +800,7 @@ func (s *Service) Fetch(ctx context.Context, r FetchRequest) ([]*job.Job, error)
 					"answer_bytes", size, "max_bytes", r.MaxBytes)
 				continue
 			}
-			j, err := s.Claim(ctx, it.Job, r.WorkerID, r.Visibility)
+			j, err := s.Claim(ctx, it.Job, r.WorkerID, r.Visibility, time.Time{})
 			if err != nil {
 				return s.fetchFailed(ctx, out, err)
 			}
@@ -867,9 +867,10 @@ func rotateFrom[T any](s []T, r int) {
 
 // Claim tries to move j (as last read) from available to active for
 // workerID with a lease of visibility (0: the job's own, else the default).
-// It returns nil, nil when someone else got it or it expired (then it is
-// discarded).
-func (s *Service) Claim(ctx context.Context, j *job.Job, workerID string, visibility time.Duration) (*job.Job, error) {
+// redelivery is the time of j's redelivery check as read (zero when not
+// known: store.ClaimOpts.Redelivery). It returns nil, nil when someone else
+// got it or it expired (then it is discarded).
+func (s *Service) Claim(ctx context.Context, j *job.Job, workerID string, visibility time.Duration, redelivery time.Time) (*job.Job, error) {
 	now := s.Now()
 	if j.ExpiresAt != nil && !j.ExpiresAt.After(now) {
 		return nil, s.expire(ctx, j, now)
@@ -884,9 +885,16 @@ func (s *Service) Claim(ctx context.Context, j *job.Job, workerID string, visibi
 	if timeout <= 0 {
 		timeout = job.DefaultTimeout
 	}
-	claimed, err := s.st.Apply(ctx, store.Claim(j.ID, store.ClaimOpts{
-		Queue: j.Queue, WorkerID: workerID, Now: now, LeaseUntil: now.Add(visibility), Deadline: now.Add(timeout)}))
+	opts := store.ClaimOpts{Queue: j.Queue, WorkerID: workerID, Now: now, LeaseUntil: now.Add(visibility), Deadline: now.Add(timeout), Redelivery: redelivery}
+	claimed, err := s.st.Apply(ctx, store.Claim(j.ID, opts))
 	var ce *store.ConflictError
+	if errors.As(err, &ce) && !redelivery.IsZero() && ce.Current.State == job.Available &&
+		(ce.Current.ExpiresAt == nil || ce.Current.ExpiresAt.After(now)) {
+		// Still available, so the redelivery check moved before the
+		// lease's end since it was read (or is gone): claim it the usual way.
+		opts.Redelivery = time.Time{}
+		claimed, err = s.st.Apply(ctx, store.Claim(j.ID, opts))
+	}
 	if errors.As(err, &ce) {
 		if ce.Current.State == job.Available && ce.Current.ExpiresAt != nil && !ce.Current.ExpiresAt.After(now) {
 			return nil, s.expire(ctx, ce.Current, now)

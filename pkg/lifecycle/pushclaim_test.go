@@ -1,0 +1,142 @@
+package lifecycle_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/ojs-aws/ojs-serverless/pkg/awsclient"
+	"github.com/ojs-aws/ojs-serverless/pkg/callstats"
+	"github.com/ojs-aws/ojs-serverless/pkg/internal/testenv"
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
+	"github.com/ojs-aws/ojs-serverless/pkg/store"
+)
+
+// pushHarness is a service with one push-mode queue ("lambda") on a store
+// whose requests are counted, and a clock the test moves.
+type pushHarness struct {
+	st  *store.Store
+	svc *lifecycle.Service
+	rec *callstats.Recorder
+	clk *testenv.Clock
+}
+
+func newPushHarness(t *testing.T, redeliverAfter time.Duration) pushHarness {
+	t.Helper()
+	base, _ := testenv.Table(t)
+	rec := callstats.New("test")
+	db := dynamodb.NewFromConfig(testenv.Config(), awsclient.DynamoDBOptions, func(o *dynamodb.Options) {
+		o.APIOptions = append(o.APIOptions, rec.AddMiddleware)
+	})
+	st := store.New(db, base.Table())
+	clk := testenv.NewClock(time.Now().UTC().Truncate(time.Millisecond))
+	svc := lifecycle.New(st, lifecycle.Config{PushQueues: []string{"lambda"}, Now: clk.Now, RedeliverAfter: redeliverAfter})
+	return pushHarness{st: st, svc: svc, rec: rec, clk: clk}
+}
+
+// claim claims j as the push-mode worker does, with a lease of a minute,
+// and returns the claim's write units and the job's due entry after it.
+func (h pushHarness) claim(t *testing.T, id string) (float64, time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	before := h.rec.Set()
+	d, err := h.svc.ClaimDelivered(ctx, h.st, id, "w", time.Minute)
+	if err != nil || d.Job == nil || d.Job.State != job.Active {
+		t.Fatalf("claim: %+v, %v", d, err)
+	}
+	units := h.rec.Set().Sub(before)["DynamoDB UpdateItem"].WriteUnits
+	it, err := h.st.GetItem(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return units, it.DueAt
+}
+
+// A push-mode claim whose lease ends before the job's redelivery check
+// keeps the check as the job's due entry: 3 write units (the item, leaving
+// ready, and the due entry rewritten in place, as it projects the state)
+// instead of 4 (moving the entry is a delete and a put), and an attempt
+// whose worker died is still found, at the check's time.
+func TestAPushClaimKeepsTheRedeliveryCheck(t *testing.T) {
+	t.Parallel()
+	h := newPushHarness(t, 5*time.Minute)
+	ctx := context.Background()
+	j, err := h.svc.Push(ctx, []byte(`{"type":"t.run","args":[],"options":{"queue":"lambda"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := h.clk.Now().Add(5 * time.Minute)
+	units, due := h.claim(t, j.ID)
+	if units != 3 || !due.Equal(check) {
+		t.Fatalf("the claim wrote %g units and left the due entry at %v; want 3 units and the redelivery check at %v", units, due, check)
+	}
+
+	// Its worker dies. Past the lease's end the entry is not due yet...
+	h.clk.Add(2 * time.Minute)
+	if _, _, err := h.svc.ResolveDue(ctx, "lambda", 100, false); err != nil {
+		t.Fatal(err)
+	}
+	// (read by key: a GET would make the move itself)
+	if it, err := h.st.GetItem(ctx, j.ID); err != nil || it.Job.State != job.Active {
+		t.Fatalf("before the check: %+v, %v; want active", it.Job, err)
+	}
+	// ...and at the check the attempt is over, recorded as a lost lease.
+	h.clk.Add(3 * time.Minute)
+	if _, _, err := h.svc.ResolveDue(ctx, "lambda", 100, false); err != nil {
+		t.Fatal(err)
+	}
+	it, err := h.st.GetItem(ctx, j.ID)
+	if got := it.Job; err != nil || got.State == job.Active || got.Attempt != 1 || len(got.Errors) != 1 || got.Errors[0].Type != "visibility_timeout" {
+		t.Fatalf("after the check: %+v, %v; want the attempt over with a visibility_timeout error", it.Job, err)
+	}
+}
+
+// When the redelivery check falls before the lease's end, the claim moves
+// the due entry to the lease's end as a pull-mode claim does.
+func TestAPushClaimMovesACheckThatFallsBeforeTheLeaseEnds(t *testing.T) {
+	t.Parallel()
+	h := newPushHarness(t, 30*time.Second)
+	ctx := context.Background()
+	j, err := h.svc.Push(ctx, []byte(`{"type":"t.run","args":[],"options":{"queue":"lambda"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	units, due := h.claim(t, j.ID)
+	if lease := h.clk.Now().Add(time.Minute); units != 4 || !due.Equal(lease) {
+		t.Fatalf("the claim wrote %g units and left the due entry at %v; want 4 units and the lease's end %v", units, due, lease)
+	}
+}
+
+// A claimer that read the check before it moved (to before the lease's
+// end) still claims the job, with the due entry at the lease's end: the
+// kept check is a condition of the write, not an assumption.
+func TestAPushClaimOfAStaleCheckMovesTheEntry(t *testing.T) {
+	t.Parallel()
+	h := newPushHarness(t, 5*time.Minute)
+	ctx := context.Background()
+	j, err := h.svc.Push(ctx, []byte(`{"type":"t.run","args":[],"options":{"queue":"lambda"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := h.clk.Now().Add(5 * time.Minute)
+	soon := h.clk.Now().Add(10 * time.Second)
+	table := h.st.Table()
+	if _, err := testenv.DynamoDB().UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &table,
+		Key:              map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "JOB#" + j.ID}, "sk": &types.AttributeValueMemberS{Value: "JOB"}},
+		UpdateExpression: aws.String("SET due_at = :d"), ExpressionAttributeValues: map[string]types.AttributeValue{":d": &types.AttributeValueMemberN{Value: strconv.FormatInt(soon.UnixMilli(), 10)}}}); err != nil {
+		t.Fatal(err)
+	}
+	claimed, err := h.svc.Claim(ctx, j, "w", time.Minute, read)
+	if err != nil || claimed == nil {
+		t.Fatalf("claim with a stale check: %v, %v", claimed, err)
+	}
+	it, err := h.st.GetItem(ctx, j.ID)
+	if lease := h.clk.Now().Add(time.Minute); err != nil || !it.DueAt.Equal(lease) {
+		t.Fatalf("due entry %v (%v), want the lease's end %v", it.DueAt, err, lease)
+	}
+}
