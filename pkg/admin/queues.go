@@ -162,8 +162,9 @@ func (s *Service) counts(ctx context.Context, name string) (Counts, bool, error)
 		case store.ListDead:
 			c.Discarded += m[job.Discarded]
 		default:
-			// The due index also holds available push-mode jobs (their
-			// redelivery check), counted from the ready index already.
+			// The due index holds the available push-mode jobs (their
+			// redelivery check); the ready index counted the others.
+			c.Available += m[job.Available]
 			c.Active += m[job.Active]
 			c.Scheduled += m[job.Scheduled]
 			c.Retryable += m[job.Retryable]

@@ -35,6 +35,7 @@ type Store interface {
 	ReviveUnique(ctx context.Context, t store.Transition, key string, now time.Time, holder string) (*job.Job, error)
 	Apply(ctx context.Context, t store.Transition) (*job.Job, error)
 	Ready(ctx context.Context, queue string, limit int) ([]store.Item, error)
+	ReadyPush(ctx context.Context, queue string, limit int) ([]store.Item, error)
 	Due(ctx context.Context, queue string, now time.Time, limit int) ([]store.Item, error)
 	DueNow(ctx context.Context, queue string, now time.Time, limit int) ([]store.Item, error)
 	Dead(ctx context.Context, queue string, limit int, cursor string) (store.Page, error)
@@ -759,7 +760,7 @@ func (s *Service) Fetch(ctx context.Context, r FetchRequest) ([]*job.Job, error)
 		// below has a window wide enough for racing FETCHes to part ways
 		// (a lost claim is a billed write). The extra entries cost no
 		// more: a Query bills per 4 KB read, and an entry is ~150 bytes.
-		items, err := s.st.Ready(ctx, q, min(2*want+8, MaxFetch))
+		items, err := s.candidates(ctx, q, min(2*want+8, MaxFetch))
 		if err != nil {
 			return s.fetchFailed(ctx, out, err)
 		}
@@ -822,6 +823,18 @@ func (s *Service) Fetch(ctx context.Context, r FetchRequest) ([]*job.Job, error)
 		}
 	}
 	return out, nil
+}
+
+// candidates reads up to n available jobs of queue q for a FETCH: a
+// pull-mode queue's in priority-then-FIFO order (the ready index); a
+// push-mode queue's, which are not in that index (SQS holds their place in
+// line), from the due index (store.ReadyPush). FETCHing a push-mode queue
+// is a way to drain it by hand, not its worker function's path.
+func (s *Service) candidates(ctx context.Context, q string, n int) ([]store.Item, error) {
+	if !s.push[q] {
+		return s.st.Ready(ctx, q, n)
+	}
+	return s.st.ReadyPush(ctx, q, n)
 }
 
 // fetchFailed ends a FETCH that met an error: with nothing claimed yet

@@ -27,8 +27,10 @@ type Listing int
 
 // The partitions a job listing reads.
 const (
-	// ListAvailable is a queue's available jobs in fetch order (ready
-	// index, avail#<queue>).
+	// ListAvailable is a queue's available jobs: the pull-mode ones in
+	// fetch order (ready index, avail#<queue>), then the push-mode ones by
+	// their redelivery check (due index, due#<queue>): a push-mode job is
+	// not in the ready index, SQS holds its place in line.
 	ListAvailable Listing = iota
 	// ListDead is a queue's discarded jobs, newest first (ready index,
 	// dead#<queue>).
@@ -67,6 +69,47 @@ type IndexPage struct {
 // cursor: it ends where a shard's unread part could sort before the next
 // item.
 func (s *Store) ListQueue(ctx context.Context, l Listing, queue string, states []job.State, limit int, cursor string) (IndexPage, error) {
+	if l != ListAvailable {
+		return s.listIndex(ctx, l, queue, states, false, limit, cursor)
+	}
+	// Two parts: the ready index without push-mode jobs (one written before
+	// they left it is also in the due index), then the due index's
+	// available jobs. A cursor into the second starts with pushCursor.
+	var page IndexPage
+	if rest, ok := strings.CutPrefix(cursor, pushCursor); ok {
+		cursor = rest
+	} else {
+		var err error
+		if page, err = s.listIndex(ctx, ListAvailable, queue, states, true, limit, cursor); err != nil || page.Cursor != "" {
+			return page, err
+		}
+		if len(page.Items) >= limit {
+			page.Cursor = pushCursor
+			return page, nil
+		}
+		cursor = ""
+	}
+	if len(states) > 0 && !slices.Contains(states, job.Available) {
+		return page, nil
+	}
+	push, err := s.listIndex(ctx, ListWaiting, queue, []job.State{job.Available}, false, limit-len(page.Items), cursor)
+	if err != nil {
+		return IndexPage{}, err
+	}
+	page.Items = append(page.Items, push.Items...)
+	if push.Cursor != "" {
+		page.Cursor = pushCursor + push.Cursor
+	}
+	return page, nil
+}
+
+// pushCursor starts a ListAvailable cursor into its push-mode part (not a
+// character of the base64url alphabet the shard cursors are written in).
+const pushCursor = "."
+
+// listIndex is ListQueue of one index listing; pullOnly leaves out
+// push-mode jobs.
+func (s *Store) listIndex(ctx context.Context, l Listing, queue string, states []job.State, pullOnly bool, limit int, cursor string) (IndexPage, error) {
 	index, keyName, sortName, keys, forward := l.partitions(queue)
 	starts := make([]string, len(keys)) // per shard: "" from the start, "-" done, else its cursor
 	if cursor != "" {
@@ -88,6 +131,7 @@ func (s *Store) ListQueue(ctx context.Context, l Listing, queue string, states [
 			ExpressionAttributeNames:  map[string]string{"#k": keyName},
 			ExpressionAttributeValues: map[string]types.AttributeValue{":k": avS(pk)},
 			ScanIndexForward:          aws.Bool(forward), Limit: aws.Int32(int32(limit))}
+		var filters []string
 		if len(states) > 0 {
 			in.ExpressionAttributeNames["#s"] = attrState
 			var ph []string
@@ -96,7 +140,15 @@ func (s *Store) ListQueue(ctx context.Context, l Listing, queue string, states [
 				ph = append(ph, p)
 				in.ExpressionAttributeValues[p] = avS(string(st))
 			}
-			in.FilterExpression = aws.String("#s IN (" + strings.Join(ph, ", ") + ")")
+			filters = append(filters, "#s IN ("+strings.Join(ph, ", ")+")")
+		}
+		if pullOnly {
+			in.ExpressionAttributeNames["#p"] = attrPush
+			in.ExpressionAttributeValues[":t"] = &types.AttributeValueMemberBOOL{Value: true}
+			filters = append(filters, "(attribute_not_exists(#p) OR #p <> :t)")
+		}
+		if len(filters) > 0 {
+			in.FilterExpression = aws.String(strings.Join(filters, " AND "))
 		}
 		if starts[i] != "" {
 			k, err := DecodeCursor(starts[i])
@@ -308,30 +360,50 @@ func DecodeCursor(c string) (map[string]types.AttributeValue, error) {
 
 // CountStates counts one queue's index partition by job state, reading at
 // most max index entries (only the state attribute is returned).
+// Each job is counted once: ListAvailable counts the pull-mode available
+// jobs (the ready index), ListWaiting the push-mode ones with the jobs
+// waiting for a time (the due index).
 func (s *Store) CountStates(ctx context.Context, l Listing, queue string, max int) (map[job.State]int, bool, error) {
-	index, keyName, _, keys, _ := l.partitions(queue)
 	out := map[job.State]int{}
 	read := 0
-	for _, key := range keys {
-		if read >= max {
-			return out, true, nil // more shards unread
-		}
-		capped, err := s.countStates(ctx, index, keyName, key, max-read, &read, func(st string) { out[job.State(st)]++ })
-		if err != nil || capped {
-			return out, capped, err
-		}
-	}
-	return out, false, nil
+	capped, err := s.eachState(ctx, l, queue, max, &read, func(st job.State) { out[st]++ })
+	return out, capped, err
 }
 
-// countStates reads the state of every item of one index partition (at
-// most max items, then capped is true), adding the count read to *read.
-func (s *Store) countStates(ctx context.Context, index, keyName, key string, max int, read *int, each func(state string)) (capped bool, err error) {
+// eachState calls each with the state of every job one index listing of
+// queue holds (ListAvailable: its pull-mode part, see CountStates), reading at most max index entries (then capped is true), adding
+// the count read to *read.
+func (s *Store) eachState(ctx context.Context, l Listing, queue string, max int, read *int, each func(job.State)) (capped bool, err error) {
+	index, keyName, _, keys, _ := l.partitions(queue)
+	pull := func(st string, push bool) {
+		if !push { // a push-mode job in ready (written before they left it) is counted from due
+			each(job.State(st))
+		}
+	}
+	for _, key := range keys {
+		if max > 0 && *read >= max {
+			return true, nil // more shards unread
+		}
+		f := func(st string, _ bool) { each(job.State(st)) }
+		if l == ListAvailable {
+			f = pull
+		}
+		if capped, err := s.countStates(ctx, index, keyName, key, max-*read, read, f); err != nil || capped {
+			return capped, err
+		}
+	}
+	return false, nil
+}
+
+// countStates reads the state (and push flag) of every item of one index
+// partition (at most max items if max > 0, then capped is true), adding the
+// count read to *read.
+func (s *Store) countStates(ctx context.Context, index, keyName, key string, max int, read *int, each func(state string, push bool)) (capped bool, err error) {
 	in := &dynamodb.QueryInput{TableName: &s.table, IndexName: aws.String(index),
 		KeyConditionExpression:    aws.String("#k = :k"),
-		ExpressionAttributeNames:  map[string]string{"#k": keyName, "#s": attrState},
+		ExpressionAttributeNames:  map[string]string{"#k": keyName, "#s": attrState, "#p": attrPush},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":k": avS(key)},
-		ProjectionExpression:      aws.String("#s")}
+		ProjectionExpression:      aws.String("#s, #p")}
 	n := 0
 	for {
 		page, err := s.db.Query(ctx, in)
@@ -340,7 +412,8 @@ func (s *Store) countStates(ctx context.Context, index, keyName, key string, max
 		}
 		for _, it := range page.Items {
 			if st, ok := it[attrState].(*types.AttributeValueMemberS); ok {
-				each(st.Value)
+				p, _ := it[attrPush].(*types.AttributeValueMemberBOOL)
+				each(st.Value, p != nil && p.Value)
 			}
 		}
 		n += len(page.Items)

@@ -309,13 +309,14 @@ func (s *Store) CountCompleted(ctx context.Context, queue string, since time.Tim
 	}
 }
 
-// CountQueue counts a queue's available and discarded jobs (ready index)
-// and its active, scheduled and retryable jobs (due index). It reads every
+// CountQueue counts a queue's jobs by state: the available pull-mode ones
+// and the discarded ones from the ready index, the available push-mode,
+// active, scheduled and retryable ones from the due index. It reads every
 // index entry of the queue, so its cost grows with the backlog.
 func (s *Store) CountQueue(ctx context.Context, queue string) (QueueCounts, error) {
 	var c QueueCounts
-	tally := func(state string) {
-		switch job.State(state) {
+	tally := func(st job.State) {
+		switch st {
 		case job.Available:
 			c.Available++
 		case job.Active:
@@ -328,24 +329,10 @@ func (s *Store) CountQueue(ctx context.Context, queue string) (QueueCounts, erro
 			c.Discarded++
 		}
 	}
-	// The due index also lists available push-mode jobs (redelivery
-	// checks); those are counted from the ready index.
-	notAvailable := func(state string) {
-		if job.State(state) != job.Available {
-			tally(state)
-		}
-	}
 	for _, l := range []Listing{ListAvailable, ListDead, ListWaiting} {
-		index, keyName, _, keys, _ := l.partitions(queue)
-		each := tally
-		if l == ListWaiting {
-			each = notAvailable
-		}
-		for _, key := range keys {
-			read := 0
-			if _, err := s.countStates(ctx, index, keyName, key, 0, &read, each); err != nil {
-				return c, fmt.Errorf("count queue %s: %w", queue, err)
-			}
+		read := 0
+		if _, err := s.eachState(ctx, l, queue, 0, &read, tally); err != nil {
+			return c, fmt.Errorf("count queue %s: %w", queue, err)
 		}
 	}
 	return c, nil

@@ -29,6 +29,7 @@ const (
 	attrLease    = "lease_until"
 	attrWorker   = "worker_id"
 	attrDispatch = "dispatch"
+	attrPush     = "push"
 	attrExpires  = "expires_ms"
 	attrVersion  = "version"
 	// attrFetchBytes holds FetchBytes of the job as last written.

@@ -151,11 +151,19 @@ func TestAQueueIsSpreadOverShardsAndKeepsFetchOrder(t *testing.T) {
 	if sh.Ready < 2 || sh.Due < 2 {
 		t.Fatalf("the queue partitions are not sharded: %+v", sh)
 	}
-	order := hotQueue(t, s, "hot", 60)
+	all := hotQueue(t, s, "hot", 60)
+	// Push-mode jobs are not in the ready index (SQS holds their place in
+	// line), only in the due index (their redelivery check).
+	var order []*job.Job
+	for _, j := range all {
+		if !j.Push {
+			order = append(order, j)
+		}
+	}
 	spread(t, "ready", partitionSizes(t, table, topology.IndexReady, "ready_pk", "avail#hot", sh.Ready), idsOf(order, false))
-	spread(t, "due", partitionSizes(t, table, topology.IndexDue, "due_pk", "due#hot", sh.Due), idsOf(order, true))
+	spread(t, "due", partitionSizes(t, table, topology.IndexDue, "due_pk", "due#hot", sh.Due), idsOf(all, true))
 
-	for _, limit := range []int{1, 7, 60, 100} {
+	for _, limit := range []int{1, 7, 40, 100} {
 		items, err := s.Ready(ctx, "hot", limit)
 		if err != nil {
 			t.Fatal(err)
@@ -165,7 +173,8 @@ func TestAQueueIsSpreadOverShardsAndKeepsFetchOrder(t *testing.T) {
 		}
 	}
 
-	// The Admin API's listing pages through every shard in fetch order.
+	// The Admin API's listing pages through every ready shard in fetch
+	// order, then through the push-mode jobs by due time.
 	var paged []store.Item
 	cursor := ""
 	for pages := 0; ; pages++ {
@@ -181,8 +190,18 @@ func TestAQueueIsSpreadOverShardsAndKeepsFetchOrder(t *testing.T) {
 			break
 		}
 	}
-	if got, want := itemIDs(paged), jobIDs(order); got != want {
-		t.Fatalf("paged listing\n got  %s\n want %s", got, want)
+	if len(paged) != 60 {
+		t.Fatalf("paged listing has %d jobs, want 60", len(paged))
+	}
+	if got, want := itemIDs(paged[:40]), jobIDs(order); got != want {
+		t.Fatalf("paged listing, pull-mode part\n got  %s\n want %s", got, want)
+	}
+	pushSeen := map[string]bool{}
+	for i, it := range paged[40:] {
+		if !it.Job.Push || pushSeen[it.Job.ID] || (i > 0 && it.DueAt.Before(paged[40+i-1].DueAt)) {
+			t.Fatalf("paged listing, push-mode part: entry %d (%s) not push-mode, repeated or out of due order", i, it.Job.ID)
+		}
+		pushSeen[it.Job.ID] = true
 	}
 	// Filtered: the waiting listing of the due shards holds the push-mode
 	// jobs' redelivery checks, in due order, each once.
@@ -223,8 +242,12 @@ func TestAQueueIsSpreadOverShardsAndKeepsFetchOrder(t *testing.T) {
 		t.Fatalf("counts %+v %v", c, err)
 	}
 	m, capped, err := s.CountStates(ctx, store.ListAvailable, "hot", 1000)
-	if err != nil || capped || m[job.Available] != 60 {
-		t.Fatalf("count states %v capped=%v %v", m, capped, err)
+	if err != nil || capped || m[job.Available] != 40 {
+		t.Fatalf("count states of ready %v capped=%v %v; want the 40 pull-mode jobs", m, capped, err)
+	}
+	m, capped, err = s.CountStates(ctx, store.ListWaiting, "hot", 1000)
+	if err != nil || capped || m[job.Available] != 20 {
+		t.Fatalf("count states of due %v capped=%v %v; want the 20 push-mode jobs", m, capped, err)
 	}
 	if _, capped, _ := s.CountStates(ctx, store.ListAvailable, "hot", 10); !capped {
 		t.Fatal("a count past its bound must say so")

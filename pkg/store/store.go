@@ -491,6 +491,20 @@ func (s *Store) Ready(ctx context.Context, queue string, limit int) ([]Item, err
 	return mergeItems(parts, limit, func(a, b Item) int { return strings.Compare(a.ReadySK, b.ReadySK) }), nil
 }
 
+// ReadyPush lists up to limit available push-mode jobs of a queue (not in
+// the ready index: SQS holds their place in line) in the order of their
+// redelivery checks, about the order they became available. It reads one
+// page of the due index, whose other entries (jobs waiting for a time,
+// active ones) it reads and leaves out, so it may come back short while
+// they outnumber the available jobs.
+func (s *Store) ReadyPush(ctx context.Context, queue string, limit int) ([]Item, error) {
+	p, err := s.listIndex(ctx, ListWaiting, queue, []job.State{job.Available}, false, max(limit, 100), "")
+	if len(p.Items) > limit {
+		p.Items = p.Items[:limit]
+	}
+	return p.Items, err
+}
+
 // Due lists up to limit jobs of a queue whose due time is at or before now,
 // earliest first, from every due shard: scheduled and retryable jobs to
 // promote, active jobs whose lease ended, and available push-mode jobs to

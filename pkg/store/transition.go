@@ -97,15 +97,17 @@ func (t Transition) condition() expression.ConditionBuilder {
 	return c
 }
 
-// becomeAvailable sets the attributes of an available job: listed in the
-// ready index, and for push-mode jobs a redelivery check in the due index.
+// becomeAvailable sets the attributes of an available job: a pull-mode job
+// is listed in the ready index (FETCH's order); a push-mode job, whose place
+// in line SQS holds, only gets a redelivery check in the due index.
 func (t *Transition) becomeAvailable(queue string, priority int, push bool, now time.Time, redeliverAfter time.Duration, inline bool) {
 	t.set("enqueued_at", job.Timestamp(now))
-	t.set(attrReadyPK, readyKey(queue, t.ID))
-	t.set(attrReadySK, readySortKey(priority, now, t.ID))
 	if push {
+		t.remove(attrReadyPK, attrReadySK)
 		t.listDue(queue, now.Add(redeliverAfter))
 	} else {
+		t.set(attrReadyPK, readyKey(queue, t.ID))
+		t.set(attrReadySK, readySortKey(priority, now, t.ID))
 		t.remove(attrDuePK, attrDueAt)
 	}
 	if inline {

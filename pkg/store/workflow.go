@@ -1922,8 +1922,9 @@ func (s *Store) BatchGetJobs(ctx context.Context, ids []string) (map[string]*job
 }
 
 // jobPut builds the conditional put of a new job with its initial index
-// entries, set from its state: available jobs join the ready index (and,
-// push-mode, the due index for redelivery); scheduled ones the due index.
+// entries, set from its state: available jobs join the ready index
+// (push-mode ones the due index instead, for redelivery); scheduled ones
+// the due index.
 func (s *Store) jobPut(j *job.Job, redeliverAfter time.Duration) (*types.Put, error) {
 	r, err := toRecord(j)
 	if err != nil {
@@ -1932,9 +1933,10 @@ func (s *Store) jobPut(j *job.Job, redeliverAfter time.Duration) (*types.Put, er
 	r.FetchBytes = FetchBytes(j)
 	switch j.State {
 	case job.Available:
-		r.ReadyPK, r.ReadySK = readyKey(j.Queue, j.ID), readySortKey(j.Priority, *j.EnqueuedAt, j.ID)
 		if j.Push {
 			r.DuePK, r.DueAt = dueKey(j.Queue, j.ID), ms(j.EnqueuedAt.Add(redeliverAfter))
+		} else {
+			r.ReadyPK, r.ReadySK = readyKey(j.Queue, j.ID), readySortKey(j.Priority, *j.EnqueuedAt, j.ID)
 		}
 	case job.Scheduled:
 		r.DuePK, r.DueAt = dueKey(j.Queue, j.ID), ms(*j.ScheduledAt)

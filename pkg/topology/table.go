@@ -36,13 +36,14 @@ type Table struct {
 // Shards is how many keys each hot partition is spread over. DynamoDB
 // gives one partition key about 1,000 write units a second (an index's
 // too), so a queue's partition is sharded in proportion to how often one
-// job writes it: ready twice (available, then claimed), due up to four
-// times (a push-mode job's redelivery check, moved to its lease's end,
-// then removed). Shard 0 keeps the key used before sharding. The counts
+// job writes it: ready twice (a pull-mode job: available, then claimed),
+// due up to four times (a push-mode job's redelivery check, rewritten by
+// the claim or moved to its lease's end, then removed). Shard 0 keeps the key used before sharding. The counts
 // are fixed for a table's life: readers read every shard of the count
 // they were built with (docs/data-model.md, "Hot keys").
 type Shards struct {
-	// Ready spreads each queue's available jobs (avail#<queue>) by job id.
+	// Ready spreads each queue's available pull-mode jobs (avail#<queue>)
+	// by job id.
 	Ready int
 	// Due spreads each queue's due entries (due#<queue>) by job id.
 	Due int
@@ -55,8 +56,11 @@ type Shards struct {
 
 // Index names.
 const (
-	// IndexReady is the sparse index of available jobs per queue, ordered by
-	// priority (highest first) then enqueue time (oldest first).
+	// IndexReady is the sparse index of available pull-mode jobs per queue
+	// (FETCH's order: priority, highest first, then enqueue time, oldest
+	// first), and of discarded jobs (dead#<queue>). A push-mode job is not
+	// in it: SQS holds its place in line, and its redelivery check in
+	// IndexDue finds it.
 	IndexReady = "ready"
 	// IndexDue is the sparse index of jobs waiting for a time per queue:
 	// scheduled and retryable jobs (due to become available), active jobs

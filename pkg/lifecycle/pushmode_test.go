@@ -58,10 +58,11 @@ func (h pushHarness) claim(t *testing.T, id string) (float64, time.Time) {
 }
 
 // A push-mode claim whose lease ends before the job's redelivery check
-// keeps the check as the job's due entry: 3 write units (the item, leaving
-// ready, and the due entry rewritten in place, as it projects the state)
-// instead of 4 (moving the entry is a delete and a put), and an attempt
-// whose worker died is still found, at the check's time.
+// keeps the check as the job's due entry: 2 write units (the item and the
+// due entry rewritten in place, as it projects the state) instead of 3
+// (moving the entry is a delete and a put), and an attempt whose worker
+// died is still found, at the check's time. (A push-mode job is in no
+// other index: SQS holds its place in line.)
 func TestAPushClaimKeepsTheRedeliveryCheck(t *testing.T) {
 	t.Parallel()
 	h := newPushHarness(t, 5*time.Minute)
@@ -72,8 +73,8 @@ func TestAPushClaimKeepsTheRedeliveryCheck(t *testing.T) {
 	}
 	check := h.clk.Now().Add(5 * time.Minute)
 	units, due := h.claim(t, j.ID)
-	if units != 3 || !due.Equal(check) {
-		t.Fatalf("the claim wrote %g units and left the due entry at %v; want 3 units and the redelivery check at %v", units, due, check)
+	if units != 2 || !due.Equal(check) {
+		t.Fatalf("the claim wrote %g units and left the due entry at %v; want 2 units and the redelivery check at %v", units, due, check)
 	}
 
 	// Its worker dies. Past the lease's end the entry is not due yet...
@@ -97,7 +98,7 @@ func TestAPushClaimKeepsTheRedeliveryCheck(t *testing.T) {
 }
 
 // When the redelivery check falls before the lease's end, the claim moves
-// the due entry to the lease's end as a pull-mode claim does.
+// the due entry to the lease's end (a delete and a put in the index).
 func TestAPushClaimMovesACheckThatFallsBeforeTheLeaseEnds(t *testing.T) {
 	t.Parallel()
 	h := newPushHarness(t, 30*time.Second)
@@ -107,8 +108,8 @@ func TestAPushClaimMovesACheckThatFallsBeforeTheLeaseEnds(t *testing.T) {
 		t.Fatal(err)
 	}
 	units, due := h.claim(t, j.ID)
-	if lease := h.clk.Now().Add(time.Minute); units != 4 || !due.Equal(lease) {
-		t.Fatalf("the claim wrote %g units and left the due entry at %v; want 4 units and the lease's end %v", units, due, lease)
+	if lease := h.clk.Now().Add(time.Minute); units != 3 || !due.Equal(lease) {
+		t.Fatalf("the claim wrote %g units and left the due entry at %v; want 3 units and the lease's end %v", units, due, lease)
 	}
 }
 
@@ -138,5 +139,60 @@ func TestAPushClaimOfAStaleCheckMovesTheEntry(t *testing.T) {
 	it, err := h.st.GetItem(ctx, j.ID)
 	if lease := h.clk.Now().Add(time.Minute); err != nil || !it.DueAt.Equal(lease) {
 		t.Fatalf("due entry %v (%v), want the lease's end %v", it.DueAt, err, lease)
+	}
+}
+
+// A push-mode job is in the due index only (its redelivery check), not in
+// ready: its PUSH writes 2 units instead of 3. It is still counted and
+// listed as available, and a FETCH of its queue still finds it; one
+// written while push-mode jobs were also in ready is counted and listed
+// once.
+func TestAPushModeJobIsInTheDueIndexOnly(t *testing.T) {
+	t.Parallel()
+	h := newPushHarness(t, 5*time.Minute)
+	ctx := context.Background()
+	// The first PUSH also registers the queue.
+	old, err := h.svc.Push(ctx, []byte(`{"type":"t.run","args":[],"options":{"queue":"lambda"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := h.rec.Set()
+	j, err := h.svc.Push(ctx, []byte(`{"type":"t.run","args":[],"options":{"queue":"lambda"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := h.rec.Set().Sub(before); d["DynamoDB PutItem"].Calls != 1 || d["DynamoDB PutItem"].WriteUnits != 2 {
+		t.Fatalf("the PUSH: %+v, want one PutItem of 2 units (the item and its redelivery check)", d)
+	}
+	if ready, err := h.st.Ready(ctx, "lambda", 10); err != nil || len(ready) != 0 {
+		t.Fatalf("ready index: %d entries (%v), want none", len(ready), err)
+	}
+	// Make the first one a job written with a ready entry as well.
+	table := h.st.Table()
+	if _, err := testenv.DynamoDB().UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &table,
+		Key:              map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "JOB#" + old.ID}, "sk": &types.AttributeValueMemberS{Value: "JOB"}},
+		UpdateExpression: aws.String("SET ready_pk = :p, ready_sk = :s"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":p": &types.AttributeValueMemberS{Value: "avail#lambda"}, ":s": &types.AttributeValueMemberS{Value: "x#" + old.ID}}}); err != nil {
+		t.Fatal(err)
+	}
+	if ready, err := h.st.Ready(ctx, "lambda", 10); err != nil || len(ready) != 1 {
+		t.Fatalf("ready index: %d entries (%v), want the old job's", len(ready), err)
+	}
+	c, err := h.st.CountQueue(ctx, "lambda")
+	if err != nil || c.Available != 2 {
+		t.Fatalf("counts %+v (%v), want 2 available", c, err)
+	}
+	p, err := h.st.ListQueue(ctx, store.ListAvailable, "lambda", nil, 10, "")
+	if err != nil || len(p.Items) != 2 || p.Items[0].Job.ID == p.Items[1].Job.ID {
+		t.Fatalf("available listing: %+v (%v), want each job once", p.Items, err)
+	}
+	jobs, err := h.svc.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"lambda"}, Count: 10})
+	if err != nil || len(jobs) != 2 {
+		t.Fatalf("FETCH of the push-mode queue: %d jobs (%v), want both", len(jobs), err)
+	}
+	ids := map[string]bool{jobs[0].ID: true, jobs[1].ID: true}
+	if !ids[j.ID] || !ids[old.ID] {
+		t.Fatalf("FETCH answered %v, want %s and %s", ids, j.ID, old.ID)
 	}
 }
