@@ -159,7 +159,17 @@ func TestFromJobFollowsTheLifecycle(t *testing.T) {
 				t.Errorf("data %v", evs[0].Data)
 			}
 		}},
-		{"cancelled", avail, cancelled, []string{JobCancelled}, nil},
+		{"cancelled", avail, cancelled, []string{JobCancelled}, func(t *testing.T, evs []Event) {
+			if d := evs[0].Data; d["previous_state"] != "available" || d["reason"] != nil {
+				t.Errorf("data %v", d)
+			}
+		}},
+		{"created cancelled (a workflow's first job taken by a cancel)", nil, cancelled, []string{JobCancelled}, func(t *testing.T, evs []Event) {
+			d := evs[0].Data
+			if _, ok := d["previous_state"]; ok || d["reason"] == nil || d["queue"] != "email" {
+				t.Errorf("data %v: want no previous_state and a reason", d)
+			}
+		}},
 		{"pending workflow job", nil, baseJob(job.Pending), nil, nil},
 	}
 	for _, c := range cases {

@@ -96,7 +96,15 @@ func FromJob(source string, old, cur *job.Job, version int64, at time.Time) []Ev
 		b.add(JobDiscarded, or(cur.DiscardedAt, at), map[string]any{"total_attempts": cur.Attempt,
 			"last_error": map[string]any{"code": e["code"], "message": e["message"]}})
 	case job.Cancelled:
-		b.add(JobCancelled, or(cur.CancelledAt, at), map[string]any{"cancelled_by": "api", "previous_state": string(from)})
+		d := map[string]any{"cancelled_by": "api", "previous_state": string(from)}
+		if old == nil {
+			// Written cancelled: a workflow's first job that a cancel took
+			// before the creation wrote it (store.PutTombstones). It had
+			// no state before.
+			delete(d, "previous_state")
+			d["reason"] = "its workflow was cancelled before the job was created"
+		}
+		b.add(JobCancelled, or(cur.CancelledAt, at), d)
 	}
 	// The dead letter queue is the set of discarded jobs
 	// (ojs-dead-letter.md 4.1): entering it and being retried out of it

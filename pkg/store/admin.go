@@ -359,8 +359,8 @@ func DecodeCursor(c string) (map[string]types.AttributeValue, error) {
 }
 
 // CountStates counts one queue's index partition by job state, reading at
-// most max index entries (only the state attribute is returned).
-// Each job is counted once: ListAvailable counts the pull-mode available
+// most max index entries (only the state and push attributes are
+// returned). Each job is counted once: ListAvailable counts the pull-mode available
 // jobs (the ready index), ListWaiting the push-mode ones with the jobs
 // waiting for a time (the due index).
 func (s *Store) CountStates(ctx context.Context, l Listing, queue string, max int) (map[job.State]int, bool, error) {
@@ -371,8 +371,9 @@ func (s *Store) CountStates(ctx context.Context, l Listing, queue string, max in
 }
 
 // eachState calls each with the state of every job one index listing of
-// queue holds (ListAvailable: its pull-mode part, see CountStates), reading at most max index entries (then capped is true), adding
-// the count read to *read.
+// queue holds (ListAvailable: its pull-mode part, see CountStates),
+// reading at most max index entries if max > 0 (then capped is true),
+// adding the count read to *read.
 func (s *Store) eachState(ctx context.Context, l Listing, queue string, max int, read *int, each func(job.State)) (capped bool, err error) {
 	index, keyName, _, keys, _ := l.partitions(queue)
 	pull := func(st string, push bool) {
