@@ -75,14 +75,17 @@ func (s *Service) ClaimDelivered(ctx context.Context, items ItemStore, id, worke
 		if j, err = s.st.Apply(ctx, t); err != nil {
 			return Delivered{}, ignoreConflict(err)
 		}
+		redelivery = t.DueAt() // the check the promotion listed
 	case job.Active:
 		if j.LeaseUntil == nil || j.LeaseUntil.After(now) {
 			return Delivered{}, nil // running elsewhere
 		}
 		f := s.decide(j, ErrorInput{Type: "timeout", Code: "timeout", Message: "The previous attempt ended without a result (worker crash or timeout)."}, now)
-		if j, err = s.st.Apply(ctx, store.ExpireLease(j, f, now, s.redel, true)); err != nil {
+		t := store.ExpireLease(j, f, now, s.redel, true)
+		if j, err = s.st.Apply(ctx, t); err != nil {
 			return Delivered{}, ignoreConflict(err)
 		}
+		redelivery = t.DueAt()
 		if j.State != job.Available {
 			s.finished(ctx, j)
 			return Delivered{}, nil

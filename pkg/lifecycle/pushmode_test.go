@@ -196,3 +196,23 @@ func TestAPushModeJobIsInTheDueIndexOnly(t *testing.T) {
 		t.Fatalf("FETCH answered %v, want %s and %s", ids, j.ID, old.ID)
 	}
 }
+
+// A scheduled push-mode job the worker promotes when its message comes
+// keeps the redelivery check the promotion listed as its lease's entry
+// too: the promotion (3 units: the item, its due entry moved) and the
+// claim (2) instead of 3 and 3.
+func TestAPromotedPushJobsClaimKeepsTheCheckItsPromotionListed(t *testing.T) {
+	t.Parallel()
+	h := newPushHarness(t, 5*time.Minute)
+	ctx := context.Background()
+	at := h.clk.Now().Add(10 * time.Second)
+	j, err := h.svc.Push(ctx, []byte(`{"type":"t.run","args":[],"options":{"queue":"lambda","scheduled_at":"`+job.Timestamp(at)+`"}}`))
+	if err != nil || j.State != job.Scheduled {
+		t.Fatalf("push: %+v, %v", j, err)
+	}
+	h.clk.Add(11 * time.Second)
+	units, due := h.claim(t, j.ID)
+	if check := h.clk.Now().Add(5 * time.Minute); units != 5 || !due.Equal(check) {
+		t.Fatalf("promotion and claim wrote %g units and left the due entry at %v; want 5 and the check %v", units, due, check)
+	}
+}
