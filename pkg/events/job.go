@@ -99,7 +99,7 @@ func FromJob(source string, old, cur *job.Job, version int64, at time.Time) []Ev
 		d := map[string]any{"cancelled_by": "api", "previous_state": string(from)}
 		if old == nil {
 			// Written cancelled: a workflow's first job that a cancel took
-			// before the creation wrote it (store.PutTombstones). It had
+			// before the creation wrote it (workflow.takeUnwritten). It had
 			// no state before.
 			delete(d, "previous_state")
 			d["reason"] = "its workflow was cancelled before the job was created"

@@ -171,7 +171,7 @@ func toRecord(j *job.Job) (record, error) {
 		Args: string(j.Args), Meta: string(j.Meta), Retry: string(pol),
 		TimeoutMS: j.Timeout.Milliseconds(), VisibilityMS: j.Visibility.Milliseconds(), Schema: j.Schema,
 		ScheduledAt: textOr(j.ScheduledAtText, j.ScheduledAt), ExpiresAt: textOr(j.ExpiresAtText, j.ExpiresAt),
-		CreatedAt: tstr(j.CreatedAt), EnqueuedAt: tstr(j.EnqueuedAt), Push: j.Push,
+		CreatedAt: tstr(j.CreatedAt), EnqueuedAt: tstr(j.EnqueuedAt), CancelledAt: tstr(j.CancelledAt), Push: j.Push,
 		WorkflowID: j.WorkflowID, WorkflowNode: j.WorkflowNode, ParentResults: string(j.ParentResults),
 		WorkflowShard: j.WorkflowShard, WorkflowNext: j.WorkflowNext, WorkflowStepID: j.WorkflowStepID, UniqueKey: j.UniqueKey,
 	}

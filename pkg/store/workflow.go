@@ -127,7 +127,8 @@ type Node struct {
 	// of a large workflow by plain conditional puts, without the root
 	// check a transaction would make (half the write units): a cancel that
 	// finds it puts a cancelled job in place of every first job not
-	// written yet (PutTombstones), so the creation cannot add one after.
+	// written yet (workflow.takeUnwritten), so the creation cannot add one
+	// after.
 	Unguarded bool `dynamodbav:"cfirst,omitempty"`
 	// Cancelling is set on a cancelled workflow's root when the request
 	// that cancelled it ran out of time before all its jobs were
@@ -436,7 +437,7 @@ type NewWorkflow struct {
 // then its other items, then the root unmarked and marked Unguarded, then
 // its first jobs by conditional puts (absent) without a check of the root
 // (a cancel meanwhile puts the ones not written yet as cancelled:
-// PutTombstones), then the Unguarded mark removed. A creator that
+// workflow.takeUnwritten), then the Unguarded mark removed. A creator that
 // dies while the root is marked leaves only items the sweeper deletes
 // (no job exists before the mark is removed); one that dies later leaves
 // a running workflow whose missing first jobs the sweeper's repair
@@ -510,7 +511,7 @@ func (s *Store) CreateWorkflow(ctx context.Context, w NewWorkflow) error {
 }
 
 // putJobs writes jobs by conditional puts (absent), several at once: one
-// that exists already (written by a cancel's PutTombstones, or by an
+// that exists already (a cancel's placeholder, workflow.takeUnwritten, or an
 // earlier try) is kept as it is.
 func (s *Store) putJobs(ctx context.Context, jobs []*job.Job, redeliverAfter time.Duration) error {
 	return parallel(ctx, len(jobs), 16, func(ctx context.Context, i int) error {
@@ -524,33 +525,6 @@ func (s *Store) putJobs(ctx context.Context, jobs []*job.Job, redeliverAfter tim
 		}
 		return nil
 	})
-}
-
-// PutTombstones puts, for each of jobs that does not exist, the job as
-// cancelled at now (never run, in no index): what a cancel of a workflow
-// whose first jobs are being written unguarded (Node.Unguarded) puts in
-// place of those not written yet, so that their writes fail. It returns
-// how many it put; the others exist (the cancel cancels them).
-func (s *Store) PutTombstones(ctx context.Context, jobs []*job.Job, now time.Time) (int, error) {
-	var put atomic.Int64
-	err := parallel(ctx, len(jobs), 16, func(ctx context.Context, i int) error {
-		j := *jobs[i]
-		j.State, j.CancelledAt, j.EnqueuedAt, j.ScheduledAt = job.Cancelled, &now, nil, nil
-		p, err := s.jobPut(&j, 0)
-		if err != nil {
-			return err
-		}
-		_, err = s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: p.TableName, Item: p.Item, ConditionExpression: p.ConditionExpression})
-		if conditionFailed(err) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("cancel unwritten job %s: %w", j.ID, err)
-		}
-		put.Add(1)
-		return nil
-	})
-	return int(put.Load()), err
 }
 
 // BeginWorkflow writes only the root of a workflow created asynchronously:
@@ -1940,7 +1914,7 @@ func (s *Store) jobPut(j *job.Job, redeliverAfter time.Duration) (*types.Put, er
 		}
 	case job.Scheduled:
 		r.DuePK, r.DueAt = dueKey(j.Queue, j.ID), ms(*j.ScheduledAt)
-	case job.Pending, job.Cancelled: // Cancelled: PutTombstones
+	case job.Pending, job.Cancelled: // Cancelled: a cancel's placeholder (workflow.takeUnwritten)
 	default:
 		return nil, fmt.Errorf("create job %s in state %s", j.ID, j.State)
 	}

@@ -247,11 +247,11 @@ func (e *Engine) finishCancel(ctx context.Context, root *store.Node, items []*st
 }
 
 // takeUnwritten is the first step of a cancel (or of a root timeout's
-// stop) while the workflow's creation
-// may still be writing its first jobs unguarded (root.Unguarded: plain
-// conditional puts, no check of the root): every first job not written
-// yet is put as cancelled, so the creation's put of it fails and the
-// stopped workflow gains no job. The ones written already exist, and
+// stop) while the workflow's creation may still be writing its first jobs
+// unguarded (root.Unguarded: plain conditional puts, no check of the
+// root): every first job not written yet is put as cancelled, so the
+// creation's put of it fails and the stopped workflow gains no job; the
+// puts check that the root is still stopped, in the same transaction. The ones written already exist, and
 // the cancel cancels them as any other. With the mark gone, every first
 // job exists: nothing to do.
 func (e *Engine) takeUnwritten(ctx context.Context, root *store.Node, items []*store.Node, now time.Time) error {
@@ -271,9 +271,26 @@ func (e *Engine) takeUnwritten(ctx context.Context, root *store.Node, items []*s
 		return err
 	}
 	missing := slices.DeleteFunc(first, func(j *job.Job) bool { return have[j.ID] != nil })
-	n, err := e.st.PutTombstones(ctx, missing, now)
-	if n > 0 {
-		e.log.InfoContext(ctx, "cancelled first jobs the workflow's creation had not written yet", "workflow_id", root.WorkflowID, "jobs", n)
+	if len(missing) == 0 {
+		return nil
+	}
+	// Each put as cancelled (never run, in no index), in transactions that
+	// check the root is still stopped: a retry that re-opened the workflow
+	// since it was read lets its creation write them instead.
+	tomb := make([]*job.Job, len(missing))
+	for i, j := range missing {
+		c := *j
+		c.State, c.CancelledAt, c.EnqueuedAt, c.ScheduledAt = job.Cancelled, &now, nil, nil
+		tomb[i] = &c
+	}
+	err = e.st.Advance(ctx, store.Advance{WorkflowID: root.WorkflowID, Jobs: tomb,
+		Scope: store.RootPath, ScopeStates: []wfstate.State{wfstate.Cancelled, wfstate.Failed}})
+	if errors.Is(err, store.ErrWorkflowNotRunning) {
+		e.log.InfoContext(ctx, "workflow re-opened while its cancel took its unwritten first jobs; its creation writes them", "workflow_id", root.WorkflowID)
+		return nil
+	}
+	if err == nil {
+		e.log.InfoContext(ctx, "cancelled first jobs the workflow's creation had not written yet", "workflow_id", root.WorkflowID, "jobs", len(missing))
 	}
 	return err
 }

@@ -34,7 +34,6 @@ type Store interface {
 	RollUp(ctx context.Context, wfID, path string, sh *store.Shard) (*store.Node, error)
 	Advance(ctx context.Context, a store.Advance) error
 	BatchGetJobs(ctx context.Context, ids []string) (map[string]*job.Job, error)
-	PutTombstones(ctx context.Context, jobs []*job.Job, now time.Time) (int, error)
 	DueWorkflows(ctx context.Context, now time.Time, limit int) (map[string]time.Time, error)
 	DueTimeouts(ctx context.Context, now time.Time, limit int) ([]store.NodeKey, error)
 	ForgetInShard(ctx context.Context, wfID, path, key string, idx []int) error

@@ -291,9 +291,84 @@ func TestACancelRacingTheFirstJobsLeavesNoneToRun(t *testing.T) {
 		}
 		if j.EnqueuedAt == nil {
 			unwritten++ // put as cancelled by the cancel
+			if j.CancelledAt == nil {
+				t.Fatalf("first job %s put as cancelled has no cancelled_at", jid)
+			}
 		}
 	}
 	if unwritten == 0 || unwritten == 150 {
 		t.Fatalf("%d of the 150 first jobs were put by the cancel: the race did not happen", unwritten)
+	}
+}
+
+// reopenBeforePlaceholders re-opens a workflow (sets its root running, as
+// a retry would) just before the first transaction that puts cancelled
+// jobs: the cancel read the root stopped, and the workflow runs again by
+// the time its placeholders are written.
+type reopenBeforePlaceholders struct {
+	*dynamodb.Client
+	table    string
+	reopened atomic.Bool
+}
+
+func (c *reopenBeforePlaceholders) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, o ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
+	for _, it := range in.TransactItems {
+		if it.Put == nil {
+			continue
+		}
+		sk, _ := it.Put.Item["sk"].(*types.AttributeValueMemberS)
+		state, _ := it.Put.Item["state"].(*types.AttributeValueMemberS)
+		if sk == nil || sk.Value != "JOB" || state == nil || state.Value != "cancelled" || !c.reopened.CompareAndSwap(false, true) {
+			continue
+		}
+		wf := it.Put.Item["wf_id"].(*types.AttributeValueMemberS).Value
+		if _, err := c.Client.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &c.table,
+			Key:                      map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "WF#" + wf}, "sk": &types.AttributeValueMemberS{Value: "N#/"}},
+			UpdateExpression:         aws.String("SET #s = :r"),
+			ExpressionAttributeNames: map[string]string{"#s": "state"}, ExpressionAttributeValues: map[string]types.AttributeValue{":r": &types.AttributeValueMemberS{Value: "running"}}}); err != nil {
+			return nil, err
+		}
+		break
+	}
+	return c.Client.TransactWriteItems(ctx, in, o...)
+}
+
+// The cancel's placeholders check, in their own transaction, that the
+// workflow is still stopped: one re-opened since the cancel read its root
+// (a retry) gets no cancelled placeholder among its first jobs; its
+// creation writes them.
+func TestACancelsPlaceholdersDoNotLandInAReopenedWorkflow(t *testing.T) {
+	t.Parallel()
+	st, _ := testenv.Table(t)
+	svc := lifecycle.New(st, lifecycle.Config{})
+	reopen := &reopenBeforePlaceholders{Client: testenv.DynamoDB(), table: st.Table()}
+	canceller := workflow.New(store.New(reopen, st.Table()), workflow.Config{Jobs: svc})
+	ctx := context.Background()
+	db := &cancelMidway{Client: testenv.DynamoDB(), cancel: func(id string) { _, _ = canceller.Cancel(ctx, id) }}
+	eng := workflow.New(store.New(db, st.Table()), workflow.Config{Jobs: svc})
+	var jobs []string
+	for i := 0; i < 150; i++ {
+		jobs = append(jobs, `{"type":"race.job","args":[],"options":{"queue":"reopenq"}}`)
+	}
+	v, err := eng.Create(ctx, []byte(`{"type":"group","jobs":[`+strings.Join(jobs, ",")+`]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reopen.reopened.Load() {
+		t.Fatal("the cancel wrote no placeholder: the race did not happen")
+	}
+	id := (*v)["id"].(string)
+	var ids []string
+	for i := range 150 {
+		ids = append(ids, workflow.JobID(id, "/j"+strconv.Itoa(i)))
+	}
+	have, err := st.BatchGetJobs(ctx, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, jid := range ids {
+		if j := have[jid]; j == nil || (j.State == job.Cancelled && j.EnqueuedAt == nil) {
+			t.Fatalf("first job %s of the re-opened workflow: %+v (missing, or a cancel's placeholder)", jid, j)
+		}
 	}
 }
