@@ -50,11 +50,11 @@ func (t *Transition) set(name string, v any) {
 	t.update = t.update.Set(expression.Name(name), expression.Value(v))
 }
 
-// listDue lists the job in its queue's due shard at at.
 // DueAt is the time of the due entry the transition lists (zero when it
 // lists none): for a push-mode job made available, its redelivery check.
 func (t Transition) DueAt() time.Time { return t.dueAt }
 
+// listDue lists the job in its queue's due shard at at.
 func (t *Transition) listDue(queue string, at time.Time) {
 	t.due, t.dueAt = dueKey(queue, t.ID), at
 	t.set(attrDuePK, t.due)

@@ -251,9 +251,9 @@ func (e *Engine) finishCancel(ctx context.Context, root *store.Node, items []*st
 // unguarded (root.Unguarded: plain conditional puts, no check of the
 // root): every first job not written yet is put as cancelled, so the
 // creation's put of it fails and the stopped workflow gains no job; the
-// puts check that the root is still stopped, in the same transaction. The ones written already exist, and
-// the cancel cancels them as any other. With the mark gone, every first
-// job exists: nothing to do.
+// puts check that the root is still stopped, in the same transaction. The
+// ones written already exist, and the cancel cancels them as any other.
+// With the mark gone, every first job exists: nothing to do.
 func (e *Engine) takeUnwritten(ctx context.Context, root *store.Node, items []*store.Node, now time.Time) error {
 	if !root.Unguarded {
 		return nil
