@@ -73,7 +73,8 @@ func TestRepairRecoversLostProgress(t *testing.T) {
 // workflow whose creator died before it unmarked the root (no job
 // exists yet) and checks that the sweeper deletes them after the grace
 // period, and that a workflow whose creator died after it (root unmarked,
-// first jobs missing) gets its first jobs instead.
+// marked cfirst, first jobs missing) gets its first jobs instead, and
+// loses the cfirst mark.
 func TestRepairDeletesAWorkflowWhoseCreatorDied(t *testing.T) {
 	t.Parallel()
 	st, _ := testenv.Table(t)
@@ -110,12 +111,17 @@ func TestRepairDeletesAWorkflowWhoseCreatorDied(t *testing.T) {
 				}
 			}
 		}
+		// The first dies before its nodes are all written (the root still
+		// marked creating), the second while it writes the first jobs (the
+		// root marked cfirst).
+		mark := "cfirst"
 		if k == 0 {
-			if _, err := db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String(table), Key: map[string]types.AttributeValue{
-				"pk": &types.AttributeValueMemberS{Value: "WF#" + id}, "sk": &types.AttributeValueMemberS{Value: "N#/"}},
-				UpdateExpression: aws.String("SET creating = :t"), ExpressionAttributeValues: map[string]types.AttributeValue{":t": &types.AttributeValueMemberBOOL{Value: true}}}); err != nil {
-				t.Fatal(err)
-			}
+			mark = "creating"
+		}
+		if _, err := db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String(table), Key: map[string]types.AttributeValue{
+			"pk": &types.AttributeValueMemberS{Value: "WF#" + id}, "sk": &types.AttributeValueMemberS{Value: "N#/"}},
+			UpdateExpression: aws.String("SET " + mark + " = :t"), ExpressionAttributeValues: map[string]types.AttributeValue{":t": &types.AttributeValueMemberBOOL{Value: true}}}); err != nil {
+			t.Fatal(err)
 		}
 	}
 	clk.Add(workflow.CheckAfter)
@@ -133,6 +139,9 @@ func TestRepairDeletesAWorkflowWhoseCreatorDied(t *testing.T) {
 		if j.WorkflowID != ids[1] {
 			t.Fatalf("job of %s", j.WorkflowID)
 		}
+	}
+	if root, err := st.GetNode(ctx, ids[1], store.RootPath); err != nil || root.Unguarded {
+		t.Fatalf("the repaired root keeps cfirst (%v): a cancel would look for unwritten first jobs again", err)
 	}
 }
 

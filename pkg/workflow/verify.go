@@ -333,6 +333,14 @@ func (e *Engine) repair(ctx context.Context, id string, now time.Time) error {
 			return err
 		}
 	}
+	if created, err := time.Parse(time.RFC3339Nano, root.CreatedAt); root.Unguarded && err == nil && now.Sub(created) > creatingGrace {
+		// Its creator died while writing the first jobs (a creation in the
+		// API's request ends within its 29 s): they all exist now, so a
+		// cancel need not look for unwritten ones.
+		if err := e.st.ClearUnguarded(ctx, id); err != nil {
+			return err
+		}
+	}
 	var fs []Finished
 	for _, j := range jobs {
 		if j.State.Terminal() {
