@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"slices"
 	"testing"
 	"time"
 
@@ -316,5 +317,60 @@ func TestParseJobQuery(t *testing.T) {
 		if _, err := admin.ParseJobQuery(v); (err == nil) != ok {
 			t.Errorf("%s: %v", q, err)
 		}
+	}
+}
+
+// A push-mode queue's available jobs are in the due index only (SQS holds
+// their place in line): the Admin API still counts, lists, searches and
+// purges them, with each pull-mode job of the same call once.
+func TestAPushModeQueuesAvailableJobsAreCountedListedAndPurged(t *testing.T) {
+	t.Parallel()
+	st, _ := testenv.Table(t)
+	c := testenv.NewClock(time.Now().UTC().Truncate(time.Millisecond))
+	svc := lifecycle.New(st, lifecycle.Config{Now: c.Now, PushQueues: []string{"lambda"}})
+	e := &env{st: st, jobs: svc, ad: admin.New(st, svc, admin.Config{Now: c.Now}), clock: c}
+	ctx := context.Background()
+	var want []string
+	for range 3 {
+		want = append(want, e.push(t, "p.job", "lambda").ID)
+		c.Add(time.Millisecond)
+	}
+	e.push(t, "q.job", "pullq")
+	isPush := func(q string) bool { return q == "lambda" }
+	l, err := e.ad.Queues(ctx, 1, 20, isPush)
+	if err != nil || len(l.Items) != 2 {
+		t.Fatalf("queues: %+v %v", l, err)
+	}
+	for _, q := range l.Items {
+		if n := map[string]int{"lambda": 3, "pullq": 1}[q.Name]; q.Counts.Available != n {
+			t.Errorf("%s: %d available, want %d", q.Name, q.Counts.Available, n)
+		}
+	}
+	q, err := e.ad.Queue(ctx, "lambda", isPush)
+	if err != nil || q.Mode != "push" || q.OldestAvailableAt == nil {
+		t.Errorf("lambda: %+v %v", q, err)
+	}
+	p, err := e.ad.SearchJobs(ctx, admin.JobQuery{Queue: "lambda", State: job.Available, PerPage: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := ids(p)
+	for p.Pagination.HasMore {
+		if p, err = e.ad.SearchJobs(ctx, admin.JobQuery{Queue: "lambda", State: job.Available, PerPage: 2, Cursor: p.Pagination.NextCursor}); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, ids(p)...)
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("search of available push-mode jobs: %v, want %v", got, want)
+	}
+	res, err := e.ad.Purge(ctx, "lambda", []byte(`{"states":["available"],"confirm":true}`))
+	if err != nil || res.PurgedCount != 3 {
+		t.Fatalf("purge: %+v %v", res, err)
+	}
+	if c, err := st.CountQueue(ctx, "lambda"); err != nil || c.Available != 0 {
+		t.Fatalf("after the purge: %+v %v", c, err)
 	}
 }
