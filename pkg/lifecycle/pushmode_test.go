@@ -39,6 +39,33 @@ func newPushHarness(t *testing.T, redeliverAfter time.Duration) pushHarness {
 	return pushHarness{st: st, svc: svc, rec: rec, clk: clk}
 }
 
+// push pushes a job to the push-mode queue, with extra options (JSON
+// members, "" for none).
+func (h pushHarness) push(t *testing.T, extra string) *job.Job {
+	t.Helper()
+	opts := `"queue":"lambda"`
+	if extra != "" {
+		opts += "," + extra
+	}
+	j, err := h.svc.Push(context.Background(), []byte(`{"type":"t.run","args":[],"options":{`+opts+`}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+// setJob writes attributes of job id directly (SET update, values by
+// placeholder), as an older writer or a concurrent one would have.
+func (h pushHarness) setJob(t *testing.T, id, update string, values map[string]types.AttributeValue) {
+	t.Helper()
+	table := h.st.Table()
+	if _, err := testenv.DynamoDB().UpdateItem(context.Background(), &dynamodb.UpdateItemInput{TableName: &table,
+		Key:              map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "JOB#" + id}, "sk": &types.AttributeValueMemberS{Value: "JOB"}},
+		UpdateExpression: aws.String(update), ExpressionAttributeValues: values}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // claim claims j as the push-mode worker does, with a lease of a minute,
 // and returns the claim's write units and the job's due entry after it.
 func (h pushHarness) claim(t *testing.T, id string) (float64, time.Time) {
@@ -67,10 +94,7 @@ func TestAPushClaimKeepsTheRedeliveryCheck(t *testing.T) {
 	t.Parallel()
 	h := newPushHarness(t, 5*time.Minute)
 	ctx := context.Background()
-	j, err := h.svc.Push(ctx, []byte(`{"type":"t.run","args":[],"options":{"queue":"lambda"}}`))
-	if err != nil {
-		t.Fatal(err)
-	}
+	j := h.push(t, "")
 	check := h.clk.Now().Add(5 * time.Minute)
 	units, due := h.claim(t, j.ID)
 	if units != 2 || !due.Equal(check) {
@@ -102,11 +126,7 @@ func TestAPushClaimKeepsTheRedeliveryCheck(t *testing.T) {
 func TestAPushClaimMovesACheckThatFallsBeforeTheLeaseEnds(t *testing.T) {
 	t.Parallel()
 	h := newPushHarness(t, 30*time.Second)
-	ctx := context.Background()
-	j, err := h.svc.Push(ctx, []byte(`{"type":"t.run","args":[],"options":{"queue":"lambda"}}`))
-	if err != nil {
-		t.Fatal(err)
-	}
+	j := h.push(t, "")
 	units, due := h.claim(t, j.ID)
 	if lease := h.clk.Now().Add(time.Minute); units != 3 || !due.Equal(lease) {
 		t.Fatalf("the claim wrote %g units and left the due entry at %v; want 3 units and the lease's end %v", units, due, lease)
@@ -120,18 +140,10 @@ func TestAPushClaimOfAStaleCheckMovesTheEntry(t *testing.T) {
 	t.Parallel()
 	h := newPushHarness(t, 5*time.Minute)
 	ctx := context.Background()
-	j, err := h.svc.Push(ctx, []byte(`{"type":"t.run","args":[],"options":{"queue":"lambda"}}`))
-	if err != nil {
-		t.Fatal(err)
-	}
+	j := h.push(t, "")
 	read := h.clk.Now().Add(5 * time.Minute)
 	soon := h.clk.Now().Add(10 * time.Second)
-	table := h.st.Table()
-	if _, err := testenv.DynamoDB().UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &table,
-		Key:              map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "JOB#" + j.ID}, "sk": &types.AttributeValueMemberS{Value: "JOB"}},
-		UpdateExpression: aws.String("SET due_at = :d"), ExpressionAttributeValues: map[string]types.AttributeValue{":d": &types.AttributeValueMemberN{Value: strconv.FormatInt(soon.UnixMilli(), 10)}}}); err != nil {
-		t.Fatal(err)
-	}
+	h.setJob(t, j.ID, "SET due_at = :d", map[string]types.AttributeValue{":d": &types.AttributeValueMemberN{Value: strconv.FormatInt(soon.UnixMilli(), 10)}})
 	claimed, err := h.svc.Claim(ctx, j, "w", time.Minute, read)
 	if err != nil || claimed == nil {
 		t.Fatalf("claim with a stale check: %v, %v", claimed, err)
@@ -152,15 +164,9 @@ func TestAPushModeJobIsInTheDueIndexOnly(t *testing.T) {
 	h := newPushHarness(t, 5*time.Minute)
 	ctx := context.Background()
 	// The first PUSH also registers the queue.
-	old, err := h.svc.Push(ctx, []byte(`{"type":"t.run","args":[],"options":{"queue":"lambda"}}`))
-	if err != nil {
-		t.Fatal(err)
-	}
+	old := h.push(t, "")
 	before := h.rec.Set()
-	j, err := h.svc.Push(ctx, []byte(`{"type":"t.run","args":[],"options":{"queue":"lambda"}}`))
-	if err != nil {
-		t.Fatal(err)
-	}
+	j := h.push(t, "")
 	if d := h.rec.Set().Sub(before); d["DynamoDB PutItem"].Calls != 1 || d["DynamoDB PutItem"].WriteUnits != 2 {
 		t.Fatalf("the PUSH: %+v, want one PutItem of 2 units (the item and its redelivery check)", d)
 	}
@@ -168,14 +174,8 @@ func TestAPushModeJobIsInTheDueIndexOnly(t *testing.T) {
 		t.Fatalf("ready index: %d entries (%v), want none", len(ready), err)
 	}
 	// Make the first one a job written with a ready entry as well.
-	table := h.st.Table()
-	if _, err := testenv.DynamoDB().UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &table,
-		Key:              map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "JOB#" + old.ID}, "sk": &types.AttributeValueMemberS{Value: "JOB"}},
-		UpdateExpression: aws.String("SET ready_pk = :p, ready_sk = :s"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":p": &types.AttributeValueMemberS{Value: "avail#lambda"}, ":s": &types.AttributeValueMemberS{Value: "x#" + old.ID}}}); err != nil {
-		t.Fatal(err)
-	}
+	h.setJob(t, old.ID, "SET ready_pk = :p, ready_sk = :s", map[string]types.AttributeValue{
+		":p": &types.AttributeValueMemberS{Value: "avail#lambda"}, ":s": &types.AttributeValueMemberS{Value: "x#" + old.ID}})
 	if ready, err := h.st.Ready(ctx, "lambda", 10); err != nil || len(ready) != 1 {
 		t.Fatalf("ready index: %d entries (%v), want the old job's", len(ready), err)
 	}
@@ -204,11 +204,10 @@ func TestAPushModeJobIsInTheDueIndexOnly(t *testing.T) {
 func TestAPromotedPushJobsClaimKeepsTheCheckItsPromotionListed(t *testing.T) {
 	t.Parallel()
 	h := newPushHarness(t, 5*time.Minute)
-	ctx := context.Background()
 	at := h.clk.Now().Add(10 * time.Second)
-	j, err := h.svc.Push(ctx, []byte(`{"type":"t.run","args":[],"options":{"queue":"lambda","scheduled_at":"`+job.Timestamp(at)+`"}}`))
-	if err != nil || j.State != job.Scheduled {
-		t.Fatalf("push: %+v, %v", j, err)
+	j := h.push(t, `"scheduled_at":"`+job.Timestamp(at)+`"`)
+	if j.State != job.Scheduled {
+		t.Fatalf("push: %+v", j)
 	}
 	h.clk.Add(11 * time.Second)
 	units, due := h.claim(t, j.ID)

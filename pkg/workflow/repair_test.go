@@ -251,6 +251,30 @@ func (c *cancelMidway) PutItem(ctx context.Context, in *dynamodb.PutItemInput, o
 	return c.Client.PutItem(ctx, in, o...)
 }
 
+// createCancelledMidway creates a group of 150 jobs on queue and calls
+// cancel with its id from inside the creation's third job put (its first
+// jobs are being written unguarded), and returns the workflow's id and its
+// first jobs' ids.
+func createCancelledMidway(t *testing.T, st *store.Store, svc *lifecycle.Service, queue string, cancel func(id string)) (string, []string) {
+	t.Helper()
+	db := &cancelMidway{Client: testenv.DynamoDB(), cancel: cancel}
+	eng := workflow.New(store.New(db, st.Table()), workflow.Config{Jobs: svc})
+	jobs := make([]string, 150)
+	for i := range jobs {
+		jobs[i] = `{"type":"race.job","args":[],"options":{"queue":"` + queue + `"}}`
+	}
+	v, err := eng.Create(context.Background(), []byte(`{"type":"group","jobs":[`+strings.Join(jobs, ",")+`]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := (*v)["id"].(string)
+	ids := make([]string, len(jobs))
+	for i := range ids {
+		ids[i] = workflow.JobID(id, "/j"+strconv.Itoa(i))
+	}
+	return id, ids
+}
+
 // A large workflow's first jobs are written by plain conditional puts (a
 // transaction with a check of the root would cost twice the units). A
 // cancel that comes while they are written puts each one not written yet
@@ -263,30 +287,16 @@ func TestACancelRacingTheFirstJobsLeavesNoneToRun(t *testing.T) {
 	canceller := workflow.New(st, workflow.Config{Jobs: svc})
 	ctx := context.Background()
 	var cancelErr error
-	db := &cancelMidway{Client: testenv.DynamoDB(), cancel: func(id string) { _, cancelErr = canceller.Cancel(ctx, id) }}
-	eng := workflow.New(store.New(db, st.Table()), workflow.Config{Jobs: svc})
-	var jobs []string
-	for i := 0; i < 150; i++ {
-		jobs = append(jobs, `{"type":"race.job","args":[],"options":{"queue":"raceq"}}`)
-	}
-	v, err := eng.Create(ctx, []byte(`{"type":"group","jobs":[`+strings.Join(jobs, ",")+`]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
+	id, ids := createCancelledMidway(t, st, svc, "raceq", func(id string) { _, cancelErr = canceller.Cancel(ctx, id) })
 	if cancelErr != nil {
 		t.Fatalf("the cancel during the creation: %v", cancelErr)
 	}
-	id := (*v)["id"].(string)
 	root, err := st.GetNode(ctx, id, store.RootPath)
 	if err != nil || root.State != wfstate.Cancelled || root.Unguarded {
 		t.Fatalf("root after the creation: %+v %v", root, err)
 	}
 	if got, err := svc.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"raceq"}, Count: 100}); err != nil || len(got) != 0 {
 		t.Fatalf("a cancelled workflow left %d jobs to run (%v)", len(got), err)
-	}
-	var ids []string
-	for i := range 150 {
-		ids = append(ids, workflow.JobID(id, "/j"+strconv.Itoa(i)))
 	}
 	have, err := st.BatchGetJobs(ctx, ids)
 	if err != nil {
@@ -353,23 +363,9 @@ func TestACancelsPlaceholdersDoNotLandInAReopenedWorkflow(t *testing.T) {
 	reopen := &reopenBeforePlaceholders{Client: testenv.DynamoDB(), table: st.Table()}
 	canceller := workflow.New(store.New(reopen, st.Table()), workflow.Config{Jobs: svc})
 	ctx := context.Background()
-	db := &cancelMidway{Client: testenv.DynamoDB(), cancel: func(id string) { _, _ = canceller.Cancel(ctx, id) }}
-	eng := workflow.New(store.New(db, st.Table()), workflow.Config{Jobs: svc})
-	var jobs []string
-	for i := 0; i < 150; i++ {
-		jobs = append(jobs, `{"type":"race.job","args":[],"options":{"queue":"reopenq"}}`)
-	}
-	v, err := eng.Create(ctx, []byte(`{"type":"group","jobs":[`+strings.Join(jobs, ",")+`]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, ids := createCancelledMidway(t, st, svc, "reopenq", func(id string) { _, _ = canceller.Cancel(ctx, id) })
 	if !reopen.reopened.Load() {
 		t.Fatal("the cancel wrote no placeholder: the race did not happen")
-	}
-	id := (*v)["id"].(string)
-	var ids []string
-	for i := range 150 {
-		ids = append(ids, workflow.JobID(id, "/j"+strconv.Itoa(i)))
 	}
 	have, err := st.BatchGetJobs(ctx, ids)
 	if err != nil {
