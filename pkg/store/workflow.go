@@ -883,7 +883,6 @@ func (s *Store) NextCancelPass(ctx context.Context, wfID string) error {
 	return nil
 }
 
-// unmark removes creation attributes from a workflow's root (it exists).
 // ClearUnguarded removes a root's Unguarded mark (cfirst) that a creator
 // which died while writing the first jobs left: once those jobs exist
 // (the sweeper's repair writes the missing ones), a cancel need not look
@@ -892,6 +891,7 @@ func (s *Store) ClearUnguarded(ctx context.Context, wfID string) error {
 	return s.unmark(ctx, wfID, "cfirst")
 }
 
+// unmark removes creation attributes from a workflow's root (it exists).
 func (s *Store) unmark(ctx context.Context, wfID string, attrs ...string) error {
 	if _, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table, Key: wfKey(wfID, nodeSK(RootPath)),
 		UpdateExpression: aws.String("REMOVE " + strings.Join(attrs, ", ")), ConditionExpression: aws.String("attribute_exists(pk)")}); err != nil {

@@ -249,6 +249,13 @@ func (e *Engine) Repair(ctx context.Context, limit int) (int, error) {
 	return len(due), nil
 }
 
+// pastCreatingGrace reports whether root's workflow began more than
+// creatingGrace before now: no creating request can still be writing it.
+func pastCreatingGrace(root *store.Node, now time.Time) bool {
+	created, err := time.Parse(time.RFC3339Nano, root.CreatedAt)
+	return err == nil && now.Sub(created) > creatingGrace
+}
+
 func (e *Engine) repair(ctx context.Context, id string, now time.Time) error {
 	items, err := e.st.WorkflowItems(ctx, id)
 	if err != nil || len(items) == 0 || items[0].Path != store.RootPath {
@@ -258,7 +265,7 @@ func (e *Engine) repair(ctx context.Context, id string, now time.Time) error {
 	if len(root.CDef) > 0 {
 		// Accepted with 202: the stream function finishes its creation
 		// (Resume); if that failed, this does.
-		if created, err := time.Parse(time.RFC3339Nano, root.CreatedAt); err == nil && now.Sub(created) > creatingGrace {
+		if pastCreatingGrace(root, now) {
 			e.log.WarnContext(ctx, "finishing a workflow whose asynchronous creation did not", "workflow_id", id)
 			if err := e.Resume(ctx, id); !errors.Is(err, store.ErrCreationUnfinished) {
 				return err
@@ -268,7 +275,7 @@ func (e *Engine) repair(ctx context.Context, id string, now time.Time) error {
 		return nil
 	}
 	if root.Creating {
-		if created, err := time.Parse(time.RFC3339Nano, root.CreatedAt); err == nil && now.Sub(created) > creatingGrace {
+		if pastCreatingGrace(root, now) {
 			deleted, err := e.st.DeleteWorkflow(ctx, id)
 			if deleted {
 				e.log.WarnContext(ctx, "deleted a workflow whose creation never finished", "workflow_id", id)
@@ -333,7 +340,7 @@ func (e *Engine) repair(ctx context.Context, id string, now time.Time) error {
 			return err
 		}
 	}
-	if created, err := time.Parse(time.RFC3339Nano, root.CreatedAt); root.Unguarded && err == nil && now.Sub(created) > creatingGrace {
+	if root.Unguarded && pastCreatingGrace(root, now) {
 		// Its creator died while writing the first jobs (a creation in the
 		// API's request ends within its 29 s): they all exist now, so a
 		// cancel need not look for unwritten ones.
