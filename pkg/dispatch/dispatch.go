@@ -1,10 +1,11 @@
 // Package dispatch sends push-mode jobs to their SQS queues. A message is a
 // reference to a job, never the job itself: its body is a small JSON object
-// (Message: the job's id, type, queue and attempts so far) whatever the
-// job's size, so no job can pass SQS's message size limit. Consumers read
-// the job from DynamoDB when they claim it, which they must do anyway: a
-// message is only a hint that a job may be ready (it can be duplicated,
-// late or stale).
+// (Message: the job's id, type, queue and attempts so far, and what a claim
+// needs) whatever the job's size, so no job can pass SQS's message size
+// limit. A message is only a hint that a job may be ready (it can be
+// duplicated, late or stale): the consumer's claim is a conditional write
+// that decides, and it reads the job from DynamoDB when the hint is not
+// enough.
 package dispatch
 
 import (
@@ -55,17 +56,45 @@ type Message struct {
 	// Attempt is the number of attempts made when the message was sent
 	// (0 before the first): a hint for logs; the claim decides.
 	Attempt int `json:"attempt"`
+	// Claim is set on a message sent as its job became available: what
+	// the worker's claim needs besides the id, so that it claims the job
+	// without reading it first (lifecycle.Service.ClaimDelivered). Only a
+	// hint: the claim's conditions are checked by the write, and a job
+	// that moved on since is read from the claim's refusal.
+	Claim *ClaimHint `json:"claim,omitempty"`
 }
 
-// NewMessage returns the message for j.
-func NewMessage(j *job.Job) Message {
-	return Message{ID: j.ID, Type: j.Type, Queue: j.Queue, Attempt: j.Attempt}
+// ClaimHint is what a claim of an available job needs from the job.
+type ClaimHint struct {
+	// TimeoutMS is the job's execution timeout (it bounds the lease).
+	TimeoutMS int64 `json:"timeout_ms"`
+	// CheckMS is the job's redelivery check as written (Unix ms), which a
+	// claim keeps as its lease's due entry when it falls after the lease.
+	CheckMS int64 `json:"check_ms,omitempty"`
+}
+
+// NewMessage returns the message for delivery d.
+func NewMessage(d Delivery) Message {
+	j := d.Job
+	m := Message{ID: j.ID, Type: j.Type, Queue: j.Queue, Attempt: j.Attempt}
+	if !d.Check.IsZero() && j.State == job.Available {
+		timeout := j.Timeout
+		if timeout <= 0 {
+			timeout = job.DefaultTimeout
+		}
+		m.Claim = &ClaimHint{TimeoutMS: timeout.Milliseconds(), CheckMS: d.Check.UnixMilli()}
+	}
+	return m
 }
 
 // Delivery is one job to send, after Delay.
 type Delivery struct {
 	Job   *job.Job
 	Delay time.Duration
+	// Check is the redelivery check of an available job, as written with
+	// Job (a whole job, not an index's projection): set, the message
+	// carries a ClaimHint. Zero when unknown.
+	Check time.Time
 }
 
 // SendError reports the jobs whose messages could not be sent for a reason
@@ -171,7 +200,7 @@ func (d *Dispatcher) Send(ctx context.Context, ds []Delivery) error {
 				"job_id", dl.Job.ID, "queue", dl.Job.Queue)
 			continue
 		}
-		body, err := json.Marshal(NewMessage(dl.Job))
+		body, err := json.Marshal(NewMessage(dl))
 		if err != nil {
 			return fmt.Errorf("encode message for job %s: %w", dl.Job.ID, err)
 		}

@@ -90,7 +90,9 @@ func TestMessageIsAReferenceWhateverTheJobSize(t *testing.T) {
 	for i := 0; i < job.MaxErrorHistory; i++ {
 		j.Errors = append(j.Errors, job.ErrorInfo{Type: "x", Message: strings.Repeat("e", 4096)})
 	}
-	if err := d.Send(context.Background(), []dispatch.Delivery{{Job: j}}); err != nil {
+	j.Timeout = 90 * time.Second
+	check := time.UnixMilli(1795255500000)
+	if err := d.Send(context.Background(), []dispatch.Delivery{{Job: j, Check: check}}); err != nil {
 		t.Fatalf("send: %v", err)
 	}
 	msgs := receive(t, url, 1)
@@ -102,8 +104,10 @@ func TestMessageIsAReferenceWhateverTheJobSize(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &got); err != nil {
 		t.Fatal(err)
 	}
-	want := dispatch.Message{ID: j.ID, Type: "report.generate", Queue: "lambda", Attempt: 3}
-	if got != want || len(body) > 512 {
+	// With the claim's hint: the timeout and the redelivery check.
+	want := dispatch.Message{ID: j.ID, Type: "report.generate", Queue: "lambda", Attempt: 3,
+		Claim: &dispatch.ClaimHint{TimeoutMS: 90000, CheckMS: check.UnixMilli()}}
+	if got.Claim == nil || *got.Claim != *want.Claim || got.ID != want.ID || got.Type != want.Type || got.Queue != want.Queue || got.Attempt != want.Attempt || len(body) > 512 {
 		t.Fatalf("message %s (%d bytes), want %+v", body, len(body), want)
 	}
 	if a := msgs[0].MessageAttributes; aws.ToString(a["ojs_job_id"].StringValue) != j.ID || aws.ToString(a["ojs_type"].StringValue) != j.Type {

@@ -105,7 +105,9 @@ func Deliveries(c Change, now time.Time) []dispatch.Delivery {
 		if n.Dispatch == store.DispatchInline {
 			return nil
 		}
-		return []dispatch.Delivery{{Job: n.Job}}
+		// The image is the whole job with its redelivery check: the
+		// message carries what the worker's claim needs (no read first).
+		return []dispatch.Delivery{{Job: n.Job, Check: n.DueAt}}
 	case job.Scheduled, job.Retryable:
 		wait := n.DueAt.Sub(now)
 		if wait > dispatch.MaxDelay {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/ojs-aws/ojs-serverless/pkg/dispatch"
 	"github.com/ojs-aws/ojs-serverless/pkg/internal/ctxsleep"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
@@ -30,18 +31,41 @@ type Delivered struct {
 	RetryIn time.Duration
 }
 
-// ClaimDelivered handles an SQS delivery of job id for a push-mode worker:
-// it claims the job if it is ready (promoting a due scheduled or retryable
-// job, or requeueing an expired lease, first) with a lease of leaseFor. A
-// message for a job that is running elsewhere, finished, cancelled or
-// unknown yields nothing: the message was only a hint.
-func (s *Service) ClaimDelivered(ctx context.Context, items ItemStore, id, workerID string, leaseFor time.Duration) (Delivered, error) {
-	it, err := items.GetItem(ctx, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return Delivered{}, nil
-	}
-	if err != nil {
-		return Delivered{}, err
+// ClaimDelivered handles an SQS delivery of message m's job for a push-mode
+// worker: it claims the job if it is ready (promoting a due scheduled or
+// retryable job, or requeueing an expired lease, first) with a lease of
+// leaseFor. A message for a job that is running elsewhere, finished,
+// cancelled or unknown yields nothing: the message was only a hint.
+//
+// A message sent as its job became available carries what the claim needs
+// (m.Claim): the claim is then written without reading the job first, one
+// request where a read and a write were two, and a job that moved on since
+// (claimed by a duplicate, its lease ended, cancelled) is handled from the
+// item the refused write returns, as it would be from a read.
+func (s *Service) ClaimDelivered(ctx context.Context, items ItemStore, m dispatch.Message, workerID string, leaseFor time.Duration) (Delivered, error) {
+	id := m.ID
+	var it store.Item
+	var err error
+	if h := m.Claim; h != nil && h.TimeoutMS > 0 && m.Queue != "" {
+		if p, err := s.paused(ctx, m.Queue); err != nil || p {
+			return Delivered{}, err // paused: as below, the message is dropped
+		}
+		hinted := &job.Job{ID: id, Queue: m.Queue, State: job.Available, Timeout: time.Duration(h.TimeoutMS) * time.Millisecond}
+		var check time.Time
+		if h.CheckMS > 0 {
+			check = time.UnixMilli(h.CheckMS)
+		}
+		claimed, cur, cerr := s.claim(ctx, hinted, workerID, leaseFor, check)
+		if cerr != nil || cur == nil {
+			return Delivered{Job: claimed}, cerr
+		}
+		it = *cur
+	} else {
+		if it, err = items.GetItem(ctx, id); errors.Is(err, store.ErrNotFound) {
+			return Delivered{}, nil
+		} else if err != nil {
+			return Delivered{}, err
+		}
 	}
 	j, now := it.Job, s.Now()
 	var redelivery time.Time // the redelivery check read, when the claim may keep it

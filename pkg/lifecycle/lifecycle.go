@@ -884,9 +884,17 @@ func rotateFrom[T any](s []T, r int) {
 // known: store.ClaimOpts.Redelivery). It returns nil, nil when someone else
 // got it or it expired (then it is discarded).
 func (s *Service) Claim(ctx context.Context, j *job.Job, workerID string, visibility time.Duration, redelivery time.Time) (*job.Job, error) {
+	claimed, _, err := s.claim(ctx, j, workerID, visibility, redelivery)
+	return claimed, err
+}
+
+// claim is Claim that also returns the job as the refused write found it
+// (nil when it was claimed, gone, or discarded as expired): a claimer that
+// had not read the job goes on from there without reading it.
+func (s *Service) claim(ctx context.Context, j *job.Job, workerID string, visibility time.Duration, redelivery time.Time) (*job.Job, *store.Item, error) {
 	now := s.Now()
 	if j.ExpiresAt != nil && !j.ExpiresAt.After(now) {
-		return nil, s.expire(ctx, j, now)
+		return nil, nil, s.expire(ctx, j, now)
 	}
 	if visibility <= 0 {
 		visibility = j.Visibility
@@ -910,18 +918,18 @@ func (s *Service) Claim(ctx context.Context, j *job.Job, workerID string, visibi
 	}
 	if errors.As(err, &ce) {
 		if ce.Current.State == job.Available && ce.Current.ExpiresAt != nil && !ce.Current.ExpiresAt.After(now) {
-			return nil, s.expire(ctx, ce.Current, now)
+			return nil, nil, s.expire(ctx, ce.Current, now)
 		}
-		return nil, nil
+		return nil, &store.Item{Job: ce.Current, DueAt: ce.DueAt}, nil
 	}
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	s.log.InfoContext(ctx, "job claimed", "job_id", claimed.ID, "queue", claimed.Queue, "attempt", claimed.Attempt, "worker_id", workerID)
-	return claimed, nil
+	return claimed, nil, nil
 }
 
 // expire discards job j (as read, possibly from an index) whose

@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/ojs-aws/ojs-serverless/pkg/awsclient"
 	"github.com/ojs-aws/ojs-serverless/pkg/callstats"
+	"github.com/ojs-aws/ojs-serverless/pkg/dispatch"
 	"github.com/ojs-aws/ojs-serverless/pkg/internal/testenv"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
@@ -66,13 +67,26 @@ func (h pushHarness) setJob(t *testing.T, id, update string, values map[string]t
 	}
 }
 
-// claim claims j as the push-mode worker does, with a lease of a minute,
-// and returns the claim's write units and the job's due entry after it.
+// message is the SQS message the stream function sends for job id as it
+// is stored now (an available job's carries its claim hint).
+func (h pushHarness) message(t *testing.T, id string) dispatch.Message {
+	t.Helper()
+	it, err := h.st.GetItem(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dispatch.NewMessage(dispatch.Delivery{Job: it.Job, Check: it.DueAt})
+}
+
+// claim claims j as the push-mode worker does on its message, with a lease
+// of a minute, and returns the claim's write units and the job's due entry
+// after it.
 func (h pushHarness) claim(t *testing.T, id string) (float64, time.Time) {
 	t.Helper()
 	ctx := context.Background()
+	m := h.message(t, id)
 	before := h.rec.Set()
-	d, err := h.svc.ClaimDelivered(ctx, h.st, id, "w", time.Minute)
+	d, err := h.svc.ClaimDelivered(ctx, h.st, m, "w", time.Minute)
 	if err != nil || d.Job == nil || d.Job.State != job.Active {
 		t.Fatalf("claim: %+v, %v", d, err)
 	}
@@ -213,5 +227,122 @@ func TestAPromotedPushJobsClaimKeepsTheCheckItsPromotionListed(t *testing.T) {
 	units, due := h.claim(t, j.ID)
 	if check := h.clk.Now().Add(5 * time.Minute); units != 5 || !due.Equal(check) {
 		t.Fatalf("promotion and claim wrote %g units and left the due entry at %v; want 5 and the check %v", units, due, check)
+	}
+}
+
+// The message the stream function sends as a push-mode job becomes
+// available says what the claim needs: the worker claims the job with one
+// UpdateItem and no read. A message gone stale meanwhile (the job claimed
+// by a duplicate, its attempt's lease over, cancelled, retrying, deleted)
+// is handled from the item the refused write returns, as a read would
+// have: still without a GetItem.
+func TestADeliveredJobIsClaimedWithoutARead(t *testing.T) {
+	t.Parallel()
+	h := newPushHarness(t, 5*time.Minute)
+	ctx := context.Background()
+	deliver := func(m dispatch.Message) (lifecycle.Delivered, callstats.Set) {
+		t.Helper()
+		before := h.rec.Set()
+		d, err := h.svc.ClaimDelivered(ctx, h.st, m, "w", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d, h.rec.Set().Sub(before)
+	}
+	noRead := func(what string, calls callstats.Set) {
+		t.Helper()
+		// (Queries are the queue registry's pause states, cached.)
+		for _, op := range []string{"DynamoDB GetItem", "DynamoDB BatchGetItem"} {
+			if c := calls[op]; c.Calls > 0 {
+				t.Fatalf("%s: %d %s requests, want no read of the job (%+v)", what, c.Calls, op, calls)
+			}
+		}
+	}
+
+	// Fresh: one UpdateItem of 2 units, the job active, the check kept.
+	j := h.push(t, "")
+	m := h.message(t, j.ID)
+	if m.Claim == nil || m.Claim.TimeoutMS != job.DefaultTimeout.Milliseconds() || m.Claim.CheckMS != h.clk.Now().Add(5*time.Minute).UnixMilli() {
+		t.Fatalf("message %+v: want a claim hint with the default timeout and the redelivery check", m)
+	}
+	d, calls := deliver(m)
+	if d.Job == nil || d.Job.State != job.Active || d.Job.Attempt != 1 || d.Job.Type != "t.run" || string(d.Job.Args) != "[]" {
+		t.Fatalf("claim: %+v, want the whole job active in attempt 1", d.Job)
+	}
+	if c := calls["DynamoDB UpdateItem"]; c.Calls != 1 || c.WriteUnits != 2 {
+		t.Fatalf("claim: %+v, want one UpdateItem of 2 units", calls)
+	}
+	noRead("claim", calls)
+
+	// A duplicate while the attempt runs: nothing, one refused write.
+	if d, calls = deliver(m); d.Job != nil || d.RetryIn != 0 {
+		t.Fatalf("duplicate: %+v, want nothing (running elsewhere)", d)
+	}
+	noRead("duplicate", calls)
+
+	// The same message after the lease ended (SQS's redelivery after its
+	// worker died): the attempt is over and the job claimed again.
+	h.clk.Add(2 * time.Minute)
+	d, calls = deliver(m)
+	if d.Job == nil || d.Job.State != job.Active || d.Job.Attempt != 2 || len(d.Job.Errors) != 1 {
+		t.Fatalf("after the lease: %+v, want attempt 2 with the lost attempt's error", d.Job)
+	}
+	noRead("after the lease", calls)
+
+	// Failed since: retryable, its message re-sent with the backoff's delay.
+	if _, err := h.svc.Nack(ctx, j.ID, lifecycle.ErrorInput{Type: "boom", Message: "x"}, 2); err != nil {
+		t.Fatal(err)
+	}
+	if d, calls = deliver(m); d.Job != nil || d.RetryIn <= 0 {
+		t.Fatalf("retryable: %+v, want a re-send after the backoff", d)
+	}
+	noRead("retryable", calls)
+
+	// Cancelled since, or never there: nothing.
+	c := h.push(t, "")
+	mc := h.message(t, c.ID)
+	if _, _, err := h.svc.Cancel(ctx, c.ID); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ = deliver(mc); d.Job != nil || d.RetryIn != 0 {
+		t.Fatalf("cancelled: %+v, want nothing", d)
+	}
+	unknown := mc
+	unknown.ID = "019414d4-8b2e-7c3a-b5d1-f0e2a3b4c5d6"
+	if d, _ = deliver(unknown); d.Job != nil || d.RetryIn != 0 {
+		t.Fatalf("unknown job: %+v, want nothing", d)
+	}
+	if got, err := h.svc.Info(ctx, c.ID); err != nil || got.State != job.Cancelled {
+		t.Fatalf("cancelled job after its message: %+v, %v", got, err)
+	}
+
+	// A paused queue's job is left where it is.
+	pj := h.push(t, "")
+	if _, err := h.svc.SetPaused(ctx, "lambda", true); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ = deliver(h.message(t, pj.ID)); d.Job != nil {
+		t.Fatalf("paused queue: %+v, want nothing", d)
+	}
+	if got, err := h.svc.Info(ctx, pj.ID); err != nil || got.State != job.Available {
+		t.Fatalf("a paused queue's job after its message: %+v, %v; want available", got, err)
+	}
+	if _, err := h.svc.SetPaused(ctx, "lambda", false); err != nil {
+		t.Fatal(err)
+	}
+
+	// A message without the hint (the sweeper's re-sends, messages sent
+	// before hints) reads the job first, as before.
+	o := h.push(t, "")
+	before := h.rec.Set()
+	legacy := dispatch.NewMessage(dispatch.Delivery{Job: o})
+	if legacy.Claim != nil {
+		t.Fatalf("a delivery without its check got a hint: %+v", legacy)
+	}
+	if d, err := h.svc.ClaimDelivered(ctx, h.st, legacy, "w", time.Minute); err != nil || d.Job == nil || d.Job.State != job.Active {
+		t.Fatalf("claim without a hint: %+v, %v", d, err)
+	}
+	if got := h.rec.Set().Sub(before)["DynamoDB GetItem"].Calls; got != 1 {
+		t.Fatalf("claim without a hint read the job %d times, want once", got)
 	}
 }

@@ -43,6 +43,9 @@ var ErrNotFound = errors.New("not found")
 type ConflictError struct {
 	Current *job.Job
 	Tried   Transition
+	// DueAt is the current item's due index time (a redelivery check, a
+	// lease's end, a scheduled time), zero when it has none. Set by Apply.
+	DueAt time.Time
 }
 
 func (e *ConflictError) Error() string {
@@ -229,16 +232,19 @@ func (s *Store) Apply(ctx context.Context, t Transition) (*job.Job, error) {
 		if len(ccf.Item) == 0 {
 			return nil, ErrNotFound
 		}
-		cur, derr := decodeJob(ccf.Item)
+		cur, ok, derr := DecodeItem(ccf.Item)
+		if derr == nil && !ok {
+			derr = fmt.Errorf("item is not a job")
+		}
 		if derr != nil {
 			return nil, derr
 		}
 		if tok, ok := ccf.Item[attrWriteToken].(*types.AttributeValueMemberS); ok && t.token != "" && tok.Value == t.token {
 			// This very write landed: the SDK retried the request after
 			// its answer was lost, and the retry found the write done.
-			return cur, nil
+			return cur.Job, nil
 		}
-		return nil, &ConflictError{Current: cur, Tried: t}
+		return nil, &ConflictError{Current: cur.Job, Tried: t, DueAt: cur.DueAt}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("apply %s to job %s: %w", t.To, t.ID, err)

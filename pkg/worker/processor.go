@@ -110,13 +110,10 @@ func (p *Processor) log() *slog.Logger {
 }
 
 func (p *Processor) processOne(ctx context.Context, m Message) error {
-	var env struct {
-		ID    string `json:"id"`
-		Queue string `json:"queue"`
-	}
 	// The body is a dispatch.Message (a whole envelope, as sent before
-	// messages became references, reads the same): the job is read from
-	// DynamoDB when it is claimed.
+	// messages became references, reads the same): the job is claimed by
+	// id, without a read first when the message says what the claim needs.
+	var env dispatch.Message
 	if err := json.Unmarshal(m.Body, &env); err != nil || job.ValidateID(env.ID) != nil {
 		// A message that names no job can never succeed: drop it.
 		p.log().WarnContext(ctx, "dropping message that is not an OJS job message", "message_id", m.ID)
@@ -130,7 +127,7 @@ func (p *Processor) processOne(ctx context.Context, m Message) error {
 	if workerID == "" {
 		workerID = "lambda"
 	}
-	d, err := p.Service.ClaimDelivered(ctx, p.Items, env.ID, workerID, lease)
+	d, err := p.Service.ClaimDelivered(ctx, p.Items, env, workerID, lease)
 	if err != nil {
 		return fmt.Errorf("claim job %s: %w", env.ID, err)
 	}

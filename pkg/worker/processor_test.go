@@ -51,9 +51,17 @@ func setup(t *testing.T, handler worker.HandlerFunc) (*lifecycle.Service, *worke
 	return svc, &worker.Processor{Service: svc, Items: st, Mux: mux, Sender: s}, s, clk
 }
 
-// message is the SQS message the dispatcher sends for j.
-func message(t *testing.T, j *job.Job) worker.Message {
-	b, err := json.Marshal(dispatch.NewMessage(j))
+// message is the SQS message the stream function sends for j as it is
+// stored now: an available job's carries its claim hint (the claim is
+// written without a read); any other's names the job only (as the
+// sweeper's re-sends and messages sent before hints do).
+func message(t *testing.T, p *worker.Processor, j *job.Job) worker.Message {
+	t.Helper()
+	d := dispatch.Delivery{Job: j}
+	if it, err := p.Items.GetItem(context.Background(), j.ID); err == nil {
+		d = dispatch.Delivery{Job: it.Job, Check: it.DueAt}
+	}
+	b, err := json.Marshal(dispatch.NewMessage(d))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +78,7 @@ func TestDuplicateDeliveriesRunTheHandlerOnce(t *testing.T) {
 	})
 	ctx := context.Background()
 	j, _ := svc.Push(ctx, []byte(`{"type":"t.run","args":[],"options":{"queue":"lambda"}}`))
-	m := message(t, j)
+	m := message(t, p, j)
 	if failed := p.Process(ctx, []worker.Message{m, m, m, m}); len(failed) != 0 {
 		t.Fatalf("failed: %v", failed)
 	}
@@ -98,7 +106,7 @@ func TestEarlyAndStaleMessages(t *testing.T) {
 	}
 	unknown := &job.Job{ID: "019414d4-8b2e-7c3a-b5d1-f0e2a3b4c5d6", Type: "t.run", Queue: "lambda"}
 	poison := worker.Message{ID: "poison", Body: []byte("{not json")}
-	if failed := p.Process(ctx, []worker.Message{message(t, sch), message(t, cancelled), message(t, unknown), poison}); len(failed) != 0 {
+	if failed := p.Process(ctx, []worker.Message{message(t, p, sch), message(t, p, cancelled), message(t, p, unknown), poison}); len(failed) != 0 {
 		t.Fatalf("failed: %v", failed)
 	}
 	if runs.Load() != 0 {
@@ -108,7 +116,7 @@ func TestEarlyAndStaleMessages(t *testing.T) {
 		t.Fatalf("the early message must be re-sent with the remaining delay: %+v", s.ds)
 	}
 	clk.Add(61 * time.Second)
-	if failed := p.Process(ctx, []worker.Message{message(t, sch)}); len(failed) != 0 || runs.Load() != 1 {
+	if failed := p.Process(ctx, []worker.Message{message(t, p, sch)}); len(failed) != 0 || runs.Load() != 1 {
 		t.Fatalf("due job: failed=%v runs=%d", failed, runs.Load())
 	}
 }
@@ -139,7 +147,7 @@ func TestHandlerErrorsAndPanicsAreRecorded(t *testing.T) {
 	}
 	for arg, want := range cases {
 		j, _ := svc.Push(ctx, []byte(`{"type":"t.run","args":[`+arg+`],"options":{"queue":"lambda"}}`))
-		if failed := p.Process(ctx, []worker.Message{message(t, j)}); len(failed) != 0 {
+		if failed := p.Process(ctx, []worker.Message{message(t, p, j)}); len(failed) != 0 {
 			t.Fatalf("%s: %v", arg, failed)
 		}
 		got, _ := svc.Info(ctx, j.ID)
@@ -160,7 +168,7 @@ func TestResultOverTheLimitFailsTheJob(t *testing.T) {
 	})
 	ctx := context.Background()
 	j, _ := svc.Push(ctx, []byte(`{"type":"t.run","args":[],"options":{"queue":"lambda"}}`))
-	if failed := p.Process(ctx, []worker.Message{message(t, j)}); len(failed) != 0 {
+	if failed := p.Process(ctx, []worker.Message{message(t, p, j)}); len(failed) != 0 {
 		t.Fatalf("failed: %v", failed)
 	}
 	got, _ := svc.Info(ctx, j.ID)
@@ -207,7 +215,7 @@ func TestAFailedAckIsWrittenAgainWhileTheLeaseHolds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if failed := p.Process(ctx, []worker.Message{message(t, j)}); len(failed) != 0 {
+	if failed := p.Process(ctx, []worker.Message{message(t, p, j)}); len(failed) != 0 {
 		t.Fatalf("failed: %v", failed)
 	}
 	got, err := svc.Info(ctx, j.ID)
@@ -247,7 +255,7 @@ func TestAHandlerFinishingAtItsTimeoutKeepsItsResult(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if failed := p.Process(ctx, []worker.Message{message(t, j)}); len(failed) != 0 {
+	if failed := p.Process(ctx, []worker.Message{message(t, p, j)}); len(failed) != 0 {
 		t.Fatalf("failed: %v", failed)
 	}
 	// The lease is held to the millisecond: a deadline 200 ms or more
@@ -285,7 +293,7 @@ func TestAJobCancelledWhileItRunsIsReported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if failed := p.Process(ctx, []worker.Message{message(t, j)}); len(failed) != 0 {
+	if failed := p.Process(ctx, []worker.Message{message(t, p, j)}); len(failed) != 0 {
 		t.Fatalf("failed: %v", failed)
 	}
 	got, err := svc.Info(ctx, j.ID)
@@ -325,7 +333,7 @@ func TestCancellingARunningJobStopsItsHandler(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := make(chan []string, 1)
-	go func() { done <- p.Process(ctx, []worker.Message{message(t, j)}) }()
+	go func() { done <- p.Process(ctx, []worker.Message{message(t, p, j)}) }()
 	<-started
 	if _, _, err := svc.Cancel(ctx, j.ID); err != nil {
 		t.Fatal(err)

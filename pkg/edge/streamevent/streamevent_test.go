@@ -39,9 +39,10 @@ func TestChangeDecodesSampleRecords(t *testing.T) {
 		string(ins.New.Job.Args) != `["sample"]` || ins.New.Version != 1 || ins.New.DueAt.UnixMilli() != 1795255500000 {
 		t.Fatalf("insert: %+v %+v", ins, ins.New)
 	}
-	// A job inserted available on a push queue is delivered once, now.
+	// A job inserted available on a push queue is delivered once, now,
+	// with its redelivery check (the message's claim hint).
 	ds := engine.Deliveries(ins, time.UnixMilli(1795255200000))
-	if len(ds) != 1 || ds[0].Delay != 0 || ds[0].Job.ID != "019414d4-8b2e-7c3a-b5d1-f0e2a3b4c5d6" {
+	if len(ds) != 1 || ds[0].Delay != 0 || ds[0].Job.ID != "019414d4-8b2e-7c3a-b5d1-f0e2a3b4c5d6" || ds[0].Check.UnixMilli() != 1795255500000 {
 		t.Fatalf("deliveries: %+v", ds)
 	}
 	mod, err := Change(ev.Records[1])
