@@ -58,6 +58,11 @@ const (
 	// the next steps it starts), nothing after it (roll-up, the parent
 	// finishing, callbacks, the levels above) is done yet.
 	WorkflowAfterRecord Point = "workflow.after_record"
+	// WorkflowAfterMark: a chain's advance without a transaction
+	// (store.AdvanceMarked) counted the finished step and marked the next
+	// as launching, and dies or fails before it puts the next step's job:
+	// the stream function's verification must put it.
+	WorkflowAfterMark Point = "workflow.after_mark"
 	// WorkflowAfterFire: a batch's callbacks are recorded as fired, their
 	// jobs are not created yet.
 	WorkflowAfterFire Point = "workflow.after_fire"
@@ -80,7 +85,7 @@ const (
 )
 
 // Points lists every fault point.
-var Points = []Point{APIAfterWrite, EngineAfterRelay, EngineAfterEvents, EngineWorkflowAction, LifecycleBeforeAdvance, WorkflowAfterRecord, WorkflowAfterFire,
+var Points = []Point{APIAfterWrite, EngineAfterRelay, EngineAfterEvents, EngineWorkflowAction, LifecycleBeforeAdvance, WorkflowAfterRecord, WorkflowAfterMark, WorkflowAfterFire,
 	WorkerAfterClaim, WorkerAfterHandler, WorkerAfterAck, SweeperAfterSend, SweeperAfterResolve}
 
 // Environment variables read at process start.

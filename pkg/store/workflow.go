@@ -20,6 +20,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/ojs-aws/ojs-serverless/pkg/awslimit"
+	"github.com/ojs-aws/ojs-serverless/pkg/fault"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
@@ -130,6 +131,15 @@ type Node struct {
 	// written yet (workflow.takeUnwritten), so the creation cannot add one
 	// after.
 	Unguarded bool `dynamodbav:"cfirst,omitempty"`
+	// Launching is set on the root of a workflow that is a chain by the
+	// advance that starts its next job step without a transaction
+	// (Store.AdvanceMarked): the step's path, recorded in the same write
+	// as the finished step, before the job is put. A cancel or timeout
+	// that finds it puts a cancelled job in the step's place if its job
+	// does not exist yet (workflow.takeUnwritten), so the advance's put
+	// fails and the stopped workflow gains no job; the stream function
+	// puts the job if the advancing request died between the two writes.
+	Launching string `dynamodbav:"launch,omitempty"`
 	// Cancelling is set on a cancelled workflow's root when the request
 	// that cancelled it ran out of time before all its jobs were
 	// cancelled: the stream function cancels the rest (SetCancelling).
@@ -1104,17 +1114,19 @@ type NodeKey struct{ WorkflowID, Path string }
 // ShardRef names a counter shard of a workflow.
 type ShardRef struct{ WorkflowID, Path, Key string }
 
-// Progress is what a batch read of nodes and shards found, keyed by
-// workflow id + path (nodes) and workflow id + path + "#" + key (shards).
+// Progress is what a batch read of nodes, shards and jobs found, keyed by
+// workflow id + path (nodes) and workflow id + path + "#" + key (shards);
+// Jobs holds the ids of the jobs that exist.
 type Progress struct {
 	Nodes  map[NodeKey]*Node
 	Shards map[ShardRef]*Shard
+	Jobs   map[string]bool
 }
 
-// ReadProgress reads nodes and shards in batches of 100 (consistent
-// reads); missing items are absent from the result.
-func (s *Store) ReadProgress(ctx context.Context, nodes []NodeKey, shards []ShardRef) (*Progress, error) {
-	p := &Progress{Nodes: map[NodeKey]*Node{}, Shards: map[ShardRef]*Shard{}}
+// ReadProgress reads nodes, shards and whether jobs exist, in batches of
+// 100 (consistent reads); missing items are absent from the result.
+func (s *Store) ReadProgress(ctx context.Context, nodes []NodeKey, shards []ShardRef, jobs []string) (*Progress, error) {
+	p := &Progress{Nodes: map[NodeKey]*Node{}, Shards: map[ShardRef]*Shard{}, Jobs: map[string]bool{}}
 	bg, ok := s.db.(batchGetter)
 	if !ok {
 		return nil, fmt.Errorf("the DynamoDB client cannot batch get")
@@ -1133,6 +1145,12 @@ func (s *Store) ReadProgress(ctx context.Context, nodes []NodeKey, shards []Shar
 			keys = append(keys, wfKey(k.WorkflowID, shardSK(k.Path, k.Key)))
 		}
 	}
+	for _, id := range jobs {
+		if k := "JOB|" + id; !seen[k] {
+			seen[k] = true
+			keys = append(keys, jobKey(id))
+		}
+	}
 	for len(keys) > 0 {
 		n := min(100, len(keys))
 		chunk := keys[:n]
@@ -1144,6 +1162,10 @@ func (s *Store) ReadProgress(ctx context.Context, nodes []NodeKey, shards []Shar
 			}
 			for _, av := range res.Responses[s.table] {
 				sk := av[attrSK].(*types.AttributeValueMemberS).Value
+				if sk == jobSK {
+					p.Jobs[strings.TrimPrefix(av[attrPK].(*types.AttributeValueMemberS).Value, jobPrefix)] = true
+					continue
+				}
 				if strings.HasPrefix(sk, nodePrefix) {
 					var it nodeItem
 					if err := attributevalue.UnmarshalMap(av, &it); err != nil {
@@ -1702,6 +1724,55 @@ func (s *Store) Advance(ctx context.Context, a Advance) error {
 	}
 	if a.Progress != nil {
 		a.Progress(len(a.Jobs))
+	}
+	return nil
+}
+
+// AdvanceMarked applies a step of a workflow that is a chain as two
+// writes instead of a transaction, for half its write units (a
+// transaction bills every item twice): the root's write w (the finished
+// step counted) with Node.Launching set to j's step and the condition
+// that the workflow runs, then j put if it does not exist. What the
+// transaction's atomicity gave is kept by the mark: a cancel or timeout
+// after the first write finds it and takes the step's place if j is not
+// there yet, so no job is added to a stopped workflow; a cancel before it
+// makes it fail (ErrWorkflowNotRunning, nothing written). A request that
+// dies between the writes leaves the mark on a running root and no job,
+// which the stream function's check of the finished step finds
+// (workflow.Verify) and writes again. Errors as Advance's.
+func (s *Store) AdvanceMarked(ctx context.Context, wfID string, w NodeWrite, j *job.Job, redeliverAfter time.Duration) error {
+	if w.Path != RootPath {
+		return fmt.Errorf("advance of workflow %s: a marked advance writes the root, not %s", wfID, w.Path)
+	}
+	if n, err := JobItemBytes(j, redeliverAfter); err != nil {
+		return err
+	} else if n > awslimit.DynamoItemBytes {
+		return &TooLargeError{What: "item", Bytes: n, Max: awslimit.DynamoItemBytes}
+	}
+	put, err := s.jobPut(j, redeliverAfter)
+	if err != nil {
+		return err
+	}
+	w.CondStates = []wfstate.State{wfstate.Running}
+	w.SetStrings = maps.Clone(w.SetStrings)
+	if w.SetStrings == nil {
+		w.SetStrings = map[string]string{}
+	}
+	w.SetStrings["launch"] = j.WorkflowNode
+	if _, err := s.UpdateNode(ctx, wfID, w); err != nil {
+		var nc *ErrNodeConflict
+		if errors.Is(err, ErrNotFound) || errors.As(err, &nc) && nc.Current.State != wfstate.Running {
+			return ErrWorkflowNotRunning // as Advance's check of the root
+		}
+		return err
+	}
+	if err := fault.Hit(fault.WorkflowAfterMark); err != nil {
+		return err
+	}
+	_, err = s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: put.TableName, Item: put.Item, ConditionExpression: put.ConditionExpression})
+	if err != nil && !conditionFailed(err) {
+		// (One that exists is the step repeated, or a cancel's placeholder.)
+		return fmt.Errorf("advance workflow %s: put job %s: %w", wfID, j.ID, err)
 	}
 	return nil
 }

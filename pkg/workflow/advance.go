@@ -130,6 +130,8 @@ func (e *Engine) finish(ctx context.Context, wf, path string, ok bool, w store.N
 		// finished meanwhile is counted by its stream record after the
 		// retry, or by the root's check (Repair).
 		w.CondAbsent = append(w.CondAbsent, "reopening")
+		// A chain's last launch mark (store.AdvanceMarked) has done its work.
+		w.Remove = append(w.Remove, "launch")
 	}
 	n, err := e.st.UpdateNode(ctx, wf, w)
 	var nc *store.ErrNodeConflict
@@ -195,8 +197,15 @@ func (e *Engine) chainStepDone(ctx context.Context, s step) (*step, error) {
 		return nil, err
 	}
 	scope, states := scopeOf(s.path)
-	err = e.st.Advance(ctx, store.Advance{WorkflowID: s.wf, Jobs: jobs, RedeliverAfter: e.redel, Scope: scope, ScopeStates: states,
-		Nodes: append([]store.NodeWrite{{Path: parent, AddOK: []int{k}, Open: true}}, e.deadlines(timed)...)})
+	record := store.NodeWrite{Path: parent, AddOK: []int{k}, Open: true}
+	if marked := parent == store.RootPath && len(jobs) == 1 && len(timed) == 0; marked {
+		// A workflow that is a chain, its next step a job: two writes
+		// instead of a transaction, guarded by the root's mark.
+		err = e.st.AdvanceMarked(ctx, s.wf, record, jobs[0], e.redel)
+	} else {
+		err = e.st.Advance(ctx, store.Advance{WorkflowID: s.wf, Jobs: jobs, RedeliverAfter: e.redel, Scope: scope, ScopeStates: states,
+			Nodes: append([]store.NodeWrite{record}, e.deadlines(timed)...)})
+	}
 	var nc *store.ErrNodeConflict
 	if errors.As(err, &nc) || errors.Is(err, store.ErrWorkflowNotRunning) {
 		// The chain finished meanwhile (its timeout), or the workflow
@@ -546,7 +555,7 @@ func (e *Engine) graphStepDone(ctx context.Context, s step) (*step, error) {
 				keys = append(keys, stepKeyOf(d))
 			}
 		}
-		p, err := e.st.ReadProgress(ctx, keys, nil)
+		p, err := e.st.ReadProgress(ctx, keys, nil, nil)
 		if err != nil {
 			return nil, err
 		}

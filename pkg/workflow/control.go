@@ -247,36 +247,48 @@ func (e *Engine) finishCancel(ctx context.Context, root *store.Node, items []*st
 }
 
 // takeUnwritten is the first step of a cancel (or of a root timeout's
-// stop) while the workflow's creation may still be writing its first jobs
-// unguarded (root.Unguarded: plain conditional puts, no check of the
-// root): every first job not written yet is put as cancelled, so the
-// creation's put of it fails and the stopped workflow gains no job; the
-// puts check that the root is still stopped, in the same transaction. The
-// ones written already exist, and the cancel cancels them as any other.
-// With the mark gone, every first job exists: nothing to do.
+// stop) while jobs of the workflow may still be written without a check
+// of the root: its first jobs, while its creation writes them by plain
+// conditional puts (root.Unguarded), and a chain's next step, between the
+// advance's mark and its put (root.Launching, store.AdvanceMarked). Every
+// such job not written yet is put as cancelled, so the writer's put of it
+// fails and the stopped workflow gains no job; the puts check that the
+// root is still stopped, in the same transaction. The ones written already
+// exist, and the cancel cancels them as any other. With the marks gone,
+// every such job exists: nothing to do.
 func (e *Engine) takeUnwritten(ctx context.Context, root *store.Node, items []*store.Node, now time.Time) error {
-	if !root.Unguarded {
+	var unwritten []*job.Job
+	if root.Unguarded {
+		var err error
+		if unwritten, _, err = e.launch(ctx, newTreeOf(items), store.RootPath, emptyResults(root.Kind)); err != nil {
+			return err
+		}
+	}
+	if root.Launching != "" {
+		j, err := e.launching(ctx, root, items)
+		if err != nil {
+			return err
+		}
+		unwritten = append(unwritten, j...)
+	}
+	if len(unwritten) == 0 {
 		return nil
 	}
-	first, _, err := e.launch(ctx, newTreeOf(items), store.RootPath, emptyResults(root.Kind))
-	if err != nil {
-		return err
-	}
-	ids := make([]string, len(first))
-	for i, j := range first {
+	ids := make([]string, len(unwritten))
+	for i, j := range unwritten {
 		ids[i] = j.ID
 	}
 	have, err := e.st.BatchGetJobs(ctx, ids)
 	if err != nil {
 		return err
 	}
-	missing := slices.DeleteFunc(first, func(j *job.Job) bool { return have[j.ID] != nil })
+	missing := slices.DeleteFunc(unwritten, func(j *job.Job) bool { return have[j.ID] != nil })
 	if len(missing) == 0 {
 		return nil
 	}
 	// Each put as cancelled (never run, in no index), in transactions that
 	// check the root is still stopped: a retry that re-opened the workflow
-	// since it was read lets its creation write them instead.
+	// since it was read lets their writers write them instead.
 	tomb := make([]*job.Job, len(missing))
 	for i, j := range missing {
 		c := *j
@@ -286,13 +298,32 @@ func (e *Engine) takeUnwritten(ctx context.Context, root *store.Node, items []*s
 	err = e.st.Advance(ctx, store.Advance{WorkflowID: root.WorkflowID, Jobs: tomb,
 		Scope: store.RootPath, ScopeStates: []wfstate.State{wfstate.Cancelled, wfstate.Failed}})
 	if errors.Is(err, store.ErrWorkflowNotRunning) {
-		e.log.InfoContext(ctx, "workflow re-opened while its cancel took its unwritten first jobs; its creation writes them", "workflow_id", root.WorkflowID)
+		e.log.InfoContext(ctx, "workflow re-opened while its cancel took its unwritten jobs; their writers write them", "workflow_id", root.WorkflowID)
 		return nil
 	}
 	if err == nil {
-		e.log.InfoContext(ctx, "cancelled first jobs the workflow's creation had not written yet", "workflow_id", root.WorkflowID, "jobs", len(missing))
+		e.log.InfoContext(ctx, "cancelled jobs the workflow's writers had not written yet", "workflow_id", root.WorkflowID, "jobs", len(missing))
 	}
 	return err
+}
+
+// launching is the job of the chain step root.Launching names, as the
+// advance that marked it builds it (with the results of the steps before
+// it), or none when that is not a job step of the root's chain.
+func (e *Engine) launching(ctx context.Context, root *store.Node, items []*store.Node) ([]*job.Job, error) {
+	path := root.Launching
+	k := step{path: path}.index()
+	t := newTreeOf(items)
+	if n := t.byPath[path]; k < 1 || n == nil || n.Kind != KindJob || parentOf(path) != store.RootPath || root.Kind != KindChain {
+		return nil, nil
+	}
+	prev := childPath(store.RootPath, segment(KindChain, k-1))
+	pr, err := e.chainResults(ctx, step{wf: root.WorkflowID, path: prev}, store.RootPath, k-1)
+	if err != nil {
+		return nil, err
+	}
+	js, _, err := e.launch(ctx, t, path, pr)
+	return js, err
 }
 
 // jobIDs lists the ids of a workflow's step jobs (not its handlers').

@@ -26,13 +26,14 @@ type Store interface {
 	DeleteWorkflow(ctx context.Context, wfID string) (bool, error)
 	GetNode(ctx context.Context, wfID, path string) (*store.Node, error)
 	GetShard(ctx context.Context, wfID, path, key string) (*store.Shard, error)
-	ReadProgress(ctx context.Context, nodes []store.NodeKey, shards []store.ShardRef) (*store.Progress, error)
+	ReadProgress(ctx context.Context, nodes []store.NodeKey, shards []store.ShardRef, jobs []string) (*store.Progress, error)
 	Subtree(ctx context.Context, wfID, path string) ([]*store.Node, error)
 	WorkflowItems(ctx context.Context, wfID string) ([]*store.Node, error)
 	UpdateNode(ctx context.Context, wfID string, w store.NodeWrite) (*store.Node, error)
 	CountOnShard(ctx context.Context, wfID, path, key string, idx int, ok bool) (*store.Shard, error)
 	RollUp(ctx context.Context, wfID, path string, sh *store.Shard) (*store.Node, error)
 	Advance(ctx context.Context, a store.Advance) error
+	AdvanceMarked(ctx context.Context, wfID string, w store.NodeWrite, j *job.Job, redeliverAfter time.Duration) error
 	ClearUnguarded(ctx context.Context, wfID string) error
 	BatchGetJobs(ctx context.Context, ids []string) (map[string]*job.Job, error)
 	DueWorkflows(ctx context.Context, now time.Time, limit int) (map[string]time.Time, error)

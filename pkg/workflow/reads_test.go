@@ -78,10 +78,13 @@ func (c *countingDB) BatchWriteItem(ctx context.Context, in *dynamodb.BatchWrite
 
 // TestChainStepRequests pins what a 3-step chain costs in DynamoDB
 // requests besides FETCH: creation is one transaction (nodes and the first
-// job); each ACK is the job's write plus, inline, a read of the next step
-// and one transaction (its job with the record that the step finished),
-// or for the last step a read and the chain's finish; the stream's
-// verification of the three finished jobs is one batch read. Before
+// job); each ACK is the job's write plus, inline, a read of the next step,
+// the root's record that the step finished (with its launch mark) and the
+// next step's job (two writes where a transaction of both was one, for
+// half the write units: store.AdvanceMarked), or for the last step a read
+// and the chain's finish; the stream's verification of the three finished
+// jobs is one batch read (their parents, and whether the next steps' jobs
+// exist). Before
 // inline advancement the stream function alone spent about 10 reads and
 // 9 writes on such a chain.
 func TestChainStepRequests(t *testing.T) {
@@ -123,8 +126,8 @@ func TestChainStepRequests(t *testing.T) {
 		acks += db.total()
 		done = append(done, workflow.Finished{Job: j})
 	}
-	if acks != 9 {
-		t.Fatalf("three ACKs made %d requests, want 9 (job write, next step read, one transaction each)", acks)
+	if acks != 11 {
+		t.Fatalf("three ACKs made %d requests, want 11 (job write, next step read, the step's record and the next job, or the finish)", acks)
 	}
 	root, err := st.GetNode(ctx, id, store.RootPath)
 	if err != nil || root.State != wfstate.Completed {
@@ -291,12 +294,14 @@ func TestLongChainAndGraphVerifyInOneRead(t *testing.T) {
 // write units, as DynamoDB Local reports them (index entries included; a
 // transaction counts twice). Pull mode, every item under 1 KB. Each ACK:
 // the job's completion, 3 (the item, leaving "due", entering "done"); then
-// for the first two steps the transaction of the next step's job (the
-// item and its "ready" entry) and the root's record of the step (the item
-// alone: the root is in the due index for its progress check, and a write
-// that changes none of the attributes the index projects leaves the index
-// alone), 2 × 3; for the last, the root's finish, an update too (the
-// item, leaving the due index), 2: 5 in updates.
+// for the first two steps the root's record of the step with its launch
+// mark, 1 (the item alone: the root is in the due index for its progress
+// check, and a write that changes none of the attributes the index
+// projects leaves the index alone), and the put of the next step's job, 2
+// (the item and its "ready" entry): 4 in updates and 2 in puts, where the
+// transaction of the two writes was 2 × 3 (store.AdvanceMarked); for the
+// last, the root's finish, an update too (the item, leaving the due
+// index), 2: 5 in updates.
 func TestChainStepWriteUnits(t *testing.T) {
 	t.Parallel()
 	base, _ := testenv.Table(t)
@@ -324,10 +329,10 @@ func TestChainStepWriteUnits(t *testing.T) {
 			t.Fatal(err)
 		}
 		d := rec.Set().Sub(before)
-		got = append(got, fmt.Sprintf("%g+%g", d["DynamoDB UpdateItem"].WriteUnits, d["DynamoDB TransactWriteItems"].WriteUnits))
+		got = append(got, fmt.Sprintf("%g+%g+%g", d["DynamoDB UpdateItem"].WriteUnits, d["DynamoDB PutItem"].WriteUnits, d["DynamoDB TransactWriteItems"].WriteUnits))
 	}
-	if s := strings.Join(got, " "); s != "3+6 3+6 5+0" {
-		t.Fatalf("write units of the three ACKs (job update + transaction): %s, want 3+6 3+6 5+0", s)
+	if s := strings.Join(got, " "); s != "4+2+0 4+2+0 5+0+0" {
+		t.Fatalf("write units of the three ACKs (updates + puts + transactions): %s, want 4+2+0 4+2+0 5+0+0", s)
 	}
 }
 

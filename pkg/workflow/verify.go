@@ -41,6 +41,17 @@ func (s step) counter() (store.NodeKey, *store.ShardRef) {
 	return store.NodeKey{WorkflowID: s.wf, Path: parent}, nil
 }
 
+// nextInRootChain is the path of the step after s when s is a step of a
+// workflow that is a chain and completed: the step an advance without a
+// transaction may have marked but not written (store.AdvanceMarked).
+func (s step) nextInRootChain() (string, bool) {
+	k := s.index()
+	if !s.ok || k < 0 || parentOf(s.path) != store.RootPath || parentKind(s.path) != KindChain {
+		return "", false
+	}
+	return childPath(store.RootPath, segment(KindChain, k+1)), true
+}
+
 // recorded reports whether p shows s counted in its parent.
 func (s step) recorded(p *store.Progress) bool {
 	nk, sr := s.counter()
@@ -70,6 +81,7 @@ func (e *Engine) Verify(ctx context.Context, fs []Finished) error {
 	var steps []step
 	var nodes []store.NodeKey
 	var shards []store.ShardRef
+	var jobs []string // the next job steps of root chains (unwritten)
 	for _, f := range fs {
 		if n := f.Node; n != nil && n.Path == store.RootPath {
 			// A workflow that ended: its compensation and handlers run.
@@ -96,11 +108,14 @@ func (e *Engine) Verify(ctx context.Context, fs []Finished) error {
 		if sr != nil {
 			shards = append(shards, *sr)
 		}
+		if next, ok := s.nextInRootChain(); ok {
+			jobs = append(jobs, JobID(s.wf, next))
+		}
 	}
 	if len(steps) == 0 {
 		return nil
 	}
-	p, err := e.st.ReadProgress(ctx, nodes, shards)
+	p, err := e.st.ReadProgress(ctx, nodes, shards, jobs)
 	if err != nil {
 		return err
 	}
@@ -121,6 +136,23 @@ func (e *Engine) Verify(ctx context.Context, fs []Finished) error {
 			e.log.InfoContext(ctx, "advancing a workflow step the request did not record", "workflow_id", s.wf, "node", s.path)
 			if err := e.advance(ctx, *cur); err != nil {
 				return fmt.Errorf("workflow %s step %s: %w", s.wf, s.path, err)
+			}
+			continue
+		}
+		if next, ok := s.nextInRootChain(); ok && root.State == wfstate.Running && root.Launching == next && !p.Jobs[JobID(s.wf, next)] {
+			// Counted, its next step marked as launching, and the job not
+			// there: the request that advanced it died between the two
+			// writes (store.AdvanceMarked). Write it, unless the record is
+			// stale (a retry re-ran the step since).
+			cur, err := e.current(ctx, s)
+			if err != nil {
+				return err
+			}
+			if cur != nil {
+				e.log.InfoContext(ctx, "writing the next job of a chain the request marked but did not write", "workflow_id", s.wf, "node", next)
+				if err := e.advance(ctx, *cur); err != nil {
+					return fmt.Errorf("workflow %s step %s: %w", s.wf, s.path, err)
+				}
 			}
 			continue
 		}
