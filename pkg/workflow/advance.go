@@ -198,7 +198,7 @@ func (e *Engine) chainStepDone(ctx context.Context, s step) (*step, error) {
 	}
 	scope, states := scopeOf(s.path)
 	record := store.NodeWrite{Path: parent, AddOK: []int{k}, Open: true}
-	if marked := parent == store.RootPath && len(jobs) == 1 && len(timed) == 0; marked {
+	if marked := parent == store.RootPath && next.Kind == KindJob && len(jobs) == 1 && len(timed) == 0; marked {
 		// A workflow that is a chain, its next step a job: two writes
 		// instead of a transaction, guarded by the root's mark.
 		err = e.st.AdvanceMarked(ctx, s.wf, record, jobs[0], e.redel)

@@ -179,3 +179,36 @@ func TestTheStreamWritesTheJobOfAChainStepWhoseRequestDiedAfterTheMark(t *testin
 		t.Fatalf("a second check wrote the job again: version %d -> %d (%v)", it.Version, it2.Version, err)
 	}
 }
+
+// Only a job step of the chain workflow itself is started by the marked
+// writes: a step that is a composite (here a group of one job) keeps the
+// transaction, since a cancel's placeholder and the stream's check look
+// for the root's own next step.
+func TestAChainStepThatIsAGroupStartsInATransaction(t *testing.T) {
+	t.Parallel()
+	st, _ := testenv.Table(t)
+	ctx := context.Background()
+	svc := lifecycle.New(st, lifecycle.Config{})
+	eng := workflow.New(st, workflow.Config{Jobs: svc})
+	svc.SetWorkflows(eng)
+	v, err := eng.Create(ctx, []byte(`{"type":"chain","steps":[{"type":"m.a","args":[],"options":{"queue":"grpq"}},
+		{"type":"group","jobs":[{"type":"m.b","args":[],"options":{"queue":"grpq"}}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := (*v)["id"].(string)
+	jobs, err := svc.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"grpq"}, Count: 10})
+	if err != nil || len(jobs) != 1 {
+		t.Fatalf("first step: %d jobs, %v", len(jobs), err)
+	}
+	if _, err := svc.Ack(ctx, jobs[0].ID, []byte(`1`), 0); err != nil {
+		t.Fatal(err)
+	}
+	root, err := st.GetNode(ctx, id, store.RootPath)
+	if err != nil || !root.Done(0) || root.Launching != "" {
+		t.Fatalf("root: %+v %v; want step 0 counted and no launch mark", root, err)
+	}
+	if j, err := svc.Info(ctx, workflow.JobID(id, "/s1/j0")); err != nil || j.State != job.Available {
+		t.Fatalf("the group's job: %+v %v", j, err)
+	}
+}
