@@ -49,7 +49,7 @@ const defaultFaults = "api.after_write:0.02:crash,api.after_write:0.02," +
 	"engine.workflow_action:0.002:crash,engine.workflow_action:0.01," +
 	"lifecycle.before_advance:0.02:crash,lifecycle.before_advance:0.05," +
 	"workflow.after_record:0.002:crash,workflow.after_record:0.01," +
-	"workflow.after_mark:0.01:crash,workflow.after_mark:0.03," +
+	"workflow.after_mark:0.05:crash,workflow.after_mark:0.1," +
 	"workflow.after_fire:0.05:crash,workflow.after_fire:0.1," +
 	"worker.after_claim:0.01:crash,worker.after_claim:0.01," +
 	"worker.after_handler:0.02:crash,worker.after_handler:0.02," +

@@ -114,6 +114,10 @@ type Job struct {
 	// stream function derives them without reading the node (not on the
 	// wire).
 	WorkflowStepID string
+	// WorkflowLast is set on the job of a chain's last step (not on the
+	// wire): the request that finishes it finishes the chain without
+	// reading whether a next step exists.
+	WorkflowLast bool
 
 	// Push is true when Queue is a push-mode queue delivered to Lambda.
 	Push bool

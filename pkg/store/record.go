@@ -104,6 +104,7 @@ type record struct {
 	WorkflowShard   string   `dynamodbav:"wf_shard,omitempty"`
 	WorkflowNext    []int    `dynamodbav:"wf_next,omitempty,numberset"`
 	WorkflowStepID  string   `dynamodbav:"wf_sid,omitempty"`
+	WorkflowLast    bool     `dynamodbav:"wf_last,omitempty"`
 	// PrunedAt marks a discarded job the dead letter pruner is removing
 	// (set just before its conditional delete), so the stream tells a
 	// pruned job from one an operator deleted.
@@ -173,7 +174,7 @@ func toRecord(j *job.Job) (record, error) {
 		ScheduledAt: textOr(j.ScheduledAtText, j.ScheduledAt), ExpiresAt: textOr(j.ExpiresAtText, j.ExpiresAt),
 		CreatedAt: tstr(j.CreatedAt), EnqueuedAt: tstr(j.EnqueuedAt), CancelledAt: tstr(j.CancelledAt), Push: j.Push,
 		WorkflowID: j.WorkflowID, WorkflowNode: j.WorkflowNode, ParentResults: string(j.ParentResults),
-		WorkflowShard: j.WorkflowShard, WorkflowNext: j.WorkflowNext, WorkflowStepID: j.WorkflowStepID, UniqueKey: j.UniqueKey,
+		WorkflowShard: j.WorkflowShard, WorkflowNext: j.WorkflowNext, WorkflowStepID: j.WorkflowStepID, WorkflowLast: j.WorkflowLast, UniqueKey: j.UniqueKey,
 	}
 	if j.Unique != nil {
 		r.UniqueKey = j.Unique.Key
@@ -203,7 +204,7 @@ func (r record) toJob() (*job.Job, error) {
 		CompletedAt: optTime(r.CompletedAt), CancelledAt: optTime(r.CancelledAt), DiscardedAt: optTime(r.DiscardedAt),
 		NextAttemptAt: optTime(r.NextAttemptAt), Push: r.Push, WorkerID: r.WorkerID, CancelRequested: r.CancelRequested,
 		WorkflowID: r.WorkflowID, WorkflowNode: r.WorkflowNode, WorkflowShard: r.WorkflowShard, WorkflowNext: r.WorkflowNext,
-		WorkflowStepID: r.WorkflowStepID, UniqueKey: r.UniqueKey,
+		WorkflowStepID: r.WorkflowStepID, WorkflowLast: r.WorkflowLast, UniqueKey: r.UniqueKey,
 	}
 	if r.ParentResults != "" {
 		j.ParentResults = json.RawMessage(r.ParentResults)

@@ -101,6 +101,9 @@ type Node struct {
 	Deadline  int64 `dynamodbav:"deadline_ms,omitempty"`
 	// Compensate is a job step's compensation (a job request, JSON).
 	Compensate string `dynamodbav:"compensate,omitempty"`
+	// Last is set on a chain's last step: its job carries it
+	// (job.Job.WorkflowLast), so finishing it needs no read of a next step.
+	Last bool `dynamodbav:"last,omitempty"`
 	// Plan lists, in the order they run, the steps a failed workflow's
 	// compensation undoes (the /~compensate node).
 	Plan []string `dynamodbav:"plan,omitempty"`

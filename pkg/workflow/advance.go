@@ -169,6 +169,10 @@ func (e *Engine) chainStepDone(ctx context.Context, s step) (*step, error) {
 		idx := k
 		return e.finish(ctx, s.wf, parent, false, store.NodeWrite{AddFail: []int{k}, FailedIndex: &idx, FailedStep: s.path})
 	}
+	if (s.job != nil && s.job.WorkflowLast) || (s.node != nil && s.node.Last) {
+		// The last step, as its job or node says: no next step to read.
+		return e.finish(ctx, s.wf, parent, true, store.NodeWrite{AddOK: []int{k}})
+	}
 	nextPath := childPath(parent, segment(KindChain, k+1))
 	next, err := e.st.GetNode(ctx, s.wf, nextPath)
 	if errors.Is(err, store.ErrNotFound) {

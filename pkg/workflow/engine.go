@@ -293,9 +293,11 @@ func (e *Engine) build(ctx context.Context, parsed *Parsed, id string, now time.
 		if n.Path == store.RootPath || n.Index < 0 {
 			continue
 		}
-		if p := byPath[parentOf(n.Path)]; p.Shards > 0 {
+		p := byPath[parentOf(n.Path)]
+		if p.Shards > 0 {
 			n.PShard = store.ShardKey(n.Index % p.Shards)
 		}
+		n.Last = p.Kind == KindChain && n.Index == p.Total-1
 	}
 	t := newTree(nodes)
 	jobs, timed, err := e.launch(ctx, t, store.RootPath, emptyResults(parsed.Root.Kind))
@@ -480,7 +482,7 @@ func (e *Engine) newJob(n *store.Node, parentResults json.RawMessage) (*job.Job,
 	}
 	j := en.Job
 	j.ID, j.WorkflowID, j.WorkflowNode, j.WorkflowShard, j.WorkflowNext = JobID(n.WorkflowID, n.Path), n.WorkflowID, n.Path, n.PShard, n.Next
-	j.WorkflowStepID = n.StepID
+	j.WorkflowStepID, j.WorkflowLast = n.StepID, n.Last
 	if j.WorkflowStepID == "" {
 		j.WorkflowStepID = j.ID
 	}
