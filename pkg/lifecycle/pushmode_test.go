@@ -346,3 +346,30 @@ func TestADeliveredJobIsClaimedWithoutARead(t *testing.T) {
 		t.Fatalf("claim without a hint read the job %d times, want once", got)
 	}
 }
+
+// A FETCH of a push-mode queue reads its available jobs from the due
+// index, where jobs waiting for a time can come first: it reads page after
+// page until it has its count, not one page (here 450 scheduled jobs'
+// entries, more than a page of 100 a shard, come before 3 available ones).
+func TestAFetchOfAPushModeQueueReadsPastItsWaitingJobs(t *testing.T) {
+	t.Parallel()
+	h := newPushHarness(t, 5*time.Minute)
+	ctx := context.Background()
+	at := job.Timestamp(h.clk.Now().Add(time.Minute))
+	for i := 0; i < 450; i++ {
+		h.push(t, `"scheduled_at":"`+at+`"`)
+	}
+	want := map[string]bool{}
+	for i := 0; i < 3; i++ {
+		want[h.push(t, "").ID] = true
+	}
+	jobs, err := h.svc.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"lambda"}, Count: 3})
+	if err != nil || len(jobs) != 3 {
+		t.Fatalf("FETCH of 3: %d jobs (%v), want the 3 available ones", len(jobs), err)
+	}
+	for _, j := range jobs {
+		if !want[j.ID] {
+			t.Fatalf("FETCH answered %s, not one of the available jobs", j.ID)
+		}
+	}
+}

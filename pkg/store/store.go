@@ -499,17 +499,33 @@ func (s *Store) Ready(ctx context.Context, queue string, limit int) ([]Item, err
 
 // ReadyPush lists up to limit available push-mode jobs of a queue (not in
 // the ready index: SQS holds their place in line) in the order of their
-// redelivery checks, about the order they became available. It reads one
-// page of the due index, whose other entries (jobs waiting for a time,
-// active ones) it reads and leaves out, so it may come back short while
-// they outnumber the available jobs.
+// redelivery checks, about the order they became available. It reads the
+// due index, whose other entries (jobs waiting for a time, active ones)
+// it reads and leaves out, page after page until it has limit jobs, for at
+// most readyPushPages pages: it may come back short only when more than
+// that many entries come before the available jobs.
 func (s *Store) ReadyPush(ctx context.Context, queue string, limit int) ([]Item, error) {
-	p, err := s.listIndex(ctx, ListWaiting, queue, []job.State{job.Available}, false, max(limit, 100), "")
-	if len(p.Items) > limit {
-		p.Items = p.Items[:limit]
+	var out []Item
+	cursor := ""
+	for page := 0; page < readyPushPages && len(out) < limit; page++ {
+		p, err := s.listIndex(ctx, ListWaiting, queue, []job.State{job.Available}, false, max(limit, 100), cursor)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, p.Items...)
+		if cursor = p.Cursor; cursor == "" {
+			break
+		}
 	}
-	return p.Items, err
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
 }
+
+// readyPushPages bounds what a FETCH of a push-mode queue reads of the due
+// index: ten pages of at most 100 entries a shard.
+const readyPushPages = 10
 
 // Due lists up to limit jobs of a queue whose due time is at or before now,
 // earliest first, from every due shard: scheduled and retryable jobs to
