@@ -46,7 +46,8 @@ func (s step) counter() (store.NodeKey, *store.ShardRef) {
 // transaction may have marked but not written (store.AdvanceMarked).
 func (s step) nextInRootChain() (string, bool) {
 	k := s.index()
-	if !s.ok || k < 0 || parentOf(s.path) != store.RootPath || parentKind(s.path) != KindChain {
+	last := (s.job != nil && s.job.WorkflowLast) || (s.node != nil && s.node.Last)
+	if !s.ok || last || k < 0 || parentOf(s.path) != store.RootPath || parentKind(s.path) != KindChain {
 		return "", false
 	}
 	return childPath(store.RootPath, segment(KindChain, k+1)), true
