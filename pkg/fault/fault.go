@@ -58,6 +58,11 @@ const (
 	// the next steps it starts), nothing after it (roll-up, the parent
 	// finishing, callbacks, the levels above) is done yet.
 	WorkflowAfterRecord Point = "workflow.after_record"
+	// WorkflowAfterItems: a small push-mode workflow's creation without a
+	// transaction (store.CreateWorkflow) wrote its root and nodes, and
+	// dies or fails before it puts the first job: the root's progress
+	// check must put it.
+	WorkflowAfterItems Point = "workflow.after_items"
 	// WorkflowAfterMark: a chain's advance without a transaction
 	// (store.AdvanceMarked) counted the finished step and marked the next
 	// as launching, and dies or fails before it puts the next step's job:
@@ -85,7 +90,7 @@ const (
 )
 
 // Points lists every fault point.
-var Points = []Point{APIAfterWrite, EngineAfterRelay, EngineAfterEvents, EngineWorkflowAction, LifecycleBeforeAdvance, WorkflowAfterRecord, WorkflowAfterMark, WorkflowAfterFire,
+var Points = []Point{APIAfterWrite, EngineAfterRelay, EngineAfterEvents, EngineWorkflowAction, LifecycleBeforeAdvance, WorkflowAfterRecord, WorkflowAfterItems, WorkflowAfterMark, WorkflowAfterFire,
 	WorkerAfterClaim, WorkerAfterHandler, WorkerAfterAck, SweeperAfterSend, SweeperAfterResolve}
 
 // Environment variables read at process start.

@@ -440,6 +440,10 @@ type NewWorkflow struct {
 	Jobs   []*job.Job
 	// RedeliverAfter is passed to job creation (see Store.Create).
 	RedeliverAfter time.Duration
+	// FreshID is set when the server made the workflow's id (a UUIDv7 no
+	// other workflow can hold): its creation may do without the check
+	// that no workflow has it (see CreateWorkflow).
+	FreshID bool
 }
 
 // CreateWorkflow writes a new workflow. Up to MaxBatch items (nodes,
@@ -473,6 +477,9 @@ func (s *Store) CreateWorkflow(ctx context.Context, w NewWorkflow) error {
 			return err
 		}
 		bytes += n
+	}
+	if w.FreshID && len(w.Jobs) == 1 && w.Jobs[0].Push && len(items)+1 <= batchWriteMax && bytes <= awslimit.DynamoTxBytes-txNodeReserve {
+		return s.createUnguarded(ctx, r, items, w)
 	}
 	if len(items)+len(w.Jobs)+1 <= MaxBatch && bytes <= awslimit.DynamoTxBytes-txNodeReserve {
 		rootAV, err := attributevalue.MarshalMap(nodeItem{PK: wfPrefix + r.WorkflowID, SK: nodeSK(RootPath), Node: r})
@@ -521,6 +528,42 @@ func (s *Store) CreateWorkflow(ctx context.Context, w NewWorkflow) error {
 		return fmt.Errorf("create workflow %s: %w", r.WorkflowID, err)
 	}
 	return s.unmark(ctx, r.WorkflowID, "cfirst")
+}
+
+// batchWriteMax is the most items one BatchWriteItem writes.
+const batchWriteMax = 25
+
+// createUnguarded writes a small workflow with a server-made id and one
+// push-mode first job (a chain, say) as two requests instead of a
+// transaction, for half the write units (a transaction bills every item
+// twice): the root, marked Unguarded, and its nodes in one
+// BatchWriteItem, then the first job's conditional put. What the
+// transaction gave is kept otherwise: the id cannot be taken, so the
+// root's duplicate check has nothing to find; a cancel between the two
+// finds the mark and takes the job's place (workflow.takeUnwritten), so
+// the put fails; a creator that dies between them leaves a running
+// workflow without its first job, which the root's progress check writes
+// (workflow.Repair), as for a large creation; the client saw a 5xx, as
+// when the answer to a committed transaction is lost. The mark stays (a
+// later cancel reads the first job once more; the repair removes it from a
+// workflow still running past the creation's grace). Pull mode keeps the
+// transaction: its chains' FETCHes spend the request budget this takes.
+func (s *Store) createUnguarded(ctx context.Context, r Node, items []map[string]types.AttributeValue, w NewWorkflow) error {
+	r.Unguarded = true
+	rootAV, err := attributevalue.MarshalMap(nodeItem{PK: wfPrefix + r.WorkflowID, SK: nodeSK(RootPath), Node: r})
+	if err != nil {
+		return err
+	}
+	if err := s.batchPut(ctx, append([]map[string]types.AttributeValue{rootAV}, items...)); err != nil {
+		return fmt.Errorf("create workflow %s: %w", r.WorkflowID, err)
+	}
+	if err := fault.Hit(fault.WorkflowAfterItems); err != nil {
+		return err
+	}
+	if err := s.putJobs(ctx, w.Jobs, w.RedeliverAfter); err != nil {
+		return fmt.Errorf("create workflow %s: %w", r.WorkflowID, err)
+	}
+	return nil
 }
 
 // putJobs writes jobs by conditional puts (absent), several at once: one

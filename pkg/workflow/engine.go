@@ -183,7 +183,7 @@ func (e *Engine) Create(ctx context.Context, raw []byte) (*View, error) {
 			return v, err
 		}
 	}
-	if err := e.st.CreateWorkflow(ctx, store.NewWorkflow{Nodes: b.nodes, Shards: b.shards, Jobs: b.jobs, RedeliverAfter: e.redel}); err != nil {
+	if err := e.st.CreateWorkflow(ctx, store.NewWorkflow{Nodes: b.nodes, Shards: b.shards, Jobs: b.jobs, RedeliverAfter: e.redel, FreshID: parsed.ID == ""}); err != nil {
 		if errors.Is(err, store.ErrWorkflowExists) {
 			return nil, workflowExists(id)
 		}

@@ -5,9 +5,12 @@ import (
 	"errors"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/ojs-aws/ojs-serverless/pkg/awsclient"
+	"github.com/ojs-aws/ojs-serverless/pkg/callstats"
 	"github.com/ojs-aws/ojs-serverless/pkg/internal/testenv"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
@@ -210,5 +213,123 @@ func TestAChainStepThatIsAGroupStartsInATransaction(t *testing.T) {
 	}
 	if j, err := svc.Info(ctx, workflow.JobID(id, "/s1/j0")); err != nil || j.State != job.Available {
 		t.Fatalf("the group's job: %+v %v", j, err)
+	}
+}
+
+// pushChain is a 3-step chain on push-mode queue q.
+func pushChain(q, id string) string {
+	idField := ""
+	if id != "" {
+		idField = `"id":"` + id + `",`
+	}
+	return `{` + idField + `"type":"chain","steps":[{"type":"c.a","args":[],"options":{"queue":"` + q + `"}},
+		{"type":"c.b","args":[],"options":{"queue":"` + q + `"}},{"type":"c.c","args":[],"options":{"queue":"` + q + `"}}]}`
+}
+
+// A small workflow with a server-made id and one push-mode first job is
+// created by two requests instead of a transaction: its root (marked
+// cfirst) and nodes in one BatchWriteItem, then the first job's
+// conditional put, at half the write units. A workflow whose id the
+// client chose keeps the transaction (its duplicate check is a
+// condition), and so does a pull-mode one.
+func TestAPushChainIsCreatedWithoutATransaction(t *testing.T) {
+	t.Parallel()
+	base, _ := testenv.Table(t)
+	rec := callstats.New("test")
+	db := dynamodb.NewFromConfig(testenv.Config(), awsclient.DynamoDBOptions, func(o *dynamodb.Options) {
+		o.APIOptions = append(o.APIOptions, rec.AddMiddleware)
+	})
+	st := store.New(db, base.Table())
+	svc := lifecycle.New(st, lifecycle.Config{PushQueues: []string{"cq"}})
+	eng := workflow.New(st, workflow.Config{Jobs: svc})
+	ctx := context.Background()
+	if err := svc.EnsureQueue(ctx, "cq"); err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.EnsureQueue(ctx, "pullq"); err != nil {
+		t.Fatal(err)
+	}
+	create := func(body string) (string, callstats.Set) {
+		t.Helper()
+		before := rec.Set()
+		v, err := eng.Create(ctx, []byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return (*v)["id"].(string), rec.Set().Sub(before)
+	}
+	id, d := create(pushChain("cq", ""))
+	bw, put, tx := d["DynamoDB BatchWriteItem"], d["DynamoDB PutItem"], d["DynamoDB TransactWriteItems"]
+	if bw.Calls != 1 || put.Calls != 1 || tx.Calls != 0 || bw.WriteUnits+put.WriteUnits != 7 {
+		t.Fatalf("creation: %+v; want one BatchWriteItem and one PutItem, 7 units in all (the root, its check, three nodes; the job and its check)", d)
+	}
+	root, err := st.GetNode(ctx, id, store.RootPath)
+	if err != nil || !root.Unguarded || root.State != wfstate.Running {
+		t.Fatalf("root: %+v %v; want running and marked cfirst", root, err)
+	}
+	if j, err := svc.Info(ctx, workflow.JobID(id, "/s0")); err != nil || j.State != job.Available {
+		t.Fatalf("first job: %+v %v", j, err)
+	}
+
+	chosen := "019414d4-8b2e-7c3a-b5d1-f0e2a3b4c5d7"
+	if _, d = create(pushChain("cq", chosen)); d["DynamoDB TransactWriteItems"].Calls != 1 || d["DynamoDB BatchWriteItem"].Calls != 0 {
+		t.Fatalf("creation with the client's id: %+v; want one transaction", d)
+	}
+	if _, err := eng.Create(ctx, []byte(pushChain("cq", chosen))); err == nil {
+		t.Fatal("a second creation with the same id was accepted")
+	}
+	if _, d = create(pushChain("pullq", "")); d["DynamoDB TransactWriteItems"].Calls != 1 {
+		t.Fatalf("pull-mode creation: %+v; want one transaction", d)
+	}
+}
+
+// A cancel between the creation's two requests finds the root's cfirst
+// mark and puts the first job as cancelled in its place, so the
+// creation's put fails: the cancelled workflow has nothing to run.
+func TestACancelBetweenACreationsRequestsLeavesNothingToRun(t *testing.T) {
+	t.Parallel()
+	st, _ := testenv.Table(t)
+	ctx := context.Background()
+	svc := lifecycle.New(st, lifecycle.Config{PushQueues: []string{"ccq"}})
+	canceller := workflow.New(st, workflow.Config{Jobs: svc})
+	var cancelErr error
+	db := &beforeNextJob{Client: testenv.DynamoDB(), path: "/s0", hook: func(wf string) bool {
+		_, cancelErr = canceller.Cancel(ctx, wf)
+		return false
+	}}
+	eng := workflow.New(store.New(db, st.Table()), workflow.Config{Jobs: svc})
+	v, err := eng.Create(ctx, []byte(pushChain("ccq", "")))
+	if err != nil || cancelErr != nil || !db.done.Load() {
+		t.Fatalf("create: %v, cancel: %v, raced: %v", err, cancelErr, db.done.Load())
+	}
+	id := (*v)["id"].(string)
+	j, err := svc.Info(ctx, workflow.JobID(id, "/s0"))
+	if err != nil || j.State != job.Cancelled || j.EnqueuedAt != nil {
+		t.Fatalf("first job: %+v %v; want the cancel's placeholder", j, err)
+	}
+}
+
+// A creator that dies between the two requests leaves a running workflow
+// without its first job; the root's progress check writes it.
+func TestTheProgressCheckWritesTheFirstJobOfACreationThatDied(t *testing.T) {
+	t.Parallel()
+	st, _ := testenv.Table(t)
+	ctx := context.Background()
+	svc := lifecycle.New(st, lifecycle.Config{PushQueues: []string{"cdq"}})
+	var id string
+	db := &beforeNextJob{Client: testenv.DynamoDB(), path: "/s0", hook: func(wf string) bool { id = wf; return true }}
+	eng := workflow.New(store.New(db, st.Table()), workflow.Config{Jobs: svc})
+	if _, err := eng.Create(ctx, []byte(pushChain("cdq", ""))); err == nil {
+		t.Fatal("the creation whose job put failed answered success")
+	}
+	if _, err := st.GetItem(ctx, workflow.JobID(id, "/s0")); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("first job after the dead creation: %v; want none", err)
+	}
+	later := workflow.New(st, workflow.Config{Jobs: svc, Now: func() time.Time { return time.Now().Add(workflow.CheckAfter + time.Minute) }})
+	if _, err := later.Repair(ctx, 100); err != nil {
+		t.Fatal(err)
+	}
+	if j, err := svc.Info(ctx, workflow.JobID(id, "/s0")); err != nil || j.State != job.Available {
+		t.Fatalf("first job after the progress check: %+v %v; want it available", j, err)
 	}
 }
