@@ -449,7 +449,9 @@ type NewWorkflow struct {
 // CreateWorkflow writes a new workflow. Up to MaxBatch items (nodes,
 // shards and first jobs together, and 3 MB of them) are written in one
 // transaction, so the
-// workflow and its first jobs appear together or not at all. A larger one
+// workflow and its first jobs appear together or not at all; a small one
+// with a server-made id (FreshID) and one push-mode first job is written
+// by two requests instead (createUnguarded). A larger one
 // is written in stages: the root first (conditional, marked creating),
 // then its other items, then the root unmarked and marked Unguarded, then
 // its first jobs by conditional puts (absent) without a check of the root
