@@ -9,7 +9,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"github.com/ojs-aws/ojs-serverless/pkg/awsclient"
 	"github.com/ojs-aws/ojs-serverless/pkg/callstats"
 	"github.com/ojs-aws/ojs-serverless/pkg/dispatch"
 	"github.com/ojs-aws/ojs-serverless/pkg/internal/testenv"
@@ -29,12 +28,7 @@ type pushHarness struct {
 
 func newPushHarness(t *testing.T, redeliverAfter time.Duration) pushHarness {
 	t.Helper()
-	base, _ := testenv.Table(t)
-	rec := callstats.New("test")
-	db := dynamodb.NewFromConfig(testenv.Config(), awsclient.DynamoDBOptions, func(o *dynamodb.Options) {
-		o.APIOptions = append(o.APIOptions, rec.AddMiddleware)
-	})
-	st := store.New(db, base.Table())
+	st, rec := testenv.CountedTable(t)
 	clk := testenv.NewClock(time.Now().UTC().Truncate(time.Millisecond))
 	svc := lifecycle.New(st, lifecycle.Config{PushQueues: []string{"lambda"}, Now: clk.Now, RedeliverAfter: redeliverAfter})
 	return pushHarness{st: st, svc: svc, rec: rec, clk: clk}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"github.com/ojs-aws/ojs-serverless/pkg/awsclient"
 	"github.com/ojs-aws/ojs-serverless/pkg/callstats"
 	"github.com/ojs-aws/ojs-serverless/pkg/internal/testenv"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
@@ -39,6 +38,16 @@ func (c *beforeNextJob) PutItem(ctx context.Context, in *dynamodb.PutItemInput, 
 	return c.Client.PutItem(ctx, in, o...)
 }
 
+// fetchOne fetches the one available job of queue.
+func fetchOne(t *testing.T, svc *lifecycle.Service, queue string) *job.Job {
+	t.Helper()
+	jobs, err := svc.Fetch(context.Background(), lifecycle.FetchRequest{Queues: []string{queue}, Count: 10})
+	if err != nil || len(jobs) != 1 {
+		t.Fatalf("queue %s: %d jobs, %v; want one", queue, len(jobs), err)
+	}
+	return jobs[0]
+}
+
 // markedChain creates a 3-step chain on queue whose engine writes through
 // db, runs its first step to completion (its ACK advancing the chain
 // inline) and returns the workflow's id, the finished job and the id of
@@ -55,11 +64,7 @@ func markedChain(t *testing.T, st *store.Store, db store.DynamoAPI, queue string
 		t.Fatal(err)
 	}
 	id = (*v)["id"].(string)
-	jobs, err := svc.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{queue}, Count: 10})
-	if err != nil || len(jobs) != 1 {
-		t.Fatalf("first step: %d jobs, %v", len(jobs), err)
-	}
-	if first, err = svc.Ack(ctx, jobs[0].ID, []byte(`{"paid":true}`), 0); err != nil {
+	if first, err = svc.Ack(ctx, fetchOne(t, svc, queue).ID, []byte(`{"paid":true}`), 0); err != nil {
 		t.Fatal(err)
 	}
 	return id, first, workflow.JobID(id, "/s1")
@@ -129,14 +134,11 @@ func TestAChainStepFinishingAfterItsCancelStartsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := (*v)["id"].(string)
-	jobs, err := svc.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"lateq"}, Count: 10})
-	if err != nil || len(jobs) != 1 {
-		t.Fatalf("first step: %d jobs, %v", len(jobs), err)
-	}
+	running := fetchOne(t, svc, "lateq")
 	if _, err := eng.Cancel(ctx, id); err != nil { // the running step runs on
 		t.Fatal(err)
 	}
-	if _, err := svc.Ack(ctx, jobs[0].ID, []byte(`1`), 0); err != nil {
+	if _, err := svc.Ack(ctx, running.ID, []byte(`1`), 0); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := svc.Info(ctx, workflow.JobID(id, "/s1")); err == nil {
@@ -200,11 +202,7 @@ func TestAChainStepThatIsAGroupStartsInATransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := (*v)["id"].(string)
-	jobs, err := svc.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"grpq"}, Count: 10})
-	if err != nil || len(jobs) != 1 {
-		t.Fatalf("first step: %d jobs, %v", len(jobs), err)
-	}
-	if _, err := svc.Ack(ctx, jobs[0].ID, []byte(`1`), 0); err != nil {
+	if _, err := svc.Ack(ctx, fetchOne(t, svc, "grpq").ID, []byte(`1`), 0); err != nil {
 		t.Fatal(err)
 	}
 	root, err := st.GetNode(ctx, id, store.RootPath)
@@ -234,12 +232,7 @@ func pushChain(q, id string) string {
 // condition), and so does a pull-mode one.
 func TestAPushChainIsCreatedWithoutATransaction(t *testing.T) {
 	t.Parallel()
-	base, _ := testenv.Table(t)
-	rec := callstats.New("test")
-	db := dynamodb.NewFromConfig(testenv.Config(), awsclient.DynamoDBOptions, func(o *dynamodb.Options) {
-		o.APIOptions = append(o.APIOptions, rec.AddMiddleware)
-	})
-	st := store.New(db, base.Table())
+	st, rec := testenv.CountedTable(t)
 	svc := lifecycle.New(st, lifecycle.Config{PushQueues: []string{"cq"}})
 	eng := workflow.New(st, workflow.Config{Jobs: svc})
 	ctx := context.Background()

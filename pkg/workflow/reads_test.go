@@ -11,8 +11,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"github.com/ojs-aws/ojs-serverless/pkg/awsclient"
-	"github.com/ojs-aws/ojs-serverless/pkg/callstats"
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
 	"github.com/ojs-aws/ojs-serverless/pkg/internal/testenv"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
@@ -304,12 +302,7 @@ func TestLongChainAndGraphVerifyInOneRead(t *testing.T) {
 // index), 2: 5 in updates.
 func TestChainStepWriteUnits(t *testing.T) {
 	t.Parallel()
-	base, _ := testenv.Table(t)
-	rec := callstats.New("test")
-	db := dynamodb.NewFromConfig(testenv.Config(), awsclient.DynamoDBOptions, func(o *dynamodb.Options) {
-		o.APIOptions = append(o.APIOptions, rec.AddMiddleware)
-	})
-	st := store.New(db, base.Table())
+	st, rec := testenv.CountedTable(t)
 	svc := lifecycle.New(st, lifecycle.Config{})
 	eng := workflow.New(st, workflow.Config{Jobs: svc})
 	svc.SetWorkflows(eng)

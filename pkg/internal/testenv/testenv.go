@@ -19,6 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/ojs-aws/ojs-serverless/pkg/awsclient"
+	"github.com/ojs-aws/ojs-serverless/pkg/callstats"
 	"github.com/ojs-aws/ojs-serverless/pkg/emulator"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 )
@@ -100,6 +101,19 @@ func Table(t testing.TB) (*store.Store, string) {
 	// test run, and DynamoDB Local stalls every request while it deletes a
 	// table with a large stream.
 	return store.New(db, name), arn
+}
+
+// CountedTable is Table with every DynamoDB request of the store counted
+// in the returned recorder (calls, write and read units as DynamoDB
+// Local reports them).
+func CountedTable(t testing.TB) (*store.Store, *callstats.Recorder) {
+	t.Helper()
+	base, _ := Table(t)
+	rec := callstats.New("test")
+	db := dynamodb.NewFromConfig(cfg, awsclient.DynamoDBOptions, func(o *dynamodb.Options) {
+		o.APIOptions = append(o.APIOptions, rec.AddMiddleware)
+	})
+	return store.New(db, base.Table()), rec
 }
 
 // Eventually polls cond every 20 ms until it returns true or the timeout
