@@ -132,6 +132,24 @@ func (d *refusingDB) TransactWriteItems(_ context.Context, in *dynamodb.Transact
 	return nil, d.record("TransactWriteItems", ps...)
 }
 
+func (d *refusingDB) BatchWriteItem(_ context.Context, in *dynamodb.BatchWriteItemInput, _ ...func(*dynamodb.Options)) (*dynamodb.BatchWriteItemOutput, error) {
+	var ps []string
+	for _, reqs := range in.RequestItems {
+		if len(reqs) > 25 {
+			ps = append(ps, fmt.Sprintf("%d requests in one BatchWriteItem", len(reqs)))
+		}
+		for _, r := range reqs {
+			switch {
+			case r.PutRequest != nil:
+				ps = append(ps, checkItem(r.PutRequest.Item)...)
+			case r.DeleteRequest != nil:
+				ps = append(ps, checkKeys(r.DeleteRequest.Key)...)
+			}
+		}
+	}
+	return nil, d.record("BatchWriteItem", ps...)
+}
+
 var placeholder = regexp.MustCompile(`:[A-Za-z0-9_]+`)
 
 func deref(s *string) string {

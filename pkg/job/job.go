@@ -118,6 +118,11 @@ type Job struct {
 	// wire): the request that finishes it finishes the chain without
 	// reading whether a next step exists.
 	WorkflowLast bool
+	// WorkflowAhead holds the definitions of the chain steps that follow
+	// the job's step, as many as fit in the job item's write unit (not on
+	// the wire; JSON the workflow engine writes and reads): the request
+	// that finishes the job starts the next step without reading its node.
+	WorkflowAhead json.RawMessage
 
 	// Push is true when Queue is a push-mode queue delivered to Lambda.
 	Push bool

@@ -450,8 +450,8 @@ type NewWorkflow struct {
 // shards and first jobs together, and 3 MB of them) are written in one
 // transaction, so the
 // workflow and its first jobs appear together or not at all; a small one
-// with a server-made id (FreshID) and one push-mode first job is written
-// by two requests instead (createUnguarded). A larger one
+// with a server-made id (FreshID) and one first job is written by two
+// requests instead (createUnguarded). A larger one
 // is written in stages: the root first (conditional, marked creating),
 // then its other items, then the root unmarked and marked Unguarded, then
 // its first jobs by conditional puts (absent) without a check of the root
@@ -480,7 +480,7 @@ func (s *Store) CreateWorkflow(ctx context.Context, w NewWorkflow) error {
 		}
 		bytes += n
 	}
-	if w.FreshID && len(w.Jobs) == 1 && w.Jobs[0].Push && len(items)+1 <= batchWriteMax && bytes <= awslimit.DynamoTxBytes-txNodeReserve {
+	if w.FreshID && len(w.Jobs) == 1 && len(items)+1 <= batchWriteMax && bytes <= awslimit.DynamoTxBytes-txNodeReserve {
 		return s.createUnguarded(ctx, r, items, w)
 	}
 	if len(items)+len(w.Jobs)+1 <= MaxBatch && bytes <= awslimit.DynamoTxBytes-txNodeReserve {
@@ -536,7 +536,7 @@ func (s *Store) CreateWorkflow(ctx context.Context, w NewWorkflow) error {
 const batchWriteMax = 25
 
 // createUnguarded writes a small workflow with a server-made id and one
-// push-mode first job (a chain, say) as two requests instead of a
+// first job (a chain, say) as two requests instead of a
 // transaction, for half the write units (a transaction bills every item
 // twice): the root, marked Unguarded, and its nodes in one
 // BatchWriteItem, then the first job's conditional put. What the
@@ -548,8 +548,7 @@ const batchWriteMax = 25
 // (workflow.Repair), as for a large creation; the client saw a 5xx, as
 // when the answer to a committed transaction is lost. The mark stays (a
 // later cancel reads the first job once more; the repair removes it from a
-// workflow still running past the creation's grace). Pull mode keeps the
-// transaction: its chains' FETCHes spend the request budget this takes.
+// workflow still running past the creation's grace).
 func (s *Store) createUnguarded(ctx context.Context, r Node, items []map[string]types.AttributeValue, w NewWorkflow) error {
 	r.Unguarded = true
 	rootAV, err := attributevalue.MarshalMap(nodeItem{PK: wfPrefix + r.WorkflowID, SK: nodeSK(RootPath), Node: r})

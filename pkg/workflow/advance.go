@@ -174,12 +174,20 @@ func (e *Engine) chainStepDone(ctx context.Context, s step) (*step, error) {
 		return e.finish(ctx, s.wf, parent, true, store.NodeWrite{AddOK: []int{k}})
 	}
 	nextPath := childPath(parent, segment(KindChain, k+1))
-	next, err := e.st.GetNode(ctx, s.wf, nextPath)
-	if errors.Is(err, store.ErrNotFound) {
-		return e.finish(ctx, s.wf, parent, true, store.NodeWrite{AddOK: []int{k}})
-	}
-	if err != nil {
-		return nil, err
+	var next *store.Node
+	ahead := aheadOf(s.job)
+	if len(ahead) > 0 {
+		// The finished job carries the next step's definition: no read.
+		next = nodeOfAhead(s.wf, parent, k+1, ahead[0])
+	} else {
+		var err error
+		next, err = e.st.GetNode(ctx, s.wf, nextPath)
+		if errors.Is(err, store.ErrNotFound) {
+			return e.finish(ctx, s.wf, parent, true, store.NodeWrite{AddOK: []int{k}})
+		}
+		if err != nil {
+			return nil, err
+		}
 	}
 	t := newTreeOf([]*store.Node{next})
 	if next.Kind != KindJob {
@@ -196,6 +204,13 @@ func (e *Engine) chainStepDone(ctx context.Context, s step) (*step, error) {
 	jobs, timed, err := e.launch(ctx, t, nextPath, pr)
 	if err != nil {
 		return nil, err
+	}
+	if len(ahead) > 1 && len(jobs) == 1 {
+		rest := make([]*store.Node, 0, len(ahead)-1)
+		for i, a := range ahead[1:] {
+			rest = append(rest, nodeOfAhead(s.wf, parent, k+2+i, a))
+		}
+		e.carryAhead(jobs[0], rest)
 	}
 	if err := e.admitJobs(ctx, jobs); err != nil {
 		return nil, err

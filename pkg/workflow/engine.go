@@ -438,6 +438,9 @@ func (e *Engine) launch(ctx context.Context, t *tree, path string, parentResults
 		if err != nil {
 			return nil, nil, err
 		}
+		if n.Kind == KindChain && c.Kind == KindJob && len(js) == 1 {
+			e.carryAhead(js[0], t.kids[path][1:])
+		}
 		out = append(out, js...)
 		timed = append(timed, ts...)
 	}

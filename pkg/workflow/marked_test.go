@@ -214,8 +214,8 @@ func TestAChainStepThatIsAGroupStartsInATransaction(t *testing.T) {
 	}
 }
 
-// pushChain is a 3-step chain on push-mode queue q.
-func pushChain(q, id string) string {
+// smallChain is a 3-step chain on queue q, with id when it is not empty.
+func smallChain(q, id string) string {
 	idField := ""
 	if id != "" {
 		idField = `"id":"` + id + `",`
@@ -224,24 +224,18 @@ func pushChain(q, id string) string {
 		{"type":"c.b","args":[],"options":{"queue":"` + q + `"}},{"type":"c.c","args":[],"options":{"queue":"` + q + `"}}]}`
 }
 
-// A small workflow with a server-made id and one push-mode first job is
-// created by two requests instead of a transaction: its root (marked
-// cfirst) and nodes in one BatchWriteItem, then the first job's
-// conditional put, at half the write units. A workflow whose id the
-// client chose keeps the transaction (its duplicate check is a
-// condition), and so does a pull-mode one.
-func TestAPushChainIsCreatedWithoutATransaction(t *testing.T) {
+// A small workflow with a server-made id and one first job is created by
+// two requests instead of a transaction, on a push-mode queue as on a
+// pull-mode one: its root (marked cfirst) and nodes in one
+// BatchWriteItem, then the first job's conditional put, at half the write
+// units. A workflow whose id the client chose keeps the transaction (its
+// duplicate check is a condition).
+func TestAChainIsCreatedWithoutATransaction(t *testing.T) {
 	t.Parallel()
 	st, rec := testenv.CountedTable(t)
 	svc := lifecycle.New(st, lifecycle.Config{PushQueues: []string{"cq"}})
 	eng := workflow.New(st, workflow.Config{Jobs: svc})
 	ctx := context.Background()
-	if err := svc.EnsureQueue(ctx, "cq"); err != nil {
-		t.Fatal(err)
-	}
-	if err := svc.EnsureQueue(ctx, "pullq"); err != nil {
-		t.Fatal(err)
-	}
 	create := func(body string) (string, callstats.Set) {
 		t.Helper()
 		before := rec.Set()
@@ -251,28 +245,30 @@ func TestAPushChainIsCreatedWithoutATransaction(t *testing.T) {
 		}
 		return (*v)["id"].(string), rec.Set().Sub(before)
 	}
-	id, d := create(pushChain("cq", ""))
-	bw, put, tx := d["DynamoDB BatchWriteItem"], d["DynamoDB PutItem"], d["DynamoDB TransactWriteItems"]
-	if bw.Calls != 1 || put.Calls != 1 || tx.Calls != 0 || bw.WriteUnits+put.WriteUnits != 7 {
-		t.Fatalf("creation: %+v; want one BatchWriteItem and one PutItem, 7 units in all (the root, its check, three nodes; the job and its check)", d)
-	}
-	root, err := st.GetNode(ctx, id, store.RootPath)
-	if err != nil || !root.Unguarded || root.State != wfstate.Running {
-		t.Fatalf("root: %+v %v; want running and marked cfirst", root, err)
-	}
-	if j, err := svc.Info(ctx, workflow.JobID(id, "/s0")); err != nil || j.State != job.Available {
-		t.Fatalf("first job: %+v %v", j, err)
+	for _, queue := range []string{"cq", "pullq"} {
+		if err := svc.EnsureQueue(ctx, queue); err != nil {
+			t.Fatal(err)
+		}
+		id, d := create(smallChain(queue, ""))
+		bw, put, tx := d["DynamoDB BatchWriteItem"], d["DynamoDB PutItem"], d["DynamoDB TransactWriteItems"]
+		if bw.Calls != 1 || put.Calls != 1 || tx.Calls != 0 || bw.WriteUnits+put.WriteUnits != 7 {
+			t.Fatalf("creation on %s: %+v; want one BatchWriteItem and one PutItem, 7 units in all (the root, its check, three nodes; the job and its index entry)", queue, d)
+		}
+		root, err := st.GetNode(ctx, id, store.RootPath)
+		if err != nil || !root.Unguarded || root.State != wfstate.Running {
+			t.Fatalf("root on %s: %+v %v; want running and marked cfirst", queue, root, err)
+		}
+		if j, err := svc.Info(ctx, workflow.JobID(id, "/s0")); err != nil || j.State != job.Available {
+			t.Fatalf("first job on %s: %+v %v", queue, j, err)
+		}
 	}
 
 	chosen := "019414d4-8b2e-7c3a-b5d1-f0e2a3b4c5d7"
-	if _, d = create(pushChain("cq", chosen)); d["DynamoDB TransactWriteItems"].Calls != 1 || d["DynamoDB BatchWriteItem"].Calls != 0 {
+	if _, d := create(smallChain("cq", chosen)); d["DynamoDB TransactWriteItems"].Calls != 1 || d["DynamoDB BatchWriteItem"].Calls != 0 {
 		t.Fatalf("creation with the client's id: %+v; want one transaction", d)
 	}
-	if _, err := eng.Create(ctx, []byte(pushChain("cq", chosen))); err == nil {
+	if _, err := eng.Create(ctx, []byte(smallChain("cq", chosen))); err == nil {
 		t.Fatal("a second creation with the same id was accepted")
-	}
-	if _, d = create(pushChain("pullq", "")); d["DynamoDB TransactWriteItems"].Calls != 1 {
-		t.Fatalf("pull-mode creation: %+v; want one transaction", d)
 	}
 }
 
@@ -291,7 +287,7 @@ func TestACancelBetweenACreationsRequestsLeavesNothingToRun(t *testing.T) {
 		return false
 	}}
 	eng := workflow.New(store.New(db, st.Table()), workflow.Config{Jobs: svc})
-	v, err := eng.Create(ctx, []byte(pushChain("ccq", "")))
+	v, err := eng.Create(ctx, []byte(smallChain("ccq", "")))
 	if err != nil || cancelErr != nil || !db.done.Load() {
 		t.Fatalf("create: %v, cancel: %v, raced: %v", err, cancelErr, db.done.Load())
 	}
@@ -312,7 +308,7 @@ func TestTheProgressCheckWritesTheFirstJobOfACreationThatDied(t *testing.T) {
 	var id string
 	db := &beforeNextJob{Client: testenv.DynamoDB(), path: "/s0", hook: func(wf string) bool { id = wf; return true }}
 	eng := workflow.New(store.New(db, st.Table()), workflow.Config{Jobs: svc})
-	if _, err := eng.Create(ctx, []byte(pushChain("cdq", ""))); err == nil {
+	if _, err := eng.Create(ctx, []byte(smallChain("cdq", ""))); err == nil {
 		t.Fatal("the creation whose job put failed answered success")
 	}
 	if _, err := st.GetItem(ctx, workflow.JobID(id, "/s0")); !errors.Is(err, store.ErrNotFound) {

@@ -75,12 +75,14 @@ func (c *countingDB) BatchWriteItem(ctx context.Context, in *dynamodb.BatchWrite
 }
 
 // TestChainStepRequests pins what a 3-step chain costs in DynamoDB
-// requests besides FETCH: creation is one transaction (nodes and the first
-// job); each ACK is the job's write plus, inline, a read of the next step,
-// the root's record that the step finished (with its launch mark) and the
+// requests besides FETCH: creation is two requests (its root and nodes in
+// one BatchWriteItem, then its first job); each ACK is the job's write
+// plus, inline, the root's record that the step finished (with its launch mark) and the
 // next step's job (two writes where a transaction of both was one, for
-// half the write units: store.AdvanceMarked), or for the last step the
-// chain's finish (its job says it is the last: no read); the stream's verification of the three finished
+// half the write units: store.AdvanceMarked), the next step's definition
+// coming with the finished job (job.Job.WorkflowAhead: no read), or for
+// the last step the chain's finish (its job says it is the last); the
+// stream's verification of the three finished
 // jobs is one batch read (their parents, and whether the next steps' jobs
 // exist). Before
 // inline advancement the stream function alone spent about 10 reads and
@@ -105,12 +107,12 @@ func TestChainStepRequests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := db.total(); n != 1 {
-		t.Fatalf("creating a 3-step chain made %d requests (%v), want 1", n, db.n)
+	if n := db.total(); n != 2 || db.n["BatchWriteItem"] != 1 || db.n["PutItem"] != 1 {
+		t.Fatalf("creating a 3-step chain made %d requests (%v), want 2 (its root and nodes, then its first job)", n, db.n)
 	}
 	id := (*v)["id"].(string)
 	var done []workflow.Finished
-	acks := 0
+	acks, gets := 0, 0
 	for step := 0; step < 3; step++ {
 		jobs, err := svc.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"r"}, Count: 10})
 		if err != nil || len(jobs) != 1 {
@@ -122,10 +124,11 @@ func TestChainStepRequests(t *testing.T) {
 			t.Fatal(err)
 		}
 		acks += db.total()
+		gets += db.n["GetItem"]
 		done = append(done, workflow.Finished{Job: j})
 	}
-	if acks != 10 {
-		t.Fatalf("three ACKs made %d requests, want 10 (job write, next step read, the step's record and the next job; the last: job write and finish)", acks)
+	if acks != 8 || gets != 0 {
+		t.Fatalf("three ACKs made %d requests (%d reads of a node), want 8 (job write, the step's record and the next job, whose definition the finished job carries; the last: job write and finish)", acks, gets)
 	}
 	root, err := st.GetNode(ctx, id, store.RootPath)
 	if err != nil || root.State != wfstate.Completed {
@@ -174,6 +177,72 @@ func TestChainStepRequests(t *testing.T) {
 		}
 	}
 	_ = job.Completed
+}
+
+// A chain step's job carries the definitions of the steps after it only
+// where they cost no write unit (job.Job.WorkflowAhead): a chain of small
+// steps runs each next step from what the finished job carries, one of
+// large steps reads each next step's node. Both run the same steps with
+// the same inputs.
+func TestAChainStepCarriesTheNextStepsOnlyWhereTheyFit(t *testing.T) {
+	t.Parallel()
+	base, _ := testenv.Table(t)
+	db := &countingDB{Client: testenv.DynamoDB(), n: map[string]int{}}
+	st := store.New(db, base.Table())
+	svc := lifecycle.New(st, lifecycle.Config{})
+	eng := workflow.New(st, workflow.Config{Jobs: svc})
+	svc.SetWorkflows(eng)
+	ctx := context.Background()
+	for _, c := range []struct {
+		name  string
+		pad   int
+		reads int
+	}{{"small", 10, 0}, {"large", 700, 2}} {
+		queue := "ahead-" + c.name
+		if err := svc.EnsureQueue(ctx, queue); err != nil {
+			t.Fatal(err)
+		}
+		pad := strings.Repeat("p", c.pad)
+		steps := make([]string, 3)
+		for i := range steps {
+			steps[i] = fmt.Sprintf(`{"type":"t%d","args":[%d,%q],"options":{"queue":%q}}`, i, i, pad, queue)
+		}
+		if _, err := eng.Create(ctx, []byte(`{"type":"chain","steps":[`+strings.Join(steps, ",")+`]}`)); err != nil {
+			t.Fatal(err)
+		}
+		reads := 0
+		for step := 0; step < 3; step++ {
+			jobs, err := svc.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{queue}, Count: 10})
+			if err != nil || len(jobs) != 1 {
+				t.Fatalf("%s step %d: %d jobs, %v", c.name, step, len(jobs), err)
+			}
+			j := jobs[0]
+			if j.Type != fmt.Sprintf("t%d", step) || string(j.Args) != fmt.Sprintf(`[%d,%q]`, step, pad) {
+				t.Fatalf("%s step %d: job %s %s", c.name, step, j.Type, j.Args)
+			}
+			var want []string
+			for k := 0; k < step; k++ {
+				want = append(want, fmt.Sprintf(`{"step":%d}`, k))
+			}
+			if step > 0 && string(j.ParentResults) != "["+strings.Join(want, ",")+"]" {
+				t.Fatalf("%s step %d: parent_results %s", c.name, step, j.ParentResults)
+			}
+			if c.reads == 0 && step < 2 && len(j.WorkflowAhead) == 0 {
+				t.Fatalf("%s step %d carries nothing ahead", c.name, step)
+			}
+			if c.reads > 0 && len(j.WorkflowAhead) > 0 {
+				t.Fatalf("%s step %d carries %s, which does not fit in its write unit", c.name, step, j.WorkflowAhead)
+			}
+			db.reset()
+			if _, err := svc.Ack(ctx, j.ID, []byte(fmt.Sprintf(`{"step":%d}`, step)), 0); err != nil {
+				t.Fatal(err)
+			}
+			reads += db.n["GetItem"]
+		}
+		if reads != c.reads {
+			t.Fatalf("%s steps: the ACKs read %d nodes, want %d", c.name, reads, c.reads)
+		}
+	}
 }
 
 // TestGraphStepRequests pins that a step of a dependency graph costs no
