@@ -58,15 +58,15 @@ const (
 	// the next steps it starts), nothing after it (roll-up, the parent
 	// finishing, callbacks, the levels above) is done yet.
 	WorkflowAfterRecord Point = "workflow.after_record"
-	// WorkflowAfterItems: a small push-mode workflow's creation without a
+	// WorkflowAfterItems: a small workflow's creation without a
 	// transaction (store.CreateWorkflow) wrote its root and nodes, and
 	// dies or fails before it puts the first job: the root's progress
 	// check must put it.
 	WorkflowAfterItems Point = "workflow.after_items"
-	// WorkflowAfterMark: a chain's advance without a transaction
-	// (store.AdvanceMarked) counted the finished step and marked the next
-	// as launching, and dies or fails before it puts the next step's job:
-	// the stream function's verification must put it.
+	// WorkflowAfterMark: a chain's or graph's advance without a
+	// transaction (store.AdvanceMarked) counted the finished step and
+	// marked the root, and dies or fails before it puts the jobs of the
+	// steps it starts: the stream function's verification must put them.
 	WorkflowAfterMark Point = "workflow.after_mark"
 	// WorkflowAfterFire: a batch's callbacks are recorded as fired, their
 	// jobs are not created yet.

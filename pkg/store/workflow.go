@@ -1775,37 +1775,38 @@ func (s *Store) Advance(ctx context.Context, a Advance) error {
 	return nil
 }
 
-// AdvanceMarked applies a step of a workflow that is a chain as two
-// writes instead of a transaction, for half its write units (a
+// AdvanceMarked applies a step of a workflow that is a chain or a graph
+// as two writes instead of a transaction, for half its write units (a
 // transaction bills every item twice): the root's write w (the finished
-// step counted) with Node.Launching set to j's step and the condition
-// that the workflow runs, then j put if it does not exist. What the
-// transaction's atomicity gave is kept by the mark: a cancel or timeout
-// after the first write finds it and takes the step's place if j is not
-// there yet, so no job is added to a stopped workflow; a cancel before it
-// makes it fail (ErrWorkflowNotRunning, nothing written). A request that
-// dies between the writes leaves the mark on a running root and no job,
-// which the stream function's check of the finished step finds
-// (workflow.Verify) and writes again. Errors as Advance's.
-func (s *Store) AdvanceMarked(ctx context.Context, wfID string, w NodeWrite, j *job.Job, redeliverAfter time.Duration) error {
+// step counted, with w's conditions) with Node.Launching set to mark and
+// the condition that the workflow runs, then jobs put where they do not
+// exist. What the transaction's atomicity gave is kept by the mark: a
+// cancel or timeout after the first write finds it and takes the place of
+// every job not there yet, so no job is added to a stopped workflow; a
+// cancel before it makes it fail (ErrWorkflowNotRunning, nothing
+// written). A request that dies between the writes leaves the mark on a
+// running root and jobs missing, which the stream function's check of the
+// finished step finds (workflow.Verify) and writes again. mark is the
+// next step's path for a chain, RootPath for a graph (the steps whose
+// dependencies all completed). Errors as Advance's; *ErrNodeConflict when
+// another of w's conditions failed.
+func (s *Store) AdvanceMarked(ctx context.Context, wfID string, w NodeWrite, mark string, jobs []*job.Job, redeliverAfter time.Duration) error {
 	if w.Path != RootPath {
 		return fmt.Errorf("advance of workflow %s: a marked advance writes the root, not %s", wfID, w.Path)
 	}
-	if n, err := JobItemBytes(j, redeliverAfter); err != nil {
-		return err
-	} else if n > awslimit.DynamoItemBytes {
-		return &TooLargeError{What: "item", Bytes: n, Max: awslimit.DynamoItemBytes}
-	}
-	put, err := s.jobPut(j, redeliverAfter)
-	if err != nil {
-		return err
+	for i, j := range jobs {
+		if n, err := JobItemBytes(j, redeliverAfter); err != nil {
+			return err
+		} else if n > awslimit.DynamoItemBytes {
+			return &TooLargeError{What: "item", Bytes: n, Max: awslimit.DynamoItemBytes, Index: i}
+		}
 	}
 	w.CondStates = []wfstate.State{wfstate.Running}
 	w.SetStrings = maps.Clone(w.SetStrings)
 	if w.SetStrings == nil {
 		w.SetStrings = map[string]string{}
 	}
-	w.SetStrings["launch"] = j.WorkflowNode
+	w.SetStrings["launch"] = mark
 	if _, err := s.UpdateNode(ctx, wfID, w); err != nil {
 		var nc *ErrNodeConflict
 		if errors.Is(err, ErrNotFound) || errors.As(err, &nc) && nc.Current.State != wfstate.Running {
@@ -1816,10 +1817,9 @@ func (s *Store) AdvanceMarked(ctx context.Context, wfID string, w NodeWrite, j *
 	if err := fault.Hit(fault.WorkflowAfterMark); err != nil {
 		return err
 	}
-	_, err = s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: put.TableName, Item: put.Item, ConditionExpression: put.ConditionExpression})
-	if err != nil && !conditionFailed(err) {
-		// (One that exists is the step repeated, or a cancel's placeholder.)
-		return fmt.Errorf("advance workflow %s: put job %s: %w", wfID, j.ID, err)
+	// (A job that exists is the step repeated, or a cancel's placeholder.)
+	if err := s.putJobs(ctx, jobs, redeliverAfter); err != nil {
+		return fmt.Errorf("advance workflow %s: %w", wfID, err)
 	}
 	return nil
 }

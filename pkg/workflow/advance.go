@@ -220,7 +220,7 @@ func (e *Engine) chainStepDone(ctx context.Context, s step) (*step, error) {
 	if marked := parent == store.RootPath && next.Kind == KindJob && len(jobs) == 1 && len(timed) == 0; marked {
 		// A workflow that is a chain, its next step a job: two writes
 		// instead of a transaction, guarded by the root's mark.
-		err = e.st.AdvanceMarked(ctx, s.wf, record, jobs[0], e.redel)
+		err = e.st.AdvanceMarked(ctx, s.wf, record, nextPath, jobs, e.redel)
 	} else {
 		err = e.st.Advance(ctx, store.Advance{WorkflowID: s.wf, Jobs: jobs, RedeliverAfter: e.redel, Scope: scope, ScopeStates: states,
 			Nodes: append([]store.NodeWrite{record}, e.deadlines(timed)...)})
@@ -556,7 +556,9 @@ func hasInt(list []int, v int) bool {
 // common dependent unstarted: the later one's write fails, re-reads and
 // starts it. A failed step starts nothing; the steps that depend on it
 // never run. The graph's progress and the dependent steps (which the
-// job names) are read in one request.
+// job names) are read in one request. In a workflow that is a graph the
+// record and the jobs are two writes instead of a transaction
+// (store.AdvanceMarked; the root's mark says its steps start that way).
 func (e *Engine) graphStepDone(ctx context.Context, s step) (*step, error) {
 	parent, i := parentOf(s.path), s.index()
 	gk := store.NodeKey{WorkflowID: s.wf, Path: parent}
@@ -649,10 +651,20 @@ func (e *Engine) graphStepDone(ctx context.Context, s step) (*step, error) {
 			return e.settle(ctx, n)
 		}
 		jobs, err := e.graphJobs(ctx, s, parent, shape, ready)
+		if err == nil {
+			err = e.admitJobs(ctx, jobs)
+		}
 		if err != nil {
 			return nil, err
 		}
-		err = e.st.Advance(ctx, store.Advance{WorkflowID: s.wf, Jobs: jobs, RedeliverAfter: e.redel, Nodes: []store.NodeWrite{w}})
+		if parent == store.RootPath && allJobs(ready) && len(jobs) == len(ready) {
+			// A workflow that is a graph, the steps it starts jobs: two
+			// writes instead of a transaction, guarded by the root's mark
+			// (the steps that should exist follow from its ok set).
+			err = e.st.AdvanceMarked(ctx, s.wf, w, store.RootPath, jobs, e.redel)
+		} else {
+			err = e.st.Advance(ctx, store.Advance{WorkflowID: s.wf, Jobs: jobs, RedeliverAfter: e.redel, Nodes: []store.NodeWrite{w}})
+		}
 		var nc *store.ErrNodeConflict
 		if errors.As(err, &nc) {
 			continue
@@ -663,6 +675,16 @@ func (e *Engine) graphStepDone(ctx context.Context, s step) (*step, error) {
 		return nil, stopIfNotRunning(err)
 	}
 	return nil, fmt.Errorf("workflow %s: graph step %s: too much contention", s.wf, s.path)
+}
+
+// allJobs reports whether every node is a job step.
+func allJobs(nodes []*store.Node) bool {
+	for _, n := range nodes {
+		if n.Kind != KindJob {
+			return false
+		}
+	}
+	return true
 }
 
 // graphJobs builds the jobs of ready graph steps; each receives the
@@ -706,9 +728,6 @@ func (e *Engine) graphJobs(ctx context.Context, s step, parent string, shape gra
 			return nil, err
 		}
 		jobs = append(jobs, j)
-	}
-	if err := e.admitJobs(ctx, jobs); err != nil {
-		return nil, err
 	}
 	return jobs, nil
 }

@@ -309,8 +309,13 @@ func (e *Engine) takeUnwritten(ctx context.Context, root *store.Node, items []*s
 
 // launching is the job of the chain step root.Launching names, as the
 // advance that marked it builds it (with the results of the steps before
-// it), or none when that is not a job step of the root's chain.
+// it), or none when that is not a job step of the root's chain; for a
+// workflow that is a graph, the jobs of every step whose dependencies all
+// completed and that has not finished (graphLaunching).
 func (e *Engine) launching(ctx context.Context, root *store.Node, items []*store.Node) ([]*job.Job, error) {
+	if root.Kind == KindGraph {
+		return e.graphLaunching(ctx, root, items)
+	}
 	path := root.Launching
 	k := step{path: path}.index()
 	t := newTreeOf(items)
@@ -324,6 +329,39 @@ func (e *Engine) launching(ctx context.Context, root *store.Node, items []*store
 	}
 	js, _, err := e.launch(ctx, t, path, pr)
 	return js, err
+}
+
+// graphLaunching is, for a workflow that is a graph whose steps start by
+// marked advances, the jobs that should exist by its progress and may not
+// yet: every job step not counted whose dependencies (one at least) all
+// completed, built as its advance builds it (with their results).
+func (e *Engine) graphLaunching(ctx context.Context, root *store.Node, items []*store.Node) ([]*job.Job, error) {
+	t := newTreeOf(items)
+	shape := graphOf(root)
+	var out []*job.Job
+	for _, n := range t.kids[store.RootPath] {
+		deps := shape.Deps[n.Index]
+		if n.Kind != KindJob || len(deps) == 0 || root.Done(n.Index) || !allIn(deps, root.OK) {
+			continue
+		}
+		// (As the step itself: every dependency's result is read.)
+		js, err := e.graphJobs(ctx, step{wf: root.WorkflowID, path: n.Path}, store.RootPath, shape, []*store.Node{n})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, js...)
+	}
+	return out, nil
+}
+
+// allIn reports whether every one of xs is in set.
+func allIn(xs, set []int) bool {
+	for _, x := range xs {
+		if !hasInt(set, x) {
+			return false
+		}
+	}
+	return true
 }
 
 // jobIDs lists the ids of a workflow's step jobs (not its handlers').

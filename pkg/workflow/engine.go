@@ -33,7 +33,7 @@ type Store interface {
 	CountOnShard(ctx context.Context, wfID, path, key string, idx int, ok bool) (*store.Shard, error)
 	RollUp(ctx context.Context, wfID, path string, sh *store.Shard) (*store.Node, error)
 	Advance(ctx context.Context, a store.Advance) error
-	AdvanceMarked(ctx context.Context, wfID string, w store.NodeWrite, j *job.Job, redeliverAfter time.Duration) error
+	AdvanceMarked(ctx context.Context, wfID string, w store.NodeWrite, mark string, jobs []*job.Job, redeliverAfter time.Duration) error
 	ClearUnguarded(ctx context.Context, wfID string) error
 	BatchGetJobs(ctx context.Context, ids []string) (map[string]*job.Job, error)
 	DueWorkflows(ctx context.Context, now time.Time, limit int) (map[string]time.Time, error)

@@ -53,6 +53,39 @@ func (s step) nextInRootChain() (string, bool) {
 	return childPath(store.RootPath, segment(KindChain, k+1)), true
 }
 
+// nextInRootGraph are the paths of the steps that wait for s when s is a
+// step of a workflow that is a graph and completed (as its job names
+// them): steps an advance without a transaction may have counted ready
+// but not written (store.AdvanceMarked).
+func (s step) nextInRootGraph() []string {
+	if !s.ok || s.job == nil || parentOf(s.path) != store.RootPath || parentKind(s.path) != KindGraph {
+		return nil
+	}
+	var paths []string
+	for _, d := range s.job.WorkflowNext {
+		paths = append(paths, childPath(store.RootPath, segment(KindGraph, d)))
+	}
+	return paths
+}
+
+// unwrittenInRootGraph are the steps waiting for s whose dependencies all
+// completed by root's progress but whose jobs p does not show: a marked
+// advance's request died between its two writes.
+func (s step) unwrittenInRootGraph(root *store.Node, p *store.Progress) []int {
+	if root.State != wfstate.Running || root.Launching == "" || root.Kind != KindGraph {
+		return nil
+	}
+	shape := graphOf(root)
+	var out []int
+	for _, d := range s.job.WorkflowNext {
+		path := childPath(store.RootPath, segment(KindGraph, d))
+		if d < len(shape.Deps) && !root.Done(d) && allIn(shape.Deps[d], root.OK) && !p.Jobs[JobID(s.wf, path)] {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
 // recorded reports whether p shows s counted in its parent.
 func (s step) recorded(p *store.Progress) bool {
 	nk, sr := s.counter()
@@ -112,6 +145,9 @@ func (e *Engine) Verify(ctx context.Context, fs []Finished) error {
 		if next, ok := s.nextInRootChain(); ok {
 			jobs = append(jobs, JobID(s.wf, next))
 		}
+		for _, next := range s.nextInRootGraph() {
+			jobs = append(jobs, JobID(s.wf, next))
+		}
 	}
 	if len(steps) == 0 {
 		return nil
@@ -157,6 +193,23 @@ func (e *Engine) Verify(ctx context.Context, fs []Finished) error {
 			}
 			continue
 		}
+		if len(s.nextInRootGraph()) > 0 {
+			if missing := s.unwrittenInRootGraph(root, p); len(missing) > 0 {
+				// The same for a graph: its steps whose dependencies all
+				// completed, counted, without their jobs.
+				cur, err := e.current(ctx, s)
+				if err != nil {
+					return err
+				}
+				if cur != nil {
+					e.log.InfoContext(ctx, "writing the jobs of graph steps the request counted ready but did not write", "workflow_id", s.wf, "steps", missing)
+					if err := e.relaunchGraph(ctx, *cur, root, missing); err != nil {
+						return fmt.Errorf("workflow %s step %s: %w", s.wf, s.path, err)
+					}
+				}
+				continue
+			}
+		}
 		nk, sr := s.counter()
 		key := nk.WorkflowID + nk.Path
 		if sr != nil {
@@ -194,6 +247,31 @@ func (e *Engine) Verify(ctx context.Context, fs []Finished) error {
 		}
 	}
 	return nil
+}
+
+// relaunchGraph writes the jobs of the steps of a workflow that is a graph
+// that s completed the dependencies of (with others) and whose jobs were
+// not written, as the advance that counted them builds them: the root's
+// record again (a set addition, conditional on the workflow running,
+// marked) and the jobs' conditional puts.
+func (e *Engine) relaunchGraph(ctx context.Context, s step, root *store.Node, missing []int) error {
+	ready := make([]*store.Node, 0, len(missing))
+	for _, d := range missing {
+		n, err := e.st.GetNode(ctx, s.wf, childPath(store.RootPath, segment(KindGraph, d)))
+		if err != nil {
+			return err
+		}
+		ready = append(ready, n)
+	}
+	jobs, err := e.graphJobs(ctx, s, store.RootPath, graphOf(root), ready)
+	if err == nil {
+		err = e.admitJobs(ctx, jobs)
+	}
+	if err != nil {
+		return err
+	}
+	err = e.st.AdvanceMarked(ctx, s.wf, store.NodeWrite{Path: store.RootPath, AddOK: []int{s.index()}, Open: true}, store.RootPath, jobs, e.redel)
+	return stopIfNotRunning(err)
 }
 
 // current re-reads a finished step the stream saw and returns it as it is
