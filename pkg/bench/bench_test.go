@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/callstats"
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 )
 
@@ -202,5 +203,30 @@ func TestBreakdownAddsUpToTheTotal(t *testing.T) {
 	}
 	if PreviousOf([]byte("not json")) != nil {
 		t.Error("a bad previous file must read as none")
+	}
+}
+
+// A graph's step-to-step latency is each step's start after its last
+// dependency's completion (d waits for the later of b and c), and its
+// jobs are the four diamond steps in order.
+func TestGraphStepToStep(t *testing.T) {
+	ids, groups := jobIDsOf("graphs", []string{"019414d4-8b2e-7c3a-b5d1-f0e2a3b4c5d6"}, 0)
+	if len(ids) != 4 || len(groups) != 1 || len(groups[0]) != 4 {
+		t.Fatalf("ids %v groups %v; want the four steps of one graph", ids, groups)
+	}
+	at := func(ms int) *time.Time {
+		v := time.Unix(0, 0).Add(time.Duration(ms) * time.Millisecond)
+		return &v
+	}
+	g := groups[0]
+	jobs := map[string]*job.Job{
+		g[0]: {StartedAt: at(0), CompletedAt: at(10)},
+		g[1]: {StartedAt: at(15), CompletedAt: at(20)},   // 5 ms after a
+		g[2]: {StartedAt: at(17), CompletedAt: at(100)},  // 7 ms after a
+		g[3]: {StartedAt: at(109), CompletedAt: at(110)}, // 9 ms after c, the later
+	}
+	l := stepToStep("graphs", groups, jobs)
+	if l.Count != 3 || l.Max != 9 {
+		t.Fatalf("step to step %+v; want 3 samples, the longest 9 ms", l)
 	}
 }

@@ -78,6 +78,7 @@ type Machine struct {
 type Settings struct {
 	Jobs        int `json:"jobs"`
 	Chains      int `json:"chains"`
+	Graphs      int `json:"graphs,omitempty"`
 	Batches     int `json:"batches"`
 	BatchWidth  int `json:"batch_width"`
 	Clients     int `json:"clients"`
@@ -101,8 +102,9 @@ type Phase struct {
 	UnitsPerSecond     float64 `json:"units_per_second"`
 	WorkflowsPerSecond float64 `json:"workflows_per_second,omitempty"`
 	EnqueueToStart     Latency `json:"enqueue_to_start"`
-	// StepToStep is a step's completion to the next step's start (chains)
-	// or the last job's completion to the callback's start (batches).
+	// StepToStep is a step's completion to the next step's start (chains;
+	// graphs: the last dependency's completion to the step's start) or the
+	// last job's completion to the callback's start (batches).
 	StepToStep *Latency `json:"step_to_step,omitempty"`
 	PerUnit    PerUnit  `json:"per_unit"`
 	Usage      Usage    `json:"usage_per_unit"`
@@ -256,9 +258,9 @@ func (r *Result) Phase(name string) *Phase {
 // SummaryMarkdown renders the headline table (README) and the targets.
 func (r *Result) SummaryMarkdown() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "Run of %s on %d CPUs (%s/%s, %s), %.0f s; settings: %d jobs, %d chains, %d batches of %d, %d clients, %d pull workers fetching %d, %d environments per function.\n\n",
+	fmt.Fprintf(&b, "Run of %s on %d CPUs (%s/%s, %s), %.0f s; settings: %d jobs, %d chains, %d graphs, %d batches of %d, %d clients, %d pull workers fetching %d, %d environments per function.\n\n",
 		r.StartedAt.UTC().Format("2006-01-02 15:04 UTC"), r.Machine.CPUs, r.Machine.OS, r.Machine.Arch, r.Machine.GoVersion, r.Seconds,
-		r.Settings.Jobs, r.Settings.Chains, r.Settings.Batches, r.Settings.BatchWidth, r.Settings.Clients, r.Settings.Workers, r.Settings.FetchCount, r.Settings.Concurrency)
+		r.Settings.Jobs, r.Settings.Chains, r.Settings.Graphs, r.Settings.Batches, r.Settings.BatchWidth, r.Settings.Clients, r.Settings.Workers, r.Settings.FetchCount, r.Settings.Concurrency)
 	b.WriteString("| phase | units | throughput | enqueue→start p50 / p99 | step→step p50 / p99 | DynamoDB req/unit | SQS req/unit | Lambda inv/unit | $ per M units (no compute / with local compute) |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
 	for _, p := range r.Phases {

@@ -168,6 +168,8 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		{"pull jobs", "pull", "jobs", s.Jobs, 0},
 		{"push chains", "push", "chains", s.Chains, 0},
 		{"pull chains", "pull", "chains", s.Chains, 0},
+		{"push graphs", "push", "graphs", s.Graphs, 0},
+		{"pull graphs", "pull", "graphs", s.Graphs, 0},
 		{"push batches", "push", "batches", s.Batches, 0},
 		{"pull batches", "pull", "batches", s.Batches, 0},
 		{"push jobs paced", "push", "jobs", o.PacedJobs, o.PacedRate},
@@ -364,9 +366,17 @@ func (b *bencher) push(ctx context.Context, queue string, i int) (string, error)
 	return out.Job.ID, err
 }
 
-// workflowBody is a 3-step chain or a batch of width jobs with an
-// on_complete callback.
+// workflowBody is a 3-step chain, a 4-step diamond graph (a; b and c
+// after a; d after both) or a batch of width jobs with an on_complete
+// callback.
 func workflowBody(kind, queue string, i, width int) map[string]any {
+	if kind == "graphs" {
+		step := func(id string, s int, deps ...string) map[string]any {
+			return map[string]any{"id": id, "type": echoType, "args": []any{i, s}, "depends_on": append([]string{}, deps...)}
+		}
+		return map[string]any{"name": "bench-graph", "options": map[string]any{"queue": queue},
+			"steps": []any{step("a", 0), step("b", 1, "a"), step("c", 2, "a"), step("d", 3, "b", "c")}}
+	}
 	if kind == "chains" {
 		steps := make([]any, 3)
 		for s := range steps {
@@ -624,6 +634,8 @@ func (b *bencher) runPhase(ctx context.Context, name, mode, kind string, n, widt
 	switch kind {
 	case "chains":
 		perWorkflow = 3
+	case "graphs":
+		perWorkflow = 4
 	case "batches":
 		perWorkflow = width + 1
 	}
@@ -755,11 +767,16 @@ func jobIDsOf(kind string, ids []string, width int) ([]string, [][]string) {
 	groups := make([][]string, len(ids))
 	for i, wf := range ids {
 		var g []string
-		if kind == "chains" {
+		switch kind {
+		case "chains":
 			for s := 0; s < 3; s++ {
 				g = append(g, workflow.JobID(wf, fmt.Sprintf("/s%d", s)))
 			}
-		} else {
+		case "graphs":
+			for s := 0; s < 4; s++ {
+				g = append(g, workflow.JobID(wf, fmt.Sprintf("/g%d", s)))
+			}
+		default:
 			for j := 0; j < width; j++ {
 				g = append(g, workflow.JobID(wf, fmt.Sprintf("/j%d", j)))
 			}
@@ -771,12 +788,31 @@ func jobIDsOf(kind string, ids []string, width int) ([]string, [][]string) {
 	return all, groups
 }
 
+// diamondDeps are the dependencies of the bench's graph steps (a, b, c, d).
+var diamondDeps = [][]int{nil, {0}, {0}, {1, 2}}
+
 // stepToStep is, for chains, each step's start minus the previous step's
+// completion; for graphs, each step's start minus its last dependency's
 // completion; for batches, the callback's start minus the last job's
 // completion.
 func stepToStep(kind string, groups [][]string, jobs map[string]*job.Job) Latency {
 	var ds []time.Duration
 	for _, g := range groups {
+		if kind == "graphs" {
+			for s, deps := range diamondDeps {
+				cur := jobs[g[s]]
+				var last time.Time
+				for _, d := range deps {
+					if j := jobs[g[d]]; j != nil && j.CompletedAt != nil && j.CompletedAt.After(last) {
+						last = *j.CompletedAt
+					}
+				}
+				if len(deps) > 0 && cur != nil && cur.StartedAt != nil && !last.IsZero() {
+					ds = append(ds, cur.StartedAt.Sub(last))
+				}
+			}
+			continue
+		}
 		if kind == "chains" {
 			for s := 1; s < len(g); s++ {
 				prev, cur := jobs[g[s-1]], jobs[g[s]]

@@ -8,7 +8,7 @@
 // marked sections of README.md and docs/benchmark.md.
 //
 // Knobs (environment, or the matching flags): BENCH_JOBS, BENCH_CHAINS,
-// BENCH_BATCHES, BENCH_BATCH_WIDTH, BENCH_CLIENTS, BENCH_WORKERS,
+// BENCH_GRAPHS, BENCH_BATCHES, BENCH_BATCH_WIDTH, BENCH_CLIENTS, BENCH_WORKERS,
 // BENCH_FETCH, BENCH_CONCURRENCY, BENCH_PACED_JOBS, BENCH_PACED_RATE,
 // BENCH_BIG=1 (BENCH_BIG_BATCHES, BENCH_BIG_WIDTH), BENCH_SKIP_ARM64=1.
 // It never fails on a missed target: it reports it.
@@ -51,6 +51,7 @@ func main() {
 	s := &o.Settings
 	flag.IntVar(&s.Jobs, "jobs", envInt("BENCH_JOBS", 2000), "jobs per jobs phase (BENCH_JOBS)")
 	flag.IntVar(&s.Chains, "chains", envInt("BENCH_CHAINS", 300), "3-step chains per chains phase (BENCH_CHAINS)")
+	flag.IntVar(&s.Graphs, "graphs", envInt("BENCH_GRAPHS", 225), "4-step diamond graphs per graphs phase (BENCH_GRAPHS)")
 	flag.IntVar(&s.Batches, "batches", envInt("BENCH_BATCHES", 10), "batches per batches phase (BENCH_BATCHES)")
 	flag.IntVar(&s.BatchWidth, "batch-width", envInt("BENCH_BATCH_WIDTH", 100), "jobs per batch (BENCH_BATCH_WIDTH)")
 	flag.IntVar(&s.Clients, "clients", envInt("BENCH_CLIENTS", 16), "concurrent enqueueing clients (BENCH_CLIENTS)")
