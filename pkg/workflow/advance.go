@@ -691,7 +691,10 @@ func allJobs(nodes []*store.Node) bool {
 // results of its dependencies keyed by step id (the finished step's from
 // its job, the others' read in one request).
 func (e *Engine) graphJobs(ctx context.Context, s step, parent string, shape graphShape, ready []*store.Node) ([]*job.Job, error) {
-	self := s.index()
+	self := -1 // the finished step, whose job s holds (none: read them all)
+	if s.job != nil {
+		self = s.index()
+	}
 	var ids []string
 	seen := map[int]bool{}
 	for _, n := range ready {

@@ -332,26 +332,36 @@ func (e *Engine) launching(ctx context.Context, root *store.Node, items []*store
 }
 
 // graphLaunching is, for a workflow that is a graph whose steps start by
-// marked advances, the jobs that should exist by its progress and may not
-// yet: every job step not counted whose dependencies (one at least) all
-// completed, built as its advance builds it (with their results).
+// marked advances, the jobs that should exist by its progress and do not:
+// every job step not counted whose dependencies (one at least) all
+// completed and whose job is missing, built as its advance builds it
+// (with their results). Two batched reads, however wide the graph: the
+// candidates' jobs, then the missing ones' dependencies.
 func (e *Engine) graphLaunching(ctx context.Context, root *store.Node, items []*store.Node) ([]*job.Job, error) {
 	t := newTreeOf(items)
 	shape := graphOf(root)
-	var out []*job.Job
+	var cands []*store.Node
+	var ids []string
 	for _, n := range t.kids[store.RootPath] {
 		deps := shape.Deps[n.Index]
 		if n.Kind != KindJob || len(deps) == 0 || root.Done(n.Index) || !allIn(deps, root.OK) {
 			continue
 		}
-		// (As the step itself: every dependency's result is read.)
-		js, err := e.graphJobs(ctx, step{wf: root.WorkflowID, path: n.Path}, store.RootPath, shape, []*store.Node{n})
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, js...)
+		cands = append(cands, n)
+		ids = append(ids, JobID(root.WorkflowID, n.Path))
 	}
-	return out, nil
+	if len(cands) == 0 {
+		return nil, nil
+	}
+	have, err := e.st.BatchGetJobs(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	missing := slices.DeleteFunc(cands, func(n *store.Node) bool { return have[JobID(root.WorkflowID, n.Path)] != nil })
+	if len(missing) == 0 {
+		return nil, nil
+	}
+	return e.graphJobs(ctx, step{wf: root.WorkflowID}, store.RootPath, shape, missing)
 }
 
 // allIn reports whether every one of xs is in set.
