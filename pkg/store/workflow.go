@@ -134,14 +134,16 @@ type Node struct {
 	// written yet (workflow.takeUnwritten), so the creation cannot add one
 	// after.
 	Unguarded bool `dynamodbav:"cfirst,omitempty"`
-	// Launching is set on the root of a workflow that is a chain by the
-	// advance that starts its next job step without a transaction
-	// (Store.AdvanceMarked): the step's path, recorded in the same write
-	// as the finished step, before the job is put. A cancel or timeout
-	// that finds it puts a cancelled job in the step's place if its job
-	// does not exist yet (workflow.takeUnwritten), so the advance's put
-	// fails and the stopped workflow gains no job; the stream function
-	// puts the job if the advancing request died between the two writes.
+	// Launching is set on the root of a workflow that is a chain or a
+	// graph by the advance that starts its next job steps without a
+	// transaction (Store.AdvanceMarked): a chain's next step's path, or
+	// RootPath for a graph (the steps whose dependencies all completed),
+	// recorded in the same write as the finished step, before the jobs are
+	// put. A cancel or timeout that finds it puts a cancelled job in each
+	// such step's place whose job does not exist yet
+	// (workflow.takeUnwritten), so the advance's put fails and the stopped
+	// workflow gains no job; the stream function puts the jobs if the
+	// advancing request died between the two writes.
 	Launching string `dynamodbav:"launch,omitempty"`
 	// Cancelling is set on a cancelled workflow's root when the request
 	// that cancelled it ran out of time before all its jobs were
