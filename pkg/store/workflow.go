@@ -573,14 +573,24 @@ func (s *Store) createUnguarded(ctx context.Context, r Node, items []map[string]
 // that exists already (a cancel's placeholder, workflow.takeUnwritten, or an
 // earlier try) is kept as it is.
 func (s *Store) putJobs(ctx context.Context, jobs []*job.Job, redeliverAfter time.Duration) error {
-	return parallel(ctx, len(jobs), 16, func(ctx context.Context, i int) error {
-		put, err := s.jobPut(jobs[i], redeliverAfter)
-		if err != nil {
+	puts := make([]*types.Put, len(jobs))
+	for i, j := range jobs {
+		var err error
+		if puts[i], err = s.jobPut(j, redeliverAfter); err != nil {
 			return err
 		}
-		_, err = s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: put.TableName, Item: put.Item, ConditionExpression: put.ConditionExpression})
+	}
+	return s.putAll(ctx, puts)
+}
+
+// putAll makes the conditional puts of putJobs, 16 at once.
+func (s *Store) putAll(ctx context.Context, puts []*types.Put) error {
+	return parallel(ctx, len(puts), 16, func(ctx context.Context, i int) error {
+		p := puts[i]
+		_, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: p.TableName, Item: p.Item, ConditionExpression: p.ConditionExpression})
 		if err != nil && !conditionFailed(err) {
-			return fmt.Errorf("put job %s: %w", jobs[i].ID, err)
+			pk, _ := p.Item[attrPK].(*types.AttributeValueMemberS)
+			return fmt.Errorf("put %s: %w", pk.Value, err)
 		}
 		return nil
 	})
@@ -1796,10 +1806,13 @@ func (s *Store) AdvanceMarked(ctx context.Context, wfID string, w NodeWrite, mar
 	if w.Path != RootPath {
 		return fmt.Errorf("advance of workflow %s: a marked advance writes the root, not %s", wfID, w.Path)
 	}
+	puts := make([]*types.Put, len(jobs))
 	for i, j := range jobs {
-		if n, err := JobItemBytes(j, redeliverAfter); err != nil {
+		var err error
+		if puts[i], err = s.jobPut(j, redeliverAfter); err != nil {
 			return err
-		} else if n > awslimit.DynamoItemBytes {
+		}
+		if n := ItemBytes(puts[i].Item); n > awslimit.DynamoItemBytes {
 			return &TooLargeError{What: "item", Bytes: n, Max: awslimit.DynamoItemBytes, Index: i}
 		}
 	}
@@ -1820,7 +1833,7 @@ func (s *Store) AdvanceMarked(ctx context.Context, wfID string, w NodeWrite, mar
 		return err
 	}
 	// (A job that exists is the step repeated, or a cancel's placeholder.)
-	if err := s.putJobs(ctx, jobs, redeliverAfter); err != nil {
+	if err := s.putAll(ctx, puts); err != nil {
 		return fmt.Errorf("advance workflow %s: %w", wfID, err)
 	}
 	return nil

@@ -25,41 +25,40 @@ const aheadReserve = 256
 // itemUnit is DynamoDB's write unit: 1 KB of item.
 const itemUnit = 1024
 
+// aheadAttr is the job item attribute that holds them (store's record).
+const aheadAttr = "wf_ahead"
+
 // carryAhead puts on j (the job of a chain step) the definitions of the
 // job steps that follow it in its chain (rest, in order, up to the first
 // step that is not a job), as many as keep the job item within the write
 // units it takes without them, aheadReserve bytes kept free. The request
 // that finishes j then starts the next step without reading its node
-// (chainStepDone); a job without them reads it, as before.
+// (chainStepDone); a job without them reads it, as before. The item is
+// sized once: the attribute adds its name and its JSON text.
 func (e *Engine) carryAhead(j *job.Job, rest []*store.Node) {
-	var steps []aheadStep
-	for _, n := range rest {
-		if n.Kind != KindJob || n.Def == "" {
-			break
-		}
-		steps = append(steps, aheadStep{Def: json.RawMessage(n.Def), SID: n.StepID, Last: n.Last})
-	}
 	j.WorkflowAhead = nil
-	if len(steps) == 0 {
-		return
-	}
 	bare, err := store.JobItemBytes(j, e.redel)
 	if err != nil {
 		return
 	}
-	room := (bare+aheadReserve+itemUnit-1)/itemUnit*itemUnit - aheadReserve
-	for len(steps) > 0 {
-		b, err := json.Marshal(steps)
-		if err != nil {
-			return
+	room := (bare+aheadReserve+itemUnit-1)/itemUnit*itemUnit - aheadReserve - bare - len(aheadAttr)
+	var steps []aheadStep
+	size := len("[]")
+	for _, n := range rest {
+		if n.Kind != KindJob || n.Def == "" {
+			break
 		}
-		j.WorkflowAhead = b
-		if size, err := store.JobItemBytes(j, e.redel); err == nil && size <= room {
-			return
+		a := aheadStep{Def: json.RawMessage(n.Def), SID: n.StepID, Last: n.Last}
+		b, err := json.Marshal(a)
+		if err != nil || size+len(b)+len(",") > room {
+			break
 		}
-		steps = steps[:len(steps)-1]
+		size += len(b) + len(",")
+		steps = append(steps, a)
 	}
-	j.WorkflowAhead = nil
+	if len(steps) > 0 {
+		j.WorkflowAhead, _ = json.Marshal(steps)
+	}
 }
 
 // aheadOf decodes what j carries of the steps after its own.

@@ -168,21 +168,33 @@ func TestTheStreamWritesTheJobOfAChainStepWhoseRequestDiedAfterTheMark(t *testin
 	if err != nil || root.State != wfstate.Running || root.Launching != "/s1" || !root.Done(0) {
 		t.Fatalf("root after the dead request: %+v %v", root, err)
 	}
+	it := verifyWritesOnce(t, st, first, second)
+	if it.Job.State != job.Available || string(it.Job.ParentResults) != `[{"paid":true}]` {
+		t.Fatalf("second step's job after the stream's check: %+v; want it available with the first step's result", it.Job)
+	}
+}
+
+// verifyWritesOnce runs the stream function's check of finished and
+// returns the job jobID as it then is (it must exist); the check run again
+// (a duplicate record) must not write it again.
+func verifyWritesOnce(t *testing.T, st *store.Store, finished *job.Job, jobID string) *store.Item {
+	t.Helper()
+	ctx := context.Background()
 	stream := workflow.New(st, workflow.Config{Jobs: lifecycle.New(st, lifecycle.Config{})})
-	if err := stream.Verify(ctx, []workflow.Finished{{Job: first}}); err != nil {
+	if err := stream.Verify(ctx, []workflow.Finished{{Job: finished}}); err != nil {
 		t.Fatal(err)
 	}
-	it, err := st.GetItem(ctx, second)
-	if err != nil || it.Job.State != job.Available || string(it.Job.ParentResults) != `[{"paid":true}]` {
-		t.Fatalf("second step's job after the stream's check: %+v %v; want it available with the first step's result", it.Job, err)
+	it, err := st.GetItem(ctx, jobID)
+	if err != nil {
+		t.Fatalf("job %s after the stream's check: %v", jobID, err)
 	}
-	// Checked again (a duplicate record): nothing more.
-	if err := stream.Verify(ctx, []workflow.Finished{{Job: first}}); err != nil {
+	if err := stream.Verify(ctx, []workflow.Finished{{Job: finished}}); err != nil {
 		t.Fatal(err)
 	}
-	if it2, err := st.GetItem(ctx, second); err != nil || it2.Version != it.Version {
-		t.Fatalf("a second check wrote the job again: version %d -> %d (%v)", it.Version, it2.Version, err)
+	if it2, err := st.GetItem(ctx, jobID); err != nil || it2.Version != it.Version {
+		t.Fatalf("a second check wrote job %s again (%v)", jobID, err)
 	}
+	return &it
 }
 
 // Only a job step of the chain workflow itself is started by the marked

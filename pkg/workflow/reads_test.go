@@ -74,6 +74,19 @@ func (c *countingDB) BatchWriteItem(ctx context.Context, in *dynamodb.BatchWrite
 	return c.Client.BatchWriteItem(ctx, in, o...)
 }
 
+// countedEngine is a workflow engine and job service over a fresh table
+// whose DynamoDB requests db counts.
+func countedEngine(t *testing.T) (*countingDB, *store.Store, *lifecycle.Service, *workflow.Engine) {
+	t.Helper()
+	base, _ := testenv.Table(t)
+	db := &countingDB{Client: testenv.DynamoDB(), n: map[string]int{}}
+	st := store.New(db, base.Table())
+	svc := lifecycle.New(st, lifecycle.Config{})
+	eng := workflow.New(st, workflow.Config{Jobs: svc})
+	svc.SetWorkflows(eng)
+	return db, st, svc, eng
+}
+
 // TestChainStepRequests pins what a 3-step chain costs in DynamoDB
 // requests besides FETCH: creation is two requests (its root and nodes in
 // one BatchWriteItem, then its first job); each ACK is the job's write
@@ -89,13 +102,7 @@ func (c *countingDB) BatchWriteItem(ctx context.Context, in *dynamodb.BatchWrite
 // 9 writes on such a chain.
 func TestChainStepRequests(t *testing.T) {
 	t.Parallel()
-	base, _ := testenv.Table(t)
-	table := base.Table()
-	db := &countingDB{Client: testenv.DynamoDB(), n: map[string]int{}}
-	st := store.New(db, table)
-	svc := lifecycle.New(st, lifecycle.Config{})
-	eng := workflow.New(st, workflow.Config{Jobs: svc})
-	svc.SetWorkflows(eng)
+	db, st, svc, eng := countedEngine(t)
 	ctx := context.Background()
 	// The queue registration is once per process: not a per-chain cost.
 	if err := svc.EnsureQueue(ctx, "r"); err != nil {
@@ -186,12 +193,7 @@ func TestChainStepRequests(t *testing.T) {
 // the same inputs.
 func TestAChainStepCarriesTheNextStepsOnlyWhereTheyFit(t *testing.T) {
 	t.Parallel()
-	base, _ := testenv.Table(t)
-	db := &countingDB{Client: testenv.DynamoDB(), n: map[string]int{}}
-	st := store.New(db, base.Table())
-	svc := lifecycle.New(st, lifecycle.Config{})
-	eng := workflow.New(st, workflow.Config{Jobs: svc})
-	svc.SetWorkflows(eng)
+	db, _, svc, eng := countedEngine(t)
 	ctx := context.Background()
 	for _, c := range []struct {
 		name  string
@@ -253,12 +255,7 @@ func TestAChainStepCarriesTheNextStepsOnlyWhereTheyFit(t *testing.T) {
 // finish.
 func TestGraphStepRequests(t *testing.T) {
 	t.Parallel()
-	base, _ := testenv.Table(t)
-	db := &countingDB{Client: testenv.DynamoDB(), n: map[string]int{}}
-	st := store.New(db, base.Table())
-	svc := lifecycle.New(st, lifecycle.Config{})
-	eng := workflow.New(st, workflow.Config{Jobs: svc})
-	svc.SetWorkflows(eng)
+	db, st, svc, eng := countedEngine(t)
 	ctx := context.Background()
 	if err := svc.EnsureQueue(ctx, "g"); err != nil {
 		t.Fatal(err)
@@ -312,12 +309,7 @@ func TestGraphStepRequests(t *testing.T) {
 // of a step the request recorded is one read.
 func TestLongChainAndGraphVerifyInOneRead(t *testing.T) {
 	t.Parallel()
-	base, _ := testenv.Table(t)
-	db := &countingDB{Client: testenv.DynamoDB(), n: map[string]int{}}
-	st := store.New(db, base.Table())
-	svc := lifecycle.New(st, lifecycle.Config{})
-	eng := workflow.New(st, workflow.Config{Jobs: svc})
-	svc.SetWorkflows(eng)
+	db, st, svc, eng := countedEngine(t)
 	ctx := context.Background()
 	for _, form := range []string{"chain", "graph"} {
 		var steps []string

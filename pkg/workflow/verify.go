@@ -72,7 +72,7 @@ func (s step) nextInRootGraph() []string {
 // completed by root's progress but whose jobs p does not show: a marked
 // advance's request died between its two writes.
 func (s step) unwrittenInRootGraph(root *store.Node, p *store.Progress) []int {
-	if root.State != wfstate.Running || root.Launching == "" || root.Kind != KindGraph {
+	if root.State != wfstate.Running || root.Launching == "" || root.Kind != KindGraph || s.nextInRootGraph() == nil {
 		return nil
 	}
 	shape := graphOf(root)
@@ -193,22 +193,20 @@ func (e *Engine) Verify(ctx context.Context, fs []Finished) error {
 			}
 			continue
 		}
-		if len(s.nextInRootGraph()) > 0 {
-			if missing := s.unwrittenInRootGraph(root, p); len(missing) > 0 {
-				// The same for a graph: its steps whose dependencies all
-				// completed, counted, without their jobs.
-				cur, err := e.current(ctx, s)
-				if err != nil {
-					return err
-				}
-				if cur != nil {
-					e.log.InfoContext(ctx, "writing the jobs of graph steps the request counted ready but did not write", "workflow_id", s.wf, "steps", missing)
-					if err := e.relaunchGraph(ctx, *cur, root, missing); err != nil {
-						return fmt.Errorf("workflow %s step %s: %w", s.wf, s.path, err)
-					}
-				}
-				continue
+		if missing := s.unwrittenInRootGraph(root, p); len(missing) > 0 {
+			// The same for a graph: its steps whose dependencies all
+			// completed, counted, without their jobs.
+			cur, err := e.current(ctx, s)
+			if err != nil {
+				return err
 			}
+			if cur != nil {
+				e.log.InfoContext(ctx, "writing the jobs of graph steps the request counted ready but did not write", "workflow_id", s.wf, "steps", missing)
+				if err := e.relaunchGraph(ctx, *cur, root, missing); err != nil {
+					return fmt.Errorf("workflow %s step %s: %w", s.wf, s.path, err)
+				}
+			}
+			continue
 		}
 		nk, sr := s.counter()
 		key := nk.WorkflowID + nk.Path
