@@ -111,15 +111,21 @@ type Node struct {
 	// Compensation is "waiting" while a failed workflow's compensation
 	// waits for its running steps, then "none", "running", "completed"
 	// or "failed"; Handlers lists the defined handlers, HandlersOK and
-	// HandlersFail the finished ones; Run counts the retries; Reopening is
-	// set while a retry re-opens the workflow's failed steps.
+	// HandlersFail the finished ones; Run counts the retries.
 	Compensable  int      `dynamodbav:"compensable,omitempty"`
 	Compensation string   `dynamodbav:"compensation,omitempty"`
 	Handlers     []string `dynamodbav:"handlers,omitempty,stringset"`
 	HandlersOK   []string `dynamodbav:"h_ok,omitempty,stringset"`
 	HandlersFail []string `dynamodbav:"h_fail,omitempty,stringset"`
 	Run          int      `dynamodbav:"run,omitempty"`
-	Reopening    string   `dynamodbav:"reopening,omitempty"`
+	// Reopening is set while a retry re-opens the workflow's failed steps:
+	// on the root for the whole retry, and on every composite (and counter
+	// shard) whose counts the retry changes until its failed jobs are back
+	// in their queues. A write that counts a child or decides from the
+	// counts does not apply to a marked item (NodeWrite, CountOnShard,
+	// RollUp: ErrReopening); the retry counts what finished meanwhile
+	// once it clears the marks.
+	Reopening string `dynamodbav:"reopening,omitempty"`
 	// Form is "steps" for a workflow created in the dependency-graph form
 	// (its view lists steps by id), empty for the tree form (root only).
 	Form string `dynamodbav:"form,omitempty"`
@@ -323,15 +329,47 @@ const (
 	CompensationFailed    = "failed"
 )
 
+// attrReopening marks an item a retry is re-opening (Node.Reopening).
+const attrReopening = "reopening"
+
+// ErrReopening is the answer to a count or roll-up refused because a retry
+// is re-opening the composite or shard (Node.Reopening): the retry counts
+// the child once it is done.
+var ErrReopening = errors.New("store: a retry is re-opening the workflow's counts")
+
+// RefusedByReopening reports whether err is a workflow write refused
+// while a retry re-opens the workflow: ErrReopening, or a node conflict
+// on a node carrying the mark.
+func RefusedByReopening(err error) bool {
+	var nc *ErrNodeConflict
+	return errors.Is(err, ErrReopening) || errors.As(err, &nc) && nc.Current != nil && nc.Current.Reopening != ""
+}
+
 // ForgetInShard removes children from a counter shard's sets (a retry
-// re-running them).
+// re-running them) and marks the shard as re-opening (Node.Reopening)
+// until ClearShardMark.
 func (s *Store) ForgetInShard(ctx context.Context, wfID, path, key string, idx []int) error {
 	x := newExprs()
-	update := "DELETE " + x.name("ok") + " " + x.nums(idx) + ", " + x.name("fail") + " " + x.nums(idx)
+	update := "SET " + x.name(attrReopening) + " = " + x.str("true") + " DELETE " + x.name("ok") + " " + x.nums(idx) + ", " + x.name("fail") + " " + x.nums(idx)
 	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table, Key: wfKey(wfID, shardSK(path, key)),
 		UpdateExpression: &update, ExpressionAttributeNames: x.names, ExpressionAttributeValues: x.values})
 	if err != nil {
 		return fmt.Errorf("forget in %s%s#%s: %w", wfID, path, key, err)
+	}
+	return nil
+}
+
+// ClearShardMark removes a retry's mark from a counter shard (a shard
+// without one is left as it is).
+func (s *Store) ClearShardMark(ctx context.Context, wfID, path, key string) error {
+	x := newExprs()
+	update := "REMOVE " + x.name(attrReopening)
+	cond := "attribute_exists(" + x.name(attrReopening) + ")"
+	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table, Key: wfKey(wfID, shardSK(path, key)),
+		UpdateExpression: &update, ConditionExpression: &cond, ExpressionAttributeNames: x.names})
+	var ccf *types.ConditionalCheckFailedException
+	if err != nil && !errors.As(err, &ccf) {
+		return fmt.Errorf("clear the mark of %s%s#%s: %w", wfID, path, key, err)
 	}
 	return nil
 }
@@ -1440,6 +1478,14 @@ func (w NodeWrite) validate() error {
 	return nil
 }
 
+// decides reports whether w counts a finished child or decides from the
+// counts (finishes the node, fires callbacks): such a write does not
+// apply while a retry re-opens the node (Node.Reopening).
+func (w NodeWrite) decides() bool {
+	return len(w.AddOK) > 0 || len(w.AddFail) > 0 || len(w.AddCallbacksOK) > 0 || len(w.AddCallbacksFail) > 0 ||
+		w.Fired != nil || w.To == wfstate.Completed || w.To == wfstate.Failed
+}
+
 // build returns the update and condition expressions of w; scope, when
 // the write targets its step's scope node (the root, or a handler's or the
 // compensation's node), adds the condition that it is in one of those
@@ -1575,6 +1621,9 @@ func (w NodeWrite) build(x *exprs, wfID string, scope []wfstate.State) (update, 
 			conds = append(conds, "NOT ("+strings.Join(parts, " AND ")+")")
 		}
 	}
+	if w.decides() {
+		conds = append(conds, "attribute_not_exists("+x.name(attrReopening)+")")
+	}
 	if len(scope) > 0 && w.To == "" && len(w.CondStates) == 0 {
 		states := make([]string, len(scope))
 		for i, f := range scope {
@@ -1638,7 +1687,8 @@ func (s *Store) UpdateNode(ctx context.Context, wfID string, w NodeWrite) (*Node
 }
 
 // CountOnShard counts child idx of the composite at path as finished in
-// counter shard key and returns the shard as written (idempotent).
+// counter shard key and returns the shard as written (idempotent);
+// ErrReopening while a retry re-opens the shard.
 func (s *Store) CountOnShard(ctx context.Context, wfID, path, key string, idx int, ok bool) (*Shard, error) {
 	x := newExprs()
 	attr := "fail"
@@ -1647,11 +1697,11 @@ func (s *Store) CountOnShard(ctx context.Context, wfID, path, key string, idx in
 	}
 	set := x.name(attr)
 	update := "ADD " + set + " " + x.nums([]int{idx})
-	cond := "attribute_exists(pk)"
+	cond := "attribute_exists(pk) AND attribute_not_exists(" + x.name(attrReopening) + ")"
 	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table, Key: wfKey(wfID, shardSK(path, key)),
 		UpdateExpression: &update, ConditionExpression: &cond, ExpressionAttributeNames: x.names, ExpressionAttributeValues: x.values,
-		ReturnValues: types.ReturnValueAllNew})
-	if err != nil {
+		ReturnValues: types.ReturnValueAllNew, ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld})
+	if err := refusedIfMarked(err); err != nil {
 		return nil, fmt.Errorf("count %s%s#%s: %w", wfID, path, key, err)
 	}
 	var it shardItem
@@ -1661,17 +1711,32 @@ func (s *Store) CountOnShard(ctx context.Context, wfID, path, key string, idx in
 	return &it.Shard, nil
 }
 
+// refusedIfMarked turns a count's or roll-up's failed condition into
+// ErrReopening when the item exists (the retry's mark refused it), or
+// ErrNotFound.
+func refusedIfMarked(err error) error {
+	var ccf *types.ConditionalCheckFailedException
+	if !errors.As(err, &ccf) {
+		return err
+	}
+	if len(ccf.Item) == 0 {
+		return ErrNotFound
+	}
+	return ErrReopening
+}
+
 // RollUp records a full shard's counts on its composite (idempotent) and
-// returns the composite as written.
+// returns the composite as written; ErrReopening while a retry re-opens
+// the composite.
 func (s *Store) RollUp(ctx context.Context, wfID, path string, sh *Shard) (*Node, error) {
 	x := newExprs()
 	entry := fmt.Sprintf("%s:%d:%d", sh.Key, len(sh.OK), len(sh.Fail))
 	update := "ADD " + x.name("rolled") + " " + x.strs([]string{entry})
-	cond := "attribute_exists(pk)"
+	cond := "attribute_exists(pk) AND attribute_not_exists(" + x.name(attrReopening) + ")"
 	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table, Key: wfKey(wfID, nodeSK(path)),
 		UpdateExpression: &update, ConditionExpression: &cond, ExpressionAttributeNames: x.names, ExpressionAttributeValues: x.values,
-		ReturnValues: types.ReturnValueAllNew})
-	if err != nil {
+		ReturnValues: types.ReturnValueAllNew, ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld})
+	if err := refusedIfMarked(err); err != nil {
 		return nil, fmt.Errorf("roll up %s%s#%s: %w", wfID, path, sh.Key, err)
 	}
 	var it nodeItem

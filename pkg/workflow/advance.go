@@ -73,9 +73,15 @@ func (e *Engine) JobFinished(ctx context.Context, j *job.Job) error {
 }
 
 // advance records s in its parent and walks up while composites finish.
+// A count a retry's mark refused ends the walk: the retry counts the
+// step once it has re-opened the workflow (reopen).
 func (e *Engine) advance(ctx context.Context, s step) error {
 	for s.path != store.RootPath {
 		next, err := e.stepDone(ctx, s)
+		if store.RefusedByReopening(err) {
+			e.log.InfoContext(ctx, "workflow step left to the retry re-opening its workflow", "workflow_id", s.wf, "node", s.path)
+			return nil
+		}
 		if err != nil || next == nil {
 			return err
 		}
@@ -122,14 +128,8 @@ func (e *Engine) finish(ctx context.Context, wf, path string, ok bool, w store.N
 	w.From = []wfstate.State{wfstate.Waiting, wfstate.Running}
 	if path == store.RootPath {
 		w.From = []wfstate.State{wfstate.Running}
-		// Not while a retry is re-opening the workflow: a decision from
-		// counts read earlier (see settle), or a step's record counted
-		// between the retry forgetting its failure and re-queueing its
-		// job (the stream's late record of a failure the retry undoes)
-		// would fail the re-opened workflow again. A step that really
-		// finished meanwhile is counted by its stream record after the
-		// retry, or by the root's check (Repair).
-		w.CondAbsent = append(w.CondAbsent, "reopening")
+		// (Not while a retry is re-opening the workflow, as every write
+		// that decides from counts: store.NodeWrite.)
 		// A chain's last launch mark (store.AdvanceMarked) has done its work.
 		w.Remove = append(w.Remove, "launch")
 	}
@@ -639,7 +639,7 @@ func (e *Engine) graphStepDone(ctx context.Context, s step) (*step, error) {
 			}
 			n, err := e.st.UpdateNode(ctx, s.wf, w)
 			var nc *store.ErrNodeConflict
-			if errors.As(err, &nc) {
+			if errors.As(err, &nc) && !store.RefusedByReopening(err) {
 				continue // a dependency finished meanwhile: decide again
 			}
 			if err != nil {
@@ -666,7 +666,7 @@ func (e *Engine) graphStepDone(ctx context.Context, s step) (*step, error) {
 			err = e.st.Advance(ctx, store.Advance{WorkflowID: s.wf, Jobs: jobs, RedeliverAfter: e.redel, Nodes: []store.NodeWrite{w}})
 		}
 		var nc *store.ErrNodeConflict
-		if errors.As(err, &nc) {
+		if errors.As(err, &nc) && !store.RefusedByReopening(err) {
 			continue
 		}
 		if err == nil {

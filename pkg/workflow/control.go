@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -882,21 +883,40 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 		}
 		return n.State == wfstate.Failed || n.State == wfstate.Cancelled
 	}
-	// Composites: forget failed children, wait again.
-	redecided := map[string]bool{} // callback jobs of batches whose members run again
+	// Composites: forget failed children, wait again. Each one with a
+	// failed child (or failed itself) is marked (Node.Reopening) in the
+	// same write, and its counter shards with theirs, until the failed
+	// jobs are back in their queues: a record of a failure the retry
+	// undoes, arriving in between, finds the step uncounted and its job
+	// still failed, and would count it again (failing a group whose
+	// member then completes, or a nested composite its chain then never
+	// goes past). Nothing counts on a marked item; what finished
+	// meanwhile is counted below, once the marks are gone.
+	redecided := map[string]bool{}     // callback jobs of batches whose members run again
+	marked := map[string]*store.Node{} // composites, by path (the root always)
 	for _, n := range nodes {
 		if n.Kind == KindJob || strings.HasPrefix(n.Path, "/~") {
 			continue
 		}
+		if n.Reopening != "" {
+			marked[n.Path] = n // the root, or by a retry that died before clearing it
+		}
 		w := store.NodeWrite{Path: n.Path, Remove: []string{"failed_index", "failed_step", "error"}}
+		touched := n.State == wfstate.Failed || n.State == wfstate.Cancelled
 		for _, c := range t.kids[n.Path] {
-			if failedChild(c) && hasInt(n.Fail, c.Index) {
-				w.DelFail = append(w.DelFail, c.Index)
+			if failedChild(c) {
+				touched = true
+				if hasInt(n.Fail, c.Index) {
+					w.DelFail = append(w.DelFail, c.Index)
+				}
 			}
 		}
 		for name, cb := range t.cbs[n.Path] {
-			if failedChild(cb) && store.HasString(n.CallbacksFail, name) {
-				w.DelCallbacksFail = append(w.DelCallbacksFail, name)
+			if failedChild(cb) {
+				touched = true
+				if store.HasString(n.CallbacksFail, name) {
+					w.DelCallbacksFail = append(w.DelCallbacksFail, name)
+				}
 			}
 		}
 		if n.Shards > 0 {
@@ -930,7 +950,11 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 				w.Deadline = now.Add(time.Duration(n.TimeoutMS) * time.Millisecond)
 			}
 		}
-		if len(w.DelFail) == 0 && len(w.DelCallbacksFail) == 0 && len(w.DelRolled) == 0 && w.To == "" && n.FailedStep == "" && n.Error == "" {
+		if touched && n.Path != store.RootPath {
+			w.SetStrings = map[string]string{"reopening": "true"}
+			marked[n.Path] = n
+		}
+		if len(w.DelFail) == 0 && len(w.DelCallbacksFail) == 0 && len(w.DelRolled) == 0 && w.To == "" && n.FailedStep == "" && n.Error == "" && w.SetStrings == nil {
 			continue
 		}
 		if _, err := e.st.UpdateNode(ctx, wf, w); err != nil {
@@ -979,14 +1003,10 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 			}
 		}
 	}
-	// Finished steps a timeout stopped from counting.
-	var fs []Finished
-	for _, j := range jobs {
-		if j.State == job.Completed && !redecided[j.ID] {
-			fs = append(fs, Finished{Job: j})
-		}
-	}
-	if err := e.Verify(ctx, fs); err != nil {
+	// The failed jobs are back in their queues: the marks go, the shards'
+	// before their composites', the root's last (until then the
+	// sweeper's repair finishes a retry that dies here).
+	if err := e.clearMarks(ctx, wf, t, marked); err != nil {
 		return err
 	}
 	_, err = e.st.UpdateNode(ctx, wf, store.NodeWrite{Path: store.RootPath, CondStates: []wfstate.State{wfstate.Running}, Remove: []string{"reopening"}})
@@ -994,14 +1014,40 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 	if err != nil && !errors.As(err, &nc) {
 		return err
 	}
-	// A workflow whose failed steps were all callbacks or composites may
-	// be complete as it stands.
-	cur, err := e.st.GetNode(ctx, wf, store.RootPath)
-	if err != nil {
-		return err
+	// What the marks held back, and what a timeout stopped from counting,
+	// is counted now, read again; a workflow whose failed steps were all
+	// callbacks or composites may be complete as it stands. The root's
+	// check does the same (Repair), with the same code.
+	return e.repair(ctx, wf, now)
+}
+
+// clearMarks removes a retry's marks from the counter shards of the
+// composites in marked and from those composites but the root.
+func (e *Engine) clearMarks(ctx context.Context, wf string, t *tree, marked map[string]*store.Node) error {
+	for _, path := range slices.Sorted(maps.Keys(marked)) {
+		if marked[path].Shards == 0 {
+			continue
+		}
+		keys := map[string]bool{}
+		for _, c := range t.kids[path] {
+			if c.PShard != "" && !keys[c.PShard] {
+				keys[c.PShard] = true
+				if err := e.st.ClearShardMark(ctx, wf, path, c.PShard); err != nil {
+					return err
+				}
+			}
+		}
 	}
-	_, err = e.settle(ctx, cur)
-	return err
+	for _, path := range slices.Sorted(maps.Keys(marked)) {
+		if path == store.RootPath {
+			continue // the last (reopen)
+		}
+		_, err := e.st.UpdateNode(ctx, wf, store.NodeWrite{Path: path, Remove: []string{"reopening"}})
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+	}
+	return nil
 }
 
 // rearm moves a handler's node back to waiting for its next launch,

@@ -39,6 +39,7 @@ type Store interface {
 	DueWorkflows(ctx context.Context, now time.Time, limit int) (map[string]time.Time, error)
 	DueTimeouts(ctx context.Context, now time.Time, limit int) ([]store.NodeKey, error)
 	ForgetInShard(ctx context.Context, wfID, path, key string, idx []int) error
+	ClearShardMark(ctx context.Context, wfID, path, key string) error
 	PostponeWorkflowCheck(ctx context.Context, wfID string, due, next time.Time) error
 	Apply(ctx context.Context, t store.Transition) (*job.Job, error)
 	ApplyAll(ctx context.Context, ts []store.Transition) ([]error, error)

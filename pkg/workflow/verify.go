@@ -411,12 +411,14 @@ func (e *Engine) repair(ctx context.Context, id string, now time.Time) error {
 	if root.State != wfstate.Running {
 		return nil
 	}
+	if root.Reopening != "" {
+		// A retry that died half way, finished first: its marks refuse
+		// every decision from counts, the timeout's too.
+		return e.reopen(ctx, id)
+	}
 	if root.Deadline > 0 && !now.Before(time.UnixMilli(root.Deadline)) {
 		_, err := e.timeout(ctx, id, store.RootPath, now)
 		return err
-	}
-	if root.Reopening != "" {
-		return e.reopen(ctx, id)
 	}
 	t := newTreeOf(items)
 	var ids []string

@@ -1,0 +1,116 @@
+package workflow_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/store"
+	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
+)
+
+// recordAtRequeue delivers the stream's late record of a job's failure
+// (the job as it was when it failed) at the worst moment of a retry:
+// after the retry forgot the failure in every count, before it re-queues
+// the job.
+type recordAtRequeue struct {
+	workflow.Store
+	once   sync.Once
+	stale  map[string]*job.Job // by id: the records that arrive late
+	verify func(ctx context.Context, fs []workflow.Finished) error
+	err    error
+}
+
+func (s *recordAtRequeue) Apply(ctx context.Context, t store.Transition) (*job.Job, error) {
+	if t.To == job.Available && slices.Contains(t.From, job.Discarded) && s.stale[t.ID] != nil {
+		s.once.Do(func() {
+			var fs []workflow.Finished
+			for _, j := range s.stale {
+				fs = append(fs, workflow.Finished{Job: j})
+			}
+			s.err = s.verify(ctx, fs)
+		})
+	}
+	return s.Store.Apply(ctx, t)
+}
+
+// A retry re-queues a failed step's job after forgetting its failure in
+// the counts of every composite above it. The stream's record of that
+// failure, arriving in between, finds the step uncounted and its job
+// still discarded; counting it then would leave the failure counted on a
+// step that runs again (a group would fail once its member completes) or
+// fail a nested composite the retry re-opened (its chain would never go
+// on). The retried workflow must complete, whatever the record does.
+func TestALateFailureRecordDuringARetryIsNotCounted(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ name, def string }{
+		{"group", `{"type":"group","jobs":[{"type":"l.a","args":[],"options":{"queue":"lq"}},{"type":"l.b","args":[],"options":{"queue":"lq"}}]}`},
+		{"group in a chain", `{"type":"chain","steps":[{"type":"group","jobs":[{"type":"l.a","args":[],"options":{"queue":"lq"}},{"type":"l.b","args":[],"options":{"queue":"lq"}}]},{"type":"l.c","args":[],"options":{"queue":"lq"}}]}`},
+		{"wide group", wideGroup()},
+		{"chain in a group", `{"type":"group","jobs":[{"type":"l.a","args":[],"options":{"queue":"lq"}},{"type":"chain","steps":[{"type":"l.b","args":[],"options":{"queue":"lq"}},{"type":"l.c","args":[],"options":{"queue":"lq"}}]}]}`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			late := &recordAtRequeue{stale: map[string]*job.Job{}}
+			h := newClockedOn(t, func(st *store.Store) workflow.Store { late.Store = st; return late })
+			late.verify = h.eng.Verify
+			ctx := context.Background()
+			id := h.create(c.def)
+			var failed string
+			for _, j := range fetchAll(t, h.svc, "lq") {
+				if j.Type == "l.b" {
+					h.fail(j)
+					failed = j.ID
+				} else {
+					h.ack(j, `"a"`)
+				}
+			}
+			if v := h.view(id); v["state"] != "failed" {
+				t.Fatalf("first run: %s, want failed", v["state"])
+			}
+			b, err := h.st.BatchGetJobs(ctx, []string{failed})
+			if err != nil || b[failed].State != job.Discarded {
+				t.Fatalf("the failed job: %+v %v", b, err)
+			}
+			late.stale = b
+			if _, err := h.eng.Retry(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+			if late.err != nil {
+				t.Fatal(late.err)
+			}
+			if v := h.view(id); v["state"] != "running" {
+				t.Fatalf("after the retry and the late record: %s, want running", v["state"])
+			}
+			for left := 0; left < 5; left++ {
+				got := fetchAll(t, h.svc, "lq")
+				if len(got) == 0 {
+					break
+				}
+				for _, j := range got {
+					if j.Type == "l.a" {
+						t.Fatalf("the completed step ran again")
+					}
+					h.ack(j, `"ok"`)
+				}
+			}
+			if v := h.view(id); v["state"] != "completed" {
+				t.Fatalf("the retried workflow: %s, want completed", v["state"])
+			}
+		})
+	}
+}
+
+// wideGroup is a group wide enough to count its members in counter
+// shards: every member l.a but one l.b.
+func wideGroup() string {
+	jobs := make([]string, workflow.ShardSize+1)
+	for i := range jobs {
+		jobs[i] = `{"type":"l.a","args":[],"options":{"queue":"lq"}}`
+	}
+	jobs[workflow.ShardSize/2] = `{"type":"l.b","args":[],"options":{"queue":"lq"}}`
+	return `{"type":"group","jobs":[` + strings.Join(jobs, ",") + `]}`
+}
