@@ -2,10 +2,12 @@ package workflow_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
@@ -22,10 +24,28 @@ type recordAtRequeue struct {
 	stale  map[string]*job.Job // by id: the records that arrive late
 	verify func(ctx context.Context, fs []workflow.Finished) error
 	err    error
+	// die, when set, fails the first re-queue instead (a retry that dies
+	// with its marks set); dieClearing the first removal of a composite's
+	// mark (one that dies after re-queueing).
+	die, dieClearing bool
 }
+
+func (s *recordAtRequeue) UpdateNode(ctx context.Context, wf string, w store.NodeWrite) (*store.Node, error) {
+	if s.dieClearing && w.Path != store.RootPath && slices.Contains(w.Remove, "reopening") {
+		s.dieClearing = false
+		return nil, errDied
+	}
+	return s.Store.UpdateNode(ctx, wf, w)
+}
+
+var errDied = errors.New("the retry's request died")
 
 func (s *recordAtRequeue) Apply(ctx context.Context, t store.Transition) (*job.Job, error) {
 	if t.To == job.Available && slices.Contains(t.From, job.Discarded) && s.stale[t.ID] != nil {
+		if s.die {
+			s.die = false
+			return nil, errDied
+		}
 		s.once.Do(func() {
 			var fs []workflow.Finished
 			for _, j := range s.stale {
@@ -113,4 +133,69 @@ func wideGroup() string {
 	}
 	jobs[workflow.ShardSize/2] = `{"type":"l.b","args":[],"options":{"queue":"lq"}}`
 	return `{"type":"group","jobs":[` + strings.Join(jobs, ",") + `]}`
+}
+
+// A retry that dies after marking what it re-opens leaves the marks; the
+// sweeper's repair finishes the retry: re-queues the failed job and
+// removes every mark, and the workflow then completes. Whether it died
+// before re-queueing the job or after.
+func TestARetryThatDiesWithItsMarksIsFinishedByTheRepair(t *testing.T) {
+	t.Parallel()
+	for _, requeued := range []bool{false, true} {
+		t.Run(map[bool]string{false: "before re-queueing", true: "after re-queueing"}[requeued], func(t *testing.T) {
+			t.Parallel()
+			late := &recordAtRequeue{stale: map[string]*job.Job{}}
+			h := newClockedOn(t, func(st *store.Store) workflow.Store { late.Store = st; return late })
+			late.verify = func(context.Context, []workflow.Finished) error { return nil }
+			ctx := context.Background()
+			id := h.create(`{"type":"chain","steps":[{"type":"group","jobs":[{"type":"d.a","args":[],"options":{"queue":"dq"}},{"type":"d.b","args":[],"options":{"queue":"dq"}}]},{"type":"d.d","args":[],"options":{"queue":"dq"}}]}`)
+			first := h.fetch("dq")
+			h.ack(first["d.a"], `"a"`)
+			h.fail(first["d.b"])
+			b, err := h.st.BatchGetJobs(ctx, []string{first["d.b"].ID})
+			if err != nil {
+				t.Fatal(err)
+			}
+			late.stale, late.die, late.dieClearing = b, !requeued, requeued
+			if _, err := h.eng.Retry(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+			g, err := h.st.GetNode(ctx, id, "/s0")
+			if err != nil || g.Reopening == "" || g.State != "waiting" {
+				t.Fatalf("the group after the retry died: %+v %v, want it waiting and marked", g, err)
+			}
+			var again map[string]*job.Job
+			if requeued {
+				// The job runs again meanwhile; its completion is not
+				// counted on the marked group.
+				again = h.fetch("dq")
+				h.ack(again["d.b"], `"b"`)
+				if g, _ := h.st.GetNode(ctx, id, "/s0"); len(g.OK) != 1 {
+					t.Fatalf("counted on a marked group: %v", g.OK)
+				}
+			} else if got := h.fetch("dq"); len(got) != 0 {
+				t.Fatalf("ran before the retry re-queued it: %s", keys(got))
+			}
+			h.clk.Add(workflow.CheckAfter + time.Second)
+			if _, err := h.eng.Repair(ctx, 10); err != nil {
+				t.Fatal(err)
+			}
+			for _, path := range []string{"/", "/s0"} {
+				if n, err := h.st.GetNode(ctx, id, path); err != nil || n.Reopening != "" {
+					t.Fatalf("%s after the repair: %+v %v, want no mark", path, n, err)
+				}
+			}
+			if !requeued {
+				again = h.fetch("dq")
+				if keys(again) != "d.b" {
+					t.Fatalf("after the repair: %s, want d.b again", keys(again))
+				}
+				h.ack(again["d.b"], `"b"`)
+			}
+			h.ack(h.fetch("dq")["d.d"], `"d"`)
+			if v := h.view(id); v["state"] != "completed" {
+				t.Fatalf("the retried workflow: %s, want completed", v["state"])
+			}
+		})
+	}
 }
