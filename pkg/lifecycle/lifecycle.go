@@ -776,53 +776,114 @@ func (s *Service) Fetch(ctx context.Context, r FetchRequest) ([]*job.Job, error)
 				continue
 			}
 		}
-		taken, rotated := 0, false
-		for k := 0; k < len(items); k++ {
-			it := items[k]
-			if len(out) >= r.Count || taken >= want {
-				break
-			}
-			size, err := s.fetchBytes(ctx, it)
-			if err != nil {
-				return s.fetchFailed(ctx, out, err)
-			}
-			if size == 0 {
-				continue // deleted since the index was read
-			}
-			if len(out) == 0 {
-				size *= 2
-			}
-			if used+size > r.MaxBytes {
-				if len(out) > 0 {
-					full = true
-					break
-				}
-				s.log.ErrorContext(ctx, "job too large for a FETCH answer; skipped", "job_id", it.Job.ID, "queue", q,
-					"answer_bytes", size, "max_bytes", r.MaxBytes)
-				continue
-			}
-			j, err := s.Claim(ctx, it.Job, r.WorkerID, r.Visibility, time.Time{})
-			if err != nil {
-				return s.fetchFailed(ctx, out, err)
-			}
-			if j != nil {
-				out = append(out, j)
-				used += size
-				taken++
-			} else if !rotated && k+2 < len(items) {
-				// Contention: another FETCH is claiming the same heads in
-				// the same order, and would win or lose each next one
-				// against this one in lockstep (every lost claim is a
-				// billed write). Go on from a random later candidate and
-				// wrap round to the skipped ones: the two part ways, and
-				// this FETCH still tries every candidate. Without
-				// contention nothing changes: order is strict.
-				rotateFrom(items[k+1:], rand.IntN(len(items)-k-1))
-				rotated = true
-			}
+		claimed, n, blocked, err := s.claimRounds(ctx, r, q, items, want, used)
+		out, used, full = append(out, claimed...), n, blocked
+		if err != nil {
+			return s.fetchFailed(ctx, out, err)
 		}
 	}
 	return out, nil
+}
+
+// claimParallel bounds the claims a FETCH has in flight at once.
+const claimParallel = 10
+
+// claimRounds claims up to want of a queue's candidates for FETCH r, whose
+// answer holds used bytes so far, in rounds: each round takes the next
+// candidates that fit the answer (up to claimParallel, and what is still
+// wanted) and claims them at once, so that a FETCH holds its candidates
+// for one round trip instead of one per job; racing FETCHes that read the
+// same heads overlap less, and lose fewer claims (every lost claim is a
+// billed write). After a round that lost a claim, the candidates left are
+// taken from a random one on, wrapping round to the skipped ones: two
+// FETCHes racing in lockstep part ways, and each still tries every
+// candidate. Without contention nothing changes: the jobs claimed are the
+// first ones in priority-then-FIFO order, answered in that order. It
+// returns the jobs claimed, the answer's bytes with them, whether the next
+// candidate would pass r.MaxBytes, and an error that stopped it (with the
+// jobs claimed before it, which are active under this worker's lease and
+// must be answered).
+func (s *Service) claimRounds(ctx context.Context, r FetchRequest, q string, items []store.Item, want, used int) ([]*job.Job, int, bool, error) {
+	var out []*job.Job
+	next, rotated := 0, false
+	for len(out) < want && next < len(items) {
+		var round []store.Item
+		var sizes []int
+		bytes, largest, blocked := 0, 0, false
+		for next < len(items) && len(round) < min(want-len(out), claimParallel) {
+			it := items[next]
+			size, err := s.fetchBytes(ctx, it)
+			if err != nil {
+				return out, used, false, err
+			}
+			if size == 0 {
+				next++
+				continue // deleted since the index was read
+			}
+			first := 0
+			if used == 0 {
+				// The answer repeats its first job ("job"): whichever of
+				// the round's that is, it counts twice.
+				first = max(largest, size)
+			}
+			if used+bytes+size+first > r.MaxBytes {
+				if used > 0 || len(round) > 0 {
+					blocked = true
+					break
+				}
+				s.log.ErrorContext(ctx, "job too large for a FETCH answer; skipped", "job_id", it.Job.ID, "queue", q,
+					"answer_bytes", 2*size, "max_bytes", r.MaxBytes)
+				next++
+				continue
+			}
+			round = append(round, it)
+			sizes = append(sizes, size)
+			bytes += size
+			largest = max(largest, size)
+			next++
+		}
+		if len(round) == 0 {
+			return out, used, blocked, nil
+		}
+		got := make([]*job.Job, len(round))
+		errs := make([]error, len(round))
+		var wg sync.WaitGroup
+		for i, it := range round {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				got[i], errs[i] = s.Claim(ctx, it.Job, r.WorkerID, r.Visibility, time.Time{})
+			}()
+		}
+		wg.Wait()
+		lost := 0
+		for i, j := range got {
+			switch {
+			case j != nil:
+				if used == 0 {
+					used += sizes[i] // the answer's "job"
+				}
+				used += sizes[i]
+				out = append(out, j)
+			case errs[i] == nil:
+				lost++
+			}
+		}
+		if err := errors.Join(errs...); err != nil {
+			return out, used, false, err
+		}
+		if blocked && lost == 0 {
+			return out, used, true, nil
+		}
+		// (Blocked with claims lost: the candidate that did not fit may
+		// fit now, and is next.)
+		if lost > 0 && !rotated && next+1 < len(items) {
+			// Contention: another FETCH is claiming the same heads.
+			rotateFrom(items[next:], rand.IntN(len(items)-next))
+			rotated = true
+		}
+	}
+	return out, used, false, nil
 }
 
 // candidates reads up to n available jobs of queue q for a FETCH: a
