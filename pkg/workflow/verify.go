@@ -226,7 +226,9 @@ func (e *Engine) Verify(ctx context.Context, fs []Finished) error {
 			if parent == nil || !parent.ShardRolled(sh.Key) {
 				// A full shard not rolled up: the request that filled it
 				// died before it did.
-				if parent, err = e.st.RollUp(ctx, s.wf, nk.Path, sh); err != nil {
+				if parent, err = e.st.RollUp(ctx, s.wf, nk.Path, sh); store.RefusedByReopening(err) {
+					continue // the retry re-opening it rolls it up
+				} else if err != nil {
 					return err
 				}
 			}
