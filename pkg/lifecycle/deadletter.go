@@ -179,3 +179,27 @@ func notDead(id string, st job.State) error {
 	e.Hint = "Only discarded jobs are in the dead letter queue; GET /ojs/v1/jobs/" + id + " shows this job."
 	return e
 }
+
+// DeadLetter lists discarded jobs of the given queues (all registered
+// queues when none), newest first within a queue.
+func (s *Service) DeadLetter(ctx context.Context, queue string, limit int) ([]*job.Job, error) {
+	queues := []string{queue}
+	if queue == "" {
+		var err error
+		if queues, err = s.st.Queues(ctx); err != nil {
+			return nil, ojserr.Backend(err)
+		}
+	}
+	out := []*job.Job{}
+	for _, q := range queues {
+		page, err := s.st.Dead(ctx, q, limit-len(out), "")
+		if err != nil {
+			return nil, ojserr.Backend(err)
+		}
+		out = append(out, page.Jobs...)
+		if len(out) >= limit {
+			break
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,382 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+	"github.com/ojs-aws/ojs-serverless/pkg/store"
+)
+
+// FetchRequest is a FETCH.
+type FetchRequest struct {
+	Queues   []string
+	Count    int
+	WorkerID string
+	// Visibility is the lease length; 0 uses the job's own or the default.
+	Visibility time.Duration
+	// MaxBytes bounds the answer: jobs are claimed only while the sum of
+	// their store.FetchBytes stays within it, the first one counted twice
+	// (the HTTP binding's answer repeats it as "job"). Default
+	// DefaultFetchBytes.
+	MaxBytes int
+}
+
+// MaxFetch bounds the jobs one FETCH returns.
+const MaxFetch = 100
+
+// MaxFetchQueues bounds the queues one FETCH names: each costs DynamoDB
+// reads even when empty.
+const MaxFetchQueues = 20
+
+// MaxWorkerQueues bounds the queues a heartbeat lists.
+const MaxWorkerQueues = 100
+
+// Fetch claims up to Count jobs from the queues in order: highest priority
+// first, FIFO within a priority. Due scheduled and retryable jobs of each
+// queue are promoted first and expired leases requeued, so pull workers see
+// them without waiting for the sweeper. It stops before the job that would
+// take the answer past MaxBytes (that job and the rest stay available,
+// their attempts untouched); a job that cannot fit an answer even alone is
+// skipped and logged.
+func (s *Service) Fetch(ctx context.Context, r FetchRequest) ([]*job.Job, error) {
+	if len(r.Queues) == 0 {
+		return nil, ojserr.Invalid("queues", "The 'queues' field must list at least one queue.")
+	}
+	if len(r.Queues) > MaxFetchQueues {
+		return nil, ojserr.Invalid("queues", "A FETCH names at most %d queues; got %d.", MaxFetchQueues, len(r.Queues)).With("max_queues", MaxFetchQueues)
+	}
+	for _, q := range r.Queues {
+		if err := job.ValidateQueue(q); err != nil {
+			return nil, err
+		}
+	}
+	if r.Count <= 0 {
+		r.Count = 1
+	}
+	if r.Count > MaxFetch {
+		r.Count = MaxFetch
+	}
+	if r.MaxBytes <= 0 {
+		r.MaxBytes = DefaultFetchBytes
+	}
+	used := 0
+	out := []*job.Job{}
+	// One consistent read of every queue's pause state and rate limit and
+	// of the worker's state (skipped once it is known to be stopping):
+	// read fresh, not cached, so a pause holds for every FETCH after it.
+	if s.workers.has(r.WorkerID) {
+		return out, nil // a quiet or terminating worker gets no new jobs
+	}
+	fs, err := s.st.FetchState(ctx, r.Queues, r.WorkerID)
+	if err != nil {
+		return nil, ojserr.Backend(err)
+	}
+	if w := fs.Worker; w != nil && (stopping(w.State) || stopping(w.Directive)) {
+		s.workers.add(r.WorkerID)
+		return out, nil
+	}
+	full := false // the next job would pass MaxBytes
+	for _, q := range r.Queues {
+		if len(out) >= r.Count || full {
+			break
+		}
+		qs := fs.Queues[q]
+		rate := qs.Rate
+		if qs.Paused {
+			continue // a paused queue is not fetched; its jobs wait
+		}
+		// The due shards that may hold something due now (store.DueNow):
+		// promotions and requeues are seen at once, and an idle queue
+		// costs no due reads.
+		now := s.Now()
+		due, err := s.st.DueNow(ctx, q, now, 25)
+		if err != nil {
+			return s.fetchFailed(ctx, out, err)
+		}
+		if _, _, err := s.resolve(ctx, due, now, false); err != nil {
+			return s.fetchFailed(ctx, out, err)
+		}
+		want := r.Count - len(out)
+		// Twice the candidates it wants, and a few: without contention
+		// the FETCH takes the first ones in order; with it, the rotation
+		// below has a window wide enough for racing FETCHes to part ways
+		// (a lost claim is a billed write). The extra entries cost no
+		// more: a Query bills per 4 KB read, and an entry is ~150 bytes.
+		items, err := s.candidates(ctx, q, min(2*want+8, MaxFetch))
+		if err != nil {
+			return s.fetchFailed(ctx, out, err)
+		}
+		if rate > 0 && len(items) > 0 {
+			// A rate-limited queue hands out at most rate jobs a second:
+			// reserve the jobs before claiming them.
+			want = min(want, max(1, int(rate)))
+			ok, err := s.st.TakeRateTokens(ctx, q, want, rate, s.Now())
+			if err != nil {
+				return s.fetchFailed(ctx, out, err)
+			}
+			if !ok {
+				continue
+			}
+		}
+		claimed, n, blocked, err := s.claimRounds(ctx, r, q, items, want, used)
+		out, used, full = append(out, claimed...), n, blocked
+		if err != nil {
+			return s.fetchFailed(ctx, out, err)
+		}
+	}
+	return out, nil
+}
+
+// claimParallel bounds the claims a FETCH has in flight at once.
+const claimParallel = 10
+
+// claimRounds claims up to want of a queue's candidates for FETCH r, whose
+// answer holds used bytes so far, in rounds: each round takes the next
+// candidates that fit the answer (up to claimParallel, and what is still
+// wanted) and claims them at once, so that a FETCH holds its candidates
+// for one round trip instead of one per job; racing FETCHes that read the
+// same heads overlap less, and lose fewer claims (every lost claim is a
+// billed write). After a round that lost a claim, the candidates left are
+// taken from a random one on, wrapping round to the skipped ones: two
+// FETCHes racing in lockstep part ways, and each still tries every
+// candidate. Without contention nothing changes: the jobs claimed are the
+// first ones in priority-then-FIFO order, answered in that order. It
+// returns the jobs claimed, the answer's bytes with them, whether the next
+// candidate would pass r.MaxBytes, and an error that stopped it (with the
+// jobs claimed before it, which are active under this worker's lease and
+// must be answered).
+func (s *Service) claimRounds(ctx context.Context, r FetchRequest, q string, items []store.Item, want, used int) ([]*job.Job, int, bool, error) {
+	var out []*job.Job
+	next, rotated := 0, false
+	for len(out) < want && next < len(items) {
+		var round []store.Item
+		var sizes []int
+		bytes, largest, blocked := 0, 0, false
+		for next < len(items) && len(round) < min(want-len(out), claimParallel) {
+			it := items[next]
+			size, err := s.fetchBytes(ctx, it)
+			if err != nil {
+				return out, used, false, err
+			}
+			if size == 0 {
+				next++
+				continue // deleted since the index was read
+			}
+			first := 0
+			if used == 0 {
+				// The answer repeats its first job ("job"): whichever of
+				// the round's that is, it counts twice.
+				first = max(largest, size)
+			}
+			if used+bytes+size+first > r.MaxBytes {
+				if used > 0 || len(round) > 0 {
+					blocked = true
+					break
+				}
+				s.log.ErrorContext(ctx, "job too large for a FETCH answer; skipped", "job_id", it.Job.ID, "queue", q,
+					"answer_bytes", 2*size, "max_bytes", r.MaxBytes)
+				next++
+				continue
+			}
+			round = append(round, it)
+			sizes = append(sizes, size)
+			bytes += size
+			largest = max(largest, size)
+			next++
+		}
+		if len(round) == 0 {
+			return out, used, blocked, nil
+		}
+		got := make([]*job.Job, len(round))
+		errs := make([]error, len(round))
+		var wg sync.WaitGroup
+		for i, it := range round {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				got[i], errs[i] = s.Claim(ctx, it.Job, r.WorkerID, r.Visibility, time.Time{})
+			}()
+		}
+		wg.Wait()
+		lost := 0
+		for i, j := range got {
+			switch {
+			case j != nil:
+				if used == 0 {
+					used += sizes[i] // the answer's "job"
+				}
+				used += sizes[i]
+				out = append(out, j)
+			case errs[i] == nil:
+				lost++
+			}
+		}
+		if err := errors.Join(errs...); err != nil {
+			return out, used, false, err
+		}
+		if blocked && lost == 0 {
+			return out, used, true, nil
+		}
+		// (Blocked with claims lost: the candidate that did not fit may
+		// fit now, and is next.)
+		if lost > 0 && !rotated && next+1 < len(items) {
+			// Contention: another FETCH is claiming the same heads.
+			rotateFrom(items[next:], rand.IntN(len(items)-next))
+			rotated = true
+		}
+	}
+	return out, used, false, nil
+}
+
+// candidates reads up to n available jobs of queue q for a FETCH: a
+// pull-mode queue's in priority-then-FIFO order (the ready index); a
+// push-mode queue's, which are not in that index (SQS holds their place in
+// line), from the due index (store.ReadyPush). FETCHing a push-mode queue
+// is a way to drain it by hand, not its worker function's path.
+func (s *Service) candidates(ctx context.Context, q string, n int) ([]store.Item, error) {
+	if !s.push[q] {
+		return s.st.Ready(ctx, q, n)
+	}
+	return s.st.ReadyPush(ctx, q, n)
+}
+
+// fetchFailed ends a FETCH that met an error: with nothing claimed yet
+// the error is the answer; once a job is claimed it is active under this
+// worker's lease, so the jobs claimed are the answer and the error only
+// logged. Answering an error would leave them unrun until their leases
+// end, each losing an attempt (a job with one attempt would be discarded
+// without ever having run).
+func (s *Service) fetchFailed(ctx context.Context, out []*job.Job, err error) ([]*job.Job, error) {
+	if len(out) == 0 {
+		return nil, ojserr.Backend(err)
+	}
+	s.log.ErrorContext(ctx, "FETCH stopped early; answering the jobs it claimed", "claimed", len(out), "error", err.Error())
+	return out, nil
+}
+
+// fetchBytes is what a FETCH candidate adds to the answer once claimed
+// (store.FetchBytes): recorded on the job and projected by the ready
+// index; a job written before it was recorded is read by key (0: gone).
+func (s *Service) fetchBytes(ctx context.Context, it store.Item) (int, error) {
+	if it.FetchBytes > 0 {
+		return it.FetchBytes, nil
+	}
+	if !it.Partial {
+		return store.FetchBytes(it.Job), nil
+	}
+	j, err := s.st.Get(ctx, it.Job.ID)
+	if errors.Is(err, store.ErrNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return store.FetchBytes(j), nil
+}
+
+// rotateFrom rotates s left by r: s[r] first, s[r-1] last.
+func rotateFrom[T any](s []T, r int) {
+	slices.Reverse(s[:r])
+	slices.Reverse(s[r:])
+	slices.Reverse(s)
+}
+
+// Claim tries to move j (as last read) from available to active for
+// workerID with a lease of visibility (0: the job's own, else the default).
+// redelivery is the time of j's redelivery check as read (zero when not
+// known: store.ClaimOpts.Redelivery). It returns nil, nil when someone else
+// got it or it expired (then it is discarded).
+func (s *Service) Claim(ctx context.Context, j *job.Job, workerID string, visibility time.Duration, redelivery time.Time) (*job.Job, error) {
+	claimed, _, err := s.claim(ctx, j, workerID, visibility, redelivery)
+	return claimed, err
+}
+
+// claim is Claim that also returns the job as the refused write found it
+// (nil when it was claimed, gone, or discarded as expired): a claimer that
+// had not read the job goes on from there without reading it.
+func (s *Service) claim(ctx context.Context, j *job.Job, workerID string, visibility time.Duration, redelivery time.Time) (*job.Job, *store.Item, error) {
+	now := s.Now()
+	if j.ExpiresAt != nil && !j.ExpiresAt.After(now) {
+		return nil, nil, s.expire(ctx, j, now)
+	}
+	if visibility <= 0 {
+		visibility = j.Visibility
+	}
+	if visibility <= 0 {
+		visibility = job.DefaultVisibilityTimeout
+	}
+	timeout := j.Timeout
+	if timeout <= 0 {
+		timeout = job.DefaultTimeout
+	}
+	opts := store.ClaimOpts{Queue: j.Queue, WorkerID: workerID, Now: now, LeaseUntil: now.Add(visibility), Deadline: now.Add(timeout), Redelivery: redelivery}
+	claimed, err := s.st.Apply(ctx, store.Claim(j.ID, opts))
+	var ce *store.ConflictError
+	if errors.As(err, &ce) && !redelivery.IsZero() && ce.Current.State == job.Available &&
+		(ce.Current.ExpiresAt == nil || ce.Current.ExpiresAt.After(now)) {
+		// Still available, so the redelivery check moved before the
+		// lease's end since it was read (or is gone): claim it the usual way.
+		opts.Redelivery = time.Time{}
+		claimed, err = s.st.Apply(ctx, store.Claim(j.ID, opts))
+	}
+	if errors.As(err, &ce) {
+		if ce.Current.State == job.Available && ce.Current.ExpiresAt != nil && !ce.Current.ExpiresAt.After(now) {
+			return nil, nil, s.expire(ctx, ce.Current, now)
+		}
+		return nil, &store.Item{Job: ce.Current, DueAt: ce.DueAt}, nil
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	s.log.InfoContext(ctx, "job claimed", "job_id", claimed.ID, "queue", claimed.Queue, "attempt", claimed.Attempt, "worker_id", workerID)
+	return claimed, nil, nil
+}
+
+// expire discards job j (as read, possibly from an index) whose
+// expires_at has passed. It reads the job by key first: the discard
+// appends to the error history, which an index does not project.
+func (s *Service) expire(ctx context.Context, j *job.Job, now time.Time) error {
+	j, err := s.st.Get(ctx, j.ID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if j.ExpiresAt == nil || j.ExpiresAt.After(now) || (j.State != job.Available && j.State != job.Scheduled && j.State != job.Retryable) {
+		return nil // moved meanwhile
+	}
+	expired, err := s.st.Apply(ctx, store.Expire(j, now))
+	if err == nil {
+		s.finished(ctx, expired)
+	}
+	var ce *store.ConflictError
+	if err != nil && !errors.As(err, &ce) && !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	if err == nil {
+		s.log.InfoContext(ctx, "job expired", "job_id", j.ID, "queue", j.Queue)
+	}
+	return nil
+}
+
+// leaseEnded is the answer to an ACK, FAIL or heartbeat of an attempt
+// whose lease ended: the attempt is over whether or not the job was
+// requeued yet (ojs-worker-protocol.md 5.5).
+func leaseEnded(op string, j *job.Job) error {
+	e := ojserr.StateConflict(ojserr.Conflict, "Cannot %s job %s: its lease ended; the attempt is over and the job is requeued or discarded per its retry policy.", op, j.ID).
+		With("job_id", j.ID).With("current_state", string(j.State)).With("attempt", j.Attempt)
+	if j.LeaseUntil != nil {
+		e = e.With("lease_expired_at", job.Timestamp(*j.LeaseUntil))
+	}
+	return e
+}

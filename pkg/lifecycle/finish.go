@@ -1,0 +1,197 @@
+package lifecycle
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+	"github.com/ojs-aws/ojs-serverless/pkg/store"
+)
+
+// ErrorInput is a failure reported by a worker (FAIL) or a push-mode
+// handler.
+type ErrorInput struct {
+	// Type is the error type matched against non_retryable_errors.
+	Type string
+	// Code is an OJS error code or a handler response code (RETRY,
+	// DISCARD, DEAD_LETTER, FAIL) that overrides the retry policy.
+	Code      string
+	Message   string
+	Retryable *bool
+	Backtrace []string
+	Details   json.RawMessage
+	// Requeue returns the job to available at once instead of applying the
+	// retry policy (the attempt still counts).
+	Requeue bool
+}
+
+// errorType is the type matched against non_retryable_errors: the explicit
+// type, else details.error_class, else the code.
+func (in ErrorInput) errorType() string {
+	if in.Type != "" {
+		return in.Type
+	}
+	var d struct {
+		ErrorClass string `json:"error_class"`
+	}
+	if len(in.Details) > 0 && json.Unmarshal(in.Details, &d) == nil && d.ErrorClass != "" {
+		return d.ErrorClass
+	}
+	if in.Code != "" {
+		return in.Code
+	}
+	return "handler_error"
+}
+
+// Handler response codes (ojs-retry.md section 7).
+const (
+	CodeRetry      = "RETRY"
+	CodeDiscard    = "DISCARD"
+	CodeDeadLetter = "DEAD_LETTER"
+	CodeFail       = "FAIL"
+)
+
+// decide applies the retry policy to a failed attempt of j.
+// Error types of attempts interrupted by a worker's graceful shutdown
+// (ojs-graceful-shutdown.md 5.3 and 7.2).
+const (
+	ErrShutdown        = "ShutdownError"
+	ErrShutdownTimeout = "ShutdownTimeout"
+)
+
+func (s *Service) decide(j *job.Job, in ErrorInput, now time.Time) store.Failure {
+	typ := in.errorType()
+	msg := in.Message
+	if msg == "" {
+		msg = "The handler failed without a message."
+	}
+	info := job.ErrorInfo{Type: truncate(typ, 1024), Code: truncate(in.Code, 1024), Message: truncate(msg, 4096), Retryable: in.Retryable,
+		Details: in.Details, Attempt: j.Attempt, Timestamp: job.Timestamp(now)}
+	// At most 50 lines of 1 KiB: an unbounded backtrace made the job item
+	// larger than DynamoDB's 400 KB and the FAIL a 500.
+	for _, l := range in.Backtrace[:min(len(in.Backtrace), 50)] {
+		info.Backtrace = append(info.Backtrace, truncate(l, 1024))
+	}
+	retry := j.Retry.CanRetry(j.Attempt)
+	switch strings.ToUpper(in.Code) {
+	case CodeDiscard, CodeDeadLetter, CodeFail:
+		retry = false
+	}
+	// An attempt interrupted by a worker's shutdown did not fail on its
+	// own (ojs-graceful-shutdown.md 5.3): it is retried even if the worker
+	// marked the error non-retryable; the policy still decides.
+	interrupted := typ == ErrShutdown || typ == ErrShutdownTimeout
+	if in.Retryable != nil && !*in.Retryable && !interrupted {
+		retry = false
+	}
+	if j.Retry.IsNonRetryable(typ) {
+		retry = false
+	}
+	f := store.Failure{Error: info, Retry: retry}
+	if retry {
+		f.NextAttempt = now.Add(j.Retry.Delay(j.Attempt, s.rnd))
+	}
+	return f
+}
+
+// Ack completes an active job. attempt > 0 pins the attempt being
+// acknowledged (push-mode worker); pull-mode ACKs pass 0.
+func (s *Service) Ack(ctx context.Context, id string, result json.RawMessage, attempt int) (*job.Job, error) {
+	return s.ack(ctx, id, result, attempt, "")
+}
+
+// ack completes an active job; with workerID set, only if that worker
+// holds its reservation (a condition of the same write, not a read first).
+func (s *Service) ack(ctx context.Context, id string, result json.RawMessage, attempt int, workerID string) (*job.Job, error) {
+	if err := validID(id); err != nil {
+		return nil, err
+	}
+	if len(result) > job.MaxResultBytes {
+		return nil, ojserr.Newf(ojserr.PayloadTooLarge, "The result is %d bytes; the maximum is %d bytes.", len(result), job.MaxResultBytes).With("field", "result")
+	}
+	t := store.Complete(id, result, attempt, s.Now())
+	if workerID != "" {
+		t = t.HeldBy(workerID)
+	}
+	j, err := s.st.Apply(ctx, t)
+	if err != nil {
+		var ce *store.ConflictError
+		if errors.As(err, &ce) && workerID != "" && ce.Current.State == job.Active && ce.Current.WorkerID != workerID && ce.Current.WorkerID != "" {
+			return nil, notHolder("acknowledge", id, workerID)
+		}
+		if errors.As(err, &ce) && ce.Current.State == job.Active && (attempt == 0 || ce.Current.Attempt == attempt) {
+			return nil, leaseEnded("acknowledge", ce.Current)
+		}
+		if errors.As(err, &ce) && attempt != 0 && ce.Current.Attempt != attempt {
+			return nil, attemptOver("acknowledge", ce.Current, attempt)
+		}
+		if errors.As(err, &ce) {
+			return nil, ojserr.StateConflict(ojserr.Conflict, "Cannot acknowledge job not in 'active' state. Current state: '%s'.", ce.Current.State).
+				With("job_id", id).With("current_state", string(ce.Current.State)).With("expected_state", "active")
+		}
+		return nil, apiError(err, id, "acknowledge")
+	}
+	s.log.InfoContext(ctx, "job completed", "job_id", id, "attempt", j.Attempt)
+	s.finished(ctx, j)
+	return j, nil
+}
+
+// Nack records a failed attempt and applies the retry policy: the job
+// becomes retryable (with next_attempt_at) or discarded.
+func (s *Service) Nack(ctx context.Context, id string, in ErrorInput, attempt int) (*job.Job, error) {
+	return s.nack(ctx, id, in, attempt, "")
+}
+
+// nack records a failed attempt; with workerID set, only if that worker
+// holds the job's reservation (checked on the read, and a condition of the
+// write).
+func (s *Service) nack(ctx context.Context, id string, in ErrorInput, attempt int, workerID string) (*job.Job, error) {
+	if err := validID(id); err != nil {
+		return nil, err
+	}
+	for tries := 0; tries < 3; tries++ {
+		cur, err := s.st.Get(ctx, id)
+		if err != nil {
+			return nil, apiError(err, id, "fail")
+		}
+		if attempt > 0 && cur.Attempt != attempt {
+			return nil, attemptOver("fail", cur, attempt)
+		}
+		if cur.State != job.Active {
+			return nil, ojserr.StateConflict(ojserr.Conflict, "Cannot fail job not in 'active' state. Current state: '%s'.", cur.State).
+				With("job_id", id).With("current_state", string(cur.State)).With("expected_state", "active")
+		}
+		if workerID != "" && cur.WorkerID != workerID && cur.WorkerID != "" {
+			return nil, notHolder("fail", id, workerID)
+		}
+		now := s.Now()
+		if cur.LeaseUntil != nil && !cur.LeaseUntil.After(now) {
+			return nil, leaseEnded("fail", cur)
+		}
+		f := s.decide(cur, in, now)
+		t := store.Fail(cur, f, now)
+		if in.Requeue {
+			t = store.Requeue(cur, f.Error, now, s.redel)
+		}
+		if workerID != "" {
+			t = t.HeldBy(workerID)
+		}
+		j, err := s.st.Apply(ctx, t)
+		var ce *store.ConflictError
+		if errors.As(err, &ce) {
+			continue // a heartbeat or lease change raced us; read again
+		}
+		if err != nil {
+			return nil, apiError(err, id, "fail")
+		}
+		s.log.InfoContext(ctx, "job failed", "job_id", id, "attempt", j.Attempt, "state", string(j.State), "error_type", f.Error.Type)
+		s.finished(ctx, j)
+		return j, nil
+	}
+	return nil, ojserr.Backend(fmt.Errorf("fail job %s: too much contention", id))
+}

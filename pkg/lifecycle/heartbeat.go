@@ -1,0 +1,180 @@
+package lifecycle
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+	"github.com/ojs-aws/ojs-serverless/pkg/store"
+)
+
+// HeartbeatRequest is a worker's BEAT (ojs-worker-protocol.md 4.2).
+type HeartbeatRequest struct {
+	WorkerID string
+	// State is what the worker reports: running, quiet or terminate.
+	State    string
+	JobIDs   []string
+	Active   int
+	Hostname string
+	Queues   []string
+	// Concurrency is the worker's concurrency setting (0: not reported).
+	Concurrency int
+	// Visibility is the new lease of each job (default 30 s).
+	Visibility time.Duration
+}
+
+// HeartbeatResult is the answer: the jobs whose lease was extended, the
+// ones among the worker's active jobs that were cancelled meanwhile (it
+// should stop them: ojs-core.md 7.6 asks for the news in the next BEAT),
+// and the state the worker must move to (running, quiet or terminate).
+type HeartbeatResult struct {
+	Extended  []string
+	Cancelled []string
+	State     string
+}
+
+// Worker states and directives.
+const (
+	WorkerRunning   = "running"
+	WorkerQuiet     = "quiet"
+	WorkerTerminate = "terminate"
+)
+
+// Heartbeat records the worker, extends the leases of its active jobs and
+// returns its directive: one set by an operator (SetWorkerDirective), or
+// the one an active job's meta.test_directive asks for (the OJS
+// conformance suite's hook), else running. A directive never moves a
+// worker backwards (terminate is never answered with quiet or running).
+func (s *Service) Heartbeat(ctx context.Context, r HeartbeatRequest) (HeartbeatResult, error) {
+	if r.WorkerID == "" {
+		return HeartbeatResult{}, ojserr.Invalid("worker_id", "The 'worker_id' field is required.")
+	}
+	if len(r.WorkerID) > 256 {
+		return HeartbeatResult{}, ojserr.Invalid("worker_id", "The 'worker_id' is longer than 256 characters.")
+	}
+	// The worker registry item holds these: unbounded, they made it larger
+	// than DynamoDB's 400 KB and the heartbeat a 500.
+	if len(r.Hostname) > 256 {
+		return HeartbeatResult{}, ojserr.Invalid("hostname", "The 'hostname' is longer than 256 characters.")
+	}
+	if len(r.Queues) > MaxWorkerQueues {
+		return HeartbeatResult{}, ojserr.Invalid("queues", "A heartbeat lists at most %d queues.", MaxWorkerQueues)
+	}
+	for _, q := range r.Queues {
+		if err := job.ValidateQueue(q); err != nil {
+			return HeartbeatResult{}, err
+		}
+	}
+	switch r.State {
+	case "", WorkerRunning, WorkerQuiet, WorkerTerminate:
+	default:
+		return HeartbeatResult{}, ojserr.Invalid("state", "'state' must be running, quiet or terminate.")
+	}
+	if len(r.JobIDs) > MaxFetch {
+		return HeartbeatResult{}, ojserr.Invalid("active_jobs", "At most %d active jobs per heartbeat.", MaxFetch)
+	}
+	for _, id := range r.JobIDs {
+		if err := validID(id); err != nil {
+			return HeartbeatResult{}, err
+		}
+	}
+	res := HeartbeatResult{Extended: []string{}, Cancelled: []string{}, State: WorkerRunning}
+	now := s.Now()
+	active := r.Active
+	if active < len(r.JobIDs) {
+		active = len(r.JobIDs)
+	}
+	w, err := s.st.WorkerBeat(ctx, store.WorkerInfo{ID: r.WorkerID, State: r.State, ActiveJobs: active, Hostname: r.Hostname, Queues: r.Queues,
+		Concurrency: r.Concurrency}, now)
+	if err != nil {
+		return HeartbeatResult{}, ojserr.Backend(err)
+	}
+	directive := w.Directive
+	if stopping(w.State) || stopping(directive) {
+		s.workers.add(r.WorkerID)
+	}
+	var until time.Time // zero: each job's own lease length
+	if r.Visibility > 0 {
+		until = now.Add(r.Visibility)
+	}
+	for _, id := range r.JobIDs {
+		j, err := s.st.Apply(ctx, store.Extend(id, r.WorkerID, until, now))
+		var ce *store.ConflictError
+		if errors.As(err, &ce) && ce.Current.State == job.Active && ce.Current.Deadline != nil && ce.Current.Deadline.After(now) &&
+			ce.Current.LeaseUntil != nil && ce.Current.LeaseUntil.After(now) && (r.WorkerID == ce.Current.WorkerID || ce.Current.WorkerID == "") {
+			// The extension would pass the execution deadline: extend to it.
+			j, err = s.st.Apply(ctx, store.Extend(id, r.WorkerID, *ce.Current.Deadline, now))
+		}
+		if err == nil && j.Deadline != nil && j.LeaseUntil != nil && j.LeaseUntil.After(*j.Deadline) {
+			// The claim's lease length passes the deadline: clamp it.
+			if clamped, cerr := s.st.Apply(ctx, store.Clamp(id, *j.Deadline)); cerr == nil {
+				j = clamped
+			}
+		}
+		if errors.As(err, &ce) && ce.Current.State == job.Cancelled {
+			// Known from the refused extension's own answer: no read.
+			res.Cancelled = append(res.Cancelled, id)
+		}
+		if errors.As(err, &ce) || errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return HeartbeatResult{}, ojserr.Backend(err)
+		}
+		res.Extended = append(res.Extended, id)
+		directive = stronger(directive, testDirective(j))
+	}
+	res.State = stronger(stronger(WorkerRunning, r.State), directive)
+	return res, nil
+}
+
+// stronger is the later of two worker states (running < quiet < terminate).
+func stronger(a, b string) string {
+	rank := map[string]int{WorkerRunning: 1, WorkerQuiet: 2, WorkerTerminate: 3}
+	if rank[b] > rank[a] {
+		return b
+	}
+	return a
+}
+
+func testDirective(j *job.Job) string {
+	if j == nil || len(j.Meta) == 0 {
+		return ""
+	}
+	var m struct {
+		D string `json:"test_directive"`
+	}
+	_ = json.Unmarshal(j.Meta, &m)
+	if m.D == WorkerQuiet || m.D == WorkerTerminate {
+		return m.D
+	}
+	return ""
+}
+
+// SetWorkerDirective tells a worker, through its next heartbeat, to go
+// quiet or terminate (ojs-admin-api.md 9.3).
+func (s *Service) SetWorkerDirective(ctx context.Context, id, directive string) (*store.WorkerInfo, error) {
+	if id == "" || len(id) > 256 {
+		return nil, ojserr.Invalid("id", "A worker id is 1 to 256 characters.")
+	}
+	if directive != WorkerQuiet && directive != WorkerTerminate {
+		return nil, ojserr.Invalid("directive", "The directive must be quiet or terminate.")
+	}
+	w, err := s.st.SetWorkerDirective(ctx, id, directive, s.Now())
+	if err != nil {
+		return nil, ojserr.Backend(err)
+	}
+	return w, nil
+}
+
+// Workers lists the workers seen in the last day, latest heartbeat first.
+func (s *Service) Workers(ctx context.Context) ([]store.WorkerInfo, error) {
+	ws, err := s.st.Workers(ctx, 1000)
+	if err != nil {
+		return nil, ojserr.Backend(err)
+	}
+	return ws, nil
+}

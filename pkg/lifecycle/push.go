@@ -1,0 +1,163 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+	"github.com/ojs-aws/ojs-serverless/pkg/store"
+)
+
+// Push validates and creates one job.
+func (s *Service) Push(ctx context.Context, raw []byte) (*job.Job, error) {
+	jobs, err := s.PushBatch(ctx, [][]byte{raw})
+	if err != nil {
+		var oe *ojserr.Error
+		if errors.As(err, &oe) {
+			delete(oe.Details, "index")
+		}
+		return nil, err
+	}
+	return jobs[0], nil
+}
+
+// MaxBulk is the most jobs one batch PUSH holds (ojs-bulk-operations.md
+// section 7: at least 1,000).
+const MaxBulk = 1000
+
+// PushBatch validates every job (one invalid job rejects the batch and
+// nothing is written; the error names its index), then creates them: up
+// to store.MaxBatch jobs in one DynamoDB transaction, all or none; larger
+// batches in transactions of store.MaxBatch, each all or none. When a
+// chunk fails, the jobs created so far are returned with a *PartialError
+// naming every job that was not.
+func (s *Service) PushBatch(ctx context.Context, raws [][]byte) ([]*job.Job, error) {
+	if len(raws) == 0 {
+		return nil, ojserr.Invalid("jobs", "The 'jobs' array must hold at least one job.")
+	}
+	if len(raws) > MaxBulk {
+		return nil, ojserr.Invalid("jobs", "A batch holds at most %d jobs; got %d.", MaxBulk, len(raws)).With("max_batch_size", MaxBulk)
+	}
+	now := s.Now()
+	jobs := make([]*job.Job, len(raws))
+	seen := map[string]int{}
+	for i, raw := range raws {
+		e, err := job.ParseEnqueue(raw, now)
+		if err != nil {
+			oe := ojserr.As(err)
+			if len(raws) > 1 {
+				oe.Message = fmt.Sprintf("Batch validation failed: job at index %d: %s", i, oe.Message)
+			}
+			return nil, oe.With("index", i)
+		}
+		if prev, dup := seen[e.Job.ID]; dup {
+			return nil, ojserr.Invalid("id", "Jobs at index %d and %d have the same id.", prev, i).With("index", i)
+		}
+		seen[e.Job.ID] = i
+		jobs[i] = e.Job
+	}
+	for i, j := range jobs {
+		if j.Unique != nil && len(jobs) > 1 {
+			return nil, ojserr.Invalid("unique", "Unique policies are honoured on single PUSH only; job at index %d has one. Enqueue it with POST /ojs/v1/jobs.", i).With("index", i)
+		}
+	}
+	// Admit first: it sets push mode, which the item sizes count.
+	if err := s.Admit(ctx, jobs); err != nil {
+		return nil, err
+	}
+	sizes, err := s.itemSizes(jobs)
+	if err != nil {
+		return nil, err
+	}
+	if jobs[0].Unique != nil {
+		j, err := s.pushUnique(ctx, jobs[0])
+		if err != nil {
+			return nil, err
+		}
+		if !j.Deduplicated {
+			s.log.InfoContext(ctx, "job pushed", "job_id", j.ID, "type", j.Type, "queue", j.Queue, "state", string(j.State), "push_mode", j.Push, "unique", true)
+		}
+		return []*job.Job{j}, nil
+	}
+	if len(jobs) > store.MaxBatch {
+		return s.createChunked(ctx, jobs, sizes)
+	}
+	if err := s.st.Create(ctx, jobs, s.redel); err != nil {
+		return nil, createChunkError(err, 0)
+	}
+	for _, j := range jobs {
+		s.log.InfoContext(ctx, "job pushed", "job_id", j.ID, "type", j.Type, "queue", j.Queue, "state", string(j.State), "push_mode", j.Push)
+	}
+	return jobs, nil
+}
+
+func createChunkError(err error, offset int) *ojserr.Error {
+	if oe, ok := asTooLarge(err); ok {
+		return oe
+	}
+	var dup *store.DuplicateError
+	if errors.As(err, &dup) {
+		return ojserr.Newf(ojserr.Duplicate, "A job with id '%s' already exists.", dup.ID).With("existing_job_id", dup.ID).With("index", offset+dup.Index)
+	}
+	return ojserr.Backend(err)
+}
+
+// PartialError reports a large batch of which some chunks were created
+// and some were not.
+type PartialError struct {
+	// Failed lists the jobs not created, by index in the request.
+	Failed []BatchFailure
+}
+
+// BatchFailure is one job of a batch that was not created.
+type BatchFailure struct {
+	Index int           `json:"index"`
+	JobID string        `json:"job_id"`
+	Error *ojserr.Error `json:"error"`
+}
+
+func (e *PartialError) Error() string {
+	return fmt.Sprintf("%d jobs of the batch were not created", len(e.Failed))
+}
+
+// createChunked writes a large batch in transactions of up to
+// store.MaxBatch jobs that each fit DynamoDB's transaction size (txChunks),
+// four at a time, keeping request order in the result.
+func (s *Service) createChunked(ctx context.Context, jobs []*job.Job, sizes []int) ([]*job.Job, error) {
+	starts := txChunks(sizes)
+	n := len(starts) - 1
+	errs := make([]error, n)
+	sem := make(chan struct{}, 4)
+	var wg sync.WaitGroup
+	for c := 0; c < n; c++ {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(c int) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			errs[c] = s.st.Create(ctx, jobs[starts[c]:starts[c+1]], s.redel)
+		}(c)
+	}
+	wg.Wait()
+	var created []*job.Job
+	var pe PartialError
+	for c, err := range errs {
+		chunk := jobs[starts[c]:starts[c+1]]
+		if err == nil {
+			created = append(created, chunk...)
+			continue
+		}
+		ce := createChunkError(err, starts[c])
+		for i, j := range chunk {
+			pe.Failed = append(pe.Failed, BatchFailure{Index: starts[c] + i, JobID: j.ID, Error: ce})
+		}
+	}
+	s.log.InfoContext(ctx, "batch pushed", "jobs", len(jobs), "created", len(created), "failed", len(pe.Failed), "chunks", n)
+	if len(pe.Failed) > 0 {
+		return created, &pe
+	}
+	return created, nil
+}
