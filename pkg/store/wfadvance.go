@@ -1,0 +1,366 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/ojs-aws/ojs-serverless/pkg/awslimit"
+	"github.com/ojs-aws/ojs-serverless/pkg/fault"
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
+)
+
+// Advance is one step of a workflow written as a whole: jobs that start
+// (each created only if it does not exist) and node writes. It is applied
+// only while the workflow runs. Up to MaxBatch items go in one
+// transaction; more are written jobs first, in transactions of MaxBatch,
+// with the node writes in the last one, so that the node writes (the
+// record that the step happened) are never visible before its jobs.
+type Advance struct {
+	WorkflowID string
+	Jobs       []*job.Job
+	Nodes      []NodeWrite
+	// NewNodes are nodes the step creates (each only if it does not
+	// exist), written with the node writes.
+	NewNodes []Node
+	// Scope is the node that must be in one of ScopeStates for the step
+	// to apply: by default the root, running; a failed workflow's
+	// compensation and handlers are steps of their own nodes.
+	Scope       string
+	ScopeStates []wfstate.State
+	// RedeliverAfter is passed to job creation (see Store.Create).
+	RedeliverAfter time.Duration
+	// Progress, when set, is told after each transaction how many of
+	// Jobs, from the first, exist.
+	Progress func(done int)
+}
+
+// Advance applies a. Jobs that exist already are skipped (a repeated
+// step). It returns ErrWorkflowNotRunning when the workflow stopped,
+// *ErrNodeConflict when a node write's condition failed (nothing of the
+// last transaction applied), or another error.
+func (s *Store) Advance(ctx context.Context, a Advance) error {
+	for _, w := range a.Nodes {
+		if err := w.validate(); err != nil {
+			return err
+		}
+	}
+	if a.Scope == "" {
+		a.Scope, a.ScopeStates = RootPath, []wfstate.State{wfstate.Running}
+	}
+	scopeWrite := -1
+	for i, w := range a.Nodes {
+		if w.Path == a.Scope {
+			scopeWrite = i
+		}
+	}
+	room := MaxBatch - len(a.Nodes) - len(a.NewNodes)
+	if scopeWrite < 0 {
+		room-- // the scope check
+	}
+	if room < 0 {
+		return fmt.Errorf("advance of workflow %s: %d node writes exceed a transaction", a.WorkflowID, len(a.Nodes))
+	}
+	sizes := make([]int, len(a.Jobs))
+	for i, j := range a.Jobs {
+		n, err := JobItemBytes(j, a.RedeliverAfter)
+		if err != nil {
+			return err
+		}
+		if n > awslimit.DynamoItemBytes {
+			return &TooLargeError{What: "item", Bytes: n, Max: awslimit.DynamoItemBytes, Index: i}
+		}
+		sizes[i] = n
+	}
+	// The last transaction holds the node writes and as many jobs from the
+	// end as fit beside them (node items are read as whole items: keep a
+	// megabyte for them); the jobs before it go in leading transactions of
+	// at most MaxBatch-1 jobs and DynamoDB's 4 MB, one after another, all
+	// before the last. Not at once: every one of them checks the scope
+	// node, and on DynamoDB two transactions holding the same item cancel
+	// each other (TransactionConflict), so eight at once would mostly
+	// retry. (DynamoDB Local runs transactions one at a time anyway.)
+	tail, bytes := len(a.Jobs), 0
+	for tail > 0 && len(a.Jobs)-tail < room && bytes+sizes[tail-1] <= awslimit.DynamoTxBytes-txNodeReserve {
+		tail--
+		bytes += sizes[tail]
+	}
+	var chunks [][]*job.Job
+	for start := 0; start < tail; {
+		end, b := start, 0
+		for end < tail && end-start < MaxBatch-1 && (end == start || b+sizes[end] <= awslimit.DynamoTxBytes-txCheckReserve) {
+			b += sizes[end]
+			end++
+		}
+		chunks = append(chunks, a.Jobs[start:end])
+		start = end
+	}
+	done := 0
+	for _, c := range chunks {
+		if err := s.advanceTx(ctx, a, c, nil, nil); err != nil {
+			return err
+		}
+		if done += len(c); a.Progress != nil {
+			a.Progress(done)
+		}
+		if err := sliceOver(ctx); err != nil {
+			return err // a creation's slice is over: the next goes on
+		}
+	}
+	if err := s.advanceTx(ctx, a, a.Jobs[tail:], a.Nodes, a.NewNodes); err != nil {
+		return err
+	}
+	if a.Progress != nil {
+		a.Progress(len(a.Jobs))
+	}
+	return nil
+}
+
+// AdvanceMarked applies a step of a workflow that is a chain or a graph
+// as two writes instead of a transaction, for half its write units (a
+// transaction bills every item twice): the root's write w (the finished
+// step counted, with w's conditions) with Node.Launching set to mark and
+// the condition that the workflow runs, then jobs put where they do not
+// exist. What the transaction's atomicity gave is kept by the mark: a
+// cancel or timeout after the first write finds it and takes the place of
+// every job not there yet, so no job is added to a stopped workflow; a
+// cancel before it makes it fail (ErrWorkflowNotRunning, nothing
+// written). A request that dies between the writes leaves the mark on a
+// running root and jobs missing, which the stream function's check of the
+// finished step finds (workflow.Verify) and writes again. mark is the
+// next step's path for a chain, RootPath for a graph (the steps whose
+// dependencies all completed). Errors as Advance's; *ErrNodeConflict when
+// another of w's conditions failed.
+func (s *Store) AdvanceMarked(ctx context.Context, wfID string, w NodeWrite, mark string, jobs []*job.Job, redeliverAfter time.Duration) error {
+	if w.Path != RootPath {
+		return fmt.Errorf("advance of workflow %s: a marked advance writes the root, not %s", wfID, w.Path)
+	}
+	puts := make([]*types.Put, len(jobs))
+	for i, j := range jobs {
+		var err error
+		if puts[i], err = s.jobPut(j, redeliverAfter); err != nil {
+			return err
+		}
+		if n := ItemBytes(puts[i].Item); n > awslimit.DynamoItemBytes {
+			return &TooLargeError{What: "item", Bytes: n, Max: awslimit.DynamoItemBytes, Index: i}
+		}
+	}
+	w.CondStates = []wfstate.State{wfstate.Running}
+	w.SetStrings = maps.Clone(w.SetStrings)
+	if w.SetStrings == nil {
+		w.SetStrings = map[string]string{}
+	}
+	w.SetStrings["launch"] = mark
+	if _, err := s.UpdateNode(ctx, wfID, w); err != nil {
+		var nc *ErrNodeConflict
+		if errors.Is(err, ErrNotFound) || errors.As(err, &nc) && nc.Current.State != wfstate.Running {
+			return ErrWorkflowNotRunning // as Advance's check of the root
+		}
+		return err
+	}
+	if err := fault.Hit(fault.WorkflowAfterMark); err != nil {
+		return err
+	}
+	// (A job that exists is the step repeated, or a cancel's placeholder.)
+	if err := s.putAll(ctx, puts); err != nil {
+		return fmt.Errorf("advance workflow %s: %w", wfID, err)
+	}
+	return nil
+}
+
+// Room kept in a transaction besides its jobs: for the node items it
+// updates (counted whole), and for the root check of a jobs-only one.
+const (
+	txNodeReserve  = 1 << 20
+	txCheckReserve = 8 << 10
+)
+
+// conflictTries is how many times a transaction cancelled by a
+// TransactionConflict is tried again; conflictBackoff the pause before
+// try n+1: full jitter over 20 ms doubling up to 640 ms, about 2.5 s in
+// all at most.
+const conflictTries = 8
+
+func conflictBackoff(n int) time.Duration {
+	ceiling := 20 * time.Millisecond << min(n, 5)
+	return time.Duration(rand.Int64N(int64(ceiling))) + time.Millisecond
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// advanceTx writes jobs, node writes and new nodes in one transaction
+// conditional on a's scope, retrying without the jobs that turn out to
+// exist.
+func (s *Store) advanceTx(ctx context.Context, a Advance, jobs []*job.Job, nodes []NodeWrite, newNodes []Node) error {
+	wfID := a.WorkflowID
+	if len(jobs) == 0 && len(nodes) == 0 && len(newNodes) == 0 {
+		return nil
+	}
+	inScope := func(st wfstate.State) bool {
+		for _, x := range a.ScopeStates {
+			if x == st {
+				return true
+			}
+		}
+		return false
+	}
+	for tries := 0; ; tries++ {
+		var tx []types.TransactWriteItem
+		hasScope := false
+		for _, w := range nodes {
+			x := newExprs()
+			var scope []wfstate.State
+			if w.Path == a.Scope {
+				hasScope, scope = true, a.ScopeStates
+			}
+			update, cond := w.build(x, wfID, scope)
+			tx = append(tx, types.TransactWriteItem{Update: &types.Update{TableName: &s.table, Key: wfKey(wfID, nodeSK(w.Path)),
+				UpdateExpression: aws.String(update), ConditionExpression: aws.String(cond),
+				ExpressionAttributeNames: x.namesOrNil(), ExpressionAttributeValues: x.valuesOrNil(),
+				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}})
+		}
+		if !hasScope {
+			x := newExprs()
+			states := make([]string, len(a.ScopeStates))
+			for i, st := range a.ScopeStates {
+				states[i] = x.str(string(st))
+			}
+			tx = append(tx, types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{TableName: &s.table, Key: wfKey(wfID, nodeSK(a.Scope)),
+				ConditionExpression:      aws.String(x.name("state") + " IN (" + strings.Join(states, ", ") + ")"),
+				ExpressionAttributeNames: x.names, ExpressionAttributeValues: x.values,
+				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}})
+		}
+		for _, n := range newNodes {
+			n.Rev = 1
+			av, err := attributevalue.MarshalMap(nodeItem{PK: wfPrefix + wfID, SK: nodeSK(n.Path), Node: n})
+			if err != nil {
+				return err
+			}
+			tx = append(tx, types.TransactWriteItem{Put: &types.Put{TableName: &s.table, Item: av, ConditionExpression: aws.String("attribute_not_exists(pk)"),
+				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}})
+		}
+		first := len(tx)
+		for _, j := range jobs {
+			put, err := s.jobPut(j, a.RedeliverAfter)
+			if err != nil {
+				return err
+			}
+			tx = append(tx, types.TransactWriteItem{Put: put})
+		}
+		if len(tx) == 1 && tx[0].ConditionCheck != nil {
+			return nil
+		}
+		_, err := s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: tx})
+		var tce *types.TransactionCanceledException
+		if !errors.As(err, &tce) {
+			if err != nil {
+				return fmt.Errorf("advance workflow %s: %w", wfID, err)
+			}
+			return nil
+		}
+		var exist map[int]bool
+		conflict := false
+		for i, r := range tce.CancellationReasons {
+			if aws.ToString(r.Code) == "TransactionConflict" {
+				conflict = true
+			}
+			if aws.ToString(r.Code) != "ConditionalCheckFailed" {
+				continue
+			}
+			if i >= first {
+				if exist == nil {
+					exist = map[int]bool{}
+				}
+				exist[i-first] = true
+				continue
+			}
+			if len(r.Item) == 0 {
+				return ErrWorkflowNotRunning
+			}
+			var it nodeItem
+			if err := attributevalue.UnmarshalMap(r.Item, &it); err != nil {
+				return err
+			}
+			if it.Path == a.Scope && !inScope(it.State) {
+				return ErrWorkflowNotRunning
+			}
+			return &ErrNodeConflict{Current: &it.Node}
+		}
+		if exist == nil {
+			if conflict && tries < conflictTries {
+				// Another transaction held one of the items (a completion
+				// settling the same node): try again after a jittered,
+				// growing pause.
+				if err := sleepCtx(ctx, conflictBackoff(tries)); err != nil {
+					return err
+				}
+				continue
+			}
+			return fmt.Errorf("advance workflow %s: %w", wfID, err)
+		}
+		if tries >= 8 {
+			return fmt.Errorf("advance workflow %s: jobs keep colliding: %w", wfID, err)
+		}
+		kept := jobs[:0:0]
+		for i, j := range jobs {
+			if !exist[i] {
+				kept = append(kept, j)
+			}
+		}
+		jobs = kept
+		if len(jobs) == 0 && len(nodes) == 0 && len(newNodes) == 0 {
+			return nil
+		}
+	}
+}
+
+// jobPut builds the conditional put of a new job with its initial index
+// entries, set from its state: available jobs join the ready index
+// (push-mode ones the due index instead, for redelivery); scheduled ones
+// the due index.
+func (s *Store) jobPut(j *job.Job, redeliverAfter time.Duration) (*types.Put, error) {
+	r, err := toRecord(j)
+	if err != nil {
+		return nil, err
+	}
+	r.FetchBytes = FetchBytes(j)
+	switch j.State {
+	case job.Available:
+		if j.Push {
+			r.DuePK, r.DueAt = dueKey(j.Queue, j.ID), ms(j.EnqueuedAt.Add(redeliverAfter))
+		} else {
+			r.ReadyPK, r.ReadySK = readyKey(j.Queue, j.ID), readySortKey(j.Priority, *j.EnqueuedAt, j.ID)
+		}
+	case job.Scheduled:
+		r.DuePK, r.DueAt = dueKey(j.Queue, j.ID), ms(*j.ScheduledAt)
+	case job.Pending, job.Cancelled: // Cancelled: a cancel's placeholder (workflow.takeUnwritten)
+	default:
+		return nil, fmt.Errorf("create job %s in state %s", j.ID, j.State)
+	}
+	if r.DuePK != "" {
+		s.due.wrote(r.DuePK, fromMS(r.DueAt))
+	}
+	av, err := attributevalue.MarshalMap(r)
+	if err != nil {
+		return nil, err
+	}
+	return &types.Put{TableName: &s.table, Item: av, ConditionExpression: aws.String("attribute_not_exists(pk)")}, nil
+}

@@ -1,0 +1,226 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
+)
+
+// getWF reads one workflow item into out (consistent read).
+func (s *Store) getWF(ctx context.Context, wfID, sk string, out any) error {
+	res, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.table, Key: wfKey(wfID, sk), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return fmt.Errorf("get %s %s: %w", wfID, sk, err)
+	}
+	if len(res.Item) == 0 {
+		return ErrNotFound
+	}
+	return attributevalue.UnmarshalMap(res.Item, out)
+}
+
+// GetNode reads one node (consistent read).
+func (s *Store) GetNode(ctx context.Context, wfID, path string) (*Node, error) {
+	var it nodeItem
+	if err := s.getWF(ctx, wfID, nodeSK(path), &it); err != nil {
+		return nil, err
+	}
+	return &it.Node, nil
+}
+
+// GetShard reads one counter shard (consistent read).
+func (s *Store) GetShard(ctx context.Context, wfID, path, key string) (*Shard, error) {
+	var it shardItem
+	if err := s.getWF(ctx, wfID, shardSK(path, key), &it); err != nil {
+		return nil, err
+	}
+	return &it.Shard, nil
+}
+
+// NodeKey names a node of a workflow.
+type NodeKey struct{ WorkflowID, Path string }
+
+// ShardRef names a counter shard of a workflow.
+type ShardRef struct{ WorkflowID, Path, Key string }
+
+// Progress is what a batch read of nodes, shards and jobs found, keyed by
+// workflow id + path (nodes) and workflow id + path + "#" + key (shards);
+// Jobs holds the ids of the jobs that exist.
+type Progress struct {
+	Nodes  map[NodeKey]*Node
+	Shards map[ShardRef]*Shard
+	Jobs   map[string]bool
+}
+
+// ReadProgress reads nodes, shards and whether jobs exist, in batches of
+// 100 (consistent reads); missing items are absent from the result.
+func (s *Store) ReadProgress(ctx context.Context, nodes []NodeKey, shards []ShardRef, jobs []string) (*Progress, error) {
+	p := &Progress{Nodes: map[NodeKey]*Node{}, Shards: map[ShardRef]*Shard{}, Jobs: map[string]bool{}}
+	bg, ok := s.db.(batchGetter)
+	if !ok {
+		return nil, fmt.Errorf("the DynamoDB client cannot batch get")
+	}
+	seen := map[string]bool{}
+	var keys []map[string]types.AttributeValue
+	for _, k := range nodes {
+		if id := k.WorkflowID + "|" + nodeSK(k.Path); !seen[id] {
+			seen[id] = true
+			keys = append(keys, wfKey(k.WorkflowID, nodeSK(k.Path)))
+		}
+	}
+	for _, k := range shards {
+		if id := k.WorkflowID + "|" + shardSK(k.Path, k.Key); !seen[id] {
+			seen[id] = true
+			keys = append(keys, wfKey(k.WorkflowID, shardSK(k.Path, k.Key)))
+		}
+	}
+	for _, id := range jobs {
+		if k := "JOB|" + id; !seen[k] {
+			seen[k] = true
+			keys = append(keys, jobKey(id))
+		}
+	}
+	for len(keys) > 0 {
+		n := min(100, len(keys))
+		chunk := keys[:n]
+		keys = keys[n:]
+		for tries := 0; len(chunk) > 0 && tries < 8; tries++ {
+			res, err := bg.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: map[string]types.KeysAndAttributes{s.table: {Keys: chunk, ConsistentRead: aws.Bool(true)}}})
+			if err != nil {
+				return nil, fmt.Errorf("batch get workflow items: %w", err)
+			}
+			for _, av := range res.Responses[s.table] {
+				sk := av[attrSK].(*types.AttributeValueMemberS).Value
+				if sk == jobSK {
+					p.Jobs[strings.TrimPrefix(av[attrPK].(*types.AttributeValueMemberS).Value, jobPrefix)] = true
+					continue
+				}
+				if strings.HasPrefix(sk, nodePrefix) {
+					var it nodeItem
+					if err := attributevalue.UnmarshalMap(av, &it); err != nil {
+						return nil, err
+					}
+					n := it.Node
+					p.Nodes[NodeKey{n.WorkflowID, n.Path}] = &n
+				} else {
+					var it shardItem
+					if err := attributevalue.UnmarshalMap(av, &it); err != nil {
+						return nil, err
+					}
+					sh := it.Shard
+					p.Shards[ShardRef{it.WFID, sh.Path, sh.Key}] = &sh
+				}
+			}
+			chunk = res.UnprocessedKeys[s.table].Keys
+		}
+	}
+	return p, nil
+}
+
+type batchGetter interface {
+	BatchGetItem(context.Context, *dynamodb.BatchGetItemInput, ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error)
+}
+
+// WorkflowItems reads every node of a workflow (paginated query of its
+// partition), root first.
+func (s *Store) WorkflowItems(ctx context.Context, wfID string) ([]*Node, error) {
+	return s.Subtree(ctx, wfID, RootPath)
+}
+
+// Subtree reads the node at path and every node below it, in path order
+// (the node itself first).
+func (s *Store) Subtree(ctx context.Context, wfID, path string) ([]*Node, error) {
+	prefix := nodeSK(path)
+	if path != RootPath {
+		n, err := s.GetNode(ctx, wfID, path)
+		if errors.Is(err, ErrNotFound) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		prefix += "/"
+		nodes := []*Node{n}
+		more, err := s.queryNodes(ctx, wfID, prefix)
+		return append(nodes, more...), err
+	}
+	return s.queryNodes(ctx, wfID, prefix)
+}
+
+func (s *Store) queryNodes(ctx context.Context, wfID, prefix string) ([]*Node, error) {
+	var nodes []*Node
+	var start map[string]types.AttributeValue
+	for {
+		out, err := s.db.Query(ctx, &dynamodb.QueryInput{
+			TableName: &s.table, KeyConditionExpression: aws.String("pk = :pk AND begins_with(sk, :n)"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{
+				":pk": &types.AttributeValueMemberS{Value: wfPrefix + wfID}, ":n": &types.AttributeValueMemberS{Value: prefix},
+			},
+			ConsistentRead: aws.Bool(true), ExclusiveStartKey: start,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("query workflow %s: %w", wfID, err)
+		}
+		for _, av := range out.Items {
+			var it nodeItem
+			if err := attributevalue.UnmarshalMap(av, &it); err != nil {
+				return nil, err
+			}
+			n := it.Node
+			nodes = append(nodes, &n)
+		}
+		if len(out.LastEvaluatedKey) == 0 {
+			return nodes, nil
+		}
+		start = out.LastEvaluatedKey
+	}
+}
+
+// BatchGetJobs reads jobs by id (up to 100 per call, strongly consistent);
+// missing ids are absent from the result.
+func (s *Store) BatchGetJobs(ctx context.Context, ids []string) (map[string]*job.Job, error) {
+	bg, ok := s.db.(batchGetter)
+	if !ok {
+		return nil, fmt.Errorf("the DynamoDB client cannot batch get")
+	}
+	out := map[string]*job.Job{}
+	var chunks [][]map[string]types.AttributeValue
+	for len(ids) > 0 {
+		n := min(100, len(ids))
+		keys := make([]map[string]types.AttributeValue, n)
+		for i, id := range ids[:n] {
+			keys[i] = jobKey(id)
+		}
+		ids = ids[n:]
+		chunks = append(chunks, keys)
+	}
+	var mu sync.Mutex
+	err := parallel(ctx, len(chunks), 8, func(ctx context.Context, c int) error {
+		keys := chunks[c]
+		for tries := 0; len(keys) > 0 && tries < 8; tries++ {
+			res, err := bg.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: map[string]types.KeysAndAttributes{s.table: {Keys: keys, ConsistentRead: aws.Bool(true)}}})
+			if err != nil {
+				return fmt.Errorf("batch get jobs: %w", err)
+			}
+			for _, av := range res.Responses[s.table] {
+				j, err := decodeJob(av)
+				if err != nil {
+					return err
+				}
+				mu.Lock()
+				out[j.ID] = j
+				mu.Unlock()
+			}
+			keys = res.UnprocessedKeys[s.table].Keys
+		}
+		return nil
+	})
+	return out, err
+}
