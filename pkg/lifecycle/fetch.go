@@ -67,28 +67,21 @@ func (s *Service) Fetch(ctx context.Context, r FetchRequest) ([]*job.Job, error)
 	}
 	used := 0
 	out := []*job.Job{}
-	// One consistent read of every queue's pause state and rate limit and
-	// of the worker's state (skipped once it is known to be stopping):
-	// read fresh, not cached, so a pause holds for every FETCH after it.
 	if s.workers.has(r.WorkerID) {
 		return out, nil // a quiet or terminating worker gets no new jobs
 	}
-	fs, err := s.st.FetchState(ctx, r.Queues, r.WorkerID)
-	if err != nil {
-		return nil, ojserr.Backend(err)
-	}
-	if w := fs.Worker; w != nil && (stopping(w.State) || stopping(w.Directive)) {
-		s.workers.add(r.WorkerID)
-		return out, nil
-	}
+	// One consistent read of every queue's pause state and rate limit and
+	// of the worker's state, read fresh, not cached, so that a pause holds
+	// for every FETCH after it; read once the first queue shows candidates:
+	// an empty answer needs none of it (an idle worker's poll is the ready
+	// queries alone).
+	var fs *store.FetchState
 	full := false // the next job would pass MaxBytes
 	for _, q := range r.Queues {
 		if len(out) >= r.Count || full {
 			break
 		}
-		qs := fs.Queues[q]
-		rate := qs.Rate
-		if qs.Paused {
+		if fs != nil && fs.Queues[q].Paused {
 			continue // a paused queue is not fetched; its jobs wait
 		}
 		// The due shards that may hold something due now (store.DueNow):
@@ -105,14 +98,33 @@ func (s *Service) Fetch(ctx context.Context, r FetchRequest) ([]*job.Job, error)
 		want := r.Count - len(out)
 		// Twice the candidates it wants, and a few: without contention
 		// the FETCH takes the first ones in order; with it, the rotation
-		// below has a window wide enough for racing FETCHes to part ways
-		// (a lost claim is a billed write). The extra entries cost no
-		// more: a Query bills per 4 KB read, and an entry is ~150 bytes.
+		// (claimRounds) has a window wide enough for racing FETCHes to
+		// part ways (a lost claim is a billed write). The extra entries
+		// cost no more: a Query bills per 4 KB read, and an entry is ~150
+		// bytes.
 		items, err := s.candidates(ctx, q, min(2*want+8, MaxFetch))
 		if err != nil {
 			return s.fetchFailed(ctx, out, err)
 		}
-		if rate > 0 && len(items) > 0 {
+		if len(items) == 0 {
+			continue
+		}
+		if fs == nil {
+			st, err := s.st.FetchState(ctx, r.Queues, r.WorkerID)
+			if err != nil {
+				return s.fetchFailed(ctx, out, err)
+			}
+			fs = &st
+			if w := fs.Worker; w != nil && (stopping(w.State) || stopping(w.Directive)) {
+				s.workers.add(r.WorkerID)
+				return out, nil
+			}
+		}
+		qs := fs.Queues[q]
+		if qs.Paused {
+			continue
+		}
+		if rate := qs.Rate; rate > 0 {
 			// A rate-limited queue hands out at most rate jobs a second:
 			// reserve the jobs before claiming them.
 			want = min(want, max(1, int(rate)))
