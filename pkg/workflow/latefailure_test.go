@@ -199,3 +199,88 @@ func TestARetryThatDiesWithItsMarksIsFinishedByTheRepair(t *testing.T) {
 		})
 	}
 }
+
+// A full counter shard found not rolled up while a retry re-opens its
+// composite (a member that completed in a shard the retry did not touch,
+// its roll-up refused by the composite's mark): the stream function's
+// check leaves it to the retry instead of failing its batch, and the
+// retry's repair rolls it up once the marks are gone.
+func TestARollUpRefusedByARetrysMarkIsLeftToTheRetry(t *testing.T) {
+	t.Parallel()
+	late := &recordAtRequeue{stale: map[string]*job.Job{}}
+	h := newClockedOn(t, func(st *store.Store) workflow.Store { late.Store = st; return late })
+	late.verify = func(context.Context, []workflow.Finished) error { return nil }
+	ctx := context.Background()
+	id := h.create(wideGroup())
+	var failed string
+	var other *job.Job // a completed member counted in the other shard
+	for _, j := range fetchAll(t, h.svc, "lq") {
+		if j.Type == "l.b" {
+			h.fail(j)
+			failed = j.ID
+		} else {
+			h.ack(j, `"a"`)
+		}
+	}
+	root, err := h.st.GetNode(ctx, id, store.RootPath)
+	if err != nil || root.State != "failed" || len(root.Rolled) != root.Shards {
+		t.Fatalf("first run: %+v %v", root, err)
+	}
+	items, err := h.st.WorkflowItems(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shardOf := map[string]string{}
+	for _, n := range items {
+		shardOf[workflow.JobID(id, n.Path)] = n.PShard
+	}
+	b, err := h.st.BatchGetJobs(ctx, []string{failed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	late.stale, late.die = b, true // the retry dies with its marks set
+	if _, err := h.eng.Retry(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	var key string
+	for _, n := range items {
+		if n.PShard != "" && n.PShard != shardOf[failed] {
+			key = n.PShard
+			jobs, err := h.st.BatchGetJobs(ctx, []string{workflow.JobID(id, n.Path)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			other = jobs[workflow.JobID(id, n.Path)]
+			break
+		}
+	}
+	// The other shard full but not rolled up, as a refused roll-up leaves it.
+	root, _ = h.st.GetNode(ctx, id, store.RootPath)
+	var drop []string
+	for _, r := range root.Rolled {
+		if strings.HasPrefix(r, key+":") {
+			drop = append(drop, r)
+		}
+	}
+	if len(drop) != 1 || root.Reopening == "" {
+		t.Fatalf("root after the retry died: rolled %v, mark %q", root.Rolled, root.Reopening)
+	}
+	if _, err := h.st.UpdateNode(ctx, id, store.NodeWrite{Path: store.RootPath, DelRolled: drop}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.eng.Verify(ctx, []workflow.Finished{{Job: other}}); err != nil {
+		t.Fatalf("the stream's check of a member whose shard's roll-up the mark refuses: %v", err)
+	}
+	h.clk.Add(workflow.CheckAfter + time.Second)
+	if _, err := h.eng.Repair(ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	again := fetchAll(t, h.svc, "lq")
+	if len(again) != 1 || again[0].ID != failed {
+		t.Fatalf("after the repair: %d jobs, want the failed one again", len(again))
+	}
+	h.ack(again[0], `"b"`)
+	if v := h.view(id); v["state"] != "completed" {
+		t.Fatalf("the retried workflow: %s, want completed", v["state"])
+	}
+}
