@@ -889,8 +889,9 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 	// jobs are back in their queues: a record of a failure the retry
 	// undoes, arriving in between, finds the step uncounted and its job
 	// still failed, and would count it again (failing a group whose
-	// member then completes, or a nested composite its chain then never
-	// goes past). Nothing counts on a marked item; what finished
+	// member then completes, firing a batch's on_failure though its
+	// members all complete, or failing a nested composite its chain then
+	// never goes past). Nothing counts on a marked item; what finished
 	// meanwhile is counted below, once the marks are gone.
 	redecided := map[string]bool{}     // callback jobs of batches whose members run again
 	marked := map[string]*store.Node{} // composites, by path (the root always)

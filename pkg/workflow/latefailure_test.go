@@ -24,6 +24,7 @@ type recordAtRequeue struct {
 	stale  map[string]*job.Job // by id: the records that arrive late
 	verify func(ctx context.Context, fs []workflow.Finished) error
 	err    error
+	fired  bool // the late records were delivered
 	// die, when set, fails the first re-queue instead (a retry that dies
 	// with its marks set); dieClearing the first removal of a composite's
 	// mark (one that dies after re-queueing).
@@ -47,6 +48,7 @@ func (s *recordAtRequeue) Apply(ctx context.Context, t store.Transition) (*job.J
 			return nil, errDied
 		}
 		s.once.Do(func() {
+			s.fired = true
 			var fs []workflow.Finished
 			for _, j := range s.stale {
 				fs = append(fs, workflow.Finished{Job: j})
@@ -70,6 +72,7 @@ func TestALateFailureRecordDuringARetryIsNotCounted(t *testing.T) {
 		{"group", `{"type":"group","jobs":[{"type":"l.a","args":[],"options":{"queue":"lq"}},{"type":"l.b","args":[],"options":{"queue":"lq"}}]}`},
 		{"group in a chain", `{"type":"chain","steps":[{"type":"group","jobs":[{"type":"l.a","args":[],"options":{"queue":"lq"}},{"type":"l.b","args":[],"options":{"queue":"lq"}}]},{"type":"l.c","args":[],"options":{"queue":"lq"}}]}`},
 		{"wide group", wideGroup()},
+		{"batch in a chain", `{"type":"chain","steps":[{"type":"batch","jobs":[{"type":"l.a","args":[],"options":{"queue":"lq"}},{"type":"l.b","args":[],"options":{"queue":"lq"}}],"callbacks":{"on_failure":{"type":"l.b","args":[],"options":{"queue":"lq"}}}},{"type":"l.c","args":[],"options":{"queue":"lq"}}]}`},
 		{"chain in a group", `{"type":"group","jobs":[{"type":"l.a","args":[],"options":{"queue":"lq"}},{"type":"chain","steps":[{"type":"l.b","args":[],"options":{"queue":"lq"}},{"type":"l.c","args":[],"options":{"queue":"lq"}}]}]}`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -80,12 +83,16 @@ func TestALateFailureRecordDuringARetryIsNotCounted(t *testing.T) {
 			ctx := context.Background()
 			id := h.create(c.def)
 			var failed string
-			for _, j := range fetchAll(t, h.svc, "lq") {
-				if j.Type == "l.b" {
-					h.fail(j)
-					failed = j.ID
-				} else {
-					h.ack(j, `"a"`)
+			for round := 0; round < 3; round++ { // the members, then a batch's callback
+				for _, j := range fetchAll(t, h.svc, "lq") {
+					if j.Type == "l.b" { // a member, and in the batch its on_failure callback
+						h.fail(j)
+						if failed == "" {
+							failed = j.ID
+						}
+					} else {
+						h.ack(j, `"a"`)
+					}
 				}
 			}
 			if v := h.view(id); v["state"] != "failed" {
@@ -99,12 +106,13 @@ func TestALateFailureRecordDuringARetryIsNotCounted(t *testing.T) {
 			if _, err := h.eng.Retry(ctx, id); err != nil {
 				t.Fatal(err)
 			}
-			if late.err != nil {
-				t.Fatal(late.err)
+			if late.err != nil || !late.fired {
+				t.Fatalf("the late record: delivered %v, %v", late.fired, late.err)
 			}
 			if v := h.view(id); v["state"] != "running" {
 				t.Fatalf("after the retry and the late record: %s, want running", v["state"])
 			}
+			again := 0 // l.b jobs run in the second run
 			for left := 0; left < 5; left++ {
 				got := fetchAll(t, h.svc, "lq")
 				if len(got) == 0 {
@@ -114,8 +122,16 @@ func TestALateFailureRecordDuringARetryIsNotCounted(t *testing.T) {
 					if j.Type == "l.a" {
 						t.Fatalf("the completed step ran again")
 					}
+					if j.Type == "l.b" {
+						again++
+					}
 					h.ack(j, `"ok"`)
 				}
+			}
+			if again != 1 {
+				// Only the failed member runs again; a batch whose members
+				// all complete does not fire on_failure.
+				t.Fatalf("%d l.b jobs ran in the second run, want the failed member alone", again)
 			}
 			if v := h.view(id); v["state"] != "completed" {
 				t.Fatalf("the retried workflow: %s, want completed", v["state"])
