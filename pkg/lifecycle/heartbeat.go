@@ -103,10 +103,18 @@ func (s *Service) Heartbeat(ctx context.Context, r HeartbeatRequest) (HeartbeatR
 	for _, id := range r.JobIDs {
 		j, err := s.st.Apply(ctx, store.Extend(id, r.WorkerID, until, now))
 		var ce *store.ConflictError
-		if errors.As(err, &ce) && ce.Current.State == job.Active && ce.Current.Deadline != nil && ce.Current.Deadline.After(now) &&
-			ce.Current.LeaseUntil != nil && ce.Current.LeaseUntil.After(now) && (r.WorkerID == ce.Current.WorkerID || ce.Current.WorkerID == "") {
-			// The extension would pass the execution deadline: extend to it.
-			j, err = s.st.Apply(ctx, store.Extend(id, r.WorkerID, *ce.Current.Deadline, now))
+		if errors.As(err, &ce) && heldBy(ce.Current, r.WorkerID, now) {
+			if cur := ce.Current; !until.IsZero() && cur.Deadline != nil && until.After(*cur.Deadline) && cur.Deadline.After(now) {
+				// The extension would pass the execution deadline: extend to it.
+				j, err = s.st.Apply(ctx, store.Extend(id, r.WorkerID, *cur.Deadline, now))
+				if errors.As(err, &ce) && heldBy(ce.Current, r.WorkerID, now) {
+					j, err = ce.Current, nil // it ends at the deadline already
+				}
+			} else {
+				// Held, and renewed less than a tenth of its length ago
+				// (store.Extend): it stays as it is, no write.
+				j, err = cur, nil
+			}
 		}
 		if err == nil && j.Deadline != nil && j.LeaseUntil != nil && j.LeaseUntil.After(*j.Deadline) {
 			// The claim's lease length passes the deadline: clamp it.
@@ -129,6 +137,15 @@ func (s *Service) Heartbeat(ctx context.Context, r HeartbeatRequest) (HeartbeatR
 	}
 	res.State = stronger(stronger(WorkerRunning, r.State), directive)
 	return res, nil
+}
+
+// heldBy reports whether j is active under a lease that has not ended,
+// claimed by workerID or by a FETCH without a worker id: a heartbeat's
+// extension refused though it holds was refused for the lease's freshness
+// or its deadline (store.Extend), not because the attempt is over.
+func heldBy(j *job.Job, workerID string, now time.Time) bool {
+	return j != nil && j.State == job.Active && j.LeaseUntil != nil && j.LeaseUntil.After(now) &&
+		(j.WorkerID == "" || j.WorkerID == workerID)
 }
 
 // stronger is the later of two worker states (running < quiet < terminate).

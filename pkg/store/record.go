@@ -37,7 +37,11 @@ const (
 	// attrWriteToken is the token of the job's last transition
 	// (Transition.token).
 	attrWriteToken = "wt"
-	jobSK          = "JOB"
+	// attrRenewAt is when a heartbeat next moves an active job's lease,
+	// attrRenewMS a tenth of the claim's lease length (Extend).
+	attrRenewAt = "renew_at"
+	attrRenewMS = "renew_ms"
+	jobSK       = "JOB"
 )
 
 // Key prefixes.

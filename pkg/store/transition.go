@@ -119,7 +119,7 @@ func (t *Transition) becomeAvailable(queue string, priority int, push bool, now 
 	} else {
 		t.remove(attrDispatch)
 	}
-	t.remove(attrLease, "lease_ms", attrWorker, "next_attempt_at", "cancel_requested")
+	t.remove(attrLease, "lease_ms", attrRenewAt, attrRenewMS, attrWorker, "next_attempt_at", "cancel_requested")
 }
 
 // ClaimOpts describes a claim of an available job.
@@ -158,6 +158,9 @@ func Claim(id string, o ClaimOpts) Transition {
 	}
 	t.set(attrLease, ms(lease))
 	t.set("lease_ms", o.LeaseUntil.Sub(o.Now).Milliseconds())
+	gap := o.LeaseUntil.Sub(o.Now) / RenewFraction
+	t.set(attrRenewMS, gap.Milliseconds())
+	t.set(attrRenewAt, ms(o.Now.Add(gap)))
 	t.set("deadline_ms", ms(o.Deadline))
 	if !o.Redelivery.IsZero() && !o.Redelivery.Before(lease) {
 		t.and(expression.Name(attrDueAt).GreaterThanEqual(expression.Value(ms(lease))))
@@ -207,7 +210,7 @@ func Complete(id string, result json.RawMessage, attempt int, now time.Time) Tra
 	} else {
 		t.remove("result")
 	}
-	t.remove("error", attrLease, "lease_ms", "deadline_ms", attrWorker, attrDuePK, attrDueAt, attrReadyPK, attrReadySK, "cancel_requested")
+	t.remove("error", attrLease, "lease_ms", attrRenewAt, attrRenewMS, "deadline_ms", attrWorker, attrDuePK, attrDueAt, attrReadyPK, attrReadySK, "cancel_requested")
 	if attempt > 0 {
 		t.and(expression.Name(attrAttempt).Equal(expression.Value(attempt)))
 	}
@@ -255,7 +258,7 @@ func (t *Transition) setErrors(j *job.Job, e job.ErrorInfo) {
 
 func (t *Transition) recordFailure(j *job.Job, f Failure, now time.Time) {
 	t.setErrors(j, f.Error)
-	t.remove(attrLease, "lease_ms", "deadline_ms", attrWorker, "cancel_requested", attrDispatch)
+	t.remove(attrLease, "lease_ms", attrRenewAt, attrRenewMS, "deadline_ms", attrWorker, "cancel_requested", attrDispatch)
 	if t.To == job.Retryable {
 		t.set("retry_delay_ms", f.NextAttempt.Sub(now).Milliseconds())
 		t.set("next_attempt_at", job.Timestamp(f.NextAttempt))
@@ -359,17 +362,35 @@ func Cancel(id string, now time.Time, from ...job.State) Transition {
 // deadline: with an explicit leaseUntil the condition fails if it would
 // (the caller retries with the deadline); with the claim's length the
 // caller clamps the written lease (see Clamp).
+//
+// A lease is not moved by less than a tenth of its length (RenewFraction):
+// the condition fails while the claim's lease was set or renewed less than
+// a tenth of its length ago (renew_at), or, with an explicit leaseUntil,
+// while the lease already ends within a tenth of that length before it.
+// A worker that beats every few seconds with a long lease (the SDKs beat
+// every 5 s; a lease is 30 min by default) then costs a failed
+// conditional write per beat, one unit, instead of the item's write and
+// its due entry moved (three), and its lease still ends at least nine
+// tenths of its length after any heartbeat. The caller tells this refusal
+// from the others by the job it returns (HeldBy's worker, lease held).
 func Extend(id, workerID string, leaseUntil, now time.Time) Transition {
 	t := newTransition(id, job.Active, job.Active)
 	if leaseUntil.IsZero() {
 		next := expression.Plus(expression.Value(ms(now)),
 			expression.IfNotExists(expression.Name("lease_ms"), expression.Value(job.DefaultVisibilityTimeout.Milliseconds())))
-		t.update = t.update.Set(expression.Name(attrLease), next).Set(expression.Name(attrDueAt), next)
+		t.update = t.update.Set(expression.Name(attrLease), next).Set(expression.Name(attrDueAt), next).
+			Set(expression.Name(attrRenewAt), expression.Plus(expression.Value(ms(now)),
+				expression.IfNotExists(expression.Name(attrRenewMS), expression.Value(0))))
+		t.and(expression.Or(expression.AttributeNotExists(expression.Name(attrRenewAt)),
+			expression.Name(attrRenewAt).LessThanEqual(expression.Value(ms(now)))))
 	} else {
+		slack := leaseUntil.Sub(now) / RenewFraction
 		t.set(attrLease, ms(leaseUntil))
 		t.set(attrDueAt, ms(leaseUntil))
+		t.set(attrRenewAt, ms(now.Add(slack)))
 		t.and(expression.Or(expression.AttributeNotExists(expression.Name("deadline_ms")),
 			expression.Name("deadline_ms").GreaterThanEqual(expression.Value(ms(leaseUntil)))))
+		t.and(expression.Name(attrLease).LessThanEqual(expression.Value(ms(leaseUntil.Add(-slack)))))
 	}
 	if workerID != "" {
 		t.and(expression.Or(expression.AttributeNotExists(expression.Name(attrWorker)),
@@ -378,6 +399,10 @@ func Extend(id, workerID string, leaseUntil, now time.Time) Transition {
 	t.leaseHeld(now)
 	return t
 }
+
+// RenewFraction: a heartbeat moves a lease only by at least 1/RenewFraction
+// of its length (Extend).
+const RenewFraction = 10
 
 // Clamp sets an active job's lease to its deadline when a heartbeat
 // extended it past it (only while the lease is later than the deadline).
