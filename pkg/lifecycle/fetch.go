@@ -145,12 +145,13 @@ func (s *Service) Fetch(ctx context.Context, r FetchRequest) ([]*job.Job, error)
 	return out, nil
 }
 
-// claimParallel bounds the claims a FETCH has in flight at once.
-const claimParallel = 10
+// writeParallel bounds the job writes one request has in flight at once:
+// a FETCH's claims, a heartbeat's extensions.
+const writeParallel = 10
 
 // claimRounds claims up to want of a queue's candidates for FETCH r, whose
 // answer holds used bytes so far, in rounds: each round takes the next
-// candidates that fit the answer (up to claimParallel, and what is still
+// candidates that fit the answer (up to writeParallel, and what is still
 // wanted) and claims them at once, so that a FETCH holds its candidates
 // for one round trip instead of one per job; racing FETCHes that read the
 // same heads overlap less, and lose fewer claims (every lost claim is a
@@ -170,7 +171,7 @@ func (s *Service) claimRounds(ctx context.Context, r FetchRequest, q string, ite
 		var round []store.Item
 		var sizes []int
 		bytes, largest, blocked := 0, 0, false
-		for next < len(items) && len(round) < min(want-len(out), claimParallel) {
+		for next < len(items) && len(round) < min(want-len(out), writeParallel) {
 			it := items[next]
 			size, err := s.fetchBytes(ctx, it)
 			if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
@@ -100,43 +101,79 @@ func (s *Service) Heartbeat(ctx context.Context, r HeartbeatRequest) (HeartbeatR
 	if r.Visibility > 0 {
 		until = now.Add(r.Visibility)
 	}
-	for _, id := range r.JobIDs {
-		j, err := s.st.Apply(ctx, store.Extend(id, r.WorkerID, until, now))
-		var ce *store.ConflictError
-		if errors.As(err, &ce) && heldBy(ce.Current, r.WorkerID, now) {
-			if cur := ce.Current; !until.IsZero() && cur.Deadline != nil && until.After(*cur.Deadline) && cur.Deadline.After(now) {
-				// The extension would pass the execution deadline: extend to it.
-				j, err = s.st.Apply(ctx, store.Extend(id, r.WorkerID, *cur.Deadline, now))
-				if errors.As(err, &ce) && heldBy(ce.Current, r.WorkerID, now) {
-					j, err = ce.Current, nil // it ends at the deadline already
-				}
-			} else {
-				// Held, and renewed less than a tenth of its length ago
-				// (store.Extend): it stays as it is, no write.
-				j, err = cur, nil
-			}
+	// The jobs' extensions at once (up to writeParallel in flight), their
+	// answers in the order the worker named them.
+	type beat struct {
+		j         *job.Job
+		cancelled bool
+		err       error
+	}
+	beats := make([]beat, len(r.JobIDs))
+	sem := make(chan struct{}, writeParallel)
+	var wg sync.WaitGroup
+	for i, id := range r.JobIDs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			beats[i].j, beats[i].cancelled, beats[i].err = s.extend(ctx, id, r.WorkerID, until, now)
+		}()
+	}
+	wg.Wait()
+	for i, b := range beats {
+		if b.err != nil {
+			return HeartbeatResult{}, ojserr.Backend(b.err)
 		}
-		if err == nil && j.Deadline != nil && j.LeaseUntil != nil && j.LeaseUntil.After(*j.Deadline) {
-			// The claim's lease length passes the deadline: clamp it.
-			if clamped, cerr := s.st.Apply(ctx, store.Clamp(id, *j.Deadline)); cerr == nil {
-				j = clamped
-			}
+		if b.cancelled {
+			res.Cancelled = append(res.Cancelled, r.JobIDs[i])
 		}
-		if errors.As(err, &ce) && ce.Current.State == job.Cancelled {
-			// Known from the refused extension's own answer: no read.
-			res.Cancelled = append(res.Cancelled, id)
+		if b.j != nil {
+			res.Extended = append(res.Extended, r.JobIDs[i])
+			directive = stronger(directive, testDirective(b.j))
 		}
-		if errors.As(err, &ce) || errors.Is(err, store.ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return HeartbeatResult{}, ojserr.Backend(err)
-		}
-		res.Extended = append(res.Extended, id)
-		directive = stronger(directive, testDirective(j))
 	}
 	res.State = stronger(stronger(WorkerRunning, r.State), directive)
 	return res, nil
+}
+
+// extend renews the lease of job id for a heartbeat of workerID (to until,
+// or when that is zero to the claim's lease length from now): it returns
+// the job when its lease is held (renewed, or left as it is when it was
+// renewed less than a tenth of its length ago: store.Extend), whether it
+// was cancelled meanwhile (the refused write's own answer tells, no read),
+// and an error other than the attempt being over.
+func (s *Service) extend(ctx context.Context, id, workerID string, until, now time.Time) (*job.Job, bool, error) {
+	j, err := s.st.Apply(ctx, store.Extend(id, workerID, until, now))
+	var ce *store.ConflictError
+	if errors.As(err, &ce) && heldBy(ce.Current, workerID, now) {
+		if cur := ce.Current; !until.IsZero() && cur.Deadline != nil && until.After(*cur.Deadline) && cur.Deadline.After(now) {
+			// The extension would pass the execution deadline: extend to it.
+			j, err = s.st.Apply(ctx, store.Extend(id, workerID, *cur.Deadline, now))
+			if errors.As(err, &ce) && heldBy(ce.Current, workerID, now) {
+				j, err = ce.Current, nil // it ends at the deadline already
+			}
+		} else {
+			// Held, and renewed less than a tenth of its length ago
+			// (store.Extend): it stays as it is, no write.
+			j, err = cur, nil
+		}
+	}
+	if err == nil && j.Deadline != nil && j.LeaseUntil != nil && j.LeaseUntil.After(*j.Deadline) {
+		// The claim's lease length passes the deadline: clamp it.
+		if clamped, cerr := s.st.Apply(ctx, store.Clamp(id, *j.Deadline)); cerr == nil {
+			j = clamped
+		}
+	}
+	if errors.As(err, &ce) {
+		return nil, ce.Current != nil && ce.Current.State == job.Cancelled, nil
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	return j, false, nil
 }
 
 // heldBy reports whether j is active under a lease that has not ended,

@@ -2,10 +2,14 @@ package lifecycle_test
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/ojs-aws/ojs-serverless/pkg/internal/testenv"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
+	"github.com/ojs-aws/ojs-serverless/pkg/store"
 )
 
 // A heartbeat moves a lease only by at least a tenth of its length: a
@@ -78,5 +82,83 @@ func TestAHeartbeatMovesALeaseOnlyByATenthOfItsLength(t *testing.T) {
 	c.Add(501 * time.Second)
 	if hb, _ := s.Heartbeat(ctx, lifecycle.HeartbeatRequest{WorkerID: "w", JobIDs: []string{j.ID}}); len(hb.Extended) != 0 {
 		t.Fatal("a heartbeat after the lease ended was answered extended")
+	}
+}
+
+// A heartbeat naming many jobs extends them at once and answers them in
+// the order the worker named them, the cancelled ones named apart.
+func TestAHeartbeatAnswersItsJobsInOrder(t *testing.T) {
+	t.Parallel()
+	s, c := newService(t)
+	ctx := context.Background()
+	for i := range 25 {
+		if _, err := s.Push(ctx, []byte(fmt.Sprintf(`{"type":"beat.job","args":[%d],"options":{"queue":"beats","timeout_ms":7200000}}`, i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"beats"}, Count: 25, WorkerID: "w"})
+	if err != nil || len(got) != 25 {
+		t.Fatalf("fetch: %d %v", len(got), err)
+	}
+	var ids []string
+	for i := len(got) - 1; i >= 0; i-- {
+		ids = append(ids, got[i].ID)
+	}
+	if _, _, err := s.Cancel(ctx, ids[3]); err != nil {
+		t.Fatal(err)
+	}
+	c.Add(10 * time.Minute) // past a tenth of the 30 min lease: every lease moves
+	hb, err := s.Heartbeat(ctx, lifecycle.HeartbeatRequest{WorkerID: "w", JobIDs: ids})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := append(append([]string{}, ids[:3]...), ids[4:]...)
+	if !slices.Equal(hb.Extended, want) || !slices.Equal(hb.Cancelled, []string{ids[3]}) {
+		t.Fatalf("heartbeat: extended %v cancelled %v; want %v and %v", hb.Extended, hb.Cancelled, want, ids[3:4])
+	}
+	for _, id := range want {
+		if j, _ := s.Info(ctx, id); j.LeaseUntil == nil || !j.LeaseUntil.Equal(c.Now().Add(30*time.Minute)) {
+			t.Fatalf("job %s lease %v, want the full length from the beat", id, j.LeaseUntil)
+		}
+	}
+}
+
+// A lease that ends at the attempt's deadline (a 30 min lease under the
+// default 30 min timeout) cannot go further: a heartbeat leaves it with
+// one refused write (not a write and a clamp back to the deadline), and
+// answers the job extended, until the lease's end.
+func TestAHeartbeatLeavesALeaseAtTheDeadline(t *testing.T) {
+	t.Parallel()
+	st, _ := testenv.Table(t)
+	db := &countingClient{Client: testenv.DynamoDB()}
+	c := &clock{t: time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)}
+	s := lifecycle.New(store.New(db, st.Table()), lifecycle.Config{Now: c.Now})
+	ctx := context.Background()
+	j, err := s.Push(ctx, []byte(`{"type":"beat.job","args":[],"options":{"queue":"deadline-beat"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"deadline-beat"}, WorkerID: "w"})
+	if err != nil || len(got) != 1 || got[0].LeaseUntil == nil || got[0].Deadline == nil || !got[0].LeaseUntil.Equal(*got[0].Deadline) {
+		t.Fatalf("fetch: %+v %v, want a lease ending at the deadline", got, err)
+	}
+	end := *got[0].LeaseUntil
+	for _, after := range []time.Duration{5 * time.Minute, 20 * time.Minute} {
+		c.Add(after)
+		before := db.n.Load()
+		hb, err := s.Heartbeat(ctx, lifecycle.HeartbeatRequest{WorkerID: "w", JobIDs: []string{j.ID}})
+		if err != nil || len(hb.Extended) != 1 {
+			t.Fatalf("beat: %+v %v", hb, err)
+		}
+		if n := db.n.Load() - before; n != 2 {
+			t.Fatalf("a beat made %d DynamoDB requests, want 2 (the worker's item, the job's refused extension)", n)
+		}
+		if cur, _ := s.Info(ctx, j.ID); cur.LeaseUntil == nil || !cur.LeaseUntil.Equal(end) {
+			t.Fatalf("lease after a beat: %v, want it at the deadline %v", cur.LeaseUntil, end)
+		}
+	}
+	c.Add(6 * time.Minute) // past the deadline
+	if hb, _ := s.Heartbeat(ctx, lifecycle.HeartbeatRequest{WorkerID: "w", JobIDs: []string{j.ID}}); len(hb.Extended) != 0 {
+		t.Fatal("a heartbeat after the deadline was answered extended")
 	}
 }

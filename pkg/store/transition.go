@@ -371,8 +371,10 @@ func Cancel(id string, now time.Time, from ...job.State) Transition {
 // every 5 s; a lease is 30 min by default) then costs a failed
 // conditional write per beat, one unit, instead of the item's write and
 // its due entry moved (three), and its lease still ends at least nine
-// tenths of its length after any heartbeat. The caller tells this refusal
-// from the others by the job it returns (HeldBy's worker, lease held).
+// tenths of its length after any heartbeat. A lease that ends at the
+// attempt's deadline is not moved either (it cannot go further). The
+// caller tells these refusals from the others by the job it returns
+// (held by the worker, lease not ended).
 func Extend(id, workerID string, leaseUntil, now time.Time) Transition {
 	t := newTransition(id, job.Active, job.Active)
 	if leaseUntil.IsZero() {
@@ -383,6 +385,10 @@ func Extend(id, workerID string, leaseUntil, now time.Time) Transition {
 				expression.IfNotExists(expression.Name(attrRenewMS), expression.Value(0))))
 		t.and(expression.Or(expression.AttributeNotExists(expression.Name(attrRenewAt)),
 			expression.Name(attrRenewAt).LessThanEqual(expression.Value(ms(now)))))
+		// Nor when it ends at the attempt's deadline already (it could
+		// only be clamped back to it).
+		t.and(expression.Or(expression.AttributeNotExists(expression.Name("deadline_ms")),
+			expression.Name(attrLease).LessThan(expression.Name("deadline_ms"))))
 	} else {
 		slack := leaseUntil.Sub(now) / RenewFraction
 		t.set(attrLease, ms(leaseUntil))
