@@ -7,9 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ojs-aws/ojs-serverless/pkg/internal/testenv"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
-	"github.com/ojs-aws/ojs-serverless/pkg/store"
 )
 
 // A heartbeat moves a lease only by at least a tenth of its length: a
@@ -20,18 +18,17 @@ import (
 func TestAHeartbeatMovesALeaseOnlyByATenthOfItsLength(t *testing.T) {
 	t.Parallel()
 	s, c := newService(t)
-	plain := s
 	ctx := context.Background()
-	j, err := plain.Push(ctx, []byte(`{"type":"long.job","args":[],"options":{"queue":"beat","visibility_timeout_ms":100000}}`))
+	j, err := s.Push(ctx, []byte(`{"type":"long.job","args":[],"options":{"queue":"beat","visibility_timeout_ms":100000}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, err := plain.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"beat"}, WorkerID: "w"}); err != nil || len(got) != 1 {
+	if got, err := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"beat"}, WorkerID: "w"}); err != nil || len(got) != 1 {
 		t.Fatalf("fetch: %v %v", got, err)
 	}
 	lease := func() time.Time {
 		t.Helper()
-		cur, err := plain.Info(ctx, j.ID)
+		cur, err := s.Info(ctx, j.ID)
 		if err != nil || cur.LeaseUntil == nil {
 			t.Fatalf("info: %+v %v", cur, err)
 		}
@@ -129,10 +126,7 @@ func TestAHeartbeatAnswersItsJobsInOrder(t *testing.T) {
 // answers the job extended, until the lease's end.
 func TestAHeartbeatLeavesALeaseAtTheDeadline(t *testing.T) {
 	t.Parallel()
-	st, _ := testenv.Table(t)
-	db := &countingClient{Client: testenv.DynamoDB()}
-	c := &clock{t: time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)}
-	s := lifecycle.New(store.New(db, st.Table()), lifecycle.Config{Now: c.Now})
+	s, db, c := newCountedService(t)
 	ctx := context.Background()
 	j, err := s.Push(ctx, []byte(`{"type":"beat.job","args":[],"options":{"queue":"deadline-beat"}}`))
 	if err != nil {

@@ -46,6 +46,16 @@ func (c *countingClient) BatchGetItem(ctx context.Context, in *dynamodb.BatchGet
 	return c.Client.BatchGetItem(ctx, in, o...)
 }
 
+// newCountedService is newService on a client that counts its DynamoDB
+// requests.
+func newCountedService(t *testing.T) (*lifecycle.Service, *countingClient, *clock) {
+	t.Helper()
+	st, _ := testenv.Table(t)
+	db := &countingClient{Client: testenv.DynamoDB()}
+	c := &clock{t: time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)}
+	return lifecycle.New(store.New(db, st.Table()), lifecycle.Config{Now: c.Now}), db, c
+}
+
 // TestFetchRequests pins what FETCH costs in DynamoDB requests with the
 // queue's partitions sharded: one query per ready shard, the due shards
 // only when something may be due (at most once a second otherwise), one
@@ -53,10 +63,7 @@ func (c *countingClient) BatchGetItem(ctx context.Context, in *dynamodb.BatchGet
 // empty poll needs none), and one conditional write per job.
 func TestFetchRequests(t *testing.T) {
 	t.Parallel()
-	st, _ := testenv.Table(t)
-	db := &countingClient{Client: testenv.DynamoDB()}
-	c := &clock{t: time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)}
-	s := lifecycle.New(store.New(db, st.Table()), lifecycle.Config{Now: c.Now})
+	s, db, c := newCountedService(t)
 	ctx := context.Background()
 	sh := topology.JobTable.Shards
 	fetch := func(count int) (int, int64) {
