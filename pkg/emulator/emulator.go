@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -35,10 +36,16 @@ type Emulators struct {
 	DynamoDBEndpoint string
 	SQSEndpoint      string
 
-	procs []*exec.Cmd
-	once  sync.Once
-	mu    sync.Mutex
-	opts  Options
+	// StreamIndexed reports that DynamoDB Local's stream records are
+	// indexed (see indexStreams): writes to tables with streams then cost
+	// the same however many were made before.
+	StreamIndexed bool
+
+	procs   []*exec.Cmd
+	dataDir string // DynamoDB Local's database directory in memory, or "" for -inMemory
+	once    sync.Once
+	mu      sync.Mutex
+	opts    Options
 }
 
 // Options configure Start.
@@ -144,8 +151,15 @@ func Start(ctx context.Context, o Options) (*Emulators, error) {
 			return nil, err
 		}
 	}
-	ddb := exec.Command("java", "-Xms256m", "-Xmx4g", "-Djava.library.path="+filepath.Join(jd, "DynamoDBLocal_lib"),
-		"-jar", filepath.Join(jd, "DynamoDBLocal.jar"), "-inMemory", "-port", fmt.Sprint(ddbPort))
+	lib := filepath.Join(jd, "DynamoDBLocal_lib")
+	args := []string{"-Xms256m", "-Xmx4g", "-Djava.library.path=" + lib,
+		"-jar", filepath.Join(jd, "DynamoDBLocal.jar"), "-port", fmt.Sprint(ddbPort), "-sharedDb", "-disableTelemetry"}
+	if e.dataDir = memoryDir(); e.dataDir != "" {
+		args = append(args, "-dbPath", e.dataDir)
+	} else {
+		args = append(args, "-inMemory")
+	}
+	ddb := exec.Command("java", args...)
 	ddb.Dir = os.TempDir() // DynamoDB Local writes a metadata file in its working directory
 	e.opts = o
 	for _, c := range []*exec.Cmd{ddb, sqsCommand(o, sqsPort)} {
@@ -163,6 +177,11 @@ func Start(ctx context.Context, o Options) (*Emulators, error) {
 	if err := waitHTTP(ctx, e.DynamoDBEndpoint, "DynamoDB_20120810.ListTables"); err != nil {
 		e.Stop()
 		return nil, fmt.Errorf("emulator: DynamoDB Local did not start: %w", err)
+	}
+	if e.dataDir != "" {
+		// The first request made DynamoDB Local create its database's
+		// tables; index the stream records now, before any is written.
+		e.StreamIndexed = indexStreams(ctx, o, lib, filepath.Join(e.dataDir, "shared-local-instance.db"))
 	}
 	if err := waitHTTP(ctx, e.SQSEndpoint, "AmazonSQS.ListQueues"); err != nil {
 		e.Stop()
@@ -253,5 +272,85 @@ func (e *Emulators) Stop() {
 				_ = c.Wait()
 			}
 		}
+		if e.dataDir != "" {
+			_ = os.RemoveAll(e.dataDir)
+		}
 	})
+}
+
+// minMemoryFree is the free space a memory file system needs to hold
+// DynamoDB Local's database: a test run or a benchmark writes a few hundred
+// megabytes (every item and the last 24 hours of stream records).
+const minMemoryFree = 2 << 30
+
+// memoryDir makes a directory for DynamoDB Local's database in /dev/shm
+// (memory, so a write's fsync costs nothing), or returns "" where there is
+// none with minMemoryFree bytes free (macOS, a container's 64 MB default):
+// DynamoDB Local then runs with -inMemory, whose database cannot be
+// indexed. It first removes the directories of runs whose process is gone
+// (killed before Stop), which would otherwise hold their memory until the
+// machine restarts.
+func memoryDir() string {
+	const shm = "/dev/shm"
+	var fs syscall.Statfs_t
+	if err := syscall.Statfs(shm, &fs); err != nil {
+		return ""
+	}
+	sweepMemoryDirs(shm)
+	if err := syscall.Statfs(shm, &fs); err != nil || uint64(fs.Bavail)*uint64(fs.Bsize) < minMemoryFree {
+		return ""
+	}
+	d, err := os.MkdirTemp(shm, memoryDirPrefix)
+	if err != nil {
+		return "" // not writable: run in memory instead
+	}
+	if err := os.WriteFile(filepath.Join(d, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
+		_ = os.RemoveAll(d)
+		return ""
+	}
+	return d
+}
+
+const (
+	memoryDirPrefix = "ojs-dynamodb-"
+	ownerFile       = "owner.pid" // the process that started the emulator
+)
+
+// sweepMemoryDirs removes the database directories whose owner process no
+// longer runs. A directory without an owner yet is left for a minute: its
+// Start may be writing it.
+func sweepMemoryDirs(shm string) {
+	dirs, _ := filepath.Glob(filepath.Join(shm, memoryDirPrefix+"*"))
+	for _, d := range dirs {
+		b, err := os.ReadFile(filepath.Join(d, ownerFile))
+		if err != nil {
+			if st, serr := os.Stat(d); serr == nil && time.Since(st.ModTime()) < time.Minute {
+				continue
+			}
+		} else if pid, perr := strconv.Atoi(strings.TrimSpace(string(b))); perr == nil && pid > 0 && syscall.Kill(pid, 0) != syscall.ESRCH {
+			continue // still running (or not ours to signal)
+		}
+		_ = os.RemoveAll(d)
+	}
+}
+
+// indexStreams indexes the stream records in DynamoDB Local's database
+// file (localstack/StreamIndex.java, run by the JDK's source launcher with
+// DynamoDB Local's own SQLite binding). Without it every write to a table
+// with a stream reads all stream records of the last 24 hours, so the
+// emulator slows with every write (from about 700 to under 70 writes a
+// second after 36,000). A failure (a Java runtime without its compiler, a
+// DynamoDB Local whose schema changed) is logged and leaves the emulator as
+// it was: correct, and slowing down as before.
+func indexStreams(ctx context.Context, o Options, lib, db string) bool {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "java", "-Dsqlite4java.library.path="+lib, "-cp", filepath.Join(lib, "sqlite4java.jar"),
+		filepath.Join(o.Dir, "StreamIndex.java"), db)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(o.Log, "emulator: stream records not indexed, DynamoDB Local will slow down as they accumulate: %v: %s\n", err, out)
+		return false
+	}
+	return true
 }

@@ -1,0 +1,39 @@
+// StreamIndex adds two indexes to the stream-record table of a running
+// DynamoDB Local's database file (run by pkg/emulator with the Java source
+// launcher and DynamoDB Local's own sqlite4java on the class path).
+//
+// DynamoDB Local finds a stream's first sequence number on every write to a
+// table with a stream ("SELECT MIN(SequenceNumber) FROM us WHERE
+// StreamID=?"). The table "us" holds every stream record of the last 24
+// hours and has no index on StreamID, so each write reads all of them: a
+// write's cost grows with every write before it, and a run of the test
+// suite or the benchmark slows to a few dozen writes a second. With an
+// index on (StreamID, SequenceNumber) that lookup is a seek; the one on
+// (ShardID, SequenceNumber) serves the shard lookups and GetRecords when
+// several tables have streams. docs/local-stack.md has the figures.
+//
+// Usage: java -Dsqlite4java.library.path=<lib> -cp <lib>/sqlite4java.jar
+// StreamIndex.java <database file>
+import com.almworks.sqlite4java.SQLiteConnection;
+import java.io.File;
+import java.util.logging.Level;
+import java.util.logging.Logger;
+
+public class StreamIndex {
+    public static void main(String[] args) throws Exception {
+        if (args.length != 1) {
+            System.err.println("usage: StreamIndex <DynamoDB Local database file>");
+            System.exit(2);
+        }
+        Logger.getLogger("com.almworks.sqlite4java").setLevel(Level.WARNING);
+        SQLiteConnection db = new SQLiteConnection(new File(args[0]));
+        try {
+            db.open(false); // the file exists: DynamoDB Local created it
+            db.setBusyTimeout(30_000); // DynamoDB Local holds the file between its own writes
+            db.exec("CREATE INDEX IF NOT EXISTS ojs_us_stream ON us(StreamID, SequenceNumber)");
+            db.exec("CREATE INDEX IF NOT EXISTS ojs_us_shard ON us(ShardID, SequenceNumber)");
+        } finally {
+            db.dispose();
+        }
+    }
+}
