@@ -4,7 +4,7 @@
 #   make test    every test (unit, integration on the real emulators, end to end,
 #                CDK template tests); starts and stops its own emulators
 #
-# Prerequisites: Go 1.26+, Node.js 20+ with npm, Java 17+. Everything else
+# Prerequisites: Go 1.26+, Node.js 20+ with npm, Java 17+ (a JDK). Everything else
 # (emulators, CDK CLI, Go modules) is installed by the targets below.
 
 SHELL       := /bin/bash
@@ -105,8 +105,8 @@ vet: prereqs
 # last, on a stack of its own.
 test: emulators vet chromium
 	$(GO) run ./localstack/cmd/with-emulators -- $(GO) test -count=1 -race ./pkg/... ./functions/... ./localstack/...
-	$(GO) run ./localstack/cmd/with-emulators -- bash -c '$(INFRA_CDK_ENV) $(GO) test -count=1 -timeout 30m ./e2e/ ./infra/...'
-	$(GO) run ./localstack/cmd/with-emulators -- $(GO) test -count=1 -timeout 45m ./e2e/scale/ ./e2e/soak/
+	$(GO) run ./localstack/cmd/with-emulators -in-memory -- bash -c '$(INFRA_CDK_ENV) $(GO) test -count=1 -timeout 30m ./e2e/ ./infra/...'
+	$(GO) run ./localstack/cmd/with-emulators -in-memory -- $(GO) test -count=1 -timeout 45m ./e2e/scale/ ./e2e/soak/
 	$(MAKE) --no-print-directory conformance
 
 # The public OJS conformance suite (third_party/ojs-conformance, a copy of

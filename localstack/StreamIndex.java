@@ -5,12 +5,13 @@
 // DynamoDB Local finds a stream's first sequence number on every write to a
 // table with a stream ("SELECT MIN(SequenceNumber) FROM us WHERE
 // StreamID=?"). The table "us" holds every stream record of the last 24
-// hours and has no index on StreamID, so each write reads all of them: a
-// write's cost grows with every write before it, and a run of the test
-// suite or the benchmark slows to a few dozen writes a second. With an
-// index on (StreamID, SequenceNumber) that lookup is a seek; the one on
-// (ShardID, SequenceNumber) serves the shard lookups and GetRecords when
-// several tables have streams. docs/local-stack.md has the figures.
+// hours, in sequence-number order, with no index on StreamID, so that
+// lookup reads past the records of every stream created before the
+// table's own: in a test run, where each test creates its table, every
+// table's writes are slower than the last table's. With an index on
+// (StreamID, SequenceNumber) the lookup is a seek; the one on (ShardID,
+// SequenceNumber) serves the shard lookups and GetRecords the same way.
+// The figures are in the README (Emulator notes).
 //
 // Usage: java -Dsqlite4java.library.path=<lib> -cp <lib>/sqlite4java.jar
 // StreamIndex.java <database file>

@@ -37,8 +37,8 @@ type Emulators struct {
 	SQSEndpoint      string
 
 	// StreamIndexed reports that DynamoDB Local's stream records are
-	// indexed (see indexStreams): writes to tables with streams then cost
-	// the same however many were made before.
+	// indexed (Options.IndexStreams): a write to a table with a stream then
+	// costs the same however many tables were written before it.
 	StreamIndexed bool
 
 	procs   []*exec.Cmd
@@ -58,6 +58,15 @@ type Options struct {
 	Log io.Writer
 	// DynamoDBPort and SQSPort pin ports; 0 picks free ones.
 	DynamoDBPort, SQSPort int
+	// IndexStreams is for runs that create many tables with streams (the
+	// test suites). DynamoDB Local then keeps its database in /dev/shm
+	// with its stream records indexed (indexStreams): without the index a
+	// write to a table reads the stream records of every table created
+	// before it, so each new table's writes are slower than the last's. It
+	// costs about 30% a request against -inMemory, so a run on one table
+	// (the local stack, the benchmark, the conformance suite), whose writes
+	// never read another table's records, is faster without it.
+	IndexStreams bool
 }
 
 // FindDir locates the repository's localstack/ directory.
@@ -154,7 +163,10 @@ func Start(ctx context.Context, o Options) (*Emulators, error) {
 	lib := filepath.Join(jd, "DynamoDBLocal_lib")
 	args := []string{"-Xms256m", "-Xmx4g", "-Djava.library.path=" + lib,
 		"-jar", filepath.Join(jd, "DynamoDBLocal.jar"), "-port", fmt.Sprint(ddbPort), "-sharedDb", "-disableTelemetry"}
-	if e.dataDir = memoryDir(); e.dataDir != "" {
+	if o.IndexStreams {
+		e.dataDir = memoryDir()
+	}
+	if e.dataDir != "" {
 		args = append(args, "-dbPath", e.dataDir)
 	} else {
 		args = append(args, "-inMemory")
@@ -279,12 +291,12 @@ func (e *Emulators) Stop() {
 }
 
 // minMemoryFree is the free space a memory file system needs to hold
-// DynamoDB Local's database: a test run or a benchmark writes a few hundred
-// megabytes (every item and the last 24 hours of stream records).
+// DynamoDB Local's database: a test run writes a few hundred megabytes (every item and the last 24 hours of stream records).
 const minMemoryFree = 2 << 30
 
 // memoryDir makes a directory for DynamoDB Local's database in /dev/shm
-// (memory, so a write's fsync costs nothing), or returns "" where there is
+// (memory, so a write's fsync costs nothing: on disk a write cost three
+// times as much), or returns "" where there is
 // none with minMemoryFree bytes free (macOS, a container's 64 MB default):
 // DynamoDB Local then runs with -inMemory, whose database cannot be
 // indexed. It first removes the directories of runs whose process is gone
@@ -336,12 +348,12 @@ func sweepMemoryDirs(shm string) {
 
 // indexStreams indexes the stream records in DynamoDB Local's database
 // file (localstack/StreamIndex.java, run by the JDK's source launcher with
-// DynamoDB Local's own SQLite binding). Without it every write to a table
-// with a stream reads all stream records of the last 24 hours, so the
-// emulator slows with every write (from about 700 to under 70 writes a
-// second after 36,000). A failure (a Java runtime without its compiler, a
-// DynamoDB Local whose schema changed) is logged and leaves the emulator as
-// it was: correct, and slowing down as before.
+// DynamoDB Local's own SQLite binding). Without it a write to a table with a
+// stream reads the stream records (kept 24 hours) of every table created
+// before it: the third of three tables written 12,000 times each took 67
+// writes a second where the first took 700. A failure (a Java runtime
+// without its compiler, a DynamoDB Local whose schema changed) is logged and
+// leaves the emulator unindexed: correct, and slowing down as before.
 func indexStreams(ctx context.Context, o Options, lib, db string) bool {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()

@@ -26,7 +26,7 @@ import (
 func TestStreamsOnTheIndexedDatabase(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	em, err := Start(ctx, Options{})
+	em, err := Start(ctx, Options{IndexStreams: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,7 +44,7 @@ func Main(m *testing.M) {
 func run(m *testing.M) int {
 	ctx := context.Background()
 	if os.Getenv(EnvDynamoDB) == "" || os.Getenv(EnvSQS) == "" {
-		em, err := emulator.Start(ctx, emulator.Options{})
+		em, err := emulator.Start(ctx, emulator.Options{IndexStreams: true})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "testenv:", err)
 			return 1
