@@ -291,15 +291,15 @@ func (e *Emulators) Stop() {
 }
 
 // minMemoryFree is the free space a memory file system needs to hold
-// DynamoDB Local's database: a test run writes a few hundred megabytes (every item and the last 24 hours of stream records).
+// DynamoDB Local's database: a test run writes a few hundred megabytes
+// (every item and the last 24 hours of stream records).
 const minMemoryFree = 2 << 30
 
 // memoryDir makes a directory for DynamoDB Local's database in /dev/shm
 // (memory, so a write's fsync costs nothing: on disk a write cost three
-// times as much), or returns "" where there is
-// none with minMemoryFree bytes free (macOS, a container's 64 MB default):
-// DynamoDB Local then runs with -inMemory, whose database cannot be
-// indexed. It first removes the directories of runs whose process is gone
+// times as much), or returns "" where there is none with minMemoryFree
+// bytes free (macOS, a container's 64 MB default): DynamoDB Local then runs
+// with -inMemory, whose database cannot be indexed. It first removes the directories of runs whose process is gone
 // (killed before Stop), which would otherwise hold their memory until the
 // machine restarts.
 func memoryDir() string {
@@ -361,7 +361,7 @@ func indexStreams(ctx context.Context, o Options, lib, db string) bool {
 		filepath.Join(o.Dir, "StreamIndex.java"), db)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		fmt.Fprintf(o.Log, "emulator: stream records not indexed, DynamoDB Local will slow down as they accumulate: %v: %s\n", err, out)
+		fmt.Fprintf(o.Log, "emulator: stream records not indexed, DynamoDB Local will slow down as tables accumulate: %v: %s\n", err, out)
 		return false
 	}
 	return true

@@ -18,7 +18,7 @@ import (
 	stypes "github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
 )
 
-// TestStreamsOnTheIndexedDatabase starts the emulators as every run does
+// TestStreamsOnTheIndexedDatabase starts the emulators as the test runs do
 // and checks what the stream-record indexes must not change: each table's
 // stream still holds exactly its own records, in write order, while two
 // tables write in turns (the case where the indexes, not the table's
