@@ -18,7 +18,7 @@ RESET_ADDR  ?= 127.0.0.1:6379
 EMU_STAMP   := localstack/node_modules/.package-lock.json
 
 .DEFAULT_GOAL := help
-.PHONY: help prereqs emulators build-local dev demo test test-unit vet bench clean fuzz fuzz-targets soak conformance conformance-ext console-e2e chromium
+.PHONY: help prereqs emulators build-local dev demo test test-unit vet bench clean fuzz fuzz-targets soak conformance conformance-ext console-e2e chromium jdk
 
 help:
 	@echo "make dev          run the offline local stack on http://localhost:8080 with a demo (Ctrl-C stops it)"
@@ -45,6 +45,12 @@ prereqs:
 	  if [ -z "$$v" ] || [ "$$v" -lt 17 ]; then echo "missing prerequisite: Java 17+ (found version '$$v')" >&2; exit 1; fi
 	@n=$$(node -p 'process.versions.node.split(".")[0]'); \
 	  if [ "$$n" -lt 20 ]; then echo "missing prerequisite: Node.js 20+ (found $$n)" >&2; exit 1; fi
+
+# The tests index DynamoDB Local's stream records with the JDK's source
+# launcher (pkg/emulator, localstack/StreamIndex.java); a Java runtime
+# without its compiler cannot run it.
+jdk: prereqs
+	@java --list-modules 2>/dev/null | grep -q '^jdk.compiler' || { echo "missing prerequisite: a JDK 17+ (this Java has no compiler, jdk.compiler; the tests need it to index DynamoDB Local's database)" >&2; exit 1; }
 
 # Pinned emulators (package-lock.json): DynamoDB Local and the SQS emulator.
 $(EMU_STAMP): localstack/package.json localstack/package-lock.json
@@ -103,7 +109,7 @@ vet: prereqs
 # saturates the shared DynamoDB Local, and a 1,000-job batch of the e2e
 # suite failed beside it in CI. The public OJS conformance suite runs
 # last, on a stack of its own.
-test: emulators vet chromium
+test: emulators vet chromium jdk
 	$(GO) run ./localstack/cmd/with-emulators -- $(GO) test -count=1 -race ./pkg/... ./functions/... ./localstack/...
 	$(GO) run ./localstack/cmd/with-emulators -in-memory -- bash -c '$(INFRA_CDK_ENV) $(GO) test -count=1 -timeout 30m ./e2e/ ./infra/...'
 	$(GO) run ./localstack/cmd/with-emulators -in-memory -- $(GO) test -count=1 -timeout 45m ./e2e/scale/ ./e2e/soak/
