@@ -67,6 +67,12 @@ func (t *Transition) remove(names ...string) {
 	}
 }
 
+// endAttempt removes what a claim wrote for its attempt: the lease, its
+// length and renewal (Extend), the worker, a cancel request.
+func (t *Transition) endAttempt() {
+	t.remove(attrLease, "lease_ms", attrRenewAt, attrRenewMS, attrWorker, "cancel_requested")
+}
+
 func (t *Transition) and(c expression.ConditionBuilder) {
 	if t.extra == nil {
 		t.extra = &c
@@ -119,7 +125,8 @@ func (t *Transition) becomeAvailable(queue string, priority int, push bool, now 
 	} else {
 		t.remove(attrDispatch)
 	}
-	t.remove(attrLease, "lease_ms", attrRenewAt, attrRenewMS, attrWorker, "next_attempt_at", "cancel_requested")
+	t.endAttempt()
+	t.remove("next_attempt_at")
 }
 
 // ClaimOpts describes a claim of an available job.
@@ -210,7 +217,8 @@ func Complete(id string, result json.RawMessage, attempt int, now time.Time) Tra
 	} else {
 		t.remove("result")
 	}
-	t.remove("error", attrLease, "lease_ms", attrRenewAt, attrRenewMS, "deadline_ms", attrWorker, attrDuePK, attrDueAt, attrReadyPK, attrReadySK, "cancel_requested")
+	t.endAttempt()
+	t.remove("error", "deadline_ms", attrDuePK, attrDueAt, attrReadyPK, attrReadySK)
 	if attempt > 0 {
 		t.and(expression.Name(attrAttempt).Equal(expression.Value(attempt)))
 	}
@@ -258,7 +266,8 @@ func (t *Transition) setErrors(j *job.Job, e job.ErrorInfo) {
 
 func (t *Transition) recordFailure(j *job.Job, f Failure, now time.Time) {
 	t.setErrors(j, f.Error)
-	t.remove(attrLease, "lease_ms", attrRenewAt, attrRenewMS, "deadline_ms", attrWorker, "cancel_requested", attrDispatch)
+	t.endAttempt()
+	t.remove("deadline_ms", attrDispatch)
 	if t.To == job.Retryable {
 		t.set("retry_delay_ms", f.NextAttempt.Sub(now).Milliseconds())
 		t.set("next_attempt_at", job.Timestamp(f.NextAttempt))
