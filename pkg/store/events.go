@@ -32,15 +32,17 @@ import (
 //     (the shard a hash of the page), so a query by time reads the day's
 //     shards in sort-key order.
 //   - The subject's history: a job's or workflow's (its id a UUIDv7, as
-//     every id this service assigns or accepts is) in pk
-//     EVB#<category>#<second of the id's time>#<hash shard>, one page per
-//     batch, window and bucket, shared by the subjects created in the same
-//     second (SubjectShards of them per second): the events of jobs created
-//     together are written together, so a batch writes a page per bucket
-//     instead of one per subject, and a subject's history is one Query of
-//     its bucket, filtered. Other subjects (queues, workers, ids that are
-//     not UUIDv7) in pk EVT#<category>#<subject>, one page per batch,
-//     window and subject, as every subject was before the buckets.
+//     every id this service assigns or accepts is) in the bucket of the
+//     subjects created in the same second, one page per batch, window and
+//     bucket: the events of jobs created together are written together, so
+//     a batch writes a page per second of creation instead of one per
+//     subject. The bucket is spread over SubjectShards partitions,
+//     EVB#<category>#<second of the id's time>#<shard>, the shard a hash of
+//     the page's first event (as the log's), so no partition takes every
+//     page of a busy second; a subject's history is a Query of each, at
+//     once, filtered. Other subjects (queues, workers, ids that are not
+//     UUIDv7) in pk EVT#<category>#<subject>, one page per batch, window
+//     and subject, as every subject was before the buckets.
 //   - A queue's failures: pk EVQ#<queue>, one page per batch, window and
 //     queue, holding only the QueueIndexed types (failed, retrying,
 //     discarded, cancelled, expired attempts). A query for those types of
@@ -63,9 +65,12 @@ const (
 	eventBucketPrefix = "EVB#"
 	eventLogPrefix    = "EVL#"
 	eventQueuePrefix  = "EVQ#"
-	// SubjectShards is the number of history buckets per second of subject
-	// creation: a job's history is read from a partition it shares with
-	// about 1/SubjectShards of the jobs created in the same second.
+	// SubjectShards is the number of partitions of one second's history
+	// bucket. A page goes to the shard its first event hashes to; a history
+	// is read from all of them. (Until 2026-11-27 the shard was a hash of
+	// the subject, so a batch wrote a page per shard its subjects hashed
+	// to, up to eight a second instead of one; those pages are in the same
+	// partitions and are read the same way.)
 	SubjectShards = 8
 	// EventShards is the number of log partitions per day.
 	EventShards = 8
@@ -98,18 +103,40 @@ var storeClock = time.Now
 
 func eventPK(category, subject string) string { return eventPrefix + category + "#" + subject }
 
-// historyPK is the partition holding subject's history: its creation
-// second's bucket for a job or workflow named by a UUIDv7, its own
-// partition otherwise. The bucket is derived from the id alone, so a
-// reader knows it without reading the job.
-func historyPK(category, subject string) string {
+// historyBucket is the bucket holding subject's history, the prefix of its
+// SubjectShards partitions (historyPKs): its creation second's for a job or
+// workflow named by a UUIDv7. ok is false for any other subject, whose
+// history is its own partition (eventPK). The bucket is derived from the id
+// alone, so a reader knows it without reading the job.
+func historyBucket(category, subject string) (prefix string, ok bool) {
 	if category != "job" && category != "workflow" || job.ValidateID(subject) != nil {
-		return eventPK(category, subject)
+		return "", false
 	}
 	sec, _ := uuid.MustParse(subject).Time().UnixTime()
+	return eventBucketPrefix + category + "#" + strconv.FormatInt(sec, 10) + "#", true
+}
+
+// historyPKs are the partitions a history query of subject reads: its
+// bucket's shards, and its own partition (every history before the buckets,
+// and the only one of a subject without a bucket).
+func historyPKs(category, subject string) []string {
+	own := eventPK(category, subject)
+	prefix, ok := historyBucket(category, subject)
+	if !ok {
+		return []string{own}
+	}
+	pks := make([]string, 0, SubjectShards+1)
+	for shard := range SubjectShards {
+		pks = append(pks, prefix+strconv.Itoa(shard))
+	}
+	return append(pks, own)
+}
+
+// pageShard spreads pages over n partitions by their first event.
+func pageShard(firstID string, n int) int {
 	h := fnv.New32a()
-	h.Write([]byte(subject))
-	return eventBucketPrefix + category + "#" + strconv.FormatInt(sec, 10) + "#" + strconv.Itoa(int(h.Sum32()%SubjectShards))
+	h.Write([]byte(firstID))
+	return int(h.Sum32() % uint32(n))
 }
 
 func eventQueuePK(queue string) string { return eventQueuePrefix + queue }
@@ -170,8 +197,12 @@ func (s *Store) PutEvents(ctx context.Context, evs []events.Event, ttl time.Dura
 		}
 		w := windowKey(e.At())
 		logs[w] = append(logs[w], raw{e, body})
-		sk := historyPK(e.SubjectCategory(), e.Subject) + "\x00" + w
-		subjects[sk] = append(subjects[sk], raw{e, body})
+		// A bucket's key is its prefix: the page's shard is picked below.
+		hk, ok := historyBucket(e.SubjectCategory(), e.Subject)
+		if !ok {
+			hk = eventPK(e.SubjectCategory(), e.Subject)
+		}
+		subjects[hk+"\x00"+w] = append(subjects[hk+"\x00"+w], raw{e, body})
 		if q := e.Queue(); q != "" && slices.Contains(QueueIndexed, e.Type) {
 			qk := eventQueuePK(q) + "\x00" + w
 			subjects[qk] = append(subjects[qk], raw{e, body})
@@ -219,7 +250,7 @@ func (s *Store) PutEvents(ctx context.Context, evs []events.Event, ttl time.Dura
 	}
 	for w, group := range logs {
 		err := add(func(first *events.Event) string {
-			return eventLogPK(eventDay(first.At()), logShard(first.ID))
+			return eventLogPK(eventDay(first.At()), pageShard(first.ID, EventShards))
 		}, w, group)
 		if err != nil {
 			return err
@@ -227,19 +258,15 @@ func (s *Store) PutEvents(ctx context.Context, evs []events.Event, ttl time.Dura
 	}
 	for key, group := range subjects {
 		pk, w, _ := strings.Cut(key, "\x00")
-		if err := add(func(*events.Event) string { return pk }, w, group); err != nil {
+		page := func(*events.Event) string { return pk }
+		if strings.HasPrefix(pk, eventBucketPrefix) {
+			page = func(first *events.Event) string { return pk + strconv.Itoa(pageShard(first.ID, SubjectShards)) }
+		}
+		if err := add(page, w, group); err != nil {
 			return err
 		}
 	}
 	return s.batchPut(ctx, items)
-}
-
-// logShard spreads the log's pages over EventShards partitions by their
-// first event.
-func logShard(firstID string) int {
-	h := fnv.New32a()
-	h.Write([]byte(firstID))
-	return int(h.Sum32() % EventShards)
 }
 
 var pageWriters = sync.Pool{New: func() any {
@@ -273,6 +300,13 @@ func encodePage(bodies [][]byte) ([]byte, error) {
 // DecodeEventPage returns the events of a stored event page (ok is false
 // for an item that is not one).
 func DecodeEventPage(av map[string]types.AttributeValue) (evs []events.Event, ok bool, err error) {
+	return decodeEventPage(av, nil)
+}
+
+// decodeEventPage is DecodeEventPage that returns no events, without
+// parsing them, when the page's JSON does not contain mention (a history
+// query's subject: a bucket page holds every subject of its second).
+func decodeEventPage(av map[string]types.AttributeValue, mention []byte) (evs []events.Event, ok bool, err error) {
 	z, _ := av["z"].(*types.AttributeValueMemberB)
 	pk, _ := av[attrPK].(*types.AttributeValueMemberS)
 	if z == nil || pk == nil || !(strings.HasPrefix(pk.Value, eventPrefix) || strings.HasPrefix(pk.Value, eventBucketPrefix) ||
@@ -287,6 +321,9 @@ func DecodeEventPage(av map[string]types.AttributeValue) (evs []events.Event, ok
 	raw, err := io.ReadAll(io.LimitReader(r, 64<<20))
 	if err != nil {
 		return nil, true, fmt.Errorf("event page %s: %w", pk.Value, err)
+	}
+	if mention != nil && !bytes.Contains(raw, mention) {
+		return nil, true, nil
 	}
 	if err := json.Unmarshal(raw, &evs); err != nil {
 		return nil, true, fmt.Errorf("event page %s: %w", pk.Value, err)
@@ -343,15 +380,11 @@ func (s *Store) QueryEvents(ctx context.Context, f events.Filter, now time.Time)
 	return page, nil
 }
 
-// readHistory reads up to want events of f's subject: from its bucket and,
-// for pages stored before the buckets (until their TTL ends), from the
-// subject's own partition, both at once.
+// readHistory reads up to want events of f's subject: from its bucket's
+// shards and, for pages stored before the buckets (until their TTL ends),
+// from the subject's own partition, all at once.
 func (s *Store) readHistory(ctx context.Context, f events.Filter, start string, want int, seen *seenPages) ([]events.Event, error) {
-	pks := []string{historyPK(f.SubjectCategory, f.SubjectID)}
-	if own := eventPK(f.SubjectCategory, f.SubjectID); own != pks[0] {
-		pks = append(pks, own)
-	}
-	return s.readMerged(ctx, pks, start, f, want, seen)
+	return s.readMerged(ctx, historyPKs(f.SubjectCategory, f.SubjectID), start, f, want, seen)
 }
 
 // queryEventDay merges the day's log shards.
@@ -413,7 +446,13 @@ func (s *Store) readPages(ctx context.Context, pk, start string, f events.Filter
 	var (
 		out    []events.Event
 		window string
+		// A subject named by a valid id is written as it is in JSON: a page
+		// without it holds none of its events.
+		mention []byte
 	)
+	if f.SubjectID != "" && job.ValidateID(f.SubjectID) == nil {
+		mention = []byte(`"` + f.SubjectID + `"`)
+	}
 	enough := func() bool {
 		out = sortUnique(out)
 		return len(out) >= want
@@ -434,7 +473,7 @@ func (s *Store) readPages(ctx context.Context, pk, start string, f events.Filter
 				}
 				window = w
 			}
-			evs, ok, err := DecodeEventPage(av)
+			evs, ok, err := decodeEventPage(av, mention)
 			if err != nil {
 				return nil, err
 			}

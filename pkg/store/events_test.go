@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -481,10 +482,12 @@ func v7(at time.Time, n int) string {
 }
 
 // The histories of jobs created in the same second share their pages: a
-// batch writes a page per bucket (at most SubjectShards a second), not one
-// per job, and each job's history is still exactly its own events, paged
-// by any limit; pages stored before the buckets (a subject's own
-// partition) are still read, each event once.
+// batch writes one page per second of creation and window, not one per
+// job (nor, as before 2026-11-27, one per shard its jobs hash to); the
+// pages of many batches are spread over the bucket's shards; and each
+// job's history is still exactly its own events, paged by any limit. Pages
+// stored in the layouts before (a subject's own partition; the shard its
+// id hashed to) are still read, each event once.
 func TestHistoriesOfJobsCreatedTogetherShareTheirPages(t *testing.T) {
 	t.Parallel()
 	s, _ := testenv.Table(t)
@@ -506,9 +509,9 @@ func TestHistoriesOfJobsCreatedTogetherShareTheirPages(t *testing.T) {
 		t.Fatal(err)
 	}
 	logPages, subjectPages, _, _, stored := eventItems(t, table)
-	if logPages != 1 || subjectPages > store.SubjectShards || stored != len(batch) {
-		t.Fatalf("%d log pages holding %d events and %d history pages for 40 jobs created in one second; want 1 holding %d and at most %d",
-			logPages, stored, subjectPages, len(batch), store.SubjectShards)
+	if logPages != 1 || subjectPages != 1 || stored != len(batch) {
+		t.Fatalf("%d log pages holding %d events and %d history pages for 40 jobs created in one second; want 1 holding %d and 1",
+			logPages, stored, subjectPages, len(batch))
 	}
 	history := func(id string, limit int) []events.Event {
 		t.Helper()
@@ -567,6 +570,71 @@ func TestHistoriesOfJobsCreatedTogetherShareTheirPages(t *testing.T) {
 	for _, limit := range []int{1, 100} {
 		if got, want := ids(history(old, limit)), ids(append(first, later[1])); fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Fatalf("history across its own partition and its bucket, by %d: %v, want %v", limit, got, want)
+		}
+	}
+}
+
+// A busy second's history pages do not all go to one partition: each page
+// goes to the shard of the bucket its first event hashes to, and a history
+// reads every shard, so it finds its events wherever they were put (as in
+// the layout before 2026-11-27, when the shard was a hash of the subject).
+func TestHistoryPagesOfOneSecondAreSpreadOverTheBucketsShards(t *testing.T) {
+	t.Parallel()
+	s, _ := testenv.Table(t)
+	table := s.Table()
+	ctx := context.Background()
+	db := testenv.DynamoDB()
+	created := time.Date(2026, 11, 21, 13, 0, 0, 0, time.UTC)
+	var jobs []string
+	want := map[string][]events.Event{}
+	for i := range 24 {
+		id := v7(created.Add(time.Duration(i)*time.Millisecond), i)
+		jobs = append(jobs, id)
+		// A batch of its own for each job's events, as when jobs finish
+		// apart: one history page each.
+		at := created.Add(time.Duration(i) * time.Second)
+		evs := []events.Event{ev(events.JobEnqueued, id, "a", at, 0), ev(events.JobCompleted, id, "a", at.Add(time.Millisecond), 1)}
+		want[id] = evs
+		if err := s.PutEvents(ctx, evs, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	prefix := fmt.Sprintf("EVB#job#%d#", created.Unix())
+	out, err := db.Scan(ctx, &dynamodb.ScanInput{TableName: &table, FilterExpression: aws.String("begins_with(pk, :b)"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":b": &types.AttributeValueMemberS{Value: "EVB#"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	shards := map[string]int{}
+	for _, av := range out.Items {
+		pk := av["pk"].(*types.AttributeValueMemberS).Value
+		if !strings.HasPrefix(pk, prefix) {
+			t.Fatalf("history page in %s, want the bucket %s<shard>", pk, prefix)
+		}
+		shards[pk]++
+	}
+	if len(out.Items) != len(jobs) || len(shards) < 2 || len(shards) > store.SubjectShards {
+		t.Fatalf("%d history pages in %d partitions (%v), want %d pages spread over 2 to %d", len(out.Items), len(shards), shards, len(jobs), store.SubjectShards)
+	}
+	// A page put in another shard (the layout before: the subject's
+	// hash) is read the same.
+	moved := out.Items[0]
+	if _, err := db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &table, Key: map[string]types.AttributeValue{"pk": moved["pk"], "sk": moved["sk"]}}); err != nil {
+		t.Fatal(err)
+	}
+	pk := moved["pk"].(*types.AttributeValueMemberS).Value
+	shard, _ := strconv.Atoi(pk[len(prefix):])
+	moved["pk"] = &types.AttributeValueMemberS{Value: prefix + strconv.Itoa((shard+1)%store.SubjectShards)}
+	if _, err := db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &table, Item: moved}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range jobs {
+		p, err := s.QueryEvents(ctx, events.Filter{SubjectCategory: "job", SubjectID: id, Limit: 100}, created.Add(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := ids(p.Events); fmt.Sprint(got) != fmt.Sprint(ids(want[id])) {
+			t.Fatalf("history of %s: %v, want %v", id, got, ids(want[id]))
 		}
 	}
 }
