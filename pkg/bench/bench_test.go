@@ -230,3 +230,38 @@ func TestGraphStepToStep(t *testing.T) {
 		t.Fatalf("step to step %+v; want 3 samples, the longest 9 ms", l)
 	}
 }
+
+// The side-by-side table puts each figure beside the peer's recorded one,
+// its ratio oriented so that above 1 is better here: throughput ours over
+// theirs, latency and requests theirs over ours.
+func TestPeerMarkdown(t *testing.T) {
+	r := &Result{
+		Split: &SplitRun{Jobs: 100, FetchCount: 10, EnqueuePerSecond: 434, FetchAck1PerSecond: 43.5, FetchAckNPerSecond: 266},
+		Phases: []Phase{
+			{Name: "pull jobs", PerUnit: PerUnit{DynamoDB: 4, EmptyFetchDynamoDB: 1, SQS: 0}},
+			{Name: "pull chains", WorkflowsPerSecond: 36, PerUnit: PerUnit{DynamoDB: 7}},
+			{Name: "pull chains paced", StepToStep: &Latency{P50: 40, P99: 14}},
+		},
+	}
+	md := r.PeerMarkdown()
+	for _, want := range []string{
+		"| enqueue (POST /jobs, nothing fetching) | 434 jobs/s | 217 jobs/s | 2.00x |",
+		"| fetch+ack from a backlog, FETCH of 1 | 43.5 jobs/s | 87 jobs/s | 0.50x |",
+		"| fetch+ack from a backlog, FETCH of 10 | 266 jobs/s | 133 jobs/s | 2.00x |",
+		"| 3-step chains, pull mode | 36 chains/s | 18 chains/s | 2.00x |",
+		"| step→step p50, pull chains at a steady rate | 40 ms | 20 ms | 0.50x |",
+		"| step→step p99, pull chains at a steady rate | 14 ms | 28 ms | 2.00x |",
+		"| AWS requests per job, pull mode (DynamoDB and SQS) | 3 requests | 15 requests | 5.00x |",
+		"| AWS requests per 3-step chain, pull mode | 21 requests | 63 requests | 3.00x |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("missing %q in\n%s", want, md)
+		}
+	}
+	if !strings.Contains(r.SummaryMarkdown(), md) {
+		t.Error("the summary (README, docs/benchmark.md) leaves the side-by-side out")
+	}
+	if (&Result{}).PeerMarkdown() != "" {
+		t.Error("a run without the figures renders a table")
+	}
+}

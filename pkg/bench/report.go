@@ -32,9 +32,11 @@ type Result struct {
 	InitUnderLoad map[string]Latency `json:"init_under_load"`
 	Big           BigRun             `json:"big"`
 	Create        CreateRun          `json:"create"`
-	Prices        []Price            `json:"prices"`
-	StepFunctions StepFunctions      `json:"step_functions"`
-	Targets       []Target           `json:"targets"`
+	// Split is enqueueing and fetching measured apart (nil if not run).
+	Split         *SplitRun     `json:"split,omitempty"`
+	Prices        []Price       `json:"prices"`
+	StepFunctions StepFunctions `json:"step_functions"`
+	Targets       []Target      `json:"targets"`
 	// Previous is the cost of the run this one replaced in the results
 	// directory, for comparison (nil when there was none).
 	Previous *Previous `json:"previous,omitempty"`
@@ -284,6 +286,9 @@ func (r *Result) SummaryMarkdown() string {
 	b.WriteString(r.CostMarkdown())
 	b.WriteString("\n")
 	b.WriteString(r.TargetsMarkdown())
+	if peer := r.PeerMarkdown(); peer != "" {
+		b.WriteString("\n" + peer)
+	}
 	return b.String()
 }
 
@@ -432,4 +437,85 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(ks)
 	return ks
+}
+
+// SplitRun measures enqueueing and fetching apart, in the shape of issue
+// 16's side-by-side comparison with openjobspec/ojs-backend-sqs: Jobs
+// PUSHes into an empty pull-mode queue with nothing fetching it (POST
+// throughput and round trip), then that backlog drained by the pull
+// workers one job a FETCH, then a second backlog drained FetchCount a
+// FETCH. DynamoDB requests are per job, empty FETCH polls left out.
+type SplitRun struct {
+	Jobs               int     `json:"jobs"`
+	FetchCount         int     `json:"fetch_count"`
+	EnqueuePerSecond   float64 `json:"enqueue_jobs_per_second"`
+	EnqueueLatency     Latency `json:"enqueue_round_trip"`
+	EnqueueDynamoDB    float64 `json:"enqueue_dynamodb_requests_per_job"`
+	FetchAck1PerSecond float64 `json:"fetch1_ack_jobs_per_second"`
+	FetchAck1DynamoDB  float64 `json:"fetch1_ack_dynamodb_requests_per_job"`
+	FetchAckNPerSecond float64 `json:"fetchn_ack_jobs_per_second,omitempty"`
+	FetchAckNDynamoDB  float64 `json:"fetchn_ack_dynamodb_requests_per_job,omitempty"`
+}
+
+// PeerRecorded are openjobspec/ojs-backend-sqs's figures as issue 16
+// records them: one Go server on the same DynamoDB Local and SQS emulator,
+// driven by one neutral load generator, three alternating rounds. They are
+// not measured by this benchmark: the module proxy refuses the peer and
+// the common module it needs (403), so they are a reference, not a
+// side-by-side run (docs/benchmark.md).
+var PeerRecorded = struct {
+	EnqueuePerSecond, FetchAck1PerSecond, FetchAck10PerSecond, ChainsPerSecond float64
+	StepToStepP50, StepToStepP99                                               float64
+	RequestsPerJob, RequestsPerChain                                           float64
+}{217, 87, 133, 18.0, 20, 28, 15, 63}
+
+// PeerMarkdown renders this run's figures in the shape of issue 16's
+// side-by-side, beside the peer's recorded ones: "x the peer" is this run's
+// figure over the peer's for throughput, the peer's over this run's for
+// latency and requests, so that above 1 is better here (issue 16's goal:
+// 2x on each).
+func (r *Result) PeerMarkdown() string {
+	type row struct {
+		name, unit   string
+		ours, peer   float64
+		higherBetter bool
+	}
+	var rows []row
+	if s := r.Split; s != nil {
+		rows = append(rows, row{"enqueue (POST /jobs, nothing fetching)", "jobs/s", s.EnqueuePerSecond, PeerRecorded.EnqueuePerSecond, true},
+			row{"fetch+ack from a backlog, FETCH of 1", "jobs/s", s.FetchAck1PerSecond, PeerRecorded.FetchAck1PerSecond, true})
+		if s.FetchCount == 10 {
+			rows = append(rows, row{"fetch+ack from a backlog, FETCH of 10", "jobs/s", s.FetchAckNPerSecond, PeerRecorded.FetchAck10PerSecond, true})
+		}
+	}
+	if p := r.Phase("pull chains"); p != nil {
+		rows = append(rows, row{"3-step chains, pull mode", "chains/s", p.WorkflowsPerSecond, PeerRecorded.ChainsPerSecond, true})
+	}
+	if p := r.Phase("pull chains paced"); p != nil && p.StepToStep != nil {
+		rows = append(rows, row{"step→step p50, pull chains at a steady rate", "ms", p.StepToStep.P50, PeerRecorded.StepToStepP50, false},
+			row{"step→step p99, pull chains at a steady rate", "ms", p.StepToStep.P99, PeerRecorded.StepToStepP99, false})
+	}
+	if p := r.Phase("pull jobs"); p != nil {
+		rows = append(rows, row{"AWS requests per job, pull mode (DynamoDB and SQS)", "requests", p.DynamoDBPerUnitExclIdle() + p.PerUnit.SQS, PeerRecorded.RequestsPerJob, false})
+	}
+	if p := r.Phase("pull chains"); p != nil {
+		rows = append(rows, row{"AWS requests per 3-step chain, pull mode", "requests", 3 * (p.DynamoDBPerUnitExclIdle() + p.PerUnit.SQS), PeerRecorded.RequestsPerChain, false})
+	}
+	if len(rows) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("| figure (issue 16's side-by-side) | this run | openjobspec/ojs-backend-sqs, as issue 16 records it (not measured here) | x the peer (above 1: better here; goal 2) |\n|---|---|---|---|\n")
+	for _, x := range rows {
+		ratio := "–"
+		if x.ours > 0 && x.peer > 0 {
+			v := x.ours / x.peer
+			if !x.higherBetter {
+				v = x.peer / x.ours
+			}
+			ratio = fmt.Sprintf("%.2fx", v)
+		}
+		fmt.Fprintf(&b, "| %s | %s %s | %s %s | %s |\n", x.name, num(round(x.ours, 2)), x.unit, num(x.peer), x.unit, ratio)
+	}
+	return b.String()
 }

@@ -187,6 +187,13 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		}
 		res.Phases = append(res.Phases, p)
 	}
+	if s.Jobs > 0 {
+		split, err := b.splitRun(ctx, s.Jobs, res.EmptyFetch.DynamoDB)
+		if err != nil {
+			return nil, fmt.Errorf("enqueue and fetch apart: %w", err)
+		}
+		res.Split = &split
+	}
 	if o.CreateWidth > 0 {
 		res.Create = b.createRun(ctx, o.CreateWidth)
 	}
@@ -443,10 +450,10 @@ func enqueue(ctx context.Context, n, clients int, rate float64, create func(cont
 	return <-errs
 }
 
-// pullWorkers fetch from queue and acknowledge until want jobs were
-// acknowledged, backing off (up to 50 ms) while FETCH finds nothing. It
-// returns the time of the last acknowledgement.
-func (b *bencher) pullWorkers(ctx context.Context, queue string, want int, prog *Progress) (time.Time, error) {
+// pullWorkers fetch from queue, up to count jobs a FETCH, and acknowledge
+// until want jobs were acknowledged, backing off (up to 50 ms) while FETCH
+// finds nothing. It returns the time of the last acknowledgement.
+func (b *bencher) pullWorkers(ctx context.Context, queue string, want, count int, prog *Progress) (time.Time, error) {
 	var acked atomic.Int64
 	var lastAck atomic.Int64
 	ctx, cancel := context.WithCancelCause(ctx)
@@ -464,7 +471,7 @@ func (b *bencher) pullWorkers(ctx context.Context, queue string, want int, prog 
 					} `json:"jobs"`
 				}
 				_, err := b.do(ctx, "POST /workers/fetch", http.MethodPost, "/workers/fetch", map[string]any{
-					"queues": []string{queue}, "count": b.o.Settings.FetchCount, "worker_id": fmt.Sprintf("bench-%d", w)}, &out)
+					"queues": []string{queue}, "count": count, "worker_id": fmt.Sprintf("bench-%d", w)}, &out)
 				if err != nil {
 					if ctx.Err() == nil {
 						cancel(err)
@@ -498,6 +505,92 @@ func (b *bencher) pullWorkers(ctx context.Context, queue string, want int, prog 
 	return time.Unix(0, lastAck.Load()), nil
 }
 
+// splitQueue is the pull-mode queue of splitRun's backlog drained count
+// jobs a FETCH.
+func splitQueue(count int) string { return fmt.Sprintf("bench-split-%d", count) }
+
+// splitRun measures enqueueing and fetching apart (SplitRun): n PUSHes
+// into an empty pull-mode queue with nothing fetching it, then that
+// backlog drained by the pull workers one job a FETCH; then the same
+// with FETCHes of Settings.FetchCount. An empty FETCH costs
+// emptyFetchCost DynamoDB requests (the calibration), left out of the
+// requests per job.
+func (b *bencher) splitRun(ctx context.Context, n int, emptyFetchCost float64) (SplitRun, error) {
+	r := SplitRun{Jobs: n, FetchCount: b.o.Settings.FetchCount}
+	// measured runs f between two quiet moments and returns the DynamoDB
+	// requests per job it made (empty FETCH polls left out).
+	measured := func(f func() error) (float64, error) {
+		before, err := b.quiet(ctx)
+		if err != nil {
+			return 0, err
+		}
+		b.empties.Store(0)
+		if err := f(); err != nil {
+			return 0, err
+		}
+		after, err := b.quiet(ctx)
+		if err != nil {
+			return 0, err
+		}
+		b.takeClientCounts()
+		per, _ := Account(after.sub(before), n, b.env, int(b.empties.Load()), emptyFetchCost)
+		return round(per.DynamoDB-per.EmptyFetchDynamoDB, 2), nil
+	}
+	counts := []int{1}
+	if r.FetchCount > 1 {
+		counts = append(counts, r.FetchCount)
+	}
+	for i, count := range counts {
+		queue := splitQueue(count)
+		var (
+			mu   sync.Mutex
+			lat  []time.Duration
+			took time.Duration
+		)
+		prog := NewProgress(b.o.Progress, fmt.Sprintf("enqueue (%d)", i+1), n)
+		perJob, err := measured(func() error {
+			start := time.Now()
+			var done atomic.Int64
+			err := enqueue(ctx, n, b.o.Settings.Clients, 0, func(ctx context.Context, i int) error {
+				t := time.Now()
+				_, err := b.push(ctx, queue, i)
+				mu.Lock()
+				lat = append(lat, time.Since(t))
+				mu.Unlock()
+				prog.Set(int(done.Add(1)))
+				return err
+			})
+			took = time.Since(start)
+			return err
+		})
+		prog.Done()
+		if err != nil {
+			return r, err
+		}
+		if i == 0 {
+			r.EnqueuePerSecond, r.EnqueueLatency, r.EnqueueDynamoDB = round(float64(n)/took.Seconds(), 1), Summarize(lat), perJob
+		}
+		prog = NewProgress(b.o.Progress, fmt.Sprintf("fetch %d + ack", count), n)
+		perJob, err = measured(func() error {
+			start := time.Now()
+			end, err := b.pullWorkers(ctx, queue, n, count, prog)
+			took = end.Sub(start)
+			return err
+		})
+		prog.Done()
+		if err != nil {
+			return r, err
+		}
+		rate := round(float64(n)/took.Seconds(), 1)
+		if count == 1 {
+			r.FetchAck1PerSecond, r.FetchAck1DynamoDB = rate, perJob
+		} else {
+			r.FetchAckNPerSecond, r.FetchAckNDynamoDB = rate, perJob
+		}
+	}
+	return r, nil
+}
+
 // warmUp starts every execution environment's clients and registers the
 // queues, so that the phases measure the steady state.
 func (b *bencher) warmUp(ctx context.Context) error {
@@ -511,11 +604,11 @@ func (b *bencher) warmUp(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	for _, q := range []string{"bench-jobs", "bench-chains", "bench-batches"} {
+	for _, q := range []string{"bench-jobs", "bench-chains", "bench-batches", splitQueue(1), splitQueue(b.o.Settings.FetchCount)} {
 		if err := enqueue(ctx, 8, 4, 0, func(ctx context.Context, i int) error { _, err := b.push(ctx, q, i); return err }); err != nil {
 			return err
 		}
-		if _, err := b.pullWorkers(ctx, q, 8, prog); err != nil {
+		if _, err := b.pullWorkers(ctx, q, 8, b.o.Settings.FetchCount, prog); err != nil {
 			return err
 		}
 	}
@@ -662,7 +755,10 @@ func (b *bencher) runPhase(ctx context.Context, name, mode, kind string, n, widt
 	var pullWG sync.WaitGroup
 	if mode == "pull" {
 		pullWG.Add(1)
-		go func() { defer pullWG.Done(); pullEnd, pullErr = b.pullWorkers(ctx, queue, units, prog) }()
+		go func() {
+			defer pullWG.Done()
+			pullEnd, pullErr = b.pullWorkers(ctx, queue, units, b.o.Settings.FetchCount, prog)
+		}()
 	}
 	err = enqueue(ctx, n, clients, rate, func(ctx context.Context, i int) error {
 		var err error
