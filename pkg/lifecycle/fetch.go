@@ -3,7 +3,6 @@ package lifecycle
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
@@ -149,24 +148,39 @@ func (s *Service) Fetch(ctx context.Context, r FetchRequest) ([]*job.Job, error)
 // a FETCH's claims, a heartbeat's extensions.
 const writeParallel = 10
 
+// contentionWindow is how long after a lost claim this process treats
+// FETCHes of the queue as contended.
+const contentionWindow = 2 * time.Second
+
 // claimRounds claims up to want of a queue's candidates for FETCH r, whose
 // answer holds used bytes so far, in rounds: each round takes the next
 // candidates that fit the answer (up to writeParallel, and what is still
 // wanted) and claims them at once, so that a FETCH holds its candidates
 // for one round trip instead of one per job; racing FETCHes that read the
 // same heads overlap less, and lose fewer claims (every lost claim is a
-// billed write). After a round that lost a claim, the candidates left are
-// taken from a random one on, wrapping round to the skipped ones: two
-// FETCHes racing in lockstep part ways, and each still tries every
-// candidate. Without contention nothing changes: the jobs claimed are the
-// first ones in priority-then-FIFO order, answered in that order. It
-// returns the jobs claimed, the answer's bytes with them, whether the next
-// candidate would pass r.MaxBytes, and an error that stopped it (with the
-// jobs claimed before it, which are active under this worker's lease and
-// must be answered).
+// billed write). After a round that lost a claim, the candidates left of
+// the next one's priority are taken from a random one on, wrapping round
+// to the skipped ones (spread): FETCHes racing in lockstep part ways, each
+// still tries every candidate, and none takes a job while one of higher
+// priority is untried. While this process has seen a claim on q lost in
+// the last contentionWindow, a FETCH spreads before its first round too:
+// racing workers that all read the same heads would otherwise all try the
+// first one, and all but one lose it (with eight workers fetching one job
+// each from a backlog, about one lost claim per FETCH). FIFO within a
+// priority then holds only as far as racing workers allow it, which is
+// what the OJS delivery guarantees ask of several workers (FIFO is owed
+// to a single one). Without contention nothing changes: the jobs claimed
+// are the first ones in priority-then-FIFO order, answered in that order.
+// It returns the jobs claimed, the answer's bytes with them, whether the
+// next candidate would pass r.MaxBytes, and an error that stopped it (with
+// the jobs claimed before it, which are active under this worker's lease
+// and must be answered).
 func (s *Service) claimRounds(ctx context.Context, r FetchRequest, q string, items []store.Item, want, used int) ([]*job.Job, int, bool, error) {
 	var out []*job.Job
-	next, rotated := 0, false
+	next := 0
+	if s.contended(q) {
+		s.spread(items)
+	}
 	for len(out) < want && next < len(items) {
 		var round []store.Item
 		var sizes []int
@@ -238,13 +252,34 @@ func (s *Service) claimRounds(ctx context.Context, r FetchRequest, q string, ite
 		}
 		// (Blocked with claims lost: the candidate that did not fit may
 		// fit now, and is next.)
-		if lost > 0 && !rotated && next+1 < len(items) {
+		if lost > 0 {
 			// Contention: another FETCH is claiming the same heads.
-			rotateFrom(items[next:], rand.IntN(len(items)-next))
-			rotated = true
+			s.contention.Store(q, s.now().UnixNano())
+			s.spread(items[next:])
 		}
 	}
 	return out, used, false, nil
+}
+
+// contended reports whether a FETCH of this process lost a claim on queue
+// q within the last contentionWindow.
+func (s *Service) contended(q string) bool {
+	at, ok := s.contention.Load(q)
+	return ok && s.now().Sub(time.Unix(0, at.(int64))) < contentionWindow
+}
+
+// spread rotates the leading candidates of items that share the first
+// one's priority so that they start from a random one: the order is kept
+// across priorities, and within the first priority every candidate is
+// still tried.
+func (s *Service) spread(items []store.Item) {
+	k := 1
+	for k < len(items) && items[k].Job.Priority == items[0].Job.Priority {
+		k++
+	}
+	if k > 1 {
+		rotateFrom(items[:k], min(int(s.rnd()*float64(k)), k-1))
+	}
 }
 
 // candidates reads up to n available jobs of queue q for a FETCH: a

@@ -112,6 +112,10 @@ type Service struct {
 	pruneAfter atomic.Int64
 	// flow advances workflows inline (Config.Workflows).
 	flow Finisher
+	// contention is when a FETCH of this process last lost a claim, by
+	// queue (Unix ns): FETCHes of a queue contended within
+	// contentionWindow start on a random candidate (claimRounds).
+	contention sync.Map
 }
 
 // New returns a service on st.
