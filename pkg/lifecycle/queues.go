@@ -16,37 +16,47 @@ import (
 // reads the pause state fresh); a resume takes effect at once.
 const PauseCacheTTL = time.Second
 
-// pauseCache holds the paused queue names read at one time.
+// pauseCache holds each queue's pause state as last read, and when.
 type pauseCache struct {
 	mu     sync.Mutex
-	at     time.Time
-	paused map[string]bool
+	queues map[string]pauseRead
 }
 
-// paused reports whether queue q is paused, reading every queue's state at
-// most once per PauseCacheTTL.
+type pauseRead struct {
+	at     time.Time
+	paused bool
+}
+
+// paused reports whether queue q is paused, reading its registry item (one
+// consistent read) at most once per PauseCacheTTL while it is not paused.
+// A worker function serves a few push-mode queues: a read of each of
+// those is fewer requests than a listing of every queue (a Query of each
+// registry shard), which it read until 2026-11-27.
 func (s *Service) paused(ctx context.Context, q string) (bool, error) {
-	qs := s.st
 	c := &s.pauses
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := time.Now()
 	// A cached "paused" is always re-read, so a resume takes effect at
 	// once everywhere; a cached "not paused" is trusted for PauseCacheTTL.
-	if c.paused == nil || now.Sub(c.at) > PauseCacheTTL || c.paused[q] {
-		infos, err := qs.QueueInfos(ctx)
-		if err != nil {
-			return false, err
-		}
-		c.paused = map[string]bool{}
-		for _, i := range infos {
-			if i.Paused {
-				c.paused[i.Name] = true
-			}
-		}
-		c.at = now
+	if r, ok := c.queues[q]; ok && !r.paused && now.Sub(r.at) <= PauseCacheTTL {
+		return false, nil
 	}
-	return c.paused[q], nil
+	fs, err := s.st.FetchState(ctx, []string{q}, "")
+	if err != nil {
+		return false, err
+	}
+	p := fs.Queues[q].Paused
+	c.remember(q, p, now)
+	return p, nil
+}
+
+// remember records q's pause state as of at (the caller holds c.mu).
+func (c *pauseCache) remember(q string, paused bool, at time.Time) {
+	if c.queues == nil {
+		c.queues = map[string]pauseRead{}
+	}
+	c.queues[q] = pauseRead{at: at, paused: paused}
 }
 
 // QueueState is a queue's pause state as the API shows it.
@@ -82,9 +92,7 @@ func (s *Service) SetPaused(ctx context.Context, name string, paused bool) (Queu
 	}
 	s.queues.Store(name, true)
 	s.pauses.mu.Lock()
-	if s.pauses.paused != nil {
-		s.pauses.paused[name] = paused
-	}
+	s.pauses.remember(name, paused, time.Now())
 	s.pauses.mu.Unlock()
 	s.log.InfoContext(ctx, "queue pause state changed", "queue", name, "paused", paused)
 	return queueState(info), nil
