@@ -488,8 +488,9 @@ func (r *Result) PeerMarkdown() string {
 			rows = append(rows, row{"fetch+ack from a backlog, FETCH of 10", "jobs/s", s.FetchAckNPerSecond, PeerRecorded.FetchAck10PerSecond, true})
 		}
 	}
-	if p := r.Phase("pull chains"); p != nil {
-		rows = append(rows, row{"3-step chains, pull mode", "chains/s", p.WorkflowsPerSecond, PeerRecorded.ChainsPerSecond, true})
+	chains := r.Phase("pull chains")
+	if chains != nil {
+		rows = append(rows, row{"3-step chains, pull mode", "chains/s", chains.WorkflowsPerSecond, PeerRecorded.ChainsPerSecond, true})
 	}
 	if p := r.Phase("pull chains paced"); p != nil && p.StepToStep != nil {
 		rows = append(rows, row{"step→step p50, pull chains at a steady rate", "ms", p.StepToStep.P50, PeerRecorded.StepToStepP50, false},
@@ -498,8 +499,8 @@ func (r *Result) PeerMarkdown() string {
 	if p := r.Phase("pull jobs"); p != nil {
 		rows = append(rows, row{"AWS requests per job, pull mode (DynamoDB and SQS)", "requests", p.DynamoDBPerUnitExclIdle() + p.PerUnit.SQS, PeerRecorded.RequestsPerJob, false})
 	}
-	if p := r.Phase("pull chains"); p != nil {
-		rows = append(rows, row{"AWS requests per 3-step chain, pull mode", "requests", 3 * (p.DynamoDBPerUnitExclIdle() + p.PerUnit.SQS), PeerRecorded.RequestsPerChain, false})
+	if chains != nil {
+		rows = append(rows, row{"AWS requests per 3-step chain, pull mode", "requests", 3 * (chains.DynamoDBPerUnitExclIdle() + chains.PerUnit.SQS), PeerRecorded.RequestsPerChain, false})
 	}
 	if len(rows) == 0 {
 		return ""

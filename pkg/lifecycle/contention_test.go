@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ojs-aws/ojs-serverless/pkg/internal/testenv"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 )
 
@@ -81,10 +80,8 @@ func TestConcurrentFetchesClaimEachJobOnce(t *testing.T) {
 // goes back to strict order once the contention is older than its window.
 func TestAContendedFetchStartsOnARandomCandidateOfTheFirstPriority(t *testing.T) {
 	t.Parallel()
-	st, _ := testenv.Table(t)
-	c := &clock{t: time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)}
 	// The random draw picks the last of the candidates it spreads over.
-	s := lifecycle.New(st, lifecycle.Config{Now: c.Now, Rand: func() float64 { return 0.99 }})
+	s, c := newServiceDrawing(t, 0.99)
 	ctx := context.Background()
 	push := func(q string, priority int, name string) string {
 		t.Helper()

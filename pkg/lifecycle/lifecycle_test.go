@@ -26,9 +26,15 @@ func (c *clock) Add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unloc
 
 func newService(t *testing.T) (*lifecycle.Service, *clock) {
 	t.Helper()
+	return newServiceDrawing(t, 0.5)
+}
+
+// newServiceDrawing is newService whose random draws all return draw.
+func newServiceDrawing(t *testing.T, draw float64) (*lifecycle.Service, *clock) {
+	t.Helper()
 	st, _ := testenv.Table(t)
 	c := &clock{t: time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)}
-	return lifecycle.New(st, lifecycle.Config{Now: c.Now, Rand: func() float64 { return 0.5 }, PushQueues: []string{"lambda"}}), c
+	return lifecycle.New(st, lifecycle.Config{Now: c.Now, Rand: func() float64 { return draw }, PushQueues: []string{"lambda"}}), c
 }
 
 func code(err error) ojserr.Code { return ojserr.As(err).Code }
