@@ -18,6 +18,9 @@
 //	             image has no API Gateway v2)
 //	authToken    OJS_AUTH_TOKEN of the api function; required with
 //	             frontend=function-url
+//	fetchWait    OJS_FETCH_WAIT of the api function (a Go duration, at
+//	             most 20s): the long poll of a FETCH that names no
+//	             wait_ms; default 0, it answers at once
 //
 // account, region and alarmTopicArn may also be set per environment in
 // cdk.json, under "context": {"environments": {"prod": {"account": ...,
@@ -40,6 +43,7 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
@@ -75,6 +79,7 @@ type config struct {
 	AuthToken     string
 	JWTIssuer     string
 	JWTAudience   []string
+	FetchWait     time.Duration
 }
 
 // readConfig reads the context keys documented on the package through get
@@ -136,6 +141,13 @@ func readConfig(get, getenv func(string) string) (config, error) {
 	if (c.JWTIssuer == "") != (len(c.JWTAudience) == 0) {
 		return config{}, fmt.Errorf("context jwtIssuer and jwtAudience go together")
 	}
+	if v := get("fetchWait"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 || d > topology.MaxFetchWait {
+			return config{}, fmt.Errorf("context fetchWait=%q: want a duration between 0 and %v, like 2s", v, topology.MaxFetchWait)
+		}
+		c.FetchWait = d
+	}
 	return c, nil
 }
 
@@ -183,6 +195,9 @@ func build(app awscdk.App, getenv func(string) string) error {
 	env, err := topology.ForEnv(c.Env)
 	if err != nil {
 		return err
+	}
+	if c.FetchWait > 0 {
+		env.FetchWait = c.FetchWait
 	}
 	props := &ojsconstruct.StackProps{
 		AlarmTopicARN: c.AlarmTopicARN,

@@ -263,6 +263,9 @@ func (o *OJSServerless) addFunctions() {
 		if name == topology.FunctionAPI && p.AuthToken != "" {
 			env[topology.EnvAuthToken] = jsii.String(p.AuthToken)
 		}
+		if name == topology.FunctionAPI && o.Env.FetchWait > 0 {
+			env[topology.EnvFetchWait] = jsii.String(o.Env.FetchWait.String())
+		}
 		if name == topology.FunctionSweeper && o.Env.Sweeper.Tick > 0 {
 			env[topology.EnvSweepTick] = jsii.String(o.Env.Sweeper.Tick.String())
 		}

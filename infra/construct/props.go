@@ -89,7 +89,7 @@ type Props struct {
 
 	// APILatencyAlarmThreshold is the HTTP API's p99 latency over five
 	// minutes that raises the latency alarm. Default
-	// DefaultAPILatencyAlarmThreshold (5 seconds).
+	// DefaultAPILatencyAlarmThreshold (5 seconds) plus Env.FetchWait.
 	APILatencyAlarmThreshold time.Duration
 
 	// AlarmTopic receives the ALARM and OK notifications of every alarm
@@ -152,7 +152,9 @@ func (p Props) withDefaults() (Props, error) {
 		p.QueueAgeAlarmThreshold = DefaultQueueAgeAlarmThreshold
 	}
 	if p.APILatencyAlarmThreshold == 0 {
-		p.APILatencyAlarmThreshold = DefaultAPILatencyAlarmThreshold
+		// A waiting FETCH answers after up to Env.FetchWait: it is not
+		// slow, so the default threshold leaves it room.
+		p.APILatencyAlarmThreshold = DefaultAPILatencyAlarmThreshold + p.Env.FetchWait
 	}
 	if err := p.validate(); err != nil {
 		return Props{}, err

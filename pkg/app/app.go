@@ -55,6 +55,9 @@ type App struct {
 	// AuthToken is OJS_AUTH_TOKEN (empty: no bearer auth in the function;
 	// on AWS, API Gateway authorizes with IAM or JWT).
 	AuthToken string
+	// FetchWait is OJS_FETCH_WAIT: the long poll of a FETCH that names
+	// no wait_ms (0: it answers at once).
+	FetchWait time.Duration
 }
 
 // Logger returns a JSON slog logger at the level named by OJS_LOG_LEVEL.
@@ -66,7 +69,8 @@ func Logger() *slog.Logger {
 
 // Load builds the components from the environment: OJS_TABLE (required),
 // OJS_PUSH_QUEUES, OJS_LOG_LEVEL, OJS_AUTH_TOKEN, OJS_EVENT_TTL,
-// OJS_EVENT_BUS, OJS_REDELIVER_AFTER, OJS_ASYNC_CREATE_ITEMS, the dead
+// OJS_EVENT_BUS, OJS_REDELIVER_AFTER, OJS_ASYNC_CREATE_ITEMS,
+// OJS_FETCH_WAIT, the dead
 // letter retention (OJS_DLQ_*)
 // and the AWS SDK variables.
 func Load(ctx context.Context) (*App, error) {
@@ -94,6 +98,12 @@ func Load(ctx context.Context) (*App, error) {
 	if v := os.Getenv(topology.EnvRedeliverAfter); v != "" {
 		if redeliver, err = time.ParseDuration(v); err != nil || redeliver <= 0 {
 			return nil, fmt.Errorf("%s=%q is not a positive duration", topology.EnvRedeliverAfter, v)
+		}
+	}
+	var wait time.Duration
+	if v := os.Getenv(topology.EnvFetchWait); v != "" {
+		if wait, err = time.ParseDuration(v); err != nil || wait < 0 || wait > lifecycle.MaxFetchWait {
+			return nil, fmt.Errorf("%s=%q is not a duration between 0 and %v", topology.EnvFetchWait, v, lifecycle.MaxFetchWait)
 		}
 	}
 	async := workflow.DefaultAsyncItems
@@ -129,6 +139,7 @@ func Load(ctx context.Context) (*App, error) {
 		Workflows: wfs,
 		Crons:     &cron.Service{Store: st, Jobs: svc, Logger: log},
 		AuthToken: os.Getenv(topology.EnvAuthToken),
+		FetchWait: wait,
 	}
 	a.Console, err = console.New(console.Config{Admin: a.Admin, Workflows: a.Workflows, Crons: a.Crons, AuthToken: a.AuthToken,
 		IsPush: svc.IsPush, Logger: log})

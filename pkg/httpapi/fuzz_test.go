@@ -125,7 +125,8 @@ func FuzzFetch(f *testing.F) {
 		`{"queues":["default"]}`, `{"queues":[]}`, `{"queues":"default"}`, `{"queues":["Bad"]}`, `{"queues":[""]}`,
 		`{"queues":["a"],"count":0}`, `{"queues":["a"],"count":101}`, `{"queues":["a"],"count":1.5}`, `{"queues":["a"],"count":"1"}`,
 		`{"queues":["a"],"visibility_timeout_ms":0}`, `{"queues":["a"],"visibility_timeout_ms":43200001}`,
-		`{"queues":["a"],"worker_id":"`+strings.Repeat("w", 257)+`"}`, `{"queues":[null]}`)
+		`{"queues":["a"],"worker_id":"`+strings.Repeat("w", 257)+`"}`, `{"queues":[null]}`,
+		`{"queues":["a"],"wait_ms":-1}`, `{"queues":["a"],"wait_ms":20001}`)
 	f.Fuzz(func(t *testing.T, body []byte) {
 		_, calls := post(t, "/ojs/v1/workers/fetch", body)
 		if len(calls) == 0 {

@@ -392,6 +392,10 @@ type fetchRequest struct {
 	Count               json.RawMessage `json:"count"`
 	WorkerID            string          `json:"worker_id"`
 	VisibilityTimeoutMS json.RawMessage `json:"visibility_timeout_ms"`
+	// WaitMS is this implementation's long poll (worker protocol 6.1):
+	// how long a FETCH that finds nothing keeps looking before it answers
+	// empty. Absent: Config.FetchWait.
+	WaitMS json.RawMessage `json:"wait_ms"`
 }
 
 func intParam(field string, raw json.RawMessage, lo, hi int64) (int64, error) {
@@ -425,7 +429,16 @@ func (a *api) fetch(w http.ResponseWriter, r *http.Request, _ params) error {
 	if len(req.WorkerID) > 256 {
 		return ojserr.Invalid("worker_id", "The 'worker_id' field is at most 256 characters.")
 	}
-	jobs, err := a.jobs.Fetch(r.Context(), lifecycle.FetchRequest{Queues: req.Queues, Count: int(count), WorkerID: req.WorkerID, Visibility: time.Duration(vt) * time.Millisecond})
+	wait := a.s.cfg.FetchWait
+	if len(req.WaitMS) > 0 && string(req.WaitMS) != "null" {
+		ms, err := intParam("wait_ms", req.WaitMS, 0, lifecycle.MaxFetchWait.Milliseconds())
+		if err != nil {
+			return err
+		}
+		wait = time.Duration(ms) * time.Millisecond
+	}
+	jobs, err := a.jobs.Fetch(r.Context(), lifecycle.FetchRequest{Queues: req.Queues, Count: int(count), WorkerID: req.WorkerID,
+		Visibility: time.Duration(vt) * time.Millisecond, Wait: wait})
 	if err != nil {
 		return err
 	}

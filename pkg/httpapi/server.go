@@ -56,6 +56,10 @@ type Config struct {
 	Admin *admin.Service
 	// Console, when set, serves the web console under /ojs/admin/.
 	Console *console.Console
+	// FetchWait is how long a FETCH that names no wait_ms keeps looking
+	// for jobs before it answers empty (lifecycle.FetchRequest.Wait). 0,
+	// the default, answers at once.
+	FetchWait time.Duration
 }
 
 type params map[string]string

@@ -10,6 +10,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
+	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 )
 
 // FetchRequest is a FETCH.
@@ -24,7 +25,26 @@ type FetchRequest struct {
 	// (the HTTP binding's answer repeats it as "job"). Default
 	// DefaultFetchBytes.
 	MaxBytes int
+	// Wait is how long a FETCH that finds nothing keeps looking before it
+	// answers empty (a long poll, worker protocol 6.1): it looks again
+	// every FetchWaitPoll and answers as soon as it claims a job. 0
+	// answers at once. Capped at MaxFetchWait and by the request's
+	// deadline (less FetchWaitMargin).
+	Wait time.Duration
 }
+
+// MaxFetchWait bounds FetchRequest.Wait (topology.MaxFetchWait).
+const MaxFetchWait = topology.MaxFetchWait
+
+// FetchWaitPoll is how often a waiting FETCH looks at its queues again:
+// the ready queries of each queue (two shards), eventually consistent,
+// half a read unit each when empty. A job becomes visible to a waiting
+// worker about FetchWaitPoll/2 after it is written.
+const FetchWaitPoll = 25 * time.Millisecond
+
+// FetchWaitMargin is the time a waiting FETCH keeps for its answer before
+// its request's deadline.
+const FetchWaitMargin = 2 * time.Second
 
 // MaxFetch bounds the jobs one FETCH returns.
 const MaxFetch = 100
@@ -64,10 +84,43 @@ func (s *Service) Fetch(ctx context.Context, r FetchRequest) ([]*job.Job, error)
 	if r.MaxBytes <= 0 {
 		r.MaxBytes = DefaultFetchBytes
 	}
+	wait := min(r.Wait, MaxFetchWait)
+	if d, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(d)-FetchWaitMargin)
+	}
+	end := time.Now().Add(wait)
+	for {
+		out, next, err := s.fetchOnce(ctx, r)
+		if next == passStop || err != nil || len(out) > 0 {
+			return out, err
+		}
+		// A long poll: look again until a job is claimed, the worker is
+		// told to stop, the wait is over or the caller is gone.
+		pause := FetchWaitPoll
+		if next == passHeld {
+			pause = FetchWaitHeld
+		}
+		left := time.Until(end)
+		if left <= 0 {
+			return out, nil
+		}
+		t := time.NewTimer(min(pause, left))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return out, nil
+		case <-t.C:
+		}
+	}
+}
+
+// fetchOnce is one pass of Fetch over r's queues (r validated); next says
+// what a waiting FETCH does if the pass claimed nothing.
+func (s *Service) fetchOnce(ctx context.Context, r FetchRequest) (out []*job.Job, next fetchNext, err error) {
 	used := 0
-	out := []*job.Job{}
+	out = []*job.Job{}
 	if s.workers.has(r.WorkerID) {
-		return out, nil // a quiet or terminating worker gets no new jobs
+		return out, passStop, nil // a quiet or terminating worker gets no new jobs
 	}
 	// One consistent read of every queue's pause state and rate limit and
 	// of the worker's state, read fresh, not cached, so that a pause holds
@@ -81,6 +134,7 @@ func (s *Service) Fetch(ctx context.Context, r FetchRequest) ([]*job.Job, error)
 			break
 		}
 		if fs != nil && fs.Queues[q].Paused {
+			next = passHeld
 			continue // a paused queue is not fetched; its jobs wait
 		}
 		// The due shards that may hold something due now (store.DueNow):
@@ -89,10 +143,10 @@ func (s *Service) Fetch(ctx context.Context, r FetchRequest) ([]*job.Job, error)
 		now := s.Now()
 		due, err := s.st.DueNow(ctx, q, now, 25)
 		if err != nil {
-			return s.fetchFailed(ctx, out, err)
+			return s.passFailed(ctx, out, err)
 		}
 		if _, _, err := s.resolve(ctx, due, now, false); err != nil {
-			return s.fetchFailed(ctx, out, err)
+			return s.passFailed(ctx, out, err)
 		}
 		want := r.Count - len(out)
 		// Twice the candidates it wants, and a few: without contention
@@ -103,7 +157,7 @@ func (s *Service) Fetch(ctx context.Context, r FetchRequest) ([]*job.Job, error)
 		// bytes.
 		items, err := s.candidates(ctx, q, min(2*want+8, MaxFetch))
 		if err != nil {
-			return s.fetchFailed(ctx, out, err)
+			return s.passFailed(ctx, out, err)
 		}
 		if len(items) == 0 {
 			continue
@@ -111,16 +165,17 @@ func (s *Service) Fetch(ctx context.Context, r FetchRequest) ([]*job.Job, error)
 		if fs == nil {
 			st, err := s.st.FetchState(ctx, r.Queues, r.WorkerID)
 			if err != nil {
-				return s.fetchFailed(ctx, out, err)
+				return s.passFailed(ctx, out, err)
 			}
 			fs = &st
 			if w := fs.Worker; w != nil && (stopping(w.State) || stopping(w.Directive)) {
 				s.workers.add(r.WorkerID)
-				return out, nil
+				return out, passStop, nil
 			}
 		}
 		qs := fs.Queues[q]
 		if qs.Paused {
+			next = passHeld
 			continue
 		}
 		if rate := qs.Rate; rate > 0 {
@@ -129,19 +184,44 @@ func (s *Service) Fetch(ctx context.Context, r FetchRequest) ([]*job.Job, error)
 			want = min(want, max(1, int(rate)))
 			ok, err := s.st.TakeRateTokens(ctx, q, want, rate, s.Now())
 			if err != nil {
-				return s.fetchFailed(ctx, out, err)
+				return s.passFailed(ctx, out, err)
 			}
 			if !ok {
+				next = passHeld
 				continue
 			}
 		}
 		claimed, n, blocked, err := s.claimRounds(ctx, r, q, items, want, used)
 		out, used, full = append(out, claimed...), n, blocked
 		if err != nil {
-			return s.fetchFailed(ctx, out, err)
+			return s.passFailed(ctx, out, err)
 		}
 	}
-	return out, nil
+	return out, next, nil
+}
+
+// fetchNext is what a waiting FETCH does after a pass that claimed nothing.
+type fetchNext int
+
+const (
+	// passAgain looks again after FetchWaitPoll.
+	passAgain fetchNext = iota
+	// passHeld looks again after FetchWaitHeld: a queue held jobs it could
+	// not hand out (paused, or out of rate tokens), and looking at it
+	// costs a consistent read of its state each time.
+	passHeld
+	// passStop answers now: the worker is quiet or terminating.
+	passStop
+)
+
+// FetchWaitHeld is how often a waiting FETCH looks again at queues that
+// hold jobs it may not take (paused or rate limited).
+const FetchWaitHeld = 250 * time.Millisecond
+
+// passFailed is fetchFailed for a pass of a FETCH.
+func (s *Service) passFailed(ctx context.Context, out []*job.Job, err error) ([]*job.Job, fetchNext, error) {
+	out, err = s.fetchFailed(ctx, out, err)
+	return out, passStop, err
 }
 
 // writeParallel bounds the job writes one request has in flight at once:

@@ -70,3 +70,71 @@ func TestCrashedEnvironmentIsReplaced(t *testing.T) {
 		t.Fatalf("after recycle: pids %d, %d", third, fourth)
 	}
 }
+
+// A function whose every execution environment is busy starts another
+// for the next invocation, as Lambda scales out, up to MaxConcurrency;
+// past it, invocations wait for one to be free.
+func TestBusyFunctionGrowsUpToItsMaxConcurrency(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "bootstrap")
+	cmd := exec.Command("go", "build", "-tags", "lambda.norpc", "-o", bin, "./testdata/crashfn")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	f := &Function{Name: "crashfn", Binary: bin, Timeout: 10 * time.Minute, Concurrency: 1, MaxConcurrency: 2, Logger: slog.Default()}
+	if err := f.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Stop)
+	ctx := context.Background()
+	pid := func(ctx context.Context, payload string) (int, error) {
+		out, err := f.Invoke(ctx, []byte(payload))
+		if err != nil {
+			return 0, err
+		}
+		var v struct{ PID int }
+		_ = json.Unmarshal(out, &v)
+		return v.PID, nil
+	}
+	first, err := pid(ctx, `{}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Hold the only environment (the invocation is never waited for; Stop
+	// ends it).
+	held := make(chan struct{})
+	go func() {
+		close(held)
+		_, _ = pid(ctx, `{"sleep_ms":600000}`)
+	}()
+	<-held
+	for len(f.idle) > 0 { // until the sleeper has taken the environment
+		time.Sleep(5 * time.Millisecond)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	second, err := pid(wctx, `{}`)
+	if err != nil {
+		t.Fatalf("an invocation while the only environment is busy: %v", err)
+	}
+	if second == first {
+		t.Fatalf("the invocation ran in the busy environment (pid %d)", first)
+	}
+	// Both held: at MaxConcurrency the next invocation waits instead of
+	// starting a third environment.
+	go func() { _, _ = pid(ctx, `{"sleep_ms":600000}`) }()
+	for len(f.idle) > 0 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	sctx, scancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer scancel()
+	if _, err := pid(sctx, `{}`); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a third invocation at MaxConcurrency 2: %v, want it to wait", err)
+	}
+	f.mu.Lock()
+	n := len(f.all)
+	f.mu.Unlock()
+	if n != 2 {
+		t.Fatalf("%d environments, want 2", n)
+	}
+}

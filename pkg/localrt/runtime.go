@@ -40,6 +40,9 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 )
 
+// DefaultAPIMaxConcurrency is the default Config.APIMaxConcurrency.
+const DefaultAPIMaxConcurrency = 16
+
 // Config configures a Runtime.
 type Config struct {
 	// Env is the topology to run (normally topology.ForEnv("local")).
@@ -59,6 +62,11 @@ type Config struct {
 	// Concurrency is the number of execution environments per function.
 	// Default 2 (the machine this runs on is small).
 	Concurrency int
+	// APIMaxConcurrency is how many execution environments the api
+	// function may grow to when every one is busy, as Lambda starts more
+	// on demand (a FETCH that waits for jobs holds one for its wait).
+	// Default max(Concurrency, DefaultAPIMaxConcurrency).
+	APIMaxConcurrency int
 	// LogDir receives <function>.log. Default: discard.
 	LogDir string
 	// ExtraEnv is added to every function's environment (e.g.
@@ -105,6 +113,9 @@ func Start(ctx context.Context, cfg Config) (*Runtime, error) {
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 2
 	}
+	if cfg.APIMaxConcurrency <= 0 {
+		cfg.APIMaxConcurrency = max(cfg.Concurrency, DefaultAPIMaxConcurrency)
+	}
 	if cfg.Table == "" {
 		cfg.Table = cfg.Env.Prefix + "-jobs"
 	}
@@ -127,6 +138,9 @@ func Start(ctx context.Context, cfg Config) (*Runtime, error) {
 		if name == topology.FunctionStream {
 			env = append(env, topology.EnvEventTTL+"="+cfg.Env.EventTTL.String(), topology.EnvName+"="+cfg.Env.Name)
 		}
+		if name == topology.FunctionAPI && cfg.Env.FetchWait > 0 {
+			env = append(env, topology.EnvFetchWait+"="+cfg.Env.FetchWait.String())
+		}
 		var logw io.Writer = io.Discard
 		if cfg.LogDir != "" {
 			f, err := os.OpenFile(filepath.Join(cfg.LogDir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -146,6 +160,9 @@ func Start(ctx context.Context, cfg Config) (*Runtime, error) {
 		}
 		fn := &Function{Name: cfg.Env.Prefix + "-" + name, Binary: filepath.Join(cfg.BinDir, name, "bootstrap"), Env: env,
 			Timeout: cfg.Env.Functions[name].Timeout, Concurrency: conc, Log: logw, Logger: rt.log}
+		if name == topology.FunctionAPI {
+			fn.MaxConcurrency = cfg.APIMaxConcurrency
+		}
 		if _, err := os.Stat(fn.Binary); err != nil {
 			rt.Stop()
 			return nil, fmt.Errorf("function %s: %w (build it with make build-local)", name, err)

@@ -70,8 +70,13 @@ type Function struct {
 	Binary  string
 	Env     []string
 	Timeout time.Duration
-	// Concurrency is the number of execution environments.
+	// Concurrency is the number of execution environments started with
+	// the function.
 	Concurrency int
+	// MaxConcurrency, when above Concurrency, lets the pool grow: an
+	// invocation that finds every environment busy starts a new one (a
+	// cold start), as Lambda scales out, up to this many.
+	MaxConcurrency int
 	Log         io.Writer
 	Logger      *slog.Logger
 
@@ -105,7 +110,10 @@ func (f *Function) Start() error {
 	if f.Log == nil {
 		f.Log = io.Discard
 	}
-	f.idle = make(chan *instance, f.Concurrency)
+	if f.MaxConcurrency < f.Concurrency {
+		f.MaxConcurrency = f.Concurrency
+	}
+	f.idle = make(chan *instance, f.MaxConcurrency)
 	f.started = time.Now()
 	for i := 0; i < f.Concurrency; i++ {
 		inst := &instance{fn: f, next: make(chan *invocation), gen: f.gen.Load()}
@@ -155,8 +163,18 @@ func (f *Function) invoke(ctx context.Context, payload []byte, took *time.Durati
 	var inst *instance
 	select {
 	case inst = <-f.idle:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	default:
+		var err error
+		if inst, err = f.grow(); err != nil {
+			return nil, err
+		}
+		if inst == nil {
+			select {
+			case inst = <-f.idle:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
 	}
 	defer func() { f.idle <- inst }()
 	if g := f.gen.Load(); inst.gen != g {
@@ -209,6 +227,22 @@ func (f *Function) invoke(ctx context.Context, payload []byte, took *time.Durati
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+// grow starts one more execution environment for an invocation that found
+// every one busy; nil when the pool is at MaxConcurrency (or stopped).
+func (f *Function) grow() (*instance, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed || len(f.all) >= f.MaxConcurrency {
+		return nil, nil
+	}
+	inst := &instance{fn: f, next: make(chan *invocation), gen: f.gen.Load()}
+	if err := inst.start(); err != nil {
+		return nil, fmt.Errorf("%s: starting an execution environment: %w", f.Name, err)
+	}
+	f.all = append(f.all, inst)
+	return inst, nil
 }
 
 // Recycle marks every execution environment stale: each is replaced by a

@@ -59,11 +59,21 @@ const (
 	// writes the workflow (default 4000, workflow.DefaultAsyncItems; 0
 	// turns it off).
 	EnvAsyncCreateItems = "OJS_ASYNC_CREATE_ITEMS"
+	// EnvFetchWait is a Go duration: how long a FETCH that names no
+	// wait_ms keeps looking for jobs before it answers empty (a long poll,
+	// at most 20s). Default 0: it answers at once (Env.FetchWait).
+	EnvFetchWait = "OJS_FETCH_WAIT"
 	// EnvName is the environment's name (Env.Name): the Environment
 	// dimension of the lifecycle metrics the stream function writes
 	// (pkg/metrics). Default "default".
 	EnvName = "OJS_ENV"
 )
+
+// MaxFetchWait bounds a FETCH's long poll (OJS_FETCH_WAIT, a FETCH's
+// wait_ms): the api function's timeout is 29 s (API Gateway's integration
+// limit 30 s), and the security profile wants a long poll bounded
+// (ojs-security.md, SEC-017).
+const MaxFetchWait = 20 * time.Second
 
 // Function names, used as construct ids, local process names and the
 // functions/<name> directories.
@@ -240,6 +250,12 @@ type Env struct {
 	// PublishEvents is the OJS_PUBLISH_EVENTS setting of the stream
 	// function (empty: the default set).
 	PublishEvents string
+	// FetchWait is the api function's OJS_FETCH_WAIT: how long a FETCH
+	// that names no wait_ms keeps looking for jobs before it answers
+	// empty (a long poll). 0 (every environment's default) answers at
+	// once: on Lambda a waiting FETCH bills its duration (docs/design.md,
+	// "FETCH with a wait").
+	FetchWait time.Duration
 	// LogRetentionDays is the CloudWatch Logs retention.
 	LogRetentionDays int
 	// PointInTimeRecovery and DeletionProtection protect the table (prod).

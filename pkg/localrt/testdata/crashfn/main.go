@@ -1,7 +1,8 @@
 // Command crashfn is a test function for the local runtime: it answers
 // with its process id, exits when asked to crash, pads its answer to
 // {"reply_bytes": n} bytes, and answers an API Gateway event with a 200
-// whose body is the reply_bytes query parameter's number of bytes.
+// whose body is the reply_bytes query parameter's number of bytes; it
+// sleeps {"sleep_ms": n} first when asked.
 package main
 
 import (
@@ -9,12 +10,16 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
 )
 
 func main() {
 	lambda.Start(func(_ context.Context, in map[string]any) (map[string]any, error) {
+		if ms, ok := in["sleep_ms"].(float64); ok {
+			time.Sleep(time.Duration(ms) * time.Millisecond)
+		}
 		if in["crash"] == true {
 			os.Exit(86)
 		}
