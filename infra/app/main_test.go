@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
@@ -83,6 +84,9 @@ func TestReadConfig(t *testing.T) {
 		{name: "bad arch", ctx: map[string]string{"arch": "ppc64"}, wantErr: "arch"},
 		{name: "issuer alone", ctx: map[string]string{"jwtIssuer": "https://issuer"}, wantErr: "jwtIssuer"},
 		{name: "audience alone", ctx: map[string]string{"jwtAudience": "a"}, wantErr: "jwtIssuer"},
+		{name: "fetch wait", ctx: map[string]string{"fetchWait": "2s"}, want: config{Env: "dev", Arch: "arm64", FetchWait: 2 * time.Second}},
+		{name: "fetch wait too long", ctx: map[string]string{"fetchWait": "21s"}, wantErr: "fetchWait"},
+		{name: "fetch wait not a duration", ctx: map[string]string{"fetchWait": "2000"}, wantErr: "fetchWait"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

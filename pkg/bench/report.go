@@ -86,6 +86,9 @@ type Settings struct {
 	Clients     int `json:"clients"`
 	Workers     int `json:"workers"`
 	FetchCount  int `json:"fetch_count"`
+	// FetchWaitMS is the pull workers' wait_ms (a long poll); 0: they
+	// back off (5 to 50 ms) after an empty FETCH instead.
+	FetchWaitMS int `json:"fetch_wait_ms,omitempty"`
 	Concurrency int `json:"concurrency"`
 }
 

@@ -136,8 +136,15 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	b.env.Sweeper.Tick = 0
 	b.env.Sweeper.Interval = time.Minute
 	o.Logger.Info("starting the local runtime", "bin", o.BinDir, "concurrency", o.Settings.Concurrency)
+	// The api function keeps Concurrency environments (more were slower
+	// here: the two cores are shared with the emulators), and grows by one
+	// for each pull worker that may be waiting in a FETCH.
+	apiMax := o.Settings.Concurrency
+	if o.Settings.FetchWaitMS > 0 {
+		apiMax += o.Settings.Workers
+	}
 	b.rt, err = localrt.Start(ctx, localrt.Config{Env: b.env, AWS: rtCfg, AWSEnv: em.Env(), BinDir: o.BinDir, APIAddr: "127.0.0.1:0",
-		Table: "bench", Concurrency: o.Settings.Concurrency, LogDir: o.LogDir, Logger: o.Logger,
+		Table: "bench", Concurrency: o.Settings.Concurrency, APIMaxConcurrency: apiMax, LogDir: o.LogDir, Logger: o.Logger,
 		ExtraEnv: []string{callstats.EnvDir + "=" + statsDir, topology.EnvEventBus + "=ojs-bench",
 			"AWS_ENDPOINT_URL_EVENTBRIDGE=" + bus.URL}})
 	if err != nil {
@@ -452,7 +459,8 @@ func enqueue(ctx context.Context, n, clients int, rate float64, create func(cont
 
 // pullWorkers fetch from queue, up to count jobs a FETCH, and acknowledge
 // until want jobs were acknowledged, backing off (up to 50 ms) while FETCH
-// finds nothing. It returns the time of the last acknowledgement.
+// finds nothing, or with Settings.FetchWaitMS, fetching again at once
+// with that wait_ms. It returns the time of the last acknowledgement.
 func (b *bencher) pullWorkers(ctx context.Context, queue string, want, count int, prog *Progress) (time.Time, error) {
 	var acked atomic.Int64
 	var lastAck atomic.Int64
@@ -470,8 +478,11 @@ func (b *bencher) pullWorkers(ctx context.Context, queue string, want, count int
 						ID string `json:"id"`
 					} `json:"jobs"`
 				}
-				_, err := b.do(ctx, "POST /workers/fetch", http.MethodPost, "/workers/fetch", map[string]any{
-					"queues": []string{queue}, "count": count, "worker_id": fmt.Sprintf("bench-%d", w)}, &out)
+				req := map[string]any{"queues": []string{queue}, "count": count, "worker_id": fmt.Sprintf("bench-%d", w)}
+				if wait := b.o.Settings.FetchWaitMS; wait > 0 {
+					req["wait_ms"] = wait
+				}
+				_, err := b.do(ctx, "POST /workers/fetch", http.MethodPost, "/workers/fetch", req, &out)
 				if err != nil {
 					if ctx.Err() == nil {
 						cancel(err)
@@ -480,6 +491,9 @@ func (b *bencher) pullWorkers(ctx context.Context, queue string, want, count int
 				}
 				if len(out.Jobs) == 0 {
 					b.empties.Add(1)
+					if b.o.Settings.FetchWaitMS > 0 {
+						continue // the FETCH waited
+					}
 					ctxsleep.Sleep(ctx, backoff)
 					backoff = min(2*backoff, 50*time.Millisecond)
 					continue
@@ -493,7 +507,11 @@ func (b *bencher) pullWorkers(ctx context.Context, queue string, want, count int
 						return
 					}
 					lastAck.Store(time.Now().UnixNano())
-					prog.Set(int(acked.Add(1)))
+					n := acked.Add(1)
+					prog.Set(int(n))
+					if n >= int64(want) {
+						cancel(nil) // ends the other workers' waiting FETCHes
+					}
 				}
 			}
 		}()

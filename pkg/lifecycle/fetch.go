@@ -40,7 +40,7 @@ const MaxFetchWait = topology.MaxFetchWait
 // the ready queries of each queue (two shards), eventually consistent,
 // half a read unit each when empty. A job becomes visible to a waiting
 // worker about FetchWaitPoll/2 after it is written.
-const FetchWaitPoll = 25 * time.Millisecond
+const FetchWaitPoll = 50 * time.Millisecond
 
 // FetchWaitMargin is the time a waiting FETCH keeps for its answer before
 // its request's deadline.

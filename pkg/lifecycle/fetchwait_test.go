@@ -120,7 +120,7 @@ func TestAWaitingFetchOfAPausedQueueLooksLessOften(t *testing.T) {
 	}
 	// About 4 looks of 3 requests (two ready shards and the state: at 0,
 	// 250 and 500 ms and at the end) and a read of the due shards; every
-	// FetchWaitPoll it would be 25 looks.
+	// FetchWaitPoll it would be 12 or 13.
 	if n := db.n.Load() - before; n > 20 {
 		t.Fatalf("%d requests in a 600ms wait on a paused queue", n)
 	}
