@@ -78,14 +78,14 @@ type Machine struct {
 
 // Settings are the run's knobs.
 type Settings struct {
-	Jobs        int `json:"jobs"`
-	Chains      int `json:"chains"`
-	Graphs      int `json:"graphs,omitempty"`
-	Batches     int `json:"batches"`
-	BatchWidth  int `json:"batch_width"`
-	Clients     int `json:"clients"`
-	Workers     int `json:"workers"`
-	FetchCount  int `json:"fetch_count"`
+	Jobs       int `json:"jobs"`
+	Chains     int `json:"chains"`
+	Graphs     int `json:"graphs,omitempty"`
+	Batches    int `json:"batches"`
+	BatchWidth int `json:"batch_width"`
+	Clients    int `json:"clients"`
+	Workers    int `json:"workers"`
+	FetchCount int `json:"fetch_count"`
 	// FetchWaitMS is the pull workers' wait_ms (a long poll); 0: they
 	// back off (5 to 50 ms) after an empty FETCH instead.
 	FetchWaitMS int `json:"fetch_wait_ms,omitempty"`

@@ -77,8 +77,8 @@ type Function struct {
 	// invocation that finds every environment busy starts a new one (a
 	// cold start), as Lambda scales out, up to this many.
 	MaxConcurrency int
-	Log         io.Writer
-	Logger      *slog.Logger
+	Log            io.Writer
+	Logger         *slog.Logger
 
 	idle    chan *instance
 	all     []*instance
