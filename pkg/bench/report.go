@@ -89,7 +89,10 @@ type Settings struct {
 	// FetchWaitMS is the pull workers' wait_ms (a long poll); 0: they
 	// back off (5 to 50 ms) after an empty FETCH instead.
 	FetchWaitMS int `json:"fetch_wait_ms,omitempty"`
-	Concurrency int `json:"concurrency"`
+	// FetchBackoffMS is the longest back-off after an empty FETCH (it
+	// doubles from 5 ms); 0 means 50.
+	FetchBackoffMS int `json:"fetch_backoff_ms,omitempty"`
+	Concurrency    int `json:"concurrency"`
 }
 
 // Phase is one measured workload.

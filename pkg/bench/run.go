@@ -472,6 +472,10 @@ func (b *bencher) pullWorkers(ctx context.Context, queue string, want, count int
 		go func() {
 			defer wg.Done()
 			backoff := 5 * time.Millisecond
+			maxBackoff := 50 * time.Millisecond
+			if ms := b.o.Settings.FetchBackoffMS; ms > 0 {
+				maxBackoff = time.Duration(ms) * time.Millisecond
+			}
 			for ctx.Err() == nil && acked.Load() < int64(want) {
 				var out struct {
 					Jobs []struct {
@@ -495,7 +499,7 @@ func (b *bencher) pullWorkers(ctx context.Context, queue string, want, count int
 						continue // the FETCH waited
 					}
 					ctxsleep.Sleep(ctx, backoff)
-					backoff = min(2*backoff, 50*time.Millisecond)
+					backoff = min(2*backoff, maxBackoff)
 					continue
 				}
 				backoff = 5 * time.Millisecond
