@@ -31,6 +31,7 @@ func customEnv(t *testing.T) topology.Env {
 	q.MaxBatchingWindow = 2 * time.Second
 	q.MaxConcurrency = 3
 	e.Queues = append(e.Queues, q)
+	e.FetchWait = 2 * time.Second
 	return e
 }
 
@@ -376,6 +377,16 @@ func TestCustomPropsReachFunctions(t *testing.T) {
 		"MetricName": "IteratorAge",
 		"Threshold":  90000,
 	})
+	// The environment's FETCH wait reaches the api function alone.
+	s.template.ResourcePropertiesCountIs(jsii.String("AWS::Lambda::Function"), map[string]any{
+		"Environment": map[string]any{"Variables": assertions.Match_ObjectLike(&map[string]any{
+			topology.EnvFetchWait: "2s",
+		})},
+	}, jsii.Number(1))
+	api := s.byTag(t, "AWS::Lambda::Function", TagFunction, topology.FunctionAPI)
+	if v := props(s.resources("AWS::Lambda::Function")[api])["Environment"].(map[string]any)["Variables"].(map[string]any)[topology.EnvFetchWait]; v != "2s" {
+		t.Errorf("api function %s=%v, want 2s", topology.EnvFetchWait, v)
+	}
 }
 
 func TestSweeperSchedule(t *testing.T) {
@@ -479,7 +490,7 @@ func TestAlarms(t *testing.T) {
 		"MetricName":         "Latency",
 		"ExtendedStatistic":  "p99",
 		"ComparisonOperator": "GreaterThanThreshold",
-		"Threshold":          float64(DefaultAPILatencyAlarmThreshold.Milliseconds()),
+		"Threshold":          float64((DefaultAPILatencyAlarmThreshold + e.FetchWait).Milliseconds()),
 	})
 	// DynamoDB: read + write throttle events of the table, and of each
 	// index with its GlobalSecondaryIndexName dimension.
