@@ -138,3 +138,47 @@ func TestBusyFunctionGrowsUpToItsMaxConcurrency(t *testing.T) {
 		t.Fatalf("%d environments, want 2", n)
 	}
 }
+
+// An invocation whose caller left goes on, as on Lambda, and keeps its
+// execution environment busy until it ends: the next invocation starts
+// another environment instead of waiting behind it.
+func TestACancelledInvocationKeepsItsEnvironmentBusy(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "bootstrap")
+	cmd := exec.Command("go", "build", "-tags", "lambda.norpc", "-o", bin, "./testdata/crashfn")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	f := &Function{Name: "crashfn", Binary: bin, Timeout: 10 * time.Minute, Concurrency: 1, MaxConcurrency: 2, Logger: slog.Default()}
+	if err := f.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Stop)
+	pid := func(ctx context.Context, payload string) (int, error) {
+		out, err := f.Invoke(ctx, []byte(payload))
+		if err != nil {
+			return 0, err
+		}
+		var v struct{ PID int }
+		_ = json.Unmarshal(out, &v)
+		return v.PID, nil
+	}
+	first, err := pid(context.Background(), `{}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if _, err := pid(cctx, `{"sleep_ms":600000}`); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the caller's deadline: %v", err)
+	}
+	wctx, wcancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer wcancel()
+	second, err := pid(wctx, `{}`)
+	if err != nil {
+		t.Fatalf("the next invocation: %v", err)
+	}
+	if second == first {
+		t.Fatalf("the next invocation ran in the environment still busy with the left one (pid %d)", first)
+	}
+}

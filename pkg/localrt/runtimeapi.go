@@ -176,7 +176,12 @@ func (f *Function) invoke(ctx context.Context, payload []byte, took *time.Durati
 			}
 		}
 	}
-	defer func() { f.idle <- inst }()
+	release := true // the environment is free again when invoke returns
+	defer func() {
+		if release {
+			f.idle <- inst
+		}
+	}()
 	if g := f.gen.Load(); inst.gen != g {
 		// A stale environment (see Recycle): replace it first.
 		inst.kill()
@@ -211,6 +216,33 @@ func (f *Function) invoke(ctx context.Context, payload []byte, took *time.Durati
 		}
 		break
 	}
+	var body []byte
+	var err error
+	settled := make(chan struct{})
+	go func() {
+		body, err = f.settle(inst, inv)
+		close(settled)
+	}()
+	select {
+	case <-settled:
+		return body, err
+	case <-ctx.Done():
+		// The caller left; the invocation goes on, as on Lambda, and its
+		// environment is busy until it ends (not offered to the next
+		// invocation, which would wait behind it instead of starting
+		// another environment).
+		release = false
+		go func() {
+			<-settled
+			f.idle <- inst
+		}()
+		return nil, ctx.Err()
+	}
+}
+
+// settle waits for the end of invocation inv in inst: its answer, its
+// process's exit, or its timeout (the environment is then replaced).
+func (f *Function) settle(inst *instance, inv *invocation) ([]byte, error) {
 	timer := time.NewTimer(f.Timeout)
 	defer timer.Stop()
 	select {
@@ -224,8 +256,6 @@ func (f *Function) invoke(ctx context.Context, payload []byte, took *time.Durati
 		inst.kill()
 		inst.restart()
 		return nil, &FunctionError{Type: "Sandbox.Timedout", Message: fmt.Sprintf("%s timed out after %v", f.Name, f.Timeout)}
-	case <-ctx.Done():
-		return nil, ctx.Err()
 	}
 }
 
