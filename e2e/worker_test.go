@@ -139,7 +139,8 @@ func TestManifestIsTruthful(t *testing.T) {
 	caps := m["capabilities"].(map[string]any)
 	if num(m["conformance_level"]) != 4 || caps["events"] != true || caps["pause_resume"] != true || caps["queue_stats"] != true ||
 		caps["cron_jobs"] != true || caps["unique_jobs"] != true || caps["rate_limiting"] != true || m["uniqueness_strength"] != "strong" ||
-		caps["dead_letter_retention"] != true || caps["graceful_shutdown"] != true {
+		caps["dead_letter_retention"] != true || caps["graceful_shutdown"] != true || caps["fetch_wait"] != true ||
+		num(m["limits"].(map[string]any)["max_fetch_wait_ms"]) != 20000 {
 		t.Fatalf("manifest: %v", m)
 	}
 	for path, want := range map[string]int{"/ojs/v1/events?limit=1": 200, "/ojs/v1/queues": 200, "/ojs/v1/admin/workers": 200, "/ojs/v1/cron": 200,

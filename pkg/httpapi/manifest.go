@@ -36,12 +36,14 @@ func Manifest() map[string]any {
 			"rate_limiting": true, "schema_validation": false, "events": true, "queue_stats": true,
 			"dead_letter_retry": true, "worker_directives": true, "eventbridge_events": true,
 			"dead_letter_retention": true, "graceful_shutdown": true,
+			// FETCH's wait_ms (a long poll, worker protocol 6.1).
+			"fetch_wait": true,
 		},
 		"limits": map[string]any{
 			"max_envelope_bytes": job.MaxEnvelopeBytes, "max_meta_bytes": job.MaxMetaBytes,
 			"max_result_bytes": job.MaxResultBytes, "max_request_bytes": MaxBodyBytes,
 			"max_batch_jobs": lifecycle.MaxBulk, "max_atomic_batch_jobs": store.MaxBatch, "max_fetch_count": lifecycle.MaxFetch,
-			"min_priority": job.MinPriority, "max_priority": job.MaxPriority,
+			"max_fetch_wait_ms": lifecycle.MaxFetchWait.Milliseconds(), "min_priority": job.MinPriority, "max_priority": job.MaxPriority,
 			"max_workflow_depth": workflow.MaxDepth, "max_workflow_jobs": workflow.MaxJobs,
 		},
 		"uniqueness_strength": "strong",
