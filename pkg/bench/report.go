@@ -87,12 +87,24 @@ type Settings struct {
 	Workers    int `json:"workers"`
 	FetchCount int `json:"fetch_count"`
 	// FetchWaitMS is the pull workers' wait_ms (a long poll); 0: they
-	// back off (5 to 50 ms) after an empty FETCH instead.
+	// back off after an empty FETCH instead (FetchBackoffMS).
 	FetchWaitMS int `json:"fetch_wait_ms,omitempty"`
 	// FetchBackoffMS is the longest back-off after an empty FETCH (it
 	// doubles from 5 ms); 0 means 50.
 	FetchBackoffMS int `json:"fetch_backoff_ms,omitempty"`
 	Concurrency    int `json:"concurrency"`
+}
+
+// pollingNote says how the pull workers wait for jobs when it is not the
+// default (backing off up to 50 ms after an empty FETCH).
+func (s Settings) pollingNote() string {
+	switch {
+	case s.FetchWaitMS > 0:
+		return fmt.Sprintf(" (waiting up to %d ms in each FETCH)", s.FetchWaitMS)
+	case s.FetchBackoffMS > 0 && s.FetchBackoffMS != 50:
+		return fmt.Sprintf(" (backing off up to %d ms after an empty FETCH)", s.FetchBackoffMS)
+	}
+	return ""
 }
 
 // Phase is one measured workload.
@@ -266,9 +278,10 @@ func (r *Result) Phase(name string) *Phase {
 // SummaryMarkdown renders the headline table (README) and the targets.
 func (r *Result) SummaryMarkdown() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "Run of %s on %d CPUs (%s/%s, %s), %.0f s; settings: %d jobs, %d chains, %d graphs, %d batches of %d, %d clients, %d pull workers fetching %d, %d environments per function.\n\n",
+	fmt.Fprintf(&b, "Run of %s on %d CPUs (%s/%s, %s), %.0f s; settings: %d jobs, %d chains, %d graphs, %d batches of %d, %d clients, %d pull workers fetching %d%s, %d environments per function.\n\n",
 		r.StartedAt.UTC().Format("2006-01-02 15:04 UTC"), r.Machine.CPUs, r.Machine.OS, r.Machine.Arch, r.Machine.GoVersion, r.Seconds,
-		r.Settings.Jobs, r.Settings.Chains, r.Settings.Graphs, r.Settings.Batches, r.Settings.BatchWidth, r.Settings.Clients, r.Settings.Workers, r.Settings.FetchCount, r.Settings.Concurrency)
+		r.Settings.Jobs, r.Settings.Chains, r.Settings.Graphs, r.Settings.Batches, r.Settings.BatchWidth, r.Settings.Clients, r.Settings.Workers, r.Settings.FetchCount,
+		r.Settings.pollingNote(), r.Settings.Concurrency)
 	b.WriteString("| phase | units | throughput | enqueue→start p50 / p99 | step→step p50 / p99 | DynamoDB req/unit | SQS req/unit | Lambda inv/unit | $ per M units (no compute / with local compute) |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
 	for _, p := range r.Phases {

@@ -458,9 +458,9 @@ func enqueue(ctx context.Context, n, clients int, rate float64, create func(cont
 }
 
 // pullWorkers fetch from queue, up to count jobs a FETCH, and acknowledge
-// until want jobs were acknowledged, backing off (up to 50 ms) while FETCH
-// finds nothing, or with Settings.FetchWaitMS, fetching again at once
-// with that wait_ms. It returns the time of the last acknowledgement.
+// until want jobs were acknowledged, backing off (doubling from 5 ms up to
+// Settings.FetchBackoffMS, 50 by default) while FETCH finds nothing, or
+// with Settings.FetchWaitMS, fetching again at once with that wait_ms. It returns the time of the last acknowledgement.
 func (b *bencher) pullWorkers(ctx context.Context, queue string, want, count int, prog *Progress) (time.Time, error) {
 	var acked atomic.Int64
 	var lastAck atomic.Int64
