@@ -128,6 +128,40 @@ func (s *Service) fetchOnce(ctx context.Context, r FetchRequest) (out []*job.Job
 	// an empty answer needs none of it (an idle worker's poll is the ready
 	// queries alone).
 	var fs *store.FetchState
+	// readState reads fs; stop reports a worker that is quiet or
+	// terminating. It notes which queues are paused (pausedSeen).
+	readState := func() (stop bool, err error) {
+		st, err := s.st.FetchState(ctx, r.Queues, r.WorkerID)
+		if err != nil {
+			return false, err
+		}
+		fs = &st
+		for _, q := range r.Queues {
+			if fs.Queues[q].Paused {
+				s.pausedSeen.Store(q, true)
+			} else {
+				s.pausedSeen.Delete(q)
+			}
+		}
+		if w := fs.Worker; w != nil && (stopping(w.State) || stopping(w.Directive)) {
+			s.workers.add(r.WorkerID)
+			return true, nil
+		}
+		return false, nil
+	}
+	// A queue last seen paused is likely paused still: its state is read
+	// first, and while it stays paused its FETCHes cost that one read
+	// instead of the ready queries and the read.
+	for _, q := range r.Queues {
+		if _, ok := s.pausedSeen.Load(q); ok {
+			if stop, err := readState(); err != nil {
+				return s.passFailed(ctx, out, err)
+			} else if stop {
+				return out, passStop, nil
+			}
+			break
+		}
+	}
 	full := false // the next job would pass MaxBytes
 	for _, q := range r.Queues {
 		if len(out) >= r.Count || full {
@@ -163,13 +197,9 @@ func (s *Service) fetchOnce(ctx context.Context, r FetchRequest) (out []*job.Job
 			continue
 		}
 		if fs == nil {
-			st, err := s.st.FetchState(ctx, r.Queues, r.WorkerID)
-			if err != nil {
+			if stop, err := readState(); err != nil {
 				return s.passFailed(ctx, out, err)
-			}
-			fs = &st
-			if w := fs.Worker; w != nil && (stopping(w.State) || stopping(w.Directive)) {
-				s.workers.add(r.WorkerID)
+			} else if stop {
 				return out, passStop, nil
 			}
 		}

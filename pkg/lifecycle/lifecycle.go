@@ -116,6 +116,10 @@ type Service struct {
 	// queue (Unix ns): FETCHes of a queue contended within
 	// contentionWindow start on a random candidate (claimRounds).
 	contention sync.Map
+	// pausedSeen holds the queues a FETCH of this process last found
+	// paused (until one finds them not paused): a FETCH naming one reads
+	// the queues' state first and skips the paused queues' ready queries.
+	pausedSeen sync.Map
 }
 
 // New returns a service on st.

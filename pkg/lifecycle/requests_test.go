@@ -97,6 +97,51 @@ func TestFetchRequests(t *testing.T) {
 	}
 }
 
+// A paused queue that holds jobs costs its first FETCH the ready queries
+// and the state read; once this process has seen it paused, a FETCH reads
+// its state first and stops there: one request while it stays paused. The
+// pause is still read fresh by every FETCH: once resumed, the next FETCH
+// takes the job, and the one after that costs an empty poll again.
+func TestAPausedQueueHoldingJobsCostsOneReadAFetch(t *testing.T) {
+	t.Parallel()
+	s, db, c := newCountedService(t)
+	ctx := context.Background()
+	sh := topology.JobTable.Shards
+	fetch := func() (int, int64) {
+		t.Helper()
+		c.Add(100 * time.Millisecond)
+		before := db.n.Load()
+		got, err := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"held-cost"}, WorkerID: "w-held"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(got), db.n.Load() - before
+	}
+	if _, err := s.Push(ctx, []byte(`{"type":"held.job","args":[],"options":{"queue":"held-cost"}}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SetPaused(ctx, "held-cost", true); err != nil {
+		t.Fatal(err)
+	}
+	if n, req := fetch(); n != 0 || req != int64(sh.Due+sh.Ready+1) {
+		t.Fatalf("first FETCH of the paused queue: %d jobs, %d requests; want 0 and %d", n, req, sh.Due+sh.Ready+1)
+	}
+	for range 3 {
+		if n, req := fetch(); n != 0 || req != 1 {
+			t.Fatalf("FETCH of a queue seen paused: %d jobs, %d requests; want 0 and 1 (its state)", n, req)
+		}
+	}
+	if _, err := s.SetPaused(ctx, "held-cost", false); err != nil {
+		t.Fatal(err)
+	}
+	if n, req := fetch(); n != 1 || req != int64(1+sh.Ready+1) {
+		t.Fatalf("FETCH after resume: %d jobs, %d requests; want 1 and %d (state, ready queries, claim)", n, req, 1+sh.Ready+1)
+	}
+	if n, req := fetch(); n != 0 || req != int64(sh.Ready) {
+		t.Fatalf("empty FETCH after resume: %d jobs, %d requests; want 0 and %d", n, req, sh.Ready)
+	}
+}
+
 // failingClaims fails the claims (UpdateItems) after the first ok ones.
 type failingClaims struct {
 	*dynamodb.Client
