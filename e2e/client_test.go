@@ -21,6 +21,15 @@ type response struct {
 
 func do(t *testing.T, method, path string, body any, headers ...string) response {
 	t.Helper()
+	r, err := send(method, path, body, headers...)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	return r
+}
+
+// send is do without a test: for requests made off the test's goroutine.
+func send(method, path string, body any, headers ...string) (response, error) {
 	var rd io.Reader
 	switch b := body.(type) {
 	case nil:
@@ -34,7 +43,7 @@ func do(t *testing.T, method, path string, body any, headers ...string) response
 	}
 	req, err := http.NewRequest(method, baseURL+path, rd)
 	if err != nil {
-		t.Fatal(err)
+		return response{}, err
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/openjobspec+json")
@@ -47,13 +56,13 @@ func do(t *testing.T, method, path string, body any, headers ...string) response
 	}
 	res, err := client.Do(req)
 	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
+		return response{}, err
 	}
 	defer res.Body.Close()
 	raw, _ := io.ReadAll(res.Body)
 	out := response{Status: res.StatusCode, Header: res.Header, Raw: raw}
 	_ = json.Unmarshal(raw, &out.Body)
-	return out
+	return out, nil
 }
 
 func (r response) job(t *testing.T) map[string]any {

@@ -1,8 +1,6 @@
 package e2e
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"testing"
@@ -28,30 +26,14 @@ func TestWaitingFetchesTakeJobsPushedDuringTheirWait(t *testing.T) {
 	for w := range workers {
 		go func() {
 			start := time.Now()
-			raw, _ := json.Marshal(map[string]any{"queues": []string{q}, "worker_id": fmt.Sprint("e2e-wait-", w), "wait_ms": 20000})
-			req, _ := http.NewRequest(http.MethodPost, baseURL+"/ojs/v1/workers/fetch", bytes.NewReader(raw))
-			req.Header.Set("Content-Type", "application/openjobspec+json")
-			if authToken != "" {
-				req.Header.Set("Authorization", "Bearer "+authToken)
-			}
-			res, err := client.Do(req)
-			if err != nil {
-				answers <- answer{err: err}
-				return
-			}
-			defer res.Body.Close()
-			var body struct {
-				Jobs []struct {
-					ID string `json:"id"`
-				} `json:"jobs"`
-			}
-			err = json.NewDecoder(res.Body).Decode(&body)
-			if err == nil && res.StatusCode != 200 {
-				err = fmt.Errorf("status %d", res.StatusCode)
+			r, err := send(http.MethodPost, "/ojs/v1/workers/fetch", map[string]any{"queues": []string{q}, "worker_id": fmt.Sprint("e2e-wait-", w), "wait_ms": 20000})
+			if err == nil && r.Status != 200 {
+				err = fmt.Errorf("status %d: %s", r.Status, r.Raw)
 			}
 			a := answer{err: err, took: time.Since(start)}
-			for _, j := range body.Jobs {
-				a.ids = append(a.ids, j.ID)
+			jobs, _ := r.Body["jobs"].([]any)
+			for _, j := range jobs {
+				a.ids = append(a.ids, j.(map[string]any)["id"].(string))
 			}
 			answers <- a
 		}()

@@ -142,9 +142,9 @@ func readConfig(get, getenv func(string) string) (config, error) {
 		return config{}, fmt.Errorf("context jwtIssuer and jwtAudience go together")
 	}
 	if v := get("fetchWait"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 || d > topology.MaxFetchWait {
-			return config{}, fmt.Errorf("context fetchWait=%q: want a duration between 0 and %v, like 2s", v, topology.MaxFetchWait)
+		d, err := topology.ParseFetchWait(v)
+		if err != nil {
+			return config{}, fmt.Errorf("context fetchWait %w", err)
 		}
 		c.FetchWait = d
 	}

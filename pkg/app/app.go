@@ -102,8 +102,8 @@ func Load(ctx context.Context) (*App, error) {
 	}
 	var wait time.Duration
 	if v := os.Getenv(topology.EnvFetchWait); v != "" {
-		if wait, err = time.ParseDuration(v); err != nil || wait < 0 || wait > lifecycle.MaxFetchWait {
-			return nil, fmt.Errorf("%s=%q is not a duration between 0 and %v", topology.EnvFetchWait, v, lifecycle.MaxFetchWait)
+		if wait, err = topology.ParseFetchWait(v); err != nil {
+			return nil, fmt.Errorf("%s: %w", topology.EnvFetchWait, err)
 		}
 	}
 	async := workflow.DefaultAsyncItems

@@ -23,18 +23,37 @@ import (
 
 func startTestFunction(t *testing.T) *Function {
 	t.Helper()
+	return startCrashfn(t, &Function{Name: "testfn", Timeout: time.Minute, Concurrency: 1})
+}
+
+// startCrashfn builds testdata/crashfn and starts f with it (stopped when
+// the test ends).
+func startCrashfn(t *testing.T, f *Function) *Function {
+	t.Helper()
 	bin := filepath.Join(t.TempDir(), "bootstrap")
 	cmd := exec.Command("go", "build", "-tags", "lambda.norpc", "-o", bin, "./testdata/crashfn")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
-	f := &Function{Name: "testfn", Binary: bin, Timeout: time.Minute, Concurrency: 1, Logger: slog.Default()}
+	f.Binary, f.Logger = bin, slog.Default()
 	if err := f.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(f.Stop)
 	return f
+}
+
+// pidOf invokes crashfn with payload and returns the process id it
+// answers with.
+func pidOf(ctx context.Context, f *Function, payload string) (int, error) {
+	out, err := f.Invoke(ctx, []byte(payload))
+	if err != nil {
+		return 0, err
+	}
+	var v struct{ PID int }
+	_ = json.Unmarshal(out, &v)
+	return v.PID, nil
 }
 
 // event returns a JSON object of exactly n bytes.

@@ -2,12 +2,7 @@ package localrt
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"log/slog"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -18,27 +13,15 @@ import (
 // runs in a fresh process; a process that died while idle is replaced
 // before the next invocation, which then succeeds (a cold start).
 func TestCrashedEnvironmentIsReplaced(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "bootstrap")
-	cmd := exec.Command("go", "build", "-tags", "lambda.norpc", "-o", bin, "./testdata/crashfn")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	f := &Function{Name: "crashfn", Binary: bin, Timeout: 10 * time.Second, Concurrency: 1, Logger: slog.Default()}
-	if err := f.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(f.Stop)
+	f := startCrashfn(t, &Function{Name: "crashfn", Timeout: 10 * time.Second, Concurrency: 1})
 	ctx := context.Background()
 	pid := func() int {
 		t.Helper()
-		out, err := f.Invoke(ctx, []byte(`{}`))
+		p, err := pidOf(ctx, f, `{}`)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var v struct{ PID int }
-		_ = json.Unmarshal(out, &v)
-		return v.PID
+		return p
 	}
 	first := pid()
 	_, err := f.Invoke(ctx, []byte(`{"crash":true}`))
@@ -75,28 +58,9 @@ func TestCrashedEnvironmentIsReplaced(t *testing.T) {
 // for the next invocation, as Lambda scales out, up to MaxConcurrency;
 // past it, invocations wait for one to be free.
 func TestBusyFunctionGrowsUpToItsMaxConcurrency(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "bootstrap")
-	cmd := exec.Command("go", "build", "-tags", "lambda.norpc", "-o", bin, "./testdata/crashfn")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	f := &Function{Name: "crashfn", Binary: bin, Timeout: 10 * time.Minute, Concurrency: 1, MaxConcurrency: 2, Logger: slog.Default()}
-	if err := f.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(f.Stop)
+	f := startCrashfn(t, &Function{Name: "crashfn", Timeout: 10 * time.Minute, Concurrency: 1, MaxConcurrency: 2})
 	ctx := context.Background()
-	pid := func(ctx context.Context, payload string) (int, error) {
-		out, err := f.Invoke(ctx, []byte(payload))
-		if err != nil {
-			return 0, err
-		}
-		var v struct{ PID int }
-		_ = json.Unmarshal(out, &v)
-		return v.PID, nil
-	}
-	first, err := pid(ctx, `{}`)
+	first, err := pidOf(ctx, f, `{}`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +69,7 @@ func TestBusyFunctionGrowsUpToItsMaxConcurrency(t *testing.T) {
 	held := make(chan struct{})
 	go func() {
 		close(held)
-		_, _ = pid(ctx, `{"sleep_ms":600000}`)
+		_, _ = pidOf(ctx, f, `{"sleep_ms":600000}`)
 	}()
 	<-held
 	for len(f.idle) > 0 { // until the sleeper has taken the environment
@@ -113,7 +77,7 @@ func TestBusyFunctionGrowsUpToItsMaxConcurrency(t *testing.T) {
 	}
 	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	second, err := pid(wctx, `{}`)
+	second, err := pidOf(wctx, f, `{}`)
 	if err != nil {
 		t.Fatalf("an invocation while the only environment is busy: %v", err)
 	}
@@ -122,13 +86,13 @@ func TestBusyFunctionGrowsUpToItsMaxConcurrency(t *testing.T) {
 	}
 	// Both held: at MaxConcurrency the next invocation waits instead of
 	// starting a third environment.
-	go func() { _, _ = pid(ctx, `{"sleep_ms":600000}`) }()
+	go func() { _, _ = pidOf(ctx, f, `{"sleep_ms":600000}`) }()
 	for len(f.idle) > 0 {
 		time.Sleep(5 * time.Millisecond)
 	}
 	sctx, scancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer scancel()
-	if _, err := pid(sctx, `{}`); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := pidOf(sctx, f, `{}`); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("a third invocation at MaxConcurrency 2: %v, want it to wait", err)
 	}
 	f.mu.Lock()
@@ -143,38 +107,19 @@ func TestBusyFunctionGrowsUpToItsMaxConcurrency(t *testing.T) {
 // execution environment busy until it ends: the next invocation starts
 // another environment instead of waiting behind it.
 func TestACancelledInvocationKeepsItsEnvironmentBusy(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "bootstrap")
-	cmd := exec.Command("go", "build", "-tags", "lambda.norpc", "-o", bin, "./testdata/crashfn")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	f := &Function{Name: "crashfn", Binary: bin, Timeout: 10 * time.Minute, Concurrency: 1, MaxConcurrency: 2, Logger: slog.Default()}
-	if err := f.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(f.Stop)
-	pid := func(ctx context.Context, payload string) (int, error) {
-		out, err := f.Invoke(ctx, []byte(payload))
-		if err != nil {
-			return 0, err
-		}
-		var v struct{ PID int }
-		_ = json.Unmarshal(out, &v)
-		return v.PID, nil
-	}
-	first, err := pid(context.Background(), `{}`)
+	f := startCrashfn(t, &Function{Name: "crashfn", Timeout: 10 * time.Minute, Concurrency: 1, MaxConcurrency: 2})
+	first, err := pidOf(context.Background(), f, `{}`)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	if _, err := pid(cctx, `{"sleep_ms":600000}`); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := pidOf(cctx, f, `{"sleep_ms":600000}`); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("the caller's deadline: %v", err)
 	}
 	wctx, wcancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer wcancel()
-	second, err := pid(wctx, `{}`)
+	second, err := pidOf(wctx, f, `{}`)
 	if err != nil {
 		t.Fatalf("the next invocation: %v", err)
 	}

@@ -75,6 +75,16 @@ const (
 // (ojs-security.md, SEC-017).
 const MaxFetchWait = 20 * time.Second
 
+// ParseFetchWait reads an OJS_FETCH_WAIT value (the CDK context fetchWait
+// too): a Go duration from 0 to MaxFetchWait.
+func ParseFetchWait(v string) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 || d > MaxFetchWait {
+		return 0, fmt.Errorf("%q: want a duration between 0 and %v, like 2s", v, MaxFetchWait)
+	}
+	return d, nil
+}
+
 // Function names, used as construct ids, local process names and the
 // functions/<name> directories.
 const (
