@@ -80,7 +80,7 @@ func badCatalog() []badCase {
 		{"batch body over 4 MiB", "POST", "/ojs/v1/jobs/batch", `{"jobs":[{"type":"bad.input","args":["` + big(4<<20) + `"],"options":{"queue":"{q}"}}]}`, nil, 413, "payload_too_large"},
 		{"workflow body over 4 MiB", "POST", "/ojs/v1/workflows", `{"type":"chain","steps":[{"type":"bad.input","args":["` + big(4<<20) + `"],"options":{"queue":"{q}"}}]}`, nil, 413, "payload_too_large"},
 		{"ack body over 4 MiB", "POST", "/ojs/v1/workers/ack", `{"job_id":"{id}","result":"` + big(4<<20) + `"}`, nil, 413, "payload_too_large"},
-		{"push envelope over 256 KiB", "POST", "/ojs/v1/jobs", `{"type":"bad.input","args":["` + big(300<<10) + `"],"options":{"queue":"{q}"}}`, nil, 413, "payload_too_large"},
+		{"push envelope over 1 MiB", "POST", "/ojs/v1/jobs", `{"type":"bad.input","args":["` + big(1<<20) + `"],"options":{"queue":"{q}"}}`, nil, 413, "payload_too_large"},
 		{"push meta over 64 KiB", "POST", "/ojs/v1/jobs", `{"type":"bad.input","args":[],"meta":{"m":"` + big(70<<10) + `"},"options":{"queue":"{q}"}}`, nil, 413, "payload_too_large"},
 		{"push type over 255 bytes", "POST", "/ojs/v1/jobs", `{"type":"a` + big(300) + `","args":[],"options":{"queue":"{q}"}}`, nil, 400, "invalid_request"},
 		{"push queue over 128 bytes", "POST", "/ojs/v1/jobs", `{"type":"bad.input","args":[],"options":{"queue":"{q}` + big(130) + `"}}`, nil, 400, "invalid_request"},

@@ -6,7 +6,10 @@ package e2e
 // small shared machine.
 
 import (
+	"encoding/base64"
 	"encoding/json"
+	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"slices"
 	"strings"
@@ -31,19 +34,20 @@ func padded(t *testing.T, body map[string]any, size int) []byte {
 }
 
 // TestPushModeJobAtTheEnvelopeLimitRuns: a push-mode job just under the
-// 256 KiB envelope limit goes through the stream relay, SQS (whose queue
-// takes 256 KiB messages, as on AWS) and the worker function twice (it
-// fails once and is retried), and completes. Its SQS messages carry the
-// job's reference, not the job.
+// 1 MiB envelope limit (ojs-json-format.md 8.1), its args stored
+// compressed, goes through the stream relay, SQS (whose queue takes 256 KiB
+// messages, as on AWS) and the worker function twice (it fails once and is
+// retried), and completes. Its SQS messages carry the job's reference, not
+// the job.
 func TestPushModeJobAtTheEnvelopeLimitRuns(t *testing.T) {
 	args := map[string]any{"type": "test.fail_once", "options": map[string]any{"queue": pushQueue,
 		"retry": map[string]any{"max_attempts": 3, "initial_interval": "PT1S", "jitter": false}}}
 	// The big part is args: a one-element array holding an object.
 	inner := map[string]any{}
-	raw := padded(t, inner, 256<<10-400)
+	raw := padded(t, inner, 1<<20-400)
 	args["args"] = []json.RawMessage{raw}
 	body, _ := json.Marshal(args)
-	if len(body) < 256<<10-300 || len(body) > 256<<10 {
+	if len(body) < 1<<20-300 || len(body) > 1<<20 {
 		t.Fatalf("envelope is %d bytes", len(body))
 	}
 	r := do(t, http.MethodPost, "/ojs/v1/jobs", body)
@@ -78,7 +82,7 @@ func waitQuiet(t *testing.T, id string, states ...string) map[string]any {
 }
 
 // TestFetchAnswerStaysUnderLambdasResponseLimit: four jobs of 250 KiB
-// of '<' (1 MB stored, each 1.5 MB in the answer's JSON, where encoding/json
+// of '<' (each 1.5 MB in the answer's JSON, where encoding/json
 // writes '<' as \u003c) would make a 7 MB answer: the FETCH claims and
 // returns only what fits Lambda's 6 MB response; the jobs it left are still
 // available, their attempts untouched, and the next FETCH gets them.
@@ -131,13 +135,14 @@ func TestFetchAnswerStaysUnderLambdasResponseLimit(t *testing.T) {
 }
 
 // TestLargestFailuresOfALargeJobAreStored: a pull-mode job near the
-// envelope limit fails three times with the largest error FAIL accepts
+// stored size limit (300 KiB of random base64, which compresses to about
+// three quarters) fails three times with the largest error FAIL accepts
 // (64 KiB of details, 50 frames of 1 KiB). Every FAIL is answered 200 and
 // stored with its error cut to the history's byte budget, never a 500 from
 // an item over DynamoDB's 400 KB.
 func TestLargestFailuresOfALargeJobAreStored(t *testing.T) {
 	q := uniqueQueue(t)
-	j := push(t, map[string]any{"type": "big.fail", "args": []any{strings.Repeat("a", 250<<10)}, "options": map[string]any{"queue": q,
+	j := push(t, map[string]any{"type": "big.fail", "args": []any{randomText(300<<10, 1)}, "options": map[string]any{"queue": q,
 		"retry": map[string]any{"max_attempts": 3, "initial_interval": "PT1S", "backoff_coefficient": 1, "jitter": false}}})
 	id := j["id"].(string)
 	frames := make([]string, 50)
@@ -175,30 +180,100 @@ func TestLargestFailuresOfALargeJobAreStored(t *testing.T) {
 	}
 }
 
-// TestBatchOverTheTransactionLimitIs413: 100 jobs of 41 KB fit the 4 MiB
-// request body but not one DynamoDB transaction (4 MB of items, which
-// DynamoDB Local enforces too: a 500 before): the batch, atomic by
-// contract, is refused with 413 payload_too_large and nothing is written.
-// (pkg/store tests that fewer of them fit.)
-func TestBatchOverTheTransactionLimitIs413(t *testing.T) {
+// TestALargeBatchIsWrittenWithItsArgsCompressed: 100 jobs of 41 KB of
+// random base64 fill the 4 MiB request body; as stored (args compressed
+// to about three quarters) they fit DynamoDB's transactions (4 MB of items
+// each, which DynamoDB Local enforces too; written uncompressed, the batch
+// was refused with 413), so every job is created, its args read back as
+// sent. (pkg/store tests the transaction limit itself.)
+func TestALargeBatchIsWrittenWithItsArgsCompressed(t *testing.T) {
 	q := uniqueQueue(t)
 	var jobs []map[string]any
 	for i := 0; i < 100; i++ {
 		jobs = append(jobs, map[string]any{"id": uuid.Must(uuid.NewV7()).String(), "type": "big.batch",
-			"args": []any{strings.Repeat("a", 41_500)}, "options": map[string]any{"queue": q}})
+			"args": []any{randomText(41_500, uint64(i))}, "options": map[string]any{"queue": q}})
 	}
 	body, _ := json.Marshal(map[string]any{"jobs": jobs})
-	if len(body) > 4<<20 {
+	if len(body) > 4<<20 || len(body) < 4_100_000 {
 		t.Fatalf("body of %d bytes", len(body))
 	}
 	r := do(t, http.MethodPost, "/ojs/v1/jobs/batch", body)
-	details, _ := r.Body["error"].(map[string]any)["details"].(map[string]any)
-	if r.Status != http.StatusRequestEntityTooLarge || r.errCode() != "payload_too_large" || num(details["max_bytes"]) != 4_000_000 || num(details["actual_bytes"]) <= 4_000_000 {
+	if r.Status != http.StatusCreated {
 		t.Fatalf("batch: %d %.400s", r.Status, r.Raw)
 	}
 	for _, i := range []int{0, 50, 99} {
-		if g := do(t, http.MethodGet, "/ojs/v1/jobs/"+jobs[i]["id"].(string), nil); g.Status != http.StatusNotFound {
-			t.Fatalf("job %d of the refused batch: %d", i, g.Status)
+		g := do(t, http.MethodGet, "/ojs/v1/jobs/"+jobs[i]["id"].(string), nil)
+		args, _ := g.job(t)["args"].([]any)
+		if len(args) != 1 || args[0] != jobs[i]["args"].([]any)[0] {
+			t.Fatalf("job %d of the batch: args differ", i)
 		}
 	}
+}
+
+// TestAMiBEnvelopeThatDoesNotCompressIsRefused: args of 600 KiB of random
+// base64 make an envelope under 1 MiB that, stored, would still pass what
+// a job item may take (store.MaxJobItemBytes, room left for its result and
+// errors in 400 KB): 413 payload_too_large naming the stored size, nothing
+// written. The same data in a workflow step is a 400 naming the step.
+func TestAMiBEnvelopeThatDoesNotCompressIsRefused(t *testing.T) {
+	q := uniqueQueue(t)
+	id := uuid.Must(uuid.NewV7()).String()
+	blob := randomText(600<<10, 42)
+	r := do(t, http.MethodPost, "/ojs/v1/jobs", map[string]any{"id": id, "type": "blob.put", "args": []any{blob}, "options": map[string]any{"queue": q}})
+	details, _ := r.Body["error"].(map[string]any)["details"].(map[string]any)
+	if r.Status != http.StatusRequestEntityTooLarge || r.errCode() != "payload_too_large" ||
+		num(details["stored_bytes"]) <= num(details["max_stored_bytes"]) || details["field"] != "args" {
+		t.Fatalf("push: %d %.400s", r.Status, r.Raw)
+	}
+	if g := do(t, http.MethodGet, "/ojs/v1/jobs/"+id, nil); g.Status != http.StatusNotFound {
+		t.Fatalf("the refused job: %d", g.Status)
+	}
+	w := do(t, http.MethodPost, "/ojs/v1/workflows", map[string]any{"type": "chain", "steps": []any{
+		map[string]any{"type": "small.step", "args": []any{1}, "options": map[string]any{"queue": q}},
+		map[string]any{"type": "blob.put", "args": []any{blob}, "options": map[string]any{"queue": q}}}})
+	if w.Status != http.StatusBadRequest || !strings.Contains(string(w.Raw), "steps[1].args") || !strings.Contains(string(w.Raw), "as stored") {
+		t.Fatalf("workflow: %d %.600s", w.Status, w.Raw)
+	}
+}
+
+// TestAWorkflowStepOfAMiBRuns: a chain whose second step carries 1 MiB of
+// JSON args (stored compressed, in the step's node and then its job) runs
+// to its end, the step receiving its args as sent.
+func TestAWorkflowStepOfAMiBRuns(t *testing.T) {
+	q := uniqueQueue(t)
+	var b strings.Builder
+	for i := 0; b.Len() < 1<<20-4096; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"entry":%d,"amount":"%d.%02d"}`, i, i%9000, i%100)
+	}
+	rows := json.RawMessage("[" + b.String() + "]")
+	body, _ := json.Marshal(map[string]any{"type": "chain", "steps": []any{
+		map[string]any{"type": "small.step", "args": []any{1}, "options": map[string]any{"queue": q}},
+		map[string]any{"type": "ledger.import", "args": []any{rows}, "options": map[string]any{"queue": q}}}})
+	if len(body) > 1<<20+512 {
+		t.Fatalf("workflow body of %d bytes", len(body))
+	}
+	wf := createWorkflow(t, string(body))
+	got := map[string]int{}
+	work(t, q, wf["id"].(string), func(j map[string]any) (any, string) {
+		raw, _ := json.Marshal(j["args"])
+		got[j["type"].(string)] = len(raw)
+		return "ok", ""
+	})
+	if want := len(rows) + 2; got["ledger.import"] != want || got["small.step"] == 0 {
+		t.Fatalf("steps ran with args of %v bytes, want %d for ledger.import", got, want)
+	}
+}
+
+// randomText is n characters of random base64: JSON text that compresses
+// to about three quarters, the least of any JSON a client is likely to send.
+func randomText(n int, seed uint64) string {
+	raw := make([]byte, n)
+	rng := rand.New(rand.NewPCG(seed, seed+1))
+	for i := range raw {
+		raw[i] = byte(rng.Uint32())
+	}
+	return base64.StdEncoding.EncodeToString(raw)[:n]
 }

@@ -261,7 +261,14 @@ func ParseRegistration(raw []byte, now time.Time) (*Spec, error) {
 		oe.Message = "Invalid job template: " + oe.Message
 		return nil, oe
 	}
-	c.Template = string(tb)
+	if n, err := store.CheckJobItem(e.Job, 0); err != nil {
+		if n == 0 {
+			return nil, ojserr.Backend(err)
+		}
+		return nil, ojserr.Newf(ojserr.PayloadTooLarge, "Invalid job template: its job takes %d bytes as stored (args and meta compressed); a job is stored in at most %d.", n, store.MaxJobItemBytes).
+			With("field", prefix+"args").With("stored_bytes", n).With("max_stored_bytes", store.MaxJobItemBytes)
+	}
+	c.Template = store.Packed(tb)
 	spec.Queue = e.Job.Queue
 	return spec, nil
 }

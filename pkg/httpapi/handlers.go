@@ -36,7 +36,7 @@ type Jobs interface {
 	Heartbeat(ctx context.Context, r lifecycle.HeartbeatRequest) (lifecycle.HeartbeatResult, error)
 	SetWorkerDirective(ctx context.Context, id, directive string) (*store.WorkerInfo, error)
 	Workers(ctx context.Context) ([]store.WorkerInfo, error)
-	DeadLetter(ctx context.Context, queue string, limit int) ([]*job.Job, error)
+	DeadLetter(ctx context.Context, queue string, limit int) (jobs []*job.Job, more bool, err error)
 	DeadJob(ctx context.Context, id string) (*job.Job, error)
 	RetryDead(ctx context.Context, id string, o lifecycle.RetryOverride) (*job.Job, error)
 	DeleteDead(ctx context.Context, id string) error
@@ -640,11 +640,11 @@ func (a *api) deadLetter(w http.ResponseWriter, r *http.Request, _ params) error
 			return err
 		}
 	}
-	jobs, err := a.jobs.DeadLetter(r.Context(), q, limit)
+	jobs, more, err := a.jobs.DeadLetter(r.Context(), q, limit)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"jobs": jobs, "pagination": map[string]any{"total": len(jobs), "limit": limit, "offset": 0, "has_more": len(jobs) >= limit}})
+	writeJSON(w, http.StatusOK, map[string]any{"jobs": jobs, "pagination": map[string]any{"total": len(jobs), "limit": limit, "offset": 0, "has_more": more}})
 	return nil
 }
 

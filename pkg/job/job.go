@@ -20,9 +20,13 @@ const (
 	// heartbeat when neither the job nor the FETCH sets one
 	// (ojs-worker-protocol.md 5.2: 1800 seconds).
 	DefaultVisibilityTimeout = 1800 * time.Second
-	// MaxEnvelopeBytes bounds one job's JSON envelope. A DynamoDB item is at
-	// most 400 KB and holds the envelope, the result and the error history.
-	MaxEnvelopeBytes = 256 << 10
+	// MaxEnvelopeBytes bounds one job's JSON envelope: 1 MiB, the least
+	// every implementation must accept (ojs-json-format.md 8.1). A DynamoDB
+	// item is at most 400 KB and holds the envelope, the result and the
+	// error history, so the store keeps args and meta compressed and
+	// refuses, with a 413 of its own, a job whose item would still be too
+	// large (store.MaxJobItemBytes: data that does not compress).
+	MaxEnvelopeBytes = 1 << 20
 	// MaxMetaBytes bounds meta (ojs-payload-limits.md section 4.3).
 	MaxMetaBytes = 64 << 10
 	// MaxResultBytes bounds a stored result.

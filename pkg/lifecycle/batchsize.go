@@ -10,22 +10,25 @@ import (
 )
 
 // itemSizes returns the size of each job's item as DynamoDB counts it, or
-// a 413 when the jobs cannot be written: an item over 400 KB, or a batch
+// a 413 when the jobs cannot be written: an item over
+// store.MaxJobItemBytes (what leaves room for its result and errors in
+// DynamoDB's 400 KB), or a batch
 // written atomically (up to store.MaxBatch jobs, one transaction) whose
 // items pass the transaction limit.
 func (s *Service) itemSizes(jobs []*job.Job) ([]int, error) {
 	sizes := make([]int, len(jobs))
 	total := 0
 	for i, j := range jobs {
-		n, err := store.JobItemBytes(j, s.redel)
+		n, err := store.CheckJobItem(j, s.redel)
+		if tl := (*store.TooLargeError)(nil); errors.As(err, &tl) {
+			tl.Index = i
+			return nil, tooLarge(tl)
+		}
 		if err != nil {
 			return nil, ojserr.Backend(err)
 		}
 		sizes[i] = n
 		total += n
-		if n > awslimit.DynamoItemBytes {
-			return nil, tooLarge(&store.TooLargeError{What: "item", Bytes: n, Max: awslimit.DynamoItemBytes, Index: i})
-		}
 	}
 	if len(jobs) > 1 && len(jobs) <= store.MaxBatch && total > awslimit.DynamoTxBytes {
 		return nil, tooLarge(&store.TooLargeError{What: "transaction", Bytes: total, Max: awslimit.DynamoTxBytes})
@@ -35,7 +38,13 @@ func (s *Service) itemSizes(jobs []*job.Job) ([]int, error) {
 
 // tooLarge maps a write refused for its size to 413 payload_too_large.
 func tooLarge(e *store.TooLargeError) *ojserr.Error {
-	if e.What == "item" {
+	switch e.What {
+	case "job":
+		oe := ojserr.Newf(ojserr.PayloadTooLarge, "Job at index %d takes %d bytes as stored (its args and meta compressed); a job is stored in at most %d, which leaves room for its result and errors in a DynamoDB item of 400 KB.", e.Index, e.Bytes, e.Max).
+			With("index", e.Index).With("stored_bytes", e.Bytes).With("max_stored_bytes", e.Max).With("field", "args")
+		oe.Hint = "Its args do not compress enough to fit: store the data elsewhere (an S3 object, say) and pass its reference in args (ojs-payload-limits.md section 5)."
+		return oe
+	case "item":
 		return ojserr.Newf(ojserr.PayloadTooLarge, "Job at index %d takes %d bytes as stored; a DynamoDB item holds at most %d.", e.Index, e.Bytes, e.Max).
 			With("index", e.Index).With("actual_bytes", e.Bytes).With("max_bytes", e.Max)
 	}

@@ -181,25 +181,37 @@ func notDead(id string, st job.State) error {
 }
 
 // DeadLetter lists discarded jobs of the given queues (all registered
-// queues when none), newest first within a queue.
-func (s *Service) DeadLetter(ctx context.Context, queue string, limit int) ([]*job.Job, error) {
+// queues when none), newest first within a queue: up to limit, and fewer
+// when their envelopes together pass store.ListBytes (more is then true).
+func (s *Service) DeadLetter(ctx context.Context, queue string, limit int) (jobs []*job.Job, more bool, err error) {
 	queues := []string{queue}
 	if queue == "" {
 		var err error
 		if queues, err = s.st.Queues(ctx); err != nil {
-			return nil, ojserr.Backend(err)
+			return nil, false, ojserr.Backend(err)
 		}
 	}
 	out := []*job.Job{}
+	bytes := 0
 	for _, q := range queues {
-		page, err := s.st.Dead(ctx, q, limit-len(out), "")
+		want := limit - len(out)
+		page, err := s.st.Dead(ctx, q, want, "")
 		if err != nil {
-			return nil, ojserr.Backend(err)
+			return nil, false, ojserr.Backend(err)
 		}
-		out = append(out, page.Jobs...)
+		for _, j := range page.Jobs {
+			// Large jobs: the answer stays under Lambda's response limit.
+			if bytes += store.FetchBytes(j); len(out) > 0 && bytes > store.ListBytes {
+				return out, true, nil
+			}
+			out = append(out, j)
+		}
 		if len(out) >= limit {
-			break
+			return out, true, nil
+		}
+		if page.Cursor != "" && len(page.Jobs) < want {
+			return out, true, nil // the page was cut for its size
 		}
 	}
-	return out, nil
+	return out, false, nil
 }

@@ -38,7 +38,7 @@ func discard(t *testing.T, s *lifecycle.Service, q string) string {
 
 func deadIDs(t *testing.T, s *lifecycle.Service, q string) []string {
 	t.Helper()
-	jobs, err := s.DeadLetter(context.Background(), q, 1000)
+	jobs, _, err := s.DeadLetter(context.Background(), q, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,18 +2,22 @@ package lifecycle_test
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
+	"github.com/ojs-aws/ojs-serverless/pkg/store"
 )
 
-// TestLargestFailuresKeepTheItemUnder400KB: a job at the envelope limit
-// fails 25 times with the largest error the API accepts (64 KiB of
+// TestLargestFailuresKeepTheItemUnder400KB: a job at the stored size
+// limit (args that barely compress, as large as store.MaxJobItemBytes
+// lets them be) fails 25 times with the largest error the API accepts (64 KiB of
 // details, 50 frames of 1 KiB), then completes with a 64 KiB result.
 // DynamoDB Local refuses items over 400 KB as DynamoDB does: every FAIL
 // and the ACK must still be written, the history cut to its byte budget.
@@ -21,8 +25,9 @@ func TestLargestFailuresKeepTheItemUnder400KB(t *testing.T) {
 	t.Parallel()
 	s, clk := newService(t)
 	ctx := context.Background()
-	body := fmt.Sprintf(`{"type":"big.fail","args":[%q],"options":{"queue":"q","retry":{"max_attempts":30,"initial_interval":"PT1S","backoff_coefficient":1,"jitter":false}}}`,
-		strings.Repeat("a", job.MaxEnvelopeBytes-300))
+	body := largestStored(t, func(arg string) string {
+		return fmt.Sprintf(`{"type":"big.fail","args":[%q],"options":{"queue":"q","retry":{"max_attempts":30,"initial_interval":"PT1S","backoff_coefficient":1,"jitter":false}}}`, arg)
+	})
 	j, err := s.Push(ctx, []byte(body))
 	if err != nil {
 		t.Fatal(err)
@@ -63,4 +68,37 @@ func TestLargestFailuresKeepTheItemUnder400KB(t *testing.T) {
 	if total > job.MaxErrorHistoryBytes || len(done.Errors) < 2 || last.Attempt != 25 || !strings.HasSuffix(last.Message, job.TruncatedMarker) {
 		t.Fatalf("history: %d entries of %d bytes, last attempt %d", len(done.Errors), total, last.Attempt)
 	}
+}
+
+// largestStored returns the body envelope(arg) for the longest arg of
+// random base64 (which compresses to about three quarters) whose job
+// store.CheckJobItem still accepts, within 1 KiB.
+func largestStored(t *testing.T, envelope func(arg string) string) string {
+	t.Helper()
+	raw := make([]byte, job.MaxEnvelopeBytes)
+	rng := rand.New(rand.NewPCG(7, 11))
+	for i := range raw {
+		raw[i] = byte(rng.Uint32())
+	}
+	text := base64.StdEncoding.EncodeToString(raw)
+	fits := func(n int) bool {
+		e, err := job.ParseEnqueue([]byte(envelope(text[:n])), time.Now())
+		if err != nil {
+			return false
+		}
+		_, err = store.CheckJobItem(e.Job, 5*time.Minute)
+		return err == nil
+	}
+	lo, hi := 0, job.MaxEnvelopeBytes-1024
+	for hi-lo > 1024 {
+		if mid := (lo + hi) / 2; fits(mid) {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	if lo < store.MaxJobItemBytes {
+		t.Fatalf("only %d bytes of base64 fit; they should compress", lo)
+	}
+	return envelope(text[:lo])
 }

@@ -103,7 +103,7 @@ func TestNackRetriesWithBackoffThenDiscards(t *testing.T) {
 			t.Fatalf("final: %+v", after)
 		}
 	}
-	dead, err := s.DeadLetter(ctx, "retry-q", 10)
+	dead, _, err := s.DeadLetter(ctx, "retry-q", 10)
 	if err != nil || len(dead) != 1 || dead[0].ID != j.ID {
 		t.Fatalf("dead letter: %+v %v", dead, err)
 	}

@@ -36,7 +36,7 @@ type CronInfo struct {
 	Enabled       bool   `dynamodbav:"enabled"`
 	Description   string `dynamodbav:"description,omitempty"`
 	// Template is the job request (a PUSH body) each occurrence enqueues.
-	Template  string `dynamodbav:"template"`
+	Template  Packed `dynamodbav:"template"`
 	CreatedAt string `dynamodbav:"created_at"`
 	UpdatedAt string `dynamodbav:"updated_at,omitempty"`
 	LastRunAt string `dynamodbav:"last_run_at,omitempty"`

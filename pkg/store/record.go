@@ -69,8 +69,8 @@ type record struct {
 	Attempt         int      `dynamodbav:"attempt"`
 	MaxAttempts     int      `dynamodbav:"max_attempts"`
 	Version         int64    `dynamodbav:"version"`
-	Args            string   `dynamodbav:"args"`
-	Meta            string   `dynamodbav:"meta"`
+	Args            Packed   `dynamodbav:"args"`
+	Meta            Packed   `dynamodbav:"meta"`
 	Retry           string   `dynamodbav:"retry,omitempty"`
 	TimeoutMS       int64    `dynamodbav:"timeout_ms"`
 	VisibilityMS    int64    `dynamodbav:"visibility_ms,omitempty"`
@@ -104,7 +104,7 @@ type record struct {
 	TTL             int64    `dynamodbav:"ttl,omitempty"`
 	WorkflowID      string   `dynamodbav:"wf_id,omitempty"`
 	WorkflowNode    string   `dynamodbav:"wf_node,omitempty"`
-	ParentResults   string   `dynamodbav:"parent_results,omitempty"`
+	ParentResults   Packed   `dynamodbav:"parent_results,omitempty"`
 	WorkflowShard   string   `dynamodbav:"wf_shard,omitempty"`
 	WorkflowNext    []int    `dynamodbav:"wf_next,omitempty,numberset"`
 	WorkflowStepID  string   `dynamodbav:"wf_sid,omitempty"`
@@ -186,11 +186,11 @@ func toRecord(j *job.Job) (record, error) {
 	r := record{
 		PK: jobPrefix + j.ID, SK: jobSK, ID: j.ID, Type: j.Type, Queue: j.Queue, State: string(j.State),
 		Priority: j.Priority, Attempt: j.Attempt, MaxAttempts: j.Retry.MaxAttempts, Version: 1,
-		Args: string(j.Args), Meta: string(j.Meta), Retry: string(pol),
+		Args: Packed(j.Args), Meta: Packed(j.Meta), Retry: string(pol),
 		TimeoutMS: j.Timeout.Milliseconds(), VisibilityMS: j.Visibility.Milliseconds(), Schema: j.Schema,
 		ScheduledAt: textOr(j.ScheduledAtText, j.ScheduledAt), ExpiresAt: textOr(j.ExpiresAtText, j.ExpiresAt),
 		CreatedAt: tstr(j.CreatedAt), EnqueuedAt: tstr(j.EnqueuedAt), CancelledAt: tstr(j.CancelledAt), Push: j.Push,
-		WorkflowID: j.WorkflowID, WorkflowNode: j.WorkflowNode, ParentResults: string(j.ParentResults),
+		WorkflowID: j.WorkflowID, WorkflowNode: j.WorkflowNode, ParentResults: Packed(j.ParentResults),
 		WorkflowShard: j.WorkflowShard, WorkflowNext: j.WorkflowNext, WorkflowStepID: j.WorkflowStepID, WorkflowLast: j.WorkflowLast, WorkflowAhead: string(j.WorkflowAhead), UniqueKey: j.UniqueKey,
 	}
 	if j.Unique != nil {

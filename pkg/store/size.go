@@ -79,11 +79,55 @@ func JobItemBytes(j *job.Job, redeliverAfter time.Duration) (int, error) {
 	return ItemBytes(p.Item), nil
 }
 
+// MaxJobItemBytes is the most a job's item may take when the job is
+// created: DynamoDB's 400 KB less what its attempts may add later (the
+// largest result, the error history and the current error) and a margin,
+// so that no ACK or FAIL of it is refused for its size. A job's args and
+// meta count as stored (Packed: compressed when that saves room), so an
+// envelope of job.MaxEnvelopeBytes fits when its JSON compresses to about
+// a quarter, which JSON of that size nearly always does; data that does
+// not compress (base64 of a compressed file, say) fits up to about this
+// size.
+const MaxJobItemBytes = awslimit.DynamoItemBytes - job.MaxResultBytes - job.MaxErrorHistoryBytes - job.MaxErrorBytes - 4<<10
+
+// ListBytes bounds the jobs (their FetchBytes, as the index projects it)
+// one page of whole jobs holds, so that a list of large jobs still fits
+// Lambda's 6 MB response: a page stops before the job that would pass it,
+// and holds at least one.
+const ListBytes = 4 << 20
+
+// trimToBytes keeps items from the start while their FetchBytes stay
+// within budget (the first always); trimmed reports whether it cut.
+func trimToBytes(items []Item, budget int) (kept []Item, trimmed bool) {
+	total := 0
+	for i, it := range items {
+		total += it.FetchBytes
+		if i > 0 && total > budget {
+			return items[:i], true
+		}
+	}
+	return items, false
+}
+
+// CheckJobItem returns the size of the item Create writes for j, and a
+// *TooLargeError (What "job") when it passes MaxJobItemBytes.
+func CheckJobItem(j *job.Job, redeliverAfter time.Duration) (int, error) {
+	n, err := JobItemBytes(j, redeliverAfter)
+	if err != nil {
+		return 0, err
+	}
+	if n > MaxJobItemBytes {
+		return n, &TooLargeError{What: "job", Bytes: n, Max: MaxJobItemBytes}
+	}
+	return n, nil
+}
+
 // TooLargeError is returned, before anything is written, for a write
 // DynamoDB would refuse for its size: an item over awslimit.DynamoItemBytes
 // or a transaction whose items pass awslimit.DynamoTxBytes.
 type TooLargeError struct {
-	// What is "item" or "transaction".
+	// What is "item" (DynamoDB's limit), "job" (MaxJobItemBytes) or
+	// "transaction".
 	What string
 	// Bytes is the size as DynamoDB counts it (ItemBytes); Max the limit.
 	Bytes, Max int

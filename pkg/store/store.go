@@ -666,8 +666,9 @@ func (s *Store) deadPage(ctx context.Context, queue string, since, before time.T
 	if err != nil {
 		return Page{}, err
 	}
+	items, trimmed := trimToBytes(items, ListBytes)
 	p := Page{}
-	if len(last) > 0 && len(items) > 0 {
+	if (len(last) > 0 || trimmed) && len(items) > 0 {
 		p.Cursor = DeadCursor(items[len(items)-1].Job)
 	}
 	if items, err = s.whole(ctx, items); err != nil {

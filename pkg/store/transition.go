@@ -463,7 +463,7 @@ func Revive(j *job.Job, now time.Time, redeliverAfter time.Duration, queue strin
 	t.set("queue", queue)
 	t.set("push", push)
 	if len(meta) > 0 {
-		t.set("meta", string(meta))
+		t.set("meta", Packed(meta))
 	}
 	t.set(attrAttempt, 0)
 	t.becomeAvailable(queue, j.Priority, push, now, redeliverAfter, false)

@@ -47,7 +47,7 @@ type Node struct {
 	StepID string `dynamodbav:"sid,omitempty"`
 	Index  int    `dynamodbav:"idx"`
 	// Def is a leaf's job request (JSON text).
-	Def string `dynamodbav:"def,omitempty"`
+	Def Packed `dynamodbav:"def,omitempty"`
 	// JobType is a leaf's job type.
 	JobType string `dynamodbav:"job_type,omitempty"`
 	// PShard names the counter shard of its parent this node is counted

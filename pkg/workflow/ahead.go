@@ -77,5 +77,5 @@ func aheadOf(j *job.Job) []aheadStep {
 // of it carries it.
 func nodeOfAhead(wf, chain string, index int, a aheadStep) *store.Node {
 	return &store.Node{WorkflowID: wf, Path: childPath(chain, segment(KindChain, index)), Kind: KindJob, Index: index,
-		Def: string(a.Def), StepID: a.SID, Last: a.Last}
+		Def: store.Packed(a.Def), StepID: a.SID, Last: a.Last}
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/internal/jsoncase"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+	"github.com/ojs-aws/ojs-serverless/pkg/store"
 )
 
 // Node kinds.
@@ -272,6 +273,21 @@ func (p *parser) handlers(root *Def, rn rawNode) {
 	}
 }
 
+// fits reports, as a problem at jp's args, a job whose item would pass
+// store.MaxJobItemBytes (its args and meta compressed).
+func (p *parser) fits(j *job.Job, jp string) bool {
+	n, err := store.CheckJobItem(j, 0)
+	if err == nil {
+		return true
+	}
+	if n > 0 {
+		p.add(jp+".args", fmt.Sprintf("the job takes %d bytes as stored (args and meta compressed); a job is stored in at most %d: pass a reference to the data (an S3 object, say) instead", n, store.MaxJobItemBytes))
+	} else {
+		p.add(jp, "the job cannot be encoded: "+err.Error())
+	}
+	return false
+}
+
 func (p *parser) add(path, msg string) {
 	if len(p.problems) < 100 {
 		p.problems = append(p.problems, Problem{path, msg})
@@ -424,6 +440,9 @@ func (p *parser) leaf(raw json.RawMessage, jp, tp string, index int) *Def {
 		p.add(jp+".options.pending", "jobs in a workflow cannot be pending")
 		return nil
 	}
+	if !p.fits(e.Job, jp) {
+		return nil
+	}
 	if e.Job.Unique != nil {
 		p.add(jp+".options.unique", "jobs in a workflow cannot carry a unique policy (the workflow already runs each job once)")
 		return nil
@@ -459,6 +478,9 @@ func (p *parser) compensate(raw json.RawMessage, jp string) json.RawMessage {
 	}
 	if e.Pending || e.Job.Unique != nil || e.Job.ScheduledAt != nil {
 		p.add(jp, "a compensate job cannot be pending, scheduled or unique")
+		return nil
+	}
+	if !p.fits(e.Job, jp) {
 		return nil
 	}
 	p.compensations++

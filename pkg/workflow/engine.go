@@ -227,7 +227,7 @@ func (e *Engine) build(ctx context.Context, parsed *Parsed, id string, now time.
 			compensable++
 		}
 		if d.Kind == KindJob {
-			n.Def = string(d.Request)
+			n.Def = store.Packed(d.Request)
 		} else {
 			n.Total = len(d.Children)
 			if d.Kind == KindGroup || d.Kind == KindBatch {

@@ -1,0 +1,151 @@
+package store_test
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/ojs-aws/ojs-serverless/pkg/internal/testenv"
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/store"
+)
+
+// randomText is n characters of random base64: text that compresses to
+// about three quarters.
+func randomText(n int, seed uint64) string {
+	raw := make([]byte, n)
+	rng := rand.New(rand.NewPCG(seed, seed+1))
+	for i := range raw {
+		raw[i] = byte(rng.Uint32())
+	}
+	return base64.StdEncoding.EncodeToString(raw)[:n]
+}
+
+// TestPackedKeepsSmallTextAsAStringAndCompressesLargeText: text under a
+// write unit stays a string attribute (what every item held before
+// packing, and still reads); large JSON becomes a much smaller binary
+// attribute, random base64 one about three quarters its size; each reads back
+// exactly; a binary attribute that is not gzip is an error, not garbage.
+func TestPackedKeepsSmallTextAsAStringAndCompressesLargeText(t *testing.T) {
+	t.Parallel()
+	largeJSON := "[" + strings.Repeat(`{"account":"DE89370400440532013000","amount":"125.00","currency":"EUR"},`, 14000) + "1]"
+	for _, tc := range []struct {
+		name   string
+		text   string
+		binary bool
+		under  int // the stored attribute's most bytes, when binary
+	}{
+		{"empty", "", false, 0},
+		{"small", `[1,"two",{"x":3.25}]`, false, 0},
+		{"just under a unit", "[\"" + strings.Repeat("a", 1000) + "\"]", false, 0},
+		{"a few KB of JSON", "[" + strings.Repeat(`{"k":"value","n":12345},`, 200) + "0]", true, 1 << 10},
+		{"a MiB of JSON", largeJSON, true, len(largeJSON) / 20},
+		{"random base64", `["` + randomText(200<<10, 3) + `"]`, true, 160 << 10},
+	} {
+		av, err := attributevalue.Marshal(store.Packed(tc.text))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		b, isBinary := av.(*types.AttributeValueMemberB)
+		if isBinary != tc.binary {
+			t.Fatalf("%s: stored as %T", tc.name, av)
+		}
+		if isBinary && len(b.Value) > tc.under {
+			t.Fatalf("%s: %d bytes stored, want at most %d", tc.name, len(b.Value), tc.under)
+		}
+		var back store.Packed
+		if err := attributevalue.Unmarshal(av, &back); err != nil || string(back) != tc.text {
+			t.Fatalf("%s: read back %d bytes (want %d): %v", tc.name, len(back), len(tc.text), err)
+		}
+	}
+	var p store.Packed
+	if err := p.UnmarshalDynamoDBAttributeValue(&types.AttributeValueMemberB{Value: []byte("not gzip")}); err == nil {
+		t.Fatal("a binary attribute that is not gzip read without an error")
+	}
+	if err := p.UnmarshalDynamoDBAttributeValue(&types.AttributeValueMemberNULL{Value: true}); err != nil || p != "" {
+		t.Fatalf("NULL: %q %v", p, err)
+	}
+}
+
+// TestAMiBEnvelopeIsStoredCompressedAndReadsBackExactly: a job of 1 MiB
+// of JSON args (ojs-json-format.md 8.1: every implementation accepts
+// envelopes up to 1 MiB) is written to DynamoDB Local, whose items hold
+// at most 400 KB, with its args as a compressed binary attribute; it
+// reads back, by key and from a claim's answer, byte for byte.
+func TestAMiBEnvelopeIsStoredCompressedAndReadsBackExactly(t *testing.T) {
+	t.Parallel()
+	s, _ := testenv.Table(t)
+	ctx := context.Background()
+	var b strings.Builder
+	b.WriteString(`{"type":"ledger.import","args":[[`)
+	for i := 0; b.Len() < job.MaxEnvelopeBytes-200; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"entry":%d,"account":"DE%020d","amount":"%d.%02d"}`, i, i*7919, i%5000, i%100)
+	}
+	b.WriteString(`]],"options":{"queue":"big"}}`)
+	body := b.String()
+	if len(body) <= 1<<20-1024 || len(body) > job.MaxEnvelopeBytes {
+		t.Fatalf("envelope of %d bytes", len(body))
+	}
+	j := newJob(t, body, t0)
+	n, err := store.CheckJobItem(j, time.Minute)
+	if err != nil || n > 400<<10/2 {
+		t.Fatalf("stored size %d: %v", n, err)
+	}
+	if err := s.Create(ctx, []*job.Job{j}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := testenv.DynamoDB().GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.Table()),
+		Key: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "JOB#" + j.ID}, "sk": &types.AttributeValueMemberS{Value: "JOB"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := raw.Item["args"].(*types.AttributeValueMemberB); !ok {
+		t.Fatalf("args stored as %T", raw.Item["args"])
+	}
+	got, err := s.Get(ctx, j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got.Args) != string(j.Args) {
+		t.Fatalf("args read back differ: %d bytes, want %d", len(got.Args), len(j.Args))
+	}
+	now := t0.Add(time.Second)
+	claimed, err := s.Apply(ctx, store.Claim(j.ID, store.ClaimOpts{Queue: "big", WorkerID: "w", Now: now, LeaseUntil: now.Add(time.Minute), Deadline: now.Add(time.Hour)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(claimed.Args) != string(j.Args) || !json.Valid(claimed.Args) {
+		t.Fatalf("claimed args differ: %d bytes", len(claimed.Args))
+	}
+}
+
+// TestAJobThatDoesNotCompressEnoughIsRefusedBeforeWriting: random data
+// past store.MaxJobItemBytes (as stored) is a TooLargeError naming the
+// stored size, so that its ACKs and FAILs could never pass 400 KB.
+func TestAJobThatDoesNotCompressEnoughIsRefusedBeforeWriting(t *testing.T) {
+	t.Parallel()
+	j := newJob(t, `{"type":"blob.put","args":["`+randomText(600<<10, 9)+`"]}`, t0)
+	n, err := store.CheckJobItem(j, time.Minute)
+	var tl *store.TooLargeError
+	if !asTooLarge(err, &tl) || tl.What != "job" || tl.Bytes != n || n <= store.MaxJobItemBytes || tl.Max != store.MaxJobItemBytes {
+		t.Fatalf("CheckJobItem: %d %v", n, err)
+	}
+}
+
+func asTooLarge(err error, tl **store.TooLargeError) bool {
+	e, ok := err.(*store.TooLargeError)
+	*tl = e
+	return ok
+}
