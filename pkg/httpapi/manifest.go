@@ -40,7 +40,7 @@ func Manifest() map[string]any {
 			"fetch_wait": true,
 		},
 		"limits": map[string]any{
-			"max_envelope_bytes": job.MaxEnvelopeBytes, "max_meta_bytes": job.MaxMetaBytes,
+			"max_envelope_bytes": job.MaxEnvelopeBytes, "max_stored_job_bytes": store.MaxJobItemBytes, "max_meta_bytes": job.MaxMetaBytes,
 			"max_result_bytes": job.MaxResultBytes, "max_request_bytes": MaxBodyBytes,
 			"max_batch_jobs": lifecycle.MaxBulk, "max_atomic_batch_jobs": store.MaxBatch, "max_fetch_count": lifecycle.MaxFetch,
 			"max_fetch_wait_ms": lifecycle.MaxFetchWait.Milliseconds(), "min_priority": job.MinPriority, "max_priority": job.MaxPriority,

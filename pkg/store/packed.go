@@ -86,11 +86,21 @@ func (p *Packed) UnmarshalDynamoDBAttributeValue(av types.AttributeValue) error 
 // errPackedTooLarge is a packed attribute expanding past maxUnpacked.
 var errPackedTooLarge = errors.New("unpack: packed text expands past its bound")
 
+// gzipReaders holds readers for reuse: a new one allocates its window.
+var gzipReaders sync.Pool
+
 func unpack(b []byte) (string, error) {
-	r, err := gzip.NewReader(bytes.NewReader(b))
+	r, _ := gzipReaders.Get().(*gzip.Reader)
+	var err error
+	if r == nil {
+		r, err = gzip.NewReader(bytes.NewReader(b))
+	} else {
+		err = r.Reset(bytes.NewReader(b))
+	}
 	if err != nil {
 		return "", fmt.Errorf("unpack: %w", err)
 	}
+	defer gzipReaders.Put(r)
 	out, err := io.ReadAll(io.LimitReader(r, maxUnpacked+1))
 	if err != nil {
 		return "", fmt.Errorf("unpack: %w", err)

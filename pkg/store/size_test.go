@@ -93,7 +93,8 @@ func TestCreateRefusesWhatDynamoDBWould(t *testing.T) {
 	var jobs []*job.Job
 	total := 0
 	for i := 0; i < store.MaxBatch; i++ {
-		j := newJob(t, fmt.Sprintf(`{"type":"a.b","args":[%q]}`, strings.Repeat("x", 42<<10)), t0)
+		// Random base64: stored compressed to about three quarters.
+		j := newJob(t, fmt.Sprintf(`{"type":"a.b","args":[%q]}`, randomText(55<<10, uint64(i))), t0)
 		n, err := store.JobItemBytes(j, time.Minute)
 		if err != nil {
 			t.Fatal(err)
