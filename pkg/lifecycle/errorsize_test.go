@@ -102,3 +102,42 @@ func largestStored(t *testing.T, envelope func(arg string) string) string {
 	}
 	return envelope(text[:lo])
 }
+
+// TestDeadLetterListStopsBeforeLambdasResponseLimit: four dead jobs of
+// 250 KiB of '<' (about 1.8 MB each as FETCH counts it: JSON, where encoding/json writes
+// '<' as \u003c; a few KB stored) would make a 7 MB answer: the list
+// stops before the job that would take it past store.ListBytes and says
+// there is more.
+func TestDeadLetterListStopsBeforeLambdasResponseLimit(t *testing.T) {
+	t.Parallel()
+	s, _ := newService(t)
+	ctx := context.Background()
+	const q = "bigdead"
+	for i := 0; i < 4; i++ {
+		body := fmt.Sprintf(`{"type":"big.dead","args":["%s",%d],"options":{"queue":%q,"retry":{"max_attempts":1}}}`, strings.Repeat("<", 250<<10), i, q)
+		if _, err := s.Push(ctx, []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{q}, WorkerID: "w"})
+		if err != nil || len(got) != 1 {
+			t.Fatalf("fetch %d: %d jobs, %v", i, len(got), err)
+		}
+		if j, err := s.Nack(ctx, got[0].ID, lifecycle.ErrorInput{Type: "big.error", Message: "boom"}, 0); err != nil || j.State != job.Discarded {
+			t.Fatalf("fail %d: %v", i, err)
+		}
+	}
+	jobs, more, err := s.DeadLetter(ctx, q, 50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, j := range jobs {
+		total += store.FetchBytes(j)
+	}
+	if len(jobs) != 2 || !more || total > store.ListBytes {
+		t.Fatalf("dead letter list: %d jobs of %d bytes, more %v", len(jobs), total, more)
+	}
+	if small, more, err := s.DeadLetter(ctx, q, 1); err != nil || len(small) != 1 || !more {
+		t.Fatalf("a list of one: %d jobs, more %v, %v", len(small), more, err)
+	}
+}
