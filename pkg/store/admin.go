@@ -179,7 +179,6 @@ func (s *Store) listIndex(ctx context.Context, l Listing, queue string, states [
 	}
 	taken := make([]int, len(keys))
 	var page IndexPage
-	bytes := 0 // of whole jobs to read (ListDead), bounded by ListBytes
 	for len(page.Items) < limit {
 		best, bestV := -1, ""
 		for i, p := range parts {
@@ -198,9 +197,6 @@ func (s *Store) listIndex(ctx context.Context, l Listing, queue string, states [
 			return IndexPage{}, err
 		}
 		if ok {
-			if bytes += it.FetchBytes; l == ListDead && len(page.Items) > 0 && bytes > ListBytes {
-				break
-			}
 			it.Partial = true
 			page.Items = append(page.Items, it)
 		}
