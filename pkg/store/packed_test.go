@@ -80,7 +80,8 @@ func TestPackedKeepsSmallTextAsAStringAndCompressesLargeText(t *testing.T) {
 // of JSON args (ojs-json-format.md 8.1: every implementation accepts
 // envelopes up to 1 MiB) is written to DynamoDB Local, whose items hold
 // at most 400 KB, with its args as a compressed binary attribute; it
-// reads back, by key and from a claim's answer, byte for byte.
+// reads back, by key and from a claim's answer, byte for byte; its ACK's
+// result is packed too.
 func TestAMiBEnvelopeIsStoredCompressedAndReadsBackExactly(t *testing.T) {
 	t.Parallel()
 	s, _ := testenv.Table(t)
@@ -106,8 +107,8 @@ func TestAMiBEnvelopeIsStoredCompressedAndReadsBackExactly(t *testing.T) {
 	if err := s.Create(ctx, []*job.Job{j}, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	raw, err := testenv.DynamoDB().GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.Table()),
-		Key: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "JOB#" + j.ID}, "sk": &types.AttributeValueMemberS{Value: "JOB"}}})
+	key := map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "JOB#" + j.ID}, "sk": &types.AttributeValueMemberS{Value: "JOB"}}
+	raw, err := testenv.DynamoDB().GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.Table()), Key: key})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,6 +129,22 @@ func TestAMiBEnvelopeIsStoredCompressedAndReadsBackExactly(t *testing.T) {
 	}
 	if string(claimed.Args) != string(j.Args) || !json.Valid(claimed.Args) {
 		t.Fatalf("claimed args differ: %d bytes", len(claimed.Args))
+	}
+	// Its result of 60 KiB of JSON is packed by the ACK's update too.
+	result := json.RawMessage(`{"imported":[` + strings.Repeat(`{"ok":true,"ref":"TX-000000000"},`, 1900) + `{}]}`)
+	if _, err := s.Apply(ctx, store.Complete(j.ID, result, claimed.Attempt, now.Add(time.Second))); err != nil {
+		t.Fatal(err)
+	}
+	raw, err = testenv.DynamoDB().GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.Table()), Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, ok := raw.Item["result"].(*types.AttributeValueMemberB); !ok || len(r.Value) > len(result)/10 {
+		t.Fatalf("result stored as %T", raw.Item["result"])
+	}
+	done, err := s.Get(ctx, j.ID)
+	if err != nil || done.State != job.Completed || string(done.Result) != string(result) {
+		t.Fatalf("completed job: %v, result of %d bytes (want %d), %v", done.State, len(done.Result), len(result), err)
 	}
 }
 

@@ -87,7 +87,7 @@ type record struct {
 	CancelledAt     string   `dynamodbav:"cancelled_at,omitempty"`
 	DiscardedAt     string   `dynamodbav:"discarded_at,omitempty"`
 	NextAttemptAt   string   `dynamodbav:"next_attempt_at,omitempty"`
-	Result          string   `dynamodbav:"result,omitempty"`
+	Result          Packed   `dynamodbav:"result,omitempty"`
 	Error           string   `dynamodbav:"error,omitempty"`
 	Errors          []string `dynamodbav:"errors,omitempty"`
 	Push            bool     `dynamodbav:"push,omitempty"`

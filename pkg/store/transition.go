@@ -213,7 +213,7 @@ func Complete(id string, result json.RawMessage, attempt int, now time.Time) Tra
 	t.update = t.update.Set(expression.Name(attrDonePK), expression.Name("queue"))
 	t.set(attrDoneSK, deadSortKey(now, id))
 	if len(result) > 0 {
-		t.set("result", string(result))
+		t.set("result", Packed(result))
 	} else {
 		t.remove("result")
 	}
