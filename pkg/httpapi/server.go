@@ -5,6 +5,7 @@
 package httpapi
 
 import (
+	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -132,6 +133,10 @@ func (s *Server) addRoute(method, pattern string, h handlerFunc, raw bool) {
 				}
 			}
 			r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
+			if err := decodeContentEncoding(w, r); err != nil {
+				st.err = err
+				return
+			}
 		}
 		st.err = h(w, r, p)
 	})
@@ -310,6 +315,41 @@ func checkContentType(r *http.Request) error {
 	}
 	return ojserr.Invalid("Content-Type", "Unsupported content type %q; send application/openjobspec+json or application/json.", truncate(ct, 100))
 }
+
+// SupportedEncodings are the request Content-Encodings the API undoes
+// (ojs-payload-limits.md 6.1; zstd is not in Go's standard library).
+var SupportedEncodings = []string{"gzip"}
+
+// decodeContentEncoding undoes a request body's Content-Encoding: gzip or
+// none. MaxBodyBytes applies to the bytes sent and again to what they
+// expand to (ojs-payload-limits.md 6.2: limits apply to the decompressed
+// payload), so a small body cannot expand without bound. Another
+// encoding is a 415; a body that is not gzip, a 400.
+func decodeContentEncoding(w http.ResponseWriter, r *http.Request) error {
+	switch enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding"))); enc {
+	case "", "identity":
+		return nil
+	case "gzip", "x-gzip":
+	default:
+		return ojserr.Newf(ojserr.UnsupportedMediaType, "Content-Encoding %q is not supported; send the body gzip-compressed or not compressed.", truncate(enc, 40)).
+			With("supported_encodings", SupportedEncodings)
+	}
+	zr, err := gzip.NewReader(r.Body)
+	if err != nil {
+		return ojserr.New(ojserr.InvalidPayload, "The request body is not gzip data, as its Content-Encoding says.").With("field", "body")
+	}
+	r.Body = http.MaxBytesReader(w, gzipBody{zr, r.Body}, MaxBodyBytes)
+	r.Header.Del("Content-Encoding")
+	return nil
+}
+
+// gzipBody reads a request body through its gzip reader.
+type gzipBody struct {
+	*gzip.Reader
+	raw io.Closer
+}
+
+func (b gzipBody) Close() error { return b.raw.Close() }
 
 func truncate(s string, n int) string {
 	if len(s) > n {
