@@ -239,8 +239,9 @@ func TestAMiBEnvelopeThatDoesNotCompressIsRefused(t *testing.T) {
 }
 
 // TestAWorkflowStepOfAMiBRuns: a chain whose second step carries 1 MiB of
-// JSON args (stored compressed, in the step's node and then its job) runs
-// to its end, the step receiving its args as sent.
+// JSON args, and a compensation as large (stored compressed, in the step's
+// node and then its job), runs to its end, the step receiving its args as
+// sent.
 func TestAWorkflowStepOfAMiBRuns(t *testing.T) {
 	q := uniqueQueue(t)
 	var b strings.Builder
@@ -253,8 +254,9 @@ func TestAWorkflowStepOfAMiBRuns(t *testing.T) {
 	rows := json.RawMessage("[" + b.String() + "]")
 	body, _ := json.Marshal(map[string]any{"type": "chain", "steps": []any{
 		map[string]any{"type": "small.step", "args": []any{1}, "options": map[string]any{"queue": q}},
-		map[string]any{"type": "ledger.import", "args": []any{rows}, "options": map[string]any{"queue": q}}}})
-	if len(body) > 1<<20+512 {
+		map[string]any{"type": "ledger.import", "args": []any{rows}, "options": map[string]any{"queue": q},
+			"compensate": map[string]any{"type": "ledger.revert", "args": []any{rows}, "options": map[string]any{"queue": q}}}}})
+	if len(body) > 2<<20+1024 {
 		t.Fatalf("workflow body of %d bytes", len(body))
 	}
 	wf := createWorkflow(t, string(body))

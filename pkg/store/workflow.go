@@ -94,7 +94,7 @@ type Node struct {
 	TimeoutMS int64 `dynamodbav:"timeout_ms,omitempty"`
 	Deadline  int64 `dynamodbav:"deadline_ms,omitempty"`
 	// Compensate is a job step's compensation (a job request, JSON).
-	Compensate string `dynamodbav:"compensate,omitempty"`
+	Compensate Packed `dynamodbav:"compensate,omitempty"`
 	// Last is set on a chain's last step: its job carries it
 	// (job.Job.WorkflowLast), so finishing it needs no read of a next step.
 	Last bool `dynamodbav:"last,omitempty"`

@@ -521,7 +521,7 @@ func (e *Engine) startCompensation(ctx context.Context, root *store.Node) (bool,
 // parent_results.
 func (e *Engine) compensationJob(ctx context.Context, wf string, k int, n *store.Node, undone *job.Job) (*job.Job, error) {
 	pr, _ := json.Marshal(map[string]any{"compensates": stepKey(n), "job_id": JobID(wf, n.Path), "result": resultValue(undone)})
-	synthetic := &store.Node{WorkflowID: wf, Path: childPath(compensatePath, segment(KindChain, k)), Kind: KindJob, Def: store.Packed(n.Compensate)}
+	synthetic := &store.Node{WorkflowID: wf, Path: childPath(compensatePath, segment(KindChain, k)), Kind: KindJob, Def: n.Compensate}
 	j, err := e.newJob(synthetic, pr)
 	if err != nil {
 		return nil, err

@@ -222,7 +222,7 @@ func (e *Engine) build(ctx context.Context, parsed *Parsed, id string, now time.
 	compensable := 0
 	Walk(parsed.Root, func(d *Def) {
 		n := store.Node{WorkflowID: id, Path: d.Path, Kind: d.Kind, Name: d.Name, Index: d.Index, StepID: d.StepID,
-			JobType: d.JobType, State: wfstate.Waiting, Deps: d.Deps, TimeoutMS: d.TimeoutMS, Compensate: string(d.Compensate)}
+			JobType: d.JobType, State: wfstate.Waiting, Deps: d.Deps, TimeoutMS: d.TimeoutMS, Compensate: store.Packed(d.Compensate)}
 		if len(d.Compensate) > 0 {
 			compensable++
 		}
