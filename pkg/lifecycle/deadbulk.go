@@ -122,8 +122,13 @@ type BulkResult struct {
 	NextCursor string `json:"next_cursor,omitempty"`
 }
 
+// maxBulkBytes bounds the dead letter jobs one bulk call holds (by
+// store.FetchBytes): a thousand jobs of 1 MiB would not fit the api
+// function's memory. A call that reaches it stops there, with has_more.
+var maxBulkBytes = 64 << 20
+
 // deadMatching lists up to f.Limit dead-letter jobs matching f, newest
-// first, and whether more may match.
+// first (fewer when they pass maxBulkBytes), and whether more may match.
 func (s *Service) deadMatching(ctx context.Context, f DeadFilter) ([]*job.Job, bool, error) {
 	queues := []string{f.Queue}
 	if f.Queue == "" {
@@ -133,6 +138,7 @@ func (s *Service) deadMatching(ctx context.Context, f DeadFilter) ([]*job.Job, b
 		}
 	}
 	var out []*job.Job
+	bytes := 0
 	for _, q := range queues {
 		cursor := ""
 		for {
@@ -144,7 +150,7 @@ func (s *Service) deadMatching(ctx context.Context, f DeadFilter) ([]*job.Job, b
 				if !f.match(j) {
 					continue
 				}
-				if len(out) == f.Limit {
+				if bytes += store.FetchBytes(j); len(out) == f.Limit || (len(out) > 0 && bytes > maxBulkBytes) {
 					return out, true, nil
 				}
 				out = append(out, j)
@@ -226,10 +232,11 @@ func parseDeadCursor(s string) (deadCursor, error) {
 }
 
 // deadSelect lists up to f.Limit dead-letter jobs matching f, oldest
-// first, reading at most f.Scan; next is the cursor to go on from, empty
-// when the pass has read everything.
+// first (fewer when they pass maxBulkBytes), reading at most f.Scan; next
+// is the cursor to go on from, empty when the pass has read everything.
 func (s *Service) deadSelect(ctx context.Context, f DeadFilter) (jobs []*job.Job, next string, err error) {
 	cur := deadCursor{End: s.Now().UnixMilli()}
+	bytes := 0
 	if f.Cursor != "" {
 		if cur, err = parseDeadCursor(f.Cursor); err != nil {
 			return nil, "", err
@@ -279,7 +286,7 @@ func (s *Service) deadSelect(ctx context.Context, f DeadFilter) (jobs []*job.Job
 				if !f.match(j) {
 					continue
 				}
-				if len(jobs) == f.Limit {
+				if bytes += store.FetchBytes(j); len(jobs) == f.Limit || (len(jobs) > 0 && bytes > maxBulkBytes) {
 					// Go on at this job: the ones taken are behind it.
 					return jobs, deadCursor{Queue: q, Page: store.DeadCursor(jobs[len(jobs)-1]), End: cur.End}.encode(), nil
 				}
@@ -304,8 +311,9 @@ type DeadStats struct {
 	ByErrorType map[string]int `json:"by_error_type"`
 	OldestAt    *string        `json:"oldest_at"`
 	NewestAt    *string        `json:"newest_at"`
-	// Truncated is set when the queue holds more than MaxDeadStats jobs:
-	// the figures then cover the newest MaxDeadStats of each queue read.
+	// Truncated is set when the queue holds more than MaxDeadStats jobs,
+	// or more than maxBulkBytes of them: the figures then cover the
+	// newest of each queue read.
 	Truncated bool `json:"truncated"`
 	// Retention is the retention policy and when it next prunes.
 	Retention RetentionView `json:"retention"`

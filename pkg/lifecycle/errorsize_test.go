@@ -141,3 +141,60 @@ func TestDeadLetterListStopsBeforeLambdasResponseLimit(t *testing.T) {
 		t.Fatalf("a list of one: %d jobs, more %v, %v", len(small), more, err)
 	}
 }
+
+// TestBulkDeadLetterCallsStopAtTheirByteBound: a bulk retry or purge holds
+// the jobs it acts on in memory; past its byte bound (64 MiB, 4 MiB here)
+// a call stops with has_more and a cursor, and the calls that go on from
+// it act on the rest, each job once.
+func TestBulkDeadLetterCallsStopAtTheirByteBound(t *testing.T) {
+	defer lifecycle.SetMaxBulkBytes(4 << 20)()
+	s, clk := newService(t)
+	ctx := context.Background()
+	for _, op := range []string{"retry", "purge"} {
+		q := "bulkbytes-" + op
+		var ids []string
+		for i := 0; i < 3; i++ {
+			clk.Add(time.Second) // a pass selects jobs discarded before it started
+			body := fmt.Sprintf(`{"type":"big.dead","args":["%s",%d],"options":{"queue":%q,"retry":{"max_attempts":1}}}`, strings.Repeat("<", 250<<10), i, q)
+			j, err := s.Push(ctx, []byte(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, err := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{q}, WorkerID: "w"}); err != nil || len(got) != 1 {
+				t.Fatalf("fetch %d: %v", i, err)
+			}
+			if _, err := s.Nack(ctx, j.ID, lifecycle.ErrorInput{Type: "big.error", Message: "boom"}, 0); err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, j.ID)
+		}
+		clk.Add(time.Second)
+		call := s.RetryDeadMatching
+		if op == "purge" {
+			call = s.PurgeDead
+		}
+		done := map[string]int{}
+		cursor := ""
+		for calls := 1; ; calls++ {
+			res, err := call(ctx, lifecycle.DeadFilter{Queue: q, Limit: 100, Cursor: cursor})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if calls == 1 && (res.Succeeded != 2 || !res.HasMore) {
+				t.Fatalf("%s: the first call acted on %d jobs, has_more %v", op, res.Succeeded, res.HasMore)
+			}
+			for _, id := range res.JobIDs {
+				done[id]++
+			}
+			if !res.HasMore || calls > 3 {
+				break
+			}
+			cursor = res.NextCursor
+		}
+		for _, id := range ids {
+			if done[id] != 1 {
+				t.Fatalf("%s: job %s acted on %d times", op, id, done[id])
+			}
+		}
+	}
+}
