@@ -148,7 +148,7 @@ soak: emulators
 # bench/results/latest.{json,md,png} and the tables in README.md and
 # docs/benchmark.md. Knobs: BENCH_JOBS, BENCH_CHAINS, BENCH_BATCHES,
 # BENCH_BATCH_WIDTH, BENCH_CLIENTS, BENCH_WORKERS, BENCH_FETCH,
-# BENCH_CONCURRENCY, BENCH_PACED_JOBS, BENCH_PACED_RATE, BENCH_BIG=1,
+# BENCH_CONCURRENCY, BENCH_PACED_JOBS, BENCH_PACED_RATE, BENCH_ARGS_BYTES, BENCH_BIG=1,
 # BENCH_SKIP_ARM64=1. It reports missed targets; it never fails on them.
 bench: emulators build-local
 	$(GO) run ./localstack/cmd/ojs-bench -bin $(LOCAL_BIN) -out bench/results -update

@@ -93,6 +93,9 @@ type Settings struct {
 	// doubles from 5 ms); 0 means 50.
 	FetchBackoffMS int `json:"fetch_backoff_ms,omitempty"`
 	Concurrency    int `json:"concurrency"`
+	// ArgsBytes is the JSON the measured phases' jobs carry as an extra
+	// argument (ledger rows, about that many bytes); 0: an index only.
+	ArgsBytes int `json:"args_bytes,omitempty"`
 }
 
 // pollingNote says how the pull workers wait for jobs when it is not the
@@ -103,6 +106,14 @@ func (s Settings) pollingNote() string {
 		return fmt.Sprintf(" (waiting up to %d ms in each FETCH)", s.FetchWaitMS)
 	case s.FetchBackoffMS > 0 && s.FetchBackoffMS != 50:
 		return fmt.Sprintf(" (backing off up to %d ms after an empty FETCH)", s.FetchBackoffMS)
+	}
+	return ""
+}
+
+// argsNote says what the jobs carry when it is more than an index.
+func (s Settings) argsNote() string {
+	if s.ArgsBytes > 0 {
+		return fmt.Sprintf("; every job carries %d bytes of JSON args", len(argsPayload(s.ArgsBytes)))
 	}
 	return ""
 }
@@ -278,10 +289,10 @@ func (r *Result) Phase(name string) *Phase {
 // SummaryMarkdown renders the headline table (README) and the targets.
 func (r *Result) SummaryMarkdown() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "Run of %s on %d CPUs (%s/%s, %s), %.0f s; settings: %d jobs, %d chains, %d graphs, %d batches of %d, %d clients, %d pull workers fetching %d%s, %d environments per function.\n\n",
+	fmt.Fprintf(&b, "Run of %s on %d CPUs (%s/%s, %s), %.0f s; settings: %d jobs, %d chains, %d graphs, %d batches of %d, %d clients, %d pull workers fetching %d%s, %d environments per function%s.\n\n",
 		r.StartedAt.UTC().Format("2006-01-02 15:04 UTC"), r.Machine.CPUs, r.Machine.OS, r.Machine.Arch, r.Machine.GoVersion, r.Seconds,
 		r.Settings.Jobs, r.Settings.Chains, r.Settings.Graphs, r.Settings.Batches, r.Settings.BatchWidth, r.Settings.Clients, r.Settings.Workers, r.Settings.FetchCount,
-		r.Settings.pollingNote(), r.Settings.Concurrency)
+		r.Settings.pollingNote(), r.Settings.Concurrency, r.Settings.argsNote())
 	b.WriteString("| phase | units | throughput | enqueue→start p50 / p99 | step→step p50 / p99 | DynamoDB req/unit | SQS req/unit | Lambda inv/unit | $ per M units (no compute / with local compute) |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
 	for _, p := range r.Phases {

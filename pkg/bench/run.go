@@ -79,6 +79,9 @@ type bencher struct {
 	mu      sync.Mutex
 	client  map[string]int
 	empties atomic.Int64
+	// payload is argsPayload(Settings.ArgsBytes), carried by every job of
+	// the measured phases.
+	payload json.RawMessage
 }
 
 // Run starts the emulators and the local runtime on free ports, runs every
@@ -127,7 +130,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	defer bus.Close()
 
-	b := &bencher{o: o, log: o.Logger, esm: callstats.New("mapping"), stats: statsDir, client: map[string]int{}}
+	b := &bencher{o: o, log: o.Logger, esm: callstats.New("mapping"), stats: statsDir, client: map[string]int{}, payload: argsPayload(o.Settings.ArgsBytes)}
 	rtCfg := cfg.Copy()
 	rtCfg.APIOptions = append(slices.Clone(cfg.APIOptions), b.esm.AddMiddleware)
 	b.env, _ = topology.ForEnv("local")
@@ -362,8 +365,38 @@ func (b *bencher) takeClientCounts() map[string]int {
 	return out
 }
 
-func jobBody(queue string, i int) map[string]any {
-	return map[string]any{"type": echoType, "args": []any{i}, "options": map[string]any{"queue": queue}}
+func jobBody(queue string, i int, payload json.RawMessage) map[string]any {
+	return map[string]any{"type": echoType, "args": args(payload, i), "options": map[string]any{"queue": queue}}
+}
+
+// args is a job's args: its indexes, and payload when there is one.
+func args(payload json.RawMessage, idx ...int) []any {
+	out := make([]any, 0, len(idx)+1)
+	for _, i := range idx {
+		out = append(out, i)
+	}
+	if len(payload) > 0 {
+		out = append(out, payload)
+	}
+	return out
+}
+
+// argsPayload is about n bytes of JSON a job might carry (Settings.ArgsBytes):
+// ledger rows, which compress as business JSON does; nil for 0.
+func argsPayload(n int) json.RawMessage {
+	if n <= 0 {
+		return nil
+	}
+	var b strings.Builder
+	b.WriteString("[")
+	for i := 0; b.Len() < n-60; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"entry":%d,"account":"DE%020d","amount":"%d.%02d"}`, i, i*7919, (i*37)%5000, i%100)
+	}
+	b.WriteString("]")
+	return json.RawMessage(b.String())
 }
 
 // push enqueues one job and returns its id.
@@ -373,7 +406,7 @@ func (b *bencher) push(ctx context.Context, queue string, i int) (string, error)
 			ID string `json:"id"`
 		} `json:"job"`
 	}
-	_, err := b.do(ctx, "POST /jobs", http.MethodPost, "/jobs", jobBody(queue, i), &out)
+	_, err := b.do(ctx, "POST /jobs", http.MethodPost, "/jobs", jobBody(queue, i, b.payload), &out)
 	if err == nil && out.Job.ID == "" {
 		err = errors.New("POST /jobs: no job id in the response")
 	}
@@ -383,10 +416,10 @@ func (b *bencher) push(ctx context.Context, queue string, i int) (string, error)
 // workflowBody is a 3-step chain, a 4-step diamond graph (a; b and c
 // after a; d after both) or a batch of width jobs with an on_complete
 // callback.
-func workflowBody(kind, queue string, i, width int) map[string]any {
+func workflowBody(kind, queue string, i, width int, payload json.RawMessage) map[string]any {
 	if kind == "graphs" {
 		step := func(id string, s int, deps ...string) map[string]any {
-			return map[string]any{"id": id, "type": echoType, "args": []any{i, s}, "depends_on": append([]string{}, deps...)}
+			return map[string]any{"id": id, "type": echoType, "args": args(payload, i, s), "depends_on": append([]string{}, deps...)}
 		}
 		return map[string]any{"name": "bench-graph", "options": map[string]any{"queue": queue},
 			"steps": []any{step("a", 0), step("b", 1, "a"), step("c", 2, "a"), step("d", 3, "b", "c")}}
@@ -394,16 +427,16 @@ func workflowBody(kind, queue string, i, width int) map[string]any {
 	if kind == "chains" {
 		steps := make([]any, 3)
 		for s := range steps {
-			steps[s] = map[string]any{"type": echoType, "args": []any{i, s}, "options": map[string]any{"queue": queue}}
+			steps[s] = map[string]any{"type": echoType, "args": args(payload, i, s), "options": map[string]any{"queue": queue}}
 		}
 		return map[string]any{"type": "chain", "name": "bench-chain", "steps": steps}
 	}
 	jobs := make([]any, width)
 	for j := range jobs {
-		jobs[j] = map[string]any{"type": echoType, "args": []any{i, j}, "options": map[string]any{"queue": queue}}
+		jobs[j] = map[string]any{"type": echoType, "args": args(payload, i, j), "options": map[string]any{"queue": queue}}
 	}
 	return map[string]any{"type": "batch", "name": "bench-batch", "jobs": jobs,
-		"callbacks": map[string]any{"on_complete": map[string]any{"type": echoType, "args": []any{i}, "options": map[string]any{"queue": queue}}}}
+		"callbacks": map[string]any{"on_complete": map[string]any{"type": echoType, "args": args(payload, i), "options": map[string]any{"queue": queue}}}}
 }
 
 func (b *bencher) createWorkflow(ctx context.Context, body map[string]any) (string, error) {
@@ -787,7 +820,7 @@ func (b *bencher) runPhase(ctx context.Context, name, mode, kind string, n, widt
 		if kind == "jobs" {
 			ids[i], err = b.push(ctx, queue, i)
 		} else {
-			ids[i], err = b.createWorkflow(ctx, workflowBody(kind, queue, i, width))
+			ids[i], err = b.createWorkflow(ctx, workflowBody(kind, queue, i, width, b.payload))
 		}
 		return err
 	})
@@ -963,7 +996,7 @@ func stepToStep(kind string, groups [][]string, jobs map[string]*job.Job) Latenc
 func (b *bencher) createRun(ctx context.Context, width int) CreateRun {
 	r := CreateRun{Width: width}
 	for _, kind := range []string{"group", "batch"} {
-		body := workflowBody("batches", "bench-create", 0, width)
+		body := workflowBody("batches", "bench-create", 0, width, nil)
 		if kind == "group" {
 			body = map[string]any{"type": "group", "name": "bench-create", "jobs": body["jobs"]}
 		}
@@ -1021,7 +1054,7 @@ func (b *bencher) bigRun(ctx context.Context, workflows, width int) BigRun {
 		var err error
 		for try := 0; try < 3; try++ {
 			var status int
-			if ids[i], status, err = b.createWorkflowStatus(ctx, workflowBody("batches", pushQueue, i, width)); err == nil || status < 500 {
+			if ids[i], status, err = b.createWorkflowStatus(ctx, workflowBody("batches", pushQueue, i, width, nil)); err == nil || status < 500 {
 				break
 			}
 			r.Retries++

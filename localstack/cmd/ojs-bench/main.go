@@ -9,7 +9,7 @@
 //
 // Knobs (environment, or the matching flags): BENCH_JOBS, BENCH_CHAINS,
 // BENCH_GRAPHS, BENCH_BATCHES, BENCH_BATCH_WIDTH, BENCH_CLIENTS, BENCH_WORKERS,
-// BENCH_FETCH, BENCH_FETCH_WAIT_MS, BENCH_FETCH_BACKOFF_MS, BENCH_CONCURRENCY, BENCH_PACED_JOBS, BENCH_PACED_RATE,
+// BENCH_FETCH, BENCH_ARGS_BYTES, BENCH_FETCH_WAIT_MS, BENCH_FETCH_BACKOFF_MS, BENCH_CONCURRENCY, BENCH_PACED_JOBS, BENCH_PACED_RATE,
 // BENCH_BIG=1 (BENCH_BIG_BATCHES, BENCH_BIG_WIDTH), BENCH_SKIP_ARM64=1.
 // It never fails on a missed target: it reports it.
 package main
@@ -58,6 +58,7 @@ func main() {
 	flag.IntVar(&s.Workers, "workers", envInt("BENCH_WORKERS", 8), "pull-mode workers (BENCH_WORKERS)")
 	flag.IntVar(&s.FetchCount, "fetch", envInt("BENCH_FETCH", 10), "jobs per FETCH (BENCH_FETCH)")
 	flag.IntVar(&s.FetchBackoffMS, "fetch-backoff", envInt("BENCH_FETCH_BACKOFF_MS", 50), "the pull workers' longest back-off after an empty FETCH, in ms (BENCH_FETCH_BACKOFF_MS)")
+	flag.IntVar(&s.ArgsBytes, "args-bytes", envInt("BENCH_ARGS_BYTES", 0), "JSON args every measured job carries besides its index, in bytes (BENCH_ARGS_BYTES)")
 	flag.IntVar(&s.FetchWaitMS, "fetch-wait", envInt("BENCH_FETCH_WAIT_MS", 0), "the pull workers' FETCH wait_ms; 0 backs off after an empty FETCH instead (BENCH_FETCH_WAIT_MS)")
 	flag.IntVar(&s.Concurrency, "concurrency", envInt("BENCH_CONCURRENCY", 4), "execution environments of the api and worker functions (BENCH_CONCURRENCY)")
 	flag.IntVar(&o.PacedJobs, "paced-jobs", envInt("BENCH_PACED_JOBS", 300), "jobs of each paced latency phase (a tenth as many chains) (BENCH_PACED_JOBS)")
