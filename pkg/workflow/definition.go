@@ -274,8 +274,12 @@ func (p *parser) handlers(root *Def, rn rawNode) {
 }
 
 // fits reports, as a problem at jp's args, a job whose item would pass
-// store.MaxJobItemBytes (its args and meta compressed).
-func (p *parser) fits(j *job.Job, jp string) bool {
+// store.MaxJobItemBytes (its args and meta compressed). A request of raw
+// bytes well under it fits whatever it holds, and is not encoded to see.
+func (p *parser) fits(j *job.Job, raw json.RawMessage, jp string) bool {
+	if len(raw)+16<<10 <= store.MaxJobItemBytes {
+		return true
+	}
 	n, err := store.CheckJobItem(j, 0)
 	if err == nil {
 		return true
@@ -440,7 +444,7 @@ func (p *parser) leaf(raw json.RawMessage, jp, tp string, index int) *Def {
 		p.add(jp+".options.pending", "jobs in a workflow cannot be pending")
 		return nil
 	}
-	if !p.fits(e.Job, jp) {
+	if !p.fits(e.Job, raw, jp) {
 		return nil
 	}
 	if e.Job.Unique != nil {
@@ -480,7 +484,7 @@ func (p *parser) compensate(raw json.RawMessage, jp string) json.RawMessage {
 		p.add(jp, "a compensate job cannot be pending, scheduled or unique")
 		return nil
 	}
-	if !p.fits(e.Job, jp) {
+	if !p.fits(e.Job, raw, jp) {
 		return nil
 	}
 	p.compensations++
