@@ -36,8 +36,12 @@ const (
 	maxUnpacked = 8 << 20
 )
 
+// gzipWriters holds writers for reuse. BestSpeed: on ledger JSON it packs
+// 943 KiB into 146 KiB in 4 ms where the default level takes 10 ms for
+// 135 KiB, and 2.5 KB into the same 485 bytes in half the time
+// (BenchmarkPacked).
 var gzipWriters = sync.Pool{New: func() any {
-	w, _ := gzip.NewWriterLevel(io.Discard, gzip.DefaultCompression)
+	w, _ := gzip.NewWriterLevel(io.Discard, gzip.BestSpeed)
 	return w
 }}
 
