@@ -12,9 +12,9 @@ import (
 )
 
 // Packed is text (a job's args, meta, result or parent_results, a workflow
-// step's job request and compensation, a cron template) stored gzip-compressed as a binary attribute when it is
-// longer than packMin and compressing it saves at least packGain bytes,
-// and as a string otherwise. It is what lets a job envelope of 1 MiB
+// step's job request and compensation, a cron template) stored
+// gzip-compressed as a binary attribute when it is longer than packMin and
+// compressing it saves at least packGain bytes, and as a string otherwise. It is what lets a job envelope of 1 MiB
 // (ojs-json-format.md 8.1) fit a DynamoDB item of 400 KB, and it makes a
 // job with a few KB of JSON args take fewer write units on every write
 // (DynamoDB bills each write by the item's size, per KB).
