@@ -55,6 +55,11 @@ type Filter struct {
 	// Since and Until bound the event time (Until exclusive). Zero: unset.
 	Since, Until time.Time
 	Limit        int
+	// MaxBytes, when set, also ends a page before the event that would
+	// take its events' JSON past it (the HTTP API sets it, so that a page
+	// of events carrying large results fits Lambda's 6 MB response); the
+	// page then has more, and its cursor goes on from there.
+	MaxBytes int
 }
 
 // ParseQuery reads a filter from the query string of GET /ojs/v1/events:

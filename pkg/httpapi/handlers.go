@@ -803,6 +803,7 @@ func (a *api) events(w http.ResponseWriter, r *http.Request, _ params) error {
 	if err != nil {
 		return err
 	}
+	f.MaxBytes = store.ListBytes
 	page, err := a.backend.QueryEvents(r.Context(), f, a.s.cfg.Now())
 	if err != nil {
 		return ojserr.Backend(err)

@@ -373,11 +373,33 @@ func (s *Store) QueryEvents(ctx context.Context, f events.Filter, now time.Time)
 	if len(found) > limit {
 		page.Events, page.HasMore = found[:limit], true
 	}
+	if n := eventsWithin(page.Events, f.MaxBytes); n < len(page.Events) {
+		page.Events, page.HasMore = page.Events[:n], true
+	}
 	page.Cursor = f.NextCursor(page.Events, page.HasMore, now, seen.list())
 	if page.Events == nil {
 		page.Events = []events.Event{}
 	}
 	return page, nil
+}
+
+// eventsWithin is how many of evs, from the first, fit budget bytes of
+// JSON (at least one; all of them for budget 0).
+func eventsWithin(evs []events.Event, budget int) int {
+	if budget <= 0 {
+		return len(evs)
+	}
+	total := 0
+	for i := range evs {
+		b, err := json.Marshal(&evs[i])
+		if err != nil {
+			continue // counted as nothing: an event read from JSON encodes
+		}
+		if total += len(b) + 1; i > 0 && total > budget {
+			return i
+		}
+	}
+	return len(evs)
 }
 
 // readHistory reads up to want events of f's subject: from its bucket's

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -636,5 +637,58 @@ func TestHistoryPagesOfOneSecondAreSpreadOverTheBucketsShards(t *testing.T) {
 		if got := ids(p.Events); fmt.Sprint(got) != fmt.Sprint(ids(want[id])) {
 			t.Fatalf("history of %s: %v, want %v", id, got, ids(want[id]))
 		}
+	}
+}
+
+// TestEventPagesStopAtTheirByteBound: 40 job.completed events carrying
+// 150 KB results each (6 MB) would not fit Lambda's 6 MB response in one
+// page of the events API: with MaxBytes set (the HTTP API sets it), a page
+// ends before the event that would pass it, has more, and the pages that
+// follow its cursor hold the rest, each event once. Without it (internal
+// readers) the limit alone decides.
+func TestEventPagesStopAtTheirByteBound(t *testing.T) {
+	t.Parallel()
+	s, _ := testenv.Table(t)
+	ctx := context.Background()
+	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	var all []events.Event
+	for i := range 40 {
+		e := ev(events.JobCompleted, fmt.Sprintf("big-%02d", i), "bigres", now.Add(-time.Minute).Add(time.Duration(i)*time.Millisecond), 0)
+		r := make([]byte, 0, 150<<10)
+		for j := 0; len(r) < 150<<10; j++ {
+			r = append(r, fmt.Sprintf("%x", (j*2654435761)^(i*40503))...)
+		}
+		e.Data["result"] = string(r)
+		all = append(all, e)
+	}
+	if err := s.PutEvents(ctx, all, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := s.QueryEvents(ctx, events.Filter{Since: now.Add(-time.Hour), Limit: 100}, now); err != nil || len(p.Events) != 40 || p.HasMore {
+		t.Fatalf("without a byte bound: %d events, more %v, %v", len(p.Events), p.HasMore, err)
+	}
+	f := events.Filter{Since: now.Add(-time.Hour), Limit: 100, MaxBytes: store.ListBytes}
+	var got []events.Event
+	for pages := 1; ; pages++ {
+		p, err := s.QueryEvents(ctx, f, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		size := 0
+		for _, e := range p.Events {
+			b, _ := json.Marshal(&e)
+			size += len(b)
+		}
+		if size > store.ListBytes || len(p.Events) == 0 || (pages == 1 && !p.HasMore) {
+			t.Fatalf("page %d: %d events of %d bytes, more %v", pages, len(p.Events), size, p.HasMore)
+		}
+		got = append(got, p.Events...)
+		if !p.HasMore || pages > 10 {
+			break
+		}
+		f.After = p.Cursor
+	}
+	if fmt.Sprint(ids(got)) != fmt.Sprint(ids(all)) {
+		t.Fatalf("read %d events over the pages, want the %d in order", len(got), len(all))
 	}
 }
