@@ -388,3 +388,78 @@ func TestAGzipPushOfAMiBEnvelope(t *testing.T) {
 		t.Fatalf("a body expanding to 5 MiB: %d %.300s", r.Status, r.Raw)
 	}
 }
+
+// TestEventsOfLargeResultsFitLambdasResponse: 100 jobs completed with
+// results of 64 KiB (the largest a result may be) make 6.5 MB of
+// job.completed events, past Lambda's 6 MB response: GET /ojs/v1/events
+// answers a page under 4 MiB with has_more, and the pages after its cursor
+// hold the rest, each event once.
+func TestEventsOfLargeResultsFitLambdasResponse(t *testing.T) {
+	q := uniqueQueue(t)
+	const n = 100
+	since := time.Now().Add(-time.Second).UTC().Format(time.RFC3339Nano)
+	result := strings.Repeat("0123456789abcdef", (64<<10-2)/16)
+	ids := map[string]bool{}
+	for i := 0; i < n; i++ {
+		ids[push(t, map[string]any{"type": "big.result", "args": []any{i}, "options": map[string]any{"queue": q}})["id"].(string)] = true
+	}
+	for acked := 0; acked < n; {
+		r := do(t, http.MethodPost, "/ojs/v1/workers/fetch", map[string]any{"queues": []string{q}, "count": 10, "worker_id": "w-" + q})
+		jobs, _ := r.Body["jobs"].([]any)
+		if r.Status != http.StatusOK || len(jobs) == 0 {
+			t.Fatalf("fetch after %d acks: %d %.200s", acked, r.Status, r.Raw)
+		}
+		for _, j := range jobs {
+			if a := do(t, http.MethodPost, "/ojs/v1/workers/ack", map[string]any{"job_id": j.(map[string]any)["id"], "result": result}); a.Status != http.StatusOK {
+				t.Fatalf("ack: %d %.200s", a.Status, a.Raw)
+			}
+			acked++
+		}
+	}
+	// Wait until more than a page's bytes of events are stored (they trail
+	// their jobs by the stream's delay): the first page then ends early.
+	first := "/ojs/v1/events?types=job.completed&queues=" + q + "&limit=100&since=" + since
+	deadline := time.Now().Add(settle)
+	var r response
+	for {
+		r = do(t, http.MethodGet, first, nil)
+		if r.Status != http.StatusOK || len(r.Raw) > 4<<20+64<<10 {
+			t.Fatalf("events: %d, %d bytes", r.Status, len(r.Raw))
+		}
+		if r.Body["has_more"] == true || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if evs, _ := r.Body["events"].([]any); len(evs) >= n || r.Body["has_more"] != true {
+		t.Fatalf("first page: %d events, has_more %v", len(evs), r.Body["has_more"])
+	}
+	byEvent := map[string]string{} // event id -> job id (a cursor may repeat events stored late)
+	for {
+		evs, _ := r.Body["events"].([]any)
+		for _, e := range evs {
+			m := e.(map[string]any)
+			byEvent[m["id"].(string)], _ = m["data"].(map[string]any)["job_id"].(string)
+		}
+		cursor, _ := r.Body["cursor"].(string)
+		if len(byEvent) >= n || time.Now().After(deadline) || cursor == "" {
+			break
+		}
+		if len(evs) == 0 {
+			time.Sleep(200 * time.Millisecond)
+		}
+		r = do(t, http.MethodGet, "/ojs/v1/events?types=job.completed&queues="+q+"&limit=100&after="+cursor, nil)
+		if r.Status != http.StatusOK || len(r.Raw) > 4<<20+64<<10 {
+			t.Fatalf("events after a cursor: %d, %d bytes", r.Status, len(r.Raw))
+		}
+	}
+	perJob := map[string]int{}
+	for _, id := range byEvent {
+		perJob[id]++
+	}
+	for id := range ids {
+		if perJob[id] != 1 {
+			t.Fatalf("job %s: %d job.completed events over the pages (%d events read)", id, perJob[id], len(byEvent))
+		}
+	}
+}
