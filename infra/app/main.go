@@ -21,6 +21,9 @@
 //	fetchWait    OJS_FETCH_WAIT of the api function (a Go duration, at
 //	             most 20s): the long poll of a FETCH that names no
 //	             wait_ms; default 0, it answers at once
+//	plainPayloads true: OJS_PLAIN_PAYLOADS on every function, payloads
+//	             written uncompressed (the first deploy over a stack from
+//	             before payload packing; docs/infrastructure.md)
 //
 // account, region and alarmTopicArn may also be set per environment in
 // cdk.json, under "context": {"environments": {"prod": {"account": ...,
@@ -42,6 +45,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -80,6 +84,7 @@ type config struct {
 	JWTIssuer     string
 	JWTAudience   []string
 	FetchWait     time.Duration
+	PlainPayloads bool
 }
 
 // readConfig reads the context keys documented on the package through get
@@ -148,6 +153,13 @@ func readConfig(get, getenv func(string) string) (config, error) {
 		}
 		c.FetchWait = d
 	}
+	if v := get("plainPayloads"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return config{}, fmt.Errorf("context plainPayloads=%q: want true or false", v)
+		}
+		c.PlainPayloads = b
+	}
 	return c, nil
 }
 
@@ -196,6 +208,7 @@ func build(app awscdk.App, getenv func(string) string) error {
 	if err != nil {
 		return err
 	}
+	env.PlainPayloads = c.PlainPayloads
 	if c.FetchWait > 0 {
 		env.FetchWait = c.FetchWait
 	}

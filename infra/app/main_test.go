@@ -87,6 +87,8 @@ func TestReadConfig(t *testing.T) {
 		{name: "fetch wait", ctx: map[string]string{"fetchWait": "2s"}, want: config{Env: "dev", Arch: "arm64", FetchWait: 2 * time.Second}},
 		{name: "fetch wait too long", ctx: map[string]string{"fetchWait": "21s"}, wantErr: "fetchWait"},
 		{name: "fetch wait not a duration", ctx: map[string]string{"fetchWait": "2000"}, wantErr: "fetchWait"},
+		{name: "plain payloads", ctx: map[string]string{"plainPayloads": "true"}, want: config{Env: "dev", Arch: "arm64", PlainPayloads: true}},
+		{name: "plain payloads not a boolean", ctx: map[string]string{"plainPayloads": "yes please"}, wantErr: "plainPayloads"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

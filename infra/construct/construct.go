@@ -263,6 +263,9 @@ func (o *OJSServerless) addFunctions() {
 		if name == topology.FunctionAPI && p.AuthToken != "" {
 			env[topology.EnvAuthToken] = jsii.String(p.AuthToken)
 		}
+		if o.Env.PlainPayloads {
+			env[topology.EnvPlainPayloads] = jsii.String("true")
+		}
 		if name == topology.FunctionAPI && o.Env.FetchWait > 0 {
 			env[topology.EnvFetchWait] = jsii.String(o.Env.FetchWait.String())
 		}

@@ -32,6 +32,7 @@ func customEnv(t *testing.T) topology.Env {
 	q.MaxConcurrency = 3
 	e.Queues = append(e.Queues, q)
 	e.FetchWait = 2 * time.Second
+	e.PlainPayloads = true
 	return e
 }
 
@@ -387,6 +388,12 @@ func TestCustomPropsReachFunctions(t *testing.T) {
 	if v := props(s.resources("AWS::Lambda::Function")[api])["Environment"].(map[string]any)["Variables"].(map[string]any)[topology.EnvFetchWait]; v != "2s" {
 		t.Errorf("api function %s=%v, want 2s", topology.EnvFetchWait, v)
 	}
+	// Plain payloads reach every function (each writes jobs or nodes).
+	s.template.AllResourcesProperties(jsii.String("AWS::Lambda::Function"), map[string]any{
+		"Environment": map[string]any{"Variables": assertions.Match_ObjectLike(&map[string]any{
+			topology.EnvPlainPayloads: "true",
+		})},
+	})
 }
 
 func TestSweeperSchedule(t *testing.T) {

@@ -106,6 +106,13 @@ func Load(ctx context.Context) (*App, error) {
 			return nil, fmt.Errorf("%s: %w", topology.EnvFetchWait, err)
 		}
 	}
+	if v := os.Getenv(topology.EnvPlainPayloads); v != "" {
+		plain, err := strconv.ParseBool(v)
+		if err != nil {
+			return nil, fmt.Errorf("%s=%q is not a boolean", topology.EnvPlainPayloads, v)
+		}
+		store.SetPlainWrites(plain)
+	}
 	async := workflow.DefaultAsyncItems
 	if v := os.Getenv(topology.EnvAsyncCreateItems); v != "" {
 		if async, err = strconv.Atoi(v); err != nil || async < 0 {

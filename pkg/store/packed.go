@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
@@ -45,9 +46,20 @@ var gzipWriters = sync.Pool{New: func() any {
 	return w
 }}
 
+// plainWrites turns packing off for what this process writes
+// (SetPlainWrites); reads accept both forms either way.
+var plainWrites atomic.Bool
+
+// SetPlainWrites makes this process write packed text as plain strings
+// (OJS_PLAIN_PAYLOADS): for the first deploy of this version over a stack
+// that ran an earlier one, whose functions cannot read a packed attribute
+// and run beside this version during a canary, or after a rollback. A job
+// that then does not fit store.MaxJobItemBytes uncompressed is refused.
+func SetPlainWrites(plain bool) { plainWrites.Store(plain) }
+
 // MarshalDynamoDBAttributeValue implements attributevalue.Marshaler.
 func (p Packed) MarshalDynamoDBAttributeValue() (types.AttributeValue, error) {
-	if len(p) < packMin {
+	if len(p) < packMin || plainWrites.Load() {
 		return &types.AttributeValueMemberS{Value: string(p)}, nil
 	}
 	var buf bytes.Buffer

@@ -204,3 +204,35 @@ func BenchmarkPacked(b *testing.B) {
 		})
 	}
 }
+
+// TestPlainWritesKeepPayloadsReadableByEarlierVersions: with plain writes
+// (OJS_PLAIN_PAYLOADS, the first deploy over a stack whose functions
+// predate packing) large text is written as a string, which earlier
+// versions read, and packed text written before still reads. Not
+// parallel: the switch is the process's.
+func TestPlainWritesKeepPayloadsReadableByEarlierVersions(t *testing.T) {
+	text := store.Packed("[" + strings.Repeat(`{"k":"value","n":12345},`, 200) + "0]")
+	packed, err := attributevalue.Marshal(text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store.SetPlainWrites(true)
+	defer store.SetPlainWrites(false)
+	av, err := attributevalue.Marshal(text)
+	if s, ok := av.(*types.AttributeValueMemberS); err != nil || !ok || s.Value != string(text) {
+		t.Fatalf("plain write: %T %v", av, err)
+	}
+	var back store.Packed
+	if _, ok := packed.(*types.AttributeValueMemberB); !ok || attributevalue.Unmarshal(packed, &back) != nil || back != text {
+		t.Fatalf("a packed attribute written before (%T) does not read back", packed)
+	}
+	// A job that fits only compressed is then refused before writing.
+	j := newJob(t, `{"type":"a.b","args":[`+strings.Repeat(`{"entry":1,"amount":"12.50"},`, 15000)+`0]}`, t0)
+	if _, err := store.CheckJobItem(j, time.Minute); err == nil {
+		t.Fatal("a job of 400 KB of args fit uncompressed")
+	}
+	store.SetPlainWrites(false)
+	if _, err := store.CheckJobItem(j, time.Minute); err != nil {
+		t.Fatalf("packed, it fits: %v", err)
+	}
+}

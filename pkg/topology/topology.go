@@ -63,6 +63,11 @@ const (
 	// wait_ms keeps looking for jobs before it answers empty (a long poll,
 	// at most 20s). Default 0: it answers at once (Env.FetchWait).
 	EnvFetchWait = "OJS_FETCH_WAIT"
+	// EnvPlainPayloads, when true, makes a function write args, meta,
+	// results and workflow step requests uncompressed (store.SetPlainWrites;
+	// Env.PlainPayloads): for the first deploy of this version over a stack
+	// that ran one from before 2026-11-27, which cannot read them packed.
+	EnvPlainPayloads = "OJS_PLAIN_PAYLOADS"
 	// EnvName is the environment's name (Env.Name): the Environment
 	// dimension of the lifecycle metrics the stream function writes
 	// (pkg/metrics). Default "default".
@@ -266,6 +271,11 @@ type Env struct {
 	// once: on Lambda a waiting FETCH bills its duration (docs/design.md,
 	// "FETCH with a wait").
 	FetchWait time.Duration
+	// PlainPayloads sets OJS_PLAIN_PAYLOADS on every function (CDK context
+	// plainPayloads=true): payloads written uncompressed, for one deploy
+	// over a stack whose functions predate packing (docs/infrastructure.md,
+	// "Upgrading across the payload packing").
+	PlainPayloads bool
 	// LogRetentionDays is the CloudWatch Logs retention.
 	LogRetentionDays int
 	// PointInTimeRecovery and DeletionProtection protect the table (prod).
