@@ -2,14 +2,13 @@ package lifecycle_test
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ojs-aws/ojs-serverless/pkg/internal/testenv"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
@@ -75,12 +74,7 @@ func TestLargestFailuresKeepTheItemUnder400KB(t *testing.T) {
 // store.CheckJobItem still accepts, within 1 KiB.
 func largestStored(t *testing.T, envelope func(arg string) string) string {
 	t.Helper()
-	raw := make([]byte, job.MaxEnvelopeBytes)
-	rng := rand.New(rand.NewPCG(7, 11))
-	for i := range raw {
-		raw[i] = byte(rng.Uint32())
-	}
-	text := base64.StdEncoding.EncodeToString(raw)
+	text := testenv.RandomText(job.MaxEnvelopeBytes, 7)
 	fits := func(n int) bool {
 		e, err := job.ParseEnqueue([]byte(envelope(text[:n])), time.Now())
 		if err != nil {

@@ -24,6 +24,18 @@ func ev(typ, subject, queue string, at time.Time, seq int64) events.Event {
 	return events.New("ojs://test/engine", typ, subject, at, seq, map[string]any{"job_type": "t." + queue, "queue": queue, "job_id": subject}, "k")
 }
 
+// bigResultEvent is a job.completed event of subject at at whose result
+// is 150 KB of incompressible-looking hex, different for each i.
+func bigResultEvent(subject, queue string, at time.Time, i int) events.Event {
+	e := ev(events.JobCompleted, subject, queue, at, 0)
+	r := make([]byte, 0, 150<<10)
+	for j := 0; len(r) < 150<<10; j++ {
+		r = append(r, fmt.Sprintf("%x", (j*2654435761)^(i*40503))...)
+	}
+	e.Data["result"] = string(r)
+	return e
+}
+
 func ids(evs []events.Event) []string {
 	out := make([]string, len(evs))
 	for i, e := range evs {
@@ -262,14 +274,7 @@ func TestEventPagesSplitBigEvents(t *testing.T) {
 	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
 	var all []events.Event
 	for i := range 4 {
-		e := ev(events.JobCompleted, fmt.Sprintf("job-%d", i), "a", now.Add(-time.Minute).Add(time.Duration(i)*time.Millisecond), 0)
-		// Incompressible-looking results of 150 KB each.
-		r := make([]byte, 0, 150<<10)
-		for j := 0; len(r) < 150<<10; j++ {
-			r = append(r, fmt.Sprintf("%x", (j*2654435761)^(i*40503))...)
-		}
-		e.Data["result"] = string(r)
-		all = append(all, e)
+		all = append(all, bigResultEvent(fmt.Sprintf("job-%d", i), "a", now.Add(-time.Minute).Add(time.Duration(i)*time.Millisecond), i))
 	}
 	if err := s.PutEvents(ctx, all, time.Hour); err != nil {
 		t.Fatal(err)
@@ -653,13 +658,7 @@ func TestEventPagesStopAtTheirByteBound(t *testing.T) {
 	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
 	var all []events.Event
 	for i := range 40 {
-		e := ev(events.JobCompleted, fmt.Sprintf("big-%02d", i), "bigres", now.Add(-time.Minute).Add(time.Duration(i)*time.Millisecond), 0)
-		r := make([]byte, 0, 150<<10)
-		for j := 0; len(r) < 150<<10; j++ {
-			r = append(r, fmt.Sprintf("%x", (j*2654435761)^(i*40503))...)
-		}
-		e.Data["result"] = string(r)
-		all = append(all, e)
+		all = append(all, bigResultEvent(fmt.Sprintf("big-%02d", i), "bigres", now.Add(-time.Minute).Add(time.Duration(i)*time.Millisecond), i))
 	}
 	if err := s.PutEvents(ctx, all, time.Hour); err != nil {
 		t.Fatal(err)

@@ -2,10 +2,8 @@ package store_test
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -18,17 +16,6 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 )
-
-// randomText is n characters of random base64: text that compresses to
-// about three quarters.
-func randomText(n int, seed uint64) string {
-	raw := make([]byte, n)
-	rng := rand.New(rand.NewPCG(seed, seed+1))
-	for i := range raw {
-		raw[i] = byte(rng.Uint32())
-	}
-	return base64.StdEncoding.EncodeToString(raw)[:n]
-}
 
 // TestPackedKeepsSmallTextAsAStringAndCompressesLargeText: text under a
 // write unit stays a string attribute (what every item held before
@@ -49,7 +36,7 @@ func TestPackedKeepsSmallTextAsAStringAndCompressesLargeText(t *testing.T) {
 		{"just under a unit", "[\"" + strings.Repeat("a", 1000) + "\"]", false, 0},
 		{"a few KB of JSON", "[" + strings.Repeat(`{"k":"value","n":12345},`, 200) + "0]", true, 1 << 10},
 		{"a MiB of JSON", largeJSON, true, len(largeJSON) / 20},
-		{"random base64", `["` + randomText(200<<10, 3) + `"]`, true, 160 << 10},
+		{"random base64", `["` + testenv.RandomText(200<<10, 3) + `"]`, true, 160 << 10},
 	} {
 		av, err := attributevalue.Marshal(store.Packed(tc.text))
 		if err != nil {
@@ -153,7 +140,7 @@ func TestAMiBEnvelopeIsStoredCompressedAndReadsBackExactly(t *testing.T) {
 // stored size, so that its ACKs and FAILs could never pass 400 KB.
 func TestAJobThatDoesNotCompressEnoughIsRefusedBeforeWriting(t *testing.T) {
 	t.Parallel()
-	j := newJob(t, `{"type":"blob.put","args":["`+randomText(600<<10, 9)+`"]}`, t0)
+	j := newJob(t, `{"type":"blob.put","args":["`+testenv.RandomText(600<<10, 9)+`"]}`, t0)
 	n, err := store.CheckJobItem(j, time.Minute)
 	var tl *store.TooLargeError
 	if !asTooLarge(err, &tl) || tl.What != "job" || tl.Bytes != n || n <= store.MaxJobItemBytes || tl.Max != store.MaxJobItemBytes {

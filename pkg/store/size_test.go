@@ -94,7 +94,7 @@ func TestCreateRefusesWhatDynamoDBWould(t *testing.T) {
 	total := 0
 	for i := 0; i < store.MaxBatch; i++ {
 		// Random base64: stored compressed to about three quarters.
-		j := newJob(t, fmt.Sprintf(`{"type":"a.b","args":[%q]}`, randomText(55<<10, uint64(i))), t0)
+		j := newJob(t, fmt.Sprintf(`{"type":"a.b","args":[%q]}`, testenv.RandomText(55<<10, uint64(i))), t0)
 		n, err := store.JobItemBytes(j, time.Minute)
 		if err != nil {
 			t.Fatal(err)

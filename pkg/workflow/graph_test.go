@@ -2,15 +2,14 @@ package workflow_test
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/ojs-aws/ojs-serverless/pkg/internal/testenv"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
@@ -243,7 +242,7 @@ func TestBigJobsFitDynamoDBLimits(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
-	big := randomText(150 << 10) // stored compressed to about three quarters
+	big := testenv.RandomText(150<<10, 1) // stored compressed to about three quarters
 	var jobs []string
 	for i := 0; i < 30; i++ {
 		jobs = append(jobs, fmt.Sprintf(`{"type":"big.job","args":["%s",%d],"options":{"queue":"bigq"}}`, big, i))
@@ -264,7 +263,7 @@ func TestBigJobsFitDynamoDBLimits(t *testing.T) {
 	if n != 30 || (*v)["state"] != "running" {
 		t.Fatalf("fetched %d of the group's 30 jobs", n)
 	}
-	huge := randomText(270 << 10)
+	huge := testenv.RandomText(270<<10, 2)
 	id := h.create(`{"type":"chain","steps":[{"type":"c.one","args":[],"options":{"queue":"bigc"}},
 		{"type":"c.two","args":["` + huge + `"],"options":{"queue":"bigc"}}]}`)
 	one, _ := h.svc.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"bigc"}})
@@ -275,15 +274,4 @@ func TestBigJobsFitDynamoDBLimits(t *testing.T) {
 	if len(two) != 1 || !strings.Contains(string(two[0].ParentResults), `"truncated":true`) || !strings.Contains(string(two[0].ParentResults), id) {
 		t.Fatalf("step two: %d jobs, parent_results %.200s", len(two), two[0].ParentResults)
 	}
-}
-
-// randomText is n characters of random base64, which packing compresses
-// to about three quarters only.
-func randomText(n int) string {
-	raw := make([]byte, n)
-	rng := rand.New(rand.NewPCG(uint64(n), 1))
-	for i := range raw {
-		raw[i] = byte(rng.Uint32())
-	}
-	return base64.StdEncoding.EncodeToString(raw)[:n]
 }

@@ -7,7 +7,9 @@ package testenv
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"strings"
 	"sync"
@@ -158,3 +160,15 @@ func (c *Clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
 
 // Add moves the clock forward.
 func (c *Clock) Add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
+
+// RandomText is n characters of random base64 drawn from seed: JSON text
+// that the store's packing compresses to about three quarters only, for
+// tests that must reach an item's size limits as stored.
+func RandomText(n int, seed uint64) string {
+	raw := make([]byte, n)
+	rng := rand.New(rand.NewPCG(seed, seed+1))
+	for i := range raw {
+		raw[i] = byte(rng.Uint32())
+	}
+	return base64.StdEncoding.EncodeToString(raw)[:n]
+}
