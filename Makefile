@@ -47,7 +47,7 @@ prereqs:
 	  if [ "$$n" -lt 20 ]; then echo "missing prerequisite: Node.js 20+ (found $$n)" >&2; exit 1; fi
 
 # The tests index DynamoDB Local's stream records with the JDK's source
-# launcher (pkg/emulator, localstack/StreamIndex.java); a Java runtime
+# launcher (internal/dev/emulator, localstack/StreamIndex.java); a Java runtime
 # without its compiler cannot run it.
 jdk: prereqs
 	@java --list-modules 2>/dev/null | grep -q '^jdk.compiler' || { echo "missing prerequisite: a JDK 17+ (this Java has no compiler, jdk.compiler; the tests need it to index DynamoDB Local's database)" >&2; exit 1; }
@@ -61,7 +61,7 @@ emulators: prereqs $(EMU_STAMP)
 # Host-architecture binaries for the local runtime.
 build-local: prereqs
 	@for fn in $(FUNCS); do \
-		CGO_ENABLED=0 $(GO) build -tags lambda.norpc -trimpath -ldflags="-s -w" -o $(LOCAL_BIN)/$$fn/bootstrap ./functions/$$fn || exit 1; \
+		CGO_ENABLED=0 $(GO) build -tags lambda.norpc,ojsdev -trimpath -ldflags="-s -w" -o $(LOCAL_BIN)/$$fn/bootstrap ./functions/$$fn || exit 1; \
 	done
 	$(GO) build -o .local/ojs-local ./localstack/cmd/ojs-local
 
@@ -89,7 +89,7 @@ console-e2e: emulators chromium
 # (pkg/httpapi/manifest.go, docs/admin.md), run like `make conformance` but
 # with the runner built with an overlay that adds the step captures and
 # bare $type/$gte matchers some extension tests use and the stored runner
-# lacks (pkg/conformance; nothing else changes). Any failure fails.
+# lacks (internal/dev/conformance; nothing else changes). Any failure fails.
 CONFORMANCE_EXT_SUITES ?= ext-admin-api,ext-dead-letter,ext-observability,ext-graceful-shutdown,ext-serverless
 
 conformance-ext: emulators build-local
@@ -110,7 +110,7 @@ vet: prereqs
 # suite failed beside it in CI. The public OJS conformance suite runs
 # last, on a stack of its own.
 test: emulators vet chromium jdk
-	$(GO) run ./localstack/cmd/with-emulators -- $(GO) test -count=1 -race ./pkg/... ./functions/... ./localstack/...
+	$(GO) run ./localstack/cmd/with-emulators -- $(GO) test -count=1 -race ./pkg/... ./internal/... ./functions/... ./localstack/...
 	$(GO) run ./localstack/cmd/with-emulators -in-memory -- bash -c '$(INFRA_CDK_ENV) $(GO) test -count=1 -timeout 30m ./e2e/ ./infra/...'
 	$(GO) run ./localstack/cmd/with-emulators -in-memory -- $(GO) test -count=1 -timeout 45m ./e2e/scale/ ./e2e/soak/
 	$(MAKE) --no-print-directory conformance

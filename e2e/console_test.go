@@ -11,11 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ojs-aws/ojs-serverless/pkg/cdp"
+	"github.com/ojs-aws/ojs-serverless/internal/dev/cdp"
 )
 
 // The web console in a real browser: Debian's headless Chromium, driven
-// through the DevTools protocol (pkg/cdp). `make test` installs
+// through the DevTools protocol (internal/dev/cdp). `make test` installs
 // Chromium when it is missing (make chromium); without it these tests
 // fail and say how to install it. OJS_CONSOLE_SCREENSHOTS=<dir> also
 // writes the dashboard and a workflow page as PNG there (docs/ holds the

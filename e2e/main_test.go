@@ -21,10 +21,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ojs-aws/ojs-serverless/internal/dev/emulator"
+	"github.com/ojs-aws/ojs-serverless/internal/dev/localrt"
+	"github.com/ojs-aws/ojs-serverless/internal/dev/sigv4"
 	"github.com/ojs-aws/ojs-serverless/pkg/awsclient"
-	"github.com/ojs-aws/ojs-serverless/pkg/emulator"
-	"github.com/ojs-aws/ojs-serverless/pkg/localrt"
-	"github.com/ojs-aws/ojs-serverless/pkg/sigv4"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 )
 

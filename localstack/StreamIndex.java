@@ -1,5 +1,5 @@
 // StreamIndex adds two indexes to the stream-record table of a running
-// DynamoDB Local's database file (run by pkg/emulator with the Java source
+// DynamoDB Local's database file (run by internal/dev/emulator with the Java source
 // launcher and DynamoDB Local's own sqlite4java on the class path).
 //
 // DynamoDB Local finds a stream's first sequence number on every write to a

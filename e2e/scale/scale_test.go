@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/ojs-aws/ojs-serverless/internal/dev/emulator"
 	"github.com/ojs-aws/ojs-serverless/pkg/awsclient"
-	"github.com/ojs-aws/ojs-serverless/pkg/emulator"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/workflow"

@@ -32,10 +32,10 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/ojs-aws/ojs-serverless/internal/dev/emulator"
+	"github.com/ojs-aws/ojs-serverless/internal/dev/localrt"
 	"github.com/ojs-aws/ojs-serverless/pkg/awsclient"
-	"github.com/ojs-aws/ojs-serverless/pkg/emulator"
 	"github.com/ojs-aws/ojs-serverless/pkg/fault"
-	"github.com/ojs-aws/ojs-serverless/pkg/localrt"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 )
 

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ojs-aws/ojs-serverless/internal/opaque"
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
-	"github.com/ojs-aws/ojs-serverless/pkg/internal/opaque"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"

@@ -20,8 +20,13 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/smithy-go/middleware"
-	"github.com/ojs-aws/ojs-serverless/pkg/callstats"
 )
+
+// APIOptions are SDK middleware added to every configuration Load returns;
+// empty (the default) in every binary built for AWS. Development builds of
+// the functions (build tag ojsdev, internal/dev/callstats/autocount) add the
+// benchmark's request counter here at start-up, before Load runs.
+var APIOptions []func(*middleware.Stack) error
 
 // Load returns the SDK configuration: region from AWS_REGION (or
 // AWS_DEFAULT_REGION, else us-east-1), credentials from AWS_ACCESS_KEY_ID,
@@ -29,8 +34,7 @@ import (
 // AWS_ENDPOINT_URL and AWS_ENDPOINT_URL_<SERVICE>. When an endpoint
 // override is set and no credentials are (the local stack), it uses static
 // dummy credentials so nothing reaches for AWS; without either it fails.
-// With OJS_CALL_STATS_DIR set, every client built from it counts its
-// requests (package callstats).
+// Every client built from it carries APIOptions.
 func Load(_ context.Context) (aws.Config, error) {
 	cfg := aws.Config{Region: firstEnv("AWS_REGION", "AWS_DEFAULT_REGION"), ConfigSources: []any{envEndpoints{}}}
 	if cfg.Region == "" {
@@ -48,11 +52,7 @@ func Load(_ context.Context) (aws.Config, error) {
 	default:
 		return aws.Config{}, fmt.Errorf("load AWS config: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are not set (Lambda sets them; set them, or an AWS_ENDPOINT_URL for the local stack)")
 	}
-	if rec := callstats.FromEnv(); rec != nil {
-		// Opt-in request counting for the benchmark (OJS_CALL_STATS_DIR);
-		// without it no middleware is added.
-		cfg.APIOptions = []func(*middleware.Stack) error{rec.AddMiddleware}
-	}
+	cfg.APIOptions = append([]func(*middleware.Stack) error(nil), APIOptions...)
 	return cfg, nil
 }
 

@@ -22,9 +22,9 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/ojs-aws/ojs-serverless/internal/jsoncase"
 	"github.com/ojs-aws/ojs-serverless/pkg/admin"
 	"github.com/ojs-aws/ojs-serverless/pkg/console"
-	"github.com/ojs-aws/ojs-serverless/pkg/internal/jsoncase"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 )
 

@@ -13,7 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
-	"github.com/ojs-aws/ojs-serverless/pkg/internal/jsoncase"
+	"github.com/ojs-aws/ojs-serverless/internal/jsoncase"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 	"github.com/ojs-aws/ojs-serverless/pkg/retry"
 )

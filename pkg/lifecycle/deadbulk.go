@@ -8,7 +8,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/ojs-aws/ojs-serverless/pkg/internal/opaque"
+	"github.com/ojs-aws/ojs-serverless/internal/opaque"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"

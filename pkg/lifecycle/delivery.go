@@ -5,8 +5,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/ojs-aws/ojs-serverless/internal/ctxsleep"
 	"github.com/ojs-aws/ojs-serverless/pkg/dispatch"
-	"github.com/ojs-aws/ojs-serverless/pkg/internal/ctxsleep"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 )

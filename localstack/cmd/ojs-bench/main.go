@@ -27,8 +27,8 @@ import (
 	"strconv"
 	"syscall"
 
-	"github.com/ojs-aws/ojs-serverless/pkg/bench"
-	"github.com/ojs-aws/ojs-serverless/pkg/emulator"
+	"github.com/ojs-aws/ojs-serverless/internal/dev/bench"
+	"github.com/ojs-aws/ojs-serverless/internal/dev/emulator"
 	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
 )
 

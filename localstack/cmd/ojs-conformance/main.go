@@ -31,9 +31,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ojs-aws/ojs-serverless/internal/dev/emulator"
+	"github.com/ojs-aws/ojs-serverless/internal/dev/localrt"
 	"github.com/ojs-aws/ojs-serverless/pkg/awsclient"
-	"github.com/ojs-aws/ojs-serverless/pkg/emulator"
-	"github.com/ojs-aws/ojs-serverless/pkg/localrt"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 )
 

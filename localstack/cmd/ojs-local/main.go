@@ -17,9 +17,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ojs-aws/ojs-serverless/internal/dev/emulator"
+	"github.com/ojs-aws/ojs-serverless/internal/dev/localrt"
 	"github.com/ojs-aws/ojs-serverless/pkg/awsclient"
-	"github.com/ojs-aws/ojs-serverless/pkg/emulator"
-	"github.com/ojs-aws/ojs-serverless/pkg/localrt"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 )
 

@@ -21,7 +21,7 @@ import (
 	"path/filepath"
 	"syscall"
 
-	"github.com/ojs-aws/ojs-serverless/pkg/emulator"
+	"github.com/ojs-aws/ojs-serverless/internal/dev/emulator"
 )
 
 func main() {

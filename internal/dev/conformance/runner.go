@@ -197,7 +197,7 @@ func writeOverlay(dir, tmp string) (string, error) {
 			src = string(b)
 		}
 		if n := strings.Count(src, e.anchor); n != 1 {
-			return "", fmt.Errorf("conformance runner patch: %s: anchor found %d times (the runner changed; update pkg/conformance)", e.file, n)
+			return "", fmt.Errorf("conformance runner patch: %s: anchor found %d times (the runner changed; update internal/dev/conformance)", e.file, n)
 		}
 		patched[e.file] = strings.Replace(src, e.anchor, e.replace, 1)
 	}

@@ -7,9 +7,9 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/ojs-aws/ojs-serverless/internal/dev/callstats"
+	"github.com/ojs-aws/ojs-serverless/internal/dev/testenv"
 	"github.com/ojs-aws/ojs-serverless/pkg/awsclient"
-	"github.com/ojs-aws/ojs-serverless/pkg/callstats"
-	"github.com/ojs-aws/ojs-serverless/pkg/internal/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

@@ -4,10 +4,11 @@
 // reports them with ReturnConsumedCapacity, or estimated when it does not),
 // 64 KB chunks for SQS and EventBridge, and empty receives.
 //
-// It is opt-in and costs nothing when off: the functions add the middleware
-// only when OJS_CALL_STATS_DIR is set (awsclient.Load does that), and then
-// each process writes its cumulative counts to one file in that directory,
-// which the benchmark (make bench) sums before and after each phase.
+// It is opt-in and costs nothing when off: only the functions' development
+// builds (build tag ojsdev, package autocount) link it, and they add the
+// middleware only when OJS_CALL_STATS_DIR is set. Each process then writes
+// its cumulative counts to one file in that directory, which the benchmark
+// (make bench) sums before and after each phase.
 package callstats
 
 import (

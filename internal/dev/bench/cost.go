@@ -1,7 +1,7 @@
 package bench
 
 import (
-	"github.com/ojs-aws/ojs-serverless/pkg/callstats"
+	"github.com/ojs-aws/ojs-serverless/internal/dev/callstats"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 )
 

@@ -12,8 +12,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
+	"github.com/ojs-aws/ojs-serverless/internal/ctxsleep"
 	"github.com/ojs-aws/ojs-serverless/pkg/awslimit"
-	"github.com/ojs-aws/ojs-serverless/pkg/internal/ctxsleep"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 )
 

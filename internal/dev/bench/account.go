@@ -3,7 +3,7 @@ package bench
 import (
 	"time"
 
-	"github.com/ojs-aws/ojs-serverless/pkg/callstats"
+	"github.com/ojs-aws/ojs-serverless/internal/dev/callstats"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 )
 

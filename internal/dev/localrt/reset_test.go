@@ -14,8 +14,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	dbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
-	"github.com/ojs-aws/ojs-serverless/pkg/internal/testenv"
-	"github.com/ojs-aws/ojs-serverless/pkg/localrt"
+	"github.com/ojs-aws/ojs-serverless/internal/dev/localrt"
+	"github.com/ojs-aws/ojs-serverless/internal/dev/testenv"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 )
 

@@ -20,9 +20,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/ojs-aws/ojs-serverless/internal/dev/callstats"
+	"github.com/ojs-aws/ojs-serverless/internal/dev/emulator"
 	"github.com/ojs-aws/ojs-serverless/pkg/awsclient"
-	"github.com/ojs-aws/ojs-serverless/pkg/callstats"
-	"github.com/ojs-aws/ojs-serverless/pkg/emulator"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 )
 

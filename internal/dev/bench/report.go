@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ojs-aws/ojs-serverless/pkg/callstats"
+	"github.com/ojs-aws/ojs-serverless/internal/dev/callstats"
 )
 
 // Result is one benchmark run: bench/results/latest.json.

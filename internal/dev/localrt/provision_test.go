@@ -9,9 +9,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/ojs-aws/ojs-serverless/internal/dev/localrt"
+	"github.com/ojs-aws/ojs-serverless/internal/dev/testenv"
 	"github.com/ojs-aws/ojs-serverless/pkg/awslimit"
-	"github.com/ojs-aws/ojs-serverless/pkg/internal/testenv"
-	"github.com/ojs-aws/ojs-serverless/pkg/localrt"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 )
 

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ojs-aws/ojs-serverless/pkg/callstats"
+	"github.com/ojs-aws/ojs-serverless/internal/dev/callstats"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 )
@@ -171,7 +171,7 @@ func TestCreateTarget(t *testing.T) {
 // total, and the cost tables show it beside the previous run and Step
 // Functions.
 func TestBreakdownAddsUpToTheTotal(t *testing.T) {
-	js, err := os.ReadFile("../../bench/results/latest.json")
+	js, err := os.ReadFile("../../../bench/results/latest.json")
 	if err != nil {
 		t.Fatal(err)
 	}
