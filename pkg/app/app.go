@@ -144,7 +144,7 @@ func Load(ctx context.Context) (*App, error) {
 		Logger: log, Store: st, Dispatcher: d, PushQueues: push, EventTTL: ttl, Publisher: pub, Table: table,
 		Service:   svc,
 		Workflows: wfs,
-		Crons:     &cron.Service{Store: st, Jobs: svc, Logger: log},
+		Crons:     &cron.Service{Store: cron.NewStore(st), Jobs: svc, Logger: log},
 		AuthToken: os.Getenv(topology.EnvAuthToken),
 		FetchWait: wait,
 	}

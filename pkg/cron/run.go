@@ -35,7 +35,7 @@ func (s *Service) Run(ctx context.Context) (RunResult, error) {
 	var res RunResult
 	var errs []error
 	for round := 0; round < maxRounds; round++ {
-		names, err := s.Store.DueCrons(ctx, s.Jobs.Now(), dueBatch)
+		names, err := s.Store.Due(ctx, s.Jobs.Now(), dueBatch)
 		if err != nil {
 			return res, err
 		}
@@ -59,7 +59,7 @@ func (s *Service) Run(ctx context.Context) (RunResult, error) {
 func (s *Service) evaluate(ctx context.Context, name string, res *RunResult) error {
 	for attempt := 0; attempt < 5; attempt++ {
 		err := s.step(ctx, name, res)
-		if errors.Is(err, store.ErrCronChanged) || errors.Is(err, store.ErrPrevNotDone) {
+		if errors.Is(err, ErrChanged) || errors.Is(err, ErrPrevNotDone) {
 			continue // re-read: someone else fired it, or the previous run restarted
 		}
 		return err
@@ -68,7 +68,7 @@ func (s *Service) evaluate(ctx context.Context, name string, res *RunResult) err
 }
 
 func (s *Service) step(ctx context.Context, name string, res *RunResult) error {
-	c, err := s.Store.GetCron(ctx, name)
+	c, err := s.Store.Get(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil
 	}
@@ -92,7 +92,7 @@ func (s *Service) step(ctx context.Context, name string, res *RunResult) error {
 
 	prevRunning := false
 	if c.OverlapPolicy != OverlapAllow && c.LastJobID != "" {
-		j, err := s.Store.Get(ctx, c.LastJobID)
+		j, err := s.Store.Job(ctx, c.LastJobID)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 		case err != nil:
@@ -102,7 +102,7 @@ func (s *Service) step(ctx context.Context, name string, res *RunResult) error {
 		}
 	}
 
-	st := store.CronStep{Next: occurrence, Held: c.Held, RedeliverAfter: s.Jobs.RedeliverAfter()}
+	st := Step{Next: occurrence, Held: c.Held, RedeliverAfter: s.Jobs.RedeliverAfter()}
 	fire, scheduled := false, occurrence
 	if occurrenceDue {
 		st.Next = advance(sched, loc, occurrence, now)
@@ -118,7 +118,7 @@ func (s *Service) step(ctx context.Context, name string, res *RunResult) error {
 		default: // skip
 			if prevRunning {
 				st.Skipped = true
-				st.Event = &store.CronEvent{Type: "skipped", Reason: "overlap_skip", ActiveJobID: c.LastJobID,
+				st.Event = &Event{Type: "skipped", Reason: "overlap_skip", ActiveJobID: c.LastJobID,
 					ScheduledTime: stamp(occurrence), ActualTime: job.Timestamp(now)}
 			} else {
 				fire = true
@@ -150,7 +150,7 @@ func (s *Service) step(ctx context.Context, name string, res *RunResult) error {
 		}
 		st.Job, st.Ran = j, true
 		st.PrevMustBeDone = c.OverlapPolicy == OverlapSkip || c.OverlapPolicy == OverlapEnqueue
-		st.Event = &store.CronEvent{Type: "triggered", JobID: j.ID, ScheduledTime: stamp(scheduled), ActualTime: job.Timestamp(now)}
+		st.Event = &Event{Type: "triggered", JobID: j.ID, ScheduledTime: stamp(scheduled), ActualTime: job.Timestamp(now)}
 	}
 	st.DueAt = st.Next
 	if st.Held > 0 {
@@ -165,7 +165,7 @@ func (s *Service) step(ctx context.Context, name string, res *RunResult) error {
 			s.log().WarnContext(ctx, "cron occurrences are piling up behind a running job", "cron_name", c.Name, "held", st.Held, "running_job_id", c.LastJobID)
 		}
 	}
-	if err := s.Store.StepCron(ctx, c, st, now); err != nil {
+	if err := s.Store.Step(ctx, c, st, now); err != nil {
 		return err
 	}
 	switch {
@@ -184,13 +184,13 @@ func (s *Service) step(ctx context.Context, name string, res *RunResult) error {
 // cancelPrevious cancels the schedule's previous run. A run that finished
 // or went away meanwhile is as good; any other failure leaves the
 // occurrence due for the next pass.
-func (s *Service) cancelPrevious(ctx context.Context, c *store.CronInfo) error {
+func (s *Service) cancelPrevious(ctx context.Context, c *Info) error {
 	_, _, err := s.Jobs.Cancel(ctx, c.LastJobID)
 	if err == nil {
 		s.log().InfoContext(ctx, "cron cancelled its previous run", "cron_name", c.Name, "job_id", c.LastJobID)
 		return nil
 	}
-	j, gerr := s.Store.Get(ctx, c.LastJobID)
+	j, gerr := s.Store.Job(ctx, c.LastJobID)
 	if errors.Is(gerr, store.ErrNotFound) || (gerr == nil && j.State.Terminal()) {
 		return nil
 	}
@@ -217,7 +217,7 @@ func advance(sched *Schedule, loc *time.Location, occurrence, now time.Time) tim
 // occurrenceJob builds the job one occurrence enqueues from the
 // schedule's template, with the cron name and occurrence time in its meta
 // (ojs-cron.md section 6.3).
-func (s *Service) occurrenceJob(c *store.CronInfo, scheduled, now time.Time) (*job.Job, error) {
+func (s *Service) occurrenceJob(c *Info, scheduled, now time.Time) (*job.Job, error) {
 	e, err := job.ParseEnqueue([]byte(c.Template), now)
 	if err != nil {
 		return nil, fmt.Errorf("stored job template: %w", err)

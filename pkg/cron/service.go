@@ -30,16 +30,17 @@ const MaxNameLength = 255
 
 var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9\-\.]*$`)
 
-// Store is the cron part of the table (implemented by *store.Store).
-type Store interface {
-	PutCron(ctx context.Context, c store.CronInfo, prev *store.CronInfo, times store.CronTimes, now time.Time) (*store.CronInfo, bool, error)
-	SetCronEnabled(ctx context.Context, prev *store.CronInfo, enabled bool, times store.CronTimes, now time.Time) (*store.CronInfo, error)
-	GetCron(ctx context.Context, name string) (*store.CronInfo, error)
-	DeleteCron(ctx context.Context, name string) error
-	Crons(ctx context.Context) ([]store.CronInfo, error)
-	DueCrons(ctx context.Context, now time.Time, limit int) ([]string, error)
-	StepCron(ctx context.Context, c *store.CronInfo, st store.CronStep, now time.Time) error
-	Get(ctx context.Context, id string) (*job.Job, error)
+// Table is the schedules' persistence the service uses (implemented by
+// *Store): the schedules, and the jobs they last enqueued.
+type Table interface {
+	Put(ctx context.Context, c Info, prev *Info, times Times, now time.Time) (*Info, bool, error)
+	SetEnabled(ctx context.Context, prev *Info, enabled bool, times Times, now time.Time) (*Info, error)
+	Get(ctx context.Context, name string) (*Info, error)
+	Delete(ctx context.Context, name string) error
+	List(ctx context.Context) ([]Info, error)
+	Due(ctx context.Context, now time.Time, limit int) ([]string, error)
+	Step(ctx context.Context, c *Info, st Step, now time.Time) error
+	Job(ctx context.Context, id string) (*job.Job, error)
 }
 
 // Jobs is what schedules need from the job service (implemented by
@@ -57,7 +58,7 @@ type Jobs interface {
 // Service registers schedules (the cron API) and fires them (Run, called
 // by the sweeper).
 type Service struct {
-	Store  Store
+	Store  Table
 	Jobs   Jobs
 	Logger *slog.Logger
 	// HeldRecheck is how soon an "enqueue" schedule with held occurrences
@@ -109,7 +110,7 @@ type template struct {
 
 // Spec is a validated registration.
 type Spec struct {
-	Info     store.CronInfo
+	Info     Info
 	Schedule *Schedule
 	Zone     *time.Location
 	Queue    string
@@ -297,15 +298,15 @@ func firstRun(sched *Schedule, loc *time.Location, now time.Time) time.Time {
 // same registration or PATCHing {"enabled": true} must not drop a run. A
 // new, re-enabled or re-timed schedule starts from its first occurrence
 // after now.
-func clock(prev *store.CronInfo, enabled bool, expr, tz, policy string, sched *Schedule, loc *time.Location, now time.Time) store.CronTimes {
+func clock(prev *Info, enabled bool, expr, tz, policy string, sched *Schedule, loc *time.Location, now time.Time) Times {
 	if !enabled {
-		return store.CronTimes{}
+		return Times{}
 	}
 	if prev == nil || !prev.Enabled || prev.NextMS == 0 || prev.Expression != expr || prev.Timezone != tz {
 		next := firstRun(sched, loc, now)
-		return store.CronTimes{Next: next, DueAt: next}
+		return Times{Next: next, DueAt: next}
 	}
-	t := store.CronTimes{Next: time.UnixMilli(prev.NextMS).UTC(), DueAt: time.UnixMilli(prev.DueMS).UTC()}
+	t := Times{Next: time.UnixMilli(prev.NextMS).UTC(), DueAt: time.UnixMilli(prev.DueMS).UTC()}
 	if policy == OverlapEnqueue && prev.OverlapPolicy == OverlapEnqueue {
 		t.Held = prev.Held
 	}
@@ -328,7 +329,7 @@ func (s *Service) Register(ctx context.Context, raw []byte) (View, bool, error) 
 		return View{}, false, ojserr.Backend(err)
 	}
 	for try := 1; ; try++ {
-		prev, err := s.Store.GetCron(ctx, spec.Info.Name)
+		prev, err := s.Store.Get(ctx, spec.Info.Name)
 		if errors.Is(err, store.ErrNotFound) {
 			prev, err = nil, nil
 		}
@@ -337,8 +338,8 @@ func (s *Service) Register(ctx context.Context, raw []byte) (View, bool, error) 
 		}
 		in := spec.Info
 		times := clock(prev, in.Enabled, in.Expression, in.Timezone, in.OverlapPolicy, spec.Schedule, spec.Zone, now)
-		c, created, err := s.Store.PutCron(ctx, in, prev, times, now)
-		if errors.Is(err, store.ErrCronChanged) && try < casTries {
+		c, created, err := s.Store.Put(ctx, in, prev, times, now)
+		if errors.Is(err, ErrChanged) && try < casTries {
 			continue
 		}
 		if err != nil {
@@ -351,7 +352,7 @@ func (s *Service) Register(ctx context.Context, raw []byte) (View, bool, error) 
 
 // Get returns one schedule.
 func (s *Service) Get(ctx context.Context, name string) (View, error) {
-	c, err := s.Store.GetCron(ctx, name)
+	c, err := s.Store.Get(ctx, name)
 	if err != nil {
 		return View{}, notFound(err, name)
 	}
@@ -367,7 +368,7 @@ func notFound(err error, name string) error {
 
 // List returns every schedule, optionally only enabled or disabled ones.
 func (s *Service) List(ctx context.Context, enabled *bool) ([]View, error) {
-	cs, err := s.Store.Crons(ctx)
+	cs, err := s.Store.List(ctx)
 	if err != nil {
 		return nil, ojserr.Backend(err)
 	}
@@ -382,11 +383,11 @@ func (s *Service) List(ctx context.Context, enabled *bool) ([]View, error) {
 
 // Delete removes a schedule and returns it as it was.
 func (s *Service) Delete(ctx context.Context, name string) (View, error) {
-	c, err := s.Store.GetCron(ctx, name)
+	c, err := s.Store.Get(ctx, name)
 	if err != nil {
 		return View{}, notFound(err, name)
 	}
-	if err := s.Store.DeleteCron(ctx, name); err != nil {
+	if err := s.Store.Delete(ctx, name); err != nil {
 		return View{}, notFound(err, name)
 	}
 	s.log().InfoContext(ctx, "cron deleted", "cron_name", name)
@@ -402,7 +403,7 @@ func (s *Service) SetEnabled(ctx context.Context, name string, raw []byte) (View
 		return View{}, ojserr.Invalid("enabled", "Send {\"enabled\": true} or {\"enabled\": false}.")
 	}
 	for try := 1; ; try++ {
-		c, err := s.Store.GetCron(ctx, name)
+		c, err := s.Store.Get(ctx, name)
 		if err != nil {
 			return View{}, notFound(err, name)
 		}
@@ -416,8 +417,8 @@ func (s *Service) SetEnabled(ctx context.Context, name string, raw []byte) (View
 		}
 		now := s.Jobs.Now()
 		times := clock(c, *body.Enabled, c.Expression, c.Timezone, c.OverlapPolicy, sched, loc, now)
-		c, err = s.Store.SetCronEnabled(ctx, c, *body.Enabled, times, now)
-		if errors.Is(err, store.ErrCronChanged) && try < casTries {
+		c, err = s.Store.SetEnabled(ctx, c, *body.Enabled, times, now)
+		if errors.Is(err, ErrChanged) && try < casTries {
 			continue
 		}
 		if err != nil {
@@ -453,7 +454,7 @@ type View struct {
 }
 
 // NewView renders a stored schedule.
-func NewView(c *store.CronInfo) View {
+func NewView(c *Info) View {
 	v := View{Name: c.Name, Cron: c.Expression, Expression: c.Expression, Timezone: c.Timezone, OverlapPolicy: c.OverlapPolicy,
 		Enabled: c.Enabled, RunCount: c.RunCount, SkipCount: c.SkipCount, CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt,
 		JobTemplate: json.RawMessage(c.Template)}

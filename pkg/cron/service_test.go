@@ -31,7 +31,7 @@ func setup(t *testing.T, start time.Time) *fixture {
 	st, _ := testenv.Table(t)
 	clk := testenv.NewClock(start)
 	svc := lifecycle.New(st, lifecycle.Config{Now: clk.Now})
-	return &fixture{st: st, clk: clk, svc: svc, cr: &cron.Service{Store: st, Jobs: svc}}
+	return &fixture{st: st, clk: clk, svc: svc, cr: &cron.Service{Store: cron.NewStore(st), Jobs: svc}}
 }
 
 func (f *fixture) register(t *testing.T, body string) cron.View {
@@ -372,16 +372,16 @@ func TestUpdatingAScheduleKeepsItsDueOccurrenceAndHeldRuns(t *testing.T) {
 // racyStore runs hook (once) between an update's read of a schedule and
 // its write.
 type racyStore struct {
-	cron.Store
+	cron.Table
 	hook func()
 }
 
-func (r *racyStore) PutCron(ctx context.Context, c store.CronInfo, prev *store.CronInfo, times store.CronTimes, now time.Time) (*store.CronInfo, bool, error) {
+func (r *racyStore) Put(ctx context.Context, c cron.Info, prev *cron.Info, times cron.Times, now time.Time) (*cron.Info, bool, error) {
 	if h := r.hook; h != nil {
 		r.hook = nil
 		h()
 	}
-	return r.Store.PutCron(ctx, c, prev, times, now)
+	return r.Table.Put(ctx, c, prev, times, now)
 }
 
 // A sweeper firing a schedule between an update's read and its write is
@@ -393,7 +393,7 @@ func TestAnUpdateRacingAFireDoesNotFireTheOccurrenceAgain(t *testing.T) {
 	body := `{"name":"raced","cron":"* * * * *","type":"a.b","options":{"queue":"race-q"}}`
 	f.register(t, body)
 	f.clk.Add(50 * time.Second)
-	racy := &racyStore{Store: f.st}
+	racy := &racyStore{Table: cron.NewStore(f.st)}
 	updater := &cron.Service{Store: racy, Jobs: f.svc}
 	racy.hook = func() {
 		if r := f.run(t); r.Fired != 1 {

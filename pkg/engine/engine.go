@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ojs-aws/ojs-serverless/pkg/cron"
 	"github.com/ojs-aws/ojs-serverless/pkg/dispatch"
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
 	"github.com/ojs-aws/ojs-serverless/pkg/fault"
@@ -32,7 +33,7 @@ type Change struct {
 	Old, New             *store.Item
 	OldNode, NewNode     *store.Node
 	OldQueue, NewQueue   *store.QueueInfo
-	OldCron, NewCron     *store.CronInfo
+	OldCron, NewCron     *cron.Info
 	OldPrune, NewPrune   *store.PruneRun
 	OldWorker, NewWorker *store.WorkerInfo
 	// At is the record's approximate creation time.
@@ -284,7 +285,7 @@ func queueEvents(src string, old, cur *store.QueueInfo, at time.Time) []events.E
 
 // cronEvents reports a schedule firing (cron.triggered) or skipping an
 // occurrence (cron.skipped), as recorded on the schedule by the sweeper.
-func cronEvents(src string, old, cur *store.CronInfo, at time.Time) []events.Event {
+func cronEvents(src string, old, cur *cron.Info, at time.Time) []events.Event {
 	ev := cur.Event
 	if ev == nil || (old != nil && old.Event != nil && old.Event.Seq >= ev.Seq) {
 		return nil

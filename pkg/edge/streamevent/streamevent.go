@@ -10,6 +10,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/ojs-aws/ojs-serverless/pkg/cron"
 	"github.com/ojs-aws/ojs-serverless/pkg/engine"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 )
@@ -92,7 +93,7 @@ func Change(r events.DynamoDBEventRecord) (engine.Change, error) {
 		dst   **store.Item
 		node  **store.Node
 		queue **store.QueueInfo
-		cron  **store.CronInfo
+		cron  **cron.Info
 		prune **store.PruneRun
 		wkr   **store.WorkerInfo
 	}{{r.Change.OldImage, &c.Old, &c.OldNode, &c.OldQueue, &c.OldCron, &c.OldPrune, &c.OldWorker},
@@ -110,7 +111,7 @@ func Change(r events.DynamoDBEventRecord) (engine.Change, error) {
 			*img.queue = q
 			continue
 		}
-		if cr, ok, err := store.DecodeCron(av); err != nil {
+		if cr, ok, err := cron.Decode(av); err != nil {
 			return c, err
 		} else if ok {
 			*img.cron = cr

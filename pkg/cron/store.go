@@ -1,9 +1,10 @@
-package store
+package cron
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 )
 
@@ -27,8 +29,17 @@ const (
 	cronDuePK  = "cron"
 )
 
-// CronInfo is a registered cron schedule as stored.
-type CronInfo struct {
+// The table's attribute names a schedule uses (docs/data-model.md).
+const (
+	attrPK      = "pk"
+	attrSK      = "sk"
+	attrDuePK   = "due_pk"
+	attrDueAt   = "due_at"
+	attrVersion = "version"
+)
+
+// Info is a registered cron schedule as stored.
+type Info struct {
 	Name          string `dynamodbav:"name"`
 	Expression    string `dynamodbav:"expression"`
 	Timezone      string `dynamodbav:"timezone"`
@@ -36,10 +47,10 @@ type CronInfo struct {
 	Enabled       bool   `dynamodbav:"enabled"`
 	Description   string `dynamodbav:"description,omitempty"`
 	// Template is the job request (a PUSH body) each occurrence enqueues.
-	Template  Packed `dynamodbav:"template"`
-	CreatedAt string `dynamodbav:"created_at"`
-	UpdatedAt string `dynamodbav:"updated_at,omitempty"`
-	LastRunAt string `dynamodbav:"last_run_at,omitempty"`
+	Template  store.Packed `dynamodbav:"template"`
+	CreatedAt string       `dynamodbav:"created_at"`
+	UpdatedAt string       `dynamodbav:"updated_at,omitempty"`
+	LastRunAt string       `dynamodbav:"last_run_at,omitempty"`
 	// NextMS is the next occurrence (Unix ms); 0 while disabled.
 	NextMS int64 `dynamodbav:"next_ms,omitempty"`
 	// DueMS is when the sweeper next looks at it (Unix ms).
@@ -53,11 +64,11 @@ type CronInfo struct {
 	Version int64 `dynamodbav:"version"`
 	// Event is the last trigger or skip, for the stream function to turn
 	// into a cron.triggered or cron.skipped event.
-	Event *CronEvent `dynamodbav:"event,omitempty"`
+	Event *Event `dynamodbav:"event,omitempty"`
 }
 
-// CronEvent records one trigger or skip of a schedule.
-type CronEvent struct {
+// Event records one trigger or skip of a schedule.
+type Event struct {
 	Seq           int64  `dynamodbav:"seq"`
 	Type          string `dynamodbav:"type"` // "triggered" or "skipped"
 	JobID         string `dynamodbav:"job_id,omitempty"`
@@ -68,40 +79,74 @@ type CronEvent struct {
 }
 
 // NextRunAt is the next occurrence, or nil while disabled.
-func (c *CronInfo) NextRunAt() *time.Time {
+func (c *Info) NextRunAt() *time.Time {
 	if c.NextMS == 0 || !c.Enabled {
 		return nil
 	}
-	t := fromMS(c.NextMS)
+	t := time.UnixMilli(c.NextMS).UTC()
 	return &t
 }
 
-// ErrCronChanged is returned when a cron schedule changed since it was
-// read (another sweeper fired it, or it was updated or deleted).
-var ErrCronChanged = errors.New("cron schedule changed since it was read")
+// ErrChanged is returned when a cron schedule changed since it was read
+// (another sweeper fired it, or it was updated or deleted).
+var ErrChanged = errors.New("cron schedule changed since it was read")
 
-func cronKey(name string) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{
-		attrPK: &types.AttributeValueMemberS{Value: cronsPK}, attrSK: &types.AttributeValueMemberS{Value: cronPrefix + name},
-	}
-}
+// ErrPrevNotDone is returned by Store.Step when the previous run of the
+// schedule turned out not to be finished.
+var ErrPrevNotDone = errors.New("the previous run of the schedule is not finished")
 
-// CronTimes is where a registration or a PATCH leaves a schedule's
-// clock: its next occurrence, when the sweeper next looks at it, and the
-// occurrences held behind a running job. All zero for a disabled schedule.
-type CronTimes struct {
+// Times is where a registration or a PATCH leaves a schedule's clock: its
+// next occurrence, when the sweeper next looks at it, and the occurrences
+// held behind a running job. All zero for a disabled schedule.
+type Times struct {
 	Next, DueAt time.Time
 	Held        int64
 }
 
-// PutCron registers or replaces a schedule (upsert). prev is the schedule
-// as the caller read it (nil when there was none): the write is
-// conditional on it being unchanged since (ErrCronChanged), so that an
-// update never undoes a fire that happened in between. Counters, the last
-// run and the creation time of an existing schedule are kept; times set
-// its clock (ignored when disabled). It reports whether the schedule was
-// new.
-func (s *Store) PutCron(ctx context.Context, c CronInfo, prev *CronInfo, times CronTimes, now time.Time) (*CronInfo, bool, error) {
+// Step is the outcome of evaluating a schedule once: the job to enqueue
+// (nil for none), the schedule's next occurrence and due time, held
+// occurrences, and the event to record.
+type Step struct {
+	Job            *job.Job
+	RedeliverAfter time.Duration
+	Next, DueAt    time.Time
+	Held           int64
+	Ran, Skipped   bool // count a run or a skip
+	Event          *Event
+	// PrevMustBeDone makes the write fail with ErrPrevNotDone if the
+	// schedule's previous job is not terminal by then.
+	PrevMustBeDone bool
+}
+
+// Store persists cron schedules in the table of the kernel it was built
+// from. Reads are consistent except Due's (an index query).
+type Store struct {
+	k     *store.Store
+	db    store.DynamoAPI
+	table string
+}
+
+// NewStore returns the schedules' persistence on kernel k's table. A fire
+// writes its job through k, as every job is written.
+func NewStore(k *store.Store) *Store { return &Store{k: k, db: k.DB(), table: k.Table()} }
+
+var _ Table = (*Store)(nil)
+
+func cronKey(name string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{attrPK: avS(cronsPK), attrSK: avS(cronPrefix + name)}
+}
+
+func avS(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
+
+func ms(t time.Time) int64 { return t.UnixMilli() }
+
+// Put registers or replaces a schedule (upsert). prev is the schedule as
+// the caller read it (nil when there was none): the write is conditional
+// on it being unchanged since (ErrChanged), so that an update never
+// undoes a fire that happened in between. Counters, the last run and the
+// creation time of an existing schedule are kept; times set its clock
+// (ignored when disabled). It reports whether the schedule was new.
+func (s *Store) Put(ctx context.Context, c Info, prev *Info, times Times, now time.Time) (*Info, bool, error) {
 	u := expression.Set(expression.Name("name"), expression.Value(c.Name)).
 		Set(expression.Name("expression"), expression.Value(c.Expression)).
 		Set(expression.Name("timezone"), expression.Value(c.Timezone)).
@@ -118,21 +163,21 @@ func (s *Store) PutCron(ctx context.Context, c CronInfo, prev *CronInfo, times C
 	} else {
 		u = u.Remove(expression.Name("description"))
 	}
-	u = cronSchedule(u, c.Enabled, times)
-	return s.updateCron(ctx, c.Name, u, cronUnchanged(prev))
+	u = schedule(u, c.Enabled, times)
+	return s.update(ctx, c.Name, u, unchanged(prev))
 }
 
-// cronUnchanged is the condition that a schedule is still as read: absent
+// unchanged is the condition that a schedule is still as read: absent
 // when it was, else at the version read.
-func cronUnchanged(prev *CronInfo) expression.ConditionBuilder {
+func unchanged(prev *Info) expression.ConditionBuilder {
 	if prev == nil {
 		return expression.AttributeNotExists(expression.Name(attrPK))
 	}
 	return expression.Equal(expression.Name(attrVersion), expression.Value(prev.Version))
 }
 
-// cronSchedule sets or clears a schedule's clock and due entry.
-func cronSchedule(u expression.UpdateBuilder, enabled bool, t CronTimes) expression.UpdateBuilder {
+// schedule sets or clears a schedule's clock and due entry.
+func schedule(u expression.UpdateBuilder, enabled bool, t Times) expression.UpdateBuilder {
 	if !enabled {
 		return u.Remove(expression.Name("next_ms")).Remove(expression.Name(attrDuePK)).Remove(expression.Name(attrDueAt)).
 			Remove(expression.Name("held"))
@@ -149,9 +194,8 @@ func cronSchedule(u expression.UpdateBuilder, enabled bool, t CronTimes) express
 	return u.Remove(expression.Name("held"))
 }
 
-// updateCron writes a schedule under cond; a failed condition is
-// ErrCronChanged.
-func (s *Store) updateCron(ctx context.Context, name string, u expression.UpdateBuilder, cond expression.ConditionBuilder) (*CronInfo, bool, error) {
+// update writes a schedule under cond; a failed condition is ErrChanged.
+func (s *Store) update(ctx context.Context, name string, u expression.UpdateBuilder, cond expression.ConditionBuilder) (*Info, bool, error) {
 	expr, err := expression.NewBuilder().WithUpdate(u).WithCondition(cond).Build()
 	if err != nil {
 		return nil, false, err
@@ -161,54 +205,55 @@ func (s *Store) updateCron(ctx context.Context, name string, u expression.Update
 		ExpressionAttributeValues: expr.Values(), ReturnValues: types.ReturnValueAllNew})
 	var ccf *types.ConditionalCheckFailedException
 	if errors.As(err, &ccf) {
-		return nil, false, ErrCronChanged
+		return nil, false, ErrChanged
 	}
 	if err != nil {
 		return nil, false, fmt.Errorf("update cron %s: %w", name, err)
 	}
-	var c CronInfo
+	var c Info
 	if err := attributevalue.UnmarshalMap(out.Attributes, &c); err != nil {
 		return nil, false, err
 	}
 	return &c, c.Version == 1, nil
 }
 
-// SetCronEnabled enables or disables schedule prev (as read), setting its
-// clock to times; ErrCronChanged if it changed or went away since it was
+// SetEnabled enables or disables schedule prev (as read), setting its
+// clock to times; ErrChanged if it changed or went away since it was
 // read.
-func (s *Store) SetCronEnabled(ctx context.Context, prev *CronInfo, enabled bool, times CronTimes, now time.Time) (*CronInfo, error) {
+func (s *Store) SetEnabled(ctx context.Context, prev *Info, enabled bool, times Times, now time.Time) (*Info, error) {
 	u := expression.Set(expression.Name("enabled"), expression.Value(enabled)).
 		Set(expression.Name("updated_at"), expression.Value(job.Timestamp(now))).
 		Add(expression.Name(attrVersion), expression.Value(1))
-	u = cronSchedule(u, enabled, times)
-	c, _, err := s.updateCron(ctx, prev.Name, u, cronUnchanged(prev))
+	u = schedule(u, enabled, times)
+	c, _, err := s.update(ctx, prev.Name, u, unchanged(prev))
 	return c, err
 }
 
-// GetCron reads a schedule (consistent read).
-func (s *Store) GetCron(ctx context.Context, name string) (*CronInfo, error) {
+// Get reads a schedule (consistent read); store.ErrNotFound if there is
+// none.
+func (s *Store) Get(ctx context.Context, name string) (*Info, error) {
 	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.table, Key: cronKey(name), ConsistentRead: aws.Bool(true)})
 	if err != nil {
 		return nil, fmt.Errorf("get cron %s: %w", name, err)
 	}
 	if len(out.Item) == 0 {
-		return nil, ErrNotFound
+		return nil, store.ErrNotFound
 	}
-	var c CronInfo
+	var c Info
 	if err := attributevalue.UnmarshalMap(out.Item, &c); err != nil {
 		return nil, err
 	}
 	return &c, nil
 }
 
-// DeleteCron removes a schedule; ErrNotFound if there is none. Jobs it
+// Delete removes a schedule; store.ErrNotFound if there is none. Jobs it
 // already enqueued are not touched.
-func (s *Store) DeleteCron(ctx context.Context, name string) error {
+func (s *Store) Delete(ctx context.Context, name string) error {
 	_, err := s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &s.table, Key: cronKey(name),
 		ConditionExpression: aws.String("attribute_exists(pk)")})
 	var ccf *types.ConditionalCheckFailedException
 	if errors.As(err, &ccf) {
-		return ErrNotFound
+		return store.ErrNotFound
 	}
 	if err != nil {
 		return fmt.Errorf("delete cron %s: %w", name, err)
@@ -216,24 +261,39 @@ func (s *Store) DeleteCron(ctx context.Context, name string) error {
 	return nil
 }
 
-// Crons lists every schedule by name.
-func (s *Store) Crons(ctx context.Context) ([]CronInfo, error) {
-	all, err := queryAll[CronInfo](ctx, s.db, &dynamodb.QueryInput{TableName: &s.table, ConsistentRead: aws.Bool(true),
+// List returns every schedule by name (consistent reads, page by page).
+func (s *Store) List(ctx context.Context) ([]Info, error) {
+	in := &dynamodb.QueryInput{TableName: &s.table, ConsistentRead: aws.Bool(true),
 		KeyConditionExpression:    aws.String("pk = :pk AND begins_with(sk, :p)"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": avS(cronsPK), ":p": avS(cronPrefix)}})
-	if err != nil {
-		return nil, fmt.Errorf("list crons: %w", err)
+		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": avS(cronsPK), ":p": avS(cronPrefix)}}
+	var all []Info
+	for {
+		out, err := s.db.Query(ctx, in)
+		if err != nil {
+			return nil, fmt.Errorf("list crons: %w", err)
+		}
+		for _, it := range out.Items {
+			var c Info
+			if err := attributevalue.UnmarshalMap(it, &c); err != nil {
+				return nil, fmt.Errorf("list crons: %w", err)
+			}
+			all = append(all, c)
+		}
+		if len(out.LastEvaluatedKey) == 0 {
+			return all, nil
+		}
+		in.ExclusiveStartKey = out.LastEvaluatedKey
 	}
-	return all, nil
 }
 
-// DueCrons lists up to limit enabled schedules that need evaluating at
-// now. The index is eventually consistent: callers re-read each one.
-func (s *Store) DueCrons(ctx context.Context, now time.Time, limit int) ([]string, error) {
+// Due lists the names of up to limit enabled schedules that need
+// evaluating at now. The index is eventually consistent: callers re-read
+// each one.
+func (s *Store) Due(ctx context.Context, now time.Time, limit int) ([]string, error) {
 	out, err := s.db.Query(ctx, &dynamodb.QueryInput{TableName: &s.table, IndexName: aws.String(topology.IndexDue),
 		KeyConditionExpression: aws.String("due_pk = :pk AND due_at <= :now"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":pk": &types.AttributeValueMemberS{Value: cronDuePK}, ":now": &types.AttributeValueMemberN{Value: itoa(ms(now))}},
+			":pk": avS(cronDuePK), ":now": &types.AttributeValueMemberN{Value: strconv.FormatInt(ms(now), 10)}},
 		Limit: aws.Int32(int32(limit))})
 	if err != nil {
 		return nil, fmt.Errorf("due crons: %w", err)
@@ -247,29 +307,12 @@ func (s *Store) DueCrons(ctx context.Context, now time.Time, limit int) ([]strin
 	return names, nil
 }
 
-// CronStep is the outcome of evaluating a schedule once: the job to
-// enqueue (nil for none), the schedule's next occurrence and due time,
-// held occurrences, and the event to record.
-type CronStep struct {
-	Job            *job.Job
-	RedeliverAfter time.Duration
-	Next, DueAt    time.Time
-	Held           int64
-	Ran, Skipped   bool // count a run or a skip
-	Event          *CronEvent
-	// PrevMustBeDone makes the write fail with ErrPrevNotDone if the
-	// schedule's previous job is not terminal by then.
-	PrevMustBeDone bool
-}
-
-// ErrPrevNotDone is returned by StepCron when the previous run of the
-// schedule turned out not to be finished.
-var ErrPrevNotDone = errors.New("the previous run of the schedule is not finished")
-
-// StepCron applies one evaluation of schedule c (as read): it writes the
+// Step applies one evaluation of schedule c (as read): it writes the
 // schedule, conditional on its version, and creates the job in the same
-// transaction. ErrCronChanged means someone else got there first.
-func (s *Store) StepCron(ctx context.Context, c *CronInfo, st CronStep, now time.Time) error {
+// transaction. ErrChanged means someone else got there first;
+// ErrPrevNotDone that st.PrevMustBeDone and the previous run is not
+// finished.
+func (s *Store) Step(ctx context.Context, c *Info, st Step, now time.Time) error {
 	u := expression.Set(expression.Name("next_ms"), expression.Value(ms(st.Next))).
 		Set(expression.Name(attrDueAt), expression.Value(ms(st.DueAt))).
 		Set(expression.Name(attrVersion), expression.Value(c.Version+1))
@@ -312,30 +355,27 @@ func (s *Store) StepCron(ctx context.Context, c *CronInfo, st CronStep, now time
 			ConditionExpression: update.ConditionExpression, ExpressionAttributeNames: update.ExpressionAttributeNames,
 			ExpressionAttributeValues: update.ExpressionAttributeValues})
 		if errors.As(err, new(*types.ConditionalCheckFailedException)) {
-			return ErrCronChanged
+			return ErrChanged
 		}
 		if err != nil {
 			return fmt.Errorf("step cron %s: %w", c.Name, err)
 		}
 		return nil
 	}
-	put, err := s.jobPut(st.Job, st.RedeliverAfter)
+	put, err := s.k.JobPut(st.Job, st.RedeliverAfter)
 	if err != nil {
 		return err
 	}
 	tx := []types.TransactWriteItem{{Update: update}, {Put: put}}
 	if st.PrevMustBeDone && c.LastJobID != "" {
-		tx = append(tx, types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{TableName: &s.table, Key: jobKey(c.LastJobID),
-			ConditionExpression:       aws.String("attribute_not_exists(pk) OR #s IN (:c, :x, :d)"),
-			ExpressionAttributeNames:  map[string]string{"#s": attrState},
-			ExpressionAttributeValues: map[string]types.AttributeValue{":c": avS(string(job.Completed)), ":x": avS(string(job.Cancelled)), ":d": avS(string(job.Discarded))}}})
+		tx = append(tx, types.TransactWriteItem{ConditionCheck: s.k.JobFinishedCheck(c.LastJobID)})
 	}
 	_, err = s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: tx})
 	if i, ok := failedCondition(err); ok {
 		if i == 2 {
 			return ErrPrevNotDone
 		}
-		return ErrCronChanged
+		return ErrChanged
 	}
 	if err != nil {
 		return fmt.Errorf("fire cron %s: %w", c.Name, err)
@@ -343,10 +383,35 @@ func (s *Store) StepCron(ctx context.Context, c *CronInfo, st CronStep, now time
 	return nil
 }
 
-func avS(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
+// failedCondition returns the index of the first item of a cancelled
+// transaction whose condition failed; ok is false for any other outcome.
+func failedCondition(err error) (index int, ok bool) {
+	var tce *types.TransactionCanceledException
+	if !errors.As(err, &tce) {
+		return -1, false
+	}
+	for i, r := range tce.CancellationReasons {
+		if aws.ToString(r.Code) == "ConditionalCheckFailed" {
+			return i, true
+		}
+	}
+	return -1, false
+}
 
-// DecodeCron turns a stream image into a schedule; ok is false for other
-// items.
-func DecodeCron(av map[string]types.AttributeValue) (*CronInfo, bool, error) {
-	return decodeIf[CronInfo](av, prefixed(cronPrefix), "cron item")
+// Job reads job id (consistent read), the previous run of a schedule;
+// store.ErrNotFound if it is gone.
+func (s *Store) Job(ctx context.Context, id string) (*job.Job, error) { return s.k.Get(ctx, id) }
+
+// Decode turns an item (a read or a stream image) into a schedule; ok is
+// false for other items.
+func Decode(av map[string]types.AttributeValue) (*Info, bool, error) {
+	sk, ok := av[attrSK].(*types.AttributeValueMemberS)
+	if !ok || !strings.HasPrefix(sk.Value, cronPrefix) {
+		return nil, false, nil
+	}
+	var c Info
+	if err := attributevalue.UnmarshalMap(av, &c); err != nil {
+		return nil, false, fmt.Errorf("decode cron item: %w", err)
+	}
+	return &c, true, nil
 }
