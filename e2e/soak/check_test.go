@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/ojs-aws/ojs-serverless/pkg/events"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
@@ -96,7 +97,7 @@ func (s *snapshot) add(av map[string]types.AttributeValue) error {
 		// A page of a subject's history (EVT#), or of the histories of the
 		// subjects created in one second (EVB#); a retried stream batch may
 		// have stored an event in two pages: each id counts once.
-		evs, ok, err := store.DecodeEventPage(av)
+		evs, ok, err := events.DecodePage(av)
 		if err != nil || !ok {
 			return err
 		}

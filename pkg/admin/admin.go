@@ -16,6 +16,7 @@ package admin
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sort"
 	"time"
@@ -55,7 +56,6 @@ type Store interface {
 	QueueInfos(ctx context.Context) ([]store.QueueInfo, error)
 	ListQueue(ctx context.Context, l store.Listing, queue string, states []job.State, limit int, cursor string) (store.IndexPage, error)
 	CountStates(ctx context.Context, l store.Listing, queue string, max int) (map[job.State]int, bool, error)
-	QueryEvents(ctx context.Context, f events.Filter, now time.Time) (*events.Page, error)
 	BatchGetJobs(ctx context.Context, ids []string) (map[string]*job.Job, error)
 	Get(ctx context.Context, id string) (*job.Job, error)
 	Workers(ctx context.Context, limit int) ([]store.WorkerInfo, error)
@@ -70,6 +70,21 @@ type Store interface {
 }
 
 var _ Store = (*store.Store)(nil)
+
+// EventLog is the event log the searches, statistics and histories read
+// (implemented by *events.Store).
+type EventLog interface {
+	QueryEvents(ctx context.Context, f events.Filter, now time.Time) (*events.Page, error)
+}
+
+var _ EventLog = (*events.Store)(nil)
+
+// tableStore is a Store that names its DynamoDB client and table
+// (*store.Store): the event log defaults to the one in that table.
+type tableStore interface {
+	DB() store.DynamoAPI
+	Table() string
+}
 
 // Jobs is the job service the admin operations go through, so that they
 // follow the same rules as the data plane (implemented by
@@ -97,6 +112,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Started is when this process started (uptime). Default: New's time.
 	Started time.Time
+	// Events is the event log. Default: the log in the store's table,
+	// read with the store's client (events.NewStore(st.DB(), st.Table())),
+	// when the store names them as *store.Store does; otherwise none, and
+	// the reads of events fail with a backend error.
+	Events EventLog
 }
 
 // Service answers the Admin API.
@@ -120,7 +140,20 @@ func New(st Store, jobs Jobs, cfg Config) *Service {
 	if cfg.Started.IsZero() {
 		cfg.Started = cfg.Now()
 	}
+	if cfg.Events == nil {
+		if ts, ok := st.(tableStore); ok {
+			cfg.Events = events.NewStore(ts.DB(), ts.Table())
+		}
+	}
 	return &Service{st: st, jobs: jobs, cfg: cfg}
+}
+
+// queryEvents reads one page of the event log (Config.Events).
+func (s *Service) queryEvents(ctx context.Context, f events.Filter, now time.Time) (*events.Page, error) {
+	if s.cfg.Events == nil {
+		return nil, errors.New("admin: no event log")
+	}
+	return s.cfg.Events.QueryEvents(ctx, f, now)
 }
 
 func (s *Service) now() time.Time { return s.cfg.Now().UTC() }

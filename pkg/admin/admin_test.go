@@ -27,6 +27,7 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 
 type env struct {
 	st    *store.Store
+	log   *events.Store
 	jobs  *lifecycle.Service
 	ad    *admin.Service
 	clock *testenv.Clock
@@ -36,8 +37,9 @@ func newEnv(t *testing.T) *env {
 	t.Helper()
 	st, _ := testenv.Table(t)
 	c := testenv.NewClock(time.Now().UTC().Truncate(time.Millisecond))
-	svc := lifecycle.New(st, lifecycle.Config{Now: c.Now, Rand: func() float64 { return 0.5 }})
-	return &env{st: st, jobs: svc, ad: admin.New(st, svc, admin.Config{Now: c.Now}), clock: c}
+	log := events.NewStore(st.DB(), st.Table())
+	svc := lifecycle.New(st, lifecycle.Config{Now: c.Now, Rand: func() float64 { return 0.5 }, Events: log})
+	return &env{st: st, log: log, jobs: svc, ad: admin.New(st, svc, admin.Config{Now: c.Now, Events: log}), clock: c}
 }
 
 func (e *env) push(t *testing.T, typ, queue string) *job.Job {
@@ -53,7 +55,7 @@ func (e *env) push(t *testing.T, typ, queue string) *job.Job {
 // emit stores the events of one job change, as the stream function does.
 func (e *env) emit(t *testing.T, old, cur *job.Job) {
 	t.Helper()
-	if err := e.st.PutEvents(context.Background(), events.FromJob("test", old, cur, int64(cur.Attempt+1), e.clock.Now()), time.Hour); err != nil {
+	if err := e.log.PutEvents(context.Background(), events.FromJob("test", old, cur, int64(cur.Attempt+1), e.clock.Now()), time.Hour); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -327,8 +329,9 @@ func TestAPushModeQueuesAvailableJobsAreCountedListedAndPurged(t *testing.T) {
 	t.Parallel()
 	st, _ := testenv.Table(t)
 	c := testenv.NewClock(time.Now().UTC().Truncate(time.Millisecond))
-	svc := lifecycle.New(st, lifecycle.Config{Now: c.Now, PushQueues: []string{"lambda"}})
-	e := &env{st: st, jobs: svc, ad: admin.New(st, svc, admin.Config{Now: c.Now}), clock: c}
+	log := events.NewStore(st.DB(), st.Table())
+	svc := lifecycle.New(st, lifecycle.Config{Now: c.Now, PushQueues: []string{"lambda"}, Events: log})
+	e := &env{st: st, log: log, jobs: svc, ad: admin.New(st, svc, admin.Config{Now: c.Now, Events: log}), clock: c}
 	ctx := context.Background()
 	var want []string
 	for range 3 {

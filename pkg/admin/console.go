@@ -24,7 +24,7 @@ func (s *Service) RecentWorkflows(ctx context.Context) ([]WorkflowRef, error) {
 	f := events.Filter{Types: []string{events.WorkflowCreated}, Since: now.Add(-24 * time.Hour), Limit: events.MaxLimit}
 	var all []WorkflowRef
 	for range MaxQueryCalls {
-		p, err := s.st.QueryEvents(ctx, f, now)
+		p, err := s.queryEvents(ctx, f, now)
 		if err != nil {
 			return nil, ojserr.Backend(err)
 		}

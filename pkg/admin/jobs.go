@@ -345,7 +345,7 @@ func (s *Service) searchEvents(ctx context.Context, q JobQuery, cur jobCursor) (
 			break
 		}
 		f.Limit = min(200, 2*(q.PerPage-len(page.jobs))+10)
-		p, err := s.st.QueryEvents(ctx, f, now)
+		p, err := s.queryEvents(ctx, f, now)
 		if err != nil {
 			return nil, ojserr.Backend(err)
 		}
@@ -458,7 +458,7 @@ func (s *Service) JobDetail(ctx context.Context, id string) (map[string]any, *jo
 
 // JobEvents lists a job's events, oldest first (at most limit).
 func (s *Service) JobEvents(ctx context.Context, id string, limit int) ([]events.Event, error) {
-	p, err := s.st.QueryEvents(ctx, events.Filter{SubjectCategory: "job", SubjectID: id, Limit: limit}, s.now())
+	p, err := s.queryEvents(ctx, events.Filter{SubjectCategory: "job", SubjectID: id, Limit: limit}, s.now())
 	if err != nil {
 		return nil, ojserr.Backend(err)
 	}

@@ -112,7 +112,7 @@ func (s *Service) recent(ctx context.Context, queue string) (*activity, error) {
 	}
 	read := 0
 	for {
-		p, err := s.st.QueryEvents(ctx, f, now)
+		p, err := s.queryEvents(ctx, f, now)
 		if err != nil {
 			return nil, ojserr.Backend(err)
 		}

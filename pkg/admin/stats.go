@@ -171,7 +171,7 @@ func (s *Service) History(ctx context.Context, q HistoryQuery) (*History, error)
 	read := 0
 	now := s.now()
 	for {
-		p, err := s.st.QueryEvents(ctx, f, now)
+		p, err := s.queryEvents(ctx, f, now)
 		if err != nil {
 			return nil, ojserr.Backend(err)
 		}

@@ -35,9 +35,13 @@ type App struct {
 	// and the web console).
 	Admin *admin.Service
 	// Console is the web console served by the API function.
-	Console    *console.Console
-	Logger     *slog.Logger
-	Store      *store.Store
+	Console *console.Console
+	Logger  *slog.Logger
+	Store   *store.Store
+	// Events is the event log in the same table, through Store's client:
+	// the stream function stores events in it; the events API, the Admin
+	// API and the queue stats read it.
+	Events     *events.Store
 	Service    *lifecycle.Service
 	Dispatcher *dispatch.Dispatcher
 	// PushQueues are the push-mode queue names.
@@ -132,16 +136,17 @@ func Load(ctx context.Context) (*App, error) {
 		return nil, fmt.Errorf("dead letter retention: %w", err)
 	}
 	st := store.New(dynamodb.NewFromConfig(cfg, awsclient.DynamoDBOptions), table)
+	evs := events.NewStore(st.DB(), st.Table())
 	d := dispatch.New(sqs.NewFromConfig(cfg), urls)
 	push := d.Queues()
-	svc := lifecycle.New(st, lifecycle.Config{PushQueues: push, Logger: log, DeadRetention: ret, RedeliverAfter: redeliver})
+	svc := lifecycle.New(st, lifecycle.Config{PushQueues: push, Logger: log, DeadRetention: ret, RedeliverAfter: redeliver, Events: evs})
 	// Workflow jobs are admitted like every job, and a request that
 	// finishes a workflow job advances its workflow before it answers.
 	wfs := workflow.New(st, workflow.Config{Jobs: svc, PushQueues: push, Logger: log, RedeliverAfter: redeliver, AsyncItems: async})
 	svc.SetWorkflows(wfs)
 	a := &App{
-		Admin:  admin.New(st, svc, admin.Config{Logger: log}),
-		Logger: log, Store: st, Dispatcher: d, PushQueues: push, EventTTL: ttl, Publisher: pub, Table: table,
+		Admin:  admin.New(st, svc, admin.Config{Logger: log, Events: evs}),
+		Logger: log, Store: st, Events: evs, Dispatcher: d, PushQueues: push, EventTTL: ttl, Publisher: pub, Table: table,
 		Service:   svc,
 		Workflows: wfs,
 		Crons:     &cron.Service{Store: cron.NewStore(st), Jobs: svc, Logger: log},
@@ -159,7 +164,7 @@ func Load(ctx context.Context) (*App, error) {
 // StreamEngine is the stream function's engine: SQS relay, events (stored,
 // and published when a bus is configured) and workflow advancement.
 func (a *App) StreamEngine() *engine.Engine {
-	e := &engine.Engine{Sender: a.Dispatcher, Workflows: a.Workflows, Logger: a.Logger, Events: a.Store,
+	e := &engine.Engine{Sender: a.Dispatcher, Workflows: a.Workflows, Logger: a.Logger, Events: a.Events,
 		EventTTL: a.EventTTL, Source: "ojs://" + a.Table + "/engine"}
 	if a.Publisher != nil {
 		e.Publisher = a.Publisher

@@ -51,7 +51,8 @@ type Workflows interface {
 	Events(ctx context.Context, source string, nodes []workflow.NodeChange, jobs []workflow.JobChange) ([]events.Event, error)
 }
 
-// EventStore keeps events for the events API (implemented by *store.Store).
+// EventStore keeps events for the events API (implemented by
+// *events.Store).
 type EventStore interface {
 	PutEvents(ctx context.Context, evs []events.Event, ttl time.Duration) error
 }

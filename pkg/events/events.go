@@ -1,7 +1,7 @@
 // Package events is the OJS event vocabulary (ojs-events.md): the
 // CloudEvents-style envelope, the event types, deterministic event ids,
-// the job events a state change implies, and the filters of the events
-// API.
+// the job events a state change implies, the filters of the events API,
+// and the event log's persistence in the job table (Store, store.go).
 //
 // Events are derived from table changes by the stream function, so a
 // duplicated or retried stream record derives the same events with the

@@ -50,14 +50,27 @@ type Jobs interface {
 
 var _ Jobs = (*lifecycle.Service)(nil)
 
-// Backend reports the health of the storage backend, lists queues and
-// reads the event log.
+// Backend reports the health of the storage backend.
 type Backend interface {
 	Ping(ctx context.Context) error
-	QueryEvents(ctx context.Context, f events.Filter, now time.Time) (*events.Page, error)
 }
 
 var _ Backend = (*store.Store)(nil)
+
+// EventLog reads the event log for GET /ojs/v1/events (implemented by
+// *events.Store).
+type EventLog interface {
+	QueryEvents(ctx context.Context, f events.Filter, now time.Time) (*events.Page, error)
+}
+
+var _ EventLog = (*events.Store)(nil)
+
+// tableBackend is a Backend that names its DynamoDB client and table
+// (*store.Store): the event log defaults to the one in that table.
+type tableBackend interface {
+	DB() store.DynamoAPI
+	Table() string
+}
 
 // Workflows is the workflow service (implemented by *workflow.Engine).
 type Workflows interface {
@@ -90,6 +103,11 @@ func New(jobs Jobs, backend Backend, wfs Workflows, cfg Config) *Server {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.Events == nil {
+		if tb, ok := backend.(tableBackend); ok {
+			cfg.Events = events.NewStore(tb.DB(), tb.Table())
+		}
 	}
 	s := &Server{cfg: cfg, started: cfg.Now(), mux: http.NewServeMux(), patterns: map[string]bool{}, raw: map[string]bool{}, metrics: newRequestMetrics()}
 	a := &api{jobs: jobs, backend: backend, wfs: wfs, s: s}
@@ -804,7 +822,10 @@ func (a *api) events(w http.ResponseWriter, r *http.Request, _ params) error {
 		return err
 	}
 	f.MaxBytes = store.ListBytes
-	page, err := a.backend.QueryEvents(r.Context(), f, a.s.cfg.Now())
+	if a.s.cfg.Events == nil {
+		return ojserr.Backend(errors.New("no event log"))
+	}
+	page, err := a.s.cfg.Events.QueryEvents(r.Context(), f, a.s.cfg.Now())
 	if err != nil {
 		return ojserr.Backend(err)
 	}

@@ -61,6 +61,12 @@ type Config struct {
 	// for jobs before it answers empty (lifecycle.FetchRequest.Wait). 0,
 	// the default, answers at once.
 	FetchWait time.Duration
+	// Events is the event log GET /ojs/v1/events reads. Default: the log
+	// in the backend's table, read with the backend's client
+	// (events.NewStore(backend.DB(), backend.Table())), when the backend
+	// names them as *store.Store does; otherwise none, and the route
+	// answers a backend error.
+	Events EventLog
 }
 
 type params map[string]string

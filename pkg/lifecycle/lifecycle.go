@@ -47,7 +47,6 @@ type Store interface {
 	TakeRateTokens(ctx context.Context, name string, n int, perSecond float64, now time.Time) (bool, error)
 	CountQueue(ctx context.Context, queue string) (store.QueueCounts, error)
 	CountCompleted(ctx context.Context, queue string, since time.Time) (int, error)
-	QueryEvents(ctx context.Context, f events.Filter, now time.Time) (*events.Page, error)
 	WorkerBeat(ctx context.Context, w store.WorkerInfo, now time.Time) (*store.WorkerInfo, error)
 	SetWorkerDirective(ctx context.Context, id, directive string, now time.Time) (*store.WorkerInfo, error)
 	Workers(ctx context.Context, limit int) ([]store.WorkerInfo, error)
@@ -60,6 +59,21 @@ type Store interface {
 }
 
 var _ Store = (*store.Store)(nil)
+
+// EventLog is the event log Stats reads a queue's failures from
+// (implemented by *events.Store).
+type EventLog interface {
+	QueryEvents(ctx context.Context, f events.Filter, now time.Time) (*events.Page, error)
+}
+
+var _ EventLog = (*events.Store)(nil)
+
+// tableStore is a Store that names its DynamoDB client and table
+// (*store.Store): the event log defaults to the one in that table.
+type tableStore interface {
+	DB() store.DynamoAPI
+	Table() string
+}
 
 // Finisher advances the workflow of a job that reached a terminal state
 // (implemented by *workflow.Engine).
@@ -90,6 +104,12 @@ type Config struct {
 	// function verifies it behind every request). Nil: the stream
 	// function alone advances workflows.
 	Workflows Finisher
+	// Events is the event log Stats counts a queue's failed attempts of
+	// the last hour in. Default: the log in the store's table, read with
+	// the store's client (events.NewStore(st.DB(), st.Table())), when the
+	// store names them as *store.Store does; otherwise none, and Stats
+	// fails with a backend error.
+	Events EventLog
 }
 
 // Service runs the job operations.
@@ -112,6 +132,8 @@ type Service struct {
 	pruneAfter atomic.Int64
 	// flow advances workflows inline (Config.Workflows).
 	flow Finisher
+	// evlog is the event log (Config.Events).
+	evlog EventLog
 	// contention is when a FETCH of this process last lost a claim, by
 	// queue (Unix ns): FETCHes of a queue contended within
 	// contentionWindow start on a random candidate (claimRounds).
@@ -125,7 +147,12 @@ type Service struct {
 // New returns a service on st.
 func New(st Store, c Config) *Service {
 	s := &Service{st: st, push: map[string]bool{}, redel: c.RedeliverAfter, now: c.Now, rnd: c.Rand, log: c.Logger,
-		retention: c.DeadRetention.withDefaults(), flow: c.Workflows}
+		retention: c.DeadRetention.withDefaults(), flow: c.Workflows, evlog: c.Events}
+	if s.evlog == nil {
+		if ts, ok := st.(tableStore); ok {
+			s.evlog = events.NewStore(ts.DB(), ts.Table())
+		}
+	}
 	for _, q := range c.PushQueues {
 		s.push[q] = true
 	}

@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -143,8 +144,11 @@ func (s *Service) Stats(ctx context.Context, name string) (*QueueStats, error) {
 	count := func(typ string) (int, error) {
 		n := 0
 		f := events.Filter{Types: []string{typ}, Queues: []string{name}, Since: now.Add(-time.Hour), Limit: events.MaxLimit}
+		if s.evlog == nil {
+			return 0, errors.New("queue stats: no event log")
+		}
 		for range 100 {
-			p, err := qs.QueryEvents(ctx, f, now)
+			p, err := s.evlog.QueryEvents(ctx, f, now)
 			if err != nil {
 				return 0, err
 			}

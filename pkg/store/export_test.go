@@ -1,14 +1,4 @@
 package store
 
-import "time"
-
 // ShardOf lets the external tests check where an entry was written.
 var ShardOf = shardOf
-
-// SetStoreClock sets the clock that stamps event pages; it returns the
-// function that restores it.
-func SetStoreClock(now func() time.Time) func() {
-	old := storeClock
-	storeClock = now
-	return func() { storeClock = old }
-}

@@ -1,4 +1,4 @@
-package store_test
+package events_test
 
 import (
 	"context"
@@ -19,6 +19,16 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 )
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// logTable returns the event log of a new table, read and written with
+// the job store's client, and the table's name.
+func logTable(t *testing.T) (*events.Store, string) {
+	t.Helper()
+	st, _ := testenv.Table(t)
+	return events.NewStore(st.DB(), st.Table()), st.Table()
+}
 
 func ev(typ, subject, queue string, at time.Time, seq int64) events.Event {
 	return events.New("ojs://test/engine", typ, subject, at, seq, map[string]any{"job_type": "t." + queue, "queue": queue, "job_id": subject}, "k")
@@ -46,7 +56,7 @@ func ids(evs []events.Event) []string {
 
 func TestEventLogQueriesInTimeOrderAcrossShardsAndDays(t *testing.T) {
 	t.Parallel()
-	s, _ := testenv.Table(t)
+	s, _ := logTable(t)
 	ctx := context.Background()
 	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
 	var all []events.Event
@@ -138,7 +148,7 @@ func eventItems(t *testing.T, table string) (logPages, subjectPages, zBytes, raw
 			t.Fatal(err)
 		}
 		for _, av := range out.Items {
-			evs, ok, err := store.DecodeEventPage(av)
+			evs, ok, err := events.DecodePage(av)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -170,8 +180,7 @@ func eventItems(t *testing.T, table string) (logPages, subjectPages, zBytes, raw
 // per event: the log costs a fraction of a write unit per event.
 func TestEventPagesPackABatch(t *testing.T) {
 	t.Parallel()
-	s, _ := testenv.Table(t)
-	table := s.Table()
+	s, table := logTable(t)
 	ctx := context.Background()
 	at := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC).Add(100 * time.Millisecond)
 	var batch []events.Event
@@ -212,7 +221,7 @@ func TestEventPagesPackABatch(t *testing.T) {
 // continues right after it.
 func TestEventPagesOfRetriedBatchesReadOnce(t *testing.T) {
 	t.Parallel()
-	s, _ := testenv.Table(t)
+	s, _ := logTable(t)
 	ctx := context.Background()
 	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
 	var all []events.Event
@@ -268,8 +277,7 @@ func TestEventPagesOfRetriedBatchesReadOnce(t *testing.T) {
 // most 400 KB), and all of them are read.
 func TestEventPagesSplitBigEvents(t *testing.T) {
 	t.Parallel()
-	s, _ := testenv.Table(t)
-	table := s.Table()
+	s, table := logTable(t)
 	ctx := context.Background()
 	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
 	var all []events.Event
@@ -324,9 +332,9 @@ func (r *pkRecorder) take() []string {
 // is the one the log gives.
 func TestQueueFailuresReadOnlyTheQueuesPages(t *testing.T) {
 	t.Parallel()
-	s, _ := testenv.Table(t)
+	s, table := logTable(t)
 	rec := &pkRecorder{DynamoAPI: testenv.DynamoDB()}
-	read := store.New(rec, s.Table())
+	read := events.NewStore(rec, table)
 	ctx := context.Background()
 	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
 	var all []events.Event
@@ -409,11 +417,11 @@ func TestQueueFailuresReadOnlyTheQueuesPages(t *testing.T) {
 // of them. With plain cursors those late events were never returned.
 // Not parallel: it sets the clock that stamps the pages.
 func TestTailingCursorFindsEventsStoredLate(t *testing.T) {
-	s, _ := testenv.Table(t)
+	s, _ := logTable(t)
 	ctx := context.Background()
 	t0 := time.Now().UTC().Truncate(time.Second)
 	var stored time.Time
-	defer store.SetStoreClock(func() time.Time { return stored })()
+	defer events.SetStoreClock(func() time.Time { return stored })()
 	put := func(at time.Time, evs ...events.Event) {
 		t.Helper()
 		stored = at
@@ -496,8 +504,7 @@ func v7(at time.Time, n int) string {
 // id hashed to) are still read, each event once.
 func TestHistoriesOfJobsCreatedTogetherShareTheirPages(t *testing.T) {
 	t.Parallel()
-	s, _ := testenv.Table(t)
-	table := s.Table()
+	s, table := logTable(t)
 	ctx := context.Background()
 	db := testenv.DynamoDB()
 	created := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC).Add(100 * time.Millisecond)
@@ -586,8 +593,7 @@ func TestHistoriesOfJobsCreatedTogetherShareTheirPages(t *testing.T) {
 // the layout before 2026-11-27, when the shard was a hash of the subject).
 func TestHistoryPagesOfOneSecondAreSpreadOverTheBucketsShards(t *testing.T) {
 	t.Parallel()
-	s, _ := testenv.Table(t)
-	table := s.Table()
+	s, table := logTable(t)
 	ctx := context.Background()
 	db := testenv.DynamoDB()
 	created := time.Date(2026, 11, 21, 13, 0, 0, 0, time.UTC)
@@ -619,8 +625,8 @@ func TestHistoryPagesOfOneSecondAreSpreadOverTheBucketsShards(t *testing.T) {
 		}
 		shards[pk]++
 	}
-	if len(out.Items) != len(jobs) || len(shards) < 2 || len(shards) > store.SubjectShards {
-		t.Fatalf("%d history pages in %d partitions (%v), want %d pages spread over 2 to %d", len(out.Items), len(shards), shards, len(jobs), store.SubjectShards)
+	if len(out.Items) != len(jobs) || len(shards) < 2 || len(shards) > events.SubjectShards {
+		t.Fatalf("%d history pages in %d partitions (%v), want %d pages spread over 2 to %d", len(out.Items), len(shards), shards, len(jobs), events.SubjectShards)
 	}
 	// A page put in another shard (the layout before: the subject's
 	// hash) is read the same.
@@ -630,7 +636,7 @@ func TestHistoryPagesOfOneSecondAreSpreadOverTheBucketsShards(t *testing.T) {
 	}
 	pk := moved["pk"].(*types.AttributeValueMemberS).Value
 	shard, _ := strconv.Atoi(pk[len(prefix):])
-	moved["pk"] = &types.AttributeValueMemberS{Value: prefix + strconv.Itoa((shard+1)%store.SubjectShards)}
+	moved["pk"] = &types.AttributeValueMemberS{Value: prefix + strconv.Itoa((shard+1)%events.SubjectShards)}
 	if _, err := db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &table, Item: moved}); err != nil {
 		t.Fatal(err)
 	}
@@ -653,7 +659,7 @@ func TestHistoryPagesOfOneSecondAreSpreadOverTheBucketsShards(t *testing.T) {
 // readers) the limit alone decides.
 func TestEventPagesStopAtTheirByteBound(t *testing.T) {
 	t.Parallel()
-	s, _ := testenv.Table(t)
+	s, _ := logTable(t)
 	ctx := context.Background()
 	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
 	var all []events.Event

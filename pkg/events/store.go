@@ -1,4 +1,4 @@
-package store
+package events
 
 import (
 	"bytes"
@@ -18,15 +18,16 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/google/uuid"
-	"github.com/ojs-aws/ojs-serverless/pkg/events"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/store"
+	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 )
 
 // Event pages (see docs/data-model.md "Events"). The stream function
 // writes the events of one batch as few items as it can, each a page: the
-// events of one window of time (EventWindow), compressed together.
+// events of one window of time (PageWindow), compressed together.
 //
 //   - The log: pk EVL#<UTC day>#<shard>, one page per batch and window
 //     (the shard a hash of the page), so a query by time reads the day's
@@ -72,12 +73,12 @@ const (
 	// to, up to eight a second instead of one; those pages are in the same
 	// partitions and are read the same way.)
 	SubjectShards = 8
-	// EventShards is the number of log partitions per day.
-	EventShards = 8
-	// EventWindow is the span of time one page holds. A query from a cursor
+	// LogShards is the number of log partitions per day.
+	LogShards = 8
+	// PageWindow is the span of time one page holds. A query from a cursor
 	// re-reads the pages of the cursor's window (at most this much of the
 	// log) to find the events after it.
-	EventWindow = time.Second
+	PageWindow = time.Second
 	// maxPageRaw bounds the uncompressed events of one page (a page is an
 	// item: at most 400 KB). An event bigger than this is a page of its own.
 	maxPageRaw = 256 << 10
@@ -97,6 +98,27 @@ var eventDict = []byte(`"datacontenttype":"application/json","data":{"job_id":""
 
 // attrStoredAt is an event page's write time (Unix ms).
 const attrStoredAt = "sa"
+
+// The job table's key and TTL attributes (topology.JobTable).
+var (
+	attrPK  = topology.JobTable.PartitionKey.Name
+	attrSK  = topology.JobTable.SortKey.Name
+	attrTTL = topology.JobTable.TTLAttribute
+)
+
+// Store reads and writes the event log's pages in the job table (the
+// events API, the admin statistics and searches, queue stats). It is safe
+// for concurrent use.
+type Store struct {
+	db    store.DynamoAPI
+	table string
+}
+
+// NewStore returns the event log kept in table, read and written with db:
+// the job store's client and table (store.Store's DB and Table), so that
+// the events cost the same requests through the same client. db must also
+// be a store.BatchWriter for PutEvents.
+func NewStore(db store.DynamoAPI, table string) *Store { return &Store{db: db, table: table} }
 
 // storeClock stamps event pages (a variable for tests).
 var storeClock = time.Now
@@ -145,11 +167,11 @@ func eventQueuePK(queue string) string { return eventQueuePrefix + queue }
 // the ends of attempts other than success, rare next to the completions
 // that fill the log, so that counting one queue's failures reads only
 // them.
-var QueueIndexed = []string{events.JobFailed, events.JobRetrying, events.JobDiscarded, events.JobCancelled, events.JobExpired}
+var QueueIndexed = []string{JobFailed, JobRetrying, JobDiscarded, JobCancelled, JobExpired}
 
 // queuePages returns the pk of the queue pages that hold every event f
 // can match: f names one queue and only QueueIndexed types (no patterns).
-func queuePages(f events.Filter) (string, bool) {
+func queuePages(f Filter) (string, bool) {
 	if f.SubjectID != "" || len(f.Queues) != 1 || len(f.Types) == 0 {
 		return "", false
 	}
@@ -169,7 +191,7 @@ func eventLogPK(day string, shard int) string {
 
 // windowKey is the lower bound of the window holding t: every event of the
 // window sorts at or after it, before the next window's.
-func windowKey(t time.Time) string { return events.LowerBound(t.UTC().Truncate(EventWindow)) }
+func windowKey(t time.Time) string { return LowerBound(t.UTC().Truncate(PageWindow)) }
 
 var windowKeyLen = len(windowKey(time.Unix(0, 0)))
 
@@ -177,10 +199,10 @@ var windowKeyLen = len(windowKey(time.Unix(0, 0)))
 // histories, with a TTL of ttl after the latest event of each page. Writing
 // the same events again in the same groups rewrites the same pages; any
 // other grouping adds duplicates the readers drop.
-func (s *Store) PutEvents(ctx context.Context, evs []events.Event, ttl time.Duration) error {
+func (s *Store) PutEvents(ctx context.Context, evs []Event, ttl time.Duration) error {
 	seen := make(map[string]bool, len(evs))
 	type raw struct {
-		ev   *events.Event
+		ev   *Event
 		body []byte
 	}
 	logs := map[string][]raw{}     // window key -> events
@@ -208,9 +230,9 @@ func (s *Store) PutEvents(ctx context.Context, evs []events.Event, ttl time.Dura
 			subjects[qk] = append(subjects[qk], raw{e, body})
 		}
 	}
-	var items []map[string]types.AttributeValue
+	var items []map[string]ddb.AttributeValue
 	storedAt := storeClock()
-	add := func(pk func(first *events.Event) string, w string, group []raw) error {
+	add := func(pk func(first *Event) string, w string, group []raw) error {
 		sort.Slice(group, func(i, j int) bool { return group[i].ev.ID < group[j].ev.ID })
 		for len(group) > 0 {
 			n, size := 0, 0
@@ -233,24 +255,24 @@ func (s *Store) PutEvents(ctx context.Context, evs []events.Event, ttl time.Dura
 				return err
 			}
 			first := group[0].ev
-			items = append(items, map[string]types.AttributeValue{
-				attrPK: &types.AttributeValueMemberS{Value: pk(first)},
-				attrSK: &types.AttributeValueMemberS{Value: w + "#" + first.ID + "#" + strconv.FormatUint(h.Sum64(), 36)},
-				"z":    &types.AttributeValueMemberB{Value: z},
-				"n":    &types.AttributeValueMemberN{Value: strconv.Itoa(n)},
-				"ef":   &types.AttributeValueMemberS{Value: eventFormat},
+			items = append(items, map[string]ddb.AttributeValue{
+				attrPK: &ddb.AttributeValueMemberS{Value: pk(first)},
+				attrSK: &ddb.AttributeValueMemberS{Value: w + "#" + first.ID + "#" + strconv.FormatUint(h.Sum64(), 36)},
+				"z":    &ddb.AttributeValueMemberB{Value: z},
+				"n":    &ddb.AttributeValueMemberN{Value: strconv.Itoa(n)},
+				"ef":   &ddb.AttributeValueMemberS{Value: eventFormat},
 				// When the page was stored: a tailing reader's cursor
-				// finds pages stored after its read (events.Filter.Fresh).
-				attrStoredAt: &types.AttributeValueMemberN{Value: itoa(storedAt.UnixMilli())},
-				"ttl":        &types.AttributeValueMemberN{Value: itoa(latest.Add(ttl).Unix())},
+				// finds pages stored after its read (Filter.Fresh).
+				attrStoredAt: &ddb.AttributeValueMemberN{Value: strconv.FormatInt(storedAt.UnixMilli(), 10)},
+				attrTTL:      &ddb.AttributeValueMemberN{Value: strconv.FormatInt(latest.Add(ttl).Unix(), 10)},
 			})
 			group = group[n:]
 		}
 		return nil
 	}
 	for w, group := range logs {
-		err := add(func(first *events.Event) string {
-			return eventLogPK(eventDay(first.At()), pageShard(first.ID, EventShards))
+		err := add(func(first *Event) string {
+			return eventLogPK(eventDay(first.At()), pageShard(first.ID, LogShards))
 		}, w, group)
 		if err != nil {
 			return err
@@ -258,15 +280,15 @@ func (s *Store) PutEvents(ctx context.Context, evs []events.Event, ttl time.Dura
 	}
 	for key, group := range subjects {
 		pk, w, _ := strings.Cut(key, "\x00")
-		page := func(*events.Event) string { return pk }
+		page := func(*Event) string { return pk }
 		if strings.HasPrefix(pk, eventBucketPrefix) {
-			page = func(first *events.Event) string { return pk + strconv.Itoa(pageShard(first.ID, SubjectShards)) }
+			page = func(first *Event) string { return pk + strconv.Itoa(pageShard(first.ID, SubjectShards)) }
 		}
 		if err := add(page, w, group); err != nil {
 			return err
 		}
 	}
-	return s.batchPut(ctx, items)
+	return store.BatchPut(ctx, s.db, s.table, items)
 }
 
 var pageWriters = sync.Pool{New: func() any {
@@ -297,23 +319,24 @@ func encodePage(bodies [][]byte) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// DecodeEventPage returns the events of a stored event page (ok is false
-// for an item that is not one).
-func DecodeEventPage(av map[string]types.AttributeValue) (evs []events.Event, ok bool, err error) {
+// DecodePage returns the events of a stored event page, an item of the
+// table as PutEvents writes it (ok is false for an item that is not one; err
+// for a page of an unknown format or that does not decode).
+func DecodePage(av map[string]ddb.AttributeValue) (evs []Event, ok bool, err error) {
 	return decodeEventPage(av, nil)
 }
 
-// decodeEventPage is DecodeEventPage that returns no events, without
+// decodeEventPage is DecodePage that returns no events, without
 // parsing them, when the page's JSON does not contain mention (a history
 // query's subject: a bucket page holds every subject of its second).
-func decodeEventPage(av map[string]types.AttributeValue, mention []byte) (evs []events.Event, ok bool, err error) {
-	z, _ := av["z"].(*types.AttributeValueMemberB)
-	pk, _ := av[attrPK].(*types.AttributeValueMemberS)
+func decodeEventPage(av map[string]ddb.AttributeValue, mention []byte) (evs []Event, ok bool, err error) {
+	z, _ := av["z"].(*ddb.AttributeValueMemberB)
+	pk, _ := av[attrPK].(*ddb.AttributeValueMemberS)
 	if z == nil || pk == nil || !(strings.HasPrefix(pk.Value, eventPrefix) || strings.HasPrefix(pk.Value, eventBucketPrefix) ||
 		strings.HasPrefix(pk.Value, eventLogPrefix) || strings.HasPrefix(pk.Value, eventQueuePrefix)) {
 		return nil, false, nil
 	}
-	if f, _ := av["ef"].(*types.AttributeValueMemberS); f == nil || f.Value != eventFormat {
+	if f, _ := av["ef"].(*ddb.AttributeValueMemberS); f == nil || f.Value != eventFormat {
 		return nil, true, fmt.Errorf("event page %s: unknown format", pk.Value)
 	}
 	r := flate.NewReaderDict(bytes.NewReader(z.Value), eventDict)
@@ -332,17 +355,20 @@ func decodeEventPage(av map[string]types.AttributeValue, mention []byte) (evs []
 }
 
 // QueryEvents returns one page of the events f selects, in id (time)
-// order. now bounds the days read.
-func (s *Store) QueryEvents(ctx context.Context, f events.Filter, now time.Time) (*events.Page, error) {
+// order: at most f.Limit events (DefaultLimit when it is 0 or above
+// MaxLimit) and, with f.MaxBytes set, at most that many bytes of JSON (at
+// least one event). now bounds the days read. Errors are the DynamoDB
+// client's and those of pages that do not decode.
+func (s *Store) QueryEvents(ctx context.Context, f Filter, now time.Time) (*Page, error) {
 	limit := f.Limit
-	if limit <= 0 || limit > events.MaxLimit {
-		limit = events.DefaultLimit
+	if limit <= 0 || limit > MaxLimit {
+		limit = DefaultLimit
 	}
 	start := f.Start(now)
-	if !f.Until.IsZero() && start >= events.LowerBound(f.Until) {
-		return &events.Page{Events: []events.Event{}, Cursor: f.After}, nil
+	if !f.Until.IsZero() && start >= LowerBound(f.Until) {
+		return &Page{Events: []Event{}, Cursor: f.After}, nil
 	}
-	var found []events.Event
+	var found []Event
 	var err error
 	seen := &seenPages{now: now}
 	if f.SubjectID != "" {
@@ -356,7 +382,7 @@ func (s *Store) QueryEvents(ctx context.Context, f events.Filter, now time.Time)
 			return nil, err
 		}
 	} else {
-		from, _ := events.ParseID(start)
+		from, _ := ParseID(start)
 		end := now
 		if !f.Until.IsZero() && f.Until.Before(end) {
 			end = f.Until
@@ -369,7 +395,7 @@ func (s *Store) QueryEvents(ctx context.Context, f events.Filter, now time.Time)
 			found = append(found, got...)
 		}
 	}
-	page := &events.Page{Events: found}
+	page := &Page{Events: found}
 	if len(found) > limit {
 		page.Events, page.HasMore = found[:limit], true
 	}
@@ -378,14 +404,14 @@ func (s *Store) QueryEvents(ctx context.Context, f events.Filter, now time.Time)
 	}
 	page.Cursor = f.NextCursor(page.Events, page.HasMore, now, seen.list())
 	if page.Events == nil {
-		page.Events = []events.Event{}
+		page.Events = []Event{}
 	}
 	return page, nil
 }
 
 // eventsWithin is how many of evs, from the first, fit budget bytes of
 // JSON (at least one; all of them for budget 0).
-func eventsWithin(evs []events.Event, budget int) int {
+func eventsWithin(evs []Event, budget int) int {
 	if budget <= 0 {
 		return len(evs)
 	}
@@ -405,14 +431,14 @@ func eventsWithin(evs []events.Event, budget int) int {
 // readHistory reads up to want events of f's subject: from its bucket's
 // shards and, for pages stored before the buckets (until their TTL ends),
 // from the subject's own partition, all at once.
-func (s *Store) readHistory(ctx context.Context, f events.Filter, start string, want int, seen *seenPages) ([]events.Event, error) {
+func (s *Store) readHistory(ctx context.Context, f Filter, start string, want int, seen *seenPages) ([]Event, error) {
 	return s.readMerged(ctx, historyPKs(f.SubjectCategory, f.SubjectID), start, f, want, seen)
 }
 
 // queryEventDay merges the day's log shards.
-func (s *Store) queryEventDay(ctx context.Context, day, start string, f events.Filter, want int, seen *seenPages) ([]events.Event, error) {
-	pks := make([]string, EventShards)
-	for shard := range EventShards {
+func (s *Store) queryEventDay(ctx context.Context, day, start string, f Filter, want int, seen *seenPages) ([]Event, error) {
+	pks := make([]string, LogShards)
+	for shard := range LogShards {
 		pks[shard] = eventLogPK(day, shard)
 	}
 	return s.readMerged(ctx, pks, start, f, want, seen)
@@ -420,8 +446,8 @@ func (s *Store) queryEventDay(ctx context.Context, day, start string, f events.F
 
 // readMerged reads partitions pks in parallel, each up to want matches,
 // and keeps the first want overall, in id order without duplicates.
-func (s *Store) readMerged(ctx context.Context, pks []string, start string, f events.Filter, want int, seen *seenPages) ([]events.Event, error) {
-	found := make([][]events.Event, len(pks))
+func (s *Store) readMerged(ctx context.Context, pks []string, start string, f Filter, want int, seen *seenPages) ([]Event, error) {
+	found := make([][]Event, len(pks))
 	errs := make([]error, len(pks))
 	var wg sync.WaitGroup
 	for i, pk := range pks {
@@ -447,10 +473,10 @@ func (s *Store) readMerged(ctx context.Context, pks []string, start string, f ev
 // start (and before f.Until) that f matches. Pages are read window by
 // window: a window's events all sort before the next window's, so once a
 // window ends with want matches, no later page can change the answer.
-func (s *Store) readPages(ctx context.Context, pk, start string, f events.Filter, want int, seen *seenPages) ([]events.Event, error) {
+func (s *Store) readPages(ctx context.Context, pk, start string, f Filter, want int, seen *seenPages) ([]Event, error) {
 	key := expression.Key(attrPK).Equal(expression.Value(pk))
 	lo := "evt_"
-	if t, ok := events.ParseID(start); ok {
+	if t, ok := ParseID(start); ok {
 		lo = windowKey(t)
 	}
 	if !f.Until.IsZero() {
@@ -466,7 +492,7 @@ func (s *Store) readPages(ctx context.Context, pk, start string, f events.Filter
 	in := &dynamodb.QueryInput{TableName: &s.table, KeyConditionExpression: expr.KeyCondition(),
 		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values()}
 	var (
-		out    []events.Event
+		out    []Event
 		window string
 		// A subject named by a valid id is written as it is in JSON: a page
 		// without it holds none of its events.
@@ -485,7 +511,7 @@ func (s *Store) readPages(ctx context.Context, pk, start string, f events.Filter
 			return nil, fmt.Errorf("query events %s: %w", pk, err)
 		}
 		for _, av := range res.Items {
-			sk, _ := av[attrSK].(*types.AttributeValueMemberS)
+			sk, _ := av[attrSK].(*ddb.AttributeValueMemberS)
 			if sk == nil || len(sk.Value) < windowKeyLen {
 				continue
 			}
@@ -503,12 +529,12 @@ func (s *Store) readPages(ctx context.Context, pk, start string, f events.Filter
 				continue
 			}
 			var storedAt time.Time // zero for pages written before it was kept
-			if n, ok := av[attrStoredAt].(*types.AttributeValueMemberN); ok {
+			if n, ok := av[attrStoredAt].(*ddb.AttributeValueMemberN); ok {
 				if ms, err := strconv.ParseInt(n.Value, 10, 64); err == nil {
 					storedAt = time.UnixMilli(ms)
 				}
 			}
-			page := events.PageHash(pk, sk.Value, storedAt)
+			page := PageHash(pk, sk.Value, storedAt)
 			seen.add(page, storedAt)
 			for i := range evs {
 				e := &evs[i]
@@ -535,7 +561,7 @@ func (s *Store) readPages(ctx context.Context, pk, start string, f events.Filter
 }
 
 // seenPages collects the pages a query read that were stored within
-// events.StoreMargin before it, for its cursor (events.CursorState.Seen).
+// StoreMargin before it, for its cursor (CursorState.Seen).
 type seenPages struct {
 	now    time.Time
 	mu     sync.Mutex
@@ -544,7 +570,7 @@ type seenPages struct {
 }
 
 func (p *seenPages) add(h uint64, storedAt time.Time) {
-	if !events.AtRisk(storedAt, p.now) {
+	if !AtRisk(storedAt, p.now) {
 		return
 	}
 	p.mu.Lock()
@@ -552,7 +578,7 @@ func (p *seenPages) add(h uint64, storedAt time.Time) {
 	if slices.Contains(p.hashes, h) {
 		return
 	}
-	if len(p.hashes) == events.MaxSeen {
+	if len(p.hashes) == MaxSeen {
 		p.over = true
 		return
 	}
@@ -570,7 +596,7 @@ func (p *seenPages) list() []uint64 {
 }
 
 // sortUnique sorts events by id and drops repeated ids.
-func sortUnique(evs []events.Event) []events.Event {
+func sortUnique(evs []Event) []Event {
 	sort.Slice(evs, func(i, j int) bool { return evs[i].ID < evs[j].ID })
-	return slices.CompactFunc(evs, func(a, b events.Event) bool { return a.ID == b.ID })
+	return slices.CompactFunc(evs, func(a, b Event) bool { return a.ID == b.ID })
 }
