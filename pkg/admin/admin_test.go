@@ -15,6 +15,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 )
 
@@ -37,7 +38,7 @@ func newEnv(t *testing.T) *env {
 	st, _ := testenv.Table(t)
 	c := testenv.NewClock(time.Now().UTC().Truncate(time.Millisecond))
 	svc := lifecycle.New(st, lifecycle.Config{Now: c.Now, Rand: func() float64 { return 0.5 }})
-	return &env{st: st, jobs: svc, ad: admin.New(st, svc, admin.Config{Now: c.Now}), clock: c}
+	return &env{st: st, jobs: svc, ad: admin.New(st, queue.NewStore(st.DB(), st.Table()), svc, admin.Config{Now: c.Now}), clock: c}
 }
 
 func (e *env) push(t *testing.T, typ, queue string) *job.Job {
@@ -328,7 +329,7 @@ func TestAPushModeQueuesAvailableJobsAreCountedListedAndPurged(t *testing.T) {
 	st, _ := testenv.Table(t)
 	c := testenv.NewClock(time.Now().UTC().Truncate(time.Millisecond))
 	svc := lifecycle.New(st, lifecycle.Config{Now: c.Now, PushQueues: []string{"lambda"}})
-	e := &env{st: st, jobs: svc, ad: admin.New(st, svc, admin.Config{Now: c.Now}), clock: c}
+	e := &env{st: st, jobs: svc, ad: admin.New(st, queue.NewStore(st.DB(), st.Table()), svc, admin.Config{Now: c.Now}), clock: c}
 	ctx := context.Background()
 	var want []string
 	for range 3 {

@@ -24,6 +24,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/eventbus"
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
+	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
@@ -35,9 +36,11 @@ type App struct {
 	// and the web console).
 	Admin *admin.Service
 	// Console is the web console served by the API function.
-	Console    *console.Console
-	Logger     *slog.Logger
-	Store      *store.Store
+	Console *console.Console
+	Logger  *slog.Logger
+	Store   *store.Store
+	// Queues reads and writes the queue registry and the worker items.
+	Queues     *queue.Store
 	Service    *lifecycle.Service
 	Dispatcher *dispatch.Dispatcher
 	// PushQueues are the push-mode queue names.
@@ -134,14 +137,15 @@ func Load(ctx context.Context) (*App, error) {
 	st := store.New(dynamodb.NewFromConfig(cfg, awsclient.DynamoDBOptions), table)
 	d := dispatch.New(sqs.NewFromConfig(cfg), urls)
 	push := d.Queues()
-	svc := lifecycle.New(st, lifecycle.Config{PushQueues: push, Logger: log, DeadRetention: ret, RedeliverAfter: redeliver})
+	qs := queue.NewStore(st.DB(), st.Table())
+	svc := lifecycle.New(st, lifecycle.Config{PushQueues: push, Logger: log, DeadRetention: ret, RedeliverAfter: redeliver, Queues: qs})
 	// Workflow jobs are admitted like every job, and a request that
 	// finishes a workflow job advances its workflow before it answers.
 	wfs := workflow.New(st, workflow.Config{Jobs: svc, PushQueues: push, Logger: log, RedeliverAfter: redeliver, AsyncItems: async})
 	svc.SetWorkflows(wfs)
 	a := &App{
-		Admin:  admin.New(st, svc, admin.Config{Logger: log}),
-		Logger: log, Store: st, Dispatcher: d, PushQueues: push, EventTTL: ttl, Publisher: pub, Table: table,
+		Admin:  admin.New(st, qs, svc, admin.Config{Logger: log}),
+		Logger: log, Store: st, Queues: qs, Dispatcher: d, PushQueues: push, EventTTL: ttl, Publisher: pub, Table: table,
 		Service:   svc,
 		Workflows: wfs,
 		Crons:     &cron.Service{Store: st, Jobs: svc, Logger: log},

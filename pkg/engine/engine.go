@@ -22,6 +22,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
 	"github.com/ojs-aws/ojs-serverless/pkg/fault"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
 )
@@ -31,10 +32,10 @@ import (
 type Change struct {
 	Old, New             *store.Item
 	OldNode, NewNode     *store.Node
-	OldQueue, NewQueue   *store.QueueInfo
+	OldQueue, NewQueue   *queue.QueueInfo
 	OldCron, NewCron     *store.CronInfo
 	OldPrune, NewPrune   *store.PruneRun
-	OldWorker, NewWorker *store.WorkerInfo
+	OldWorker, NewWorker *queue.WorkerInfo
 	// At is the record's approximate creation time.
 	At time.Time
 	// SequenceNumber identifies the record for partial batch failures.
@@ -265,7 +266,7 @@ func (e *Engine) emit(ctx context.Context, changes []Change, now time.Time) erro
 }
 
 // queueEvents reports a queue being paused or resumed.
-func queueEvents(src string, old, cur *store.QueueInfo, at time.Time) []events.Event {
+func queueEvents(src string, old, cur *queue.QueueInfo, at time.Time) []events.Event {
 	was := old != nil && old.Paused
 	if was == cur.Paused {
 		return nil

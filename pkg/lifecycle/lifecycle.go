@@ -18,10 +18,13 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/fault"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 )
 
-// Store is the persistence the service needs (implemented by *store.Store).
+// Store is the persistence of the job items the service needs
+// (implemented by *store.Store); the queue and worker items are read and
+// written through Config.Queues.
 type Store interface {
 	Create(ctx context.Context, jobs []*job.Job, redeliverAfter time.Duration) error
 	Get(ctx context.Context, id string) (*job.Job, error)
@@ -36,21 +39,10 @@ type Store interface {
 	DueNow(ctx context.Context, queue string, now time.Time, limit int) ([]store.Item, error)
 	Dead(ctx context.Context, queue string, limit int, cursor string) (store.Page, error)
 	DeadOldest(ctx context.Context, queue string, since, before time.Time, limit int, cursor string) (store.Page, error)
-	EnsureQueue(ctx context.Context, name string, now time.Time) error
-	Queues(ctx context.Context) ([]string, error)
 	DeleteDead(ctx context.Context, id string) error
-	SetQueuePaused(ctx context.Context, name string, paused bool, now time.Time) (*store.QueueInfo, error)
-	QueueInfos(ctx context.Context) ([]store.QueueInfo, error)
-	QueuePaused(ctx context.Context, name string) (bool, error)
-	FetchState(ctx context.Context, queues []string, workerID string) (store.FetchState, error)
-	SetQueueRate(ctx context.Context, name string, perSecond float64, now time.Time) error
-	TakeRateTokens(ctx context.Context, name string, n int, perSecond float64, now time.Time) (bool, error)
 	CountQueue(ctx context.Context, queue string) (store.QueueCounts, error)
 	CountCompleted(ctx context.Context, queue string, since time.Time) (int, error)
 	QueryEvents(ctx context.Context, f events.Filter, now time.Time) (*events.Page, error)
-	WorkerBeat(ctx context.Context, w store.WorkerInfo, now time.Time) (*store.WorkerInfo, error)
-	SetWorkerDirective(ctx context.Context, id, directive string, now time.Time) (*store.WorkerInfo, error)
-	Workers(ctx context.Context, limit int) ([]store.WorkerInfo, error)
 	ClaimPruneRun(ctx context.Context, now, next time.Time) (int64, bool, time.Time, error)
 	FinishPruneRun(ctx context.Context, run int64, r store.PruneRun, now time.Time, next *time.Time) error
 	PruneState(ctx context.Context) (*store.PruneRun, error)
@@ -60,6 +52,15 @@ type Store interface {
 }
 
 var _ Store = (*store.Store)(nil)
+
+// kernel is the table kernel a queue store is built on when
+// Config.Queues is nil.
+type kernel interface {
+	DB() store.DynamoAPI
+	Table() string
+}
+
+var _ kernel = (*store.Store)(nil)
 
 // Finisher advances the workflow of a job that reached a terminal state
 // (implemented by *workflow.Engine).
@@ -90,11 +91,16 @@ type Config struct {
 	// function verifies it behind every request). Nil: the stream
 	// function alone advances workflows.
 	Workflows Finisher
+	// Queues is the persistence of the queue and worker items. Nil: one
+	// on the table kernel st was built from (st must then have DB and
+	// Table, as *store.Store has; New panics otherwise).
+	Queues *queue.Store
 }
 
 // Service runs the job operations.
 type Service struct {
 	st     Store
+	qs     *queue.Store
 	push   map[string]bool
 	redel  time.Duration
 	now    func() time.Time
@@ -122,10 +128,18 @@ type Service struct {
 	pausedSeen sync.Map
 }
 
-// New returns a service on st.
+// New returns a service on st (and c.Queues). It panics when c.Queues is
+// nil and st is not a table kernel (see Config.Queues).
 func New(st Store, c Config) *Service {
-	s := &Service{st: st, push: map[string]bool{}, redel: c.RedeliverAfter, now: c.Now, rnd: c.Rand, log: c.Logger,
+	s := &Service{st: st, qs: c.Queues, push: map[string]bool{}, redel: c.RedeliverAfter, now: c.Now, rnd: c.Rand, log: c.Logger,
 		retention: c.DeadRetention.withDefaults(), flow: c.Workflows}
+	if s.qs == nil {
+		k, ok := st.(kernel)
+		if !ok {
+			panic("lifecycle.New: Config.Queues is nil and the store has no DB and Table to build it from")
+		}
+		s.qs = queue.NewStore(k.DB(), k.Table())
+	}
 	for _, q := range c.PushQueues {
 		s.push[q] = true
 	}
@@ -221,7 +235,7 @@ func (s *Service) setRate(ctx context.Context, j *job.Job) error {
 	if v, ok := s.rates.Load(j.Queue); ok && v.(float64) == j.RateLimit {
 		return nil
 	}
-	if err := s.st.SetQueueRate(ctx, j.Queue, j.RateLimit, s.Now()); err != nil {
+	if err := s.qs.SetQueueRate(ctx, j.Queue, j.RateLimit, s.Now()); err != nil {
 		return err
 	}
 	s.rates.Store(j.Queue, j.RateLimit)
@@ -235,7 +249,7 @@ func (s *Service) ensureQueue(ctx context.Context, q string) error {
 	if _, ok := s.queues.Load(q); ok {
 		return nil
 	}
-	if err := s.st.EnsureQueue(ctx, q, s.Now()); err != nil {
+	if err := s.qs.EnsureQueue(ctx, q, s.Now()); err != nil {
 		return err
 	}
 	s.queues.Store(q, true)

@@ -8,7 +8,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
-	"github.com/ojs-aws/ojs-serverless/pkg/store"
+	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 )
 
 // PauseCacheTTL is how long a push-mode worker trusts that a queue is not
@@ -42,7 +42,7 @@ func (s *Service) paused(ctx context.Context, q string) (bool, error) {
 	if r, ok := c.queues[q]; ok && !r.paused && now.Sub(r.at) <= PauseCacheTTL {
 		return false, nil
 	}
-	fs, err := s.st.FetchState(ctx, []string{q}, "")
+	fs, err := s.qs.FetchState(ctx, []string{q}, "")
 	if err != nil {
 		return false, err
 	}
@@ -70,7 +70,7 @@ type QueueState struct {
 	RateLimit float64 `json:"rate_limit_per_second,omitempty"`
 }
 
-func queueState(i *store.QueueInfo) QueueState {
+func queueState(i *queue.QueueInfo) QueueState {
 	st := QueueState{Name: i.Name, Status: "active", Paused: i.Paused, PausedAt: i.PausedAt, RateLimit: i.RateLimit}
 	if i.Paused {
 		st.Status = "paused"
@@ -85,8 +85,7 @@ func (s *Service) SetPaused(ctx context.Context, name string, paused bool) (Queu
 	if err := job.ValidateQueue(name); err != nil {
 		return QueueState{}, err
 	}
-	qs := s.st
-	info, err := qs.SetQueuePaused(ctx, name, paused, s.Now())
+	info, err := s.qs.SetQueuePaused(ctx, name, paused, s.Now())
 	if err != nil {
 		return QueueState{}, ojserr.Backend(err)
 	}
@@ -100,8 +99,7 @@ func (s *Service) SetPaused(ctx context.Context, name string, paused bool) (Queu
 
 // QueueStates lists every registered queue with its pause state.
 func (s *Service) QueueStates(ctx context.Context) ([]QueueState, error) {
-	qs := s.st
-	infos, err := qs.QueueInfos(ctx)
+	infos, err := s.qs.QueueInfos(ctx)
 	if err != nil {
 		return nil, ojserr.Backend(err)
 	}
@@ -134,8 +132,7 @@ func (s *Service) Stats(ctx context.Context, name string) (*QueueStats, error) {
 	if err := job.ValidateQueue(name); err != nil {
 		return nil, err
 	}
-	qs := s.st
-	c, err := qs.CountQueue(ctx, name)
+	c, err := s.st.CountQueue(ctx, name)
 	if err != nil {
 		return nil, ojserr.Backend(err)
 	}
@@ -144,7 +141,7 @@ func (s *Service) Stats(ctx context.Context, name string) (*QueueStats, error) {
 		n := 0
 		f := events.Filter{Types: []string{typ}, Queues: []string{name}, Since: now.Add(-time.Hour), Limit: events.MaxLimit}
 		for range 100 {
-			p, err := qs.QueryEvents(ctx, f, now)
+			p, err := s.st.QueryEvents(ctx, f, now)
 			if err != nil {
 				return 0, err
 			}
@@ -156,7 +153,7 @@ func (s *Service) Stats(ctx context.Context, name string) (*QueueStats, error) {
 		}
 		return n, nil
 	}
-	done, err := qs.CountCompleted(ctx, name, now.Add(-time.Hour))
+	done, err := s.st.CountCompleted(ctx, name, now.Add(-time.Hour))
 	if err != nil {
 		return nil, ojserr.Backend(err)
 	}
@@ -165,7 +162,7 @@ func (s *Service) Stats(ctx context.Context, name string) (*QueueStats, error) {
 		return nil, ojserr.Backend(err)
 	}
 	st := QueueState{Name: name, Status: "active"}
-	infos, err := qs.QueueInfos(ctx)
+	infos, err := s.qs.QueueInfos(ctx)
 	if err != nil {
 		return nil, ojserr.Backend(err)
 	}
