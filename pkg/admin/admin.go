@@ -25,6 +25,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 )
 
@@ -50,27 +51,6 @@ const (
 	DefaultStaleAfter = 2 * time.Minute
 )
 
-// Store is the storage the admin service reads (implemented by
-// *store.Store).
-type Store interface {
-	QueueInfos(ctx context.Context) ([]store.QueueInfo, error)
-	ListQueue(ctx context.Context, l store.Listing, queue string, states []job.State, limit int, cursor string) (store.IndexPage, error)
-	CountStates(ctx context.Context, l store.Listing, queue string, max int) (map[job.State]int, bool, error)
-	BatchGetJobs(ctx context.Context, ids []string) (map[string]*job.Job, error)
-	Get(ctx context.Context, id string) (*job.Job, error)
-	Workers(ctx context.Context, limit int) ([]store.WorkerInfo, error)
-	Worker(ctx context.Context, id string) (*store.WorkerInfo, error)
-	DeleteWorker(ctx context.Context, id string, staleBefore time.Time) error
-	DeleteFinished(ctx context.Context, id string, state job.State) error
-	DeleteWaiting(ctx context.Context, id string, state job.State) error
-	CountDead(ctx context.Context, queue string) (int, error)
-	CountCompleted(ctx context.Context, queue string, since time.Time) (int, error)
-	Dead(ctx context.Context, queue string, limit int, cursor string) (store.Page, error)
-	SetQueueRate(ctx context.Context, name string, perSecond float64, now time.Time) error
-}
-
-var _ Store = (*store.Store)(nil)
-
 // EventLog is the event log the searches, statistics and histories read
 // (implemented by *events.Store).
 type EventLog interface {
@@ -79,12 +59,17 @@ type EventLog interface {
 
 var _ EventLog = (*events.Store)(nil)
 
-// tableStore is a Store that names its DynamoDB client and table
-// (*store.Store): the event log defaults to the one in that table.
-type tableStore interface {
-	DB() store.DynamoAPI
-	Table() string
+// Queues is the queue registry and the worker items the admin service
+// reads and writes (implemented by *queue.Store).
+type Queues interface {
+	QueueInfos(ctx context.Context) ([]queue.QueueInfo, error)
+	SetQueueRate(ctx context.Context, name string, perSecond float64, now time.Time) error
+	Workers(ctx context.Context, limit int) ([]queue.WorkerInfo, error)
+	Worker(ctx context.Context, id string) (*queue.WorkerInfo, error)
+	DeleteWorker(ctx context.Context, id string, staleBefore time.Time) error
 }
+
+var _ Queues = (*queue.Store)(nil)
 
 // Jobs is the job service the admin operations go through, so that they
 // follow the same rules as the data plane (implemented by
@@ -95,7 +80,7 @@ type Jobs interface {
 	DeleteDead(ctx context.Context, id string) error
 	SetPaused(ctx context.Context, queue string, paused bool) (lifecycle.QueueState, error)
 	DeadStats(ctx context.Context) (lifecycle.DeadStats, error)
-	SetWorkerDirective(ctx context.Context, id, directive string) (*store.WorkerInfo, error)
+	SetWorkerDirective(ctx context.Context, id, directive string) (*queue.WorkerInfo, error)
 	PurgeDead(ctx context.Context, f lifecycle.DeadFilter) (lifecycle.BulkResult, error)
 }
 
@@ -113,21 +98,21 @@ type Config struct {
 	// Started is when this process started (uptime). Default: New's time.
 	Started time.Time
 	// Events is the event log. Default: the log in the store's table,
-	// read with the store's client (events.NewStore(st.DB(), st.Table())),
-	// when the store names them as *store.Store does; otherwise none, and
-	// the reads of events fail with a backend error.
+	// read with the store's client (events.NewStore(st.DB(), st.Table())).
 	Events EventLog
 }
 
 // Service answers the Admin API.
 type Service struct {
-	st   Store
+	st   *store.Store
+	qs   Queues
 	jobs Jobs
 	cfg  Config
 }
 
-// New returns an admin service on st and jobs.
-func New(st Store, jobs Jobs, cfg Config) *Service {
+// New returns an admin service on st (job items), qs (queue and worker
+// items) and jobs.
+func New(st *store.Store, qs Queues, jobs Jobs, cfg Config) *Service {
 	if cfg.StaleAfter <= 0 {
 		cfg.StaleAfter = DefaultStaleAfter
 	}
@@ -141,11 +126,9 @@ func New(st Store, jobs Jobs, cfg Config) *Service {
 		cfg.Started = cfg.Now()
 	}
 	if cfg.Events == nil {
-		if ts, ok := st.(tableStore); ok {
-			cfg.Events = events.NewStore(ts.DB(), ts.Table())
-		}
+		cfg.Events = events.NewStore(st.DB(), st.Table())
 	}
-	return &Service{st: st, jobs: jobs, cfg: cfg}
+	return &Service{st: st, qs: qs, jobs: jobs, cfg: cfg}
 }
 
 // queryEvents reads one page of the event log (Config.Events).
@@ -159,8 +142,8 @@ func (s *Service) queryEvents(ctx context.Context, f events.Filter, now time.Tim
 func (s *Service) now() time.Time { return s.cfg.Now().UTC() }
 
 // queueNames lists the registered queues by name.
-func (s *Service) queueNames(ctx context.Context) ([]store.QueueInfo, error) {
-	qs, err := s.st.QueueInfos(ctx)
+func (s *Service) queueNames(ctx context.Context) ([]queue.QueueInfo, error) {
+	qs, err := s.qs.QueueInfos(ctx)
 	if err != nil {
 		return nil, ojserr.Backend(err)
 	}
@@ -168,7 +151,7 @@ func (s *Service) queueNames(ctx context.Context) ([]store.QueueInfo, error) {
 	return qs, nil
 }
 
-func (s *Service) queueInfo(ctx context.Context, name string) (*store.QueueInfo, error) {
+func (s *Service) queueInfo(ctx context.Context, name string) (*queue.QueueInfo, error) {
 	qs, err := s.queueNames(ctx)
 	if err != nil {
 		return nil, err

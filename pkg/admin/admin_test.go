@@ -15,6 +15,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 )
 
@@ -39,7 +40,7 @@ func newEnv(t *testing.T) *env {
 	c := testenv.NewClock(time.Now().UTC().Truncate(time.Millisecond))
 	log := events.NewStore(st.DB(), st.Table())
 	svc := lifecycle.New(st, lifecycle.Config{Now: c.Now, Rand: func() float64 { return 0.5 }, Events: log})
-	return &env{st: st, log: log, jobs: svc, ad: admin.New(st, svc, admin.Config{Now: c.Now, Events: log}), clock: c}
+	return &env{st: st, log: log, jobs: svc, ad: admin.New(st, queue.NewStore(st.DB(), st.Table()), svc, admin.Config{Now: c.Now, Events: log}), clock: c}
 }
 
 func (e *env) push(t *testing.T, typ, queue string) *job.Job {
@@ -331,7 +332,7 @@ func TestAPushModeQueuesAvailableJobsAreCountedListedAndPurged(t *testing.T) {
 	c := testenv.NewClock(time.Now().UTC().Truncate(time.Millisecond))
 	log := events.NewStore(st.DB(), st.Table())
 	svc := lifecycle.New(st, lifecycle.Config{Now: c.Now, PushQueues: []string{"lambda"}, Events: log})
-	e := &env{st: st, log: log, jobs: svc, ad: admin.New(st, svc, admin.Config{Now: c.Now, Events: log}), clock: c}
+	e := &env{st: st, log: log, jobs: svc, ad: admin.New(st, queue.NewStore(st.DB(), st.Table()), svc, admin.Config{Now: c.Now, Events: log}), clock: c}
 	ctx := context.Background()
 	var want []string
 	for range 3 {

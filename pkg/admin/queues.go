@@ -11,6 +11,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/retry"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 )
@@ -173,7 +174,7 @@ func (s *Service) counts(ctx context.Context, name string) (Counts, bool, error)
 	return c, capped, nil
 }
 
-func (s *Service) queueView(ctx context.Context, qi store.QueueInfo, a *activity, push func(string) bool) (Queue, error) {
+func (s *Service) queueView(ctx context.Context, qi queue.QueueInfo, a *activity, push func(string) bool) (Queue, error) {
 	c, capped, err := s.counts(ctx, qi.Name)
 	if err != nil {
 		return Queue{}, err
@@ -191,7 +192,7 @@ func (s *Service) queueView(ctx context.Context, qi store.QueueInfo, a *activity
 	return q, nil
 }
 
-func createdAt(qi store.QueueInfo) string { return qi.CreatedAt }
+func createdAt(qi queue.QueueInfo) string { return qi.CreatedAt }
 
 func perMinute(n int) float64 { return math.Round(float64(n)/5*100) / 100 }
 
@@ -340,7 +341,7 @@ func (s *Service) SetConfig(ctx context.Context, name string, raw []byte) (*Queu
 		}
 		perSecond = r.Limit / period.Seconds()
 	}
-	if err := s.st.SetQueueRate(ctx, name, perSecond, s.now()); err != nil {
+	if err := s.qs.SetQueueRate(ctx, name, perSecond, s.now()); err != nil {
 		return nil, ojserr.Backend(err)
 	}
 	s.cfg.Logger.InfoContext(ctx, "queue configured", "queue", name, "rate_limit_per_second", perSecond)

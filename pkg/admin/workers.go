@@ -8,6 +8,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 )
 
@@ -16,7 +17,7 @@ const MaxWorkers = 1000
 
 // Worker is a worker as the Admin API shows it (ojs-admin-api.md 9.1).
 type Worker struct {
-	store.WorkerInfo
+	queue.WorkerInfo
 	// Stale is set when the last heartbeat is older than StaleAfter; the
 	// state is then "stale".
 	Stale bool `json:"stale"`
@@ -39,7 +40,7 @@ type WorkerList struct {
 	Pagination Pagination    `json:"pagination"`
 }
 
-func (s *Service) worker(w store.WorkerInfo, now time.Time) Worker {
+func (s *Service) worker(w queue.WorkerInfo, now time.Time) Worker {
 	out := Worker{WorkerInfo: w}
 	if out.State == "" {
 		out.State = "running"
@@ -53,7 +54,7 @@ func (s *Service) worker(w store.WorkerInfo, now time.Time) Worker {
 // Workers lists the workers seen in the last day (heartbeats), most
 // recent first, page by page.
 func (s *Service) Workers(ctx context.Context, page, perPage int) (*WorkerList, error) {
-	ws, err := s.st.Workers(ctx, MaxWorkers)
+	ws, err := s.qs.Workers(ctx, MaxWorkers)
 	if err != nil {
 		return nil, ojserr.Backend(err)
 	}
@@ -86,7 +87,7 @@ func (s *Service) Worker(ctx context.Context, id string) (*Worker, error) {
 	if id == "" || len(id) > 256 {
 		return nil, ojserr.Invalid("id", "A worker id is 1 to 256 characters.")
 	}
-	w, err := s.st.Worker(ctx, id)
+	w, err := s.qs.Worker(ctx, id)
 	if err != nil {
 		return nil, ojserr.Backend(err)
 	}
@@ -119,7 +120,7 @@ func (s *Service) Worker(ctx context.Context, id string) (*Worker, error) {
 }
 
 // QuietWorker tells a worker, on its next heartbeat, to stop fetching.
-func (s *Service) QuietWorker(ctx context.Context, id string) (*store.WorkerInfo, error) {
+func (s *Service) QuietWorker(ctx context.Context, id string) (*queue.WorkerInfo, error) {
 	return s.jobs.SetWorkerDirective(ctx, id, lifecycle.WorkerQuiet)
 }
 
@@ -131,11 +132,11 @@ func (s *Service) Deregister(ctx context.Context, id string) error {
 	if id == "" || len(id) > 256 {
 		return ojserr.Invalid("id", "A worker id is 1 to 256 characters.")
 	}
-	err := s.st.DeleteWorker(ctx, id, s.now().Add(-s.cfg.StaleAfter))
+	err := s.qs.DeleteWorker(ctx, id, s.now().Add(-s.cfg.StaleAfter))
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return ojserr.NotFoundf("worker", id)
-	case errors.Is(err, store.ErrWorkerNotStale):
+	case errors.Is(err, queue.ErrWorkerNotStale):
 		return ojserr.StateConflict(ojserr.Conflict, "Worker '%s' sent a heartbeat within the last %s; only stale workers can be deregistered (quiet it first).", id, s.cfg.StaleAfter).With("worker_id", id)
 	case err != nil:
 		return ojserr.Backend(err)

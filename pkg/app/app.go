@@ -24,6 +24,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/eventbus"
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
+	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
@@ -41,7 +42,9 @@ type App struct {
 	// Events is the event log in the same table, through Store's client:
 	// the stream function stores events in it; the events API, the Admin
 	// API and the queue stats read it.
-	Events     *events.Store
+	Events *events.Store
+	// Queues reads and writes the queue registry and the worker items.
+	Queues     *queue.Store
 	Service    *lifecycle.Service
 	Dispatcher *dispatch.Dispatcher
 	// PushQueues are the push-mode queue names.
@@ -139,14 +142,15 @@ func Load(ctx context.Context) (*App, error) {
 	evs := events.NewStore(st.DB(), st.Table())
 	d := dispatch.New(sqs.NewFromConfig(cfg), urls)
 	push := d.Queues()
-	svc := lifecycle.New(st, lifecycle.Config{PushQueues: push, Logger: log, DeadRetention: ret, RedeliverAfter: redeliver, Events: evs})
+	qs := queue.NewStore(st.DB(), st.Table())
+	svc := lifecycle.New(st, lifecycle.Config{PushQueues: push, Logger: log, DeadRetention: ret, RedeliverAfter: redeliver, Events: evs, Queues: qs})
 	// Workflow jobs are admitted like every job, and a request that
 	// finishes a workflow job advances its workflow before it answers.
 	wfs := workflow.New(st, workflow.Config{Jobs: svc, PushQueues: push, Logger: log, RedeliverAfter: redeliver, AsyncItems: async})
 	svc.SetWorkflows(wfs)
 	a := &App{
-		Admin:  admin.New(st, svc, admin.Config{Logger: log, Events: evs}),
-		Logger: log, Store: st, Events: evs, Dispatcher: d, PushQueues: push, EventTTL: ttl, Publisher: pub, Table: table,
+		Admin:  admin.New(st, qs, svc, admin.Config{Logger: log, Events: evs}),
+		Logger: log, Store: st, Events: evs, Queues: qs, Dispatcher: d, PushQueues: push, EventTTL: ttl, Publisher: pub, Table: table,
 		Service:   svc,
 		Workflows: wfs,
 		Crons:     &cron.Service{Store: cron.NewStore(st), Jobs: svc, Logger: log},

@@ -9,7 +9,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/cron"
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
-	"github.com/ojs-aws/ojs-serverless/pkg/store"
+	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 )
 
 // Every value a user or a worker controls (types, queue names, error
@@ -30,7 +30,7 @@ func TestViewsEscapeEveryValue(t *testing.T) {
 			Page:    &admin.JobPage{Items: []map[string]any{{"id": evil, "type": evil, "queue": evil, "state": evil, "created_at": evil, "completed_at": evil}}},
 			NextURL: Prefix + evil, SearchNote: evil}},
 		"deadletter": {Data: &deadData{List: &admin.DeadList{Pagination: admin.Pagination{Total: &one}}, Queue: evil, NextURL: Prefix + evil}},
-		"workers":    {Data: &admin.WorkerList{Items: []admin.Worker{{WorkerInfo: store.WorkerInfo{ID: evil, State: evil, Directive: evil, Hostname: evil, Queues: []string{evil}}}}}},
+		"workers":    {Data: &admin.WorkerList{Items: []admin.Worker{{WorkerInfo: queue.WorkerInfo{ID: evil, State: evil, Directive: evil, Hostname: evil, Queues: []string{evil}}}}}},
 		"cron":       {Data: []cron.View{{Name: evil, Expression: evil, Timezone: evil, OverlapPolicy: evil, LastJobID: ptr(evil), NextRunAt: ptr(evil)}}},
 		"workflows":  {Data: []admin.WorkflowRef{{ID: evil, Type: evil, Name: evil, CreatedAt: evil}}},
 		"workflow":   {Data: &workflowData{ID: evil, State: evil, View: map[string]any{"type": evil, "name": evil}, Metadata: map[string]any{"created_at": evil}}},

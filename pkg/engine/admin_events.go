@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
+	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 )
 
@@ -34,7 +35,7 @@ func prunedEvents(src string, old, cur *store.PruneRun, at time.Time) []events.E
 // reports quiet and worker.stopped when it reports terminate (its final
 // heartbeat, ojs-graceful-shutdown.md 5.3). An operator's directive alone
 // is not an event: the worker reports its new state on its next heartbeat.
-func workerEvents(src string, old, cur *store.WorkerInfo, at time.Time) []events.Event {
+func workerEvents(src string, old, cur *queue.WorkerInfo, at time.Time) []events.Event {
 	if cur.LastHeartbeatAt == "" || (old != nil && old.LastHeartbeatAt == cur.LastHeartbeatAt) {
 		return nil
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
+	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 )
 
@@ -23,7 +24,7 @@ func eventTypes(evs []events.Event) string {
 // nothing new.
 func TestWorkerEvents(t *testing.T) {
 	at := time.Date(2026, 11, 21, 9, 0, 0, 0, time.UTC)
-	first := &store.WorkerInfo{ID: "w1", State: "running", Queues: []string{"email"}, ActiveJobs: 0, Concurrency: 10,
+	first := &queue.WorkerInfo{ID: "w1", State: "running", Queues: []string{"email"}, ActiveJobs: 0, Concurrency: 10,
 		FirstSeenAt: "2026-11-21T09:00:00Z", LastHeartbeatAt: "2026-11-21T09:00:00Z"}
 	beat := *first
 	beat.ActiveJobs, beat.LastHeartbeatAt = 3, "2026-11-21T09:00:05Z"
@@ -35,7 +36,7 @@ func TestWorkerEvents(t *testing.T) {
 	stopped.State, stopped.ActiveJobs, stopped.LastHeartbeatAt = "terminate", 0, "2026-11-21T09:01:40Z"
 	for _, c := range []struct {
 		name     string
-		old, cur *store.WorkerInfo
+		old, cur *queue.WorkerInfo
 		want     string
 	}{
 		{"first heartbeat", nil, first, "worker.started,worker.heartbeat"},

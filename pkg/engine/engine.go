@@ -23,6 +23,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
 	"github.com/ojs-aws/ojs-serverless/pkg/fault"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
 )
@@ -32,10 +33,10 @@ import (
 type Change struct {
 	Old, New             *store.Item
 	OldNode, NewNode     *store.Node
-	OldQueue, NewQueue   *store.QueueInfo
+	OldQueue, NewQueue   *queue.QueueInfo
 	OldCron, NewCron     *cron.Info
 	OldPrune, NewPrune   *store.PruneRun
-	OldWorker, NewWorker *store.WorkerInfo
+	OldWorker, NewWorker *queue.WorkerInfo
 	// At is the record's approximate creation time.
 	At time.Time
 	// SequenceNumber identifies the record for partial batch failures.
@@ -267,7 +268,7 @@ func (e *Engine) emit(ctx context.Context, changes []Change, now time.Time) erro
 }
 
 // queueEvents reports a queue being paused or resumed.
-func queueEvents(src string, old, cur *store.QueueInfo, at time.Time) []events.Event {
+func queueEvents(src string, old, cur *queue.QueueInfo, at time.Time) []events.Event {
 	was := old != nil && old.Paused
 	if was == cur.Paused {
 		return nil

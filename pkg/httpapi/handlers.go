@@ -16,6 +16,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
 )
@@ -34,8 +35,8 @@ type Jobs interface {
 	AckOwned(ctx context.Context, id, workerID string, attempt int, result json.RawMessage) (*job.Job, error)
 	NackOwned(ctx context.Context, id, workerID string, attempt int, in lifecycle.ErrorInput) (*job.Job, error)
 	Heartbeat(ctx context.Context, r lifecycle.HeartbeatRequest) (lifecycle.HeartbeatResult, error)
-	SetWorkerDirective(ctx context.Context, id, directive string) (*store.WorkerInfo, error)
-	Workers(ctx context.Context) ([]store.WorkerInfo, error)
+	SetWorkerDirective(ctx context.Context, id, directive string) (*queue.WorkerInfo, error)
+	Workers(ctx context.Context) ([]queue.WorkerInfo, error)
 	DeadLetter(ctx context.Context, queue string, limit int) (jobs []*job.Job, more bool, err error)
 	DeadJob(ctx context.Context, id string) (*job.Job, error)
 	RetryDead(ctx context.Context, id string, o lifecycle.RetryOverride) (*job.Job, error)

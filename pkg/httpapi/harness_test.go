@@ -23,6 +23,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/httpapi"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
@@ -270,7 +271,7 @@ func newHarness(token string, level slog.Level) *harness {
 	now := func() time.Time { return fixedNow }
 	svc := lifecycle.New(st, lifecycle.Config{Logger: logger, Now: now})
 	wfs := workflow.New(st, workflow.Config{Logger: logger, Now: now})
-	ad := admin.New(st, svc, admin.Config{Logger: logger, Now: now})
+	ad := admin.New(st, queue.NewStore(st.DB(), st.Table()), svc, admin.Config{Logger: logger, Now: now})
 	con, err := console.New(console.Config{Admin: ad, Workflows: wfs, AuthToken: token, Logger: logger})
 	if err != nil {
 		panic(err)

@@ -133,7 +133,7 @@ func (s *Service) deadMatching(ctx context.Context, f DeadFilter) ([]*job.Job, b
 	queues := []string{f.Queue}
 	if f.Queue == "" {
 		var err error
-		if queues, err = s.st.Queues(ctx); err != nil {
+		if queues, err = s.qs.Queues(ctx); err != nil {
 			return nil, false, ojserr.Backend(err)
 		}
 	}
@@ -244,7 +244,7 @@ func (s *Service) deadSelect(ctx context.Context, f DeadFilter) (jobs []*job.Job
 	}
 	queues := []string{f.Queue}
 	if f.Queue == "" {
-		if queues, err = s.st.Queues(ctx); err != nil {
+		if queues, err = s.qs.Queues(ctx); err != nil {
 			return nil, "", ojserr.Backend(err)
 		}
 		slices.Sort(queues)

@@ -187,7 +187,7 @@ func (s *Service) DeadLetter(ctx context.Context, queue string, limit int) (jobs
 	queues := []string{queue}
 	if queue == "" {
 		var err error
-		if queues, err = s.st.Queues(ctx); err != nil {
+		if queues, err = s.qs.Queues(ctx); err != nil {
 			return nil, false, ojserr.Backend(err)
 		}
 	}

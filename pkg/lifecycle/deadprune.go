@@ -122,7 +122,7 @@ func (s *Service) PruneDead(ctx context.Context) (PruneResult, error) {
 		return PruneResult{}, nil
 	}
 	res := PruneResult{Ran: true, ByQueue: map[string]int{}}
-	queues, err := s.st.Queues(ctx)
+	queues, err := s.qs.Queues(ctx)
 	if err != nil {
 		return res, err
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 )
@@ -127,11 +128,11 @@ func (s *Service) fetchOnce(ctx context.Context, r FetchRequest) (out []*job.Job
 	// for every FETCH after it; read once the first queue shows candidates:
 	// an empty answer needs none of it (an idle worker's poll is the ready
 	// queries alone).
-	var fs *store.FetchState
+	var fs *queue.FetchState
 	// readState reads fs; stop reports a worker that is quiet or
 	// terminating. It notes which queues are paused (pausedSeen).
 	readState := func() (stop bool, err error) {
-		st, err := s.st.FetchState(ctx, r.Queues, r.WorkerID)
+		st, err := s.qs.FetchState(ctx, r.Queues, r.WorkerID)
 		if err != nil {
 			return false, err
 		}
@@ -212,7 +213,7 @@ func (s *Service) fetchOnce(ctx context.Context, r FetchRequest) (out []*job.Job
 			// A rate-limited queue hands out at most rate jobs a second:
 			// reserve the jobs before claiming them.
 			want = min(want, max(1, int(rate)))
-			ok, err := s.st.TakeRateTokens(ctx, q, want, rate, s.Now())
+			ok, err := s.qs.TakeRateTokens(ctx, q, want, rate, s.Now())
 			if err != nil {
 				return s.passFailed(ctx, out, err)
 			}

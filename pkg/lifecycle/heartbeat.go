@@ -9,6 +9,7 @@ import (
 
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 )
 
@@ -88,7 +89,7 @@ func (s *Service) Heartbeat(ctx context.Context, r HeartbeatRequest) (HeartbeatR
 	if active < len(r.JobIDs) {
 		active = len(r.JobIDs)
 	}
-	w, err := s.st.WorkerBeat(ctx, store.WorkerInfo{ID: r.WorkerID, State: r.State, ActiveJobs: active, Hostname: r.Hostname, Queues: r.Queues,
+	w, err := s.qs.WorkerBeat(ctx, queue.WorkerInfo{ID: r.WorkerID, State: r.State, ActiveJobs: active, Hostname: r.Hostname, Queues: r.Queues,
 		Concurrency: r.Concurrency}, now)
 	if err != nil {
 		return HeartbeatResult{}, ojserr.Backend(err)
@@ -210,14 +211,14 @@ func testDirective(j *job.Job) string {
 
 // SetWorkerDirective tells a worker, through its next heartbeat, to go
 // quiet or terminate (ojs-admin-api.md 9.3).
-func (s *Service) SetWorkerDirective(ctx context.Context, id, directive string) (*store.WorkerInfo, error) {
+func (s *Service) SetWorkerDirective(ctx context.Context, id, directive string) (*queue.WorkerInfo, error) {
 	if id == "" || len(id) > 256 {
 		return nil, ojserr.Invalid("id", "A worker id is 1 to 256 characters.")
 	}
 	if directive != WorkerQuiet && directive != WorkerTerminate {
 		return nil, ojserr.Invalid("directive", "The directive must be quiet or terminate.")
 	}
-	w, err := s.st.SetWorkerDirective(ctx, id, directive, s.Now())
+	w, err := s.qs.SetWorkerDirective(ctx, id, directive, s.Now())
 	if err != nil {
 		return nil, ojserr.Backend(err)
 	}
@@ -225,8 +226,8 @@ func (s *Service) SetWorkerDirective(ctx context.Context, id, directive string) 
 }
 
 // Workers lists the workers seen in the last day, latest heartbeat first.
-func (s *Service) Workers(ctx context.Context) ([]store.WorkerInfo, error) {
-	ws, err := s.st.Workers(ctx, 1000)
+func (s *Service) Workers(ctx context.Context) ([]queue.WorkerInfo, error) {
+	ws, err := s.qs.Workers(ctx, 1000)
 	if err != nil {
 		return nil, ojserr.Backend(err)
 	}

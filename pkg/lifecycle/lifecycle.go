@@ -18,47 +18,9 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/fault"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 )
-
-// Store is the persistence the service needs (implemented by *store.Store).
-type Store interface {
-	Create(ctx context.Context, jobs []*job.Job, redeliverAfter time.Duration) error
-	Get(ctx context.Context, id string) (*job.Job, error)
-	GetItem(ctx context.Context, id string) (store.Item, error)
-	CreateUnique(ctx context.Context, j *job.Job, redeliverAfter time.Duration, until, now time.Time, holder string, holderVersion int64) error
-	UniqueHolder(ctx context.Context, key string) (store.UniqueLock, error)
-	ReviveUnique(ctx context.Context, t store.Transition, key string, now time.Time, holder string) (*job.Job, error)
-	Apply(ctx context.Context, t store.Transition) (*job.Job, error)
-	Ready(ctx context.Context, queue string, limit int) ([]store.Item, error)
-	ReadyPush(ctx context.Context, queue string, limit int) ([]store.Item, error)
-	Due(ctx context.Context, queue string, now time.Time, limit int) ([]store.Item, error)
-	DueNow(ctx context.Context, queue string, now time.Time, limit int) ([]store.Item, error)
-	Dead(ctx context.Context, queue string, limit int, cursor string) (store.Page, error)
-	DeadOldest(ctx context.Context, queue string, since, before time.Time, limit int, cursor string) (store.Page, error)
-	EnsureQueue(ctx context.Context, name string, now time.Time) error
-	Queues(ctx context.Context) ([]string, error)
-	DeleteDead(ctx context.Context, id string) error
-	SetQueuePaused(ctx context.Context, name string, paused bool, now time.Time) (*store.QueueInfo, error)
-	QueueInfos(ctx context.Context) ([]store.QueueInfo, error)
-	QueuePaused(ctx context.Context, name string) (bool, error)
-	FetchState(ctx context.Context, queues []string, workerID string) (store.FetchState, error)
-	SetQueueRate(ctx context.Context, name string, perSecond float64, now time.Time) error
-	TakeRateTokens(ctx context.Context, name string, n int, perSecond float64, now time.Time) (bool, error)
-	CountQueue(ctx context.Context, queue string) (store.QueueCounts, error)
-	CountCompleted(ctx context.Context, queue string, since time.Time) (int, error)
-	WorkerBeat(ctx context.Context, w store.WorkerInfo, now time.Time) (*store.WorkerInfo, error)
-	SetWorkerDirective(ctx context.Context, id, directive string, now time.Time) (*store.WorkerInfo, error)
-	Workers(ctx context.Context, limit int) ([]store.WorkerInfo, error)
-	ClaimPruneRun(ctx context.Context, now, next time.Time) (int64, bool, time.Time, error)
-	FinishPruneRun(ctx context.Context, run int64, r store.PruneRun, now time.Time, next *time.Time) error
-	PruneState(ctx context.Context) (*store.PruneRun, error)
-	OldestDead(ctx context.Context, queue string, before *time.Time, limit int) ([]store.DeadRef, error)
-	CountDead(ctx context.Context, queue string) (int, error)
-	PruneDead(ctx context.Context, ref store.DeadRef, now time.Time) (bool, error)
-}
-
-var _ Store = (*store.Store)(nil)
 
 // EventLog is the event log Stats reads a queue's failures from
 // (implemented by *events.Store).
@@ -67,13 +29,6 @@ type EventLog interface {
 }
 
 var _ EventLog = (*events.Store)(nil)
-
-// tableStore is a Store that names its DynamoDB client and table
-// (*store.Store): the event log defaults to the one in that table.
-type tableStore interface {
-	DB() store.DynamoAPI
-	Table() string
-}
 
 // Finisher advances the workflow of a job that reached a terminal state
 // (implemented by *workflow.Engine).
@@ -106,15 +61,17 @@ type Config struct {
 	Workflows Finisher
 	// Events is the event log Stats counts a queue's failed attempts of
 	// the last hour in. Default: the log in the store's table, read with
-	// the store's client (events.NewStore(st.DB(), st.Table())), when the
-	// store names them as *store.Store does; otherwise none, and Stats
-	// fails with a backend error.
+	// the store's client (events.NewStore(st.DB(), st.Table())).
 	Events EventLog
+	// Queues is the persistence of the queue and worker items. Default: the
+	// items in the store's table, read with the store's client.
+	Queues *queue.Store
 }
 
 // Service runs the job operations.
 type Service struct {
-	st     Store
+	st     *store.Store
+	qs     *queue.Store
 	push   map[string]bool
 	redel  time.Duration
 	now    func() time.Time
@@ -144,14 +101,15 @@ type Service struct {
 	pausedSeen sync.Map
 }
 
-// New returns a service on st.
-func New(st Store, c Config) *Service {
-	s := &Service{st: st, push: map[string]bool{}, redel: c.RedeliverAfter, now: c.Now, rnd: c.Rand, log: c.Logger,
+// New returns a service on st, the job items' persistence.
+func New(st *store.Store, c Config) *Service {
+	s := &Service{st: st, qs: c.Queues, push: map[string]bool{}, redel: c.RedeliverAfter, now: c.Now, rnd: c.Rand, log: c.Logger,
 		retention: c.DeadRetention.withDefaults(), flow: c.Workflows, evlog: c.Events}
 	if s.evlog == nil {
-		if ts, ok := st.(tableStore); ok {
-			s.evlog = events.NewStore(ts.DB(), ts.Table())
-		}
+		s.evlog = events.NewStore(st.DB(), st.Table())
+	}
+	if s.qs == nil {
+		s.qs = queue.NewStore(st.DB(), st.Table())
 	}
 	for _, q := range c.PushQueues {
 		s.push[q] = true
@@ -248,7 +206,7 @@ func (s *Service) setRate(ctx context.Context, j *job.Job) error {
 	if v, ok := s.rates.Load(j.Queue); ok && v.(float64) == j.RateLimit {
 		return nil
 	}
-	if err := s.st.SetQueueRate(ctx, j.Queue, j.RateLimit, s.Now()); err != nil {
+	if err := s.qs.SetQueueRate(ctx, j.Queue, j.RateLimit, s.Now()); err != nil {
 		return err
 	}
 	s.rates.Store(j.Queue, j.RateLimit)
@@ -262,7 +220,7 @@ func (s *Service) ensureQueue(ctx context.Context, q string) error {
 	if _, ok := s.queues.Load(q); ok {
 		return nil
 	}
-	if err := s.st.EnsureQueue(ctx, q, s.Now()); err != nil {
+	if err := s.qs.EnsureQueue(ctx, q, s.Now()); err != nil {
 		return err
 	}
 	s.queues.Store(q, true)

@@ -9,7 +9,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
-	"github.com/ojs-aws/ojs-serverless/pkg/store"
+	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 )
 
 // PauseCacheTTL is how long a push-mode worker trusts that a queue is not
@@ -43,7 +43,7 @@ func (s *Service) paused(ctx context.Context, q string) (bool, error) {
 	if r, ok := c.queues[q]; ok && !r.paused && now.Sub(r.at) <= PauseCacheTTL {
 		return false, nil
 	}
-	fs, err := s.st.FetchState(ctx, []string{q}, "")
+	fs, err := s.qs.FetchState(ctx, []string{q}, "")
 	if err != nil {
 		return false, err
 	}
@@ -71,7 +71,7 @@ type QueueState struct {
 	RateLimit float64 `json:"rate_limit_per_second,omitempty"`
 }
 
-func queueState(i *store.QueueInfo) QueueState {
+func queueState(i *queue.QueueInfo) QueueState {
 	st := QueueState{Name: i.Name, Status: "active", Paused: i.Paused, PausedAt: i.PausedAt, RateLimit: i.RateLimit}
 	if i.Paused {
 		st.Status = "paused"
@@ -86,8 +86,7 @@ func (s *Service) SetPaused(ctx context.Context, name string, paused bool) (Queu
 	if err := job.ValidateQueue(name); err != nil {
 		return QueueState{}, err
 	}
-	qs := s.st
-	info, err := qs.SetQueuePaused(ctx, name, paused, s.Now())
+	info, err := s.qs.SetQueuePaused(ctx, name, paused, s.Now())
 	if err != nil {
 		return QueueState{}, ojserr.Backend(err)
 	}
@@ -101,8 +100,7 @@ func (s *Service) SetPaused(ctx context.Context, name string, paused bool) (Queu
 
 // QueueStates lists every registered queue with its pause state.
 func (s *Service) QueueStates(ctx context.Context) ([]QueueState, error) {
-	qs := s.st
-	infos, err := qs.QueueInfos(ctx)
+	infos, err := s.qs.QueueInfos(ctx)
 	if err != nil {
 		return nil, ojserr.Backend(err)
 	}
@@ -135,8 +133,7 @@ func (s *Service) Stats(ctx context.Context, name string) (*QueueStats, error) {
 	if err := job.ValidateQueue(name); err != nil {
 		return nil, err
 	}
-	qs := s.st
-	c, err := qs.CountQueue(ctx, name)
+	c, err := s.st.CountQueue(ctx, name)
 	if err != nil {
 		return nil, ojserr.Backend(err)
 	}
@@ -160,7 +157,7 @@ func (s *Service) Stats(ctx context.Context, name string) (*QueueStats, error) {
 		}
 		return n, nil
 	}
-	done, err := qs.CountCompleted(ctx, name, now.Add(-time.Hour))
+	done, err := s.st.CountCompleted(ctx, name, now.Add(-time.Hour))
 	if err != nil {
 		return nil, ojserr.Backend(err)
 	}
@@ -169,7 +166,7 @@ func (s *Service) Stats(ctx context.Context, name string) (*QueueStats, error) {
 		return nil, ojserr.Backend(err)
 	}
 	st := QueueState{Name: name, Status: "active"}
-	infos, err := qs.QueueInfos(ctx)
+	infos, err := s.qs.QueueInfos(ctx)
 	if err != nil {
 		return nil, ojserr.Backend(err)
 	}

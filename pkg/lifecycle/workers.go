@@ -6,7 +6,7 @@ import "sync"
 // Such a worker never becomes running again (worker ids are per process,
 // and a directive is never withdrawn), so the answer is kept for good; a
 // worker not known to be stopping is read from the table on every FETCH
-// (with the queues' state, store.FetchState), so a quiet reported through
+// (with the queues' state, queue.FetchState), so a quiet reported through
 // another API instance holds at once (ojs-graceful-shutdown.md 5.1).
 type stoppingWorkers struct {
 	mu  sync.Mutex

@@ -355,67 +355,6 @@ func TestDueNowReadsAShardOnlyWhenSomethingMayBeDue(t *testing.T) {
 	}
 }
 
-// The queue registry is spread over its shards by queue name; the list,
-// pause state and rate limiter of each queue are found in its shard.
-func TestTheQueueRegistryIsSpread(t *testing.T) {
-	t.Parallel()
-	s, _ := testenv.Table(t)
-	table := s.Table()
-	ctx := context.Background()
-	var names []string
-	for i := range 16 {
-		names = append(names, fmt.Sprintf("queue-%02d", i))
-	}
-	for _, q := range names {
-		if err := s.EnsureQueue(ctx, q, t0); err != nil {
-			t.Fatal(err)
-		}
-	}
-	spread(t, "registry", partitionSizes(t, table, "", "pk", "QUEUES", topology.JobTable.Shards.Registry), names)
-	got, err := s.Queues(ctx)
-	if err != nil || strings.Join(got, ",") != strings.Join(names, ",") {
-		t.Fatalf("queues %v %v", got, err)
-	}
-	for _, q := range names {
-		if _, err := s.SetQueuePaused(ctx, q, q == "queue-07", t0); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, q := range names {
-		p, _, err := s.QueueFetchState(ctx, q)
-		if err != nil || p != (q == "queue-07") {
-			t.Fatalf("queue %s paused=%v %v", q, p, err)
-		}
-	}
-	infos, _ := s.QueueInfos(ctx)
-	if len(infos) != 16 {
-		t.Fatalf("%d queues listed after pausing, want 16 (an update wrote outside its shard)", len(infos))
-	}
-	// FETCH's one read of its queues and worker finds each in its shard,
-	// through BatchGetItem and through a client without it alike.
-	if _, err := s.WorkerBeat(ctx, store.WorkerInfo{ID: "w-quiet", State: "quiet"}, t0); err != nil {
-		t.Fatal(err)
-	}
-	plain := store.New(&countingDB{DynamoAPI: testenv.DynamoDB()}, table)
-	for _, st := range []*store.Store{s, plain} {
-		fs, err := st.FetchState(ctx, append(names, "never-registered"), "w-quiet")
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, q := range names {
-			if fs.Queues[q].Paused != (q == "queue-07") {
-				t.Fatalf("fetch state of %s: %+v", q, fs.Queues[q])
-			}
-		}
-		if fs.Queues["never-registered"].Paused || fs.Worker == nil || fs.Worker.State != "quiet" {
-			t.Fatalf("fetch state: %+v, worker %+v", fs.Queues["never-registered"], fs.Worker)
-		}
-		if fs, err := st.FetchState(ctx, names[:1], "w-unknown"); err != nil || fs.Worker != nil {
-			t.Fatalf("an unknown worker: %+v %v", fs.Worker, err)
-		}
-	}
-}
-
 // Entries with equal sort values (jobs due at the same millisecond) are
 // each listed once when the Admin API pages across the due shards.
 func TestListingPagesThroughTiesAcrossShards(t *testing.T) {

@@ -681,35 +681,6 @@ func (s *Store) deadPage(ctx context.Context, queue string, since, before time.T
 	return p, nil
 }
 
-// EnsureQueue records a queue name in the queue registry (idempotent).
-func (s *Store) EnsureQueue(ctx context.Context, name string, now time.Time) error {
-	_, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{
-		TableName: &s.table,
-		Item: withAttrs(queueKey(name), map[string]types.AttributeValue{
-			"name": &types.AttributeValueMemberS{Value: name}, "created_at": &types.AttributeValueMemberS{Value: job.Timestamp(now)},
-		}),
-		ConditionExpression: aws.String("attribute_not_exists(pk)"),
-	})
-	var ccf *types.ConditionalCheckFailedException
-	if err != nil && !errors.As(err, &ccf) {
-		return fmt.Errorf("register queue %s: %w", name, err)
-	}
-	return nil
-}
-
-// Queues lists the registered queue names.
-func (s *Store) Queues(ctx context.Context) ([]string, error) {
-	infos, err := s.QueueInfos(ctx)
-	if err != nil {
-		return nil, err
-	}
-	names := make([]string, len(infos))
-	for i, q := range infos {
-		names[i] = q.Name
-	}
-	return names, nil
-}
-
 // Ping checks that the table answers (a read of a key that never exists).
 func (s *Store) Ping(ctx context.Context) error {
 	_, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.table, Key: map[string]types.AttributeValue{

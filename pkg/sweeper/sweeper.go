@@ -21,22 +21,33 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/fault"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
+	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 )
 
-// Store is what the sweeper reads and writes directly.
+// Store is what the sweeper reads and writes directly of the job items.
 type Store interface {
-	QueueInfos(ctx context.Context) ([]store.QueueInfo, error)
 	Apply(ctx context.Context, t store.Transition) (*job.Job, error)
 	ListQueue(ctx context.Context, l store.Listing, queue string, states []job.State, limit int, cursor string) (store.IndexPage, error)
+}
+
+// Queues is what the sweeper reads and writes of the queue registry
+// (implemented by *queue.Store).
+type Queues interface {
+	QueueInfos(ctx context.Context) ([]queue.QueueInfo, error)
 	ClearRedeliver(ctx context.Context, name, token string) error
 }
+
+var _ Queues = (*queue.Store)(nil)
 
 // Sweeper runs sweeps.
 type Sweeper struct {
 	Service *lifecycle.Service
 	Store   Store
-	Sender  lifecycleSender
+	// Queues lists the registered queues and clears their redelivery
+	// marks.
+	Queues Queues
+	Sender lifecycleSender
 	// PushQueues are always swept, registered or not.
 	PushQueues []string
 	// Workflows, when set, has its stalled workflows repaired each sweep.
@@ -70,7 +81,7 @@ type Result struct {
 
 // Sweep makes one pass over every queue.
 func (s *Sweeper) Sweep(ctx context.Context) (Result, error) {
-	infos, err := s.Store.QueueInfos(ctx)
+	infos, err := s.Queues.QueueInfos(ctx)
 	if err != nil {
 		return Result{}, err
 	}
@@ -79,7 +90,7 @@ func (s *Sweeper) Sweep(ctx context.Context) (Result, error) {
 	for _, q := range s.PushQueues {
 		set[q] = true
 	}
-	var resumed []store.QueueInfo
+	var resumed []queue.QueueInfo
 	for _, qi := range infos {
 		set[qi.Name] = true
 		paused[qi.Name] = qi.Paused
@@ -142,7 +153,7 @@ func (s *Sweeper) Sweep(ctx context.Context) (Result, error) {
 // redeliverResumed re-sends the available push-mode jobs of a resumed
 // queue (their messages were dropped while it was paused), then clears the
 // queue's mark. A crash in between re-sends them again: harmless.
-func (s *Sweeper) redeliverResumed(ctx context.Context, qi store.QueueInfo) (int, error) {
+func (s *Sweeper) redeliverResumed(ctx context.Context, qi queue.QueueInfo) (int, error) {
 	sent := 0
 	var sendErr error
 	cursor := ""
@@ -176,7 +187,7 @@ func (s *Sweeper) redeliverResumed(ctx context.Context, qi store.QueueInfo) (int
 			break
 		}
 	}
-	return sent, errors.Join(sendErr, s.Store.ClearRedeliver(ctx, qi.Name, qi.Redeliver))
+	return sent, errors.Join(sendErr, s.Queues.ClearRedeliver(ctx, qi.Name, qi.Redeliver))
 }
 
 func (s *Sweeper) sweepQueue(ctx context.Context, q string, limit int, paused bool) (int, error) {

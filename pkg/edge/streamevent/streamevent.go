@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/ojs-aws/ojs-serverless/pkg/cron"
 	"github.com/ojs-aws/ojs-serverless/pkg/engine"
+	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 )
 
@@ -92,10 +93,10 @@ func Change(r events.DynamoDBEventRecord) (engine.Change, error) {
 		src   map[string]events.DynamoDBAttributeValue
 		dst   **store.Item
 		node  **store.Node
-		queue **store.QueueInfo
+		queue **queue.QueueInfo
 		cron  **cron.Info
 		prune **store.PruneRun
-		wkr   **store.WorkerInfo
+		wkr   **queue.WorkerInfo
 	}{{r.Change.OldImage, &c.Old, &c.OldNode, &c.OldQueue, &c.OldCron, &c.OldPrune, &c.OldWorker},
 		{r.Change.NewImage, &c.New, &c.NewNode, &c.NewQueue, &c.NewCron, &c.NewPrune, &c.NewWorker}} {
 		if len(img.src) == 0 {
@@ -105,7 +106,7 @@ func Change(r events.DynamoDBEventRecord) (engine.Change, error) {
 		if err != nil {
 			return c, err
 		}
-		if q, ok, err := store.DecodeQueue(av); err != nil {
+		if q, ok, err := queue.DecodeQueue(av); err != nil {
 			return c, err
 		} else if ok {
 			*img.queue = q
@@ -123,7 +124,7 @@ func Change(r events.DynamoDBEventRecord) (engine.Change, error) {
 			*img.prune = p
 			continue
 		}
-		if w, ok, err := store.DecodeWorker(av); err != nil {
+		if w, ok, err := queue.DecodeWorker(av); err != nil {
 			return c, err
 		} else if ok {
 			*img.wkr = w

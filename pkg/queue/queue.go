@@ -1,4 +1,4 @@
-package store
+package queue
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
-	"github.com/ojs-aws/ojs-serverless/pkg/topology"
+	"github.com/ojs-aws/ojs-serverless/pkg/store"
 )
 
 // QueueInfo is a registered queue and its pause state.
@@ -34,7 +34,6 @@ type QueueInfo struct {
 }
 
 const (
-	queuesPK    = "QUEUES"
 	queuePrefix = "Q#"
 	// ratePrefix keys a queue's rate limiter state (sk RL#<name>): apart
 	// from the registry item so that taking tokens, a write per FETCH,
@@ -44,7 +43,7 @@ const (
 
 func queueKey(name string) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{
-		attrPK: &types.AttributeValueMemberS{Value: registryPK(name)}, attrSK: &types.AttributeValueMemberS{Value: queuePrefix + name},
+		attrPK: &types.AttributeValueMemberS{Value: store.RegistryPK(name)}, attrSK: &types.AttributeValueMemberS{Value: queuePrefix + name},
 	}
 }
 
@@ -184,7 +183,7 @@ func (s *Store) FetchState(ctx context.Context, queues []string, workerID string
 		}
 		keys = out.UnprocessedKeys[s.table].Keys
 		if len(keys) > 0 {
-			time.Sleep(conflictBackoff(tries))
+			time.Sleep(store.ConflictBackoff(tries))
 		}
 	}
 	return fs, nil
@@ -218,7 +217,7 @@ func (s *Store) TakeRateTokens(ctx context.Context, name string, n int, perSecon
 	hold := int64(math.Ceil(float64(n) / perSecond * 1e6))
 	at := now.UnixMicro()
 	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table,
-		Key:                       map[string]types.AttributeValue{attrPK: avS(registryPK(name)), attrSK: avS(ratePrefix + name)},
+		Key:                       map[string]types.AttributeValue{attrPK: avS(store.RegistryPK(name)), attrSK: avS(ratePrefix + name)},
 		UpdateExpression:          aws.String("SET next_us = :next"),
 		ConditionExpression:       aws.String("attribute_not_exists(next_us) OR next_us <= :now"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":next": &types.AttributeValueMemberN{Value: itoa(at + hold)}, ":now": &types.AttributeValueMemberN{Value: itoa(at)}}})
@@ -245,8 +244,8 @@ func (s *Store) QueuePaused(ctx context.Context, name string) (bool, error) {
 
 // QueueInfos lists the registered queues with their pause state.
 func (s *Store) QueueInfos(ctx context.Context) ([]QueueInfo, error) {
-	parts, err := eachShard(ctx, shardKeys(queuesPK, shards().Registry), func(ctx context.Context, pk string) ([]QueueInfo, error) {
-		return queryAll[QueueInfo](ctx, s.db, &dynamodb.QueryInput{TableName: &s.table, ConsistentRead: aws.Bool(true),
+	parts, err := store.EachShard(ctx, store.RegistryPKs(), func(ctx context.Context, pk string) ([]QueueInfo, error) {
+		return store.QueryAll[QueueInfo](ctx, s.db, &dynamodb.QueryInput{TableName: &s.table, ConsistentRead: aws.Bool(true),
 			KeyConditionExpression:    aws.String("pk = :pk AND begins_with(sk, :p)"),
 			ExpressionAttributeValues: map[string]types.AttributeValue{":pk": avS(pk), ":p": avS(queuePrefix)}})
 	})
@@ -280,60 +279,31 @@ func DecodeQueue(av map[string]types.AttributeValue) (*QueueInfo, bool, error) {
 	return decodeIf[QueueInfo](av, prefixed(queuePrefix), "queue item")
 }
 
-// QueueCounts are a queue's jobs per waiting state, counted from the
-// indexes (exact at the time of reading).
-type QueueCounts struct {
-	Available, Active, Scheduled, Retryable, Discarded int
+// EnsureQueue records a queue name in the queue registry (idempotent).
+func (s *Store) EnsureQueue(ctx context.Context, name string, now time.Time) error {
+	_, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName: &s.table,
+		Item: withAttrs(queueKey(name), map[string]types.AttributeValue{
+			"name": &types.AttributeValueMemberS{Value: name}, "created_at": &types.AttributeValueMemberS{Value: job.Timestamp(now)},
+		}),
+		ConditionExpression: aws.String("attribute_not_exists(pk)"),
+	})
+	var ccf *types.ConditionalCheckFailedException
+	if err != nil && !errors.As(err, &ccf) {
+		return fmt.Errorf("register queue %s: %w", name, err)
+	}
+	return nil
 }
 
-// CountCompleted counts a queue's jobs completed at or after since, from
-// the keys-only "done" index (1 read unit per 4 KB of keys: about 40,000
-// completions per page).
-func (s *Store) CountCompleted(ctx context.Context, queue string, since time.Time) (int, error) {
-	in := &dynamodb.QueryInput{TableName: &s.table, IndexName: aws.String(topology.IndexDone),
-		KeyConditionExpression:    aws.String("#k = :q AND #s >= :since"),
-		ExpressionAttributeNames:  map[string]string{"#k": attrDonePK, "#s": attrDoneSK},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":q": &types.AttributeValueMemberS{Value: queue}, ":since": &types.AttributeValueMemberS{Value: fmt.Sprintf("%013d", ms(since))}},
-		Select:                    types.SelectCount}
-	n := 0
-	for {
-		out, err := s.db.Query(ctx, in)
-		if err != nil {
-			return 0, fmt.Errorf("count completions of queue %s: %w", queue, err)
-		}
-		n += int(out.Count)
-		if len(out.LastEvaluatedKey) == 0 {
-			return n, nil
-		}
-		in.ExclusiveStartKey = out.LastEvaluatedKey
+// Queues lists the registered queue names.
+func (s *Store) Queues(ctx context.Context) ([]string, error) {
+	infos, err := s.QueueInfos(ctx)
+	if err != nil {
+		return nil, err
 	}
-}
-
-// CountQueue counts a queue's jobs by state: the available pull-mode ones
-// and the discarded ones from the ready index, the available push-mode,
-// active, scheduled and retryable ones from the due index. It reads every
-// index entry of the queue, so its cost grows with the backlog.
-func (s *Store) CountQueue(ctx context.Context, queue string) (QueueCounts, error) {
-	var c QueueCounts
-	tally := func(st job.State) {
-		switch st {
-		case job.Available:
-			c.Available++
-		case job.Active:
-			c.Active++
-		case job.Scheduled:
-			c.Scheduled++
-		case job.Retryable:
-			c.Retryable++
-		case job.Discarded:
-			c.Discarded++
-		}
+	names := make([]string, len(infos))
+	for i, q := range infos {
+		names[i] = q.Name
 	}
-	for _, l := range []Listing{ListAvailable, ListDead, ListWaiting} {
-		read := 0
-		if _, err := s.eachState(ctx, l, queue, 0, &read, tally); err != nil {
-			return c, fmt.Errorf("count queue %s: %w", queue, err)
-		}
-	}
-	return c, nil
+	return names, nil
 }

@@ -1,7 +1,8 @@
-package store
+package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 )
 
@@ -139,4 +141,45 @@ func (s *Store) Workers(ctx context.Context, limit int) ([]WorkerInfo, error) {
 		ws = append(ws, w)
 	}
 	return ws, nil
+}
+
+// Worker reads a worker's whole item (nil when there is none).
+func (s *Store) Worker(ctx context.Context, id string) (*WorkerInfo, error) {
+	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.table, Key: workerKey(id), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return nil, fmt.Errorf("read worker %s: %w", id, err)
+	}
+	if len(out.Item) == 0 {
+		return nil, nil
+	}
+	var w WorkerInfo
+	if err := attributevalue.UnmarshalMap(out.Item, &w); err != nil {
+		return nil, err
+	}
+	return &w, nil
+}
+
+// ErrWorkerNotStale is returned by DeleteWorker for a worker that sent a
+// heartbeat after the cut-off.
+var ErrWorkerNotStale = errors.New("worker is not stale")
+
+// DeleteWorker removes a worker's item if its last heartbeat is before
+// staleBefore (the heartbeat time is the item's due_at). It returns
+// store.ErrNotFound if there is no such worker.
+func (s *Store) DeleteWorker(ctx context.Context, id string, staleBefore time.Time) error {
+	_, err := s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &s.table, Key: workerKey(id),
+		ConditionExpression:                 aws.String("attribute_exists(pk) AND (attribute_not_exists(due_at) OR due_at < :cut)"),
+		ExpressionAttributeValues:           map[string]types.AttributeValue{":cut": &types.AttributeValueMemberN{Value: itoa(ms(staleBefore))}},
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld})
+	var ccf *types.ConditionalCheckFailedException
+	if errors.As(err, &ccf) {
+		if len(ccf.Item) == 0 {
+			return store.ErrNotFound
+		}
+		return ErrWorkerNotStale
+	}
+	if err != nil {
+		return fmt.Errorf("delete worker %s: %w", id, err)
+	}
+	return nil
 }

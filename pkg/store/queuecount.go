@@ -1,0 +1,71 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/topology"
+)
+
+// QueueCounts are a queue's jobs per waiting state, counted from the
+// indexes (exact at the time of reading).
+type QueueCounts struct {
+	Available, Active, Scheduled, Retryable, Discarded int
+}
+
+// CountCompleted counts a queue's jobs completed at or after since, from
+// the keys-only "done" index (1 read unit per 4 KB of keys: about 40,000
+// completions per page).
+func (s *Store) CountCompleted(ctx context.Context, queue string, since time.Time) (int, error) {
+	in := &dynamodb.QueryInput{TableName: &s.table, IndexName: aws.String(topology.IndexDone),
+		KeyConditionExpression:    aws.String("#k = :q AND #s >= :since"),
+		ExpressionAttributeNames:  map[string]string{"#k": attrDonePK, "#s": attrDoneSK},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":q": &types.AttributeValueMemberS{Value: queue}, ":since": &types.AttributeValueMemberS{Value: fmt.Sprintf("%013d", ms(since))}},
+		Select:                    types.SelectCount}
+	n := 0
+	for {
+		out, err := s.db.Query(ctx, in)
+		if err != nil {
+			return 0, fmt.Errorf("count completions of queue %s: %w", queue, err)
+		}
+		n += int(out.Count)
+		if len(out.LastEvaluatedKey) == 0 {
+			return n, nil
+		}
+		in.ExclusiveStartKey = out.LastEvaluatedKey
+	}
+}
+
+// CountQueue counts a queue's jobs by state: the available pull-mode ones
+// and the discarded ones from the ready index, the available push-mode,
+// active, scheduled and retryable ones from the due index. It reads every
+// index entry of the queue, so its cost grows with the backlog.
+func (s *Store) CountQueue(ctx context.Context, queue string) (QueueCounts, error) {
+	var c QueueCounts
+	tally := func(st job.State) {
+		switch st {
+		case job.Available:
+			c.Available++
+		case job.Active:
+			c.Active++
+		case job.Scheduled:
+			c.Scheduled++
+		case job.Retryable:
+			c.Retryable++
+		case job.Discarded:
+			c.Discarded++
+		}
+	}
+	for _, l := range []Listing{ListAvailable, ListDead, ListWaiting} {
+		read := 0
+		if _, err := s.eachState(ctx, l, queue, 0, &read, tally); err != nil {
+			return c, fmt.Errorf("count queue %s: %w", queue, err)
+		}
+	}
+	return c, nil
+}
