@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/ojs-aws/ojs-serverless/pkg/engine"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
 )
 
 // Processor handles changes; it returns the index of the first change to
@@ -76,7 +77,7 @@ func subject(c engine.Change) []any {
 			return []any{"job_id", it.Job.ID}
 		}
 	}
-	for _, n := range []*store.Node{c.NewNode, c.OldNode} {
+	for _, n := range []*wfstore.Node{c.NewNode, c.OldNode} {
 		if n != nil {
 			return []any{"workflow_id", n.WorkflowID, "node_path", n.Path}
 		}
@@ -90,7 +91,7 @@ func Change(r events.DynamoDBEventRecord) (engine.Change, error) {
 	for _, img := range []struct {
 		src   map[string]events.DynamoDBAttributeValue
 		dst   **store.Item
-		node  **store.Node
+		node  **wfstore.Node
 		queue **store.QueueInfo
 		cron  **store.CronInfo
 		prune **store.PruneRun
@@ -128,7 +129,7 @@ func Change(r events.DynamoDBEventRecord) (engine.Change, error) {
 			*img.wkr = w
 			continue
 		}
-		if n, ok, err := store.DecodeNode(av); err != nil {
+		if n, ok, err := wfstore.DecodeNode(av); err != nil {
 			return c, err
 		} else if ok {
 			*img.node = n
