@@ -17,6 +17,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/awsclient"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
 	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
 )
 
@@ -57,7 +58,7 @@ func newStack(t *testing.T) (*store.Store, *lifecycle.Service, *workflow.Engine)
 	}
 	st := store.New(db, "scale")
 	svc := lifecycle.New(st, lifecycle.Config{})
-	eng := workflow.New(st, workflow.Config{Jobs: svc})
+	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Jobs: svc})
 	svc.SetWorkflows(eng)
 	return st, svc, eng
 }
@@ -76,7 +77,7 @@ func runAll(t *testing.T, st *store.Store, svc *lifecycle.Service, eng *workflow
 	ran := map[string]int{}
 	var wg sync.WaitGroup
 	done := func() bool {
-		root, err := st.GetNode(ctx, id, store.RootPath)
+		root, err := wfstore.New(st).GetNode(ctx, id, wfstore.RootPath)
 		return err == nil && root.State.Terminal()
 	}
 	for w := 0; w < 16; w++ {
@@ -139,7 +140,7 @@ func scaleRun(t *testing.T, kind string, n int) {
 	id := (*v)["id"].(string)
 	created := time.Since(start)
 	ran := runAll(t, st, svc, eng, "scale", id, time.Now().Add(runBudget))
-	root, err := st.GetNode(ctx, id, store.RootPath)
+	root, err := wfstore.New(st).GetNode(ctx, id, wfstore.RootPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +212,7 @@ func TestThousandStepGraphs(t *testing.T) {
 			}
 			id := (*v)["id"].(string)
 			ran := runAll(t, st, svc, eng, q, id, time.Now().Add(runBudget))
-			root, err := st.GetNode(ctx, id, store.RootPath)
+			root, err := wfstore.New(st).GetNode(ctx, id, wfstore.RootPath)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -18,16 +18,17 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
 	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
 )
 
 // snapshot is the whole table, read at the end of the run.
 type snapshot struct {
-	jobs   map[string]*job.Job               // by id
-	nodes  map[string]map[string]*store.Node // workflow id -> path -> node
-	events map[string][]jobEvent             // job id -> its events
-	wfEvts map[string][]string               // workflow id -> event types
-	seen   map[string]bool                   // event ids counted
+	jobs   map[string]*job.Job                 // by id
+	nodes  map[string]map[string]*wfstore.Node // workflow id -> path -> node
+	events map[string][]jobEvent               // job id -> its events
+	wfEvts map[string][]string                 // workflow id -> event types
+	seen   map[string]bool                     // event ids counted
 }
 
 type jobEvent struct {
@@ -36,7 +37,7 @@ type jobEvent struct {
 }
 
 func scan(ctx context.Context, db *dynamodb.Client, table string) (*snapshot, error) {
-	s := &snapshot{jobs: map[string]*job.Job{}, nodes: map[string]map[string]*store.Node{}, events: map[string][]jobEvent{}, wfEvts: map[string][]string{}, seen: map[string]bool{}}
+	s := &snapshot{jobs: map[string]*job.Job{}, nodes: map[string]map[string]*wfstore.Node{}, events: map[string][]jobEvent{}, wfEvts: map[string][]string{}, seen: map[string]bool{}}
 	const segments = 4
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -84,12 +85,12 @@ func (s *snapshot) add(av map[string]types.AttributeValue) error {
 		}
 		s.jobs[it.Job.ID] = it.Job
 	case strings.HasPrefix(pk.Value, "WF#"):
-		n, ok, err := store.DecodeNode(av)
+		n, ok, err := wfstore.DecodeNode(av)
 		if err != nil || !ok {
 			return err
 		}
 		if s.nodes[n.WorkflowID] == nil {
-			s.nodes[n.WorkflowID] = map[string]*store.Node{}
+			s.nodes[n.WorkflowID] = map[string]*wfstore.Node{}
 		}
 		s.nodes[n.WorkflowID][n.Path] = n
 	case strings.HasPrefix(pk.Value, "EVT#job#"), strings.HasPrefix(pk.Value, "EVT#workflow#"),
@@ -342,7 +343,7 @@ func parentPath(p string) string {
 // completed is undone exactly once, the latest completion first, each
 // compensation with its step's result; a saga that completed, or whose
 // first step failed, undoes nothing.
-func checkSaga(w *wfPlan, nodes map[string]*store.Node, snap *snapshot, want map[string]bool, fail func(string, ...any)) {
+func checkSaga(w *wfPlan, nodes map[string]*wfstore.Node, snap *snapshot, want map[string]bool, fail func(string, ...any)) {
 	root := nodes["/"]
 	type done struct {
 		path string
@@ -368,7 +369,7 @@ func checkSaga(w *wfPlan, nodes map[string]*store.Node, snap *snapshot, want map
 	}
 	if len(completed) == 0 {
 		// Its first step failed: nothing to undo, no compensation events.
-		if root.Compensation != store.CompensationNone {
+		if root.Compensation != wfstore.CompensationNone {
 			fail("wf %d: a failed saga with no completed step has compensation %q, want none", w.index, root.Compensation)
 		}
 		for _, e := range snap.wfEvts[w.id] {
@@ -381,7 +382,7 @@ func checkSaga(w *wfPlan, nodes map[string]*store.Node, snap *snapshot, want map
 		}
 		return
 	}
-	if root.Compensation != store.CompensationCompleted {
+	if root.Compensation != wfstore.CompensationCompleted {
 		fail("wf %d: a failed saga's compensation is %q, want completed", w.index, root.Compensation)
 	}
 	for k, d := range completed {
@@ -417,7 +418,7 @@ func checkSaga(w *wfPlan, nodes map[string]*store.Node, snap *snapshot, want map
 // was cancelled before it started, and the workflow then failed with
 // workflow_timeout; every job is terminal and ran at most once per
 // attempt.
-func checkTimed(w *wfPlan, nodes map[string]*store.Node, snap *snapshot, views map[string]map[string]any, want map[string]bool,
+func checkTimed(w *wfPlan, nodes map[string]*wfstore.Node, snap *snapshot, views map[string]map[string]any, want map[string]bool,
 	t *tally, fail func(string, ...any)) {
 	root := nodes["/"]
 	all, cancelled := true, 0
@@ -466,7 +467,7 @@ func checkTimed(w *wfPlan, nodes map[string]*store.Node, snap *snapshot, views m
 // or explained by faults, counted once in its parent as what it was, and
 // its event history (each attempt enqueued once and started once, one
 // terminal event).
-func checkJob(w *wfPlan, n *node, j *job.Job, parent *store.Node, snap *snapshot, pool *pullPool, t *tally, fail func(string, ...any)) bool {
+func checkJob(w *wfPlan, n *node, j *job.Job, parent *wfstore.Node, snap *snapshot, pool *pullPool, t *tally, fail func(string, ...any)) bool {
 	ok := j.State == job.Completed
 	if j.State != job.Completed && j.State != job.Discarded {
 		fail("wf %d %s: job %s is %s, not finished", w.index, n.path, j.ID, j.State)
@@ -476,7 +477,7 @@ func checkJob(w *wfPlan, n *node, j *job.Job, parent *store.Node, snap *snapshot
 		seg := n.path[strings.LastIndex(n.path, "/")+1:]
 		var inOK, inFail bool
 		if strings.HasPrefix(seg, "on_") {
-			inOK, inFail = store.HasString(parent.CallbacksOK, seg), store.HasString(parent.CallbacksFail, seg)
+			inOK, inFail = wfstore.HasString(parent.CallbacksOK, seg), wfstore.HasString(parent.CallbacksFail, seg)
 		} else if idx, err := strconv.Atoi(seg[1:]); err == nil {
 			inOK, inFail = slices.Contains(parent.OK, idx), slices.Contains(parent.Fail, idx)
 		}

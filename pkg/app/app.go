@@ -146,7 +146,7 @@ func Load(ctx context.Context) (*App, error) {
 	svc := lifecycle.New(st, lifecycle.Config{PushQueues: push, Logger: log, DeadRetention: ret, RedeliverAfter: redeliver, Events: evs, Queues: qs})
 	// Workflow jobs are admitted like every job, and a request that
 	// finishes a workflow job advances its workflow before it answers.
-	wfs := workflow.New(st, workflow.Config{Jobs: svc, PushQueues: push, Logger: log, RedeliverAfter: redeliver, AsyncItems: async})
+	wfs := workflow.New(workflow.StoreOn(st), workflow.Config{Jobs: svc, PushQueues: push, Logger: log, RedeliverAfter: redeliver, AsyncItems: async})
 	svc.SetWorkflows(wfs)
 	a := &App{
 		Admin:  admin.New(st, qs, svc, admin.Config{Logger: log, Events: evs}),

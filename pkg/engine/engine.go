@@ -25,6 +25,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
 	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
 )
 
@@ -32,7 +33,7 @@ import (
 // as a job (Old, New) or as a workflow node (OldNode, NewNode).
 type Change struct {
 	Old, New             *store.Item
-	OldNode, NewNode     *store.Node
+	OldNode, NewNode     *wfstore.Node
 	OldQueue, NewQueue   *queue.QueueInfo
 	OldCron, NewCron     *cron.Info
 	OldPrune, NewPrune   *store.PruneRun
@@ -166,8 +167,8 @@ func (e *Engine) Process(ctx context.Context, changes []Change) (int, error) {
 	// cancel request ran out of time (its root marked cancelling): Resume
 	// cancels the jobs left.
 	for _, c := range changes {
-		if n := c.NewNode; n != nil && n.Path == store.RootPath && (len(n.CDef) > 0 && n.CreateLease == 0 || n.Cancelling) {
-			if err := e.Workflows.Resume(ctx, n.WorkflowID); err != nil && !errors.Is(err, store.ErrCreationUnfinished) {
+		if n := c.NewNode; n != nil && n.Path == wfstore.RootPath && (len(n.CDef) > 0 && n.CreateLease == 0 || n.Cancelling) {
+			if err := e.Workflows.Resume(ctx, n.WorkflowID); err != nil && !errors.Is(err, wfstore.ErrCreationUnfinished) {
 				return 0, err
 			}
 		}

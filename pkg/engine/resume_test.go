@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
-	"github.com/ojs-aws/ojs-serverless/pkg/store"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
 	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
 )
 
@@ -39,20 +39,20 @@ func (r *resumeRecorder) Events(context.Context, string, []workflow.NodeChange, 
 // does, at the first record.
 func TestResumeRunsFromTheRootsChangesWithoutLease(t *testing.T) {
 	def := []byte{1}
-	root := func(id string, def []byte, lease int64) *store.Node {
-		return &store.Node{WorkflowID: id, Path: store.RootPath, CDef: def, CreateLease: lease}
+	root := func(id string, def []byte, lease int64) *wfstore.Node {
+		return &wfstore.Node{WorkflowID: id, Path: wfstore.RootPath, CDef: def, CreateLease: lease}
 	}
 	changes := []Change{
 		{NewNode: root("inserted", def, 0)},
 		{OldNode: root("leased", def, 0), NewNode: root("leased", def, 1795594126694)},
 		{OldNode: root("given-back", def, 1795594126694), NewNode: root("given-back", def, 0)},
 		{OldNode: root("finished", def, 1795594126694), NewNode: root("finished", nil, 0)},
-		{NewNode: &store.Node{WorkflowID: "child", Path: "/0", CDef: def}},
+		{NewNode: &wfstore.Node{WorkflowID: "child", Path: "/0", CDef: def}},
 		{OldNode: root("deleted", def, 0)},
-		{NewNode: &store.Node{WorkflowID: "cancelling", Path: store.RootPath, Cancelling: true}},
-		{OldNode: &store.Node{WorkflowID: "cancelled", Path: store.RootPath, Cancelling: true}, NewNode: &store.Node{WorkflowID: "cancelled", Path: store.RootPath}},
+		{NewNode: &wfstore.Node{WorkflowID: "cancelling", Path: wfstore.RootPath, Cancelling: true}},
+		{OldNode: &wfstore.Node{WorkflowID: "cancelled", Path: wfstore.RootPath, Cancelling: true}, NewNode: &wfstore.Node{WorkflowID: "cancelled", Path: wfstore.RootPath}},
 	}
-	rec := &resumeRecorder{err: fmt.Errorf("slice over: %w", store.ErrCreationUnfinished)}
+	rec := &resumeRecorder{err: fmt.Errorf("slice over: %w", wfstore.ErrCreationUnfinished)}
 	e := &Engine{Workflows: rec}
 	if i, err := e.Process(context.Background(), changes); i != -1 || err != nil {
 		t.Fatalf("Process with unfinished slices: %d, %v", i, err)

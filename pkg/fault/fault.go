@@ -59,12 +59,12 @@ const (
 	// finishing, callbacks, the levels above) is done yet.
 	WorkflowAfterRecord Point = "workflow.after_record"
 	// WorkflowAfterItems: a small workflow's creation without a
-	// transaction (store.CreateWorkflow) wrote its root and nodes, and
+	// transaction (wfstore.CreateWorkflow) wrote its root and nodes, and
 	// dies or fails before it puts the first job: the root's progress
 	// check must put it.
 	WorkflowAfterItems Point = "workflow.after_items"
 	// WorkflowAfterMark: a chain's or graph's advance without a
-	// transaction (store.AdvanceMarked) counted the finished step and
+	// transaction (wfstore.AdvanceMarked) counted the finished step and
 	// marked the root, and dies or fails before it puts the jobs of the
 	// steps it starts: the stream function's verification must put them.
 	WorkflowAfterMark Point = "workflow.after_mark"

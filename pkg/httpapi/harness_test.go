@@ -270,7 +270,7 @@ func newHarness(token string, level slog.Level) *harness {
 	st := store.New(h.db, "fuzz")
 	now := func() time.Time { return fixedNow }
 	svc := lifecycle.New(st, lifecycle.Config{Logger: logger, Now: now})
-	wfs := workflow.New(st, workflow.Config{Logger: logger, Now: now})
+	wfs := workflow.New(workflow.StoreOn(st), workflow.Config{Logger: logger, Now: now})
 	ad := admin.New(st, queue.NewStore(st.DB(), st.Table()), svc, admin.Config{Logger: logger, Now: now})
 	con, err := console.New(console.Config{Admin: ad, Workflows: wfs, AuthToken: token, Logger: logger})
 	if err != nil {

@@ -71,12 +71,6 @@ func registryPK(queue string) string {
 	return shardKey(queuesPK, shardOf(queue, shards().Registry))
 }
 
-// workflowDueKey is the partition of a workflow's due entries under base
-// (workflowDuePK or timeoutDuePK).
-func workflowDueKey(base, workflowID string) string {
-	return shardKey(base, shardOf(workflowID, shards().WorkflowDue))
-}
-
 // eachShard runs read for every partition key at once and returns the
 // answers in key order.
 func eachShard[T any](ctx context.Context, keys []string, read func(ctx context.Context, pk string) (T, error)) ([]T, error) {

@@ -20,7 +20,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
-	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
 )
 
 // DynamoAPI is the part of the DynamoDB client the store uses.
@@ -282,19 +281,6 @@ type Guard struct {
 	cond   string
 	names  map[string]string
 	values map[string]types.AttributeValue
-}
-
-// RootIn guards on workflow wfID's root being in one of states.
-func RootIn(wfID string, states ...wfstate.State) Guard {
-	g := Guard{key: wfKey(wfID, nodeSK(RootPath)), names: map[string]string{"#gs": "state"}, values: map[string]types.AttributeValue{}}
-	var in []string
-	for i, st := range states {
-		k := ":gs" + strconv.Itoa(i)
-		g.values[k] = avS(string(st))
-		in = append(in, k)
-	}
-	g.cond = "#gs IN (" + strings.Join(in, ", ") + ")"
-	return g
 }
 
 // ErrGuardFailed is ApplyAllIf's answer once its guard's condition

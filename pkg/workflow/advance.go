@@ -12,6 +12,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
 )
 
 // step is a finished child of a composite: a job step (Job set) or a
@@ -20,7 +21,7 @@ type step struct {
 	wf, path string
 	ok       bool
 	job      *job.Job
-	node     *store.Node
+	node     *wfstore.Node
 	// shard is the counter shard of its parent the step counts in.
 	shard string
 }
@@ -43,7 +44,7 @@ func stepOfJob(j *job.Job) step {
 	return step{wf: j.WorkflowID, path: j.WorkflowNode, ok: j.State == job.Completed, job: j, shard: j.WorkflowShard}
 }
 
-func stepOfNode(n *store.Node) step {
+func stepOfNode(n *wfstore.Node) step {
 	return step{wf: n.WorkflowID, path: n.Path, ok: n.State == wfstate.Completed, node: n, shard: n.PShard}
 }
 
@@ -61,7 +62,7 @@ func (e *Engine) JobFinished(ctx context.Context, j *job.Job) error {
 	}
 	if j.State == job.Cancelled {
 		// Cancelling a workflow cancels its jobs: nothing to advance.
-		root, err := e.st.GetNode(ctx, j.WorkflowID, store.RootPath)
+		root, err := e.st.GetNode(ctx, j.WorkflowID, wfstore.RootPath)
 		if errors.Is(err, store.ErrNotFound) || (err == nil && root.State == wfstate.Cancelled) {
 			return nil
 		}
@@ -76,9 +77,9 @@ func (e *Engine) JobFinished(ctx context.Context, j *job.Job) error {
 // A count a retry's mark refused ends the walk: the retry counts the
 // step once it has re-opened the workflow (reopen).
 func (e *Engine) advance(ctx context.Context, s step) error {
-	for s.path != store.RootPath {
+	for s.path != wfstore.RootPath {
 		next, err := e.stepDone(ctx, s)
-		if store.RefusedByReopening(err) {
+		if wfstore.RefusedByReopening(err) {
 			e.log.InfoContext(ctx, "workflow step left to the retry re-opening its workflow", "workflow_id", s.wf, "node", s.path)
 			return nil
 		}
@@ -101,7 +102,7 @@ func (e *Engine) stepDone(ctx context.Context, s step) (*step, error) {
 		return nil, e.endCompensation(ctx, s.node)
 	case strings.HasPrefix(s.path, compensatePath+"/"):
 		return e.compensationStepDone(ctx, s)
-	case parentOf(s.path) == store.RootPath && strings.HasPrefix(s.path, "/~"):
+	case parentOf(s.path) == wfstore.RootPath && strings.HasPrefix(s.path, "/~"):
 		return nil, e.handlerDone(ctx, s)
 	}
 	switch parentKind(s.path) {
@@ -120,21 +121,21 @@ func (e *Engine) stepDone(ctx context.Context, s step) (*step, error) {
 // running for the root) with the extra counts in w, and returns it as a
 // finished step for its parent. A composite already finished is returned
 // as it is (a repeated call); a cancelled workflow stops the walk.
-func (e *Engine) finish(ctx context.Context, wf, path string, ok bool, w store.NodeWrite) (*step, error) {
+func (e *Engine) finish(ctx context.Context, wf, path string, ok bool, w wfstore.NodeWrite) (*step, error) {
 	w.Path, w.At, w.To = path, e.now(), wfstate.Completed
 	if !ok {
 		w.To = wfstate.Failed
 	}
 	w.From = []wfstate.State{wfstate.Waiting, wfstate.Running}
-	if path == store.RootPath {
+	if path == wfstore.RootPath {
 		w.From = []wfstate.State{wfstate.Running}
 		// (Not while a retry is re-opening the workflow, as every write
-		// that decides from counts: store.NodeWrite.)
-		// A chain's last launch mark (store.AdvanceMarked) has done its work.
+		// that decides from counts: wfstore.NodeWrite.)
+		// A chain's last launch mark (wfstore.AdvanceMarked) has done its work.
 		w.Remove = append(w.Remove, "launch")
 	}
 	n, err := e.st.UpdateNode(ctx, wf, w)
-	var nc *store.ErrNodeConflict
+	var nc *wfstore.ErrNodeConflict
 	moved := false
 	if errors.As(err, &nc) {
 		n, err = nc.Current, nil
@@ -148,8 +149,8 @@ func (e *Engine) finish(ctx context.Context, wf, path string, ok bool, w store.N
 	if err != nil {
 		return nil, err
 	}
-	if path == store.RootPath {
-		if n.State == wfstate.Failed && (moved || n.Compensation == "" || n.Compensation == store.CompensationWaiting) {
+	if path == wfstore.RootPath {
+		if n.State == wfstate.Failed && (moved || n.Compensation == "" || n.Compensation == wfstore.CompensationWaiting) {
 			// The workflow failed: its compensation and on_failure
 			// handler run (each once, whoever gets here).
 			return nil, e.afterFailure(ctx, n)
@@ -167,14 +168,14 @@ func (e *Engine) chainStepDone(ctx context.Context, s step) (*step, error) {
 	parent, k := parentOf(s.path), s.index()
 	if !s.ok {
 		idx := k
-		return e.finish(ctx, s.wf, parent, false, store.NodeWrite{AddFail: []int{k}, FailedIndex: &idx, FailedStep: s.path})
+		return e.finish(ctx, s.wf, parent, false, wfstore.NodeWrite{AddFail: []int{k}, FailedIndex: &idx, FailedStep: s.path})
 	}
 	if (s.job != nil && s.job.WorkflowLast) || (s.node != nil && s.node.Last) {
 		// The last step, as its job or node says: no next step to read.
-		return e.finish(ctx, s.wf, parent, true, store.NodeWrite{AddOK: []int{k}})
+		return e.finish(ctx, s.wf, parent, true, wfstore.NodeWrite{AddOK: []int{k}})
 	}
 	nextPath := childPath(parent, segment(KindChain, k+1))
-	var next *store.Node
+	var next *wfstore.Node
 	ahead := aheadOf(s.job)
 	if len(ahead) > 0 {
 		// The finished job carries the next step's definition: no read.
@@ -183,13 +184,13 @@ func (e *Engine) chainStepDone(ctx context.Context, s step) (*step, error) {
 		var err error
 		next, err = e.st.GetNode(ctx, s.wf, nextPath)
 		if errors.Is(err, store.ErrNotFound) {
-			return e.finish(ctx, s.wf, parent, true, store.NodeWrite{AddOK: []int{k}})
+			return e.finish(ctx, s.wf, parent, true, wfstore.NodeWrite{AddOK: []int{k}})
 		}
 		if err != nil {
 			return nil, err
 		}
 	}
-	t := newTreeOf([]*store.Node{next})
+	t := newTreeOf([]*wfstore.Node{next})
 	if next.Kind != KindJob {
 		nodes, err := e.st.Subtree(ctx, s.wf, nextPath)
 		if err != nil {
@@ -206,7 +207,7 @@ func (e *Engine) chainStepDone(ctx context.Context, s step) (*step, error) {
 		return nil, err
 	}
 	if len(ahead) > 1 && len(jobs) == 1 {
-		rest := make([]*store.Node, 0, len(ahead)-1)
+		rest := make([]*wfstore.Node, 0, len(ahead)-1)
 		for i, a := range ahead[1:] {
 			rest = append(rest, nodeOfAhead(s.wf, parent, k+2+i, a))
 		}
@@ -216,17 +217,17 @@ func (e *Engine) chainStepDone(ctx context.Context, s step) (*step, error) {
 		return nil, err
 	}
 	scope, states := scopeOf(s.path)
-	record := store.NodeWrite{Path: parent, AddOK: []int{k}, Open: true}
-	if marked := parent == store.RootPath && next.Kind == KindJob && len(jobs) == 1 && len(timed) == 0; marked {
+	record := wfstore.NodeWrite{Path: parent, AddOK: []int{k}, Open: true}
+	if marked := parent == wfstore.RootPath && next.Kind == KindJob && len(jobs) == 1 && len(timed) == 0; marked {
 		// A workflow that is a chain, its next step a job: two writes
 		// instead of a transaction, guarded by the root's mark.
 		err = e.st.AdvanceMarked(ctx, s.wf, record, nextPath, jobs, e.redel)
 	} else {
-		err = e.st.Advance(ctx, store.Advance{WorkflowID: s.wf, Jobs: jobs, RedeliverAfter: e.redel, Scope: scope, ScopeStates: states,
-			Nodes: append([]store.NodeWrite{record}, e.deadlines(timed)...)})
+		err = e.st.Advance(ctx, wfstore.Advance{WorkflowID: s.wf, Jobs: jobs, RedeliverAfter: e.redel, Scope: scope, ScopeStates: states,
+			Nodes: append([]wfstore.NodeWrite{record}, e.deadlines(timed)...)})
 	}
-	var nc *store.ErrNodeConflict
-	if errors.As(err, &nc) || errors.Is(err, store.ErrWorkflowNotRunning) {
+	var nc *wfstore.ErrNodeConflict
+	if errors.As(err, &nc) || errors.Is(err, wfstore.ErrWorkflowNotRunning) {
 		// The chain finished meanwhile (its timeout), or the workflow
 		// did: nothing starts, but a failed workflow's compensation may
 		// be waiting for this step.
@@ -243,14 +244,14 @@ func (e *Engine) chainStepDone(ctx context.Context, s step) (*step, error) {
 // sweeper's check does so within compensationRecheck. It costs a read,
 // only on this path (a step finishing after its workflow or chain did).
 func (e *Engine) lateStep(ctx context.Context, wf string) error {
-	root, err := e.st.GetNode(ctx, wf, store.RootPath)
+	root, err := e.st.GetNode(ctx, wf, wfstore.RootPath)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	if root.State == wfstate.Failed && root.Compensation == store.CompensationWaiting {
+	if root.State == wfstate.Failed && root.Compensation == wfstore.CompensationWaiting {
 		return e.afterFailure(ctx, root)
 	}
 	return nil
@@ -259,7 +260,7 @@ func (e *Engine) lateStep(ctx context.Context, wf string) error {
 // stopIfNotRunning turns "the workflow stopped" into the end of the walk:
 // a cancelled workflow starts nothing more.
 func stopIfNotRunning(err error) error {
-	if errors.Is(err, store.ErrWorkflowNotRunning) {
+	if errors.Is(err, wfstore.ErrWorkflowNotRunning) {
 		return nil
 	}
 	return err
@@ -296,9 +297,9 @@ func (e *Engine) chainResults(ctx context.Context, s step, chain string, k int) 
 // when it was the last.
 func (e *Engine) memberDone(ctx context.Context, s step) (*step, error) {
 	parent, i := parentOf(s.path), s.index()
-	var n *store.Node
+	var n *wfstore.Node
 	if s.shard == "" {
-		w := store.NodeWrite{Path: parent}
+		w := wfstore.NodeWrite{Path: parent}
 		if s.ok {
 			w.AddOK = []int{i}
 		} else {
@@ -325,7 +326,7 @@ func (e *Engine) memberDone(ctx context.Context, s step) (*step, error) {
 
 // membersDone reports whether every child of a group or batch finished,
 // and how many failed.
-func membersDone(n *store.Node) (bool, int) {
+func membersDone(n *wfstore.Node) (bool, int) {
 	if n.Shards > 0 {
 		shards, _, fail := n.RolledCounts()
 		return shards >= n.Shards, fail
@@ -338,9 +339,9 @@ func membersDone(n *store.Node) (bool, int) {
 // can no longer run) finishes; a batch whose jobs finished fires its
 // callbacks. It returns the composite as a finished step when it is
 // finished.
-func (e *Engine) settle(ctx context.Context, n *store.Node) (*step, error) {
+func (e *Engine) settle(ctx context.Context, n *wfstore.Node) (*step, error) {
 	if n.State.Terminal() {
-		if n.State == wfstate.Cancelled || n.Path == store.RootPath {
+		if n.State == wfstate.Cancelled || n.Path == wfstore.RootPath {
 			return nil, nil
 		}
 		s := stepOfNode(n)
@@ -357,24 +358,24 @@ func (e *Engine) settle(ctx context.Context, n *store.Node) (*step, error) {
 		if len(n.Fail) == 0 {
 			return ""
 		}
-		return childPath(n.Path, segment(n.Kind, store.SortedInts(n.Fail)[0]))
+		return childPath(n.Path, segment(n.Kind, wfstore.SortedInts(n.Fail)[0]))
 	}
 	switch n.Kind {
 	case KindChain:
 		if len(n.Fail) > 0 {
-			idx := store.SortedInts(n.Fail)[0]
-			return e.finish(ctx, n.WorkflowID, n.Path, false, store.NodeWrite{FailedIndex: &idx, FailedStep: failedChild()})
+			idx := wfstore.SortedInts(n.Fail)[0]
+			return e.finish(ctx, n.WorkflowID, n.Path, false, wfstore.NodeWrite{FailedIndex: &idx, FailedStep: failedChild()})
 		}
 		if len(n.OK) >= n.Total {
-			return e.finish(ctx, n.WorkflowID, n.Path, true, store.NodeWrite{})
+			return e.finish(ctx, n.WorkflowID, n.Path, true, wfstore.NodeWrite{})
 		}
 	case KindGraph:
 		if done, failed := graphDone(n); done {
-			return e.finish(ctx, n.WorkflowID, n.Path, !failed, store.NodeWrite{FailedStep: failedChild()})
+			return e.finish(ctx, n.WorkflowID, n.Path, !failed, wfstore.NodeWrite{FailedStep: failedChild()})
 		}
 	case KindGroup:
 		if done, fail := membersDone(n); done {
-			return e.finish(ctx, n.WorkflowID, n.Path, fail == 0, store.NodeWrite{FailedStep: failedChild()})
+			return e.finish(ctx, n.WorkflowID, n.Path, fail == 0, wfstore.NodeWrite{FailedStep: failedChild()})
 		}
 	case KindBatch:
 		done, fail := membersDone(n)
@@ -383,13 +384,13 @@ func (e *Engine) settle(ctx context.Context, n *store.Node) (*step, error) {
 		}
 		fired := firedFor(n.Callbacks, fail)
 		if len(fired) == 0 {
-			return e.finish(ctx, n.WorkflowID, n.Path, fail == 0, store.NodeWrite{FailedStep: failedChild()})
+			return e.finish(ctx, n.WorkflowID, n.Path, fail == 0, wfstore.NodeWrite{FailedStep: failedChild()})
 		}
 		if n.FiredAt == "" {
 			return nil, e.fire(ctx, n, fired)
 		}
 		if len(n.CallbacksOK)+len(n.CallbacksFail) >= len(n.Fired) {
-			w := store.NodeWrite{}
+			w := wfstore.NodeWrite{}
 			if len(n.CallbacksFail) > 0 {
 				w.FailedStep = childPath(n.Path, n.CallbacksFail[0])
 			}
@@ -404,7 +405,7 @@ func (e *Engine) settle(ctx context.Context, n *store.Node) (*step, error) {
 func firedFor(callbacks []string, fail int) []string {
 	var out []string
 	for _, name := range Callbacks {
-		if !store.HasString(callbacks, name) {
+		if !wfstore.HasString(callbacks, name) {
 			continue
 		}
 		switch {
@@ -421,7 +422,7 @@ func firedFor(callbacks []string, fail int) []string {
 // callback jobs and the record that they fired are one transaction
 // conditional on no callbacks having fired. Each callback receives the
 // result of every job of the batch, failed ones included.
-func (e *Engine) fire(ctx context.Context, n *store.Node, fired []string) error {
+func (e *Engine) fire(ctx context.Context, n *wfstore.Node, fired []string) error {
 	nodes, err := e.st.Subtree(ctx, n.WorkflowID, n.Path)
 	if err != nil {
 		return err
@@ -450,9 +451,9 @@ func (e *Engine) fire(ctx context.Context, n *store.Node, fired []string) error 
 	if err := e.admitJobs(ctx, jobs); err != nil {
 		return err
 	}
-	err = e.st.Advance(ctx, store.Advance{WorkflowID: n.WorkflowID, Jobs: jobs, RedeliverAfter: e.redel,
-		Nodes: []store.NodeWrite{{Path: n.Path, Fired: fired, At: e.now(), Open: true}}})
-	var nc *store.ErrNodeConflict
+	err = e.st.Advance(ctx, wfstore.Advance{WorkflowID: n.WorkflowID, Jobs: jobs, RedeliverAfter: e.redel,
+		Nodes: []wfstore.NodeWrite{{Path: n.Path, Fired: fired, At: e.now(), Open: true}}})
+	var nc *wfstore.ErrNodeConflict
 	if errors.As(err, &nc) {
 		return nil // fired already
 	}
@@ -467,7 +468,7 @@ func (e *Engine) fire(ctx context.Context, n *store.Node, fired []string) error 
 // fired callback did: completed if they all completed.
 func (e *Engine) callbackDone(ctx context.Context, s step) (*step, error) {
 	name, _ := callbackName(s.path)
-	w := store.NodeWrite{Path: parentOf(s.path)}
+	w := wfstore.NodeWrite{Path: parentOf(s.path)}
 	if s.ok {
 		w.AddCallbacksOK = []string{name}
 	} else {
@@ -488,7 +489,7 @@ type graphShape struct {
 }
 
 // graphOf decodes a graph composite's structure.
-func graphOf(n *store.Node) graphShape {
+func graphOf(n *wfstore.Node) graphShape {
 	var g graphShape
 	_ = json.Unmarshal([]byte(n.Graph), &g)
 	for len(g.Deps) < n.Total {
@@ -501,7 +502,7 @@ func graphOf(n *store.Node) graphShape {
 }
 
 // graphDoneWith is graphDone once step i is counted (ok or failed).
-func graphDoneWith(n *store.Node, i int, ok bool) (bool, bool) {
+func graphDoneWith(n *wfstore.Node, i int, ok bool) (bool, bool) {
 	c := *n
 	if ok {
 		c.OK = append(append([]int{}, n.OK...), i)
@@ -514,7 +515,7 @@ func graphDoneWith(n *store.Node, i int, ok bool) (bool, bool) {
 // graphDone reports whether every step of a graph finished or can never
 // run (a step it depends on, directly or not, failed), and whether one
 // failed.
-func graphDone(n *store.Node) (done, failed bool) {
+func graphDone(n *wfstore.Node) (done, failed bool) {
 	deps := graphOf(n).Deps
 	blocked := make([]int8, len(deps)) // 0 unknown, 1 blocked, 2 not
 	var isBlocked func(i int) bool
@@ -558,19 +559,19 @@ func hasInt(list []int, v int) bool {
 // never run. The graph's progress and the dependent steps (which the
 // job names) are read in one request. In a workflow that is a graph the
 // record and the jobs are two writes instead of a transaction
-// (store.AdvanceMarked; the root's mark says its steps start that way).
+// (wfstore.AdvanceMarked; the root's mark says its steps start that way).
 func (e *Engine) graphStepDone(ctx context.Context, s step) (*step, error) {
 	parent, i := parentOf(s.path), s.index()
-	gk := store.NodeKey{WorkflowID: s.wf, Path: parent}
-	stepKeyOf := func(x int) store.NodeKey {
-		return store.NodeKey{WorkflowID: s.wf, Path: childPath(parent, segment(KindGraph, x))}
+	gk := wfstore.NodeKey{WorkflowID: s.wf, Path: parent}
+	stepKeyOf := func(x int) wfstore.NodeKey {
+		return wfstore.NodeKey{WorkflowID: s.wf, Path: childPath(parent, segment(KindGraph, x))}
 	}
 	var next []int
 	if s.job != nil {
 		next = s.job.WorkflowNext
 	}
 	for tries := 0; tries < 20; tries++ {
-		keys := []store.NodeKey{gk}
+		keys := []wfstore.NodeKey{gk}
 		if s.ok {
 			for _, d := range next {
 				keys = append(keys, stepKeyOf(d))
@@ -591,16 +592,16 @@ func (e *Engine) graphStepDone(ctx context.Context, s step) (*step, error) {
 			if last, _ := graphDoneWith(g, i, false); last {
 				// Nothing else runs or can: count it and fail the graph in
 				// one write.
-				return e.finish(ctx, s.wf, parent, false, store.NodeWrite{AddFail: []int{i}, FailedStep: s.path})
+				return e.finish(ctx, s.wf, parent, false, wfstore.NodeWrite{AddFail: []int{i}, FailedStep: s.path})
 			}
-			n, err := e.st.UpdateNode(ctx, s.wf, store.NodeWrite{Path: parent, AddFail: []int{i}})
+			n, err := e.st.UpdateNode(ctx, s.wf, wfstore.NodeWrite{Path: parent, AddFail: []int{i}})
 			if err != nil {
 				return nil, err
 			}
 			return e.settle(ctx, n)
 		}
 		shape := graphOf(g)
-		var ready []*store.Node
+		var ready []*wfstore.Node
 		var notAll [][]int
 		for d := range shape.Deps {
 			if !hasInt(shape.Deps[d], i) {
@@ -628,18 +629,18 @@ func (e *Engine) graphStepDone(ctx context.Context, s step) (*step, error) {
 			}
 			ready = append(ready, n)
 		}
-		w := store.NodeWrite{Path: parent, AddOK: []int{i}, NotAll: notAll, Open: true}
+		w := wfstore.NodeWrite{Path: parent, AddOK: []int{i}, NotAll: notAll, Open: true}
 		if len(ready) == 0 {
 			if last, failed := graphDoneWith(g, i, true); last {
 				// The last step: count it and finish the graph in one write.
 				if failed {
-					w.FailedStep = childPath(parent, segment(KindGraph, store.SortedInts(g.Fail)[0]))
+					w.FailedStep = childPath(parent, segment(KindGraph, wfstore.SortedInts(g.Fail)[0]))
 				}
 				return e.finish(ctx, s.wf, parent, !failed, w)
 			}
 			n, err := e.st.UpdateNode(ctx, s.wf, w)
-			var nc *store.ErrNodeConflict
-			if errors.As(err, &nc) && !store.RefusedByReopening(err) {
+			var nc *wfstore.ErrNodeConflict
+			if errors.As(err, &nc) && !wfstore.RefusedByReopening(err) {
 				continue // a dependency finished meanwhile: decide again
 			}
 			if err != nil {
@@ -657,16 +658,16 @@ func (e *Engine) graphStepDone(ctx context.Context, s step) (*step, error) {
 		if err != nil {
 			return nil, err
 		}
-		if parent == store.RootPath && allJobs(ready) && len(jobs) == len(ready) {
+		if parent == wfstore.RootPath && allJobs(ready) && len(jobs) == len(ready) {
 			// A workflow that is a graph, the steps it starts jobs: two
 			// writes instead of a transaction, guarded by the root's mark
 			// (the steps that should exist follow from its ok set).
-			err = e.st.AdvanceMarked(ctx, s.wf, w, store.RootPath, jobs, e.redel)
+			err = e.st.AdvanceMarked(ctx, s.wf, w, wfstore.RootPath, jobs, e.redel)
 		} else {
-			err = e.st.Advance(ctx, store.Advance{WorkflowID: s.wf, Jobs: jobs, RedeliverAfter: e.redel, Nodes: []store.NodeWrite{w}})
+			err = e.st.Advance(ctx, wfstore.Advance{WorkflowID: s.wf, Jobs: jobs, RedeliverAfter: e.redel, Nodes: []wfstore.NodeWrite{w}})
 		}
-		var nc *store.ErrNodeConflict
-		if errors.As(err, &nc) && !store.RefusedByReopening(err) {
+		var nc *wfstore.ErrNodeConflict
+		if errors.As(err, &nc) && !wfstore.RefusedByReopening(err) {
 			continue
 		}
 		if err == nil {
@@ -678,7 +679,7 @@ func (e *Engine) graphStepDone(ctx context.Context, s step) (*step, error) {
 }
 
 // allJobs reports whether every node is a job step.
-func allJobs(nodes []*store.Node) bool {
+func allJobs(nodes []*wfstore.Node) bool {
 	for _, n := range nodes {
 		if n.Kind != KindJob {
 			return false
@@ -690,7 +691,7 @@ func allJobs(nodes []*store.Node) bool {
 // graphJobs builds the jobs of ready graph steps; each receives the
 // results of its dependencies keyed by step id (the finished step's from
 // its job, the others' read in one request).
-func (e *Engine) graphJobs(ctx context.Context, s step, parent string, shape graphShape, ready []*store.Node) ([]*job.Job, error) {
+func (e *Engine) graphJobs(ctx context.Context, s step, parent string, shape graphShape, ready []*wfstore.Node) ([]*job.Job, error) {
 	self := -1 // the finished step, whose job s holds (none: read them all)
 	if s.job != nil {
 		self = s.index()
@@ -737,7 +738,7 @@ func (e *Engine) graphJobs(ctx context.Context, s step, parent string, shape gra
 
 // stepKey is the key a step's result has in parent_results and its id in
 // views: the client's step id, else its position in the tree.
-func stepKey(n *store.Node) string {
+func stepKey(n *wfstore.Node) string {
 	if n.StepID != "" {
 		return n.StepID
 	}
@@ -764,11 +765,11 @@ func resultValue(j *job.Job) json.RawMessage {
 // order): a job's result, or a composite's results (an array of its
 // children's, or an object keyed by step id for a graph). jobs, when
 // given, holds jobs already read.
-func (e *Engine) results(ctx context.Context, t *tree, nodes []*store.Node, jobs map[string]*job.Job) ([]json.RawMessage, error) {
+func (e *Engine) results(ctx context.Context, t *tree, nodes []*wfstore.Node, jobs map[string]*job.Job) ([]json.RawMessage, error) {
 	if jobs == nil {
 		var ids []string
-		var walk func(n *store.Node)
-		walk = func(n *store.Node) {
+		var walk func(n *wfstore.Node)
+		walk = func(n *wfstore.Node) {
 			if n.Kind == KindJob {
 				ids = append(ids, JobID(t.wfID, n.Path))
 				return
@@ -785,8 +786,8 @@ func (e *Engine) results(ctx context.Context, t *tree, nodes []*store.Node, jobs
 			return nil, err
 		}
 	}
-	var value func(n *store.Node) json.RawMessage
-	value = func(n *store.Node) json.RawMessage {
+	var value func(n *wfstore.Node) json.RawMessage
+	value = func(n *wfstore.Node) json.RawMessage {
 		if n.Kind == KindJob {
 			return resultValue(jobs[JobID(t.wfID, n.Path)])
 		}

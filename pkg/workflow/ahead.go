@@ -5,6 +5,7 @@ import (
 
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
 )
 
 // aheadStep is what a chain step's job carries of a step that follows it
@@ -35,7 +36,7 @@ const aheadAttr = "wf_ahead"
 // that finishes j then starts the next step without reading its node
 // (chainStepDone); a job without them reads it, as before. The item is
 // sized once: the attribute adds its name and its JSON text.
-func (e *Engine) carryAhead(j *job.Job, rest []*store.Node) {
+func (e *Engine) carryAhead(j *job.Job, rest []*wfstore.Node) {
 	j.WorkflowAhead = nil
 	bare, err := store.JobItemBytes(j, e.redel)
 	if err != nil {
@@ -75,7 +76,7 @@ func aheadOf(j *job.Job) []aheadStep {
 
 // nodeOfAhead is the node of chain step index of chain, as a job ahead
 // of it carries it.
-func nodeOfAhead(wf, chain string, index int, a aheadStep) *store.Node {
-	return &store.Node{WorkflowID: wf, Path: childPath(chain, segment(KindChain, index)), Kind: KindJob, Index: index,
+func nodeOfAhead(wf, chain string, index int, a aheadStep) *wfstore.Node {
+	return &wfstore.Node{WorkflowID: wf, Path: childPath(chain, segment(KindChain, index)), Kind: KindJob, Index: index,
 		Def: store.Packed(a.Def), StepID: a.SID, Last: a.Last}
 }

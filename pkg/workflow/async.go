@@ -12,6 +12,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
 )
 
 // A workflow too large to write within API Gateway's 29 s is created in
@@ -28,7 +29,7 @@ import (
 // finishes what a dead writer left.
 
 // begin writes the root of an asynchronously created workflow and returns
-// its creating view. store.ErrTooLargeToDefer means the root cannot hold
+// its creating view. wfstore.ErrTooLargeToDefer means the root cannot hold
 // the definition: the caller creates it in the request.
 func (e *Engine) begin(ctx context.Context, raw []byte, b *built) (*View, error) {
 	def, err := gzipBytes(raw)
@@ -37,10 +38,10 @@ func (e *Engine) begin(ctx context.Context, raw []byte, b *built) (*View, error)
 	}
 	root := b.nodes[0]
 	err = e.st.BeginWorkflow(ctx, root, def, len(b.nodes)-1)
-	if errors.Is(err, store.ErrTooLargeToDefer) {
+	if errors.Is(err, wfstore.ErrTooLargeToDefer) {
 		return nil, err
 	}
-	if errors.Is(err, store.ErrWorkflowExists) {
+	if errors.Is(err, wfstore.ErrWorkflowExists) {
 		return nil, workflowExists(root.WorkflowID)
 	}
 	if err != nil {
@@ -57,14 +58,14 @@ func (e *Engine) begin(ctx context.Context, raw []byte, b *built) (*View, error)
 // within the API's time (its root marked cancelling). For any other
 // workflow it does nothing. It is idempotent; beside another Resume of the same
 // workflow it leaves the work to whichever took the creation's lease
-// first (store.ResumeWorkflow). It writes for one slice
+// first (wfstore.ResumeWorkflow). It writes for one slice
 // (Config.CreationSlice) and never past shortly before ctx's deadline;
-// stopped there it returns an error wrapping store.ErrCreationUnfinished,
+// stopped there it returns an error wrapping wfstore.ErrCreationUnfinished,
 // having given the lease back: that change of the root is a stream record
 // on which the stream function runs the next slice, and running it again
 // goes on from what exists.
 func (e *Engine) Resume(ctx context.Context, wfID string) error {
-	root, err := e.st.GetNode(ctx, wfID, store.RootPath)
+	root, err := e.st.GetNode(ctx, wfID, wfstore.RootPath)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil
 	}
@@ -94,13 +95,13 @@ func (e *Engine) Resume(ctx context.Context, wfID string) error {
 		return fmt.Errorf("workflow %s: %w", wfID, err)
 	}
 	began := time.Now()
-	err = e.st.ResumeWorkflow(ctx, store.NewWorkflow{Nodes: b.nodes, Shards: b.shards, Jobs: b.jobs, RedeliverAfter: e.redel}, e.now(), e.slice)
-	if errors.Is(err, store.ErrCreationBusy) {
+	err = e.st.ResumeWorkflow(ctx, wfstore.NewWorkflow{Nodes: b.nodes, Shards: b.shards, Jobs: b.jobs, RedeliverAfter: e.redel}, e.now(), e.slice)
+	if errors.Is(err, wfstore.ErrCreationBusy) {
 		// Another writer holds it; the sweeper resumes it if that one died.
 		e.log.InfoContext(ctx, "workflow creation already being written elsewhere", "workflow_id", wfID)
 		return nil
 	}
-	if errors.Is(err, store.ErrCreationUnfinished) {
+	if errors.Is(err, wfstore.ErrCreationUnfinished) {
 		// Its slice is over: the lease is given back and the next slice
 		// (the stream function, from that change of the root, or the next
 		// sweep) continues from what exists.
@@ -118,7 +119,7 @@ func (e *Engine) Resume(ctx context.Context, wfID string) error {
 
 // creatingView is what GET shows of a workflow still being created: state
 // pending, the phase (nodes, then first jobs) and how many nodes exist.
-func creatingView(root *store.Node, phase string, written, total int) *View {
+func creatingView(root *wfstore.Node, phase string, written, total int) *View {
 	name := root.Name
 	if name == "" {
 		name = root.Kind

@@ -21,6 +21,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
 	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
 )
 
@@ -79,7 +80,7 @@ func fetchEachOnce(t *testing.T, svc *lifecycle.Service, q string, n int) {
 func jobStates(t *testing.T, st *store.Store, id string) map[job.State]int {
 	t.Helper()
 	ctx := context.Background()
-	items, err := st.WorkflowItems(ctx, id)
+	items, err := wfstore.New(st).WorkflowItems(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +110,7 @@ func TestAsyncCreationAnswersAtOnceAndResumeFinishesIt(t *testing.T) {
 	t.Parallel()
 	st, _ := testenv.Table(t)
 	svc := lifecycle.New(st, lifecycle.Config{})
-	eng := workflow.New(st, workflow.Config{Jobs: svc, AsyncItems: 50, CreationSlice: time.Minute}) // one slice: slices have their own test
+	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Jobs: svc, AsyncItems: 50, CreationSlice: time.Minute}) // one slice: slices have their own test
 	svc.SetWorkflows(eng)
 	ctx := context.Background()
 	id := uuid.Must(uuid.NewV7()).String()
@@ -155,7 +156,7 @@ func TestAsyncCreationAnswersAtOnceAndResumeFinishesIt(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	root, err := st.GetNode(ctx, id, store.RootPath)
+	root, err := wfstore.New(st).GetNode(ctx, id, wfstore.RootPath)
 	if err != nil || root.Creating || len(root.CDef) != 0 || root.CreateItems != 0 || root.State != wfstate.Running {
 		t.Fatalf("root after Resume: %+v %v", root, err)
 	}
@@ -167,7 +168,7 @@ func TestAsyncCreationAnswersAtOnceAndResumeFinishesIt(t *testing.T) {
 		t.Fatalf("GET lists %d jobs, want 150: %v", len(steps), gm)
 	}
 	for k := range 2 {
-		if sh, err := st.GetShard(ctx, id, store.RootPath, store.ShardKey(k)); err != nil || sh.Expected != 75 {
+		if sh, err := wfstore.New(st).GetShard(ctx, id, wfstore.RootPath, wfstore.ShardKey(k)); err != nil || sh.Expected != 75 {
 			t.Fatalf("counter shard %d: %+v %v", k, sh, err)
 		}
 	}
@@ -214,7 +215,7 @@ func TestSmallWorkflowsAreCreatedInTheRequest(t *testing.T) {
 	svc := lifecycle.New(st, lifecycle.Config{})
 	ctx := context.Background()
 	for _, async := range []int{0, 200} {
-		eng := workflow.New(st, workflow.Config{Jobs: svc, AsyncItems: async})
+		eng := workflow.New(workflow.StoreOn(st), workflow.Config{Jobs: svc, AsyncItems: async})
 		v, err := eng.Create(ctx, []byte(asyncBody(uuid.Must(uuid.NewV7()).String(), "syncq", 60)))
 		if err != nil {
 			t.Fatal(err)
@@ -240,7 +241,7 @@ func TestRepairFinishesAnAsyncCreationWhoseWriterDied(t *testing.T) {
 	table := st.Table()
 	clk := testenv.NewClock(time.Now().UTC())
 	svc := lifecycle.New(st, lifecycle.Config{Now: clk.Now})
-	eng := workflow.New(st, workflow.Config{Now: clk.Now, Jobs: svc, AsyncItems: 50, CreationSlice: time.Minute})
+	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Now: clk.Now, Jobs: svc, AsyncItems: 50, CreationSlice: time.Minute})
 	ctx := context.Background()
 	db := testenv.DynamoDB()
 	for k, stage := range []string{"nodes", "jobs"} {
@@ -249,7 +250,7 @@ func TestRepairFinishesAnAsyncCreationWhoseWriterDied(t *testing.T) {
 		if _, err := eng.Create(ctx, []byte(asyncBody(id, q, 70))); err != nil {
 			t.Fatal(err)
 		}
-		root, err := st.GetNode(ctx, id, store.RootPath)
+		root, err := wfstore.New(st).GetNode(ctx, id, wfstore.RootPath)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -258,7 +259,7 @@ func TestRepairFinishesAnAsyncCreationWhoseWriterDied(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Take the workflow back to where the writer died.
-		items, err := st.WorkflowItems(ctx, id)
+		items, err := wfstore.New(st).WorkflowItems(ctx, id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -278,7 +279,7 @@ func TestRepairFinishesAnAsyncCreationWhoseWriterDied(t *testing.T) {
 		} else {
 			// The writer died holding its lease.
 			set += ", clease = :l"
-			vals[":l"] = &types.AttributeValueMemberN{Value: fmt.Sprint(clk.Now().Add(store.CreationLease).UnixMilli())}
+			vals[":l"] = &types.AttributeValueMemberN{Value: fmt.Sprint(clk.Now().Add(wfstore.CreationLease).UnixMilli())}
 		}
 		if _, err := db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String(table),
 			Key:              map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "WF#" + id}, "sk": &types.AttributeValueMemberS{Value: "N#/"}},
@@ -307,11 +308,11 @@ func TestRepairFinishesAnAsyncCreationWhoseWriterDied(t *testing.T) {
 		if n, err := eng.Repair(ctx, 10); err != nil || n != k+1 {
 			t.Fatalf("%s: repair: %d %v", stage, n, err)
 		}
-		root, err = st.GetNode(ctx, id, store.RootPath)
+		root, err = wfstore.New(st).GetNode(ctx, id, wfstore.RootPath)
 		if err != nil || root.Creating || len(root.CDef) != 0 {
 			t.Fatalf("%s: root after the repair: %+v %v", stage, root, err)
 		}
-		items, err = st.WorkflowItems(ctx, id)
+		items, err = wfstore.New(st).WorkflowItems(ctx, id)
 		if err != nil || len(items) != 72 {
 			t.Fatalf("%s: %d nodes after the repair, want 72 (%v)", stage, len(items), err)
 		}
@@ -444,7 +445,7 @@ func TestResumeOutOfTimeGoesOnFromWhatExists(t *testing.T) {
 	db := &stallingDB{Client: testenv.DynamoDB(), allowTx: -1}
 	st := store.New(db, st0.Table())
 	svc := lifecycle.New(st, lifecycle.Config{})
-	eng := workflow.New(st, workflow.Config{Jobs: svc, AsyncItems: 50, CreationSlice: time.Minute})
+	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Jobs: svc, AsyncItems: 50, CreationSlice: time.Minute})
 	svc.SetWorkflows(eng)
 	id := uuid.Must(uuid.NewV7()).String()
 	const n = 300
@@ -467,14 +468,14 @@ func TestResumeOutOfTimeGoesOnFromWhatExists(t *testing.T) {
 	db.mu.Lock()
 	db.onStall = nil
 	db.mu.Unlock()
-	if !errors.Is(err, store.ErrCreationUnfinished) {
+	if !errors.Is(err, wfstore.ErrCreationUnfinished) {
 		t.Fatalf("resume out of time: %v, want ErrCreationUnfinished", err)
 	}
 	first := db.jobPuts
 	if first == 0 || first >= n || db.nodePuts == 0 {
 		t.Fatalf("first writer: %d job puts, %d node puts", first, db.nodePuts)
 	}
-	root, err := st.GetNode(context.Background(), id, store.RootPath)
+	root, err := wfstore.New(st).GetNode(context.Background(), id, wfstore.RootPath)
 	if err != nil || len(root.CDef) == 0 || root.Creating || root.CreateTries != 1 {
 		t.Fatalf("root after the first writer: %+v %v", root, err)
 	}
@@ -491,7 +492,7 @@ func TestResumeOutOfTimeGoesOnFromWhatExists(t *testing.T) {
 	if db.nodePuts != 0 || db.jobPuts != n-first {
 		t.Fatalf("retry wrote %d nodes and %d jobs, want 0 and %d", db.nodePuts, db.jobPuts, n-first)
 	}
-	root, err = st.GetNode(context.Background(), id, store.RootPath)
+	root, err = wfstore.New(st).GetNode(context.Background(), id, wfstore.RootPath)
 	if err != nil || len(root.CDef) != 0 || root.CreateTries != 0 || root.State != wfstate.Running {
 		t.Fatalf("root after the retry: %+v %v", root, err)
 	}
@@ -523,7 +524,7 @@ func TestCreationIsWrittenOneSliceAtATime(t *testing.T) {
 	db := &stallingDB{Client: testenv.DynamoDB(), allowTx: -1, delay: 40 * time.Millisecond}
 	st := store.New(db, st0.Table())
 	svc := lifecycle.New(st, lifecycle.Config{})
-	eng := workflow.New(st, workflow.Config{Jobs: svc, AsyncItems: 50, CreationSlice: 60 * time.Millisecond})
+	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Jobs: svc, AsyncItems: 50, CreationSlice: 60 * time.Millisecond})
 	svc.SetWorkflows(eng)
 	id := uuid.Must(uuid.NewV7()).String()
 	const n = 400
@@ -540,10 +541,10 @@ func TestCreationIsWrittenOneSliceAtATime(t *testing.T) {
 		if err == nil {
 			break
 		}
-		if !errors.Is(err, store.ErrCreationUnfinished) {
+		if !errors.Is(err, wfstore.ErrCreationUnfinished) {
 			t.Fatalf("slice %d: %v", slices, err)
 		}
-		root, err := st.GetNode(context.Background(), id, store.RootPath)
+		root, err := wfstore.New(st).GetNode(context.Background(), id, wfstore.RootPath)
 		if err != nil || len(root.CDef) == 0 || root.CreateLease != 0 || root.CreateTries != slices {
 			t.Fatalf("root after slice %d: lease %d, tries %d, definition %d bytes, %v", slices, root.CreateLease, root.CreateTries, len(root.CDef), err)
 		}
@@ -560,7 +561,7 @@ func TestCreationIsWrittenOneSliceAtATime(t *testing.T) {
 	if slices < 3 {
 		t.Fatalf("created in %d slices; a slow table should take several", slices)
 	}
-	root, err := st.GetNode(context.Background(), id, store.RootPath)
+	root, err := wfstore.New(st).GetNode(context.Background(), id, wfstore.RootPath)
 	if err != nil || len(root.CDef) != 0 || root.CreateLease != 0 || root.CreateTries != 0 || root.State != wfstate.Running {
 		t.Fatalf("root after the last slice: %+v %v", root, err)
 	}
@@ -582,7 +583,7 @@ func TestCreationAfterAWriterThatDiedReadsOnlyPastTheRecord(t *testing.T) {
 	db := &stallingDB{Client: testenv.DynamoDB(), allowTx: -1, delay: 40 * time.Millisecond}
 	st := store.New(db, st0.Table())
 	svc := lifecycle.New(st, lifecycle.Config{Now: clk.Now})
-	eng := workflow.New(st, workflow.Config{Jobs: svc, Now: clk.Now, AsyncItems: 50, CreationSlice: 60 * time.Millisecond})
+	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Jobs: svc, Now: clk.Now, AsyncItems: 50, CreationSlice: 60 * time.Millisecond})
 	svc.SetWorkflows(eng)
 	bg := context.Background()
 	id := uuid.Must(uuid.NewV7()).String()
@@ -591,13 +592,13 @@ func TestCreationAfterAWriterThatDiedReadsOnlyPastTheRecord(t *testing.T) {
 		t.Fatalf("create: %v", err)
 	}
 	// Clean slices (the nodes first) until one wrote jobs.
-	var root *store.Node
+	var root *wfstore.Node
 	for try := 1; root == nil || root.CreateJobs == 0; try++ {
-		if err := eng.Resume(bg, id); !errors.Is(err, store.ErrCreationUnfinished) {
+		if err := eng.Resume(bg, id); !errors.Is(err, wfstore.ErrCreationUnfinished) {
 			t.Fatalf("slice %d: %v", try, err)
 		}
 		var err error
-		if root, err = st.GetNode(bg, id, store.RootPath); err != nil || root.CreateClean != try || root.CreateJobs >= n {
+		if root, err = wfstore.New(st).GetNode(bg, id, wfstore.RootPath); err != nil || root.CreateClean != try || root.CreateJobs >= n {
 			t.Fatalf("after clean slice %d: clean try %d, %d jobs recorded, %v", try, root.CreateClean, root.CreateJobs, err)
 		}
 	}
@@ -607,14 +608,14 @@ func TestCreationAfterAWriterThatDiedReadsOnlyPastTheRecord(t *testing.T) {
 	db.mu.Lock()
 	db.dropGiveBack = true
 	db.mu.Unlock()
-	if err := eng.Resume(bg, id); !errors.Is(err, store.ErrCreationUnfinished) {
+	if err := eng.Resume(bg, id); !errors.Is(err, wfstore.ErrCreationUnfinished) {
 		t.Fatalf("second slice: %v", err)
 	}
 	db.mu.Lock()
 	db.dropGiveBack = false
 	died := db.jobPuts
 	db.mu.Unlock()
-	root, err := st.GetNode(bg, id, store.RootPath)
+	root, err := wfstore.New(st).GetNode(bg, id, wfstore.RootPath)
 	if err != nil || died == 0 || root.CreateLease == 0 || root.CreateJobs != recorded || root.CreateClean != tries || root.CreateTries != tries+1 {
 		t.Fatalf("after the writer died: %d jobs put, lease %d, %d recorded, clean try %d, tries %d, %v",
 			died, root.CreateLease, root.CreateJobs, root.CreateClean, root.CreateTries, err)
@@ -624,7 +625,7 @@ func TestCreationAfterAWriterThatDiedReadsOnlyPastTheRecord(t *testing.T) {
 	if err := eng.Resume(bg, id); err != nil || db.jobPuts != 0 {
 		t.Fatalf("while the dead writer's lease runs: %v, %d jobs put", err, db.jobPuts)
 	}
-	clk.Add(store.CreationLease + time.Second)
+	clk.Add(wfstore.CreationLease + time.Second)
 	for slices := 0; ; slices++ {
 		if slices > 100 {
 			t.Fatal("no end after 100 slices")
@@ -633,7 +634,7 @@ func TestCreationAfterAWriterThatDiedReadsOnlyPastTheRecord(t *testing.T) {
 		if err == nil {
 			break
 		}
-		if !errors.Is(err, store.ErrCreationUnfinished) {
+		if !errors.Is(err, wfstore.ErrCreationUnfinished) {
 			t.Fatalf("slice: %v", err)
 		}
 	}
@@ -654,7 +655,7 @@ func TestCancelOutOfTimeLeavesTheRestToTheStream(t *testing.T) {
 	t.Parallel()
 	st, _ := testenv.Table(t)
 	svc := lifecycle.New(st, lifecycle.Config{})
-	eng := workflow.New(st, workflow.Config{Jobs: svc})
+	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Jobs: svc})
 	svc.SetWorkflows(eng)
 	bg := context.Background()
 	id := uuid.Must(uuid.NewV7()).String()
@@ -673,7 +674,7 @@ func TestCancelOutOfTimeLeavesTheRestToTheStream(t *testing.T) {
 	if m["state"] != "cancelled" || xc == nil || xc["jobs_left"] != float64(n-99) {
 		t.Fatalf("cancel out of time: state %v, x_cancelling %v", m["state"], m["x_cancelling"])
 	}
-	root, err := st.GetNode(bg, id, store.RootPath)
+	root, err := wfstore.New(st).GetNode(bg, id, wfstore.RootPath)
 	if err != nil || !root.Cancelling || root.State != wfstate.Cancelled {
 		t.Fatalf("root after the cancel: %+v %v", root, err)
 	}
@@ -689,7 +690,7 @@ func TestCancelOutOfTimeLeavesTheRestToTheStream(t *testing.T) {
 		if err := eng.Resume(bg, id); err != nil {
 			t.Fatal(err)
 		}
-		if root, err = st.GetNode(bg, id, store.RootPath); err != nil {
+		if root, err = wfstore.New(st).GetNode(bg, id, wfstore.RootPath); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -711,7 +712,7 @@ func TestFinishingACancelGoesOnInSlices(t *testing.T) {
 	t.Parallel()
 	st, _ := testenv.Table(t)
 	svc := lifecycle.New(st, lifecycle.Config{})
-	eng := workflow.New(st, workflow.Config{Jobs: svc, CancelSlice: time.Nanosecond})
+	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Jobs: svc, CancelSlice: time.Nanosecond})
 	svc.SetWorkflows(eng)
 	bg := context.Background()
 	id := uuid.Must(uuid.NewV7()).String()
@@ -728,7 +729,7 @@ func TestFinishingACancelGoesOnInSlices(t *testing.T) {
 		if err := eng.Resume(bg, id); err != nil {
 			t.Fatal(err)
 		}
-		root, err := st.GetNode(bg, id, store.RootPath)
+		root, err := wfstore.New(st).GetNode(bg, id, wfstore.RootPath)
 		if err != nil {
 			t.Fatal(err)
 		}

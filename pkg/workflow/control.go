@@ -15,6 +15,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
 )
 
 // Workflow control beyond OJS 1.0 (docs/workflows.md, "Control"):
@@ -64,8 +65,8 @@ func (e *Engine) timeout(ctx context.Context, wf, path string, now time.Time) (b
 		// repeated advance after it finished. Its entry would be read
 		// again every sweep, first in line, and enough of them would keep
 		// the real timeouts behind them from being read at all.
-		_, err := e.st.UpdateNode(ctx, wf, store.NodeWrite{Path: path, CondStates: []wfstate.State{n.State}, ClearCheck: true})
-		var nc *store.ErrNodeConflict
+		_, err := e.st.UpdateNode(ctx, wf, wfstore.NodeWrite{Path: path, CondStates: []wfstate.State{n.State}, ClearCheck: true})
+		var nc *wfstore.ErrNodeConflict
 		if err != nil && !errors.As(err, &nc) {
 			return false, err
 		}
@@ -76,12 +77,12 @@ func (e *Engine) timeout(ctx context.Context, wf, path string, now time.Time) (b
 	}
 	msg, _ := json.Marshal(map[string]any{"code": ErrorCodeTimeout, "type": ErrorCodeTimeout,
 		"message": fmt.Sprintf("The %s did not finish within its timeout of %d ms.", kindName(n), n.TimeoutMS), "timeout_ms": n.TimeoutMS})
-	w := store.NodeWrite{Path: path, To: wfstate.Failed, At: now, Error: string(msg), From: []wfstate.State{wfstate.Waiting, wfstate.Running}}
-	if path == store.RootPath {
+	w := wfstore.NodeWrite{Path: path, To: wfstate.Failed, At: now, Error: string(msg), From: []wfstate.State{wfstate.Waiting, wfstate.Running}}
+	if path == wfstore.RootPath {
 		w.From = []wfstate.State{wfstate.Running}
 	}
 	failed, err := e.st.UpdateNode(ctx, wf, w)
-	var nc *store.ErrNodeConflict
+	var nc *wfstore.ErrNodeConflict
 	if errors.As(err, &nc) {
 		return false, nil // it finished (or timed out) first
 	}
@@ -92,14 +93,14 @@ func (e *Engine) timeout(ctx context.Context, wf, path string, now time.Time) (b
 	if err := e.stopBelow(ctx, wf, path, now); err != nil {
 		return true, err
 	}
-	if path == store.RootPath {
+	if path == wfstore.RootPath {
 		return true, e.afterFailure(ctx, failed)
 	}
 	return true, e.advance(ctx, stepOfNode(failed))
 }
 
-func kindName(n *store.Node) string {
-	if n.Path == store.RootPath {
+func kindName(n *wfstore.Node) string {
+	if n.Path == wfstore.RootPath {
 		return "workflow"
 	}
 	return n.Kind
@@ -123,17 +124,17 @@ func (e *Engine) stopBelow(ctx context.Context, wf, path string, now time.Time) 
 			continue
 		}
 		if !n.State.Terminal() {
-			_, err := e.st.UpdateNode(ctx, wf, store.NodeWrite{Path: n.Path, To: wfstate.Cancelled, At: now, From: []wfstate.State{wfstate.Waiting, wfstate.Running}})
-			var nc *store.ErrNodeConflict
+			_, err := e.st.UpdateNode(ctx, wf, wfstore.NodeWrite{Path: n.Path, To: wfstate.Cancelled, At: now, From: []wfstate.State{wfstate.Waiting, wfstate.Running}})
+			var nc *wfstore.ErrNodeConflict
 			if err != nil && !errors.As(err, &nc) {
 				return err
 			}
 		}
 	}
-	if path == store.RootPath {
+	if path == wfstore.RootPath {
 		// The workflow timed out while its creation may still be writing
 		// its first jobs unguarded.
-		root, err := e.st.GetNode(ctx, wf, store.RootPath)
+		root, err := e.st.GetNode(ctx, wf, wfstore.RootPath)
 		if err != nil {
 			return err
 		}
@@ -207,7 +208,7 @@ func (e *Engine) cancelSliceEnd(ctx context.Context) time.Time {
 // at its slice (cancelSliceEnd) and leaves the mark and the check for the
 // next. items are the workflow's items if the caller has them (nil: read
 // them).
-func (e *Engine) finishCancel(ctx context.Context, root *store.Node, items []*store.Node) error {
+func (e *Engine) finishCancel(ctx context.Context, root *wfstore.Node, items []*wfstore.Node) error {
 	if items == nil {
 		var err error
 		if items, err = e.st.WorkflowItems(ctx, root.WorkflowID); err != nil {
@@ -220,7 +221,7 @@ func (e *Engine) finishCancel(ctx context.Context, root *store.Node, items []*st
 	// Only while the workflow is still cancelled: a retry re-opening it
 	// meanwhile returns its jobs to their queues, which this must not
 	// cancel again.
-	guard := store.RootIn(root.WorkflowID, wfstate.Cancelled)
+	guard := wfstore.RootIn(root.WorkflowID, wfstate.Cancelled)
 	cancelled, left, err := e.cancelJobs(ctx, jobIDs(root.WorkflowID, items), e.now(), func() time.Time { return e.cancelSliceEnd(ctx) }, &guard)
 	if errors.Is(err, store.ErrGuardFailed) {
 		e.log.InfoContext(ctx, "cancelled workflow retried meanwhile; its jobs are left to the retry", "workflow_id", root.WorkflowID)
@@ -251,17 +252,17 @@ func (e *Engine) finishCancel(ctx context.Context, root *store.Node, items []*st
 // stop) while jobs of the workflow may still be written without a check
 // of the root: its first jobs, while its creation writes them by plain
 // conditional puts (root.Unguarded), and a chain's next step, between the
-// advance's mark and its put (root.Launching, store.AdvanceMarked). Every
+// advance's mark and its put (root.Launching, wfstore.AdvanceMarked). Every
 // such job not written yet is put as cancelled, so the writer's put of it
 // fails and the stopped workflow gains no job; the puts check that the
 // root is still stopped, in the same transaction. The ones written already
 // exist, and the cancel cancels them as any other. With the marks gone,
 // every such job exists: nothing to do.
-func (e *Engine) takeUnwritten(ctx context.Context, root *store.Node, items []*store.Node, now time.Time) error {
+func (e *Engine) takeUnwritten(ctx context.Context, root *wfstore.Node, items []*wfstore.Node, now time.Time) error {
 	var unwritten []*job.Job
 	if root.Unguarded {
 		var err error
-		if unwritten, _, err = e.launch(ctx, newTreeOf(items), store.RootPath, emptyResults(root.Kind)); err != nil {
+		if unwritten, _, err = e.launch(ctx, newTreeOf(items), wfstore.RootPath, emptyResults(root.Kind)); err != nil {
 			return err
 		}
 	}
@@ -296,9 +297,9 @@ func (e *Engine) takeUnwritten(ctx context.Context, root *store.Node, items []*s
 		c.State, c.CancelledAt, c.EnqueuedAt, c.ScheduledAt = job.Cancelled, &now, nil, nil
 		tomb[i] = &c
 	}
-	err = e.st.Advance(ctx, store.Advance{WorkflowID: root.WorkflowID, Jobs: tomb,
-		Scope: store.RootPath, ScopeStates: []wfstate.State{wfstate.Cancelled, wfstate.Failed}})
-	if errors.Is(err, store.ErrWorkflowNotRunning) {
+	err = e.st.Advance(ctx, wfstore.Advance{WorkflowID: root.WorkflowID, Jobs: tomb,
+		Scope: wfstore.RootPath, ScopeStates: []wfstate.State{wfstate.Cancelled, wfstate.Failed}})
+	if errors.Is(err, wfstore.ErrWorkflowNotRunning) {
 		e.log.InfoContext(ctx, "workflow re-opened while its cancel took its unwritten jobs; their writers write them", "workflow_id", root.WorkflowID)
 		return nil
 	}
@@ -313,18 +314,18 @@ func (e *Engine) takeUnwritten(ctx context.Context, root *store.Node, items []*s
 // it), or none when that is not a job step of the root's chain; for a
 // workflow that is a graph, the jobs of every step whose dependencies all
 // completed and that has not finished (graphLaunching).
-func (e *Engine) launching(ctx context.Context, root *store.Node, items []*store.Node) ([]*job.Job, error) {
+func (e *Engine) launching(ctx context.Context, root *wfstore.Node, items []*wfstore.Node) ([]*job.Job, error) {
 	if root.Kind == KindGraph {
 		return e.graphLaunching(ctx, root, items)
 	}
 	path := root.Launching
 	k := step{path: path}.index()
 	t := newTreeOf(items)
-	if n := t.byPath[path]; k < 1 || n == nil || n.Kind != KindJob || parentOf(path) != store.RootPath || root.Kind != KindChain {
+	if n := t.byPath[path]; k < 1 || n == nil || n.Kind != KindJob || parentOf(path) != wfstore.RootPath || root.Kind != KindChain {
 		return nil, nil
 	}
-	prev := childPath(store.RootPath, segment(KindChain, k-1))
-	pr, err := e.chainResults(ctx, step{wf: root.WorkflowID, path: prev}, store.RootPath, k-1)
+	prev := childPath(wfstore.RootPath, segment(KindChain, k-1))
+	pr, err := e.chainResults(ctx, step{wf: root.WorkflowID, path: prev}, wfstore.RootPath, k-1)
 	if err != nil {
 		return nil, err
 	}
@@ -338,12 +339,12 @@ func (e *Engine) launching(ctx context.Context, root *store.Node, items []*store
 // completed and whose job is missing, built as its advance builds it
 // (with their results). Two batched reads, however wide the graph: the
 // candidates' jobs, then the missing ones' dependencies.
-func (e *Engine) graphLaunching(ctx context.Context, root *store.Node, items []*store.Node) ([]*job.Job, error) {
+func (e *Engine) graphLaunching(ctx context.Context, root *wfstore.Node, items []*wfstore.Node) ([]*job.Job, error) {
 	t := newTreeOf(items)
 	shape := graphOf(root)
-	var cands []*store.Node
+	var cands []*wfstore.Node
 	var ids []string
-	for _, n := range t.kids[store.RootPath] {
+	for _, n := range t.kids[wfstore.RootPath] {
 		deps := shape.Deps[n.Index]
 		if n.Kind != KindJob || len(deps) == 0 || root.Done(n.Index) || !allIn(deps, root.OK) {
 			continue
@@ -358,11 +359,11 @@ func (e *Engine) graphLaunching(ctx context.Context, root *store.Node, items []*
 	if err != nil {
 		return nil, err
 	}
-	missing := slices.DeleteFunc(cands, func(n *store.Node) bool { return have[JobID(root.WorkflowID, n.Path)] != nil })
+	missing := slices.DeleteFunc(cands, func(n *wfstore.Node) bool { return have[JobID(root.WorkflowID, n.Path)] != nil })
 	if len(missing) == 0 {
 		return nil, nil
 	}
-	return e.graphJobs(ctx, step{wf: root.WorkflowID}, store.RootPath, shape, missing)
+	return e.graphJobs(ctx, step{wf: root.WorkflowID}, wfstore.RootPath, shape, missing)
 }
 
 // allIn reports whether every one of xs is in set.
@@ -376,7 +377,7 @@ func allIn(xs, set []int) bool {
 }
 
 // jobIDs lists the ids of a workflow's step jobs (not its handlers').
-func jobIDs(wfID string, items []*store.Node) []string {
+func jobIDs(wfID string, items []*wfstore.Node) []string {
 	var ids []string
 	for _, n := range items {
 		if n.Kind == KindJob && !strings.HasPrefix(n.Path, "/~") {
@@ -390,14 +391,14 @@ func jobIDs(wfID string, items []*store.Node) []string {
 // completed steps (newest first), then its on_failure handler. Each is
 // started by a conditional write, so any number of callers start it
 // once.
-func (e *Engine) afterFailure(ctx context.Context, root *store.Node) error {
-	if root.Compensable > 0 && (root.Compensation == "" || root.Compensation == store.CompensationWaiting) {
+func (e *Engine) afterFailure(ctx context.Context, root *wfstore.Node) error {
+	if root.Compensable > 0 && (root.Compensation == "" || root.Compensation == wfstore.CompensationWaiting) {
 		started, err := e.startCompensation(ctx, root)
 		if err != nil || started {
 			return err
 		}
 	}
-	if root.Compensation == store.CompensationRunning || root.Compensation == store.CompensationWaiting {
+	if root.Compensation == wfstore.CompensationRunning || root.Compensation == wfstore.CompensationWaiting {
 		return nil // the handler runs when the compensation ends
 	}
 	return e.launchHandler(ctx, root, HandlerOnFailure)
@@ -415,14 +416,14 @@ const compensationRecheck = 15 * time.Second
 // and must be undone with the others, so the plan is made once they all
 // finished (by the sweeper's check, or by the late step's own record). It
 // reports whether there was any (or may be).
-func (e *Engine) startCompensation(ctx context.Context, root *store.Node) (bool, error) {
+func (e *Engine) startCompensation(ctx context.Context, root *wfstore.Node) (bool, error) {
 	wf := root.WorkflowID
 	nodes, err := e.st.WorkflowItems(ctx, wf)
 	if err != nil {
 		return false, err
 	}
 	var ids []string
-	byID := map[string]*store.Node{}
+	byID := map[string]*wfstore.Node{}
 	for _, n := range nodes {
 		if n.Kind == KindJob && n.Compensate != "" && !strings.HasPrefix(n.Path, "/~") {
 			id := JobID(wf, n.Path)
@@ -435,7 +436,7 @@ func (e *Engine) startCompensation(ctx context.Context, root *store.Node) (bool,
 		return false, err
 	}
 	type done struct {
-		n  *store.Node
+		n  *wfstore.Node
 		at time.Time
 	}
 	var list []done
@@ -449,30 +450,30 @@ func (e *Engine) startCompensation(ctx context.Context, root *store.Node) (bool,
 		}
 	}
 	now := e.now()
-	notStarted := map[string][]string{"compensation": {store.CompensationWaiting}}
+	notStarted := map[string][]string{"compensation": {wfstore.CompensationWaiting}}
 	if running > 0 {
-		_, err := e.st.UpdateNode(ctx, wf, store.NodeWrite{Path: store.RootPath, CondStates: []wfstate.State{wfstate.Failed},
-			CondUnsetOr: notStarted, SetStrings: map[string]string{"compensation": store.CompensationWaiting},
+		_, err := e.st.UpdateNode(ctx, wf, wfstore.NodeWrite{Path: wfstore.RootPath, CondStates: []wfstate.State{wfstate.Failed},
+			CondUnsetOr: notStarted, SetStrings: map[string]string{"compensation": wfstore.CompensationWaiting},
 			CheckAt: now.Add(compensationRecheck)})
-		var nc *store.ErrNodeConflict
+		var nc *wfstore.ErrNodeConflict
 		if errors.As(err, &nc) {
 			return true, nil // started by someone else (or the workflow was retried)
 		}
 		if err != nil {
 			return false, err
 		}
-		if root.Compensation != store.CompensationWaiting {
+		if root.Compensation != wfstore.CompensationWaiting {
 			e.log.InfoContext(ctx, "workflow compensation waits for steps still running", "workflow_id", wf, "running", running)
 		}
-		root.Compensation = store.CompensationWaiting
+		root.Compensation = wfstore.CompensationWaiting
 		return true, nil
 	}
 	if len(list) == 0 {
 		// Nothing to undo: record that, so the handler can run.
-		_, err := e.st.UpdateNode(ctx, wf, store.NodeWrite{Path: store.RootPath, CondStates: []wfstate.State{wfstate.Failed},
-			CondUnsetOr: notStarted, ClearCheck: true, SetStrings: map[string]string{"compensation": store.CompensationNone}})
-		var nc *store.ErrNodeConflict
-		if errors.As(err, &nc) && (nc.Current.State != wfstate.Failed || nc.Current.Compensation != store.CompensationNone) {
+		_, err := e.st.UpdateNode(ctx, wf, wfstore.NodeWrite{Path: wfstore.RootPath, CondStates: []wfstate.State{wfstate.Failed},
+			CondUnsetOr: notStarted, ClearCheck: true, SetStrings: map[string]string{"compensation": wfstore.CompensationNone}})
+		var nc *wfstore.ErrNodeConflict
+		if errors.As(err, &nc) && (nc.Current.State != wfstate.Failed || nc.Current.Compensation != wfstore.CompensationNone) {
 			// Retried, or its compensation started elsewhere (whose end
 			// runs the handler): not this caller's to go on with.
 			root.Compensation = nc.Current.Compensation
@@ -481,7 +482,7 @@ func (e *Engine) startCompensation(ctx context.Context, root *store.Node) (bool,
 		if err != nil && nc == nil {
 			return false, err
 		}
-		root.Compensation = store.CompensationNone
+		root.Compensation = wfstore.CompensationNone
 		return false, nil
 	}
 	sort.Slice(list, func(a, b int) bool {
@@ -498,20 +499,20 @@ func (e *Engine) startCompensation(ctx context.Context, root *store.Node) (bool,
 	if err != nil {
 		return false, err
 	}
-	comp := store.Node{WorkflowID: wf, Path: compensatePath, Kind: KindChain, Name: "compensation", Index: -1, Total: len(plan), Plan: plan,
+	comp := wfstore.Node{WorkflowID: wf, Path: compensatePath, Kind: KindChain, Name: "compensation", Index: -1, Total: len(plan), Plan: plan,
 		State: wfstate.Running, StartedAt: job.Timestamp(now)}
-	err = e.st.Advance(ctx, store.Advance{WorkflowID: wf, Jobs: []*job.Job{first}, RedeliverAfter: e.redel, NewNodes: []store.Node{comp},
-		Scope: store.RootPath, ScopeStates: []wfstate.State{wfstate.Failed},
-		Nodes: []store.NodeWrite{{Path: store.RootPath, CondUnsetOr: notStarted, ClearCheck: true,
-			SetStrings: map[string]string{"compensation": store.CompensationRunning}}}})
-	var nc *store.ErrNodeConflict
-	if errors.As(err, &nc) || errors.Is(err, store.ErrWorkflowNotRunning) {
+	err = e.st.Advance(ctx, wfstore.Advance{WorkflowID: wf, Jobs: []*job.Job{first}, RedeliverAfter: e.redel, NewNodes: []wfstore.Node{comp},
+		Scope: wfstore.RootPath, ScopeStates: []wfstate.State{wfstate.Failed},
+		Nodes: []wfstore.NodeWrite{{Path: wfstore.RootPath, CondUnsetOr: notStarted, ClearCheck: true,
+			SetStrings: map[string]string{"compensation": wfstore.CompensationRunning}}}})
+	var nc *wfstore.ErrNodeConflict
+	if errors.As(err, &nc) || errors.Is(err, wfstore.ErrWorkflowNotRunning) {
 		return true, nil // started by someone else (or the workflow was retried)
 	}
 	if err != nil {
 		return false, err
 	}
-	root.Compensation = store.CompensationRunning
+	root.Compensation = wfstore.CompensationRunning
 	e.log.InfoContext(ctx, "workflow compensation started", "workflow_id", wf, "steps", len(plan))
 	return true, nil
 }
@@ -519,9 +520,9 @@ func (e *Engine) startCompensation(ctx context.Context, root *store.Node) (bool,
 // compensationJob builds compensation step k, undoing the step of node
 // n: its compensate job, with the undone step's id, job id and result as
 // parent_results.
-func (e *Engine) compensationJob(ctx context.Context, wf string, k int, n *store.Node, undone *job.Job) (*job.Job, error) {
+func (e *Engine) compensationJob(ctx context.Context, wf string, k int, n *wfstore.Node, undone *job.Job) (*job.Job, error) {
 	pr, _ := json.Marshal(map[string]any{"compensates": stepKey(n), "job_id": JobID(wf, n.Path), "result": resultValue(undone)})
-	synthetic := &store.Node{WorkflowID: wf, Path: childPath(compensatePath, segment(KindChain, k)), Kind: KindJob, Def: n.Compensate}
+	synthetic := &wfstore.Node{WorkflowID: wf, Path: childPath(compensatePath, segment(KindChain, k)), Kind: KindJob, Def: n.Compensate}
 	j, err := e.newJob(synthetic, pr)
 	if err != nil {
 		return nil, err
@@ -545,7 +546,7 @@ func (e *Engine) compensationStepDone(ctx context.Context, s step) (*step, error
 	if comp.Done(k) || comp.State.Terminal() {
 		return nil, e.endCompensation(ctx, comp)
 	}
-	w := store.NodeWrite{Path: compensatePath}
+	w := wfstore.NodeWrite{Path: compensatePath}
 	if s.ok {
 		w.AddOK = []int{k}
 	} else {
@@ -556,7 +557,7 @@ func (e *Engine) compensationStepDone(ctx context.Context, s step) (*step, error
 		if !ok && len(comp.Fail) == 0 {
 			w.FailedStep = s.path
 		} else if !ok {
-			w.FailedStep = childPath(compensatePath, segment(KindChain, store.SortedInts(comp.Fail)[0]))
+			w.FailedStep = childPath(compensatePath, segment(KindChain, wfstore.SortedInts(comp.Fail)[0]))
 		}
 		if _, err := e.finish(ctx, s.wf, compensatePath, ok, w); err != nil {
 			return nil, err
@@ -579,28 +580,28 @@ func (e *Engine) compensationStepDone(ctx context.Context, s step) (*step, error
 	if err != nil {
 		return nil, err
 	}
-	err = e.st.Advance(ctx, store.Advance{WorkflowID: s.wf, Jobs: []*job.Job{j}, RedeliverAfter: e.redel,
-		Scope: compensatePath, ScopeStates: []wfstate.State{wfstate.Running}, Nodes: []store.NodeWrite{w}})
+	err = e.st.Advance(ctx, wfstore.Advance{WorkflowID: s.wf, Jobs: []*job.Job{j}, RedeliverAfter: e.redel,
+		Scope: compensatePath, ScopeStates: []wfstate.State{wfstate.Running}, Nodes: []wfstore.NodeWrite{w}})
 	return nil, stopIfNotRunning(err)
 }
 
 // endCompensation records a finished compensation on the workflow, once,
 // and runs the on_failure handler.
-func (e *Engine) endCompensation(ctx context.Context, comp *store.Node) error {
+func (e *Engine) endCompensation(ctx context.Context, comp *wfstore.Node) error {
 	if !comp.State.Terminal() {
 		return nil
 	}
-	outcome := store.CompensationCompleted
+	outcome := wfstore.CompensationCompleted
 	if comp.State != wfstate.Completed {
-		outcome = store.CompensationFailed
+		outcome = wfstore.CompensationFailed
 	}
-	w := store.NodeWrite{Path: store.RootPath, CondStates: []wfstate.State{wfstate.Failed},
+	w := wfstore.NodeWrite{Path: wfstore.RootPath, CondStates: []wfstate.State{wfstate.Failed},
 		SetStrings: map[string]string{"compensation": outcome}}
 	if comp.FailedStep != "" {
 		w.SetStrings["compensation_failed_step"] = comp.FailedStep
 	}
 	root, err := e.st.UpdateNode(ctx, comp.WorkflowID, w)
-	var nc *store.ErrNodeConflict
+	var nc *wfstore.ErrNodeConflict
 	if errors.As(err, &nc) {
 		return nil // retried or cancelled meanwhile
 	}
@@ -614,8 +615,8 @@ func (e *Engine) endCompensation(ctx context.Context, comp *store.Node) error {
 // (its node moves from waiting to running in the transaction that writes
 // its first job). The handler receives the workflow's state, the error
 // that failed it and the results of its completed steps, keyed by step.
-func (e *Engine) launchHandler(ctx context.Context, root *store.Node, name string) error {
-	if !store.HasString(root.Handlers, name) {
+func (e *Engine) launchHandler(ctx context.Context, root *wfstore.Node, name string) error {
+	if !wfstore.HasString(root.Handlers, name) {
 		return nil
 	}
 	wf := root.WorkflowID
@@ -640,10 +641,10 @@ func (e *Engine) launchHandler(ctx context.Context, root *store.Node, name strin
 	if err := e.admitJobs(ctx, jobs); err != nil {
 		return err
 	}
-	err = e.st.Advance(ctx, store.Advance{WorkflowID: wf, Jobs: jobs, RedeliverAfter: e.redel, Scope: path, ScopeStates: []wfstate.State{wfstate.Waiting},
-		Nodes: []store.NodeWrite{{Path: path, From: []wfstate.State{wfstate.Waiting}, To: wfstate.Running, At: e.now()}}})
-	var nc *store.ErrNodeConflict
-	if errors.As(err, &nc) || errors.Is(err, store.ErrWorkflowNotRunning) {
+	err = e.st.Advance(ctx, wfstore.Advance{WorkflowID: wf, Jobs: jobs, RedeliverAfter: e.redel, Scope: path, ScopeStates: []wfstate.State{wfstate.Waiting},
+		Nodes: []wfstore.NodeWrite{{Path: path, From: []wfstate.State{wfstate.Waiting}, To: wfstate.Running, At: e.now()}}})
+	var nc *wfstore.ErrNodeConflict
+	if errors.As(err, &nc) || errors.Is(err, wfstore.ErrWorkflowNotRunning) {
 		return nil // started already
 	}
 	if err == nil {
@@ -654,7 +655,7 @@ func (e *Engine) launchHandler(ctx context.Context, root *store.Node, name strin
 
 // handlerInput is a handler's parent_results: the workflow's state, what
 // failed it, and the results of its completed steps keyed by step.
-func (e *Engine) handlerInput(ctx context.Context, t *tree, root *store.Node) (json.RawMessage, error) {
+func (e *Engine) handlerInput(ctx context.Context, t *tree, root *wfstore.Node) (json.RawMessage, error) {
 	var ids []string
 	for _, n := range t.byPath {
 		if n.Kind == KindJob && !strings.HasPrefix(n.Path, "/~") {
@@ -705,20 +706,20 @@ func (e *Engine) handlerDone(ctx context.Context, s step) error {
 		if !s.ok {
 			to = wfstate.Failed
 		}
-		_, err := e.st.UpdateNode(ctx, s.wf, store.NodeWrite{Path: s.path, From: []wfstate.State{wfstate.Running}, To: to, At: e.now()})
-		var nc *store.ErrNodeConflict
+		_, err := e.st.UpdateNode(ctx, s.wf, wfstore.NodeWrite{Path: s.path, From: []wfstate.State{wfstate.Running}, To: to, At: e.now()})
+		var nc *wfstore.ErrNodeConflict
 		if err != nil && !errors.As(err, &nc) {
 			return err
 		}
 	}
-	w := store.NodeWrite{Path: store.RootPath, CondStates: []wfstate.State{wfstate.Failed, wfstate.Cancelled}}
+	w := wfstore.NodeWrite{Path: wfstore.RootPath, CondStates: []wfstate.State{wfstate.Failed, wfstate.Cancelled}}
 	if s.ok {
 		w.AddHandlersOK = []string{name}
 	} else {
 		w.AddHandlersFail = []string{name}
 	}
 	_, err := e.st.UpdateNode(ctx, s.wf, w)
-	var nc *store.ErrNodeConflict
+	var nc *wfstore.ErrNodeConflict
 	if errors.As(err, &nc) {
 		return nil
 	}
@@ -734,7 +735,7 @@ func (e *Engine) Retry(ctx context.Context, wfID string) (*View, error) {
 	if err := validWorkflowID(wfID); err != nil {
 		return nil, err
 	}
-	root, err := e.st.GetNode(ctx, wfID, store.RootPath)
+	root, err := e.st.GetNode(ctx, wfID, wfstore.RootPath)
 	if errors.Is(err, store.ErrNotFound) || (err == nil && root.Creating) {
 		return nil, ojserr.NotFoundf("workflow", wfID)
 	}
@@ -762,12 +763,12 @@ func (e *Engine) Retry(ctx context.Context, wfID string) (*View, error) {
 		}
 	}
 	now := e.now()
-	w := store.NodeWrite{Path: store.RootPath, From: []wfstate.State{root.State}, To: wfstate.Running, At: now,
+	w := wfstore.NodeWrite{Path: wfstore.RootPath, From: []wfstate.State{root.State}, To: wfstate.Running, At: now,
 		AddNumbers: map[string]int{"run": 1}, SetStrings: map[string]string{"reopening": "true"},
 		Remove:  []string{"failed_index", "failed_step", "error", "compensation", "h_ok", "h_fail", "completed_at", "cancelled_at"},
 		CheckAt: now.Add(CheckAfter),
 		// Not once its compensation started meanwhile.
-		CondUnsetOr: map[string][]string{"compensation": {store.CompensationNone, store.CompensationWaiting}}}
+		CondUnsetOr: map[string][]string{"compensation": {wfstore.CompensationNone, wfstore.CompensationWaiting}}}
 	if root.TimeoutMS > 0 {
 		// The workflow's timeout runs again from the retry.
 		deadline := now.Add(time.Duration(root.TimeoutMS) * time.Millisecond)
@@ -775,7 +776,7 @@ func (e *Engine) Retry(ctx context.Context, wfID string) (*View, error) {
 		w.SetNumbers = map[string]int64{"deadline_ms": deadline.UnixMilli()}
 	}
 	_, err = e.st.UpdateNode(ctx, wfID, w)
-	var nc *store.ErrNodeConflict
+	var nc *wfstore.ErrNodeConflict
 	if errors.As(err, &nc) {
 		if compensated(nc.Current) {
 			return nil, compensatedConflict(nc.Current) // its compensation started meanwhile
@@ -797,15 +798,15 @@ func (e *Engine) Retry(ctx context.Context, wfID string) (*View, error) {
 // compensated reports whether a workflow's compensation started (a
 // compensated workflow cannot be retried); one that waits for its
 // running steps has not.
-func compensated(root *store.Node) bool {
+func compensated(root *wfstore.Node) bool {
 	switch root.Compensation {
-	case "", store.CompensationNone, store.CompensationWaiting:
+	case "", wfstore.CompensationNone, wfstore.CompensationWaiting:
 		return false
 	}
 	return true
 }
 
-func compensatedConflict(root *store.Node) error {
+func compensatedConflict(root *wfstore.Node) error {
 	return ojserr.StateConflict(ojserr.Conflict, "Workflow %s was compensated (its completed steps were undone); it cannot be retried.", root.WorkflowID).
 		With("workflow_id", root.WorkflowID).With("current_state", string(root.State)).With("compensation", root.Compensation)
 }
@@ -814,7 +815,7 @@ func compensatedConflict(root *store.Node) error {
 // nodes (a retry re-arming a handler or a batch's callbacks, whose job ids
 // are the same in every run). A job still running is left, unless stop is
 // set: it is cancelled first, and deleted.
-func (e *Engine) removeFinishedJobs(ctx context.Context, wf string, nodes []*store.Node, stop bool) error {
+func (e *Engine) removeFinishedJobs(ctx context.Context, wf string, nodes []*wfstore.Node, stop bool) error {
 	var ids []string
 	for _, n := range nodes {
 		if n.Kind == KindJob {
@@ -876,7 +877,7 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 	if err != nil {
 		return err
 	}
-	failedChild := func(n *store.Node) bool {
+	failedChild := func(n *wfstore.Node) bool {
 		if n.Kind == KindJob {
 			j := jobs[JobID(wf, n.Path)]
 			return j != nil && (j.State == job.Discarded || j.State == job.Cancelled)
@@ -893,8 +894,8 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 	// members all complete, or failing a nested composite its chain then
 	// never goes past). Nothing counts on a marked item; what finished
 	// meanwhile is counted below, once the marks are gone.
-	redecided := map[string]bool{}     // callback jobs of batches whose members run again
-	marked := map[string]*store.Node{} // composites, by path (the root always)
+	redecided := map[string]bool{}       // callback jobs of batches whose members run again
+	marked := map[string]*wfstore.Node{} // composites, by path (the root always)
 	for _, n := range nodes {
 		if n.Kind == KindJob || strings.HasPrefix(n.Path, "/~") {
 			continue
@@ -902,7 +903,7 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 		if n.Reopening != "" {
 			marked[n.Path] = n // the root, or by a retry that died before clearing it
 		}
-		w := store.NodeWrite{Path: n.Path, Remove: []string{"failed_index", "failed_step", "error"}}
+		w := wfstore.NodeWrite{Path: n.Path, Remove: []string{"failed_index", "failed_step", "error"}}
 		touched := n.State == wfstate.Failed || n.State == wfstate.Cancelled
 		for _, c := range t.kids[n.Path] {
 			if failedChild(c) {
@@ -915,7 +916,7 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 		for name, cb := range t.cbs[n.Path] {
 			if failedChild(cb) {
 				touched = true
-				if store.HasString(n.CallbacksFail, name) {
+				if wfstore.HasString(n.CallbacksFail, name) {
 					w.DelCallbacksFail = append(w.DelCallbacksFail, name)
 				}
 			}
@@ -933,7 +934,7 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 			// again now.
 			w.DelCallbacksFail = nil
 			w.Remove = append(w.Remove, "fired", "fired_at", "cb_ok", "cb_fail")
-			var cbs []*store.Node
+			var cbs []*wfstore.Node
 			for _, cb := range t.cbs[n.Path] {
 				cbs = append(cbs, cb)
 				redecided[JobID(wf, cb.Path)] = true
@@ -942,7 +943,7 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 				return err
 			}
 		}
-		if n.Path != store.RootPath && (n.State == wfstate.Failed || n.State == wfstate.Cancelled) {
+		if n.Path != wfstore.RootPath && (n.State == wfstate.Failed || n.State == wfstate.Cancelled) {
 			w.From, w.To, w.At = []wfstate.State{n.State}, wfstate.Waiting, now
 			// Its clock restarts if it had started (its jobs run again
 			// now); one a failure stopped before it started gets its
@@ -951,7 +952,7 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 				w.Deadline = now.Add(time.Duration(n.TimeoutMS) * time.Millisecond)
 			}
 		}
-		if touched && n.Path != store.RootPath {
+		if touched && n.Path != wfstore.RootPath {
 			w.SetStrings = map[string]string{"reopening": "true"}
 			marked[n.Path] = n
 		}
@@ -959,7 +960,7 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 			continue
 		}
 		if _, err := e.st.UpdateNode(ctx, wf, w); err != nil {
-			var nc *store.ErrNodeConflict
+			var nc *wfstore.ErrNodeConflict
 			if !errors.As(err, &nc) {
 				return err
 			}
@@ -974,7 +975,7 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 	// is cancelled, so that it can run again for a later failure.
 	for path, h := range t.special {
 		if path != compensatePath && h.State != wfstate.Waiting {
-			var under []*store.Node
+			var under []*wfstore.Node
 			for _, n := range nodes {
 				if n.Path == path || strings.HasPrefix(n.Path, path+"/") {
 					under = append(under, n)
@@ -1010,8 +1011,8 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 	if err := e.clearMarks(ctx, wf, t, marked); err != nil {
 		return err
 	}
-	_, err = e.st.UpdateNode(ctx, wf, store.NodeWrite{Path: store.RootPath, CondStates: []wfstate.State{wfstate.Running}, Remove: []string{"reopening"}})
-	var nc *store.ErrNodeConflict
+	_, err = e.st.UpdateNode(ctx, wf, wfstore.NodeWrite{Path: wfstore.RootPath, CondStates: []wfstate.State{wfstate.Running}, Remove: []string{"reopening"}})
+	var nc *wfstore.ErrNodeConflict
 	if err != nil && !errors.As(err, &nc) {
 		return err
 	}
@@ -1024,7 +1025,7 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 
 // clearMarks removes a retry's marks from the counter shards of the
 // composites in marked and from those composites but the root.
-func (e *Engine) clearMarks(ctx context.Context, wf string, t *tree, marked map[string]*store.Node) error {
+func (e *Engine) clearMarks(ctx context.Context, wf string, t *tree, marked map[string]*wfstore.Node) error {
 	for _, path := range slices.Sorted(maps.Keys(marked)) {
 		if marked[path].Shards == 0 {
 			continue
@@ -1040,10 +1041,10 @@ func (e *Engine) clearMarks(ctx context.Context, wf string, t *tree, marked map[
 		}
 	}
 	for _, path := range slices.Sorted(maps.Keys(marked)) {
-		if path == store.RootPath {
+		if path == wfstore.RootPath {
 			continue // the last (reopen)
 		}
-		_, err := e.st.UpdateNode(ctx, wf, store.NodeWrite{Path: path, Remove: []string{"reopening"}})
+		_, err := e.st.UpdateNode(ctx, wf, wfstore.NodeWrite{Path: path, Remove: []string{"reopening"}})
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			return err
 		}
@@ -1054,11 +1055,11 @@ func (e *Engine) clearMarks(ctx context.Context, wf string, t *tree, marked map[
 // rearm moves a handler's node back to waiting for its next launch,
 // forgetting its counts. A running one, whose jobs were just cancelled,
 // ends cancelled first.
-func (e *Engine) rearm(ctx context.Context, wf string, n *store.Node, now time.Time) error {
+func (e *Engine) rearm(ctx context.Context, wf string, n *wfstore.Node, now time.Time) error {
 	from := n.State
 	if from == wfstate.Running {
-		cur, err := e.st.UpdateNode(ctx, wf, store.NodeWrite{Path: n.Path, From: []wfstate.State{wfstate.Running}, To: wfstate.Cancelled, At: now})
-		var nc *store.ErrNodeConflict
+		cur, err := e.st.UpdateNode(ctx, wf, wfstore.NodeWrite{Path: n.Path, From: []wfstate.State{wfstate.Running}, To: wfstate.Cancelled, At: now})
+		var nc *wfstore.ErrNodeConflict
 		switch {
 		case err == nil:
 			from = cur.State
@@ -1071,9 +1072,9 @@ func (e *Engine) rearm(ctx context.Context, wf string, n *store.Node, now time.T
 	if from == wfstate.Waiting || from == wfstate.Running {
 		return nil // waiting already, or launched again meanwhile
 	}
-	_, err := e.st.UpdateNode(ctx, wf, store.NodeWrite{Path: n.Path, From: []wfstate.State{from}, To: wfstate.Waiting, At: now,
+	_, err := e.st.UpdateNode(ctx, wf, wfstore.NodeWrite{Path: n.Path, From: []wfstate.State{from}, To: wfstate.Waiting, At: now,
 		Remove: []string{"ok", "fail", "failed_step", "failed_index"}})
-	var nc *store.ErrNodeConflict
+	var nc *wfstore.ErrNodeConflict
 	if err != nil && !errors.As(err, &nc) {
 		return err
 	}
@@ -1083,7 +1084,7 @@ func (e *Engine) rearm(ctx context.Context, wf string, n *store.Node, now time.T
 // reopenShards forgets a wide group's or batch's failed children in their
 // shards, and the roll-ups of those shards (they roll up again when the
 // children finish).
-func (e *Engine) reopenShards(ctx context.Context, n *store.Node, t *tree, failedChild func(*store.Node) bool, w *store.NodeWrite) error {
+func (e *Engine) reopenShards(ctx context.Context, n *wfstore.Node, t *tree, failedChild func(*wfstore.Node) bool, w *wfstore.NodeWrite) error {
 	byShard := map[string][]int{}
 	for _, c := range t.kids[n.Path] {
 		if failedChild(c) {

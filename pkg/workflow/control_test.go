@@ -16,6 +16,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
 	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
 )
 
@@ -26,7 +27,7 @@ type clocked struct {
 }
 
 func newClocked(t *testing.T) *clocked {
-	return newClockedOn(t, func(st *store.Store) workflow.Store { return st })
+	return newClockedOn(t, func(st *store.Store) workflow.Store { return workflow.StoreOn(st) })
 }
 
 // newClockedOn is newClocked with the engine reading and writing through
@@ -354,7 +355,7 @@ func TestRetryRacingTheFailureRecord(t *testing.T) {
 		t.Fatalf("failed: %s", jsonStr(v))
 	}
 	now := h.clk.Now()
-	if _, err := h.st.UpdateNode(ctx, id, store.NodeWrite{Path: store.RootPath, From: []wfstate.State{wfstate.Failed}, To: wfstate.Running, At: now,
+	if _, err := wfstore.New(h.st).UpdateNode(ctx, id, wfstore.NodeWrite{Path: wfstore.RootPath, From: []wfstate.State{wfstate.Failed}, To: wfstate.Running, At: now,
 		AddNumbers: map[string]int{"run": 1}, SetStrings: map[string]string{"reopening": "true"},
 		Remove: []string{"failed_index", "failed_step", "error", "completed_at"}, CheckAt: now.Add(workflow.CheckAfter)}); err != nil {
 		t.Fatal(err)
@@ -395,7 +396,7 @@ func TestRetryForgettingAFailureRacingItsLateRecord(t *testing.T) {
 	a := h.fetch("zq")["z.a"]
 	h.fail(a)
 	now := h.clk.Now()
-	if _, err := h.st.UpdateNode(ctx, id, store.NodeWrite{Path: store.RootPath, From: []wfstate.State{wfstate.Failed}, To: wfstate.Running, At: now,
+	if _, err := wfstore.New(h.st).UpdateNode(ctx, id, wfstore.NodeWrite{Path: wfstore.RootPath, From: []wfstate.State{wfstate.Failed}, To: wfstate.Running, At: now,
 		AddNumbers: map[string]int{"run": 1}, SetStrings: map[string]string{"reopening": "true"}, DelFail: []int{0},
 		Remove: []string{"failed_index", "failed_step", "error", "completed_at"}, CheckAt: now.Add(workflow.CheckAfter)}); err != nil {
 		t.Fatal(err)
@@ -440,15 +441,15 @@ func TestFinishingACancelLeavesARetriedWorkflowAlone(t *testing.T) {
 	}
 	ja := workflow.JobID(id, "/j0")
 	// What a cancel finisher that read the root before the retry writes.
-	errs, err := h.st.ApplyAllIf(ctx, []store.Transition{store.Cancel(ja, h.clk.Now(), job.Available)}, store.RootIn(id, wfstate.Cancelled))
+	errs, err := h.st.ApplyAllIf(ctx, []store.Transition{store.Cancel(ja, h.clk.Now(), job.Available)}, wfstore.RootIn(id, wfstate.Cancelled))
 	if !errors.Is(err, store.ErrGuardFailed) || !errors.Is(errs[0], store.ErrNotTried) {
 		t.Fatalf("guarded cancel of a re-queued job: %v %v, want the guard to fail", errs, err)
 	}
-	if err := h.st.SetCancelling(ctx, id, false); err != nil {
+	if err := wfstore.New(h.st).SetCancelling(ctx, id, false); err != nil {
 		t.Fatal(err)
 	}
 	h.clk.Add(workflow.CheckAfter + time.Second)
-	if due, err := h.st.DueWorkflows(ctx, h.clk.Now(), 10); err != nil || due[id].IsZero() {
+	if due, err := wfstore.New(h.st).DueWorkflows(ctx, h.clk.Now(), 10); err != nil || due[id].IsZero() {
 		t.Fatalf("the retried workflow's check: %v %v, want it kept", due, err)
 	}
 	h.ack(h.fetch("kq")["k.a"], `"a"`)
@@ -457,10 +458,10 @@ func TestFinishingACancelLeavesARetriedWorkflowAlone(t *testing.T) {
 	}
 	// While the guard holds, the cancel applies.
 	id2 := h.create(`{"type":"group","jobs":[{"type":"k.b","args":[],"options":{"queue":"kq2"}}]}`)
-	if _, err := h.st.UpdateNode(ctx, id2, store.NodeWrite{Path: store.RootPath, From: []wfstate.State{wfstate.Running}, To: wfstate.Cancelled, At: h.clk.Now()}); err != nil {
+	if _, err := wfstore.New(h.st).UpdateNode(ctx, id2, wfstore.NodeWrite{Path: wfstore.RootPath, From: []wfstate.State{wfstate.Running}, To: wfstate.Cancelled, At: h.clk.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	errs, err = h.st.ApplyAllIf(ctx, []store.Transition{store.Cancel(workflow.JobID(id2, "/j0"), h.clk.Now(), job.Available)}, store.RootIn(id2, wfstate.Cancelled))
+	errs, err = h.st.ApplyAllIf(ctx, []store.Transition{store.Cancel(workflow.JobID(id2, "/j0"), h.clk.Now(), job.Available)}, wfstore.RootIn(id2, wfstate.Cancelled))
 	if err != nil || errs[0] != nil {
 		t.Fatalf("guarded cancel of a cancelled workflow's job: %v %v", errs, err)
 	}
@@ -496,7 +497,7 @@ func TestCompensationWaitsForStepsATimeoutCutOff(t *testing.T) {
 				t.Fatal(err)
 			}
 			v := h.view(id)
-			if v["state"] != "failed" || v["compensation"].(map[string]any)["state"] != store.CompensationWaiting {
+			if v["state"] != "failed" || v["compensation"].(map[string]any)["state"] != wfstore.CompensationWaiting {
 				t.Fatalf("after the timeout: %s", jsonStr(v))
 			}
 			if more := h.fetch(q); len(more) != 0 {
@@ -552,7 +553,7 @@ func TestCompensationWaitsForStepsATimeoutCutOff(t *testing.T) {
 			h.ack(alert["w.alert"], `"paged"`)
 			v = h.view(id)
 			comp := v["compensation"].(map[string]any)
-			if comp["state"] != store.CompensationCompleted || len(comp["steps"].([]any)) != 2 {
+			if comp["state"] != wfstore.CompensationCompleted || len(comp["steps"].([]any)) != 2 {
 				t.Fatalf("view: %s", jsonStr(v))
 			}
 			// Its check is gone: later sweeps do not look at it again.
@@ -578,7 +579,7 @@ func TestRetryWhileCompensationWaits(t *testing.T) {
 	if _, err := h.eng.Repair(ctx, 10); err != nil {
 		t.Fatal(err)
 	}
-	if v := h.view(id); v["compensation"].(map[string]any)["state"] != store.CompensationWaiting {
+	if v := h.view(id); v["compensation"].(map[string]any)["state"] != wfstore.CompensationWaiting {
 		t.Fatalf("after the timeout: %s", jsonStr(v))
 	}
 	if _, err := h.eng.Retry(ctx, id); err != nil {
@@ -619,7 +620,7 @@ func TestRetryAfterTimeout(t *testing.T) {
 	if v := h.view(id); v["state"] != "completed" {
 		t.Fatalf("after the retry: %s", jsonStr(v))
 	}
-	_ = store.RootPath
+	_ = wfstore.RootPath
 	_ = fmt.Sprint
 }
 
@@ -672,17 +673,17 @@ func TestAFinishedNodesStaleTimeoutEntryIsRemoved(t *testing.T) {
 		{"type":"s.b","args":[],"options":{"queue":"sq"}}]}`)
 	h.ack(h.fetch("sq")["s.a"], `1`)
 	// The group finished; a repeated advance lists its deadline again.
-	if _, err := h.st.UpdateNode(ctx, id, store.NodeWrite{Path: "/s0", Deadline: h.clk.Now().Add(time.Second)}); err != nil {
+	if _, err := wfstore.New(h.st).UpdateNode(ctx, id, wfstore.NodeWrite{Path: "/s0", Deadline: h.clk.Now().Add(time.Second)}); err != nil {
 		t.Fatal(err)
 	}
 	h.clk.Add(2 * time.Second)
-	if due, err := h.st.DueTimeouts(ctx, h.clk.Now(), 10); err != nil || len(due) != 1 {
+	if due, err := wfstore.New(h.st).DueTimeouts(ctx, h.clk.Now(), 10); err != nil || len(due) != 1 {
 		t.Fatalf("listed before the sweep: %v %v", due, err)
 	}
 	if n, err := h.eng.Timeouts(ctx, 10); err != nil || n != 0 {
 		t.Fatalf("sweep: %d timed out, %v", n, err)
 	}
-	if due, err := h.st.DueTimeouts(ctx, h.clk.Now(), 10); err != nil || len(due) != 0 {
+	if due, err := wfstore.New(h.st).DueTimeouts(ctx, h.clk.Now(), 10); err != nil || len(due) != 0 {
 		t.Fatalf("still listed after the sweep: %v %v", due, err)
 	}
 	h.ack(h.fetch("sq")["s.b"], `2`)
@@ -772,7 +773,7 @@ func (h *clocked) failStep(q, step, handler string) *job.Job {
 // just after a retry's check.
 type staleHandlers struct{ workflow.Store }
 
-func (s staleHandlers) GetNode(ctx context.Context, wf, path string) (*store.Node, error) {
+func (s staleHandlers) GetNode(ctx context.Context, wf, path string) (*wfstore.Node, error) {
 	n, err := s.Store.GetNode(ctx, wf, path)
 	if err == nil && strings.HasPrefix(path, "/~") {
 		c := *n
@@ -786,7 +787,7 @@ func (s staleHandlers) GetNode(ctx context.Context, wf, path string) (*store.Nod
 // check) is cancelled and removed, so that it runs for a later failure.
 func TestARetryRacingAHandlerLaunchStopsIt(t *testing.T) {
 	t.Parallel()
-	h := newClockedOn(t, func(st *store.Store) workflow.Store { return staleHandlers{st} })
+	h := newClockedOn(t, func(st *store.Store) workflow.Store { return staleHandlers{workflow.StoreOn(st)} })
 	eng, svc := h.eng, h.svc
 	ctx := context.Background()
 	id := h.create(`{"type":"chain","steps":[{"type":"s.a","args":[],"options":{"queue":"sq"}}],

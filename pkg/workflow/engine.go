@@ -16,28 +16,31 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
 )
 
-// Store is the persistence the engine uses (implemented by *store.Store).
+// Store is the persistence the engine uses: the workflow items
+// (*wfstore.Store) and the calls it makes of the jobs' store
+// (*store.Store); StoreOn joins the two.
 type Store interface {
-	CreateWorkflow(ctx context.Context, w store.NewWorkflow) error
-	BeginWorkflow(ctx context.Context, root store.Node, def []byte, items int) error
-	ResumeWorkflow(ctx context.Context, w store.NewWorkflow, now time.Time, slice time.Duration) error
+	CreateWorkflow(ctx context.Context, w wfstore.NewWorkflow) error
+	BeginWorkflow(ctx context.Context, root wfstore.Node, def []byte, items int) error
+	ResumeWorkflow(ctx context.Context, w wfstore.NewWorkflow, now time.Time, slice time.Duration) error
 	DeleteWorkflow(ctx context.Context, wfID string) (bool, error)
-	GetNode(ctx context.Context, wfID, path string) (*store.Node, error)
-	GetShard(ctx context.Context, wfID, path, key string) (*store.Shard, error)
-	ReadProgress(ctx context.Context, nodes []store.NodeKey, shards []store.ShardRef, jobs []string) (*store.Progress, error)
-	Subtree(ctx context.Context, wfID, path string) ([]*store.Node, error)
-	WorkflowItems(ctx context.Context, wfID string) ([]*store.Node, error)
-	UpdateNode(ctx context.Context, wfID string, w store.NodeWrite) (*store.Node, error)
-	CountOnShard(ctx context.Context, wfID, path, key string, idx int, ok bool) (*store.Shard, error)
-	RollUp(ctx context.Context, wfID, path string, sh *store.Shard) (*store.Node, error)
-	Advance(ctx context.Context, a store.Advance) error
-	AdvanceMarked(ctx context.Context, wfID string, w store.NodeWrite, mark string, jobs []*job.Job, redeliverAfter time.Duration) error
+	GetNode(ctx context.Context, wfID, path string) (*wfstore.Node, error)
+	GetShard(ctx context.Context, wfID, path, key string) (*wfstore.Shard, error)
+	ReadProgress(ctx context.Context, nodes []wfstore.NodeKey, shards []wfstore.ShardRef, jobs []string) (*wfstore.Progress, error)
+	Subtree(ctx context.Context, wfID, path string) ([]*wfstore.Node, error)
+	WorkflowItems(ctx context.Context, wfID string) ([]*wfstore.Node, error)
+	UpdateNode(ctx context.Context, wfID string, w wfstore.NodeWrite) (*wfstore.Node, error)
+	CountOnShard(ctx context.Context, wfID, path, key string, idx int, ok bool) (*wfstore.Shard, error)
+	RollUp(ctx context.Context, wfID, path string, sh *wfstore.Shard) (*wfstore.Node, error)
+	Advance(ctx context.Context, a wfstore.Advance) error
+	AdvanceMarked(ctx context.Context, wfID string, w wfstore.NodeWrite, mark string, jobs []*job.Job, redeliverAfter time.Duration) error
 	ClearUnguarded(ctx context.Context, wfID string) error
 	BatchGetJobs(ctx context.Context, ids []string) (map[string]*job.Job, error)
 	DueWorkflows(ctx context.Context, now time.Time, limit int) (map[string]time.Time, error)
-	DueTimeouts(ctx context.Context, now time.Time, limit int) ([]store.NodeKey, error)
+	DueTimeouts(ctx context.Context, now time.Time, limit int) ([]wfstore.NodeKey, error)
 	ForgetInShard(ctx context.Context, wfID, path, key string, idx []int) error
 	ClearShardMark(ctx context.Context, wfID, path, key string) error
 	PostponeWorkflowCheck(ctx context.Context, wfID string, due, next time.Time) error
@@ -49,7 +52,34 @@ type Store interface {
 	DeleteWorkflowJob(ctx context.Context, wfID, id string, state job.State) error
 }
 
-var _ Store = (*store.Store)(nil)
+var _ Store = stores{}
+
+// StoreOn is the Store on the table kernel st: its workflow items
+// (wfstore.New(st)) and its jobs (st).
+func StoreOn(st *store.Store) Store { return stores{Store: wfstore.New(st), jobs: st} }
+
+// stores is the workflow items' store with the calls the engine makes of
+// the jobs' store.
+type stores struct {
+	*wfstore.Store
+	jobs *store.Store
+}
+
+func (s stores) Apply(ctx context.Context, t store.Transition) (*job.Job, error) {
+	return s.jobs.Apply(ctx, t)
+}
+
+func (s stores) ApplyAll(ctx context.Context, ts []store.Transition) ([]error, error) {
+	return s.jobs.ApplyAll(ctx, ts)
+}
+
+func (s stores) ApplyAllIf(ctx context.Context, ts []store.Transition, g store.Guard) ([]error, error) {
+	return s.jobs.ApplyAllIf(ctx, ts, g)
+}
+
+func (s stores) BatchGetJobs(ctx context.Context, ids []string) (map[string]*job.Job, error) {
+	return s.jobs.BatchGetJobs(ctx, ids)
+}
 
 // Admitter prepares jobs for writing the way every job is prepared
 // (implemented by *lifecycle.Service): push mode from the queue, the
@@ -180,12 +210,12 @@ func (e *Engine) Create(ctx context.Context, raw []byte) (*View, error) {
 	}
 	if e.async > 0 && len(b.nodes)+len(b.shards)+len(b.jobs) > e.async {
 		v, err := e.begin(ctx, raw, b)
-		if !errors.Is(err, store.ErrTooLargeToDefer) {
+		if !errors.Is(err, wfstore.ErrTooLargeToDefer) {
 			return v, err
 		}
 	}
-	if err := e.st.CreateWorkflow(ctx, store.NewWorkflow{Nodes: b.nodes, Shards: b.shards, Jobs: b.jobs, RedeliverAfter: e.redel, FreshID: parsed.ID == ""}); err != nil {
-		if errors.Is(err, store.ErrWorkflowExists) {
+	if err := e.st.CreateWorkflow(ctx, wfstore.NewWorkflow{Nodes: b.nodes, Shards: b.shards, Jobs: b.jobs, RedeliverAfter: e.redel, FreshID: parsed.ID == ""}); err != nil {
+		if errors.Is(err, wfstore.ErrWorkflowExists) {
 			return nil, workflowExists(id)
 		}
 		return nil, ojserr.Backend(err)
@@ -206,8 +236,8 @@ func workflowExists(id string) error {
 // built is what creating a workflow writes: its nodes (the root first),
 // counter shards and first jobs, and the nodes as a tree.
 type built struct {
-	nodes  []store.Node
-	shards []store.Shard
+	nodes  []wfstore.Node
+	shards []wfstore.Shard
 	jobs   []*job.Job
 	t      *tree
 }
@@ -217,11 +247,11 @@ type built struct {
 // (job ids are derived from the workflow id and the path), which is what
 // lets Resume finish a creation another process started.
 func (e *Engine) build(ctx context.Context, parsed *Parsed, id string, now time.Time) (*built, error) {
-	var nodes []store.Node
-	var shards []store.Shard
+	var nodes []wfstore.Node
+	var shards []wfstore.Shard
 	compensable := 0
 	Walk(parsed.Root, func(d *Def) {
-		n := store.Node{WorkflowID: id, Path: d.Path, Kind: d.Kind, Name: d.Name, Index: d.Index, StepID: d.StepID,
+		n := wfstore.Node{WorkflowID: id, Path: d.Path, Kind: d.Kind, Name: d.Name, Index: d.Index, StepID: d.StepID,
 			JobType: d.JobType, State: wfstate.Waiting, Deps: d.Deps, TimeoutMS: d.TimeoutMS, Compensate: store.Packed(d.Compensate)}
 		if len(d.Compensate) > 0 {
 			compensable++
@@ -240,7 +270,7 @@ func (e *Engine) build(ctx context.Context, parsed *Parsed, id string, now time.
 				if k < n.Total%n.Shards {
 					exp++
 				}
-				shards = append(shards, store.Shard{Path: d.Path, Key: store.ShardKey(k), Expected: exp})
+				shards = append(shards, wfstore.Shard{Path: d.Path, Key: wfstore.ShardKey(k), Expected: exp})
 			}
 			for _, name := range Callbacks {
 				if d.Callbacks[name] != nil {
@@ -256,7 +286,7 @@ func (e *Engine) build(ctx context.Context, parsed *Parsed, id string, now time.
 				n.Graph = string(b)
 			}
 		}
-		if d.Path == store.RootPath {
+		if d.Path == wfstore.RootPath {
 			n.State = wfstate.Running
 			n.Form = parsed.Form
 			n.CreatedAt, n.StartedAt, n.JobCount = job.Timestamp(now), job.Timestamp(now), parsed.Jobs
@@ -267,7 +297,7 @@ func (e *Engine) build(ctx context.Context, parsed *Parsed, id string, now time.
 				n.Deadline = now.Add(time.Duration(d.TimeoutMS) * time.Millisecond).UnixMilli()
 				check = minTime(check, time.UnixMilli(n.Deadline))
 			}
-			store.WorkflowCheckDue(&n, check)
+			wfstore.WorkflowCheckDue(&n, check)
 			for _, h := range Handlers {
 				if d.Handlers[h] != nil {
 					n.Handlers = append(n.Handlers, h)
@@ -279,7 +309,7 @@ func (e *Engine) build(ctx context.Context, parsed *Parsed, id string, now time.
 	nodes[0].Compensable = compensable
 	// Children of wide groups and batches are counted in shards; graph
 	// steps know the steps that depend on them.
-	byPath := map[string]*store.Node{}
+	byPath := map[string]*wfstore.Node{}
 	for i := range nodes {
 		byPath[nodes[i].Path] = &nodes[i]
 	}
@@ -291,27 +321,27 @@ func (e *Engine) build(ctx context.Context, parsed *Parsed, id string, now time.
 	}
 	for i := range nodes {
 		n := &nodes[i]
-		if n.Path == store.RootPath || n.Index < 0 {
+		if n.Path == wfstore.RootPath || n.Index < 0 {
 			continue
 		}
 		p := byPath[parentOf(n.Path)]
 		if p.Shards > 0 {
-			n.PShard = store.ShardKey(n.Index % p.Shards)
+			n.PShard = wfstore.ShardKey(n.Index % p.Shards)
 		}
 		n.Last = p.Kind == KindChain && n.Index == p.Total-1
 	}
 	t := newTree(nodes)
-	jobs, timed, err := e.launch(ctx, t, store.RootPath, emptyResults(parsed.Root.Kind))
+	jobs, timed, err := e.launch(ctx, t, wfstore.RootPath, emptyResults(parsed.Root.Kind))
 	if err != nil {
 		return nil, err
 	}
 	for _, n := range timed {
-		if n.Path != store.RootPath {
+		if n.Path != wfstore.RootPath {
 			// A nested composite that starts with the workflow: its
 			// deadline runs from now.
 			n.Deadline = now.Add(time.Duration(n.TimeoutMS) * time.Millisecond).UnixMilli()
 			n.DuePK, n.DueAt = "", 0
-			store.TimeoutDue(n)
+			wfstore.TimeoutDue(n)
 		}
 	}
 	if err := e.admitJobs(ctx, jobs); err != nil {
@@ -351,45 +381,45 @@ func (e *Engine) admitJobs(ctx context.Context, jobs []*job.Job) error {
 // tree is a workflow's nodes (or a subtree) in memory.
 type tree struct {
 	wfID   string
-	root   *store.Node
-	byPath map[string]*store.Node
+	root   *wfstore.Node
+	byPath map[string]*wfstore.Node
 	// kids are the children of each composite in index order (callbacks
 	// not included); cbs its callbacks by name; special the root's
 	// handler and compensation nodes (paths /~<name>), which are not its
 	// steps.
-	kids    map[string][]*store.Node
-	cbs     map[string]map[string]*store.Node
-	special map[string]*store.Node
+	kids    map[string][]*wfstore.Node
+	cbs     map[string]map[string]*wfstore.Node
+	special map[string]*wfstore.Node
 }
 
-func newTree(nodes []store.Node) *tree {
-	ptrs := make([]*store.Node, len(nodes))
+func newTree(nodes []wfstore.Node) *tree {
+	ptrs := make([]*wfstore.Node, len(nodes))
 	for i := range nodes {
 		ptrs[i] = &nodes[i]
 	}
 	return newTreeOf(ptrs)
 }
 
-func newTreeOf(nodes []*store.Node) *tree {
-	t := &tree{byPath: map[string]*store.Node{}, kids: map[string][]*store.Node{}, cbs: map[string]map[string]*store.Node{},
-		special: map[string]*store.Node{}}
+func newTreeOf(nodes []*wfstore.Node) *tree {
+	t := &tree{byPath: map[string]*wfstore.Node{}, kids: map[string][]*wfstore.Node{}, cbs: map[string]map[string]*wfstore.Node{},
+		special: map[string]*wfstore.Node{}}
 	for _, n := range nodes {
 		t.byPath[n.Path] = n
 		if t.wfID == "" {
 			t.wfID = n.WorkflowID
 		}
-		if n.Path == store.RootPath {
+		if n.Path == wfstore.RootPath {
 			t.root = n
 			continue
 		}
 		parent := parentOf(n.Path)
-		if parent == store.RootPath && strings.HasPrefix(n.Path, "/~") {
+		if parent == wfstore.RootPath && strings.HasPrefix(n.Path, "/~") {
 			t.special[n.Path] = n
 			continue
 		}
 		if name, ok := callbackName(n.Path); ok {
 			if t.cbs[parent] == nil {
-				t.cbs[parent] = map[string]*store.Node{}
+				t.cbs[parent] = map[string]*wfstore.Node{}
 			}
 			t.cbs[parent][name] = n
 			continue
@@ -407,7 +437,7 @@ func newTreeOf(nodes []*store.Node) *tree {
 // group or batch; a graph's steps without dependencies. Nested composites
 // start the same way. It also returns the composites that start with a
 // timeout (their deadline starts now). Nothing is written.
-func (e *Engine) launch(ctx context.Context, t *tree, path string, parentResults json.RawMessage) ([]*job.Job, []*store.Node, error) {
+func (e *Engine) launch(ctx context.Context, t *tree, path string, parentResults json.RawMessage) ([]*job.Job, []*wfstore.Node, error) {
 	n := t.byPath[path]
 	if n == nil {
 		return nil, nil, fmt.Errorf("workflow %s: node %s missing", t.wfID, path)
@@ -420,7 +450,7 @@ func (e *Engine) launch(ctx context.Context, t *tree, path string, parentResults
 		return []*job.Job{j}, nil, nil
 	}
 	var out []*job.Job
-	var timed []*store.Node
+	var timed []*wfstore.Node
 	if n.TimeoutMS > 0 {
 		timed = append(timed, n)
 	}
@@ -450,10 +480,10 @@ func (e *Engine) launch(ctx context.Context, t *tree, path string, parentResults
 
 // deadlines are the writes that start the deadlines of the composites a
 // step starts.
-func (e *Engine) deadlines(timed []*store.Node) []store.NodeWrite {
-	var ws []store.NodeWrite
+func (e *Engine) deadlines(timed []*wfstore.Node) []wfstore.NodeWrite {
+	var ws []wfstore.NodeWrite
 	for _, n := range timed {
-		ws = append(ws, store.NodeWrite{Path: n.Path, Deadline: e.now().Add(time.Duration(n.TimeoutMS) * time.Millisecond)})
+		ws = append(ws, wfstore.NodeWrite{Path: n.Path, Deadline: e.now().Add(time.Duration(n.TimeoutMS) * time.Millisecond)})
 	}
 	return ws
 }
@@ -475,11 +505,11 @@ func scopeOf(path string) (string, []wfstate.State) {
 		}
 		return path, []wfstate.State{wfstate.Running}
 	}
-	return store.RootPath, []wfstate.State{wfstate.Running}
+	return wfstore.RootPath, []wfstate.State{wfstate.Running}
 }
 
 // newJob builds the job of a leaf node with its deterministic id.
-func (e *Engine) newJob(n *store.Node, parentResults json.RawMessage) (*job.Job, error) {
+func (e *Engine) newJob(n *wfstore.Node, parentResults json.RawMessage) (*job.Job, error) {
 	en, err := job.ParseEnqueue([]byte(n.Def), e.now().UTC())
 	if err != nil {
 		return nil, fmt.Errorf("workflow %s node %s: stored job no longer valid: %w", n.WorkflowID, n.Path, err)
@@ -529,7 +559,7 @@ func truncatedResults(r json.RawMessage) bool {
 func parentOf(path string) string {
 	i := strings.LastIndex(path, "/")
 	if i <= 0 {
-		return store.RootPath
+		return wfstore.RootPath
 	}
 	return path[:i]
 }
@@ -573,12 +603,12 @@ func (e *Engine) Cancel(ctx context.Context, wfID string) (*View, error) {
 	// The cancelled root stays in the sweeper's checks (CheckAt) until its
 	// jobs are all cancelled: if this request dies before it gets to them,
 	// or the stream's retries run out, the sweeper cancels them.
-	root, err := e.st.UpdateNode(ctx, wfID, store.NodeWrite{Path: store.RootPath, From: []wfstate.State{wfstate.Running}, To: wfstate.Cancelled, At: now,
+	root, err := e.st.UpdateNode(ctx, wfID, wfstore.NodeWrite{Path: wfstore.RootPath, From: []wfstate.State{wfstate.Running}, To: wfstate.Cancelled, At: now,
 		CondAbsent: []string{"creating"}, CheckAt: now.Add(cancelCheckAfter)})
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, ojserr.NotFoundf("workflow", wfID)
 	}
-	var nc *store.ErrNodeConflict
+	var nc *wfstore.ErrNodeConflict
 	if errors.As(err, &nc) && nc.Current.Creating {
 		if len(nc.Current.CDef) == 0 {
 			return nil, ojserr.NotFoundf("workflow", wfID)
@@ -607,7 +637,7 @@ func (e *Engine) Cancel(ctx context.Context, wfID string) (*View, error) {
 	if err := e.takeUnwritten(ctx, root, items, now); err != nil {
 		return nil, ojserr.Backend(err)
 	}
-	guard := store.RootIn(wfID, wfstate.Cancelled)
+	guard := wfstore.RootIn(wfID, wfstate.Cancelled)
 	cancelled, left, err := e.cancelJobs(ctx, jobIDs(wfID, items), now, budget, &guard)
 	if errors.Is(err, store.ErrGuardFailed) {
 		// Retried meanwhile: its jobs are the retry's now.

@@ -14,12 +14,13 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
 )
 
 // NodeChange is one stream record of a workflow node: the node before
 // (nil when created) and after, and the record's time.
 type NodeChange struct {
-	Old, New *store.Node
+	Old, New *wfstore.Node
 	At       time.Time
 }
 
@@ -53,7 +54,7 @@ type JobChange struct {
 // of the process; a job carries its step id. So a chain step's events cost
 // no read in a warm stream function.
 func (e *Engine) Events(ctx context.Context, source string, nodes []NodeChange, jobs []JobChange) ([]events.Event, error) {
-	b := &wfEvents{e: e, source: source, nodes: map[string]*store.Node{}}
+	b := &wfEvents{e: e, source: source, nodes: map[string]*wfstore.Node{}}
 	for _, c := range nodes {
 		if c.New != nil {
 			b.put(c.New)
@@ -79,7 +80,7 @@ func (e *Engine) Events(ctx context.Context, source string, nodes []NodeChange, 
 type wfEvents struct {
 	e      *Engine
 	source string
-	nodes  map[string]*store.Node
+	nodes  map[string]*wfstore.Node
 	out    []events.Event
 }
 
@@ -97,7 +98,7 @@ func (b *wfEvents) shapeOf(ctx context.Context, wfID, path string) (*shape, erro
 	return &s, nil
 }
 
-func (b *wfEvents) put(n *store.Node) {
+func (b *wfEvents) put(n *wfstore.Node) {
 	k := n.WorkflowID + n.Path
 	if cur, ok := b.nodes[k]; !ok || cur == nil || cur.Version() < n.Version() {
 		b.nodes[k] = n
@@ -105,7 +106,7 @@ func (b *wfEvents) put(n *store.Node) {
 }
 
 // node reads a node once per batch; nil if it no longer exists.
-func (b *wfEvents) node(ctx context.Context, wfID, path string) (*store.Node, error) {
+func (b *wfEvents) node(ctx context.Context, wfID, path string) (*wfstore.Node, error) {
 	k := wfID + path
 	if n, ok := b.nodes[k]; ok {
 		return n, nil
@@ -121,7 +122,7 @@ func (b *wfEvents) node(ctx context.Context, wfID, path string) (*store.Node, er
 	return n, nil
 }
 
-func (b *wfEvents) add(wfID, typ string, at time.Time, seq int64, root *store.Node, data map[string]any, key ...string) {
+func (b *wfEvents) add(wfID, typ string, at time.Time, seq int64, root *wfstore.Node, data map[string]any, key ...string) {
 	var s *shape
 	if root != nil {
 		sh := shapeOfNode(root)
@@ -138,7 +139,7 @@ func (b *wfEvents) addShaped(wfID, typ string, at time.Time, seq int64, root *sh
 	b.out = append(b.out, events.New(b.source, typ, wfID, at, seq, data, key...))
 }
 
-func name(root *store.Node) string {
+func name(root *wfstore.Node) string {
 	if root.Name != "" {
 		return root.Name
 	}
@@ -156,14 +157,14 @@ func (b *wfEvents) nodeChange(ctx context.Context, c NodeChange) error {
 	key := func(k int) []string { return []string{n.Path, strconv.FormatInt(n.Version(), 10), strconv.Itoa(k)} }
 	seq := func(k int) int64 { return n.Version()*8 + int64(k) }
 	if len(n.Fired) > len(oldFired) {
-		root, err := b.node(ctx, n.WorkflowID, store.RootPath)
+		root, err := b.node(ctx, n.WorkflowID, wfstore.RootPath)
 		if err != nil {
 			return err
 		}
 		fired := append([]string(nil), n.Fired...)
 		sort.Strings(fired)
 		for i, cb := range fired {
-			if store.HasString(oldFired, cb) {
+			if wfstore.HasString(oldFired, cb) {
 				continue
 			}
 			b.add(n.WorkflowID, events.WorkflowCallbackFired, parseTime(n.FiredAt, at), seq(i), root, map[string]any{"callback": cb, "batch_path": n.Path,
@@ -175,7 +176,7 @@ func (b *wfEvents) nodeChange(ctx context.Context, c NodeChange) error {
 			Code string `json:"code"`
 		}
 		if json.Unmarshal([]byte(n.Error), &e) == nil && e.Code == ErrorCodeTimeout {
-			root, err := b.node(ctx, n.WorkflowID, store.RootPath)
+			root, err := b.node(ctx, n.WorkflowID, wfstore.RootPath)
 			if err != nil {
 				return err
 			}
@@ -184,7 +185,7 @@ func (b *wfEvents) nodeChange(ctx context.Context, c NodeChange) error {
 		}
 	}
 	if strings.HasPrefix(n.Path, "/~") && n.Path != compensatePath && oldState != n.State {
-		root, err := b.node(ctx, n.WorkflowID, store.RootPath)
+		root, err := b.node(ctx, n.WorkflowID, wfstore.RootPath)
 		if err != nil {
 			return err
 		}
@@ -201,16 +202,16 @@ func (b *wfEvents) nodeChange(ctx context.Context, c NodeChange) error {
 	if n.Path == compensatePath {
 		return nil // the root's compensation attribute tells it
 	}
-	if n.Path == store.RootPath {
+	if n.Path == wfstore.RootPath {
 		oldComp := ""
 		if old != nil {
 			oldComp = old.Compensation
 		}
 		if n.Compensation != oldComp {
 			switch n.Compensation {
-			case store.CompensationRunning:
+			case wfstore.CompensationRunning:
 				b.add(n.WorkflowID, events.WorkflowCompensating, at, seq(4), n, map[string]any{"steps": n.Compensable}, key(4)...)
-			case store.CompensationCompleted, store.CompensationFailed:
+			case wfstore.CompensationCompleted, wfstore.CompensationFailed:
 				b.add(n.WorkflowID, events.WorkflowCompensated, at, seq(4), n, map[string]any{"state": n.Compensation}, key(4)...)
 			}
 		}
@@ -219,7 +220,7 @@ func (b *wfEvents) nodeChange(ctx context.Context, c NodeChange) error {
 			return nil
 		}
 	}
-	if n.Path == store.RootPath {
+	if n.Path == wfstore.RootPath {
 		if old == nil {
 			created := parseTime(n.CreatedAt, at)
 			d := func() map[string]any { return map[string]any{"total_steps": n.Total, "job_count": n.JobCount} }
@@ -261,7 +262,7 @@ func (b *wfEvents) jobChange(ctx context.Context, c JobChange) error {
 		return nil
 	}
 	if j.State == job.Cancelled {
-		root, err := b.node(ctx, j.WorkflowID, store.RootPath)
+		root, err := b.node(ctx, j.WorkflowID, wfstore.RootPath)
 		if err != nil || root == nil || root.State == wfstate.Cancelled {
 			return err // a cancelled workflow's jobs: workflow.cancelled tells it
 		}
@@ -289,7 +290,7 @@ func (b *wfEvents) jobChange(ctx context.Context, c JobChange) error {
 // stepEvent reports a step (a job, or a nested composite) of a workflow
 // finishing. d holds the step's id already when its job carried it.
 func (b *wfEvents) stepEvent(ctx context.Context, wfID, path, stepType string, ok bool, at time.Time, seq int64, d map[string]any, key []string) error {
-	root, err := b.shapeOf(ctx, wfID, store.RootPath)
+	root, err := b.shapeOf(ctx, wfID, wfstore.RootPath)
 	if err != nil || root == nil {
 		return err
 	}
@@ -342,9 +343,9 @@ type shape struct {
 	total      int
 }
 
-func shapeOfNode(n *store.Node) shape {
+func shapeOfNode(n *wfstore.Node) shape {
 	s := shape{kind: n.Kind, total: n.Total}
-	if n.Path == store.RootPath {
+	if n.Path == wfstore.RootPath {
 		s.name = name(n)
 	}
 	return s
@@ -366,7 +367,7 @@ func (c *shapeCache) get(k string) (shape, bool) {
 	return s, ok
 }
 
-func (c *shapeCache) put(n *store.Node) shape {
+func (c *shapeCache) put(n *wfstore.Node) shape {
 	s := shapeOfNode(n)
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -379,7 +380,7 @@ func (c *shapeCache) put(n *store.Node) shape {
 
 // failedStep names the job whose failure failed the workflow, following
 // each failed composite's failed_step down to a job step, with its error.
-func (b *wfEvents) failedStep(ctx context.Context, root *store.Node, d map[string]any) error {
+func (b *wfEvents) failedStep(ctx context.Context, root *wfstore.Node, d map[string]any) error {
 	d["failed_step_id"], d["failed_step_type"] = "", ""
 	d["error"] = map[string]any{"code": "workflow_failed", "message": "a step of the workflow failed"}
 	if root.FailedIndex != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
 	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
 )
 
@@ -28,7 +29,7 @@ func markedGraph(t *testing.T, st *store.Store, db store.DynamoAPI, queue string
 	t.Helper()
 	ctx := context.Background()
 	svc := lifecycle.New(st, lifecycle.Config{})
-	eng := workflow.New(store.New(db, st.Table()), workflow.Config{Jobs: svc})
+	eng := workflow.New(workflow.StoreOn(store.New(db, st.Table())), workflow.Config{Jobs: svc})
 	svc.SetWorkflows(eng)
 	v, err := eng.Create(ctx, []byte(diamond(queue)))
 	if err != nil {
@@ -42,7 +43,7 @@ func markedGraph(t *testing.T, st *store.Store, db store.DynamoAPI, queue string
 }
 
 // A workflow that is a graph starts the steps a finished step makes ready
-// by two writes instead of a transaction (store.AdvanceMarked): the
+// by two writes instead of a transaction (wfstore.AdvanceMarked): the
 // root's record of the step, conditional on the decisions about the other
 // steps still holding and marked, then the jobs' conditional puts. Two
 // steps finishing at once still start their common dependent once, with
@@ -52,7 +53,7 @@ func TestAGraphStartsItsStepsWithoutATransaction(t *testing.T) {
 	st, rec := testenv.CountedTable(t)
 	ctx := context.Background()
 	svc := lifecycle.New(st, lifecycle.Config{})
-	eng := workflow.New(st, workflow.Config{Jobs: svc})
+	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Jobs: svc})
 	svc.SetWorkflows(eng)
 	for round := 0; round < 3; round++ {
 		v, err := eng.Create(ctx, []byte(diamond("gq")))
@@ -90,7 +91,7 @@ func TestAGraphStartsItsStepsWithoutATransaction(t *testing.T) {
 		if n := rec.Set().Sub(before)["DynamoDB TransactWriteItems"].Calls; n != 0 {
 			t.Fatalf("round %d: the graph's steps made %d transactions, want none", round, n)
 		}
-		root, err := st.GetNode(ctx, id, store.RootPath)
+		root, err := wfstore.New(st).GetNode(ctx, id, wfstore.RootPath)
 		if err != nil || root.State != wfstate.Completed || root.Launching != "" {
 			t.Fatalf("round %d: root %+v %v; want completed, its mark removed", round, root, err)
 		}
@@ -106,11 +107,11 @@ func TestACancelBetweenAGraphsMarkAndItsJobsLeavesNothingToRun(t *testing.T) {
 	st, _ := testenv.Table(t)
 	ctx := context.Background()
 	svc := lifecycle.New(st, lifecycle.Config{})
-	canceller := workflow.New(st, workflow.Config{Jobs: svc})
+	canceller := workflow.New(workflow.StoreOn(st), workflow.Config{Jobs: svc})
 	var cancelErr error
 	db := &beforeNextJob{Client: testenv.DynamoDB(), path: "/g1", hook: func(wf string) bool {
-		root, err := st.GetNode(ctx, wf, store.RootPath)
-		if err != nil || root.Launching != store.RootPath || !root.Done(0) {
+		root, err := wfstore.New(st).GetNode(ctx, wf, wfstore.RootPath)
+		if err != nil || root.Launching != wfstore.RootPath || !root.Done(0) {
 			t.Errorf("root before the dependents' puts: %+v %v; want a counted and the graph marked", root, err)
 		}
 		_, cancelErr = canceller.Cancel(ctx, wf)

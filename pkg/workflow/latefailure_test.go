@@ -11,6 +11,7 @@ import (
 
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
 	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
 )
 
@@ -31,8 +32,8 @@ type recordAtRequeue struct {
 	die, dieClearing bool
 }
 
-func (s *recordAtRequeue) UpdateNode(ctx context.Context, wf string, w store.NodeWrite) (*store.Node, error) {
-	if s.dieClearing && w.Path != store.RootPath && slices.Contains(w.Remove, "reopening") {
+func (s *recordAtRequeue) UpdateNode(ctx context.Context, wf string, w wfstore.NodeWrite) (*wfstore.Node, error) {
+	if s.dieClearing && w.Path != wfstore.RootPath && slices.Contains(w.Remove, "reopening") {
 		s.dieClearing = false
 		return nil, errDied
 	}
@@ -78,7 +79,7 @@ func TestALateFailureRecordDuringARetryIsNotCounted(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			late := &recordAtRequeue{stale: map[string]*job.Job{}}
-			h := newClockedOn(t, func(st *store.Store) workflow.Store { late.Store = st; return late })
+			h := newClockedOn(t, func(st *store.Store) workflow.Store { late.Store = workflow.StoreOn(st); return late })
 			late.verify = h.eng.Verify
 			ctx := context.Background()
 			id := h.create(c.def)
@@ -161,7 +162,7 @@ func TestARetryThatDiesWithItsMarksIsFinishedByTheRepair(t *testing.T) {
 		t.Run(map[bool]string{false: "before re-queueing", true: "after re-queueing"}[requeued], func(t *testing.T) {
 			t.Parallel()
 			late := &recordAtRequeue{stale: map[string]*job.Job{}}
-			h := newClockedOn(t, func(st *store.Store) workflow.Store { late.Store = st; return late })
+			h := newClockedOn(t, func(st *store.Store) workflow.Store { late.Store = workflow.StoreOn(st); return late })
 			late.verify = func(context.Context, []workflow.Finished) error { return nil }
 			ctx := context.Background()
 			id := h.create(`{"type":"chain","steps":[{"type":"group","jobs":[{"type":"d.a","args":[],"options":{"queue":"dq"}},{"type":"d.b","args":[],"options":{"queue":"dq"}}]},{"type":"d.d","args":[],"options":{"queue":"dq"}}]}`)
@@ -176,7 +177,7 @@ func TestARetryThatDiesWithItsMarksIsFinishedByTheRepair(t *testing.T) {
 			if _, err := h.eng.Retry(ctx, id); err != nil {
 				t.Fatal(err)
 			}
-			g, err := h.st.GetNode(ctx, id, "/s0")
+			g, err := wfstore.New(h.st).GetNode(ctx, id, "/s0")
 			if err != nil || g.Reopening == "" || g.State != "waiting" {
 				t.Fatalf("the group after the retry died: %+v %v, want it waiting and marked", g, err)
 			}
@@ -186,7 +187,7 @@ func TestARetryThatDiesWithItsMarksIsFinishedByTheRepair(t *testing.T) {
 				// counted on the marked group.
 				again = h.fetch("dq")
 				h.ack(again["d.b"], `"b"`)
-				if g, _ := h.st.GetNode(ctx, id, "/s0"); len(g.OK) != 1 {
+				if g, _ := wfstore.New(h.st).GetNode(ctx, id, "/s0"); len(g.OK) != 1 {
 					t.Fatalf("counted on a marked group: %v", g.OK)
 				}
 			} else if got := h.fetch("dq"); len(got) != 0 {
@@ -197,7 +198,7 @@ func TestARetryThatDiesWithItsMarksIsFinishedByTheRepair(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, path := range []string{"/", "/s0"} {
-				if n, err := h.st.GetNode(ctx, id, path); err != nil || n.Reopening != "" {
+				if n, err := wfstore.New(h.st).GetNode(ctx, id, path); err != nil || n.Reopening != "" {
 					t.Fatalf("%s after the repair: %+v %v, want no mark", path, n, err)
 				}
 			}
@@ -224,7 +225,7 @@ func TestARetryThatDiesWithItsMarksIsFinishedByTheRepair(t *testing.T) {
 func TestARollUpRefusedByARetrysMarkIsLeftToTheRetry(t *testing.T) {
 	t.Parallel()
 	late := &recordAtRequeue{stale: map[string]*job.Job{}}
-	h := newClockedOn(t, func(st *store.Store) workflow.Store { late.Store = st; return late })
+	h := newClockedOn(t, func(st *store.Store) workflow.Store { late.Store = workflow.StoreOn(st); return late })
 	late.verify = func(context.Context, []workflow.Finished) error { return nil }
 	ctx := context.Background()
 	id := h.create(wideGroup())
@@ -238,11 +239,11 @@ func TestARollUpRefusedByARetrysMarkIsLeftToTheRetry(t *testing.T) {
 			h.ack(j, `"a"`)
 		}
 	}
-	root, err := h.st.GetNode(ctx, id, store.RootPath)
+	root, err := wfstore.New(h.st).GetNode(ctx, id, wfstore.RootPath)
 	if err != nil || root.State != "failed" || len(root.Rolled) != root.Shards {
 		t.Fatalf("first run: %+v %v", root, err)
 	}
-	items, err := h.st.WorkflowItems(ctx, id)
+	items, err := wfstore.New(h.st).WorkflowItems(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,7 +272,7 @@ func TestARollUpRefusedByARetrysMarkIsLeftToTheRetry(t *testing.T) {
 		}
 	}
 	// The other shard full but not rolled up, as a refused roll-up leaves it.
-	root, _ = h.st.GetNode(ctx, id, store.RootPath)
+	root, _ = wfstore.New(h.st).GetNode(ctx, id, wfstore.RootPath)
 	var drop []string
 	for _, r := range root.Rolled {
 		if strings.HasPrefix(r, key+":") {
@@ -281,7 +282,7 @@ func TestARollUpRefusedByARetrysMarkIsLeftToTheRetry(t *testing.T) {
 	if len(drop) != 1 || root.Reopening == "" {
 		t.Fatalf("root after the retry died: rolled %v, mark %q", root.Rolled, root.Reopening)
 	}
-	if _, err := h.st.UpdateNode(ctx, id, store.NodeWrite{Path: store.RootPath, DelRolled: drop}); err != nil {
+	if _, err := wfstore.New(h.st).UpdateNode(ctx, id, wfstore.NodeWrite{Path: wfstore.RootPath, DelRolled: drop}); err != nil {
 		t.Fatal(err)
 	}
 	if err := h.eng.Verify(ctx, []workflow.Finished{{Job: other}}); err != nil {

@@ -15,11 +15,12 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
 	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
 )
 
 // beforeNextJob calls hook once, just before the put of the job of the
-// chain step at path (the second write of store.AdvanceMarked, after the
+// chain step at path (the second write of wfstore.AdvanceMarked, after the
 // root's mark); the put is then made unless hook says the request died.
 type beforeNextJob struct {
 	*dynamodb.Client
@@ -56,7 +57,7 @@ func markedChain(t *testing.T, st *store.Store, db store.DynamoAPI, queue string
 	t.Helper()
 	ctx := context.Background()
 	svc := lifecycle.New(st, lifecycle.Config{})
-	eng := workflow.New(store.New(db, st.Table()), workflow.Config{Jobs: svc})
+	eng := workflow.New(workflow.StoreOn(store.New(db, st.Table())), workflow.Config{Jobs: svc})
 	svc.SetWorkflows(eng)
 	v, err := eng.Create(ctx, []byte(`{"type":"chain","steps":[{"type":"m.a","args":[1],"options":{"queue":"`+queue+`"}},
 		{"type":"m.b","args":[2],"options":{"queue":"`+queue+`"}},{"type":"m.c","args":[3],"options":{"queue":"`+queue+`"}}]}`))
@@ -82,10 +83,10 @@ func TestACancelBetweenAChainsMarkAndItsJobLeavesNothingToRun(t *testing.T) {
 	st, _ := testenv.Table(t)
 	ctx := context.Background()
 	svc := lifecycle.New(st, lifecycle.Config{})
-	canceller := workflow.New(st, workflow.Config{Jobs: svc})
+	canceller := workflow.New(workflow.StoreOn(st), workflow.Config{Jobs: svc})
 	var cancelErr error
 	db := &beforeNextJob{Client: testenv.DynamoDB(), path: "/s1", hook: func(wf string) bool {
-		root, err := st.GetNode(ctx, wf, store.RootPath)
+		root, err := wfstore.New(st).GetNode(ctx, wf, wfstore.RootPath)
 		if err != nil || root.Launching != "/s1" || !root.Done(0) {
 			t.Errorf("root before the next job's put: %+v %v; want step 0 counted and /s1 marked", root, err)
 		}
@@ -127,7 +128,7 @@ func TestAChainStepFinishingAfterItsCancelStartsNothing(t *testing.T) {
 	st, _ := testenv.Table(t)
 	ctx := context.Background()
 	svc := lifecycle.New(st, lifecycle.Config{})
-	eng := workflow.New(st, workflow.Config{Jobs: svc})
+	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Jobs: svc})
 	svc.SetWorkflows(eng)
 	v, err := eng.Create(ctx, []byte(`{"type":"chain","steps":[{"type":"m.a","args":[],"options":{"queue":"lateq"}},{"type":"m.b","args":[],"options":{"queue":"lateq"}}]}`))
 	if err != nil {
@@ -144,7 +145,7 @@ func TestAChainStepFinishingAfterItsCancelStartsNothing(t *testing.T) {
 	if _, err := svc.Info(ctx, workflow.JobID(id, "/s1")); err == nil {
 		t.Fatal("a step finishing after its workflow's cancel started the next one")
 	}
-	root, err := st.GetNode(ctx, id, store.RootPath)
+	root, err := wfstore.New(st).GetNode(ctx, id, wfstore.RootPath)
 	if err != nil || root.State != wfstate.Cancelled || root.Launching != "" {
 		t.Fatalf("root: %+v %v; want cancelled and unmarked", root, err)
 	}
@@ -164,7 +165,7 @@ func TestTheStreamWritesTheJobOfAChainStepWhoseRequestDiedAfterTheMark(t *testin
 	if _, err := st.GetItem(ctx, second); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("second step's job after the dead request: %v; want none", err)
 	}
-	root, err := st.GetNode(ctx, id, store.RootPath)
+	root, err := wfstore.New(st).GetNode(ctx, id, wfstore.RootPath)
 	if err != nil || root.State != wfstate.Running || root.Launching != "/s1" || !root.Done(0) {
 		t.Fatalf("root after the dead request: %+v %v", root, err)
 	}
@@ -180,7 +181,7 @@ func TestTheStreamWritesTheJobOfAChainStepWhoseRequestDiedAfterTheMark(t *testin
 func verifyWritesOnce(t *testing.T, st *store.Store, finished *job.Job, jobID string) *store.Item {
 	t.Helper()
 	ctx := context.Background()
-	stream := workflow.New(st, workflow.Config{Jobs: lifecycle.New(st, lifecycle.Config{})})
+	stream := workflow.New(workflow.StoreOn(st), workflow.Config{Jobs: lifecycle.New(st, lifecycle.Config{})})
 	if err := stream.Verify(ctx, []workflow.Finished{{Job: finished}}); err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +207,7 @@ func TestAChainStepThatIsAGroupStartsInATransaction(t *testing.T) {
 	st, _ := testenv.Table(t)
 	ctx := context.Background()
 	svc := lifecycle.New(st, lifecycle.Config{})
-	eng := workflow.New(st, workflow.Config{Jobs: svc})
+	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Jobs: svc})
 	svc.SetWorkflows(eng)
 	v, err := eng.Create(ctx, []byte(`{"type":"chain","steps":[{"type":"m.a","args":[],"options":{"queue":"grpq"}},
 		{"type":"group","jobs":[{"type":"m.b","args":[],"options":{"queue":"grpq"}}]}]}`))
@@ -217,7 +218,7 @@ func TestAChainStepThatIsAGroupStartsInATransaction(t *testing.T) {
 	if _, err := svc.Ack(ctx, fetchOne(t, svc, "grpq").ID, []byte(`1`), 0); err != nil {
 		t.Fatal(err)
 	}
-	root, err := st.GetNode(ctx, id, store.RootPath)
+	root, err := wfstore.New(st).GetNode(ctx, id, wfstore.RootPath)
 	if err != nil || !root.Done(0) || root.Launching != "" {
 		t.Fatalf("root: %+v %v; want step 0 counted and no launch mark", root, err)
 	}
@@ -246,7 +247,7 @@ func TestAChainIsCreatedWithoutATransaction(t *testing.T) {
 	t.Parallel()
 	st, rec := testenv.CountedTable(t)
 	svc := lifecycle.New(st, lifecycle.Config{PushQueues: []string{"cq"}})
-	eng := workflow.New(st, workflow.Config{Jobs: svc})
+	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Jobs: svc})
 	ctx := context.Background()
 	create := func(body string) (string, callstats.Set) {
 		t.Helper()
@@ -266,7 +267,7 @@ func TestAChainIsCreatedWithoutATransaction(t *testing.T) {
 		if bw.Calls != 1 || put.Calls != 1 || tx.Calls != 0 || bw.WriteUnits+put.WriteUnits != 7 {
 			t.Fatalf("creation on %s: %+v; want one BatchWriteItem and one PutItem, 7 units in all (the root, its check, three nodes; the job and its index entry)", queue, d)
 		}
-		root, err := st.GetNode(ctx, id, store.RootPath)
+		root, err := wfstore.New(st).GetNode(ctx, id, wfstore.RootPath)
 		if err != nil || !root.Unguarded || root.State != wfstate.Running {
 			t.Fatalf("root on %s: %+v %v; want running and marked cfirst", queue, root, err)
 		}
@@ -292,13 +293,13 @@ func TestACancelBetweenACreationsRequestsLeavesNothingToRun(t *testing.T) {
 	st, _ := testenv.Table(t)
 	ctx := context.Background()
 	svc := lifecycle.New(st, lifecycle.Config{PushQueues: []string{"ccq"}})
-	canceller := workflow.New(st, workflow.Config{Jobs: svc})
+	canceller := workflow.New(workflow.StoreOn(st), workflow.Config{Jobs: svc})
 	var cancelErr error
 	db := &beforeNextJob{Client: testenv.DynamoDB(), path: "/s0", hook: func(wf string) bool {
 		_, cancelErr = canceller.Cancel(ctx, wf)
 		return false
 	}}
-	eng := workflow.New(store.New(db, st.Table()), workflow.Config{Jobs: svc})
+	eng := workflow.New(workflow.StoreOn(store.New(db, st.Table())), workflow.Config{Jobs: svc})
 	v, err := eng.Create(ctx, []byte(smallChain("ccq", "")))
 	if err != nil || cancelErr != nil || !db.done.Load() {
 		t.Fatalf("create: %v, cancel: %v, raced: %v", err, cancelErr, db.done.Load())
@@ -319,14 +320,14 @@ func TestTheProgressCheckWritesTheFirstJobOfACreationThatDied(t *testing.T) {
 	svc := lifecycle.New(st, lifecycle.Config{PushQueues: []string{"cdq"}})
 	var id string
 	db := &beforeNextJob{Client: testenv.DynamoDB(), path: "/s0", hook: func(wf string) bool { id = wf; return true }}
-	eng := workflow.New(store.New(db, st.Table()), workflow.Config{Jobs: svc})
+	eng := workflow.New(workflow.StoreOn(store.New(db, st.Table())), workflow.Config{Jobs: svc})
 	if _, err := eng.Create(ctx, []byte(smallChain("cdq", ""))); err == nil {
 		t.Fatal("the creation whose job put failed answered success")
 	}
 	if _, err := st.GetItem(ctx, workflow.JobID(id, "/s0")); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("first job after the dead creation: %v; want none", err)
 	}
-	later := workflow.New(st, workflow.Config{Jobs: svc, Now: func() time.Time { return time.Now().Add(workflow.CheckAfter + time.Minute) }})
+	later := workflow.New(workflow.StoreOn(st), workflow.Config{Jobs: svc, Now: func() time.Time { return time.Now().Add(workflow.CheckAfter + time.Minute) }})
 	if _, err := later.Repair(ctx, 100); err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
 	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
 )
 
@@ -82,7 +83,7 @@ func countedEngine(t *testing.T) (*countingDB, *store.Store, *lifecycle.Service,
 	db := &countingDB{Client: testenv.DynamoDB(), n: map[string]int{}}
 	st := store.New(db, base.Table())
 	svc := lifecycle.New(st, lifecycle.Config{})
-	eng := workflow.New(st, workflow.Config{Jobs: svc})
+	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Jobs: svc})
 	svc.SetWorkflows(eng)
 	return db, st, svc, eng
 }
@@ -92,7 +93,7 @@ func countedEngine(t *testing.T) (*countingDB, *store.Store, *lifecycle.Service,
 // one BatchWriteItem, then its first job); each ACK is the job's write
 // plus, inline, the root's record that the step finished (with its launch mark) and the
 // next step's job (two writes where a transaction of both was one, for
-// half the write units: store.AdvanceMarked), the next step's definition
+// half the write units: wfstore.AdvanceMarked), the next step's definition
 // coming with the finished job (job.Job.WorkflowAhead: no read), or for
 // the last step the chain's finish (its job says it is the last); the
 // stream's verification of the three finished
@@ -137,7 +138,7 @@ func TestChainStepRequests(t *testing.T) {
 	if acks != 8 || gets != 0 {
 		t.Fatalf("three ACKs made %d requests (%d reads of a node), want 8 (job write, the step's record and the next job, whose definition the finished job carries; the last: job write and finish)", acks, gets)
 	}
-	root, err := st.GetNode(ctx, id, store.RootPath)
+	root, err := wfstore.New(st).GetNode(ctx, id, wfstore.RootPath)
 	if err != nil || root.State != wfstate.Completed {
 		t.Fatalf("root %+v %v", root, err)
 	}
@@ -152,7 +153,7 @@ func TestChainStepRequests(t *testing.T) {
 	// that saw the workflow's creation record, one (the root, once per
 	// process) in one that did not; the same events either way.
 	for _, warm := range []bool{true, false} {
-		stream := workflow.New(st, workflow.Config{Jobs: svc})
+		stream := workflow.New(workflow.StoreOn(st), workflow.Config{Jobs: svc})
 		var nodes []workflow.NodeChange
 		if warm {
 			nodes = []workflow.NodeChange{{New: root, At: time.Now()}}
@@ -291,14 +292,14 @@ func TestGraphStepRequests(t *testing.T) {
 			t.Fatal(err)
 		}
 		// a, b and c start a step: the root's record, then the job's put
-		// (store.AdvanceMarked); x starts none (its record), y finishes
+		// (wfstore.AdvanceMarked); x starts none (its record), y finishes
 		// the graph. c completes y's dependencies: the results of x are
 		// read for y.
 		if n := db.total(); n != want.reqs {
 			t.Fatalf("ACK of graph step %s made %d requests (%v), want %d", want.typ, n, db.n, want.reqs)
 		}
 	}
-	root, err := st.GetNode(ctx, (*v)["id"].(string), store.RootPath)
+	root, err := wfstore.New(st).GetNode(ctx, (*v)["id"].(string), wfstore.RootPath)
 	if err != nil || root.State != wfstate.Completed {
 		t.Fatalf("root %+v %v", root, err)
 	}
@@ -333,7 +334,7 @@ func TestLongChainAndGraphVerifyInOneRead(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := st.GetShard(ctx, (*v)["id"].(string), store.RootPath, "0"); err != store.ErrNotFound {
+		if _, err := wfstore.New(st).GetShard(ctx, (*v)["id"].(string), wfstore.RootPath, "0"); err != store.ErrNotFound {
 			t.Fatalf("%s: a counter shard exists: %v", form, err)
 		}
 		jobs, err := svc.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"long-" + form}, Count: 1})
@@ -363,14 +364,14 @@ func TestLongChainAndGraphVerifyInOneRead(t *testing.T) {
 // check, and a write that changes none of the attributes the index
 // projects leaves the index alone), and the put of the next step's job, 2
 // (the item and its "ready" entry): 4 in updates and 2 in puts, where the
-// transaction of the two writes was 2 × 3 (store.AdvanceMarked); for the
+// transaction of the two writes was 2 × 3 (wfstore.AdvanceMarked); for the
 // last, the root's finish, an update too (the item, leaving the due
 // index), 2: 5 in updates.
 func TestChainStepWriteUnits(t *testing.T) {
 	t.Parallel()
 	st, rec := testenv.CountedTable(t)
 	svc := lifecycle.New(st, lifecycle.Config{})
-	eng := workflow.New(st, workflow.Config{Jobs: svc})
+	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Jobs: svc})
 	svc.SetWorkflows(eng)
 	ctx := context.Background()
 	if _, err := eng.Create(ctx, []byte(`{"type":"chain","name":"units","steps":[
@@ -416,7 +417,7 @@ func TestANodeWrittenBeforeNVGoesOnCountingFromItsVersion(t *testing.T) {
 		UpdateExpression: aws.String("SET version = :v REMOVE nv"), ExpressionAttributeValues: map[string]types.AttributeValue{":v": &types.AttributeValueMemberN{Value: "5"}}}); err != nil {
 		t.Fatal(err)
 	}
-	old, err := st.GetNode(ctx, id, store.RootPath)
+	old, err := wfstore.New(st).GetNode(ctx, id, wfstore.RootPath)
 	if err != nil || old.Version() != 5 {
 		t.Fatalf("the old root reads as version %d (%v), want 5", old.Version(), err)
 	}
@@ -427,7 +428,7 @@ func TestANodeWrittenBeforeNVGoesOnCountingFromItsVersion(t *testing.T) {
 	if _, err := svc.Ack(ctx, jobs[0].ID, []byte(`1`), 0); err != nil {
 		t.Fatal(err)
 	}
-	cur, err := st.GetNode(ctx, id, store.RootPath)
+	cur, err := wfstore.New(st).GetNode(ctx, id, wfstore.RootPath)
 	if err != nil || cur.Version() != 6 || cur.Rev != 6 || !cur.Done(0) {
 		t.Fatalf("after the step the root is at version %d (nv %d, step counted %v): %v; want 6", cur.Version(), cur.Rev, cur.Done(0), err)
 	}

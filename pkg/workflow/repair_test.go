@@ -18,6 +18,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
 	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
 )
 
@@ -30,7 +31,7 @@ func TestRepairRecoversLostProgress(t *testing.T) {
 	st, _ := testenv.Table(t)
 	clk := testenv.NewClock(time.Now().UTC())
 	svc := lifecycle.New(st, lifecycle.Config{Now: clk.Now})
-	eng := workflow.New(st, workflow.Config{Now: clk.Now, Jobs: svc})
+	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Now: clk.Now, Jobs: svc})
 	ctx := context.Background()
 	v, err := eng.Create(ctx, []byte(`{"type":"chain","steps":[{"type":"r.one","args":[],"options":{"queue":"rq"}},
 		{"type":"group","jobs":[{"type":"r.two","args":[],"options":{"queue":"rq"}},{"type":"r.three","args":[],"options":{"queue":"rq"}}]}]}`))
@@ -59,7 +60,7 @@ func TestRepairRecoversLostProgress(t *testing.T) {
 			t.Fatalf("repair: %d %v", n, err)
 		}
 	}
-	root, err := st.GetNode(ctx, id, store.RootPath)
+	root, err := wfstore.New(st).GetNode(ctx, id, wfstore.RootPath)
 	if err != nil || root.State != wfstate.Completed || root.DuePK != "" {
 		t.Fatalf("after repairs: %+v %v", root, err)
 	}
@@ -81,7 +82,7 @@ func TestRepairDeletesAWorkflowWhoseCreatorDied(t *testing.T) {
 	table := st.Table()
 	clk := testenv.NewClock(time.Now().UTC())
 	svc := lifecycle.New(st, lifecycle.Config{Now: clk.Now})
-	eng := workflow.New(st, workflow.Config{Now: clk.Now, Jobs: svc})
+	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Now: clk.Now, Jobs: svc})
 	ctx := context.Background()
 	var jobs []string
 	for i := 0; i < 150; i++ {
@@ -99,7 +100,7 @@ func TestRepairDeletesAWorkflowWhoseCreatorDied(t *testing.T) {
 		ids = append(ids, id)
 		// Undo what the creator did after its first stage: delete the jobs
 		// and, for the first workflow, mark the root creating again.
-		items, err := st.WorkflowItems(ctx, id)
+		items, err := wfstore.New(st).WorkflowItems(ctx, id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -128,7 +129,7 @@ func TestRepairDeletesAWorkflowWhoseCreatorDied(t *testing.T) {
 	if n, err := eng.Repair(ctx, 10); err != nil || n != 2 {
 		t.Fatalf("repair: %d %v", n, err)
 	}
-	if items, err := st.WorkflowItems(ctx, ids[0]); err != nil || len(items) != 0 {
+	if items, err := wfstore.New(st).WorkflowItems(ctx, ids[0]); err != nil || len(items) != 0 {
 		t.Fatalf("half-created workflow left %d items (%v)", len(items), err)
 	}
 	got, err := svc.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"bq"}, Count: 100})
@@ -140,7 +141,7 @@ func TestRepairDeletesAWorkflowWhoseCreatorDied(t *testing.T) {
 			t.Fatalf("job of %s", j.WorkflowID)
 		}
 	}
-	if root, err := st.GetNode(ctx, ids[1], store.RootPath); err != nil || root.Unguarded {
+	if root, err := wfstore.New(st).GetNode(ctx, ids[1], wfstore.RootPath); err != nil || root.Unguarded {
 		t.Fatalf("the repaired root keeps cfirst (%v): a cancel would look for unwritten first jobs again", err)
 	}
 }
@@ -149,7 +150,7 @@ func TestRepairDeletesAWorkflowWhoseCreatorDied(t *testing.T) {
 // cancelling request that died after it cancelled the root, before its
 // jobs.
 type applyFailing struct {
-	*store.Store
+	workflow.Store
 	fail atomic.Bool
 }
 
@@ -177,7 +178,7 @@ func TestRepairCancelsWhatACancelLeft(t *testing.T) {
 	st, _ := testenv.Table(t)
 	clk := testenv.NewClock(time.Now().UTC())
 	svc := lifecycle.New(st, lifecycle.Config{Now: clk.Now})
-	wst := &applyFailing{Store: st}
+	wst := &applyFailing{Store: workflow.StoreOn(st)}
 	eng := workflow.New(wst, workflow.Config{Now: clk.Now, Jobs: svc})
 	svc.SetWorkflows(eng)
 	ctx := context.Background()
@@ -216,7 +217,7 @@ func TestRepairCancelsWhatACancelLeft(t *testing.T) {
 		if got := jobStates(t, st, id); got[job.Cancelled] != 30 {
 			t.Fatalf("jobs of %s after the check: %v", id, got)
 		}
-		root, err := st.GetNode(ctx, id, store.RootPath)
+		root, err := wfstore.New(st).GetNode(ctx, id, wfstore.RootPath)
 		if err != nil || root.State != wfstate.Cancelled || root.DuePK != "" || root.Cancelling {
 			t.Fatalf("root after the check: %+v %v", root, err)
 		}
@@ -258,7 +259,7 @@ func (c *cancelMidway) PutItem(ctx context.Context, in *dynamodb.PutItemInput, o
 func createCancelledMidway(t *testing.T, st *store.Store, svc *lifecycle.Service, queue string, cancel func(id string)) (string, []string) {
 	t.Helper()
 	db := &cancelMidway{Client: testenv.DynamoDB(), cancel: cancel}
-	eng := workflow.New(store.New(db, st.Table()), workflow.Config{Jobs: svc})
+	eng := workflow.New(workflow.StoreOn(store.New(db, st.Table())), workflow.Config{Jobs: svc})
 	jobs := make([]string, 150)
 	for i := range jobs {
 		jobs[i] = `{"type":"race.job","args":[],"options":{"queue":"` + queue + `"}}`
@@ -284,14 +285,14 @@ func TestACancelRacingTheFirstJobsLeavesNoneToRun(t *testing.T) {
 	t.Parallel()
 	st, _ := testenv.Table(t)
 	svc := lifecycle.New(st, lifecycle.Config{})
-	canceller := workflow.New(st, workflow.Config{Jobs: svc})
+	canceller := workflow.New(workflow.StoreOn(st), workflow.Config{Jobs: svc})
 	ctx := context.Background()
 	var cancelErr error
 	id, ids := createCancelledMidway(t, st, svc, "raceq", func(id string) { _, cancelErr = canceller.Cancel(ctx, id) })
 	if cancelErr != nil {
 		t.Fatalf("the cancel during the creation: %v", cancelErr)
 	}
-	root, err := st.GetNode(ctx, id, store.RootPath)
+	root, err := wfstore.New(st).GetNode(ctx, id, wfstore.RootPath)
 	if err != nil || root.State != wfstate.Cancelled || root.Unguarded {
 		t.Fatalf("root after the creation: %+v %v", root, err)
 	}
@@ -361,7 +362,7 @@ func TestACancelsPlaceholdersDoNotLandInAReopenedWorkflow(t *testing.T) {
 	st, _ := testenv.Table(t)
 	svc := lifecycle.New(st, lifecycle.Config{})
 	reopen := &reopenBeforePlaceholders{Client: testenv.DynamoDB(), table: st.Table()}
-	canceller := workflow.New(store.New(reopen, st.Table()), workflow.Config{Jobs: svc})
+	canceller := workflow.New(workflow.StoreOn(store.New(reopen, st.Table())), workflow.Config{Jobs: svc})
 	ctx := context.Background()
 	_, ids := createCancelledMidway(t, st, svc, "reopenq", func(id string) { _, _ = canceller.Cancel(ctx, id) })
 	if !reopen.reopened.Load() {

@@ -26,7 +26,7 @@ func TestDueWorkflowsAreSpreadOverShards(t *testing.T) {
 	st, _ := testenv.Table(t)
 	clk := testenv.NewClock(time.Now().UTC())
 	svc := lifecycle.New(st, lifecycle.Config{Now: clk.Now})
-	eng := workflow.New(st, workflow.Config{Now: clk.Now, Jobs: svc})
+	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Now: clk.Now, Jobs: svc})
 	ctx := context.Background()
 	const workflows = 16
 	for i := range workflows {

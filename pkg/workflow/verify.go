@@ -10,6 +10,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
 )
 
 // Finished is a change the stream function saw that finished a workflow
@@ -17,14 +18,14 @@ import (
 // composite finishing (Node).
 type Finished struct {
 	Job  *job.Job
-	Node *store.Node
+	Node *wfstore.Node
 }
 
 func (f Finished) step() (step, bool) {
 	switch {
 	case f.Job != nil && f.Job.WorkflowID != "" && f.Job.State.Terminal():
 		return stepOfJob(f.Job), true
-	case f.Node != nil && f.Node.Path != store.RootPath && f.Node.Kind != KindJob &&
+	case f.Node != nil && f.Node.Path != wfstore.RootPath && f.Node.Kind != KindJob &&
 		(f.Node.State == wfstate.Completed || f.Node.State == wfstate.Failed):
 		return stepOfNode(f.Node), true
 	}
@@ -33,37 +34,37 @@ func (f Finished) step() (step, bool) {
 
 // counter names the item a step is counted in: its parent (Node) or one
 // of its parent's shards (Shard).
-func (s step) counter() (store.NodeKey, *store.ShardRef) {
+func (s step) counter() (wfstore.NodeKey, *wfstore.ShardRef) {
 	parent := parentOf(s.path)
 	if s.shard != "" {
-		return store.NodeKey{WorkflowID: s.wf, Path: parent}, &store.ShardRef{WorkflowID: s.wf, Path: parent, Key: s.shard}
+		return wfstore.NodeKey{WorkflowID: s.wf, Path: parent}, &wfstore.ShardRef{WorkflowID: s.wf, Path: parent, Key: s.shard}
 	}
-	return store.NodeKey{WorkflowID: s.wf, Path: parent}, nil
+	return wfstore.NodeKey{WorkflowID: s.wf, Path: parent}, nil
 }
 
 // nextInRootChain is the path of the step after s when s is a step of a
 // workflow that is a chain and completed: the step an advance without a
-// transaction may have marked but not written (store.AdvanceMarked).
+// transaction may have marked but not written (wfstore.AdvanceMarked).
 func (s step) nextInRootChain() (string, bool) {
 	k := s.index()
 	last := (s.job != nil && s.job.WorkflowLast) || (s.node != nil && s.node.Last)
-	if !s.ok || last || k < 0 || parentOf(s.path) != store.RootPath || parentKind(s.path) != KindChain {
+	if !s.ok || last || k < 0 || parentOf(s.path) != wfstore.RootPath || parentKind(s.path) != KindChain {
 		return "", false
 	}
-	return childPath(store.RootPath, segment(KindChain, k+1)), true
+	return childPath(wfstore.RootPath, segment(KindChain, k+1)), true
 }
 
 // nextInRootGraph are the paths of the steps that wait for s when s is a
 // step of a workflow that is a graph and completed (as its job names
 // them): steps an advance without a transaction may have counted ready
-// but not written (store.AdvanceMarked).
+// but not written (wfstore.AdvanceMarked).
 func (s step) nextInRootGraph() []string {
-	if !s.ok || s.job == nil || parentOf(s.path) != store.RootPath || parentKind(s.path) != KindGraph {
+	if !s.ok || s.job == nil || parentOf(s.path) != wfstore.RootPath || parentKind(s.path) != KindGraph {
 		return nil
 	}
 	var paths []string
 	for _, d := range s.job.WorkflowNext {
-		paths = append(paths, childPath(store.RootPath, segment(KindGraph, d)))
+		paths = append(paths, childPath(wfstore.RootPath, segment(KindGraph, d)))
 	}
 	return paths
 }
@@ -71,14 +72,14 @@ func (s step) nextInRootGraph() []string {
 // unwrittenInRootGraph are the steps waiting for s whose dependencies all
 // completed by root's progress but whose jobs p does not show: a marked
 // advance's request died between its two writes.
-func (s step) unwrittenInRootGraph(root *store.Node, p *store.Progress) []int {
+func (s step) unwrittenInRootGraph(root *wfstore.Node, p *wfstore.Progress) []int {
 	if root.State != wfstate.Running || root.Launching == "" || root.Kind != KindGraph || s.nextInRootGraph() == nil {
 		return nil
 	}
 	shape := graphOf(root)
 	var out []int
 	for _, d := range s.job.WorkflowNext {
-		path := childPath(store.RootPath, segment(KindGraph, d))
+		path := childPath(wfstore.RootPath, segment(KindGraph, d))
 		if d < len(shape.Deps) && !root.Done(d) && allIn(shape.Deps[d], root.OK) && !p.Jobs[JobID(s.wf, path)] {
 			out = append(out, d)
 		}
@@ -87,7 +88,7 @@ func (s step) unwrittenInRootGraph(root *store.Node, p *store.Progress) []int {
 }
 
 // recorded reports whether p shows s counted in its parent.
-func (s step) recorded(p *store.Progress) bool {
+func (s step) recorded(p *wfstore.Progress) bool {
 	nk, sr := s.counter()
 	if sr != nil {
 		sh := p.Shards[*sr]
@@ -98,7 +99,7 @@ func (s step) recorded(p *store.Progress) bool {
 		return false
 	}
 	if name, ok := callbackName(s.path); ok {
-		return store.HasString(n.CallbacksOK, name) || store.HasString(n.CallbacksFail, name)
+		return wfstore.HasString(n.CallbacksOK, name) || wfstore.HasString(n.CallbacksFail, name)
 	}
 	return n.Done(s.index())
 }
@@ -113,11 +114,11 @@ func (s step) recorded(p *store.Progress) bool {
 // race. Steps of cancelled workflows are skipped.
 func (e *Engine) Verify(ctx context.Context, fs []Finished) error {
 	var steps []step
-	var nodes []store.NodeKey
-	var shards []store.ShardRef
+	var nodes []wfstore.NodeKey
+	var shards []wfstore.ShardRef
 	var jobs []string // the next job steps of root chains (unwritten)
 	for _, f := range fs {
-		if n := f.Node; n != nil && n.Path == store.RootPath {
+		if n := f.Node; n != nil && n.Path == wfstore.RootPath {
 			// A workflow that ended: its compensation and handlers run.
 			if err := e.rootEnded(ctx, n); err != nil {
 				return err
@@ -138,7 +139,7 @@ func (e *Engine) Verify(ctx context.Context, fs []Finished) error {
 		}
 		steps = append(steps, s)
 		nk, sr := s.counter()
-		nodes = append(nodes, nk, store.NodeKey{WorkflowID: s.wf, Path: store.RootPath})
+		nodes = append(nodes, nk, wfstore.NodeKey{WorkflowID: s.wf, Path: wfstore.RootPath})
 		if sr != nil {
 			shards = append(shards, *sr)
 		}
@@ -158,7 +159,7 @@ func (e *Engine) Verify(ctx context.Context, fs []Finished) error {
 	}
 	settled := map[string]bool{}
 	for _, s := range steps {
-		root := p.Nodes[store.NodeKey{WorkflowID: s.wf, Path: store.RootPath}]
+		root := p.Nodes[wfstore.NodeKey{WorkflowID: s.wf, Path: wfstore.RootPath}]
 		if root == nil || root.State == wfstate.Cancelled {
 			continue
 		}
@@ -179,7 +180,7 @@ func (e *Engine) Verify(ctx context.Context, fs []Finished) error {
 		if next, ok := s.nextInRootChain(); ok && root.State == wfstate.Running && root.Launching == next && !p.Jobs[JobID(s.wf, next)] {
 			// Counted, its next step marked as launching, and the job not
 			// there: the request that advanced it died between the two
-			// writes (store.AdvanceMarked). Write it, unless the record is
+			// writes (wfstore.AdvanceMarked). Write it, unless the record is
 			// stale (a retry re-ran the step since).
 			cur, err := e.current(ctx, s)
 			if err != nil {
@@ -226,7 +227,7 @@ func (e *Engine) Verify(ctx context.Context, fs []Finished) error {
 			if parent == nil || !parent.ShardRolled(sh.Key) {
 				// A full shard not rolled up: the request that filled it
 				// died before it did.
-				if parent, err = e.st.RollUp(ctx, s.wf, nk.Path, sh); store.RefusedByReopening(err) {
+				if parent, err = e.st.RollUp(ctx, s.wf, nk.Path, sh); wfstore.RefusedByReopening(err) {
 					continue // the retry re-opening it rolls it up
 				} else if err != nil {
 					return err
@@ -254,23 +255,23 @@ func (e *Engine) Verify(ctx context.Context, fs []Finished) error {
 // not written, as the advance that counted them builds them: the root's
 // record again (a set addition, conditional on the workflow running,
 // marked) and the jobs' conditional puts.
-func (e *Engine) relaunchGraph(ctx context.Context, s step, root *store.Node, missing []int) error {
-	ready := make([]*store.Node, 0, len(missing))
+func (e *Engine) relaunchGraph(ctx context.Context, s step, root *wfstore.Node, missing []int) error {
+	ready := make([]*wfstore.Node, 0, len(missing))
 	for _, d := range missing {
-		n, err := e.st.GetNode(ctx, s.wf, childPath(store.RootPath, segment(KindGraph, d)))
+		n, err := e.st.GetNode(ctx, s.wf, childPath(wfstore.RootPath, segment(KindGraph, d)))
 		if err != nil {
 			return err
 		}
 		ready = append(ready, n)
 	}
-	jobs, err := e.graphJobs(ctx, s, store.RootPath, graphOf(root), ready)
+	jobs, err := e.graphJobs(ctx, s, wfstore.RootPath, graphOf(root), ready)
 	if err == nil {
 		err = e.admitJobs(ctx, jobs)
 	}
 	if err != nil {
 		return err
 	}
-	err = e.st.AdvanceMarked(ctx, s.wf, store.NodeWrite{Path: store.RootPath, AddOK: []int{s.index()}, Open: true}, store.RootPath, jobs, e.redel)
+	err = e.st.AdvanceMarked(ctx, s.wf, wfstore.NodeWrite{Path: wfstore.RootPath, AddOK: []int{s.index()}, Open: true}, wfstore.RootPath, jobs, e.redel)
 	return stopIfNotRunning(err)
 }
 
@@ -307,11 +308,11 @@ func (e *Engine) current(ctx context.Context, s step) (*step, error) {
 // rootEnded runs what follows a workflow's end (the guarantee behind the
 // request that ended it): a failed workflow's compensation and on_failure
 // handler, a cancelled one's on_cancel handler. Each starts once.
-func (e *Engine) rootEnded(ctx context.Context, n *store.Node) error {
+func (e *Engine) rootEnded(ctx context.Context, n *wfstore.Node) error {
 	if n.State != wfstate.Failed && n.State != wfstate.Cancelled {
 		return nil
 	}
-	cur, err := e.st.GetNode(ctx, n.WorkflowID, store.RootPath)
+	cur, err := e.st.GetNode(ctx, n.WorkflowID, wfstore.RootPath)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil
 	}
@@ -350,7 +351,7 @@ func (e *Engine) Repair(ctx context.Context, limit int) (int, error) {
 			return 0, fmt.Errorf("repair workflow %s: %w", id, err)
 		}
 		next := now.Add(CheckAfter)
-		if root, err := e.st.GetNode(ctx, id, store.RootPath); err == nil && root.Deadline > 0 && time.UnixMilli(root.Deadline).After(now) {
+		if root, err := e.st.GetNode(ctx, id, wfstore.RootPath); err == nil && root.Deadline > 0 && time.UnixMilli(root.Deadline).After(now) {
 			next = minTime(next, time.UnixMilli(root.Deadline))
 		}
 		if err := e.st.PostponeWorkflowCheck(ctx, id, at, next); err != nil {
@@ -362,14 +363,14 @@ func (e *Engine) Repair(ctx context.Context, limit int) (int, error) {
 
 // pastCreatingGrace reports whether root's workflow began more than
 // creatingGrace before now: no creating request can still be writing it.
-func pastCreatingGrace(root *store.Node, now time.Time) bool {
+func pastCreatingGrace(root *wfstore.Node, now time.Time) bool {
 	created, err := time.Parse(time.RFC3339Nano, root.CreatedAt)
 	return err == nil && now.Sub(created) > creatingGrace
 }
 
 func (e *Engine) repair(ctx context.Context, id string, now time.Time) error {
 	items, err := e.st.WorkflowItems(ctx, id)
-	if err != nil || len(items) == 0 || items[0].Path != store.RootPath {
+	if err != nil || len(items) == 0 || items[0].Path != wfstore.RootPath {
 		return err
 	}
 	root := items[0]
@@ -378,7 +379,7 @@ func (e *Engine) repair(ctx context.Context, id string, now time.Time) error {
 		// (Resume); if that failed, this does.
 		if pastCreatingGrace(root, now) {
 			e.log.WarnContext(ctx, "finishing a workflow whose asynchronous creation did not", "workflow_id", id)
-			if err := e.Resume(ctx, id); !errors.Is(err, store.ErrCreationUnfinished) {
+			if err := e.Resume(ctx, id); !errors.Is(err, wfstore.ErrCreationUnfinished) {
 				return err
 			}
 			return nil // the next check goes on from what exists
@@ -405,7 +406,7 @@ func (e *Engine) repair(ctx context.Context, id string, now time.Time) error {
 		}
 		return e.finishCancel(ctx, root, items)
 	}
-	if root.State == wfstate.Failed && root.Compensation == store.CompensationWaiting {
+	if root.State == wfstate.Failed && root.Compensation == wfstore.CompensationWaiting {
 		// Its compensation waits for steps still running: start it if
 		// they finished (else the check is set again).
 		return e.afterFailure(ctx, root)
@@ -419,7 +420,7 @@ func (e *Engine) repair(ctx context.Context, id string, now time.Time) error {
 		return e.reopen(ctx, id)
 	}
 	if root.Deadline > 0 && !now.Before(time.UnixMilli(root.Deadline)) {
-		_, err := e.timeout(ctx, id, store.RootPath, now)
+		_, err := e.timeout(ctx, id, wfstore.RootPath, now)
 		return err
 	}
 	t := newTreeOf(items)
@@ -434,7 +435,7 @@ func (e *Engine) repair(ctx context.Context, id string, now time.Time) error {
 		return err
 	}
 	// First jobs a creator that died did not write.
-	first, _, err := e.launch(ctx, t, store.RootPath, emptyResults(root.Kind))
+	first, _, err := e.launch(ctx, t, wfstore.RootPath, emptyResults(root.Kind))
 	if err != nil {
 		return err
 	}
@@ -449,7 +450,7 @@ func (e *Engine) repair(ctx context.Context, id string, now time.Time) error {
 		if err := e.admitJobs(ctx, missing); err != nil {
 			return err
 		}
-		if err := stopIfNotRunning(e.st.Advance(ctx, store.Advance{WorkflowID: id, Jobs: missing, RedeliverAfter: e.redel})); err != nil {
+		if err := stopIfNotRunning(e.st.Advance(ctx, wfstore.Advance{WorkflowID: id, Jobs: missing, RedeliverAfter: e.redel})); err != nil {
 			return err
 		}
 	}
@@ -468,7 +469,7 @@ func (e *Engine) repair(ctx context.Context, id string, now time.Time) error {
 		}
 	}
 	for _, n := range items {
-		if n.Kind != KindJob && n.Path != store.RootPath {
+		if n.Kind != KindJob && n.Path != wfstore.RootPath {
 			fs = append(fs, Finished{Node: n})
 		}
 	}

@@ -10,8 +10,8 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/awslimit"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
-	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
 )
 
 // View is a workflow as the API shows it (ojs-workflows.md section 11,
@@ -34,7 +34,7 @@ func (e *Engine) Get(ctx context.Context, wfID string) (*View, error) {
 	if err != nil {
 		return nil, ojserr.Backend(err)
 	}
-	if len(nodes) == 0 || nodes[0].Path != store.RootPath || (nodes[0].Creating && len(nodes[0].CDef) == 0) {
+	if len(nodes) == 0 || nodes[0].Path != wfstore.RootPath || (nodes[0].Creating && len(nodes[0].CDef) == 0) {
 		// Not there, or still being written by the request creating it.
 		return nil, ojserr.NotFoundf("workflow", wfID)
 	}
@@ -85,7 +85,7 @@ type viewer struct {
 
 // counted reports whether a composite counted child i as ok and as failed
 // (sets kept as maps: views of long chains ask for every step).
-func (v *viewer) counted(n *store.Node, i int) (ok, fail bool) {
+func (v *viewer) counted(n *wfstore.Node, i int) (ok, fail bool) {
 	if v.sets == nil {
 		v.sets = map[string][2]map[int]bool{}
 	}
@@ -162,7 +162,7 @@ func render(t *tree, jobs map[string]*job.Job) *View {
 	}
 	// Direct-children counters (the conformance suite's shapes).
 	done := 0
-	for _, c := range t.kids[store.RootPath] {
+	for _, c := range t.kids[wfstore.RootPath] {
 		if v.state(c) == string(wfstate.Completed) {
 			done++
 		}
@@ -197,8 +197,8 @@ func render(t *tree, jobs map[string]*job.Job) *View {
 // existed): the root always; a chain's step once the one before it
 // completed; every child of a started group or batch; a graph step once
 // its dependencies completed; a callback once fired.
-func (v *viewer) started(n *store.Node) bool {
-	if n.Path == store.RootPath {
+func (v *viewer) started(n *wfstore.Node) bool {
+	if n.Path == wfstore.RootPath {
 		return true
 	}
 	parent := v.t.byPath[parentOf(n.Path)]
@@ -206,7 +206,7 @@ func (v *viewer) started(n *store.Node) bool {
 		return false
 	}
 	if name, ok := callbackName(n.Path); ok {
-		return store.HasString(parent.Fired, name)
+		return wfstore.HasString(parent.Fired, name)
 	}
 	if !v.started(parent) {
 		return false
@@ -230,7 +230,7 @@ func (v *viewer) started(n *store.Node) bool {
 
 // blocked reports whether a graph step can never run: a step it depends
 // on, directly or not, failed. Memoized: a graph's paths are many.
-func (v *viewer) blocked(n *store.Node) bool {
+func (v *viewer) blocked(n *wfstore.Node) bool {
 	if b, ok := v.blockedMemo[n.Path]; ok {
 		return b
 	}
@@ -256,7 +256,7 @@ func (v *viewer) blocked(n *store.Node) bool {
 // state is a node's state in the view: a composite's own once finished;
 // a job step's from its job (waiting before it exists, cancelled when it
 // never will).
-func (v *viewer) state(n *store.Node) string {
+func (v *viewer) state(n *wfstore.Node) string {
 	if n.Kind != KindJob {
 		switch {
 		case n.State.Terminal():
@@ -294,7 +294,7 @@ func jobState(s job.State) string {
 }
 
 // leaf fills a job step's entry.
-func (v *viewer) leaf(n *store.Node, m map[string]any) {
+func (v *viewer) leaf(n *wfstore.Node, m map[string]any) {
 	m["type"] = n.JobType
 	id := JobID(v.t.wfID, n.Path)
 	m["job_id"] = nil
@@ -428,7 +428,7 @@ func (v *viewer) handlers() map[string]any {
 }
 
 // entry renders a node of the tree form.
-func (v *viewer) entry(n *store.Node, root bool) map[string]any {
+func (v *viewer) entry(n *wfstore.Node, root bool) map[string]any {
 	m := map[string]any{"index": n.Index, "id": stepKey(n)}
 	if n.Kind == KindJob {
 		v.leaf(n, m)
@@ -479,7 +479,7 @@ func (v *viewer) entry(n *store.Node, root bool) map[string]any {
 // steps as run (a batch's jobs, then its callbacks).
 func (v *viewer) flat() View {
 	root := v.t.root
-	kids := v.t.kids[store.RootPath]
+	kids := v.t.kids[wfstore.RootPath]
 	steps := []map[string]any{}
 	ids := make([]string, len(kids))
 	for i, c := range kids {
@@ -506,7 +506,7 @@ func (v *viewer) flat() View {
 		steps = append(steps, m)
 	}
 	for _, name := range Callbacks {
-		c := v.t.cbs[store.RootPath][name]
+		c := v.t.cbs[wfstore.RootPath][name]
 		if c == nil {
 			continue
 		}
@@ -522,7 +522,7 @@ func (v *viewer) flat() View {
 // flatState is a step's state as section 14.2 shows it: the job's own
 // state once it exists (completed, active, available, scheduled,
 // retryable; failed for a discarded job), pending before.
-func (v *viewer) flatState(n *store.Node, treeState string) string {
+func (v *viewer) flatState(n *wfstore.Node, treeState string) string {
 	j := v.jobs[JobID(v.t.wfID, n.Path)]
 	switch {
 	case j == nil && treeState == string(wfstate.Waiting):

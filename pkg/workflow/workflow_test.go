@@ -14,6 +14,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
 	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
 )
 
@@ -41,7 +42,7 @@ func newHarness(t *testing.T) *harness {
 func newStreamOnlyHarness(t *testing.T) *harness {
 	st, _ := testenv.Table(t)
 	svc := lifecycle.New(st, lifecycle.Config{})
-	eng := workflow.New(st, workflow.Config{Jobs: svc})
+	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Jobs: svc})
 	return &harness{t: t, st: st, svc: svc, eng: eng, ran: map[string]int{}}
 }
 
@@ -351,7 +352,7 @@ func TestWideGroupCountsExactlyUnderDuplicates(t *testing.T) {
 	if v["state"] != "completed" || h.ran["wide.job"] != 250 || h.ran["wide.done"] != 1 || v["metadata"].(map[string]any)["completed_count"].(float64) != 250 {
 		t.Fatalf("state %v ran %v meta %v", v["state"], h.ran, v["metadata"])
 	}
-	root, _ := h.st.GetNode(context.Background(), id, store.RootPath)
+	root, _ := wfstore.New(h.st).GetNode(context.Background(), id, wfstore.RootPath)
 	shards, ok, fail := root.RolledCounts()
 	if ok != 250 || fail != 0 || shards != 3 || root.Shards != 3 || len(root.OK) != 0 {
 		t.Fatalf("counters: %+v", root)

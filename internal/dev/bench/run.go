@@ -28,6 +28,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
 	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
 )
 
@@ -74,6 +75,7 @@ type bencher struct {
 	http    *http.Client
 	base    string
 	mon     *store.Store
+	wfmon   *wfstore.Store
 	esm     *callstats.Recorder
 	stats   string
 	mu      sync.Mutex
@@ -157,6 +159,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	b.base = b.rt.URL() + "/ojs/v1"
 	b.http = &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256, MaxConnsPerHost: 256}}
 	b.mon = store.New(dynamodb.NewFromConfig(cfg, awsclient.DynamoDBOptions), "bench")
+	b.wfmon = wfstore.New(b.mon)
 
 	if err := b.warmUp(ctx); err != nil {
 		return nil, fmt.Errorf("warm-up: %w", err)
@@ -718,7 +721,7 @@ func (b *bencher) waitWorkflows(ctx context.Context, ids []string, perWorkflow i
 		var rest []string
 		head := pending[:min(20, len(pending))]
 		for _, id := range head {
-			n, err := b.mon.GetNode(ctx, id, store.RootPath)
+			n, err := b.wfmon.GetNode(ctx, id, wfstore.RootPath)
 			if err != nil && !errors.Is(err, store.ErrNotFound) {
 				return err
 			}

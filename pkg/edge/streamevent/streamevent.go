@@ -14,6 +14,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/engine"
 	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
 )
 
 // Processor handles changes; it returns the index of the first change to
@@ -78,7 +79,7 @@ func subject(c engine.Change) []any {
 			return []any{"job_id", it.Job.ID}
 		}
 	}
-	for _, n := range []*store.Node{c.NewNode, c.OldNode} {
+	for _, n := range []*wfstore.Node{c.NewNode, c.OldNode} {
 		if n != nil {
 			return []any{"workflow_id", n.WorkflowID, "node_path", n.Path}
 		}
@@ -92,7 +93,7 @@ func Change(r events.DynamoDBEventRecord) (engine.Change, error) {
 	for _, img := range []struct {
 		src   map[string]events.DynamoDBAttributeValue
 		dst   **store.Item
-		node  **store.Node
+		node  **wfstore.Node
 		queue **queue.QueueInfo
 		cron  **cron.Info
 		prune **store.PruneRun
@@ -130,7 +131,7 @@ func Change(r events.DynamoDBEventRecord) (engine.Change, error) {
 			*img.wkr = w
 			continue
 		}
-		if n, ok, err := store.DecodeNode(av); err != nil {
+		if n, ok, err := wfstore.DecodeNode(av); err != nil {
 			return c, err
 		} else if ok {
 			*img.node = n

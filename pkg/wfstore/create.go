@@ -1,4 +1,4 @@
-package store
+package wfstore
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/awslimit"
 	"github.com/ojs-aws/ojs-serverless/pkg/fault"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
 )
 
@@ -28,7 +29,7 @@ type NewWorkflow struct {
 	Nodes  []Node
 	Shards []Shard
 	Jobs   []*job.Job
-	// RedeliverAfter is passed to job creation (see Store.Create).
+	// RedeliverAfter is passed to job creation (see store.Store.Create).
 	RedeliverAfter time.Duration
 	// FreshID is set when the server made the workflow's id (a UUIDv7 no
 	// other workflow can hold): its creation may do without the check
@@ -36,7 +37,7 @@ type NewWorkflow struct {
 	FreshID bool
 }
 
-// CreateWorkflow writes a new workflow. Up to MaxBatch items (nodes,
+// CreateWorkflow writes a new workflow. Up to store.MaxBatch items (nodes,
 // shards and first jobs together, and 3 MB of them) are written in one
 // transaction, so the
 // workflow and its first jobs appear together or not at all; a small one
@@ -61,10 +62,10 @@ func (s *Store) CreateWorkflow(ctx context.Context, w NewWorkflow) error {
 	cond := aws.String("attribute_not_exists(pk)")
 	bytes := 0
 	for _, it := range items {
-		bytes += ItemBytes(it)
+		bytes += store.ItemBytes(it)
 	}
 	for _, j := range w.Jobs {
-		n, err := JobItemBytes(j, w.RedeliverAfter)
+		n, err := store.JobItemBytes(j, w.RedeliverAfter)
 		if err != nil {
 			return err
 		}
@@ -73,7 +74,7 @@ func (s *Store) CreateWorkflow(ctx context.Context, w NewWorkflow) error {
 	if w.FreshID && len(w.Jobs) == 1 && len(items)+1 <= batchWriteMax && bytes <= awslimit.DynamoTxBytes-txNodeReserve {
 		return s.createUnguarded(ctx, r, items, w)
 	}
-	if len(items)+len(w.Jobs)+1 <= MaxBatch && bytes <= awslimit.DynamoTxBytes-txNodeReserve {
+	if len(items)+len(w.Jobs)+1 <= store.MaxBatch && bytes <= awslimit.DynamoTxBytes-txNodeReserve {
 		rootAV, err := attributevalue.MarshalMap(nodeItem{PK: wfPrefix + r.WorkflowID, SK: nodeSK(RootPath), Node: r})
 		if err != nil {
 			return err
@@ -84,7 +85,7 @@ func (s *Store) CreateWorkflow(ctx context.Context, w NewWorkflow) error {
 			tx = append(tx, types.TransactWriteItem{Put: &types.Put{TableName: &s.table, Item: it}})
 		}
 		for _, j := range w.Jobs {
-			put, err := s.jobPut(j, w.RedeliverAfter)
+			put, err := s.jobs.JobPut(j, w.RedeliverAfter)
 			if err != nil {
 				return err
 			}
@@ -95,7 +96,7 @@ func (s *Store) CreateWorkflow(ctx context.Context, w NewWorkflow) error {
 			if i == 0 {
 				return ErrWorkflowExists
 			}
-			return &DuplicateError{ID: w.Jobs[i-1-len(items)].ID}
+			return &store.DuplicateError{ID: w.Jobs[i-1-len(items)].ID}
 		}
 		if err != nil {
 			return fmt.Errorf("create workflow %s: %w", r.WorkflowID, err)
@@ -106,7 +107,7 @@ func (s *Store) CreateWorkflow(ctx context.Context, w NewWorkflow) error {
 	if err := s.putRoot(ctx, r); err != nil {
 		return err
 	}
-	if err := s.batchPut(ctx, items); err != nil {
+	if err := store.BatchPut(ctx, s.db, s.table, items); err != nil {
 		return fmt.Errorf("create workflow %s: %w", r.WorkflowID, err)
 	}
 	// The mark off and Unguarded on in one write: from here a cancel may
@@ -145,7 +146,7 @@ func (s *Store) createUnguarded(ctx context.Context, r Node, items []map[string]
 	if err != nil {
 		return err
 	}
-	if err := s.batchPut(ctx, append([]map[string]types.AttributeValue{rootAV}, items...)); err != nil {
+	if err := store.BatchPut(ctx, s.db, s.table, append([]map[string]types.AttributeValue{rootAV}, items...)); err != nil {
 		return fmt.Errorf("create workflow %s: %w", r.WorkflowID, err)
 	}
 	if err := fault.Hit(fault.WorkflowAfterItems); err != nil {
@@ -164,7 +165,7 @@ func (s *Store) putJobs(ctx context.Context, jobs []*job.Job, redeliverAfter tim
 	puts := make([]*types.Put, len(jobs))
 	for i, j := range jobs {
 		var err error
-		if puts[i], err = s.jobPut(j, redeliverAfter); err != nil {
+		if puts[i], err = s.jobs.JobPut(j, redeliverAfter); err != nil {
 			return err
 		}
 	}
@@ -173,7 +174,7 @@ func (s *Store) putJobs(ctx context.Context, jobs []*job.Job, redeliverAfter tim
 
 // putAll makes the conditional puts of putJobs, 16 at once.
 func (s *Store) putAll(ctx context.Context, puts []*types.Put) error {
-	return parallel(ctx, len(puts), 16, func(ctx context.Context, i int) error {
+	return store.Parallel(ctx, len(puts), 16, func(ctx context.Context, i int) error {
 		p := puts[i]
 		_, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: p.TableName, Item: p.Item, ConditionExpression: p.ConditionExpression})
 		if err != nil && !conditionFailed(err) {
@@ -196,7 +197,7 @@ func (s *Store) BeginWorkflow(ctx context.Context, root Node, def []byte, items 
 	if err != nil {
 		return err
 	}
-	if ItemBytes(av) > deferredRootBytes {
+	if store.ItemBytes(av) > deferredRootBytes {
 		return ErrTooLargeToDefer
 	}
 	return s.putRoot(ctx, root)
@@ -212,23 +213,6 @@ var ErrCreationBusy = errors.New("another writer is creating the workflow")
 // (a change of the root, so the stream function runs the next slice);
 // running it again continues from what exists.
 var ErrCreationUnfinished = errors.New("workflow creation not finished in this slice")
-
-// errSliceOver ends a ResumeWorkflow's writing once its slice is used.
-var errSliceOver = errors.New("creation slice over")
-
-// sliceKey carries, in a ResumeWorkflow's context, whether its slice is
-// over (a func() bool). Writers check it between requests, never during
-// one: a request once started lands, and each phase makes its first
-// request whatever the time, so every slice gets further than the last.
-type sliceKey struct{}
-
-// sliceOver is errSliceOver once ctx's slice is over.
-func sliceOver(ctx context.Context) error {
-	if over, _ := ctx.Value(sliceKey{}).(func() bool); over != nil && over() {
-		return errSliceOver
-	}
-	return nil
-}
 
 // CreationLease is the longest a ResumeWorkflow holds a creation. A
 // caller with a deadline (a Lambda invocation) holds it only until that
@@ -302,13 +286,13 @@ func (s *Store) ResumeWorkflow(ctx context.Context, w NewWorkflow, now time.Time
 			end.CompareAndSwap(0, time.Now().Add(slice).UnixNano())
 		}
 	}
-	wctx := context.WithValue(work, sliceKey{}, func() bool {
+	wctx := store.WithSlice(work, func() bool {
 		e := end.Load()
 		return e != 0 && time.Now().UnixNano() > e
 	})
 	done, err := s.resume(wctx, startSlice, w, root.Node, items)
 	if err != nil {
-		stopped := work.Err() != nil || errors.Is(err, errSliceOver)
+		stopped := work.Err() != nil || errors.Is(err, store.ErrSliceOver)
 		// Give the lease back so a retry need not wait for it to end, with
 		// how far this try got, so the next one need not read it.
 		_, _ = s.db.UpdateItem(context.WithoutCancel(ctx), &dynamodb.UpdateItemInput{TableName: &s.table, Key: wfKey(wfID, nodeSK(RootPath)),
@@ -341,7 +325,7 @@ func (s *Store) resume(ctx context.Context, startSlice func(), w NewWorkflow, ro
 			items = slices.DeleteFunc(slices.Clone(items), func(it map[string]types.AttributeValue) bool { return have[itemKey(it)] })
 		}
 		startSlice()
-		if err := s.batchPut(ctx, items); err != nil {
+		if err := store.BatchPut(ctx, s.db, s.table, items); err != nil {
 			return 0, fmt.Errorf("create workflow %s: %w", root.WorkflowID, err)
 		}
 		if err := s.unmark(ctx, root.WorkflowID, "creating"); err != nil {
@@ -361,7 +345,7 @@ func (s *Store) resume(ctx context.Context, startSlice func(), w NewWorkflow, ro
 		// recorded.
 		keys := make([]map[string]types.AttributeValue, len(jobs))
 		for i, j := range jobs {
-			keys[i] = jobKey(j.ID)
+			keys[i] = store.JobKey(j.ID)
 		}
 		have, err := s.existing(ctx, keys)
 		if err != nil {
@@ -369,7 +353,7 @@ func (s *Store) resume(ctx context.Context, startSlice func(), w NewWorkflow, ro
 		}
 		var kept []*job.Job
 		for i, j := range jobs {
-			if !have[itemKey(jobKey(j.ID))] {
+			if !have[itemKey(store.JobKey(j.ID))] {
 				kept = append(kept, j)
 				at = append(at, start+i)
 			}
@@ -409,7 +393,7 @@ func (s *Store) existing(ctx context.Context, keys []map[string]types.AttributeV
 	}
 	have := map[string]bool{}
 	var mu sync.Mutex
-	err := parallel(ctx, len(chunks), 8, func(ctx context.Context, c int) error {
+	err := store.Parallel(ctx, len(chunks), 8, func(ctx context.Context, c int) error {
 		keys := chunks[c]
 		for tries := 0; len(keys) > 0; tries++ {
 			if tries > 8 {
@@ -477,7 +461,7 @@ func (s *Store) DeleteWorkflowJob(ctx context.Context, wfID, id string, state jo
 		return fmt.Errorf("delete job %s: not a finished state: %s", id, state)
 	}
 	_, err := s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
-		TableName: &s.table, Key: jobKey(id),
+		TableName: &s.table, Key: store.JobKey(id),
 		ConditionExpression:       aws.String("#s = :s AND wf_id = :w"),
 		ExpressionAttributeNames:  map[string]string{"#s": attrState},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":s": avS(string(state)), ":w": avS(wfID)},
@@ -513,7 +497,7 @@ func (s *Store) SetCancelling(ctx context.Context, wfID string, on bool) error {
 	var cf *types.ConditionalCheckFailedException
 	if errors.As(err, &cf) {
 		if len(cf.Item) == 0 {
-			return fmt.Errorf("workflow %s: cancelling: %w", wfID, ErrNotFound)
+			return fmt.Errorf("workflow %s: cancelling: %w", wfID, store.ErrNotFound)
 		}
 		return nil // re-opened by a retry meanwhile
 	}
@@ -620,7 +604,7 @@ func (s *Store) DeleteWorkflow(ctx context.Context, wfID string) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("delete workflow %s: %w", wfID, err)
 	}
-	bw, ok := s.db.(BatchWriter)
+	bw, ok := s.db.(store.BatchWriter)
 	if !ok {
 		return true, fmt.Errorf("the DynamoDB client cannot batch write")
 	}
@@ -640,87 +624,4 @@ func (s *Store) DeleteWorkflow(ctx context.Context, wfID string) (bool, error) {
 		}
 	}
 	return true, nil
-}
-
-// BatchWriter is the batch write call CreateWorkflow uses for large
-// workflows.
-type BatchWriter interface {
-	BatchWriteItem(context.Context, *dynamodb.BatchWriteItemInput, ...func(*dynamodb.Options)) (*dynamodb.BatchWriteItemOutput, error)
-}
-
-// batchPut writes items 25 at a time, eight requests at once.
-func (s *Store) batchPut(ctx context.Context, items []map[string]types.AttributeValue) error {
-	bw, ok := s.db.(BatchWriter)
-	if !ok {
-		return fmt.Errorf("the DynamoDB client cannot batch write")
-	}
-	var chunks [][]types.WriteRequest
-	for len(items) > 0 {
-		n := min(25, len(items))
-		reqs := make([]types.WriteRequest, n)
-		for i := 0; i < n; i++ {
-			reqs[i] = types.WriteRequest{PutRequest: &types.PutRequest{Item: items[i]}}
-		}
-		items = items[n:]
-		chunks = append(chunks, reqs)
-	}
-	return parallel(ctx, len(chunks), 8, func(ctx context.Context, c int) error {
-		reqs := chunks[c]
-		for tries := 0; len(reqs) > 0; tries++ {
-			if tries > 8 {
-				return fmt.Errorf("batch write: %d items still unprocessed", len(reqs))
-			}
-			out, err := bw.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: map[string][]types.WriteRequest{s.table: reqs}})
-			if err != nil {
-				return err
-			}
-			reqs = out.UnprocessedItems[s.table]
-			if len(reqs) > 0 {
-				time.Sleep(time.Duration(tries+1) * 20 * time.Millisecond)
-			}
-		}
-		return nil
-	})
-}
-
-// parallel runs f for 0..n-1, at most conc at once, and returns the first
-// error.
-func parallel(ctx context.Context, n, conc int, f func(context.Context, int) error) error {
-	if n == 0 {
-		return nil
-	}
-	if n == 1 {
-		return f(ctx, 0)
-	}
-	sem := make(chan struct{}, conc)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var first error
-	for i := 0; i < n; i++ {
-		sem <- struct{}{}
-		if i > 0 {
-			if err := sliceOver(ctx); err != nil {
-				<-sem
-				mu.Lock()
-				if first == nil {
-					first = err
-				}
-				mu.Unlock()
-				break
-			}
-		}
-		wg.Add(1)
-		go func(i int) {
-			defer func() { <-sem; wg.Done() }()
-			if err := f(ctx, i); err != nil {
-				mu.Lock()
-				if first == nil {
-					first = err
-				}
-				mu.Unlock()
-			}
-		}(i)
-	}
-	wg.Wait()
-	return first
 }

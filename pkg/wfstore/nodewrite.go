@@ -1,4 +1,4 @@
-package store
+package wfstore
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
 )
 
@@ -329,7 +330,7 @@ func (e *ErrNodeConflict) Error() string {
 }
 
 // UpdateNode applies one node write and returns the node as written, or
-// *ErrNodeConflict with the node as it is, or ErrNotFound.
+// *ErrNodeConflict with the node as it is, or store.ErrNotFound.
 func (s *Store) UpdateNode(ctx context.Context, wfID string, w NodeWrite) (*Node, error) {
 	if err := w.validate(); err != nil {
 		return nil, err
@@ -342,7 +343,7 @@ func (s *Store) UpdateNode(ctx context.Context, wfID string, w NodeWrite) (*Node
 	var ccf *types.ConditionalCheckFailedException
 	if errors.As(err, &ccf) {
 		if len(ccf.Item) == 0 {
-			return nil, ErrNotFound
+			return nil, store.ErrNotFound
 		}
 		var it nodeItem
 		if err := attributevalue.UnmarshalMap(ccf.Item, &it); err != nil {
@@ -387,14 +388,14 @@ func (s *Store) CountOnShard(ctx context.Context, wfID, path, key string, idx in
 
 // refusedIfMarked turns a count's or roll-up's failed condition into
 // ErrReopening when the item exists (the retry's mark refused it), or
-// ErrNotFound.
+// store.ErrNotFound.
 func refusedIfMarked(err error) error {
 	var ccf *types.ConditionalCheckFailedException
 	if !errors.As(err, &ccf) {
 		return err
 	}
 	if len(ccf.Item) == 0 {
-		return ErrNotFound
+		return store.ErrNotFound
 	}
 	return ErrReopening
 }

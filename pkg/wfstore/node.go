@@ -1,4 +1,4 @@
-package store
+package wfstore
 
 import (
 	"cmp"
@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/ojs-aws/ojs-serverless/pkg/awslimit"
+	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
 )
@@ -47,7 +48,7 @@ type Node struct {
 	StepID string `dynamodbav:"sid,omitempty"`
 	Index  int    `dynamodbav:"idx"`
 	// Def is a leaf's job request (JSON text).
-	Def Packed `dynamodbav:"def,omitempty"`
+	Def store.Packed `dynamodbav:"def,omitempty"`
 	// JobType is a leaf's job type.
 	JobType string `dynamodbav:"job_type,omitempty"`
 	// PShard names the counter shard of its parent this node is counted
@@ -94,7 +95,7 @@ type Node struct {
 	TimeoutMS int64 `dynamodbav:"timeout_ms,omitempty"`
 	Deadline  int64 `dynamodbav:"deadline_ms,omitempty"`
 	// Compensate is a job step's compensation (a job request, JSON).
-	Compensate Packed `dynamodbav:"compensate,omitempty"`
+	Compensate store.Packed `dynamodbav:"compensate,omitempty"`
 	// Last is set on a chain's last step: its job carries it
 	// (job.Job.WorkflowLast), so finishing it needs no read of a next step.
 	Last bool `dynamodbav:"last,omitempty"`
@@ -261,7 +262,7 @@ const (
 // partition (workflowDuePK or timeoutDuePK) due at or before now, earliest
 // first.
 func (s *Store) dueNodes(ctx context.Context, base string, now time.Time, limit int) ([]Node, error) {
-	parts, err := eachShard(ctx, shardKeys(base, shards().WorkflowDue), func(ctx context.Context, pk string) ([]Node, error) {
+	parts, err := store.EachShard(ctx, store.ShardKeys(base, topology.JobTable.Shards.WorkflowDue), func(ctx context.Context, pk string) ([]Node, error) {
 		out, err := s.db.Query(ctx, &dynamodb.QueryInput{
 			TableName: &s.table, IndexName: aws.String(topology.IndexDue),
 			KeyConditionExpression: aws.String("due_pk = :pk AND due_at <= :now"),
@@ -423,9 +424,13 @@ var ErrWorkflowNotRunning = errors.New("workflow is not running")
 // DecodeNode turns a stream image into a workflow node; ok is false for
 // items that are not nodes.
 func DecodeNode(av map[string]types.AttributeValue) (*Node, bool, error) {
-	n, ok, err := decodeIf[nodeItem](av, prefixed(nodePrefix), "workflow node")
-	if err != nil || !ok {
-		return nil, ok, err
+	sk, ok := av[attrSK].(*types.AttributeValueMemberS)
+	if !ok || !strings.HasPrefix(sk.Value, nodePrefix) {
+		return nil, false, nil
+	}
+	var n nodeItem
+	if err := attributevalue.UnmarshalMap(av, &n); err != nil {
+		return nil, false, fmt.Errorf("decode workflow node: %w", err)
 	}
 	return &n.Node, true, nil
 }

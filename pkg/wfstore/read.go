@@ -1,17 +1,16 @@
-package store
+package wfstore
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/store"
 )
 
 // getWF reads one workflow item into out (consistent read).
@@ -21,7 +20,7 @@ func (s *Store) getWF(ctx context.Context, wfID, sk string, out any) error {
 		return fmt.Errorf("get %s %s: %w", wfID, sk, err)
 	}
 	if len(res.Item) == 0 {
-		return ErrNotFound
+		return store.ErrNotFound
 	}
 	return attributevalue.UnmarshalMap(res.Item, out)
 }
@@ -84,7 +83,7 @@ func (s *Store) ReadProgress(ctx context.Context, nodes []NodeKey, shards []Shar
 	for _, id := range jobs {
 		if k := "JOB|" + id; !seen[k] {
 			seen[k] = true
-			keys = append(keys, jobKey(id))
+			keys = append(keys, store.JobKey(id))
 		}
 	}
 	for len(keys) > 0 {
@@ -97,11 +96,11 @@ func (s *Store) ReadProgress(ctx context.Context, nodes []NodeKey, shards []Shar
 				return nil, fmt.Errorf("batch get workflow items: %w", err)
 			}
 			for _, av := range res.Responses[s.table] {
-				sk := av[attrSK].(*types.AttributeValueMemberS).Value
-				if sk == jobSK {
-					p.Jobs[strings.TrimPrefix(av[attrPK].(*types.AttributeValueMemberS).Value, jobPrefix)] = true
+				if id, ok := store.JobID(av); ok {
+					p.Jobs[id] = true
 					continue
 				}
+				sk := av[attrSK].(*types.AttributeValueMemberS).Value
 				if strings.HasPrefix(sk, nodePrefix) {
 					var it nodeItem
 					if err := attributevalue.UnmarshalMap(av, &it); err != nil {
@@ -140,7 +139,7 @@ func (s *Store) Subtree(ctx context.Context, wfID, path string) ([]*Node, error)
 	prefix := nodeSK(path)
 	if path != RootPath {
 		n, err := s.GetNode(ctx, wfID, path)
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, store.ErrNotFound) {
 			return nil, nil
 		}
 		if err != nil {
@@ -181,46 +180,4 @@ func (s *Store) queryNodes(ctx context.Context, wfID, prefix string) ([]*Node, e
 		}
 		start = out.LastEvaluatedKey
 	}
-}
-
-// BatchGetJobs reads jobs by id (up to 100 per call, strongly consistent);
-// missing ids are absent from the result.
-func (s *Store) BatchGetJobs(ctx context.Context, ids []string) (map[string]*job.Job, error) {
-	bg, ok := s.db.(batchGetter)
-	if !ok {
-		return nil, fmt.Errorf("the DynamoDB client cannot batch get")
-	}
-	out := map[string]*job.Job{}
-	var chunks [][]map[string]types.AttributeValue
-	for len(ids) > 0 {
-		n := min(100, len(ids))
-		keys := make([]map[string]types.AttributeValue, n)
-		for i, id := range ids[:n] {
-			keys[i] = jobKey(id)
-		}
-		ids = ids[n:]
-		chunks = append(chunks, keys)
-	}
-	var mu sync.Mutex
-	err := parallel(ctx, len(chunks), 8, func(ctx context.Context, c int) error {
-		keys := chunks[c]
-		for tries := 0; len(keys) > 0 && tries < 8; tries++ {
-			res, err := bg.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: map[string]types.KeysAndAttributes{s.table: {Keys: keys, ConsistentRead: aws.Bool(true)}}})
-			if err != nil {
-				return fmt.Errorf("batch get jobs: %w", err)
-			}
-			for _, av := range res.Responses[s.table] {
-				j, err := decodeJob(av)
-				if err != nil {
-					return err
-				}
-				mu.Lock()
-				out[j.ID] = j
-				mu.Unlock()
-			}
-			keys = res.UnprocessedKeys[s.table].Keys
-		}
-		return nil
-	})
-	return out, err
 }

@@ -1,11 +1,10 @@
-package store
+package wfstore
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"maps"
-	"math/rand/v2"
 	"strings"
 	"time"
 
@@ -16,13 +15,14 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/awslimit"
 	"github.com/ojs-aws/ojs-serverless/pkg/fault"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
 )
 
 // Advance is one step of a workflow written as a whole: jobs that start
 // (each created only if it does not exist) and node writes. It is applied
-// only while the workflow runs. Up to MaxBatch items go in one
-// transaction; more are written jobs first, in transactions of MaxBatch,
+// only while the workflow runs. Up to store.MaxBatch items go in one
+// transaction; more are written jobs first, in transactions of store.MaxBatch,
 // with the node writes in the last one, so that the node writes (the
 // record that the step happened) are never visible before its jobs.
 type Advance struct {
@@ -37,7 +37,7 @@ type Advance struct {
 	// compensation and handlers are steps of their own nodes.
 	Scope       string
 	ScopeStates []wfstate.State
-	// RedeliverAfter is passed to job creation (see Store.Create).
+	// RedeliverAfter is passed to job creation (see store.Store.Create).
 	RedeliverAfter time.Duration
 	// Progress, when set, is told after each transaction how many of
 	// Jobs, from the first, exist.
@@ -63,7 +63,7 @@ func (s *Store) Advance(ctx context.Context, a Advance) error {
 			scopeWrite = i
 		}
 	}
-	room := MaxBatch - len(a.Nodes) - len(a.NewNodes)
+	room := store.MaxBatch - len(a.Nodes) - len(a.NewNodes)
 	if scopeWrite < 0 {
 		room-- // the scope check
 	}
@@ -72,12 +72,12 @@ func (s *Store) Advance(ctx context.Context, a Advance) error {
 	}
 	sizes := make([]int, len(a.Jobs))
 	for i, j := range a.Jobs {
-		n, err := JobItemBytes(j, a.RedeliverAfter)
+		n, err := store.JobItemBytes(j, a.RedeliverAfter)
 		if err != nil {
 			return err
 		}
 		if n > awslimit.DynamoItemBytes {
-			return &TooLargeError{What: "item", Bytes: n, Max: awslimit.DynamoItemBytes, Index: i}
+			return &store.TooLargeError{What: "item", Bytes: n, Max: awslimit.DynamoItemBytes, Index: i}
 		}
 		sizes[i] = n
 	}
@@ -97,7 +97,7 @@ func (s *Store) Advance(ctx context.Context, a Advance) error {
 	var chunks [][]*job.Job
 	for start := 0; start < tail; {
 		end, b := start, 0
-		for end < tail && end-start < MaxBatch-1 && (end == start || b+sizes[end] <= awslimit.DynamoTxBytes-txCheckReserve) {
+		for end < tail && end-start < store.MaxBatch-1 && (end == start || b+sizes[end] <= awslimit.DynamoTxBytes-txCheckReserve) {
 			b += sizes[end]
 			end++
 		}
@@ -112,7 +112,7 @@ func (s *Store) Advance(ctx context.Context, a Advance) error {
 		if done += len(c); a.Progress != nil {
 			a.Progress(done)
 		}
-		if err := sliceOver(ctx); err != nil {
+		if err := store.SliceOver(ctx); err != nil {
 			return err // a creation's slice is over: the next goes on
 		}
 	}
@@ -147,11 +147,11 @@ func (s *Store) AdvanceMarked(ctx context.Context, wfID string, w NodeWrite, mar
 	puts := make([]*types.Put, len(jobs))
 	for i, j := range jobs {
 		var err error
-		if puts[i], err = s.jobPut(j, redeliverAfter); err != nil {
+		if puts[i], err = s.jobs.JobPut(j, redeliverAfter); err != nil {
 			return err
 		}
-		if n := ItemBytes(puts[i].Item); n > awslimit.DynamoItemBytes {
-			return &TooLargeError{What: "item", Bytes: n, Max: awslimit.DynamoItemBytes, Index: i}
+		if n := store.ItemBytes(puts[i].Item); n > awslimit.DynamoItemBytes {
+			return &store.TooLargeError{What: "item", Bytes: n, Max: awslimit.DynamoItemBytes, Index: i}
 		}
 	}
 	w.CondStates = []wfstate.State{wfstate.Running}
@@ -162,7 +162,7 @@ func (s *Store) AdvanceMarked(ctx context.Context, wfID string, w NodeWrite, mar
 	w.SetStrings["launch"] = mark
 	if _, err := s.UpdateNode(ctx, wfID, w); err != nil {
 		var nc *ErrNodeConflict
-		if errors.Is(err, ErrNotFound) || errors.As(err, &nc) && nc.Current.State != wfstate.Running {
+		if errors.Is(err, store.ErrNotFound) || errors.As(err, &nc) && nc.Current.State != wfstate.Running {
 			return ErrWorkflowNotRunning // as Advance's check of the root
 		}
 		return err
@@ -183,17 +183,6 @@ const (
 	txNodeReserve  = 1 << 20
 	txCheckReserve = 8 << 10
 )
-
-// conflictTries is how many times a transaction cancelled by a
-// TransactionConflict is tried again; conflictBackoff the pause before
-// try n+1: full jitter over 20 ms doubling up to 640 ms, about 2.5 s in
-// all at most.
-const conflictTries = 8
-
-func conflictBackoff(n int) time.Duration {
-	ceiling := 20 * time.Millisecond << min(n, 5)
-	return time.Duration(rand.Int64N(int64(ceiling))) + time.Millisecond
-}
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
@@ -259,7 +248,7 @@ func (s *Store) advanceTx(ctx context.Context, a Advance, jobs []*job.Job, nodes
 		}
 		first := len(tx)
 		for _, j := range jobs {
-			put, err := s.jobPut(j, a.RedeliverAfter)
+			put, err := s.jobs.JobPut(j, a.RedeliverAfter)
 			if err != nil {
 				return err
 			}
@@ -305,11 +294,11 @@ func (s *Store) advanceTx(ctx context.Context, a Advance, jobs []*job.Job, nodes
 			return &ErrNodeConflict{Current: &it.Node}
 		}
 		if exist == nil {
-			if conflict && tries < conflictTries {
+			if conflict && tries < store.ConflictTries {
 				// Another transaction held one of the items (a completion
 				// settling the same node): try again after a jittered,
 				// growing pause.
-				if err := sleepCtx(ctx, conflictBackoff(tries)); err != nil {
+				if err := sleepCtx(ctx, store.ConflictBackoff(tries)); err != nil {
 					return err
 				}
 				continue
@@ -330,37 +319,4 @@ func (s *Store) advanceTx(ctx context.Context, a Advance, jobs []*job.Job, nodes
 			return nil
 		}
 	}
-}
-
-// jobPut builds the conditional put of a new job with its initial index
-// entries, set from its state: available jobs join the ready index
-// (push-mode ones the due index instead, for redelivery); scheduled ones
-// the due index.
-func (s *Store) jobPut(j *job.Job, redeliverAfter time.Duration) (*types.Put, error) {
-	r, err := toRecord(j)
-	if err != nil {
-		return nil, err
-	}
-	r.FetchBytes = FetchBytes(j)
-	switch j.State {
-	case job.Available:
-		if j.Push {
-			r.DuePK, r.DueAt = dueKey(j.Queue, j.ID), ms(j.EnqueuedAt.Add(redeliverAfter))
-		} else {
-			r.ReadyPK, r.ReadySK = readyKey(j.Queue, j.ID), readySortKey(j.Priority, *j.EnqueuedAt, j.ID)
-		}
-	case job.Scheduled:
-		r.DuePK, r.DueAt = dueKey(j.Queue, j.ID), ms(*j.ScheduledAt)
-	case job.Pending, job.Cancelled: // Cancelled: a cancel's placeholder (workflow.takeUnwritten)
-	default:
-		return nil, fmt.Errorf("create job %s in state %s", j.ID, j.State)
-	}
-	if r.DuePK != "" {
-		s.due.wrote(r.DuePK, fromMS(r.DueAt))
-	}
-	av, err := attributevalue.MarshalMap(r)
-	if err != nil {
-		return nil, err
-	}
-	return &types.Put{TableName: &s.table, Item: av, ConditionExpression: aws.String("attribute_not_exists(pk)")}, nil
 }

@@ -1,0 +1,280 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
+)
+
+// The table kernel's part that pkg/wfstore (the workflow items) builds
+// on: a workflow's creation and advancement write its jobs in the same
+// transactions as its nodes (JobPut), in batches (BatchPut), several
+// requests at once within a writing slice (Parallel, WithSlice); a cancel
+// guards job transitions on the workflow's root (NewGuard); the workflow
+// due entries are sharded like the queues' (ShardKeys, ShardedKey).
+
+// jobPut builds the conditional put of a new job with its initial index
+// entries, set from its state: available jobs join the ready index
+// (push-mode ones the due index instead, for redelivery); scheduled ones
+// the due index.
+func (s *Store) jobPut(j *job.Job, redeliverAfter time.Duration) (*types.Put, error) {
+	r, err := toRecord(j)
+	if err != nil {
+		return nil, err
+	}
+	r.FetchBytes = FetchBytes(j)
+	switch j.State {
+	case job.Available:
+		if j.Push {
+			r.DuePK, r.DueAt = dueKey(j.Queue, j.ID), ms(j.EnqueuedAt.Add(redeliverAfter))
+		} else {
+			r.ReadyPK, r.ReadySK = readyKey(j.Queue, j.ID), readySortKey(j.Priority, *j.EnqueuedAt, j.ID)
+		}
+	case job.Scheduled:
+		r.DuePK, r.DueAt = dueKey(j.Queue, j.ID), ms(*j.ScheduledAt)
+	case job.Pending, job.Cancelled: // Cancelled: a cancel's placeholder (workflow.takeUnwritten)
+	default:
+		return nil, fmt.Errorf("create job %s in state %s", j.ID, j.State)
+	}
+	if r.DuePK != "" {
+		s.due.wrote(r.DuePK, fromMS(r.DueAt))
+	}
+	av, err := attributevalue.MarshalMap(r)
+	if err != nil {
+		return nil, err
+	}
+	return &types.Put{TableName: &s.table, Item: av, ConditionExpression: aws.String("attribute_not_exists(pk)")}, nil
+}
+
+// JobKey is the primary key of job id's item.
+func JobKey(id string) map[string]types.AttributeValue { return jobKey(id) }
+
+// JobID is the id of the job whose item has primary key (or item) av; ok
+// is false for an item that is not a job.
+func JobID(av map[string]types.AttributeValue) (id string, ok bool) {
+	pk, _ := av[attrPK].(*types.AttributeValueMemberS)
+	sk, _ := av[attrSK].(*types.AttributeValueMemberS)
+	if pk == nil || sk == nil || sk.Value != jobSK || !strings.HasPrefix(pk.Value, jobPrefix) {
+		return "", false
+	}
+	return strings.TrimPrefix(pk.Value, jobPrefix), true
+}
+
+// NewGuard is a Guard (see ApplyAllIf) on the item whose primary key is
+// key: condition cond, with its expression attribute names and values.
+func NewGuard(key map[string]types.AttributeValue, cond string, names map[string]string, values map[string]types.AttributeValue) Guard {
+	return Guard{key: key, cond: cond, names: names, values: values}
+}
+
+// ShardKeys lists the partition keys of base spread over n shards: base
+// in shard 0, base#<shard> in the others (at least one key).
+func ShardKeys(base string, n int) []string { return shardKeys(base, n) }
+
+// ShardedKey is the partition of base, spread over n shards, that holds
+// the entries of key (a hash of key picks the shard; shard 0 when n <= 1).
+func ShardedKey(base, key string, n int) string { return shardKey(base, shardOf(key, n)) }
+
+// BatchWriter is the batch write call the large writes use (BatchPut, a
+// workflow's creation and deletion).
+type BatchWriter interface {
+	BatchWriteItem(context.Context, *dynamodb.BatchWriteItemInput, ...func(*dynamodb.Options)) (*dynamodb.BatchWriteItemOutput, error)
+}
+
+// batchPut writes items 25 at a time, eight requests at once.
+func (s *Store) batchPut(ctx context.Context, items []map[string]types.AttributeValue) error {
+	bw, ok := s.db.(BatchWriter)
+	if !ok {
+		return fmt.Errorf("the DynamoDB client cannot batch write")
+	}
+	var chunks [][]types.WriteRequest
+	for len(items) > 0 {
+		n := min(25, len(items))
+		reqs := make([]types.WriteRequest, n)
+		for i := 0; i < n; i++ {
+			reqs[i] = types.WriteRequest{PutRequest: &types.PutRequest{Item: items[i]}}
+		}
+		items = items[n:]
+		chunks = append(chunks, reqs)
+	}
+	return parallel(ctx, len(chunks), 8, func(ctx context.Context, c int) error {
+		reqs := chunks[c]
+		for tries := 0; len(reqs) > 0; tries++ {
+			if tries > 8 {
+				return fmt.Errorf("batch write: %d items still unprocessed", len(reqs))
+			}
+			out, err := bw.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: map[string][]types.WriteRequest{s.table: reqs}})
+			if err != nil {
+				return err
+			}
+			reqs = out.UnprocessedItems[s.table]
+			if len(reqs) > 0 {
+				time.Sleep(time.Duration(tries+1) * 20 * time.Millisecond)
+			}
+		}
+		return nil
+	})
+}
+
+type batchGetter interface {
+	BatchGetItem(context.Context, *dynamodb.BatchGetItemInput, ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error)
+}
+
+// BatchGetJobs reads jobs by id (up to 100 per call, strongly consistent);
+// missing ids are absent from the result.
+func (s *Store) BatchGetJobs(ctx context.Context, ids []string) (map[string]*job.Job, error) {
+	bg, ok := s.db.(batchGetter)
+	if !ok {
+		return nil, fmt.Errorf("the DynamoDB client cannot batch get")
+	}
+	out := map[string]*job.Job{}
+	var chunks [][]map[string]types.AttributeValue
+	for len(ids) > 0 {
+		n := min(100, len(ids))
+		keys := make([]map[string]types.AttributeValue, n)
+		for i, id := range ids[:n] {
+			keys[i] = jobKey(id)
+		}
+		ids = ids[n:]
+		chunks = append(chunks, keys)
+	}
+	var mu sync.Mutex
+	err := parallel(ctx, len(chunks), 8, func(ctx context.Context, c int) error {
+		keys := chunks[c]
+		for tries := 0; len(keys) > 0 && tries < 8; tries++ {
+			res, err := bg.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: map[string]types.KeysAndAttributes{s.table: {Keys: keys, ConsistentRead: aws.Bool(true)}}})
+			if err != nil {
+				return fmt.Errorf("batch get jobs: %w", err)
+			}
+			for _, av := range res.Responses[s.table] {
+				j, err := decodeJob(av)
+				if err != nil {
+					return err
+				}
+				mu.Lock()
+				out[j.ID] = j
+				mu.Unlock()
+			}
+			keys = res.UnprocessedKeys[s.table].Keys
+		}
+		return nil
+	})
+	return out, err
+}
+
+// Parallel runs f for 0..n-1, at most conc at once, and returns the first
+// error. Past the first, it starts no call once ctx's writing slice is
+// over (see WithSlice and WithBudget): it then answers ErrSliceOver
+// (unless a call failed first), after the calls under way finished.
+func Parallel(ctx context.Context, n, conc int, f func(context.Context, int) error) error {
+	return parallel(ctx, n, conc, f)
+}
+
+// parallel runs f for 0..n-1, at most conc at once, and returns the first
+// error.
+func parallel(ctx context.Context, n, conc int, f func(context.Context, int) error) error {
+	if n == 0 {
+		return nil
+	}
+	if n == 1 {
+		return f(ctx, 0)
+	}
+	sem := make(chan struct{}, conc)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	for i := 0; i < n; i++ {
+		sem <- struct{}{}
+		if i > 0 {
+			if err := sliceOver(ctx); err != nil {
+				<-sem
+				mu.Lock()
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
+				break
+			}
+		}
+		wg.Add(1)
+		go func(i int) {
+			defer func() { <-sem; wg.Done() }()
+			if err := f(ctx, i); err != nil {
+				mu.Lock()
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
+			}
+		}(i)
+	}
+	wg.Wait()
+	return first
+}
+
+// ErrSliceOver ends a batch writer's writing once its slice is used (see
+// WithSlice): SliceOver's and Parallel's answer.
+var ErrSliceOver = errSliceOver
+
+// errSliceOver ends a ResumeWorkflow's writing once its slice is used.
+var errSliceOver = errors.New("creation slice over")
+
+// sliceKey carries, in a ResumeWorkflow's context, whether its slice is
+// over (a func() bool). Writers check it between requests, never during
+// one: a request once started lands, and each phase makes its first
+// request whatever the time, so every slice gets further than the last.
+type sliceKey struct{}
+
+// WithSlice returns ctx whose batch writers (Parallel, ApplyAll, a
+// workflow's creation) start no request once over reports true, though
+// the requests under way finish. WithBudget is WithSlice ending at a time.
+func WithSlice(ctx context.Context, over func() bool) context.Context {
+	return context.WithValue(ctx, sliceKey{}, over)
+}
+
+// SliceOver is ErrSliceOver once ctx's slice is over (see WithSlice),
+// else nil.
+func SliceOver(ctx context.Context) error { return sliceOver(ctx) }
+
+// sliceOver is errSliceOver once ctx's slice is over.
+func sliceOver(ctx context.Context) error {
+	if over, _ := ctx.Value(sliceKey{}).(func() bool); over != nil && over() {
+		return errSliceOver
+	}
+	return nil
+}
+
+// ConflictTries is how many times a transaction cancelled by a
+// TransactionConflict is tried again, with ConflictBackoff's pauses.
+const ConflictTries = conflictTries
+
+// conflictTries is how many times a transaction cancelled by a
+// TransactionConflict is tried again; conflictBackoff the pause before
+// try n+1: full jitter over 20 ms doubling up to 640 ms, about 2.5 s in
+// all at most.
+const conflictTries = 8
+
+func conflictBackoff(n int) time.Duration {
+	ceiling := 20 * time.Millisecond << min(n, 5)
+	return time.Duration(rand.Int64N(int64(ceiling))) + time.Millisecond
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
