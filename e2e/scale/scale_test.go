@@ -136,7 +136,7 @@ func scaleRun(t *testing.T, kind string, n int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := (*v)["id"].(string)
+	id := v.ID
 	created := time.Since(start)
 	ran := runAll(t, st, svc, eng, "scale", id, time.Now().Add(runBudget))
 	root, err := st.GetNode(ctx, id, store.RootPath)
@@ -206,10 +206,10 @@ func TestThousandStepGraphs(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if (*v)["type"] != "graph" {
-				t.Fatalf("parsed as %v", (*v)["type"])
+			if v.Type != "graph" {
+				t.Fatalf("parsed as %v", v.Type)
 			}
-			id := (*v)["id"].(string)
+			id := v.ID
 			ran := runAll(t, st, svc, eng, q, id, time.Now().Add(runBudget))
 			root, err := st.GetNode(ctx, id, store.RootPath)
 			if err != nil {

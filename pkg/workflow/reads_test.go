@@ -117,7 +117,7 @@ func TestChainStepRequests(t *testing.T) {
 	if n := db.total(); n != 2 || db.n["BatchWriteItem"] != 1 || db.n["PutItem"] != 1 {
 		t.Fatalf("creating a 3-step chain made %d requests (%v), want 2 (its root and nodes, then its first job)", n, db.n)
 	}
-	id := (*v)["id"].(string)
+	id := v.ID
 	var done []workflow.Finished
 	acks, gets := 0, 0
 	for step := 0; step < 3; step++ {
@@ -266,8 +266,8 @@ func TestGraphStepRequests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if (*v)["type"] != "graph" {
-		t.Fatalf("parsed as %v", (*v)["type"])
+	if v.Type != "graph" {
+		t.Fatalf("parsed as %v", v.Type)
 	}
 	active := map[string]*job.Job{}
 	for _, want := range []struct {
@@ -298,7 +298,7 @@ func TestGraphStepRequests(t *testing.T) {
 			t.Fatalf("ACK of graph step %s made %d requests (%v), want %d", want.typ, n, db.n, want.reqs)
 		}
 	}
-	root, err := st.GetNode(ctx, (*v)["id"].(string), store.RootPath)
+	root, err := st.GetNode(ctx, v.ID, store.RootPath)
 	if err != nil || root.State != wfstate.Completed {
 		t.Fatalf("root %+v %v", root, err)
 	}
@@ -333,7 +333,7 @@ func TestLongChainAndGraphVerifyInOneRead(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := st.GetShard(ctx, (*v)["id"].(string), store.RootPath, "0"); err != store.ErrNotFound {
+		if _, err := st.GetShard(ctx, v.ID, store.RootPath, "0"); err != store.ErrNotFound {
 			t.Fatalf("%s: a counter shard exists: %v", form, err)
 		}
 		jobs, err := svc.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"long-" + form}, Count: 1})
@@ -409,7 +409,7 @@ func TestANodeWrittenBeforeNVGoesOnCountingFromItsVersion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := (*v)["id"].(string)
+	id := v.ID
 	table := st.Table()
 	key := map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "WF#" + id}, "sk": &types.AttributeValueMemberS{Value: "N#/"}}
 	if _, err := testenv.DynamoDB().UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &table, Key: key,
