@@ -137,7 +137,7 @@ func scaleRun(t *testing.T, kind string, n int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := (*v)["id"].(string)
+	id := v.ID
 	created := time.Since(start)
 	ran := runAll(t, st, svc, eng, "scale", id, time.Now().Add(runBudget))
 	root, err := wfstore.New(st).GetNode(ctx, id, wfstore.RootPath)
@@ -207,10 +207,10 @@ func TestThousandStepGraphs(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if (*v)["type"] != "graph" {
-				t.Fatalf("parsed as %v", (*v)["type"])
+			if v.Type != "graph" {
+				t.Fatalf("parsed as %v", v.Type)
 			}
-			id := (*v)["id"].(string)
+			id := v.ID
 			ran := runAll(t, st, svc, eng, q, id, time.Now().Add(runBudget))
 			root, err := wfstore.New(st).GetNode(ctx, id, wfstore.RootPath)
 			if err != nil {

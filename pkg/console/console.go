@@ -17,7 +17,6 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"embed"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -558,12 +557,12 @@ func (c *Console) workflows(w http.ResponseWriter, r *http.Request) {
 
 // workflowData is the workflow page's content.
 type workflowData struct {
-	ID       string
-	View     map[string]any
-	Graph    SafeHTML
-	State    string
-	Final    bool
-	Metadata map[string]any
+	ID string
+	// View is the workflow as GET /ojs/v1/workflows/{id} answers it.
+	View  *workflow.View
+	Graph SafeHTML
+	State string
+	Final bool
 }
 
 func (c *Console) workflowData(ctx context.Context, id string) (*workflowData, error) {
@@ -574,20 +573,9 @@ func (c *Console) workflowData(ctx context.Context, id string) (*workflowData, e
 	if err != nil {
 		return nil, err
 	}
-	// The JSON form, as GET /ojs/v1/workflows/{id} answers it.
-	b, err := json.Marshal(v)
-	if err != nil {
-		return nil, ojserr.Backend(err)
-	}
-	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, ojserr.Backend(err)
-	}
-	g := Layout(m)
-	state, _ := m["state"].(string)
-	meta, _ := m["metadata"].(map[string]any)
-	return &workflowData{ID: id, View: m, Graph: g.SVG(func(jid string) string { return Prefix + "jobs/" + url.PathEscape(jid) }),
-		State: state, Final: state == "completed" || state == "failed" || state == "cancelled", Metadata: meta}, nil
+	g := Layout(v)
+	return &workflowData{ID: id, View: v, Graph: g.SVG(func(jid string) string { return Prefix + "jobs/" + url.PathEscape(jid) }),
+		State: v.State, Final: v.State == "completed" || v.State == "failed" || v.State == "cancelled"}, nil
 }
 
 func (c *Console) workflow(w http.ResponseWriter, r *http.Request) {

@@ -1,15 +1,16 @@
 package console
 
 import (
-	"encoding/json"
 	"fmt"
 	"html"
 	"sort"
 	"strings"
+
+	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
 )
 
-// The workflow graph is drawn from the JSON of GET /ojs/v1/workflows/{id}
-// (a generic map, so that both forms of the view draw):
+// The workflow graph is drawn from the view GET /ojs/v1/workflows/{id}
+// answers (workflow.View; both forms draw):
 //
 //   - the nested tree form: a composite step has "type" chain, group or
 //     batch and its children in "steps" (chain) or "jobs" (group, batch),
@@ -84,39 +85,23 @@ func (b *block) add(c *block) {
 	b.edges = append(b.edges, c.edges...)
 }
 
-func str(m map[string]any, k string) string {
-	switch v := m[k].(type) {
-	case string:
-		return v
-	case float64:
-		return fmt.Sprint(v)
-	case json.Number:
-		return v.String()
-	}
-	return ""
-}
-
-func children(m map[string]any) ([]map[string]any, string) {
-	for _, k := range []string{"steps", "jobs"} {
-		if l, ok := m[k].([]any); ok {
-			out := make([]map[string]any, 0, len(l))
-			for _, x := range l {
-				if c, ok := x.(map[string]any); ok {
-					out = append(out, c)
-				}
-			}
-			return out, k
-		}
+// children are a composite's children and the field holding them
+// ("steps" or "jobs"; "" for a job step).
+func children(m *workflow.ViewNode) ([]workflow.ViewNode, string) {
+	switch {
+	case m.Steps != nil:
+		return m.Steps, "steps"
+	case m.Jobs != nil:
+		return m.Jobs, "jobs"
 	}
 	return nil, ""
 }
 
-func isComposite(m map[string]any) bool {
+func isComposite(m *workflow.ViewNode) bool {
 	if _, k := children(m); k != "" {
 		return true
 	}
-	_, ok := m["callbacks"].(map[string]any)
-	return ok
+	return m.Callbacks != nil
 }
 
 func childPath(parent, seg string) string {
@@ -127,24 +112,24 @@ func childPath(parent, seg string) string {
 }
 
 // stepID is a step's id: its own "id", else its path.
-func stepID(m map[string]any, path string) string {
-	if id := str(m, "id"); id != "" {
-		return id
+func stepID(m *workflow.ViewNode, path string) string {
+	if m.ID != "" {
+		return m.ID
 	}
 	return path
 }
 
 // Layout lays out a workflow view (the "workflow" object of GET
 // /ojs/v1/workflows/{id}).
-func Layout(view map[string]any) *Graph {
-	b := layout(view, "/", 0)
+func Layout(view *workflow.View) *Graph {
+	b := layout(&view.ViewNode, "/", 0)
 	g := &Graph{W: b.w + 2*pad, H: b.h + 2*pad}
 	p := b.place(pad, pad)
 	g.Nodes, g.Edges = p.nodes, p.edges
 	return g
 }
 
-func layout(m map[string]any, path string, depth int) *block {
+func layout(m *workflow.ViewNode, path string, depth int) *block {
 	if !isComposite(m) || depth > 12 {
 		return leaf(m, path)
 	}
@@ -155,20 +140,21 @@ func layout(m map[string]any, path string, depth int) *block {
 	}
 	// Children's blocks and ids.
 	type kid struct {
-		m    map[string]any
+		m    *workflow.ViewNode
 		id   string
 		path string
 	}
 	var ks []kid
 	dag := false
-	for i, c := range kids {
+	for i := range kids {
+		c := &kids[i]
 		idx := i
-		if n, ok := c["index"].(float64); ok {
-			idx = int(n)
+		if c.Index != nil {
+			idx = *c.Index
 		}
 		p := childPath(path, fmt.Sprintf("%s%d", seg, idx))
 		ks = append(ks, kid{m: c, id: stepID(c, p), path: p})
-		if _, ok := c["depends_on"]; ok {
+		if c.DependsOn != nil {
 			dag = true
 		}
 	}
@@ -183,12 +169,12 @@ func layout(m map[string]any, path string, depth int) *block {
 	if len(more) > 0 {
 		counts := map[string]int{}
 		for _, k := range more {
-			counts[str(k.m, "state")]++
+			counts[k.m.State]++
 		}
 		blocks = append(blocks, summary(path, counts, len(more)))
 		ks = append(ks, kid{id: childPath(path, "more")})
 	}
-	kind := str(m, "type")
+	kind := m.Type
 	out := &block{}
 	top := labelH
 	var body *block
@@ -199,13 +185,7 @@ func layout(m map[string]any, path string, depth int) *block {
 		for i, k := range ks {
 			ids[i] = k.id
 			if k.m != nil {
-				if l, ok := k.m["depends_on"].([]any); ok {
-					for _, d := range l {
-						if s, ok := d.(string); ok {
-							deps[i] = append(deps[i], s)
-						}
-					}
-				}
+				deps[i] = k.m.DependsOn
 			}
 		}
 		body = layered(blocks, ids, deps)
@@ -219,7 +199,7 @@ func layout(m map[string]any, path string, depth int) *block {
 	w, h := inner.w+2*pad, inner.h+top+pad
 	outX, outY := inner.outX, inner.outY
 	// A batch's callbacks follow its jobs: one column, joined at a point.
-	if cbs, ok := m["callbacks"].(map[string]any); ok && len(cbs) > 0 {
+	if cbs := m.Callbacks; len(cbs) > 0 {
 		names := make([]string, 0, len(cbs))
 		for n := range cbs {
 			names = append(names, n)
@@ -227,11 +207,8 @@ func layout(m map[string]any, path string, depth int) *block {
 		sort.Strings(names)
 		var cbBlocks []*block
 		for _, n := range names {
-			cm, _ := cbs[n].(map[string]any)
-			if cm == nil {
-				continue
-			}
-			b := layout(cm, childPath(path, n), depth+1)
+			cm := cbs[n]
+			b := layout(&cm, childPath(path, n), depth+1)
 			for i := range b.nodes {
 				if b.nodes[i].Sub == "" {
 					b.nodes[i].Sub = n
@@ -263,22 +240,26 @@ func layout(m map[string]any, path string, depth int) *block {
 	out.edges = append(out.edges, Edge{0, inner.inY, inner.inX, inner.inY}, Edge{outX, outY, w, outY})
 	out.outX, out.outY = w, outY
 	label := kind
-	if n := str(m, "name"); n != "" {
-		label = kind + " · " + n
+	if m.Name != "" {
+		label = kind + " · " + m.Name
 	}
-	box := Node{ID: stepID(m, path), Label: label, State: str(m, "state"), Kind: kind, X: 0, Y: 0, W: w, H: h, Composite: true}
+	box := Node{ID: stepID(m, path), Label: label, State: m.State, Kind: kind, X: 0, Y: 0, W: w, H: h, Composite: true}
 	out.nodes = append([]Node{box}, out.nodes...)
 	return out
 }
 
-func leaf(m map[string]any, path string) *block {
-	n := Node{ID: stepID(m, path), Label: str(m, "type"), State: str(m, "state"), JobID: str(m, "job_id"), Kind: "job",
-		W: leafW, H: leafH}
+func leaf(m *workflow.ViewNode, path string) *block {
+	n := Node{ID: stepID(m, path), Label: m.Type, State: m.State, Kind: "job", W: leafW, H: leafH}
+	if j := m.ViewJob; j != nil {
+		if j.JobID != nil {
+			n.JobID = *j.JobID
+		}
+		if j.Attempt != nil && *j.Attempt != 0 {
+			n.Sub = fmt.Sprintf("attempt %d", *j.Attempt)
+		}
+	}
 	if n.State == "" {
 		n.State = "waiting"
-	}
-	if a := str(m, "attempt"); a != "" && a != "0" {
-		n.Sub = "attempt " + a
 	}
 	return &block{w: leafW, h: leafH, nodes: []Node{n}, inX: 0, inY: leafH / 2, outX: leafW, outY: leafH / 2}
 }

@@ -6,15 +6,17 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
 )
 
-func view(t *testing.T, s string) map[string]any {
+func view(t *testing.T, s string) *workflow.View {
 	t.Helper()
-	var m map[string]any
-	if err := json.Unmarshal([]byte(s), &m); err != nil {
+	var v workflow.View
+	if err := json.Unmarshal([]byte(s), &v); err != nil {
 		t.Fatal(err)
 	}
-	return m
+	return &v
 }
 
 var nodeAttrs = regexp.MustCompile(`data-step-id="([^"]*)" data-state="([^"]*)"`)
@@ -165,8 +167,8 @@ func TestSVGEscapes(t *testing.T) {
 // yet: the page draws its root alone, without failing.
 func TestLayoutOfAWorkflowBeingCreated(t *testing.T) {
 	for _, kind := range []string{"group", "batch", "chain"} {
-		g := Layout(map[string]any{"id": "019", "type": kind, "name": "big", "state": "pending",
-			"x_creating": map[string]any{"phase": "nodes", "nodes_written": 10, "nodes_total": 5000}})
+		g := Layout(&workflow.View{ViewNode: workflow.ViewNode{ID: "019", Type: kind, Name: "big", State: "pending"},
+			Creating: &workflow.ViewCreating{Phase: "nodes", NodesWritten: 10, NodesTotal: 5000}})
 		if g == nil || g.W <= 0 || g.H <= 0 {
 			t.Fatalf("%s: %+v", kind, g)
 		}

@@ -467,21 +467,20 @@ func workflowsView(b *Builder, p page) {
 
 func workflowView(b *Builder, p page) {
 	d, _ := p.Data.(*workflowData)
-	if d == nil {
+	if d == nil || d.View == nil {
 		return
 	}
 	b.f(`<div data-live="/ojs/admin/workflows/%s/graph" data-interval="%v" data-final="%v"></div>
 <h1>Workflow <span class="mono">%s</span> <span class="pill state-%s" id="wf-state" data-state="%s">%s</span></h1>
 <p class="muted">`, d.ID, p.Refresh, d.Final, d.ID, cls(d.State), d.State, d.State)
-	if present(d.View["type"]) {
-		b.f("%v", d.View["type"])
+	if d.View.Type != "" {
+		b.f("%v", d.View.Type)
 	}
-	if present(d.View["name"]) {
-		b.f(" · %v", d.View["name"])
+	if d.View.Name != "" {
+		b.f(" · %v", d.View.Name)
 	}
-	if m := d.Metadata; present(m) {
-		b.f(" · %v of %v jobs completed, %v failed · created %v", m["completed_count"], m["job_count"], m["failed_count"], m["created_at"])
-	}
+	m := d.View.Metadata
+	b.f(" · %v of %v jobs completed, %v failed · created %v", m.CompletedCount, m.JobCount, m.FailedCount, m.CreatedAt)
 	b.f(`%s</p>
 <section class="card graph">
   %s

@@ -260,7 +260,7 @@ func (a *api) createWorkflow(w http.ResponseWriter, r *http.Request, _ params) e
 			}
 		}
 	}
-	w.Header().Set("Location", "/ojs/v1/workflows/"+(*v)["id"].(string))
+	w.Header().Set("Location", "/ojs/v1/workflows/"+v.ID)
 	status := http.StatusCreated
 	if workflow.Creating(v) {
 		// Accepted; its nodes and first jobs are being written (GET shows

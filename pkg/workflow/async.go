@@ -129,17 +129,16 @@ func creatingView(root *wfstore.Node, phase string, written, total int) *View {
 		state = string(root.State)
 	}
 	return &View{
-		"id": root.WorkflowID, "type": root.Kind, "name": name, "state": state, "created_at": root.CreatedAt,
-		"metadata":   map[string]any{"created_at": root.CreatedAt, "job_count": root.JobCount, "completed_count": 0, "failed_count": 0},
-		"x_creating": map[string]any{"phase": phase, "nodes_written": written, "nodes_total": total},
+		ViewNode: ViewNode{ID: root.WorkflowID, Type: root.Kind, Name: name, State: state}, CreatedAt: root.CreatedAt,
+		Metadata: ViewMetadata{CreatedAt: root.CreatedAt, JobCount: root.JobCount},
+		Creating: &ViewCreating{Phase: phase, NodesWritten: written, NodesTotal: total},
 	}
 }
 
 // Creating reports whether v is the view of a workflow still being created
 // asynchronously (the API answers its creation 202).
 func Creating(v *View) bool {
-	_, ok := (*v)["x_creating"]
-	return ok
+	return v.Creating != nil
 }
 
 func gzipBytes(b []byte) ([]byte, error) {

@@ -661,7 +661,7 @@ func (e *Engine) Cancel(ctx context.Context, wfID string) (*View, error) {
 	}
 	v, err := e.Get(ctx, wfID)
 	if err == nil && left > 0 {
-		(*v)["x_cancelling"] = map[string]any{"jobs_left": left}
+		v.Cancelling = &ViewCancelling{JobsLeft: left}
 	}
 	return v, err
 }

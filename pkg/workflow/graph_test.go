@@ -260,7 +260,7 @@ func TestBigJobsFitDynamoDBLimits(t *testing.T) {
 		}
 		n += len(got)
 	}
-	if n != 30 || (*v)["state"] != "running" {
+	if n != 30 || v.State != "running" {
 		t.Fatalf("fetched %d of the group's 30 jobs", n)
 	}
 	huge := testenv.RandomText(270<<10, 2)

@@ -39,7 +39,7 @@ func markedGraph(t *testing.T, st *store.Store, db store.DynamoAPI, queue string
 	if err != nil {
 		t.Fatal(err)
 	}
-	return (*v)["id"].(string), first
+	return v.ID, first
 }
 
 // A workflow that is a graph starts the steps a finished step makes ready
@@ -60,7 +60,7 @@ func TestAGraphStartsItsStepsWithoutATransaction(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		id := (*v)["id"].(string)
+		id := v.ID
 		before := rec.Set()
 		if _, err := svc.Ack(ctx, fetchOne(t, svc, "gq").ID, []byte(`"A"`), 0); err != nil {
 			t.Fatal(err)

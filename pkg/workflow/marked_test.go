@@ -64,7 +64,7 @@ func markedChain(t *testing.T, st *store.Store, db store.DynamoAPI, queue string
 	if err != nil {
 		t.Fatal(err)
 	}
-	id = (*v)["id"].(string)
+	id = v.ID
 	if first, err = svc.Ack(ctx, fetchOne(t, svc, queue).ID, []byte(`{"paid":true}`), 0); err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +134,7 @@ func TestAChainStepFinishingAfterItsCancelStartsNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := (*v)["id"].(string)
+	id := v.ID
 	running := fetchOne(t, svc, "lateq")
 	if _, err := eng.Cancel(ctx, id); err != nil { // the running step runs on
 		t.Fatal(err)
@@ -214,7 +214,7 @@ func TestAChainStepThatIsAGroupStartsInATransaction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := (*v)["id"].(string)
+	id := v.ID
 	if _, err := svc.Ack(ctx, fetchOne(t, svc, "grpq").ID, []byte(`1`), 0); err != nil {
 		t.Fatal(err)
 	}
@@ -256,7 +256,7 @@ func TestAChainIsCreatedWithoutATransaction(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return (*v)["id"].(string), rec.Set().Sub(before)
+		return v.ID, rec.Set().Sub(before)
 	}
 	for _, queue := range []string{"cq", "pullq"} {
 		if err := svc.EnsureQueue(ctx, queue); err != nil {
@@ -304,7 +304,7 @@ func TestACancelBetweenACreationsRequestsLeavesNothingToRun(t *testing.T) {
 	if err != nil || cancelErr != nil || !db.done.Load() {
 		t.Fatalf("create: %v, cancel: %v, raced: %v", err, cancelErr, db.done.Load())
 	}
-	id := (*v)["id"].(string)
+	id := v.ID
 	j, err := svc.Info(ctx, workflow.JobID(id, "/s0"))
 	if err != nil || j.State != job.Cancelled || j.EnqueuedAt != nil {
 		t.Fatalf("first job: %+v %v; want the cancel's placeholder", j, err)

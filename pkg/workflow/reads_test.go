@@ -118,7 +118,7 @@ func TestChainStepRequests(t *testing.T) {
 	if n := db.total(); n != 2 || db.n["BatchWriteItem"] != 1 || db.n["PutItem"] != 1 {
 		t.Fatalf("creating a 3-step chain made %d requests (%v), want 2 (its root and nodes, then its first job)", n, db.n)
 	}
-	id := (*v)["id"].(string)
+	id := v.ID
 	var done []workflow.Finished
 	acks, gets := 0, 0
 	for step := 0; step < 3; step++ {
@@ -267,8 +267,8 @@ func TestGraphStepRequests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if (*v)["type"] != "graph" {
-		t.Fatalf("parsed as %v", (*v)["type"])
+	if v.Type != "graph" {
+		t.Fatalf("parsed as %v", v.Type)
 	}
 	active := map[string]*job.Job{}
 	for _, want := range []struct {
@@ -299,7 +299,7 @@ func TestGraphStepRequests(t *testing.T) {
 			t.Fatalf("ACK of graph step %s made %d requests (%v), want %d", want.typ, n, db.n, want.reqs)
 		}
 	}
-	root, err := wfstore.New(st).GetNode(ctx, (*v)["id"].(string), wfstore.RootPath)
+	root, err := wfstore.New(st).GetNode(ctx, v.ID, wfstore.RootPath)
 	if err != nil || root.State != wfstate.Completed {
 		t.Fatalf("root %+v %v", root, err)
 	}
@@ -334,7 +334,7 @@ func TestLongChainAndGraphVerifyInOneRead(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := wfstore.New(st).GetShard(ctx, (*v)["id"].(string), wfstore.RootPath, "0"); err != store.ErrNotFound {
+		if _, err := wfstore.New(st).GetShard(ctx, v.ID, wfstore.RootPath, "0"); err != store.ErrNotFound {
 			t.Fatalf("%s: a counter shard exists: %v", form, err)
 		}
 		jobs, err := svc.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"long-" + form}, Count: 1})
@@ -410,7 +410,7 @@ func TestANodeWrittenBeforeNVGoesOnCountingFromItsVersion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := (*v)["id"].(string)
+	id := v.ID
 	table := st.Table()
 	key := map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "WF#" + id}, "sk": &types.AttributeValueMemberS{Value: "N#/"}}
 	if _, err := testenv.DynamoDB().UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &table, Key: key,

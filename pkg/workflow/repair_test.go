@@ -38,7 +38,7 @@ func TestRepairRecoversLostProgress(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := (*v)["id"].(string)
+	id := v.ID
 	if n, err := eng.Repair(ctx, 10); err != nil || n != 0 {
 		t.Fatalf("repair before the check is due: %d %v", n, err)
 	}
@@ -96,7 +96,7 @@ func TestRepairDeletesAWorkflowWhoseCreatorDied(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		id := (*v)["id"].(string)
+		id := v.ID
 		ids = append(ids, id)
 		// Undo what the creator did after its first stage: delete the jobs
 		// and, for the first workflow, mark the root creating again.
@@ -268,7 +268,7 @@ func createCancelledMidway(t *testing.T, st *store.Store, svc *lifecycle.Service
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := (*v)["id"].(string)
+	id := v.ID
 	ids := make([]string, len(jobs))
 	for i := range ids {
 		ids[i] = workflow.JobID(id, "/j"+strconv.Itoa(i))

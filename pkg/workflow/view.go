@@ -15,8 +15,152 @@ import (
 )
 
 // View is a workflow as the API shows it (ojs-workflows.md section 11,
-// ojs-http-binding.md section 14.2).
-type View map[string]any
+// ojs-http-binding.md section 14.2): the root's own entry (id, type,
+// name, state, its steps or jobs and callbacks, timeout_ms, error,
+// started_at, completed_at) with the workflow's fields around it. Keys
+// with a zero value that the API shows anyway (steps_completed: 0,
+// job_id: null, depends_on: []) are pointers or non-nil slices;
+// omitted ones are nil.
+type View struct {
+	ViewNode
+	CancelledAt string       `json:"cancelled_at,omitempty"`
+	CreatedAt   string       `json:"created_at"`
+	Metadata    ViewMetadata `json:"metadata"`
+	ViewFailure
+	// Deadline is when the workflow's timeout (ViewNode.TimeoutMS) ends it.
+	Deadline string `json:"deadline,omitempty"`
+	// Retries counts the retries of a failed or cancelled workflow.
+	Retries      int                 `json:"retries,omitempty"`
+	Compensation *ViewCompensation   `json:"compensation,omitempty"`
+	Handlers     map[string]ViewNode `json:"handlers,omitempty"`
+	// ResultsTruncated is set when step results were left out of the view
+	// (MaxViewResultBytes); ResultsHint says where to read them.
+	ResultsTruncated bool   `json:"results_truncated,omitempty"`
+	ResultsHint      string `json:"results_hint,omitempty"`
+	ViewCounts
+	// Creating is set while the workflow is being created asynchronously
+	// (Creating), Cancelling when a cancel left jobs for the stream
+	// function to cancel.
+	Creating   *ViewCreating   `json:"x_creating,omitempty"`
+	Cancelling *ViewCancelling `json:"x_cancelling,omitempty"`
+}
+
+// ViewNode is one entry of a view: a job step, whose job fields ViewJob
+// holds (set, with job_id null, before its job exists), or a composite
+// (chain, group, batch or graph) with its children in Steps (a chain) or
+// Jobs (the others) and a batch's callbacks. The dependency-graph form
+// lists job steps only, each with DependsOn (never nil there) and, for a
+// batch's callbacks, Callback. Callbacks and handlers have no index.
+type ViewNode struct {
+	Index *int   `json:"index,omitempty"`
+	ID    string `json:"id"`
+	// Callback names the callback a step of the dependency-graph form is.
+	Callback string `json:"callback,omitempty"`
+	// Type is a job step's job type, or a composite's kind.
+	Type  string `json:"type"`
+	Name  string `json:"name,omitempty"`
+	State string `json:"state"`
+	*ViewJob
+	StartedAt   string `json:"started_at,omitempty"`
+	CompletedAt string `json:"completed_at,omitempty"`
+	TimeoutMS   int64  `json:"timeout_ms,omitempty"`
+	// Error is the failed job's error, or what failed a composite itself
+	// (its timeout).
+	Error     json.RawMessage     `json:"error,omitempty"`
+	Steps     []ViewNode          `json:"steps,omitzero"`
+	Jobs      []ViewNode          `json:"jobs,omitzero"`
+	Callbacks map[string]ViewNode `json:"callbacks,omitempty"`
+	DependsOn []string            `json:"depends_on,omitzero"`
+}
+
+// ViewJob is what a job step's entry shows of its job: JobID is nil (null)
+// until the job exists; the rest is set once it does.
+type ViewJob struct {
+	JobID   *string         `json:"job_id"`
+	Attempt *int            `json:"attempt,omitempty"`
+	Result  json.RawMessage `json:"result,omitempty"`
+	// ResultTruncated is set when the result did not fit the view.
+	ResultTruncated bool `json:"result_truncated,omitempty"`
+}
+
+// ViewMetadata is the view's metadata object.
+type ViewMetadata struct {
+	CreatedAt      string `json:"created_at"`
+	JobCount       int    `json:"job_count"`
+	CompletedCount int    `json:"completed_count"`
+	FailedCount    int    `json:"failed_count"`
+	StartedAt      string `json:"started_at,omitempty"`
+	CompletedAt    string `json:"completed_at,omitempty"`
+	CancelledAt    string `json:"cancelled_at,omitempty"`
+}
+
+// ViewFailure is what a view shows of the failed and cancelled jobs:
+// FailedJobIDs and Errors are set together (Errors pointing to nil, null,
+// when none of the jobs has an error that fits the view).
+type ViewFailure struct {
+	// FailedStepIndex is a failed chain's failed step.
+	FailedStepIndex *int         `json:"failed_step_index,omitempty"`
+	FailedJobIDs    []string     `json:"failed_job_ids,omitempty"`
+	Errors          *[]ViewError `json:"errors,omitempty"`
+}
+
+// ViewError is one failed job's error in the view's errors list.
+type ViewError struct {
+	JobID   string `json:"job_id"`
+	Node    string `json:"node"`
+	Code    string `json:"code"`
+	Type    string `json:"type"`
+	Message string `json:"message"`
+	Attempt int    `json:"attempt"`
+}
+
+// ViewCounts are the root's direct-children counters (the conformance
+// suite's shapes): steps_* for a chain, jobs_* for the others, both for a
+// graph and the dependency-graph form; steps_cancelled and
+// steps_already_completed (leaf jobs) once cancelled.
+type ViewCounts struct {
+	StepsTotal            *int `json:"steps_total,omitempty"`
+	StepsCompleted        *int `json:"steps_completed,omitempty"`
+	JobsTotal             *int `json:"jobs_total,omitempty"`
+	JobsCompleted         *int `json:"jobs_completed,omitempty"`
+	StepsCancelled        *int `json:"steps_cancelled,omitempty"`
+	StepsAlreadyCompleted *int `json:"steps_already_completed,omitempty"`
+}
+
+// ViewCompensation is a failed workflow's compensation: its state and,
+// once it started, each step with the step it undoes.
+type ViewCompensation struct {
+	State      string                 `json:"state"`
+	StepsTotal int                    `json:"steps_total"`
+	Steps      []ViewCompensationStep `json:"steps,omitzero"`
+	FailedStep string                 `json:"failed_step,omitempty"`
+}
+
+// ViewCompensationStep is one step of a compensation; Type, Result and
+// Error are set once its job exists.
+type ViewCompensationStep struct {
+	Index  int             `json:"index"`
+	Undoes string          `json:"undoes"`
+	JobID  *string         `json:"job_id"`
+	State  string          `json:"state"`
+	Type   string          `json:"type,omitempty"`
+	Result json.RawMessage `json:"result,omitempty"`
+	Error  json.RawMessage `json:"error,omitempty"`
+}
+
+// ViewCreating is the progress of a workflow being created
+// asynchronously (x_creating).
+type ViewCreating struct {
+	Phase        string `json:"phase"`
+	NodesWritten int    `json:"nodes_written"`
+	NodesTotal   int    `json:"nodes_total"`
+}
+
+// ViewCancelling is x_cancelling: the jobs a cancel left to the stream
+// function.
+type ViewCancelling struct {
+	JobsLeft int `json:"jobs_left"`
+}
 
 // MaxViewResultBytes bounds what the step results and errors of one view
 // cost in the API's Lambda response (measured as encoded there: a Lambda
@@ -77,7 +221,7 @@ type viewer struct {
 	// counts of leaf jobs (callbacks not included)
 	completed, failed int
 	failedIDs         []string
-	errs              []map[string]any
+	errs              []ViewError
 	blockedMemo       map[string]bool
 	// sets caches each composite's ok and fail sets as maps.
 	sets map[string][2]map[int]bool
@@ -108,57 +252,47 @@ func render(t *tree, jobs map[string]*job.Job) *View {
 	root := t.root
 	v := &viewer{t: t, jobs: jobs, budget: MaxViewResultBytes,
 		stopped: root.State == wfstate.Cancelled || root.State == wfstate.Failed}
-	var out View
+	out := &View{}
 	if root.Form == "steps" {
-		out = v.flat()
+		out.Steps = v.flat()
 	} else {
-		out = View(v.entry(root, true))
-		delete(out, "index")
-		delete(out, "id")
+		out.ViewNode = v.entry(root, true)
+		out.Index = nil
 	}
-	out["id"] = t.wfID
-	out["type"] = root.Kind
-	out["name"] = root.Name
+	out.ID = t.wfID
+	out.Type = root.Kind
+	out.Name = root.Name
 	if root.Name == "" {
-		out["name"] = root.Kind
+		out.Name = root.Kind
 	}
-	out["state"] = string(root.State)
-	meta := map[string]any{"created_at": root.CreatedAt, "job_count": root.JobCount, "completed_count": v.completed, "failed_count": v.failed}
-	for k, val := range map[string]string{"started_at": root.StartedAt, "completed_at": root.CompletedAt, "cancelled_at": root.CancelledAt} {
-		if val != "" {
-			meta[k] = val
-			out[k] = val
-		}
-	}
-	out["created_at"] = root.CreatedAt
-	out["metadata"] = meta
+	out.State = string(root.State)
+	out.StartedAt, out.CompletedAt, out.CancelledAt = root.StartedAt, root.CompletedAt, root.CancelledAt
+	out.CreatedAt = root.CreatedAt
+	out.Metadata = ViewMetadata{CreatedAt: root.CreatedAt, JobCount: root.JobCount, CompletedCount: v.completed, FailedCount: v.failed,
+		StartedAt: root.StartedAt, CompletedAt: root.CompletedAt, CancelledAt: root.CancelledAt}
 	if root.Kind == KindChain && root.FailedIndex != nil {
-		out["failed_step_index"] = *root.FailedIndex
+		out.FailedStepIndex = new(*root.FailedIndex)
 	}
 	if len(v.failedIDs) > 0 {
 		sort.Strings(v.failedIDs)
-		out["failed_job_ids"] = v.failedIDs
-		out["errors"] = v.errs
+		out.FailedJobIDs = v.failedIDs
+		out.Errors = &v.errs
 	}
 	if root.TimeoutMS > 0 {
-		out["timeout_ms"] = root.TimeoutMS
-		out["deadline"] = job.Timestamp(time.UnixMilli(root.Deadline))
+		out.TimeoutMS = root.TimeoutMS
+		out.Deadline = job.Timestamp(time.UnixMilli(root.Deadline))
 	}
 	if root.Error != "" {
-		out["error"] = json.RawMessage(root.Error)
+		out.Error = json.RawMessage(root.Error)
 	}
-	if root.Run > 0 {
-		out["retries"] = root.Run
-	}
-	if comp := v.compensation(); comp != nil {
-		out["compensation"] = comp
-	}
+	out.Retries = root.Run
+	out.Compensation = v.compensation()
 	if hs := v.handlers(); len(hs) > 0 {
-		out["handlers"] = hs
+		out.Handlers = hs
 	}
 	if v.cut {
-		out["results_truncated"] = true
-		out["results_hint"] = "Some step results are left out to keep the answer under Lambda's 6 MB; read each with GET /ojs/v1/jobs/{job_id}."
+		out.ResultsTruncated = true
+		out.ResultsHint = "Some step results are left out to keep the answer under Lambda's 6 MB; read each with GET /ojs/v1/jobs/{job_id}."
 	}
 	// Direct-children counters (the conformance suite's shapes).
 	done := 0
@@ -168,11 +302,11 @@ func render(t *tree, jobs map[string]*job.Job) *View {
 		}
 	}
 	if root.Kind == KindChain {
-		out["steps_total"], out["steps_completed"] = root.Total, done
+		out.StepsTotal, out.StepsCompleted = new(root.Total), new(done)
 	} else {
-		out["jobs_total"], out["jobs_completed"] = root.Total, done
+		out.JobsTotal, out.JobsCompleted = new(root.Total), new(done)
 		if root.Kind == KindGraph || root.Form == "steps" {
-			out["steps_total"], out["steps_completed"] = root.Total, done
+			out.StepsTotal, out.StepsCompleted = new(root.Total), new(done)
 		}
 	}
 	if root.State == wfstate.Cancelled {
@@ -188,9 +322,9 @@ func render(t *tree, jobs map[string]*job.Job) *View {
 				completed++
 			}
 		}
-		out["steps_cancelled"], out["steps_already_completed"] = cancelled, completed
+		out.StepsCancelled, out.StepsAlreadyCompleted = new(cancelled), new(completed)
 	}
-	return &out
+	return out
 }
 
 // started reports whether the node at path has started (its jobs exist or
@@ -294,23 +428,23 @@ func jobState(s job.State) string {
 }
 
 // leaf fills a job step's entry.
-func (v *viewer) leaf(n *wfstore.Node, m map[string]any) {
-	m["type"] = n.JobType
+func (v *viewer) leaf(n *wfstore.Node, m *ViewNode) {
+	m.Type = n.JobType
 	id := JobID(v.t.wfID, n.Path)
-	m["job_id"] = nil
-	m["state"] = v.state(n)
+	m.ViewJob = &ViewJob{}
+	m.State = v.state(n)
 	counted := !isCallback(n.Path) && !strings.HasPrefix(n.Path, "/~")
 	j := v.jobs[id]
 	if j == nil {
 		return
 	}
-	m["job_id"] = id
-	m["attempt"] = j.Attempt
+	m.JobID = new(id)
+	m.Attempt = new(j.Attempt)
 	if j.StartedAt != nil {
-		m["started_at"] = job.Timestamp(*j.StartedAt)
+		m.StartedAt = job.Timestamp(*j.StartedAt)
 	}
 	if j.CompletedAt != nil {
-		m["completed_at"] = job.Timestamp(*j.CompletedAt)
+		m.CompletedAt = job.Timestamp(*j.CompletedAt)
 	}
 	switch j.State {
 	case job.Completed:
@@ -319,9 +453,9 @@ func (v *viewer) leaf(n *wfstore.Node, m map[string]any) {
 		}
 		if len(j.Result) > 0 {
 			if v.fits(j.Result) {
-				m["result"] = j.Result
+				m.Result = j.Result
 			} else {
-				m["result_truncated"] = true
+				m.ResultTruncated = true
 			}
 		}
 	case job.Discarded, job.Cancelled:
@@ -330,12 +464,12 @@ func (v *viewer) leaf(n *wfstore.Node, m map[string]any) {
 		}
 		v.failedIDs = append(v.failedIDs, id)
 		if b, _ := json.Marshal(j.Error); j.Error != nil && v.fits(b) {
-			m["error"] = j.Error
+			m.Error = b
 			code := j.Error.Code
 			if code == "" {
 				code = j.Error.Type
 			}
-			v.errs = append(v.errs, map[string]any{"job_id": id, "node": n.Path, "code": code, "type": j.Error.Type, "message": j.Error.Message, "attempt": j.Attempt})
+			v.errs = append(v.errs, ViewError{JobID: id, Node: n.Path, Code: code, Type: j.Error.Type, Message: j.Error.Message, Attempt: j.Attempt})
 		}
 	}
 }
@@ -362,113 +496,102 @@ func (v *viewer) fits(b []byte) bool {
 
 // compensation renders a failed workflow's compensation: its state and,
 // once it started, each step with the step it undoes.
-func (v *viewer) compensation() map[string]any {
+func (v *viewer) compensation() *ViewCompensation {
 	root := v.t.root
 	if root.Compensable == 0 {
 		return nil
 	}
-	out := map[string]any{"state": "not_started", "steps_total": root.Compensable}
+	out := &ViewCompensation{State: "not_started", StepsTotal: root.Compensable}
 	if root.Compensation != "" {
-		out["state"] = root.Compensation
+		out.State = root.Compensation
 	}
 	comp := v.t.special[compensatePath]
 	if comp == nil {
 		return out
 	}
-	steps := []map[string]any{}
+	out.Steps = []ViewCompensationStep{}
 	for k, undo := range comp.Plan {
 		path := childPath(compensatePath, segment(KindChain, k))
-		m := map[string]any{"index": k, "undoes": undo, "job_id": nil, "state": string(wfstate.Waiting)}
+		s := ViewCompensationStep{Index: k, Undoes: undo, State: string(wfstate.Waiting)}
 		if n := v.t.byPath[undo]; n != nil {
-			m["undoes"] = stepKey(n)
+			s.Undoes = stepKey(n)
 		}
 		if j := v.jobs[JobID(v.t.wfID, path)]; j != nil {
-			m["job_id"], m["state"], m["type"] = j.ID, jobState(j.State), j.Type
+			s.JobID, s.State, s.Type = new(j.ID), jobState(j.State), j.Type
 			if len(j.Result) > 0 && v.fits(j.Result) {
-				m["result"] = j.Result
+				s.Result = j.Result
 			}
 			if j.State != job.Completed && j.Error != nil {
-				m["error"] = j.Error
+				s.Error, _ = json.Marshal(j.Error)
 			}
 		}
-		steps = append(steps, m)
+		out.Steps = append(out.Steps, s)
 	}
-	out["steps"] = steps
-	if comp.FailedStep != "" {
-		out["failed_step"] = comp.FailedStep
-	}
+	out.FailedStep = comp.FailedStep
 	return out
 }
 
 // handlers renders the workflow's handlers with their state (waiting
 // until the workflow fails or is cancelled).
-func (v *viewer) handlers() map[string]any {
-	out := map[string]any{}
+func (v *viewer) handlers() map[string]ViewNode {
+	out := map[string]ViewNode{}
 	for _, name := range Handlers {
 		h := v.t.special[handlerPath(name)]
 		if h == nil {
 			continue
 		}
-		var m map[string]any
+		var m ViewNode
 		if h.Kind == KindJob {
-			m = map[string]any{}
-			v.leaf(h, m)
+			v.leaf(h, &m)
 			if j := v.jobs[JobID(v.t.wfID, h.Path)]; j == nil {
-				m["state"] = string(h.State)
+				m.State = string(h.State)
 			}
 		} else {
 			m = v.entry(h, false)
-			m["state"] = string(h.State)
+			m.State = string(h.State)
 		}
-		delete(m, "index")
-		m["id"] = name
+		m.Index = nil
+		m.ID = name
 		out[name] = m
 	}
 	return out
 }
 
 // entry renders a node of the tree form.
-func (v *viewer) entry(n *wfstore.Node, root bool) map[string]any {
-	m := map[string]any{"index": n.Index, "id": stepKey(n)}
+func (v *viewer) entry(n *wfstore.Node, root bool) ViewNode {
+	m := ViewNode{Index: new(n.Index), ID: stepKey(n)}
 	if n.Kind == KindJob {
-		v.leaf(n, m)
+		v.leaf(n, &m)
 		return m
 	}
-	m["type"] = n.Kind
-	if n.Name != "" {
-		m["name"] = n.Name
+	m.Type = n.Kind
+	m.Name = n.Name
+	m.State = v.state(n)
+	if !root {
+		m.TimeoutMS = n.TimeoutMS
+		if n.Error != "" {
+			m.Error = json.RawMessage(n.Error)
+		}
 	}
-	m["state"] = v.state(n)
-	if n.TimeoutMS > 0 && !root {
-		m["timeout_ms"] = n.TimeoutMS
-	}
-	if n.Error != "" && !root {
-		m["error"] = json.RawMessage(n.Error)
-	}
-	list := []map[string]any{}
+	list := []ViewNode{}
 	for _, c := range v.t.kids[n.Path] {
 		list = append(list, v.entry(c, false))
 	}
 	if n.Kind == KindChain {
-		m["steps"] = list
+		m.Steps = list
 	} else {
-		m["jobs"] = list
+		m.Jobs = list
 	}
 	if cbs := v.t.cbs[n.Path]; len(cbs) > 0 {
-		out := map[string]any{}
+		m.Callbacks = map[string]ViewNode{}
 		for name, c := range cbs {
 			e := v.entry(c, false)
-			delete(e, "index")
-			out[name] = e
+			e.Index = nil
+			m.Callbacks[name] = e
 		}
-		m["callbacks"] = out
 	}
 	if !root {
-		for k, val := range map[string]string{"started_at": n.StartedAt, "completed_at": n.CompletedAt} {
-			if val != "" {
-				m[k] = val
-			}
-		}
+		m.StartedAt, m.CompletedAt = n.StartedAt, n.CompletedAt
 	}
 	return m
 }
@@ -477,18 +600,18 @@ func (v *viewer) entry(n *wfstore.Node, root bool) map[string]any {
 // ojs-http-binding.md section 14.2 shows it: every step with its id,
 // depends_on, state, job id and result, in the order of the request's
 // steps as run (a batch's jobs, then its callbacks).
-func (v *viewer) flat() View {
+func (v *viewer) flat() []ViewNode {
 	root := v.t.root
 	kids := v.t.kids[wfstore.RootPath]
-	steps := []map[string]any{}
+	steps := []ViewNode{}
 	ids := make([]string, len(kids))
 	for i, c := range kids {
 		ids[i] = stepKey(c)
 	}
 	for i, c := range kids {
-		m := map[string]any{"id": stepKey(c), "index": c.Index}
-		v.leaf(c, m)
-		m["state"] = v.flatState(c, m["state"].(string))
+		m := ViewNode{ID: stepKey(c), Index: new(c.Index)}
+		v.leaf(c, &m)
+		m.State = v.flatState(c, m.State)
 		deps := []string{}
 		switch root.Kind {
 		case KindChain:
@@ -502,7 +625,7 @@ func (v *viewer) flat() View {
 				}
 			}
 		}
-		m["depends_on"] = deps
+		m.DependsOn = deps
 		steps = append(steps, m)
 	}
 	for _, name := range Callbacks {
@@ -510,13 +633,13 @@ func (v *viewer) flat() View {
 		if c == nil {
 			continue
 		}
-		m := map[string]any{"id": stepKey(c), "callback": name}
-		v.leaf(c, m)
-		m["state"] = v.flatState(c, m["state"].(string))
-		m["depends_on"] = append([]string{}, ids...)
+		m := ViewNode{ID: stepKey(c), Callback: name}
+		v.leaf(c, &m)
+		m.State = v.flatState(c, m.State)
+		m.DependsOn = append([]string{}, ids...)
 		steps = append(steps, m)
 	}
-	return View{"steps": steps}
+	return steps
 }
 
 // flatState is a step's state as section 14.2 shows it: the job's own
@@ -534,9 +657,6 @@ func (v *viewer) flatState(n *wfstore.Node, treeState string) string {
 	}
 	return string(j.State)
 }
-
-// MarshalJSON keeps json.RawMessage results inline.
-func (v View) MarshalJSON() ([]byte, error) { return json.Marshal(map[string]any(v)) }
 
 // trimPath is a node's path without the leading slash.
 func trimPath(p string) string { return strings.TrimPrefix(p, "/") }

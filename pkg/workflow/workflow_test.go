@@ -53,7 +53,7 @@ func (h *harness) create(body string) string {
 	if err != nil {
 		h.t.Fatalf("create: %v", err)
 	}
-	return (*v)["id"].(string)
+	return v.ID
 }
 
 // handler decides a job's outcome: a result, or an error to fail it.
@@ -371,7 +371,7 @@ func TestCancelStopsPendingWorkAndIgnoresLateCompletions(t *testing.T) {
 		t.Fatalf("fetch: %v %v", active, err)
 	}
 	v, err := h.eng.Cancel(ctx, id)
-	if err != nil || (*v)["state"] != "cancelled" {
+	if err != nil || v.State != "cancelled" {
 		t.Fatalf("cancel: %v %v", v, err)
 	}
 	if _, err := h.eng.Cancel(ctx, id); ojserr.As(err).Status() != 409 {
