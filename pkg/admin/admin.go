@@ -20,6 +20,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/ojs-aws/ojs-serverless/pkg/deadletter"
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
@@ -63,9 +64,7 @@ type Store interface {
 	DeleteWorker(ctx context.Context, id string, staleBefore time.Time) error
 	DeleteFinished(ctx context.Context, id string, state job.State) error
 	DeleteWaiting(ctx context.Context, id string, state job.State) error
-	CountDead(ctx context.Context, queue string) (int, error)
 	CountCompleted(ctx context.Context, queue string, since time.Time) (int, error)
-	Dead(ctx context.Context, queue string, limit int, cursor string) (store.Page, error)
 	SetQueueRate(ctx context.Context, name string, perSecond float64, now time.Time) error
 }
 
@@ -76,15 +75,22 @@ var _ Store = (*store.Store)(nil)
 // *lifecycle.Service).
 type Jobs interface {
 	Cancel(ctx context.Context, id string) (*job.Job, job.State, error)
-	RetryDead(ctx context.Context, id string, o lifecycle.RetryOverride) (*job.Job, error)
-	DeleteDead(ctx context.Context, id string) error
 	SetPaused(ctx context.Context, queue string, paused bool) (lifecycle.QueueState, error)
-	DeadStats(ctx context.Context) (lifecycle.DeadStats, error)
 	SetWorkerDirective(ctx context.Context, id, directive string) (*store.WorkerInfo, error)
-	PurgeDead(ctx context.Context, f lifecycle.DeadFilter) (lifecycle.BulkResult, error)
 }
 
 var _ Jobs = (*lifecycle.Service)(nil)
+
+// DeadLetter is the dead letter queue the admin operations go through
+// (implemented by *deadletter.Service).
+type DeadLetter interface {
+	Retry(ctx context.Context, id string, o deadletter.RetryOverride) (*job.Job, error)
+	Delete(ctx context.Context, id string) error
+	Purge(ctx context.Context, f deadletter.Filter) (deadletter.BulkResult, error)
+	Count(ctx context.Context, queue string) (int, error)
+}
+
+var _ DeadLetter = (*deadletter.Service)(nil)
 
 // Config configures a Service. Zero values mean defaults.
 type Config struct {
@@ -103,11 +109,12 @@ type Config struct {
 type Service struct {
 	st   Store
 	jobs Jobs
+	dead DeadLetter
 	cfg  Config
 }
 
-// New returns an admin service on st and jobs.
-func New(st Store, jobs Jobs, cfg Config) *Service {
+// New returns an admin service on st, jobs and the dead letter queue dead.
+func New(st Store, jobs Jobs, dead DeadLetter, cfg Config) *Service {
 	if cfg.StaleAfter <= 0 {
 		cfg.StaleAfter = DefaultStaleAfter
 	}
@@ -120,7 +127,7 @@ func New(st Store, jobs Jobs, cfg Config) *Service {
 	if cfg.Started.IsZero() {
 		cfg.Started = cfg.Now()
 	}
-	return &Service{st: st, jobs: jobs, cfg: cfg}
+	return &Service{st: st, jobs: jobs, dead: dead, cfg: cfg}
 }
 
 func (s *Service) now() time.Time { return s.cfg.Now().UTC() }

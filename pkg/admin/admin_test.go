@@ -11,6 +11,7 @@ import (
 
 	"github.com/ojs-aws/ojs-serverless/internal/dev/testenv"
 	"github.com/ojs-aws/ojs-serverless/pkg/admin"
+	"github.com/ojs-aws/ojs-serverless/pkg/deadletter"
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
@@ -28,6 +29,7 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 type env struct {
 	st    *store.Store
 	jobs  *lifecycle.Service
+	dead  *deadletter.Service
 	ad    *admin.Service
 	clock *testenv.Clock
 }
@@ -37,7 +39,8 @@ func newEnv(t *testing.T) *env {
 	st, _ := testenv.Table(t)
 	c := testenv.NewClock(time.Now().UTC().Truncate(time.Millisecond))
 	svc := lifecycle.New(st, lifecycle.Config{Now: c.Now, Rand: func() float64 { return 0.5 }})
-	return &env{st: st, jobs: svc, ad: admin.New(st, svc, admin.Config{Now: c.Now}), clock: c}
+	dead := deadletter.New(st, svc, deadletter.Config{})
+	return &env{st: st, jobs: svc, dead: dead, ad: admin.New(st, svc, dead, admin.Config{Now: c.Now}), clock: c}
 }
 
 func (e *env) push(t *testing.T, typ, queue string) *job.Job {
@@ -192,7 +195,7 @@ func TestSearchByEventsListsEachJobOnce(t *testing.T) {
 	// later): it must still be listed once, by its creation.
 	failed := e.run(t, "qe", false)
 	e.clock.Add(time.Millisecond)
-	retried, err := e.jobs.RetryDead(ctx, failed.ID, lifecycle.RetryOverride{})
+	retried, err := e.dead.Retry(ctx, failed.ID, deadletter.RetryOverride{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -328,7 +331,8 @@ func TestAPushModeQueuesAvailableJobsAreCountedListedAndPurged(t *testing.T) {
 	st, _ := testenv.Table(t)
 	c := testenv.NewClock(time.Now().UTC().Truncate(time.Millisecond))
 	svc := lifecycle.New(st, lifecycle.Config{Now: c.Now, PushQueues: []string{"lambda"}})
-	e := &env{st: st, jobs: svc, ad: admin.New(st, svc, admin.Config{Now: c.Now}), clock: c}
+	dead := deadletter.New(st, svc, deadletter.Config{})
+	e := &env{st: st, jobs: svc, dead: dead, ad: admin.New(st, svc, dead, admin.Config{Now: c.Now}), clock: c}
 	ctx := context.Background()
 	var want []string
 	for range 3 {

@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ojs-aws/ojs-serverless/pkg/deadletter"
 	"github.com/ojs-aws/ojs-serverless/pkg/dispatch"
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
 	"github.com/ojs-aws/ojs-serverless/pkg/fault"
@@ -33,7 +34,7 @@ type Change struct {
 	OldNode, NewNode     *store.Node
 	OldQueue, NewQueue   *store.QueueInfo
 	OldCron, NewCron     *store.CronInfo
-	OldPrune, NewPrune   *store.PruneRun
+	OldPrune, NewPrune   *deadletter.PruneRun
 	OldWorker, NewWorker *store.WorkerInfo
 	// At is the record's approximate creation time.
 	At time.Time

@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
@@ -34,11 +33,8 @@ type Store interface {
 	ReadyPush(ctx context.Context, queue string, limit int) ([]store.Item, error)
 	Due(ctx context.Context, queue string, now time.Time, limit int) ([]store.Item, error)
 	DueNow(ctx context.Context, queue string, now time.Time, limit int) ([]store.Item, error)
-	Dead(ctx context.Context, queue string, limit int, cursor string) (store.Page, error)
-	DeadOldest(ctx context.Context, queue string, since, before time.Time, limit int, cursor string) (store.Page, error)
 	EnsureQueue(ctx context.Context, name string, now time.Time) error
 	Queues(ctx context.Context) ([]string, error)
-	DeleteDead(ctx context.Context, id string) error
 	SetQueuePaused(ctx context.Context, name string, paused bool, now time.Time) (*store.QueueInfo, error)
 	QueueInfos(ctx context.Context) ([]store.QueueInfo, error)
 	QueuePaused(ctx context.Context, name string) (bool, error)
@@ -51,12 +47,6 @@ type Store interface {
 	WorkerBeat(ctx context.Context, w store.WorkerInfo, now time.Time) (*store.WorkerInfo, error)
 	SetWorkerDirective(ctx context.Context, id, directive string, now time.Time) (*store.WorkerInfo, error)
 	Workers(ctx context.Context, limit int) ([]store.WorkerInfo, error)
-	ClaimPruneRun(ctx context.Context, now, next time.Time) (int64, bool, time.Time, error)
-	FinishPruneRun(ctx context.Context, run int64, r store.PruneRun, now time.Time, next *time.Time) error
-	PruneState(ctx context.Context) (*store.PruneRun, error)
-	OldestDead(ctx context.Context, queue string, before *time.Time, limit int) ([]store.DeadRef, error)
-	CountDead(ctx context.Context, queue string) (int, error)
-	PruneDead(ctx context.Context, ref store.DeadRef, now time.Time) (bool, error)
 }
 
 var _ Store = (*store.Store)(nil)
@@ -82,9 +72,6 @@ type Config struct {
 	Rand func() float64
 	// Logger receives structured logs. Default slog.Default().
 	Logger *slog.Logger
-	// DeadRetention is the dead letter retention policy. Zero fields mean
-	// the defaults (180 days, 10,000 jobs, pruned every 5 minutes).
-	DeadRetention Retention
 	// Workflows, when set, advances a workflow job's workflow in the
 	// request that finished the job, before it answers (the stream
 	// function verifies it behind every request). Nil: the stream
@@ -103,13 +90,8 @@ type Service struct {
 	queues sync.Map // queue names already registered by this process
 	rates  sync.Map // queue -> rate limit this process last recorded
 	pauses pauseCache
-	// retention is the dead letter retention policy.
-	retention Retention
 	// workers remembers which workers are quiet or terminating.
 	workers stoppingWorkers
-	// pruneAfter (Unix ms) is when this process may next try to claim a
-	// pruning run: the claim is a write, not to be spent on every sweep.
-	pruneAfter atomic.Int64
 	// flow advances workflows inline (Config.Workflows).
 	flow Finisher
 	// contention is when a FETCH of this process last lost a claim, by
@@ -125,7 +107,7 @@ type Service struct {
 // New returns a service on st.
 func New(st Store, c Config) *Service {
 	s := &Service{st: st, push: map[string]bool{}, redel: c.RedeliverAfter, now: c.Now, rnd: c.Rand, log: c.Logger,
-		retention: c.DeadRetention.withDefaults(), flow: c.Workflows}
+		flow: c.Workflows}
 	for _, q := range c.PushQueues {
 		s.push[q] = true
 	}

@@ -1,15 +1,71 @@
-package lifecycle
+// Package deadletter is the dead letter queue (ojs-dead-letter.md): the
+// discarded jobs of every queue, listed, retried (one by one or by
+// filter), deleted and purged, and pruned by the retention policy. It owns
+// the dead letter queue's persistence (the dead letter index entries of
+// the job items and the pruner's bookkeeping item) over pkg/store's table
+// kernel; retrying a job is a job state change, applied with pkg/store's
+// Revive transition (a conditional write that names the state it leaves).
+package deadletter
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 )
+
+// Jobs is what the dead letter operations need of the job service
+// (implemented by *lifecycle.Service): its clock, how it delivers a
+// queue's jobs, and its queue registry.
+type Jobs interface {
+	// Now is the service clock's time (UTC).
+	Now() time.Time
+	// RedeliverAfter is the redelivery delay of unclaimed push-mode jobs.
+	RedeliverAfter() time.Duration
+	// IsPush reports whether queue is a push-mode queue.
+	IsPush(queue string) bool
+	// EnsureQueue registers a queue name (once per process).
+	EnsureQueue(ctx context.Context, queue string) error
+}
+
+// Config configures a Service. Zero values mean the documented defaults.
+type Config struct {
+	// Retention is the retention policy. Zero fields mean the defaults
+	// (180 days, 10,000 jobs, pruned every 5 minutes).
+	Retention Retention
+	// Logger receives structured logs. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Service runs the dead letter operations.
+type Service struct {
+	st        *store.Store
+	tb        table
+	jobs      Jobs
+	log       *slog.Logger
+	retention Retention
+	// pruneAfter (Unix ms) is when this process may next try to claim a
+	// pruning run: the claim is a write, not to be spent on every sweep.
+	pruneAfter atomic.Int64
+}
+
+// New returns the dead letter service on st's table; jobs is the job
+// service whose clock, push-mode queues and queue registry it uses.
+func New(st *store.Store, jobs Jobs, c Config) *Service {
+	s := &Service{st: st, tb: newTable(st), jobs: jobs, log: c.Logger, retention: c.Retention.withDefaults()}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	return s
+}
+
+func (s *Service) now() time.Time { return s.jobs.Now() }
 
 // RetryOverride changes a dead-letter job on retry (ojs-dead-letter.md
 // 6.3): another queue and/or replacement meta.
@@ -19,7 +75,10 @@ type RetryOverride struct {
 }
 
 // ParseRetryRequest reads the body of POST /dead-letter/{id}/retry: empty,
-// {} or {"override":{"queue":..., "meta":{...}}}.
+// {} or {"override":{"queue":..., "meta":{...}}}. It fails with
+// invalid_payload for a body that is not an object, payload_too_large for
+// meta over job.MaxMetaBytes, and a 400 naming the field for unknown
+// fields and bad values.
 func ParseRetryRequest(raw []byte) (RetryOverride, error) {
 	var o RetryOverride
 	if len(raw) == 0 {
@@ -68,8 +127,10 @@ func ParseRetryRequest(raw []byte) (RetryOverride, error) {
 	return o, nil
 }
 
-// DeadJob returns a job of the dead letter queue (a discarded job).
-func (s *Service) DeadJob(ctx context.Context, id string) (*job.Job, error) {
+// Get returns a job of the dead letter queue (a discarded job). It fails
+// with not_found when the job does not exist or is not discarded (then
+// naming its current_state).
+func (s *Service) Get(ctx context.Context, id string) (*job.Job, error) {
 	if err := validID(id); err != nil {
 		return nil, err
 	}
@@ -83,13 +144,14 @@ func (s *Service) DeadJob(ctx context.Context, id string) (*job.Job, error) {
 	return j, nil
 }
 
-// RetryDead returns a discarded job to available with its attempts reset
+// Retry returns a discarded job to available with its attempts reset
 // (ojs-dead-letter.md 6.1), in pull and push mode alike: a push-mode job
 // is relayed to SQS by the stream like any job that becomes available.
-// Jobs of a workflow cannot be retried this way: the workflow has already
-// counted their failure.
-func (s *Service) RetryDead(ctx context.Context, id string, o RetryOverride) (*job.Job, error) {
-	j, err := s.DeadJob(ctx, id)
+// Jobs of a workflow cannot be retried this way (409 conflict): the
+// workflow has already counted their failure. Nor can a job whose
+// uniqueness key a live job enqueued since holds (409).
+func (s *Service) Retry(ctx context.Context, id string, o RetryOverride) (*job.Job, error) {
+	j, err := s.Get(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -100,12 +162,12 @@ func (s *Service) RetryDead(ctx context.Context, id string, o RetryOverride) (*j
 	queue := j.Queue
 	if o.Queue != "" {
 		queue = o.Queue
-		if err := s.ensureQueue(ctx, queue); err != nil {
+		if err := s.jobs.EnsureQueue(ctx, queue); err != nil {
 			return nil, ojserr.Backend(err)
 		}
 	}
-	now := s.Now()
-	t := store.Revive(j, now, s.redel, o.Queue, o.Meta, s.push[queue])
+	now := s.now()
+	t := store.Revive(j, now, s.jobs.RedeliverAfter(), o.Queue, o.Meta, s.jobs.IsPush(queue))
 	var out *job.Job
 	if j.UniqueKey != "" {
 		// It takes its uniqueness key back in the same write, unless a job
@@ -153,37 +215,30 @@ func (s *Service) reviveOverFinishedHolder(ctx context.Context, t store.Transiti
 	return out, err
 }
 
-// DeleteDead deletes a discarded job for good.
-func (s *Service) DeleteDead(ctx context.Context, id string) error {
+// Delete deletes a discarded job for good (the stream reports
+// dead_letter.deleted). It fails with not_found when the job does not
+// exist or is not discarded.
+func (s *Service) Delete(ctx context.Context, id string) error {
 	if err := validID(id); err != nil {
 		return err
 	}
-	if err := s.st.DeleteDead(ctx, id); err != nil {
+	if err := s.tb.delete(ctx, id); err != nil {
 		return deadError(err, id)
 	}
 	s.log.InfoContext(ctx, "dead letter job deleted", "job_id", id)
 	return nil
 }
 
-func deadError(err error, id string) error {
-	var ce *store.ConflictError
-	if errors.As(err, &ce) {
-		return notDead(id, ce.Current.State)
-	}
-	return apiError(err, id, "retry")
+// Count counts a queue's dead letter jobs (a count query of its dead
+// letter index partition, every page).
+func (s *Service) Count(ctx context.Context, queue string) (int, error) {
+	return s.tb.count(ctx, queue)
 }
 
-// notDead is a 404: the job exists but is not in the dead letter queue.
-func notDead(id string, st job.State) error {
-	e := ojserr.NotFoundf("dead letter job", id).With("current_state", string(st))
-	e.Hint = "Only discarded jobs are in the dead letter queue; GET /ojs/v1/jobs/" + id + " shows this job."
-	return e
-}
-
-// DeadLetter lists discarded jobs of the given queues (all registered
-// queues when none), newest first within a queue: up to limit, and fewer
-// when their envelopes together pass store.ListBytes (more is then true).
-func (s *Service) DeadLetter(ctx context.Context, queue string, limit int) (jobs []*job.Job, more bool, err error) {
+// List lists discarded jobs of the given queue (all registered queues
+// when empty), newest first within a queue: up to limit, and fewer when
+// their envelopes together pass store.ListBytes (more is then true).
+func (s *Service) List(ctx context.Context, queue string, limit int) (jobs []*job.Job, more bool, err error) {
 	queues := []string{queue}
 	if queue == "" {
 		var err error
@@ -195,7 +250,7 @@ func (s *Service) DeadLetter(ctx context.Context, queue string, limit int) (jobs
 	bytes := 0
 	for _, q := range queues {
 		want := limit - len(out)
-		page, err := s.st.Dead(ctx, q, want, "")
+		page, err := s.tb.newest(ctx, q, want, "")
 		if err != nil {
 			return nil, false, ojserr.Backend(err)
 		}
@@ -214,4 +269,54 @@ func (s *Service) DeadLetter(ctx context.Context, queue string, limit int) (jobs
 		}
 	}
 	return out, false, nil
+}
+
+func deadError(err error, id string) error {
+	var ce *store.ConflictError
+	if errors.As(err, &ce) {
+		return notDead(id, ce.Current.State)
+	}
+	return apiError(err, id, "retry")
+}
+
+// notDead is a 404: the job exists but is not in the dead letter queue.
+func notDead(id string, st job.State) error {
+	e := ojserr.NotFoundf("dead letter job", id).With("current_state", string(st))
+	e.Hint = "Only discarded jobs are in the dead letter queue; GET /ojs/v1/jobs/" + id + " shows this job."
+	return e
+}
+
+// apiError maps store errors to API errors (as pkg/lifecycle does).
+func apiError(err error, id, op string) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		return ojserr.NotFoundf("job", id)
+	}
+	var ce *store.ConflictError
+	if errors.As(err, &ce) {
+		return ojserr.StateConflict(ojserr.Conflict, "Cannot %s job in state '%s'.", op, ce.Current.State).
+			With("job_id", id).With("current_state", string(ce.Current.State)).With("target_state", string(ce.Tried.To))
+	}
+	var oe *ojserr.Error
+	if errors.As(err, &oe) {
+		return oe
+	}
+	return ojserr.Backend(err)
+}
+
+// validID refuses ids that are not job ids, as pkg/lifecycle does.
+func validID(id string) error {
+	if job.ValidateID(id) != nil {
+		return ojserr.Invalid("id", "Job ids are lowercase hyphenated UUIDv7 strings; '%s' is not one.", truncate(id, 64))
+	}
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
 }
