@@ -21,6 +21,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/ojs-aws/ojs-serverless/pkg/deadletter"
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
@@ -76,15 +77,22 @@ var _ Queues = (*queue.Store)(nil)
 // *lifecycle.Service).
 type Jobs interface {
 	Cancel(ctx context.Context, id string) (*job.Job, job.State, error)
-	RetryDead(ctx context.Context, id string, o lifecycle.RetryOverride) (*job.Job, error)
-	DeleteDead(ctx context.Context, id string) error
 	SetPaused(ctx context.Context, queue string, paused bool) (lifecycle.QueueState, error)
-	DeadStats(ctx context.Context) (lifecycle.DeadStats, error)
 	SetWorkerDirective(ctx context.Context, id, directive string) (*queue.WorkerInfo, error)
-	PurgeDead(ctx context.Context, f lifecycle.DeadFilter) (lifecycle.BulkResult, error)
 }
 
 var _ Jobs = (*lifecycle.Service)(nil)
+
+// DeadLetter is the dead letter queue the admin operations go through
+// (implemented by *deadletter.Service).
+type DeadLetter interface {
+	Retry(ctx context.Context, id string, o deadletter.RetryOverride) (*job.Job, error)
+	Delete(ctx context.Context, id string) error
+	Purge(ctx context.Context, f deadletter.Filter) (deadletter.BulkResult, error)
+	Count(ctx context.Context, queue string) (int, error)
+}
+
+var _ DeadLetter = (*deadletter.Service)(nil)
 
 // Config configures a Service. Zero values mean defaults.
 type Config struct {
@@ -107,12 +115,13 @@ type Service struct {
 	st   *store.Store
 	qs   Queues
 	jobs Jobs
+	dead DeadLetter
 	cfg  Config
 }
 
 // New returns an admin service on st (job items), qs (queue and worker
-// items) and jobs.
-func New(st *store.Store, qs Queues, jobs Jobs, cfg Config) *Service {
+// items), jobs and the dead letter queue dead.
+func New(st *store.Store, qs Queues, jobs Jobs, dead DeadLetter, cfg Config) *Service {
 	if cfg.StaleAfter <= 0 {
 		cfg.StaleAfter = DefaultStaleAfter
 	}
@@ -128,7 +137,7 @@ func New(st *store.Store, qs Queues, jobs Jobs, cfg Config) *Service {
 	if cfg.Events == nil {
 		cfg.Events = events.NewStore(st.DB(), st.Table())
 	}
-	return &Service{st: st, qs: qs, jobs: jobs, cfg: cfg}
+	return &Service{st: st, qs: qs, jobs: jobs, dead: dead, cfg: cfg}
 }
 
 // queryEvents reads one page of the event log (Config.Events).

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ojs-aws/ojs-serverless/internal/dev/testenv"
 	"github.com/ojs-aws/ojs-serverless/pkg/admin"
+	"github.com/ojs-aws/ojs-serverless/pkg/deadletter"
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
@@ -30,6 +31,7 @@ type env struct {
 	st    *store.Store
 	log   *events.Store
 	jobs  *lifecycle.Service
+	dead  *deadletter.Service
 	ad    *admin.Service
 	clock *testenv.Clock
 }
@@ -40,7 +42,8 @@ func newEnv(t *testing.T) *env {
 	c := testenv.NewClock(time.Now().UTC().Truncate(time.Millisecond))
 	log := events.NewStore(st.DB(), st.Table())
 	svc := lifecycle.New(st, lifecycle.Config{Now: c.Now, Rand: func() float64 { return 0.5 }, Events: log})
-	return &env{st: st, log: log, jobs: svc, ad: admin.New(st, queue.NewStore(st.DB(), st.Table()), svc, admin.Config{Now: c.Now, Events: log}), clock: c}
+	dead := deadletter.New(st, svc, deadletter.Config{})
+	return &env{st: st, log: log, jobs: svc, dead: dead, ad: admin.New(st, queue.NewStore(st.DB(), st.Table()), svc, dead, admin.Config{Now: c.Now, Events: log}), clock: c}
 }
 
 func (e *env) push(t *testing.T, typ, queue string) *job.Job {
@@ -195,7 +198,7 @@ func TestSearchByEventsListsEachJobOnce(t *testing.T) {
 	// later): it must still be listed once, by its creation.
 	failed := e.run(t, "qe", false)
 	e.clock.Add(time.Millisecond)
-	retried, err := e.jobs.RetryDead(ctx, failed.ID, lifecycle.RetryOverride{})
+	retried, err := e.dead.Retry(ctx, failed.ID, deadletter.RetryOverride{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -332,7 +335,8 @@ func TestAPushModeQueuesAvailableJobsAreCountedListedAndPurged(t *testing.T) {
 	c := testenv.NewClock(time.Now().UTC().Truncate(time.Millisecond))
 	log := events.NewStore(st.DB(), st.Table())
 	svc := lifecycle.New(st, lifecycle.Config{Now: c.Now, PushQueues: []string{"lambda"}, Events: log})
-	e := &env{st: st, log: log, jobs: svc, ad: admin.New(st, queue.NewStore(st.DB(), st.Table()), svc, admin.Config{Now: c.Now, Events: log}), clock: c}
+	dead := deadletter.New(st, svc, deadletter.Config{})
+	e := &env{st: st, log: log, jobs: svc, dead: dead, ad: admin.New(st, queue.NewStore(st.DB(), st.Table()), svc, dead, admin.Config{Now: c.Now, Events: log}), clock: c}
 	ctx := context.Background()
 	var want []string
 	for range 3 {

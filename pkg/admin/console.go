@@ -47,4 +47,4 @@ func (s *Service) RecentWorkflows(ctx context.Context) ([]WorkflowRef, error) {
 }
 
 // DeleteDead deletes a dead letter job for good.
-func (s *Service) DeleteDead(ctx context.Context, id string) error { return s.jobs.DeleteDead(ctx, id) }
+func (s *Service) DeleteDead(ctx context.Context, id string) error { return s.dead.Delete(ctx, id) }

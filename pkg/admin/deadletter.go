@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/ojs-aws/ojs-serverless/pkg/deadletter"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
-	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 )
 
@@ -36,7 +36,7 @@ func (s *Service) DeadLetter(ctx context.Context, q JobQuery) (*DeadList, error)
 	}
 	total := 0
 	if q.Queue != "" {
-		n, err := s.st.CountDead(ctx, q.Queue)
+		n, err := s.dead.Count(ctx, q.Queue)
 		if err != nil {
 			return nil, ojserr.Backend(err)
 		}
@@ -47,7 +47,7 @@ func (s *Service) DeadLetter(ctx context.Context, q JobQuery) (*DeadList, error)
 			return nil, err
 		}
 		for _, qi := range qs {
-			n, err := s.st.CountDead(ctx, qi.Name)
+			n, err := s.dead.Count(ctx, qi.Name)
 			if err != nil {
 				return nil, ojserr.Backend(err)
 			}
@@ -68,9 +68,9 @@ func (s *Service) DeadLetter(ctx context.Context, q JobQuery) (*DeadList, error)
 }
 
 // PurgeDead deletes dead letter jobs (ojs-admin-api.md 11.3): {"queue",
-// "older_than", "confirm": true}, at most lifecycle.MaxDeadBulk per call;
+// "older_than", "confirm": true}, at most deadletter.MaxBulk per call;
 // "cursor" goes on from a previous call's next_cursor.
-func (s *Service) PurgeDead(ctx context.Context, raw []byte) (*lifecycle.BulkResult, error) {
+func (s *Service) PurgeDead(ctx context.Context, raw []byte) (*deadletter.BulkResult, error) {
 	var body struct {
 		Queue     string `json:"queue"`
 		OlderThan string `json:"older_than"`
@@ -86,7 +86,7 @@ func (s *Service) PurgeDead(ctx context.Context, raw []byte) (*lifecycle.BulkRes
 	if !body.Confirm {
 		return nil, needConfirm()
 	}
-	f := lifecycle.DeadFilter{Queue: body.Queue, Limit: lifecycle.MaxDeadBulk, Cursor: body.Cursor}
+	f := deadletter.Filter{Queue: body.Queue, Limit: deadletter.MaxBulk, Cursor: body.Cursor}
 	if f.Queue != "" {
 		if err := job.ValidateQueue(f.Queue); err != nil {
 			return nil, err
@@ -99,7 +99,7 @@ func (s *Service) PurgeDead(ctx context.Context, raw []byte) (*lifecycle.BulkRes
 		}
 		f.Before = t
 	}
-	res, err := s.jobs.PurgeDead(ctx, f)
+	res, err := s.dead.Purge(ctx, f)
 	if err != nil {
 		return nil, err
 	}

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/ojs-aws/ojs-serverless/internal/opaque"
+	"github.com/ojs-aws/ojs-serverless/pkg/deadletter"
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
-	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 )
@@ -489,7 +489,7 @@ func (s *Service) RetryJob(ctx context.Context, id string) (*job.Job, error) {
 		return nil, ojserr.StateConflict(ojserr.Conflict, "Job '%s' is %s; only discarded jobs can be retried (cancelled is final in the OJS state machine).", id, j.State).
 			With("current_state", string(j.State))
 	}
-	return s.jobs.RetryDead(ctx, id, lifecycle.RetryOverride{})
+	return s.dead.Retry(ctx, id, deadletter.RetryOverride{})
 }
 
 // BulkFailure is one job a bulk operation could not act on.
@@ -574,7 +574,7 @@ func (s *Service) Bulk(ctx context.Context, action string, raw []byte) (*BulkRes
 	switch action {
 	case BulkRetry:
 		states = []job.State{job.Discarded}
-		op = func(j *job.Job) error { _, err := s.jobs.RetryDead(ctx, j.ID, lifecycle.RetryOverride{}); return err }
+		op = func(j *job.Job) error { _, err := s.dead.Retry(ctx, j.ID, deadletter.RetryOverride{}); return err }
 	case BulkCancel:
 		states = []job.State{job.Available, job.Scheduled, job.Retryable, job.Active}
 		op = func(j *job.Job) error { _, _, err := s.jobs.Cancel(ctx, j.ID); return err }

@@ -442,7 +442,7 @@ func finishedBefore(j *job.Job, t time.Time) bool {
 func (s *Service) deleteJob(ctx context.Context, j *job.Job) error {
 	switch j.State {
 	case job.Discarded:
-		return s.jobs.DeleteDead(ctx, j.ID)
+		return s.dead.Delete(ctx, j.ID)
 	case job.Completed, job.Cancelled:
 		return storeErr(s.st.DeleteFinished(ctx, j.ID, j.State), j.ID)
 	case job.Available, job.Scheduled, job.Retryable, job.Pending:

@@ -19,6 +19,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/awsclient"
 	"github.com/ojs-aws/ojs-serverless/pkg/console"
 	"github.com/ojs-aws/ojs-serverless/pkg/cron"
+	"github.com/ojs-aws/ojs-serverless/pkg/deadletter"
 	"github.com/ojs-aws/ojs-serverless/pkg/dispatch"
 	"github.com/ojs-aws/ojs-serverless/pkg/engine"
 	"github.com/ojs-aws/ojs-serverless/pkg/eventbus"
@@ -44,8 +45,11 @@ type App struct {
 	// API and the queue stats read it.
 	Events *events.Store
 	// Queues reads and writes the queue registry and the worker items.
-	Queues     *queue.Store
-	Service    *lifecycle.Service
+	Queues  *queue.Store
+	Service *lifecycle.Service
+	// DeadLetter is the dead letter queue: its API operations and, from
+	// the sweeper, its retention.
+	DeadLetter *deadletter.Service
 	Dispatcher *dispatch.Dispatcher
 	// PushQueues are the push-mode queue names.
 	PushQueues []string
@@ -134,7 +138,7 @@ func Load(ctx context.Context) (*App, error) {
 		}
 		pub = &eventbus.Publisher{Client: eventbridge.NewFromConfig(cfg), Bus: bus, Types: published}
 	}
-	ret, err := lifecycle.ParseRetention(os.Getenv(topology.EnvDeadMaxAge), os.Getenv(topology.EnvDeadMaxCount), os.Getenv(topology.EnvDeadPruneInterval))
+	ret, err := deadletter.ParseRetention(os.Getenv(topology.EnvDeadMaxAge), os.Getenv(topology.EnvDeadMaxCount), os.Getenv(topology.EnvDeadPruneInterval))
 	if err != nil {
 		return nil, fmt.Errorf("dead letter retention: %w", err)
 	}
@@ -143,19 +147,21 @@ func Load(ctx context.Context) (*App, error) {
 	d := dispatch.New(sqs.NewFromConfig(cfg), urls)
 	push := d.Queues()
 	qs := queue.NewStore(st.DB(), st.Table())
-	svc := lifecycle.New(st, lifecycle.Config{PushQueues: push, Logger: log, DeadRetention: ret, RedeliverAfter: redeliver, Events: evs, Queues: qs})
+	svc := lifecycle.New(st, lifecycle.Config{PushQueues: push, Logger: log, RedeliverAfter: redeliver, Events: evs, Queues: qs})
+	dead := deadletter.New(st, svc, deadletter.Config{Retention: ret, Logger: log})
 	// Workflow jobs are admitted like every job, and a request that
 	// finishes a workflow job advances its workflow before it answers.
 	wfs := workflow.New(workflow.StoreOn(st), workflow.Config{Jobs: svc, PushQueues: push, Logger: log, RedeliverAfter: redeliver, AsyncItems: async})
 	svc.SetWorkflows(wfs)
 	a := &App{
-		Admin:  admin.New(st, qs, svc, admin.Config{Logger: log, Events: evs}),
+		Admin:  admin.New(st, qs, svc, dead, admin.Config{Logger: log, Events: evs}),
 		Logger: log, Store: st, Events: evs, Queues: qs, Dispatcher: d, PushQueues: push, EventTTL: ttl, Publisher: pub, Table: table,
-		Service:   svc,
-		Workflows: wfs,
-		Crons:     &cron.Service{Store: cron.NewStore(st), Jobs: svc, Logger: log},
-		AuthToken: os.Getenv(topology.EnvAuthToken),
-		FetchWait: wait,
+		Service:    svc,
+		DeadLetter: dead,
+		Workflows:  wfs,
+		Crons:      &cron.Service{Store: cron.NewStore(st), Jobs: svc, Logger: log},
+		AuthToken:  os.Getenv(topology.EnvAuthToken),
+		FetchWait:  wait,
 	}
 	a.Console, err = console.New(console.Config{Admin: a.Admin, Workflows: a.Workflows, Crons: a.Crons, AuthToken: a.AuthToken,
 		IsPush: svc.IsPush, Logger: log})

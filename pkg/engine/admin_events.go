@@ -3,9 +3,9 @@ package engine
 import (
 	"time"
 
+	"github.com/ojs-aws/ojs-serverless/pkg/deadletter"
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
 	"github.com/ojs-aws/ojs-serverless/pkg/queue"
-	"github.com/ojs-aws/ojs-serverless/pkg/store"
 )
 
 // DeadLetterSubject is the subject of dead_letter.pruned events (they
@@ -14,7 +14,7 @@ const DeadLetterSubject = "dead-letter"
 
 // prunedEvents reports a finished pruning run that removed jobs
 // (ojs-dead-letter.md 8.1: one dead_letter.pruned with the count).
-func prunedEvents(src string, old, cur *store.PruneRun, at time.Time) []events.Event {
+func prunedEvents(src string, old, cur *deadletter.PruneRun, at time.Time) []events.Event {
 	if cur.LastRun == 0 || cur.Pruned == 0 || (old != nil && old.LastRun == cur.LastRun) {
 		return nil
 	}

@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ojs-aws/ojs-serverless/pkg/deadletter"
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
 	"github.com/ojs-aws/ojs-serverless/pkg/queue"
-	"github.com/ojs-aws/ojs-serverless/pkg/store"
 )
 
 func eventTypes(evs []events.Event) string {
@@ -85,11 +85,11 @@ func TestWorkerEvents(t *testing.T) {
 // claim (run started, not finished), an empty run or a duplicate is none.
 func TestPrunedEvents(t *testing.T) {
 	at := time.Date(2026, 11, 21, 9, 0, 0, 0, time.UTC)
-	started := &store.PruneRun{Run: 4, LastRun: 3, Pruned: 2}
-	done := &store.PruneRun{Run: 4, LastRun: 4, Pruned: 5, ByAge: 1, ByCount: 4, ByQueue: map[string]int{"a": 5},
+	started := &deadletter.PruneRun{Run: 4, LastRun: 3, Pruned: 2}
+	done := &deadletter.PruneRun{Run: 4, LastRun: 4, Pruned: 5, ByAge: 1, ByCount: 4, ByQueue: map[string]int{"a": 5},
 		FinishedAt: at.Add(time.Second).UnixMilli()}
-	empty := &store.PruneRun{Run: 5, LastRun: 5}
-	if evs := prunedEvents("ojs://test", &store.PruneRun{Run: 3, LastRun: 3, Pruned: 2}, started, at); len(evs) != 0 {
+	empty := &deadletter.PruneRun{Run: 5, LastRun: 5}
+	if evs := prunedEvents("ojs://test", &deadletter.PruneRun{Run: 3, LastRun: 3, Pruned: 2}, started, at); len(evs) != 0 {
 		t.Fatalf("claim: %v", evs)
 	}
 	evs := prunedEvents("ojs://test", started, done, at)

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/cron"
+	"github.com/ojs-aws/ojs-serverless/pkg/deadletter"
 	"github.com/ojs-aws/ojs-serverless/pkg/dispatch"
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
 	"github.com/ojs-aws/ojs-serverless/pkg/fault"
@@ -36,7 +37,7 @@ type Change struct {
 	OldNode, NewNode     *wfstore.Node
 	OldQueue, NewQueue   *queue.QueueInfo
 	OldCron, NewCron     *cron.Info
-	OldPrune, NewPrune   *store.PruneRun
+	OldPrune, NewPrune   *deadletter.PruneRun
 	OldWorker, NewWorker *queue.WorkerInfo
 	// At is the record's approximate creation time.
 	At time.Time

@@ -37,11 +37,13 @@ func (s *Server) addAdmin(a *api, ad *admin.Service) {
 	s.add(http.MethodGet, p+"/stats", h.stats)
 	s.add(http.MethodGet, p+"/stats/history", h.history)
 	s.add(http.MethodGet, p+"/dead-letter", h.deadLetter)
-	s.add(http.MethodGet, p+"/dead-letter/stats", a.deadStats)
-	s.add(http.MethodGet, p+"/dead-letter/{id}", a.deadJob)
-	s.add(http.MethodPost, p+"/dead-letter/{id}/retry", a.retryDead)
-	s.add(http.MethodDelete, p+"/dead-letter/{id}", h.deleteDead)
-	s.add(http.MethodPost, p+"/dead-letter/retry", a.deadBulk(true))
+	if a.dead != nil {
+		s.add(http.MethodGet, p+"/dead-letter/stats", a.deadStats)
+		s.add(http.MethodGet, p+"/dead-letter/{id}", a.deadJob)
+		s.add(http.MethodPost, p+"/dead-letter/{id}/retry", a.retryDead)
+		s.add(http.MethodDelete, p+"/dead-letter/{id}", h.deleteDead)
+		s.add(http.MethodPost, p+"/dead-letter/retry", a.deadBulk(true))
+	}
 	s.add(http.MethodDelete, p+"/dead-letter", h.purgeDead)
 	s.add(http.MethodGet, p+"/system/config", h.systemConfig)
 }
@@ -262,7 +264,7 @@ func (h *adminAPI) deadLetter(w http.ResponseWriter, r *http.Request, _ params) 
 // deleteDead answers 204 (ojs-dead-letter.md 10 through the Admin API, as
 // the conformance suite expects); the data plane's DELETE answers 200.
 func (h *adminAPI) deleteDead(w http.ResponseWriter, r *http.Request, p params) error {
-	if err := h.api.jobs.DeleteDead(r.Context(), p["id"]); err != nil {
+	if err := h.api.dead.Delete(r.Context(), p["id"]); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)

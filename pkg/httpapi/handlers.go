@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/cron"
+	"github.com/ojs-aws/ojs-serverless/pkg/deadletter"
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
@@ -37,19 +38,26 @@ type Jobs interface {
 	Heartbeat(ctx context.Context, r lifecycle.HeartbeatRequest) (lifecycle.HeartbeatResult, error)
 	SetWorkerDirective(ctx context.Context, id, directive string) (*queue.WorkerInfo, error)
 	Workers(ctx context.Context) ([]queue.WorkerInfo, error)
-	DeadLetter(ctx context.Context, queue string, limit int) (jobs []*job.Job, more bool, err error)
-	DeadJob(ctx context.Context, id string) (*job.Job, error)
-	RetryDead(ctx context.Context, id string, o lifecycle.RetryOverride) (*job.Job, error)
-	DeleteDead(ctx context.Context, id string) error
-	RetryDeadMatching(ctx context.Context, f lifecycle.DeadFilter) (lifecycle.BulkResult, error)
-	PurgeDead(ctx context.Context, f lifecycle.DeadFilter) (lifecycle.BulkResult, error)
-	DeadStats(ctx context.Context) (lifecycle.DeadStats, error)
 	SetPaused(ctx context.Context, queue string, paused bool) (lifecycle.QueueState, error)
 	QueueStates(ctx context.Context) ([]lifecycle.QueueState, error)
 	Stats(ctx context.Context, queue string) (*lifecycle.QueueStats, error)
 }
 
 var _ Jobs = (*lifecycle.Service)(nil)
+
+// DeadLetter is the dead letter queue the API serves (implemented by
+// *deadletter.Service).
+type DeadLetter interface {
+	List(ctx context.Context, queue string, limit int) (jobs []*job.Job, more bool, err error)
+	Get(ctx context.Context, id string) (*job.Job, error)
+	Retry(ctx context.Context, id string, o deadletter.RetryOverride) (*job.Job, error)
+	Delete(ctx context.Context, id string) error
+	RetryMatching(ctx context.Context, f deadletter.Filter) (deadletter.BulkResult, error)
+	Purge(ctx context.Context, f deadletter.Filter) (deadletter.BulkResult, error)
+	Stats(ctx context.Context) (deadletter.Stats, error)
+}
+
+var _ DeadLetter = (*deadletter.Service)(nil)
 
 // Backend reports the health of the storage backend.
 type Backend interface {
@@ -111,7 +119,7 @@ func New(jobs Jobs, backend Backend, wfs Workflows, cfg Config) *Server {
 		}
 	}
 	s := &Server{cfg: cfg, started: cfg.Now(), mux: http.NewServeMux(), patterns: map[string]bool{}, raw: map[string]bool{}, metrics: newRequestMetrics()}
-	a := &api{jobs: jobs, backend: backend, wfs: wfs, s: s}
+	a := &api{jobs: jobs, dead: cfg.DeadLetter, backend: backend, wfs: wfs, s: s}
 	s.add(http.MethodGet, "/ojs/manifest", a.manifest)
 	s.add(http.MethodGet, "/ojs/v1/health", a.health)
 	s.add(http.MethodPost, "/ojs/v1/jobs", a.push)
@@ -136,13 +144,15 @@ func New(jobs Jobs, backend Backend, wfs Workflows, cfg Config) *Server {
 	}
 	s.add(http.MethodPost, "/ojs/v1/admin/workers/{id}/quiet", a.workerDirective(lifecycle.WorkerQuiet))
 	s.add(http.MethodPost, "/ojs/v1/admin/workers/{id}/terminate", a.workerDirective(lifecycle.WorkerTerminate))
-	s.add(http.MethodGet, "/ojs/v1/dead-letter", a.deadLetter)
-	s.add(http.MethodGet, "/ojs/v1/dead-letter/stats", a.deadStats)
-	s.add(http.MethodPost, "/ojs/v1/dead-letter/retry", a.deadBulk(true))
-	s.add(http.MethodDelete, "/ojs/v1/dead-letter", a.deadBulk(false))
-	s.add(http.MethodGet, "/ojs/v1/dead-letter/{id}", a.deadJob)
-	s.add(http.MethodPost, "/ojs/v1/dead-letter/{id}/retry", a.retryDead)
-	s.add(http.MethodDelete, "/ojs/v1/dead-letter/{id}", a.deleteDead)
+	if a.dead != nil {
+		s.add(http.MethodGet, "/ojs/v1/dead-letter", a.deadLetter)
+		s.add(http.MethodGet, "/ojs/v1/dead-letter/stats", a.deadStats)
+		s.add(http.MethodPost, "/ojs/v1/dead-letter/retry", a.deadBulk(true))
+		s.add(http.MethodDelete, "/ojs/v1/dead-letter", a.deadBulk(false))
+		s.add(http.MethodGet, "/ojs/v1/dead-letter/{id}", a.deadJob)
+		s.add(http.MethodPost, "/ojs/v1/dead-letter/{id}/retry", a.retryDead)
+		s.add(http.MethodDelete, "/ojs/v1/dead-letter/{id}", a.deleteDead)
+	}
 	s.add(http.MethodGet, "/ojs/v1/queues", a.queues)
 	s.add(http.MethodGet, "/ojs/v1/queues/{name}/stats", a.queueStats)
 	s.add(http.MethodPost, "/ojs/v1/queues/{name}/pause", a.pauseQueue(true))
@@ -167,6 +177,7 @@ func New(jobs Jobs, backend Backend, wfs Workflows, cfg Config) *Server {
 
 type api struct {
 	jobs    Jobs
+	dead    DeadLetter
 	backend Backend
 	wfs     Workflows
 	crons   Crons
@@ -659,7 +670,7 @@ func (a *api) deadLetter(w http.ResponseWriter, r *http.Request, _ params) error
 			return err
 		}
 	}
-	jobs, more, err := a.jobs.DeadLetter(r.Context(), q, limit)
+	jobs, more, err := a.dead.List(r.Context(), q, limit)
 	if err != nil {
 		return err
 	}
@@ -684,15 +695,15 @@ func (a *api) deadBulk(retry bool) func(http.ResponseWriter, *http.Request, para
 				return err
 			}
 		}
-		f, err := lifecycle.ParseDeadBulk(raw)
+		f, err := deadletter.ParseBulk(raw)
 		if err != nil {
 			return err
 		}
-		var res lifecycle.BulkResult
+		var res deadletter.BulkResult
 		if retry {
-			res, err = a.jobs.RetryDeadMatching(r.Context(), f)
+			res, err = a.dead.RetryMatching(r.Context(), f)
 		} else {
-			res, err = a.jobs.PurgeDead(r.Context(), f)
+			res, err = a.dead.Purge(r.Context(), f)
 		}
 		if err != nil {
 			return err
@@ -737,7 +748,7 @@ func deadQueryBody(r *http.Request) ([]byte, error) {
 }
 
 func (a *api) deadStats(w http.ResponseWriter, r *http.Request, _ params) error {
-	st, err := a.jobs.DeadStats(r.Context())
+	st, err := a.dead.Stats(r.Context())
 	if err != nil {
 		return err
 	}
@@ -746,7 +757,7 @@ func (a *api) deadStats(w http.ResponseWriter, r *http.Request, _ params) error 
 }
 
 func (a *api) deadJob(w http.ResponseWriter, r *http.Request, p params) error {
-	j, err := a.jobs.DeadJob(r.Context(), p["id"])
+	j, err := a.dead.Get(r.Context(), p["id"])
 	if err != nil {
 		return err
 	}
@@ -759,11 +770,11 @@ func (a *api) retryDead(w http.ResponseWriter, r *http.Request, p params) error 
 	if err != nil {
 		return err
 	}
-	o, err := lifecycle.ParseRetryRequest(raw)
+	o, err := deadletter.ParseRetryRequest(raw)
 	if err != nil {
 		return err
 	}
-	j, err := a.jobs.RetryDead(r.Context(), p["id"], o)
+	j, err := a.dead.Retry(r.Context(), p["id"], o)
 	if err != nil {
 		return err
 	}
@@ -772,7 +783,7 @@ func (a *api) retryDead(w http.ResponseWriter, r *http.Request, p params) error 
 }
 
 func (a *api) deleteDead(w http.ResponseWriter, r *http.Request, p params) error {
-	if err := a.jobs.DeleteDead(r.Context(), p["id"]); err != nil {
+	if err := a.dead.Delete(r.Context(), p["id"]); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"deleted": true, "job_id": p["id"]})

@@ -20,6 +20,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/ojs-aws/ojs-serverless/pkg/admin"
 	"github.com/ojs-aws/ojs-serverless/pkg/console"
+	"github.com/ojs-aws/ojs-serverless/pkg/deadletter"
 	"github.com/ojs-aws/ojs-serverless/pkg/httpapi"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
@@ -271,12 +272,13 @@ func newHarness(token string, level slog.Level) *harness {
 	now := func() time.Time { return fixedNow }
 	svc := lifecycle.New(st, lifecycle.Config{Logger: logger, Now: now})
 	wfs := workflow.New(workflow.StoreOn(st), workflow.Config{Logger: logger, Now: now})
-	ad := admin.New(st, queue.NewStore(st.DB(), st.Table()), svc, admin.Config{Logger: logger, Now: now})
+	dead := deadletter.New(st, svc, deadletter.Config{Logger: logger})
+	ad := admin.New(st, queue.NewStore(st.DB(), st.Table()), svc, dead, admin.Config{Logger: logger, Now: now})
 	con, err := console.New(console.Config{Admin: ad, Workflows: wfs, AuthToken: token, Logger: logger})
 	if err != nil {
 		panic(err)
 	}
-	h.srv = httpapi.New(svc, st, wfs, httpapi.Config{AuthToken: token, Logger: logger, Now: now, Admin: ad, Console: con})
+	h.srv = httpapi.New(svc, st, wfs, httpapi.Config{AuthToken: token, Logger: logger, Now: now, Admin: ad, Console: con, DeadLetter: dead})
 	return h
 }
 

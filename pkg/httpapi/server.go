@@ -52,6 +52,10 @@ type Config struct {
 	Now func() time.Time
 	// Crons, when set, serves the cron routes under /ojs/v1/cron.
 	Crons Crons
+	// DeadLetter, when set, serves the dead letter routes under
+	// /ojs/v1/dead-letter (ojs-dead-letter.md) and, with Admin, the Admin
+	// API's dead letter routes that act on one job, bulk retries and stats.
+	DeadLetter DeadLetter
 	// Admin, when set, serves the Admin API under /ojs/v1/admin
 	// (ojs-admin-api.md) and the table-derived gauges of /metrics.
 	Admin *admin.Service

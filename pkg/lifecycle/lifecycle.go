@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
@@ -51,9 +50,6 @@ type Config struct {
 	Rand func() float64
 	// Logger receives structured logs. Default slog.Default().
 	Logger *slog.Logger
-	// DeadRetention is the dead letter retention policy. Zero fields mean
-	// the defaults (180 days, 10,000 jobs, pruned every 5 minutes).
-	DeadRetention Retention
 	// Workflows, when set, advances a workflow job's workflow in the
 	// request that finished the job, before it answers (the stream
 	// function verifies it behind every request). Nil: the stream
@@ -80,13 +76,8 @@ type Service struct {
 	queues sync.Map // queue names already registered by this process
 	rates  sync.Map // queue -> rate limit this process last recorded
 	pauses pauseCache
-	// retention is the dead letter retention policy.
-	retention Retention
 	// workers remembers which workers are quiet or terminating.
 	workers stoppingWorkers
-	// pruneAfter (Unix ms) is when this process may next try to claim a
-	// pruning run: the claim is a write, not to be spent on every sweep.
-	pruneAfter atomic.Int64
 	// flow advances workflows inline (Config.Workflows).
 	flow Finisher
 	// evlog is the event log (Config.Events).
@@ -104,7 +95,7 @@ type Service struct {
 // New returns a service on st, the job items' persistence.
 func New(st *store.Store, c Config) *Service {
 	s := &Service{st: st, qs: c.Queues, push: map[string]bool{}, redel: c.RedeliverAfter, now: c.Now, rnd: c.Rand, log: c.Logger,
-		retention: c.DeadRetention.withDefaults(), flow: c.Workflows, evlog: c.Events}
+		flow: c.Workflows, evlog: c.Events}
 	if s.evlog == nil {
 		s.evlog = events.NewStore(st.DB(), st.Table())
 	}

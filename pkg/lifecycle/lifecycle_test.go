@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ojs-aws/ojs-serverless/internal/dev/testenv"
+	"github.com/ojs-aws/ojs-serverless/pkg/deadletter"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
@@ -72,7 +73,9 @@ func TestPullLifecycleFetchAck(t *testing.T) {
 
 func TestNackRetriesWithBackoffThenDiscards(t *testing.T) {
 	t.Parallel()
-	s, c := newService(t)
+	st, _ := testenv.Table(t)
+	c := &clock{t: time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)}
+	s := lifecycle.New(st, lifecycle.Config{Now: c.Now, Rand: func() float64 { return 0.5 }, PushQueues: []string{"lambda"}})
 	ctx := context.Background()
 	j, err := s.Push(ctx, []byte(`{"type":"test.fail_always","args":[],"options":{"queue":"retry-q",
 		"retry":{"max_attempts":3,"initial_interval":"PT1S","backoff_coefficient":2,"jitter":false}}}`))
@@ -103,7 +106,7 @@ func TestNackRetriesWithBackoffThenDiscards(t *testing.T) {
 			t.Fatalf("final: %+v", after)
 		}
 	}
-	dead, _, err := s.DeadLetter(ctx, "retry-q", 10)
+	dead, _, err := deadletter.New(st, s, deadletter.Config{}).List(ctx, "retry-q", 10)
 	if err != nil || len(dead) != 1 || dead[0].ID != j.ID {
 		t.Fatalf("dead letter: %+v %v", dead, err)
 	}

@@ -429,8 +429,9 @@ func (s *Store) countStates(ctx context.Context, index, keyName, key string, max
 
 // DeleteFinished deletes a completed or cancelled job for good, on the
 // condition that it is still in the state read (a job retried or changed
-// meanwhile is left alone: ConflictError). Discarded jobs are deleted with
-// DeleteDead, which the stream reports as dead_letter.deleted.
+// meanwhile is left alone: ConflictError). Discarded jobs are deleted by
+// pkg/deadletter (Service.Delete), which the stream reports as
+// dead_letter.deleted.
 func (s *Store) DeleteFinished(ctx context.Context, id string, state job.State) error {
 	if state != job.Completed && state != job.Cancelled {
 		return fmt.Errorf("delete job %s: only completed or cancelled jobs, not %s", id, state)

@@ -51,6 +51,12 @@ func (e *ConflictError) Error() string {
 	return fmt.Sprintf("job %s is %s; cannot move it to %s", e.Current.ID, e.Current.State, e.Tried.To)
 }
 
+// conditionFailed reports whether a single-item write failed its condition.
+func conditionFailed(err error) bool {
+	var ccf *types.ConditionalCheckFailedException
+	return errors.As(err, &ccf)
+}
+
 // DuplicateError is returned when a job id already exists. Index is the
 // position in a batch (0 for single creates).
 type DuplicateError struct {
@@ -536,136 +542,6 @@ func (s *Store) Due(ctx context.Context, queue string, now time.Time, limit int)
 }
 
 func byDueAt(a, b Item) int { return a.DueAt.Compare(b.DueAt) }
-
-// Page is one page of a listing; Cursor is empty on the last page.
-type Page struct {
-	Jobs   []*job.Job
-	Cursor string
-}
-
-// DeleteDead deletes a discarded job (ojs-dead-letter.md section 10). It
-// returns ErrNotFound if the job does not exist and a ConflictError if it
-// is not discarded.
-//
-// A job the dead letter pruner has marked (pruned_at) and not yet removed
-// is unmarked first: deleted with the mark, the stream function would
-// report the operator's delete as a prune (dead_letter.pruned instead of
-// dead_letter.deleted). The pruner's own delete, conditional on its mark,
-// then leaves the job alone.
-func (s *Store) DeleteDead(ctx context.Context, id string) error {
-	for try := 0; ; try++ {
-		_, err := s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
-			TableName: &s.table, Key: jobKey(id),
-			ConditionExpression:                 aws.String("#s = :d AND attribute_not_exists(pruned_at)"),
-			ExpressionAttributeNames:            map[string]string{"#s": attrState},
-			ExpressionAttributeValues:           map[string]types.AttributeValue{":d": &types.AttributeValueMemberS{Value: string(job.Discarded)}},
-			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-		})
-		var ccf *types.ConditionalCheckFailedException
-		if !errors.As(err, &ccf) {
-			if err != nil {
-				return fmt.Errorf("delete dead job %s: %w", id, err)
-			}
-			return nil
-		}
-		if len(ccf.Item) == 0 {
-			return ErrNotFound
-		}
-		mark, marked := ccf.Item["pruned_at"].(*types.AttributeValueMemberN)
-		if st, _ := ccf.Item[attrState].(*types.AttributeValueMemberS); !marked || st == nil || st.Value != string(job.Discarded) || try == 2 {
-			cur, derr := decodeJob(ccf.Item)
-			if derr != nil {
-				return derr
-			}
-			return &ConflictError{Current: cur, Tried: Transition{ID: id, To: "deleted"}}
-		}
-		_, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table, Key: jobKey(id),
-			UpdateExpression:          aws.String("REMOVE pruned_at"),
-			ConditionExpression:       aws.String("pruned_at = :m"),
-			ExpressionAttributeValues: map[string]types.AttributeValue{":m": mark}})
-		if err != nil && !conditionFailed(err) {
-			return fmt.Errorf("unmark dead job %s: %w", id, err)
-		}
-		// Deleted by the pruner meanwhile, or unmarked: look again.
-	}
-}
-
-// Dead lists discarded jobs of a queue, newest first. cursor is the value
-// returned by the previous page.
-func (s *Store) Dead(ctx context.Context, queue string, limit int, cursor string) (Page, error) {
-	return s.deadPage(ctx, queue, time.Time{}, time.Time{}, false, limit, cursor)
-}
-
-// DeadOldest lists discarded jobs of a queue oldest first, only those
-// discarded at or after since and before before (either bound zero for
-// none), read by the index's key so that jobs outside the bounds cost
-// nothing. cursor is the value returned by the previous page.
-func (s *Store) DeadOldest(ctx context.Context, queue string, since, before time.Time, limit int, cursor string) (Page, error) {
-	return s.deadPage(ctx, queue, since, before, true, limit, cursor)
-}
-
-// DeadCursor is the cursor of Dead and DeadOldest that goes on after
-// dead letter job j.
-func DeadCursor(j *job.Job) string {
-	if j.DiscardedAt == nil {
-		return ""
-	}
-	return j.ID + "|" + deadSortKey(*j.DiscardedAt, j.ID)
-}
-
-func (s *Store) deadPage(ctx context.Context, queue string, since, before time.Time, oldest bool, limit int, cursor string) (Page, error) {
-	cond := "ready_pk = :pk"
-	vals := map[string]types.AttributeValue{":pk": &types.AttributeValueMemberS{Value: deadPrefix + queue}}
-	switch {
-	case !since.IsZero() && !before.IsZero():
-		// BETWEEN is inclusive; no key equals a bare time prefix.
-		cond += " AND ready_sk BETWEEN :since AND :before"
-	case !since.IsZero():
-		cond += " AND ready_sk >= :since"
-	case !before.IsZero():
-		cond += " AND ready_sk < :before"
-	}
-	if !since.IsZero() {
-		vals[":since"] = &types.AttributeValueMemberS{Value: deadSortKey(since, "")}
-	}
-	if !before.IsZero() {
-		vals[":before"] = &types.AttributeValueMemberS{Value: deadSortKey(before, "")}
-	}
-	in := &dynamodb.QueryInput{
-		IndexName:                 aws.String(topology.IndexReady),
-		KeyConditionExpression:    aws.String(cond),
-		ExpressionAttributeValues: vals,
-		ScanIndexForward:          aws.Bool(oldest),
-		Limit:                     aws.Int32(int32(limit)),
-	}
-	if cursor != "" {
-		id, sk, ok := strings.Cut(cursor, "|")
-		if !ok {
-			return Page{}, fmt.Errorf("bad cursor")
-		}
-		in.ExclusiveStartKey = map[string]types.AttributeValue{
-			attrPK: &types.AttributeValueMemberS{Value: jobPrefix + id}, attrSK: &types.AttributeValueMemberS{Value: jobSK},
-			attrReadyPK: &types.AttributeValueMemberS{Value: deadPrefix + queue}, attrReadySK: &types.AttributeValueMemberS{Value: sk},
-		}
-	}
-	items, last, err := s.queryJobs(ctx, in)
-	if err != nil {
-		return Page{}, err
-	}
-	items, trimmed := trimToBytes(items, ListBytes)
-	p := Page{}
-	if (len(last) > 0 || trimmed) && len(items) > 0 {
-		p.Cursor = DeadCursor(items[len(items)-1].Job)
-	}
-	if items, err = s.whole(ctx, items); err != nil {
-		return Page{}, err
-	}
-	p.Jobs = make([]*job.Job, len(items))
-	for i, it := range items {
-		p.Jobs[i] = it.Job
-	}
-	return p, nil
-}
 
 // Ping checks that the table answers (a read of a key that never exists).
 func (s *Store) Ping(ctx context.Context) error {

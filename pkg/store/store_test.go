@@ -208,8 +208,8 @@ func TestExpiredJobIsNotClaimed(t *testing.T) {
 	if err != nil || d.State != job.Discarded || d.Error == nil || d.Error.Type != "expired" {
 		t.Fatalf("expire: %+v %v", d, err)
 	}
-	page, err := s.Dead(ctx, j.Queue, 10, "")
-	if err != nil || len(page.Jobs) != 1 || page.Jobs[0].ID != j.ID {
+	page, err := s.ListQueue(ctx, store.ListDead, j.Queue, nil, 10, "")
+	if err != nil || len(page.Items) != 1 || page.Items[0].Job.ID != j.ID {
 		t.Fatalf("dead list: %+v %v", page, err)
 	}
 }

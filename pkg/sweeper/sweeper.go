@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/cron"
+	"github.com/ojs-aws/ojs-serverless/pkg/deadletter"
 	"github.com/ojs-aws/ojs-serverless/pkg/dispatch"
 	"github.com/ojs-aws/ojs-serverless/pkg/fault"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
@@ -58,6 +59,11 @@ type Sweeper struct {
 	// Crons, when set, fires the cron schedules that are due each sweep.
 	Crons interface {
 		Run(ctx context.Context) (cron.RunResult, error)
+	}
+	// DeadLetter, when set, applies the dead letter retention policy each
+	// sweep (implemented by *deadletter.Service).
+	DeadLetter interface {
+		Prune(ctx context.Context) (deadletter.PruneResult, error)
 	}
 	// BatchSize is how many due jobs one query handles. Default 100.
 	BatchSize int
@@ -130,10 +136,12 @@ func (s *Sweeper) Sweep(ctx context.Context) (Result, error) {
 			errs = append(errs, err)
 		}
 	}
-	pr, err := s.Service.PruneDead(ctx)
-	res.DeadPruned = pr.Pruned
-	if err != nil {
-		errs = append(errs, fmt.Errorf("dead letter retention: %w", err))
+	if s.DeadLetter != nil {
+		pr, err := s.DeadLetter.Prune(ctx)
+		res.DeadPruned = pr.Pruned
+		if err != nil {
+			errs = append(errs, fmt.Errorf("dead letter retention: %w", err))
+		}
 	}
 	if s.Workflows != nil {
 		n, err := s.Workflows.Timeouts(ctx, limit)

@@ -14,6 +14,7 @@ import (
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/ojs-aws/ojs-serverless/internal/dev/testenv"
 	"github.com/ojs-aws/ojs-serverless/pkg/cron"
+	"github.com/ojs-aws/ojs-serverless/pkg/deadletter"
 	"github.com/ojs-aws/ojs-serverless/pkg/dispatch"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
@@ -50,7 +51,7 @@ func TestSweeperRedeliversAJobTheRelayNeverSent(t *testing.T) {
 	url := testenv.Queue(t)
 	clk := testenv.NewClock(time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC))
 	svc := lifecycle.New(st, lifecycle.Config{PushQueues: []string{"lambda"}, Now: clk.Now, RedeliverAfter: 5 * time.Minute})
-	sw := &sweeper.Sweeper{Service: svc, Store: st, Queues: queue.NewStore(st.DB(), st.Table()), Sender: dispatch.New(testenv.SQS(), map[string]string{"lambda": url}), PushQueues: []string{"lambda"}}
+	sw := &sweeper.Sweeper{Service: svc, Store: st, Queues: queue.NewStore(st.DB(), st.Table()), DeadLetter: deadletter.New(st, svc, deadletter.Config{}), Sender: dispatch.New(testenv.SQS(), map[string]string{"lambda": url}), PushQueues: []string{"lambda"}}
 	ctx := context.Background()
 	j, err := svc.Push(ctx, []byte(`{"type":"demo.greet","args":["x"],"options":{"queue":"lambda"}}`))
 	if err != nil {
@@ -81,7 +82,7 @@ func TestRedeliveryChecksBackOffWhileAJobWaits(t *testing.T) {
 	url := testenv.Queue(t)
 	clk := testenv.NewClock(time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC))
 	svc := lifecycle.New(st, lifecycle.Config{PushQueues: []string{"lambda"}, Now: clk.Now, RedeliverAfter: 5 * time.Minute})
-	sw := &sweeper.Sweeper{Service: svc, Store: st, Queues: queue.NewStore(st.DB(), st.Table()), Sender: dispatch.New(testenv.SQS(), map[string]string{"lambda": url}), PushQueues: []string{"lambda"}}
+	sw := &sweeper.Sweeper{Service: svc, Store: st, Queues: queue.NewStore(st.DB(), st.Table()), DeadLetter: deadletter.New(st, svc, deadletter.Config{}), Sender: dispatch.New(testenv.SQS(), map[string]string{"lambda": url}), PushQueues: []string{"lambda"}}
 	ctx := context.Background()
 	j, err := svc.Push(ctx, []byte(`{"type":"demo.greet","args":["x"],"options":{"queue":"lambda"}}`))
 	if err != nil {
@@ -120,7 +121,7 @@ func TestSweeperPromotesDueJobsAndRequeuesExpiredLeases(t *testing.T) {
 	st, _ := testenv.Table(t)
 	clk := testenv.NewClock(time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC))
 	svc := lifecycle.New(st, lifecycle.Config{Now: clk.Now})
-	sw := &sweeper.Sweeper{Service: svc, Store: st, Queues: queue.NewStore(st.DB(), st.Table()), Sender: dispatch.New(testenv.SQS(), nil)}
+	sw := &sweeper.Sweeper{Service: svc, Store: st, Queues: queue.NewStore(st.DB(), st.Table()), DeadLetter: deadletter.New(st, svc, deadletter.Config{}), Sender: dispatch.New(testenv.SQS(), nil)}
 	ctx := context.Background()
 	later, _ := svc.Push(ctx, []byte(`{"type":"a.b","args":[],"options":{"queue":"sw","scheduled_at":"+PT1H"}}`))
 	running, _ := svc.Push(ctx, []byte(`{"type":"a.b","args":[],"options":{"queue":"sw2","visibility_timeout_ms":30000}}`))
@@ -162,7 +163,7 @@ func TestLoopKeepsSweepingAfterAnError(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	fc := &failingCrons{stop: cancel}
-	sw := &sweeper.Sweeper{Service: svc, Store: st, Queues: queue.NewStore(st.DB(), st.Table()), Sender: dispatch.New(testenv.SQS(), nil), Crons: fc}
+	sw := &sweeper.Sweeper{Service: svc, Store: st, Queues: queue.NewStore(st.DB(), st.Table()), DeadLetter: deadletter.New(st, svc, deadletter.Config{}), Sender: dispatch.New(testenv.SQS(), nil), Crons: fc}
 	// The deadline is far: only the third failing pass ends the loop.
 	_, err := sw.Loop(ctx, 20*time.Millisecond, time.Now().Add(10*time.Minute))
 	if err == nil || fc.calls != 3 {
@@ -215,7 +216,7 @@ func TestSweeperMovesOnWhenOneJobCannotBeSent(t *testing.T) {
 	clk := testenv.NewClock(time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC))
 	svc := lifecycle.New(st, lifecycle.Config{PushQueues: []string{"lambda"}, Now: clk.Now, RedeliverAfter: 5 * time.Minute})
 	f := &flaky{real: testenv.SQS(), bad: map[string]bool{}}
-	sw := &sweeper.Sweeper{Service: svc, Store: st, Queues: queue.NewStore(st.DB(), st.Table()), Sender: dispatch.New(f, map[string]string{"lambda": url}), PushQueues: []string{"lambda"}}
+	sw := &sweeper.Sweeper{Service: svc, Store: st, Queues: queue.NewStore(st.DB(), st.Table()), DeadLetter: deadletter.New(st, svc, deadletter.Config{}), Sender: dispatch.New(f, map[string]string{"lambda": url}), PushQueues: []string{"lambda"}}
 	ctx := context.Background()
 	var ids []string
 	for i := 0; i < 4; i++ {
@@ -280,7 +281,7 @@ func TestResumeSendsEveryWaitingJobOnce(t *testing.T) {
 	url := testenv.Queue(t)
 	clk := testenv.NewClock(time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC))
 	svc := lifecycle.New(st, lifecycle.Config{PushQueues: []string{"lambda"}, Now: clk.Now, RedeliverAfter: 5 * time.Minute})
-	sw := &sweeper.Sweeper{Service: svc, Store: st, Queues: queue.NewStore(st.DB(), st.Table()), Sender: dispatch.New(testenv.SQS(), map[string]string{"lambda": url}), PushQueues: []string{"lambda"}}
+	sw := &sweeper.Sweeper{Service: svc, Store: st, Queues: queue.NewStore(st.DB(), st.Table()), DeadLetter: deadletter.New(st, svc, deadletter.Config{}), Sender: dispatch.New(testenv.SQS(), map[string]string{"lambda": url}), PushQueues: []string{"lambda"}}
 	ctx := context.Background()
 	if _, err := svc.SetPaused(ctx, "lambda", true); err != nil {
 		t.Fatal(err)
@@ -333,7 +334,7 @@ func TestOneSweepResolvesMoreThanOnePage(t *testing.T) {
 	st, _ := testenv.Table(t)
 	clk := testenv.NewClock(time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC))
 	svc := lifecycle.New(st, lifecycle.Config{Now: clk.Now})
-	sw := &sweeper.Sweeper{Service: svc, Store: st, Queues: queue.NewStore(st.DB(), st.Table()), Sender: dispatch.New(testenv.SQS(), map[string]string{}), BatchSize: 20}
+	sw := &sweeper.Sweeper{Service: svc, Store: st, Queues: queue.NewStore(st.DB(), st.Table()), DeadLetter: deadletter.New(st, svc, deadletter.Config{}), Sender: dispatch.New(testenv.SQS(), map[string]string{}), BatchSize: 20}
 	ctx := context.Background()
 	raws := make([][]byte, 70)
 	for i := range raws {

@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/ojs-aws/ojs-serverless/pkg/cron"
+	"github.com/ojs-aws/ojs-serverless/pkg/deadletter"
 	"github.com/ojs-aws/ojs-serverless/pkg/engine"
 	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
@@ -96,7 +97,7 @@ func Change(r events.DynamoDBEventRecord) (engine.Change, error) {
 		node  **wfstore.Node
 		queue **queue.QueueInfo
 		cron  **cron.Info
-		prune **store.PruneRun
+		prune **deadletter.PruneRun
 		wkr   **queue.WorkerInfo
 	}{{r.Change.OldImage, &c.Old, &c.OldNode, &c.OldQueue, &c.OldCron, &c.OldPrune, &c.OldWorker},
 		{r.Change.NewImage, &c.New, &c.NewNode, &c.NewQueue, &c.NewCron, &c.NewPrune, &c.NewWorker}} {
@@ -119,7 +120,7 @@ func Change(r events.DynamoDBEventRecord) (engine.Change, error) {
 			*img.cron = cr
 			continue
 		}
-		if p, ok, err := store.DecodePruneRun(av); err != nil {
+		if p, ok, err := deadletter.DecodePruneRun(av); err != nil {
 			return c, err
 		} else if ok {
 			*img.prune = p

@@ -1,4 +1,4 @@
-package lifecycle
+package deadletter
 
 import (
 	"bytes"
@@ -14,18 +14,18 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 )
 
-// MaxDeadBulk bounds the jobs one bulk dead-letter call retries or
-// deletes; has_more tells the caller to call again.
-const MaxDeadBulk = 1000
+// MaxBulk bounds the jobs one bulk dead-letter call retries or deletes;
+// has_more tells the caller to call again.
+const MaxBulk = 1000
 
-// MaxDeadScan bounds the dead letter jobs one bulk call reads looking for
+// MaxScan bounds the dead letter jobs one bulk call reads looking for
 // matches, so that a selective filter over a large dead letter queue
 // answers within the API's time instead of reading all of it; has_more
 // and next_cursor tell the caller where to go on.
-const MaxDeadScan = 10000
+const MaxScan = 10000
 
-// DeadFilter selects dead-letter jobs (ojs-dead-letter.md 6.2 and 9.1).
-type DeadFilter struct {
+// Filter selects dead-letter jobs (ojs-dead-letter.md 6.2 and 9.1).
+type Filter struct {
 	Queue     string    `json:"queue,omitempty"`
 	Type      string    `json:"type,omitempty"`
 	ErrorType string    `json:"error_type,omitempty"`
@@ -34,7 +34,7 @@ type DeadFilter struct {
 	// API's older_than).
 	Before time.Time `json:"-"`
 	Limit  int       `json:"-"`
-	// Scan bounds the jobs one call reads (MaxDeadScan when zero).
+	// Scan bounds the jobs one call reads (MaxScan when zero).
 	Scan int `json:"-"`
 	// Cursor goes on where a previous call's NextCursor left off.
 	Cursor string `json:"-"`
@@ -43,7 +43,7 @@ type DeadFilter struct {
 	retry bool
 }
 
-func (f DeadFilter) match(j *job.Job) bool {
+func (f Filter) match(j *job.Job) bool {
 	if f.retry && j.WorkflowID != "" {
 		return false
 	}
@@ -62,10 +62,11 @@ func (f DeadFilter) match(j *job.Job) bool {
 	return true
 }
 
-// ParseDeadBulk reads a bulk dead-letter request: {"filter": {queue,
-// type, error_type, since}, "confirm": true, "limit": n}. confirm is
-// required: a bulk retry or purge acts on every match.
-func ParseDeadBulk(raw []byte) (DeadFilter, error) {
+// ParseBulk reads a bulk dead-letter request: {"filter": {queue, type,
+// error_type, since}, "confirm": true, "limit": n, "cursor": "…"}. confirm
+// is required: a bulk retry or purge acts on every match. limit is 1 to
+// MaxBulk (default MaxBulk). A bad body fails with invalid_request.
+func ParseBulk(raw []byte) (Filter, error) {
 	var body struct {
 		Filter *struct {
 			Queue     string `json:"queue"`
@@ -80,15 +81,15 @@ func ParseDeadBulk(raw []byte) (DeadFilter, error) {
 	dec := json.NewDecoder(bytesReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&body); err != nil {
-		return DeadFilter{}, ojserr.Invalid("body", "The body must be {\"filter\": {\"queue\", \"type\", \"error_type\", \"since\"}, \"confirm\": true, \"limit\": n, \"cursor\": \"…\"}: %v.", err)
+		return Filter{}, ojserr.Invalid("body", "The body must be {\"filter\": {\"queue\", \"type\", \"error_type\", \"since\"}, \"confirm\": true, \"limit\": n, \"cursor\": \"…\"}: %v.", err)
 	}
 	if !body.Confirm {
-		return DeadFilter{}, ojserr.Invalid("confirm", "Bulk dead-letter operations act on every matching job; send \"confirm\": true.")
+		return Filter{}, ojserr.Invalid("confirm", "Bulk dead-letter operations act on every matching job; send \"confirm\": true.")
 	}
-	f := DeadFilter{Limit: MaxDeadBulk, Cursor: body.Cursor}
+	f := Filter{Limit: MaxBulk, Cursor: body.Cursor}
 	if body.Limit != nil {
-		if *body.Limit < 1 || *body.Limit > MaxDeadBulk {
-			return f, ojserr.Invalid("limit", "'limit' must be from 1 to %d.", MaxDeadBulk)
+		if *body.Limit < 1 || *body.Limit > MaxBulk {
+			return f, ojserr.Invalid("limit", "'limit' must be from 1 to %d.", MaxBulk)
 		}
 		f.Limit = *body.Limit
 	}
@@ -112,14 +113,22 @@ func ParseDeadBulk(raw []byte) (DeadFilter, error) {
 
 // BulkResult reports a bulk dead-letter operation.
 type BulkResult struct {
-	Matched   int            `json:"matched"`
-	Succeeded int            `json:"succeeded"`
-	JobIDs    []string       `json:"job_ids"`
-	Failed    []BatchFailure `json:"failed"`
-	HasMore   bool           `json:"has_more"`
+	Matched   int       `json:"matched"`
+	Succeeded int       `json:"succeeded"`
+	JobIDs    []string  `json:"job_ids"`
+	Failed    []Failure `json:"failed"`
+	HasMore   bool      `json:"has_more"`
 	// NextCursor, with HasMore, is where the next call goes on: send it
 	// back as "cursor" to continue this pass.
 	NextCursor string `json:"next_cursor,omitempty"`
+}
+
+// Failure is one job a bulk call could not act on: its place in the
+// call's selection, its id and the error.
+type Failure struct {
+	Index int           `json:"index"`
+	JobID string        `json:"job_id"`
+	Error *ojserr.Error `json:"error"`
 }
 
 // maxBulkBytes bounds the dead letter jobs one bulk call holds (by
@@ -127,9 +136,9 @@ type BulkResult struct {
 // function's memory. A call that reaches it stops there, with has_more.
 var maxBulkBytes = 64 << 20
 
-// deadMatching lists up to f.Limit dead-letter jobs matching f, newest
+// matching lists up to f.Limit dead-letter jobs matching f, newest
 // first (fewer when they pass maxBulkBytes), and whether more may match.
-func (s *Service) deadMatching(ctx context.Context, f DeadFilter) ([]*job.Job, bool, error) {
+func (s *Service) matching(ctx context.Context, f Filter) ([]*job.Job, bool, error) {
 	queues := []string{f.Queue}
 	if f.Queue == "" {
 		var err error
@@ -142,7 +151,7 @@ func (s *Service) deadMatching(ctx context.Context, f DeadFilter) ([]*job.Job, b
 	for _, q := range queues {
 		cursor := ""
 		for {
-			page, err := s.st.Dead(ctx, q, 200, cursor)
+			page, err := s.tb.newest(ctx, q, 200, cursor)
 			if err != nil {
 				return nil, false, ojserr.Backend(err)
 			}
@@ -164,26 +173,28 @@ func (s *Service) deadMatching(ctx context.Context, f DeadFilter) ([]*job.Job, b
 	return out, false, nil
 }
 
-// RetryDeadMatching retries every dead-letter job matching f (at most
-// f.Limit per call), each as RetryDead does. Jobs of workflows are not
-// selected: RetryDead refuses them (their workflow counted the failure;
-// retry the workflow), and selecting them would fill every page with the
-// same refusals.
-func (s *Service) RetryDeadMatching(ctx context.Context, f DeadFilter) (BulkResult, error) {
+// RetryMatching retries every dead-letter job matching f (at most
+// f.Limit per call), oldest first, each as Retry does; the jobs it could
+// not retry are in Failed. Jobs of workflows are not selected: Retry
+// refuses them (their workflow counted the failure; retry the workflow),
+// and selecting them would fill every page with the same refusals. A bad
+// cursor fails with invalid_request.
+func (s *Service) RetryMatching(ctx context.Context, f Filter) (BulkResult, error) {
 	f.retry = true
-	return s.deadBulk(ctx, f, func(j *job.Job) error {
-		_, err := s.RetryDead(ctx, j.ID, RetryOverride{})
+	return s.bulk(ctx, f, func(j *job.Job) error {
+		_, err := s.Retry(ctx, j.ID, RetryOverride{})
 		return err
 	})
 }
 
-// PurgeDead deletes every dead-letter job matching f (at most f.Limit per
-// call).
-func (s *Service) PurgeDead(ctx context.Context, f DeadFilter) (BulkResult, error) {
-	return s.deadBulk(ctx, f, func(j *job.Job) error { return s.DeleteDead(ctx, j.ID) })
+// Purge deletes every dead-letter job matching f (at most f.Limit per
+// call), oldest first, each as Delete does; the jobs it could not delete
+// are in Failed. A bad cursor fails with invalid_request.
+func (s *Service) Purge(ctx context.Context, f Filter) (BulkResult, error) {
+	return s.bulk(ctx, f, func(j *job.Job) error { return s.Delete(ctx, j.ID) })
 }
 
-// deadBulk applies op to the dead letter jobs f selects, oldest first.
+// bulk applies op to the dead letter jobs f selects, oldest first.
 //
 // A pass (a first call and the calls that go on from its NextCursor)
 // reads each queue's dead letter jobs once, in the order they were
@@ -191,19 +202,19 @@ func (s *Service) PurgeDead(ctx context.Context, f DeadFilter) (BulkResult, erro
 // retried and that failed again since is not selected again, nor is one
 // this pass could not act on (it is behind the cursor). A call reads at
 // most f.Scan jobs; a call without a cursor starts a new pass.
-func (s *Service) deadBulk(ctx context.Context, f DeadFilter, op func(*job.Job) error) (BulkResult, error) {
-	jobs, next, err := s.deadSelect(ctx, f)
+func (s *Service) bulk(ctx context.Context, f Filter, op func(*job.Job) error) (BulkResult, error) {
+	jobs, next, err := s.selectJobs(ctx, f)
 	if err != nil {
 		return BulkResult{}, err
 	}
-	res := BulkResult{Matched: len(jobs), HasMore: next != "", NextCursor: next, JobIDs: []string{}, Failed: []BatchFailure{}}
+	res := BulkResult{Matched: len(jobs), HasMore: next != "", NextCursor: next, JobIDs: []string{}, Failed: []Failure{}}
 	for i, j := range jobs {
 		if err := op(j); err != nil {
 			var oe *ojserr.Error
 			if !errors.As(err, &oe) {
 				oe = ojserr.Backend(err)
 			}
-			res.Failed = append(res.Failed, BatchFailure{Index: i, JobID: j.ID, Error: oe})
+			res.Failed = append(res.Failed, Failure{Index: i, JobID: j.ID, Error: oe})
 			continue
 		}
 		res.Succeeded++
@@ -212,7 +223,7 @@ func (s *Service) deadBulk(ctx context.Context, f DeadFilter, op func(*job.Job) 
 	return res, nil
 }
 
-// deadCursor is where a pass of deadBulk is: the queue being read, the
+// deadCursor is where a pass of bulk is: the queue being read, the
 // store's cursor within it, and the end of the pass (the first call's
 // time).
 type deadCursor struct {
@@ -231,11 +242,11 @@ func parseDeadCursor(s string) (deadCursor, error) {
 	return c, nil
 }
 
-// deadSelect lists up to f.Limit dead-letter jobs matching f, oldest
+// selectJobs lists up to f.Limit dead-letter jobs matching f, oldest
 // first (fewer when they pass maxBulkBytes), reading at most f.Scan; next
 // is the cursor to go on from, empty when the pass has read everything.
-func (s *Service) deadSelect(ctx context.Context, f DeadFilter) (jobs []*job.Job, next string, err error) {
-	cur := deadCursor{End: s.Now().UnixMilli()}
+func (s *Service) selectJobs(ctx context.Context, f Filter) (jobs []*job.Job, next string, err error) {
+	cur := deadCursor{End: s.now().UnixMilli()}
 	bytes := 0
 	if f.Cursor != "" {
 		if cur, err = parseDeadCursor(f.Cursor); err != nil {
@@ -266,7 +277,7 @@ func (s *Service) deadSelect(ctx context.Context, f DeadFilter) (jobs []*job.Job
 	}
 	budget := f.Scan
 	if budget <= 0 {
-		budget = MaxDeadScan
+		budget = MaxScan
 	}
 	for qi, q := range queues {
 		page := ""
@@ -277,7 +288,7 @@ func (s *Service) deadSelect(ctx context.Context, f DeadFilter) (jobs []*job.Job
 			if budget == 0 {
 				return jobs, deadCursor{Queue: q, Page: page, End: cur.End}.encode(), nil
 			}
-			p, err := s.st.DeadOldest(ctx, q, f.Since, before, min(200, budget), page)
+			p, err := s.tb.oldestPage(ctx, q, f.Since, before, min(200, budget), page)
 			if err != nil {
 				return nil, "", ojserr.Backend(err)
 			}
@@ -288,7 +299,7 @@ func (s *Service) deadSelect(ctx context.Context, f DeadFilter) (jobs []*job.Job
 				}
 				if bytes += store.FetchBytes(j); len(jobs) == f.Limit || (len(jobs) > 0 && bytes > maxBulkBytes) {
 					// Go on at this job: the ones taken are behind it.
-					return jobs, deadCursor{Queue: q, Page: store.DeadCursor(jobs[len(jobs)-1]), End: cur.End}.encode(), nil
+					return jobs, deadCursor{Queue: q, Page: pageCursor(jobs[len(jobs)-1]), End: cur.End}.encode(), nil
 				}
 				jobs = append(jobs, j)
 			}
@@ -304,14 +315,14 @@ func (s *Service) deadSelect(ctx context.Context, f DeadFilter) (jobs []*job.Job
 	return jobs, "", nil
 }
 
-// DeadStats summarises the dead letter queue (ojs-dead-letter.md 10.1).
-type DeadStats struct {
+// Stats summarises the dead letter queue (ojs-dead-letter.md 10.1).
+type Stats struct {
 	Total       int            `json:"total"`
 	ByQueue     map[string]int `json:"by_queue"`
 	ByErrorType map[string]int `json:"by_error_type"`
 	OldestAt    *string        `json:"oldest_at"`
 	NewestAt    *string        `json:"newest_at"`
-	// Truncated is set when the queue holds more than MaxDeadStats jobs,
+	// Truncated is set when the queue holds more than MaxStats jobs,
 	// or more than maxBulkBytes of them: the figures then cover the
 	// newest of each queue read.
 	Truncated bool `json:"truncated"`
@@ -319,17 +330,17 @@ type DeadStats struct {
 	Retention RetentionView `json:"retention"`
 }
 
-// MaxDeadStats bounds the jobs DeadStats reads.
-const MaxDeadStats = 10000
+// MaxStats bounds the jobs Stats reads.
+const MaxStats = 10000
 
-// DeadStats counts the dead letter queue. It reads the dead-letter index
-// (up to MaxDeadStats jobs), so its cost grows with the queue's size.
-func (s *Service) DeadStats(ctx context.Context) (DeadStats, error) {
-	jobs, more, err := s.deadMatching(ctx, DeadFilter{Limit: MaxDeadStats})
+// Stats counts the dead letter queue. It reads the dead-letter index (up
+// to MaxStats jobs), so its cost grows with the queue's size.
+func (s *Service) Stats(ctx context.Context) (Stats, error) {
+	jobs, more, err := s.matching(ctx, Filter{Limit: MaxStats})
 	if err != nil {
-		return DeadStats{}, err
+		return Stats{}, err
 	}
-	st := DeadStats{Total: len(jobs), ByQueue: map[string]int{}, ByErrorType: map[string]int{}, Truncated: more}
+	st := Stats{Total: len(jobs), ByQueue: map[string]int{}, ByErrorType: map[string]int{}, Truncated: more}
 	var oldest, newest *time.Time
 	for _, j := range jobs {
 		st.ByQueue[j.Queue]++

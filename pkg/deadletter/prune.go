@@ -1,4 +1,4 @@
-package lifecycle
+package deadletter
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/retry"
-	"github.com/ojs-aws/ojs-serverless/pkg/store"
 )
 
 // Retention is the dead letter retention policy (ojs-dead-letter.md 5):
@@ -25,8 +24,8 @@ type Retention struct {
 
 // Retention defaults (ojs-dead-letter.md 5.2 and 8.1).
 const (
-	DefaultDeadMaxAge     = 180 * 24 * time.Hour
-	DefaultDeadMaxCount   = 10000
+	DefaultMaxAge         = 180 * 24 * time.Hour
+	DefaultMaxCount       = 10000
 	DefaultPruneInterval  = 5 * time.Minute
 	maxPrunedPerRun       = 1000
 	maxQueuesCountedInRun = 10000
@@ -34,10 +33,10 @@ const (
 
 func (r Retention) withDefaults() Retention {
 	if r.MaxAge <= 0 {
-		r.MaxAge = DefaultDeadMaxAge
+		r.MaxAge = DefaultMaxAge
 	}
 	if r.MaxCount <= 0 {
-		r.MaxCount = DefaultDeadMaxCount
+		r.MaxCount = DefaultMaxCount
 	}
 	if r.Interval <= 0 {
 		r.Interval = DefaultPruneInterval
@@ -46,8 +45,9 @@ func (r Retention) withDefaults() Retention {
 }
 
 // ParseRetention reads the retention settings: maxAge as an ISO 8601
-// duration ("P180D") or a Go duration ("4320h"), maxCount and interval
-// likewise; empty strings keep the defaults.
+// duration ("P180D") or a Go duration ("4320h"), maxCount as a positive
+// integer and interval as a duration like maxAge; empty strings keep the
+// defaults. It fails naming the setting that is not valid.
 func ParseRetention(maxAge, maxCount, interval string) (Retention, error) {
 	var r Retention
 	dur := func(name, v string) (time.Duration, error) {
@@ -100,20 +100,20 @@ type PruneResult struct {
 	More bool `json:"more"`
 }
 
-// PruneDead applies the retention policy (ojs-dead-letter.md 8.1): at most
+// Prune applies the retention policy (ojs-dead-letter.md 8.1): at most
 // one run per interval whatever the number of sweepers (the run is claimed
 // with a conditional write), removing jobs older than MaxAge first, then
 // the oldest beyond MaxCount, at most 1,000 per run (the next sweep goes on
 // when more remain). Each removal is conditional on the job still being the
 // same discarded job, so a job retried meanwhile is never pruned. The
 // stream turns the run's record into one dead_letter.pruned event.
-func (s *Service) PruneDead(ctx context.Context) (PruneResult, error) {
+func (s *Service) Prune(ctx context.Context) (PruneResult, error) {
 	pol := s.retention
-	now := s.Now()
+	now := s.now()
 	if now.UnixMilli() < s.pruneAfter.Load() {
 		return PruneResult{}, nil // known not to be time yet
 	}
-	run, ok, nextAt, err := s.st.ClaimPruneRun(ctx, now, now.Add(pol.Interval))
+	run, ok, nextAt, err := s.tb.claimPruneRun(ctx, now, now.Add(pol.Interval))
 	if err != nil {
 		return PruneResult{}, err
 	}
@@ -127,14 +127,14 @@ func (s *Service) PruneDead(ctx context.Context) (PruneResult, error) {
 		return res, err
 	}
 	budget := maxPrunedPerRun
-	prune := func(refs []store.DeadRef) (int, error) {
+	prune := func(refs []ref) (int, error) {
 		n := 0
 		for _, r := range refs {
 			if budget == 0 {
 				res.More = true
 				break
 			}
-			ok, err := s.st.PruneDead(ctx, r, now)
+			ok, err := s.tb.prune(ctx, r, now)
 			if err != nil {
 				return n, err
 			}
@@ -153,7 +153,7 @@ func (s *Service) PruneDead(ctx context.Context) (PruneResult, error) {
 			res.More = true
 			break
 		}
-		refs, err := s.st.OldestDead(ctx, q, &cutoff, budget+1)
+		refs, err := s.tb.oldest(ctx, q, &cutoff, budget+1)
 		if err != nil {
 			return res, err
 		}
@@ -174,7 +174,7 @@ func (s *Service) PruneDead(ctx context.Context) (PruneResult, error) {
 			if i >= maxQueuesCountedInRun {
 				break
 			}
-			c, err := s.st.CountDead(ctx, q)
+			c, err := s.tb.count(ctx, q)
 			if err != nil {
 				return res, err
 			}
@@ -186,12 +186,12 @@ func (s *Service) PruneDead(ctx context.Context) (PruneResult, error) {
 			if excess > budget {
 				res.More = true
 			}
-			var all []store.DeadRef
+			var all []ref
 			for _, q := range queues {
 				if counts[q] == 0 {
 					continue
 				}
-				refs, err := s.st.OldestDead(ctx, q, nil, min(take, counts[q]))
+				refs, err := s.tb.oldest(ctx, q, nil, min(take, counts[q]))
 				if err != nil {
 					return res, err
 				}
@@ -214,7 +214,7 @@ func (s *Service) PruneDead(ctx context.Context) (PruneResult, error) {
 		next = &now // the next sweep carries on
 		s.pruneAfter.Store(now.UnixMilli())
 	}
-	if err := s.st.FinishPruneRun(ctx, run, store.PruneRun{Pruned: res.Pruned, ByAge: res.ByAge, ByCount: res.ByCount, ByQueue: res.ByQueue}, s.Now(), next); err != nil {
+	if err := s.tb.finishPruneRun(ctx, run, PruneRun{Pruned: res.Pruned, ByAge: res.ByAge, ByCount: res.ByCount, ByQueue: res.ByQueue}, s.now(), next); err != nil {
 		return res, err
 	}
 	if res.Pruned > 0 {
@@ -230,11 +230,11 @@ func (s *Service) retentionView(ctx context.Context) (RetentionView, error) {
 		age = "P" + strconv.FormatInt(int64(d/(24*time.Hour)), 10) + "D" // as ojs-dead-letter.md writes it
 	}
 	v := RetentionView{MaxAge: age, MaxCount: s.retention.MaxCount}
-	st, err := s.st.PruneState(ctx)
+	st, err := s.tb.pruneState(ctx)
 	if err != nil {
 		return v, err
 	}
-	at := s.Now()
+	at := s.now()
 	if st != nil && st.NextAt > 0 {
 		at = time.UnixMilli(st.NextAt).UTC()
 	}

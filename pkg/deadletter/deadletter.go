@@ -1,0 +1,325 @@
+// Package deadletter is the dead letter queue (ojs-dead-letter.md): the
+// discarded jobs of every queue, listed, retried (one by one or by
+// filter), deleted and purged, and pruned by the retention policy. It owns
+// the dead letter queue's persistence (the dead letter index entries of
+// the job items and the pruner's bookkeeping item) over pkg/store's table
+// kernel; retrying a job is a job state change, applied with pkg/store's
+// Revive transition (a conditional write that names the state it leaves).
+package deadletter
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+	"github.com/ojs-aws/ojs-serverless/pkg/queue"
+	"github.com/ojs-aws/ojs-serverless/pkg/store"
+)
+
+// Jobs is what the dead letter operations need of the job service
+// (implemented by *lifecycle.Service): its clock, how it delivers a
+// queue's jobs, and its queue registry.
+type Jobs interface {
+	// Now is the service clock's time (UTC).
+	Now() time.Time
+	// RedeliverAfter is the redelivery delay of unclaimed push-mode jobs.
+	RedeliverAfter() time.Duration
+	// IsPush reports whether queue is a push-mode queue.
+	IsPush(queue string) bool
+	// EnsureQueue registers a queue name (once per process).
+	EnsureQueue(ctx context.Context, queue string) error
+}
+
+// Config configures a Service. Zero values mean the documented defaults.
+type Config struct {
+	// Retention is the retention policy. Zero fields mean the defaults
+	// (180 days, 10,000 jobs, pruned every 5 minutes).
+	Retention Retention
+	// Logger receives structured logs. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Service runs the dead letter operations.
+type Service struct {
+	st        *store.Store
+	tb        table
+	qs        *queue.Store
+	jobs      Jobs
+	log       *slog.Logger
+	retention Retention
+	// pruneAfter (Unix ms) is when this process may next try to claim a
+	// pruning run: the claim is a write, not to be spent on every sweep.
+	pruneAfter atomic.Int64
+}
+
+// New returns the dead letter service on st's table (its jobs, and the
+// queue registry it lists queues from); jobs is the job service whose
+// clock, push-mode queues and queue registration it uses.
+func New(st *store.Store, jobs Jobs, c Config) *Service {
+	s := &Service{st: st, tb: newTable(st), qs: queue.NewStore(st.DB(), st.Table()), jobs: jobs, log: c.Logger, retention: c.Retention.withDefaults()}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	return s
+}
+
+func (s *Service) now() time.Time { return s.jobs.Now() }
+
+// RetryOverride changes a dead-letter job on retry (ojs-dead-letter.md
+// 6.3): another queue and/or replacement meta.
+type RetryOverride struct {
+	Queue string          `json:"queue,omitempty"`
+	Meta  json.RawMessage `json:"meta,omitempty"`
+}
+
+// ParseRetryRequest reads the body of POST /dead-letter/{id}/retry: empty,
+// {} or {"override":{"queue":..., "meta":{...}}}. It fails with
+// invalid_payload for a body that is not an object, payload_too_large for
+// meta over job.MaxMetaBytes, and a 400 naming the field for unknown
+// fields and bad values.
+func ParseRetryRequest(raw []byte) (RetryOverride, error) {
+	var o RetryOverride
+	if len(raw) == 0 {
+		return o, nil
+	}
+	var body map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &body); err != nil {
+		return o, ojserr.New(ojserr.InvalidPayload, "The request body is not a JSON object.")
+	}
+	for k := range body {
+		if k != "override" {
+			return o, ojserr.Invalid(k, "Unknown field '%s'; the body may hold only 'override'.", k)
+		}
+	}
+	ov, ok := body["override"]
+	if !ok || string(ov) == "null" {
+		return o, nil
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(ov, &fields); err != nil {
+		return o, ojserr.Invalid("override", "'override' must be an object.")
+	}
+	for k := range fields {
+		if k != "queue" && k != "meta" {
+			return o, ojserr.Invalid("override."+k, "Only 'queue' and 'meta' can be overridden on retry.")
+		}
+	}
+	if q, ok := fields["queue"]; ok {
+		if err := json.Unmarshal(q, &o.Queue); err != nil {
+			return o, ojserr.Invalid("override.queue", "'override.queue' must be a string.")
+		}
+		if err := job.ValidateQueue(o.Queue); err != nil {
+			return o, err
+		}
+	}
+	if m, ok := fields["meta"]; ok {
+		var obj map[string]json.RawMessage
+		if json.Unmarshal(m, &obj) != nil || obj == nil {
+			return o, ojserr.Invalid("override.meta", "'override.meta' must be an object.")
+		}
+		if len(m) > job.MaxMetaBytes {
+			return o, ojserr.Newf(ojserr.PayloadTooLarge, "'override.meta' is %d bytes; the maximum is %d.", len(m), job.MaxMetaBytes)
+		}
+		o.Meta = m
+	}
+	return o, nil
+}
+
+// Get returns a job of the dead letter queue (a discarded job). It fails
+// with not_found when the job does not exist or is not discarded (then
+// naming its current_state).
+func (s *Service) Get(ctx context.Context, id string) (*job.Job, error) {
+	if err := validID(id); err != nil {
+		return nil, err
+	}
+	j, err := s.st.Get(ctx, id)
+	if err != nil {
+		return nil, deadError(err, id)
+	}
+	if j.State != job.Discarded {
+		return nil, notDead(id, j.State)
+	}
+	return j, nil
+}
+
+// Retry returns a discarded job to available with its attempts reset
+// (ojs-dead-letter.md 6.1), in pull and push mode alike: a push-mode job
+// is relayed to SQS by the stream like any job that becomes available.
+// Jobs of a workflow cannot be retried this way (409 conflict): the
+// workflow has already counted their failure. Nor can a job whose
+// uniqueness key a live job enqueued since holds (409).
+func (s *Service) Retry(ctx context.Context, id string, o RetryOverride) (*job.Job, error) {
+	j, err := s.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if j.WorkflowID != "" {
+		return nil, ojserr.StateConflict(ojserr.Conflict, "Job '%s' belongs to workflow '%s', which has already counted its failure; it cannot be retried from the dead letter queue.", id, j.WorkflowID).
+			With("job_id", id).With("workflow_id", j.WorkflowID)
+	}
+	queue := j.Queue
+	if o.Queue != "" {
+		queue = o.Queue
+		if err := s.jobs.EnsureQueue(ctx, queue); err != nil {
+			return nil, ojserr.Backend(err)
+		}
+	}
+	now := s.now()
+	t := store.Revive(j, now, s.jobs.RedeliverAfter(), o.Queue, o.Meta, s.jobs.IsPush(queue))
+	var out *job.Job
+	if j.UniqueKey != "" {
+		// It takes its uniqueness key back in the same write, unless a job
+		// enqueued since holds it: two live jobs of one key is what the
+		// policy forbids.
+		out, err = s.st.ReviveUnique(ctx, t, j.UniqueKey, now, "")
+		if errors.Is(err, store.ErrLockHeld) {
+			out, err = s.reviveOverFinishedHolder(ctx, t, j, now)
+		}
+	} else {
+		out, err = s.st.Apply(ctx, t)
+	}
+	if err != nil {
+		return nil, deadError(err, id)
+	}
+	s.log.InfoContext(ctx, "dead letter job retried", "job_id", id, "queue", queue)
+	return out, nil
+}
+
+// reviveOverFinishedHolder retries dead job j (transition t) whose
+// uniqueness key another job holds: allowed once that holder has finished
+// (completed, cancelled or discarded: no longer a live job of the key),
+// by taking the key from it; refused (409) while it is live.
+func (s *Service) reviveOverFinishedHolder(ctx context.Context, t store.Transition, j *job.Job, now time.Time) (*job.Job, error) {
+	lock, err := s.st.UniqueHolder(ctx, j.UniqueKey)
+	if errors.Is(err, store.ErrNotFound) {
+		return s.st.ReviveUnique(ctx, t, j.UniqueKey, now, "")
+	}
+	if err != nil {
+		return nil, ojserr.Backend(err)
+	}
+	holder, err := s.st.Get(ctx, lock.JobID)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+	case err != nil:
+		return nil, ojserr.Backend(err)
+	case !holder.State.Terminal():
+		return nil, ojserr.StateConflict(ojserr.Conflict, "Job '%s' cannot be retried while job '%s', enqueued since it was discarded, holds its uniqueness key (state '%s').",
+			j.ID, lock.JobID, holder.State).With("job_id", j.ID).With("existing_job_id", lock.JobID)
+	}
+	out, err := s.st.ReviveUnique(ctx, t, j.UniqueKey, now, lock.JobID)
+	if errors.Is(err, store.ErrLockHeld) {
+		return nil, ojserr.StateConflict(ojserr.Conflict, "Job '%s' cannot be retried: its uniqueness key changed hands meanwhile; try again.", j.ID).With("job_id", j.ID)
+	}
+	return out, err
+}
+
+// Delete deletes a discarded job for good (the stream reports
+// dead_letter.deleted). It fails with not_found when the job does not
+// exist or is not discarded.
+func (s *Service) Delete(ctx context.Context, id string) error {
+	if err := validID(id); err != nil {
+		return err
+	}
+	if err := s.tb.delete(ctx, id); err != nil {
+		return deadError(err, id)
+	}
+	s.log.InfoContext(ctx, "dead letter job deleted", "job_id", id)
+	return nil
+}
+
+// Count counts a queue's dead letter jobs (a count query of its dead
+// letter index partition, every page).
+func (s *Service) Count(ctx context.Context, queue string) (int, error) {
+	return s.tb.count(ctx, queue)
+}
+
+// List lists discarded jobs of the given queue (all registered queues
+// when empty), newest first within a queue: up to limit, and fewer when
+// their envelopes together pass store.ListBytes (more is then true).
+func (s *Service) List(ctx context.Context, queue string, limit int) (jobs []*job.Job, more bool, err error) {
+	queues := []string{queue}
+	if queue == "" {
+		var err error
+		if queues, err = s.qs.Queues(ctx); err != nil {
+			return nil, false, ojserr.Backend(err)
+		}
+	}
+	out := []*job.Job{}
+	bytes := 0
+	for _, q := range queues {
+		want := limit - len(out)
+		page, err := s.tb.newest(ctx, q, want, "")
+		if err != nil {
+			return nil, false, ojserr.Backend(err)
+		}
+		for _, j := range page.Jobs {
+			// Large jobs: the answer stays under Lambda's response limit.
+			if bytes += store.FetchBytes(j); len(out) > 0 && bytes > store.ListBytes {
+				return out, true, nil
+			}
+			out = append(out, j)
+		}
+		if len(out) >= limit {
+			return out, true, nil
+		}
+		if page.Cursor != "" && len(page.Jobs) < want {
+			return out, true, nil // the page was cut for its size
+		}
+	}
+	return out, false, nil
+}
+
+func deadError(err error, id string) error {
+	var ce *store.ConflictError
+	if errors.As(err, &ce) {
+		return notDead(id, ce.Current.State)
+	}
+	return apiError(err, id, "retry")
+}
+
+// notDead is a 404: the job exists but is not in the dead letter queue.
+func notDead(id string, st job.State) error {
+	e := ojserr.NotFoundf("dead letter job", id).With("current_state", string(st))
+	e.Hint = "Only discarded jobs are in the dead letter queue; GET /ojs/v1/jobs/" + id + " shows this job."
+	return e
+}
+
+// apiError maps store errors to API errors (as pkg/lifecycle does).
+func apiError(err error, id, op string) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		return ojserr.NotFoundf("job", id)
+	}
+	var ce *store.ConflictError
+	if errors.As(err, &ce) {
+		return ojserr.StateConflict(ojserr.Conflict, "Cannot %s job in state '%s'.", op, ce.Current.State).
+			With("job_id", id).With("current_state", string(ce.Current.State)).With("target_state", string(ce.Tried.To))
+	}
+	var oe *ojserr.Error
+	if errors.As(err, &oe) {
+		return oe
+	}
+	return ojserr.Backend(err)
+}
+
+// validID refuses ids that are not job ids, as pkg/lifecycle does.
+func validID(id string) error {
+	if job.ValidateID(id) != nil {
+		return ojserr.Invalid("id", "Job ids are lowercase hyphenated UUIDv7 strings; '%s' is not one.", truncate(id, 64))
+	}
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
+}
