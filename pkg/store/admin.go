@@ -119,7 +119,7 @@ func (s *Store) listIndex(ctx context.Context, l Listing, queue string, states [
 		items []map[string]types.AttributeValue
 		last  map[string]types.AttributeValue
 	}
-	parts, err := eachShard(ctx, keys, func(ctx context.Context, pk string) (part, error) {
+	parts, err := EachShard(ctx, keys, func(ctx context.Context, pk string) (part, error) {
 		i := slices.Index(keys, pk)
 		if starts[i] == "-" {
 			return part{}, nil
@@ -223,16 +223,16 @@ func (s *Store) listIndex(ctx context.Context, l Listing, queue string, states [
 	if l == ListDead {
 		// Dead letters are shown with their error history, which the
 		// index does not project.
-		if page.Items, err = s.whole(ctx, page.Items); err != nil {
+		if page.Items, err = s.WholeJobs(ctx, page.Items); err != nil {
 			return IndexPage{}, err
 		}
 	}
 	return page, nil
 }
 
-// whole replaces index items by the jobs read by key, in the same order;
+// WholeJobs replaces index items by the jobs read by key, in the same order;
 // a job deleted since the index was read is left out.
-func (s *Store) whole(ctx context.Context, items []Item) ([]Item, error) {
+func (s *Store) WholeJobs(ctx context.Context, items []Item) ([]Item, error) {
 	if len(items) == 0 {
 		return items, nil
 	}
@@ -453,7 +453,7 @@ func (s *Store) DeleteWaiting(ctx context.Context, id string, state job.State) e
 
 func (s *Store) deleteInState(ctx context.Context, id string, state job.State) error {
 	_, err := s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
-		TableName: &s.table, Key: jobKey(id),
+		TableName: &s.table, Key: JobKey(id),
 		ConditionExpression:                 aws.String("#s = :s AND attribute_not_exists(wf_id)"),
 		ExpressionAttributeNames:            map[string]string{"#s": attrState},
 		ExpressionAttributeValues:           map[string]types.AttributeValue{":s": avS(string(state))},

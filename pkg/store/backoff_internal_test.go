@@ -10,11 +10,11 @@ import (
 // stays bounded so a request's retries end in about 2.5 s at most.
 func TestConflictBackoff(t *testing.T) {
 	var total time.Duration
-	for n := 0; n < conflictTries; n++ {
+	for n := 0; n < ConflictTries; n++ {
 		ceiling := 20 * time.Millisecond << min(n, 5)
 		seen := map[time.Duration]bool{}
 		for range 200 {
-			d := conflictBackoff(n)
+			d := ConflictBackoff(n)
 			if d <= 0 || d > ceiling+time.Millisecond {
 				t.Fatalf("try %d: pause %v outside (0, %v]", n, d, ceiling+time.Millisecond)
 			}

@@ -121,7 +121,7 @@ type record struct {
 	UniqueKey string `dynamodbav:"uk,omitempty"`
 }
 
-func jobKey(id string) map[string]types.AttributeValue {
+func JobKey(id string) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{
 		attrPK: &types.AttributeValueMemberS{Value: jobPrefix + id},
 		attrSK: &types.AttributeValueMemberS{Value: jobSK},
@@ -138,7 +138,7 @@ func readySortKey(priority int, at time.Time, id string) string {
 	return fmt.Sprintf("%010d#%013d#%s", int64(math.MaxInt32)-int64(priority), ms(at), id)
 }
 
-func deadSortKey(at time.Time, id string) string { return fmt.Sprintf("%013d#%s", ms(at), id) }
+func DeadSortKey(at time.Time, id string) string { return fmt.Sprintf("%013d#%s", ms(at), id) }
 
 func optTime(s string) *time.Time {
 	if s == "" {

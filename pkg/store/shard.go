@@ -41,8 +41,8 @@ func shardKey(base string, shard int) string {
 	return base + "#" + strconv.Itoa(shard)
 }
 
-// shardKeys lists every shard's key of base.
-func shardKeys(base string, n int) []string {
+// ShardKeys lists every shard's key of base.
+func ShardKeys(base string, n int) []string {
 	keys := make([]string, max(n, 1))
 	for i := range keys {
 		keys[i] = shardKey(base, i)
@@ -63,17 +63,17 @@ func dueKey(queue, id string) string {
 }
 
 // readyKeys and dueKeys list every partition of a queue.
-func readyKeys(queue string) []string { return shardKeys(availPrefix+queue, shards().Ready) }
-func dueKeys(queue string) []string   { return shardKeys(duePrefix+queue, shards().Due) }
+func readyKeys(queue string) []string { return ShardKeys(availPrefix+queue, shards().Ready) }
+func dueKeys(queue string) []string   { return ShardKeys(duePrefix+queue, shards().Due) }
 
-// registryPK is the partition holding a queue's registry and rate items.
-func registryPK(queue string) string {
+// RegistryPK is the partition holding a queue's registry and rate items.
+func RegistryPK(queue string) string {
 	return shardKey(queuesPK, shardOf(queue, shards().Registry))
 }
 
-// eachShard runs read for every partition key at once and returns the
+// EachShard runs read for every partition key at once and returns the
 // answers in key order.
-func eachShard[T any](ctx context.Context, keys []string, read func(ctx context.Context, pk string) (T, error)) ([]T, error) {
+func EachShard[T any](ctx context.Context, keys []string, read func(ctx context.Context, pk string) (T, error)) ([]T, error) {
 	out := make([]T, len(keys))
 	if len(keys) == 1 {
 		v, err := read(ctx, keys[0])
@@ -170,7 +170,7 @@ func (s *Store) DueNow(ctx context.Context, queue string, now time.Time, limit i
 	if len(keys) == 0 {
 		return nil, nil
 	}
-	parts, err := eachShard(ctx, keys, func(ctx context.Context, pk string) ([]Item, error) {
+	parts, err := EachShard(ctx, keys, func(ctx context.Context, pk string) ([]Item, error) {
 		items, _, err := s.queryJobs(ctx, &dynamodb.QueryInput{
 			IndexName:                 aws.String(topology.IndexDue),
 			KeyConditionExpression:    aws.String("due_pk = :pk"),

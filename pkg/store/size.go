@@ -72,7 +72,7 @@ func numberBytes(s string) int { return (len(s)+1)/2 + 1 }
 
 // JobItemBytes is ItemBytes of the item Create writes for j.
 func JobItemBytes(j *job.Job, redeliverAfter time.Duration) (int, error) {
-	p, err := (&Store{}).jobPut(j, redeliverAfter)
+	p, err := (&Store{}).JobPut(j, redeliverAfter)
 	if err != nil {
 		return 0, err
 	}
@@ -96,9 +96,9 @@ const MaxJobItemBytes = awslimit.DynamoItemBytes - job.MaxResultBytes - job.MaxE
 // and holds at least one.
 const ListBytes = 4 << 20
 
-// trimToBytes keeps items from the start while their FetchBytes stay
+// TrimToBytes keeps items from the start while their FetchBytes stay
 // within budget (the first always); trimmed reports whether it cut.
-func trimToBytes(items []Item, budget int) (kept []Item, trimmed bool) {
+func TrimToBytes(items []Item, budget int) (kept []Item, trimmed bool) {
 	total := 0
 	for i, it := range items {
 		total += it.FetchBytes

@@ -98,7 +98,7 @@ func (s *Store) Create(ctx context.Context, jobs []*job.Job, redeliverAfter time
 	}
 	puts := make([]*types.Put, len(jobs))
 	for i, j := range jobs {
-		p, err := s.jobPut(j, redeliverAfter)
+		p, err := s.JobPut(j, redeliverAfter)
 		if err != nil {
 			return err
 		}
@@ -161,8 +161,8 @@ func failedCondition(err error) (index int, ok bool) {
 	return -1, false
 }
 
-// queryAll runs a query page by page and decodes every item as a T.
-func queryAll[T any](ctx context.Context, db DynamoAPI, in *dynamodb.QueryInput) ([]T, error) {
+// QueryAll runs a query page by page and decodes every item as a T.
+func QueryAll[T any](ctx context.Context, db DynamoAPI, in *dynamodb.QueryInput) ([]T, error) {
 	var all []T
 	for {
 		out, err := db.Query(ctx, in)
@@ -194,7 +194,7 @@ func (s *Store) Get(ctx context.Context, id string) (*job.Job, error) {
 
 // GetItem reads a job with its bookkeeping (consistent read).
 func (s *Store) GetItem(ctx context.Context, id string) (Item, error) {
-	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.table, Key: jobKey(id), ConsistentRead: aws.Bool(true)})
+	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.table, Key: JobKey(id), ConsistentRead: aws.Bool(true)})
 	if err != nil {
 		return Item{}, fmt.Errorf("get job %s: %w", id, err)
 	}
@@ -226,7 +226,7 @@ func (s *Store) Apply(ctx context.Context, t Transition) (*job.Job, error) {
 		s.due.wrote(t.due, t.dueAt) // before the write: reading early is harmless
 	}
 	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName: &s.table, Key: jobKey(t.ID),
+		TableName: &s.table, Key: JobKey(t.ID),
 		UpdateExpression: expr.Update(), ConditionExpression: expr.Condition(),
 		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
 		ReturnValues:                        types.ReturnValueAllNew,
@@ -314,7 +314,7 @@ func (s *Store) applyAll(ctx context.Context, ts []Transition, g *Guard) ([]erro
 		size, conc = size-1, 1
 	}
 	chunks := (len(ts) + size - 1) / size
-	err := parallel(ctx, chunks, conc, func(ctx context.Context, c int) error {
+	err := Parallel(ctx, chunks, conc, func(ctx context.Context, c int) error {
 		lo := c * size
 		pending := make([]int, 0, size)
 		for i := lo; i < min(lo+size, len(ts)); i++ {
@@ -322,7 +322,7 @@ func (s *Store) applyAll(ctx context.Context, ts []Transition, g *Guard) ([]erro
 		}
 		return s.applyChunk(ctx, ts, pending, errs, g)
 	})
-	if errors.Is(err, errSliceOver) {
+	if errors.Is(err, ErrSliceOver) {
 		err = nil
 	}
 	return errs, err
@@ -369,7 +369,7 @@ func (s *Store) applyChunk(ctx context.Context, ts []Transition, pending []int, 
 				if tries >= 3 {
 					return fmt.Errorf("apply the transition of job %s: transaction conflicts", ts[i].ID)
 				}
-				if err := sleepCtx(ctx, conflictBackoff(tries)); err != nil {
+				if err := sleepCtx(ctx, ConflictBackoff(tries)); err != nil {
 					return err
 				}
 			}
@@ -402,7 +402,7 @@ func (s *Store) transact(ctx context.Context, ts []Transition, pending []int, er
 		if ts[i].due != "" {
 			s.due.wrote(ts[i].due, ts[i].dueAt)
 		}
-		tx = append(tx, types.TransactWriteItem{Update: &types.Update{TableName: &s.table, Key: jobKey(ts[i].ID),
+		tx = append(tx, types.TransactWriteItem{Update: &types.Update{TableName: &s.table, Key: JobKey(ts[i].ID),
 			UpdateExpression: expr.Update(), ConditionExpression: expr.Condition(),
 			ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
 			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}})
@@ -474,7 +474,7 @@ func (s *Store) queryJobs(ctx context.Context, in *dynamodb.QueryInput) ([]Item,
 // sort key, so priority-then-FIFO holds across shards. The index is
 // eventually consistent: callers claim with a condition.
 func (s *Store) Ready(ctx context.Context, queue string, limit int) ([]Item, error) {
-	parts, err := eachShard(ctx, readyKeys(queue), func(ctx context.Context, pk string) ([]Item, error) {
+	parts, err := EachShard(ctx, readyKeys(queue), func(ctx context.Context, pk string) ([]Item, error) {
 		items, _, err := s.queryJobs(ctx, &dynamodb.QueryInput{
 			IndexName:                 aws.String(topology.IndexReady),
 			KeyConditionExpression:    aws.String("ready_pk = :pk"),
@@ -524,7 +524,7 @@ const readyPushPages = 10
 // promote, active jobs whose lease ended, and available push-mode jobs to
 // redeliver. The sweeper reads this way; FETCH reads through DueNow.
 func (s *Store) Due(ctx context.Context, queue string, now time.Time, limit int) ([]Item, error) {
-	parts, err := eachShard(ctx, dueKeys(queue), func(ctx context.Context, pk string) ([]Item, error) {
+	parts, err := EachShard(ctx, dueKeys(queue), func(ctx context.Context, pk string) ([]Item, error) {
 		items, _, err := s.queryJobs(ctx, &dynamodb.QueryInput{
 			IndexName:              aws.String(topology.IndexDue),
 			KeyConditionExpression: aws.String("due_pk = :pk AND due_at <= :now"),

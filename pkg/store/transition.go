@@ -211,7 +211,7 @@ func Complete(id string, result json.RawMessage, attempt int, now time.Time) Tra
 	// Listed among its queue's completions (index "done", keys only: the
 	// partition is the queue name, copied from the item), for queue stats.
 	t.update = t.update.Set(expression.Name(attrDonePK), expression.Name("queue"))
-	t.set(attrDoneSK, deadSortKey(now, id))
+	t.set(attrDoneSK, DeadSortKey(now, id))
 	if len(result) > 0 {
 		t.set("result", Packed(result))
 	} else {
@@ -284,7 +284,7 @@ func (t *Transition) recordFailure(j *job.Job, f Failure, now time.Time) {
 func (t *Transition) discard(j *job.Job, now time.Time) {
 	t.set("discarded_at", job.Timestamp(now))
 	t.set(attrReadyPK, deadPrefix+j.Queue)
-	t.set(attrReadySK, deadSortKey(now, j.ID))
+	t.set(attrReadySK, DeadSortKey(now, j.ID))
 	t.remove(attrDuePK, attrDueAt, "next_attempt_at")
 }
 

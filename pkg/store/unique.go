@@ -46,7 +46,7 @@ func uniqueKey(key string) map[string]types.AttributeValue {
 // ErrLockHeld when those conditions fail and a DuplicateError when a job
 // with j's id exists.
 func (s *Store) CreateUnique(ctx context.Context, j *job.Job, redeliverAfter time.Duration, until, now time.Time, holder string, holderVersion int64) error {
-	put, err := s.jobPut(j, redeliverAfter)
+	put, err := s.JobPut(j, redeliverAfter)
 	if err != nil {
 		return err
 	}
@@ -64,7 +64,7 @@ func (s *Store) CreateUnique(ctx context.Context, j *job.Job, redeliverAfter tim
 	} else {
 		lp.ConditionExpression = aws.String("job_id = :h")
 		lp.ExpressionAttributeValues = map[string]types.AttributeValue{":h": avS(holder)}
-		tx = append(tx, types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{TableName: &s.table, Key: jobKey(holder),
+		tx = append(tx, types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{TableName: &s.table, Key: JobKey(holder),
 			ConditionExpression:       aws.String("attribute_not_exists(pk) OR version = :v"),
 			ExpressionAttributeValues: map[string]types.AttributeValue{":v": &types.AttributeValueMemberN{Value: itoa(holderVersion)}}}})
 	}
@@ -103,7 +103,7 @@ func (s *Store) ReviveUnique(ctx context.Context, t Transition, key string, now 
 		return nil, err
 	}
 	tx := []types.TransactWriteItem{
-		{Update: &types.Update{TableName: &s.table, Key: jobKey(t.ID),
+		{Update: &types.Update{TableName: &s.table, Key: JobKey(t.ID),
 			UpdateExpression: expr.Update(), ConditionExpression: expr.Condition(),
 			ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
 			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}},

@@ -16,18 +16,21 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 )
 
-// The table kernel's part that pkg/wfstore (the workflow items) builds
-// on: a workflow's creation and advancement write its jobs in the same
+// What the aggregates' packages (pkg/wfstore, pkg/cron, pkg/events,
+// pkg/queue, pkg/deadletter) build on besides the client (DB) and the
+// table's name.
+//
+// pkg/wfstore: a workflow's creation and advancement write its jobs in the same
 // transactions as its nodes (JobPut), in batches (BatchPut), several
 // requests at once within a writing slice (Parallel, WithSlice); a cancel
 // guards job transitions on the workflow's root (NewGuard); the workflow
 // due entries are sharded like the queues' (ShardKeys, ShardedKey).
 
-// jobPut builds the conditional put of a new job with its initial index
+// JobPut builds the conditional put of a new job with its initial index
 // entries, set from its state: available jobs join the ready index
 // (push-mode ones the due index instead, for redelivery); scheduled ones
 // the due index.
-func (s *Store) jobPut(j *job.Job, redeliverAfter time.Duration) (*types.Put, error) {
+func (s *Store) JobPut(j *job.Job, redeliverAfter time.Duration) (*types.Put, error) {
 	r, err := toRecord(j)
 	if err != nil {
 		return nil, err
@@ -56,9 +59,6 @@ func (s *Store) jobPut(j *job.Job, redeliverAfter time.Duration) (*types.Put, er
 	return &types.Put{TableName: &s.table, Item: av, ConditionExpression: aws.String("attribute_not_exists(pk)")}, nil
 }
 
-// JobKey is the primary key of job id's item.
-func JobKey(id string) map[string]types.AttributeValue { return jobKey(id) }
-
 // JobID is the id of the job whose item has primary key (or item) av; ok
 // is false for an item that is not a job.
 func JobID(av map[string]types.AttributeValue) (id string, ok bool) {
@@ -75,10 +75,6 @@ func JobID(av map[string]types.AttributeValue) (id string, ok bool) {
 func NewGuard(key map[string]types.AttributeValue, cond string, names map[string]string, values map[string]types.AttributeValue) Guard {
 	return Guard{key: key, cond: cond, names: names, values: values}
 }
-
-// ShardKeys lists the partition keys of base spread over n shards: base
-// in shard 0, base#<shard> in the others (at least one key).
-func ShardKeys(base string, n int) []string { return shardKeys(base, n) }
 
 // ShardedKey is the partition of base, spread over n shards, that holds
 // the entries of key (a hash of key picks the shard; shard 0 when n <= 1).
@@ -106,7 +102,7 @@ func (s *Store) batchPut(ctx context.Context, items []map[string]types.Attribute
 		items = items[n:]
 		chunks = append(chunks, reqs)
 	}
-	return parallel(ctx, len(chunks), 8, func(ctx context.Context, c int) error {
+	return Parallel(ctx, len(chunks), 8, func(ctx context.Context, c int) error {
 		reqs := chunks[c]
 		for tries := 0; len(reqs) > 0; tries++ {
 			if tries > 8 {
@@ -142,13 +138,13 @@ func (s *Store) BatchGetJobs(ctx context.Context, ids []string) (map[string]*job
 		n := min(100, len(ids))
 		keys := make([]map[string]types.AttributeValue, n)
 		for i, id := range ids[:n] {
-			keys[i] = jobKey(id)
+			keys[i] = JobKey(id)
 		}
 		ids = ids[n:]
 		chunks = append(chunks, keys)
 	}
 	var mu sync.Mutex
-	err := parallel(ctx, len(chunks), 8, func(ctx context.Context, c int) error {
+	err := Parallel(ctx, len(chunks), 8, func(ctx context.Context, c int) error {
 		keys := chunks[c]
 		for tries := 0; len(keys) > 0 && tries < 8; tries++ {
 			res, err := bg.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: map[string]types.KeysAndAttributes{s.table: {Keys: keys, ConsistentRead: aws.Bool(true)}}})
@@ -171,17 +167,9 @@ func (s *Store) BatchGetJobs(ctx context.Context, ids []string) (map[string]*job
 	return out, err
 }
 
-// Parallel runs f for 0..n-1, at most conc at once, and returns the first
-// error. Past the first, it starts no call once ctx's writing slice is
-// over (see WithSlice and WithBudget): it then answers ErrSliceOver
-// (unless a call failed first), after the calls under way finished.
-func Parallel(ctx context.Context, n, conc int, f func(context.Context, int) error) error {
-	return parallel(ctx, n, conc, f)
-}
-
 // parallel runs f for 0..n-1, at most conc at once, and returns the first
 // error.
-func parallel(ctx context.Context, n, conc int, f func(context.Context, int) error) error {
+func Parallel(ctx context.Context, n, conc int, f func(context.Context, int) error) error {
 	if n == 0 {
 		return nil
 	}
@@ -195,7 +183,7 @@ func parallel(ctx context.Context, n, conc int, f func(context.Context, int) err
 	for i := 0; i < n; i++ {
 		sem <- struct{}{}
 		if i > 0 {
-			if err := sliceOver(ctx); err != nil {
+			if err := SliceOver(ctx); err != nil {
 				<-sem
 				mu.Lock()
 				if first == nil {
@@ -221,12 +209,8 @@ func parallel(ctx context.Context, n, conc int, f func(context.Context, int) err
 	return first
 }
 
-// ErrSliceOver ends a batch writer's writing once its slice is used (see
-// WithSlice): SliceOver's and Parallel's answer.
-var ErrSliceOver = errSliceOver
-
-// errSliceOver ends a ResumeWorkflow's writing once its slice is used.
-var errSliceOver = errors.New("creation slice over")
+// ErrSliceOver ends a ResumeWorkflow's writing once its slice is used.
+var ErrSliceOver = errors.New("creation slice over")
 
 // sliceKey carries, in a ResumeWorkflow's context, whether its slice is
 // over (a func() bool). Writers check it between requests, never during
@@ -241,29 +225,21 @@ func WithSlice(ctx context.Context, over func() bool) context.Context {
 	return context.WithValue(ctx, sliceKey{}, over)
 }
 
-// SliceOver is ErrSliceOver once ctx's slice is over (see WithSlice),
-// else nil.
-func SliceOver(ctx context.Context) error { return sliceOver(ctx) }
-
-// sliceOver is errSliceOver once ctx's slice is over.
-func sliceOver(ctx context.Context) error {
+// sliceOver is ErrSliceOver once ctx's slice is over.
+func SliceOver(ctx context.Context) error {
 	if over, _ := ctx.Value(sliceKey{}).(func() bool); over != nil && over() {
-		return errSliceOver
+		return ErrSliceOver
 	}
 	return nil
 }
 
 // ConflictTries is how many times a transaction cancelled by a
-// TransactionConflict is tried again, with ConflictBackoff's pauses.
-const ConflictTries = conflictTries
-
-// conflictTries is how many times a transaction cancelled by a
-// TransactionConflict is tried again; conflictBackoff the pause before
+// TransactionConflict is tried again; ConflictBackoff the pause before
 // try n+1: full jitter over 20 ms doubling up to 640 ms, about 2.5 s in
 // all at most.
-const conflictTries = 8
+const ConflictTries = 8
 
-func conflictBackoff(n int) time.Duration {
+func ConflictBackoff(n int) time.Duration {
 	ceiling := 20 * time.Millisecond << min(n, 5)
 	return time.Duration(rand.Int64N(int64(ceiling))) + time.Millisecond
 }
@@ -278,3 +254,49 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 		return ctx.Err()
 	}
 }
+
+// What pkg/cron's persistence needs of the job items: a schedule's fire
+// writes its job in the schedule's transaction.
+
+// JobFinishedCheck is the transaction ConditionCheck that job id is
+// finished (completed, cancelled or discarded) or gone.
+func (s *Store) JobFinishedCheck(id string) *types.ConditionCheck {
+	return &types.ConditionCheck{TableName: &s.table, Key: JobKey(id),
+		ConditionExpression:      aws.String("attribute_not_exists(pk) OR #s IN (:c, :x, :d)"),
+		ExpressionAttributeNames: map[string]string{"#s": attrState},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":c": avS(string(job.Completed)), ":x": avS(string(job.Cancelled)),
+			":d": avS(string(job.Discarded))}}
+}
+
+func avS(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
+
+// BatchPut writes items to table with db, which must be a BatchWriter (an
+// error otherwise): BatchWriteItem requests of 25 items, eight at once,
+// each retrying its unprocessed items up to eight times (an error if some
+// remain). It is the kernel's batch write for the aggregates' packages
+// (pkg/events writes its pages with it), the same requests as the
+// store's own large writes.
+func BatchPut(ctx context.Context, db DynamoAPI, table string, items []map[string]types.AttributeValue) error {
+	return New(db, table).batchPut(ctx, items)
+}
+
+// The table kernel's part that pkg/queue (queue and worker items) builds
+// on: the queue registry's sharded partitions, the fan-out over shards,
+// paged queries and the retry pause.
+
+// queuesPK is the base of the queue registry's partitions (QUEUES,
+// QUEUES#1, ...), sharded by queue name.
+const queuesPK = "QUEUES"
+
+// RegistryPKs lists every partition of the queue registry, shard 0
+// first (topology.JobTable.Shards.Registry of them, at least one).
+func RegistryPKs() []string { return ShardKeys(queuesPK, shards().Registry) }
+
+// The table kernel's part for pkg/deadletter, which owns the dead letter
+// queue's persistence: a discarded job stays a job item (its dead letter
+// entry is its ready index entry, written by the Discard and Expire
+// transitions), so the dead letter package names jobs and their index
+// entries with these.
+
+// DeadIndexPK is the ready index partition key of queue's discarded jobs.
+func DeadIndexPK(queue string) string { return deadPrefix + queue }
