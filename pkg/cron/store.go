@@ -371,7 +371,7 @@ func (s *Store) Step(ctx context.Context, c *Info, st Step, now time.Time) error
 		tx = append(tx, types.TransactWriteItem{ConditionCheck: s.k.JobFinishedCheck(c.LastJobID)})
 	}
 	_, err = s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: tx})
-	if i, ok := failedCondition(err); ok {
+	if i, ok := store.FailedCondition(err); ok {
 		if i == 2 {
 			return ErrPrevNotDone
 		}
@@ -381,21 +381,6 @@ func (s *Store) Step(ctx context.Context, c *Info, st Step, now time.Time) error
 		return fmt.Errorf("fire cron %s: %w", c.Name, err)
 	}
 	return nil
-}
-
-// failedCondition returns the index of the first item of a cancelled
-// transaction whose condition failed; ok is false for any other outcome.
-func failedCondition(err error) (index int, ok bool) {
-	var tce *types.TransactionCanceledException
-	if !errors.As(err, &tce) {
-		return -1, false
-	}
-	for i, r := range tce.CancellationReasons {
-		if aws.ToString(r.Code) == "ConditionalCheckFailed" {
-			return i, true
-		}
-	}
-	return -1, false
 }
 
 // Job reads job id (consistent read), the previous run of a schedule;

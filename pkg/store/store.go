@@ -51,8 +51,8 @@ func (e *ConflictError) Error() string {
 	return fmt.Sprintf("job %s is %s; cannot move it to %s", e.Current.ID, e.Current.State, e.Tried.To)
 }
 
-// conditionFailed reports whether a single-item write failed its condition.
-func conditionFailed(err error) bool {
+// ConditionFailed reports whether a single-item write failed its condition.
+func ConditionFailed(err error) bool {
 	var ccf *types.ConditionalCheckFailedException
 	return errors.As(err, &ccf)
 }
@@ -137,7 +137,7 @@ func (s *Store) Create(ctx context.Context, jobs []*job.Job, redeliverAfter time
 		tx[i] = types.TransactWriteItem{Put: p}
 	}
 	_, err := s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: tx})
-	if i, ok := failedCondition(err); ok {
+	if i, ok := FailedCondition(err); ok {
 		return &DuplicateError{ID: jobs[i].ID, Index: i}
 	}
 	if err != nil {
@@ -146,9 +146,9 @@ func (s *Store) Create(ctx context.Context, jobs []*job.Job, redeliverAfter time
 	return nil
 }
 
-// failedCondition returns the index of the first item of a cancelled
+// FailedCondition returns the index of the first item of a cancelled
 // transaction whose condition failed; ok is false for any other outcome.
-func failedCondition(err error) (index int, ok bool) {
+func FailedCondition(err error) (index int, ok bool) {
 	var tce *types.TransactionCanceledException
 	if !errors.As(err, &tce) {
 		return -1, false

@@ -69,7 +69,7 @@ func (s *Store) CreateUnique(ctx context.Context, j *job.Job, redeliverAfter tim
 			ExpressionAttributeValues: map[string]types.AttributeValue{":v": &types.AttributeValueMemberN{Value: itoa(holderVersion)}}}})
 	}
 	_, err = s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: tx})
-	if i, ok := failedCondition(err); ok {
+	if i, ok := FailedCondition(err); ok {
 		if i == 1 {
 			return &DuplicateError{ID: j.ID}
 		}

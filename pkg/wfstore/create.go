@@ -92,7 +92,7 @@ func (s *Store) CreateWorkflow(ctx context.Context, w NewWorkflow) error {
 			tx = append(tx, types.TransactWriteItem{Put: put})
 		}
 		_, err = s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: tx})
-		if i, ok := failedCondition(err); ok {
+		if i, ok := store.FailedCondition(err); ok {
 			if i == 0 {
 				return ErrWorkflowExists
 			}
@@ -177,7 +177,7 @@ func (s *Store) putAll(ctx context.Context, puts []*types.Put) error {
 	return store.Parallel(ctx, len(puts), 16, func(ctx context.Context, i int) error {
 		p := puts[i]
 		_, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: p.TableName, Item: p.Item, ConditionExpression: p.ConditionExpression})
-		if err != nil && !conditionFailed(err) {
+		if err != nil && !store.ConditionFailed(err) {
 			pk, _ := p.Item[attrPK].(*types.AttributeValueMemberS)
 			return fmt.Errorf("put %s: %w", pk.Value, err)
 		}
@@ -518,7 +518,7 @@ func (s *Store) NextCancelPass(ctx context.Context, wfID string) error {
 		ConditionExpression:       aws.String("#s = :c AND cancelling = :t"),
 		ExpressionAttributeNames:  map[string]string{"#s": "state"},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":c": avS(string(wfstate.Cancelled)), ":t": &types.AttributeValueMemberBOOL{Value: true}, ":one": &types.AttributeValueMemberN{Value: "1"}}})
-	if err != nil && !conditionFailed(err) {
+	if err != nil && !store.ConditionFailed(err) {
 		return fmt.Errorf("workflow %s: next cancel pass: %w", wfID, err)
 	}
 	return nil

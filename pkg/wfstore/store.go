@@ -8,12 +8,10 @@
 package wfstore
 
 import (
-	"errors"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
@@ -64,27 +62,6 @@ func RootIn(wfID string, states ...wfstate.State) store.Guard {
 		in = append(in, k)
 	}
 	return store.NewGuard(wfKey(wfID, nodeSK(RootPath)), "#gs IN ("+strings.Join(in, ", ")+")", map[string]string{"#gs": "state"}, values)
-}
-
-// failedCondition returns the index of the first item of a cancelled
-// transaction whose condition failed; ok is false for any other outcome.
-func failedCondition(err error) (index int, ok bool) {
-	var tce *types.TransactionCanceledException
-	if !errors.As(err, &tce) {
-		return -1, false
-	}
-	for i, r := range tce.CancellationReasons {
-		if aws.ToString(r.Code) == "ConditionalCheckFailed" {
-			return i, true
-		}
-	}
-	return -1, false
-}
-
-// conditionFailed reports whether a single-item write failed its condition.
-func conditionFailed(err error) bool {
-	var ccf *types.ConditionalCheckFailedException
-	return errors.As(err, &ccf)
 }
 
 func avS(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
