@@ -17,6 +17,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/awsclient"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfdef"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
 	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
 )
@@ -161,7 +162,7 @@ func scaleRun(t *testing.T, kind string, n int) {
 }
 
 // scaleJobs is the size of each run: the documented maximum.
-var scaleJobs = workflow.MaxJobs
+var scaleJobs = wfdef.MaxJobs
 
 // TestThousandStepGraphs runs two dependency graphs of 1,000 steps: a wide
 // one (10 layers of 100 steps, each waiting for two steps of the layer

@@ -17,6 +17,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfdef"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
 	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
@@ -177,7 +178,7 @@ func verify(plans []*wfPlan, snap *snapshot, views map[string]map[string]any, po
 			if !run {
 				walk(n, func(d *node) {
 					if d.kind == "job" {
-						if j := snap.jobs[workflow.JobID(w.id, d.path)]; j != nil {
+						if j := snap.jobs[wfdef.JobID(w.id, d.path)]; j != nil {
 							fail("wf %d %s: a job exists for a step that must never run (state %s)", w.index, d.path, j.State)
 						}
 					} else if dn := nodes[d.path]; dn != nil && dn.State != wfstate.Waiting {
@@ -187,7 +188,7 @@ func verify(plans []*wfPlan, snap *snapshot, views map[string]map[string]any, po
 				return false
 			}
 			if n.kind == "job" {
-				id := workflow.JobID(w.id, n.path)
+				id := wfdef.JobID(w.id, n.path)
 				want[id] = true
 				j := snap.jobs[id]
 				if j == nil {
@@ -265,7 +266,7 @@ func verify(plans []*wfPlan, snap *snapshot, views map[string]map[string]any, po
 						// A batch with triggered callbacks completes when they do.
 						ok = true
 						for _, name := range fired {
-							if j := snap.jobs[workflow.JobID(w.id, n.callbacks[name].path)]; j == nil || j.State != job.Completed {
+							if j := snap.jobs[wfdef.JobID(w.id, n.callbacks[name].path)]; j == nil || j.State != job.Completed {
 								ok = false
 							}
 						}
@@ -351,7 +352,7 @@ func checkSaga(w *wfPlan, nodes map[string]*wfstore.Node, snap *snapshot, want m
 	}
 	var completed []done
 	for _, c := range w.root.children {
-		if j := snap.jobs[workflow.JobID(w.id, c.path)]; j != nil && j.State == job.Completed && j.CompletedAt != nil {
+		if j := snap.jobs[wfdef.JobID(w.id, c.path)]; j != nil && j.State == job.Completed && j.CompletedAt != nil {
 			completed = append(completed, done{c.path, *j.CompletedAt})
 		}
 	}
@@ -377,7 +378,7 @@ func checkSaga(w *wfPlan, nodes map[string]*wfstore.Node, snap *snapshot, want m
 				fail("wf %d: %s without a completed step to undo", w.index, e)
 			}
 		}
-		if j := snap.jobs[workflow.JobID(w.id, "/~compensate/s0")]; j != nil {
+		if j := snap.jobs[wfdef.JobID(w.id, "/~compensate/s0")]; j != nil {
 			fail("wf %d: a compensation without a completed step exists", w.index)
 		}
 		return
@@ -386,7 +387,7 @@ func checkSaga(w *wfPlan, nodes map[string]*wfstore.Node, snap *snapshot, want m
 		fail("wf %d: a failed saga's compensation is %q, want completed", w.index, root.Compensation)
 	}
 	for k, d := range completed {
-		id := workflow.JobID(w.id, fmt.Sprintf("/~compensate/s%d", k))
+		id := wfdef.JobID(w.id, fmt.Sprintf("/~compensate/s%d", k))
 		want[id] = true
 		j := snap.jobs[id]
 		if j == nil || j.State != job.Completed {
@@ -401,7 +402,7 @@ func checkSaga(w *wfPlan, nodes map[string]*wfstore.Node, snap *snapshot, want m
 			fail("wf %d: compensation %d undoes %q, want %s (latest completion first)", w.index, k, pr.Compensates, d.path)
 		}
 	}
-	if j := snap.jobs[workflow.JobID(w.id, fmt.Sprintf("/~compensate/s%d", len(completed)))]; j != nil {
+	if j := snap.jobs[wfdef.JobID(w.id, fmt.Sprintf("/~compensate/s%d", len(completed)))]; j != nil {
 		fail("wf %d: a compensation beyond the %d completed steps exists", w.index, len(completed))
 	}
 	evs := map[string]int{}
@@ -423,7 +424,7 @@ func checkTimed(w *wfPlan, nodes map[string]*wfstore.Node, snap *snapshot, views
 	root := nodes["/"]
 	all, cancelled := true, 0
 	for _, c := range w.root.children {
-		id := workflow.JobID(w.id, c.path)
+		id := wfdef.JobID(w.id, c.path)
 		want[id] = true
 		j := snap.jobs[id]
 		if j == nil {

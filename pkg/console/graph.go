@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/ojs-aws/ojs-serverless/pkg/wfdef"
 	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
 )
 
@@ -104,13 +105,6 @@ func isComposite(m *workflow.ViewNode) bool {
 	return m.Callbacks != nil
 }
 
-func childPath(parent, seg string) string {
-	if parent == "/" {
-		return "/" + seg
-	}
-	return parent + "/" + seg
-}
-
 // stepID is a step's id: its own "id", else its path.
 func stepID(m *workflow.ViewNode, path string) string {
 	if m.ID != "" {
@@ -152,7 +146,7 @@ func layout(m *workflow.ViewNode, path string, depth int) *block {
 		if c.Index != nil {
 			idx = *c.Index
 		}
-		p := childPath(path, fmt.Sprintf("%s%d", seg, idx))
+		p := wfdef.ChildPath(path, fmt.Sprintf("%s%d", seg, idx))
 		ks = append(ks, kid{m: c, id: stepID(c, p), path: p})
 		if c.DependsOn != nil {
 			dag = true
@@ -172,7 +166,7 @@ func layout(m *workflow.ViewNode, path string, depth int) *block {
 			counts[k.m.State]++
 		}
 		blocks = append(blocks, summary(path, counts, len(more)))
-		ks = append(ks, kid{id: childPath(path, "more")})
+		ks = append(ks, kid{id: wfdef.ChildPath(path, "more")})
 	}
 	kind := m.Type
 	out := &block{}
@@ -208,7 +202,7 @@ func layout(m *workflow.ViewNode, path string, depth int) *block {
 		var cbBlocks []*block
 		for _, n := range names {
 			cm := cbs[n]
-			b := layout(&cm, childPath(path, n), depth+1)
+			b := layout(&cm, wfdef.ChildPath(path, n), depth+1)
 			for i := range b.nodes {
 				if b.nodes[i].Sub == "" {
 					b.nodes[i].Sub = n
@@ -278,7 +272,7 @@ func summary(path string, counts map[string]int, n int) *block {
 			parts = append(parts, fmt.Sprintf("%d %s", counts[s], s))
 		}
 	}
-	node := Node{ID: childPath(path, "more"), Label: fmt.Sprintf("+ %d more", n), Sub: strings.Join(parts, ", "), State: state, Kind: "more", W: leafW, H: leafH}
+	node := Node{ID: wfdef.ChildPath(path, "more"), Label: fmt.Sprintf("+ %d more", n), Sub: strings.Join(parts, ", "), State: state, Kind: "more", W: leafW, H: leafH}
 	return &block{w: leafW, h: leafH, nodes: []Node{node}, inX: 0, inY: leafH / 2, outX: leafW, outY: leafH / 2}
 }
 

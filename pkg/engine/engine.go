@@ -26,6 +26,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfdef"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
 	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
 )
@@ -336,7 +337,7 @@ func finished(c Change) (workflow.Finished, bool) {
 		}
 		return workflow.Finished{Job: c.New.Job}, true
 	}
-	if n := c.NewNode; n != nil && (n.Kind != workflow.KindJob || strings.HasPrefix(n.Path, "/~")) && n.State.Terminal() {
+	if n := c.NewNode; n != nil && (n.Kind != wfdef.KindJob || strings.HasPrefix(n.Path, "/~")) && n.State.Terminal() {
 		// A composite (or the root, or a handler) that finished.
 		if c.OldNode != nil && c.OldNode.State == n.State {
 			return workflow.Finished{}, false

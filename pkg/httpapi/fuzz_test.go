@@ -21,7 +21,7 @@ import (
 // checks the contract of harness.checkOutcome. Seeds are the request
 // examples of the OJS specification (testdata/seeds/<route>, named
 // <spec file>-<section>-<n>.json; PUSH and workflow bodies are shared with
-// pkg/job and pkg/workflow) plus hand-written edge cases.
+// pkg/job and pkg/wfdef) plus hand-written edge cases.
 
 func seeds(f *testing.F, dir string, extra ...string) {
 	f.Helper()
@@ -111,7 +111,7 @@ func FuzzBatch(f *testing.F) {
 }
 
 func FuzzWorkflowHTTP(f *testing.F) {
-	seeds(f, "../workflow/testdata/seeds",
+	seeds(f, "../wfdef/testdata/seeds",
 		`{"type":"chain","steps":[{"type":"a.b","args":[]}]}`,
 		`{"type":"group","name":"`+strings.Repeat("n", 1000)+`","jobs":[{"type":"a.b","args":[]}]}`,
 		`{"type":"batch","jobs":[{"type":"a.b","args":[]}],"callbacks":{"on_complete":{"type":"c.d","args":[]}}}`)

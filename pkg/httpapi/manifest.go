@@ -4,7 +4,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
-	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfdef"
 )
 
 // ImplementationVersion is this product's version.
@@ -44,7 +44,7 @@ func Manifest() map[string]any {
 			"max_result_bytes": job.MaxResultBytes, "max_request_bytes": MaxBodyBytes, "supported_compression": SupportedEncodings,
 			"max_batch_jobs": lifecycle.MaxBulk, "max_atomic_batch_jobs": store.MaxBatch, "max_fetch_count": lifecycle.MaxFetch,
 			"max_fetch_wait_ms": lifecycle.MaxFetchWait.Milliseconds(), "min_priority": job.MinPriority, "max_priority": job.MaxPriority,
-			"max_workflow_depth": workflow.MaxDepth, "max_workflow_jobs": workflow.MaxJobs,
+			"max_workflow_depth": wfdef.MaxDepth, "max_workflow_jobs": wfdef.MaxJobs,
 		},
 		"uniqueness_strength": "strong",
 		// Only extensions whose conformance suite passes in full here

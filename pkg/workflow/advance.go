@@ -11,6 +11,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/fault"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfdef"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
 )
@@ -29,7 +30,7 @@ type step struct {
 // index is the step's position among its parent's children (-1 for a
 // callback).
 func (s step) index() int {
-	seg := lastSegment(s.path)
+	seg := wfdef.LastSegment(s.path)
 	if strings.HasPrefix(seg, "on_") {
 		return -1
 	}
@@ -95,23 +96,23 @@ func (e *Engine) advance(ctx context.Context, s step) error {
 // step when this finished it (or found it finished), else nil.
 func (e *Engine) stepDone(ctx context.Context, s step) (*step, error) {
 	switch {
-	case s.path == compensatePath:
+	case s.path == wfdef.CompensatePath:
 		if s.node == nil {
 			return nil, nil
 		}
 		return nil, e.endCompensation(ctx, s.node)
-	case strings.HasPrefix(s.path, compensatePath+"/"):
+	case strings.HasPrefix(s.path, wfdef.CompensatePath+"/"):
 		return e.compensationStepDone(ctx, s)
-	case parentOf(s.path) == wfstore.RootPath && strings.HasPrefix(s.path, "/~"):
+	case wfdef.ParentPath(s.path) == wfstore.RootPath && strings.HasPrefix(s.path, "/~"):
 		return nil, e.handlerDone(ctx, s)
 	}
-	switch parentKind(s.path) {
-	case KindChain:
+	switch wfdef.ParentKind(s.path) {
+	case wfdef.KindChain:
 		return e.chainStepDone(ctx, s)
-	case KindGraph:
+	case wfdef.KindGraph:
 		return e.graphStepDone(ctx, s)
 	}
-	if isCallback(s.path) {
+	if wfdef.IsCallback(s.path) {
 		return e.callbackDone(ctx, s)
 	}
 	return e.memberDone(ctx, s)
@@ -165,7 +166,7 @@ func (e *Engine) finish(ctx context.Context, wf, path string, ok bool, w wfstore
 // same transaction as the record that step k finished), or finishes the
 // chain after its last step or a failed one.
 func (e *Engine) chainStepDone(ctx context.Context, s step) (*step, error) {
-	parent, k := parentOf(s.path), s.index()
+	parent, k := wfdef.ParentPath(s.path), s.index()
 	if !s.ok {
 		idx := k
 		return e.finish(ctx, s.wf, parent, false, wfstore.NodeWrite{AddFail: []int{k}, FailedIndex: &idx, FailedStep: s.path})
@@ -174,7 +175,7 @@ func (e *Engine) chainStepDone(ctx context.Context, s step) (*step, error) {
 		// The last step, as its job or node says: no next step to read.
 		return e.finish(ctx, s.wf, parent, true, wfstore.NodeWrite{AddOK: []int{k}})
 	}
-	nextPath := childPath(parent, segment(KindChain, k+1))
+	nextPath := wfdef.ChildPath(parent, wfdef.Segment(wfdef.KindChain, k+1))
 	var next *wfstore.Node
 	ahead := aheadOf(s.job)
 	if len(ahead) > 0 {
@@ -191,7 +192,7 @@ func (e *Engine) chainStepDone(ctx context.Context, s step) (*step, error) {
 		}
 	}
 	t := newTreeOf([]*wfstore.Node{next})
-	if next.Kind != KindJob {
+	if next.Kind != wfdef.KindJob {
 		nodes, err := e.st.Subtree(ctx, s.wf, nextPath)
 		if err != nil {
 			return nil, err
@@ -218,7 +219,7 @@ func (e *Engine) chainStepDone(ctx context.Context, s step) (*step, error) {
 	}
 	scope, states := scopeOf(s.path)
 	record := wfstore.NodeWrite{Path: parent, AddOK: []int{k}, Open: true}
-	if marked := parent == wfstore.RootPath && next.Kind == KindJob && len(jobs) == 1 && len(timed) == 0; marked {
+	if marked := parent == wfstore.RootPath && next.Kind == wfdef.KindJob && len(jobs) == 1 && len(timed) == 0; marked {
 		// A workflow that is a chain, its next step a job: two writes
 		// instead of a transaction, guarded by the root's mark.
 		err = e.st.AdvanceMarked(ctx, s.wf, record, nextPath, jobs, e.redel)
@@ -296,7 +297,7 @@ func (e *Engine) chainResults(ctx context.Context, s step, chain string, k int) 
 // the composite itself or in its counter shard, and applies what follows
 // when it was the last.
 func (e *Engine) memberDone(ctx context.Context, s step) (*step, error) {
-	parent, i := parentOf(s.path), s.index()
+	parent, i := wfdef.ParentPath(s.path), s.index()
 	var n *wfstore.Node
 	if s.shard == "" {
 		w := wfstore.NodeWrite{Path: parent}
@@ -358,10 +359,10 @@ func (e *Engine) settle(ctx context.Context, n *wfstore.Node) (*step, error) {
 		if len(n.Fail) == 0 {
 			return ""
 		}
-		return childPath(n.Path, segment(n.Kind, wfstore.SortedInts(n.Fail)[0]))
+		return wfdef.ChildPath(n.Path, wfdef.Segment(n.Kind, wfstore.SortedInts(n.Fail)[0]))
 	}
 	switch n.Kind {
-	case KindChain:
+	case wfdef.KindChain:
 		if len(n.Fail) > 0 {
 			idx := wfstore.SortedInts(n.Fail)[0]
 			return e.finish(ctx, n.WorkflowID, n.Path, false, wfstore.NodeWrite{FailedIndex: &idx, FailedStep: failedChild()})
@@ -369,15 +370,15 @@ func (e *Engine) settle(ctx context.Context, n *wfstore.Node) (*step, error) {
 		if len(n.OK) >= n.Total {
 			return e.finish(ctx, n.WorkflowID, n.Path, true, wfstore.NodeWrite{})
 		}
-	case KindGraph:
+	case wfdef.KindGraph:
 		if done, failed := graphDone(n); done {
 			return e.finish(ctx, n.WorkflowID, n.Path, !failed, wfstore.NodeWrite{FailedStep: failedChild()})
 		}
-	case KindGroup:
+	case wfdef.KindGroup:
 		if done, fail := membersDone(n); done {
 			return e.finish(ctx, n.WorkflowID, n.Path, fail == 0, wfstore.NodeWrite{FailedStep: failedChild()})
 		}
-	case KindBatch:
+	case wfdef.KindBatch:
 		done, fail := membersDone(n)
 		if !done {
 			return nil, nil
@@ -392,7 +393,7 @@ func (e *Engine) settle(ctx context.Context, n *wfstore.Node) (*step, error) {
 		if len(n.CallbacksOK)+len(n.CallbacksFail) >= len(n.Fired) {
 			w := wfstore.NodeWrite{}
 			if len(n.CallbacksFail) > 0 {
-				w.FailedStep = childPath(n.Path, n.CallbacksFail[0])
+				w.FailedStep = wfdef.ChildPath(n.Path, n.CallbacksFail[0])
 			}
 			return e.finish(ctx, n.WorkflowID, n.Path, len(n.CallbacksFail) == 0, w)
 		}
@@ -404,7 +405,7 @@ func (e *Engine) settle(ctx context.Context, n *wfstore.Node) (*step, error) {
 // section 6.5).
 func firedFor(callbacks []string, fail int) []string {
 	var out []string
-	for _, name := range Callbacks {
+	for _, name := range wfdef.Callbacks {
 		if !wfstore.HasString(callbacks, name) {
 			continue
 		}
@@ -467,8 +468,8 @@ func (e *Engine) fire(ctx context.Context, n *wfstore.Node, fired []string) erro
 // callbackDone counts a finished callback; the batch finishes when every
 // fired callback did: completed if they all completed.
 func (e *Engine) callbackDone(ctx context.Context, s step) (*step, error) {
-	name, _ := callbackName(s.path)
-	w := wfstore.NodeWrite{Path: parentOf(s.path)}
+	name, _ := wfdef.CallbackName(s.path)
+	w := wfstore.NodeWrite{Path: wfdef.ParentPath(s.path)}
 	if s.ok {
 		w.AddCallbacksOK = []string{name}
 	} else {
@@ -561,10 +562,10 @@ func hasInt(list []int, v int) bool {
 // record and the jobs are two writes instead of a transaction
 // (wfstore.AdvanceMarked; the root's mark says its steps start that way).
 func (e *Engine) graphStepDone(ctx context.Context, s step) (*step, error) {
-	parent, i := parentOf(s.path), s.index()
+	parent, i := wfdef.ParentPath(s.path), s.index()
 	gk := wfstore.NodeKey{WorkflowID: s.wf, Path: parent}
 	stepKeyOf := func(x int) wfstore.NodeKey {
-		return wfstore.NodeKey{WorkflowID: s.wf, Path: childPath(parent, segment(KindGraph, x))}
+		return wfstore.NodeKey{WorkflowID: s.wf, Path: wfdef.ChildPath(parent, wfdef.Segment(wfdef.KindGraph, x))}
 	}
 	var next []int
 	if s.job != nil {
@@ -634,7 +635,7 @@ func (e *Engine) graphStepDone(ctx context.Context, s step) (*step, error) {
 			if last, failed := graphDoneWith(g, i, true); last {
 				// The last step: count it and finish the graph in one write.
 				if failed {
-					w.FailedStep = childPath(parent, segment(KindGraph, wfstore.SortedInts(g.Fail)[0]))
+					w.FailedStep = wfdef.ChildPath(parent, wfdef.Segment(wfdef.KindGraph, wfstore.SortedInts(g.Fail)[0]))
 				}
 				return e.finish(ctx, s.wf, parent, !failed, w)
 			}
@@ -681,7 +682,7 @@ func (e *Engine) graphStepDone(ctx context.Context, s step) (*step, error) {
 // allJobs reports whether every node is a job step.
 func allJobs(nodes []*wfstore.Node) bool {
 	for _, n := range nodes {
-		if n.Kind != KindJob {
+		if n.Kind != wfdef.KindJob {
 			return false
 		}
 	}
@@ -702,7 +703,7 @@ func (e *Engine) graphJobs(ctx context.Context, s step, parent string, shape gra
 		for _, x := range shape.Deps[n.Index] {
 			if x != self && !seen[x] {
 				seen[x] = true
-				ids = append(ids, JobID(s.wf, childPath(parent, segment(KindGraph, x))))
+				ids = append(ids, wfdef.JobID(s.wf, wfdef.ChildPath(parent, wfdef.Segment(wfdef.KindGraph, x))))
 			}
 		}
 	}
@@ -719,9 +720,9 @@ func (e *Engine) graphJobs(ctx context.Context, s step, parent string, shape gra
 		for _, x := range shape.Deps[n.Index] {
 			key := shape.IDs[x]
 			if key == "" {
-				key = trimPath(childPath(parent, segment(KindGraph, x)))
+				key = trimPath(wfdef.ChildPath(parent, wfdef.Segment(wfdef.KindGraph, x)))
 			}
-			pr[key] = resultValue(done[JobID(s.wf, childPath(parent, segment(KindGraph, x)))])
+			pr[key] = resultValue(done[wfdef.JobID(s.wf, wfdef.ChildPath(parent, wfdef.Segment(wfdef.KindGraph, x)))])
 		}
 		b, err := json.Marshal(pr)
 		if err != nil {
@@ -770,8 +771,8 @@ func (e *Engine) results(ctx context.Context, t *tree, nodes []*wfstore.Node, jo
 		var ids []string
 		var walk func(n *wfstore.Node)
 		walk = func(n *wfstore.Node) {
-			if n.Kind == KindJob {
-				ids = append(ids, JobID(t.wfID, n.Path))
+			if n.Kind == wfdef.KindJob {
+				ids = append(ids, wfdef.JobID(t.wfID, n.Path))
 				return
 			}
 			for _, c := range t.kids[n.Path] {
@@ -788,10 +789,10 @@ func (e *Engine) results(ctx context.Context, t *tree, nodes []*wfstore.Node, jo
 	}
 	var value func(n *wfstore.Node) json.RawMessage
 	value = func(n *wfstore.Node) json.RawMessage {
-		if n.Kind == KindJob {
-			return resultValue(jobs[JobID(t.wfID, n.Path)])
+		if n.Kind == wfdef.KindJob {
+			return resultValue(jobs[wfdef.JobID(t.wfID, n.Path)])
 		}
-		if n.Kind == KindGraph {
+		if n.Kind == wfdef.KindGraph {
 			m := map[string]json.RawMessage{}
 			for _, c := range t.kids[n.Path] {
 				m[stepKey(c)] = value(c)

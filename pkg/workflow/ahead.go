@@ -5,6 +5,7 @@ import (
 
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfdef"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
 )
 
@@ -46,7 +47,7 @@ func (e *Engine) carryAhead(j *job.Job, rest []*wfstore.Node) {
 	var steps []aheadStep
 	size := len("[]")
 	for _, n := range rest {
-		if n.Kind != KindJob || n.Def == "" {
+		if n.Kind != wfdef.KindJob || n.Def == "" {
 			break
 		}
 		a := aheadStep{Def: json.RawMessage(n.Def), SID: n.StepID, Last: n.Last}
@@ -77,6 +78,6 @@ func aheadOf(j *job.Job) []aheadStep {
 // nodeOfAhead is the node of chain step index of chain, as a job ahead
 // of it carries it.
 func nodeOfAhead(wf, chain string, index int, a aheadStep) *wfstore.Node {
-	return &wfstore.Node{WorkflowID: wf, Path: childPath(chain, segment(KindChain, index)), Kind: KindJob, Index: index,
+	return &wfstore.Node{WorkflowID: wf, Path: wfdef.ChildPath(chain, wfdef.Segment(wfdef.KindChain, index)), Kind: wfdef.KindJob, Index: index,
 		Def: store.Packed(a.Def), StepID: a.SID, Last: a.Last}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfdef"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
 )
@@ -86,7 +87,7 @@ func (e *Engine) Resume(ctx context.Context, wfID string) error {
 	if err != nil {
 		return fmt.Errorf("workflow %s: created_at: %w", wfID, err)
 	}
-	parsed, err := Parse(raw, created)
+	parsed, err := wfdef.Parse(raw, created)
 	if err != nil {
 		return fmt.Errorf("workflow %s: stored definition no longer valid: %w", wfID, err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfdef"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
 	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
@@ -86,8 +87,8 @@ func jobStates(t *testing.T, st *store.Store, id string) map[job.State]int {
 	}
 	var ids []string
 	for _, it := range items {
-		if it.Kind == workflow.KindJob && !strings.HasPrefix(it.Path, "/~") {
-			ids = append(ids, workflow.JobID(id, it.Path))
+		if it.Kind == wfdef.KindJob && !strings.HasPrefix(it.Path, "/~") {
+			ids = append(ids, wfdef.JobID(id, it.Path))
 		}
 	}
 	jobs, err := st.BatchGetJobs(ctx, ids)
@@ -264,8 +265,8 @@ func TestRepairFinishesAnAsyncCreationWhoseWriterDied(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i, n := range items {
-			if n.Kind == workflow.KindJob {
-				del(t, db, table, "JOB#"+workflow.JobID(id, n.Path), "JOB")
+			if n.Kind == wfdef.KindJob {
+				del(t, db, table, "JOB#"+wfdef.JobID(id, n.Path), "JOB")
 			}
 			if stage == "nodes" && i > 0 && i%2 == 0 {
 				del(t, db, table, "WF#"+id, "N#"+n.Path)

@@ -14,6 +14,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfdef"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
 )
@@ -119,8 +120,8 @@ func (e *Engine) stopBelow(ctx context.Context, wf, path string, now time.Time) 
 		if strings.HasPrefix(n.Path, "/~") || n.Path == path {
 			continue
 		}
-		if n.Kind == KindJob {
-			ids = append(ids, JobID(wf, n.Path))
+		if n.Kind == wfdef.KindJob {
+			ids = append(ids, wfdef.JobID(wf, n.Path))
 			continue
 		}
 		if !n.State.Terminal() {
@@ -315,16 +316,16 @@ func (e *Engine) takeUnwritten(ctx context.Context, root *wfstore.Node, items []
 // workflow that is a graph, the jobs of every step whose dependencies all
 // completed and that has not finished (graphLaunching).
 func (e *Engine) launching(ctx context.Context, root *wfstore.Node, items []*wfstore.Node) ([]*job.Job, error) {
-	if root.Kind == KindGraph {
+	if root.Kind == wfdef.KindGraph {
 		return e.graphLaunching(ctx, root, items)
 	}
 	path := root.Launching
 	k := step{path: path}.index()
 	t := newTreeOf(items)
-	if n := t.byPath[path]; k < 1 || n == nil || n.Kind != KindJob || parentOf(path) != wfstore.RootPath || root.Kind != KindChain {
+	if n := t.byPath[path]; k < 1 || n == nil || n.Kind != wfdef.KindJob || wfdef.ParentPath(path) != wfstore.RootPath || root.Kind != wfdef.KindChain {
 		return nil, nil
 	}
-	prev := childPath(wfstore.RootPath, segment(KindChain, k-1))
+	prev := wfdef.ChildPath(wfstore.RootPath, wfdef.Segment(wfdef.KindChain, k-1))
 	pr, err := e.chainResults(ctx, step{wf: root.WorkflowID, path: prev}, wfstore.RootPath, k-1)
 	if err != nil {
 		return nil, err
@@ -346,11 +347,11 @@ func (e *Engine) graphLaunching(ctx context.Context, root *wfstore.Node, items [
 	var ids []string
 	for _, n := range t.kids[wfstore.RootPath] {
 		deps := shape.Deps[n.Index]
-		if n.Kind != KindJob || len(deps) == 0 || root.Done(n.Index) || !allIn(deps, root.OK) {
+		if n.Kind != wfdef.KindJob || len(deps) == 0 || root.Done(n.Index) || !allIn(deps, root.OK) {
 			continue
 		}
 		cands = append(cands, n)
-		ids = append(ids, JobID(root.WorkflowID, n.Path))
+		ids = append(ids, wfdef.JobID(root.WorkflowID, n.Path))
 	}
 	if len(cands) == 0 {
 		return nil, nil
@@ -359,7 +360,7 @@ func (e *Engine) graphLaunching(ctx context.Context, root *wfstore.Node, items [
 	if err != nil {
 		return nil, err
 	}
-	missing := slices.DeleteFunc(cands, func(n *wfstore.Node) bool { return have[JobID(root.WorkflowID, n.Path)] != nil })
+	missing := slices.DeleteFunc(cands, func(n *wfstore.Node) bool { return have[wfdef.JobID(root.WorkflowID, n.Path)] != nil })
 	if len(missing) == 0 {
 		return nil, nil
 	}
@@ -380,8 +381,8 @@ func allIn(xs, set []int) bool {
 func jobIDs(wfID string, items []*wfstore.Node) []string {
 	var ids []string
 	for _, n := range items {
-		if n.Kind == KindJob && !strings.HasPrefix(n.Path, "/~") {
-			ids = append(ids, JobID(wfID, n.Path))
+		if n.Kind == wfdef.KindJob && !strings.HasPrefix(n.Path, "/~") {
+			ids = append(ids, wfdef.JobID(wfID, n.Path))
 		}
 	}
 	return ids
@@ -401,7 +402,7 @@ func (e *Engine) afterFailure(ctx context.Context, root *wfstore.Node) error {
 	if root.Compensation == wfstore.CompensationRunning || root.Compensation == wfstore.CompensationWaiting {
 		return nil // the handler runs when the compensation ends
 	}
-	return e.launchHandler(ctx, root, HandlerOnFailure)
+	return e.launchHandler(ctx, root, wfdef.HandlerOnFailure)
 }
 
 // compensationRecheck is how often the sweeper looks again at a failed
@@ -425,8 +426,8 @@ func (e *Engine) startCompensation(ctx context.Context, root *wfstore.Node) (boo
 	var ids []string
 	byID := map[string]*wfstore.Node{}
 	for _, n := range nodes {
-		if n.Kind == KindJob && n.Compensate != "" && !strings.HasPrefix(n.Path, "/~") {
-			id := JobID(wf, n.Path)
+		if n.Kind == wfdef.KindJob && n.Compensate != "" && !strings.HasPrefix(n.Path, "/~") {
+			id := wfdef.JobID(wf, n.Path)
 			ids = append(ids, id)
 			byID[id] = n
 		}
@@ -495,11 +496,11 @@ func (e *Engine) startCompensation(ctx context.Context, root *wfstore.Node) (boo
 	for i, d := range list {
 		plan[i] = d.n.Path
 	}
-	first, err := e.compensationJob(ctx, wf, 0, list[0].n, jobs[JobID(wf, list[0].n.Path)])
+	first, err := e.compensationJob(ctx, wf, 0, list[0].n, jobs[wfdef.JobID(wf, list[0].n.Path)])
 	if err != nil {
 		return false, err
 	}
-	comp := wfstore.Node{WorkflowID: wf, Path: compensatePath, Kind: KindChain, Name: "compensation", Index: -1, Total: len(plan), Plan: plan,
+	comp := wfstore.Node{WorkflowID: wf, Path: wfdef.CompensatePath, Kind: wfdef.KindChain, Name: "compensation", Index: -1, Total: len(plan), Plan: plan,
 		State: wfstate.Running, StartedAt: job.Timestamp(now)}
 	err = e.st.Advance(ctx, wfstore.Advance{WorkflowID: wf, Jobs: []*job.Job{first}, RedeliverAfter: e.redel, NewNodes: []wfstore.Node{comp},
 		Scope: wfstore.RootPath, ScopeStates: []wfstate.State{wfstate.Failed},
@@ -521,8 +522,8 @@ func (e *Engine) startCompensation(ctx context.Context, root *wfstore.Node) (boo
 // n: its compensate job, with the undone step's id, job id and result as
 // parent_results.
 func (e *Engine) compensationJob(ctx context.Context, wf string, k int, n *wfstore.Node, undone *job.Job) (*job.Job, error) {
-	pr, _ := json.Marshal(map[string]any{"compensates": stepKey(n), "job_id": JobID(wf, n.Path), "result": resultValue(undone)})
-	synthetic := &wfstore.Node{WorkflowID: wf, Path: childPath(compensatePath, segment(KindChain, k)), Kind: KindJob, Def: n.Compensate}
+	pr, _ := json.Marshal(map[string]any{"compensates": stepKey(n), "job_id": wfdef.JobID(wf, n.Path), "result": resultValue(undone)})
+	synthetic := &wfstore.Node{WorkflowID: wf, Path: wfdef.ChildPath(wfdef.CompensatePath, wfdef.Segment(wfdef.KindChain, k)), Kind: wfdef.KindJob, Def: n.Compensate}
 	j, err := e.newJob(synthetic, pr)
 	if err != nil {
 		return nil, err
@@ -539,14 +540,14 @@ func (e *Engine) compensationJob(ctx context.Context, wf string, k int, n *wfsto
 // the workflow and runs its on_failure handler.
 func (e *Engine) compensationStepDone(ctx context.Context, s step) (*step, error) {
 	k := s.index()
-	comp, err := e.st.GetNode(ctx, s.wf, compensatePath)
+	comp, err := e.st.GetNode(ctx, s.wf, wfdef.CompensatePath)
 	if err != nil {
 		return nil, err
 	}
 	if comp.Done(k) || comp.State.Terminal() {
 		return nil, e.endCompensation(ctx, comp)
 	}
-	w := wfstore.NodeWrite{Path: compensatePath}
+	w := wfstore.NodeWrite{Path: wfdef.CompensatePath}
 	if s.ok {
 		w.AddOK = []int{k}
 	} else {
@@ -557,12 +558,12 @@ func (e *Engine) compensationStepDone(ctx context.Context, s step) (*step, error
 		if !ok && len(comp.Fail) == 0 {
 			w.FailedStep = s.path
 		} else if !ok {
-			w.FailedStep = childPath(compensatePath, segment(KindChain, wfstore.SortedInts(comp.Fail)[0]))
+			w.FailedStep = wfdef.ChildPath(wfdef.CompensatePath, wfdef.Segment(wfdef.KindChain, wfstore.SortedInts(comp.Fail)[0]))
 		}
-		if _, err := e.finish(ctx, s.wf, compensatePath, ok, w); err != nil {
+		if _, err := e.finish(ctx, s.wf, wfdef.CompensatePath, ok, w); err != nil {
 			return nil, err
 		}
-		comp, err = e.st.GetNode(ctx, s.wf, compensatePath)
+		comp, err = e.st.GetNode(ctx, s.wf, wfdef.CompensatePath)
 		if err != nil {
 			return nil, err
 		}
@@ -572,16 +573,16 @@ func (e *Engine) compensationStepDone(ctx context.Context, s step) (*step, error
 	if err != nil {
 		return nil, err
 	}
-	undone, err := e.st.BatchGetJobs(ctx, []string{JobID(s.wf, next.Path)})
+	undone, err := e.st.BatchGetJobs(ctx, []string{wfdef.JobID(s.wf, next.Path)})
 	if err != nil {
 		return nil, err
 	}
-	j, err := e.compensationJob(ctx, s.wf, k+1, next, undone[JobID(s.wf, next.Path)])
+	j, err := e.compensationJob(ctx, s.wf, k+1, next, undone[wfdef.JobID(s.wf, next.Path)])
 	if err != nil {
 		return nil, err
 	}
 	err = e.st.Advance(ctx, wfstore.Advance{WorkflowID: s.wf, Jobs: []*job.Job{j}, RedeliverAfter: e.redel,
-		Scope: compensatePath, ScopeStates: []wfstate.State{wfstate.Running}, Nodes: []wfstore.NodeWrite{w}})
+		Scope: wfdef.CompensatePath, ScopeStates: []wfstate.State{wfstate.Running}, Nodes: []wfstore.NodeWrite{w}})
 	return nil, stopIfNotRunning(err)
 }
 
@@ -608,7 +609,7 @@ func (e *Engine) endCompensation(ctx context.Context, comp *wfstore.Node) error 
 	if err != nil {
 		return err
 	}
-	return e.launchHandler(ctx, root, HandlerOnFailure)
+	return e.launchHandler(ctx, root, wfdef.HandlerOnFailure)
 }
 
 // launchHandler starts a handler of a failed or cancelled workflow, once
@@ -620,7 +621,7 @@ func (e *Engine) launchHandler(ctx context.Context, root *wfstore.Node, name str
 		return nil
 	}
 	wf := root.WorkflowID
-	path := handlerPath(name)
+	path := wfdef.HandlerPath(name)
 	nodes, err := e.st.WorkflowItems(ctx, wf)
 	if err != nil {
 		return err
@@ -658,8 +659,8 @@ func (e *Engine) launchHandler(ctx context.Context, root *wfstore.Node, name str
 func (e *Engine) handlerInput(ctx context.Context, t *tree, root *wfstore.Node) (json.RawMessage, error) {
 	var ids []string
 	for _, n := range t.byPath {
-		if n.Kind == KindJob && !strings.HasPrefix(n.Path, "/~") {
-			ids = append(ids, JobID(t.wfID, n.Path))
+		if n.Kind == wfdef.KindJob && !strings.HasPrefix(n.Path, "/~") {
+			ids = append(ids, wfdef.JobID(t.wfID, n.Path))
 		}
 	}
 	jobs, err := e.st.BatchGetJobs(ctx, ids)
@@ -669,10 +670,10 @@ func (e *Engine) handlerInput(ctx context.Context, t *tree, root *wfstore.Node) 
 	results := map[string]json.RawMessage{}
 	var failed *job.Job
 	for _, n := range t.byPath {
-		if n.Kind != KindJob || strings.HasPrefix(n.Path, "/~") {
+		if n.Kind != wfdef.KindJob || strings.HasPrefix(n.Path, "/~") {
 			continue
 		}
-		j := jobs[JobID(t.wfID, n.Path)]
+		j := jobs[wfdef.JobID(t.wfID, n.Path)]
 		if j == nil {
 			continue
 		}
@@ -753,7 +754,7 @@ func (e *Engine) Retry(ctx context.Context, wfID string) (*View, error) {
 	// retry would have to stop it half-way (its job's id is the same in
 	// every run, so it cannot be left running beside a next launch).
 	for _, name := range root.Handlers {
-		h, err := e.st.GetNode(ctx, wfID, handlerPath(name))
+		h, err := e.st.GetNode(ctx, wfID, wfdef.HandlerPath(name))
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			return nil, ojserr.Backend(err)
 		}
@@ -818,8 +819,8 @@ func compensatedConflict(root *wfstore.Node) error {
 func (e *Engine) removeFinishedJobs(ctx context.Context, wf string, nodes []*wfstore.Node, stop bool) error {
 	var ids []string
 	for _, n := range nodes {
-		if n.Kind == KindJob {
-			ids = append(ids, JobID(wf, n.Path))
+		if n.Kind == wfdef.KindJob {
+			ids = append(ids, wfdef.JobID(wf, n.Path))
 		}
 	}
 	if len(ids) == 0 {
@@ -869,8 +870,8 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 	t := newTreeOf(nodes)
 	var ids []string
 	for _, n := range nodes {
-		if n.Kind == KindJob && !strings.HasPrefix(n.Path, "/~") {
-			ids = append(ids, JobID(wf, n.Path))
+		if n.Kind == wfdef.KindJob && !strings.HasPrefix(n.Path, "/~") {
+			ids = append(ids, wfdef.JobID(wf, n.Path))
 		}
 	}
 	jobs, err := e.st.BatchGetJobs(ctx, ids)
@@ -878,8 +879,8 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 		return err
 	}
 	failedChild := func(n *wfstore.Node) bool {
-		if n.Kind == KindJob {
-			j := jobs[JobID(wf, n.Path)]
+		if n.Kind == wfdef.KindJob {
+			j := jobs[wfdef.JobID(wf, n.Path)]
 			return j != nil && (j.State == job.Discarded || j.State == job.Cancelled)
 		}
 		return n.State == wfstate.Failed || n.State == wfstate.Cancelled
@@ -897,7 +898,7 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 	redecided := map[string]bool{}       // callback jobs of batches whose members run again
 	marked := map[string]*wfstore.Node{} // composites, by path (the root always)
 	for _, n := range nodes {
-		if n.Kind == KindJob || strings.HasPrefix(n.Path, "/~") {
+		if n.Kind == wfdef.KindJob || strings.HasPrefix(n.Path, "/~") {
 			continue
 		}
 		if n.Reopening != "" {
@@ -926,7 +927,7 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 				return err
 			}
 		}
-		if n.Kind == KindBatch && n.FiredAt != "" && (len(w.DelFail) > 0 || len(w.DelRolled) > 0) {
+		if n.Kind == wfdef.KindBatch && n.FiredAt != "" && (len(w.DelFail) > 0 || len(w.DelRolled) > 0) {
 			// Members run again: the callbacks are decided again when they
 			// finish (on_success may fire where on_failure did), with
 			// their results. The callbacks' jobs of the run before are
@@ -937,7 +938,7 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 			var cbs []*wfstore.Node
 			for _, cb := range t.cbs[n.Path] {
 				cbs = append(cbs, cb)
-				redecided[JobID(wf, cb.Path)] = true
+				redecided[wfdef.JobID(wf, cb.Path)] = true
 			}
 			if err := e.removeFinishedJobs(ctx, wf, cbs, false); err != nil {
 				return err
@@ -974,7 +975,7 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 	// between its check and its write (or found by the sweeper's repair)
 	// is cancelled, so that it can run again for a later failure.
 	for path, h := range t.special {
-		if path != compensatePath && h.State != wfstate.Waiting {
+		if path != wfdef.CompensatePath && h.State != wfstate.Waiting {
 			var under []*wfstore.Node
 			for _, n := range nodes {
 				if n.Path == path || strings.HasPrefix(n.Path, path+"/") {

@@ -15,6 +15,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfdef"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
 	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
@@ -235,9 +236,9 @@ func TestCompensationAndFailureHandler(t *testing.T) {
 	}
 	h.ack(alert["o.alert"], `"paged"`)
 	// Duplicated stream records of everything change nothing.
-	all, _ := h.st.BatchGetJobs(ctx, []string{workflow.JobID(id, "/s2")})
+	all, _ := h.st.BatchGetJobs(ctx, []string{wfdef.JobID(id, "/s2")})
 	for k := 0; k < 2; k++ {
-		if err := h.eng.Verify(ctx, []workflow.Finished{{Job: all[workflow.JobID(id, "/s2")]}}); err != nil {
+		if err := h.eng.Verify(ctx, []workflow.Finished{{Job: all[wfdef.JobID(id, "/s2")]}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -439,7 +440,7 @@ func TestFinishingACancelLeavesARetriedWorkflowAlone(t *testing.T) {
 	if _, err := h.eng.Retry(ctx, id); err != nil {
 		t.Fatal(err)
 	}
-	ja := workflow.JobID(id, "/j0")
+	ja := wfdef.JobID(id, "/j0")
 	// What a cancel finisher that read the root before the retry writes.
 	errs, err := h.st.ApplyAllIf(ctx, []store.Transition{store.Cancel(ja, h.clk.Now(), job.Available)}, wfstore.RootIn(id, wfstate.Cancelled))
 	if !errors.Is(err, store.ErrGuardFailed) || !errors.Is(errs[0], store.ErrNotTried) {
@@ -461,7 +462,7 @@ func TestFinishingACancelLeavesARetriedWorkflowAlone(t *testing.T) {
 	if _, err := wfstore.New(h.st).UpdateNode(ctx, id2, wfstore.NodeWrite{Path: wfstore.RootPath, From: []wfstate.State{wfstate.Running}, To: wfstate.Cancelled, At: h.clk.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	errs, err = h.st.ApplyAllIf(ctx, []store.Transition{store.Cancel(workflow.JobID(id2, "/j0"), h.clk.Now(), job.Available)}, wfstore.RootIn(id2, wfstate.Cancelled))
+	errs, err = h.st.ApplyAllIf(ctx, []store.Transition{store.Cancel(wfdef.JobID(id2, "/j0"), h.clk.Now(), job.Available)}, wfstore.RootIn(id2, wfstate.Cancelled))
 	if err != nil || errs[0] != nil {
 		t.Fatalf("guarded cancel of a cancelled workflow's job: %v %v", errs, err)
 	}
@@ -842,47 +843,5 @@ func TestRetriedBatchFiresTheCallbacksOfItsNewOutcome(t *testing.T) {
 	}
 	if more := h.fetch("bq"); len(more) != 0 {
 		t.Fatalf("ran again: %s", keys(more))
-	}
-}
-
-func TestControlValidation(t *testing.T) {
-	t.Parallel()
-	now := time.Now()
-	leaf := `{"type":"a.b","args":[]}`
-	for _, tc := range []struct{ body, want string }{
-		{`{"type":"chain","timeout_ms":0,"steps":[` + leaf + `]}`, `$.timeout_ms`},
-		{`{"type":"chain","timeout_ms":"5s","steps":[` + leaf + `]}`, `$.timeout_ms`},
-		{`{"type":"chain","steps":[{"type":"group","timeout_ms":-1,"jobs":[` + leaf + `]}]}`, `$.steps[0].timeout_ms`},
-		{`{"type":"chain","steps":[{"type":"a.b","args":[],"compensate":{"type":"group","jobs":[` + leaf + `]}}]}`, `$.steps[0].compensate`},
-		{`{"type":"chain","steps":[{"type":"a.b","args":[],"compensate":{"type":"Bad","args":[]}}]}`, `$.steps[0].compensate.type`},
-		{`{"type":"chain","steps":[` + leaf + `],"on_failure":{"type":"group","jobs":[` + leaf + `]}}`, `$.on_failure`},
-		{`{"type":"chain","steps":[` + leaf + `],"on_cancel":{"type":"chain","steps":[{"type":"group","jobs":[` + leaf + `]}]}}`, `$.on_cancel.steps[0]`},
-		{`{"type":"chain","steps":[{"type":"group","on_failure":` + leaf + `,"jobs":[` + leaf + `]}]}`, `$.steps[0]`},
-		{`{"timeout_ms":-5,"steps":[{"id":"a","type":"a.b","args":[],"depends_on":[]}]}`, `$.timeout_ms`},
-	} {
-		_, err := workflow.Parse([]byte(tc.body), now)
-		e := ojserr.As(err)
-		ps, _ := e.Details["validation_errors"].([]workflow.Problem)
-		found := false
-		for _, p := range ps {
-			found = found || p.Path == tc.want
-		}
-		if e.Code != ojserr.InvalidWorkflow || !found {
-			t.Fatalf("%s: %v %v, want a problem at %s", tc.body, err, ps, tc.want)
-		}
-	}
-	var many []string
-	for i := 0; i <= workflow.MaxCompensations; i++ {
-		many = append(many, `{"type":"a.b","args":[],"compensate":{"type":"a.undo","args":[]}}`)
-	}
-	_, err := workflow.Parse([]byte(`{"type":"group","jobs":[`+strings.Join(many, ",")+`]}`), now)
-	if e := ojserr.As(err); e.Code != ojserr.InvalidWorkflow || !strings.Contains(e.Message, "compensate") {
-		t.Fatalf("too many compensations: %v", err)
-	}
-	p, err := workflow.Parse([]byte(`{"type":"chain","timeout_ms":5000,"steps":[{"type":"a.b","args":[],"compensate":{"type":"a.undo","args":[1]}}],
-		"on_failure":{"type":"chain","steps":[`+leaf+`,`+leaf+`]},"on_cancel":`+leaf+`}`), now)
-	if err != nil || p.Root.TimeoutMS != 5000 || len(p.Root.Children[0].Compensate) == 0 || p.Root.Handlers["on_failure"].Kind != "chain" ||
-		p.Root.Handlers["on_cancel"].Kind != "job" || p.Jobs != 1 || strings.Contains(string(p.Root.Children[0].Request), "compensate") {
-		t.Fatalf("valid control fields: %+v %v", p, err)
 	}
 }

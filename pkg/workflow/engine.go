@@ -1,3 +1,19 @@
+// Package workflow implements the OJS workflow primitives (chain, group,
+// batch, their nesting, and dependency graphs; ojs-workflows.md and
+// ojs-http-binding.md section 14) on the job lifecycle.
+//
+// A workflow is a tree of nodes stored under one DynamoDB partition; its
+// leaves are jobs. The request that finishes a job (ACK or FAIL over HTTP,
+// the worker function, the sweeper) advances the workflow before it
+// answers, through JobFinished; the stream function runs Verify on the
+// same table changes as the guarantee for a request that died half way.
+// Every step is a conditional write or transaction whose record is the
+// commit point of the step (see docs/workflows.md), so the two paths and
+// any duplicates start every job and fire every callback exactly once.
+//
+// The definitions it runs are parsed and validated by pkg/wfdef, which
+// also names the nodes' paths and the jobs' ids; their items are stored
+// through pkg/wfstore.
 package workflow
 
 import (
@@ -15,6 +31,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfdef"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
 )
@@ -177,6 +194,11 @@ func New(st Store, c Config) *Engine {
 // and the engine refer to each other).
 func (e *Engine) SetAdmitter(a Admitter) { e.admit = a }
 
+// ShardSize is how many children share one counter shard: a group or
+// batch with n > ShardSize jobs counts them in ceil(n/ShardSize) shards,
+// so no item takes a write for every child.
+const ShardSize = 100
+
 func shardsFor(n int) int {
 	if n <= ShardSize {
 		return 0
@@ -196,7 +218,7 @@ const CheckAfter = 5 * time.Minute
 // answers 202), and Resume writes the rest.
 func (e *Engine) Create(ctx context.Context, raw []byte) (*View, error) {
 	now := e.now().UTC()
-	parsed, err := Parse(raw, now)
+	parsed, err := wfdef.Parse(raw, now)
 	if err != nil {
 		return nil, err
 	}
@@ -246,21 +268,21 @@ type built struct {
 // of now. The same definition, id and time always give the same items
 // (job ids are derived from the workflow id and the path), which is what
 // lets Resume finish a creation another process started.
-func (e *Engine) build(ctx context.Context, parsed *Parsed, id string, now time.Time) (*built, error) {
+func (e *Engine) build(ctx context.Context, parsed *wfdef.Parsed, id string, now time.Time) (*built, error) {
 	var nodes []wfstore.Node
 	var shards []wfstore.Shard
 	compensable := 0
-	Walk(parsed.Root, func(d *Def) {
+	wfdef.Walk(parsed.Root, func(d *wfdef.Def) {
 		n := wfstore.Node{WorkflowID: id, Path: d.Path, Kind: d.Kind, Name: d.Name, Index: d.Index, StepID: d.StepID,
 			JobType: d.JobType, State: wfstate.Waiting, Deps: d.Deps, TimeoutMS: d.TimeoutMS, Compensate: store.Packed(d.Compensate)}
 		if len(d.Compensate) > 0 {
 			compensable++
 		}
-		if d.Kind == KindJob {
+		if d.Kind == wfdef.KindJob {
 			n.Def = store.Packed(d.Request)
 		} else {
 			n.Total = len(d.Children)
-			if d.Kind == KindGroup || d.Kind == KindBatch {
+			if d.Kind == wfdef.KindGroup || d.Kind == wfdef.KindBatch {
 				// Only groups and batches count in shards: a chain runs one
 				// step at a time, a graph decides on its whole progress.
 				n.Shards = shardsFor(n.Total)
@@ -272,12 +294,12 @@ func (e *Engine) build(ctx context.Context, parsed *Parsed, id string, now time.
 				}
 				shards = append(shards, wfstore.Shard{Path: d.Path, Key: wfstore.ShardKey(k), Expected: exp})
 			}
-			for _, name := range Callbacks {
+			for _, name := range wfdef.Callbacks {
 				if d.Callbacks[name] != nil {
 					n.Callbacks = append(n.Callbacks, name)
 				}
 			}
-			if d.Kind == KindGraph {
+			if d.Kind == wfdef.KindGraph {
 				g := graphShape{IDs: make([]string, len(d.Children)), Deps: make([][]int, len(d.Children))}
 				for i, c := range d.Children {
 					g.IDs[i], g.Deps[i] = c.StepID, append([]int{}, c.Deps...)
@@ -298,7 +320,7 @@ func (e *Engine) build(ctx context.Context, parsed *Parsed, id string, now time.
 				check = minTime(check, time.UnixMilli(n.Deadline))
 			}
 			wfstore.WorkflowCheckDue(&n, check)
-			for _, h := range Handlers {
+			for _, h := range wfdef.Handlers {
 				if d.Handlers[h] != nil {
 					n.Handlers = append(n.Handlers, h)
 				}
@@ -315,7 +337,7 @@ func (e *Engine) build(ctx context.Context, parsed *Parsed, id string, now time.
 	}
 	for i := range nodes {
 		for _, d := range nodes[i].Deps {
-			dep := byPath[childPath(parentOf(nodes[i].Path), segment(KindGraph, d))]
+			dep := byPath[wfdef.ChildPath(wfdef.ParentPath(nodes[i].Path), wfdef.Segment(wfdef.KindGraph, d))]
 			dep.Next = append(dep.Next, nodes[i].Index)
 		}
 	}
@@ -324,11 +346,11 @@ func (e *Engine) build(ctx context.Context, parsed *Parsed, id string, now time.
 		if n.Path == wfstore.RootPath || n.Index < 0 {
 			continue
 		}
-		p := byPath[parentOf(n.Path)]
+		p := byPath[wfdef.ParentPath(n.Path)]
 		if p.Shards > 0 {
 			n.PShard = wfstore.ShardKey(n.Index % p.Shards)
 		}
-		n.Last = p.Kind == KindChain && n.Index == p.Total-1
+		n.Last = p.Kind == wfdef.KindChain && n.Index == p.Total-1
 	}
 	t := newTree(nodes)
 	jobs, timed, err := e.launch(ctx, t, wfstore.RootPath, emptyResults(parsed.Root.Kind))
@@ -354,7 +376,7 @@ func (e *Engine) build(ctx context.Context, parsed *Parsed, id string, now time.
 // parent_results: an empty array (an empty object for a graph, whose
 // steps receive their dependencies' results keyed by step id).
 func emptyResults(kind string) json.RawMessage {
-	if kind == KindGraph {
+	if kind == wfdef.KindGraph {
 		return json.RawMessage("{}")
 	}
 	return json.RawMessage("[]")
@@ -412,12 +434,12 @@ func newTreeOf(nodes []*wfstore.Node) *tree {
 			t.root = n
 			continue
 		}
-		parent := parentOf(n.Path)
+		parent := wfdef.ParentPath(n.Path)
 		if parent == wfstore.RootPath && strings.HasPrefix(n.Path, "/~") {
 			t.special[n.Path] = n
 			continue
 		}
-		if name, ok := callbackName(n.Path); ok {
+		if name, ok := wfdef.CallbackName(n.Path); ok {
 			if t.cbs[parent] == nil {
 				t.cbs[parent] = map[string]*wfstore.Node{}
 			}
@@ -442,7 +464,7 @@ func (e *Engine) launch(ctx context.Context, t *tree, path string, parentResults
 	if n == nil {
 		return nil, nil, fmt.Errorf("workflow %s: node %s missing", t.wfID, path)
 	}
-	if n.Kind == KindJob {
+	if n.Kind == wfdef.KindJob {
 		j, err := e.newJob(n, parentResults)
 		if err != nil {
 			return nil, nil, err
@@ -455,11 +477,11 @@ func (e *Engine) launch(ctx context.Context, t *tree, path string, parentResults
 		timed = append(timed, n)
 	}
 	for _, c := range t.kids[path] {
-		if n.Kind == KindChain && c.Index > 0 {
+		if n.Kind == wfdef.KindChain && c.Index > 0 {
 			break
 		}
 		pr := parentResults
-		if n.Kind == KindGraph {
+		if n.Kind == wfdef.KindGraph {
 			if len(c.Deps) > 0 {
 				continue
 			}
@@ -469,7 +491,7 @@ func (e *Engine) launch(ctx context.Context, t *tree, path string, parentResults
 		if err != nil {
 			return nil, nil, err
 		}
-		if n.Kind == KindChain && c.Kind == KindJob && len(js) == 1 {
+		if n.Kind == wfdef.KindChain && c.Kind == wfdef.KindJob && len(js) == 1 {
 			e.carryAhead(js[0], t.kids[path][1:])
 		}
 		out = append(out, js...)
@@ -515,7 +537,7 @@ func (e *Engine) newJob(n *wfstore.Node, parentResults json.RawMessage) (*job.Jo
 		return nil, fmt.Errorf("workflow %s node %s: stored job no longer valid: %w", n.WorkflowID, n.Path, err)
 	}
 	j := en.Job
-	j.ID, j.WorkflowID, j.WorkflowNode, j.WorkflowShard, j.WorkflowNext = JobID(n.WorkflowID, n.Path), n.WorkflowID, n.Path, n.PShard, n.Next
+	j.ID, j.WorkflowID, j.WorkflowNode, j.WorkflowShard, j.WorkflowNext = wfdef.JobID(n.WorkflowID, n.Path), n.WorkflowID, n.Path, n.PShard, n.Next
 	j.WorkflowStepID, j.WorkflowLast = n.StepID, n.Last
 	if j.WorkflowStepID == "" {
 		j.WorkflowStepID = j.ID
@@ -554,43 +576,6 @@ func capResults(wfID string, r json.RawMessage, room int) json.RawMessage {
 // truncatedResults reports whether r is the pointer capResults wrote.
 func truncatedResults(r json.RawMessage) bool {
 	return len(r) > 0 && r[0] == '{' && strings.Contains(string(r[:min(len(r), 40)]), `"bytes"`)
-}
-
-func parentOf(path string) string {
-	i := strings.LastIndex(path, "/")
-	if i <= 0 {
-		return wfstore.RootPath
-	}
-	return path[:i]
-}
-
-func lastSegment(path string) string { return path[strings.LastIndex(path, "/")+1:] }
-
-// callbackName reports whether path is a batch callback and which.
-func callbackName(path string) (string, bool) {
-	seg := lastSegment(path)
-	return seg, strings.HasPrefix(seg, "on_")
-}
-
-func isCallback(path string) bool {
-	_, ok := callbackName(path)
-	return ok
-}
-
-// parentKind tells the kind of the composite a child belongs to from the
-// child's path segment (s: chain, j: group or batch, g: graph, on_: batch
-// callback).
-func parentKind(path string) string {
-	seg := lastSegment(path)
-	switch {
-	case strings.HasPrefix(seg, "on_"):
-		return KindBatch
-	case strings.HasPrefix(seg, "s"):
-		return KindChain
-	case strings.HasPrefix(seg, "g"):
-		return KindGraph
-	}
-	return KindGroup
 }
 
 // Cancel cancels a running workflow: its jobs that have not started are
@@ -655,7 +640,7 @@ func (e *Engine) Cancel(ctx context.Context, wfID string) (*View, error) {
 	} else {
 		e.log.InfoContext(ctx, "workflow cancelled", "workflow_id", wfID, "jobs_cancelled", cancelled)
 	}
-	if err := e.launchHandler(ctx, root, HandlerOnCancel); err != nil {
+	if err := e.launchHandler(ctx, root, wfdef.HandlerOnCancel); err != nil {
 		// The stream function starts it from the root's change.
 		e.log.WarnContext(ctx, "on_cancel handler not started; the stream function will", "workflow_id", wfID, "error", err.Error())
 	}

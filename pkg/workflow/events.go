@@ -13,6 +13,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfdef"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
 )
@@ -168,7 +169,7 @@ func (b *wfEvents) nodeChange(ctx context.Context, c NodeChange) error {
 				continue
 			}
 			b.add(n.WorkflowID, events.WorkflowCallbackFired, parseTime(n.FiredAt, at), seq(i), root, map[string]any{"callback": cb, "batch_path": n.Path,
-				"job_id": JobID(n.WorkflowID, childPath(n.Path, cb))}, key(i)...)
+				"job_id": wfdef.JobID(n.WorkflowID, wfdef.ChildPath(n.Path, cb))}, key(i)...)
 		}
 	}
 	if n.Error != "" && (old == nil || old.Error == "") && n.State == wfstate.Failed {
@@ -184,7 +185,7 @@ func (b *wfEvents) nodeChange(ctx context.Context, c NodeChange) error {
 				"node_type": n.Kind, "timeout_ms": n.TimeoutMS, "error": json.RawMessage(n.Error)}, key(2)...)
 		}
 	}
-	if strings.HasPrefix(n.Path, "/~") && n.Path != compensatePath && oldState != n.State {
+	if strings.HasPrefix(n.Path, "/~") && n.Path != wfdef.CompensatePath && oldState != n.State {
 		root, err := b.node(ctx, n.WorkflowID, wfstore.RootPath)
 		if err != nil {
 			return err
@@ -199,7 +200,7 @@ func (b *wfEvents) nodeChange(ctx context.Context, c NodeChange) error {
 		}
 		return nil
 	}
-	if n.Path == compensatePath {
+	if n.Path == wfdef.CompensatePath {
 		return nil // the root's compensation attribute tells it
 	}
 	if n.Path == wfstore.RootPath {
@@ -246,7 +247,7 @@ func (b *wfEvents) nodeChange(ctx context.Context, c NodeChange) error {
 		}
 		return nil
 	}
-	if n.Kind != KindJob && oldState != n.State && (n.State == wfstate.Completed || n.State == wfstate.Failed) {
+	if n.Kind != wfdef.KindJob && oldState != n.State && (n.State == wfstate.Completed || n.State == wfstate.Failed) {
 		return b.stepEvent(ctx, n.WorkflowID, n.Path, n.Kind, n.State == wfstate.Completed, parseTime(n.CompletedAt, at), seq(0),
 			map[string]any{"duration_ms": since(n.StartedAt, n.CompletedAt)}, key(0))
 	}
@@ -255,7 +256,7 @@ func (b *wfEvents) nodeChange(ctx context.Context, c NodeChange) error {
 
 func (b *wfEvents) jobChange(ctx context.Context, c JobChange) error {
 	j := c.New
-	if j == nil || j.WorkflowID == "" || !j.State.Terminal() || isCallback(j.WorkflowNode) || strings.HasPrefix(j.WorkflowNode, "/~") {
+	if j == nil || j.WorkflowID == "" || !j.State.Terminal() || wfdef.IsCallback(j.WorkflowNode) || strings.HasPrefix(j.WorkflowNode, "/~") {
 		return nil
 	}
 	if c.Old != nil && c.Old.State.Terminal() {
@@ -294,7 +295,7 @@ func (b *wfEvents) stepEvent(ctx context.Context, wfID, path, stepType string, o
 	if err != nil || root == nil {
 		return err
 	}
-	parent, err := b.shapeOf(ctx, wfID, parentOf(path))
+	parent, err := b.shapeOf(ctx, wfID, wfdef.ParentPath(path))
 	if err != nil || parent == nil {
 		return err
 	}
@@ -315,7 +316,7 @@ func (b *wfEvents) stepEvent(ctx context.Context, wfID, path, stepType string, o
 	}
 	d["parent_type"] = parent.kind
 	typ := events.WorkflowJobCompleted
-	if parent.kind == KindChain {
+	if parent.kind == wfdef.KindChain {
 		typ = events.WorkflowStepCompleted
 		if !ok {
 			typ = events.WorkflowStepFailed
@@ -387,17 +388,17 @@ func (b *wfEvents) failedStep(ctx context.Context, root *wfstore.Node, d map[str
 		d["failed_step_index"] = *root.FailedIndex
 	}
 	n := root
-	for depth := 0; n != nil && n.Kind != KindJob && n.FailedStep != "" && depth <= MaxDepth+1; depth++ {
+	for depth := 0; n != nil && n.Kind != wfdef.KindJob && n.FailedStep != "" && depth <= wfdef.MaxDepth+1; depth++ {
 		next, err := b.node(ctx, root.WorkflowID, n.FailedStep)
 		if err != nil {
 			return err
 		}
 		n = next
 	}
-	if n == nil || n.Kind != KindJob {
+	if n == nil || n.Kind != wfdef.KindJob {
 		return nil
 	}
-	id := JobID(root.WorkflowID, n.Path)
+	id := wfdef.JobID(root.WorkflowID, n.Path)
 	d["failed_step_id"], d["failed_step_type"], d["failed_job_id"] = stepKey(n), n.JobType, id
 	if n.StepID == "" {
 		d["failed_step_id"] = id

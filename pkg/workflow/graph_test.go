@@ -7,12 +7,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/ojs-aws/ojs-serverless/internal/dev/testenv"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
-	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
 )
 
@@ -151,85 +149,6 @@ func TestGraphFailureCancelsDependentsOnly(t *testing.T) {
 	if v["state"] != "failed" || h.ran["x.c"] != 0 || h.ran["x.e"] != 0 || h.ran["x.side2"] != 1 ||
 		s["b"]["state"] != "failed" || s["c"]["state"] != "cancelled" || s["e"]["state"] != "cancelled" || s["side2"]["state"] != "completed" {
 		t.Fatalf("view %s ran %v", jsonStr(v), h.ran)
-	}
-}
-
-// The official SDKs send chains, groups and batches in the steps form;
-// they run as what they are.
-func TestStepsFormRecognisesSDKShapes(t *testing.T) {
-	t.Parallel()
-	now := time.Now()
-	for _, tc := range []struct{ name, body, kind string }{
-		{"go batch", `{"steps":[{"id":"job-0","type":"go.export","args":[{"f":"x"}],"depends_on":[]},{"id":"job-1","type":"go.export","args":[{"f":"y"}],"depends_on":[]},
-			{"id":"on-complete","type":"go.batch.report","args":[],"depends_on":["job-0","job-1"]},{"id":"on-success","type":"go.batch.success","args":[],"depends_on":["job-0","job-1"]}],"options":{"queue":"sdk-go"}}`, "batch"},
-		{"python batch", `{"name":"p","steps":[{"id":"step-0","type":"py.a","args":[1],"depends_on":[]},{"id":"step-1","type":"py.a","args":[2],"depends_on":[]},
-			{"id":"on_failure","type":"py.alert","args":[],"depends_on":["step-0","step-1"],"options":{"callback_type":"on_failure"}}]}`, "batch"},
-		{"chain", `{"name":"c","steps":[{"id":"step-0","type":"a.a","args":[],"depends_on":[]},{"id":"step-1","type":"a.b","args":[],"depends_on":["step-0"]},{"id":"step-2","type":"a.c","args":[],"depends_on":["step-1"]}]}`, "chain"},
-		{"chain listed out of order", `{"steps":[{"id":"2","type":"a.c","args":[],"depends_on":["1"]},{"id":"0","type":"a.a","args":[],"depends_on":[]},{"id":"1","type":"a.b","args":[],"depends_on":["0"]}]}`, "chain"},
-		{"group", `{"name":"g","steps":[{"id":"job-0","type":"a.a","args":[],"depends_on":[]},{"id":"job-1","type":"a.b","args":[]}]}`, "group"},
-		{"graph", `{"steps":[{"id":"a","type":"a.a","args":[],"depends_on":[]},{"id":"b","type":"a.b","args":[],"depends_on":["a"]},{"id":"c","type":"a.c","args":[],"depends_on":["a"]}]}`, "graph"},
-	} {
-		p, err := workflow.Parse([]byte(tc.body), now)
-		if err != nil {
-			t.Fatalf("%s: %v", tc.name, err)
-		}
-		if p.Root.Kind != tc.kind || p.Form != "steps" {
-			t.Fatalf("%s: parsed as %s", tc.name, p.Root.Kind)
-		}
-		if tc.name == "chain listed out of order" && p.Root.Children[0].StepID != "0" {
-			t.Fatalf("chain order: %+v", p.Root.Children[0])
-		}
-		if tc.kind == "batch" {
-			for name, cb := range p.Root.Callbacks {
-				var req map[string]any
-				_ = json.Unmarshal(cb.Request, &req)
-				if opts, _ := req["options"].(map[string]any); opts != nil && opts["callback_type"] != nil {
-					t.Fatalf("%s: callback %s keeps callback_type in its job: %s", tc.name, name, cb.Request)
-				}
-			}
-			if len(p.Root.Children) != 2 || p.Jobs != 2 {
-				t.Fatalf("%s: %d jobs", tc.name, len(p.Root.Children))
-			}
-		}
-	}
-}
-
-func TestStepsFormValidation(t *testing.T) {
-	t.Parallel()
-	now := time.Now()
-	for _, tc := range []struct{ body, want string }{
-		{`{"steps":[]}`, `$.steps: steps array must contain at least one element`},
-		{`{"steps":[{"id":"a","type":"a.a","args":[],"depends_on":["b"]},{"id":"b","type":"a.b","args":[],"depends_on":["c"]},{"id":"c","type":"a.c","args":[],"depends_on":["a"]}]}`, `a -> b -> c -> a`},
-		{`{"steps":[{"id":"a","type":"a.a","args":[],"depends_on":["zz"]}]}`, `$.steps[0].depends_on[0]: unknown step "zz"`},
-		{`{"steps":[{"id":"a","type":"a.a","args":[],"depends_on":["a"]}]}`, `depends on itself`},
-		{`{"steps":[{"id":"a","type":"a.a","args":[]},{"id":"a","type":"a.b","args":[]}]}`, `$.steps[1].id: duplicate step id "a"`},
-		{`{"steps":[{"id":"","type":"a.a","args":[]},{"type":"a.b","args":[]}]}`, `$.steps[1].id: is required`},
-		{`{"steps":[{"id":"a","type":"BAD","args":[]}]}`, `$.steps[0].type`},
-		{`{"steps":[{"id":"a","type":"a.a","args":[],"options":{"callback_type":"on_complete"}}]}`, `callback_type`},
-	} {
-		_, err := workflow.Parse([]byte(tc.body), now)
-		e := ojserr.As(err)
-		ps, _ := e.Details["validation_errors"].([]workflow.Problem)
-		var lines []string
-		for _, p := range ps {
-			lines = append(lines, p.Path+": "+p.Message)
-		}
-		if e.Code != ojserr.InvalidWorkflow || !strings.Contains(strings.Join(lines, "\n"), tc.want) {
-			t.Fatalf("%s: %v %v, want %q", tc.body, err, lines, tc.want)
-		}
-	}
-	// Limits.
-	var many []string
-	for i := 0; i <= workflow.MaxGraphSteps; i++ {
-		dep := ""
-		if i > 1 {
-			dep = fmt.Sprintf(`"s%d","s%d"`, i-1, i-2)
-		}
-		many = append(many, fmt.Sprintf(`{"id":"s%d","type":"a.a","args":[],"depends_on":[%s]}`, i, dep))
-	}
-	_, err := workflow.Parse([]byte(`{"steps":[`+strings.Join(many, ",")+`]}`), now)
-	if e := ojserr.As(err); e.Code != ojserr.InvalidWorkflow || !strings.Contains(e.Message, "at most 2000 steps") {
-		t.Fatalf("too many graph steps: %v", err)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfdef"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
 	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
@@ -124,14 +125,14 @@ func TestACancelBetweenAGraphsMarkAndItsJobsLeavesNothingToRun(t *testing.T) {
 	if got, err := svc.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"gcq"}, Count: 10}); err != nil || len(got) != 0 {
 		t.Fatalf("the cancelled workflow left %d jobs to run (%v)", len(got), err)
 	}
-	b, err := svc.Info(ctx, workflow.JobID(id, "/g1"))
+	b, err := svc.Info(ctx, wfdef.JobID(id, "/g1"))
 	if err != nil || b.State != job.Cancelled || b.EnqueuedAt != nil || string(b.ParentResults) != `{"a":{"a":1}}` {
 		t.Fatalf("b: %+v %v; want the cancel's placeholder with a's result", b, err)
 	}
-	if c, err := svc.Info(ctx, workflow.JobID(id, "/g2")); err != nil || c.State != job.Cancelled {
+	if c, err := svc.Info(ctx, wfdef.JobID(id, "/g2")); err != nil || c.State != job.Cancelled {
 		t.Fatalf("c: %+v %v; want cancelled", c, err)
 	}
-	if _, err := svc.Info(ctx, workflow.JobID(id, "/g3")); err == nil {
+	if _, err := svc.Info(ctx, wfdef.JobID(id, "/g3")); err == nil {
 		t.Fatal("d, whose dependencies never completed, has a job")
 	}
 	if _, err := canceller.Retry(ctx, id); err != nil {
@@ -152,14 +153,14 @@ func TestTheStreamWritesTheJobsOfAGraphStepWhoseRequestDiedAfterTheMark(t *testi
 	ctx := context.Background()
 	db := &beforeNextJob{Client: testenv.DynamoDB(), path: "/g1", hook: func(string) bool { return true }}
 	id, first := markedGraph(t, st, db, "ggq")
-	b := workflow.JobID(id, "/g1")
+	b := wfdef.JobID(id, "/g1")
 	if _, err := st.GetItem(ctx, b); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("b's job after the dead request: %v; want none", err)
 	}
 	if it := verifyWritesOnce(t, st, first, b); it.Job.State != job.Available || string(it.Job.ParentResults) != `{"a":{"a":1}}` {
 		t.Fatalf("b's job after the stream's check: %+v; want it available with a's result", it.Job)
 	}
-	if _, err := st.GetItem(ctx, workflow.JobID(id, "/g3")); !errors.Is(err, store.ErrNotFound) {
+	if _, err := st.GetItem(ctx, wfdef.JobID(id, "/g3")); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("d has a job before b and c completed: %v", err)
 	}
 }

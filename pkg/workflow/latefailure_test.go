@@ -11,6 +11,7 @@ import (
 
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfdef"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
 	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
 )
@@ -249,7 +250,7 @@ func TestARollUpRefusedByARetrysMarkIsLeftToTheRetry(t *testing.T) {
 	}
 	shardOf := map[string]string{}
 	for _, n := range items {
-		shardOf[workflow.JobID(id, n.Path)] = n.PShard
+		shardOf[wfdef.JobID(id, n.Path)] = n.PShard
 	}
 	b, err := h.st.BatchGetJobs(ctx, []string{failed})
 	if err != nil {
@@ -263,11 +264,11 @@ func TestARollUpRefusedByARetrysMarkIsLeftToTheRetry(t *testing.T) {
 	for _, n := range items {
 		if n.PShard != "" && n.PShard != shardOf[failed] {
 			key = n.PShard
-			jobs, err := h.st.BatchGetJobs(ctx, []string{workflow.JobID(id, n.Path)})
+			jobs, err := h.st.BatchGetJobs(ctx, []string{wfdef.JobID(id, n.Path)})
 			if err != nil {
 				t.Fatal(err)
 			}
-			other = jobs[workflow.JobID(id, n.Path)]
+			other = jobs[wfdef.JobID(id, n.Path)]
 			break
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfdef"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
 	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
@@ -68,7 +69,7 @@ func markedChain(t *testing.T, st *store.Store, db store.DynamoAPI, queue string
 	if first, err = svc.Ack(ctx, fetchOne(t, svc, queue).ID, []byte(`{"paid":true}`), 0); err != nil {
 		t.Fatal(err)
 	}
-	return id, first, workflow.JobID(id, "/s1")
+	return id, first, wfdef.JobID(id, "/s1")
 }
 
 // A chain advances by two writes instead of a transaction: the root's
@@ -142,7 +143,7 @@ func TestAChainStepFinishingAfterItsCancelStartsNothing(t *testing.T) {
 	if _, err := svc.Ack(ctx, running.ID, []byte(`1`), 0); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := svc.Info(ctx, workflow.JobID(id, "/s1")); err == nil {
+	if _, err := svc.Info(ctx, wfdef.JobID(id, "/s1")); err == nil {
 		t.Fatal("a step finishing after its workflow's cancel started the next one")
 	}
 	root, err := wfstore.New(st).GetNode(ctx, id, wfstore.RootPath)
@@ -222,7 +223,7 @@ func TestAChainStepThatIsAGroupStartsInATransaction(t *testing.T) {
 	if err != nil || !root.Done(0) || root.Launching != "" {
 		t.Fatalf("root: %+v %v; want step 0 counted and no launch mark", root, err)
 	}
-	if j, err := svc.Info(ctx, workflow.JobID(id, "/s1/j0")); err != nil || j.State != job.Available {
+	if j, err := svc.Info(ctx, wfdef.JobID(id, "/s1/j0")); err != nil || j.State != job.Available {
 		t.Fatalf("the group's job: %+v %v", j, err)
 	}
 }
@@ -271,7 +272,7 @@ func TestAChainIsCreatedWithoutATransaction(t *testing.T) {
 		if err != nil || !root.Unguarded || root.State != wfstate.Running {
 			t.Fatalf("root on %s: %+v %v; want running and marked cfirst", queue, root, err)
 		}
-		if j, err := svc.Info(ctx, workflow.JobID(id, "/s0")); err != nil || j.State != job.Available {
+		if j, err := svc.Info(ctx, wfdef.JobID(id, "/s0")); err != nil || j.State != job.Available {
 			t.Fatalf("first job on %s: %+v %v", queue, j, err)
 		}
 	}
@@ -305,7 +306,7 @@ func TestACancelBetweenACreationsRequestsLeavesNothingToRun(t *testing.T) {
 		t.Fatalf("create: %v, cancel: %v, raced: %v", err, cancelErr, db.done.Load())
 	}
 	id := v.ID
-	j, err := svc.Info(ctx, workflow.JobID(id, "/s0"))
+	j, err := svc.Info(ctx, wfdef.JobID(id, "/s0"))
 	if err != nil || j.State != job.Cancelled || j.EnqueuedAt != nil {
 		t.Fatalf("first job: %+v %v; want the cancel's placeholder", j, err)
 	}
@@ -324,14 +325,14 @@ func TestTheProgressCheckWritesTheFirstJobOfACreationThatDied(t *testing.T) {
 	if _, err := eng.Create(ctx, []byte(smallChain("cdq", ""))); err == nil {
 		t.Fatal("the creation whose job put failed answered success")
 	}
-	if _, err := st.GetItem(ctx, workflow.JobID(id, "/s0")); !errors.Is(err, store.ErrNotFound) {
+	if _, err := st.GetItem(ctx, wfdef.JobID(id, "/s0")); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("first job after the dead creation: %v; want none", err)
 	}
 	later := workflow.New(workflow.StoreOn(st), workflow.Config{Jobs: svc, Now: func() time.Time { return time.Now().Add(workflow.CheckAfter + time.Minute) }})
 	if _, err := later.Repair(ctx, 100); err != nil {
 		t.Fatal(err)
 	}
-	if j, err := svc.Info(ctx, workflow.JobID(id, "/s0")); err != nil || j.State != job.Available {
+	if j, err := svc.Info(ctx, wfdef.JobID(id, "/s0")); err != nil || j.State != job.Available {
 		t.Fatalf("first job after the progress check: %+v %v; want it available", j, err)
 	}
 }

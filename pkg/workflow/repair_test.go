@@ -17,6 +17,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfdef"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
 	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
@@ -105,9 +106,9 @@ func TestRepairDeletesAWorkflowWhoseCreatorDied(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, n := range items {
-			if n.Kind == workflow.KindJob {
+			if n.Kind == wfdef.KindJob {
 				if _, err := db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(table), Key: map[string]types.AttributeValue{
-					"pk": &types.AttributeValueMemberS{Value: "JOB#" + workflow.JobID(id, n.Path)}, "sk": &types.AttributeValueMemberS{Value: "JOB"}}}); err != nil {
+					"pk": &types.AttributeValueMemberS{Value: "JOB#" + wfdef.JobID(id, n.Path)}, "sk": &types.AttributeValueMemberS{Value: "JOB"}}}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -271,7 +272,7 @@ func createCancelledMidway(t *testing.T, st *store.Store, svc *lifecycle.Service
 	id := v.ID
 	ids := make([]string, len(jobs))
 	for i := range ids {
-		ids[i] = workflow.JobID(id, "/j"+strconv.Itoa(i))
+		ids[i] = wfdef.JobID(id, "/j"+strconv.Itoa(i))
 	}
 	return id, ids
 }

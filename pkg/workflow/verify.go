@@ -9,6 +9,7 @@ import (
 
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfdef"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
 )
@@ -25,7 +26,7 @@ func (f Finished) step() (step, bool) {
 	switch {
 	case f.Job != nil && f.Job.WorkflowID != "" && f.Job.State.Terminal():
 		return stepOfJob(f.Job), true
-	case f.Node != nil && f.Node.Path != wfstore.RootPath && f.Node.Kind != KindJob &&
+	case f.Node != nil && f.Node.Path != wfstore.RootPath && f.Node.Kind != wfdef.KindJob &&
 		(f.Node.State == wfstate.Completed || f.Node.State == wfstate.Failed):
 		return stepOfNode(f.Node), true
 	}
@@ -35,7 +36,7 @@ func (f Finished) step() (step, bool) {
 // counter names the item a step is counted in: its parent (Node) or one
 // of its parent's shards (Shard).
 func (s step) counter() (wfstore.NodeKey, *wfstore.ShardRef) {
-	parent := parentOf(s.path)
+	parent := wfdef.ParentPath(s.path)
 	if s.shard != "" {
 		return wfstore.NodeKey{WorkflowID: s.wf, Path: parent}, &wfstore.ShardRef{WorkflowID: s.wf, Path: parent, Key: s.shard}
 	}
@@ -48,10 +49,10 @@ func (s step) counter() (wfstore.NodeKey, *wfstore.ShardRef) {
 func (s step) nextInRootChain() (string, bool) {
 	k := s.index()
 	last := (s.job != nil && s.job.WorkflowLast) || (s.node != nil && s.node.Last)
-	if !s.ok || last || k < 0 || parentOf(s.path) != wfstore.RootPath || parentKind(s.path) != KindChain {
+	if !s.ok || last || k < 0 || wfdef.ParentPath(s.path) != wfstore.RootPath || wfdef.ParentKind(s.path) != wfdef.KindChain {
 		return "", false
 	}
-	return childPath(wfstore.RootPath, segment(KindChain, k+1)), true
+	return wfdef.ChildPath(wfstore.RootPath, wfdef.Segment(wfdef.KindChain, k+1)), true
 }
 
 // nextInRootGraph are the paths of the steps that wait for s when s is a
@@ -59,12 +60,12 @@ func (s step) nextInRootChain() (string, bool) {
 // them): steps an advance without a transaction may have counted ready
 // but not written (wfstore.AdvanceMarked).
 func (s step) nextInRootGraph() []string {
-	if !s.ok || s.job == nil || parentOf(s.path) != wfstore.RootPath || parentKind(s.path) != KindGraph {
+	if !s.ok || s.job == nil || wfdef.ParentPath(s.path) != wfstore.RootPath || wfdef.ParentKind(s.path) != wfdef.KindGraph {
 		return nil
 	}
 	var paths []string
 	for _, d := range s.job.WorkflowNext {
-		paths = append(paths, childPath(wfstore.RootPath, segment(KindGraph, d)))
+		paths = append(paths, wfdef.ChildPath(wfstore.RootPath, wfdef.Segment(wfdef.KindGraph, d)))
 	}
 	return paths
 }
@@ -73,14 +74,14 @@ func (s step) nextInRootGraph() []string {
 // completed by root's progress but whose jobs p does not show: a marked
 // advance's request died between its two writes.
 func (s step) unwrittenInRootGraph(root *wfstore.Node, p *wfstore.Progress) []int {
-	if root.State != wfstate.Running || root.Launching == "" || root.Kind != KindGraph || s.nextInRootGraph() == nil {
+	if root.State != wfstate.Running || root.Launching == "" || root.Kind != wfdef.KindGraph || s.nextInRootGraph() == nil {
 		return nil
 	}
 	shape := graphOf(root)
 	var out []int
 	for _, d := range s.job.WorkflowNext {
-		path := childPath(wfstore.RootPath, segment(KindGraph, d))
-		if d < len(shape.Deps) && !root.Done(d) && allIn(shape.Deps[d], root.OK) && !p.Jobs[JobID(s.wf, path)] {
+		path := wfdef.ChildPath(wfstore.RootPath, wfdef.Segment(wfdef.KindGraph, d))
+		if d < len(shape.Deps) && !root.Done(d) && allIn(shape.Deps[d], root.OK) && !p.Jobs[wfdef.JobID(s.wf, path)] {
 			out = append(out, d)
 		}
 	}
@@ -98,7 +99,7 @@ func (s step) recorded(p *wfstore.Progress) bool {
 	if n == nil {
 		return false
 	}
-	if name, ok := callbackName(s.path); ok {
+	if name, ok := wfdef.CallbackName(s.path); ok {
 		return wfstore.HasString(n.CallbacksOK, name) || wfstore.HasString(n.CallbacksFail, name)
 	}
 	return n.Done(s.index())
@@ -144,10 +145,10 @@ func (e *Engine) Verify(ctx context.Context, fs []Finished) error {
 			shards = append(shards, *sr)
 		}
 		if next, ok := s.nextInRootChain(); ok {
-			jobs = append(jobs, JobID(s.wf, next))
+			jobs = append(jobs, wfdef.JobID(s.wf, next))
 		}
 		for _, next := range s.nextInRootGraph() {
-			jobs = append(jobs, JobID(s.wf, next))
+			jobs = append(jobs, wfdef.JobID(s.wf, next))
 		}
 	}
 	if len(steps) == 0 {
@@ -177,7 +178,7 @@ func (e *Engine) Verify(ctx context.Context, fs []Finished) error {
 			}
 			continue
 		}
-		if next, ok := s.nextInRootChain(); ok && root.State == wfstate.Running && root.Launching == next && !p.Jobs[JobID(s.wf, next)] {
+		if next, ok := s.nextInRootChain(); ok && root.State == wfstate.Running && root.Launching == next && !p.Jobs[wfdef.JobID(s.wf, next)] {
 			// Counted, its next step marked as launching, and the job not
 			// there: the request that advanced it died between the two
 			// writes (wfstore.AdvanceMarked). Write it, unless the record is
@@ -258,7 +259,7 @@ func (e *Engine) Verify(ctx context.Context, fs []Finished) error {
 func (e *Engine) relaunchGraph(ctx context.Context, s step, root *wfstore.Node, missing []int) error {
 	ready := make([]*wfstore.Node, 0, len(missing))
 	for _, d := range missing {
-		n, err := e.st.GetNode(ctx, s.wf, childPath(wfstore.RootPath, segment(KindGraph, d)))
+		n, err := e.st.GetNode(ctx, s.wf, wfdef.ChildPath(wfstore.RootPath, wfdef.Segment(wfdef.KindGraph, d)))
 		if err != nil {
 			return err
 		}
@@ -323,7 +324,7 @@ func (e *Engine) rootEnded(ctx context.Context, n *wfstore.Node) error {
 	case wfstate.Failed:
 		return e.afterFailure(ctx, cur)
 	case wfstate.Cancelled:
-		return e.launchHandler(ctx, cur, HandlerOnCancel)
+		return e.launchHandler(ctx, cur, wfdef.HandlerOnCancel)
 	}
 	return nil
 }
@@ -401,7 +402,7 @@ func (e *Engine) repair(ctx context.Context, id string, now time.Time) error {
 		// jobs the cancelling request or the stream did not get to. The
 		// handler first: finishing the cancel removes the check, so a
 		// handler that failed to start is tried again at the next sweep.
-		if err := e.launchHandler(ctx, root, HandlerOnCancel); err != nil {
+		if err := e.launchHandler(ctx, root, wfdef.HandlerOnCancel); err != nil {
 			return err
 		}
 		return e.finishCancel(ctx, root, items)
@@ -426,8 +427,8 @@ func (e *Engine) repair(ctx context.Context, id string, now time.Time) error {
 	t := newTreeOf(items)
 	var ids []string
 	for _, n := range items {
-		if n.Kind == KindJob {
-			ids = append(ids, JobID(id, n.Path))
+		if n.Kind == wfdef.KindJob {
+			ids = append(ids, wfdef.JobID(id, n.Path))
 		}
 	}
 	jobs, err := e.st.BatchGetJobs(ctx, ids)
@@ -469,7 +470,7 @@ func (e *Engine) repair(ctx context.Context, id string, now time.Time) error {
 		}
 	}
 	for _, n := range items {
-		if n.Kind != KindJob && n.Path != wfstore.RootPath {
+		if n.Kind != wfdef.KindJob && n.Path != wfstore.RootPath {
 			fs = append(fs, Finished{Node: n})
 		}
 	}
@@ -479,7 +480,7 @@ func (e *Engine) repair(ctx context.Context, id string, now time.Time) error {
 	// Composites whose children are all done (a finish lost after the
 	// last count).
 	for _, n := range items {
-		if n.Kind == KindJob || n.State.Terminal() {
+		if n.Kind == wfdef.KindJob || n.State.Terminal() {
 			continue
 		}
 		cur, err := e.st.GetNode(ctx, id, n.Path)

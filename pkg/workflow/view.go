@@ -10,6 +10,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/awslimit"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfdef"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
 )
@@ -193,12 +194,12 @@ func (e *Engine) Get(ctx context.Context, wfID string) (*View, error) {
 	}
 	var ids []string
 	for _, n := range nodes {
-		if n.Kind == KindJob {
-			ids = append(ids, JobID(wfID, n.Path))
+		if n.Kind == wfdef.KindJob {
+			ids = append(ids, wfdef.JobID(wfID, n.Path))
 		}
-		if n.Path == compensatePath {
+		if n.Path == wfdef.CompensatePath {
 			for k := range n.Plan {
-				ids = append(ids, JobID(wfID, childPath(compensatePath, segment(KindChain, k))))
+				ids = append(ids, wfdef.JobID(wfID, wfdef.ChildPath(wfdef.CompensatePath, wfdef.Segment(wfdef.KindChain, k))))
 			}
 		}
 	}
@@ -270,7 +271,7 @@ func render(t *tree, jobs map[string]*job.Job) *View {
 	out.CreatedAt = root.CreatedAt
 	out.Metadata = ViewMetadata{CreatedAt: root.CreatedAt, JobCount: root.JobCount, CompletedCount: v.completed, FailedCount: v.failed,
 		StartedAt: root.StartedAt, CompletedAt: root.CompletedAt, CancelledAt: root.CancelledAt}
-	if root.Kind == KindChain && root.FailedIndex != nil {
+	if root.Kind == wfdef.KindChain && root.FailedIndex != nil {
 		out.FailedStepIndex = new(*root.FailedIndex)
 	}
 	if len(v.failedIDs) > 0 {
@@ -301,18 +302,18 @@ func render(t *tree, jobs map[string]*job.Job) *View {
 			done++
 		}
 	}
-	if root.Kind == KindChain {
+	if root.Kind == wfdef.KindChain {
 		out.StepsTotal, out.StepsCompleted = new(root.Total), new(done)
 	} else {
 		out.JobsTotal, out.JobsCompleted = new(root.Total), new(done)
-		if root.Kind == KindGraph || root.Form == "steps" {
+		if root.Kind == wfdef.KindGraph || root.Form == "steps" {
 			out.StepsTotal, out.StepsCompleted = new(root.Total), new(done)
 		}
 	}
 	if root.State == wfstate.Cancelled {
 		cancelled, completed := 0, 0
 		for _, n := range t.byPath {
-			if n.Kind != KindJob {
+			if n.Kind != wfdef.KindJob {
 				continue
 			}
 			switch v.state(n) {
@@ -335,24 +336,24 @@ func (v *viewer) started(n *wfstore.Node) bool {
 	if n.Path == wfstore.RootPath {
 		return true
 	}
-	parent := v.t.byPath[parentOf(n.Path)]
+	parent := v.t.byPath[wfdef.ParentPath(n.Path)]
 	if parent == nil {
 		return false
 	}
-	if name, ok := callbackName(n.Path); ok {
+	if name, ok := wfdef.CallbackName(n.Path); ok {
 		return wfstore.HasString(parent.Fired, name)
 	}
 	if !v.started(parent) {
 		return false
 	}
 	switch parent.Kind {
-	case KindChain:
+	case wfdef.KindChain:
 		if n.Index == 0 {
 			return true
 		}
 		ok, _ := v.counted(parent, n.Index-1)
 		return ok
-	case KindGraph:
+	case wfdef.KindGraph:
 		for _, d := range n.Deps {
 			if ok, _ := v.counted(parent, d); !ok {
 				return false
@@ -368,8 +369,8 @@ func (v *viewer) blocked(n *wfstore.Node) bool {
 	if b, ok := v.blockedMemo[n.Path]; ok {
 		return b
 	}
-	parent := v.t.byPath[parentOf(n.Path)]
-	if parent == nil || parent.Kind != KindGraph {
+	parent := v.t.byPath[wfdef.ParentPath(n.Path)]
+	if parent == nil || parent.Kind != wfdef.KindGraph {
 		return false
 	}
 	if v.blockedMemo == nil {
@@ -391,7 +392,7 @@ func (v *viewer) blocked(n *wfstore.Node) bool {
 // a job step's from its job (waiting before it exists, cancelled when it
 // never will).
 func (v *viewer) state(n *wfstore.Node) string {
-	if n.Kind != KindJob {
+	if n.Kind != wfdef.KindJob {
 		switch {
 		case n.State.Terminal():
 			return string(n.State)
@@ -402,10 +403,10 @@ func (v *viewer) state(n *wfstore.Node) string {
 		}
 		return string(wfstate.Waiting)
 	}
-	if j := v.jobs[JobID(v.t.wfID, n.Path)]; j != nil {
+	if j := v.jobs[wfdef.JobID(v.t.wfID, n.Path)]; j != nil {
 		return jobState(j.State)
 	}
-	parent := v.t.byPath[parentOf(n.Path)]
+	parent := v.t.byPath[wfdef.ParentPath(n.Path)]
 	if v.stopped || v.blocked(n) || (parent != nil && parent.State.Terminal()) {
 		return string(wfstate.Cancelled)
 	}
@@ -430,10 +431,10 @@ func jobState(s job.State) string {
 // leaf fills a job step's entry.
 func (v *viewer) leaf(n *wfstore.Node, m *ViewNode) {
 	m.Type = n.JobType
-	id := JobID(v.t.wfID, n.Path)
+	id := wfdef.JobID(v.t.wfID, n.Path)
 	m.ViewJob = &ViewJob{}
 	m.State = v.state(n)
-	counted := !isCallback(n.Path) && !strings.HasPrefix(n.Path, "/~")
+	counted := !wfdef.IsCallback(n.Path) && !strings.HasPrefix(n.Path, "/~")
 	j := v.jobs[id]
 	if j == nil {
 		return
@@ -505,18 +506,18 @@ func (v *viewer) compensation() *ViewCompensation {
 	if root.Compensation != "" {
 		out.State = root.Compensation
 	}
-	comp := v.t.special[compensatePath]
+	comp := v.t.special[wfdef.CompensatePath]
 	if comp == nil {
 		return out
 	}
 	out.Steps = []ViewCompensationStep{}
 	for k, undo := range comp.Plan {
-		path := childPath(compensatePath, segment(KindChain, k))
+		path := wfdef.ChildPath(wfdef.CompensatePath, wfdef.Segment(wfdef.KindChain, k))
 		s := ViewCompensationStep{Index: k, Undoes: undo, State: string(wfstate.Waiting)}
 		if n := v.t.byPath[undo]; n != nil {
 			s.Undoes = stepKey(n)
 		}
-		if j := v.jobs[JobID(v.t.wfID, path)]; j != nil {
+		if j := v.jobs[wfdef.JobID(v.t.wfID, path)]; j != nil {
 			s.JobID, s.State, s.Type = new(j.ID), jobState(j.State), j.Type
 			if len(j.Result) > 0 && v.fits(j.Result) {
 				s.Result = j.Result
@@ -535,15 +536,15 @@ func (v *viewer) compensation() *ViewCompensation {
 // until the workflow fails or is cancelled).
 func (v *viewer) handlers() map[string]ViewNode {
 	out := map[string]ViewNode{}
-	for _, name := range Handlers {
-		h := v.t.special[handlerPath(name)]
+	for _, name := range wfdef.Handlers {
+		h := v.t.special[wfdef.HandlerPath(name)]
 		if h == nil {
 			continue
 		}
 		var m ViewNode
-		if h.Kind == KindJob {
+		if h.Kind == wfdef.KindJob {
 			v.leaf(h, &m)
-			if j := v.jobs[JobID(v.t.wfID, h.Path)]; j == nil {
+			if j := v.jobs[wfdef.JobID(v.t.wfID, h.Path)]; j == nil {
 				m.State = string(h.State)
 			}
 		} else {
@@ -560,7 +561,7 @@ func (v *viewer) handlers() map[string]ViewNode {
 // entry renders a node of the tree form.
 func (v *viewer) entry(n *wfstore.Node, root bool) ViewNode {
 	m := ViewNode{Index: new(n.Index), ID: stepKey(n)}
-	if n.Kind == KindJob {
+	if n.Kind == wfdef.KindJob {
 		v.leaf(n, &m)
 		return m
 	}
@@ -577,7 +578,7 @@ func (v *viewer) entry(n *wfstore.Node, root bool) ViewNode {
 	for _, c := range v.t.kids[n.Path] {
 		list = append(list, v.entry(c, false))
 	}
-	if n.Kind == KindChain {
+	if n.Kind == wfdef.KindChain {
 		m.Steps = list
 	} else {
 		m.Jobs = list
@@ -614,11 +615,11 @@ func (v *viewer) flat() []ViewNode {
 		m.State = v.flatState(c, m.State)
 		deps := []string{}
 		switch root.Kind {
-		case KindChain:
+		case wfdef.KindChain:
 			if i > 0 {
 				deps = append(deps, ids[i-1])
 			}
-		case KindGraph:
+		case wfdef.KindGraph:
 			for _, d := range c.Deps {
 				if d < len(ids) {
 					deps = append(deps, ids[d])
@@ -628,7 +629,7 @@ func (v *viewer) flat() []ViewNode {
 		m.DependsOn = deps
 		steps = append(steps, m)
 	}
-	for _, name := range Callbacks {
+	for _, name := range wfdef.Callbacks {
 		c := v.t.cbs[wfstore.RootPath][name]
 		if c == nil {
 			continue
@@ -646,7 +647,7 @@ func (v *viewer) flat() []ViewNode {
 // state once it exists (completed, active, available, scheduled,
 // retryable; failed for a discarded job), pending before.
 func (v *viewer) flatState(n *wfstore.Node, treeState string) string {
-	j := v.jobs[JobID(v.t.wfID, n.Path)]
+	j := v.jobs[wfdef.JobID(v.t.wfID, n.Path)]
 	switch {
 	case j == nil && treeState == string(wfstate.Waiting):
 		return "pending"

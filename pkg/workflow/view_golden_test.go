@@ -13,6 +13,7 @@ import (
 
 	"github.com/ojs-aws/ojs-serverless/internal/dev/testenv"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfdef"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
 	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
@@ -404,7 +405,7 @@ func TestViewGolden(t *testing.T) {
 		}
 		golden(t, "creating_done", v)
 		// The jobs phase: the nodes written, the first jobs being written.
-		root := &wfstore.Node{WorkflowID: id, Path: wfstore.RootPath, Kind: workflow.KindGroup, State: wfstate.Running, CreatedAt: "2025-01-02T03:04:05.000Z", JobCount: 3}
+		root := &wfstore.Node{WorkflowID: id, Path: wfstore.RootPath, Kind: wfdef.KindGroup, State: wfstate.Running, CreatedAt: "2025-01-02T03:04:05.000Z", JobCount: 3}
 		golden(t, "creating_jobs_phase", workflow.CreatingViewForTest(root, "jobs", 4, 9))
 		root.Name = "named"
 		golden(t, "creating_nodes_phase_named", workflow.CreatingViewForTest(root, "nodes", 0, 4))

@@ -28,8 +28,8 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfdef"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
-	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
 )
 
 // Options configure a run.
@@ -214,7 +214,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		res.Big = b.bigRun(ctx, o.BigWorkflows, o.BigWidth)
 	} else {
 		res.Big = BigRun{Note: fmt.Sprintf("set BENCH_BIG=1 to run it: %d batches of %d jobs in push mode, each with a callback (a workflow holds at most %d jobs)",
-			max(o.BigWorkflows, 1), o.BigWidth, workflow.MaxJobs)}
+			max(o.BigWorkflows, 1), o.BigWidth, wfdef.MaxJobs)}
 	}
 	last, err := b.quiet(ctx)
 	if err != nil {
@@ -924,17 +924,17 @@ func jobIDsOf(kind string, ids []string, width int) ([]string, [][]string) {
 		switch kind {
 		case "chains":
 			for s := 0; s < 3; s++ {
-				g = append(g, workflow.JobID(wf, fmt.Sprintf("/s%d", s)))
+				g = append(g, wfdef.JobID(wf, fmt.Sprintf("/s%d", s)))
 			}
 		case "graphs":
 			for s := 0; s < 4; s++ {
-				g = append(g, workflow.JobID(wf, fmt.Sprintf("/g%d", s)))
+				g = append(g, wfdef.JobID(wf, fmt.Sprintf("/g%d", s)))
 			}
 		default:
 			for j := 0; j < width; j++ {
-				g = append(g, workflow.JobID(wf, fmt.Sprintf("/j%d", j)))
+				g = append(g, wfdef.JobID(wf, fmt.Sprintf("/j%d", j)))
 			}
-			g = append(g, workflow.JobID(wf, "/on_complete"))
+			g = append(g, wfdef.JobID(wf, "/on_complete"))
 		}
 		groups[i] = g
 		all = append(all, g...)
@@ -1085,12 +1085,12 @@ func (b *bencher) bigRun(ctx context.Context, workflows, width int) BigRun {
 			r.Note = "failed: " + err.Error()
 			return r
 		}
-		cb, err := b.mon.BatchGetJobs(ctx, []string{workflow.JobID(id, "/on_complete")})
+		cb, err := b.mon.BatchGetJobs(ctx, []string{wfdef.JobID(id, "/on_complete")})
 		if err != nil {
 			r.Note = "failed: " + err.Error()
 			return r
 		}
-		j := cb[workflow.JobID(id, "/on_complete")]
+		j := cb[wfdef.JobID(id, "/on_complete")]
 		if len(out.Events) != 1 || j == nil || j.State != job.Completed || j.Attempt != 1 {
 			once = false
 		}

@@ -29,7 +29,7 @@ import (
 
 	"github.com/ojs-aws/ojs-serverless/internal/dev/bench"
 	"github.com/ojs-aws/ojs-serverless/internal/dev/emulator"
-	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfdef"
 )
 
 func envInt(name string, def int) int {
@@ -65,8 +65,8 @@ func main() {
 	flag.Float64Var(&o.PacedRate, "paced-rate", envFloat("BENCH_PACED_RATE", 30), "jobs per second of the paced phases (BENCH_PACED_RATE)")
 	flag.BoolVar(&o.Big, "big", os.Getenv("BENCH_BIG") == "1", "also run the large batches (BENCH_BIG=1)")
 	flag.IntVar(&o.BigWorkflows, "big-batches", envInt("BENCH_BIG_BATCHES", 10), "large batches (BENCH_BIG_BATCHES)")
-	flag.IntVar(&o.BigWidth, "big-width", envInt("BENCH_BIG_WIDTH", workflow.MaxJobs), "jobs per large batch (BENCH_BIG_WIDTH)")
-	flag.IntVar(&o.CreateWidth, "create-width", envInt("BENCH_CREATE_WIDTH", workflow.MaxJobs), "jobs of the group and the batch whose creation is timed; 0 skips it (BENCH_CREATE_WIDTH)")
+	flag.IntVar(&o.BigWidth, "big-width", envInt("BENCH_BIG_WIDTH", wfdef.MaxJobs), "jobs per large batch (BENCH_BIG_WIDTH)")
+	flag.IntVar(&o.CreateWidth, "create-width", envInt("BENCH_CREATE_WIDTH", wfdef.MaxJobs), "jobs of the group and the batch whose creation is timed; 0 skips it (BENCH_CREATE_WIDTH)")
 	flag.BoolVar(&o.SkipArm64, "skip-arm64", os.Getenv("BENCH_SKIP_ARM64") == "1", "skip the linux/arm64 size builds (BENCH_SKIP_ARM64=1)")
 	flag.StringVar(&o.BinDir, "bin", ".local/bin", "directory of <function>/bootstrap host builds (make build-local)")
 	out := flag.String("out", "bench/results", "results directory")

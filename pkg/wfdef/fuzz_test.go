@@ -1,4 +1,4 @@
-package workflow_test
+package wfdef_test
 
 import (
 	"encoding/json"
@@ -11,7 +11,7 @@ import (
 
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
-	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfdef"
 )
 
 // FuzzParseWorkflow fuzzes the workflow creation body (POST /ojs/v1/workflows):
@@ -46,7 +46,7 @@ func FuzzParseWorkflow(f *testing.F) {
 		`{"type":"chain","steps":[{"type":"a.b","args":[],"options":{"pending":true}}]}`,
 		`{"type":"chain","steps":[{"type":"a.b","args":"x"},{"type":"Bad Type","args":[]},7,null]}`,
 		`{"type":"chain","name":"` + strings.Repeat("n", 300) + `","steps":[` + leaf + `]}`,
-		`{"type":"chain","name":"` + strings.Repeat("n", workflow.MaxNameLength+1) + `","steps":[` + leaf + `]}`,
+		`{"type":"chain","name":"` + strings.Repeat("n", wfdef.MaxNameLength+1) + `","steps":[` + leaf + `]}`,
 		`{"type":"chain","Type":"group","steps":[` + leaf + `],"STEPS":[]}`,
 		"{\"type\":\"chain\",\"name\":\"\xff\x00\",\"steps\":[" + leaf + "]}",
 		leaf,
@@ -61,7 +61,7 @@ func FuzzParseWorkflow(f *testing.F) {
 	}
 	now := time.Date(2026, 3, 15, 9, 30, 0, 0, time.UTC)
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		parsed, err := workflow.Parse(raw, now)
+		parsed, err := wfdef.Parse(raw, now)
 		if err != nil {
 			var oe *ojserr.Error
 			if !errors.As(err, &oe) {
@@ -71,7 +71,7 @@ func FuzzParseWorkflow(f *testing.F) {
 				t.Fatalf("rejection with status %d: %+v", s, oe)
 			}
 			if oe.Code == ojserr.InvalidWorkflow {
-				ps, _ := oe.Details["validation_errors"].([]workflow.Problem)
+				ps, _ := oe.Details["validation_errors"].([]wfdef.Problem)
 				if len(ps) == 0 || len(ps) > 100 {
 					t.Fatalf("invalid_workflow with %d problems", len(ps))
 				}
@@ -79,7 +79,7 @@ func FuzzParseWorkflow(f *testing.F) {
 			return
 		}
 		def, id, n := parsed.Root, parsed.ID, parsed.Jobs
-		if def == nil || n < 1 || n > workflow.MaxJobs {
+		if def == nil || n < 1 || n > wfdef.MaxJobs {
 			t.Fatalf("accepted with def %v and %d jobs", def, n)
 		}
 		if id != "" && job.ValidateID(id) != nil {
@@ -90,13 +90,13 @@ func FuzzParseWorkflow(f *testing.F) {
 		}
 		paths, ids := map[string]bool{}, map[string]string{}
 		leaves := 0
-		var check func(d *workflow.Def, depth int)
-		check = func(d *workflow.Def, depth int) {
+		var check func(d *wfdef.Def, depth int)
+		check = func(d *wfdef.Def, depth int) {
 			if paths[d.Path] {
 				t.Fatalf("two nodes at path %s", d.Path)
 			}
 			paths[d.Path] = true
-			jid := workflow.JobID(id, d.Path)
+			jid := wfdef.JobID(id, d.Path)
 			if job.ValidateID(jid) != nil {
 				t.Fatalf("job id %q of %s is not a UUIDv7", jid, d.Path)
 			}
@@ -105,7 +105,7 @@ func FuzzParseWorkflow(f *testing.F) {
 			}
 			ids[jid] = d.Path
 			switch d.Kind {
-			case workflow.KindJob:
+			case wfdef.KindJob:
 				if len(d.Children) > 0 {
 					t.Fatalf("job node %s has children", d.Path)
 				}
@@ -117,20 +117,20 @@ func FuzzParseWorkflow(f *testing.F) {
 				if err != nil || e.Pending || e.Job.Type != d.JobType {
 					t.Fatalf("leaf %s: request %q parses to %v, %v", d.Path, d.Request, e, err)
 				}
-			case workflow.KindChain, workflow.KindGroup, workflow.KindBatch, workflow.KindGraph:
-				if len(d.Name) > workflow.MaxNameLength {
+			case wfdef.KindChain, wfdef.KindGroup, wfdef.KindBatch, wfdef.KindGraph:
+				if len(d.Name) > wfdef.MaxNameLength {
 					t.Fatalf("%s has a name of %d bytes", d.Path, len(d.Name))
 				}
-				if depth > workflow.MaxDepth {
+				if depth > wfdef.MaxDepth {
 					t.Fatalf("%s nested %d deep", d.Path, depth)
 				}
-				if len(d.Children) == 0 || len(d.Children) > workflow.MaxChildren {
+				if len(d.Children) == 0 || len(d.Children) > wfdef.MaxChildren {
 					t.Fatalf("%s has %d children", d.Path, len(d.Children))
 				}
-				if (d.Kind == workflow.KindBatch) != (len(d.Callbacks) > 0) {
+				if (d.Kind == wfdef.KindBatch) != (len(d.Callbacks) > 0) {
 					t.Fatalf("%s %s has %d callbacks", d.Kind, d.Path, len(d.Callbacks))
 				}
-				if d.Kind == workflow.KindGraph && (len(d.Children) > workflow.MaxGraphSteps || depth != 1) {
+				if d.Kind == wfdef.KindGraph && (len(d.Children) > wfdef.MaxGraphSteps || depth != 1) {
 					t.Fatalf("graph %s with %d steps at depth %d", d.Path, len(d.Children), depth)
 				}
 				for i, c := range d.Children {
@@ -138,14 +138,14 @@ func FuzzParseWorkflow(f *testing.F) {
 						t.Fatalf("child %d of %s has index %d", i, d.Path, c.Index)
 					}
 					for _, dep := range c.Deps {
-						if d.Kind != workflow.KindGraph || dep < 0 || dep >= len(d.Children) || dep == i {
+						if d.Kind != wfdef.KindGraph || dep < 0 || dep >= len(d.Children) || dep == i {
 							t.Fatalf("%s: step %d depends on %d", d.Path, i, dep)
 						}
 					}
 					check(c, depth+1)
 				}
 				for name, c := range d.Callbacks {
-					if c.Kind != workflow.KindJob || !strings.HasSuffix(c.Path, "/"+name) {
+					if c.Kind != wfdef.KindJob || !strings.HasSuffix(c.Path, "/"+name) {
 						t.Fatalf("callback %s of %s: %+v", name, d.Path, c)
 					}
 					leaves-- // not counted in the job count

@@ -1,27 +1,21 @@
-// Package workflow implements the OJS workflow primitives (chain, group,
-// batch, their nesting, and dependency graphs; ojs-workflows.md and
-// ojs-http-binding.md section 14) on the job lifecycle.
-//
-// A workflow is a tree of nodes stored under one DynamoDB partition; its
-// leaves are jobs. The request that finishes a job (ACK or FAIL over HTTP,
-// the worker function, the sweeper) advances the workflow before it
-// answers, through JobFinished; the stream function runs Verify on the
-// same table changes as the guarantee for a request that died half way.
-// Every step is a conditional write or transaction whose record is the
-// commit point of the step (see docs/workflows.md), so the two paths and
-// any duplicates start every job and fire every callback exactly once.
-package workflow
+// Package wfdef parses and validates OJS workflow definitions
+// (ojs-workflows.md, ojs-http-binding.md section 14): the tree form (a
+// chain, group or batch, nested) and the dependency-graph form (steps with
+// ids and depends_on), into a tree of Def nodes with their paths. It also
+// names those paths (ChildPath, ParentPath, the special subtrees under
+// /~), derives the deterministic job id of each step (JobID) and owns the
+// limits a definition must keep. It stores nothing: pkg/workflow runs the
+// definitions, pkg/wfstore keeps their items.
+package wfdef
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/ojs-aws/ojs-serverless/internal/jsoncase"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
@@ -65,10 +59,6 @@ const (
 	// MaxCompensations bounds the steps of one workflow that carry a
 	// compensate job (they run one after another when it fails).
 	MaxCompensations = 1_000
-	// ShardSize is how many children share one counter shard: a group or
-	// batch with n > ShardSize jobs counts them in ceil(n/ShardSize)
-	// shards, so no item takes a write for every child.
-	ShardSize = 100
 )
 
 // Callbacks are the callback names of a batch, in firing order.
@@ -107,13 +97,13 @@ type Def struct {
 const (
 	HandlerOnFailure = "on_failure"
 	HandlerOnCancel  = "on_cancel"
-	compensatePath   = "/~compensate"
+	// CompensatePath is the path of a failed workflow's compensation:
+	// its steps are CompensatePath/s<k>.
+	CompensatePath = "/~compensate"
 )
 
 // Handlers lists the workflow handlers.
 var Handlers = []string{HandlerOnFailure, HandlerOnCancel}
-
-func handlerPath(name string) string { return "/~" + name }
 
 // Problem is one validation failure with its JSON path.
 type Problem struct {
@@ -242,7 +232,7 @@ func (p *parser) handlers(root *Def, rn rawNode) {
 		before := p.jobs
 		var d *Def
 		if hn.Type != nil && *hn.Type == KindChain {
-			d = &Def{Kind: KindChain, Path: handlerPath(h.name), Index: -1}
+			d = &Def{Kind: KindChain, Path: HandlerPath(h.name), Index: -1}
 			if len(hn.Steps) == 0 {
 				p.add(jp+".steps", "steps array must contain at least one element")
 			}
@@ -252,7 +242,7 @@ func (p *parser) handlers(root *Def, rn rawNode) {
 					p.add(fmt.Sprintf("%s.steps[%d]", jp, i), "a handler's chain holds jobs only")
 					continue
 				}
-				if c := p.leaf(st, fmt.Sprintf("%s.steps[%d]", jp, i), childPath(d.Path, segment(KindChain, i)), i); c != nil {
+				if c := p.leaf(st, fmt.Sprintf("%s.steps[%d]", jp, i), ChildPath(d.Path, Segment(KindChain, i)), i); c != nil {
 					d.Children = append(d.Children, c)
 				}
 			}
@@ -260,7 +250,7 @@ func (p *parser) handlers(root *Def, rn rawNode) {
 			p.add(jp, "must be a job or a chain of jobs")
 			continue
 		} else {
-			d = p.leaf(h.raw, jp, handlerPath(h.name), -1)
+			d = p.leaf(h.raw, jp, HandlerPath(h.name), -1)
 		}
 		p.jobs = before // handlers are not counted in job_count
 		if d == nil {
@@ -356,7 +346,7 @@ func (p *parser) node(raw json.RawMessage, jp, tp string, index, depth int) *Def
 		return d
 	}
 	for i, it := range items {
-		c := p.node(it, fmt.Sprintf("%s.%s[%d]", jp, field, i), childPath(tp, segment(d.Kind, i)), i, depth+1)
+		c := p.node(it, fmt.Sprintf("%s.%s[%d]", jp, field, i), ChildPath(tp, Segment(d.Kind, i)), i, depth+1)
 		if c != nil {
 			d.Children = append(d.Children, c)
 		}
@@ -376,7 +366,7 @@ func (p *parser) node(raw json.RawMessage, jp, tp string, index, depth int) *Def
 				p.add(jp+".callbacks."+name, "a callback is a job, not a workflow")
 				continue
 			}
-			if c := p.leaf(cb, jp+".callbacks."+name, childPath(tp, name), -1); c != nil {
+			if c := p.leaf(cb, jp+".callbacks."+name, ChildPath(tp, name), -1); c != nil {
 				p.jobs-- // callbacks are not counted in job_count
 				d.Callbacks[name] = c
 			}
@@ -394,18 +384,6 @@ func isCallbackName(name string) bool {
 		}
 	}
 	return false
-}
-
-// segment names child i of a composite of kind in its path: s<i> for a
-// chain's steps, j<i> for a group's or batch's jobs, g<i> for a graph's.
-func segment(kind string, i int) string {
-	switch kind {
-	case KindChain:
-		return fmt.Sprintf("s%d", i)
-	case KindGraph:
-		return fmt.Sprintf("g%d", i)
-	}
-	return fmt.Sprintf("j%d", i)
 }
 
 func (p *parser) leaf(raw json.RawMessage, jp, tp string, index int) *Def {
@@ -673,7 +651,7 @@ func (p *parser) steps(rn rawNode) *Def {
 	if len(cbs) > 0 && len(jobs) > 0 && batchShaped(jobs, cbs) {
 		root := &Def{Kind: KindBatch, Name: name, Path: "/", Callbacks: map[string]*Def{}}
 		for i, s := range jobs {
-			if c := leaf(s, s.jp, childPath("/", segment(KindBatch, i)), i); c != nil {
+			if c := leaf(s, s.jp, ChildPath("/", Segment(KindBatch, i)), i); c != nil {
 				root.Children = append(root.Children, c)
 			}
 		}
@@ -686,7 +664,7 @@ func (p *parser) steps(rn rawNode) *Def {
 				p.add(s.jp, fmt.Sprintf("a second %s callback", cb))
 				continue
 			}
-			if c := leaf(s, s.jp, childPath("/", cb), -1); c != nil {
+			if c := leaf(s, s.jp, ChildPath("/", cb), -1); c != nil {
 				p.jobs--
 				root.Callbacks[cb] = c
 			}
@@ -720,7 +698,7 @@ func (p *parser) steps(rn rawNode) *Def {
 	root := &Def{Kind: kind, Name: name, Path: "/"}
 	for pos, i := range order {
 		s := all[i]
-		c := leaf(s, s.jp, childPath("/", segment(kind, pos)), pos)
+		c := leaf(s, s.jp, ChildPath("/", Segment(kind, pos)), pos)
 		if c == nil {
 			continue
 		}
@@ -847,67 +825,3 @@ func findCycle(n int, deps func(int) []int) []int {
 }
 
 func isNull(raw json.RawMessage) bool { return string(bytes.TrimSpace(raw)) == "null" }
-
-func childPath(parent, seg string) string {
-	if parent == "/" {
-		return "/" + seg
-	}
-	return parent + "/" + seg
-}
-
-// JobID derives the deterministic id of the job at path in workflow wfID:
-// a UUIDv7 with the workflow's timestamp, the step's position among its
-// siblings in the 12 bits after the version (so jobs started together,
-// whose other sort keys are equal, are fetched in the order the workflow
-// lists them), and bits from a hash of the path, so a re-created job
-// always collides with the first.
-func JobID(wfID, path string) string {
-	w, _ := uuid.Parse(wfID)
-	h := sha256.Sum256([]byte(wfID + "|" + path))
-	var u uuid.UUID
-	copy(u[:6], w[:6])
-	copy(u[6:], h[:10])
-	pos := position(path) & 0xfff
-	u[6] = 0x70 | byte(pos>>8) // version 7, then the position's high bits
-	u[7] = byte(pos)
-	u[8] = (u[8] & 0x3f) | 0x80 // RFC 4122 variant
-	return u.String()
-}
-
-// position is a step's order among its siblings: its index, or for a
-// batch callback its place in Callbacks after every job.
-func position(path string) int {
-	seg := lastSegment(path)
-	for i, name := range Callbacks {
-		if seg == name {
-			return 0xffd + i
-		}
-	}
-	n := 0
-	for _, c := range seg[min(1, len(seg)):] {
-		if c < '0' || c > '9' {
-			return 0
-		}
-		n = n*10 + int(c-'0')
-	}
-	return n
-}
-
-// Walk calls f for d and every descendant, callbacks and handlers
-// included.
-func Walk(d *Def, f func(*Def)) {
-	f(d)
-	for _, c := range d.Children {
-		Walk(c, f)
-	}
-	for _, name := range Callbacks {
-		if c := d.Callbacks[name]; c != nil {
-			f(c)
-		}
-	}
-	for _, name := range Handlers {
-		if h := d.Handlers[name]; h != nil {
-			Walk(h, f)
-		}
-	}
-}
