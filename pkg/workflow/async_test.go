@@ -19,6 +19,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
@@ -109,9 +110,9 @@ func jobStates(t *testing.T, st *store.Store, id string) map[job.State]int {
 func TestAsyncCreationAnswersAtOnceAndResumeFinishesIt(t *testing.T) {
 	t.Parallel()
 	st, _ := testenv.Table(t)
-	svc := lifecycle.New(st, lifecycle.Config{})
-	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Jobs: svc, AsyncItems: 50, CreationSlice: time.Minute}) // one slice: slices have their own test
-	svc.SetWorkflows(eng)
+	qsvc := queue.NewService(st, queue.Config{})
+	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Admit: qsvc, AsyncItems: 50, CreationSlice: time.Minute}) // one slice: slices have their own test
+	svc := lifecycle.New(st, lifecycle.Config{Queues: qsvc, Workflows: eng})
 	ctx := context.Background()
 	id := uuid.Must(uuid.NewV7()).String()
 	body := asyncBody(id, "asyncq", 150) // past 100 jobs: counted in shards
@@ -212,10 +213,11 @@ func TestAsyncCreationAnswersAtOnceAndResumeFinishesIt(t *testing.T) {
 func TestSmallWorkflowsAreCreatedInTheRequest(t *testing.T) {
 	t.Parallel()
 	st, _ := testenv.Table(t)
-	svc := lifecycle.New(st, lifecycle.Config{})
+	qsvc := queue.NewService(st, queue.Config{})
+	svc := lifecycle.New(st, lifecycle.Config{Queues: qsvc})
 	ctx := context.Background()
 	for _, async := range []int{0, 200} {
-		eng := workflow.New(workflow.StoreOn(st), workflow.Config{Jobs: svc, AsyncItems: async})
+		eng := workflow.New(workflow.StoreOn(st), workflow.Config{Admit: qsvc, AsyncItems: async})
 		v, err := eng.Create(ctx, []byte(asyncBody(uuid.Must(uuid.NewV7()).String(), "syncq", 60)))
 		if err != nil {
 			t.Fatal(err)
@@ -240,8 +242,9 @@ func TestRepairFinishesAnAsyncCreationWhoseWriterDied(t *testing.T) {
 	st, _ := testenv.Table(t)
 	table := st.Table()
 	clk := testenv.NewClock(time.Now().UTC())
-	svc := lifecycle.New(st, lifecycle.Config{Now: clk.Now})
-	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Now: clk.Now, Jobs: svc, AsyncItems: 50, CreationSlice: time.Minute})
+	qsvc := queue.NewService(st, queue.Config{Now: clk.Now})
+	svc := lifecycle.New(st, lifecycle.Config{Now: clk.Now, Queues: qsvc})
+	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Now: clk.Now, Admit: qsvc, AsyncItems: 50, CreationSlice: time.Minute})
 	ctx := context.Background()
 	db := testenv.DynamoDB()
 	for k, stage := range []string{"nodes", "jobs"} {
@@ -444,9 +447,9 @@ func TestResumeOutOfTimeGoesOnFromWhatExists(t *testing.T) {
 	st0, _ := testenv.Table(t)
 	db := &stallingDB{Client: testenv.DynamoDB(), allowTx: -1}
 	st := store.New(db, st0.Table())
-	svc := lifecycle.New(st, lifecycle.Config{})
-	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Jobs: svc, AsyncItems: 50, CreationSlice: time.Minute})
-	svc.SetWorkflows(eng)
+	qsvc := queue.NewService(st, queue.Config{})
+	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Admit: qsvc, AsyncItems: 50, CreationSlice: time.Minute})
+	svc := lifecycle.New(st, lifecycle.Config{Queues: qsvc, Workflows: eng})
 	id := uuid.Must(uuid.NewV7()).String()
 	const n = 300
 	if v, err := eng.Create(context.Background(), []byte(asyncBody(id, "slowq", n))); err != nil || !workflow.Creating(v) {
@@ -523,9 +526,9 @@ func TestCreationIsWrittenOneSliceAtATime(t *testing.T) {
 	st0, _ := testenv.Table(t)
 	db := &stallingDB{Client: testenv.DynamoDB(), allowTx: -1, delay: 40 * time.Millisecond}
 	st := store.New(db, st0.Table())
-	svc := lifecycle.New(st, lifecycle.Config{})
-	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Jobs: svc, AsyncItems: 50, CreationSlice: 60 * time.Millisecond})
-	svc.SetWorkflows(eng)
+	qsvc := queue.NewService(st, queue.Config{})
+	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Admit: qsvc, AsyncItems: 50, CreationSlice: 60 * time.Millisecond})
+	svc := lifecycle.New(st, lifecycle.Config{Queues: qsvc, Workflows: eng})
 	id := uuid.Must(uuid.NewV7()).String()
 	const n = 400
 	if v, err := eng.Create(context.Background(), []byte(asyncBody(id, "sliceq", n))); err != nil || !workflow.Creating(v) {
@@ -582,9 +585,9 @@ func TestCreationAfterAWriterThatDiedReadsOnlyPastTheRecord(t *testing.T) {
 	clk := testenv.NewClock(time.Now().UTC())
 	db := &stallingDB{Client: testenv.DynamoDB(), allowTx: -1, delay: 40 * time.Millisecond}
 	st := store.New(db, st0.Table())
-	svc := lifecycle.New(st, lifecycle.Config{Now: clk.Now})
-	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Jobs: svc, Now: clk.Now, AsyncItems: 50, CreationSlice: 60 * time.Millisecond})
-	svc.SetWorkflows(eng)
+	qsvc := queue.NewService(st, queue.Config{Now: clk.Now})
+	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Admit: qsvc, Now: clk.Now, AsyncItems: 50, CreationSlice: 60 * time.Millisecond})
+	svc := lifecycle.New(st, lifecycle.Config{Now: clk.Now, Queues: qsvc, Workflows: eng})
 	bg := context.Background()
 	id := uuid.Must(uuid.NewV7()).String()
 	const n = 400
@@ -654,9 +657,9 @@ func TestCreationAfterAWriterThatDiedReadsOnlyPastTheRecord(t *testing.T) {
 func TestCancelOutOfTimeLeavesTheRestToTheStream(t *testing.T) {
 	t.Parallel()
 	st, _ := testenv.Table(t)
-	svc := lifecycle.New(st, lifecycle.Config{})
-	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Jobs: svc})
-	svc.SetWorkflows(eng)
+	qsvc := queue.NewService(st, queue.Config{})
+	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Admit: qsvc})
+	svc := lifecycle.New(st, lifecycle.Config{Queues: qsvc, Workflows: eng})
 	bg := context.Background()
 	id := uuid.Must(uuid.NewV7()).String()
 	const n = 450
@@ -711,9 +714,8 @@ func TestCancelOutOfTimeLeavesTheRestToTheStream(t *testing.T) {
 func TestFinishingACancelGoesOnInSlices(t *testing.T) {
 	t.Parallel()
 	st, _ := testenv.Table(t)
-	svc := lifecycle.New(st, lifecycle.Config{})
-	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Jobs: svc, CancelSlice: time.Nanosecond})
-	svc.SetWorkflows(eng)
+	qsvc := queue.NewService(st, queue.Config{})
+	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Admit: qsvc, CancelSlice: time.Nanosecond})
 	bg := context.Background()
 	id := uuid.Must(uuid.NewV7()).String()
 	const n = 300
