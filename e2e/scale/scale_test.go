@@ -16,6 +16,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/internal/dev/emulator"
 	"github.com/ojs-aws/ojs-serverless/pkg/awsclient"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
+	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfdef"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
@@ -58,9 +59,9 @@ func newStack(t *testing.T) (*store.Store, *lifecycle.Service, *workflow.Engine)
 		t.Fatal(err)
 	}
 	st := store.New(db, "scale")
-	svc := lifecycle.New(st, lifecycle.Config{})
-	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Jobs: svc})
-	svc.SetWorkflows(eng)
+	qsvc := queue.NewService(st, queue.Config{})
+	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Admit: qsvc})
+	svc := lifecycle.New(st, lifecycle.Config{Queues: qsvc, Workflows: eng})
 	return st, svc, eng
 }
 

@@ -77,11 +77,18 @@ var _ Queues = (*queue.Store)(nil)
 // *lifecycle.Service).
 type Jobs interface {
 	Cancel(ctx context.Context, id string) (*job.Job, job.State, error)
-	SetPaused(ctx context.Context, queue string, paused bool) (lifecycle.QueueState, error)
 	SetWorkerDirective(ctx context.Context, id, directive string) (*queue.WorkerInfo, error)
 }
 
 var _ Jobs = (*lifecycle.Service)(nil)
+
+// QueueControl is the queue service a pause or resume goes through, as
+// the data plane's does (implemented by *queue.Service).
+type QueueControl interface {
+	SetPaused(ctx context.Context, queue string, paused bool) (queue.QueueState, error)
+}
+
+var _ QueueControl = (*queue.Service)(nil)
 
 // DeadLetter is the dead letter queue the admin operations go through
 // (implemented by *deadletter.Service).
@@ -115,13 +122,14 @@ type Service struct {
 	st   *store.Store
 	qs   Queues
 	jobs Jobs
+	ctl  QueueControl
 	dead DeadLetter
 	cfg  Config
 }
 
 // New returns an admin service on st (job items), qs (queue and worker
-// items), jobs and the dead letter queue dead.
-func New(st *store.Store, qs Queues, jobs Jobs, dead DeadLetter, cfg Config) *Service {
+// items), jobs, the queue service ctl and the dead letter queue dead.
+func New(st *store.Store, qs Queues, jobs Jobs, ctl QueueControl, dead DeadLetter, cfg Config) *Service {
 	if cfg.StaleAfter <= 0 {
 		cfg.StaleAfter = DefaultStaleAfter
 	}
@@ -137,7 +145,7 @@ func New(st *store.Store, qs Queues, jobs Jobs, dead DeadLetter, cfg Config) *Se
 	if cfg.Events == nil {
 		cfg.Events = events.NewStore(st.DB(), st.Table())
 	}
-	return &Service{st: st, qs: qs, jobs: jobs, dead: dead, cfg: cfg}
+	return &Service{st: st, qs: qs, jobs: jobs, ctl: ctl, dead: dead, cfg: cfg}
 }
 
 // queryEvents reads one page of the event log (Config.Events).

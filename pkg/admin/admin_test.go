@@ -41,9 +41,10 @@ func newEnv(t *testing.T) *env {
 	st, _ := testenv.Table(t)
 	c := testenv.NewClock(time.Now().UTC().Truncate(time.Millisecond))
 	log := events.NewStore(st.DB(), st.Table())
-	svc := lifecycle.New(st, lifecycle.Config{Now: c.Now, Rand: func() float64 { return 0.5 }, Events: log})
-	dead := deadletter.New(st, svc, deadletter.Config{})
-	return &env{st: st, log: log, jobs: svc, dead: dead, ad: admin.New(st, queue.NewStore(st.DB(), st.Table()), svc, dead, admin.Config{Now: c.Now, Events: log}), clock: c}
+	qsvc := queue.NewService(st, queue.Config{Now: c.Now, Events: log})
+	svc := lifecycle.New(st, lifecycle.Config{Now: c.Now, Rand: func() float64 { return 0.5 }, Queues: qsvc})
+	dead := deadletter.New(st, svc, qsvc, deadletter.Config{})
+	return &env{st: st, log: log, jobs: svc, dead: dead, ad: admin.New(st, qsvc.Store(), svc, qsvc, dead, admin.Config{Now: c.Now, Events: log}), clock: c}
 }
 
 func (e *env) push(t *testing.T, typ, queue string) *job.Job {
@@ -334,9 +335,10 @@ func TestAPushModeQueuesAvailableJobsAreCountedListedAndPurged(t *testing.T) {
 	st, _ := testenv.Table(t)
 	c := testenv.NewClock(time.Now().UTC().Truncate(time.Millisecond))
 	log := events.NewStore(st.DB(), st.Table())
-	svc := lifecycle.New(st, lifecycle.Config{Now: c.Now, PushQueues: []string{"lambda"}, Events: log})
-	dead := deadletter.New(st, svc, deadletter.Config{})
-	e := &env{st: st, log: log, jobs: svc, dead: dead, ad: admin.New(st, queue.NewStore(st.DB(), st.Table()), svc, dead, admin.Config{Now: c.Now, Events: log}), clock: c}
+	qsvc := queue.NewService(st, queue.Config{Now: c.Now, PushQueues: []string{"lambda"}, Events: log})
+	svc := lifecycle.New(st, lifecycle.Config{Now: c.Now, Queues: qsvc})
+	dead := deadletter.New(st, svc, qsvc, deadletter.Config{})
+	e := &env{st: st, log: log, jobs: svc, dead: dead, ad: admin.New(st, qsvc.Store(), svc, qsvc, dead, admin.Config{Now: c.Now, Events: log}), clock: c}
 	ctx := context.Background()
 	var want []string
 	for range 3 {

@@ -281,9 +281,10 @@ type PauseResult struct {
 	State    string  `json:"state"`
 }
 
-// SetPaused pauses or resumes a queue (the data plane's operation).
+// SetPaused pauses or resumes a queue (the data plane's operation,
+// queue.Service.SetPaused).
 func (s *Service) SetPaused(ctx context.Context, name string, paused bool) (*PauseResult, error) {
-	st, err := s.jobs.SetPaused(ctx, name, paused)
+	st, err := s.ctl.SetPaused(ctx, name, paused)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,6 @@
 // Package app wires the product's components from the environment once per
 // cold start: AWS clients (honouring endpoint overrides), the job store, the
-// lifecycle service, the SQS dispatcher and a JSON slog logger. Each
+// queue and lifecycle services, the SQS dispatcher and a JSON slog logger. Each
 // functions/<name>/main.go calls Load and starts its handler.
 package app
 
@@ -45,8 +45,11 @@ type App struct {
 	// API and the queue stats read it.
 	Events *events.Store
 	// Queues reads and writes the queue registry and the worker items.
-	Queues  *queue.Store
-	Service *lifecycle.Service
+	Queues *queue.Store
+	// QueueService admits jobs, and pauses, lists and counts queues (on
+	// Queues; the push-mode queues are PushQueues).
+	QueueService *queue.Service
+	Service      *lifecycle.Service
 	// DeadLetter is the dead letter queue: its API operations and, from
 	// the sweeper, its retention.
 	DeadLetter *deadletter.Service
@@ -147,24 +150,24 @@ func Load(ctx context.Context) (*App, error) {
 	d := dispatch.New(sqs.NewFromConfig(cfg), urls)
 	push := d.Queues()
 	qs := queue.NewStore(st.DB(), st.Table())
-	svc := lifecycle.New(st, lifecycle.Config{PushQueues: push, Logger: log, RedeliverAfter: redeliver, Events: evs, Queues: qs})
-	dead := deadletter.New(st, svc, deadletter.Config{Retention: ret, Logger: log})
+	qsvc := queue.NewService(st, queue.Config{PushQueues: push, Store: qs, Events: evs, Logger: log})
 	// Workflow jobs are admitted like every job, and a request that
 	// finishes a workflow job advances its workflow before it answers.
-	wfs := workflow.New(workflow.StoreOn(st), workflow.Config{Jobs: svc, PushQueues: push, Logger: log, RedeliverAfter: redeliver, AsyncItems: async})
-	svc.SetWorkflows(wfs)
+	wfs := workflow.New(workflow.StoreOn(st), workflow.Config{Admit: qsvc, PushQueues: push, Logger: log, RedeliverAfter: redeliver, AsyncItems: async})
+	svc := lifecycle.New(st, lifecycle.Config{Logger: log, RedeliverAfter: redeliver, Workflows: wfs, Queues: qsvc})
+	dead := deadletter.New(st, svc, qsvc, deadletter.Config{Retention: ret, Logger: log})
 	a := &App{
-		Admin:  admin.New(st, qs, svc, dead, admin.Config{Logger: log, Events: evs}),
-		Logger: log, Store: st, Events: evs, Queues: qs, Dispatcher: d, PushQueues: push, EventTTL: ttl, Publisher: pub, Table: table,
+		Admin:  admin.New(st, qs, svc, qsvc, dead, admin.Config{Logger: log, Events: evs}),
+		Logger: log, Store: st, Events: evs, Queues: qs, QueueService: qsvc, Dispatcher: d, PushQueues: push, EventTTL: ttl, Publisher: pub, Table: table,
 		Service:    svc,
 		DeadLetter: dead,
 		Workflows:  wfs,
-		Crons:      &cron.Service{Store: cron.NewStore(st), Jobs: svc, Logger: log},
+		Crons:      &cron.Service{Store: cron.NewStore(st), Jobs: svc, Queues: qsvc, Logger: log},
 		AuthToken:  os.Getenv(topology.EnvAuthToken),
 		FetchWait:  wait,
 	}
 	a.Console, err = console.New(console.Config{Admin: a.Admin, Workflows: a.Workflows, Crons: a.Crons, AuthToken: a.AuthToken,
-		IsPush: svc.IsPush, Logger: log})
+		IsPush: qsvc.IsPush, Logger: log})
 	if err != nil {
 		return nil, err
 	}

@@ -145,7 +145,7 @@ func (s *Service) step(ctx context.Context, name string, res *RunResult) error {
 		if err != nil {
 			return err
 		}
-		if err := s.Jobs.Admit(ctx, []*job.Job{j}); err != nil {
+		if err := s.Queues.Admit(ctx, []*job.Job{j}); err != nil {
 			return err
 		}
 		st.Job, st.Ran = j, true

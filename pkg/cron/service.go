@@ -47,19 +47,27 @@ type Table interface {
 // *lifecycle.Service).
 type Jobs interface {
 	Now() time.Time
+	RedeliverAfter() time.Duration
+	Cancel(ctx context.Context, id string) (*job.Job, job.State, error)
+}
+
+// Queues is what schedules need from the queue service (implemented by
+// *queue.Service).
+type Queues interface {
 	// Admit prepares a job for writing as every job is prepared (push
 	// mode, queue registration, rate limit).
 	Admit(ctx context.Context, jobs []*job.Job) error
-	RedeliverAfter() time.Duration
+	// EnsureQueue registers a queue name (once per process).
 	EnsureQueue(ctx context.Context, queue string) error
-	Cancel(ctx context.Context, id string) (*job.Job, job.State, error)
 }
 
 // Service registers schedules (the cron API) and fires them (Run, called
 // by the sweeper).
 type Service struct {
-	Store  Table
-	Jobs   Jobs
+	Store Table
+	Jobs  Jobs
+	// Queues admits the jobs schedules create and registers their queues.
+	Queues Queues
 	Logger *slog.Logger
 	// HeldRecheck is how soon an "enqueue" schedule with held occurrences
 	// is looked at again. Default one second (the sweeper's tick).
@@ -325,7 +333,7 @@ func (s *Service) Register(ctx context.Context, raw []byte) (View, bool, error) 
 	if err != nil {
 		return View{}, false, err
 	}
-	if err := s.Jobs.EnsureQueue(ctx, spec.Queue); err != nil {
+	if err := s.Queues.EnsureQueue(ctx, spec.Queue); err != nil {
 		return View{}, false, ojserr.Backend(err)
 	}
 	for try := 1; ; try++ {

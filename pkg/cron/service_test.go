@@ -14,6 +14,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 )
 
@@ -23,6 +24,7 @@ type fixture struct {
 	st  *store.Store
 	clk *testenv.Clock
 	svc *lifecycle.Service
+	q   *queue.Service
 	cr  *cron.Service
 }
 
@@ -30,8 +32,9 @@ func setup(t *testing.T, start time.Time) *fixture {
 	t.Helper()
 	st, _ := testenv.Table(t)
 	clk := testenv.NewClock(start)
-	svc := lifecycle.New(st, lifecycle.Config{Now: clk.Now})
-	return &fixture{st: st, clk: clk, svc: svc, cr: &cron.Service{Store: cron.NewStore(st), Jobs: svc}}
+	qsvc := queue.NewService(st, queue.Config{Now: clk.Now})
+	svc := lifecycle.New(st, lifecycle.Config{Now: clk.Now, Queues: qsvc})
+	return &fixture{st: st, clk: clk, svc: svc, q: qsvc, cr: &cron.Service{Store: cron.NewStore(st), Jobs: svc, Queues: qsvc}}
 }
 
 func (f *fixture) register(t *testing.T, body string) cron.View {
@@ -394,7 +397,7 @@ func TestAnUpdateRacingAFireDoesNotFireTheOccurrenceAgain(t *testing.T) {
 	f.register(t, body)
 	f.clk.Add(50 * time.Second)
 	racy := &racyStore{Table: cron.NewStore(f.st)}
-	updater := &cron.Service{Store: racy, Jobs: f.svc}
+	updater := &cron.Service{Store: racy, Jobs: f.svc, Queues: f.q}
 	racy.hook = func() {
 		if r := f.run(t); r.Fired != 1 {
 			t.Errorf("sweeper: %+v", r)

@@ -24,7 +24,7 @@ func TestBulkDeadLetterRetryIsOnePassThatEnds(t *testing.T) {
 	t.Parallel()
 	st, _ := testenv.Table(t)
 	c := &clock{t: time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)}
-	s, d := newServices(st, c, deadletter.Config{})
+	s, qsvc, d := newServices(st, c, deadletter.Config{})
 	ctx := context.Background()
 	const q = "bulk-pass"
 	var plain []string
@@ -42,7 +42,7 @@ func TestBulkDeadLetterRetryIsOnePassThatEnds(t *testing.T) {
 		}
 		j := e.Job
 		j.WorkflowID, j.WorkflowStepID = "wf-bulk", []string{"a", "b", "c"}[i]
-		if err := s.Admit(ctx, []*job.Job{j}); err != nil {
+		if err := qsvc.Admit(ctx, []*job.Job{j}); err != nil {
 			t.Fatal(err)
 		}
 		if err := st.Create(ctx, []*job.Job{j}, time.Minute); err != nil {

@@ -22,18 +22,25 @@ import (
 )
 
 // Jobs is what the dead letter operations need of the job service
-// (implemented by *lifecycle.Service): its clock, how it delivers a
-// queue's jobs, and its queue registry.
+// (implemented by *lifecycle.Service): its clock and how long it lets a
+// push-mode job wait unclaimed.
 type Jobs interface {
 	// Now is the service clock's time (UTC).
 	Now() time.Time
 	// RedeliverAfter is the redelivery delay of unclaimed push-mode jobs.
 	RedeliverAfter() time.Duration
+}
+
+// Queues is what a retry needs of the queue service (implemented by
+// *queue.Service): how a queue's jobs are delivered, and its registry.
+type Queues interface {
 	// IsPush reports whether queue is a push-mode queue.
 	IsPush(queue string) bool
 	// EnsureQueue registers a queue name (once per process).
 	EnsureQueue(ctx context.Context, queue string) error
 }
+
+var _ Queues = (*queue.Service)(nil)
 
 // Config configures a Service. Zero values mean the documented defaults.
 type Config struct {
@@ -50,6 +57,7 @@ type Service struct {
 	tb        table
 	qs        *queue.Store
 	jobs      Jobs
+	queues    Queues
 	log       *slog.Logger
 	retention Retention
 	// pruneAfter (Unix ms) is when this process may next try to claim a
@@ -59,9 +67,10 @@ type Service struct {
 
 // New returns the dead letter service on st's table (its jobs, and the
 // queue registry it lists queues from); jobs is the job service whose
-// clock, push-mode queues and queue registration it uses.
-func New(st *store.Store, jobs Jobs, c Config) *Service {
-	s := &Service{st: st, tb: newTable(st), qs: queue.NewStore(st.DB(), st.Table()), jobs: jobs, log: c.Logger, retention: c.Retention.withDefaults()}
+// clock and redelivery delay it uses, queues the queue service whose
+// push-mode queues and queue registration a retry uses.
+func New(st *store.Store, jobs Jobs, queues Queues, c Config) *Service {
+	s := &Service{st: st, tb: newTable(st), qs: queue.NewStore(st.DB(), st.Table()), jobs: jobs, queues: queues, log: c.Logger, retention: c.Retention.withDefaults()}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -165,12 +174,12 @@ func (s *Service) Retry(ctx context.Context, id string, o RetryOverride) (*job.J
 	queue := j.Queue
 	if o.Queue != "" {
 		queue = o.Queue
-		if err := s.jobs.EnsureQueue(ctx, queue); err != nil {
+		if err := s.queues.EnsureQueue(ctx, queue); err != nil {
 			return nil, ojserr.Backend(err)
 		}
 	}
 	now := s.now()
-	t := store.Revive(j, now, s.jobs.RedeliverAfter(), o.Queue, o.Meta, s.jobs.IsPush(queue))
+	t := store.Revive(j, now, s.jobs.RedeliverAfter(), o.Queue, o.Meta, s.queues.IsPush(queue))
 	var out *job.Job
 	if j.UniqueKey != "" {
 		// It takes its uniqueness key back in the same write, unless a job

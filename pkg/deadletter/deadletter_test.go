@@ -12,6 +12,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 )
 
@@ -32,11 +33,12 @@ func (c *clock) Add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unloc
 
 func code(err error) ojserr.Code { return ojserr.As(err).Code }
 
-// newServices returns a job service and the dead letter service on st,
-// both on clock c.
-func newServices(st *store.Store, c *clock, dc deadletter.Config) (*lifecycle.Service, *deadletter.Service) {
-	s := lifecycle.New(st, lifecycle.Config{Now: c.Now, Rand: func() float64 { return 0.5 }, PushQueues: []string{"lambda"}})
-	return s, deadletter.New(st, s, dc)
+// newServices returns a job service, its queue service (one push-mode
+// queue, "lambda") and the dead letter service on st, all on clock c.
+func newServices(st *store.Store, c *clock, dc deadletter.Config) (*lifecycle.Service, *queue.Service, *deadletter.Service) {
+	q := queue.NewService(st, queue.Config{Now: c.Now, PushQueues: []string{"lambda"}})
+	s := lifecycle.New(st, lifecycle.Config{Now: c.Now, Rand: func() float64 { return 0.5 }, Queues: q})
+	return s, q, deadletter.New(st, s, q, dc)
 }
 
 // newService is newServices on a table of its own, at 2026-11-21 10:00.
@@ -44,7 +46,7 @@ func newService(t *testing.T) (*lifecycle.Service, *deadletter.Service, *clock) 
 	t.Helper()
 	st, _ := testenv.Table(t)
 	c := &clock{t: time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)}
-	s, d := newServices(st, c, deadletter.Config{})
+	s, _, d := newServices(st, c, deadletter.Config{})
 	return s, d, c
 }
 

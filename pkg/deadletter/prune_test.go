@@ -16,6 +16,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 )
 
@@ -27,7 +28,7 @@ func TestDeadLetterRetentionPrunes(t *testing.T) {
 	t.Parallel()
 	st, _ := testenv.Table(t)
 	c := &clock{t: time.Date(2026, 11, 1, 10, 0, 0, 0, time.UTC)}
-	s, d := newServices(st, c, deadletter.Config{Retention: deadletter.Retention{MaxAge: 10 * 24 * time.Hour, MaxCount: 4, Interval: 5 * time.Minute}})
+	s, _, d := newServices(st, c, deadletter.Config{Retention: deadletter.Retention{MaxAge: 10 * 24 * time.Hour, MaxCount: 4, Interval: 5 * time.Minute}})
 	ctx := context.Background()
 
 	// Day 0: two old jobs in q1 (one of them retried later).
@@ -156,8 +157,9 @@ func TestAnOperatorDeleteRacingThePrunerStaysADelete(t *testing.T) {
 	rec := &deleteRecorder{Client: testenv.DynamoDB()}
 	st := store.New(rec, table)
 	c := &clock{t: time.Date(2026, 11, 1, 10, 0, 0, 0, time.UTC)}
-	s := lifecycle.New(st, lifecycle.Config{Now: c.Now})
-	d := deadletter.New(st, s, deadletter.Config{})
+	q := queue.NewService(st, queue.Config{Now: c.Now})
+	s := lifecycle.New(st, lifecycle.Config{Now: c.Now, Queues: q})
+	d := deadletter.New(st, s, q, deadletter.Config{})
 	ctx := context.Background()
 	id := discard(t, s, "prune-race")
 	refs, err := d.OldestRefs(ctx, "prune-race", nil, 10)

@@ -75,8 +75,8 @@ func pageParams(r *http.Request) (int, int, error) {
 }
 
 func (h *adminAPI) push() func(string) bool {
-	if l, ok := h.api.jobs.(interface{ IsPush(string) bool }); ok {
-		return l.IsPush
+	if h.api.queueSvc != nil {
+		return h.api.queueSvc.IsPush
 	}
 	return nil
 }

@@ -52,7 +52,7 @@ func TestGzipRequestBodies(t *testing.T) {
 		{"br", "br", []byte(`{"queues":["a"]}`), 415, "invalid_request", 0},
 	} {
 		rec := &fetchRecorder{}
-		srv := httpapi.New(rec, nil, nil, httpapi.Config{Logger: slog.New(slog.DiscardHandler)})
+		srv := httpapi.New(httpapi.Services{Worker: rec}, nil, nil, httpapi.Config{Logger: slog.New(slog.DiscardHandler)})
 		req := httptest.NewRequest("POST", "/ojs/v1/workers/fetch", bytes.NewReader(c.body))
 		req.Header.Set("Content-Type", httpapi.ContentType)
 		req.Header.Set("Content-Encoding", c.encoding)

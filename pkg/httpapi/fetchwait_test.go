@@ -13,10 +13,10 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 )
 
-// fetchRecorder is a job service that records the FETCH the API asks of it
-// (every other method is the nil interface's: unused here).
+// fetchRecorder is a worker service that records the FETCH the API asks
+// of it (every other method is the nil interface's: unused here).
 type fetchRecorder struct {
-	httpapi.Jobs
+	httpapi.Worker
 	got []lifecycle.FetchRequest
 }
 
@@ -48,7 +48,7 @@ func TestFetchWaitMS(t *testing.T) {
 		{0, `{"queues":["a"],"wait_ms":2.5}`, 400, 0},
 	} {
 		rec := &fetchRecorder{}
-		srv := httpapi.New(rec, nil, nil, httpapi.Config{Logger: slog.New(slog.DiscardHandler), FetchWait: c.server})
+		srv := httpapi.New(httpapi.Services{Worker: rec}, nil, nil, httpapi.Config{Logger: slog.New(slog.DiscardHandler), FetchWait: c.server})
 		req := httptest.NewRequest("POST", "/ojs/v1/workers/fetch", strings.NewReader(c.body))
 		req.Header.Set("Content-Type", httpapi.ContentType)
 		w := httptest.NewRecorder()

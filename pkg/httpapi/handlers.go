@@ -22,14 +22,22 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
 )
 
-// Jobs is the job service the API serves (implemented by
-// *lifecycle.Service).
-type Jobs interface {
+// Producer is the job operations of a producer (OJS PUSH, batch PUSH,
+// INFO, CANCEL, ACTIVATE; implemented by *lifecycle.Service).
+type Producer interface {
 	Push(ctx context.Context, raw []byte) (*job.Job, error)
 	PushBatch(ctx context.Context, raws [][]byte) ([]*job.Job, error)
 	Info(ctx context.Context, id string) (*job.Job, error)
 	Cancel(ctx context.Context, id string) (*job.Job, job.State, error)
 	Activate(ctx context.Context, id string) (*job.Job, error)
+}
+
+var _ Producer = (*lifecycle.Service)(nil)
+
+// Worker is the job operations of a worker (OJS FETCH, ACK, FAIL, BEAT)
+// and the worker directives and listing (implemented by
+// *lifecycle.Service).
+type Worker interface {
 	Fetch(ctx context.Context, r lifecycle.FetchRequest) ([]*job.Job, error)
 	Ack(ctx context.Context, id string, result json.RawMessage, attempt int) (*job.Job, error)
 	Nack(ctx context.Context, id string, in lifecycle.ErrorInput, attempt int) (*job.Job, error)
@@ -38,12 +46,35 @@ type Jobs interface {
 	Heartbeat(ctx context.Context, r lifecycle.HeartbeatRequest) (lifecycle.HeartbeatResult, error)
 	SetWorkerDirective(ctx context.Context, id, directive string) (*queue.WorkerInfo, error)
 	Workers(ctx context.Context) ([]queue.WorkerInfo, error)
-	SetPaused(ctx context.Context, queue string, paused bool) (lifecycle.QueueState, error)
-	QueueStates(ctx context.Context) ([]lifecycle.QueueState, error)
-	Stats(ctx context.Context, queue string) (*lifecycle.QueueStats, error)
 }
 
-var _ Jobs = (*lifecycle.Service)(nil)
+var _ Worker = (*lifecycle.Service)(nil)
+
+// Queues is queue control: pause and resume, the queue listing and stats,
+// the push-mode queues and the queue registry (implemented by
+// *queue.Service).
+type Queues interface {
+	SetPaused(ctx context.Context, queue string, paused bool) (queue.QueueState, error)
+	QueueStates(ctx context.Context) ([]queue.QueueState, error)
+	Stats(ctx context.Context, queue string) (*queue.QueueStats, error)
+	IsPush(queue string) bool
+	EnsureQueue(ctx context.Context, queue string) error
+}
+
+var _ Queues = (*queue.Service)(nil)
+
+// Services are the services the API serves, by operation family. A nil
+// Queues serves no push-mode queues and registers no workflow queues;
+// the routes of a nil service fail when called.
+type Services struct {
+	// Producer serves the producer routes (/ojs/v1/jobs...).
+	Producer Producer
+	// Worker serves the worker routes (/ojs/v1/workers/...) and the
+	// worker directives and listing.
+	Worker Worker
+	// Queues serves the queue routes (/ojs/v1/queues...).
+	Queues Queues
+}
 
 // DeadLetter is the dead letter queue the API serves (implemented by
 // *deadletter.Service).
@@ -103,7 +134,7 @@ type Crons interface {
 var _ Crons = (*cron.Service)(nil)
 
 // New returns the OJS HTTP handler. wfs may be nil (no workflow routes).
-func New(jobs Jobs, backend Backend, wfs Workflows, cfg Config) *Server {
+func New(svc Services, backend Backend, wfs Workflows, cfg Config) *Server {
 	if cfg.Version == "" {
 		cfg.Version = job.SpecVersion
 	}
@@ -119,7 +150,7 @@ func New(jobs Jobs, backend Backend, wfs Workflows, cfg Config) *Server {
 		}
 	}
 	s := &Server{cfg: cfg, started: cfg.Now(), mux: http.NewServeMux(), patterns: map[string]bool{}, raw: map[string]bool{}, metrics: newRequestMetrics()}
-	a := &api{jobs: jobs, dead: cfg.DeadLetter, backend: backend, wfs: wfs, s: s}
+	a := &api{jobs: svc.Producer, worker: svc.Worker, queueSvc: svc.Queues, dead: cfg.DeadLetter, backend: backend, wfs: wfs, s: s}
 	s.add(http.MethodGet, "/ojs/manifest", a.manifest)
 	s.add(http.MethodGet, "/ojs/v1/health", a.health)
 	s.add(http.MethodPost, "/ojs/v1/jobs", a.push)
@@ -176,12 +207,14 @@ func New(jobs Jobs, backend Backend, wfs Workflows, cfg Config) *Server {
 }
 
 type api struct {
-	jobs    Jobs
-	dead    DeadLetter
-	backend Backend
-	wfs     Workflows
-	crons   Crons
-	s       *Server
+	jobs     Producer
+	worker   Worker
+	queueSvc Queues
+	dead     DeadLetter
+	backend  Backend
+	wfs      Workflows
+	crons    Crons
+	s        *Server
 }
 
 // The cron routes (ojs-cron.md section 8). A schedule is returned under
@@ -261,11 +294,9 @@ func (a *api) createWorkflow(w http.ResponseWriter, r *http.Request, _ params) e
 	if err != nil {
 		return err
 	}
-	if reg, ok := a.jobs.(interface {
-		EnsureQueue(ctx context.Context, q string) error
-	}); ok {
+	if a.queueSvc != nil {
 		for _, q := range workflowQueues(raw) {
-			if err := reg.EnsureQueue(r.Context(), q); err != nil {
+			if err := a.queueSvc.EnsureQueue(r.Context(), q); err != nil {
 				// The workflow is stored; only the queue list lags.
 				a.s.cfg.Logger.WarnContext(r.Context(), "registering a workflow queue failed", "queue", q, "error", err.Error())
 			}
@@ -467,7 +498,7 @@ func (a *api) fetch(w http.ResponseWriter, r *http.Request, _ params) error {
 		}
 		wait = time.Duration(ms) * time.Millisecond
 	}
-	jobs, err := a.jobs.Fetch(r.Context(), lifecycle.FetchRequest{Queues: req.Queues, Count: int(count), WorkerID: req.WorkerID,
+	jobs, err := a.worker.Fetch(r.Context(), lifecycle.FetchRequest{Queues: req.Queues, Count: int(count), WorkerID: req.WorkerID,
 		Visibility: time.Duration(vt) * time.Millisecond, Wait: wait})
 	if err != nil {
 		return err
@@ -508,7 +539,7 @@ func (a *api) ack(w http.ResponseWriter, r *http.Request, _ params) error {
 	// (ojs-worker-protocol.md 5.6).
 	// With attempt (the FETCH answer's), only that attempt: a late ACK of
 	// an attempt whose lease ended cannot complete the next one.
-	j, err := a.jobs.AckOwned(r.Context(), req.JobID, req.WorkerID, int(attempt), req.Result)
+	j, err := a.worker.AckOwned(r.Context(), req.JobID, req.WorkerID, int(attempt), req.Result)
 	if err != nil {
 		return err
 	}
@@ -554,7 +585,7 @@ func (a *api) nack(w http.ResponseWriter, r *http.Request, _ params) error {
 	}
 	in := lifecycle.ErrorInput{Type: req.Error.Type, Code: req.Error.Code, Message: req.Error.Message, Retryable: req.Error.Retryable,
 		Backtrace: req.Error.Backtrace, Details: req.Error.Details, Requeue: req.Requeue}
-	j, err := a.jobs.NackOwned(r.Context(), req.JobID, req.WorkerID, int(attempt), in)
+	j, err := a.worker.NackOwned(r.Context(), req.JobID, req.WorkerID, int(attempt), in)
 	if err != nil {
 		return err
 	}
@@ -615,7 +646,7 @@ func (a *api) heartbeat(w http.ResponseWriter, r *http.Request, _ params) error 
 		return err
 	}
 	hr.Visibility = time.Duration(vt) * time.Millisecond
-	res, err := a.jobs.Heartbeat(r.Context(), hr)
+	res, err := a.worker.Heartbeat(r.Context(), hr)
 	if err != nil {
 		return err
 	}
@@ -626,7 +657,7 @@ func (a *api) heartbeat(w http.ResponseWriter, r *http.Request, _ params) error 
 
 // workers serves GET /ojs/v1/admin/workers.
 func (a *api) workers(w http.ResponseWriter, r *http.Request, _ params) error {
-	ws, err := a.jobs.Workers(r.Context())
+	ws, err := a.worker.Workers(r.Context())
 	if err != nil {
 		return err
 	}
@@ -638,7 +669,7 @@ func (a *api) workers(w http.ResponseWriter, r *http.Request, _ params) error {
 // /terminate: the worker learns it on its next heartbeat.
 func (a *api) workerDirective(directive string) func(http.ResponseWriter, *http.Request, params) error {
 	return func(w http.ResponseWriter, r *http.Request, p params) error {
-		wi, err := a.jobs.SetWorkerDirective(r.Context(), p["id"], directive)
+		wi, err := a.worker.SetWorkerDirective(r.Context(), p["id"], directive)
 		if err != nil {
 			return err
 		}
@@ -791,7 +822,7 @@ func (a *api) deleteDead(w http.ResponseWriter, r *http.Request, p params) error
 }
 
 func (a *api) queues(w http.ResponseWriter, r *http.Request, _ params) error {
-	qs, err := a.jobs.QueueStates(r.Context())
+	qs, err := a.queueSvc.QueueStates(r.Context())
 	if err != nil {
 		return err
 	}
@@ -803,7 +834,7 @@ func (a *api) queues(w http.ResponseWriter, r *http.Request, _ params) error {
 // "queue" (as the conformance suite reads them) and under "stats" (as the
 // HTTP binding's example shows).
 func (a *api) queueStats(w http.ResponseWriter, r *http.Request, p params) error {
-	st, err := a.jobs.Stats(r.Context(), p["name"])
+	st, err := a.queueSvc.Stats(r.Context(), p["name"])
 	if err != nil {
 		return err
 	}
@@ -816,7 +847,7 @@ func (a *api) queueStats(w http.ResponseWriter, r *http.Request, p params) error
 
 func (a *api) pauseQueue(paused bool) func(http.ResponseWriter, *http.Request, params) error {
 	return func(w http.ResponseWriter, r *http.Request, p params) error {
-		st, err := a.jobs.SetPaused(r.Context(), p["name"], paused)
+		st, err := a.queueSvc.SetPaused(r.Context(), p["name"], paused)
 		if err != nil {
 			return err
 		}

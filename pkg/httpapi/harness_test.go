@@ -270,15 +270,16 @@ func newHarness(token string, level slog.Level) *harness {
 	logger := slog.New(slog.NewJSONHandler(h.log, &slog.HandlerOptions{Level: level}))
 	st := store.New(h.db, "fuzz")
 	now := func() time.Time { return fixedNow }
-	svc := lifecycle.New(st, lifecycle.Config{Logger: logger, Now: now})
+	qsvc := queue.NewService(st, queue.Config{Logger: logger, Now: now})
+	svc := lifecycle.New(st, lifecycle.Config{Logger: logger, Now: now, Queues: qsvc})
 	wfs := workflow.New(workflow.StoreOn(st), workflow.Config{Logger: logger, Now: now})
-	dead := deadletter.New(st, svc, deadletter.Config{Logger: logger})
-	ad := admin.New(st, queue.NewStore(st.DB(), st.Table()), svc, dead, admin.Config{Logger: logger, Now: now})
+	dead := deadletter.New(st, svc, qsvc, deadletter.Config{Logger: logger})
+	ad := admin.New(st, qsvc.Store(), svc, qsvc, dead, admin.Config{Logger: logger, Now: now})
 	con, err := console.New(console.Config{Admin: ad, Workflows: wfs, AuthToken: token, Logger: logger})
 	if err != nil {
 		panic(err)
 	}
-	h.srv = httpapi.New(svc, st, wfs, httpapi.Config{AuthToken: token, Logger: logger, Now: now, Admin: ad, Console: con, DeadLetter: dead})
+	h.srv = httpapi.New(httpapi.Services{Producer: svc, Worker: svc, Queues: qsvc}, st, wfs, httpapi.Config{AuthToken: token, Logger: logger, Now: now, Admin: ad, Console: con, DeadLetter: dead})
 	return h
 }
 

@@ -124,8 +124,8 @@ func (s *Server) addObservability(a *api, ad *admin.Service) {
 // costs (docs/admin.md).
 func writeTableMetrics(r *http.Request, b *strings.Builder, a *api, ad *admin.Service) error {
 	var push func(string) bool
-	if l, ok := a.jobs.(interface{ IsPush(string) bool }); ok {
-		push = l.IsPush
+	if a.queueSvc != nil {
+		push = a.queueSvc.IsPush
 	}
 	ql, err := ad.Queues(r.Context(), 1, 1<<20, push)
 	if err != nil {

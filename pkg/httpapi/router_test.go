@@ -10,6 +10,7 @@ import (
 
 	"github.com/ojs-aws/ojs-serverless/pkg/httpapi"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
+	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 )
 
@@ -78,7 +79,9 @@ func TestObservabilityEndpoints(t *testing.T) {
 	h := newHarness("", slog.LevelInfo)
 	db := &refusingDB{}
 	st := store.New(db, "t")
-	srv := httpapi.New(lifecycle.New(st, lifecycle.Config{}), st, nil, httpapi.Config{Logger: slog.New(slog.DiscardHandler)})
+	qsvc := queue.NewService(st, queue.Config{})
+	svc := lifecycle.New(st, lifecycle.Config{Queues: qsvc})
+	srv := httpapi.New(httpapi.Services{Producer: svc, Worker: svc, Queues: qsvc}, st, nil, httpapi.Config{Logger: slog.New(slog.DiscardHandler)})
 	for range 2 {
 		srv.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/ojs/manifest", nil))
 	}

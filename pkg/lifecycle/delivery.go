@@ -47,7 +47,7 @@ func (s *Service) ClaimDelivered(ctx context.Context, items ItemStore, m dispatc
 	var it store.Item
 	var err error
 	if h := m.Claim; h != nil && h.TimeoutMS > 0 && m.Queue != "" {
-		if p, err := s.paused(ctx, m.Queue); err != nil || p {
+		if p, err := s.queues.Paused(ctx, m.Queue); err != nil || p {
 			return Delivered{}, err // paused: as below, the message is dropped
 		}
 		hinted := &job.Job{ID: id, Queue: m.Queue, State: job.Available, Timeout: time.Duration(h.TimeoutMS) * time.Millisecond}
@@ -69,7 +69,7 @@ func (s *Service) ClaimDelivered(ctx context.Context, items ItemStore, m dispatc
 	}
 	j, now := it.Job, s.Now()
 	var redelivery time.Time // the redelivery check read, when the claim may keep it
-	if p, err := s.paused(ctx, j.Queue); err != nil {
+	if p, err := s.queues.Paused(ctx, j.Queue); err != nil {
 		return Delivered{}, err
 	} else if p {
 		// A paused queue's job stays where it is; the message is dropped

@@ -130,20 +130,14 @@ func (s *Service) fetchOnce(ctx context.Context, r FetchRequest) (out []*job.Job
 	// queries alone).
 	var fs *queue.FetchState
 	// readState reads fs; stop reports a worker that is quiet or
-	// terminating. It notes which queues are paused (pausedSeen).
+	// terminating. The queue service notes which queues are paused
+	// (queue.Service.SeenPaused).
 	readState := func() (stop bool, err error) {
-		st, err := s.qs.FetchState(ctx, r.Queues, r.WorkerID)
+		st, err := s.queues.FetchState(ctx, r.Queues, r.WorkerID)
 		if err != nil {
 			return false, err
 		}
 		fs = &st
-		for _, q := range r.Queues {
-			if fs.Queues[q].Paused {
-				s.pausedSeen.Store(q, true)
-			} else {
-				s.pausedSeen.Delete(q)
-			}
-		}
 		if w := fs.Worker; w != nil && (stopping(w.State) || stopping(w.Directive)) {
 			s.workers.add(r.WorkerID)
 			return true, nil
@@ -153,14 +147,11 @@ func (s *Service) fetchOnce(ctx context.Context, r FetchRequest) (out []*job.Job
 	// A queue last seen paused is likely paused still: its state is read
 	// first, and while it stays paused its FETCHes cost that one read
 	// instead of the ready queries and the read.
-	for _, q := range r.Queues {
-		if _, ok := s.pausedSeen.Load(q); ok {
-			if stop, err := readState(); err != nil {
-				return s.passFailed(ctx, out, err)
-			} else if stop {
-				return out, passStop, nil
-			}
-			break
+	if s.queues.SeenPaused(r.Queues) {
+		if stop, err := readState(); err != nil {
+			return s.passFailed(ctx, out, err)
+		} else if stop {
+			return out, passStop, nil
 		}
 	}
 	full := false // the next job would pass MaxBytes
@@ -399,7 +390,7 @@ func (s *Service) spread(items []store.Item) {
 // line), from the due index (store.ReadyPush). FETCHing a push-mode queue
 // is a way to drain it by hand, not its worker function's path.
 func (s *Service) candidates(ctx context.Context, q string, n int) ([]store.Item, error) {
-	if !s.push[q] {
+	if !s.queues.IsPush(q) {
 		return s.st.Ready(ctx, q, n)
 	}
 	return s.st.ReadyPush(ctx, q, n)

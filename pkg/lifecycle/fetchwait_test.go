@@ -104,13 +104,13 @@ func TestAWaitingFetchAnswersEmptyAfterItsWait(t *testing.T) {
 // state), and takes the job once the queue is resumed.
 func TestAWaitingFetchOfAPausedQueueLooksLessOften(t *testing.T) {
 	t.Parallel()
-	s, db, _ := newCountedService(t)
+	s, q, db, _ := newCountedServices(t)
 	ctx := context.Background()
 	j, err := s.Push(ctx, []byte(`{"type":"wait.job","args":[],"options":{"queue":"held"}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.SetPaused(ctx, "held", true); err != nil {
+	if _, err := q.SetPaused(ctx, "held", true); err != nil {
 		t.Fatal(err)
 	}
 	before := db.n.Load()
@@ -126,7 +126,7 @@ func TestAWaitingFetchOfAPausedQueueLooksLessOften(t *testing.T) {
 		t.Fatalf("%d requests in a 1.2 s wait on a paused queue", n)
 	}
 	ch := fetchAsync(ctx, s, lifecycle.FetchRequest{Queues: []string{"held"}, Wait: 15 * time.Second})
-	if _, err := s.SetPaused(ctx, "held", false); err != nil {
+	if _, err := q.SetPaused(ctx, "held", false); err != nil {
 		t.Fatal(err)
 	}
 	if f := <-ch; f.err != nil || len(f.jobs) != 1 || f.jobs[0].ID != j.ID {

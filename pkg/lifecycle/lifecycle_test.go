@@ -12,6 +12,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -33,9 +34,24 @@ func newService(t *testing.T) (*lifecycle.Service, *clock) {
 // newServiceDrawing is newService whose random draws all return draw.
 func newServiceDrawing(t *testing.T, draw float64) (*lifecycle.Service, *clock) {
 	t.Helper()
+	s, _, c := newServicesDrawing(t, draw)
+	return s, c
+}
+
+// newServices is newService with its queue service.
+func newServices(t *testing.T) (*lifecycle.Service, *queue.Service, *clock) {
+	t.Helper()
+	return newServicesDrawing(t, 0.5)
+}
+
+// newServicesDrawing is newServices whose random draws all return draw:
+// the queue service has one push-mode queue ("lambda").
+func newServicesDrawing(t *testing.T, draw float64) (*lifecycle.Service, *queue.Service, *clock) {
+	t.Helper()
 	st, _ := testenv.Table(t)
 	c := &clock{t: time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)}
-	return lifecycle.New(st, lifecycle.Config{Now: c.Now, Rand: func() float64 { return draw }, PushQueues: []string{"lambda"}}), c
+	q := queue.NewService(st, queue.Config{Now: c.Now, PushQueues: []string{"lambda"}})
+	return lifecycle.New(st, lifecycle.Config{Now: c.Now, Rand: func() float64 { return draw }, Queues: q}), q, c
 }
 
 func code(err error) ojserr.Code { return ojserr.As(err).Code }
@@ -75,7 +91,8 @@ func TestNackRetriesWithBackoffThenDiscards(t *testing.T) {
 	t.Parallel()
 	st, _ := testenv.Table(t)
 	c := &clock{t: time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)}
-	s := lifecycle.New(st, lifecycle.Config{Now: c.Now, Rand: func() float64 { return 0.5 }, PushQueues: []string{"lambda"}})
+	q := queue.NewService(st, queue.Config{Now: c.Now, PushQueues: []string{"lambda"}})
+	s := lifecycle.New(st, lifecycle.Config{Now: c.Now, Rand: func() float64 { return 0.5 }, Queues: q})
 	ctx := context.Background()
 	j, err := s.Push(ctx, []byte(`{"type":"test.fail_always","args":[],"options":{"queue":"retry-q",
 		"retry":{"max_attempts":3,"initial_interval":"PT1S","backoff_coefficient":2,"jitter":false}}}`))
@@ -106,7 +123,7 @@ func TestNackRetriesWithBackoffThenDiscards(t *testing.T) {
 			t.Fatalf("final: %+v", after)
 		}
 	}
-	dead, _, err := deadletter.New(st, s, deadletter.Config{}).List(ctx, "retry-q", 10)
+	dead, _, err := deadletter.New(st, s, q, deadletter.Config{}).List(ctx, "retry-q", 10)
 	if err != nil || len(dead) != 1 || dead[0].ID != j.ID {
 		t.Fatalf("dead letter: %+v %v", dead, err)
 	}

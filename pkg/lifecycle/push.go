@@ -65,7 +65,7 @@ func (s *Service) PushBatch(ctx context.Context, raws [][]byte) ([]*job.Job, err
 		}
 	}
 	// Admit first: it sets push mode, which the item sizes count.
-	if err := s.Admit(ctx, jobs); err != nil {
+	if err := s.queues.Admit(ctx, jobs); err != nil {
 		return nil, err
 	}
 	sizes, err := s.itemSizes(jobs)

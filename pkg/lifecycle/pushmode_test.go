@@ -14,6 +14,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/dispatch"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
+	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 )
 
@@ -22,6 +23,7 @@ import (
 type pushHarness struct {
 	st  *store.Store
 	svc *lifecycle.Service
+	q   *queue.Service
 	rec *callstats.Recorder
 	clk *testenv.Clock
 }
@@ -30,8 +32,9 @@ func newPushHarness(t *testing.T, redeliverAfter time.Duration) pushHarness {
 	t.Helper()
 	st, rec := testenv.CountedTable(t)
 	clk := testenv.NewClock(time.Now().UTC().Truncate(time.Millisecond))
-	svc := lifecycle.New(st, lifecycle.Config{PushQueues: []string{"lambda"}, Now: clk.Now, RedeliverAfter: redeliverAfter})
-	return pushHarness{st: st, svc: svc, rec: rec, clk: clk}
+	q := queue.NewService(st, queue.Config{PushQueues: []string{"lambda"}, Now: clk.Now})
+	svc := lifecycle.New(st, lifecycle.Config{Queues: q, Now: clk.Now, RedeliverAfter: redeliverAfter})
+	return pushHarness{st: st, svc: svc, q: q, rec: rec, clk: clk}
 }
 
 // push pushes a job to the push-mode queue, with extra options (JSON
@@ -318,7 +321,7 @@ func TestADeliveredJobIsClaimedWithoutARead(t *testing.T) {
 
 	// A paused queue's job is left where it is.
 	pj := h.push(t, "")
-	if _, err := h.svc.SetPaused(ctx, "lambda", true); err != nil {
+	if _, err := h.q.SetPaused(ctx, "lambda", true); err != nil {
 		t.Fatal(err)
 	}
 	if d, _ = deliver(h.message(t, pj.ID)); d.Job != nil {
@@ -327,7 +330,7 @@ func TestADeliveredJobIsClaimedWithoutARead(t *testing.T) {
 	if got, err := h.svc.Info(ctx, pj.ID); err != nil || got.State != job.Available {
 		t.Fatalf("a paused queue's job after its message: %+v, %v; want available", got, err)
 	}
-	if _, err := h.svc.SetPaused(ctx, "lambda", false); err != nil {
+	if _, err := h.q.SetPaused(ctx, "lambda", false); err != nil {
 		t.Fatal(err)
 	}
 

@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/ojs-aws/ojs-serverless/internal/dev/testenv"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
+	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 )
@@ -50,10 +51,20 @@ func (c *countingClient) BatchGetItem(ctx context.Context, in *dynamodb.BatchGet
 // requests.
 func newCountedService(t *testing.T) (*lifecycle.Service, *countingClient, *clock) {
 	t.Helper()
+	s, _, db, c := newCountedServices(t)
+	return s, db, c
+}
+
+// newCountedServices is newCountedService with its queue service (on the
+// same client).
+func newCountedServices(t *testing.T) (*lifecycle.Service, *queue.Service, *countingClient, *clock) {
+	t.Helper()
 	st, _ := testenv.Table(t)
 	db := &countingClient{Client: testenv.DynamoDB()}
 	c := &clock{t: time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)}
-	return lifecycle.New(store.New(db, st.Table()), lifecycle.Config{Now: c.Now}), db, c
+	counted := store.New(db, st.Table())
+	q := queue.NewService(counted, queue.Config{Now: c.Now})
+	return lifecycle.New(counted, lifecycle.Config{Now: c.Now, Queues: q}), q, db, c
 }
 
 // TestFetchRequests pins what FETCH costs in DynamoDB requests with the
@@ -104,7 +115,7 @@ func TestFetchRequests(t *testing.T) {
 // takes the job, and the one after that costs an empty poll again.
 func TestAPausedQueueHoldingJobsCostsOneReadAFetch(t *testing.T) {
 	t.Parallel()
-	s, db, c := newCountedService(t)
+	s, q, db, c := newCountedServices(t)
 	ctx := context.Background()
 	sh := topology.JobTable.Shards
 	fetch := func() (int, int64) {
@@ -120,7 +131,7 @@ func TestAPausedQueueHoldingJobsCostsOneReadAFetch(t *testing.T) {
 	if _, err := s.Push(ctx, []byte(`{"type":"held.job","args":[],"options":{"queue":"held-cost"}}`)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.SetPaused(ctx, "held-cost", true); err != nil {
+	if _, err := q.SetPaused(ctx, "held-cost", true); err != nil {
 		t.Fatal(err)
 	}
 	if n, req := fetch(); n != 0 || req != int64(sh.Due+sh.Ready+1) {
@@ -131,7 +142,7 @@ func TestAPausedQueueHoldingJobsCostsOneReadAFetch(t *testing.T) {
 			t.Fatalf("FETCH of a queue seen paused: %d jobs, %d requests; want 0 and 1 (its state)", n, req)
 		}
 	}
-	if _, err := s.SetPaused(ctx, "held-cost", false); err != nil {
+	if _, err := q.SetPaused(ctx, "held-cost", false); err != nil {
 		t.Fatal(err)
 	}
 	if n, req := fetch(); n != 1 || req != int64(1+sh.Ready+1) {

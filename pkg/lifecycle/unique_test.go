@@ -132,7 +132,7 @@ func TestUniqueUnderConcurrency(t *testing.T) {
 // jobs a second for every fetcher together.
 func TestRateLimitedQueue(t *testing.T) {
 	t.Parallel()
-	s, clk := newService(t)
+	s, q, clk := newServices(t)
 	ctx := context.Background()
 	for i := 0; i < 5; i++ {
 		if _, err := s.Push(ctx, []byte(`{"type":"r.l","args":[],"options":{"queue":"rl","rate_limit":{"max_per_second":1}}}`)); err != nil {
@@ -176,7 +176,7 @@ func TestRateLimitedQueue(t *testing.T) {
 		t.Fatalf("six concurrent fetches got %d jobs in one second, want 1", total)
 	}
 	// The limiter item shares the registry's partition but is not a queue.
-	qs, err := s.QueueStates(ctx)
+	qs, err := q.QueueStates(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +194,7 @@ func TestRateLimitedQueue(t *testing.T) {
 // chunks of 100, each all or none; a failing chunk is reported job by job.
 func TestLargeBatchIsChunked(t *testing.T) {
 	t.Parallel()
-	s, _ := newService(t)
+	s, q, _ := newServices(t)
 	ctx := context.Background()
 	mk := func(n int, q string) [][]byte {
 		raws := make([][]byte, n)
@@ -207,7 +207,7 @@ func TestLargeBatchIsChunked(t *testing.T) {
 	if err != nil || len(jobs) != 1000 || string(jobs[999].Args) != "[999]" {
 		t.Fatalf("1000 jobs: %d %v", len(jobs), err)
 	}
-	if st, _ := s.Stats(ctx, "bulk-a"); st.Available != 1000 {
+	if st, _ := q.Stats(ctx, "bulk-a"); st.Available != 1000 {
 		t.Fatalf("queue holds %d jobs", st.Available)
 	}
 	if _, err := s.PushBatch(ctx, mk(1001, "bulk-a")); code(err) != ojserr.InvalidRequest {
@@ -221,7 +221,7 @@ func TestLargeBatchIsChunked(t *testing.T) {
 	if !errors.As(err, &pe) || len(created) != 150 || len(pe.Failed) != 100 || pe.Failed[0].Index != 100 || pe.Failed[50].Error.Code != ojserr.Duplicate {
 		t.Fatalf("partial: created %d, err %v", len(created), err)
 	}
-	if st, _ := s.Stats(ctx, "bulk-b"); st.Available != 150 {
+	if st, _ := q.Stats(ctx, "bulk-b"); st.Available != 150 {
 		t.Fatalf("queue holds %d jobs, want 150", st.Available)
 	}
 }

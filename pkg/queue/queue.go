@@ -103,8 +103,9 @@ func (s *Store) SetQueueRate(ctx context.Context, name string, perSecond float64
 	return nil
 }
 
-// QueueState is what FETCH needs of a queue's registry item.
-type QueueState struct {
+// FetchQueueState is what FETCH needs of a queue's registry item: whether
+// it is paused and its rate limit (jobs per second; 0: none).
+type FetchQueueState struct {
 	Paused bool
 	Rate   float64
 }
@@ -113,14 +114,14 @@ type QueueState struct {
 // (an unknown queue is neither paused nor limited) and, when asked, the
 // worker's state and directive (nil for an unknown worker).
 type FetchState struct {
-	Queues map[string]QueueState
+	Queues map[string]FetchQueueState
 	Worker *WorkerInfo
 }
 
 // FetchState reads, consistently and in one BatchGetItem, the registry
 // items of queues and the worker workerID ("": none).
 func (s *Store) FetchState(ctx context.Context, queues []string, workerID string) (FetchState, error) {
-	fs := FetchState{Queues: make(map[string]QueueState, len(queues))}
+	fs := FetchState{Queues: make(map[string]FetchQueueState, len(queues))}
 	bg, ok := s.db.(batchGetter)
 	if !ok { // a client without BatchGetItem: one read each
 		for _, q := range queues {
@@ -128,7 +129,7 @@ func (s *Store) FetchState(ctx context.Context, queues []string, workerID string
 			if err != nil {
 				return fs, err
 			}
-			fs.Queues[q] = QueueState{Paused: p, Rate: r}
+			fs.Queues[q] = FetchQueueState{Paused: p, Rate: r}
 		}
 		if workerID != "" {
 			w, err := s.WorkerState(ctx, workerID)
@@ -179,7 +180,7 @@ func (s *Store) FetchState(ctx context.Context, queues []string, workerID string
 			if sk != nil {
 				q.Name = strings.TrimPrefix(sk.Value, queuePrefix)
 			}
-			fs.Queues[q.Name] = QueueState{Paused: q.Paused, Rate: q.RateLimit}
+			fs.Queues[q.Name] = FetchQueueState{Paused: q.Paused, Rate: q.RateLimit}
 		}
 		keys = out.UnprocessedKeys[s.table].Keys
 		if len(keys) > 0 {

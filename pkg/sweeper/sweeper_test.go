@@ -50,8 +50,9 @@ func TestSweeperRedeliversAJobTheRelayNeverSent(t *testing.T) {
 	st, _ := testenv.Table(t)
 	url := testenv.Queue(t)
 	clk := testenv.NewClock(time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC))
-	svc := lifecycle.New(st, lifecycle.Config{PushQueues: []string{"lambda"}, Now: clk.Now, RedeliverAfter: 5 * time.Minute})
-	sw := &sweeper.Sweeper{Service: svc, Store: st, Queues: queue.NewStore(st.DB(), st.Table()), DeadLetter: deadletter.New(st, svc, deadletter.Config{}), Sender: dispatch.New(testenv.SQS(), map[string]string{"lambda": url}), PushQueues: []string{"lambda"}}
+	qsvc := queue.NewService(st, queue.Config{PushQueues: []string{"lambda"}, Now: clk.Now})
+	svc := lifecycle.New(st, lifecycle.Config{Now: clk.Now, RedeliverAfter: 5 * time.Minute, Queues: qsvc})
+	sw := &sweeper.Sweeper{Service: svc, Store: st, Queues: queue.NewStore(st.DB(), st.Table()), DeadLetter: deadletter.New(st, svc, qsvc, deadletter.Config{}), Sender: dispatch.New(testenv.SQS(), map[string]string{"lambda": url}), PushQueues: []string{"lambda"}}
 	ctx := context.Background()
 	j, err := svc.Push(ctx, []byte(`{"type":"demo.greet","args":["x"],"options":{"queue":"lambda"}}`))
 	if err != nil {
@@ -81,8 +82,9 @@ func TestRedeliveryChecksBackOffWhileAJobWaits(t *testing.T) {
 	st, _ := testenv.Table(t)
 	url := testenv.Queue(t)
 	clk := testenv.NewClock(time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC))
-	svc := lifecycle.New(st, lifecycle.Config{PushQueues: []string{"lambda"}, Now: clk.Now, RedeliverAfter: 5 * time.Minute})
-	sw := &sweeper.Sweeper{Service: svc, Store: st, Queues: queue.NewStore(st.DB(), st.Table()), DeadLetter: deadletter.New(st, svc, deadletter.Config{}), Sender: dispatch.New(testenv.SQS(), map[string]string{"lambda": url}), PushQueues: []string{"lambda"}}
+	qsvc := queue.NewService(st, queue.Config{PushQueues: []string{"lambda"}, Now: clk.Now})
+	svc := lifecycle.New(st, lifecycle.Config{Now: clk.Now, RedeliverAfter: 5 * time.Minute, Queues: qsvc})
+	sw := &sweeper.Sweeper{Service: svc, Store: st, Queues: queue.NewStore(st.DB(), st.Table()), DeadLetter: deadletter.New(st, svc, qsvc, deadletter.Config{}), Sender: dispatch.New(testenv.SQS(), map[string]string{"lambda": url}), PushQueues: []string{"lambda"}}
 	ctx := context.Background()
 	j, err := svc.Push(ctx, []byte(`{"type":"demo.greet","args":["x"],"options":{"queue":"lambda"}}`))
 	if err != nil {
@@ -120,8 +122,9 @@ func TestSweeperPromotesDueJobsAndRequeuesExpiredLeases(t *testing.T) {
 	t.Parallel()
 	st, _ := testenv.Table(t)
 	clk := testenv.NewClock(time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC))
-	svc := lifecycle.New(st, lifecycle.Config{Now: clk.Now})
-	sw := &sweeper.Sweeper{Service: svc, Store: st, Queues: queue.NewStore(st.DB(), st.Table()), DeadLetter: deadletter.New(st, svc, deadletter.Config{}), Sender: dispatch.New(testenv.SQS(), nil)}
+	qsvc := queue.NewService(st, queue.Config{Now: clk.Now})
+	svc := lifecycle.New(st, lifecycle.Config{Now: clk.Now, Queues: qsvc})
+	sw := &sweeper.Sweeper{Service: svc, Store: st, Queues: queue.NewStore(st.DB(), st.Table()), DeadLetter: deadletter.New(st, svc, qsvc, deadletter.Config{}), Sender: dispatch.New(testenv.SQS(), nil)}
 	ctx := context.Background()
 	later, _ := svc.Push(ctx, []byte(`{"type":"a.b","args":[],"options":{"queue":"sw","scheduled_at":"+PT1H"}}`))
 	running, _ := svc.Push(ctx, []byte(`{"type":"a.b","args":[],"options":{"queue":"sw2","visibility_timeout_ms":30000}}`))
@@ -159,11 +162,12 @@ func (f *failingCrons) Run(context.Context) (cron.RunResult, error) {
 func TestLoopKeepsSweepingAfterAnError(t *testing.T) {
 	t.Parallel()
 	st, _ := testenv.Table(t)
-	svc := lifecycle.New(st, lifecycle.Config{})
+	qsvc := queue.NewService(st, queue.Config{})
+	svc := lifecycle.New(st, lifecycle.Config{Queues: qsvc})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	fc := &failingCrons{stop: cancel}
-	sw := &sweeper.Sweeper{Service: svc, Store: st, Queues: queue.NewStore(st.DB(), st.Table()), DeadLetter: deadletter.New(st, svc, deadletter.Config{}), Sender: dispatch.New(testenv.SQS(), nil), Crons: fc}
+	sw := &sweeper.Sweeper{Service: svc, Store: st, Queues: queue.NewStore(st.DB(), st.Table()), DeadLetter: deadletter.New(st, svc, qsvc, deadletter.Config{}), Sender: dispatch.New(testenv.SQS(), nil), Crons: fc}
 	// The deadline is far: only the third failing pass ends the loop.
 	_, err := sw.Loop(ctx, 20*time.Millisecond, time.Now().Add(10*time.Minute))
 	if err == nil || fc.calls != 3 {
@@ -214,9 +218,10 @@ func TestSweeperMovesOnWhenOneJobCannotBeSent(t *testing.T) {
 	st, _ := testenv.Table(t)
 	url := testenv.Queue(t)
 	clk := testenv.NewClock(time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC))
-	svc := lifecycle.New(st, lifecycle.Config{PushQueues: []string{"lambda"}, Now: clk.Now, RedeliverAfter: 5 * time.Minute})
+	qsvc := queue.NewService(st, queue.Config{PushQueues: []string{"lambda"}, Now: clk.Now})
+	svc := lifecycle.New(st, lifecycle.Config{Now: clk.Now, RedeliverAfter: 5 * time.Minute, Queues: qsvc})
 	f := &flaky{real: testenv.SQS(), bad: map[string]bool{}}
-	sw := &sweeper.Sweeper{Service: svc, Store: st, Queues: queue.NewStore(st.DB(), st.Table()), DeadLetter: deadletter.New(st, svc, deadletter.Config{}), Sender: dispatch.New(f, map[string]string{"lambda": url}), PushQueues: []string{"lambda"}}
+	sw := &sweeper.Sweeper{Service: svc, Store: st, Queues: queue.NewStore(st.DB(), st.Table()), DeadLetter: deadletter.New(st, svc, qsvc, deadletter.Config{}), Sender: dispatch.New(f, map[string]string{"lambda": url}), PushQueues: []string{"lambda"}}
 	ctx := context.Background()
 	var ids []string
 	for i := 0; i < 4; i++ {
@@ -280,10 +285,11 @@ func TestResumeSendsEveryWaitingJobOnce(t *testing.T) {
 	st, _ := testenv.Table(t)
 	url := testenv.Queue(t)
 	clk := testenv.NewClock(time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC))
-	svc := lifecycle.New(st, lifecycle.Config{PushQueues: []string{"lambda"}, Now: clk.Now, RedeliverAfter: 5 * time.Minute})
-	sw := &sweeper.Sweeper{Service: svc, Store: st, Queues: queue.NewStore(st.DB(), st.Table()), DeadLetter: deadletter.New(st, svc, deadletter.Config{}), Sender: dispatch.New(testenv.SQS(), map[string]string{"lambda": url}), PushQueues: []string{"lambda"}}
+	qsvc := queue.NewService(st, queue.Config{PushQueues: []string{"lambda"}, Now: clk.Now})
+	svc := lifecycle.New(st, lifecycle.Config{Now: clk.Now, RedeliverAfter: 5 * time.Minute, Queues: qsvc})
+	sw := &sweeper.Sweeper{Service: svc, Store: st, Queues: queue.NewStore(st.DB(), st.Table()), DeadLetter: deadletter.New(st, svc, qsvc, deadletter.Config{}), Sender: dispatch.New(testenv.SQS(), map[string]string{"lambda": url}), PushQueues: []string{"lambda"}}
 	ctx := context.Background()
-	if _, err := svc.SetPaused(ctx, "lambda", true); err != nil {
+	if _, err := qsvc.SetPaused(ctx, "lambda", true); err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]bool{}
@@ -300,7 +306,7 @@ func TestResumeSendsEveryWaitingJobOnce(t *testing.T) {
 			want[j.ID] = true
 		}
 	}
-	if _, err := svc.SetPaused(ctx, "lambda", false); err != nil {
+	if _, err := qsvc.SetPaused(ctx, "lambda", false); err != nil {
 		t.Fatal(err)
 	}
 	clk.Add(time.Second)
@@ -333,8 +339,9 @@ func TestOneSweepResolvesMoreThanOnePage(t *testing.T) {
 	t.Parallel()
 	st, _ := testenv.Table(t)
 	clk := testenv.NewClock(time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC))
-	svc := lifecycle.New(st, lifecycle.Config{Now: clk.Now})
-	sw := &sweeper.Sweeper{Service: svc, Store: st, Queues: queue.NewStore(st.DB(), st.Table()), DeadLetter: deadletter.New(st, svc, deadletter.Config{}), Sender: dispatch.New(testenv.SQS(), map[string]string{}), BatchSize: 20}
+	qsvc := queue.NewService(st, queue.Config{Now: clk.Now})
+	svc := lifecycle.New(st, lifecycle.Config{Now: clk.Now, Queues: qsvc})
+	sw := &sweeper.Sweeper{Service: svc, Store: st, Queues: queue.NewStore(st.DB(), st.Table()), DeadLetter: deadletter.New(st, svc, qsvc, deadletter.Config{}), Sender: dispatch.New(testenv.SQS(), map[string]string{}), BatchSize: 20}
 	ctx := context.Background()
 	raws := make([][]byte, 70)
 	for i := range raws {

@@ -17,6 +17,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/dispatch"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
+	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/worker"
 )
@@ -39,7 +40,8 @@ func setup(t *testing.T, handler worker.HandlerFunc) (*lifecycle.Service, *worke
 	t.Helper()
 	st, _ := testenv.Table(t)
 	clk := testenv.NewClock(time.Now().UTC())
-	svc := lifecycle.New(st, lifecycle.Config{PushQueues: []string{"lambda"}, Now: clk.Now})
+	qsvc := queue.NewService(st, queue.Config{PushQueues: []string{"lambda"}, Now: clk.Now})
+	svc := lifecycle.New(st, lifecycle.Config{Now: clk.Now, Queues: qsvc})
 	mux := worker.NewMux()
 	if err := mux.Handle("t.run", handler); err != nil {
 		t.Fatal(err)
@@ -200,7 +202,9 @@ func TestAFailedAckIsWrittenAgainWhileTheLeaseHolds(t *testing.T) {
 	st, _ := testenv.Table(t)
 	db := &failingCompletions{Client: testenv.DynamoDB()}
 	db.n.Store(3)
-	svc := lifecycle.New(store.New(db, st.Table()), lifecycle.Config{PushQueues: []string{"lambda"}})
+	failing := store.New(db, st.Table())
+	qsvc := queue.NewService(failing, queue.Config{PushQueues: []string{"lambda"}})
+	svc := lifecycle.New(failing, lifecycle.Config{Queues: qsvc})
 	var runs atomic.Int32
 	mux := worker.NewMux()
 	if err := mux.Handle("t.pay", worker.HandlerFunc(func(ctx context.Context, j *worker.Job) (any, error) {
@@ -232,7 +236,8 @@ func TestAFailedAckIsWrittenAgainWhileTheLeaseHolds(t *testing.T) {
 func TestAHandlerFinishingAtItsTimeoutKeepsItsResult(t *testing.T) {
 	t.Parallel()
 	st, _ := testenv.Table(t)
-	svc := lifecycle.New(st, lifecycle.Config{PushQueues: []string{"lambda"}}) // the real clock: the lease runs out
+	qsvc := queue.NewService(st, queue.Config{PushQueues: []string{"lambda"}})
+	svc := lifecycle.New(st, lifecycle.Config{Queues: qsvc}) // the real clock: the lease runs out
 	mux := worker.NewMux()
 	var margin time.Duration
 	if err := mux.Handle("t.run", worker.HandlerFunc(func(ctx context.Context, j *worker.Job) (any, error) {

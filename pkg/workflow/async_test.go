@@ -19,6 +19,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfdef"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
@@ -110,9 +111,9 @@ func jobStates(t *testing.T, st *store.Store, id string) map[job.State]int {
 func TestAsyncCreationAnswersAtOnceAndResumeFinishesIt(t *testing.T) {
 	t.Parallel()
 	st, _ := testenv.Table(t)
-	svc := lifecycle.New(st, lifecycle.Config{})
-	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Jobs: svc, AsyncItems: 50, CreationSlice: time.Minute}) // one slice: slices have their own test
-	svc.SetWorkflows(eng)
+	qsvc := queue.NewService(st, queue.Config{})
+	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Admit: qsvc, AsyncItems: 50, CreationSlice: time.Minute}) // one slice: slices have their own test
+	svc := lifecycle.New(st, lifecycle.Config{Queues: qsvc, Workflows: eng})
 	ctx := context.Background()
 	id := uuid.Must(uuid.NewV7()).String()
 	body := asyncBody(id, "asyncq", 150) // past 100 jobs: counted in shards
@@ -213,10 +214,11 @@ func TestAsyncCreationAnswersAtOnceAndResumeFinishesIt(t *testing.T) {
 func TestSmallWorkflowsAreCreatedInTheRequest(t *testing.T) {
 	t.Parallel()
 	st, _ := testenv.Table(t)
-	svc := lifecycle.New(st, lifecycle.Config{})
+	qsvc := queue.NewService(st, queue.Config{})
+	svc := lifecycle.New(st, lifecycle.Config{Queues: qsvc})
 	ctx := context.Background()
 	for _, async := range []int{0, 200} {
-		eng := workflow.New(workflow.StoreOn(st), workflow.Config{Jobs: svc, AsyncItems: async})
+		eng := workflow.New(workflow.StoreOn(st), workflow.Config{Admit: qsvc, AsyncItems: async})
 		v, err := eng.Create(ctx, []byte(asyncBody(uuid.Must(uuid.NewV7()).String(), "syncq", 60)))
 		if err != nil {
 			t.Fatal(err)
@@ -241,8 +243,9 @@ func TestRepairFinishesAnAsyncCreationWhoseWriterDied(t *testing.T) {
 	st, _ := testenv.Table(t)
 	table := st.Table()
 	clk := testenv.NewClock(time.Now().UTC())
-	svc := lifecycle.New(st, lifecycle.Config{Now: clk.Now})
-	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Now: clk.Now, Jobs: svc, AsyncItems: 50, CreationSlice: time.Minute})
+	qsvc := queue.NewService(st, queue.Config{Now: clk.Now})
+	svc := lifecycle.New(st, lifecycle.Config{Now: clk.Now, Queues: qsvc})
+	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Now: clk.Now, Admit: qsvc, AsyncItems: 50, CreationSlice: time.Minute})
 	ctx := context.Background()
 	db := testenv.DynamoDB()
 	for k, stage := range []string{"nodes", "jobs"} {
@@ -445,9 +448,9 @@ func TestResumeOutOfTimeGoesOnFromWhatExists(t *testing.T) {
 	st0, _ := testenv.Table(t)
 	db := &stallingDB{Client: testenv.DynamoDB(), allowTx: -1}
 	st := store.New(db, st0.Table())
-	svc := lifecycle.New(st, lifecycle.Config{})
-	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Jobs: svc, AsyncItems: 50, CreationSlice: time.Minute})
-	svc.SetWorkflows(eng)
+	qsvc := queue.NewService(st, queue.Config{})
+	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Admit: qsvc, AsyncItems: 50, CreationSlice: time.Minute})
+	svc := lifecycle.New(st, lifecycle.Config{Queues: qsvc, Workflows: eng})
 	id := uuid.Must(uuid.NewV7()).String()
 	const n = 300
 	if v, err := eng.Create(context.Background(), []byte(asyncBody(id, "slowq", n))); err != nil || !workflow.Creating(v) {
@@ -524,9 +527,9 @@ func TestCreationIsWrittenOneSliceAtATime(t *testing.T) {
 	st0, _ := testenv.Table(t)
 	db := &stallingDB{Client: testenv.DynamoDB(), allowTx: -1, delay: 40 * time.Millisecond}
 	st := store.New(db, st0.Table())
-	svc := lifecycle.New(st, lifecycle.Config{})
-	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Jobs: svc, AsyncItems: 50, CreationSlice: 60 * time.Millisecond})
-	svc.SetWorkflows(eng)
+	qsvc := queue.NewService(st, queue.Config{})
+	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Admit: qsvc, AsyncItems: 50, CreationSlice: 60 * time.Millisecond})
+	svc := lifecycle.New(st, lifecycle.Config{Queues: qsvc, Workflows: eng})
 	id := uuid.Must(uuid.NewV7()).String()
 	const n = 400
 	if v, err := eng.Create(context.Background(), []byte(asyncBody(id, "sliceq", n))); err != nil || !workflow.Creating(v) {
@@ -583,9 +586,9 @@ func TestCreationAfterAWriterThatDiedReadsOnlyPastTheRecord(t *testing.T) {
 	clk := testenv.NewClock(time.Now().UTC())
 	db := &stallingDB{Client: testenv.DynamoDB(), allowTx: -1, delay: 40 * time.Millisecond}
 	st := store.New(db, st0.Table())
-	svc := lifecycle.New(st, lifecycle.Config{Now: clk.Now})
-	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Jobs: svc, Now: clk.Now, AsyncItems: 50, CreationSlice: 60 * time.Millisecond})
-	svc.SetWorkflows(eng)
+	qsvc := queue.NewService(st, queue.Config{Now: clk.Now})
+	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Admit: qsvc, Now: clk.Now, AsyncItems: 50, CreationSlice: 60 * time.Millisecond})
+	svc := lifecycle.New(st, lifecycle.Config{Now: clk.Now, Queues: qsvc, Workflows: eng})
 	bg := context.Background()
 	id := uuid.Must(uuid.NewV7()).String()
 	const n = 400
@@ -655,9 +658,9 @@ func TestCreationAfterAWriterThatDiedReadsOnlyPastTheRecord(t *testing.T) {
 func TestCancelOutOfTimeLeavesTheRestToTheStream(t *testing.T) {
 	t.Parallel()
 	st, _ := testenv.Table(t)
-	svc := lifecycle.New(st, lifecycle.Config{})
-	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Jobs: svc})
-	svc.SetWorkflows(eng)
+	qsvc := queue.NewService(st, queue.Config{})
+	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Admit: qsvc})
+	svc := lifecycle.New(st, lifecycle.Config{Queues: qsvc, Workflows: eng})
 	bg := context.Background()
 	id := uuid.Must(uuid.NewV7()).String()
 	const n = 450
@@ -712,9 +715,8 @@ func TestCancelOutOfTimeLeavesTheRestToTheStream(t *testing.T) {
 func TestFinishingACancelGoesOnInSlices(t *testing.T) {
 	t.Parallel()
 	st, _ := testenv.Table(t)
-	svc := lifecycle.New(st, lifecycle.Config{})
-	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Jobs: svc, CancelSlice: time.Nanosecond})
-	svc.SetWorkflows(eng)
+	qsvc := queue.NewService(st, queue.Config{})
+	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Admit: qsvc, CancelSlice: time.Nanosecond})
 	bg := context.Background()
 	id := uuid.Must(uuid.NewV7()).String()
 	const n = 300

@@ -14,6 +14,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfdef"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
@@ -36,9 +37,9 @@ func newClocked(t *testing.T) *clocked {
 func newClockedOn(t *testing.T, wrap func(*store.Store) workflow.Store) *clocked {
 	st, _ := testenv.Table(t)
 	clk := testenv.NewClock(time.Now().UTC())
-	svc := lifecycle.New(st, lifecycle.Config{Now: clk.Now})
-	eng := workflow.New(wrap(st), workflow.Config{Jobs: svc, Now: clk.Now})
-	svc.SetWorkflows(eng)
+	qsvc := queue.NewService(st, queue.Config{Now: clk.Now})
+	eng := workflow.New(wrap(st), workflow.Config{Admit: qsvc, Now: clk.Now})
+	svc := lifecycle.New(st, lifecycle.Config{Now: clk.Now, Queues: qsvc, Workflows: eng})
 	return &clocked{harness: &harness{t: t, st: st, svc: svc, eng: eng, ran: map[string]int{}}, clk: clk}
 }
 

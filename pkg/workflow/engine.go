@@ -99,7 +99,7 @@ func (s stores) BatchGetJobs(ctx context.Context, ids []string) (map[string]*job
 }
 
 // Admitter prepares jobs for writing the way every job is prepared
-// (implemented by *lifecycle.Service): push mode from the queue, the
+// (implemented by *queue.Service): push mode from the queue, the
 // queue registered, its rate limit recorded. Workflow jobs are admitted
 // by the same code as PUSH, batch and cron jobs.
 type Admitter interface {
@@ -108,10 +108,10 @@ type Admitter interface {
 
 // Config configures an Engine.
 type Config struct {
-	// Jobs admits the jobs the engine creates. Default: only the push flag
-	// from PushQueues is set.
-	Jobs Admitter
-	// PushQueues are the push-mode queues (used without Jobs).
+	// Admit admits the jobs the engine creates (the queue service).
+	// Default: only the push flag from PushQueues is set.
+	Admit Admitter
+	// PushQueues are the push-mode queues (used without Admit).
 	PushQueues []string
 	// RedeliverAfter is passed to job creation (see lifecycle.Config).
 	// Default 5 min.
@@ -167,7 +167,7 @@ type Engine struct {
 
 // New returns an engine on st.
 func New(st Store, c Config) *Engine {
-	e := &Engine{st: st, admit: c.Jobs, push: map[string]bool{}, redel: c.RedeliverAfter, async: c.AsyncItems, slice: c.CreationSlice,
+	e := &Engine{st: st, admit: c.Admit, push: map[string]bool{}, redel: c.RedeliverAfter, async: c.AsyncItems, slice: c.CreationSlice,
 		cancelSlice: c.CancelSlice, now: c.Now, log: c.Logger, shapes: &shapeCache{}}
 	for _, q := range c.PushQueues {
 		e.push[q] = true
@@ -189,10 +189,6 @@ func New(st Store, c Config) *Engine {
 	}
 	return e
 }
-
-// SetAdmitter sets the admitter after construction (the lifecycle service
-// and the engine refer to each other).
-func (e *Engine) SetAdmitter(a Admitter) { e.admit = a }
 
 // ShardSize is how many children share one counter shard: a group or
 // batch with n > ShardSize jobs counts them in ceil(n/ShardSize) shards,

@@ -8,6 +8,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/internal/dev/testenv"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
+	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfdef"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
@@ -23,20 +24,20 @@ func diamond(q string) string {
 		{"id":"d","type":"d.d","args":[],"depends_on":["b","c"]}]}`
 }
 
-// markedGraph creates a diamond on queue whose engine writes through db,
+// markedGraph creates a diamond on queue qname whose engine writes through db,
 // runs its first step to completion (its ACK advancing the graph inline)
 // and returns the workflow's id and the finished job.
-func markedGraph(t *testing.T, st *store.Store, db store.DynamoAPI, queue string) (string, *job.Job) {
+func markedGraph(t *testing.T, st *store.Store, db store.DynamoAPI, qname string) (string, *job.Job) {
 	t.Helper()
 	ctx := context.Background()
-	svc := lifecycle.New(st, lifecycle.Config{})
-	eng := workflow.New(workflow.StoreOn(store.New(db, st.Table())), workflow.Config{Jobs: svc})
-	svc.SetWorkflows(eng)
-	v, err := eng.Create(ctx, []byte(diamond(queue)))
+	qsvc := queue.NewService(st, queue.Config{})
+	eng := workflow.New(workflow.StoreOn(store.New(db, st.Table())), workflow.Config{Admit: qsvc})
+	svc := lifecycle.New(st, lifecycle.Config{Queues: qsvc, Workflows: eng})
+	v, err := eng.Create(ctx, []byte(diamond(qname)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	first, err := svc.Ack(ctx, fetchOne(t, svc, queue).ID, []byte(`{"a":1}`), 0)
+	first, err := svc.Ack(ctx, fetchOne(t, svc, qname).ID, []byte(`{"a":1}`), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,9 +54,9 @@ func TestAGraphStartsItsStepsWithoutATransaction(t *testing.T) {
 	t.Parallel()
 	st, rec := testenv.CountedTable(t)
 	ctx := context.Background()
-	svc := lifecycle.New(st, lifecycle.Config{})
-	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Jobs: svc})
-	svc.SetWorkflows(eng)
+	qsvc := queue.NewService(st, queue.Config{})
+	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Admit: qsvc})
+	svc := lifecycle.New(st, lifecycle.Config{Queues: qsvc, Workflows: eng})
 	for round := 0; round < 3; round++ {
 		v, err := eng.Create(ctx, []byte(diamond("gq")))
 		if err != nil {
@@ -107,8 +108,9 @@ func TestACancelBetweenAGraphsMarkAndItsJobsLeavesNothingToRun(t *testing.T) {
 	t.Parallel()
 	st, _ := testenv.Table(t)
 	ctx := context.Background()
-	svc := lifecycle.New(st, lifecycle.Config{})
-	canceller := workflow.New(workflow.StoreOn(st), workflow.Config{Jobs: svc})
+	qsvc := queue.NewService(st, queue.Config{})
+	svc := lifecycle.New(st, lifecycle.Config{Queues: qsvc})
+	canceller := workflow.New(workflow.StoreOn(st), workflow.Config{Admit: qsvc})
 	var cancelErr error
 	db := &beforeNextJob{Client: testenv.DynamoDB(), path: "/g1", hook: func(wf string) bool {
 		root, err := wfstore.New(st).GetNode(ctx, wf, wfstore.RootPath)

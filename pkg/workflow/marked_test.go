@@ -13,6 +13,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/internal/dev/testenv"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
+	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfdef"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
@@ -50,23 +51,23 @@ func fetchOne(t *testing.T, svc *lifecycle.Service, queue string) *job.Job {
 	return jobs[0]
 }
 
-// markedChain creates a 3-step chain on queue whose engine writes through
+// markedChain creates a 3-step chain on queue qname whose engine writes through
 // db, runs its first step to completion (its ACK advancing the chain
 // inline) and returns the workflow's id, the finished job and the id of
 // the second step's job.
-func markedChain(t *testing.T, st *store.Store, db store.DynamoAPI, queue string) (id string, first *job.Job, second string) {
+func markedChain(t *testing.T, st *store.Store, db store.DynamoAPI, qname string) (id string, first *job.Job, second string) {
 	t.Helper()
 	ctx := context.Background()
-	svc := lifecycle.New(st, lifecycle.Config{})
-	eng := workflow.New(workflow.StoreOn(store.New(db, st.Table())), workflow.Config{Jobs: svc})
-	svc.SetWorkflows(eng)
-	v, err := eng.Create(ctx, []byte(`{"type":"chain","steps":[{"type":"m.a","args":[1],"options":{"queue":"`+queue+`"}},
-		{"type":"m.b","args":[2],"options":{"queue":"`+queue+`"}},{"type":"m.c","args":[3],"options":{"queue":"`+queue+`"}}]}`))
+	qsvc := queue.NewService(st, queue.Config{})
+	eng := workflow.New(workflow.StoreOn(store.New(db, st.Table())), workflow.Config{Admit: qsvc})
+	svc := lifecycle.New(st, lifecycle.Config{Queues: qsvc, Workflows: eng})
+	v, err := eng.Create(ctx, []byte(`{"type":"chain","steps":[{"type":"m.a","args":[1],"options":{"queue":"`+qname+`"}},
+		{"type":"m.b","args":[2],"options":{"queue":"`+qname+`"}},{"type":"m.c","args":[3],"options":{"queue":"`+qname+`"}}]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	id = v.ID
-	if first, err = svc.Ack(ctx, fetchOne(t, svc, queue).ID, []byte(`{"paid":true}`), 0); err != nil {
+	if first, err = svc.Ack(ctx, fetchOne(t, svc, qname).ID, []byte(`{"paid":true}`), 0); err != nil {
 		t.Fatal(err)
 	}
 	return id, first, wfdef.JobID(id, "/s1")
@@ -83,8 +84,9 @@ func TestACancelBetweenAChainsMarkAndItsJobLeavesNothingToRun(t *testing.T) {
 	t.Parallel()
 	st, _ := testenv.Table(t)
 	ctx := context.Background()
-	svc := lifecycle.New(st, lifecycle.Config{})
-	canceller := workflow.New(workflow.StoreOn(st), workflow.Config{Jobs: svc})
+	qsvc := queue.NewService(st, queue.Config{})
+	svc := lifecycle.New(st, lifecycle.Config{Queues: qsvc})
+	canceller := workflow.New(workflow.StoreOn(st), workflow.Config{Admit: qsvc})
 	var cancelErr error
 	db := &beforeNextJob{Client: testenv.DynamoDB(), path: "/s1", hook: func(wf string) bool {
 		root, err := wfstore.New(st).GetNode(ctx, wf, wfstore.RootPath)
@@ -128,9 +130,9 @@ func TestAChainStepFinishingAfterItsCancelStartsNothing(t *testing.T) {
 	t.Parallel()
 	st, _ := testenv.Table(t)
 	ctx := context.Background()
-	svc := lifecycle.New(st, lifecycle.Config{})
-	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Jobs: svc})
-	svc.SetWorkflows(eng)
+	qsvc := queue.NewService(st, queue.Config{})
+	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Admit: qsvc})
+	svc := lifecycle.New(st, lifecycle.Config{Queues: qsvc, Workflows: eng})
 	v, err := eng.Create(ctx, []byte(`{"type":"chain","steps":[{"type":"m.a","args":[],"options":{"queue":"lateq"}},{"type":"m.b","args":[],"options":{"queue":"lateq"}}]}`))
 	if err != nil {
 		t.Fatal(err)
@@ -182,7 +184,7 @@ func TestTheStreamWritesTheJobOfAChainStepWhoseRequestDiedAfterTheMark(t *testin
 func verifyWritesOnce(t *testing.T, st *store.Store, finished *job.Job, jobID string) *store.Item {
 	t.Helper()
 	ctx := context.Background()
-	stream := workflow.New(workflow.StoreOn(st), workflow.Config{Jobs: lifecycle.New(st, lifecycle.Config{})})
+	stream := workflow.New(workflow.StoreOn(st), workflow.Config{Admit: queue.NewService(st, queue.Config{})})
 	if err := stream.Verify(ctx, []workflow.Finished{{Job: finished}}); err != nil {
 		t.Fatal(err)
 	}
@@ -207,9 +209,9 @@ func TestAChainStepThatIsAGroupStartsInATransaction(t *testing.T) {
 	t.Parallel()
 	st, _ := testenv.Table(t)
 	ctx := context.Background()
-	svc := lifecycle.New(st, lifecycle.Config{})
-	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Jobs: svc})
-	svc.SetWorkflows(eng)
+	qsvc := queue.NewService(st, queue.Config{})
+	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Admit: qsvc})
+	svc := lifecycle.New(st, lifecycle.Config{Queues: qsvc, Workflows: eng})
 	v, err := eng.Create(ctx, []byte(`{"type":"chain","steps":[{"type":"m.a","args":[],"options":{"queue":"grpq"}},
 		{"type":"group","jobs":[{"type":"m.b","args":[],"options":{"queue":"grpq"}}]}]}`))
 	if err != nil {
@@ -247,8 +249,9 @@ func smallChain(q, id string) string {
 func TestAChainIsCreatedWithoutATransaction(t *testing.T) {
 	t.Parallel()
 	st, rec := testenv.CountedTable(t)
-	svc := lifecycle.New(st, lifecycle.Config{PushQueues: []string{"cq"}})
-	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Jobs: svc})
+	qsvc := queue.NewService(st, queue.Config{PushQueues: []string{"cq"}})
+	svc := lifecycle.New(st, lifecycle.Config{Queues: qsvc})
+	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Admit: qsvc})
 	ctx := context.Background()
 	create := func(body string) (string, callstats.Set) {
 		t.Helper()
@@ -260,7 +263,7 @@ func TestAChainIsCreatedWithoutATransaction(t *testing.T) {
 		return v.ID, rec.Set().Sub(before)
 	}
 	for _, queue := range []string{"cq", "pullq"} {
-		if err := svc.EnsureQueue(ctx, queue); err != nil {
+		if err := qsvc.EnsureQueue(ctx, queue); err != nil {
 			t.Fatal(err)
 		}
 		id, d := create(smallChain(queue, ""))
@@ -293,14 +296,15 @@ func TestACancelBetweenACreationsRequestsLeavesNothingToRun(t *testing.T) {
 	t.Parallel()
 	st, _ := testenv.Table(t)
 	ctx := context.Background()
-	svc := lifecycle.New(st, lifecycle.Config{PushQueues: []string{"ccq"}})
-	canceller := workflow.New(workflow.StoreOn(st), workflow.Config{Jobs: svc})
+	qsvc := queue.NewService(st, queue.Config{PushQueues: []string{"ccq"}})
+	svc := lifecycle.New(st, lifecycle.Config{Queues: qsvc})
+	canceller := workflow.New(workflow.StoreOn(st), workflow.Config{Admit: qsvc})
 	var cancelErr error
 	db := &beforeNextJob{Client: testenv.DynamoDB(), path: "/s0", hook: func(wf string) bool {
 		_, cancelErr = canceller.Cancel(ctx, wf)
 		return false
 	}}
-	eng := workflow.New(workflow.StoreOn(store.New(db, st.Table())), workflow.Config{Jobs: svc})
+	eng := workflow.New(workflow.StoreOn(store.New(db, st.Table())), workflow.Config{Admit: qsvc})
 	v, err := eng.Create(ctx, []byte(smallChain("ccq", "")))
 	if err != nil || cancelErr != nil || !db.done.Load() {
 		t.Fatalf("create: %v, cancel: %v, raced: %v", err, cancelErr, db.done.Load())
@@ -318,17 +322,18 @@ func TestTheProgressCheckWritesTheFirstJobOfACreationThatDied(t *testing.T) {
 	t.Parallel()
 	st, _ := testenv.Table(t)
 	ctx := context.Background()
-	svc := lifecycle.New(st, lifecycle.Config{PushQueues: []string{"cdq"}})
+	qsvc := queue.NewService(st, queue.Config{PushQueues: []string{"cdq"}})
+	svc := lifecycle.New(st, lifecycle.Config{Queues: qsvc})
 	var id string
 	db := &beforeNextJob{Client: testenv.DynamoDB(), path: "/s0", hook: func(wf string) bool { id = wf; return true }}
-	eng := workflow.New(workflow.StoreOn(store.New(db, st.Table())), workflow.Config{Jobs: svc})
+	eng := workflow.New(workflow.StoreOn(store.New(db, st.Table())), workflow.Config{Admit: qsvc})
 	if _, err := eng.Create(ctx, []byte(smallChain("cdq", ""))); err == nil {
 		t.Fatal("the creation whose job put failed answered success")
 	}
 	if _, err := st.GetItem(ctx, wfdef.JobID(id, "/s0")); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("first job after the dead creation: %v; want none", err)
 	}
-	later := workflow.New(workflow.StoreOn(st), workflow.Config{Jobs: svc, Now: func() time.Time { return time.Now().Add(workflow.CheckAfter + time.Minute) }})
+	later := workflow.New(workflow.StoreOn(st), workflow.Config{Admit: qsvc, Now: func() time.Time { return time.Now().Add(workflow.CheckAfter + time.Minute) }})
 	if _, err := later.Repair(ctx, 100); err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
+	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
@@ -77,15 +78,15 @@ func (c *countingDB) BatchWriteItem(ctx context.Context, in *dynamodb.BatchWrite
 
 // countedEngine is a workflow engine and job service over a fresh table
 // whose DynamoDB requests db counts.
-func countedEngine(t *testing.T) (*countingDB, *store.Store, *lifecycle.Service, *workflow.Engine) {
+func countedEngine(t *testing.T) (*countingDB, *store.Store, *lifecycle.Service, *queue.Service, *workflow.Engine) {
 	t.Helper()
 	base, _ := testenv.Table(t)
 	db := &countingDB{Client: testenv.DynamoDB(), n: map[string]int{}}
 	st := store.New(db, base.Table())
-	svc := lifecycle.New(st, lifecycle.Config{})
-	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Jobs: svc})
-	svc.SetWorkflows(eng)
-	return db, st, svc, eng
+	qsvc := queue.NewService(st, queue.Config{})
+	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Admit: qsvc})
+	svc := lifecycle.New(st, lifecycle.Config{Queues: qsvc, Workflows: eng})
+	return db, st, svc, qsvc, eng
 }
 
 // TestChainStepRequests pins what a 3-step chain costs in DynamoDB
@@ -103,10 +104,10 @@ func countedEngine(t *testing.T) (*countingDB, *store.Store, *lifecycle.Service,
 // 9 writes on such a chain.
 func TestChainStepRequests(t *testing.T) {
 	t.Parallel()
-	db, st, svc, eng := countedEngine(t)
+	db, st, svc, qsvc, eng := countedEngine(t)
 	ctx := context.Background()
 	// The queue registration is once per process: not a per-chain cost.
-	if err := svc.EnsureQueue(ctx, "r"); err != nil {
+	if err := qsvc.EnsureQueue(ctx, "r"); err != nil {
 		t.Fatal(err)
 	}
 	db.reset()
@@ -153,7 +154,7 @@ func TestChainStepRequests(t *testing.T) {
 	// that saw the workflow's creation record, one (the root, once per
 	// process) in one that did not; the same events either way.
 	for _, warm := range []bool{true, false} {
-		stream := workflow.New(workflow.StoreOn(st), workflow.Config{Jobs: svc})
+		stream := workflow.New(workflow.StoreOn(st), workflow.Config{Admit: qsvc})
 		var nodes []workflow.NodeChange
 		if warm {
 			nodes = []workflow.NodeChange{{New: root, At: time.Now()}}
@@ -194,7 +195,7 @@ func TestChainStepRequests(t *testing.T) {
 // the same inputs.
 func TestAChainStepCarriesTheNextStepsOnlyWhereTheyFit(t *testing.T) {
 	t.Parallel()
-	db, _, svc, eng := countedEngine(t)
+	db, _, svc, qsvc, eng := countedEngine(t)
 	ctx := context.Background()
 	for _, c := range []struct {
 		name  string
@@ -202,7 +203,7 @@ func TestAChainStepCarriesTheNextStepsOnlyWhereTheyFit(t *testing.T) {
 		reads int
 	}{{"small", 10, 0}, {"large", 700, 2}} {
 		queue := "ahead-" + c.name
-		if err := svc.EnsureQueue(ctx, queue); err != nil {
+		if err := qsvc.EnsureQueue(ctx, queue); err != nil {
 			t.Fatal(err)
 		}
 		pad := strings.Repeat("p", c.pad)
@@ -256,9 +257,9 @@ func TestAChainStepCarriesTheNextStepsOnlyWhereTheyFit(t *testing.T) {
 // finish.
 func TestGraphStepRequests(t *testing.T) {
 	t.Parallel()
-	db, st, svc, eng := countedEngine(t)
+	db, st, svc, qsvc, eng := countedEngine(t)
 	ctx := context.Background()
-	if err := svc.EnsureQueue(ctx, "g"); err != nil {
+	if err := qsvc.EnsureQueue(ctx, "g"); err != nil {
 		t.Fatal(err)
 	}
 	v, err := eng.Create(ctx, []byte(`{"options":{"queue":"g"},"steps":[{"id":"a","type":"a","args":[],"depends_on":[]},
@@ -310,7 +311,7 @@ func TestGraphStepRequests(t *testing.T) {
 // of a step the request recorded is one read.
 func TestLongChainAndGraphVerifyInOneRead(t *testing.T) {
 	t.Parallel()
-	db, st, svc, eng := countedEngine(t)
+	db, st, svc, _, eng := countedEngine(t)
 	ctx := context.Background()
 	for _, form := range []string{"chain", "graph"} {
 		var steps []string
@@ -370,9 +371,9 @@ func TestLongChainAndGraphVerifyInOneRead(t *testing.T) {
 func TestChainStepWriteUnits(t *testing.T) {
 	t.Parallel()
 	st, rec := testenv.CountedTable(t)
-	svc := lifecycle.New(st, lifecycle.Config{})
-	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Jobs: svc})
-	svc.SetWorkflows(eng)
+	qsvc := queue.NewService(st, queue.Config{})
+	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Admit: qsvc})
+	svc := lifecycle.New(st, lifecycle.Config{Queues: qsvc, Workflows: eng})
 	ctx := context.Background()
 	if _, err := eng.Create(ctx, []byte(`{"type":"chain","name":"units","steps":[
 		{"type":"a","args":[],"options":{"queue":"u"}},{"type":"b","args":[],"options":{"queue":"u"}},{"type":"c","args":[],"options":{"queue":"u"}}]}`)); err != nil {

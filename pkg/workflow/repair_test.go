@@ -16,6 +16,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/internal/dev/testenv"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
+	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfdef"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
@@ -31,8 +32,9 @@ func TestRepairRecoversLostProgress(t *testing.T) {
 	t.Parallel()
 	st, _ := testenv.Table(t)
 	clk := testenv.NewClock(time.Now().UTC())
-	svc := lifecycle.New(st, lifecycle.Config{Now: clk.Now})
-	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Now: clk.Now, Jobs: svc})
+	qsvc := queue.NewService(st, queue.Config{Now: clk.Now})
+	svc := lifecycle.New(st, lifecycle.Config{Now: clk.Now, Queues: qsvc})
+	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Now: clk.Now, Admit: qsvc})
 	ctx := context.Background()
 	v, err := eng.Create(ctx, []byte(`{"type":"chain","steps":[{"type":"r.one","args":[],"options":{"queue":"rq"}},
 		{"type":"group","jobs":[{"type":"r.two","args":[],"options":{"queue":"rq"}},{"type":"r.three","args":[],"options":{"queue":"rq"}}]}]}`))
@@ -82,8 +84,9 @@ func TestRepairDeletesAWorkflowWhoseCreatorDied(t *testing.T) {
 	st, _ := testenv.Table(t)
 	table := st.Table()
 	clk := testenv.NewClock(time.Now().UTC())
-	svc := lifecycle.New(st, lifecycle.Config{Now: clk.Now})
-	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Now: clk.Now, Jobs: svc})
+	qsvc := queue.NewService(st, queue.Config{Now: clk.Now})
+	svc := lifecycle.New(st, lifecycle.Config{Now: clk.Now, Queues: qsvc})
+	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Now: clk.Now, Admit: qsvc})
 	ctx := context.Background()
 	var jobs []string
 	for i := 0; i < 150; i++ {
@@ -178,10 +181,10 @@ func TestRepairCancelsWhatACancelLeft(t *testing.T) {
 	t.Parallel()
 	st, _ := testenv.Table(t)
 	clk := testenv.NewClock(time.Now().UTC())
-	svc := lifecycle.New(st, lifecycle.Config{Now: clk.Now})
+	qsvc := queue.NewService(st, queue.Config{Now: clk.Now})
 	wst := &applyFailing{Store: workflow.StoreOn(st)}
-	eng := workflow.New(wst, workflow.Config{Now: clk.Now, Jobs: svc})
-	svc.SetWorkflows(eng)
+	eng := workflow.New(wst, workflow.Config{Now: clk.Now, Admit: qsvc})
+	svc := lifecycle.New(st, lifecycle.Config{Now: clk.Now, Queues: qsvc, Workflows: eng})
 	ctx := context.Background()
 	died, finished := uuid.Must(uuid.NewV7()).String(), uuid.Must(uuid.NewV7()).String()
 	for _, id := range []string{died, finished} {
@@ -257,10 +260,10 @@ func (c *cancelMidway) PutItem(ctx context.Context, in *dynamodb.PutItemInput, o
 // cancel with its id from inside the creation's third job put (its first
 // jobs are being written unguarded), and returns the workflow's id and its
 // first jobs' ids.
-func createCancelledMidway(t *testing.T, st *store.Store, svc *lifecycle.Service, queue string, cancel func(id string)) (string, []string) {
+func createCancelledMidway(t *testing.T, st *store.Store, admit workflow.Admitter, queue string, cancel func(id string)) (string, []string) {
 	t.Helper()
 	db := &cancelMidway{Client: testenv.DynamoDB(), cancel: cancel}
-	eng := workflow.New(workflow.StoreOn(store.New(db, st.Table())), workflow.Config{Jobs: svc})
+	eng := workflow.New(workflow.StoreOn(store.New(db, st.Table())), workflow.Config{Admit: admit})
 	jobs := make([]string, 150)
 	for i := range jobs {
 		jobs[i] = `{"type":"race.job","args":[],"options":{"queue":"` + queue + `"}}`
@@ -285,11 +288,12 @@ func createCancelledMidway(t *testing.T, st *store.Store, svc *lifecycle.Service
 func TestACancelRacingTheFirstJobsLeavesNoneToRun(t *testing.T) {
 	t.Parallel()
 	st, _ := testenv.Table(t)
-	svc := lifecycle.New(st, lifecycle.Config{})
-	canceller := workflow.New(workflow.StoreOn(st), workflow.Config{Jobs: svc})
+	qsvc := queue.NewService(st, queue.Config{})
+	svc := lifecycle.New(st, lifecycle.Config{Queues: qsvc})
+	canceller := workflow.New(workflow.StoreOn(st), workflow.Config{Admit: qsvc})
 	ctx := context.Background()
 	var cancelErr error
-	id, ids := createCancelledMidway(t, st, svc, "raceq", func(id string) { _, cancelErr = canceller.Cancel(ctx, id) })
+	id, ids := createCancelledMidway(t, st, qsvc, "raceq", func(id string) { _, cancelErr = canceller.Cancel(ctx, id) })
 	if cancelErr != nil {
 		t.Fatalf("the cancel during the creation: %v", cancelErr)
 	}
@@ -361,11 +365,11 @@ func (c *reopenBeforePlaceholders) TransactWriteItems(ctx context.Context, in *d
 func TestACancelsPlaceholdersDoNotLandInAReopenedWorkflow(t *testing.T) {
 	t.Parallel()
 	st, _ := testenv.Table(t)
-	svc := lifecycle.New(st, lifecycle.Config{})
+	qsvc := queue.NewService(st, queue.Config{})
 	reopen := &reopenBeforePlaceholders{Client: testenv.DynamoDB(), table: st.Table()}
-	canceller := workflow.New(workflow.StoreOn(store.New(reopen, st.Table())), workflow.Config{Jobs: svc})
+	canceller := workflow.New(workflow.StoreOn(store.New(reopen, st.Table())), workflow.Config{Admit: qsvc})
 	ctx := context.Background()
-	_, ids := createCancelledMidway(t, st, svc, "reopenq", func(id string) { _, _ = canceller.Cancel(ctx, id) })
+	_, ids := createCancelledMidway(t, st, qsvc, "reopenq", func(id string) { _, _ = canceller.Cancel(ctx, id) })
 	if !reopen.reopened.Load() {
 		t.Fatal("the cancel wrote no placeholder: the race did not happen")
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/ojs-aws/ojs-serverless/internal/dev/testenv"
-	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
+	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
 )
@@ -25,8 +25,8 @@ func TestDueWorkflowsAreSpreadOverShards(t *testing.T) {
 	}
 	st, _ := testenv.Table(t)
 	clk := testenv.NewClock(time.Now().UTC())
-	svc := lifecycle.New(st, lifecycle.Config{Now: clk.Now})
-	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Now: clk.Now, Jobs: svc})
+	qsvc := queue.NewService(st, queue.Config{Now: clk.Now})
+	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Now: clk.Now, Admit: qsvc})
 	ctx := context.Background()
 	const workflows = 16
 	for i := range workflows {

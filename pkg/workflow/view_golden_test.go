@@ -13,6 +13,7 @@ import (
 
 	"github.com/ojs-aws/ojs-serverless/internal/dev/testenv"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
+	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfdef"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
@@ -385,9 +386,8 @@ func TestViewGolden(t *testing.T) {
 	t.Run("creating", func(t *testing.T) {
 		t.Parallel()
 		st, _ := testenv.Table(t)
-		svc := lifecycle.New(st, lifecycle.Config{})
-		eng := workflow.New(workflow.StoreOn(st), workflow.Config{Jobs: svc, AsyncItems: 5, CreationSlice: time.Minute})
-		svc.SetWorkflows(eng)
+		qsvc := queue.NewService(st, queue.Config{})
+		eng := workflow.New(workflow.StoreOn(st), workflow.Config{Admit: qsvc, AsyncItems: 5, CreationSlice: time.Minute})
 		ctx := context.Background()
 		id := "01900000-0000-7000-8000-000000000014"
 		v, err := eng.Create(ctx, []byte(asyncBody(id, "vcq", 12)))

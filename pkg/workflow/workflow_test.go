@@ -13,6 +13,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
 	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
@@ -32,17 +33,25 @@ type harness struct {
 // newHarness wires the engine as the product does: a request that
 // finishes a workflow job advances the workflow inline.
 func newHarness(t *testing.T) *harness {
-	h := newStreamOnlyHarness(t)
-	h.svc.SetWorkflows(h.eng)
-	return h
+	return newHarnessInline(t, true)
 }
 
 // newStreamOnlyHarness has no inline advancement: every request dies
 // after its job write, and only the stream's verification advances.
 func newStreamOnlyHarness(t *testing.T) *harness {
+	return newHarnessInline(t, false)
+}
+
+// newHarnessInline is newHarness (inline) or newStreamOnlyHarness.
+func newHarnessInline(t *testing.T, inline bool) *harness {
 	st, _ := testenv.Table(t)
-	svc := lifecycle.New(st, lifecycle.Config{})
-	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Jobs: svc})
+	qsvc := queue.NewService(st, queue.Config{})
+	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Admit: qsvc})
+	c := lifecycle.Config{Queues: qsvc}
+	if inline {
+		c.Workflows = eng
+	}
+	svc := lifecycle.New(st, c)
 	return &harness{t: t, st: st, svc: svc, eng: eng, ran: map[string]int{}}
 }
 

@@ -1,4 +1,4 @@
-package lifecycle
+package queue
 
 import (
 	"context"
@@ -9,7 +9,6 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
-	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 )
 
 // PauseCacheTTL is how long a push-mode worker trusts that a queue is not
@@ -28,12 +27,13 @@ type pauseRead struct {
 	paused bool
 }
 
-// paused reports whether queue q is paused, reading its registry item (one
+// Paused reports whether queue q is paused, reading its registry item (one
 // consistent read) at most once per PauseCacheTTL while it is not paused.
 // A worker function serves a few push-mode queues: a read of each of
 // those is fewer requests than a listing of every queue (a Query of each
-// registry shard), which it read until 2026-11-27.
-func (s *Service) paused(ctx context.Context, q string) (bool, error) {
+// registry shard), which it read until 2026-11-27. The error is the
+// read's.
+func (s *Service) Paused(ctx context.Context, q string) (bool, error) {
 	c := &s.pauses
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -71,7 +71,7 @@ type QueueState struct {
 	RateLimit float64 `json:"rate_limit_per_second,omitempty"`
 }
 
-func queueState(i *queue.QueueInfo) QueueState {
+func queueState(i *QueueInfo) QueueState {
 	st := QueueState{Name: i.Name, Status: "active", Paused: i.Paused, PausedAt: i.PausedAt, RateLimit: i.RateLimit}
 	if i.Paused {
 		st.Status = "paused"
@@ -82,15 +82,17 @@ func queueState(i *queue.QueueInfo) QueueState {
 // SetPaused pauses or resumes a queue. A paused queue still accepts jobs;
 // they wait, neither fetched nor delivered to the worker function, until
 // the queue is resumed (push-mode jobs are then re-sent by the sweeper).
+// It fails with a 400 for an invalid queue name and a backend error when
+// the write fails.
 func (s *Service) SetPaused(ctx context.Context, name string, paused bool) (QueueState, error) {
 	if err := job.ValidateQueue(name); err != nil {
 		return QueueState{}, err
 	}
-	info, err := s.qs.SetQueuePaused(ctx, name, paused, s.Now())
+	info, err := s.qs.SetQueuePaused(ctx, name, paused, s.clock())
 	if err != nil {
 		return QueueState{}, ojserr.Backend(err)
 	}
-	s.queues.Store(name, true)
+	s.registered.Store(name, true)
 	s.pauses.mu.Lock()
 	s.pauses.remember(name, paused, time.Now())
 	s.pauses.mu.Unlock()
@@ -124,7 +126,7 @@ type QueueStats struct {
 	FailedLastHour    int `json:"failed_last_hour"`
 }
 
-// Stats counts a queue's jobs by state (from the indexes), its
+// Stats counts a queue's jobs by state (from the job store's indexes), its
 // completions of the last hour (from the "done" index, which the ACK's
 // own write updates: counted when the ACK returns) and its failed
 // attempts of the last hour (from the event log, which trails by the
@@ -137,15 +139,15 @@ func (s *Service) Stats(ctx context.Context, name string) (*QueueStats, error) {
 	if err != nil {
 		return nil, ojserr.Backend(err)
 	}
-	now := s.Now()
+	now := s.clock()
 	count := func(typ string) (int, error) {
 		n := 0
 		f := events.Filter{Types: []string{typ}, Queues: []string{name}, Since: now.Add(-time.Hour), Limit: events.MaxLimit}
-		if s.evlog == nil {
+		if s.ev == nil {
 			return 0, errors.New("queue stats: no event log")
 		}
 		for range 100 {
-			p, err := s.evlog.QueryEvents(ctx, f, now)
+			p, err := s.ev.QueryEvents(ctx, f, now)
 			if err != nil {
 				return 0, err
 			}

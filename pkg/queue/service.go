@@ -1,0 +1,172 @@
+package queue
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/ojs-aws/ojs-serverless/pkg/events"
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+	"github.com/ojs-aws/ojs-serverless/pkg/store"
+)
+
+// EventLog is the event log Stats reads a queue's failures from
+// (implemented by *events.Store).
+type EventLog interface {
+	QueryEvents(ctx context.Context, f events.Filter, now time.Time) (*events.Page, error)
+}
+
+var _ EventLog = (*events.Store)(nil)
+
+// Config configures a Service. Zero values mean the documented defaults.
+type Config struct {
+	// PushQueues names the push-mode queues (delivered through SQS to the
+	// worker function). Default: none; jobs on other queues wait for
+	// FETCH.
+	PushQueues []string
+	// Store is the persistence of the queue and worker items. Default: the
+	// items in the job store's table, read with its client
+	// (NewStore(st.DB(), st.Table())).
+	Store *Store
+	// Events is the event log Stats counts a queue's failed attempts of
+	// the last hour in. Default: the log in the job store's table, read
+	// with its client (events.NewStore(st.DB(), st.Table())).
+	Events EventLog
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+	// Logger receives structured logs. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Service runs the queue operations: job admission (push mode, queue
+// registration, rate limits), pause and resume, the queue listing and
+// stats. It keeps per-process caches (the queues registered, the rate
+// limits recorded, the pause states read), so one Service serves a
+// process.
+type Service struct {
+	st   *store.Store
+	qs   *Store
+	ev   EventLog
+	push map[string]bool
+	now  func() time.Time
+	log  *slog.Logger
+	// registered holds the queue names already registered by this process.
+	registered sync.Map
+	// rates holds, by queue, the rate limit this process last recorded.
+	rates  sync.Map
+	pauses pauseCache
+	// pausedSeen holds the queues a FETCH of this process last found
+	// paused (until one finds them not paused): a FETCH naming one reads
+	// the queues' state first and skips the paused queues' ready queries.
+	pausedSeen sync.Map
+}
+
+// NewService returns the queue service on st, the job store: its table
+// holds the queue items (Config.Store) and the job counts Stats reads.
+func NewService(st *store.Store, c Config) *Service {
+	s := &Service{st: st, qs: c.Store, ev: c.Events, push: map[string]bool{}, now: c.Now, log: c.Logger}
+	if s.qs == nil {
+		s.qs = NewStore(st.DB(), st.Table())
+	}
+	if s.ev == nil {
+		s.ev = events.NewStore(st.DB(), st.Table())
+	}
+	for _, q := range c.PushQueues {
+		s.push[q] = true
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	return s
+}
+
+// Store returns the queue and worker items' persistence the service
+// reads and writes (Config.Store).
+func (s *Service) Store() *Store { return s.qs }
+
+// clock is the service clock's time (UTC).
+func (s *Service) clock() time.Time { return s.now().UTC() }
+
+// IsPush reports whether queue is a push-mode queue.
+func (s *Service) IsPush(queue string) bool { return s.push[queue] }
+
+// Admit prepares jobs for writing, the one way every job is prepared
+// whoever creates it (PUSH, batch PUSH, cron, workflows): push mode from
+// its queue, the queue registered (once per process), and the queue's
+// rate limit recorded when the job sets one. A failed write is an
+// ojserr backend error.
+func (s *Service) Admit(ctx context.Context, jobs []*job.Job) error {
+	for _, j := range jobs {
+		j.Push = s.push[j.Queue]
+		if err := s.EnsureQueue(ctx, j.Queue); err != nil {
+			return ojserr.Backend(err)
+		}
+		if err := s.setRate(ctx, j); err != nil {
+			return ojserr.Backend(err)
+		}
+	}
+	return nil
+}
+
+// setRate records a job's options.rate_limit as its queue's FETCH rate
+// (once per process and value).
+func (s *Service) setRate(ctx context.Context, j *job.Job) error {
+	if j.RateLimit <= 0 {
+		return nil
+	}
+	if v, ok := s.rates.Load(j.Queue); ok && v.(float64) == j.RateLimit {
+		return nil
+	}
+	if err := s.qs.SetQueueRate(ctx, j.Queue, j.RateLimit, s.clock()); err != nil {
+		return err
+	}
+	s.rates.Store(j.Queue, j.RateLimit)
+	return nil
+}
+
+// EnsureQueue registers a queue name (once per process: a name this
+// process registered, or paused or resumed, costs no request).
+func (s *Service) EnsureQueue(ctx context.Context, q string) error {
+	if _, ok := s.registered.Load(q); ok {
+		return nil
+	}
+	if err := s.qs.EnsureQueue(ctx, q, s.clock()); err != nil {
+		return err
+	}
+	s.registered.Store(q, true)
+	return nil
+}
+
+// FetchState reads the state a FETCH needs (Store.FetchState: the
+// registry items of queues and the worker workerID, "" for none) and
+// notes which of queues are paused, for SeenPaused.
+func (s *Service) FetchState(ctx context.Context, queues []string, workerID string) (FetchState, error) {
+	fs, err := s.qs.FetchState(ctx, queues, workerID)
+	if err != nil {
+		return fs, err
+	}
+	for _, q := range queues {
+		if fs.Queues[q].Paused {
+			s.pausedSeen.Store(q, true)
+		} else {
+			s.pausedSeen.Delete(q)
+		}
+	}
+	return fs, nil
+}
+
+// SeenPaused reports whether the last FetchState of this process that
+// read one of queues found it paused.
+func (s *Service) SeenPaused(queues []string) bool {
+	for _, q := range queues {
+		if _, ok := s.pausedSeen.Load(q); ok {
+			return true
+		}
+	}
+	return false
+}
