@@ -4,17 +4,17 @@
 // outbox: the API never writes to DynamoDB and SQS in one request, so no
 // crash between the two can lose a job; a failed batch is retried by the
 // stream and every send is idempotent because the worker claims with a
-// condition). It derives the OJS events of every change (pkg/events,
-// workflow.Engine.Events), stores them and publishes them to EventBridge,
-// and advances workflows.
+// condition). It collects the OJS events of every change, each derived by
+// the package that owns the changed item (pkg/events for jobs,
+// workflow.Engine.Events for workflows, pkg/queue for queues and workers,
+// pkg/cron, pkg/deadletter), stores them and publishes them to
+// EventBridge, and advances workflows.
 package engine
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
-	"strconv"
 	"strings"
 	"time"
 
@@ -231,16 +231,16 @@ func (e *Engine) emit(ctx context.Context, changes []Change, now time.Time) erro
 			nodes = append(nodes, workflow.NodeChange{Old: c.OldNode, New: c.NewNode, At: at})
 		}
 		if c.NewQueue != nil {
-			evs = append(evs, queueEvents(src, c.OldQueue, c.NewQueue, at)...)
+			evs = append(evs, queue.Events(src, c.OldQueue, c.NewQueue, at)...)
 		}
 		if c.NewCron != nil {
-			evs = append(evs, cronEvents(src, c.OldCron, c.NewCron, at)...)
+			evs = append(evs, cron.Events(src, c.OldCron, c.NewCron, at)...)
 		}
 		if c.NewPrune != nil {
-			evs = append(evs, prunedEvents(src, c.OldPrune, c.NewPrune, at)...)
+			evs = append(evs, deadletter.PrunedEvents(src, c.OldPrune, c.NewPrune, at)...)
 		}
 		if c.NewWorker != nil {
-			evs = append(evs, workerEvents(src, c.OldWorker, c.NewWorker, at)...)
+			evs = append(evs, queue.WorkerEvents(src, c.OldWorker, c.NewWorker, at)...)
 		}
 	}
 	if len(nodes)+len(jobs) > 0 && e.Workflows != nil {
@@ -269,64 +269,6 @@ func (e *Engine) emit(ctx context.Context, changes []Change, now time.Time) erro
 	}
 	return nil
 }
-
-// queueEvents reports a queue being paused or resumed.
-func queueEvents(src string, old, cur *queue.QueueInfo, at time.Time) []events.Event {
-	was := old != nil && old.Paused
-	if was == cur.Paused {
-		return nil
-	}
-	typ, data := events.QueueResumed, map[string]any{"queue": cur.Name, "resumed_by": "api"}
-	if cur.Paused {
-		typ, data = events.QueuePaused, map[string]any{"queue": cur.Name, "paused_by": "api"}
-		if t, err := time.Parse(time.RFC3339Nano, cur.PausedAt); err == nil {
-			at = t
-		}
-	} else if t, err := time.Parse(time.RFC3339Nano, cur.Redeliver); err == nil {
-		at = t // the resume time
-	}
-	return []events.Event{events.New(src, typ, cur.Name, at, cur.Version, data, itoa(cur.Version))}
-}
-
-// cronEvents reports a schedule firing (cron.triggered) or skipping an
-// occurrence (cron.skipped), as recorded on the schedule by the sweeper.
-func cronEvents(src string, old, cur *cron.Info, at time.Time) []events.Event {
-	ev := cur.Event
-	if ev == nil || (old != nil && old.Event != nil && old.Event.Seq >= ev.Seq) {
-		return nil
-	}
-	if t, err := time.Parse(time.RFC3339Nano, ev.ActualTime); err == nil {
-		at = t
-	}
-	data := map[string]any{"cron_name": cur.Name, "cron_expression": cur.Expression, "timezone": cur.Timezone,
-		"scheduled_time": ev.ScheduledTime}
-	typ := events.CronTriggered
-	if ev.Type == "skipped" {
-		typ = events.CronSkipped
-		data["reason"] = ev.Reason
-		if ev.ActiveJobID != "" {
-			data["active_job_id"] = ev.ActiveJobID
-		}
-	} else {
-		data["job_id"], data["run_count"], data["actual_time"] = ev.JobID, cur.RunCount, ev.ActualTime
-		var t struct {
-			Type    string `json:"type"`
-			Options struct {
-				Queue string `json:"queue"`
-			} `json:"options"`
-		}
-		if json.Unmarshal([]byte(cur.Template), &t) == nil {
-			data["job_type"] = t.Type
-			data["queue"] = t.Options.Queue
-			if t.Options.Queue == "" {
-				data["queue"] = job.DefaultQueue
-			}
-		}
-	}
-	return []events.Event{events.New(src, typ, cur.Name, at, ev.Seq, data, cur.CreatedAt, itoa(ev.Seq))}
-}
-
-func itoa(v int64) string { return strconv.FormatInt(v, 10) }
 
 // finished reports a change that finished a workflow step: a workflow
 // job reaching a terminal state, or a nested composite finishing.

@@ -1,13 +1,11 @@
-package engine
+package queue
 
 import (
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/ojs-aws/ojs-serverless/pkg/deadletter"
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
-	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 )
 
 func eventTypes(evs []events.Event) string {
@@ -24,7 +22,7 @@ func eventTypes(evs []events.Event) string {
 // nothing new.
 func TestWorkerEvents(t *testing.T) {
 	at := time.Date(2026, 11, 21, 9, 0, 0, 0, time.UTC)
-	first := &queue.WorkerInfo{ID: "w1", State: "running", Queues: []string{"email"}, ActiveJobs: 0, Concurrency: 10,
+	first := &WorkerInfo{ID: "w1", State: "running", Queues: []string{"email"}, ActiveJobs: 0, Concurrency: 10,
 		FirstSeenAt: "2026-11-21T09:00:00Z", LastHeartbeatAt: "2026-11-21T09:00:00Z"}
 	beat := *first
 	beat.ActiveJobs, beat.LastHeartbeatAt = 3, "2026-11-21T09:00:05Z"
@@ -36,7 +34,7 @@ func TestWorkerEvents(t *testing.T) {
 	stopped.State, stopped.ActiveJobs, stopped.LastHeartbeatAt = "terminate", 0, "2026-11-21T09:01:40Z"
 	for _, c := range []struct {
 		name     string
-		old, cur *queue.WorkerInfo
+		old, cur *WorkerInfo
 		want     string
 	}{
 		{"first heartbeat", nil, first, "worker.started,worker.heartbeat"},
@@ -47,7 +45,7 @@ func TestWorkerEvents(t *testing.T) {
 		{"final heartbeat", &quiet, &stopped, "worker.heartbeat,worker.stopped"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			evs := workerEvents("ojs://test", c.old, c.cur, at)
+			evs := WorkerEvents("ojs://test", c.old, c.cur, at)
 			if got := eventTypes(evs); got != c.want {
 				t.Fatalf("events %q, want %q", got, c.want)
 			}
@@ -74,33 +72,9 @@ func TestWorkerEvents(t *testing.T) {
 					}
 				}
 			}
-			if again := workerEvents("ojs://test", c.old, c.cur, at); len(evs) > 0 && again[len(again)-1].ID != evs[len(evs)-1].ID {
+			if again := WorkerEvents("ojs://test", c.old, c.cur, at); len(evs) > 0 && again[len(again)-1].ID != evs[len(evs)-1].ID {
 				t.Error("the same change derived different ids")
 			}
 		})
-	}
-}
-
-// A finished pruning run that removed jobs is one dead_letter.pruned; a
-// claim (run started, not finished), an empty run or a duplicate is none.
-func TestPrunedEvents(t *testing.T) {
-	at := time.Date(2026, 11, 21, 9, 0, 0, 0, time.UTC)
-	started := &deadletter.PruneRun{Run: 4, LastRun: 3, Pruned: 2}
-	done := &deadletter.PruneRun{Run: 4, LastRun: 4, Pruned: 5, ByAge: 1, ByCount: 4, ByQueue: map[string]int{"a": 5},
-		FinishedAt: at.Add(time.Second).UnixMilli()}
-	empty := &deadletter.PruneRun{Run: 5, LastRun: 5}
-	if evs := prunedEvents("ojs://test", &deadletter.PruneRun{Run: 3, LastRun: 3, Pruned: 2}, started, at); len(evs) != 0 {
-		t.Fatalf("claim: %v", evs)
-	}
-	evs := prunedEvents("ojs://test", started, done, at)
-	if len(evs) != 1 || evs[0].Type != events.DeadLetterPruned || evs[0].Data["count"] != 5 || evs[0].Data["by_count"] != 4 ||
-		evs[0].Subject != DeadLetterSubject || evs[0].Time != "2026-11-21T09:00:01.000Z" {
-		t.Fatalf("done: %+v", evs)
-	}
-	if evs := prunedEvents("ojs://test", done, done, at); len(evs) != 0 {
-		t.Fatalf("duplicate: %v", evs)
-	}
-	if evs := prunedEvents("ojs://test", done, empty, at); len(evs) != 0 {
-		t.Fatalf("empty run: %v", evs)
 	}
 }

@@ -1,41 +1,41 @@
-package engine
+package queue
 
 import (
+	"strconv"
 	"time"
 
-	"github.com/ojs-aws/ojs-serverless/pkg/deadletter"
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
-	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 )
 
-// DeadLetterSubject is the subject of dead_letter.pruned events (they
-// concern the dead letter queue as a whole, not one job).
-const DeadLetterSubject = "dead-letter"
+// The events of the queue and worker items, derived from their changes in
+// the table's stream (the stream function's engine calls these).
 
-// prunedEvents reports a finished pruning run that removed jobs
-// (ojs-dead-letter.md 8.1: one dead_letter.pruned with the count).
-func prunedEvents(src string, old, cur *deadletter.PruneRun, at time.Time) []events.Event {
-	if cur.LastRun == 0 || cur.Pruned == 0 || (old != nil && old.LastRun == cur.LastRun) {
+// Events derives, from a change of a queue's registry item, the events of
+// a queue being paused or resumed.
+func Events(src string, old, cur *QueueInfo, at time.Time) []events.Event {
+	was := old != nil && old.Paused
+	if was == cur.Paused {
 		return nil
 	}
-	if cur.FinishedAt > 0 {
-		at = time.UnixMilli(cur.FinishedAt).UTC()
+	typ, data := events.QueueResumed, map[string]any{"queue": cur.Name, "resumed_by": "api"}
+	if cur.Paused {
+		typ, data = events.QueuePaused, map[string]any{"queue": cur.Name, "paused_by": "api"}
+		if t, err := time.Parse(time.RFC3339Nano, cur.PausedAt); err == nil {
+			at = t
+		}
+	} else if t, err := time.Parse(time.RFC3339Nano, cur.Redeliver); err == nil {
+		at = t // the resume time
 	}
-	byQueue := cur.ByQueue
-	if byQueue == nil {
-		byQueue = map[string]int{}
-	}
-	data := map[string]any{"count": cur.Pruned, "by_age": cur.ByAge, "by_count": cur.ByCount, "by_queue": byQueue, "run": cur.LastRun}
-	return []events.Event{events.New(src, events.DeadLetterPruned, DeadLetterSubject, at, cur.LastRun, data, itoa(cur.LastRun))}
+	return []events.Event{events.New(src, typ, cur.Name, at, cur.Version, data, strconv.FormatInt(cur.Version, 10))}
 }
 
-// workerEvents derives the worker events of ojs-events.md 4.3 from the
+// WorkerEvents derives the worker events of ojs-events.md 4.3 from the
 // worker registry item each heartbeat writes: worker.started on the first
 // heartbeat, worker.heartbeat on every one, worker.quiet when the worker
 // reports quiet and worker.stopped when it reports terminate (its final
 // heartbeat, ojs-graceful-shutdown.md 5.3). An operator's directive alone
 // is not an event: the worker reports its new state on its next heartbeat.
-func workerEvents(src string, old, cur *queue.WorkerInfo, at time.Time) []events.Event {
+func WorkerEvents(src string, old, cur *WorkerInfo, at time.Time) []events.Event {
 	if cur.LastHeartbeatAt == "" || (old != nil && old.LastHeartbeatAt == cur.LastHeartbeatAt) {
 		return nil
 	}
