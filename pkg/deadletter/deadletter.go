@@ -143,7 +143,7 @@ func ParseRetryRequest(raw []byte) (RetryOverride, error) {
 // with not_found when the job does not exist or is not discarded (then
 // naming its current_state).
 func (s *Service) Get(ctx context.Context, id string) (*job.Job, error) {
-	if err := validID(id); err != nil {
+	if err := job.CheckID(id); err != nil {
 		return nil, err
 	}
 	j, err := s.st.Get(ctx, id)
@@ -231,7 +231,7 @@ func (s *Service) reviveOverFinishedHolder(ctx context.Context, t store.Transiti
 // dead_letter.deleted). It fails with not_found when the job does not
 // exist or is not discarded.
 func (s *Service) Delete(ctx context.Context, id string) error {
-	if err := validID(id); err != nil {
+	if err := job.CheckID(id); err != nil {
 		return err
 	}
 	if err := s.tb.delete(ctx, id); err != nil {
@@ -288,7 +288,7 @@ func deadError(err error, id string) error {
 	if errors.As(err, &ce) {
 		return notDead(id, ce.Current.State)
 	}
-	return apiError(err, id, "retry")
+	return store.APIError(err, id, "retry")
 }
 
 // notDead is a 404: the job exists but is not in the dead letter queue.
@@ -296,39 +296,4 @@ func notDead(id string, st job.State) error {
 	e := ojserr.NotFoundf("dead letter job", id).With("current_state", string(st))
 	e.Hint = "Only discarded jobs are in the dead letter queue; GET /ojs/v1/jobs/" + id + " shows this job."
 	return e
-}
-
-// apiError maps store errors to API errors (as pkg/lifecycle does).
-func apiError(err error, id, op string) error {
-	if err == nil {
-		return nil
-	}
-	if errors.Is(err, store.ErrNotFound) {
-		return ojserr.NotFoundf("job", id)
-	}
-	var ce *store.ConflictError
-	if errors.As(err, &ce) {
-		return ojserr.StateConflict(ojserr.Conflict, "Cannot %s job in state '%s'.", op, ce.Current.State).
-			With("job_id", id).With("current_state", string(ce.Current.State)).With("target_state", string(ce.Tried.To))
-	}
-	var oe *ojserr.Error
-	if errors.As(err, &oe) {
-		return oe
-	}
-	return ojserr.Backend(err)
-}
-
-// validID refuses ids that are not job ids, as pkg/lifecycle does.
-func validID(id string) error {
-	if job.ValidateID(id) != nil {
-		return ojserr.Invalid("id", "Job ids are lowercase hyphenated UUIDv7 strings; '%s' is not one.", truncate(id, 64))
-	}
-	return nil
-}
-
-func truncate(s string, n int) string {
-	if len(s) > n {
-		return s[:n] + "..."
-	}
-	return s
 }

@@ -304,6 +304,19 @@ func ValidateID(id string) error {
 	return nil
 }
 
+// CheckID is ValidateID as an API error: a 400 invalid_request naming
+// the "id" parameter (the id shown cut to 64 bytes).
+func CheckID(id string) error {
+	if ValidateID(id) == nil {
+		return nil
+	}
+	shown := id
+	if len(shown) > 64 {
+		shown = shown[:64] + "..."
+	}
+	return ojserr.Invalid("id", "Job ids are lowercase hyphenated UUIDv7 strings; '%s' is not one.", shown)
+}
+
 func parseRetry(raw json.RawMessage) (retry.Policy, error) {
 	if raw != nil && !isNull(raw) && !isJSONKind(raw, '{') {
 		return retry.Policy{}, ojserr.Invalid("retry", "The 'retry' field must be a JSON object.")

@@ -108,7 +108,7 @@ func (s *Service) Ack(ctx context.Context, id string, result json.RawMessage, at
 // ack completes an active job; with workerID set, only if that worker
 // holds its reservation (a condition of the same write, not a read first).
 func (s *Service) ack(ctx context.Context, id string, result json.RawMessage, attempt int, workerID string) (*job.Job, error) {
-	if err := validID(id); err != nil {
+	if err := job.CheckID(id); err != nil {
 		return nil, err
 	}
 	if len(result) > job.MaxResultBytes {
@@ -134,7 +134,7 @@ func (s *Service) ack(ctx context.Context, id string, result json.RawMessage, at
 			return nil, ojserr.StateConflict(ojserr.Conflict, "Cannot acknowledge job not in 'active' state. Current state: '%s'.", ce.Current.State).
 				With("job_id", id).With("current_state", string(ce.Current.State)).With("expected_state", "active")
 		}
-		return nil, apiError(err, id, "acknowledge")
+		return nil, store.APIError(err, id, "acknowledge")
 	}
 	s.log.InfoContext(ctx, "job completed", "job_id", id, "attempt", j.Attempt)
 	s.finished(ctx, j)
@@ -151,13 +151,13 @@ func (s *Service) Nack(ctx context.Context, id string, in ErrorInput, attempt in
 // holds the job's reservation (checked on the read, and a condition of the
 // write).
 func (s *Service) nack(ctx context.Context, id string, in ErrorInput, attempt int, workerID string) (*job.Job, error) {
-	if err := validID(id); err != nil {
+	if err := job.CheckID(id); err != nil {
 		return nil, err
 	}
 	for tries := 0; tries < 3; tries++ {
 		cur, err := s.st.Get(ctx, id)
 		if err != nil {
-			return nil, apiError(err, id, "fail")
+			return nil, store.APIError(err, id, "fail")
 		}
 		if attempt > 0 && cur.Attempt != attempt {
 			return nil, attemptOver("fail", cur, attempt)
@@ -187,7 +187,7 @@ func (s *Service) nack(ctx context.Context, id string, in ErrorInput, attempt in
 			continue // a heartbeat or lease change raced us; read again
 		}
 		if err != nil {
-			return nil, apiError(err, id, "fail")
+			return nil, store.APIError(err, id, "fail")
 		}
 		s.log.InfoContext(ctx, "job failed", "job_id", id, "attempt", j.Attempt, "state", string(j.State), "error_type", f.Error.Type)
 		s.finished(ctx, j)

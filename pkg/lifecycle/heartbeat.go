@@ -79,7 +79,7 @@ func (s *Service) Heartbeat(ctx context.Context, r HeartbeatRequest) (HeartbeatR
 		return HeartbeatResult{}, ojserr.Invalid("active_jobs", "At most %d active jobs per heartbeat.", MaxFetch)
 	}
 	for _, id := range r.JobIDs {
-		if err := validID(id); err != nil {
+		if err := job.CheckID(id); err != nil {
 			return HeartbeatResult{}, err
 		}
 	}

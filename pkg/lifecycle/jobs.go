@@ -13,12 +13,12 @@ import (
 // discarded per its retry policy) first, so a read sees it as it is at the
 // lease's end rather than as of the last sweep.
 func (s *Service) Info(ctx context.Context, id string) (*job.Job, error) {
-	if err := validID(id); err != nil {
+	if err := job.CheckID(id); err != nil {
 		return nil, err
 	}
 	j, err := s.st.Get(ctx, id)
 	if err != nil {
-		return nil, apiError(err, id, "read")
+		return nil, store.APIError(err, id, "read")
 	}
 	if now := s.Now(); leaseOver(j, now) {
 		// The job is requeued at its lease's end (ojs-worker-protocol.md
@@ -34,7 +34,7 @@ func (s *Service) Info(ctx context.Context, id string) (*job.Job, error) {
 		case errors.As(err, &ce) && ce.Current != nil:
 			return ce.Current, nil // moved by someone else first
 		default:
-			return nil, apiError(err, id, "read")
+			return nil, store.APIError(err, id, "read")
 		}
 	}
 	return j, nil
@@ -43,12 +43,12 @@ func (s *Service) Info(ctx context.Context, id string) (*job.Job, error) {
 // Cancel cancels a job that has not finished and returns it with the state
 // it left. Cancelling a finished job is a conflict.
 func (s *Service) Cancel(ctx context.Context, id string) (*job.Job, job.State, error) {
-	if err := validID(id); err != nil {
+	if err := job.CheckID(id); err != nil {
 		return nil, "", err
 	}
 	before, err := s.st.Get(ctx, id)
 	if err != nil {
-		return nil, "", apiError(err, id, "cancel")
+		return nil, "", store.APIError(err, id, "cancel")
 	}
 	if before.State.Terminal() {
 		return nil, "", ojserr.StateConflict(ojserr.InvalidRequest, "Cannot cancel job in terminal state '%s'.", before.State).
@@ -63,7 +63,7 @@ func (s *Service) Cancel(ctx context.Context, id string) (*job.Job, job.State, e
 			j, err = s.st.Apply(ctx, store.Cancel(id, s.Now(), before.State))
 		}
 		if err != nil {
-			return nil, "", apiError(err, id, "cancel")
+			return nil, "", store.APIError(err, id, "cancel")
 		}
 	}
 	s.log.InfoContext(ctx, "job cancelled", "job_id", id, "previous_state", string(before.State))
@@ -73,17 +73,17 @@ func (s *Service) Cancel(ctx context.Context, id string) (*job.Job, job.State, e
 
 // Activate moves a pending job to available.
 func (s *Service) Activate(ctx context.Context, id string) (*job.Job, error) {
-	if err := validID(id); err != nil {
+	if err := job.CheckID(id); err != nil {
 		return nil, err
 	}
 	cur, err := s.st.Get(ctx, id)
 	if err != nil {
-		return nil, apiError(err, id, "activate")
+		return nil, store.APIError(err, id, "activate")
 	}
 	if cur.State != job.Pending {
 		return nil, ojserr.StateConflict(ojserr.InvalidRequest, "Cannot activate job in state '%s'. Only jobs in 'pending' state can be activated.", cur.State).
 			With("job_id", id).With("current_state", string(cur.State))
 	}
 	j, err := s.st.Apply(ctx, store.Activate(cur, s.Now(), s.redel))
-	return j, apiError(err, id, "activate")
+	return j, store.APIError(err, id, "activate")
 }

@@ -9,7 +9,6 @@ package lifecycle
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -17,7 +16,6 @@ import (
 
 	"github.com/ojs-aws/ojs-serverless/pkg/fault"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
-	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 )
@@ -117,33 +115,6 @@ func (s *Service) finished(ctx context.Context, j *job.Job) {
 	if err := s.flow.JobFinished(ctx, j); err != nil {
 		s.log.WarnContext(ctx, "workflow not advanced inline; the stream function will", "job_id", j.ID, "workflow_id", j.WorkflowID, "error", err.Error())
 	}
-}
-
-// apiError maps store errors to API errors.
-func apiError(err error, id, op string) error {
-	if err == nil {
-		return nil
-	}
-	if errors.Is(err, store.ErrNotFound) {
-		return ojserr.NotFoundf("job", id)
-	}
-	var ce *store.ConflictError
-	if errors.As(err, &ce) {
-		return ojserr.StateConflict(ojserr.Conflict, "Cannot %s job in state '%s'.", op, ce.Current.State).
-			With("job_id", id).With("current_state", string(ce.Current.State)).With("target_state", string(ce.Tried.To))
-	}
-	var oe *ojserr.Error
-	if errors.As(err, &oe) {
-		return oe
-	}
-	return ojserr.Backend(err)
-}
-
-func validID(id string) error {
-	if job.ValidateID(id) != nil {
-		return ojserr.Invalid("id", "Job ids are lowercase hyphenated UUIDv7 strings; '%s' is not one.", truncate(id, 64))
-	}
-	return nil
 }
 
 func truncate(s string, n int) string {

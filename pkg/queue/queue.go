@@ -277,7 +277,7 @@ func (s *Store) ClearRedeliver(ctx context.Context, name, token string) error {
 // DecodeQueue turns a stream image into a queue item; ok is false for
 // other items.
 func DecodeQueue(av map[string]types.AttributeValue) (*QueueInfo, bool, error) {
-	return decodeIf[QueueInfo](av, prefixed(queuePrefix), "queue item")
+	return store.DecodeIf[QueueInfo](av, store.Prefixed(queuePrefix), "queue item")
 }
 
 // EnsureQueue records a queue name in the queue registry (idempotent).

@@ -2,12 +2,9 @@ package queue
 
 import (
 	"context"
-	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
@@ -45,23 +42,3 @@ func avS(v string) types.AttributeValue { return &types.AttributeValueMemberS{Va
 func itoa(v int64) string { return strconv.FormatInt(v, 10) }
 
 func ms(t time.Time) int64 { return t.UnixMilli() }
-
-// decodeIf decodes a stream image into a T when its sort key satisfies
-// match; ok is false for other items.
-func decodeIf[T any](av map[string]types.AttributeValue, match func(sk string) bool, what string) (*T, bool, error) {
-	sk, ok := av[attrSK].(*types.AttributeValueMemberS)
-	if !ok || !match(sk.Value) {
-		return nil, false, nil
-	}
-	var v T
-	if err := attributevalue.UnmarshalMap(av, &v); err != nil {
-		return nil, false, fmt.Errorf("decode %s: %w", what, err)
-	}
-	return &v, true, nil
-}
-
-func prefixed(p string) func(string) bool {
-	return func(sk string) bool { return strings.HasPrefix(sk, p) }
-}
-
-func equals(v string) func(string) bool { return func(sk string) bool { return sk == v } }

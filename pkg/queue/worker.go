@@ -74,7 +74,7 @@ func (s *Store) WorkerBeat(ctx context.Context, w WorkerInfo, now time.Time) (*W
 // DecodeWorker turns a stream image into a WorkerInfo; ok is false for
 // other items.
 func DecodeWorker(av map[string]types.AttributeValue) (*WorkerInfo, bool, error) {
-	return decodeIf[WorkerInfo](av, equals(workerSK), "worker item")
+	return store.DecodeIf[WorkerInfo](av, store.Equals(workerSK), "worker item")
 }
 
 // WorkerState reads what a worker last reported and the directive an

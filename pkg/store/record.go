@@ -305,9 +305,9 @@ func DecodeItem(av map[string]types.AttributeValue) (Item, bool, error) {
 	return it, true, nil
 }
 
-// decodeIf decodes an item (a read or a stream image) into a T when its
+// DecodeIf decodes an item (a read or a stream image) into a T when its
 // sort key satisfies match; ok is false for other items.
-func decodeIf[T any](av map[string]types.AttributeValue, match func(sk string) bool, what string) (*T, bool, error) {
+func DecodeIf[T any](av map[string]types.AttributeValue, match func(sk string) bool, what string) (*T, bool, error) {
 	sk, ok := av[attrSK].(*types.AttributeValueMemberS)
 	if !ok || !match(sk.Value) {
 		return nil, false, nil
@@ -319,11 +319,13 @@ func decodeIf[T any](av map[string]types.AttributeValue, match func(sk string) b
 	return &v, true, nil
 }
 
-func prefixed(p string) func(string) bool {
+// Prefixed matches sort keys that start with p (see DecodeIf).
+func Prefixed(p string) func(string) bool {
 	return func(sk string) bool { return strings.HasPrefix(sk, p) }
 }
 
-func equals(v string) func(string) bool { return func(sk string) bool { return sk == v } }
+// Equals matches the sort key v (see DecodeIf).
+func Equals(v string) func(string) bool { return func(sk string) bool { return sk == v } }
 
 func decodeJob(av map[string]types.AttributeValue) (*job.Job, error) {
 	it, ok, err := DecodeItem(av)

@@ -184,17 +184,6 @@ const (
 	txCheckReserve = 8 << 10
 )
 
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // advanceTx writes jobs, node writes and new nodes in one transaction
 // conditional on a's scope, retrying without the jobs that turn out to
 // exist.
