@@ -17,3 +17,12 @@ func Sleep(ctx context.Context, d time.Duration) bool {
 		return true
 	}
 }
+
+// Wait waits d and returns nil, or returns ctx's error as soon as ctx is
+// done.
+func Wait(ctx context.Context, d time.Duration) error {
+	if !Sleep(ctx, d) {
+		return ctx.Err()
+	}
+	return nil
+}

@@ -244,17 +244,6 @@ func ConflictBackoff(n int) time.Duration {
 	return time.Duration(rand.Int64N(int64(ceiling))) + time.Millisecond
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // What pkg/cron's persistence needs of the job items: a schedule's fire
 // writes its job in the schedule's transaction.
 

@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/ojs-aws/ojs-serverless/internal/ctxsleep"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 )
@@ -369,7 +370,7 @@ func (s *Store) applyChunk(ctx context.Context, ts []Transition, pending []int, 
 				if tries >= 3 {
 					return fmt.Errorf("apply the transition of job %s: transaction conflicts", ts[i].ID)
 				}
-				if err := sleepCtx(ctx, ConflictBackoff(tries)); err != nil {
+				if err := ctxsleep.Wait(ctx, ConflictBackoff(tries)); err != nil {
 					return err
 				}
 			}

@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/ojs-aws/ojs-serverless/internal/ctxsleep"
 	"github.com/ojs-aws/ojs-serverless/pkg/awslimit"
 	"github.com/ojs-aws/ojs-serverless/pkg/fault"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
@@ -287,7 +288,7 @@ func (s *Store) advanceTx(ctx context.Context, a Advance, jobs []*job.Job, nodes
 				// Another transaction held one of the items (a completion
 				// settling the same node): try again after a jittered,
 				// growing pause.
-				if err := sleepCtx(ctx, store.ConflictBackoff(tries)); err != nil {
+				if err := ctxsleep.Wait(ctx, store.ConflictBackoff(tries)); err != nil {
 					return err
 				}
 				continue

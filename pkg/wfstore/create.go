@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/ojs-aws/ojs-serverless/internal/ctxsleep"
 	"github.com/ojs-aws/ojs-serverless/pkg/awslimit"
 	"github.com/ojs-aws/ojs-serverless/pkg/fault"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
@@ -411,7 +412,7 @@ func (s *Store) existing(ctx context.Context, keys []map[string]types.AttributeV
 			mu.Unlock()
 			keys = res.UnprocessedKeys[s.table].Keys
 			if len(keys) > 0 {
-				if err := sleepCtx(ctx, time.Duration(tries+1)*20*time.Millisecond); err != nil {
+				if err := ctxsleep.Wait(ctx, time.Duration(tries+1)*20*time.Millisecond); err != nil {
 					return err
 				}
 			}
