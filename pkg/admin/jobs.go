@@ -423,7 +423,7 @@ func (s *Service) collect(ctx context.Context, q JobQuery, max int, keep func(*j
 // JobDetail is a job as ojs-admin-api.md 7.2 shows it: the whole envelope
 // at the top level, its retry policy, error history and timestamps.
 func (s *Service) JobDetail(ctx context.Context, id string) (map[string]any, *job.Job, error) {
-	if err := job.ValidateID(id); err != nil {
+	if err := job.CheckID(id); err != nil {
 		return nil, nil, err
 	}
 	j, err := s.st.Get(ctx, id)
@@ -475,7 +475,7 @@ func (s *Service) CancelJob(ctx context.Context, id string) (*job.Job, job.State
 // state machine has no way out of cancelled (ojs-core.md), which this
 // backend enforces on every write; push a new job instead.
 func (s *Service) RetryJob(ctx context.Context, id string) (*job.Job, error) {
-	if err := job.ValidateID(id); err != nil {
+	if err := job.CheckID(id); err != nil {
 		return nil, err
 	}
 	j, err := s.st.Get(ctx, id)

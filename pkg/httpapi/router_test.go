@@ -72,6 +72,27 @@ func TestAdminBulkNeedsConfirm(t *testing.T) {
 	}
 }
 
+// An admin job route given an id that is not a job id answers 400 naming
+// the id, as /ojs/v1/jobs/{id} does, not a backend error.
+func TestAdminJobRoutesRefuseBadIDs(t *testing.T) {
+	t.Parallel()
+	h := newHarness("", slog.LevelInfo)
+	for _, c := range []struct{ method, target string }{
+		{"GET", "/ojs/v1/admin/jobs/not-a-uuid"},
+		{"POST", "/ojs/v1/admin/jobs/not-a-uuid/retry"},
+		{"POST", "/ojs/v1/admin/jobs/not-a-uuid/cancel"},
+		{"GET", "/ojs/v1/admin/jobs/0190a0b0-0000-4000-8000-000000000000"}, // a UUIDv4
+	} {
+		rec := h.serve(c.method, c.target, nil)
+		h.checkOutcome(t, c.method+" "+c.target, rec)
+		var env errorEnvelope
+		_ = json.Unmarshal(rec.Body.Bytes(), &env)
+		if rec.Code != 400 || env.Error == nil || env.Error.Code != "invalid_request" {
+			t.Errorf("%s %s: %d %s", c.method, c.target, rec.Code, rec.Body)
+		}
+	}
+}
+
 // /metrics answers the Prometheus text format as exactly text/plain;
 // /ready and /health report the backend.
 func TestObservabilityEndpoints(t *testing.T) {
