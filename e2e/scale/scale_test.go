@@ -55,7 +55,7 @@ func newStack(t *testing.T) (*store.Store, *lifecycle.Service, *workflow.Engine)
 		t.Fatal(err)
 	}
 	db := dynamodb.NewFromConfig(cfg, awsclient.DynamoDBOptions)
-	if _, err := store.EnsureTable(ctx0, db, "scale"); err != nil {
+	if _, err := emulator.EnsureTable(ctx0, db, "scale"); err != nil {
 		t.Fatal(err)
 	}
 	st := store.New(db, "scale")

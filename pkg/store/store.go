@@ -84,6 +84,11 @@ func New(db DynamoAPI, table string) *Store { return &Store{db: db, table: table
 // Table is the table name.
 func (s *Store) Table() string { return s.table }
 
+// DB is the DynamoDB client the store was built with: the table kernel's
+// client for the packages that own their items' persistence (events,
+// crons, queues and workers, dead letter, workflows).
+func (s *Store) DB() DynamoAPI { return s.db }
+
 // Create writes new jobs, all or none. Each job's initial index entries are
 // set from its state: available jobs join the ready index, scheduled ones
 // the due index. redeliverAfter is when the sweeper re-sends an available

@@ -14,9 +14,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	dbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/ojs-aws/ojs-serverless/internal/dev/emulator"
 	"github.com/ojs-aws/ojs-serverless/internal/dev/localrt"
 	"github.com/ojs-aws/ojs-serverless/internal/dev/testenv"
-	"github.com/ojs-aws/ojs-serverless/pkg/store"
 )
 
 // A test runner's FLUSHDB over RESP wipes the table and the queues and is
@@ -26,7 +26,7 @@ func TestResetOverRESP(t *testing.T) {
 	ctx := context.Background()
 	table := testenv.Name(t, "jobs")
 	db := testenv.DynamoDB()
-	if _, err := store.EnsureTable(ctx, db, table); err != nil {
+	if _, err := emulator.EnsureTable(ctx, db, table); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 60 {

@@ -33,10 +33,10 @@ import (
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/google/uuid"
 	"github.com/ojs-aws/ojs-serverless/internal/ctxsleep"
+	"github.com/ojs-aws/ojs-serverless/internal/dev/emulator"
 	"github.com/ojs-aws/ojs-serverless/pkg/awsclient"
 	"github.com/ojs-aws/ojs-serverless/pkg/awslimit"
 	"github.com/ojs-aws/ojs-serverless/pkg/edge/apigw"
-	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 )
 
@@ -306,7 +306,7 @@ func (rt *Runtime) provision(ctx context.Context) error {
 // up to awslimit.SQSMessageBytes. It returns the stream
 // ARN and the push-mode queue URLs. It is idempotent.
 func Provision(ctx context.Context, cfg aws.Config, env topology.Env, table string) (string, map[string]string, error) {
-	arn, err := store.EnsureTable(ctx, dynamodb.NewFromConfig(cfg, awsclient.DynamoDBOptions), table)
+	arn, err := emulator.EnsureTable(ctx, dynamodb.NewFromConfig(cfg, awsclient.DynamoDBOptions), table)
 	if err != nil {
 		return "", nil, err
 	}

@@ -95,7 +95,7 @@ func Table(t testing.TB) (*store.Store, string) {
 	defer cancel()
 	name := Name(t, "jobs")
 	db := DynamoDB()
-	arn, err := store.EnsureTable(ctx, db, name)
+	arn, err := emulator.EnsureTable(ctx, db, name)
 	if err != nil {
 		t.Fatalf("create table: %v", err)
 	}

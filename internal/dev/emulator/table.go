@@ -1,4 +1,4 @@
-package store
+package emulator
 
 import (
 	"context"
@@ -85,8 +85,3 @@ func EnsureTable(ctx context.Context, db TableAdmin, name string) (string, error
 		}
 	}
 }
-
-// DB is the DynamoDB client the store was built with: the table kernel's
-// client for the packages that own their items' persistence (events,
-// crons, queues and workers, dead letter).
-func (s *Store) DB() DynamoAPI { return s.db }
