@@ -3,15 +3,11 @@ package queue_test
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/ojs-aws/ojs-serverless/internal/dev/testenv"
 	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
@@ -26,33 +22,6 @@ var t0 = time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
 // item on its own.
 type withoutBatchGet struct{ store.DynamoAPI }
 
-// partitionSizes counts the items of each shard partition base, base#1, ...
-// of an index (read straight from DynamoDB, not through the store).
-func partitionSizes(t *testing.T, table, index, keyName, base string, n int) []int {
-	t.Helper()
-	db := testenv.DynamoDB()
-	sizes := make([]int, n)
-	for i := range sizes {
-		pk := base
-		if i > 0 {
-			pk = fmt.Sprintf("%s#%d", base, i)
-		}
-		in := &dynamodb.QueryInput{TableName: aws.String(table), KeyConditionExpression: aws.String("#k = :k"),
-			ExpressionAttributeNames:  map[string]string{"#k": keyName},
-			ExpressionAttributeValues: map[string]types.AttributeValue{":k": &types.AttributeValueMemberS{Value: pk}},
-			Select:                    types.SelectCount}
-		if index != "" {
-			in.IndexName = aws.String(index)
-		}
-		out, err := db.Query(context.Background(), in)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sizes[i] = int(out.Count)
-	}
-	return sizes
-}
-
 // registryShard is the shard of the queue registry that queue hashes to
 // (store.RegistryPK: QUEUES in shard 0, QUEUES#<n> in the others).
 func registryShard(t *testing.T, queue string) int {
@@ -66,23 +35,6 @@ func registryShard(t *testing.T, queue string) int {
 		t.Fatalf("registry partition of %s: %v", queue, err)
 	}
 	return i
-}
-
-// spread fails the test unless each registry shard holds exactly the
-// queues whose names hash to it, and the names land in more than one
-// shard.
-func spread(t *testing.T, what string, sizes []int, keys []string) {
-	t.Helper()
-	want := make([]int, len(sizes))
-	for _, k := range keys {
-		want[registryShard(t, k)]++
-	}
-	if !slices.Equal(sizes, want) {
-		t.Fatalf("%s: shard sizes %v, want %v from the keys' hashes", what, sizes, want)
-	}
-	if slices.Max(want) == len(keys) {
-		t.Fatalf("%s: all %d keys in one shard %v (the partition is not spread)", what, len(keys), sizes)
-	}
 }
 
 // The queue registry is spread over its shards by queue name; the list,
@@ -102,7 +54,7 @@ func TestTheQueueRegistryIsSpread(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	spread(t, "registry", partitionSizes(t, table, "", "pk", "QUEUES", topology.JobTable.Shards.Registry), names)
+	testenv.Spread(t, "registry", testenv.PartitionSizes(t, table, "", "pk", "QUEUES", topology.JobTable.Shards.Registry), names, func(k string) int { return registryShard(t, k) })
 	got, err := s.Queues(ctx)
 	if err != nil || strings.Join(got, ",") != strings.Join(names, ",") {
 		t.Fatalf("queues %v %v", got, err)

@@ -11,57 +11,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/ojs-aws/ojs-serverless/internal/dev/testenv"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 )
 
-// partitionSizes counts the items of each shard partition base, base#1, ...
-// of an index (read straight from DynamoDB, not through the store).
-func partitionSizes(t *testing.T, table, index, keyName, base string, n int) []int {
-	t.Helper()
-	db := testenv.DynamoDB()
-	sizes := make([]int, n)
-	for i := range sizes {
-		pk := base
-		if i > 0 {
-			pk = fmt.Sprintf("%s#%d", base, i)
-		}
-		in := &dynamodb.QueryInput{TableName: aws.String(table), KeyConditionExpression: aws.String("#k = :k"),
-			ExpressionAttributeNames:  map[string]string{"#k": keyName},
-			ExpressionAttributeValues: map[string]types.AttributeValue{":k": &types.AttributeValueMemberS{Value: pk}},
-			Select:                    types.SelectCount}
-		if index != "" {
-			in.IndexName = aws.String(index)
-		}
-		out, err := db.Query(context.Background(), in)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sizes[i] = int(out.Count)
-	}
-	return sizes
-}
-
-// spread fails the test unless each shard holds exactly the entries whose
-// keys hash to it, and the keys land in more than one shard.
-func spread(t *testing.T, what string, sizes []int, keys []string) {
-	t.Helper()
-	want := make([]int, len(sizes))
-	for _, k := range keys {
-		want[store.ShardOf(k, len(sizes))]++
-	}
-	if !slices.Equal(sizes, want) {
-		t.Fatalf("%s: shard sizes %v, want %v from the keys' hashes", what, sizes, want)
-	}
-	if slices.Max(want) == len(keys) {
-		t.Fatalf("%s: all %d keys in one shard %v (the partition is not spread)", what, len(keys), sizes)
-	}
-}
+// shardIn is the shard of n a key hashes to.
+func shardIn(n int) func(string) int { return func(k string) int { return store.ShardOf(k, n) } }
 
 // idsOf lists the ids of jobs, those of push-mode jobs only if push.
 func idsOf(jobs []*job.Job, pushOnly bool) []string {
@@ -160,8 +118,8 @@ func TestAQueueIsSpreadOverShardsAndKeepsFetchOrder(t *testing.T) {
 			order = append(order, j)
 		}
 	}
-	spread(t, "ready", partitionSizes(t, table, topology.IndexReady, "ready_pk", "avail#hot", sh.Ready), idsOf(order, false))
-	spread(t, "due", partitionSizes(t, table, topology.IndexDue, "due_pk", "due#hot", sh.Due), idsOf(all, true))
+	testenv.Spread(t, "ready", testenv.PartitionSizes(t, table, topology.IndexReady, "ready_pk", "avail#hot", sh.Ready), idsOf(order, false), shardIn(sh.Ready))
+	testenv.Spread(t, "due", testenv.PartitionSizes(t, table, topology.IndexDue, "due_pk", "due#hot", sh.Due), idsOf(all, true), shardIn(sh.Due))
 
 	for _, limit := range []int{1, 7, 40, 100} {
 		items, err := s.Ready(ctx, "hot", limit)
@@ -268,7 +226,7 @@ func TestDueMergesShardsInDueOrder(t *testing.T) {
 	if err := s.Create(ctx, jobs, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	spread(t, "due", partitionSizes(t, table, topology.IndexDue, "due_pk", "due#later", topology.JobTable.Shards.Due), idsOf(jobs, false))
+	testenv.Spread(t, "due", testenv.PartitionSizes(t, table, topology.IndexDue, "due_pk", "due#later", topology.JobTable.Shards.Due), idsOf(jobs, false), shardIn(topology.JobTable.Shards.Due))
 	slices.SortStableFunc(jobs, func(a, b *job.Job) int { return a.ScheduledAt.Compare(*b.ScheduledAt) })
 	due, err := s.Due(ctx, "later", t0.Add(time.Hour), 5)
 	if err != nil {

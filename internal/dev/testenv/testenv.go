@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/ojs-aws/ojs-serverless/internal/dev/callstats"
 	"github.com/ojs-aws/ojs-serverless/internal/dev/emulator"
@@ -171,4 +173,49 @@ func RandomText(n int, seed uint64) string {
 		raw[i] = byte(rng.Uint32())
 	}
 	return base64.StdEncoding.EncodeToString(raw)[:n]
+}
+
+// PartitionSizes counts the items of each shard partition base, base#1,
+// ... (n of them) of an index of table ("" for the table itself), read
+// straight from DynamoDB, not through the product's code.
+func PartitionSizes(t testing.TB, table, index, keyName, base string, n int) []int {
+	t.Helper()
+	db := DynamoDB()
+	sizes := make([]int, n)
+	for i := range sizes {
+		pk := base
+		if i > 0 {
+			pk = fmt.Sprintf("%s#%d", base, i)
+		}
+		in := &dynamodb.QueryInput{TableName: aws.String(table), KeyConditionExpression: aws.String("#k = :k"),
+			ExpressionAttributeNames:  map[string]string{"#k": keyName},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":k": &types.AttributeValueMemberS{Value: pk}},
+			Select:                    types.SelectCount}
+		if index != "" {
+			in.IndexName = aws.String(index)
+		}
+		out, err := db.Query(context.Background(), in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sizes[i] = int(out.Count)
+	}
+	return sizes
+}
+
+// Spread fails the test unless each shard holds exactly the keys that
+// shardOf assigns to it, and unless the keys are spread over more than one
+// shard.
+func Spread(t testing.TB, what string, sizes []int, keys []string, shardOf func(key string) int) {
+	t.Helper()
+	want := make([]int, len(sizes))
+	for _, k := range keys {
+		want[shardOf(k)]++
+	}
+	if !slices.Equal(sizes, want) {
+		t.Fatalf("%s: shard sizes %v, want %v from the keys' hashes", what, sizes, want)
+	}
+	if slices.Max(want) == len(keys) {
+		t.Fatalf("%s: all %d keys in one shard %v (the partition is not spread)", what, len(keys), sizes)
+	}
 }
