@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"strings"
+
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/ojs-aws/ojs-serverless/internal/ctxsleep"
@@ -29,7 +29,7 @@ import (
 type Advance struct {
 	WorkflowID string
 	Jobs       []*job.Job
-	Nodes      []NodeWrite
+	Changes    []Change
 	// NewNodes are nodes the step creates (each only if it does not
 	// exist), written with the node writes.
 	NewNodes []Node
@@ -50,26 +50,21 @@ type Advance struct {
 // *ErrNodeConflict when a node write's condition failed (nothing of the
 // last transaction applied), or another error.
 func (s *Store) Advance(ctx context.Context, a Advance) error {
-	for _, w := range a.Nodes {
-		if err := w.validate(); err != nil {
-			return err
-		}
-	}
 	if a.Scope == "" {
 		a.Scope, a.ScopeStates = RootPath, []wfstate.State{wfstate.Running}
 	}
 	scopeWrite := -1
-	for i, w := range a.Nodes {
-		if w.Path == a.Scope {
+	for i, c := range a.Changes {
+		if c.Path == a.Scope {
 			scopeWrite = i
 		}
 	}
-	room := store.MaxBatch - len(a.Nodes) - len(a.NewNodes)
+	room := store.MaxBatch - len(a.Changes) - len(a.NewNodes)
 	if scopeWrite < 0 {
 		room-- // the scope check
 	}
 	if room < 0 {
-		return fmt.Errorf("advance of workflow %s: %d node writes exceed a transaction", a.WorkflowID, len(a.Nodes))
+		return fmt.Errorf("advance of workflow %s: %d node changes exceed a transaction", a.WorkflowID, len(a.Changes))
 	}
 	sizes := make([]int, len(a.Jobs))
 	for i, j := range a.Jobs {
@@ -117,7 +112,7 @@ func (s *Store) Advance(ctx context.Context, a Advance) error {
 			return err // a creation's slice is over: the next goes on
 		}
 	}
-	if err := s.advanceTx(ctx, a, a.Jobs[tail:], a.Nodes, a.NewNodes); err != nil {
+	if err := s.advanceTx(ctx, a, a.Jobs[tail:], a.Changes, a.NewNodes); err != nil {
 		return err
 	}
 	if a.Progress != nil {
@@ -128,8 +123,8 @@ func (s *Store) Advance(ctx context.Context, a Advance) error {
 
 // AdvanceMarked applies a step of a workflow that is a chain or a graph
 // as two writes instead of a transaction, for half its write units (a
-// transaction bills every item twice): the root's write w (the finished
-// step counted, with w's conditions) with Node.Launching set to mark and
+// transaction bills every item twice): the root's change c (the finished
+// step counted, with c's conditions) with Node.Launching set to mark and
 // the condition that the workflow runs, then jobs put where they do not
 // exist. What the transaction's atomicity gave is kept by the mark: a
 // cancel or timeout after the first write finds it and takes the place of
@@ -140,10 +135,10 @@ func (s *Store) Advance(ctx context.Context, a Advance) error {
 // finished step finds (workflow.Verify) and writes again. mark is the
 // next step's path for a chain, RootPath for a graph (the steps whose
 // dependencies all completed). Errors as Advance's; *ErrNodeConflict when
-// another of w's conditions failed.
-func (s *Store) AdvanceMarked(ctx context.Context, wfID string, w NodeWrite, mark string, jobs []*job.Job, redeliverAfter time.Duration) error {
-	if w.Path != RootPath {
-		return fmt.Errorf("advance of workflow %s: a marked advance writes the root, not %s", wfID, w.Path)
+// another of c's conditions failed.
+func (s *Store) AdvanceMarked(ctx context.Context, wfID string, c Change, mark string, jobs []*job.Job, redeliverAfter time.Duration) error {
+	if c.Path != RootPath {
+		return fmt.Errorf("advance of workflow %s: a marked advance writes the root, not %s", wfID, c.Path)
 	}
 	puts := make([]*types.Put, len(jobs))
 	for i, j := range jobs {
@@ -155,13 +150,7 @@ func (s *Store) AdvanceMarked(ctx context.Context, wfID string, w NodeWrite, mar
 			return &store.TooLargeError{What: "item", Bytes: n, Max: awslimit.DynamoItemBytes, Index: i}
 		}
 	}
-	w.CondStates = []wfstate.State{wfstate.Running}
-	w.SetStrings = maps.Clone(w.SetStrings)
-	if w.SetStrings == nil {
-		w.SetStrings = map[string]string{}
-	}
-	w.SetStrings["launch"] = mark
-	if _, err := s.UpdateNode(ctx, wfID, w); err != nil {
+	if _, err := s.Change(ctx, wfID, c.marking(mark)); err != nil {
 		var nc *ErrNodeConflict
 		if errors.Is(err, store.ErrNotFound) || errors.As(err, &nc) && nc.Current.State != wfstate.Running {
 			return ErrWorkflowNotRunning // as Advance's check of the root
@@ -188,7 +177,7 @@ const (
 // advanceTx writes jobs, node writes and new nodes in one transaction
 // conditional on a's scope, retrying without the jobs that turn out to
 // exist.
-func (s *Store) advanceTx(ctx context.Context, a Advance, jobs []*job.Job, nodes []NodeWrite, newNodes []Node) error {
+func (s *Store) advanceTx(ctx context.Context, a Advance, jobs []*job.Job, nodes []Change, newNodes []Node) error {
 	wfID := a.WorkflowID
 	if len(jobs) == 0 && len(nodes) == 0 && len(newNodes) == 0 {
 		return nil
@@ -204,27 +193,27 @@ func (s *Store) advanceTx(ctx context.Context, a Advance, jobs []*job.Job, nodes
 	for tries := 0; ; tries++ {
 		var tx []types.TransactWriteItem
 		hasScope := false
-		for _, w := range nodes {
-			x := newExprs()
+		for _, c := range nodes {
 			var scope []wfstate.State
-			if w.Path == a.Scope {
+			if c.Path == a.Scope {
 				hasScope, scope = true, a.ScopeStates
 			}
-			update, cond := w.build(x, wfID, scope)
-			tx = append(tx, types.TransactWriteItem{Update: &types.Update{TableName: &s.table, Key: wfKey(wfID, nodeSK(w.Path)),
-				UpdateExpression: aws.String(update), ConditionExpression: aws.String(cond),
-				ExpressionAttributeNames: x.namesOrNil(), ExpressionAttributeValues: x.valuesOrNil(),
+			x, err := c.expr(wfID, scope)
+			if err != nil {
+				return err
+			}
+			tx = append(tx, types.TransactWriteItem{Update: &types.Update{TableName: &s.table, Key: wfKey(wfID, nodeSK(c.Path)),
+				UpdateExpression: x.Update(), ConditionExpression: x.Condition(),
+				ExpressionAttributeNames: x.Names(), ExpressionAttributeValues: x.Values(),
 				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}})
 		}
 		if !hasScope {
-			x := newExprs()
-			states := make([]string, len(a.ScopeStates))
-			for i, st := range a.ScopeStates {
-				states[i] = x.str(string(st))
+			x, err := expression.NewBuilder().WithCondition(stateIn(a.ScopeStates...)).Build()
+			if err != nil {
+				return err
 			}
 			tx = append(tx, types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{TableName: &s.table, Key: wfKey(wfID, nodeSK(a.Scope)),
-				ConditionExpression:      aws.String(x.name("state") + " IN (" + strings.Join(states, ", ") + ")"),
-				ExpressionAttributeNames: x.names, ExpressionAttributeValues: x.values,
+				ConditionExpression: x.Condition(), ExpressionAttributeNames: x.Names(), ExpressionAttributeValues: x.Values(),
 				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}})
 		}
 		for _, n := range newNodes {

@@ -117,7 +117,7 @@ type Node struct {
 	// on the root for the whole retry, and on every composite (and counter
 	// shard) whose counts the retry changes until its failed jobs are back
 	// in their queues. A write that counts a child or decides from the
-	// counts does not apply to a marked item (NodeWrite, CountOnShard,
+	// counts does not apply to a marked item (Change, CountOnShard,
 	// RollUp: ErrReopening); the retry counts what finished meanwhile
 	// once it clears the marks.
 	Reopening string `dynamodbav:"reopening,omitempty"`
@@ -196,7 +196,7 @@ type Node struct {
 
 // Version is the node's write count: Rev, or for a node not written
 // since nodes counted in "version", that count (its next write goes on
-// from it: NodeWrite.build).
+// from it: Change.expr).
 func (n *Node) Version() int64 {
 	if n.Rev > 0 {
 		return n.Rev

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
@@ -29,11 +30,9 @@ func RefusedByReopening(err error) bool {
 // re-running them) and marks the shard as re-opening (Node.Reopening)
 // until ClearShardMark.
 func (s *Store) ForgetInShard(ctx context.Context, wfID, path, key string, idx []int) error {
-	x := newExprs()
-	update := "SET " + x.name(attrReopening) + " = " + x.str("true") + " DELETE " + x.name("ok") + " " + x.nums(idx) + ", " + x.name("fail") + " " + x.nums(idx)
-	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table, Key: wfKey(wfID, shardSK(path, key)),
-		UpdateExpression: &update, ExpressionAttributeNames: x.names, ExpressionAttributeValues: x.values})
-	if err != nil {
+	u := expression.Set(expression.Name(attrReopening), expression.Value("true")).
+		Delete(expression.Name("ok"), expression.Value(nums(idx...))).Delete(expression.Name("fail"), expression.Value(nums(idx...)))
+	if err := s.updateShard(ctx, wfID, path, key, expression.NewBuilder().WithUpdate(u)); err != nil {
 		return fmt.Errorf("forget in %s%s#%s: %w", wfID, path, key, err)
 	}
 	return nil
@@ -42,14 +41,21 @@ func (s *Store) ForgetInShard(ctx context.Context, wfID, path, key string, idx [
 // ClearShardMark removes a retry's mark from a counter shard (a shard
 // without one is left as it is).
 func (s *Store) ClearShardMark(ctx context.Context, wfID, path, key string) error {
-	x := newExprs()
-	update := "REMOVE " + x.name(attrReopening)
-	cond := "attribute_exists(" + x.name(attrReopening) + ")"
-	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table, Key: wfKey(wfID, shardSK(path, key)),
-		UpdateExpression: &update, ConditionExpression: &cond, ExpressionAttributeNames: x.names})
+	b := expression.NewBuilder().WithUpdate(expression.Remove(expression.Name(attrReopening))).
+		WithCondition(expression.AttributeExists(expression.Name(attrReopening)))
 	var ccf *types.ConditionalCheckFailedException
-	if err != nil && !errors.As(err, &ccf) {
+	if err := s.updateShard(ctx, wfID, path, key, b); err != nil && !errors.As(err, &ccf) {
 		return fmt.Errorf("clear the mark of %s%s#%s: %w", wfID, path, key, err)
 	}
 	return nil
+}
+
+func (s *Store) updateShard(ctx context.Context, wfID, path, key string, b expression.Builder) error {
+	x, err := b.Build()
+	if err != nil {
+		return err
+	}
+	_, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table, Key: wfKey(wfID, shardSK(path, key)),
+		UpdateExpression: x.Update(), ConditionExpression: x.Condition(), ExpressionAttributeNames: x.Names(), ExpressionAttributeValues: x.Values()})
+	return err
 }

@@ -114,12 +114,12 @@ func TestAWorkflowsItemsKeepTheirKeysAndAttributes(t *testing.T) {
 		t.Fatalf("progress read: %+v", p)
 	}
 
-	_, err = ws.UpdateNode(ctx, wfID, wfstore.NodeWrite{Path: wfstore.RootPath, From: []wfstate.State{wfstate.Waiting}, To: wfstate.Running, At: now})
+	_, err = ws.Change(ctx, wfID, wfstore.StartNode(wfstore.RootPath, now))
 	var nc *wfstore.ErrNodeConflict
 	if !errors.As(err, &nc) || nc.Current.State != wfstate.Running {
 		t.Fatalf("a write from a state the node is not in: %v", err)
 	}
-	done, err := ws.UpdateNode(ctx, wfID, wfstore.NodeWrite{Path: wfstore.RootPath, From: []wfstate.State{wfstate.Running}, To: wfstate.Completed, At: now})
+	done, err := ws.Change(ctx, wfID, wfstore.Finish(wfstore.RootPath, true, now))
 	if err != nil || done.State != wfstate.Completed || done.Version() != 2 || done.DuePK != "" {
 		t.Fatalf("completed root: %+v, %v", done, err)
 	}

@@ -118,24 +118,13 @@ func (e *Engine) stepDone(ctx context.Context, s step) (*step, error) {
 	return e.memberDone(ctx, s)
 }
 
-// finish moves a composite to completed or failed (from waiting, or
-// running for the root) with the extra counts in w, and returns it as a
-// finished step for its parent. A composite already finished is returned
-// as it is (a repeated call); a cancelled workflow stops the walk.
-func (e *Engine) finish(ctx context.Context, wf, path string, ok bool, w wfstore.NodeWrite) (*step, error) {
-	w.Path, w.At, w.To = path, e.now(), wfstate.Completed
-	if !ok {
-		w.To = wfstate.Failed
-	}
-	w.From = []wfstate.State{wfstate.Waiting, wfstate.Running}
-	if path == wfstore.RootPath {
-		w.From = []wfstate.State{wfstate.Running}
-		// (Not while a retry is re-opening the workflow, as every write
-		// that decides from counts: wfstore.NodeWrite.)
-		// A chain's last launch mark (wfstore.AdvanceMarked) has done its work.
-		w.Remove = append(w.Remove, "launch")
-	}
-	n, err := e.st.UpdateNode(ctx, wf, w)
+// finish applies c, a wfstore.Finish of a composite (with the counts it
+// makes in the same write), and returns the composite as a finished step
+// for its parent. A composite already finished is returned as it is (a
+// repeated call); a cancelled workflow stops the walk.
+func (e *Engine) finish(ctx context.Context, wf string, c wfstore.Change) (*step, error) {
+	path := c.Path
+	n, err := e.st.Change(ctx, wf, c)
 	var nc *wfstore.ErrNodeConflict
 	moved := false
 	if errors.As(err, &nc) {
@@ -168,12 +157,11 @@ func (e *Engine) finish(ctx context.Context, wf, path string, ok bool, w wfstore
 func (e *Engine) chainStepDone(ctx context.Context, s step) (*step, error) {
 	parent, k := wfdef.ParentPath(s.path), s.index()
 	if !s.ok {
-		idx := k
-		return e.finish(ctx, s.wf, parent, false, wfstore.NodeWrite{AddFail: []int{k}, FailedIndex: &idx, FailedStep: s.path})
+		return e.finish(ctx, s.wf, wfstore.FailChain(parent, k, s.path, e.now()))
 	}
 	if (s.job != nil && s.job.WorkflowLast) || (s.node != nil && s.node.Last) {
 		// The last step, as its job or node says: no next step to read.
-		return e.finish(ctx, s.wf, parent, true, wfstore.NodeWrite{AddOK: []int{k}})
+		return e.finish(ctx, s.wf, wfstore.Finish(parent, true, e.now()).Counting(k, true))
 	}
 	nextPath := wfdef.ChildPath(parent, wfdef.Segment(wfdef.KindChain, k+1))
 	var next *wfstore.Node
@@ -185,7 +173,7 @@ func (e *Engine) chainStepDone(ctx context.Context, s step) (*step, error) {
 		var err error
 		next, err = e.st.GetNode(ctx, s.wf, nextPath)
 		if errors.Is(err, store.ErrNotFound) {
-			return e.finish(ctx, s.wf, parent, true, wfstore.NodeWrite{AddOK: []int{k}})
+			return e.finish(ctx, s.wf, wfstore.Finish(parent, true, e.now()).Counting(k, true))
 		}
 		if err != nil {
 			return nil, err
@@ -218,14 +206,14 @@ func (e *Engine) chainStepDone(ctx context.Context, s step) (*step, error) {
 		return nil, err
 	}
 	scope, states := scopeOf(s.path)
-	record := wfstore.NodeWrite{Path: parent, AddOK: []int{k}, Open: true}
+	record := wfstore.CountAndGoOn(parent, k)
 	if marked := parent == wfstore.RootPath && next.Kind == wfdef.KindJob && len(jobs) == 1 && len(timed) == 0; marked {
 		// A workflow that is a chain, its next step a job: two writes
 		// instead of a transaction, guarded by the root's mark.
 		err = e.st.AdvanceMarked(ctx, s.wf, record, nextPath, jobs, e.redel)
 	} else {
 		err = e.st.Advance(ctx, wfstore.Advance{WorkflowID: s.wf, Jobs: jobs, RedeliverAfter: e.redel, Scope: scope, ScopeStates: states,
-			Nodes: append([]wfstore.NodeWrite{record}, e.deadlines(timed)...)})
+			Changes: append([]wfstore.Change{record}, e.deadlines(timed)...)})
 	}
 	var nc *wfstore.ErrNodeConflict
 	if errors.As(err, &nc) || errors.Is(err, wfstore.ErrWorkflowNotRunning) {
@@ -300,14 +288,8 @@ func (e *Engine) memberDone(ctx context.Context, s step) (*step, error) {
 	parent, i := wfdef.ParentPath(s.path), s.index()
 	var n *wfstore.Node
 	if s.shard == "" {
-		w := wfstore.NodeWrite{Path: parent}
-		if s.ok {
-			w.AddOK = []int{i}
-		} else {
-			w.AddFail = []int{i}
-		}
 		var err error
-		if n, err = e.st.UpdateNode(ctx, s.wf, w); err != nil {
+		if n, err = e.st.Change(ctx, s.wf, wfstore.CountChild(parent, i, s.ok)); err != nil {
 			return nil, err
 		}
 	} else {
@@ -364,19 +346,18 @@ func (e *Engine) settle(ctx context.Context, n *wfstore.Node) (*step, error) {
 	switch n.Kind {
 	case wfdef.KindChain:
 		if len(n.Fail) > 0 {
-			idx := wfstore.SortedInts(n.Fail)[0]
-			return e.finish(ctx, n.WorkflowID, n.Path, false, wfstore.NodeWrite{FailedIndex: &idx, FailedStep: failedChild()})
+			return e.finish(ctx, n.WorkflowID, wfstore.FailChain(n.Path, wfstore.SortedInts(n.Fail)[0], failedChild(), e.now()))
 		}
 		if len(n.OK) >= n.Total {
-			return e.finish(ctx, n.WorkflowID, n.Path, true, wfstore.NodeWrite{})
+			return e.finish(ctx, n.WorkflowID, wfstore.Finish(n.Path, true, e.now()))
 		}
 	case wfdef.KindGraph:
 		if done, failed := graphDone(n); done {
-			return e.finish(ctx, n.WorkflowID, n.Path, !failed, wfstore.NodeWrite{FailedStep: failedChild()})
+			return e.finish(ctx, n.WorkflowID, wfstore.Finish(n.Path, !failed, e.now()).Blaming(failedChild()))
 		}
 	case wfdef.KindGroup:
 		if done, fail := membersDone(n); done {
-			return e.finish(ctx, n.WorkflowID, n.Path, fail == 0, wfstore.NodeWrite{FailedStep: failedChild()})
+			return e.finish(ctx, n.WorkflowID, wfstore.Finish(n.Path, fail == 0, e.now()).Blaming(failedChild()))
 		}
 	case wfdef.KindBatch:
 		done, fail := membersDone(n)
@@ -385,17 +366,17 @@ func (e *Engine) settle(ctx context.Context, n *wfstore.Node) (*step, error) {
 		}
 		fired := firedFor(n.Callbacks, fail)
 		if len(fired) == 0 {
-			return e.finish(ctx, n.WorkflowID, n.Path, fail == 0, wfstore.NodeWrite{FailedStep: failedChild()})
+			return e.finish(ctx, n.WorkflowID, wfstore.Finish(n.Path, fail == 0, e.now()).Blaming(failedChild()))
 		}
 		if n.FiredAt == "" {
 			return nil, e.fire(ctx, n, fired)
 		}
 		if len(n.CallbacksOK)+len(n.CallbacksFail) >= len(n.Fired) {
-			w := wfstore.NodeWrite{}
+			f := wfstore.Finish(n.Path, len(n.CallbacksFail) == 0, e.now())
 			if len(n.CallbacksFail) > 0 {
-				w.FailedStep = wfdef.ChildPath(n.Path, n.CallbacksFail[0])
+				f = f.Blaming(wfdef.ChildPath(n.Path, n.CallbacksFail[0]))
 			}
-			return e.finish(ctx, n.WorkflowID, n.Path, len(n.CallbacksFail) == 0, w)
+			return e.finish(ctx, n.WorkflowID, f)
 		}
 	}
 	return nil, nil
@@ -453,7 +434,7 @@ func (e *Engine) fire(ctx context.Context, n *wfstore.Node, fired []string) erro
 		return err
 	}
 	err = e.st.Advance(ctx, wfstore.Advance{WorkflowID: n.WorkflowID, Jobs: jobs, RedeliverAfter: e.redel,
-		Nodes: []wfstore.NodeWrite{{Path: n.Path, Fired: fired, At: e.now(), Open: true}}})
+		Changes: []wfstore.Change{wfstore.FireCallbacksOnce(n.Path, fired, e.now())}})
 	var nc *wfstore.ErrNodeConflict
 	if errors.As(err, &nc) {
 		return nil // fired already
@@ -469,13 +450,7 @@ func (e *Engine) fire(ctx context.Context, n *wfstore.Node, fired []string) erro
 // fired callback did: completed if they all completed.
 func (e *Engine) callbackDone(ctx context.Context, s step) (*step, error) {
 	name, _ := wfdef.CallbackName(s.path)
-	w := wfstore.NodeWrite{Path: wfdef.ParentPath(s.path)}
-	if s.ok {
-		w.AddCallbacksOK = []string{name}
-	} else {
-		w.AddCallbacksFail = []string{name}
-	}
-	n, err := e.st.UpdateNode(ctx, s.wf, w)
+	n, err := e.st.Change(ctx, s.wf, wfstore.CountCallback(wfdef.ParentPath(s.path), name, s.ok))
 	if err != nil {
 		return nil, err
 	}
@@ -593,9 +568,9 @@ func (e *Engine) graphStepDone(ctx context.Context, s step) (*step, error) {
 			if last, _ := graphDoneWith(g, i, false); last {
 				// Nothing else runs or can: count it and fail the graph in
 				// one write.
-				return e.finish(ctx, s.wf, parent, false, wfstore.NodeWrite{AddFail: []int{i}, FailedStep: s.path})
+				return e.finish(ctx, s.wf, wfstore.Finish(parent, false, e.now()).Counting(i, false).Blaming(s.path))
 			}
-			n, err := e.st.UpdateNode(ctx, s.wf, wfstore.NodeWrite{Path: parent, AddFail: []int{i}})
+			n, err := e.st.Change(ctx, s.wf, wfstore.CountChild(parent, i, false))
 			if err != nil {
 				return nil, err
 			}
@@ -630,16 +605,17 @@ func (e *Engine) graphStepDone(ctx context.Context, s step) (*step, error) {
 			}
 			ready = append(ready, n)
 		}
-		w := wfstore.NodeWrite{Path: parent, AddOK: []int{i}, NotAll: notAll, Open: true}
+		w := wfstore.CountAndGoOn(parent, i).IfNotAllOK(notAll)
 		if len(ready) == 0 {
 			if last, failed := graphDoneWith(g, i, true); last {
 				// The last step: count it and finish the graph in one write.
+				f := wfstore.Finish(parent, !failed, e.now()).Counting(i, true).IfNotAllOK(notAll)
 				if failed {
-					w.FailedStep = wfdef.ChildPath(parent, wfdef.Segment(wfdef.KindGraph, wfstore.SortedInts(g.Fail)[0]))
+					f = f.Blaming(wfdef.ChildPath(parent, wfdef.Segment(wfdef.KindGraph, wfstore.SortedInts(g.Fail)[0])))
 				}
-				return e.finish(ctx, s.wf, parent, !failed, w)
+				return e.finish(ctx, s.wf, f)
 			}
-			n, err := e.st.UpdateNode(ctx, s.wf, w)
+			n, err := e.st.Change(ctx, s.wf, w)
 			var nc *wfstore.ErrNodeConflict
 			if errors.As(err, &nc) && !wfstore.RefusedByReopening(err) {
 				continue // a dependency finished meanwhile: decide again
@@ -665,7 +641,7 @@ func (e *Engine) graphStepDone(ctx context.Context, s step) (*step, error) {
 			// (the steps that should exist follow from its ok set).
 			err = e.st.AdvanceMarked(ctx, s.wf, w, wfstore.RootPath, jobs, e.redel)
 		} else {
-			err = e.st.Advance(ctx, wfstore.Advance{WorkflowID: s.wf, Jobs: jobs, RedeliverAfter: e.redel, Nodes: []wfstore.NodeWrite{w}})
+			err = e.st.Advance(ctx, wfstore.Advance{WorkflowID: s.wf, Jobs: jobs, RedeliverAfter: e.redel, Changes: []wfstore.Change{w}})
 		}
 		var nc *wfstore.ErrNodeConflict
 		if errors.As(err, &nc) && !wfstore.RefusedByReopening(err) {

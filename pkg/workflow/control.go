@@ -66,7 +66,7 @@ func (e *Engine) timeout(ctx context.Context, wf, path string, now time.Time) (b
 		// repeated advance after it finished. Its entry would be read
 		// again every sweep, first in line, and enough of them would keep
 		// the real timeouts behind them from being read at all.
-		_, err := e.st.UpdateNode(ctx, wf, wfstore.NodeWrite{Path: path, CondStates: []wfstate.State{n.State}, ClearCheck: true})
+		_, err := e.st.Change(ctx, wf, wfstore.DropCheck(path, n.State))
 		var nc *wfstore.ErrNodeConflict
 		if err != nil && !errors.As(err, &nc) {
 			return false, err
@@ -78,11 +78,7 @@ func (e *Engine) timeout(ctx context.Context, wf, path string, now time.Time) (b
 	}
 	msg, _ := json.Marshal(map[string]any{"code": ErrorCodeTimeout, "type": ErrorCodeTimeout,
 		"message": fmt.Sprintf("The %s did not finish within its timeout of %d ms.", kindName(n), n.TimeoutMS), "timeout_ms": n.TimeoutMS})
-	w := wfstore.NodeWrite{Path: path, To: wfstate.Failed, At: now, Error: string(msg), From: []wfstate.State{wfstate.Waiting, wfstate.Running}}
-	if path == wfstore.RootPath {
-		w.From = []wfstate.State{wfstate.Running}
-	}
-	failed, err := e.st.UpdateNode(ctx, wf, w)
+	failed, err := e.st.Change(ctx, wf, wfstore.TimeOut(path, now, string(msg)))
 	var nc *wfstore.ErrNodeConflict
 	if errors.As(err, &nc) {
 		return false, nil // it finished (or timed out) first
@@ -125,7 +121,7 @@ func (e *Engine) stopBelow(ctx context.Context, wf, path string, now time.Time) 
 			continue
 		}
 		if !n.State.Terminal() {
-			_, err := e.st.UpdateNode(ctx, wf, wfstore.NodeWrite{Path: n.Path, To: wfstate.Cancelled, At: now, From: []wfstate.State{wfstate.Waiting, wfstate.Running}})
+			_, err := e.st.Change(ctx, wf, wfstore.CancelNode(n.Path, now))
 			var nc *wfstore.ErrNodeConflict
 			if err != nil && !errors.As(err, &nc) {
 				return err
@@ -451,11 +447,8 @@ func (e *Engine) startCompensation(ctx context.Context, root *wfstore.Node) (boo
 		}
 	}
 	now := e.now()
-	notStarted := map[string][]string{"compensation": {wfstore.CompensationWaiting}}
 	if running > 0 {
-		_, err := e.st.UpdateNode(ctx, wf, wfstore.NodeWrite{Path: wfstore.RootPath, CondStates: []wfstate.State{wfstate.Failed},
-			CondUnsetOr: notStarted, SetStrings: map[string]string{"compensation": wfstore.CompensationWaiting},
-			CheckAt: now.Add(compensationRecheck)})
+		_, err := e.st.Change(ctx, wf, wfstore.CompensationWaits(now.Add(compensationRecheck)))
 		var nc *wfstore.ErrNodeConflict
 		if errors.As(err, &nc) {
 			return true, nil // started by someone else (or the workflow was retried)
@@ -471,8 +464,7 @@ func (e *Engine) startCompensation(ctx context.Context, root *wfstore.Node) (boo
 	}
 	if len(list) == 0 {
 		// Nothing to undo: record that, so the handler can run.
-		_, err := e.st.UpdateNode(ctx, wf, wfstore.NodeWrite{Path: wfstore.RootPath, CondStates: []wfstate.State{wfstate.Failed},
-			CondUnsetOr: notStarted, ClearCheck: true, SetStrings: map[string]string{"compensation": wfstore.CompensationNone}})
+		_, err := e.st.Change(ctx, wf, wfstore.CompensationSkipped())
 		var nc *wfstore.ErrNodeConflict
 		if errors.As(err, &nc) && (nc.Current.State != wfstate.Failed || nc.Current.Compensation != wfstore.CompensationNone) {
 			// Retried, or its compensation started elsewhere (whose end
@@ -504,8 +496,7 @@ func (e *Engine) startCompensation(ctx context.Context, root *wfstore.Node) (boo
 		State: wfstate.Running, StartedAt: job.Timestamp(now)}
 	err = e.st.Advance(ctx, wfstore.Advance{WorkflowID: wf, Jobs: []*job.Job{first}, RedeliverAfter: e.redel, NewNodes: []wfstore.Node{comp},
 		Scope: wfstore.RootPath, ScopeStates: []wfstate.State{wfstate.Failed},
-		Nodes: []wfstore.NodeWrite{{Path: wfstore.RootPath, CondUnsetOr: notStarted, ClearCheck: true,
-			SetStrings: map[string]string{"compensation": wfstore.CompensationRunning}}}})
+		Changes: []wfstore.Change{wfstore.CompensationStarts()}})
 	var nc *wfstore.ErrNodeConflict
 	if errors.As(err, &nc) || errors.Is(err, wfstore.ErrWorkflowNotRunning) {
 		return true, nil // started by someone else (or the workflow was retried)
@@ -547,20 +538,15 @@ func (e *Engine) compensationStepDone(ctx context.Context, s step) (*step, error
 	if comp.Done(k) || comp.State.Terminal() {
 		return nil, e.endCompensation(ctx, comp)
 	}
-	w := wfstore.NodeWrite{Path: wfdef.CompensatePath}
-	if s.ok {
-		w.AddOK = []int{k}
-	} else {
-		w.AddFail = []int{k}
-	}
 	if k+1 >= len(comp.Plan) {
 		ok := s.ok && len(comp.Fail) == 0
+		f := wfstore.Finish(wfdef.CompensatePath, ok, e.now()).Counting(k, s.ok)
 		if !ok && len(comp.Fail) == 0 {
-			w.FailedStep = s.path
+			f = f.Blaming(s.path)
 		} else if !ok {
-			w.FailedStep = wfdef.ChildPath(wfdef.CompensatePath, wfdef.Segment(wfdef.KindChain, wfstore.SortedInts(comp.Fail)[0]))
+			f = f.Blaming(wfdef.ChildPath(wfdef.CompensatePath, wfdef.Segment(wfdef.KindChain, wfstore.SortedInts(comp.Fail)[0])))
 		}
-		if _, err := e.finish(ctx, s.wf, wfdef.CompensatePath, ok, w); err != nil {
+		if _, err := e.finish(ctx, s.wf, f); err != nil {
 			return nil, err
 		}
 		comp, err = e.st.GetNode(ctx, s.wf, wfdef.CompensatePath)
@@ -582,7 +568,7 @@ func (e *Engine) compensationStepDone(ctx context.Context, s step) (*step, error
 		return nil, err
 	}
 	err = e.st.Advance(ctx, wfstore.Advance{WorkflowID: s.wf, Jobs: []*job.Job{j}, RedeliverAfter: e.redel,
-		Scope: wfdef.CompensatePath, ScopeStates: []wfstate.State{wfstate.Running}, Nodes: []wfstore.NodeWrite{w}})
+		Scope: wfdef.CompensatePath, ScopeStates: []wfstate.State{wfstate.Running}, Changes: []wfstore.Change{wfstore.CountChild(wfdef.CompensatePath, k, s.ok)}})
 	return nil, stopIfNotRunning(err)
 }
 
@@ -596,12 +582,7 @@ func (e *Engine) endCompensation(ctx context.Context, comp *wfstore.Node) error 
 	if comp.State != wfstate.Completed {
 		outcome = wfstore.CompensationFailed
 	}
-	w := wfstore.NodeWrite{Path: wfstore.RootPath, CondStates: []wfstate.State{wfstate.Failed},
-		SetStrings: map[string]string{"compensation": outcome}}
-	if comp.FailedStep != "" {
-		w.SetStrings["compensation_failed_step"] = comp.FailedStep
-	}
-	root, err := e.st.UpdateNode(ctx, comp.WorkflowID, w)
+	root, err := e.st.Change(ctx, comp.WorkflowID, wfstore.CompensationEnds(outcome, comp.FailedStep))
 	var nc *wfstore.ErrNodeConflict
 	if errors.As(err, &nc) {
 		return nil // retried or cancelled meanwhile
@@ -643,7 +624,7 @@ func (e *Engine) launchHandler(ctx context.Context, root *wfstore.Node, name str
 		return err
 	}
 	err = e.st.Advance(ctx, wfstore.Advance{WorkflowID: wf, Jobs: jobs, RedeliverAfter: e.redel, Scope: path, ScopeStates: []wfstate.State{wfstate.Waiting},
-		Nodes: []wfstore.NodeWrite{{Path: path, From: []wfstate.State{wfstate.Waiting}, To: wfstate.Running, At: e.now()}}})
+		Changes: []wfstore.Change{wfstore.StartNode(path, e.now())}})
 	var nc *wfstore.ErrNodeConflict
 	if errors.As(err, &nc) || errors.Is(err, wfstore.ErrWorkflowNotRunning) {
 		return nil // started already
@@ -703,23 +684,13 @@ func (e *Engine) handlerDone(ctx context.Context, s step) error {
 	name := strings.TrimPrefix(s.path, "/~")
 	if s.job != nil {
 		// A handler that is one job: its node records the outcome.
-		to := wfstate.Completed
-		if !s.ok {
-			to = wfstate.Failed
-		}
-		_, err := e.st.UpdateNode(ctx, s.wf, wfstore.NodeWrite{Path: s.path, From: []wfstate.State{wfstate.Running}, To: to, At: e.now()})
+		_, err := e.st.Change(ctx, s.wf, wfstore.FinishHandler(s.path, s.ok, e.now()))
 		var nc *wfstore.ErrNodeConflict
 		if err != nil && !errors.As(err, &nc) {
 			return err
 		}
 	}
-	w := wfstore.NodeWrite{Path: wfstore.RootPath, CondStates: []wfstate.State{wfstate.Failed, wfstate.Cancelled}}
-	if s.ok {
-		w.AddHandlersOK = []string{name}
-	} else {
-		w.AddHandlersFail = []string{name}
-	}
-	_, err := e.st.UpdateNode(ctx, s.wf, w)
+	_, err := e.st.Change(ctx, s.wf, wfstore.CountHandler(name, s.ok))
 	var nc *wfstore.ErrNodeConflict
 	if errors.As(err, &nc) {
 		return nil
@@ -764,19 +735,14 @@ func (e *Engine) Retry(ctx context.Context, wfID string) (*View, error) {
 		}
 	}
 	now := e.now()
-	w := wfstore.NodeWrite{Path: wfstore.RootPath, From: []wfstate.State{root.State}, To: wfstate.Running, At: now,
-		AddNumbers: map[string]int{"run": 1}, SetStrings: map[string]string{"reopening": "true"},
-		Remove:  []string{"failed_index", "failed_step", "error", "compensation", "h_ok", "h_fail", "completed_at", "cancelled_at"},
-		CheckAt: now.Add(CheckAfter),
-		// Not once its compensation started meanwhile.
-		CondUnsetOr: map[string][]string{"compensation": {wfstore.CompensationNone, wfstore.CompensationWaiting}}}
+	checkAt, deadline := now.Add(CheckAfter), time.Time{}
 	if root.TimeoutMS > 0 {
 		// The workflow's timeout runs again from the retry.
-		deadline := now.Add(time.Duration(root.TimeoutMS) * time.Millisecond)
-		w.CheckAt = minTime(w.CheckAt, deadline)
-		w.SetNumbers = map[string]int64{"deadline_ms": deadline.UnixMilli()}
+		deadline = now.Add(time.Duration(root.TimeoutMS) * time.Millisecond)
+		checkAt = minTime(checkAt, deadline)
 	}
-	_, err = e.st.UpdateNode(ctx, wfID, w)
+	// (Not once its compensation started meanwhile.)
+	_, err = e.st.Change(ctx, wfID, wfstore.RetryWorkflow(root.State, now, checkAt, deadline))
 	var nc *wfstore.ErrNodeConflict
 	if errors.As(err, &nc) {
 		if compensated(nc.Current) {
@@ -904,13 +870,13 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 		if n.Reopening != "" {
 			marked[n.Path] = n // the root, or by a retry that died before clearing it
 		}
-		w := wfstore.NodeWrite{Path: n.Path, Remove: []string{"failed_index", "failed_step", "error"}}
+		var r wfstore.Reopening
 		touched := n.State == wfstate.Failed || n.State == wfstate.Cancelled
 		for _, c := range t.kids[n.Path] {
 			if failedChild(c) {
 				touched = true
 				if hasInt(n.Fail, c.Index) {
-					w.DelFail = append(w.DelFail, c.Index)
+					r.Fail = append(r.Fail, c.Index)
 				}
 			}
 		}
@@ -918,23 +884,22 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 			if failedChild(cb) {
 				touched = true
 				if wfstore.HasString(n.CallbacksFail, name) {
-					w.DelCallbacksFail = append(w.DelCallbacksFail, name)
+					r.CallbacksFail = append(r.CallbacksFail, name)
 				}
 			}
 		}
 		if n.Shards > 0 {
-			if err := e.reopenShards(ctx, n, t, failedChild, &w); err != nil {
+			if err := e.reopenShards(ctx, n, t, failedChild, &r); err != nil {
 				return err
 			}
 		}
-		if n.Kind == wfdef.KindBatch && n.FiredAt != "" && (len(w.DelFail) > 0 || len(w.DelRolled) > 0) {
+		if n.Kind == wfdef.KindBatch && n.FiredAt != "" && (len(r.Fail) > 0 || len(r.Rolled) > 0) {
 			// Members run again: the callbacks are decided again when they
 			// finish (on_success may fire where on_failure did), with
 			// their results. The callbacks' jobs of the run before are
 			// removed (their ids are the same in every run) and not run
 			// again now.
-			w.DelCallbacksFail = nil
-			w.Remove = append(w.Remove, "fired", "fired_at", "cb_ok", "cb_fail")
+			r.Refire = true
 			var cbs []*wfstore.Node
 			for _, cb := range t.cbs[n.Path] {
 				cbs = append(cbs, cb)
@@ -945,22 +910,22 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 			}
 		}
 		if n.Path != wfstore.RootPath && (n.State == wfstate.Failed || n.State == wfstate.Cancelled) {
-			w.From, w.To, w.At = []wfstate.State{n.State}, wfstate.Waiting, now
+			r.From, r.At = n.State, now
 			// Its clock restarts if it had started (its jobs run again
 			// now); one a failure stopped before it started gets its
 			// deadline when the advance reaches it, as the first time.
 			if n.TimeoutMS > 0 && n.Deadline != 0 {
-				w.Deadline = now.Add(time.Duration(n.TimeoutMS) * time.Millisecond)
+				r.Deadline = now.Add(time.Duration(n.TimeoutMS) * time.Millisecond)
 			}
 		}
 		if touched && n.Path != wfstore.RootPath {
-			w.SetStrings = map[string]string{"reopening": "true"}
+			r.Mark = true
 			marked[n.Path] = n
 		}
-		if len(w.DelFail) == 0 && len(w.DelCallbacksFail) == 0 && len(w.DelRolled) == 0 && w.To == "" && n.FailedStep == "" && n.Error == "" && w.SetStrings == nil {
+		if len(r.Fail) == 0 && len(r.CallbacksFail) == 0 && len(r.Rolled) == 0 && r.From == "" && n.FailedStep == "" && n.Error == "" && !r.Mark {
 			continue
 		}
-		if _, err := e.st.UpdateNode(ctx, wf, w); err != nil {
+		if _, err := e.st.Change(ctx, wf, wfstore.Reopen(n.Path, r)); err != nil {
 			var nc *wfstore.ErrNodeConflict
 			if !errors.As(err, &nc) {
 				return err
@@ -1012,7 +977,7 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 	if err := e.clearMarks(ctx, wf, t, marked); err != nil {
 		return err
 	}
-	_, err = e.st.UpdateNode(ctx, wf, wfstore.NodeWrite{Path: wfstore.RootPath, CondStates: []wfstate.State{wfstate.Running}, Remove: []string{"reopening"}})
+	_, err = e.st.Change(ctx, wf, wfstore.ClearReopening(wfstore.RootPath))
 	var nc *wfstore.ErrNodeConflict
 	if err != nil && !errors.As(err, &nc) {
 		return err
@@ -1045,7 +1010,7 @@ func (e *Engine) clearMarks(ctx context.Context, wf string, t *tree, marked map[
 		if path == wfstore.RootPath {
 			continue // the last (reopen)
 		}
-		_, err := e.st.UpdateNode(ctx, wf, wfstore.NodeWrite{Path: path, Remove: []string{"reopening"}})
+		_, err := e.st.Change(ctx, wf, wfstore.ClearReopening(path))
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			return err
 		}
@@ -1059,7 +1024,7 @@ func (e *Engine) clearMarks(ctx context.Context, wf string, t *tree, marked map[
 func (e *Engine) rearm(ctx context.Context, wf string, n *wfstore.Node, now time.Time) error {
 	from := n.State
 	if from == wfstate.Running {
-		cur, err := e.st.UpdateNode(ctx, wf, wfstore.NodeWrite{Path: n.Path, From: []wfstate.State{wfstate.Running}, To: wfstate.Cancelled, At: now})
+		cur, err := e.st.Change(ctx, wf, wfstore.CancelNode(n.Path, now, wfstate.Running))
 		var nc *wfstore.ErrNodeConflict
 		switch {
 		case err == nil:
@@ -1073,8 +1038,7 @@ func (e *Engine) rearm(ctx context.Context, wf string, n *wfstore.Node, now time
 	if from == wfstate.Waiting || from == wfstate.Running {
 		return nil // waiting already, or launched again meanwhile
 	}
-	_, err := e.st.UpdateNode(ctx, wf, wfstore.NodeWrite{Path: n.Path, From: []wfstate.State{from}, To: wfstate.Waiting, At: now,
-		Remove: []string{"ok", "fail", "failed_step", "failed_index"}})
+	_, err := e.st.Change(ctx, wf, wfstore.RearmHandler(n.Path, from, now))
 	var nc *wfstore.ErrNodeConflict
 	if err != nil && !errors.As(err, &nc) {
 		return err
@@ -1085,7 +1049,7 @@ func (e *Engine) rearm(ctx context.Context, wf string, n *wfstore.Node, now time
 // reopenShards forgets a wide group's or batch's failed children in their
 // shards, and the roll-ups of those shards (they roll up again when the
 // children finish).
-func (e *Engine) reopenShards(ctx context.Context, n *wfstore.Node, t *tree, failedChild func(*wfstore.Node) bool, w *wfstore.NodeWrite) error {
+func (e *Engine) reopenShards(ctx context.Context, n *wfstore.Node, t *tree, failedChild func(*wfstore.Node) bool, r *wfstore.Reopening) error {
 	byShard := map[string][]int{}
 	for _, c := range t.kids[n.Path] {
 		if failedChild(c) {
@@ -1096,9 +1060,9 @@ func (e *Engine) reopenShards(ctx context.Context, n *wfstore.Node, t *tree, fai
 		if err := e.st.ForgetInShard(ctx, n.WorkflowID, n.Path, key, idx); err != nil {
 			return err
 		}
-		for _, r := range n.Rolled {
-			if strings.HasPrefix(r, key+":") {
-				w.DelRolled = append(w.DelRolled, r)
+		for _, rolled := range n.Rolled {
+			if strings.HasPrefix(rolled, key+":") {
+				r.Rolled = append(r.Rolled, rolled)
 			}
 		}
 	}

@@ -357,9 +357,7 @@ func TestRetryRacingTheFailureRecord(t *testing.T) {
 		t.Fatalf("failed: %s", jsonStr(v))
 	}
 	now := h.clk.Now()
-	if _, err := wfstore.New(h.st).UpdateNode(ctx, id, wfstore.NodeWrite{Path: wfstore.RootPath, From: []wfstate.State{wfstate.Failed}, To: wfstate.Running, At: now,
-		AddNumbers: map[string]int{"run": 1}, SetStrings: map[string]string{"reopening": "true"},
-		Remove: []string{"failed_index", "failed_step", "error", "completed_at"}, CheckAt: now.Add(workflow.CheckAfter)}); err != nil {
+	if _, err := wfstore.New(h.st).Change(ctx, id, wfstore.RetryWorkflow(wfstate.Failed, now, now.Add(workflow.CheckAfter), time.Time{})); err != nil {
 		t.Fatal(err)
 	}
 	jobs, err := h.st.BatchGetJobs(ctx, []string{b.ID})
@@ -398,9 +396,10 @@ func TestRetryForgettingAFailureRacingItsLateRecord(t *testing.T) {
 	a := h.fetch("zq")["z.a"]
 	h.fail(a)
 	now := h.clk.Now()
-	if _, err := wfstore.New(h.st).UpdateNode(ctx, id, wfstore.NodeWrite{Path: wfstore.RootPath, From: []wfstate.State{wfstate.Failed}, To: wfstate.Running, At: now,
-		AddNumbers: map[string]int{"run": 1}, SetStrings: map[string]string{"reopening": "true"}, DelFail: []int{0},
-		Remove: []string{"failed_index", "failed_step", "error", "completed_at"}, CheckAt: now.Add(workflow.CheckAfter)}); err != nil {
+	if _, err := wfstore.New(h.st).Change(ctx, id, wfstore.RetryWorkflow(wfstate.Failed, now, now.Add(workflow.CheckAfter), time.Time{})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wfstore.New(h.st).Change(ctx, id, wfstore.Reopen(wfstore.RootPath, wfstore.Reopening{Fail: []int{0}})); err != nil {
 		t.Fatal(err)
 	}
 	jobs, err := h.st.BatchGetJobs(ctx, []string{a.ID})
@@ -460,7 +459,7 @@ func TestFinishingACancelLeavesARetriedWorkflowAlone(t *testing.T) {
 	}
 	// While the guard holds, the cancel applies.
 	id2 := h.create(`{"type":"group","jobs":[{"type":"k.b","args":[],"options":{"queue":"kq2"}}]}`)
-	if _, err := wfstore.New(h.st).UpdateNode(ctx, id2, wfstore.NodeWrite{Path: wfstore.RootPath, From: []wfstate.State{wfstate.Running}, To: wfstate.Cancelled, At: h.clk.Now()}); err != nil {
+	if _, err := wfstore.New(h.st).Change(ctx, id2, wfstore.CancelNode(wfstore.RootPath, h.clk.Now(), wfstate.Running)); err != nil {
 		t.Fatal(err)
 	}
 	errs, err = h.st.ApplyAllIf(ctx, []store.Transition{store.Cancel(wfdef.JobID(id2, "/j0"), h.clk.Now(), job.Available)}, wfstore.RootIn(id2, wfstate.Cancelled))
@@ -675,7 +674,7 @@ func TestAFinishedNodesStaleTimeoutEntryIsRemoved(t *testing.T) {
 		{"type":"s.b","args":[],"options":{"queue":"sq"}}]}`)
 	h.ack(h.fetch("sq")["s.a"], `1`)
 	// The group finished; a repeated advance lists its deadline again.
-	if _, err := wfstore.New(h.st).UpdateNode(ctx, id, wfstore.NodeWrite{Path: "/s0", Deadline: h.clk.Now().Add(time.Second)}); err != nil {
+	if _, err := wfstore.New(h.st).Change(ctx, id, wfstore.StartDeadline("/s0", h.clk.Now().Add(time.Second))); err != nil {
 		t.Fatal(err)
 	}
 	h.clk.Add(2 * time.Second)

@@ -49,11 +49,11 @@ type Store interface {
 	ReadProgress(ctx context.Context, nodes []wfstore.NodeKey, shards []wfstore.ShardRef, jobs []string) (*wfstore.Progress, error)
 	Subtree(ctx context.Context, wfID, path string) ([]*wfstore.Node, error)
 	WorkflowItems(ctx context.Context, wfID string) ([]*wfstore.Node, error)
-	UpdateNode(ctx context.Context, wfID string, w wfstore.NodeWrite) (*wfstore.Node, error)
+	Change(ctx context.Context, wfID string, c wfstore.Change) (*wfstore.Node, error)
 	CountOnShard(ctx context.Context, wfID, path, key string, idx int, ok bool) (*wfstore.Shard, error)
 	RollUp(ctx context.Context, wfID, path string, sh *wfstore.Shard) (*wfstore.Node, error)
 	Advance(ctx context.Context, a wfstore.Advance) error
-	AdvanceMarked(ctx context.Context, wfID string, w wfstore.NodeWrite, mark string, jobs []*job.Job, redeliverAfter time.Duration) error
+	AdvanceMarked(ctx context.Context, wfID string, c wfstore.Change, mark string, jobs []*job.Job, redeliverAfter time.Duration) error
 	ClearUnguarded(ctx context.Context, wfID string) error
 	BatchGetJobs(ctx context.Context, ids []string) (map[string]*job.Job, error)
 	DueWorkflows(ctx context.Context, now time.Time, limit int) (map[string]time.Time, error)
@@ -498,10 +498,10 @@ func (e *Engine) launch(ctx context.Context, t *tree, path string, parentResults
 
 // deadlines are the writes that start the deadlines of the composites a
 // step starts.
-func (e *Engine) deadlines(timed []*wfstore.Node) []wfstore.NodeWrite {
-	var ws []wfstore.NodeWrite
+func (e *Engine) deadlines(timed []*wfstore.Node) []wfstore.Change {
+	var ws []wfstore.Change
 	for _, n := range timed {
-		ws = append(ws, wfstore.NodeWrite{Path: n.Path, Deadline: e.now().Add(time.Duration(n.TimeoutMS) * time.Millisecond)})
+		ws = append(ws, wfstore.StartDeadline(n.Path, e.now().Add(time.Duration(n.TimeoutMS)*time.Millisecond)))
 	}
 	return ws
 }
@@ -584,8 +584,7 @@ func (e *Engine) Cancel(ctx context.Context, wfID string) (*View, error) {
 	// The cancelled root stays in the sweeper's checks (CheckAt) until its
 	// jobs are all cancelled: if this request dies before it gets to them,
 	// or the stream's retries run out, the sweeper cancels them.
-	root, err := e.st.UpdateNode(ctx, wfID, wfstore.NodeWrite{Path: wfstore.RootPath, From: []wfstate.State{wfstate.Running}, To: wfstate.Cancelled, At: now,
-		CondAbsent: []string{"creating"}, CheckAt: now.Add(cancelCheckAfter)})
+	root, err := e.st.Change(ctx, wfID, wfstore.CancelWorkflow(now, now.Add(cancelCheckAfter)))
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, ojserr.NotFoundf("workflow", wfID)
 	}

@@ -3,6 +3,7 @@ package workflow_test
 import (
 	"context"
 	"errors"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -33,12 +34,12 @@ type recordAtRequeue struct {
 	die, dieClearing bool
 }
 
-func (s *recordAtRequeue) UpdateNode(ctx context.Context, wf string, w wfstore.NodeWrite) (*wfstore.Node, error) {
-	if s.dieClearing && w.Path != wfstore.RootPath && slices.Contains(w.Remove, "reopening") {
+func (s *recordAtRequeue) Change(ctx context.Context, wf string, c wfstore.Change) (*wfstore.Node, error) {
+	if s.dieClearing && c.Path != wfstore.RootPath && reflect.DeepEqual(c, wfstore.ClearReopening(c.Path)) {
 		s.dieClearing = false
 		return nil, errDied
 	}
-	return s.Store.UpdateNode(ctx, wf, w)
+	return s.Store.Change(ctx, wf, c)
 }
 
 var errDied = errors.New("the retry's request died")
@@ -283,7 +284,7 @@ func TestARollUpRefusedByARetrysMarkIsLeftToTheRetry(t *testing.T) {
 	if len(drop) != 1 || root.Reopening == "" {
 		t.Fatalf("root after the retry died: rolled %v, mark %q", root.Rolled, root.Reopening)
 	}
-	if _, err := wfstore.New(h.st).UpdateNode(ctx, id, wfstore.NodeWrite{Path: wfstore.RootPath, DelRolled: drop}); err != nil {
+	if _, err := wfstore.New(h.st).Change(ctx, id, wfstore.Reopen(wfstore.RootPath, wfstore.Reopening{Rolled: drop})); err != nil {
 		t.Fatal(err)
 	}
 	if err := h.eng.Verify(ctx, []workflow.Finished{{Job: other}}); err != nil {

@@ -272,7 +272,7 @@ func (e *Engine) relaunchGraph(ctx context.Context, s step, root *wfstore.Node, 
 	if err != nil {
 		return err
 	}
-	err = e.st.AdvanceMarked(ctx, s.wf, wfstore.NodeWrite{Path: wfstore.RootPath, AddOK: []int{s.index()}, Open: true}, wfstore.RootPath, jobs, e.redel)
+	err = e.st.AdvanceMarked(ctx, s.wf, wfstore.CountAndGoOn(wfstore.RootPath, s.index()), wfstore.RootPath, jobs, e.redel)
 	return stopIfNotRunning(err)
 }
 

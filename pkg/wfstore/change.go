@@ -1,0 +1,581 @@
+package wfstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/store"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
+)
+
+// Change is one named change of a workflow node: what it writes and the
+// state the node must be in for it to apply. The constructors below are
+// every change the engine makes of a node; Store.Change applies one,
+// Store.Advance applies them with the jobs of a step. A Change is a value:
+// its modifiers return a new one.
+type Change struct {
+	// Path is the node changed.
+	Path string
+	ops  []op
+	cond []expression.ConditionBuilder
+	// to and from are the move the change makes, checked against the
+	// node state machine; stated is set when the change carries a
+	// condition on the node's state (a move does), so a step's scope
+	// check adds none.
+	to     wfstate.State
+	from   []wfstate.State
+	stated bool
+	// decides is set when the change counts a finished child or decides
+	// from the counts: it does not apply while a retry re-opens the node
+	// (Node.Reopening).
+	decides bool
+	// due lists the node in the due index at dueAt, in partition due of
+	// its workflow; undue takes it out.
+	due   string
+	dueAt time.Time
+	undue bool
+}
+
+// op is one clause of a change's update.
+type op struct {
+	kind byte // 's'et, 'a'dd, 'd'elete, 'r'emove
+	name string
+	val  any
+}
+
+func (c Change) with(o ...op) Change {
+	c.ops = append(slices.Clip(c.ops), o...)
+	return c
+}
+
+func (c Change) when(cs ...expression.ConditionBuilder) Change {
+	c.cond = append(slices.Clip(c.cond), cs...)
+	return c
+}
+
+func set(name string, v any) op { return op{'s', name, v} }
+func add(name string, v any) op { return op{'a', name, v} }
+func del(name string, v any) op { return op{'d', name, v} }
+func remove(names ...string) []op {
+	ops := make([]op, len(names))
+	for i, n := range names {
+		ops[i] = op{kind: 'r', name: n}
+	}
+	return ops
+}
+
+func nums(is ...int) types.AttributeValue {
+	ns := make([]string, len(is))
+	for i, v := range is {
+		ns[i] = itoa(int64(v))
+	}
+	return &types.AttributeValueMemberNS{Value: ns}
+}
+
+func strs(ss ...string) types.AttributeValue { return &types.AttributeValueMemberSS{Value: ss} }
+
+// stateIn is the condition that the node is in one of states.
+func stateIn(states ...wfstate.State) expression.ConditionBuilder {
+	vs := make([]expression.OperandBuilder, len(states))
+	for i, s := range states {
+		vs[i] = expression.Value(string(s))
+	}
+	if len(vs) == 1 {
+		return expression.Name("state").Equal(vs[0])
+	}
+	return expression.Name("state").In(vs[0], vs[1:]...)
+}
+
+// unsetOr is the condition that attribute name is absent or one of vals.
+func unsetOr(name string, vals ...string) expression.ConditionBuilder {
+	vs := make([]expression.OperandBuilder, len(vals))
+	for i, v := range vals {
+		vs[i] = expression.Value(v)
+	}
+	absent := expression.AttributeNotExists(expression.Name(name))
+	if len(vs) == 1 {
+		return absent.Or(expression.Name(name).Equal(vs[0]))
+	}
+	return absent.Or(expression.Name(name).In(vs[0], vs[1:]...))
+}
+
+// inState makes c conditional on the node's state without moving it.
+func (c Change) inState(states ...wfstate.State) Change {
+	c = c.when(stateIn(states...))
+	c.stated = true
+	return c
+}
+
+// open makes c conditional on the node not being finished.
+func (c Change) open() Change { return c.when(stateIn(wfstate.Waiting, wfstate.Running)) }
+
+// move is a change of the node's state from one of from to to, stamped at.
+func move(path string, to wfstate.State, at time.Time, from ...wfstate.State) Change {
+	c := Change{Path: path, to: to, from: from, stated: true}
+	c = c.when(stateIn(from...)).with(set("state", string(to)))
+	ts := job.Timestamp(at)
+	switch to {
+	case wfstate.Running:
+		c = c.with(set("started_at", ts))
+	case wfstate.Waiting:
+		// Re-opened by a retry: it has not finished any more.
+		c = c.with(remove("completed_at", "cancelled_at")...)
+	case wfstate.Cancelled:
+		c = c.with(set("cancelled_at", ts), set("completed_at", ts))
+	default:
+		c = c.with(set("completed_at", ts))
+	}
+	if to.Terminal() {
+		c.undue = true // a finished node leaves the due index (checks, timeouts)
+	}
+	c.decides = to == wfstate.Completed || to == wfstate.Failed
+	return c
+}
+
+// checkAt lists the root in the due index for its progress check at t.
+func (c Change) checkAt(t time.Time) Change {
+	c.due, c.dueAt, c.undue = workflowDuePK, t, false
+	return c
+}
+
+// Finish moves a composite to completed (ok) or failed: from waiting or
+// running, the root only from running (its chain's launch mark has then
+// done its work and goes).
+func Finish(path string, ok bool, at time.Time) Change {
+	to := wfstate.Completed
+	if !ok {
+		to = wfstate.Failed
+	}
+	if path == RootPath {
+		return move(path, to, at, wfstate.Running).with(remove("launch")...)
+	}
+	return move(path, to, at, wfstate.Waiting, wfstate.Running)
+}
+
+// Counting counts child idx as finished (ok or failed) in the same write.
+func (c Change) Counting(idx int, ok bool) Change {
+	attr := "fail"
+	if ok {
+		attr = "ok"
+	}
+	c.decides = true
+	return c.with(add(attr, nums(idx)))
+}
+
+// Blaming records step as the child whose failure failed the node (none
+// when step is empty).
+func (c Change) Blaming(step string) Change {
+	if step == "" {
+		return c
+	}
+	return c.with(set("failed_step", step))
+}
+
+// IfNotAllOK makes c conditional on the decisions "this graph step cannot
+// start yet" it relies on: of each set of child indexes, not all are
+// counted OK yet.
+func (c Change) IfNotAllOK(sets [][]int) Change {
+	for _, all := range sets {
+		if len(all) == 0 {
+			continue
+		}
+		var parts []expression.ConditionBuilder
+		for _, i := range all {
+			parts = append(parts, expression.Contains(expression.Name("ok"), i))
+		}
+		cond := parts[0]
+		if len(parts) > 1 {
+			cond = expression.And(parts[0], parts[1], parts[2:]...)
+		}
+		c = c.when(expression.Not(cond))
+	}
+	return c
+}
+
+// FailChain fails a chain at its step k (path step): counted, recorded as
+// the failed index and step.
+func FailChain(path string, k int, step string, at time.Time) Change {
+	return Finish(path, false, at).Counting(k, false).Blaming(step).with(set("failed_index", k))
+}
+
+// CountChild counts child idx of a composite as finished.
+func CountChild(path string, idx int, ok bool) Change {
+	return Change{Path: path}.Counting(idx, ok)
+}
+
+// CountAndGoOn counts step idx as completed while its composite is still
+// open: the record of a step that starts the steps after it.
+func CountAndGoOn(path string, idx int) Change { return CountChild(path, idx, true).open() }
+
+// StartDeadline sets a composite's deadline and lists it in the due index
+// for its timeout at that time.
+func StartDeadline(path string, deadline time.Time) Change {
+	c := Change{Path: path, due: timeoutDuePK, dueAt: deadline}
+	return c.with(set("deadline_ms", ms(deadline)))
+}
+
+// FireCallbacksOnce records a batch's triggered callbacks, once (only if
+// none were), while the batch is open.
+func FireCallbacksOnce(path string, names []string, at time.Time) Change {
+	c := Change{Path: path, decides: true}.open().with(set("fired_at", job.Timestamp(at)))
+	if len(names) > 0 {
+		c = c.with(set("fired", strs(names...)))
+	}
+	return c.when(expression.AttributeNotExists(expression.Name("fired_at")))
+}
+
+// CountCallback counts a batch's fired callback name as finished.
+func CountCallback(path, name string, ok bool) Change {
+	attr := "cb_fail"
+	if ok {
+		attr = "cb_ok"
+	}
+	return Change{Path: path, decides: true}.with(add(attr, strs(name)))
+}
+
+// DropCheck takes a node out of the due index if it is still in state.
+func DropCheck(path string, state wfstate.State) Change {
+	c := Change{Path: path, undue: true}
+	return c.inState(state)
+}
+
+// TimeOut fails a composite whose deadline passed (the root only while it
+// runs), recording errJSON as what failed it.
+func TimeOut(path string, at time.Time, errJSON string) Change {
+	from := []wfstate.State{wfstate.Waiting, wfstate.Running}
+	if path == RootPath {
+		from = from[1:]
+	}
+	return move(path, wfstate.Failed, at, from...).with(set("error", errJSON))
+}
+
+// CancelNode cancels a node in one of from (by default waiting or
+// running).
+func CancelNode(path string, at time.Time, from ...wfstate.State) Change {
+	if len(from) == 0 {
+		from = []wfstate.State{wfstate.Waiting, wfstate.Running}
+	}
+	return move(path, wfstate.Cancelled, at, from...)
+}
+
+// CancelWorkflow cancels a running workflow whose creation finished; its
+// root stays in the progress checks (at checkAt) until its jobs are all
+// cancelled.
+func CancelWorkflow(at, checkAt time.Time) Change {
+	return CancelNode(RootPath, at, wfstate.Running).checkAt(checkAt).when(expression.AttributeNotExists(expression.Name("creating")))
+}
+
+// StartNode moves a waiting node to running: a handler's launch.
+func StartNode(path string, at time.Time) Change {
+	return move(path, wfstate.Running, at, wfstate.Waiting)
+}
+
+// FinishHandler records a running handler's outcome on its node.
+func FinishHandler(path string, ok bool, at time.Time) Change {
+	to := wfstate.Completed
+	if !ok {
+		to = wfstate.Failed
+	}
+	return move(path, to, at, wfstate.Running)
+}
+
+// CountHandler counts handler name as finished on a failed or cancelled
+// workflow's root.
+func CountHandler(name string, ok bool) Change {
+	attr := "h_fail"
+	if ok {
+		attr = "h_ok"
+	}
+	return Change{Path: RootPath}.inState(wfstate.Failed, wfstate.Cancelled).with(add(attr, strs(name)))
+}
+
+// RearmHandler moves a finished handler's node (in from) back to waiting
+// for its next launch, forgetting its counts.
+func RearmHandler(path string, from wfstate.State, at time.Time) Change {
+	return move(path, wfstate.Waiting, at, from).with(remove("ok", "fail", "failed_step", "failed_index")...)
+}
+
+// compensation sets a failed workflow's compensation to to while it is
+// unset or one of from.
+func compensation(to string, from ...string) Change {
+	return Change{Path: RootPath}.inState(wfstate.Failed).with(set("compensation", to)).when(unsetOr("compensation", from...))
+}
+
+// CompensationWaits records that a failed workflow's compensation waits
+// for its running steps; the root's check comes back at checkAt.
+func CompensationWaits(checkAt time.Time) Change {
+	return compensation(CompensationWaiting, CompensationWaiting).checkAt(checkAt)
+}
+
+// CompensationSkipped records that a failed workflow has nothing to
+// compensate; its check goes.
+func CompensationSkipped() Change {
+	c := compensation(CompensationNone, CompensationWaiting)
+	c.undue = true
+	return c
+}
+
+// CompensationStarts records that a failed workflow's compensation runs
+// (written with its first job); its check goes.
+func CompensationStarts() Change {
+	c := compensation(CompensationRunning, CompensationWaiting)
+	c.undue = true
+	return c
+}
+
+// CompensationEnds records a finished compensation's outcome (and the
+// step that failed it) on the failed workflow.
+func CompensationEnds(outcome, failedStep string) Change {
+	c := Change{Path: RootPath}.inState(wfstate.Failed).with(set("compensation", outcome))
+	if failedStep != "" {
+		c = c.with(set("compensation_failed_step", failedStep))
+	}
+	return c
+}
+
+// RetryWorkflow re-opens a failed or cancelled workflow (in from) whose
+// compensation has not started: running again, in its next run, marked
+// re-opening (Node.Reopening) until its failed jobs are back in their
+// queues, checked at checkAt. A non-zero deadline restarts its timeout.
+func RetryWorkflow(from wfstate.State, at, checkAt, deadline time.Time) Change {
+	c := move(RootPath, wfstate.Running, at, from).checkAt(checkAt).
+		with(add("run", 1), set(attrReopening, "true")).
+		with(remove("failed_index", "failed_step", "error", "compensation", "h_ok", "h_fail", "completed_at", "cancelled_at")...).
+		when(unsetOr("compensation", CompensationNone, CompensationWaiting))
+	if !deadline.IsZero() {
+		c = c.with(set("deadline_ms", ms(deadline)))
+	}
+	return c
+}
+
+// Reopening is what a retry forgets of one composite (Reopen).
+type Reopening struct {
+	// Fail, CallbacksFail and Rolled are the failed children, failed
+	// callbacks and rolled-up counter shards forgotten.
+	Fail          []int
+	CallbacksFail []string
+	Rolled        []string
+	// Refire forgets a batch's fired callbacks: they are decided again.
+	Refire bool
+	// From, when set, is the failed or cancelled state the composite
+	// leaves for waiting at At; Deadline, when set, restarts its clock.
+	From     wfstate.State
+	At       time.Time
+	Deadline time.Time
+	// Mark marks the composite as re-opening (Node.Reopening) until
+	// ClearReopening.
+	Mark bool
+}
+
+// Reopen forgets a composite's failures for a retry (see Reopening).
+func Reopen(path string, r Reopening) Change {
+	c := Change{Path: path}
+	if r.From != "" {
+		c = move(path, wfstate.Waiting, r.At, r.From)
+	}
+	c = c.with(remove("failed_index", "failed_step", "error")...)
+	if len(r.Fail) > 0 {
+		c = c.with(del("fail", nums(r.Fail...)))
+	}
+	if len(r.CallbacksFail) > 0 && !r.Refire {
+		c = c.with(del("cb_fail", strs(r.CallbacksFail...)))
+	}
+	if len(r.Rolled) > 0 {
+		c = c.with(del("rolled", strs(r.Rolled...)))
+	}
+	if r.Refire {
+		c = c.with(remove("fired", "fired_at", "cb_ok", "cb_fail")...)
+	}
+	if !r.Deadline.IsZero() {
+		c.due, c.dueAt = timeoutDuePK, r.Deadline
+		c = c.with(set("deadline_ms", ms(r.Deadline)))
+	}
+	if r.Mark {
+		c = c.with(set(attrReopening, "true"))
+	}
+	return c
+}
+
+// ClearReopening removes a retry's mark from a composite (the root's only
+// while it runs).
+func ClearReopening(path string) Change {
+	c := Change{Path: path}.with(remove(attrReopening)...)
+	if path == RootPath {
+		c = c.inState(wfstate.Running)
+	}
+	return c
+}
+
+// marking is a marked advance's record (Store.AdvanceMarked): c with the
+// root's launch mark set, while the workflow runs.
+func (c Change) marking(mark string) Change {
+	return c.inState(wfstate.Running).with(set("launch", mark))
+}
+
+// check checks c's move against the node state machine.
+func (c Change) check() error {
+	if c.to == "" {
+		return nil
+	}
+	for _, f := range c.from {
+		if !wfstate.CanTransition(f, c.to) {
+			return fmt.Errorf("node %s: invalid transition %s -> %s", c.Path, f, c.to)
+		}
+		if f == wfstate.Completed && !strings.HasPrefix(c.Path, "/~") {
+			// Only a workflow's handlers are re-armed (wfstate).
+			return fmt.Errorf("node %s: invalid transition %s -> %s (only a handler's node leaves completed)", c.Path, f, c.to)
+		}
+	}
+	return nil
+}
+
+// expr builds c's update and condition for a node of workflow wfID; scope,
+// when the change is of its step's scope node (Advance.Scope), is the
+// states that node must be in.
+func (c Change) expr(wfID string, scope []wfstate.State) (expression.Expression, error) {
+	if err := c.check(); err != nil {
+		return expression.Expression{}, err
+	}
+	// Every write counts in "nv", from "version" for a node written
+	// before (Node.Version).
+	u := expression.Set(expression.Name("nv"), expression.Plus(
+		expression.IfNotExists(expression.Name("nv"), expression.IfNotExists(expression.Name("version"), expression.Value(0))), expression.Value(1)))
+	for _, o := range c.ops {
+		n := expression.Name(o.name)
+		switch o.kind {
+		case 's':
+			u = u.Set(n, expression.Value(o.val))
+		case 'a':
+			u = u.Add(n, expression.Value(o.val))
+		case 'd':
+			u = u.Delete(n, expression.Value(o.val))
+		case 'r':
+			u = u.Remove(n)
+		}
+	}
+	switch {
+	case c.due != "":
+		u = u.Set(expression.Name(attrDuePK), expression.Value(workflowDueKey(c.due, wfID))).Set(expression.Name(attrDueAt), expression.Value(ms(c.dueAt)))
+	case c.undue:
+		u = u.Remove(expression.Name(attrDuePK)).Remove(expression.Name(attrDueAt))
+	}
+	conds := append(slices.Clip(c.cond), expression.AttributeExists(expression.Name("pk")))
+	if c.decides {
+		conds = append(conds, expression.AttributeNotExists(expression.Name(attrReopening)))
+	}
+	if len(scope) > 0 && !c.stated {
+		conds = append(conds, stateIn(scope...))
+	}
+	cond := conds[0]
+	if len(conds) > 1 {
+		cond = expression.And(conds[0], conds[1], conds[2:]...)
+	}
+	return expression.NewBuilder().WithUpdate(u).WithCondition(cond).Build()
+}
+
+// ErrNodeConflict is returned when a change's condition failed: the node
+// is not in the state it expects, its callbacks were fired already, or a
+// graph decision no longer holds. Current is the node as it was.
+type ErrNodeConflict struct{ Current *Node }
+
+func (e *ErrNodeConflict) Error() string {
+	return fmt.Sprintf("node %s%s changed (state %s)", e.Current.WorkflowID, e.Current.Path, e.Current.State)
+}
+
+// Change applies c to a node of workflow wfID and returns the node as
+// written, or *ErrNodeConflict with the node as it is, or
+// store.ErrNotFound.
+func (s *Store) Change(ctx context.Context, wfID string, c Change) (*Node, error) {
+	x, err := c.expr(wfID, nil)
+	if err != nil {
+		return nil, err
+	}
+	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table, Key: wfKey(wfID, nodeSK(c.Path)),
+		UpdateExpression: x.Update(), ConditionExpression: x.Condition(), ExpressionAttributeNames: x.Names(), ExpressionAttributeValues: x.Values(),
+		ReturnValues: types.ReturnValueAllNew, ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld})
+	var ccf *types.ConditionalCheckFailedException
+	if errors.As(err, &ccf) {
+		if len(ccf.Item) == 0 {
+			return nil, store.ErrNotFound
+		}
+		n, err := decodeNode(ccf.Item)
+		if err != nil {
+			return nil, err
+		}
+		return nil, &ErrNodeConflict{Current: n}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("update node %s%s: %w", wfID, c.Path, err)
+	}
+	return decodeNode(out.Attributes)
+}
+
+func decodeNode(av map[string]types.AttributeValue) (*Node, error) {
+	var it nodeItem
+	if err := attributevalue.UnmarshalMap(av, &it); err != nil {
+		return nil, err
+	}
+	return &it.Node, nil
+}
+
+// counted is the update of a counter shard or a roll-up: one ADD, applied
+// while the item exists and no retry re-opens it.
+func (s *Store) counted(ctx context.Context, key map[string]types.AttributeValue, attr string, v types.AttributeValue) (map[string]types.AttributeValue, error) {
+	x, err := expression.NewBuilder().WithUpdate(expression.Add(expression.Name(attr), expression.Value(v))).
+		WithCondition(expression.AttributeExists(expression.Name("pk")).And(expression.AttributeNotExists(expression.Name(attrReopening)))).Build()
+	if err != nil {
+		return nil, err
+	}
+	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table, Key: key,
+		UpdateExpression: x.Update(), ConditionExpression: x.Condition(), ExpressionAttributeNames: x.Names(), ExpressionAttributeValues: x.Values(),
+		ReturnValues: types.ReturnValueAllNew, ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld})
+	var ccf *types.ConditionalCheckFailedException
+	if errors.As(err, &ccf) {
+		// The retry's mark refused it, or the item is gone.
+		if len(ccf.Item) == 0 {
+			return nil, store.ErrNotFound
+		}
+		return nil, ErrReopening
+	}
+	return out.Attributes, err
+}
+
+// CountOnShard counts child idx of the composite at path as finished in
+// counter shard key and returns the shard as written (idempotent);
+// ErrReopening while a retry re-opens the shard.
+func (s *Store) CountOnShard(ctx context.Context, wfID, path, key string, idx int, ok bool) (*Shard, error) {
+	attr := "fail"
+	if ok {
+		attr = "ok"
+	}
+	av, err := s.counted(ctx, wfKey(wfID, shardSK(path, key)), attr, nums(idx))
+	if err != nil {
+		return nil, fmt.Errorf("count %s%s#%s: %w", wfID, path, key, err)
+	}
+	var it shardItem
+	if err := attributevalue.UnmarshalMap(av, &it); err != nil {
+		return nil, err
+	}
+	return &it.Shard, nil
+}
+
+// RollUp records a full shard's counts on its composite (idempotent) and
+// returns the composite as written; ErrReopening while a retry re-opens
+// the composite.
+func (s *Store) RollUp(ctx context.Context, wfID, path string, sh *Shard) (*Node, error) {
+	entry := fmt.Sprintf("%s:%d:%d", sh.Key, len(sh.OK), len(sh.Fail))
+	av, err := s.counted(ctx, wfKey(wfID, nodeSK(path)), "rolled", strs(entry))
+	if err != nil {
+		return nil, fmt.Errorf("roll up %s%s#%s: %w", wfID, path, sh.Key, err)
+	}
+	return decodeNode(av)
+}
