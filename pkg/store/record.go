@@ -57,59 +57,77 @@ const (
 const DispatchInline = "inline"
 
 // record is a job item as stored. JSON-valued attributes are kept as JSON
-// text so that numbers, key order and unknown fields survive exactly.
+// text so that numbers, key order and unknown fields survive exactly. Its
+// parts are embedded by value (attributevalue cannot decode into embedded
+// pointers) and stored flat (TestRecordAttributeNames lists the names).
 type record struct {
-	PK              string   `dynamodbav:"pk"`
-	SK              string   `dynamodbav:"sk"`
-	ID              string   `dynamodbav:"id"`
-	Type            string   `dynamodbav:"type"`
-	Queue           string   `dynamodbav:"queue"`
-	State           string   `dynamodbav:"state"`
-	Priority        int      `dynamodbav:"priority"`
-	Attempt         int      `dynamodbav:"attempt"`
-	MaxAttempts     int      `dynamodbav:"max_attempts"`
-	Version         int64    `dynamodbav:"version"`
-	Args            Packed   `dynamodbav:"args"`
-	Meta            Packed   `dynamodbav:"meta"`
-	Retry           string   `dynamodbav:"retry,omitempty"`
-	TimeoutMS       int64    `dynamodbav:"timeout_ms"`
-	VisibilityMS    int64    `dynamodbav:"visibility_ms,omitempty"`
-	Tags            string   `dynamodbav:"tags,omitempty"`
-	Schema          string   `dynamodbav:"schema,omitempty"`
-	Extra           string   `dynamodbav:"extra,omitempty"`
-	ScheduledAt     string   `dynamodbav:"scheduled_at,omitempty"`
-	ExpiresAt       string   `dynamodbav:"expires_at,omitempty"`
-	ExpiresMS       int64    `dynamodbav:"expires_ms,omitempty"`
-	CreatedAt       string   `dynamodbav:"created_at,omitempty"`
-	EnqueuedAt      string   `dynamodbav:"enqueued_at,omitempty"`
-	StartedAt       string   `dynamodbav:"started_at,omitempty"`
-	CompletedAt     string   `dynamodbav:"completed_at,omitempty"`
-	CancelledAt     string   `dynamodbav:"cancelled_at,omitempty"`
-	DiscardedAt     string   `dynamodbav:"discarded_at,omitempty"`
-	NextAttemptAt   string   `dynamodbav:"next_attempt_at,omitempty"`
-	Result          Packed   `dynamodbav:"result,omitempty"`
-	Error           string   `dynamodbav:"error,omitempty"`
-	Errors          []string `dynamodbav:"errors,omitempty"`
-	Push            bool     `dynamodbav:"push,omitempty"`
-	WorkerID        string   `dynamodbav:"worker_id,omitempty"`
-	LeaseUntil      int64    `dynamodbav:"lease_until,omitempty"`
-	DeadlineMS      int64    `dynamodbav:"deadline_ms,omitempty"`
-	RetryDelayMS    int64    `dynamodbav:"retry_delay_ms,omitempty"`
-	CancelRequested bool     `dynamodbav:"cancel_requested,omitempty"`
-	Dispatch        string   `dynamodbav:"dispatch,omitempty"`
-	ReadyPK         string   `dynamodbav:"ready_pk,omitempty"`
-	ReadySK         string   `dynamodbav:"ready_sk,omitempty"`
-	DuePK           string   `dynamodbav:"due_pk,omitempty"`
-	DueAt           int64    `dynamodbav:"due_at,omitempty"`
-	TTL             int64    `dynamodbav:"ttl,omitempty"`
-	WorkflowID      string   `dynamodbav:"wf_id,omitempty"`
-	WorkflowNode    string   `dynamodbav:"wf_node,omitempty"`
-	ParentResults   Packed   `dynamodbav:"parent_results,omitempty"`
-	WorkflowShard   string   `dynamodbav:"wf_shard,omitempty"`
-	WorkflowNext    []int    `dynamodbav:"wf_next,omitempty,numberset"`
-	WorkflowStepID  string   `dynamodbav:"wf_sid,omitempty"`
-	WorkflowLast    bool     `dynamodbav:"wf_last,omitempty"`
-	WorkflowAhead   string   `dynamodbav:"wf_ahead,omitempty"`
+	PK      string `dynamodbav:"pk"`
+	SK      string `dynamodbav:"sk"`
+	Version int64  `dynamodbav:"version"`
+	envelope
+	progress
+	claim
+	indexEntries
+	workflowLink
+}
+
+// envelope is the job as enqueued: what it runs and its options.
+type envelope struct {
+	ID           string `dynamodbav:"id"`
+	Type         string `dynamodbav:"type"`
+	Queue        string `dynamodbav:"queue"`
+	Priority     int    `dynamodbav:"priority"`
+	MaxAttempts  int    `dynamodbav:"max_attempts"`
+	Args         Packed `dynamodbav:"args"`
+	Meta         Packed `dynamodbav:"meta"`
+	Retry        string `dynamodbav:"retry,omitempty"`
+	TimeoutMS    int64  `dynamodbav:"timeout_ms"`
+	VisibilityMS int64  `dynamodbav:"visibility_ms,omitempty"`
+	Tags         string `dynamodbav:"tags,omitempty"`
+	Schema       string `dynamodbav:"schema,omitempty"`
+	Extra        string `dynamodbav:"extra,omitempty"`
+	ScheduledAt  string `dynamodbav:"scheduled_at,omitempty"`
+	ExpiresAt    string `dynamodbav:"expires_at,omitempty"`
+	ExpiresMS    int64  `dynamodbav:"expires_ms,omitempty"`
+	CreatedAt    string `dynamodbav:"created_at,omitempty"`
+}
+
+// progress is where the job is in its lifecycle: its state and attempt,
+// when it reached each stage, and its result and errors.
+type progress struct {
+	State         string   `dynamodbav:"state"`
+	Attempt       int      `dynamodbav:"attempt"`
+	EnqueuedAt    string   `dynamodbav:"enqueued_at,omitempty"`
+	StartedAt     string   `dynamodbav:"started_at,omitempty"`
+	CompletedAt   string   `dynamodbav:"completed_at,omitempty"`
+	CancelledAt   string   `dynamodbav:"cancelled_at,omitempty"`
+	DiscardedAt   string   `dynamodbav:"discarded_at,omitempty"`
+	NextAttemptAt string   `dynamodbav:"next_attempt_at,omitempty"`
+	Result        Packed   `dynamodbav:"result,omitempty"`
+	Error         string   `dynamodbav:"error,omitempty"`
+	Errors        []string `dynamodbav:"errors,omitempty"`
+}
+
+// claim is how the job is delivered and held: push or pull dispatch, the
+// worker holding it and until when, and a cancel or retry it awaits.
+type claim struct {
+	Push            bool   `dynamodbav:"push,omitempty"`
+	WorkerID        string `dynamodbav:"worker_id,omitempty"`
+	LeaseUntil      int64  `dynamodbav:"lease_until,omitempty"`
+	DeadlineMS      int64  `dynamodbav:"deadline_ms,omitempty"`
+	RetryDelayMS    int64  `dynamodbav:"retry_delay_ms,omitempty"`
+	CancelRequested bool   `dynamodbav:"cancel_requested,omitempty"`
+	Dispatch        string `dynamodbav:"dispatch,omitempty"`
+}
+
+// indexEntries are the job's keys in the ready and due indexes, its expiry
+// and uniqueness key, and what the indexes and the pruner read.
+type indexEntries struct {
+	ReadyPK string `dynamodbav:"ready_pk,omitempty"`
+	ReadySK string `dynamodbav:"ready_sk,omitempty"`
+	DuePK   string `dynamodbav:"due_pk,omitempty"`
+	DueAt   int64  `dynamodbav:"due_at,omitempty"`
+	TTL     int64  `dynamodbav:"ttl,omitempty"`
 	// PrunedAt marks a discarded job the dead letter pruner is removing
 	// (set just before its conditional delete), so the stream tells a
 	// pruned job from one an operator deleted.
@@ -119,6 +137,18 @@ type record struct {
 	FetchBytes int `dynamodbav:"fb,omitempty"`
 	// UniqueKey is the uniqueness key the job was enqueued under.
 	UniqueKey string `dynamodbav:"uk,omitempty"`
+}
+
+// workflowLink places the job in a workflow (empty for a standalone job).
+type workflowLink struct {
+	WorkflowID     string `dynamodbav:"wf_id,omitempty"`
+	WorkflowNode   string `dynamodbav:"wf_node,omitempty"`
+	ParentResults  Packed `dynamodbav:"parent_results,omitempty"`
+	WorkflowShard  string `dynamodbav:"wf_shard,omitempty"`
+	WorkflowNext   []int  `dynamodbav:"wf_next,omitempty,numberset"`
+	WorkflowStepID string `dynamodbav:"wf_sid,omitempty"`
+	WorkflowLast   bool   `dynamodbav:"wf_last,omitempty"`
+	WorkflowAhead  string `dynamodbav:"wf_ahead,omitempty"`
 }
 
 func JobKey(id string) map[string]types.AttributeValue {
@@ -183,15 +213,17 @@ func toRecord(j *job.Job) (record, error) {
 		// whether its writes take one write unit or two.
 		pol = nil
 	}
-	r := record{
-		PK: jobPrefix + j.ID, SK: jobSK, ID: j.ID, Type: j.Type, Queue: j.Queue, State: string(j.State),
-		Priority: j.Priority, Attempt: j.Attempt, MaxAttempts: j.Retry.MaxAttempts, Version: 1,
-		Args: Packed(j.Args), Meta: Packed(j.Meta), Retry: string(pol),
-		TimeoutMS: j.Timeout.Milliseconds(), VisibilityMS: j.Visibility.Milliseconds(), Schema: j.Schema,
-		ScheduledAt: textOr(j.ScheduledAtText, j.ScheduledAt), ExpiresAt: textOr(j.ExpiresAtText, j.ExpiresAt),
-		CreatedAt: tstr(j.CreatedAt), EnqueuedAt: tstr(j.EnqueuedAt), CancelledAt: tstr(j.CancelledAt), Push: j.Push,
-		WorkflowID: j.WorkflowID, WorkflowNode: j.WorkflowNode, ParentResults: Packed(j.ParentResults),
-		WorkflowShard: j.WorkflowShard, WorkflowNext: j.WorkflowNext, WorkflowStepID: j.WorkflowStepID, WorkflowLast: j.WorkflowLast, WorkflowAhead: string(j.WorkflowAhead), UniqueKey: j.UniqueKey,
+	r := record{PK: jobPrefix + j.ID, SK: jobSK, Version: 1,
+		envelope: envelope{ID: j.ID, Type: j.Type, Queue: j.Queue, Priority: j.Priority, MaxAttempts: j.Retry.MaxAttempts,
+			Args: Packed(j.Args), Meta: Packed(j.Meta), Retry: string(pol), TimeoutMS: j.Timeout.Milliseconds(),
+			VisibilityMS: j.Visibility.Milliseconds(), Schema: j.Schema, ScheduledAt: textOr(j.ScheduledAtText, j.ScheduledAt),
+			ExpiresAt: textOr(j.ExpiresAtText, j.ExpiresAt), CreatedAt: tstr(j.CreatedAt)},
+		progress:     progress{State: string(j.State), Attempt: j.Attempt, EnqueuedAt: tstr(j.EnqueuedAt), CancelledAt: tstr(j.CancelledAt)},
+		claim:        claim{Push: j.Push},
+		indexEntries: indexEntries{UniqueKey: j.UniqueKey},
+		workflowLink: workflowLink{WorkflowID: j.WorkflowID, WorkflowNode: j.WorkflowNode, ParentResults: Packed(j.ParentResults),
+			WorkflowShard: j.WorkflowShard, WorkflowNext: j.WorkflowNext, WorkflowStepID: j.WorkflowStepID,
+			WorkflowLast: j.WorkflowLast, WorkflowAhead: string(j.WorkflowAhead)},
 	}
 	if j.Unique != nil {
 		r.UniqueKey = j.Unique.Key

@@ -2,9 +2,13 @@ package store
 
 import (
 	"encoding/json"
+	"maps"
+	"reflect"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/retry"
 )
@@ -47,5 +51,52 @@ func TestTheDefaultRetryPolicyIsNotStored(t *testing.T) {
 	r.Retry = defaultRetry // an item written before the default was left out
 	if back, err = r.toJob(); err != nil || back.Retry.MaxAttempts != 3 {
 		t.Fatalf("stored default read back as %+v (%v)", back.Retry, err)
+	}
+}
+
+// The job item's attribute names, whatever parts record is made of: a
+// regrouping of its fields must not rename or drop one, and every field
+// must survive the round trip.
+func TestRecordAttributeNames(t *testing.T) {
+	want := []string{"args", "attempt", "cancel_requested", "cancelled_at", "completed_at", "created_at",
+		"deadline_ms", "discarded_at", "dispatch", "due_at", "due_pk", "enqueued_at", "error", "errors",
+		"expires_at", "expires_ms", "extra", "fb", "id", "lease_until", "max_attempts", "meta",
+		"next_attempt_at", "parent_results", "pk", "priority", "pruned_at", "push", "queue", "ready_pk",
+		"ready_sk", "result", "retry", "retry_delay_ms", "scheduled_at", "schema", "sk", "started_at", "state",
+		"tags", "timeout_ms", "ttl", "type", "uk", "version", "visibility_ms", "wf_ahead", "wf_id", "wf_last",
+		"wf_next", "wf_node", "wf_shard", "wf_sid", "worker_id"}
+	var r record
+	var fill func(v reflect.Value)
+	fill = func(v reflect.Value) {
+		switch v.Kind() {
+		case reflect.Struct:
+			for i := 0; i < v.NumField(); i++ {
+				fill(v.Field(i))
+			}
+		case reflect.String:
+			v.SetString("x")
+		case reflect.Int, reflect.Int64:
+			v.SetInt(7)
+		case reflect.Bool:
+			v.SetBool(true)
+		case reflect.Slice:
+			v.Set(reflect.MakeSlice(v.Type(), 1, 1))
+			fill(v.Index(0))
+		default:
+			t.Fatalf("cannot fill a %s", v.Type())
+		}
+	}
+	fill(reflect.ValueOf(&r).Elem())
+	av, err := attributevalue.MarshalMap(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := slices.Sorted(maps.Keys(av))
+	if !slices.Equal(got, want) {
+		t.Fatalf("attributes\n%q\nwant\n%q", got, want)
+	}
+	var back record
+	if err := attributevalue.UnmarshalMap(av, &back); err != nil || !reflect.DeepEqual(back, r) {
+		t.Fatalf("read back as %+v (%v), want %+v", back, err, r)
 	}
 }
