@@ -60,7 +60,7 @@ func newStack(t *testing.T) (*store.Store, *lifecycle.Service, *workflow.Engine)
 	}
 	st := store.New(db, "scale")
 	qsvc := queue.NewService(st, queue.Config{})
-	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Admit: qsvc})
+	eng := workflow.New(st, workflow.Config{Admit: qsvc})
 	svc := lifecycle.New(st, lifecycle.Config{Queues: qsvc, Workflows: eng})
 	return st, svc, eng
 }

@@ -272,7 +272,7 @@ func newHarness(token string, level slog.Level) *harness {
 	now := func() time.Time { return fixedNow }
 	qsvc := queue.NewService(st, queue.Config{Logger: logger, Now: now})
 	svc := lifecycle.New(st, lifecycle.Config{Logger: logger, Now: now, Queues: qsvc})
-	wfs := workflow.New(workflow.StoreOn(st), workflow.Config{Logger: logger, Now: now})
+	wfs := workflow.New(st, workflow.Config{Logger: logger, Now: now})
 	dead := deadletter.New(st, svc, qsvc, deadletter.Config{Logger: logger})
 	ad := admin.New(st, qsvc.Store(), svc, qsvc, dead, admin.Config{Logger: logger, Now: now})
 	con, err := console.New(console.Config{Admin: ad, Workflows: wfs, AuthToken: token, Logger: logger})

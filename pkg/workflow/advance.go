@@ -683,7 +683,7 @@ func (e *Engine) graphJobs(ctx context.Context, s step, parent string, shape gra
 			}
 		}
 	}
-	done, err := e.st.BatchGetJobs(ctx, ids)
+	done, err := e.jobs.BatchGetJobs(ctx, ids)
 	if err != nil {
 		return nil, err
 	}
@@ -759,7 +759,7 @@ func (e *Engine) results(ctx context.Context, t *tree, nodes []*wfstore.Node, jo
 			walk(n)
 		}
 		var err error
-		if jobs, err = e.st.BatchGetJobs(ctx, ids); err != nil {
+		if jobs, err = e.jobs.BatchGetJobs(ctx, ids); err != nil {
 			return nil, err
 		}
 	}

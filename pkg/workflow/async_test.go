@@ -112,7 +112,7 @@ func TestAsyncCreationAnswersAtOnceAndResumeFinishesIt(t *testing.T) {
 	t.Parallel()
 	st, _ := testenv.Table(t)
 	qsvc := queue.NewService(st, queue.Config{})
-	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Admit: qsvc, AsyncItems: 50, CreationSlice: time.Minute}) // one slice: slices have their own test
+	eng := workflow.New(st, workflow.Config{Admit: qsvc, AsyncItems: 50, CreationSlice: time.Minute}) // one slice: slices have their own test
 	svc := lifecycle.New(st, lifecycle.Config{Queues: qsvc, Workflows: eng})
 	ctx := context.Background()
 	id := uuid.Must(uuid.NewV7()).String()
@@ -218,7 +218,7 @@ func TestSmallWorkflowsAreCreatedInTheRequest(t *testing.T) {
 	svc := lifecycle.New(st, lifecycle.Config{Queues: qsvc})
 	ctx := context.Background()
 	for _, async := range []int{0, 200} {
-		eng := workflow.New(workflow.StoreOn(st), workflow.Config{Admit: qsvc, AsyncItems: async})
+		eng := workflow.New(st, workflow.Config{Admit: qsvc, AsyncItems: async})
 		v, err := eng.Create(ctx, []byte(asyncBody(uuid.Must(uuid.NewV7()).String(), "syncq", 60)))
 		if err != nil {
 			t.Fatal(err)
@@ -245,7 +245,7 @@ func TestRepairFinishesAnAsyncCreationWhoseWriterDied(t *testing.T) {
 	clk := testenv.NewClock(time.Now().UTC())
 	qsvc := queue.NewService(st, queue.Config{Now: clk.Now})
 	svc := lifecycle.New(st, lifecycle.Config{Now: clk.Now, Queues: qsvc})
-	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Now: clk.Now, Admit: qsvc, AsyncItems: 50, CreationSlice: time.Minute})
+	eng := workflow.New(st, workflow.Config{Now: clk.Now, Admit: qsvc, AsyncItems: 50, CreationSlice: time.Minute})
 	ctx := context.Background()
 	db := testenv.DynamoDB()
 	for k, stage := range []string{"nodes", "jobs"} {
@@ -449,7 +449,7 @@ func TestResumeOutOfTimeGoesOnFromWhatExists(t *testing.T) {
 	db := &stallingDB{Client: testenv.DynamoDB(), allowTx: -1}
 	st := store.New(db, st0.Table())
 	qsvc := queue.NewService(st, queue.Config{})
-	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Admit: qsvc, AsyncItems: 50, CreationSlice: time.Minute})
+	eng := workflow.New(st, workflow.Config{Admit: qsvc, AsyncItems: 50, CreationSlice: time.Minute})
 	svc := lifecycle.New(st, lifecycle.Config{Queues: qsvc, Workflows: eng})
 	id := uuid.Must(uuid.NewV7()).String()
 	const n = 300
@@ -528,7 +528,7 @@ func TestCreationIsWrittenOneSliceAtATime(t *testing.T) {
 	db := &stallingDB{Client: testenv.DynamoDB(), allowTx: -1, delay: 40 * time.Millisecond}
 	st := store.New(db, st0.Table())
 	qsvc := queue.NewService(st, queue.Config{})
-	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Admit: qsvc, AsyncItems: 50, CreationSlice: 60 * time.Millisecond})
+	eng := workflow.New(st, workflow.Config{Admit: qsvc, AsyncItems: 50, CreationSlice: 60 * time.Millisecond})
 	svc := lifecycle.New(st, lifecycle.Config{Queues: qsvc, Workflows: eng})
 	id := uuid.Must(uuid.NewV7()).String()
 	const n = 400
@@ -587,7 +587,7 @@ func TestCreationAfterAWriterThatDiedReadsOnlyPastTheRecord(t *testing.T) {
 	db := &stallingDB{Client: testenv.DynamoDB(), allowTx: -1, delay: 40 * time.Millisecond}
 	st := store.New(db, st0.Table())
 	qsvc := queue.NewService(st, queue.Config{Now: clk.Now})
-	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Admit: qsvc, Now: clk.Now, AsyncItems: 50, CreationSlice: 60 * time.Millisecond})
+	eng := workflow.New(st, workflow.Config{Admit: qsvc, Now: clk.Now, AsyncItems: 50, CreationSlice: 60 * time.Millisecond})
 	svc := lifecycle.New(st, lifecycle.Config{Now: clk.Now, Queues: qsvc, Workflows: eng})
 	bg := context.Background()
 	id := uuid.Must(uuid.NewV7()).String()
@@ -659,7 +659,7 @@ func TestCancelOutOfTimeLeavesTheRestToTheStream(t *testing.T) {
 	t.Parallel()
 	st, _ := testenv.Table(t)
 	qsvc := queue.NewService(st, queue.Config{})
-	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Admit: qsvc})
+	eng := workflow.New(st, workflow.Config{Admit: qsvc})
 	svc := lifecycle.New(st, lifecycle.Config{Queues: qsvc, Workflows: eng})
 	bg := context.Background()
 	id := uuid.Must(uuid.NewV7()).String()
@@ -716,7 +716,7 @@ func TestFinishingACancelGoesOnInSlices(t *testing.T) {
 	t.Parallel()
 	st, _ := testenv.Table(t)
 	qsvc := queue.NewService(st, queue.Config{})
-	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Admit: qsvc, CancelSlice: time.Nanosecond})
+	eng := workflow.New(st, workflow.Config{Admit: qsvc, CancelSlice: time.Nanosecond})
 	bg := context.Background()
 	id := uuid.Must(uuid.NewV7()).String()
 	const n = 300

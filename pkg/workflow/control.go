@@ -150,7 +150,7 @@ func (e *Engine) stopBelow(ctx context.Context, wf, path string, now time.Time) 
 // finished meanwhile is left alone. With guard, the jobs are cancelled
 // only while it holds (store.ErrGuardFailed once it does not).
 func (e *Engine) cancelJobs(ctx context.Context, ids []string, now time.Time, budget func() time.Time, guard *store.Guard) (cancelled, left int, err error) {
-	jobs, err := e.st.BatchGetJobs(ctx, ids)
+	jobs, err := e.jobs.BatchGetJobs(ctx, ids)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -166,9 +166,9 @@ func (e *Engine) cancelJobs(ctx context.Context, ids []string, now time.Time, bu
 	}
 	var errs []error
 	if guard != nil {
-		errs, err = e.st.ApplyAllIf(ctx, ts, *guard)
+		errs, err = e.jobs.ApplyAllIf(ctx, ts, *guard)
 	} else {
-		errs, err = e.st.ApplyAll(ctx, ts)
+		errs, err = e.jobs.ApplyAll(ctx, ts)
 	}
 	for _, err := range errs {
 		switch {
@@ -277,7 +277,7 @@ func (e *Engine) takeUnwritten(ctx context.Context, root *wfstore.Node, items []
 	for i, j := range unwritten {
 		ids[i] = j.ID
 	}
-	have, err := e.st.BatchGetJobs(ctx, ids)
+	have, err := e.jobs.BatchGetJobs(ctx, ids)
 	if err != nil {
 		return err
 	}
@@ -352,7 +352,7 @@ func (e *Engine) graphLaunching(ctx context.Context, root *wfstore.Node, items [
 	if len(cands) == 0 {
 		return nil, nil
 	}
-	have, err := e.st.BatchGetJobs(ctx, ids)
+	have, err := e.jobs.BatchGetJobs(ctx, ids)
 	if err != nil {
 		return nil, err
 	}
@@ -428,7 +428,7 @@ func (e *Engine) startCompensation(ctx context.Context, root *wfstore.Node) (boo
 			byID[id] = n
 		}
 	}
-	jobs, err := e.st.BatchGetJobs(ctx, ids)
+	jobs, err := e.jobs.BatchGetJobs(ctx, ids)
 	if err != nil {
 		return false, err
 	}
@@ -559,7 +559,7 @@ func (e *Engine) compensationStepDone(ctx context.Context, s step) (*step, error
 	if err != nil {
 		return nil, err
 	}
-	undone, err := e.st.BatchGetJobs(ctx, []string{wfdef.JobID(s.wf, next.Path)})
+	undone, err := e.jobs.BatchGetJobs(ctx, []string{wfdef.JobID(s.wf, next.Path)})
 	if err != nil {
 		return nil, err
 	}
@@ -644,7 +644,7 @@ func (e *Engine) handlerInput(ctx context.Context, t *tree, root *wfstore.Node) 
 			ids = append(ids, wfdef.JobID(t.wfID, n.Path))
 		}
 	}
-	jobs, err := e.st.BatchGetJobs(ctx, ids)
+	jobs, err := e.jobs.BatchGetJobs(ctx, ids)
 	if err != nil {
 		return nil, err
 	}
@@ -792,13 +792,13 @@ func (e *Engine) removeFinishedJobs(ctx context.Context, wf string, nodes []*wfs
 	if len(ids) == 0 {
 		return nil
 	}
-	jobs, err := e.st.BatchGetJobs(ctx, ids)
+	jobs, err := e.jobs.BatchGetJobs(ctx, ids)
 	if err != nil {
 		return err
 	}
 	for _, j := range jobs {
 		if stop && !j.State.Terminal() {
-			cancelled, err := e.st.Apply(ctx, store.Cancel(j.ID, e.now(), j.State))
+			cancelled, err := e.jobs.Apply(ctx, store.Cancel(j.ID, e.now(), j.State))
 			var ce *store.ConflictError
 			switch {
 			case err == nil:
@@ -840,7 +840,7 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 			ids = append(ids, wfdef.JobID(wf, n.Path))
 		}
 	}
-	jobs, err := e.st.BatchGetJobs(ctx, ids)
+	jobs, err := e.jobs.BatchGetJobs(ctx, ids)
 	if err != nil {
 		return err
 	}
@@ -963,7 +963,7 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 			continue
 		}
 		if j.State == job.Discarded || j.State == job.Cancelled {
-			if _, err := e.st.Apply(ctx, store.Reopen(j, now, e.redel)); err != nil {
+			if _, err := e.jobs.Apply(ctx, store.Reopen(j, now, e.redel)); err != nil {
 				var ce *store.ConflictError
 				if !errors.As(err, &ce) {
 					return err

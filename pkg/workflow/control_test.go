@@ -5,11 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/ojs-aws/ojs-serverless/internal/dev/testenv"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
@@ -28,17 +31,19 @@ type clocked struct {
 	clk *testenv.Clock
 }
 
-func newClocked(t *testing.T) *clocked {
-	return newClockedOn(t, func(st *store.Store) workflow.Store { return workflow.StoreOn(st) })
-}
+func newClocked(t *testing.T) *clocked { return newClockedOn(t, nil) }
 
-// newClockedOn is newClocked with the engine reading and writing through
-// the store wrap returns.
-func newClockedOn(t *testing.T, wrap func(*store.Store) workflow.Store) *clocked {
+// newClockedOn is newClocked with every DynamoDB request of its store
+// (the engine's, the job service's, the test's) made through the client
+// wrap returns given testenv's (nil: testenv's).
+func newClockedOn(t *testing.T, wrap func(*dynamodb.Client) store.DynamoAPI) *clocked {
 	st, _ := testenv.Table(t)
+	if wrap != nil {
+		st = store.New(wrap(testenv.DynamoDB()), st.Table())
+	}
 	clk := testenv.NewClock(time.Now().UTC())
 	qsvc := queue.NewService(st, queue.Config{Now: clk.Now})
-	eng := workflow.New(wrap(st), workflow.Config{Admit: qsvc, Now: clk.Now})
+	eng := workflow.New(st, workflow.Config{Admit: qsvc, Now: clk.Now})
 	svc := lifecycle.New(st, lifecycle.Config{Now: clk.Now, Queues: qsvc, Workflows: eng})
 	return &clocked{harness: &harness{t: t, st: st, svc: svc, eng: eng, ran: map[string]int{}}, clk: clk}
 }
@@ -770,25 +775,27 @@ func (h *clocked) failStep(q, step, handler string) *job.Job {
 	return got[handler]
 }
 
-// staleHandlers reads every handler node as waiting: a handler launched
-// just after a retry's check.
-type staleHandlers struct{ workflow.Store }
+// staleHandlers answers every read of a handler node (a GetItem of its
+// item) as if it were waiting: the read served before the handler's
+// launch, as for a handler launched just after a retry's check.
+type staleHandlers struct{ *dynamodb.Client }
 
-func (s staleHandlers) GetNode(ctx context.Context, wf, path string) (*wfstore.Node, error) {
-	n, err := s.Store.GetNode(ctx, wf, path)
-	if err == nil && strings.HasPrefix(path, "/~") {
-		c := *n
-		c.State = wfstate.Waiting
+func (s staleHandlers) GetItem(ctx context.Context, in *dynamodb.GetItemInput, o ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	out, err := s.Client.GetItem(ctx, in, o...)
+	if err == nil && strings.HasPrefix(keyS(in.Key, "pk"), "WF#") && strings.HasPrefix(keyS(in.Key, "sk"), "N#/~") && len(out.Item) > 0 {
+		c := *out
+		c.Item = maps.Clone(out.Item)
+		c.Item["state"] = &types.AttributeValueMemberS{Value: string(wfstate.Waiting)}
 		return &c, nil
 	}
-	return n, err
+	return out, err
 }
 
 // A handler found running by the retry's re-opening (launched after its
 // check) is cancelled and removed, so that it runs for a later failure.
 func TestARetryRacingAHandlerLaunchStopsIt(t *testing.T) {
 	t.Parallel()
-	h := newClockedOn(t, func(st *store.Store) workflow.Store { return staleHandlers{workflow.StoreOn(st)} })
+	h := newClockedOn(t, func(db *dynamodb.Client) store.DynamoAPI { return staleHandlers{db} })
 	eng, svc := h.eng, h.svc
 	ctx := context.Background()
 	id := h.create(`{"type":"chain","steps":[{"type":"s.a","args":[],"options":{"queue":"sq"}}],

@@ -36,68 +36,6 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
 )
 
-// Store is the persistence the engine uses: the workflow items
-// (*wfstore.Store) and the calls it makes of the jobs' store
-// (*store.Store); StoreOn joins the two.
-type Store interface {
-	CreateWorkflow(ctx context.Context, w wfstore.NewWorkflow) error
-	BeginWorkflow(ctx context.Context, root wfstore.Node, def []byte, items int) error
-	ResumeWorkflow(ctx context.Context, w wfstore.NewWorkflow, now time.Time, slice time.Duration) error
-	DeleteWorkflow(ctx context.Context, wfID string) (bool, error)
-	GetNode(ctx context.Context, wfID, path string) (*wfstore.Node, error)
-	GetShard(ctx context.Context, wfID, path, key string) (*wfstore.Shard, error)
-	ReadProgress(ctx context.Context, nodes []wfstore.NodeKey, shards []wfstore.ShardRef, jobs []string) (*wfstore.Progress, error)
-	Subtree(ctx context.Context, wfID, path string) ([]*wfstore.Node, error)
-	WorkflowItems(ctx context.Context, wfID string) ([]*wfstore.Node, error)
-	Change(ctx context.Context, wfID string, c wfstore.Change) (*wfstore.Node, error)
-	CountOnShard(ctx context.Context, wfID, path, key string, idx int, ok bool) (*wfstore.Shard, error)
-	RollUp(ctx context.Context, wfID, path string, sh *wfstore.Shard) (*wfstore.Node, error)
-	Advance(ctx context.Context, a wfstore.Advance) error
-	AdvanceMarked(ctx context.Context, wfID string, c wfstore.Change, mark string, jobs []*job.Job, redeliverAfter time.Duration) error
-	ClearUnguarded(ctx context.Context, wfID string) error
-	BatchGetJobs(ctx context.Context, ids []string) (map[string]*job.Job, error)
-	DueWorkflows(ctx context.Context, now time.Time, limit int) (map[string]time.Time, error)
-	DueTimeouts(ctx context.Context, now time.Time, limit int) ([]wfstore.NodeKey, error)
-	ForgetInShard(ctx context.Context, wfID, path, key string, idx []int) error
-	ClearShardMark(ctx context.Context, wfID, path, key string) error
-	PostponeWorkflowCheck(ctx context.Context, wfID string, due, next time.Time) error
-	Apply(ctx context.Context, t store.Transition) (*job.Job, error)
-	ApplyAll(ctx context.Context, ts []store.Transition) ([]error, error)
-	ApplyAllIf(ctx context.Context, ts []store.Transition, g store.Guard) ([]error, error)
-	SetCancelling(ctx context.Context, wfID string, on bool) error
-	NextCancelPass(ctx context.Context, wfID string) error
-	DeleteWorkflowJob(ctx context.Context, wfID, id string, state job.State) error
-}
-
-var _ Store = stores{}
-
-// StoreOn is the Store on the table kernel st: its workflow items
-// (wfstore.New(st)) and its jobs (st).
-func StoreOn(st *store.Store) Store { return stores{Store: wfstore.New(st), jobs: st} }
-
-// stores is the workflow items' store with the calls the engine makes of
-// the jobs' store.
-type stores struct {
-	*wfstore.Store
-	jobs *store.Store
-}
-
-func (s stores) Apply(ctx context.Context, t store.Transition) (*job.Job, error) {
-	return s.jobs.Apply(ctx, t)
-}
-
-func (s stores) ApplyAll(ctx context.Context, ts []store.Transition) ([]error, error) {
-	return s.jobs.ApplyAll(ctx, ts)
-}
-
-func (s stores) ApplyAllIf(ctx context.Context, ts []store.Transition, g store.Guard) ([]error, error) {
-	return s.jobs.ApplyAllIf(ctx, ts, g)
-}
-
-func (s stores) BatchGetJobs(ctx context.Context, ids []string) (map[string]*job.Job, error) {
-	return s.jobs.BatchGetJobs(ctx, ids)
-}
-
 // Admitter prepares jobs for writing the way every job is prepared
 // (implemented by *queue.Service): push mode from the queue, the
 // queue registered, its rate limit recorded. Workflow jobs are admitted
@@ -150,7 +88,10 @@ const DefaultAsyncItems = 4000
 
 // Engine creates, advances, cancels and reads workflows.
 type Engine struct {
-	st    Store
+	// st is the workflow items' store, jobs the table kernel's job store
+	// (its jobs' reads and transitions); both on the same table.
+	st    *wfstore.Store
+	jobs  *store.Store
 	admit Admitter
 	push  map[string]bool
 	redel time.Duration
@@ -165,9 +106,10 @@ type Engine struct {
 	shapes *shapeCache
 }
 
-// New returns an engine on st.
-func New(st Store, c Config) *Engine {
-	e := &Engine{st: st, admit: c.Admit, push: map[string]bool{}, redel: c.RedeliverAfter, async: c.AsyncItems, slice: c.CreationSlice,
+// New returns an engine on the table kernel st: its workflow items
+// (wfstore.New(st)) and its jobs (st).
+func New(st *store.Store, c Config) *Engine {
+	e := &Engine{st: wfstore.New(st), jobs: st, admit: c.Admit, push: map[string]bool{}, redel: c.RedeliverAfter, async: c.AsyncItems, slice: c.CreationSlice,
 		cancelSlice: c.CancelSlice, now: c.Now, log: c.Logger, shapes: &shapeCache{}}
 	for _, q := range c.PushQueues {
 		e.push[q] = true

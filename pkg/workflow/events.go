@@ -403,7 +403,7 @@ func (b *wfEvents) failedStep(ctx context.Context, root *wfstore.Node, d map[str
 	if n.StepID == "" {
 		d["failed_step_id"] = id
 	}
-	jobs, err := b.e.st.BatchGetJobs(ctx, []string{id})
+	jobs, err := b.e.jobs.BatchGetJobs(ctx, []string{id})
 	if err != nil {
 		return err
 	}

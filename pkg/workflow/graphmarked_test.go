@@ -31,7 +31,7 @@ func markedGraph(t *testing.T, st *store.Store, db store.DynamoAPI, qname string
 	t.Helper()
 	ctx := context.Background()
 	qsvc := queue.NewService(st, queue.Config{})
-	eng := workflow.New(workflow.StoreOn(store.New(db, st.Table())), workflow.Config{Admit: qsvc})
+	eng := workflow.New(store.New(db, st.Table()), workflow.Config{Admit: qsvc})
 	svc := lifecycle.New(st, lifecycle.Config{Queues: qsvc, Workflows: eng})
 	v, err := eng.Create(ctx, []byte(diamond(qname)))
 	if err != nil {
@@ -55,7 +55,7 @@ func TestAGraphStartsItsStepsWithoutATransaction(t *testing.T) {
 	st, rec := testenv.CountedTable(t)
 	ctx := context.Background()
 	qsvc := queue.NewService(st, queue.Config{})
-	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Admit: qsvc})
+	eng := workflow.New(st, workflow.Config{Admit: qsvc})
 	svc := lifecycle.New(st, lifecycle.Config{Queues: qsvc, Workflows: eng})
 	for round := 0; round < 3; round++ {
 		v, err := eng.Create(ctx, []byte(diamond("gq")))
@@ -110,7 +110,7 @@ func TestACancelBetweenAGraphsMarkAndItsJobsLeavesNothingToRun(t *testing.T) {
 	ctx := context.Background()
 	qsvc := queue.NewService(st, queue.Config{})
 	svc := lifecycle.New(st, lifecycle.Config{Queues: qsvc})
-	canceller := workflow.New(workflow.StoreOn(st), workflow.Config{Admit: qsvc})
+	canceller := workflow.New(st, workflow.Config{Admit: qsvc})
 	var cancelErr error
 	db := &beforeNextJob{Client: testenv.DynamoDB(), path: "/g1", hook: func(wf string) bool {
 		root, err := wfstore.New(st).GetNode(ctx, wf, wfstore.RootPath)

@@ -3,13 +3,12 @@ package workflow_test
 import (
 	"context"
 	"errors"
-	"reflect"
-	"slices"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfdef"
@@ -20,46 +19,54 @@ import (
 // recordAtRequeue delivers the stream's late record of a job's failure
 // (the job as it was when it failed) at the worst moment of a retry:
 // after the retry forgot the failure in every count, before it re-queues
-// the job.
+// the job. It is the DynamoDB client of the harness (engine and job
+// service): the record is delivered from inside the re-queue's request
+// (the update moving a stale job from discarded to available), before
+// the request is sent.
 type recordAtRequeue struct {
-	workflow.Store
-	once   sync.Once
+	*dynamodb.Client
 	stale  map[string]*job.Job // by id: the records that arrive late
 	verify func(ctx context.Context, fs []workflow.Finished) error
 	err    error
-	fired  bool // the late records were delivered
+	fired  atomic.Bool // the late records were delivered
 	// die, when set, fails the first re-queue instead (a retry that dies
 	// with its marks set); dieClearing the first removal of a composite's
 	// mark (one that dies after re-queueing).
-	die, dieClearing bool
+	die, dieClearing atomic.Bool
 }
 
-func (s *recordAtRequeue) Change(ctx context.Context, wf string, c wfstore.Change) (*wfstore.Node, error) {
-	if s.dieClearing && c.Path != wfstore.RootPath && reflect.DeepEqual(c, wfstore.ClearReopening(c.Path)) {
-		s.dieClearing = false
-		return nil, errDied
-	}
-	return s.Store.Change(ctx, wf, c)
-}
-
-var errDied = errors.New("the retry's request died")
-
-func (s *recordAtRequeue) Apply(ctx context.Context, t store.Transition) (*job.Job, error) {
-	if t.To == job.Available && slices.Contains(t.From, job.Discarded) && s.stale[t.ID] != nil {
-		if s.die {
-			s.die = false
+func (s *recordAtRequeue) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	pk, sk := keyS(in.Key, "pk"), keyS(in.Key, "sk")
+	switch {
+	case strings.HasPrefix(pk, "WF#") && strings.HasPrefix(sk, "N#") && sk != "N#"+wfstore.RootPath &&
+		removes(in.UpdateExpression, in.ExpressionAttributeNames, "reopening"):
+		// A composite's mark removed (not the root's, not a shard's).
+		if s.dieClearing.CompareAndSwap(true, false) {
 			return nil, errDied
 		}
-		s.once.Do(func() {
-			s.fired = true
+	case strings.HasPrefix(pk, "JOB#") && s.stale[strings.TrimPrefix(pk, "JOB#")] != nil &&
+		setsTo(in.UpdateExpression, in.ExpressionAttributeNames, in.ExpressionAttributeValues, "state", string(job.Available)) &&
+		hasValueS(in.ExpressionAttributeValues, string(job.Discarded)):
+		// A stale job re-queued: moved to available from discarded.
+		if s.die.CompareAndSwap(true, false) {
+			return nil, errDied
+		}
+		if s.fired.CompareAndSwap(false, true) {
 			var fs []workflow.Finished
 			for _, j := range s.stale {
 				fs = append(fs, workflow.Finished{Job: j})
 			}
 			s.err = s.verify(ctx, fs)
-		})
+		}
 	}
-	return s.Store.Apply(ctx, t)
+	return s.Client.UpdateItem(ctx, in, o...)
+}
+
+var errDied = errors.New("the retry's request died")
+
+// newLateHarness is a clocked harness on late's client.
+func newLateHarness(t *testing.T, late *recordAtRequeue) *clocked {
+	return newClockedOn(t, func(db *dynamodb.Client) store.DynamoAPI { late.Client = db; return late })
 }
 
 // A retry re-queues a failed step's job after forgetting its failure in
@@ -81,7 +88,7 @@ func TestALateFailureRecordDuringARetryIsNotCounted(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			late := &recordAtRequeue{stale: map[string]*job.Job{}}
-			h := newClockedOn(t, func(st *store.Store) workflow.Store { late.Store = workflow.StoreOn(st); return late })
+			h := newLateHarness(t, late)
 			late.verify = h.eng.Verify
 			ctx := context.Background()
 			id := h.create(c.def)
@@ -109,8 +116,8 @@ func TestALateFailureRecordDuringARetryIsNotCounted(t *testing.T) {
 			if _, err := h.eng.Retry(ctx, id); err != nil {
 				t.Fatal(err)
 			}
-			if late.err != nil || !late.fired {
-				t.Fatalf("the late record: delivered %v, %v", late.fired, late.err)
+			if late.err != nil || !late.fired.Load() {
+				t.Fatalf("the late record: delivered %v, %v", late.fired.Load(), late.err)
 			}
 			if v := h.view(id); v["state"] != "running" {
 				t.Fatalf("after the retry and the late record: %s, want running", v["state"])
@@ -164,7 +171,7 @@ func TestARetryThatDiesWithItsMarksIsFinishedByTheRepair(t *testing.T) {
 		t.Run(map[bool]string{false: "before re-queueing", true: "after re-queueing"}[requeued], func(t *testing.T) {
 			t.Parallel()
 			late := &recordAtRequeue{stale: map[string]*job.Job{}}
-			h := newClockedOn(t, func(st *store.Store) workflow.Store { late.Store = workflow.StoreOn(st); return late })
+			h := newLateHarness(t, late)
 			late.verify = func(context.Context, []workflow.Finished) error { return nil }
 			ctx := context.Background()
 			id := h.create(`{"type":"chain","steps":[{"type":"group","jobs":[{"type":"d.a","args":[],"options":{"queue":"dq"}},{"type":"d.b","args":[],"options":{"queue":"dq"}}]},{"type":"d.d","args":[],"options":{"queue":"dq"}}]}`)
@@ -175,7 +182,9 @@ func TestARetryThatDiesWithItsMarksIsFinishedByTheRepair(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			late.stale, late.die, late.dieClearing = b, !requeued, requeued
+			late.stale = b
+			late.die.Store(!requeued)
+			late.dieClearing.Store(requeued)
 			if _, err := h.eng.Retry(ctx, id); err != nil {
 				t.Fatal(err)
 			}
@@ -227,7 +236,7 @@ func TestARetryThatDiesWithItsMarksIsFinishedByTheRepair(t *testing.T) {
 func TestARollUpRefusedByARetrysMarkIsLeftToTheRetry(t *testing.T) {
 	t.Parallel()
 	late := &recordAtRequeue{stale: map[string]*job.Job{}}
-	h := newClockedOn(t, func(st *store.Store) workflow.Store { late.Store = workflow.StoreOn(st); return late })
+	h := newLateHarness(t, late)
 	late.verify = func(context.Context, []workflow.Finished) error { return nil }
 	ctx := context.Background()
 	id := h.create(wideGroup())
@@ -257,7 +266,8 @@ func TestARollUpRefusedByARetrysMarkIsLeftToTheRetry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	late.stale, late.die = b, true // the retry dies with its marks set
+	late.stale = b
+	late.die.Store(true) // the retry dies with its marks set
 	if _, err := h.eng.Retry(ctx, id); err != nil {
 		t.Fatal(err)
 	}

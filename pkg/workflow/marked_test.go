@@ -59,7 +59,7 @@ func markedChain(t *testing.T, st *store.Store, db store.DynamoAPI, qname string
 	t.Helper()
 	ctx := context.Background()
 	qsvc := queue.NewService(st, queue.Config{})
-	eng := workflow.New(workflow.StoreOn(store.New(db, st.Table())), workflow.Config{Admit: qsvc})
+	eng := workflow.New(store.New(db, st.Table()), workflow.Config{Admit: qsvc})
 	svc := lifecycle.New(st, lifecycle.Config{Queues: qsvc, Workflows: eng})
 	v, err := eng.Create(ctx, []byte(`{"type":"chain","steps":[{"type":"m.a","args":[1],"options":{"queue":"`+qname+`"}},
 		{"type":"m.b","args":[2],"options":{"queue":"`+qname+`"}},{"type":"m.c","args":[3],"options":{"queue":"`+qname+`"}}]}`))
@@ -86,7 +86,7 @@ func TestACancelBetweenAChainsMarkAndItsJobLeavesNothingToRun(t *testing.T) {
 	ctx := context.Background()
 	qsvc := queue.NewService(st, queue.Config{})
 	svc := lifecycle.New(st, lifecycle.Config{Queues: qsvc})
-	canceller := workflow.New(workflow.StoreOn(st), workflow.Config{Admit: qsvc})
+	canceller := workflow.New(st, workflow.Config{Admit: qsvc})
 	var cancelErr error
 	db := &beforeNextJob{Client: testenv.DynamoDB(), path: "/s1", hook: func(wf string) bool {
 		root, err := wfstore.New(st).GetNode(ctx, wf, wfstore.RootPath)
@@ -131,7 +131,7 @@ func TestAChainStepFinishingAfterItsCancelStartsNothing(t *testing.T) {
 	st, _ := testenv.Table(t)
 	ctx := context.Background()
 	qsvc := queue.NewService(st, queue.Config{})
-	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Admit: qsvc})
+	eng := workflow.New(st, workflow.Config{Admit: qsvc})
 	svc := lifecycle.New(st, lifecycle.Config{Queues: qsvc, Workflows: eng})
 	v, err := eng.Create(ctx, []byte(`{"type":"chain","steps":[{"type":"m.a","args":[],"options":{"queue":"lateq"}},{"type":"m.b","args":[],"options":{"queue":"lateq"}}]}`))
 	if err != nil {
@@ -184,7 +184,7 @@ func TestTheStreamWritesTheJobOfAChainStepWhoseRequestDiedAfterTheMark(t *testin
 func verifyWritesOnce(t *testing.T, st *store.Store, finished *job.Job, jobID string) *store.Item {
 	t.Helper()
 	ctx := context.Background()
-	stream := workflow.New(workflow.StoreOn(st), workflow.Config{Admit: queue.NewService(st, queue.Config{})})
+	stream := workflow.New(st, workflow.Config{Admit: queue.NewService(st, queue.Config{})})
 	if err := stream.Verify(ctx, []workflow.Finished{{Job: finished}}); err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +210,7 @@ func TestAChainStepThatIsAGroupStartsInATransaction(t *testing.T) {
 	st, _ := testenv.Table(t)
 	ctx := context.Background()
 	qsvc := queue.NewService(st, queue.Config{})
-	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Admit: qsvc})
+	eng := workflow.New(st, workflow.Config{Admit: qsvc})
 	svc := lifecycle.New(st, lifecycle.Config{Queues: qsvc, Workflows: eng})
 	v, err := eng.Create(ctx, []byte(`{"type":"chain","steps":[{"type":"m.a","args":[],"options":{"queue":"grpq"}},
 		{"type":"group","jobs":[{"type":"m.b","args":[],"options":{"queue":"grpq"}}]}]}`))
@@ -251,7 +251,7 @@ func TestAChainIsCreatedWithoutATransaction(t *testing.T) {
 	st, rec := testenv.CountedTable(t)
 	qsvc := queue.NewService(st, queue.Config{PushQueues: []string{"cq"}})
 	svc := lifecycle.New(st, lifecycle.Config{Queues: qsvc})
-	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Admit: qsvc})
+	eng := workflow.New(st, workflow.Config{Admit: qsvc})
 	ctx := context.Background()
 	create := func(body string) (string, callstats.Set) {
 		t.Helper()
@@ -298,13 +298,13 @@ func TestACancelBetweenACreationsRequestsLeavesNothingToRun(t *testing.T) {
 	ctx := context.Background()
 	qsvc := queue.NewService(st, queue.Config{PushQueues: []string{"ccq"}})
 	svc := lifecycle.New(st, lifecycle.Config{Queues: qsvc})
-	canceller := workflow.New(workflow.StoreOn(st), workflow.Config{Admit: qsvc})
+	canceller := workflow.New(st, workflow.Config{Admit: qsvc})
 	var cancelErr error
 	db := &beforeNextJob{Client: testenv.DynamoDB(), path: "/s0", hook: func(wf string) bool {
 		_, cancelErr = canceller.Cancel(ctx, wf)
 		return false
 	}}
-	eng := workflow.New(workflow.StoreOn(store.New(db, st.Table())), workflow.Config{Admit: qsvc})
+	eng := workflow.New(store.New(db, st.Table()), workflow.Config{Admit: qsvc})
 	v, err := eng.Create(ctx, []byte(smallChain("ccq", "")))
 	if err != nil || cancelErr != nil || !db.done.Load() {
 		t.Fatalf("create: %v, cancel: %v, raced: %v", err, cancelErr, db.done.Load())
@@ -326,14 +326,14 @@ func TestTheProgressCheckWritesTheFirstJobOfACreationThatDied(t *testing.T) {
 	svc := lifecycle.New(st, lifecycle.Config{Queues: qsvc})
 	var id string
 	db := &beforeNextJob{Client: testenv.DynamoDB(), path: "/s0", hook: func(wf string) bool { id = wf; return true }}
-	eng := workflow.New(workflow.StoreOn(store.New(db, st.Table())), workflow.Config{Admit: qsvc})
+	eng := workflow.New(store.New(db, st.Table()), workflow.Config{Admit: qsvc})
 	if _, err := eng.Create(ctx, []byte(smallChain("cdq", ""))); err == nil {
 		t.Fatal("the creation whose job put failed answered success")
 	}
 	if _, err := st.GetItem(ctx, wfdef.JobID(id, "/s0")); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("first job after the dead creation: %v; want none", err)
 	}
-	later := workflow.New(workflow.StoreOn(st), workflow.Config{Admit: qsvc, Now: func() time.Time { return time.Now().Add(workflow.CheckAfter + time.Minute) }})
+	later := workflow.New(st, workflow.Config{Admit: qsvc, Now: func() time.Time { return time.Now().Add(workflow.CheckAfter + time.Minute) }})
 	if _, err := later.Repair(ctx, 100); err != nil {
 		t.Fatal(err)
 	}

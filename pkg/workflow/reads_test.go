@@ -84,7 +84,7 @@ func countedEngine(t *testing.T) (*countingDB, *store.Store, *lifecycle.Service,
 	db := &countingDB{Client: testenv.DynamoDB(), n: map[string]int{}}
 	st := store.New(db, base.Table())
 	qsvc := queue.NewService(st, queue.Config{})
-	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Admit: qsvc})
+	eng := workflow.New(st, workflow.Config{Admit: qsvc})
 	svc := lifecycle.New(st, lifecycle.Config{Queues: qsvc, Workflows: eng})
 	return db, st, svc, qsvc, eng
 }
@@ -154,7 +154,7 @@ func TestChainStepRequests(t *testing.T) {
 	// that saw the workflow's creation record, one (the root, once per
 	// process) in one that did not; the same events either way.
 	for _, warm := range []bool{true, false} {
-		stream := workflow.New(workflow.StoreOn(st), workflow.Config{Admit: qsvc})
+		stream := workflow.New(st, workflow.Config{Admit: qsvc})
 		var nodes []workflow.NodeChange
 		if warm {
 			nodes = []workflow.NodeChange{{New: root, At: time.Now()}}
@@ -372,7 +372,7 @@ func TestChainStepWriteUnits(t *testing.T) {
 	t.Parallel()
 	st, rec := testenv.CountedTable(t)
 	qsvc := queue.NewService(st, queue.Config{})
-	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Admit: qsvc})
+	eng := workflow.New(st, workflow.Config{Admit: qsvc})
 	svc := lifecycle.New(st, lifecycle.Config{Queues: qsvc, Workflows: eng})
 	ctx := context.Background()
 	if _, err := eng.Create(ctx, []byte(`{"type":"chain","name":"units","steps":[

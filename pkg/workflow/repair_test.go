@@ -34,7 +34,7 @@ func TestRepairRecoversLostProgress(t *testing.T) {
 	clk := testenv.NewClock(time.Now().UTC())
 	qsvc := queue.NewService(st, queue.Config{Now: clk.Now})
 	svc := lifecycle.New(st, lifecycle.Config{Now: clk.Now, Queues: qsvc})
-	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Now: clk.Now, Admit: qsvc})
+	eng := workflow.New(st, workflow.Config{Now: clk.Now, Admit: qsvc})
 	ctx := context.Background()
 	v, err := eng.Create(ctx, []byte(`{"type":"chain","steps":[{"type":"r.one","args":[],"options":{"queue":"rq"}},
 		{"type":"group","jobs":[{"type":"r.two","args":[],"options":{"queue":"rq"}},{"type":"r.three","args":[],"options":{"queue":"rq"}}]}]}`))
@@ -86,7 +86,7 @@ func TestRepairDeletesAWorkflowWhoseCreatorDied(t *testing.T) {
 	clk := testenv.NewClock(time.Now().UTC())
 	qsvc := queue.NewService(st, queue.Config{Now: clk.Now})
 	svc := lifecycle.New(st, lifecycle.Config{Now: clk.Now, Queues: qsvc})
-	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Now: clk.Now, Admit: qsvc})
+	eng := workflow.New(st, workflow.Config{Now: clk.Now, Admit: qsvc})
 	ctx := context.Background()
 	var jobs []string
 	for i := 0; i < 150; i++ {
@@ -150,26 +150,24 @@ func TestRepairDeletesAWorkflowWhoseCreatorDied(t *testing.T) {
 	}
 }
 
-// applyFailing fails every ApplyAll and ApplyAllIf while fail is set: a
-// cancelling request that died after it cancelled the root, before its
-// jobs.
+// applyFailing fails, while fail is set, every transaction that updates
+// jobs (the job store's ApplyAll and ApplyAllIf, a cancel's cancelling of
+// its jobs): a cancelling request that died after it cancelled the root,
+// before its jobs.
 type applyFailing struct {
-	workflow.Store
+	*dynamodb.Client
 	fail atomic.Bool
 }
 
-func (a *applyFailing) ApplyAll(ctx context.Context, ts []store.Transition) ([]error, error) {
+func (a *applyFailing) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, o ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
 	if a.fail.Load() {
-		return nil, errors.New("the request died")
+		for _, it := range in.TransactItems {
+			if it.Update != nil && strings.HasPrefix(keyS(it.Update.Key, "pk"), "JOB#") {
+				return nil, errors.New("the request died")
+			}
+		}
 	}
-	return a.Store.ApplyAll(ctx, ts)
-}
-
-func (a *applyFailing) ApplyAllIf(ctx context.Context, ts []store.Transition, g store.Guard) ([]error, error) {
-	if a.fail.Load() {
-		return nil, errors.New("the request died")
-	}
-	return a.Store.ApplyAllIf(ctx, ts, g)
+	return a.Client.TransactWriteItems(ctx, in, o...)
 }
 
 // TestRepairCancelsWhatACancelLeft: a cancel whose request died after it
@@ -179,11 +177,12 @@ func (a *applyFailing) ApplyAllIf(ctx context.Context, ts []store.Transition, g 
 // checked once and changes nothing.
 func TestRepairCancelsWhatACancelLeft(t *testing.T) {
 	t.Parallel()
-	st, _ := testenv.Table(t)
+	base, _ := testenv.Table(t)
+	wst := &applyFailing{Client: testenv.DynamoDB()}
+	st := store.New(wst, base.Table())
 	clk := testenv.NewClock(time.Now().UTC())
 	qsvc := queue.NewService(st, queue.Config{Now: clk.Now})
-	wst := &applyFailing{Store: workflow.StoreOn(st)}
-	eng := workflow.New(wst, workflow.Config{Now: clk.Now, Admit: qsvc})
+	eng := workflow.New(st, workflow.Config{Now: clk.Now, Admit: qsvc})
 	svc := lifecycle.New(st, lifecycle.Config{Now: clk.Now, Queues: qsvc, Workflows: eng})
 	ctx := context.Background()
 	died, finished := uuid.Must(uuid.NewV7()).String(), uuid.Must(uuid.NewV7()).String()
@@ -263,7 +262,7 @@ func (c *cancelMidway) PutItem(ctx context.Context, in *dynamodb.PutItemInput, o
 func createCancelledMidway(t *testing.T, st *store.Store, admit workflow.Admitter, queue string, cancel func(id string)) (string, []string) {
 	t.Helper()
 	db := &cancelMidway{Client: testenv.DynamoDB(), cancel: cancel}
-	eng := workflow.New(workflow.StoreOn(store.New(db, st.Table())), workflow.Config{Admit: admit})
+	eng := workflow.New(store.New(db, st.Table()), workflow.Config{Admit: admit})
 	jobs := make([]string, 150)
 	for i := range jobs {
 		jobs[i] = `{"type":"race.job","args":[],"options":{"queue":"` + queue + `"}}`
@@ -290,7 +289,7 @@ func TestACancelRacingTheFirstJobsLeavesNoneToRun(t *testing.T) {
 	st, _ := testenv.Table(t)
 	qsvc := queue.NewService(st, queue.Config{})
 	svc := lifecycle.New(st, lifecycle.Config{Queues: qsvc})
-	canceller := workflow.New(workflow.StoreOn(st), workflow.Config{Admit: qsvc})
+	canceller := workflow.New(st, workflow.Config{Admit: qsvc})
 	ctx := context.Background()
 	var cancelErr error
 	id, ids := createCancelledMidway(t, st, qsvc, "raceq", func(id string) { _, cancelErr = canceller.Cancel(ctx, id) })
@@ -367,7 +366,7 @@ func TestACancelsPlaceholdersDoNotLandInAReopenedWorkflow(t *testing.T) {
 	st, _ := testenv.Table(t)
 	qsvc := queue.NewService(st, queue.Config{})
 	reopen := &reopenBeforePlaceholders{Client: testenv.DynamoDB(), table: st.Table()}
-	canceller := workflow.New(workflow.StoreOn(store.New(reopen, st.Table())), workflow.Config{Admit: qsvc})
+	canceller := workflow.New(store.New(reopen, st.Table()), workflow.Config{Admit: qsvc})
 	ctx := context.Background()
 	_, ids := createCancelledMidway(t, st, qsvc, "reopenq", func(id string) { _, _ = canceller.Cancel(ctx, id) })
 	if !reopen.reopened.Load() {

@@ -26,7 +26,7 @@ func TestDueWorkflowsAreSpreadOverShards(t *testing.T) {
 	st, _ := testenv.Table(t)
 	clk := testenv.NewClock(time.Now().UTC())
 	qsvc := queue.NewService(st, queue.Config{Now: clk.Now})
-	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Now: clk.Now, Admit: qsvc})
+	eng := workflow.New(st, workflow.Config{Now: clk.Now, Admit: qsvc})
 	ctx := context.Background()
 	const workflows = 16
 	for i := range workflows {

@@ -281,7 +281,7 @@ func (e *Engine) relaunchGraph(ctx context.Context, s step, root *wfstore.Node, 
 // re-opened it since): a stale record must not count it again.
 func (e *Engine) current(ctx context.Context, s step) (*step, error) {
 	if s.job != nil {
-		jobs, err := e.st.BatchGetJobs(ctx, []string{s.job.ID})
+		jobs, err := e.jobs.BatchGetJobs(ctx, []string{s.job.ID})
 		if err != nil {
 			return nil, err
 		}
@@ -431,7 +431,7 @@ func (e *Engine) repair(ctx context.Context, id string, now time.Time) error {
 			ids = append(ids, wfdef.JobID(id, n.Path))
 		}
 	}
-	jobs, err := e.st.BatchGetJobs(ctx, ids)
+	jobs, err := e.jobs.BatchGetJobs(ctx, ids)
 	if err != nil {
 		return err
 	}

@@ -203,7 +203,7 @@ func (e *Engine) Get(ctx context.Context, wfID string) (*View, error) {
 			}
 		}
 	}
-	jobs, err := e.st.BatchGetJobs(ctx, ids)
+	jobs, err := e.jobs.BatchGetJobs(ctx, ids)
 	if err != nil {
 		return nil, ojserr.Backend(err)
 	}

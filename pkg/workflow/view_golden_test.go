@@ -387,7 +387,7 @@ func TestViewGolden(t *testing.T) {
 		t.Parallel()
 		st, _ := testenv.Table(t)
 		qsvc := queue.NewService(st, queue.Config{})
-		eng := workflow.New(workflow.StoreOn(st), workflow.Config{Admit: qsvc, AsyncItems: 5, CreationSlice: time.Minute})
+		eng := workflow.New(st, workflow.Config{Admit: qsvc, AsyncItems: 5, CreationSlice: time.Minute})
 		ctx := context.Background()
 		id := "01900000-0000-7000-8000-000000000014"
 		v, err := eng.Create(ctx, []byte(asyncBody(id, "vcq", 12)))

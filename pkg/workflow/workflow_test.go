@@ -46,7 +46,7 @@ func newStreamOnlyHarness(t *testing.T) *harness {
 func newHarnessInline(t *testing.T, inline bool) *harness {
 	st, _ := testenv.Table(t)
 	qsvc := queue.NewService(st, queue.Config{})
-	eng := workflow.New(workflow.StoreOn(st), workflow.Config{Admit: qsvc})
+	eng := workflow.New(st, workflow.Config{Admit: qsvc})
 	c := lifecycle.Config{Queues: qsvc}
 	if inline {
 		c.Workflows = eng
