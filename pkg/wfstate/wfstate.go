@@ -1,16 +1,23 @@
 // Package wfstate is the state machine of workflows and their nodes (a
 // workflow's root, and every chain, group, batch and graph inside it;
 // ojs-workflows.md section 8). Job steps follow the job state machine
-// (pkg/job); this one governs the composite nodes and the workflow itself.
+// (pkg/job); this one governs the workflow's own items, each kind with a
+// table of its own:
 //
-//	waiting   -> running | completed | failed | cancelled
-//	running   -> completed | failed | cancelled
-//	failed    -> running | waiting (a retry re-opens it: the root runs
-//	             again, nested nodes wait again)
-//	cancelled -> running | waiting (the same)
-//	completed -> waiting (only a workflow's on_failure or on_cancel
-//	             handler, which a retry re-arms for a later failure or
-//	             cancel; every other completed node is final)
+//	Root (the workflow):
+//	  running   -> completed | failed | cancelled
+//	  failed    -> running   (a retry re-opens it)
+//	  cancelled -> running   (the same)
+//	Composite (a nested chain, group, batch or graph):
+//	  waiting   -> completed | failed | cancelled
+//	  failed    -> waiting   (a retry re-opens it)
+//	  cancelled -> waiting   (the same)
+//	Handler (a workflow's on_failure, on_cancel or on_complete handler,
+//	or its compensation; a job step or a chain):
+//	  waiting   -> running
+//	  running   -> completed | failed | cancelled
+//	  completed | failed | cancelled -> waiting (a retry re-arms it for a
+//	             later failure or cancel)
 //
 // A workflow's root is running from creation: its first jobs are written
 // in the same request (the spec's pending workflow state is never
@@ -18,8 +25,8 @@
 // finishes: starting it writes only its first jobs, and its parent's
 // progress tells that it started (views show it running), so it moves
 // from waiting straight to completed or failed. Every change is a
-// conditional write naming the states it leaves (pkg/store), and the
-// writer checks it against this table first.
+// conditional write naming the states it leaves (pkg/wfstore), and the
+// writer checks it against its item's table first.
 package wfstate
 
 // State is a workflow or node state. The string values are persisted.
@@ -34,17 +41,35 @@ const (
 	Cancelled State = "cancelled"
 )
 
-var transitions = map[State][]State{
-	Waiting:   {Running, Completed, Failed, Cancelled},
-	Running:   {Completed, Failed, Cancelled},
-	Failed:    {Running, Waiting},
-	Cancelled: {Running, Waiting},
-	Completed: {Waiting},
-}
+// Machine is the transition table of one kind of item: the states each
+// state may move to.
+type Machine map[State][]State
 
-// CanTransition reports whether from -> to is a valid transition.
-func CanTransition(from, to State) bool {
-	for _, s := range transitions[from] {
+// The tables of a workflow's root, its nested composites and its
+// handlers (see the package comment).
+var (
+	Root = Machine{
+		Running:   {Completed, Failed, Cancelled},
+		Failed:    {Running},
+		Cancelled: {Running},
+	}
+	Composite = Machine{
+		Waiting:   {Completed, Failed, Cancelled},
+		Failed:    {Waiting},
+		Cancelled: {Waiting},
+	}
+	Handler = Machine{
+		Waiting:   {Running},
+		Running:   {Completed, Failed, Cancelled},
+		Completed: {Waiting},
+		Failed:    {Waiting},
+		Cancelled: {Waiting},
+	}
+)
+
+// Can reports whether from -> to is a transition of m.
+func (m Machine) Can(from, to State) bool {
+	for _, s := range m[from] {
 		if s == to {
 			return true
 		}

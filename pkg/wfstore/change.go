@@ -118,8 +118,15 @@ func (c Change) inState(states ...wfstate.State) Change {
 // open makes c conditional on the node not being finished.
 func (c Change) open() Change { return c.when(stateIn(wfstate.Waiting, wfstate.Running)) }
 
-// move is a change of the node's state from one of from to to, stamped at.
+// move is a change of the node's state from one of from to to, stamped
+// at. Of from, only the states the node's table moves to to are named in
+// its condition (a nested composite is never running, for one): the
+// changes that finish or stop a node serve every kind.
 func move(path string, to wfstate.State, at time.Time, from ...wfstate.State) Change {
+	m := MachineOf(path)
+	if ok := slices.DeleteFunc(slices.Clone(from), func(f wfstate.State) bool { return !m.Can(f, to) }); len(ok) > 0 {
+		from = ok
+	}
 	c := Change{Path: path, to: to, from: from, stated: true}
 	c = c.when(stateIn(from...)).with(set("state", string(to)))
 	ts := job.Timestamp(at)
@@ -421,18 +428,27 @@ func (c Change) marking(mark string) Change {
 	return c.inState(wfstate.Running).with(set("launch", mark))
 }
 
-// check checks c's move against the node state machine.
+// MachineOf is the transition table of the node at path: the root's, a
+// handler's (or the compensation's), or a nested composite's.
+func MachineOf(path string) wfstate.Machine {
+	switch {
+	case path == RootPath:
+		return wfstate.Root
+	case strings.HasPrefix(path, "/~") && !strings.Contains(path[1:], "/"):
+		return wfstate.Handler
+	}
+	return wfstate.Composite
+}
+
+// check checks c's move against its node's transition table.
 func (c Change) check() error {
 	if c.to == "" {
 		return nil
 	}
+	m := MachineOf(c.Path)
 	for _, f := range c.from {
-		if !wfstate.CanTransition(f, c.to) {
+		if !m.Can(f, c.to) {
 			return fmt.Errorf("node %s: invalid transition %s -> %s", c.Path, f, c.to)
-		}
-		if f == wfstate.Completed && !strings.HasPrefix(c.Path, "/~") {
-			// Only a workflow's handlers are re-armed (wfstate).
-			return fmt.Errorf("node %s: invalid transition %s -> %s (only a handler's node leaves completed)", c.Path, f, c.to)
 		}
 	}
 	return nil

@@ -114,7 +114,7 @@ func TestAWorkflowsItemsKeepTheirKeysAndAttributes(t *testing.T) {
 		t.Fatalf("progress read: %+v", p)
 	}
 
-	_, err = ws.Change(ctx, wfID, wfstore.StartNode(wfstore.RootPath, now))
+	_, err = ws.Change(ctx, wfID, wfstore.RetryWorkflow(wfstate.Failed, now, now, time.Time{}))
 	var nc *wfstore.ErrNodeConflict
 	if !errors.As(err, &nc) || nc.Current.State != wfstate.Running {
 		t.Fatalf("a write from a state the node is not in: %v", err)
