@@ -79,7 +79,7 @@ func runAll(t *testing.T, st *store.Store, svc *lifecycle.Service, eng *workflow
 	ran := map[string]int{}
 	var wg sync.WaitGroup
 	done := func() bool {
-		root, err := wfstore.New(st).GetNode(ctx, id, wfstore.RootPath)
+		root, err := wfstore.New(st).GetRoot(ctx, id)
 		return err == nil && root.State.Terminal()
 	}
 	for w := 0; w < 16; w++ {
@@ -142,7 +142,7 @@ func scaleRun(t *testing.T, kind string, n int) {
 	id := v.ID
 	created := time.Since(start)
 	ran := runAll(t, st, svc, eng, "scale", id, time.Now().Add(runBudget))
-	root, err := wfstore.New(st).GetNode(ctx, id, wfstore.RootPath)
+	root, err := wfstore.New(st).GetRoot(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +214,7 @@ func TestThousandStepGraphs(t *testing.T) {
 			}
 			id := v.ID
 			ran := runAll(t, st, svc, eng, q, id, time.Now().Add(runBudget))
-			root, err := wfstore.New(st).GetNode(ctx, id, wfstore.RootPath)
+			root, err := wfstore.New(st).GetRoot(ctx, id)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -25,11 +25,11 @@ import (
 
 // snapshot is the whole table, read at the end of the run.
 type snapshot struct {
-	jobs   map[string]*job.Job                 // by id
-	nodes  map[string]map[string]*wfstore.Node // workflow id -> path -> node
-	events map[string][]jobEvent               // job id -> its events
-	wfEvts map[string][]string                 // workflow id -> event types
-	seen   map[string]bool                     // event ids counted
+	jobs   map[string]*job.Job                // by id
+	nodes  map[string]map[string]wfstore.Node // workflow id -> path -> node
+	events map[string][]jobEvent              // job id -> its events
+	wfEvts map[string][]string                // workflow id -> event types
+	seen   map[string]bool                    // event ids counted
 }
 
 type jobEvent struct {
@@ -38,7 +38,7 @@ type jobEvent struct {
 }
 
 func scan(ctx context.Context, db *dynamodb.Client, table string) (*snapshot, error) {
-	s := &snapshot{jobs: map[string]*job.Job{}, nodes: map[string]map[string]*wfstore.Node{}, events: map[string][]jobEvent{}, wfEvts: map[string][]string{}, seen: map[string]bool{}}
+	s := &snapshot{jobs: map[string]*job.Job{}, nodes: map[string]map[string]wfstore.Node{}, events: map[string][]jobEvent{}, wfEvts: map[string][]string{}, seen: map[string]bool{}}
 	const segments = 4
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -90,10 +90,11 @@ func (s *snapshot) add(av map[string]types.AttributeValue) error {
 		if err != nil || !ok {
 			return err
 		}
-		if s.nodes[n.WorkflowID] == nil {
-			s.nodes[n.WorkflowID] = map[string]*wfstore.Node{}
+		b := n.Base()
+		if s.nodes[b.WorkflowID] == nil {
+			s.nodes[b.WorkflowID] = map[string]wfstore.Node{}
 		}
-		s.nodes[n.WorkflowID][n.Path] = n
+		s.nodes[b.WorkflowID][b.Path] = n
 	case strings.HasPrefix(pk.Value, "EVT#job#"), strings.HasPrefix(pk.Value, "EVT#workflow#"),
 		strings.HasPrefix(pk.Value, "EVB#"):
 		// A page of a subject's history (EVT#), or of the histories of the
@@ -181,8 +182,8 @@ func verify(plans []*wfPlan, snap *snapshot, views map[string]map[string]any, po
 						if j := snap.jobs[wfdef.JobID(w.id, d.path)]; j != nil {
 							fail("wf %d %s: a job exists for a step that must never run (state %s)", w.index, d.path, j.State)
 						}
-					} else if dn := nodes[d.path]; dn != nil && dn.State != wfstate.Waiting {
-						fail("wf %d %s: a node that must never start is %s", w.index, d.path, dn.State)
+					} else if dn := nodes[d.path]; dn != nil && dn.Base().State != wfstate.Waiting {
+						fail("wf %d %s: a node that must never start is %s", w.index, d.path, dn.Base().State)
 					}
 				})
 				return false
@@ -195,7 +196,7 @@ func verify(plans []*wfPlan, snap *snapshot, views map[string]map[string]any, po
 					fail("wf %d %s: the job was never created (lost)", w.index, n.path)
 					return false
 				}
-				ok := checkJob(w, n, j, nodes[parentPath(n.path)], snap, pool, t, fail)
+				ok := checkJob(w, n, j, wfstore.CompositeOf(nodes[parentPath(n.path)]), snap, pool, t, fail)
 				if !n.callback {
 					if ok {
 						counted["completed"]++
@@ -271,7 +272,7 @@ func verify(plans []*wfPlan, snap *snapshot, views map[string]map[string]any, po
 							}
 						}
 					}
-					got := append([]string{}, sn.Fired...)
+					got := append([]string{}, wfstore.CompositeOf(sn).Fired...)
 					sort.Strings(got)
 					exp := append([]string{}, fired...)
 					sort.Strings(exp)
@@ -284,8 +285,8 @@ func verify(plans []*wfPlan, snap *snapshot, views map[string]map[string]any, po
 			if !ok {
 				want = wfstate.Failed
 			}
-			if sn.State != want {
-				fail("wf %d %s (%s): node state %s, want %s", w.index, n.path, n.kind, sn.State, want)
+			if sn.Base().State != want {
+				fail("wf %d %s (%s): node state %s, want %s", w.index, n.path, n.kind, sn.Base().State, want)
 			}
 			return ok
 		}
@@ -293,7 +294,7 @@ func verify(plans []*wfPlan, snap *snapshot, views map[string]map[string]any, po
 		if w.kind == "saga" {
 			checkSaga(w, nodes, snap, want, fail)
 		}
-		state := nodes["/"].State
+		state := nodes["/"].Base().State
 		t.wfState[w.kind+"/"+w.mode+"/"+string(state)]++
 		v := views[w.id]
 		if v == nil {
@@ -344,8 +345,8 @@ func parentPath(p string) string {
 // completed is undone exactly once, the latest completion first, each
 // compensation with its step's result; a saga that completed, or whose
 // first step failed, undoes nothing.
-func checkSaga(w *wfPlan, nodes map[string]*wfstore.Node, snap *snapshot, want map[string]bool, fail func(string, ...any)) {
-	root := nodes["/"]
+func checkSaga(w *wfPlan, nodes map[string]wfstore.Node, snap *snapshot, want map[string]bool, fail func(string, ...any)) {
+	root := nodes["/"].(*wfstore.Root)
 	type done struct {
 		path string
 		at   time.Time
@@ -419,9 +420,9 @@ func checkSaga(w *wfPlan, nodes map[string]*wfstore.Node, snap *snapshot, want m
 // was cancelled before it started, and the workflow then failed with
 // workflow_timeout; every job is terminal and ran at most once per
 // attempt.
-func checkTimed(w *wfPlan, nodes map[string]*wfstore.Node, snap *snapshot, views map[string]map[string]any, want map[string]bool,
+func checkTimed(w *wfPlan, nodes map[string]wfstore.Node, snap *snapshot, views map[string]map[string]any, want map[string]bool,
 	t *tally, fail func(string, ...any)) {
-	root := nodes["/"]
+	root := nodes["/"].(*wfstore.Root)
 	all, cancelled := true, 0
 	for _, c := range w.root.children {
 		id := wfdef.JobID(w.id, c.path)
@@ -468,7 +469,7 @@ func checkTimed(w *wfPlan, nodes map[string]*wfstore.Node, snap *snapshot, views
 // or explained by faults, counted once in its parent as what it was, and
 // its event history (each attempt enqueued once and started once, one
 // terminal event).
-func checkJob(w *wfPlan, n *node, j *job.Job, parent *wfstore.Node, snap *snapshot, pool *pullPool, t *tally, fail func(string, ...any)) bool {
+func checkJob(w *wfPlan, n *node, j *job.Job, parent *wfstore.Composite, snap *snapshot, pool *pullPool, t *tally, fail func(string, ...any)) bool {
 	ok := j.State == job.Completed
 	if j.State != job.Completed && j.State != job.Discarded {
 		fail("wf %d %s: job %s is %s, not finished", w.index, n.path, j.ID, j.State)

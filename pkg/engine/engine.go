@@ -35,7 +35,7 @@ import (
 // as a job (Old, New) or as a workflow node (OldNode, NewNode).
 type Change struct {
 	Old, New             *store.Item
-	OldNode, NewNode     *wfstore.Node
+	OldNode, NewNode     wfstore.Node
 	OldQueue, NewQueue   *queue.QueueInfo
 	OldCron, NewCron     *cron.Info
 	OldPrune, NewPrune   *deadletter.PruneRun
@@ -169,7 +169,7 @@ func (e *Engine) Process(ctx context.Context, changes []Change) (int, error) {
 	// cancel request ran out of time (its root marked cancelling): Resume
 	// cancels the jobs left.
 	for _, c := range changes {
-		if n := c.NewNode; n != nil && n.Path == wfstore.RootPath && (len(n.CDef) > 0 && n.CreateLease == 0 || n.Cancelling) {
+		if n, ok := c.NewNode.(*wfstore.Root); ok && (len(n.CDef) > 0 && n.CreateLease == 0 || n.Cancelling) {
 			if err := e.Workflows.Resume(ctx, n.WorkflowID); err != nil && !errors.Is(err, wfstore.ErrCreationUnfinished) {
 				return 0, err
 			}
@@ -279,12 +279,15 @@ func finished(c Change) (workflow.Finished, bool) {
 		}
 		return workflow.Finished{Job: c.New.Job}, true
 	}
-	if n := c.NewNode; n != nil && (n.Kind != wfdef.KindJob || strings.HasPrefix(n.Path, "/~")) && n.State.Terminal() {
+	if c.NewNode == nil {
+		return workflow.Finished{}, false
+	}
+	if n := c.NewNode.Base(); (n.Kind != wfdef.KindJob || strings.HasPrefix(n.Path, "/~")) && n.State.Terminal() {
 		// A composite (or the root, or a handler) that finished.
-		if c.OldNode != nil && c.OldNode.State == n.State {
+		if c.OldNode != nil && c.OldNode.Base().State == n.State {
 			return workflow.Finished{}, false
 		}
-		return workflow.Finished{Node: n}, true
+		return workflow.Finished{Node: c.NewNode}, true
 	}
 	return workflow.Finished{}, false
 }

@@ -39,18 +39,24 @@ func (r *resumeRecorder) Events(context.Context, string, []workflow.NodeChange, 
 // does, at the first record.
 func TestResumeRunsFromTheRootsChangesWithoutLease(t *testing.T) {
 	def := []byte{1}
-	root := func(id string, def []byte, lease int64) *wfstore.Node {
-		return &wfstore.Node{WorkflowID: id, Path: wfstore.RootPath, CDef: def, CreateLease: lease}
+	root := func(id string, def []byte, lease int64) *wfstore.Root {
+		return &wfstore.Root{Composite: wfstore.Composite{Item: wfstore.Item{WorkflowID: id, Path: wfstore.RootPath}},
+			Creation: wfstore.Creation{CDef: def, CreateLease: lease}}
+	}
+	cancelling := func(id string, on bool) *wfstore.Root {
+		r := root(id, nil, 0)
+		r.Cancelling = on
+		return r
 	}
 	changes := []Change{
 		{NewNode: root("inserted", def, 0)},
 		{OldNode: root("leased", def, 0), NewNode: root("leased", def, 1795594126694)},
 		{OldNode: root("given-back", def, 1795594126694), NewNode: root("given-back", def, 0)},
 		{OldNode: root("finished", def, 1795594126694), NewNode: root("finished", nil, 0)},
-		{NewNode: &wfstore.Node{WorkflowID: "child", Path: "/0", CDef: def}},
+		{NewNode: &wfstore.Composite{Item: wfstore.Item{WorkflowID: "child", Path: "/0"}}},
 		{OldNode: root("deleted", def, 0)},
-		{NewNode: &wfstore.Node{WorkflowID: "cancelling", Path: wfstore.RootPath, Cancelling: true}},
-		{OldNode: &wfstore.Node{WorkflowID: "cancelled", Path: wfstore.RootPath, Cancelling: true}, NewNode: &wfstore.Node{WorkflowID: "cancelled", Path: wfstore.RootPath}},
+		{NewNode: cancelling("cancelling", true)},
+		{OldNode: cancelling("cancelled", true), NewNode: cancelling("cancelled", false)},
 	}
 	rec := &resumeRecorder{err: fmt.Errorf("slice over: %w", wfstore.ErrCreationUnfinished)}
 	e := &Engine{Workflows: rec}

@@ -73,7 +73,7 @@ func TestBatchAdd(t *testing.T) {
 			counts: map[string]int{}},
 		{name: "heartbeat", change: change(jobIn("q", job.Active, 0, 5, -1), jobIn("q", job.Active, 0, 5, -1)), noActivity: true},
 		{name: "deleted", change: change(jobIn("q", job.Discarded, 0, 5, 9), nil), noActivity: true},
-		{name: "workflow node", change: engine.Change{NewNode: &wfstore.Node{}}, noActivity: true},
+		{name: "workflow node", change: engine.Change{NewNode: &wfstore.Composite{}}, noActivity: true},
 		{name: "clock went backwards: no latency", change: change(jobIn("q", job.Available, 500, -1, -1), jobIn("q", job.Active, 500, 100, -1)),
 			counts: map[string]int{JobsStarted: 1}},
 	}
@@ -175,7 +175,7 @@ func TestEmitWritesOneEMFLinePerQueue(t *testing.T) {
 		change(nil, jobIn("email", job.Available, 0, -1, -1)),
 		change(jobIn("email", job.Active, 0, 10, -1), jobIn("email", job.Completed, 0, 10, 30)),
 		change(jobIn("lambda", job.Available, 0, -1, -1), jobIn("lambda", job.Active, 0, 7, -1)),
-		{NewNode: &wfstore.Node{}},
+		{NewNode: &wfstore.Composite{}},
 	}
 	if err := e.Emit(changes); err != nil {
 		t.Fatal(err)
@@ -257,7 +257,7 @@ func TestEmitSplitsLongLatencyLists(t *testing.T) {
 func TestEmitWritesNothingForNoJobChanges(t *testing.T) {
 	t.Parallel()
 	var out bytes.Buffer
-	if err := (&Emitter{W: &out}).Emit([]engine.Change{{NewNode: &wfstore.Node{}}, change(jobIn("q", job.Active, 0, 1, -1), jobIn("q", job.Active, 0, 1, -1))}); err != nil {
+	if err := (&Emitter{W: &out}).Emit([]engine.Change{{NewNode: &wfstore.Composite{}}, change(jobIn("q", job.Active, 0, 1, -1), jobIn("q", job.Active, 0, 1, -1))}); err != nil {
 		t.Fatal(err)
 	}
 	if out.Len() != 0 {

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -152,7 +151,7 @@ func (s *Store) AdvanceMarked(ctx context.Context, wfID string, c Change, mark s
 	}
 	if _, err := s.Change(ctx, wfID, c.marking(mark)); err != nil {
 		var nc *ErrNodeConflict
-		if errors.Is(err, store.ErrNotFound) || errors.As(err, &nc) && nc.Current.State != wfstate.Running {
+		if errors.Is(err, store.ErrNotFound) || errors.As(err, &nc) && nc.State() != wfstate.Running {
 			return ErrWorkflowNotRunning // as Advance's check of the root
 		}
 		return err
@@ -217,8 +216,7 @@ func (s *Store) advanceTx(ctx context.Context, a Advance, jobs []*job.Job, nodes
 				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}})
 		}
 		for _, n := range newNodes {
-			n.Rev = 1
-			av, err := attributevalue.MarshalMap(nodeItem{PK: wfPrefix + wfID, SK: nodeSK(n.Path), Node: n})
+			av, err := marshalNew(n)
 			if err != nil {
 				return err
 			}
@@ -263,14 +261,14 @@ func (s *Store) advanceTx(ctx context.Context, a Advance, jobs []*job.Job, nodes
 			if len(r.Item) == 0 {
 				return ErrWorkflowNotRunning
 			}
-			var it nodeItem
-			if err := attributevalue.UnmarshalMap(r.Item, &it); err != nil {
+			n, err := decodeNode(r.Item)
+			if err != nil {
 				return err
 			}
-			if it.Path == a.Scope && !inScope(it.State) {
+			if n.Base().Path == a.Scope && !inScope(n.Base().State) {
 				return ErrWorkflowNotRunning
 			}
-			return &ErrNodeConflict{Current: &it.Node}
+			return &ErrNodeConflict{Current: n}
 		}
 		if exist == nil {
 			if conflict && tries < store.ConflictTries {

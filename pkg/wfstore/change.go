@@ -501,16 +501,58 @@ func (c Change) expr(wfID string, scope []wfstate.State) (expression.Expression,
 // ErrNodeConflict is returned when a change's condition failed: the node
 // is not in the state it expects, its callbacks were fired already, or a
 // graph decision no longer holds. Current is the node as it was.
-type ErrNodeConflict struct{ Current *Node }
+type ErrNodeConflict struct{ Current Node }
 
 func (e *ErrNodeConflict) Error() string {
-	return fmt.Sprintf("node %s%s changed (state %s)", e.Current.WorkflowID, e.Current.Path, e.Current.State)
+	b := e.Current.Base()
+	return fmt.Sprintf("node %s%s changed (state %s)", b.WorkflowID, b.Path, b.State)
 }
 
-// Change applies c to a node of workflow wfID and returns the node as
-// written, or *ErrNodeConflict with the node as it is, or
-// store.ErrNotFound.
-func (s *Store) Change(ctx context.Context, wfID string, c Change) (*Node, error) {
+// State is the state the node was in.
+func (e *ErrNodeConflict) State() wfstate.State { return e.Current.Base().State }
+
+// Composite is the node as it was if it is a composite (the root's own
+// for the root), or nil.
+func (e *ErrNodeConflict) Composite() *Composite { return CompositeOf(e.Current) }
+
+// Root is the node as it was if it is the root, or nil.
+func (e *ErrNodeConflict) Root() *Root {
+	r, _ := e.Current.(*Root)
+	return r
+}
+
+// Change applies c to a composite (or a handler's node) of workflow wfID
+// and returns it as written (the root's own composite for the root), or
+// *ErrNodeConflict with the node as it is, or store.ErrNotFound.
+func (s *Store) Change(ctx context.Context, wfID string, c Change) (*Composite, error) {
+	n, err := s.change(ctx, wfID, c)
+	if err != nil {
+		return nil, err
+	}
+	if comp := CompositeOf(n); comp != nil {
+		return comp, nil
+	}
+	return &Composite{Item: *n.Base()}, nil // a handler that is one job step
+}
+
+// ChangeRoot applies c to a workflow's root and returns it as written;
+// errors as Change's.
+func (s *Store) ChangeRoot(ctx context.Context, wfID string, c Change) (*Root, error) {
+	if c.Path != RootPath {
+		return nil, fmt.Errorf("workflow %s: change of %s is not of the root", wfID, c.Path)
+	}
+	n, err := s.change(ctx, wfID, c)
+	if err != nil {
+		return nil, err
+	}
+	r, ok := n.(*Root)
+	if !ok {
+		return nil, fmt.Errorf("workflow %s: its root decoded as %T", wfID, n)
+	}
+	return r, nil
+}
+
+func (s *Store) change(ctx context.Context, wfID string, c Change) (Node, error) {
 	x, err := c.expr(wfID, nil)
 	if err != nil {
 		return nil, err
@@ -533,14 +575,6 @@ func (s *Store) Change(ctx context.Context, wfID string, c Change) (*Node, error
 		return nil, fmt.Errorf("update node %s%s: %w", wfID, c.Path, err)
 	}
 	return decodeNode(out.Attributes)
-}
-
-func decodeNode(av map[string]types.AttributeValue) (*Node, error) {
-	var it nodeItem
-	if err := attributevalue.UnmarshalMap(av, &it); err != nil {
-		return nil, err
-	}
-	return &it.Node, nil
 }
 
 // counted is the update of a counter shard or a roll-up: one ADD, applied
@@ -587,11 +621,15 @@ func (s *Store) CountOnShard(ctx context.Context, wfID, path, key string, idx in
 // RollUp records a full shard's counts on its composite (idempotent) and
 // returns the composite as written; ErrReopening while a retry re-opens
 // the composite.
-func (s *Store) RollUp(ctx context.Context, wfID, path string, sh *Shard) (*Node, error) {
+func (s *Store) RollUp(ctx context.Context, wfID, path string, sh *Shard) (*Composite, error) {
 	entry := fmt.Sprintf("%s:%d:%d", sh.Key, len(sh.OK), len(sh.Fail))
 	av, err := s.counted(ctx, wfKey(wfID, nodeSK(path)), "rolled", strs(entry))
 	if err != nil {
 		return nil, fmt.Errorf("roll up %s%s#%s: %w", wfID, path, sh.Key, err)
 	}
-	return decodeNode(av)
+	n, err := decodeNode(av)
+	if err != nil {
+		return nil, err
+	}
+	return CompositeOf(n), nil
 }

@@ -76,7 +76,7 @@ func (s *Store) CreateWorkflow(ctx context.Context, w NewWorkflow) error {
 		return s.createUnguarded(ctx, r, items, w)
 	}
 	if len(items)+len(w.Jobs)+1 <= store.MaxBatch && bytes <= awslimit.DynamoTxBytes-txNodeReserve {
-		rootAV, err := attributevalue.MarshalMap(nodeItem{PK: wfPrefix + r.WorkflowID, SK: nodeSK(RootPath), Node: r})
+		rootAV, err := marshalNode(&r)
 		if err != nil {
 			return err
 		}
@@ -141,9 +141,9 @@ const batchWriteMax = 25
 // when the answer to a committed transaction is lost. The mark stays (a
 // later cancel reads the first job once more; the repair removes it from a
 // workflow still running past the creation's grace).
-func (s *Store) createUnguarded(ctx context.Context, r Node, items []map[string]types.AttributeValue, w NewWorkflow) error {
+func (s *Store) createUnguarded(ctx context.Context, r Root, items []map[string]types.AttributeValue, w NewWorkflow) error {
 	r.Unguarded = true
-	rootAV, err := attributevalue.MarshalMap(nodeItem{PK: wfPrefix + r.WorkflowID, SK: nodeSK(RootPath), Node: r})
+	rootAV, err := marshalNode(&r)
 	if err != nil {
 		return err
 	}
@@ -192,9 +192,9 @@ func (s *Store) putAll(ctx context.Context, puts []*types.Put) error {
 // finishes it from the root's insert record (ResumeWorkflow), and the
 // sweeper if that failed. items is how many nodes the creation writes
 // besides the root, for progress.
-func (s *Store) BeginWorkflow(ctx context.Context, root Node, def []byte, items int) error {
+func (s *Store) BeginWorkflow(ctx context.Context, root Root, def []byte, items int) error {
 	root.Rev, root.Creating, root.CDef, root.CreateItems = 1, true, def, items
-	av, err := attributevalue.MarshalMap(nodeItem{PK: wfPrefix + root.WorkflowID, SK: nodeSK(RootPath), Node: root})
+	av, err := marshalNode(&root)
 	if err != nil {
 		return err
 	}
@@ -277,7 +277,7 @@ func (s *Store) ResumeWorkflow(ctx context.Context, w NewWorkflow, now time.Time
 	if err != nil {
 		return fmt.Errorf("create workflow %s: %w", wfID, err)
 	}
-	var root nodeItem
+	var root Root
 	if err := attributevalue.UnmarshalMap(out.Attributes, &root); err != nil {
 		return err
 	}
@@ -291,7 +291,7 @@ func (s *Store) ResumeWorkflow(ctx context.Context, w NewWorkflow, now time.Time
 		e := end.Load()
 		return e != 0 && time.Now().UnixNano() > e
 	})
-	done, err := s.resume(wctx, startSlice, w, root.Node, items)
+	done, err := s.resume(wctx, startSlice, w, root, items)
 	if err != nil {
 		stopped := work.Err() != nil || errors.Is(err, store.ErrSliceOver)
 		// Give the lease back so a retry need not wait for it to end, with
@@ -311,7 +311,7 @@ func (s *Store) ResumeWorkflow(ctx context.Context, w NewWorkflow, now time.Time
 // resume writes what ResumeWorkflow writes; startSlice starts the slice's
 // clock (at the first write). It returns how many of the first jobs, in
 // job id order, are known to exist (see Node.CreateJobs).
-func (s *Store) resume(ctx context.Context, startSlice func(), w NewWorkflow, root Node, items []map[string]types.AttributeValue) (int, error) {
+func (s *Store) resume(ctx context.Context, startSlice func(), w NewWorkflow, root Root, items []map[string]types.AttributeValue) (int, error) {
 	again := root.CreateTries > 1 // an earlier writer may have written part of it
 	if root.Creating {
 		if again {
@@ -434,8 +434,8 @@ func itemKey(av map[string]types.AttributeValue) string {
 
 // putRoot writes a workflow's root, conditional on no workflow with its id
 // existing.
-func (s *Store) putRoot(ctx context.Context, r Node) error {
-	rootAV, err := attributevalue.MarshalMap(nodeItem{PK: wfPrefix + r.WorkflowID, SK: nodeSK(RootPath), Node: r})
+func (s *Store) putRoot(ctx context.Context, r Root) error {
+	rootAV, err := marshalNode(&r)
 	if err != nil {
 		return err
 	}
@@ -544,17 +544,15 @@ func (s *Store) unmark(ctx context.Context, wfID string, attrs ...string) error 
 
 // workflowItems returns a new workflow's root and its other items (nodes
 // and counter shards) as written.
-func workflowItems(w NewWorkflow) (*Node, []map[string]types.AttributeValue, error) {
-	var root *Node
+func workflowItems(w NewWorkflow) (*Root, []map[string]types.AttributeValue, error) {
+	var root *Root
 	var items []map[string]types.AttributeValue
-	for i := range w.Nodes {
-		n := w.Nodes[i]
-		n.Rev = 1
-		if n.Path == RootPath {
-			root = &w.Nodes[i]
+	for _, n := range w.Nodes {
+		if r, ok := n.(*Root); ok {
+			root = r
 			continue
 		}
-		av, err := attributevalue.MarshalMap(nodeItem{PK: wfPrefix + n.WorkflowID, SK: nodeSK(n.Path), Node: n})
+		av, err := marshalNew(n)
 		if err != nil {
 			return nil, nil, err
 		}

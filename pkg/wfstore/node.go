@@ -32,13 +32,16 @@ const (
 	RootPath = "/"
 )
 
-// Node is one node of a workflow as stored: a job step (leaf) or a chain,
-// group, batch or graph (composite). A composite's progress lives on its
-// own item (OK and Fail: the indexes of the children that finished), or
-// for a wide group or batch in counter shards rolled up into Rolled; a
-// batch's callbacks in Fired, CallbacksOK and CallbacksFail. Every write
-// to these sets is an ADD, so repeating it changes nothing.
-type Node struct {
+// A workflow's items, by what they are. Every item of a workflow lives in
+// the partition WF#<id>; its nodes under N#<path>: the Root (path "/"),
+// a Composite for each chain, group, batch or graph, and a Step for each
+// job step; the counter shards of wide composites under C#<path>#<shard>
+// (Shard). All three node types begin with an Item; decoding picks the
+// type from the path and the kind (Decode).
+
+// Item is what every node has: its key, its place in the tree and its
+// state.
+type Item struct {
 	WorkflowID string `dynamodbav:"wf_id"`
 	Path       string `dynamodbav:"path"`
 	// Kind is "job", "chain", "group", "batch" or "graph".
@@ -47,10 +50,6 @@ type Node struct {
 	// StepID is the id a client gave the step (the dependency-graph form).
 	StepID string `dynamodbav:"sid,omitempty"`
 	Index  int    `dynamodbav:"idx"`
-	// Def is a leaf's job request (JSON text).
-	Def store.Packed `dynamodbav:"def,omitempty"`
-	// JobType is a leaf's job type.
-	JobType string `dynamodbav:"job_type,omitempty"`
 	// PShard names the counter shard of its parent this node is counted
 	// in (a child of a wide group or batch); empty when the parent counts
 	// on itself.
@@ -59,104 +58,166 @@ type Node struct {
 	// ones that wait for it.
 	Deps []int `dynamodbav:"deps,omitempty,numberset"`
 	Next []int `dynamodbav:"next,omitempty,numberset"`
-	// Total is a composite's number of children (callbacks not counted).
+	// Last is set on a chain's last step: its job carries it
+	// (job.Job.WorkflowLast), so finishing it needs no read of a next step.
+	Last bool `dynamodbav:"last,omitempty"`
+	// State is the node's state (its table: MachineOf); a job step keeps
+	// "waiting" (its job holds its state) unless it is a handler.
+	State wfstate.State `dynamodbav:"state"`
+	Times
+	// Rev counts the node's writes (1 when created): the stream derives
+	// the ids of its events from it. It is "nv", not "version" as on every
+	// other item: the due index projects "version" (a job's), and a
+	// running workflow's root is in that index (its progress check), so
+	// every step's write of the root would write the index too, twice the
+	// units in a transaction. LegacyVersion is the count of a node written
+	// before (see Version).
+	Rev           int64 `dynamodbav:"nv,omitempty"`
+	LegacyVersion int64 `dynamodbav:"version,omitempty"`
+}
+
+// Times are when a node was created, started and finished.
+type Times struct {
+	CreatedAt   string `dynamodbav:"created_at,omitempty"`
+	StartedAt   string `dynamodbav:"started_at,omitempty"`
+	CompletedAt string `dynamodbav:"completed_at,omitempty"`
+	CancelledAt string `dynamodbav:"cancelled_at,omitempty"`
+}
+
+// Base returns the item every node begins with.
+func (it *Item) Base() *Item { return it }
+
+// Node is a decoded node: a *Step, a *Composite or a *Root.
+type Node interface{ Base() *Item }
+
+// Step is a job step: its job request, written once; its job holds its
+// state.
+type Step struct {
+	Item
+	// Def is the job request (JSON text); JobType its type.
+	Def     store.Packed `dynamodbav:"def,omitempty"`
+	JobType string       `dynamodbav:"job_type,omitempty"`
+	// Compensate is the step's compensation (a job request, JSON).
+	Compensate store.Packed `dynamodbav:"compensate,omitempty"`
+}
+
+// Composite is a chain, group, batch or graph (and the workflow's
+// compensation). Its progress lives on its own item (OK and Fail: the
+// indexes of the children that finished), or for a wide group or batch in
+// counter shards rolled up into Rolled; a batch's callbacks in Fired,
+// CallbacksOK and CallbacksFail. Every write to these sets is an ADD, so
+// repeating it changes nothing.
+type Composite struct {
+	Item
+	// Total is the number of children (callbacks not counted).
 	Total int `dynamodbav:"total,omitempty"`
 	// Shards is the number of counter shards of a wide group or batch; 0
 	// means its children are counted on the node itself.
 	Shards int `dynamodbav:"shards,omitempty"`
-	// Graph is a graph composite's structure, read together with its
-	// progress: JSON {"ids": [step ids], "deps": [[dependency indexes]]}.
+	// Graph is a graph's structure, read together with its progress:
+	// JSON {"ids": [step ids], "deps": [[dependency indexes]]}.
 	Graph string `dynamodbav:"graph,omitempty"`
 	// OK and Fail are the children that finished (counted on the node).
 	OK   []int `dynamodbav:"ok,omitempty,numberset"`
 	Fail []int `dynamodbav:"fail,omitempty,numberset"`
 	// Rolled holds "<shard>:<ok>:<fail>" for each full counter shard.
 	Rolled []string `dynamodbav:"rolled,omitempty,stringset"`
-	// Callbacks lists a batch's defined callbacks (on_complete, ...);
-	// Fired the ones triggered; CallbacksOK and CallbacksFail the fired
-	// ones that finished.
-	Callbacks     []string `dynamodbav:"callbacks,omitempty,stringset"`
-	Fired         []string `dynamodbav:"fired,omitempty,stringset"`
-	FiredAt       string   `dynamodbav:"fired_at,omitempty"`
-	CallbacksOK   []string `dynamodbav:"cb_ok,omitempty,stringset"`
-	CallbacksFail []string `dynamodbav:"cb_fail,omitempty,stringset"`
-	// State is the node's state; leaves keep "waiting" (their job holds
-	// theirs).
-	State wfstate.State `dynamodbav:"state"`
-	// JobCount is the number of leaf jobs in the workflow (root only).
-	JobCount    int  `dynamodbav:"job_count,omitempty"`
+	Batch
 	FailedIndex *int `dynamodbav:"failed_index,omitempty"`
 	// FailedStep is the path of the child whose failure failed the node.
 	FailedStep string `dynamodbav:"failed_step,omitempty"`
 	// Error is what failed the node itself (JSON), e.g. its timeout.
 	Error string `dynamodbav:"error,omitempty"`
-	// TimeoutMS bounds a composite's run; Deadline (Unix ms) is when the
-	// run that started it ends.
+	// TimeoutMS bounds its run; Deadline (Unix ms) is when the run that
+	// started it ends.
 	TimeoutMS int64 `dynamodbav:"timeout_ms,omitempty"`
 	Deadline  int64 `dynamodbav:"deadline_ms,omitempty"`
-	// Compensate is a job step's compensation (a job request, JSON).
-	Compensate store.Packed `dynamodbav:"compensate,omitempty"`
-	// Last is set on a chain's last step: its job carries it
-	// (job.Job.WorkflowLast), so finishing it needs no read of a next step.
-	Last bool `dynamodbav:"last,omitempty"`
 	// Plan lists, in the order they run, the steps a failed workflow's
 	// compensation undoes (the /~compensate node).
 	Plan []string `dynamodbav:"plan,omitempty"`
-	// Root only: Compensable counts the steps with a compensate job;
-	// Compensation is "waiting" while a failed workflow's compensation
-	// waits for its running steps, then "none", "running", "completed"
-	// or "failed"; Handlers lists the defined handlers, HandlersOK and
-	// HandlersFail the finished ones; Run counts the retries.
+	// Reopening is set while a retry re-opens the workflow's failed steps:
+	// on the root for the whole retry, and on every composite (and counter
+	// shard) whose counts the retry changes until its failed jobs are back
+	// in their queues. A change that counts a child or decides from the
+	// counts does not apply to a marked item (Change, CountOnShard,
+	// RollUp: ErrReopening); the retry counts what finished meanwhile
+	// once it clears the marks.
+	Reopening string `dynamodbav:"reopening,omitempty"`
+	// DuePK and DueAt list it in the due index: a nested composite at its
+	// deadline, a running workflow's root for its progress check (see
+	// DueWorkflows).
+	DuePK string `dynamodbav:"due_pk,omitempty"`
+	DueAt int64  `dynamodbav:"due_at,omitempty"`
+}
+
+// Batch is a batch's callbacks: the defined ones (on_complete, ...);
+// Fired the ones triggered (at FiredAt); CallbacksOK and CallbacksFail
+// the fired ones that finished.
+type Batch struct {
+	Callbacks     []string `dynamodbav:"callbacks,omitempty,stringset"`
+	Fired         []string `dynamodbav:"fired,omitempty,stringset"`
+	FiredAt       string   `dynamodbav:"fired_at,omitempty"`
+	CallbacksOK   []string `dynamodbav:"cb_ok,omitempty,stringset"`
+	CallbacksFail []string `dynamodbav:"cb_fail,omitempty,stringset"`
+}
+
+// Root is a workflow's root node: the composite at its top and the
+// workflow's own attributes.
+type Root struct {
+	Composite
+	// JobCount is the number of job steps in the workflow.
+	JobCount int `dynamodbav:"job_count,omitempty"`
+	// Form is "steps" for a workflow created in the dependency-graph form
+	// (its view lists steps by id), empty for the tree form.
+	Form string `dynamodbav:"form,omitempty"`
+	// Compensable counts the steps with a compensate job; Compensation
+	// is "waiting" while a failed workflow's compensation waits for its
+	// running steps, then "none", "running", "completed" or "failed";
+	// Handlers lists the defined handlers, HandlersOK and HandlersFail
+	// the finished ones; Run counts the retries.
 	Compensable  int      `dynamodbav:"compensable,omitempty"`
 	Compensation string   `dynamodbav:"compensation,omitempty"`
 	Handlers     []string `dynamodbav:"handlers,omitempty,stringset"`
 	HandlersOK   []string `dynamodbav:"h_ok,omitempty,stringset"`
 	HandlersFail []string `dynamodbav:"h_fail,omitempty,stringset"`
 	Run          int      `dynamodbav:"run,omitempty"`
-	// Reopening is set while a retry re-opens the workflow's failed steps:
-	// on the root for the whole retry, and on every composite (and counter
-	// shard) whose counts the retry changes until its failed jobs are back
-	// in their queues. A write that counts a child or decides from the
-	// counts does not apply to a marked item (Change, CountOnShard,
-	// RollUp: ErrReopening); the retry counts what finished meanwhile
-	// once it clears the marks.
-	Reopening string `dynamodbav:"reopening,omitempty"`
-	// Form is "steps" for a workflow created in the dependency-graph form
-	// (its view lists steps by id), empty for the tree form (root only).
-	Form string `dynamodbav:"form,omitempty"`
-	// Creating is set on the root of a large workflow while its items are
-	// written; the sweeper deletes one whose creator died (one created
-	// asynchronously, with CDef, it finishes instead).
-	Creating bool `dynamodbav:"creating,omitempty"`
-	// Unguarded is set on the root while a creation writes the first jobs
-	// of a large workflow by plain conditional puts, without the root
-	// check a transaction would make (half the write units): a cancel that
-	// finds it puts a cancelled job in place of every first job not
-	// written yet (workflow.takeUnwritten), so the creation cannot add one
-	// after.
+	// Unguarded is set while a creation writes the first jobs of a large
+	// workflow by plain conditional puts, without the root check a
+	// transaction would make (half the write units): a cancel that finds
+	// it puts a cancelled job in place of every first job not written yet
+	// (workflow.takeUnwritten), so the creation cannot add one after.
 	Unguarded bool `dynamodbav:"cfirst,omitempty"`
-	// Launching is set on the root of a workflow that is a chain or a
-	// graph by the advance that starts its next job steps without a
-	// transaction (Store.AdvanceMarked): a chain's next step's path, or
-	// RootPath for a graph (the steps whose dependencies all completed),
-	// recorded in the same write as the finished step, before the jobs are
-	// put. A cancel or timeout that finds it puts a cancelled job in each
-	// such step's place whose job does not exist yet
-	// (workflow.takeUnwritten), so the advance's put fails and the stopped
-	// workflow gains no job; the stream function puts the jobs if the
-	// advancing request died between the two writes.
+	// Launching is set by the advance of a workflow that is a chain or a
+	// graph that starts its next job steps without a transaction
+	// (Store.AdvanceMarked): a chain's next step's path, or RootPath for a
+	// graph (the steps whose dependencies all completed), recorded in the
+	// same write as the finished step, before the jobs are put. A cancel
+	// or timeout that finds it puts a cancelled job in each such step's
+	// place whose job does not exist yet (workflow.takeUnwritten), so the
+	// advance's put fails and the stopped workflow gains no job; the
+	// stream function puts the jobs if the advancing request died between
+	// the two writes.
 	Launching string `dynamodbav:"launch,omitempty"`
 	// Cancelling is set on a cancelled workflow's root when the request
 	// that cancelled it ran out of time before all its jobs were
 	// cancelled: the stream function cancels the rest (SetCancelling).
-	Cancelling bool `dynamodbav:"cancelling,omitempty"`
 	// CancelPass counts the passes that cancelled part of the jobs left
 	// (NextCancelPass): each is a change of the root, from which the
 	// stream function runs the next.
+	Cancelling bool  `dynamodbav:"cancelling,omitempty"`
 	CancelPass int64 `dynamodbav:"cancel_pass,omitempty"`
+	Creation
+}
+
+// Creation is the state of a large workflow's creation, on its root.
+type Creation struct {
+	// Creating is set while the workflow's items are written; the sweeper
+	// deletes one whose creator died (one created asynchronously, with
+	// CDef, it finishes instead).
+	Creating bool `dynamodbav:"creating,omitempty"`
 	// CDef is the gzipped definition of a workflow created asynchronously
-	// (see BeginWorkflow), kept on the root until its first jobs exist;
-	// CreateItems is how many nodes its creation writes besides the root.
+	// (see BeginWorkflow), kept until its first jobs exist; CreateItems
+	// is how many nodes its creation writes besides the root.
 	CDef        []byte `dynamodbav:"cdef,omitempty"`
 	CreateItems int    `dynamodbav:"citems,omitempty"`
 	// CreateTries counts the writers that took the creation's lease
@@ -174,30 +235,13 @@ type Node struct {
 	// CreateLease (Unix ms) is set while a writer holds the creation; the
 	// stream function runs the next slice of a creation from the root's
 	// change that gives it back.
-	CreateLease int64  `dynamodbav:"clease,omitempty"`
-	CreatedAt   string `dynamodbav:"created_at,omitempty"`
-	StartedAt   string `dynamodbav:"started_at,omitempty"`
-	CompletedAt string `dynamodbav:"completed_at,omitempty"`
-	CancelledAt string `dynamodbav:"cancelled_at,omitempty"`
-	// Rev counts the node's writes (1 when created): the stream derives
-	// the ids of its events from it. It is "nv", not "version" as on every
-	// other item: the due index projects "version" (a job's), and a
-	// running workflow's root is in that index (its progress check), so
-	// every step's write of the root would write the index too, twice the
-	// units in a transaction. LegacyVersion is the count of a node written
-	// before (see Version).
-	Rev           int64 `dynamodbav:"nv,omitempty"`
-	LegacyVersion int64 `dynamodbav:"version,omitempty"`
-	// DuePK and DueAt list a running workflow's root in the due index so
-	// the sweeper checks it for lost progress (see DueWorkflows).
-	DuePK string `dynamodbav:"due_pk,omitempty"`
-	DueAt int64  `dynamodbav:"due_at,omitempty"`
+	CreateLease int64 `dynamodbav:"clease,omitempty"`
 }
 
 // Version is the node's write count: Rev, or for a node not written
 // since nodes counted in "version", that count (its next write goes on
 // from it: Change.expr).
-func (n *Node) Version() int64 {
+func (n *Item) Version() int64 {
 	if n.Rev > 0 {
 		return n.Rev
 	}
@@ -205,7 +249,7 @@ func (n *Node) Version() int64 {
 }
 
 // Done reports whether child i is counted as finished on the node.
-func (n *Node) Done(i int) bool { return hasInt(n.OK, i) || hasInt(n.Fail, i) }
+func (n *Composite) Done(i int) bool { return hasInt(n.OK, i) || hasInt(n.Fail, i) }
 
 func hasInt(list []int, v int) bool {
 	for _, x := range list {
@@ -227,7 +271,7 @@ func hasString(list []string, v string) bool {
 
 // RolledCounts sums the rolled-up shards: how many, and their ok and fail
 // counts.
-func (n *Node) RolledCounts() (shards, ok, fail int) {
+func (n *Composite) RolledCounts() (shards, ok, fail int) {
 	for _, r := range n.Rolled {
 		parts := strings.Split(r, ":")
 		if len(parts) != 3 {
@@ -241,7 +285,7 @@ func (n *Node) RolledCounts() (shards, ok, fail int) {
 }
 
 // ShardRolled reports whether shard key was rolled up into the node.
-func (n *Node) ShardRolled(key string) bool {
+func (n *Composite) ShardRolled(key string) bool {
 	for _, r := range n.Rolled {
 		if strings.HasPrefix(r, key+":") {
 			return true
@@ -261,8 +305,8 @@ const (
 // dueNodes lists up to limit nodes of every shard of a workflow due
 // partition (workflowDuePK or timeoutDuePK) due at or before now, earliest
 // first.
-func (s *Store) dueNodes(ctx context.Context, base string, now time.Time, limit int) ([]Node, error) {
-	parts, err := store.EachShard(ctx, store.ShardKeys(base, topology.JobTable.Shards.WorkflowDue), func(ctx context.Context, pk string) ([]Node, error) {
+func (s *Store) dueNodes(ctx context.Context, base string, now time.Time, limit int) ([]Composite, error) {
+	parts, err := store.EachShard(ctx, store.ShardKeys(base, topology.JobTable.Shards.WorkflowDue), func(ctx context.Context, pk string) ([]Composite, error) {
 		out, err := s.db.Query(ctx, &dynamodb.QueryInput{
 			TableName: &s.table, IndexName: aws.String(topology.IndexDue),
 			KeyConditionExpression: aws.String("due_pk = :pk AND due_at <= :now"),
@@ -274,7 +318,7 @@ func (s *Store) dueNodes(ctx context.Context, base string, now time.Time, limit 
 		if err != nil {
 			return nil, fmt.Errorf("query %s: %w", pk, err)
 		}
-		nodes := make([]Node, len(out.Items))
+		nodes := make([]Composite, len(out.Items))
 		for i, av := range out.Items {
 			if err := attributevalue.UnmarshalMap(av, &nodes[i]); err != nil {
 				return nil, err
@@ -285,11 +329,11 @@ func (s *Store) dueNodes(ctx context.Context, base string, now time.Time, limit 
 	if err != nil {
 		return nil, err
 	}
-	var all []Node
+	var all []Composite
 	for _, p := range parts {
 		all = append(all, p...)
 	}
-	slices.SortStableFunc(all, func(a, b Node) int { return cmp.Compare(a.DueAt, b.DueAt) })
+	slices.SortStableFunc(all, func(a, b Composite) int { return cmp.Compare(a.DueAt, b.DueAt) })
 	if len(all) > limit {
 		all = all[:limit]
 	}
@@ -326,10 +370,12 @@ const (
 
 // TimeoutDue lists a nested node created with a running deadline in the
 // due index at that deadline.
-func TimeoutDue(n *Node) { n.DuePK, n.DueAt = workflowDueKey(timeoutDuePK, n.WorkflowID), n.Deadline }
+func TimeoutDue(n *Composite) {
+	n.DuePK, n.DueAt = workflowDueKey(timeoutDuePK, n.WorkflowID), n.Deadline
+}
 
 // WorkflowCheckDue sets when the sweeper first checks a new workflow.
-func WorkflowCheckDue(n *Node, at time.Time) {
+func WorkflowCheckDue(n *Root, at time.Time) {
 	n.DuePK, n.DueAt = workflowDueKey(workflowDuePK, n.WorkflowID), ms(at)
 }
 
@@ -377,10 +423,74 @@ type Shard struct {
 // Full reports whether every child of the shard finished.
 func (sh *Shard) Full() bool { return len(sh.OK)+len(sh.Fail) >= sh.Expected }
 
-type nodeItem struct {
-	PK string `dynamodbav:"pk"`
-	SK string `dynamodbav:"sk"`
-	Node
+// marshalNode is a node's item: its attributes and its key.
+func marshalNode(n Node) (map[string]types.AttributeValue, error) {
+	av, err := attributevalue.MarshalMap(n)
+	if err != nil {
+		return nil, err
+	}
+	b := n.Base()
+	av[attrPK], av[attrSK] = avS(wfPrefix+b.WorkflowID), avS(nodeSK(b.Path))
+	return av, nil
+}
+
+// marshalNew is a new node's item: its first write (Rev 1).
+func marshalNew(n Node) (map[string]types.AttributeValue, error) {
+	av, err := marshalNode(n)
+	if err == nil {
+		av["nv"] = &types.AttributeValueMemberN{Value: "1"}
+	}
+	return av, err
+}
+
+// decodeNode decodes a node item by what it is: the root (path "/"), a
+// job step (kind "job") or a composite.
+func decodeNode(av map[string]types.AttributeValue) (Node, error) {
+	path, _ := av["path"].(*types.AttributeValueMemberS)
+	kind, _ := av["kind"].(*types.AttributeValueMemberS)
+	var n Node
+	switch {
+	case path != nil && path.Value == RootPath:
+		n = &Root{}
+	case kind != nil && kind.Value == kindJob:
+		n = &Step{}
+	default:
+		n = &Composite{}
+	}
+	if err := attributevalue.UnmarshalMap(av, n); err != nil {
+		return nil, fmt.Errorf("decode workflow node: %w", err)
+	}
+	return n, nil
+}
+
+// kindJob is the kind of a job step (wfdef.KindJob).
+const kindJob = "job"
+
+// decodeAs decodes a node item as a T (*Root, *Composite or *Step),
+// failing if it is another kind of node.
+func decodeAs[T Node](av map[string]types.AttributeValue) (T, error) {
+	n, err := decodeNode(av)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	t, ok := n.(T)
+	if !ok {
+		return t, fmt.Errorf("workflow node %s%s is a %T", n.Base().WorkflowID, n.Base().Path, n)
+	}
+	return t, nil
+}
+
+// CompositeOf is the composite of a composite node (the root's own for
+// the root), or nil for a job step.
+func CompositeOf(n Node) *Composite {
+	switch c := n.(type) {
+	case *Root:
+		return &c.Composite
+	case *Composite:
+		return c
+	}
+	return nil
 }
 
 type shardItem struct {
@@ -423,16 +533,13 @@ var ErrWorkflowNotRunning = errors.New("workflow is not running")
 
 // DecodeNode turns a stream image into a workflow node; ok is false for
 // items that are not nodes.
-func DecodeNode(av map[string]types.AttributeValue) (*Node, bool, error) {
+func DecodeNode(av map[string]types.AttributeValue) (Node, bool, error) {
 	sk, ok := av[attrSK].(*types.AttributeValueMemberS)
 	if !ok || !strings.HasPrefix(sk.Value, nodePrefix) {
 		return nil, false, nil
 	}
-	var n nodeItem
-	if err := attributevalue.UnmarshalMap(av, &n); err != nil {
-		return nil, false, fmt.Errorf("decode workflow node: %w", err)
-	}
-	return &n.Node, true, nil
+	n, err := decodeNode(av)
+	return n, err == nil, err
 }
 
 // SortedInts returns a sorted copy of a set.

@@ -26,12 +26,42 @@ func (s *Store) getWF(ctx context.Context, wfID, sk string, out any) error {
 }
 
 // GetNode reads one node (consistent read).
-func (s *Store) GetNode(ctx context.Context, wfID, path string) (*Node, error) {
-	var it nodeItem
-	if err := s.getWF(ctx, wfID, nodeSK(path), &it); err != nil {
-		return nil, err
+func (s *Store) GetNode(ctx context.Context, wfID, path string) (Node, error) {
+	return getNode[Node](ctx, s, wfID, path)
+}
+
+// GetRoot reads a workflow's root (consistent read).
+func (s *Store) GetRoot(ctx context.Context, wfID string) (*Root, error) {
+	return getNode[*Root](ctx, s, wfID, RootPath)
+}
+
+// GetComposite reads the composite at path (consistent read).
+func (s *Store) GetComposite(ctx context.Context, wfID, path string) (*Composite, error) {
+	if path == RootPath {
+		r, err := s.GetRoot(ctx, wfID)
+		if err != nil {
+			return nil, err
+		}
+		return &r.Composite, nil
 	}
-	return &it.Node, nil
+	return getNode[*Composite](ctx, s, wfID, path)
+}
+
+// GetStep reads the job step at path (consistent read).
+func (s *Store) GetStep(ctx context.Context, wfID, path string) (*Step, error) {
+	return getNode[*Step](ctx, s, wfID, path)
+}
+
+func getNode[T Node](ctx context.Context, s *Store, wfID, path string) (T, error) {
+	var zero T
+	res, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.table, Key: wfKey(wfID, nodeSK(path)), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return zero, fmt.Errorf("get %s %s: %w", wfID, path, err)
+	}
+	if len(res.Item) == 0 {
+		return zero, store.ErrNotFound
+	}
+	return decodeAs[T](res.Item)
 }
 
 // GetShard reads one counter shard (consistent read).
@@ -49,11 +79,21 @@ type NodeKey struct{ WorkflowID, Path string }
 // ShardRef names a counter shard of a workflow.
 type ShardRef struct{ WorkflowID, Path, Key string }
 
+// Composite is the composite at k as read (the root's own for the root),
+// or nil.
+func (p *Progress) Composite(k NodeKey) *Composite { return CompositeOf(p.Nodes[k]) }
+
+// Root is the root of workflow wfID as read, or nil.
+func (p *Progress) Root(wfID string) *Root {
+	r, _ := p.Nodes[NodeKey{wfID, RootPath}].(*Root)
+	return r
+}
+
 // Progress is what a batch read of nodes, shards and jobs found, keyed by
 // workflow id + path (nodes) and workflow id + path + "#" + key (shards);
 // Jobs holds the ids of the jobs that exist.
 type Progress struct {
-	Nodes  map[NodeKey]*Node
+	Nodes  map[NodeKey]Node
 	Shards map[ShardRef]*Shard
 	Jobs   map[string]bool
 }
@@ -61,7 +101,7 @@ type Progress struct {
 // ReadProgress reads nodes, shards and whether jobs exist, in batches of
 // 100 (consistent reads); missing items are absent from the result.
 func (s *Store) ReadProgress(ctx context.Context, nodes []NodeKey, shards []ShardRef, jobs []string) (*Progress, error) {
-	p := &Progress{Nodes: map[NodeKey]*Node{}, Shards: map[ShardRef]*Shard{}, Jobs: map[string]bool{}}
+	p := &Progress{Nodes: map[NodeKey]Node{}, Shards: map[ShardRef]*Shard{}, Jobs: map[string]bool{}}
 	bg, ok := s.db.(batchGetter)
 	if !ok {
 		return nil, fmt.Errorf("the DynamoDB client cannot batch get")
@@ -102,12 +142,11 @@ func (s *Store) ReadProgress(ctx context.Context, nodes []NodeKey, shards []Shar
 				}
 				sk := av[attrSK].(*types.AttributeValueMemberS).Value
 				if strings.HasPrefix(sk, nodePrefix) {
-					var it nodeItem
-					if err := attributevalue.UnmarshalMap(av, &it); err != nil {
+					n, err := decodeNode(av)
+					if err != nil {
 						return nil, err
 					}
-					n := it.Node
-					p.Nodes[NodeKey{n.WorkflowID, n.Path}] = &n
+					p.Nodes[NodeKey{n.Base().WorkflowID, n.Base().Path}] = n
 				} else {
 					var it shardItem
 					if err := attributevalue.UnmarshalMap(av, &it); err != nil {
@@ -129,13 +168,13 @@ type batchGetter interface {
 
 // WorkflowItems reads every node of a workflow (paginated query of its
 // partition), root first.
-func (s *Store) WorkflowItems(ctx context.Context, wfID string) ([]*Node, error) {
+func (s *Store) WorkflowItems(ctx context.Context, wfID string) ([]Node, error) {
 	return s.Subtree(ctx, wfID, RootPath)
 }
 
 // Subtree reads the node at path and every node below it, in path order
 // (the node itself first).
-func (s *Store) Subtree(ctx context.Context, wfID, path string) ([]*Node, error) {
+func (s *Store) Subtree(ctx context.Context, wfID, path string) ([]Node, error) {
 	prefix := nodeSK(path)
 	if path != RootPath {
 		n, err := s.GetNode(ctx, wfID, path)
@@ -146,15 +185,15 @@ func (s *Store) Subtree(ctx context.Context, wfID, path string) ([]*Node, error)
 			return nil, err
 		}
 		prefix += "/"
-		nodes := []*Node{n}
+		nodes := []Node{n}
 		more, err := s.queryNodes(ctx, wfID, prefix)
 		return append(nodes, more...), err
 	}
 	return s.queryNodes(ctx, wfID, prefix)
 }
 
-func (s *Store) queryNodes(ctx context.Context, wfID, prefix string) ([]*Node, error) {
-	var nodes []*Node
+func (s *Store) queryNodes(ctx context.Context, wfID, prefix string) ([]Node, error) {
+	var nodes []Node
 	var start map[string]types.AttributeValue
 	for {
 		out, err := s.db.Query(ctx, &dynamodb.QueryInput{
@@ -168,12 +207,11 @@ func (s *Store) queryNodes(ctx context.Context, wfID, prefix string) ([]*Node, e
 			return nil, fmt.Errorf("query workflow %s: %w", wfID, err)
 		}
 		for _, av := range out.Items {
-			var it nodeItem
-			if err := attributevalue.UnmarshalMap(av, &it); err != nil {
+			n, err := decodeNode(av)
+			if err != nil {
 				return nil, err
 			}
-			n := it.Node
-			nodes = append(nodes, &n)
+			nodes = append(nodes, n)
 		}
 		if len(out.LastEvaluatedKey) == 0 {
 			return nodes, nil

@@ -10,11 +10,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
-// attrReopening marks an item a retry is re-opening (Node.Reopening).
+// attrReopening marks an item a retry is re-opening (Composite.Reopening).
 const attrReopening = "reopening"
 
 // ErrReopening is the answer to a count or roll-up refused because a retry
-// is re-opening the composite or shard (Node.Reopening): the retry counts
+// is re-opening the composite or shard (Composite.Reopening): the retry counts
 // the child once it is done.
 var ErrReopening = errors.New("store: a retry is re-opening the workflow's counts")
 
@@ -23,11 +23,11 @@ var ErrReopening = errors.New("store: a retry is re-opening the workflow's count
 // on a node carrying the mark.
 func RefusedByReopening(err error) bool {
 	var nc *ErrNodeConflict
-	return errors.Is(err, ErrReopening) || errors.As(err, &nc) && nc.Current != nil && nc.Current.Reopening != ""
+	return errors.Is(err, ErrReopening) || errors.As(err, &nc) && nc.Composite() != nil && nc.Composite().Reopening != ""
 }
 
 // ForgetInShard removes children from a counter shard's sets (a retry
-// re-running them) and marks the shard as re-opening (Node.Reopening)
+// re-running them) and marks the shard as re-opening (Composite.Reopening)
 // until ClearShardMark.
 func (s *Store) ForgetInShard(ctx context.Context, wfID, path, key string, idx []int) error {
 	u := expression.Set(expression.Name(attrReopening), expression.Value("true")).

@@ -54,9 +54,10 @@ func TestAWorkflowsItemsKeepTheirKeysAndAttributes(t *testing.T) {
 	ctx := context.Background()
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	wfID := uuid.Must(uuid.NewV7()).String()
-	root := wfstore.Node{WorkflowID: wfID, Path: wfstore.RootPath, Kind: "group", Total: 1, Shards: 1, State: wfstate.Running, JobCount: 1}
-	wfstore.WorkflowCheckDue(&root, now)
-	leaf := wfstore.Node{WorkflowID: wfID, Path: "/j0", Kind: "job", JobType: "wf.test", PShard: wfstore.ShardKey(0), State: wfstate.Waiting}
+	root := &wfstore.Root{JobCount: 1, Composite: wfstore.Composite{Item: wfstore.Item{WorkflowID: wfID, Path: wfstore.RootPath, Kind: "group", State: wfstate.Running},
+		Total: 1, Shards: 1}}
+	wfstore.WorkflowCheckDue(root, now)
+	leaf := &wfstore.Step{Item: wfstore.Item{WorkflowID: wfID, Path: "/j0", Kind: "job", PShard: wfstore.ShardKey(0), State: wfstate.Waiting}, JobType: "wf.test"}
 	e, err := job.ParseEnqueue([]byte(`{"type":"wf.test","args":[],"options":{"queue":"wfstoreq"}}`), now)
 	if err != nil {
 		t.Fatal(err)
@@ -116,10 +117,10 @@ func TestAWorkflowsItemsKeepTheirKeysAndAttributes(t *testing.T) {
 
 	_, err = ws.Change(ctx, wfID, wfstore.RetryWorkflow(wfstate.Failed, now, now, time.Time{}))
 	var nc *wfstore.ErrNodeConflict
-	if !errors.As(err, &nc) || nc.Current.State != wfstate.Running {
+	if !errors.As(err, &nc) || nc.State() != wfstate.Running || nc.Root() == nil {
 		t.Fatalf("a write from a state the node is not in: %v", err)
 	}
-	done, err := ws.Change(ctx, wfID, wfstore.Finish(wfstore.RootPath, true, now))
+	done, err := ws.ChangeRoot(ctx, wfID, wfstore.Finish(wfstore.RootPath, true, now))
 	if err != nil || done.State != wfstate.Completed || done.Version() != 2 || done.DuePK != "" {
 		t.Fatalf("completed root: %+v, %v", done, err)
 	}
@@ -127,7 +128,13 @@ func TestAWorkflowsItemsKeepTheirKeysAndAttributes(t *testing.T) {
 		t.Fatalf("missing node: %v", err)
 	}
 	nodes, err := ws.WorkflowItems(ctx, wfID)
-	if err != nil || len(nodes) != 2 || nodes[0].Path != wfstore.RootPath || nodes[1].Path != "/j0" {
+	if err != nil || len(nodes) != 2 {
+		t.Fatalf("workflow items: %v, %v", nodes, err)
+	}
+	if r, ok := nodes[0].(*wfstore.Root); !ok || r.JobCount != 1 {
+		t.Fatalf("workflow items: %v, %v", nodes, err)
+	}
+	if s, ok := nodes[1].(*wfstore.Step); !ok || s.Path != "/j0" || s.JobType != "wf.test" {
 		t.Fatalf("workflow items: %v, %v", nodes, err)
 	}
 }

@@ -22,7 +22,7 @@ type step struct {
 	wf, path string
 	ok       bool
 	job      *job.Job
-	node     *wfstore.Node
+	node     *wfstore.Composite
 	// shard is the counter shard of its parent the step counts in.
 	shard string
 }
@@ -45,7 +45,7 @@ func stepOfJob(j *job.Job) step {
 	return step{wf: j.WorkflowID, path: j.WorkflowNode, ok: j.State == job.Completed, job: j, shard: j.WorkflowShard}
 }
 
-func stepOfNode(n *wfstore.Node) step {
+func stepOfNode(n *wfstore.Composite) step {
 	return step{wf: n.WorkflowID, path: n.Path, ok: n.State == wfstate.Completed, node: n, shard: n.PShard}
 }
 
@@ -63,7 +63,7 @@ func (e *Engine) JobFinished(ctx context.Context, j *job.Job) error {
 	}
 	if j.State == job.Cancelled {
 		// Cancelling a workflow cancels its jobs: nothing to advance.
-		root, err := e.st.GetNode(ctx, j.WorkflowID, wfstore.RootPath)
+		root, err := e.st.GetRoot(ctx, j.WorkflowID)
 		if errors.Is(err, store.ErrNotFound) || (err == nil && root.State == wfstate.Cancelled) {
 			return nil
 		}
@@ -123,32 +123,49 @@ func (e *Engine) stepDone(ctx context.Context, s step) (*step, error) {
 // for its parent. A composite already finished is returned as it is (a
 // repeated call); a cancelled workflow stops the walk.
 func (e *Engine) finish(ctx context.Context, wf string, c wfstore.Change) (*step, error) {
-	path := c.Path
+	if c.Path == wfstore.RootPath {
+		return nil, e.finishRoot(ctx, wf, c)
+	}
 	n, err := e.st.Change(ctx, wf, c)
 	var nc *wfstore.ErrNodeConflict
-	moved := false
 	if errors.As(err, &nc) {
-		n, err = nc.Current, nil
-		if n.State == wfstate.Cancelled || !n.State.Terminal() {
+		n, err = nc.Composite(), nil
+		if n == nil || n.State == wfstate.Cancelled || !n.State.Terminal() {
 			return nil, nil
 		}
 	} else if err == nil {
-		moved = true
-		e.log.InfoContext(ctx, "workflow node finished", "workflow_id", wf, "node", path, "state", string(n.State))
+		e.log.InfoContext(ctx, "workflow node finished", "workflow_id", wf, "node", c.Path, "state", string(n.State))
 	}
 	if err != nil {
 		return nil, err
 	}
-	if path == wfstore.RootPath {
-		if n.State == wfstate.Failed && (moved || n.Compensation == "" || n.Compensation == wfstore.CompensationWaiting) {
-			// The workflow failed: its compensation and on_failure
-			// handler run (each once, whoever gets here).
-			return nil, e.afterFailure(ctx, n)
-		}
-		return nil, nil
-	}
 	next := stepOfNode(n)
 	return &next, nil
+}
+
+// finishRoot applies c, a wfstore.Finish of the workflow's root; a
+// workflow that failed runs its compensation and on_failure handler
+// (each once, whoever gets here).
+func (e *Engine) finishRoot(ctx context.Context, wf string, c wfstore.Change) error {
+	root, err := e.st.ChangeRoot(ctx, wf, c)
+	var nc *wfstore.ErrNodeConflict
+	moved := false
+	if errors.As(err, &nc) {
+		root, err = nc.Root(), nil
+		if root == nil || root.State == wfstate.Cancelled || !root.State.Terminal() {
+			return nil
+		}
+	} else if err == nil {
+		moved = true
+		e.log.InfoContext(ctx, "workflow node finished", "workflow_id", wf, "node", c.Path, "state", string(root.State))
+	}
+	if err != nil {
+		return err
+	}
+	if root.State == wfstate.Failed && (moved || root.Compensation == "" || root.Compensation == wfstore.CompensationWaiting) {
+		return e.afterFailure(ctx, root)
+	}
+	return nil
 }
 
 // chainStepDone starts the next step of a chain (its jobs written in the
@@ -164,7 +181,7 @@ func (e *Engine) chainStepDone(ctx context.Context, s step) (*step, error) {
 		return e.finish(ctx, s.wf, wfstore.Finish(parent, true, e.now()).Counting(k, true))
 	}
 	nextPath := wfdef.ChildPath(parent, wfdef.Segment(wfdef.KindChain, k+1))
-	var next *wfstore.Node
+	var next wfstore.Node
 	ahead := aheadOf(s.job)
 	if len(ahead) > 0 {
 		// The finished job carries the next step's definition: no read.
@@ -179,13 +196,14 @@ func (e *Engine) chainStepDone(ctx context.Context, s step) (*step, error) {
 			return nil, err
 		}
 	}
-	t := newTreeOf([]*wfstore.Node{next})
-	if next.Kind != wfdef.KindJob {
+	t := newTree([]wfstore.Node{next})
+	_, nextIsJob := next.(*wfstore.Step)
+	if !nextIsJob {
 		nodes, err := e.st.Subtree(ctx, s.wf, nextPath)
 		if err != nil {
 			return nil, err
 		}
-		t = newTreeOf(nodes)
+		t = newTree(nodes)
 	}
 	pr, err := e.chainResults(ctx, s, parent, k)
 	if err != nil {
@@ -196,7 +214,7 @@ func (e *Engine) chainStepDone(ctx context.Context, s step) (*step, error) {
 		return nil, err
 	}
 	if len(ahead) > 1 && len(jobs) == 1 {
-		rest := make([]*wfstore.Node, 0, len(ahead)-1)
+		rest := make([]*wfstore.Step, 0, len(ahead)-1)
 		for i, a := range ahead[1:] {
 			rest = append(rest, nodeOfAhead(s.wf, parent, k+2+i, a))
 		}
@@ -207,7 +225,7 @@ func (e *Engine) chainStepDone(ctx context.Context, s step) (*step, error) {
 	}
 	scope, states := scopeOf(s.path)
 	record := wfstore.CountAndGoOn(parent, k)
-	if marked := parent == wfstore.RootPath && next.Kind == wfdef.KindJob && len(jobs) == 1 && len(timed) == 0; marked {
+	if marked := parent == wfstore.RootPath && nextIsJob && len(jobs) == 1 && len(timed) == 0; marked {
 		// A workflow that is a chain, its next step a job: two writes
 		// instead of a transaction, guarded by the root's mark.
 		err = e.st.AdvanceMarked(ctx, s.wf, record, nextPath, jobs, e.redel)
@@ -233,7 +251,7 @@ func (e *Engine) chainStepDone(ctx context.Context, s step) (*step, error) {
 // sweeper's check does so within compensationRecheck. It costs a read,
 // only on this path (a step finishing after its workflow or chain did).
 func (e *Engine) lateStep(ctx context.Context, wf string) error {
-	root, err := e.st.GetNode(ctx, wf, wfstore.RootPath)
+	root, err := e.st.GetRoot(ctx, wf)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil
 	}
@@ -273,7 +291,7 @@ func (e *Engine) chainResults(ctx context.Context, s step, chain string, k int) 
 	if err != nil {
 		return nil, err
 	}
-	t := newTreeOf(nodes)
+	t := newTree(nodes)
 	rs, err := e.results(ctx, t, t.kids[chain][:k+1], nil)
 	if err != nil {
 		return nil, err
@@ -286,7 +304,7 @@ func (e *Engine) chainResults(ctx context.Context, s step, chain string, k int) 
 // when it was the last.
 func (e *Engine) memberDone(ctx context.Context, s step) (*step, error) {
 	parent, i := wfdef.ParentPath(s.path), s.index()
-	var n *wfstore.Node
+	var n *wfstore.Composite
 	if s.shard == "" {
 		var err error
 		if n, err = e.st.Change(ctx, s.wf, wfstore.CountChild(parent, i, s.ok)); err != nil {
@@ -309,7 +327,7 @@ func (e *Engine) memberDone(ctx context.Context, s step) (*step, error) {
 
 // membersDone reports whether every child of a group or batch finished,
 // and how many failed.
-func membersDone(n *wfstore.Node) (bool, int) {
+func membersDone(n *wfstore.Composite) (bool, int) {
 	if n.Shards > 0 {
 		shards, _, fail := n.RolledCounts()
 		return shards >= n.Shards, fail
@@ -322,7 +340,7 @@ func membersDone(n *wfstore.Node) (bool, int) {
 // can no longer run) finishes; a batch whose jobs finished fires its
 // callbacks. It returns the composite as a finished step when it is
 // finished.
-func (e *Engine) settle(ctx context.Context, n *wfstore.Node) (*step, error) {
+func (e *Engine) settle(ctx context.Context, n *wfstore.Composite) (*step, error) {
 	if n.State.Terminal() {
 		if n.State == wfstate.Cancelled || n.Path == wfstore.RootPath {
 			return nil, nil
@@ -404,12 +422,12 @@ func firedFor(callbacks []string, fail int) []string {
 // callback jobs and the record that they fired are one transaction
 // conditional on no callbacks having fired. Each callback receives the
 // result of every job of the batch, failed ones included.
-func (e *Engine) fire(ctx context.Context, n *wfstore.Node, fired []string) error {
+func (e *Engine) fire(ctx context.Context, n *wfstore.Composite, fired []string) error {
 	nodes, err := e.st.Subtree(ctx, n.WorkflowID, n.Path)
 	if err != nil {
 		return err
 	}
-	t := newTreeOf(nodes)
+	t := newTree(nodes)
 	rs, err := e.results(ctx, t, t.kids[n.Path], nil)
 	if err != nil {
 		return err
@@ -420,7 +438,10 @@ func (e *Engine) fire(ctx context.Context, n *wfstore.Node, fired []string) erro
 	}
 	var jobs []*job.Job
 	for _, name := range fired {
-		cb := t.cbs[n.Path][name]
+		var cb *wfstore.Step
+		if it := t.cbs[n.Path][name]; it != nil {
+			cb = t.step(it.Path)
+		}
 		if cb == nil {
 			return fmt.Errorf("workflow %s batch %s: callback %s missing", n.WorkflowID, n.Path, name)
 		}
@@ -465,7 +486,7 @@ type graphShape struct {
 }
 
 // graphOf decodes a graph composite's structure.
-func graphOf(n *wfstore.Node) graphShape {
+func graphOf(n *wfstore.Composite) graphShape {
 	var g graphShape
 	_ = json.Unmarshal([]byte(n.Graph), &g)
 	for len(g.Deps) < n.Total {
@@ -478,7 +499,7 @@ func graphOf(n *wfstore.Node) graphShape {
 }
 
 // graphDoneWith is graphDone once step i is counted (ok or failed).
-func graphDoneWith(n *wfstore.Node, i int, ok bool) (bool, bool) {
+func graphDoneWith(n *wfstore.Composite, i int, ok bool) (bool, bool) {
 	c := *n
 	if ok {
 		c.OK = append(append([]int{}, n.OK...), i)
@@ -491,7 +512,7 @@ func graphDoneWith(n *wfstore.Node, i int, ok bool) (bool, bool) {
 // graphDone reports whether every step of a graph finished or can never
 // run (a step it depends on, directly or not, failed), and whether one
 // failed.
-func graphDone(n *wfstore.Node) (done, failed bool) {
+func graphDone(n *wfstore.Composite) (done, failed bool) {
 	deps := graphOf(n).Deps
 	blocked := make([]int8, len(deps)) // 0 unknown, 1 blocked, 2 not
 	var isBlocked func(i int) bool
@@ -557,7 +578,7 @@ func (e *Engine) graphStepDone(ctx context.Context, s step) (*step, error) {
 		if err != nil {
 			return nil, err
 		}
-		g := p.Nodes[gk]
+		g := p.Composite(gk)
 		if g == nil {
 			return nil, nil
 		}
@@ -577,7 +598,7 @@ func (e *Engine) graphStepDone(ctx context.Context, s step) (*step, error) {
 			return e.settle(ctx, n)
 		}
 		shape := graphOf(g)
-		var ready []*wfstore.Node
+		var ready []*wfstore.Step
 		var notAll [][]int
 		for d := range shape.Deps {
 			if !hasInt(shape.Deps[d], i) {
@@ -595,11 +616,11 @@ func (e *Engine) graphStepDone(ctx context.Context, s step) (*step, error) {
 				notAll = append(notAll, rest)
 				continue
 			}
-			n := p.Nodes[stepKeyOf(d)]
+			n, _ := p.Nodes[stepKeyOf(d)].(*wfstore.Step)
 			if n == nil {
 				// The job did not name it (a step recreated by repair):
 				// read it.
-				if n, err = e.st.GetNode(ctx, s.wf, stepKeyOf(d).Path); err != nil {
+				if n, err = e.st.GetStep(ctx, s.wf, stepKeyOf(d).Path); err != nil {
 					return nil, err
 				}
 			}
@@ -635,7 +656,7 @@ func (e *Engine) graphStepDone(ctx context.Context, s step) (*step, error) {
 		if err != nil {
 			return nil, err
 		}
-		if parent == wfstore.RootPath && allJobs(ready) && len(jobs) == len(ready) {
+		if parent == wfstore.RootPath && len(jobs) == len(ready) {
 			// A workflow that is a graph, the steps it starts jobs: two
 			// writes instead of a transaction, guarded by the root's mark
 			// (the steps that should exist follow from its ok set).
@@ -655,20 +676,10 @@ func (e *Engine) graphStepDone(ctx context.Context, s step) (*step, error) {
 	return nil, fmt.Errorf("workflow %s: graph step %s: too much contention", s.wf, s.path)
 }
 
-// allJobs reports whether every node is a job step.
-func allJobs(nodes []*wfstore.Node) bool {
-	for _, n := range nodes {
-		if n.Kind != wfdef.KindJob {
-			return false
-		}
-	}
-	return true
-}
-
 // graphJobs builds the jobs of ready graph steps; each receives the
 // results of its dependencies keyed by step id (the finished step's from
 // its job, the others' read in one request).
-func (e *Engine) graphJobs(ctx context.Context, s step, parent string, shape graphShape, ready []*wfstore.Node) ([]*job.Job, error) {
+func (e *Engine) graphJobs(ctx context.Context, s step, parent string, shape graphShape, ready []*wfstore.Step) ([]*job.Job, error) {
 	self := -1 // the finished step, whose job s holds (none: read them all)
 	if s.job != nil {
 		self = s.index()
@@ -715,7 +726,7 @@ func (e *Engine) graphJobs(ctx context.Context, s step, parent string, shape gra
 
 // stepKey is the key a step's result has in parent_results and its id in
 // views: the client's step id, else its position in the tree.
-func stepKey(n *wfstore.Node) string {
+func stepKey(n *wfstore.Item) string {
 	if n.StepID != "" {
 		return n.StepID
 	}
@@ -742,11 +753,11 @@ func resultValue(j *job.Job) json.RawMessage {
 // order): a job's result, or a composite's results (an array of its
 // children's, or an object keyed by step id for a graph). jobs, when
 // given, holds jobs already read.
-func (e *Engine) results(ctx context.Context, t *tree, nodes []*wfstore.Node, jobs map[string]*job.Job) ([]json.RawMessage, error) {
+func (e *Engine) results(ctx context.Context, t *tree, nodes []*wfstore.Item, jobs map[string]*job.Job) ([]json.RawMessage, error) {
 	if jobs == nil {
 		var ids []string
-		var walk func(n *wfstore.Node)
-		walk = func(n *wfstore.Node) {
+		var walk func(n *wfstore.Item)
+		walk = func(n *wfstore.Item) {
 			if n.Kind == wfdef.KindJob {
 				ids = append(ids, wfdef.JobID(t.wfID, n.Path))
 				return
@@ -763,8 +774,8 @@ func (e *Engine) results(ctx context.Context, t *tree, nodes []*wfstore.Node, jo
 			return nil, err
 		}
 	}
-	var value func(n *wfstore.Node) json.RawMessage
-	value = func(n *wfstore.Node) json.RawMessage {
+	var value func(n *wfstore.Item) json.RawMessage
+	value = func(n *wfstore.Item) json.RawMessage {
 		if n.Kind == wfdef.KindJob {
 			return resultValue(jobs[wfdef.JobID(t.wfID, n.Path)])
 		}

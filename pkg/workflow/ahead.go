@@ -37,7 +37,7 @@ const aheadAttr = "wf_ahead"
 // that finishes j then starts the next step without reading its node
 // (chainStepDone); a job without them reads it, as before. The item is
 // sized once: the attribute adds its name and its JSON text.
-func (e *Engine) carryAhead(j *job.Job, rest []*wfstore.Node) {
+func (e *Engine) carryAhead(j *job.Job, rest []*wfstore.Step) {
 	j.WorkflowAhead = nil
 	bare, err := store.JobItemBytes(j, e.redel)
 	if err != nil {
@@ -47,7 +47,7 @@ func (e *Engine) carryAhead(j *job.Job, rest []*wfstore.Node) {
 	var steps []aheadStep
 	size := len("[]")
 	for _, n := range rest {
-		if n.Kind != wfdef.KindJob || n.Def == "" {
+		if n == nil || n.Def == "" {
 			break
 		}
 		a := aheadStep{Def: json.RawMessage(n.Def), SID: n.StepID, Last: n.Last}
@@ -77,7 +77,7 @@ func aheadOf(j *job.Job) []aheadStep {
 
 // nodeOfAhead is the node of chain step index of chain, as a job ahead
 // of it carries it.
-func nodeOfAhead(wf, chain string, index int, a aheadStep) *wfstore.Node {
-	return &wfstore.Node{WorkflowID: wf, Path: wfdef.ChildPath(chain, wfdef.Segment(wfdef.KindChain, index)), Kind: wfdef.KindJob, Index: index,
-		Def: store.Packed(a.Def), StepID: a.SID, Last: a.Last}
+func nodeOfAhead(wf, chain string, index int, a aheadStep) *wfstore.Step {
+	return &wfstore.Step{Item: wfstore.Item{WorkflowID: wf, Path: wfdef.ChildPath(chain, wfdef.Segment(wfdef.KindChain, index)), Kind: wfdef.KindJob,
+		Index: index, StepID: a.SID, Last: a.Last}, Def: store.Packed(a.Def)}
 }

@@ -37,8 +37,8 @@ func (e *Engine) begin(ctx context.Context, raw []byte, b *built) (*View, error)
 	if err != nil {
 		return nil, ojserr.Backend(err)
 	}
-	root := b.nodes[0]
-	err = e.st.BeginWorkflow(ctx, root, def, len(b.nodes)-1)
+	root := b.root
+	err = e.st.BeginWorkflow(ctx, *root, def, len(b.nodes)-1)
 	if errors.Is(err, wfstore.ErrTooLargeToDefer) {
 		return nil, err
 	}
@@ -50,7 +50,7 @@ func (e *Engine) begin(ctx context.Context, raw []byte, b *built) (*View, error)
 	}
 	e.log.InfoContext(ctx, "workflow accepted; creating it asynchronously", "workflow_id", root.WorkflowID, "type", root.Kind,
 		"jobs", root.JobCount, "items", len(b.nodes)+len(b.shards)+len(b.jobs))
-	return creatingView(&root, "nodes", 0, len(b.nodes)-1), nil
+	return creatingView(root, "nodes", 0, len(b.nodes)-1), nil
 }
 
 // Resume finishes what a request left to the stream function: the
@@ -66,7 +66,7 @@ func (e *Engine) begin(ctx context.Context, raw []byte, b *built) (*View, error)
 // on which the stream function runs the next slice, and running it again
 // goes on from what exists.
 func (e *Engine) Resume(ctx context.Context, wfID string) error {
-	root, err := e.st.GetNode(ctx, wfID, wfstore.RootPath)
+	root, err := e.st.GetRoot(ctx, wfID)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil
 	}
@@ -120,7 +120,7 @@ func (e *Engine) Resume(ctx context.Context, wfID string) error {
 
 // creatingView is what GET shows of a workflow still being created: state
 // pending, the phase (nodes, then first jobs) and how many nodes exist.
-func creatingView(root *wfstore.Node, phase string, written, total int) *View {
+func creatingView(root *wfstore.Root, phase string, written, total int) *View {
 	name := root.Name
 	if name == "" {
 		name = root.Kind

@@ -87,8 +87,8 @@ func jobStates(t *testing.T, st *store.Store, id string) map[job.State]int {
 		t.Fatal(err)
 	}
 	var ids []string
-	for _, it := range items {
-		if it.Kind == wfdef.KindJob && !strings.HasPrefix(it.Path, "/~") {
+	for _, n := range items {
+		if it := n.Base(); it.Kind == wfdef.KindJob && !strings.HasPrefix(it.Path, "/~") {
 			ids = append(ids, wfdef.JobID(id, it.Path))
 		}
 	}
@@ -158,7 +158,7 @@ func TestAsyncCreationAnswersAtOnceAndResumeFinishesIt(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	root, err := wfstore.New(st).GetNode(ctx, id, wfstore.RootPath)
+	root, err := wfstore.New(st).GetRoot(ctx, id)
 	if err != nil || root.Creating || len(root.CDef) != 0 || root.CreateItems != 0 || root.State != wfstate.Running {
 		t.Fatalf("root after Resume: %+v %v", root, err)
 	}
@@ -254,7 +254,7 @@ func TestRepairFinishesAnAsyncCreationWhoseWriterDied(t *testing.T) {
 		if _, err := eng.Create(ctx, []byte(asyncBody(id, q, 70))); err != nil {
 			t.Fatal(err)
 		}
-		root, err := wfstore.New(st).GetNode(ctx, id, wfstore.RootPath)
+		root, err := wfstore.New(st).GetRoot(ctx, id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -267,7 +267,8 @@ func TestRepairFinishesAnAsyncCreationWhoseWriterDied(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i, n := range items {
+		for i, node := range items {
+			n := node.Base()
 			if n.Kind == wfdef.KindJob {
 				del(t, db, table, "JOB#"+wfdef.JobID(id, n.Path), "JOB")
 			}
@@ -312,7 +313,7 @@ func TestRepairFinishesAnAsyncCreationWhoseWriterDied(t *testing.T) {
 		if n, err := eng.Repair(ctx, 10); err != nil || n != k+1 {
 			t.Fatalf("%s: repair: %d %v", stage, n, err)
 		}
-		root, err = wfstore.New(st).GetNode(ctx, id, wfstore.RootPath)
+		root, err = wfstore.New(st).GetRoot(ctx, id)
 		if err != nil || root.Creating || len(root.CDef) != 0 {
 			t.Fatalf("%s: root after the repair: %+v %v", stage, root, err)
 		}
@@ -479,7 +480,7 @@ func TestResumeOutOfTimeGoesOnFromWhatExists(t *testing.T) {
 	if first == 0 || first >= n || db.nodePuts == 0 {
 		t.Fatalf("first writer: %d job puts, %d node puts", first, db.nodePuts)
 	}
-	root, err := wfstore.New(st).GetNode(context.Background(), id, wfstore.RootPath)
+	root, err := wfstore.New(st).GetRoot(context.Background(), id)
 	if err != nil || len(root.CDef) == 0 || root.Creating || root.CreateTries != 1 {
 		t.Fatalf("root after the first writer: %+v %v", root, err)
 	}
@@ -496,7 +497,7 @@ func TestResumeOutOfTimeGoesOnFromWhatExists(t *testing.T) {
 	if db.nodePuts != 0 || db.jobPuts != n-first {
 		t.Fatalf("retry wrote %d nodes and %d jobs, want 0 and %d", db.nodePuts, db.jobPuts, n-first)
 	}
-	root, err = wfstore.New(st).GetNode(context.Background(), id, wfstore.RootPath)
+	root, err = wfstore.New(st).GetRoot(context.Background(), id)
 	if err != nil || len(root.CDef) != 0 || root.CreateTries != 0 || root.State != wfstate.Running {
 		t.Fatalf("root after the retry: %+v %v", root, err)
 	}
@@ -548,7 +549,7 @@ func TestCreationIsWrittenOneSliceAtATime(t *testing.T) {
 		if !errors.Is(err, wfstore.ErrCreationUnfinished) {
 			t.Fatalf("slice %d: %v", slices, err)
 		}
-		root, err := wfstore.New(st).GetNode(context.Background(), id, wfstore.RootPath)
+		root, err := wfstore.New(st).GetRoot(context.Background(), id)
 		if err != nil || len(root.CDef) == 0 || root.CreateLease != 0 || root.CreateTries != slices {
 			t.Fatalf("root after slice %d: lease %d, tries %d, definition %d bytes, %v", slices, root.CreateLease, root.CreateTries, len(root.CDef), err)
 		}
@@ -565,7 +566,7 @@ func TestCreationIsWrittenOneSliceAtATime(t *testing.T) {
 	if slices < 3 {
 		t.Fatalf("created in %d slices; a slow table should take several", slices)
 	}
-	root, err := wfstore.New(st).GetNode(context.Background(), id, wfstore.RootPath)
+	root, err := wfstore.New(st).GetRoot(context.Background(), id)
 	if err != nil || len(root.CDef) != 0 || root.CreateLease != 0 || root.CreateTries != 0 || root.State != wfstate.Running {
 		t.Fatalf("root after the last slice: %+v %v", root, err)
 	}
@@ -596,13 +597,13 @@ func TestCreationAfterAWriterThatDiedReadsOnlyPastTheRecord(t *testing.T) {
 		t.Fatalf("create: %v", err)
 	}
 	// Clean slices (the nodes first) until one wrote jobs.
-	var root *wfstore.Node
+	var root *wfstore.Root
 	for try := 1; root == nil || root.CreateJobs == 0; try++ {
 		if err := eng.Resume(bg, id); !errors.Is(err, wfstore.ErrCreationUnfinished) {
 			t.Fatalf("slice %d: %v", try, err)
 		}
 		var err error
-		if root, err = wfstore.New(st).GetNode(bg, id, wfstore.RootPath); err != nil || root.CreateClean != try || root.CreateJobs >= n {
+		if root, err = wfstore.New(st).GetRoot(bg, id); err != nil || root.CreateClean != try || root.CreateJobs >= n {
 			t.Fatalf("after clean slice %d: clean try %d, %d jobs recorded, %v", try, root.CreateClean, root.CreateJobs, err)
 		}
 	}
@@ -619,7 +620,7 @@ func TestCreationAfterAWriterThatDiedReadsOnlyPastTheRecord(t *testing.T) {
 	db.dropGiveBack = false
 	died := db.jobPuts
 	db.mu.Unlock()
-	root, err := wfstore.New(st).GetNode(bg, id, wfstore.RootPath)
+	root, err := wfstore.New(st).GetRoot(bg, id)
 	if err != nil || died == 0 || root.CreateLease == 0 || root.CreateJobs != recorded || root.CreateClean != tries || root.CreateTries != tries+1 {
 		t.Fatalf("after the writer died: %d jobs put, lease %d, %d recorded, clean try %d, tries %d, %v",
 			died, root.CreateLease, root.CreateJobs, root.CreateClean, root.CreateTries, err)
@@ -678,7 +679,7 @@ func TestCancelOutOfTimeLeavesTheRestToTheStream(t *testing.T) {
 	if m["state"] != "cancelled" || xc == nil || xc["jobs_left"] != float64(n-99) {
 		t.Fatalf("cancel out of time: state %v, x_cancelling %v", m["state"], m["x_cancelling"])
 	}
-	root, err := wfstore.New(st).GetNode(bg, id, wfstore.RootPath)
+	root, err := wfstore.New(st).GetRoot(bg, id)
 	if err != nil || !root.Cancelling || root.State != wfstate.Cancelled {
 		t.Fatalf("root after the cancel: %+v %v", root, err)
 	}
@@ -694,7 +695,7 @@ func TestCancelOutOfTimeLeavesTheRestToTheStream(t *testing.T) {
 		if err := eng.Resume(bg, id); err != nil {
 			t.Fatal(err)
 		}
-		if root, err = wfstore.New(st).GetNode(bg, id, wfstore.RootPath); err != nil {
+		if root, err = wfstore.New(st).GetRoot(bg, id); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -732,7 +733,7 @@ func TestFinishingACancelGoesOnInSlices(t *testing.T) {
 		if err := eng.Resume(bg, id); err != nil {
 			t.Fatal(err)
 		}
-		root, err := wfstore.New(st).GetNode(bg, id, wfstore.RootPath)
+		root, err := wfstore.New(st).GetRoot(bg, id)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -54,7 +54,7 @@ func (e *Engine) Timeouts(ctx context.Context, limit int) (int, error) {
 // change nothing, and the failure goes up as any failed step's does. It
 // reports whether this call timed the node out.
 func (e *Engine) timeout(ctx context.Context, wf, path string, now time.Time) (bool, error) {
-	n, err := e.st.GetNode(ctx, wf, path)
+	n, err := e.st.GetComposite(ctx, wf, path)
 	if errors.Is(err, store.ErrNotFound) {
 		return false, nil
 	}
@@ -78,7 +78,12 @@ func (e *Engine) timeout(ctx context.Context, wf, path string, now time.Time) (b
 	}
 	msg, _ := json.Marshal(map[string]any{"code": ErrorCodeTimeout, "type": ErrorCodeTimeout,
 		"message": fmt.Sprintf("The %s did not finish within its timeout of %d ms.", kindName(n), n.TimeoutMS), "timeout_ms": n.TimeoutMS})
-	failed, err := e.st.Change(ctx, wf, wfstore.TimeOut(path, now, string(msg)))
+	var failed wfstore.Node
+	if path == wfstore.RootPath {
+		failed, err = e.st.ChangeRoot(ctx, wf, wfstore.TimeOut(path, now, string(msg)))
+	} else {
+		failed, err = e.st.Change(ctx, wf, wfstore.TimeOut(path, now, string(msg)))
+	}
 	var nc *wfstore.ErrNodeConflict
 	if errors.As(err, &nc) {
 		return false, nil // it finished (or timed out) first
@@ -90,13 +95,13 @@ func (e *Engine) timeout(ctx context.Context, wf, path string, now time.Time) (b
 	if err := e.stopBelow(ctx, wf, path, now); err != nil {
 		return true, err
 	}
-	if path == wfstore.RootPath {
-		return true, e.afterFailure(ctx, failed)
+	if root, ok := failed.(*wfstore.Root); ok {
+		return true, e.afterFailure(ctx, root)
 	}
-	return true, e.advance(ctx, stepOfNode(failed))
+	return true, e.advance(ctx, stepOfNode(failed.(*wfstore.Composite)))
 }
 
-func kindName(n *wfstore.Node) string {
+func kindName(n *wfstore.Composite) string {
 	if n.Path == wfstore.RootPath {
 		return "workflow"
 	}
@@ -112,7 +117,8 @@ func (e *Engine) stopBelow(ctx context.Context, wf, path string, now time.Time) 
 		return err
 	}
 	var ids []string
-	for _, n := range nodes {
+	for _, node := range nodes {
+		n := node.Base()
 		if strings.HasPrefix(n.Path, "/~") || n.Path == path {
 			continue
 		}
@@ -131,7 +137,7 @@ func (e *Engine) stopBelow(ctx context.Context, wf, path string, now time.Time) 
 	if path == wfstore.RootPath {
 		// The workflow timed out while its creation may still be writing
 		// its first jobs unguarded.
-		root, err := e.st.GetNode(ctx, wf, wfstore.RootPath)
+		root, err := e.st.GetRoot(ctx, wf)
 		if err != nil {
 			return err
 		}
@@ -205,7 +211,7 @@ func (e *Engine) cancelSliceEnd(ctx context.Context) time.Time {
 // at its slice (cancelSliceEnd) and leaves the mark and the check for the
 // next. items are the workflow's items if the caller has them (nil: read
 // them).
-func (e *Engine) finishCancel(ctx context.Context, root *wfstore.Node, items []*wfstore.Node) error {
+func (e *Engine) finishCancel(ctx context.Context, root *wfstore.Root, items []wfstore.Node) error {
 	if items == nil {
 		var err error
 		if items, err = e.st.WorkflowItems(ctx, root.WorkflowID); err != nil {
@@ -255,11 +261,11 @@ func (e *Engine) finishCancel(ctx context.Context, root *wfstore.Node, items []*
 // root is still stopped, in the same transaction. The ones written already
 // exist, and the cancel cancels them as any other. With the marks gone,
 // every such job exists: nothing to do.
-func (e *Engine) takeUnwritten(ctx context.Context, root *wfstore.Node, items []*wfstore.Node, now time.Time) error {
+func (e *Engine) takeUnwritten(ctx context.Context, root *wfstore.Root, items []wfstore.Node, now time.Time) error {
 	var unwritten []*job.Job
 	if root.Unguarded {
 		var err error
-		if unwritten, _, err = e.launch(ctx, newTreeOf(items), wfstore.RootPath, emptyResults(root.Kind)); err != nil {
+		if unwritten, _, err = e.launch(ctx, newTree(items), wfstore.RootPath, emptyResults(root.Kind)); err != nil {
 			return err
 		}
 	}
@@ -311,14 +317,14 @@ func (e *Engine) takeUnwritten(ctx context.Context, root *wfstore.Node, items []
 // it), or none when that is not a job step of the root's chain; for a
 // workflow that is a graph, the jobs of every step whose dependencies all
 // completed and that has not finished (graphLaunching).
-func (e *Engine) launching(ctx context.Context, root *wfstore.Node, items []*wfstore.Node) ([]*job.Job, error) {
+func (e *Engine) launching(ctx context.Context, root *wfstore.Root, items []wfstore.Node) ([]*job.Job, error) {
 	if root.Kind == wfdef.KindGraph {
 		return e.graphLaunching(ctx, root, items)
 	}
 	path := root.Launching
 	k := step{path: path}.index()
-	t := newTreeOf(items)
-	if n := t.byPath[path]; k < 1 || n == nil || n.Kind != wfdef.KindJob || wfdef.ParentPath(path) != wfstore.RootPath || root.Kind != wfdef.KindChain {
+	t := newTree(items)
+	if k < 1 || t.step(path) == nil || wfdef.ParentPath(path) != wfstore.RootPath || root.Kind != wfdef.KindChain {
 		return nil, nil
 	}
 	prev := wfdef.ChildPath(wfstore.RootPath, wfdef.Segment(wfdef.KindChain, k-1))
@@ -336,14 +342,15 @@ func (e *Engine) launching(ctx context.Context, root *wfstore.Node, items []*wfs
 // completed and whose job is missing, built as its advance builds it
 // (with their results). Two batched reads, however wide the graph: the
 // candidates' jobs, then the missing ones' dependencies.
-func (e *Engine) graphLaunching(ctx context.Context, root *wfstore.Node, items []*wfstore.Node) ([]*job.Job, error) {
-	t := newTreeOf(items)
-	shape := graphOf(root)
-	var cands []*wfstore.Node
+func (e *Engine) graphLaunching(ctx context.Context, root *wfstore.Root, items []wfstore.Node) ([]*job.Job, error) {
+	t := newTree(items)
+	shape := graphOf(&root.Composite)
+	var cands []*wfstore.Step
 	var ids []string
-	for _, n := range t.kids[wfstore.RootPath] {
-		deps := shape.Deps[n.Index]
-		if n.Kind != wfdef.KindJob || len(deps) == 0 || root.Done(n.Index) || !allIn(deps, root.OK) {
+	for _, it := range t.kids[wfstore.RootPath] {
+		deps := shape.Deps[it.Index]
+		n := t.step(it.Path)
+		if n == nil || len(deps) == 0 || root.Done(n.Index) || !allIn(deps, root.OK) {
 			continue
 		}
 		cands = append(cands, n)
@@ -356,7 +363,7 @@ func (e *Engine) graphLaunching(ctx context.Context, root *wfstore.Node, items [
 	if err != nil {
 		return nil, err
 	}
-	missing := slices.DeleteFunc(cands, func(n *wfstore.Node) bool { return have[wfdef.JobID(root.WorkflowID, n.Path)] != nil })
+	missing := slices.DeleteFunc(cands, func(n *wfstore.Step) bool { return have[wfdef.JobID(root.WorkflowID, n.Path)] != nil })
 	if len(missing) == 0 {
 		return nil, nil
 	}
@@ -374,11 +381,11 @@ func allIn(xs, set []int) bool {
 }
 
 // jobIDs lists the ids of a workflow's step jobs (not its handlers').
-func jobIDs(wfID string, items []*wfstore.Node) []string {
+func jobIDs(wfID string, items []wfstore.Node) []string {
 	var ids []string
 	for _, n := range items {
-		if n.Kind == wfdef.KindJob && !strings.HasPrefix(n.Path, "/~") {
-			ids = append(ids, wfdef.JobID(wfID, n.Path))
+		if st, ok := n.(*wfstore.Step); ok && !strings.HasPrefix(st.Path, "/~") {
+			ids = append(ids, wfdef.JobID(wfID, st.Path))
 		}
 	}
 	return ids
@@ -388,7 +395,7 @@ func jobIDs(wfID string, items []*wfstore.Node) []string {
 // completed steps (newest first), then its on_failure handler. Each is
 // started by a conditional write, so any number of callers start it
 // once.
-func (e *Engine) afterFailure(ctx context.Context, root *wfstore.Node) error {
+func (e *Engine) afterFailure(ctx context.Context, root *wfstore.Root) error {
 	if root.Compensable > 0 && (root.Compensation == "" || root.Compensation == wfstore.CompensationWaiting) {
 		started, err := e.startCompensation(ctx, root)
 		if err != nil || started {
@@ -413,16 +420,16 @@ const compensationRecheck = 15 * time.Second
 // and must be undone with the others, so the plan is made once they all
 // finished (by the sweeper's check, or by the late step's own record). It
 // reports whether there was any (or may be).
-func (e *Engine) startCompensation(ctx context.Context, root *wfstore.Node) (bool, error) {
+func (e *Engine) startCompensation(ctx context.Context, root *wfstore.Root) (bool, error) {
 	wf := root.WorkflowID
 	nodes, err := e.st.WorkflowItems(ctx, wf)
 	if err != nil {
 		return false, err
 	}
 	var ids []string
-	byID := map[string]*wfstore.Node{}
-	for _, n := range nodes {
-		if n.Kind == wfdef.KindJob && n.Compensate != "" && !strings.HasPrefix(n.Path, "/~") {
+	byID := map[string]*wfstore.Step{}
+	for _, node := range nodes {
+		if n, ok := node.(*wfstore.Step); ok && n.Compensate != "" && !strings.HasPrefix(n.Path, "/~") {
 			id := wfdef.JobID(wf, n.Path)
 			ids = append(ids, id)
 			byID[id] = n
@@ -433,7 +440,7 @@ func (e *Engine) startCompensation(ctx context.Context, root *wfstore.Node) (boo
 		return false, err
 	}
 	type done struct {
-		n  *wfstore.Node
+		n  *wfstore.Step
 		at time.Time
 	}
 	var list []done
@@ -466,10 +473,10 @@ func (e *Engine) startCompensation(ctx context.Context, root *wfstore.Node) (boo
 		// Nothing to undo: record that, so the handler can run.
 		_, err := e.st.Change(ctx, wf, wfstore.CompensationSkipped())
 		var nc *wfstore.ErrNodeConflict
-		if errors.As(err, &nc) && (nc.Current.State != wfstate.Failed || nc.Current.Compensation != wfstore.CompensationNone) {
+		if errors.As(err, &nc) && nc.Root() != nil && (nc.State() != wfstate.Failed || nc.Root().Compensation != wfstore.CompensationNone) {
 			// Retried, or its compensation started elsewhere (whose end
 			// runs the handler): not this caller's to go on with.
-			root.Compensation = nc.Current.Compensation
+			root.Compensation = nc.Root().Compensation
 			return true, nil
 		}
 		if err != nil && nc == nil {
@@ -492,8 +499,8 @@ func (e *Engine) startCompensation(ctx context.Context, root *wfstore.Node) (boo
 	if err != nil {
 		return false, err
 	}
-	comp := wfstore.Node{WorkflowID: wf, Path: wfdef.CompensatePath, Kind: wfdef.KindChain, Name: "compensation", Index: -1, Total: len(plan), Plan: plan,
-		State: wfstate.Running, StartedAt: job.Timestamp(now)}
+	comp := &wfstore.Composite{Item: wfstore.Item{WorkflowID: wf, Path: wfdef.CompensatePath, Kind: wfdef.KindChain, Name: "compensation", Index: -1,
+		State: wfstate.Running, Times: wfstore.Times{StartedAt: job.Timestamp(now)}}, Total: len(plan), Plan: plan}
 	err = e.st.Advance(ctx, wfstore.Advance{WorkflowID: wf, Jobs: []*job.Job{first}, RedeliverAfter: e.redel, NewNodes: []wfstore.Node{comp},
 		Scope: wfstore.RootPath, ScopeStates: []wfstate.State{wfstate.Failed},
 		Changes: []wfstore.Change{wfstore.CompensationStarts()}})
@@ -512,9 +519,10 @@ func (e *Engine) startCompensation(ctx context.Context, root *wfstore.Node) (boo
 // compensationJob builds compensation step k, undoing the step of node
 // n: its compensate job, with the undone step's id, job id and result as
 // parent_results.
-func (e *Engine) compensationJob(ctx context.Context, wf string, k int, n *wfstore.Node, undone *job.Job) (*job.Job, error) {
-	pr, _ := json.Marshal(map[string]any{"compensates": stepKey(n), "job_id": wfdef.JobID(wf, n.Path), "result": resultValue(undone)})
-	synthetic := &wfstore.Node{WorkflowID: wf, Path: wfdef.ChildPath(wfdef.CompensatePath, wfdef.Segment(wfdef.KindChain, k)), Kind: wfdef.KindJob, Def: n.Compensate}
+func (e *Engine) compensationJob(ctx context.Context, wf string, k int, n *wfstore.Step, undone *job.Job) (*job.Job, error) {
+	pr, _ := json.Marshal(map[string]any{"compensates": stepKey(&n.Item), "job_id": wfdef.JobID(wf, n.Path), "result": resultValue(undone)})
+	synthetic := &wfstore.Step{Item: wfstore.Item{WorkflowID: wf, Path: wfdef.ChildPath(wfdef.CompensatePath, wfdef.Segment(wfdef.KindChain, k)), Kind: wfdef.KindJob},
+		Def: n.Compensate}
 	j, err := e.newJob(synthetic, pr)
 	if err != nil {
 		return nil, err
@@ -531,7 +539,7 @@ func (e *Engine) compensationJob(ctx context.Context, wf string, k int, n *wfsto
 // the workflow and runs its on_failure handler.
 func (e *Engine) compensationStepDone(ctx context.Context, s step) (*step, error) {
 	k := s.index()
-	comp, err := e.st.GetNode(ctx, s.wf, wfdef.CompensatePath)
+	comp, err := e.st.GetComposite(ctx, s.wf, wfdef.CompensatePath)
 	if err != nil {
 		return nil, err
 	}
@@ -549,13 +557,13 @@ func (e *Engine) compensationStepDone(ctx context.Context, s step) (*step, error
 		if _, err := e.finish(ctx, s.wf, f); err != nil {
 			return nil, err
 		}
-		comp, err = e.st.GetNode(ctx, s.wf, wfdef.CompensatePath)
+		comp, err = e.st.GetComposite(ctx, s.wf, wfdef.CompensatePath)
 		if err != nil {
 			return nil, err
 		}
 		return nil, e.endCompensation(ctx, comp)
 	}
-	next, err := e.st.GetNode(ctx, s.wf, comp.Plan[k+1])
+	next, err := e.st.GetStep(ctx, s.wf, comp.Plan[k+1])
 	if err != nil {
 		return nil, err
 	}
@@ -574,7 +582,7 @@ func (e *Engine) compensationStepDone(ctx context.Context, s step) (*step, error
 
 // endCompensation records a finished compensation on the workflow, once,
 // and runs the on_failure handler.
-func (e *Engine) endCompensation(ctx context.Context, comp *wfstore.Node) error {
+func (e *Engine) endCompensation(ctx context.Context, comp *wfstore.Composite) error {
 	if !comp.State.Terminal() {
 		return nil
 	}
@@ -582,7 +590,7 @@ func (e *Engine) endCompensation(ctx context.Context, comp *wfstore.Node) error 
 	if comp.State != wfstate.Completed {
 		outcome = wfstore.CompensationFailed
 	}
-	root, err := e.st.Change(ctx, comp.WorkflowID, wfstore.CompensationEnds(outcome, comp.FailedStep))
+	root, err := e.st.ChangeRoot(ctx, comp.WorkflowID, wfstore.CompensationEnds(outcome, comp.FailedStep))
 	var nc *wfstore.ErrNodeConflict
 	if errors.As(err, &nc) {
 		return nil // retried or cancelled meanwhile
@@ -597,7 +605,7 @@ func (e *Engine) endCompensation(ctx context.Context, comp *wfstore.Node) error 
 // (its node moves from waiting to running in the transaction that writes
 // its first job). The handler receives the workflow's state, the error
 // that failed it and the results of its completed steps, keyed by step.
-func (e *Engine) launchHandler(ctx context.Context, root *wfstore.Node, name string) error {
+func (e *Engine) launchHandler(ctx context.Context, root *wfstore.Root, name string) error {
 	if !wfstore.HasString(root.Handlers, name) {
 		return nil
 	}
@@ -607,7 +615,7 @@ func (e *Engine) launchHandler(ctx context.Context, root *wfstore.Node, name str
 	if err != nil {
 		return err
 	}
-	t := newTreeOf(nodes)
+	t := newTree(nodes)
 	h := t.special[path]
 	if h == nil || h.State != wfstate.Waiting {
 		return nil
@@ -637,10 +645,10 @@ func (e *Engine) launchHandler(ctx context.Context, root *wfstore.Node, name str
 
 // handlerInput is a handler's parent_results: the workflow's state, what
 // failed it, and the results of its completed steps keyed by step.
-func (e *Engine) handlerInput(ctx context.Context, t *tree, root *wfstore.Node) (json.RawMessage, error) {
+func (e *Engine) handlerInput(ctx context.Context, t *tree, root *wfstore.Root) (json.RawMessage, error) {
 	var ids []string
-	for _, n := range t.byPath {
-		if n.Kind == wfdef.KindJob && !strings.HasPrefix(n.Path, "/~") {
+	for _, node := range t.byPath {
+		if n := node.Base(); n.Kind == wfdef.KindJob && !strings.HasPrefix(n.Path, "/~") {
 			ids = append(ids, wfdef.JobID(t.wfID, n.Path))
 		}
 	}
@@ -650,7 +658,8 @@ func (e *Engine) handlerInput(ctx context.Context, t *tree, root *wfstore.Node) 
 	}
 	results := map[string]json.RawMessage{}
 	var failed *job.Job
-	for _, n := range t.byPath {
+	for _, node := range t.byPath {
+		n := node.Base()
 		if n.Kind != wfdef.KindJob || strings.HasPrefix(n.Path, "/~") {
 			continue
 		}
@@ -707,7 +716,7 @@ func (e *Engine) Retry(ctx context.Context, wfID string) (*View, error) {
 	if err := validWorkflowID(wfID); err != nil {
 		return nil, err
 	}
-	root, err := e.st.GetNode(ctx, wfID, wfstore.RootPath)
+	root, err := e.st.GetRoot(ctx, wfID)
 	if errors.Is(err, store.ErrNotFound) || (err == nil && root.Creating) {
 		return nil, ojserr.NotFoundf("workflow", wfID)
 	}
@@ -729,7 +738,7 @@ func (e *Engine) Retry(ctx context.Context, wfID string) (*View, error) {
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			return nil, ojserr.Backend(err)
 		}
-		if err == nil && h.State == wfstate.Running {
+		if err == nil && h.Base().State == wfstate.Running {
 			return nil, ojserr.StateConflict(ojserr.Conflict, "Workflow %s's %s handler is still running; retry the workflow once it has finished.", wfID, name).
 				With("workflow_id", wfID).With("current_state", string(root.State)).With("handler", name)
 		}
@@ -742,14 +751,14 @@ func (e *Engine) Retry(ctx context.Context, wfID string) (*View, error) {
 		checkAt = minTime(checkAt, deadline)
 	}
 	// (Not once its compensation started meanwhile.)
-	_, err = e.st.Change(ctx, wfID, wfstore.RetryWorkflow(root.State, now, checkAt, deadline))
+	_, err = e.st.ChangeRoot(ctx, wfID, wfstore.RetryWorkflow(root.State, now, checkAt, deadline))
 	var nc *wfstore.ErrNodeConflict
 	if errors.As(err, &nc) {
-		if compensated(nc.Current) {
-			return nil, compensatedConflict(nc.Current) // its compensation started meanwhile
+		if r := nc.Root(); r != nil && compensated(r) {
+			return nil, compensatedConflict(r) // its compensation started meanwhile
 		}
-		return nil, ojserr.StateConflict(ojserr.Conflict, "Workflow %s is %s; only a failed or cancelled workflow can be retried.", wfID, nc.Current.State).
-			With("workflow_id", wfID).With("current_state", string(nc.Current.State))
+		return nil, ojserr.StateConflict(ojserr.Conflict, "Workflow %s is %s; only a failed or cancelled workflow can be retried.", wfID, nc.State()).
+			With("workflow_id", wfID).With("current_state", string(nc.State()))
 	}
 	if err != nil {
 		return nil, ojserr.Backend(err)
@@ -765,7 +774,7 @@ func (e *Engine) Retry(ctx context.Context, wfID string) (*View, error) {
 // compensated reports whether a workflow's compensation started (a
 // compensated workflow cannot be retried); one that waits for its
 // running steps has not.
-func compensated(root *wfstore.Node) bool {
+func compensated(root *wfstore.Root) bool {
 	switch root.Compensation {
 	case "", wfstore.CompensationNone, wfstore.CompensationWaiting:
 		return false
@@ -773,7 +782,7 @@ func compensated(root *wfstore.Node) bool {
 	return true
 }
 
-func compensatedConflict(root *wfstore.Node) error {
+func compensatedConflict(root *wfstore.Root) error {
 	return ojserr.StateConflict(ojserr.Conflict, "Workflow %s was compensated (its completed steps were undone); it cannot be retried.", root.WorkflowID).
 		With("workflow_id", root.WorkflowID).With("current_state", string(root.State)).With("compensation", root.Compensation)
 }
@@ -782,7 +791,7 @@ func compensatedConflict(root *wfstore.Node) error {
 // nodes (a retry re-arming a handler or a batch's callbacks, whose job ids
 // are the same in every run). A job still running is left, unless stop is
 // set: it is cancelled first, and deleted.
-func (e *Engine) removeFinishedJobs(ctx context.Context, wf string, nodes []*wfstore.Node, stop bool) error {
+func (e *Engine) removeFinishedJobs(ctx context.Context, wf string, nodes []*wfstore.Item, stop bool) error {
 	var ids []string
 	for _, n := range nodes {
 		if n.Kind == wfdef.KindJob {
@@ -833,18 +842,12 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 		return err
 	}
 	now := e.now()
-	t := newTreeOf(nodes)
-	var ids []string
-	for _, n := range nodes {
-		if n.Kind == wfdef.KindJob && !strings.HasPrefix(n.Path, "/~") {
-			ids = append(ids, wfdef.JobID(wf, n.Path))
-		}
-	}
-	jobs, err := e.jobs.BatchGetJobs(ctx, ids)
+	t := newTree(nodes)
+	jobs, err := e.jobs.BatchGetJobs(ctx, jobIDs(wf, nodes))
 	if err != nil {
 		return err
 	}
-	failedChild := func(n *wfstore.Node) bool {
+	failedChild := func(n *wfstore.Item) bool {
 		if n.Kind == wfdef.KindJob {
 			j := jobs[wfdef.JobID(wf, n.Path)]
 			return j != nil && (j.State == job.Discarded || j.State == job.Cancelled)
@@ -861,10 +864,11 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 	// members all complete, or failing a nested composite its chain then
 	// never goes past). Nothing counts on a marked item; what finished
 	// meanwhile is counted below, once the marks are gone.
-	redecided := map[string]bool{}       // callback jobs of batches whose members run again
-	marked := map[string]*wfstore.Node{} // composites, by path (the root always)
-	for _, n := range nodes {
-		if n.Kind == wfdef.KindJob || strings.HasPrefix(n.Path, "/~") {
+	redecided := map[string]bool{}            // callback jobs of batches whose members run again
+	marked := map[string]*wfstore.Composite{} // composites, by path (the root always)
+	for _, node := range nodes {
+		n := wfstore.CompositeOf(node)
+		if n == nil || strings.HasPrefix(n.Path, "/~") {
 			continue
 		}
 		if n.Reopening != "" {
@@ -900,7 +904,7 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 			// removed (their ids are the same in every run) and not run
 			// again now.
 			r.Refire = true
-			var cbs []*wfstore.Node
+			var cbs []*wfstore.Item
 			for _, cb := range t.cbs[n.Path] {
 				cbs = append(cbs, cb)
 				redecided[wfdef.JobID(wf, cb.Path)] = true
@@ -941,9 +945,9 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 	// is cancelled, so that it can run again for a later failure.
 	for path, h := range t.special {
 		if path != wfdef.CompensatePath && h.State != wfstate.Waiting {
-			var under []*wfstore.Node
-			for _, n := range nodes {
-				if n.Path == path || strings.HasPrefix(n.Path, path+"/") {
+			var under []*wfstore.Item
+			for _, node := range nodes {
+				if n := node.Base(); n.Path == path || strings.HasPrefix(n.Path, path+"/") {
 					under = append(under, n)
 				}
 			}
@@ -991,7 +995,7 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 
 // clearMarks removes a retry's marks from the counter shards of the
 // composites in marked and from those composites but the root.
-func (e *Engine) clearMarks(ctx context.Context, wf string, t *tree, marked map[string]*wfstore.Node) error {
+func (e *Engine) clearMarks(ctx context.Context, wf string, t *tree, marked map[string]*wfstore.Composite) error {
 	for _, path := range slices.Sorted(maps.Keys(marked)) {
 		if marked[path].Shards == 0 {
 			continue
@@ -1021,7 +1025,7 @@ func (e *Engine) clearMarks(ctx context.Context, wf string, t *tree, marked map[
 // rearm moves a handler's node back to waiting for its next launch,
 // forgetting its counts. A running one, whose jobs were just cancelled,
 // ends cancelled first.
-func (e *Engine) rearm(ctx context.Context, wf string, n *wfstore.Node, now time.Time) error {
+func (e *Engine) rearm(ctx context.Context, wf string, n *wfstore.Item, now time.Time) error {
 	from := n.State
 	if from == wfstate.Running {
 		cur, err := e.st.Change(ctx, wf, wfstore.CancelNode(n.Path, now, wfstate.Running))
@@ -1030,7 +1034,7 @@ func (e *Engine) rearm(ctx context.Context, wf string, n *wfstore.Node, now time
 		case err == nil:
 			from = cur.State
 		case errors.As(err, &nc) && nc.Current != nil:
-			from = nc.Current.State // finished meanwhile
+			from = nc.State() // finished meanwhile
 		default:
 			return err
 		}
@@ -1049,7 +1053,7 @@ func (e *Engine) rearm(ctx context.Context, wf string, n *wfstore.Node, now time
 // reopenShards forgets a wide group's or batch's failed children in their
 // shards, and the roll-ups of those shards (they roll up again when the
 // children finish).
-func (e *Engine) reopenShards(ctx context.Context, n *wfstore.Node, t *tree, failedChild func(*wfstore.Node) bool, r *wfstore.Reopening) error {
+func (e *Engine) reopenShards(ctx context.Context, n *wfstore.Composite, t *tree, failedChild func(*wfstore.Item) bool, r *wfstore.Reopening) error {
 	byShard := map[string][]int{}
 	for _, c := range t.kids[n.Path] {
 		if failedChild(c) {

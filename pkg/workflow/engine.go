@@ -196,6 +196,7 @@ func workflowExists(id string) error {
 // built is what creating a workflow writes: its nodes (the root first),
 // counter shards and first jobs, and the nodes as a tree.
 type built struct {
+	root   *wfstore.Root
 	nodes  []wfstore.Node
 	shards []wfstore.Shard
 	jobs   []*job.Job
@@ -209,86 +210,87 @@ type built struct {
 func (e *Engine) build(ctx context.Context, parsed *wfdef.Parsed, id string, now time.Time) (*built, error) {
 	var nodes []wfstore.Node
 	var shards []wfstore.Shard
+	var root *wfstore.Root
+	comps := map[string]*wfstore.Composite{}
 	compensable := 0
 	wfdef.Walk(parsed.Root, func(d *wfdef.Def) {
-		n := wfstore.Node{WorkflowID: id, Path: d.Path, Kind: d.Kind, Name: d.Name, Index: d.Index, StepID: d.StepID,
-			JobType: d.JobType, State: wfstate.Waiting, Deps: d.Deps, TimeoutMS: d.TimeoutMS, Compensate: store.Packed(d.Compensate)}
-		if len(d.Compensate) > 0 {
-			compensable++
+		it := wfstore.Item{WorkflowID: id, Path: d.Path, Kind: d.Kind, Name: d.Name, Index: d.Index, StepID: d.StepID, State: wfstate.Waiting, Deps: d.Deps}
+		if p := comps[wfdef.ParentPath(d.Path)]; p != nil && d.Path != wfstore.RootPath && d.Index >= 0 {
+			// Children of wide groups and batches are counted in shards;
+			// a chain's last step knows it.
+			if p.Shards > 0 {
+				it.PShard = wfstore.ShardKey(d.Index % p.Shards)
+			}
+			it.Last = p.Kind == wfdef.KindChain && d.Index == p.Total-1
 		}
 		if d.Kind == wfdef.KindJob {
-			n.Def = store.Packed(d.Request)
-		} else {
-			n.Total = len(d.Children)
-			if d.Kind == wfdef.KindGroup || d.Kind == wfdef.KindBatch {
-				// Only groups and batches count in shards: a chain runs one
-				// step at a time, a graph decides on its whole progress.
-				n.Shards = shardsFor(n.Total)
+			if len(d.Compensate) > 0 {
+				compensable++
 			}
-			for k := 0; k < n.Shards; k++ {
-				exp := n.Total / n.Shards
-				if k < n.Total%n.Shards {
-					exp++
-				}
-				shards = append(shards, wfstore.Shard{Path: d.Path, Key: wfstore.ShardKey(k), Expected: exp})
+			nodes = append(nodes, &wfstore.Step{Item: it, Def: store.Packed(d.Request), JobType: d.JobType, Compensate: store.Packed(d.Compensate)})
+			return
+		}
+		c := wfstore.Composite{Item: it, Total: len(d.Children), TimeoutMS: d.TimeoutMS}
+		if d.Kind == wfdef.KindGroup || d.Kind == wfdef.KindBatch {
+			// Only groups and batches count in shards: a chain runs one
+			// step at a time, a graph decides on its whole progress.
+			c.Shards = shardsFor(c.Total)
+		}
+		for k := 0; k < c.Shards; k++ {
+			exp := c.Total / c.Shards
+			if k < c.Total%c.Shards {
+				exp++
 			}
-			for _, name := range wfdef.Callbacks {
-				if d.Callbacks[name] != nil {
-					n.Callbacks = append(n.Callbacks, name)
-				}
-			}
-			if d.Kind == wfdef.KindGraph {
-				g := graphShape{IDs: make([]string, len(d.Children)), Deps: make([][]int, len(d.Children))}
-				for i, c := range d.Children {
-					g.IDs[i], g.Deps[i] = c.StepID, append([]int{}, c.Deps...)
-				}
-				b, _ := json.Marshal(g)
-				n.Graph = string(b)
+			shards = append(shards, wfstore.Shard{Path: d.Path, Key: wfstore.ShardKey(k), Expected: exp})
+		}
+		for _, name := range wfdef.Callbacks {
+			if d.Callbacks[name] != nil {
+				c.Callbacks = append(c.Callbacks, name)
 			}
 		}
-		if d.Path == wfstore.RootPath {
-			n.State = wfstate.Running
-			n.Form = parsed.Form
-			n.CreatedAt, n.StartedAt, n.JobCount = job.Timestamp(now), job.Timestamp(now), parsed.Jobs
-			check := now.Add(CheckAfter)
-			if d.TimeoutMS > 0 {
-				// The progress check comes no later than the deadline: it
-				// times the workflow out.
-				n.Deadline = now.Add(time.Duration(d.TimeoutMS) * time.Millisecond).UnixMilli()
-				check = minTime(check, time.UnixMilli(n.Deadline))
+		if d.Kind == wfdef.KindGraph {
+			g := graphShape{IDs: make([]string, len(d.Children)), Deps: make([][]int, len(d.Children))}
+			for i, c := range d.Children {
+				g.IDs[i], g.Deps[i] = c.StepID, append([]int{}, c.Deps...)
 			}
-			wfstore.WorkflowCheckDue(&n, check)
-			for _, h := range wfdef.Handlers {
-				if d.Handlers[h] != nil {
-					n.Handlers = append(n.Handlers, h)
-				}
+			b, _ := json.Marshal(g)
+			c.Graph = string(b)
+		}
+		if d.Path != wfstore.RootPath {
+			comps[d.Path] = &c
+			nodes = append(nodes, &c)
+			return
+		}
+		root = &wfstore.Root{Composite: c, Form: parsed.Form, JobCount: parsed.Jobs}
+		root.State = wfstate.Running
+		root.CreatedAt, root.StartedAt = job.Timestamp(now), job.Timestamp(now)
+		check := now.Add(CheckAfter)
+		if d.TimeoutMS > 0 {
+			// The progress check comes no later than the deadline: it
+			// times the workflow out.
+			root.Deadline = now.Add(time.Duration(d.TimeoutMS) * time.Millisecond).UnixMilli()
+			check = minTime(check, time.UnixMilli(root.Deadline))
+		}
+		wfstore.WorkflowCheckDue(root, check)
+		for _, h := range wfdef.Handlers {
+			if d.Handlers[h] != nil {
+				root.Handlers = append(root.Handlers, h)
 			}
 		}
-		nodes = append(nodes, n)
+		comps[d.Path] = &root.Composite
+		nodes = append(nodes, root)
 	})
-	nodes[0].Compensable = compensable
-	// Children of wide groups and batches are counted in shards; graph
-	// steps know the steps that depend on them.
-	byPath := map[string]*wfstore.Node{}
-	for i := range nodes {
-		byPath[nodes[i].Path] = &nodes[i]
+	root.Compensable = compensable
+	// Graph steps know the steps that depend on them.
+	byPath := map[string]*wfstore.Item{}
+	for _, n := range nodes {
+		byPath[n.Base().Path] = n.Base()
 	}
-	for i := range nodes {
-		for _, d := range nodes[i].Deps {
-			dep := byPath[wfdef.ChildPath(wfdef.ParentPath(nodes[i].Path), wfdef.Segment(wfdef.KindGraph, d))]
-			dep.Next = append(dep.Next, nodes[i].Index)
+	for _, n := range nodes {
+		for _, d := range n.Base().Deps {
+			dep := byPath[wfdef.ChildPath(wfdef.ParentPath(n.Base().Path), wfdef.Segment(wfdef.KindGraph, d))]
+			dep.Next = append(dep.Next, n.Base().Index)
 		}
-	}
-	for i := range nodes {
-		n := &nodes[i]
-		if n.Path == wfstore.RootPath || n.Index < 0 {
-			continue
-		}
-		p := byPath[wfdef.ParentPath(n.Path)]
-		if p.Shards > 0 {
-			n.PShard = wfstore.ShardKey(n.Index % p.Shards)
-		}
-		n.Last = p.Kind == wfdef.KindChain && n.Index == p.Total-1
 	}
 	t := newTree(nodes)
 	jobs, timed, err := e.launch(ctx, t, wfstore.RootPath, emptyResults(parsed.Root.Kind))
@@ -307,7 +309,7 @@ func (e *Engine) build(ctx context.Context, parsed *wfdef.Parsed, id string, now
 	if err := e.admitJobs(ctx, jobs); err != nil {
 		return nil, err
 	}
-	return &built{nodes: nodes, shards: shards, jobs: jobs, t: t}, nil
+	return &built{root: root, nodes: nodes, shards: shards, jobs: jobs, t: t}, nil
 }
 
 // emptyResults is what the first steps of a workflow receive as
@@ -341,35 +343,28 @@ func (e *Engine) admitJobs(ctx context.Context, jobs []*job.Job) error {
 // tree is a workflow's nodes (or a subtree) in memory.
 type tree struct {
 	wfID   string
-	root   *wfstore.Node
-	byPath map[string]*wfstore.Node
+	root   *wfstore.Root
+	byPath map[string]wfstore.Node
 	// kids are the children of each composite in index order (callbacks
 	// not included); cbs its callbacks by name; special the root's
 	// handler and compensation nodes (paths /~<name>), which are not its
 	// steps.
-	kids    map[string][]*wfstore.Node
-	cbs     map[string]map[string]*wfstore.Node
-	special map[string]*wfstore.Node
+	kids    map[string][]*wfstore.Item
+	cbs     map[string]map[string]*wfstore.Item
+	special map[string]*wfstore.Item
 }
 
 func newTree(nodes []wfstore.Node) *tree {
-	ptrs := make([]*wfstore.Node, len(nodes))
-	for i := range nodes {
-		ptrs[i] = &nodes[i]
-	}
-	return newTreeOf(ptrs)
-}
-
-func newTreeOf(nodes []*wfstore.Node) *tree {
-	t := &tree{byPath: map[string]*wfstore.Node{}, kids: map[string][]*wfstore.Node{}, cbs: map[string]map[string]*wfstore.Node{},
-		special: map[string]*wfstore.Node{}}
-	for _, n := range nodes {
-		t.byPath[n.Path] = n
+	t := &tree{byPath: map[string]wfstore.Node{}, kids: map[string][]*wfstore.Item{}, cbs: map[string]map[string]*wfstore.Item{},
+		special: map[string]*wfstore.Item{}}
+	for _, node := range nodes {
+		n := node.Base()
+		t.byPath[n.Path] = node
 		if t.wfID == "" {
 			t.wfID = n.WorkflowID
 		}
-		if n.Path == wfstore.RootPath {
-			t.root = n
+		if r, ok := node.(*wfstore.Root); ok {
+			t.root = r
 			continue
 		}
 		parent := wfdef.ParentPath(n.Path)
@@ -379,7 +374,7 @@ func newTreeOf(nodes []*wfstore.Node) *tree {
 		}
 		if name, ok := wfdef.CallbackName(n.Path); ok {
 			if t.cbs[parent] == nil {
-				t.cbs[parent] = map[string]*wfstore.Node{}
+				t.cbs[parent] = map[string]*wfstore.Item{}
 			}
 			t.cbs[parent][name] = n
 			continue
@@ -392,25 +387,55 @@ func newTreeOf(nodes []*wfstore.Node) *tree {
 	return t
 }
 
+// item is the node at path, or nil.
+func (t *tree) item(path string) *wfstore.Item {
+	if n := t.byPath[path]; n != nil {
+		return n.Base()
+	}
+	return nil
+}
+
+// step is the job step at path, or nil.
+func (t *tree) step(path string) *wfstore.Step {
+	s, _ := t.byPath[path].(*wfstore.Step)
+	return s
+}
+
+// steps are the job steps of items, up to the first that is not one.
+func (t *tree) steps(items []*wfstore.Item) []*wfstore.Step {
+	var out []*wfstore.Step
+	for _, it := range items {
+		st := t.step(it.Path)
+		if st == nil {
+			break
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
+// comp is the composite at path (the root's own for the root), or nil.
+func (t *tree) comp(path string) *wfstore.Composite { return wfstore.CompositeOf(t.byPath[path]) }
+
 // launch returns the jobs that start when the node at path starts with
 // parentResults: a job step's job; a chain's first step; every job of a
 // group or batch; a graph's steps without dependencies. Nested composites
 // start the same way. It also returns the composites that start with a
 // timeout (their deadline starts now). Nothing is written.
-func (e *Engine) launch(ctx context.Context, t *tree, path string, parentResults json.RawMessage) ([]*job.Job, []*wfstore.Node, error) {
-	n := t.byPath[path]
-	if n == nil {
-		return nil, nil, fmt.Errorf("workflow %s: node %s missing", t.wfID, path)
-	}
-	if n.Kind == wfdef.KindJob {
-		j, err := e.newJob(n, parentResults)
+func (e *Engine) launch(ctx context.Context, t *tree, path string, parentResults json.RawMessage) ([]*job.Job, []*wfstore.Composite, error) {
+	if st := t.step(path); st != nil {
+		j, err := e.newJob(st, parentResults)
 		if err != nil {
 			return nil, nil, err
 		}
 		return []*job.Job{j}, nil, nil
 	}
+	n := t.comp(path)
+	if n == nil {
+		return nil, nil, fmt.Errorf("workflow %s: node %s missing", t.wfID, path)
+	}
 	var out []*job.Job
-	var timed []*wfstore.Node
+	var timed []*wfstore.Composite
 	if n.TimeoutMS > 0 {
 		timed = append(timed, n)
 	}
@@ -430,7 +455,7 @@ func (e *Engine) launch(ctx context.Context, t *tree, path string, parentResults
 			return nil, nil, err
 		}
 		if n.Kind == wfdef.KindChain && c.Kind == wfdef.KindJob && len(js) == 1 {
-			e.carryAhead(js[0], t.kids[path][1:])
+			e.carryAhead(js[0], t.steps(t.kids[path][1:]))
 		}
 		out = append(out, js...)
 		timed = append(timed, ts...)
@@ -440,7 +465,7 @@ func (e *Engine) launch(ctx context.Context, t *tree, path string, parentResults
 
 // deadlines are the writes that start the deadlines of the composites a
 // step starts.
-func (e *Engine) deadlines(timed []*wfstore.Node) []wfstore.Change {
+func (e *Engine) deadlines(timed []*wfstore.Composite) []wfstore.Change {
 	var ws []wfstore.Change
 	for _, n := range timed {
 		ws = append(ws, wfstore.StartDeadline(n.Path, e.now().Add(time.Duration(n.TimeoutMS)*time.Millisecond)))
@@ -469,7 +494,7 @@ func scopeOf(path string) (string, []wfstate.State) {
 }
 
 // newJob builds the job of a leaf node with its deterministic id.
-func (e *Engine) newJob(n *wfstore.Node, parentResults json.RawMessage) (*job.Job, error) {
+func (e *Engine) newJob(n *wfstore.Step, parentResults json.RawMessage) (*job.Job, error) {
 	en, err := job.ParseEnqueue([]byte(n.Def), e.now().UTC())
 	if err != nil {
 		return nil, fmt.Errorf("workflow %s node %s: stored job no longer valid: %w", n.WorkflowID, n.Path, err)
@@ -526,21 +551,21 @@ func (e *Engine) Cancel(ctx context.Context, wfID string) (*View, error) {
 	// The cancelled root stays in the sweeper's checks (CheckAt) until its
 	// jobs are all cancelled: if this request dies before it gets to them,
 	// or the stream's retries run out, the sweeper cancels them.
-	root, err := e.st.Change(ctx, wfID, wfstore.CancelWorkflow(now, now.Add(cancelCheckAfter)))
+	root, err := e.st.ChangeRoot(ctx, wfID, wfstore.CancelWorkflow(now, now.Add(cancelCheckAfter)))
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, ojserr.NotFoundf("workflow", wfID)
 	}
 	var nc *wfstore.ErrNodeConflict
-	if errors.As(err, &nc) && nc.Current.Creating {
-		if len(nc.Current.CDef) == 0 {
+	if errors.As(err, &nc) && nc.Root() != nil && nc.Root().Creating {
+		if len(nc.Root().CDef) == 0 {
 			return nil, ojserr.NotFoundf("workflow", wfID)
 		}
 		return nil, ojserr.StateConflict(ojserr.Conflict, "Workflow %s is still being created; cancel it once GET no longer shows x_creating.", wfID).
 			With("workflow_id", wfID).With("current_state", "pending")
 	}
 	if errors.As(err, &nc) {
-		return nil, ojserr.StateConflict(ojserr.Conflict, "Workflow %s is already in terminal state '%s'.", wfID, nc.Current.State).
-			With("workflow_id", wfID).With("current_state", string(nc.Current.State))
+		return nil, ojserr.StateConflict(ojserr.Conflict, "Workflow %s is already in terminal state '%s'.", wfID, nc.State()).
+			With("workflow_id", wfID).With("current_state", string(nc.State()))
 	}
 	if err != nil {
 		return nil, ojserr.Backend(err)

@@ -21,7 +21,7 @@ import (
 // NodeChange is one stream record of a workflow node: the node before
 // (nil when created) and after, and the record's time.
 type NodeChange struct {
-	Old, New *wfstore.Node
+	Old, New wfstore.Node
 	At       time.Time
 }
 
@@ -55,7 +55,7 @@ type JobChange struct {
 // of the process; a job carries its step id. So a chain step's events cost
 // no read in a warm stream function.
 func (e *Engine) Events(ctx context.Context, source string, nodes []NodeChange, jobs []JobChange) ([]events.Event, error) {
-	b := &wfEvents{e: e, source: source, nodes: map[string]*wfstore.Node{}}
+	b := &wfEvents{e: e, source: source, nodes: map[string]wfstore.Node{}}
 	for _, c := range nodes {
 		if c.New != nil {
 			b.put(c.New)
@@ -81,7 +81,7 @@ func (e *Engine) Events(ctx context.Context, source string, nodes []NodeChange, 
 type wfEvents struct {
 	e      *Engine
 	source string
-	nodes  map[string]*wfstore.Node
+	nodes  map[string]wfstore.Node
 	out    []events.Event
 }
 
@@ -99,15 +99,23 @@ func (b *wfEvents) shapeOf(ctx context.Context, wfID, path string) (*shape, erro
 	return &s, nil
 }
 
-func (b *wfEvents) put(n *wfstore.Node) {
-	k := n.WorkflowID + n.Path
-	if cur, ok := b.nodes[k]; !ok || cur == nil || cur.Version() < n.Version() {
+func (b *wfEvents) put(n wfstore.Node) {
+	k := n.Base().WorkflowID + n.Base().Path
+	if cur, ok := b.nodes[k]; !ok || cur == nil || cur.Base().Version() < n.Base().Version() {
 		b.nodes[k] = n
 	}
 }
 
+// root reads a workflow's root once per batch; nil if it no longer
+// exists.
+func (b *wfEvents) root(ctx context.Context, wfID string) (*wfstore.Root, error) {
+	n, err := b.node(ctx, wfID, wfstore.RootPath)
+	r, _ := n.(*wfstore.Root)
+	return r, err
+}
+
 // node reads a node once per batch; nil if it no longer exists.
-func (b *wfEvents) node(ctx context.Context, wfID, path string) (*wfstore.Node, error) {
+func (b *wfEvents) node(ctx context.Context, wfID, path string) (wfstore.Node, error) {
 	k := wfID + path
 	if n, ok := b.nodes[k]; ok {
 		return n, nil
@@ -123,7 +131,7 @@ func (b *wfEvents) node(ctx context.Context, wfID, path string) (*wfstore.Node, 
 	return n, nil
 }
 
-func (b *wfEvents) add(wfID, typ string, at time.Time, seq int64, root *wfstore.Node, data map[string]any, key ...string) {
+func (b *wfEvents) add(wfID, typ string, at time.Time, seq int64, root *wfstore.Root, data map[string]any, key ...string) {
 	var s *shape
 	if root != nil {
 		sh := shapeOfNode(root)
@@ -140,7 +148,7 @@ func (b *wfEvents) addShaped(wfID, typ string, at time.Time, seq int64, root *sh
 	b.out = append(b.out, events.New(b.source, typ, wfID, at, seq, data, key...))
 }
 
-func name(root *wfstore.Node) string {
+func name(root *wfstore.Root) string {
 	if root.Name != "" {
 		return root.Name
 	}
@@ -148,17 +156,57 @@ func name(root *wfstore.Node) string {
 }
 
 func (b *wfEvents) nodeChange(ctx context.Context, c NodeChange) error {
-	n, old := c.New, c.Old
-	at := c.At
-	var oldFired []string
+	n, at := c.New.Base(), c.At
 	var oldState wfstate.State
-	if old != nil {
-		oldFired, oldState = old.Fired, old.State
+	if c.Old != nil {
+		oldState = c.Old.Base().State
 	}
 	key := func(k int) []string { return []string{n.Path, strconv.FormatInt(n.Version(), 10), strconv.Itoa(k)} }
 	seq := func(k int) int64 { return n.Version()*8 + int64(k) }
+	comp := wfstore.CompositeOf(c.New)
+	if comp != nil {
+		if err := b.compositeChange(ctx, comp, wfstore.CompositeOf(c.Old), at, key, seq); err != nil {
+			return err
+		}
+	}
+	if strings.HasPrefix(n.Path, "/~") && n.Path != wfdef.CompensatePath && oldState != n.State {
+		root, err := b.root(ctx, n.WorkflowID)
+		if err != nil {
+			return err
+		}
+		name := strings.TrimPrefix(n.Path, "/~")
+		switch n.State {
+		case wfstate.Running:
+			b.add(n.WorkflowID, events.WorkflowHandlerStarted, parseTime(n.StartedAt, at), seq(3), root, map[string]any{"handler": name}, key(3)...)
+		case wfstate.Completed, wfstate.Failed:
+			b.add(n.WorkflowID, events.WorkflowHandlerFinished, parseTime(n.CompletedAt, at), seq(3), root,
+				map[string]any{"handler": name, "state": string(n.State)}, key(3)...)
+		}
+		return nil
+	}
+	if n.Path == wfdef.CompensatePath {
+		return nil // the root's compensation attribute tells it
+	}
+	if r, ok := c.New.(*wfstore.Root); ok {
+		old, _ := c.Old.(*wfstore.Root)
+		return b.rootChange(ctx, r, old, at, key, seq)
+	}
+	if comp != nil && oldState != n.State && (n.State == wfstate.Completed || n.State == wfstate.Failed) {
+		return b.stepEvent(ctx, n.WorkflowID, n.Path, n.Kind, n.State == wfstate.Completed, parseTime(n.CompletedAt, at), seq(0),
+			map[string]any{"duration_ms": since(n.StartedAt, n.CompletedAt)}, key(0))
+	}
+	return nil
+}
+
+// compositeChange derives a composite's own events: its batch's
+// callbacks fired, its timeout.
+func (b *wfEvents) compositeChange(ctx context.Context, n, old *wfstore.Composite, at time.Time, key func(int) []string, seq func(int) int64) error {
+	var oldFired []string
+	if old != nil {
+		oldFired = old.Fired
+	}
 	if len(n.Fired) > len(oldFired) {
-		root, err := b.node(ctx, n.WorkflowID, wfstore.RootPath)
+		root, err := b.root(ctx, n.WorkflowID)
 		if err != nil {
 			return err
 		}
@@ -177,7 +225,7 @@ func (b *wfEvents) nodeChange(ctx context.Context, c NodeChange) error {
 			Code string `json:"code"`
 		}
 		if json.Unmarshal([]byte(n.Error), &e) == nil && e.Code == ErrorCodeTimeout {
-			root, err := b.node(ctx, n.WorkflowID, wfstore.RootPath)
+			root, err := b.root(ctx, n.WorkflowID)
 			if err != nil {
 				return err
 			}
@@ -185,71 +233,45 @@ func (b *wfEvents) nodeChange(ctx context.Context, c NodeChange) error {
 				"node_type": n.Kind, "timeout_ms": n.TimeoutMS, "error": json.RawMessage(n.Error)}, key(2)...)
 		}
 	}
-	if strings.HasPrefix(n.Path, "/~") && n.Path != wfdef.CompensatePath && oldState != n.State {
-		root, err := b.node(ctx, n.WorkflowID, wfstore.RootPath)
-		if err != nil {
+	return nil
+}
+
+// rootChange derives the workflow's own events from its root's change.
+func (b *wfEvents) rootChange(ctx context.Context, n, old *wfstore.Root, at time.Time, key func(int) []string, seq func(int) int64) error {
+	if old == nil {
+		created := parseTime(n.CreatedAt, at)
+		d := func() map[string]any { return map[string]any{"total_steps": n.Total, "job_count": n.JobCount} }
+		b.add(n.WorkflowID, events.WorkflowCreated, created, seq(0), n, d(), key(0)...)
+		b.add(n.WorkflowID, events.WorkflowStarted, parseTime(n.StartedAt, created), seq(1), n, d(), key(1)...)
+		return nil
+	}
+	if n.Compensation != old.Compensation {
+		switch n.Compensation {
+		case wfstore.CompensationRunning:
+			b.add(n.WorkflowID, events.WorkflowCompensating, at, seq(4), n, map[string]any{"steps": n.Compensable}, key(4)...)
+		case wfstore.CompensationCompleted, wfstore.CompensationFailed:
+			b.add(n.WorkflowID, events.WorkflowCompensated, at, seq(4), n, map[string]any{"state": n.Compensation}, key(4)...)
+		}
+	}
+	if (old.State == wfstate.Failed || old.State == wfstate.Cancelled) && n.State == wfstate.Running {
+		b.add(n.WorkflowID, events.WorkflowRetried, parseTime(n.StartedAt, at), seq(5), n, map[string]any{"run": n.Run, "previous_state": string(old.State)}, key(5)...)
+		return nil
+	}
+	if old.State == n.State {
+		return nil
+	}
+	end := parseTime(n.CompletedAt, at)
+	d := map[string]any{"total_steps": n.Total, "job_count": n.JobCount, "duration_ms": since(n.StartedAt, n.CompletedAt)}
+	switch n.State {
+	case wfstate.Completed:
+		b.add(n.WorkflowID, events.WorkflowCompleted, end, seq(0), n, d, key(0)...)
+	case wfstate.Cancelled:
+		b.add(n.WorkflowID, events.WorkflowCancelled, parseTime(n.CancelledAt, end), seq(0), n, d, key(0)...)
+	case wfstate.Failed:
+		if err := b.failedStep(ctx, n, d); err != nil {
 			return err
 		}
-		name := strings.TrimPrefix(n.Path, "/~")
-		switch n.State {
-		case wfstate.Running:
-			b.add(n.WorkflowID, events.WorkflowHandlerStarted, parseTime(n.StartedAt, at), seq(3), root, map[string]any{"handler": name}, key(3)...)
-		case wfstate.Completed, wfstate.Failed:
-			b.add(n.WorkflowID, events.WorkflowHandlerFinished, parseTime(n.CompletedAt, at), seq(3), root,
-				map[string]any{"handler": name, "state": string(n.State)}, key(3)...)
-		}
-		return nil
-	}
-	if n.Path == wfdef.CompensatePath {
-		return nil // the root's compensation attribute tells it
-	}
-	if n.Path == wfstore.RootPath {
-		oldComp := ""
-		if old != nil {
-			oldComp = old.Compensation
-		}
-		if n.Compensation != oldComp {
-			switch n.Compensation {
-			case wfstore.CompensationRunning:
-				b.add(n.WorkflowID, events.WorkflowCompensating, at, seq(4), n, map[string]any{"steps": n.Compensable}, key(4)...)
-			case wfstore.CompensationCompleted, wfstore.CompensationFailed:
-				b.add(n.WorkflowID, events.WorkflowCompensated, at, seq(4), n, map[string]any{"state": n.Compensation}, key(4)...)
-			}
-		}
-		if old != nil && (old.State == wfstate.Failed || old.State == wfstate.Cancelled) && n.State == wfstate.Running {
-			b.add(n.WorkflowID, events.WorkflowRetried, parseTime(n.StartedAt, at), seq(5), n, map[string]any{"run": n.Run, "previous_state": string(old.State)}, key(5)...)
-			return nil
-		}
-	}
-	if n.Path == wfstore.RootPath {
-		if old == nil {
-			created := parseTime(n.CreatedAt, at)
-			d := func() map[string]any { return map[string]any{"total_steps": n.Total, "job_count": n.JobCount} }
-			b.add(n.WorkflowID, events.WorkflowCreated, created, seq(0), n, d(), key(0)...)
-			b.add(n.WorkflowID, events.WorkflowStarted, parseTime(n.StartedAt, created), seq(1), n, d(), key(1)...)
-			return nil
-		}
-		if oldState == n.State {
-			return nil
-		}
-		end := parseTime(n.CompletedAt, at)
-		d := map[string]any{"total_steps": n.Total, "job_count": n.JobCount, "duration_ms": since(n.StartedAt, n.CompletedAt)}
-		switch n.State {
-		case wfstate.Completed:
-			b.add(n.WorkflowID, events.WorkflowCompleted, end, seq(0), n, d, key(0)...)
-		case wfstate.Cancelled:
-			b.add(n.WorkflowID, events.WorkflowCancelled, parseTime(n.CancelledAt, end), seq(0), n, d, key(0)...)
-		case wfstate.Failed:
-			if err := b.failedStep(ctx, n, d); err != nil {
-				return err
-			}
-			b.add(n.WorkflowID, events.WorkflowFailed, end, seq(0), n, d, key(0)...)
-		}
-		return nil
-	}
-	if n.Kind != wfdef.KindJob && oldState != n.State && (n.State == wfstate.Completed || n.State == wfstate.Failed) {
-		return b.stepEvent(ctx, n.WorkflowID, n.Path, n.Kind, n.State == wfstate.Completed, parseTime(n.CompletedAt, at), seq(0),
-			map[string]any{"duration_ms": since(n.StartedAt, n.CompletedAt)}, key(0))
+		b.add(n.WorkflowID, events.WorkflowFailed, end, seq(0), n, d, key(0)...)
 	}
 	return nil
 }
@@ -263,7 +285,7 @@ func (b *wfEvents) jobChange(ctx context.Context, c JobChange) error {
 		return nil
 	}
 	if j.State == job.Cancelled {
-		root, err := b.node(ctx, j.WorkflowID, wfstore.RootPath)
+		root, err := b.root(ctx, j.WorkflowID)
 		if err != nil || root == nil || root.State == wfstate.Cancelled {
 			return err // a cancelled workflow's jobs: workflow.cancelled tells it
 		}
@@ -308,9 +330,9 @@ func (b *wfEvents) stepEvent(ctx context.Context, wfID, path, stepType string, o
 		}
 		d["step_id"] = trimPath(path)
 		if n != nil {
-			d["step_id"] = stepKey(n)
+			d["step_id"] = stepKey(n.Base())
 		}
-		if id, ok := d["job_id"]; ok && (n == nil || n.StepID == "") {
+		if id, ok := d["job_id"]; ok && (n == nil || n.Base().StepID == "") {
 			d["step_id"] = id
 		}
 	}
@@ -344,10 +366,13 @@ type shape struct {
 	total      int
 }
 
-func shapeOfNode(n *wfstore.Node) shape {
-	s := shape{kind: n.Kind, total: n.Total}
-	if n.Path == wfstore.RootPath {
-		s.name = name(n)
+func shapeOfNode(n wfstore.Node) shape {
+	s := shape{kind: n.Base().Kind}
+	if c := wfstore.CompositeOf(n); c != nil {
+		s.total = c.Total
+	}
+	if r, ok := n.(*wfstore.Root); ok {
+		s.name = name(r)
 	}
 	return s
 }
@@ -368,38 +393,43 @@ func (c *shapeCache) get(k string) (shape, bool) {
 	return s, ok
 }
 
-func (c *shapeCache) put(n *wfstore.Node) shape {
+func (c *shapeCache) put(n wfstore.Node) shape {
 	s := shapeOfNode(n)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.m == nil || len(c.m) >= maxShapes {
 		c.m = make(map[string]shape, 1024)
 	}
-	c.m[n.WorkflowID+n.Path] = s
+	c.m[n.Base().WorkflowID+n.Base().Path] = s
 	return s
 }
 
 // failedStep names the job whose failure failed the workflow, following
 // each failed composite's failed_step down to a job step, with its error.
-func (b *wfEvents) failedStep(ctx context.Context, root *wfstore.Node, d map[string]any) error {
+func (b *wfEvents) failedStep(ctx context.Context, root *wfstore.Root, d map[string]any) error {
 	d["failed_step_id"], d["failed_step_type"] = "", ""
 	d["error"] = map[string]any{"code": "workflow_failed", "message": "a step of the workflow failed"}
 	if root.FailedIndex != nil {
 		d["failed_step_index"] = *root.FailedIndex
 	}
-	n := root
-	for depth := 0; n != nil && n.Kind != wfdef.KindJob && n.FailedStep != "" && depth <= wfdef.MaxDepth+1; depth++ {
-		next, err := b.node(ctx, root.WorkflowID, n.FailedStep)
-		if err != nil {
+	var node wfstore.Node = root
+	for depth := 0; depth <= wfdef.MaxDepth+1; depth++ {
+		c := wfstore.CompositeOf(node)
+		if c == nil || c.FailedStep == "" {
+			break
+		}
+		next, err := b.node(ctx, root.WorkflowID, c.FailedStep)
+		if err != nil || next == nil {
 			return err
 		}
-		n = next
+		node = next
 	}
-	if n == nil || n.Kind != wfdef.KindJob {
+	n, ok := node.(*wfstore.Step)
+	if !ok {
 		return nil
 	}
 	id := wfdef.JobID(root.WorkflowID, n.Path)
-	d["failed_step_id"], d["failed_step_type"], d["failed_job_id"] = stepKey(n), n.JobType, id
+	d["failed_step_id"], d["failed_step_type"], d["failed_job_id"] = stepKey(&n.Item), n.JobType, id
 	if n.StepID == "" {
 		d["failed_step_id"] = id
 	}

@@ -93,7 +93,7 @@ func TestAGraphStartsItsStepsWithoutATransaction(t *testing.T) {
 		if n := rec.Set().Sub(before)["DynamoDB TransactWriteItems"].Calls; n != 0 {
 			t.Fatalf("round %d: the graph's steps made %d transactions, want none", round, n)
 		}
-		root, err := wfstore.New(st).GetNode(ctx, id, wfstore.RootPath)
+		root, err := wfstore.New(st).GetRoot(ctx, id)
 		if err != nil || root.State != wfstate.Completed || root.Launching != "" {
 			t.Fatalf("round %d: root %+v %v; want completed, its mark removed", round, root, err)
 		}
@@ -113,7 +113,7 @@ func TestACancelBetweenAGraphsMarkAndItsJobsLeavesNothingToRun(t *testing.T) {
 	canceller := workflow.New(st, workflow.Config{Admit: qsvc})
 	var cancelErr error
 	db := &beforeNextJob{Client: testenv.DynamoDB(), path: "/g1", hook: func(wf string) bool {
-		root, err := wfstore.New(st).GetNode(ctx, wf, wfstore.RootPath)
+		root, err := wfstore.New(st).GetRoot(ctx, wf)
 		if err != nil || root.Launching != wfstore.RootPath || !root.Done(0) {
 			t.Errorf("root before the dependents' puts: %+v %v; want a counted and the graph marked", root, err)
 		}

@@ -188,7 +188,7 @@ func TestARetryThatDiesWithItsMarksIsFinishedByTheRepair(t *testing.T) {
 			if _, err := h.eng.Retry(ctx, id); err != nil {
 				t.Fatal(err)
 			}
-			g, err := wfstore.New(h.st).GetNode(ctx, id, "/s0")
+			g, err := wfstore.New(h.st).GetComposite(ctx, id, "/s0")
 			if err != nil || g.Reopening == "" || g.State != "waiting" {
 				t.Fatalf("the group after the retry died: %+v %v, want it waiting and marked", g, err)
 			}
@@ -198,7 +198,7 @@ func TestARetryThatDiesWithItsMarksIsFinishedByTheRepair(t *testing.T) {
 				// counted on the marked group.
 				again = h.fetch("dq")
 				h.ack(again["d.b"], `"b"`)
-				if g, _ := wfstore.New(h.st).GetNode(ctx, id, "/s0"); len(g.OK) != 1 {
+				if g, _ := wfstore.New(h.st).GetComposite(ctx, id, "/s0"); len(g.OK) != 1 {
 					t.Fatalf("counted on a marked group: %v", g.OK)
 				}
 			} else if got := h.fetch("dq"); len(got) != 0 {
@@ -209,7 +209,7 @@ func TestARetryThatDiesWithItsMarksIsFinishedByTheRepair(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, path := range []string{"/", "/s0"} {
-				if n, err := wfstore.New(h.st).GetNode(ctx, id, path); err != nil || n.Reopening != "" {
+				if n, err := wfstore.New(h.st).GetComposite(ctx, id, path); err != nil || n.Reopening != "" {
 					t.Fatalf("%s after the repair: %+v %v, want no mark", path, n, err)
 				}
 			}
@@ -250,7 +250,7 @@ func TestARollUpRefusedByARetrysMarkIsLeftToTheRetry(t *testing.T) {
 			h.ack(j, `"a"`)
 		}
 	}
-	root, err := wfstore.New(h.st).GetNode(ctx, id, wfstore.RootPath)
+	root, err := wfstore.New(h.st).GetRoot(ctx, id)
 	if err != nil || root.State != "failed" || len(root.Rolled) != root.Shards {
 		t.Fatalf("first run: %+v %v", root, err)
 	}
@@ -260,7 +260,7 @@ func TestARollUpRefusedByARetrysMarkIsLeftToTheRetry(t *testing.T) {
 	}
 	shardOf := map[string]string{}
 	for _, n := range items {
-		shardOf[wfdef.JobID(id, n.Path)] = n.PShard
+		shardOf[wfdef.JobID(id, n.Base().Path)] = n.Base().PShard
 	}
 	b, err := h.st.BatchGetJobs(ctx, []string{failed})
 	if err != nil {
@@ -272,8 +272,8 @@ func TestARollUpRefusedByARetrysMarkIsLeftToTheRetry(t *testing.T) {
 		t.Fatal(err)
 	}
 	var key string
-	for _, n := range items {
-		if n.PShard != "" && n.PShard != shardOf[failed] {
+	for _, node := range items {
+		if n := node.Base(); n.PShard != "" && n.PShard != shardOf[failed] {
 			key = n.PShard
 			jobs, err := h.st.BatchGetJobs(ctx, []string{wfdef.JobID(id, n.Path)})
 			if err != nil {
@@ -284,7 +284,7 @@ func TestARollUpRefusedByARetrysMarkIsLeftToTheRetry(t *testing.T) {
 		}
 	}
 	// The other shard full but not rolled up, as a refused roll-up leaves it.
-	root, _ = wfstore.New(h.st).GetNode(ctx, id, wfstore.RootPath)
+	root, _ = wfstore.New(h.st).GetRoot(ctx, id)
 	var drop []string
 	for _, r := range root.Rolled {
 		if strings.HasPrefix(r, key+":") {

@@ -89,7 +89,7 @@ func TestACancelBetweenAChainsMarkAndItsJobLeavesNothingToRun(t *testing.T) {
 	canceller := workflow.New(st, workflow.Config{Admit: qsvc})
 	var cancelErr error
 	db := &beforeNextJob{Client: testenv.DynamoDB(), path: "/s1", hook: func(wf string) bool {
-		root, err := wfstore.New(st).GetNode(ctx, wf, wfstore.RootPath)
+		root, err := wfstore.New(st).GetRoot(ctx, wf)
 		if err != nil || root.Launching != "/s1" || !root.Done(0) {
 			t.Errorf("root before the next job's put: %+v %v; want step 0 counted and /s1 marked", root, err)
 		}
@@ -148,7 +148,7 @@ func TestAChainStepFinishingAfterItsCancelStartsNothing(t *testing.T) {
 	if _, err := svc.Info(ctx, wfdef.JobID(id, "/s1")); err == nil {
 		t.Fatal("a step finishing after its workflow's cancel started the next one")
 	}
-	root, err := wfstore.New(st).GetNode(ctx, id, wfstore.RootPath)
+	root, err := wfstore.New(st).GetRoot(ctx, id)
 	if err != nil || root.State != wfstate.Cancelled || root.Launching != "" {
 		t.Fatalf("root: %+v %v; want cancelled and unmarked", root, err)
 	}
@@ -168,7 +168,7 @@ func TestTheStreamWritesTheJobOfAChainStepWhoseRequestDiedAfterTheMark(t *testin
 	if _, err := st.GetItem(ctx, second); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("second step's job after the dead request: %v; want none", err)
 	}
-	root, err := wfstore.New(st).GetNode(ctx, id, wfstore.RootPath)
+	root, err := wfstore.New(st).GetRoot(ctx, id)
 	if err != nil || root.State != wfstate.Running || root.Launching != "/s1" || !root.Done(0) {
 		t.Fatalf("root after the dead request: %+v %v", root, err)
 	}
@@ -221,7 +221,7 @@ func TestAChainStepThatIsAGroupStartsInATransaction(t *testing.T) {
 	if _, err := svc.Ack(ctx, fetchOne(t, svc, "grpq").ID, []byte(`1`), 0); err != nil {
 		t.Fatal(err)
 	}
-	root, err := wfstore.New(st).GetNode(ctx, id, wfstore.RootPath)
+	root, err := wfstore.New(st).GetRoot(ctx, id)
 	if err != nil || !root.Done(0) || root.Launching != "" {
 		t.Fatalf("root: %+v %v; want step 0 counted and no launch mark", root, err)
 	}
@@ -271,7 +271,7 @@ func TestAChainIsCreatedWithoutATransaction(t *testing.T) {
 		if bw.Calls != 1 || put.Calls != 1 || tx.Calls != 0 || bw.WriteUnits+put.WriteUnits != 7 {
 			t.Fatalf("creation on %s: %+v; want one BatchWriteItem and one PutItem, 7 units in all (the root, its check, three nodes; the job and its index entry)", queue, d)
 		}
-		root, err := wfstore.New(st).GetNode(ctx, id, wfstore.RootPath)
+		root, err := wfstore.New(st).GetRoot(ctx, id)
 		if err != nil || !root.Unguarded || root.State != wfstate.Running {
 			t.Fatalf("root on %s: %+v %v; want running and marked cfirst", queue, root, err)
 		}

@@ -139,7 +139,7 @@ func TestChainStepRequests(t *testing.T) {
 	if acks != 8 || gets != 0 {
 		t.Fatalf("three ACKs made %d requests (%d reads of a node), want 8 (job write, the step's record and the next job, whose definition the finished job carries; the last: job write and finish)", acks, gets)
 	}
-	root, err := wfstore.New(st).GetNode(ctx, id, wfstore.RootPath)
+	root, err := wfstore.New(st).GetRoot(ctx, id)
 	if err != nil || root.State != wfstate.Completed {
 		t.Fatalf("root %+v %v", root, err)
 	}
@@ -300,7 +300,7 @@ func TestGraphStepRequests(t *testing.T) {
 			t.Fatalf("ACK of graph step %s made %d requests (%v), want %d", want.typ, n, db.n, want.reqs)
 		}
 	}
-	root, err := wfstore.New(st).GetNode(ctx, v.ID, wfstore.RootPath)
+	root, err := wfstore.New(st).GetRoot(ctx, v.ID)
 	if err != nil || root.State != wfstate.Completed {
 		t.Fatalf("root %+v %v", root, err)
 	}
@@ -418,7 +418,7 @@ func TestANodeWrittenBeforeNVGoesOnCountingFromItsVersion(t *testing.T) {
 		UpdateExpression: aws.String("SET version = :v REMOVE nv"), ExpressionAttributeValues: map[string]types.AttributeValue{":v": &types.AttributeValueMemberN{Value: "5"}}}); err != nil {
 		t.Fatal(err)
 	}
-	old, err := wfstore.New(st).GetNode(ctx, id, wfstore.RootPath)
+	old, err := wfstore.New(st).GetRoot(ctx, id)
 	if err != nil || old.Version() != 5 {
 		t.Fatalf("the old root reads as version %d (%v), want 5", old.Version(), err)
 	}
@@ -429,7 +429,7 @@ func TestANodeWrittenBeforeNVGoesOnCountingFromItsVersion(t *testing.T) {
 	if _, err := svc.Ack(ctx, jobs[0].ID, []byte(`1`), 0); err != nil {
 		t.Fatal(err)
 	}
-	cur, err := wfstore.New(st).GetNode(ctx, id, wfstore.RootPath)
+	cur, err := wfstore.New(st).GetRoot(ctx, id)
 	if err != nil || cur.Version() != 6 || cur.Rev != 6 || !cur.Done(0) {
 		t.Fatalf("after the step the root is at version %d (nv %d, step counted %v): %v; want 6", cur.Version(), cur.Rev, cur.Done(0), err)
 	}

@@ -63,7 +63,7 @@ func TestRepairRecoversLostProgress(t *testing.T) {
 			t.Fatalf("repair: %d %v", n, err)
 		}
 	}
-	root, err := wfstore.New(st).GetNode(ctx, id, wfstore.RootPath)
+	root, err := wfstore.New(st).GetRoot(ctx, id)
 	if err != nil || root.State != wfstate.Completed || root.DuePK != "" {
 		t.Fatalf("after repairs: %+v %v", root, err)
 	}
@@ -108,8 +108,8 @@ func TestRepairDeletesAWorkflowWhoseCreatorDied(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, n := range items {
-			if n.Kind == wfdef.KindJob {
+		for _, node := range items {
+			if n := node.Base(); n.Kind == wfdef.KindJob {
 				if _, err := db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(table), Key: map[string]types.AttributeValue{
 					"pk": &types.AttributeValueMemberS{Value: "JOB#" + wfdef.JobID(id, n.Path)}, "sk": &types.AttributeValueMemberS{Value: "JOB"}}}); err != nil {
 					t.Fatal(err)
@@ -145,7 +145,7 @@ func TestRepairDeletesAWorkflowWhoseCreatorDied(t *testing.T) {
 			t.Fatalf("job of %s", j.WorkflowID)
 		}
 	}
-	if root, err := wfstore.New(st).GetNode(ctx, ids[1], wfstore.RootPath); err != nil || root.Unguarded {
+	if root, err := wfstore.New(st).GetRoot(ctx, ids[1]); err != nil || root.Unguarded {
 		t.Fatalf("the repaired root keeps cfirst (%v): a cancel would look for unwritten first jobs again", err)
 	}
 }
@@ -220,7 +220,7 @@ func TestRepairCancelsWhatACancelLeft(t *testing.T) {
 		if got := jobStates(t, st, id); got[job.Cancelled] != 30 {
 			t.Fatalf("jobs of %s after the check: %v", id, got)
 		}
-		root, err := wfstore.New(st).GetNode(ctx, id, wfstore.RootPath)
+		root, err := wfstore.New(st).GetRoot(ctx, id)
 		if err != nil || root.State != wfstate.Cancelled || root.DuePK != "" || root.Cancelling {
 			t.Fatalf("root after the check: %+v %v", root, err)
 		}
@@ -296,7 +296,7 @@ func TestACancelRacingTheFirstJobsLeavesNoneToRun(t *testing.T) {
 	if cancelErr != nil {
 		t.Fatalf("the cancel during the creation: %v", cancelErr)
 	}
-	root, err := wfstore.New(st).GetNode(ctx, id, wfstore.RootPath)
+	root, err := wfstore.New(st).GetRoot(ctx, id)
 	if err != nil || root.State != wfstate.Cancelled || root.Unguarded {
 		t.Fatalf("root after the creation: %+v %v", root, err)
 	}

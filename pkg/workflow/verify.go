@@ -19,16 +19,16 @@ import (
 // composite finishing (Node).
 type Finished struct {
 	Job  *job.Job
-	Node *wfstore.Node
+	Node wfstore.Node
 }
 
 func (f Finished) step() (step, bool) {
 	switch {
 	case f.Job != nil && f.Job.WorkflowID != "" && f.Job.State.Terminal():
 		return stepOfJob(f.Job), true
-	case f.Node != nil && f.Node.Path != wfstore.RootPath && f.Node.Kind != wfdef.KindJob &&
-		(f.Node.State == wfstate.Completed || f.Node.State == wfstate.Failed):
-		return stepOfNode(f.Node), true
+	}
+	if c, ok := f.Node.(*wfstore.Composite); ok && (c.State == wfstate.Completed || c.State == wfstate.Failed) {
+		return stepOfNode(c), true
 	}
 	return step{}, false
 }
@@ -73,11 +73,11 @@ func (s step) nextInRootGraph() []string {
 // unwrittenInRootGraph are the steps waiting for s whose dependencies all
 // completed by root's progress but whose jobs p does not show: a marked
 // advance's request died between its two writes.
-func (s step) unwrittenInRootGraph(root *wfstore.Node, p *wfstore.Progress) []int {
+func (s step) unwrittenInRootGraph(root *wfstore.Root, p *wfstore.Progress) []int {
 	if root.State != wfstate.Running || root.Launching == "" || root.Kind != wfdef.KindGraph || s.nextInRootGraph() == nil {
 		return nil
 	}
-	shape := graphOf(root)
+	shape := graphOf(&root.Composite)
 	var out []int
 	for _, d := range s.job.WorkflowNext {
 		path := wfdef.ChildPath(wfstore.RootPath, wfdef.Segment(wfdef.KindGraph, d))
@@ -95,7 +95,7 @@ func (s step) recorded(p *wfstore.Progress) bool {
 		sh := p.Shards[*sr]
 		return sh != nil && (hasInt(sh.OK, s.index()) || hasInt(sh.Fail, s.index()))
 	}
-	n := p.Nodes[nk]
+	n := p.Composite(nk)
 	if n == nil {
 		return false
 	}
@@ -119,9 +119,9 @@ func (e *Engine) Verify(ctx context.Context, fs []Finished) error {
 	var shards []wfstore.ShardRef
 	var jobs []string // the next job steps of root chains (unwritten)
 	for _, f := range fs {
-		if n := f.Node; n != nil && n.Path == wfstore.RootPath {
+		if r, ok := f.Node.(*wfstore.Root); ok {
 			// A workflow that ended: its compensation and handlers run.
-			if err := e.rootEnded(ctx, n); err != nil {
+			if err := e.rootEnded(ctx, r); err != nil {
 				return err
 			}
 			continue
@@ -160,7 +160,7 @@ func (e *Engine) Verify(ctx context.Context, fs []Finished) error {
 	}
 	settled := map[string]bool{}
 	for _, s := range steps {
-		root := p.Nodes[wfstore.NodeKey{WorkflowID: s.wf, Path: wfstore.RootPath}]
+		root := p.Root(s.wf)
 		if root == nil || root.State == wfstate.Cancelled {
 			continue
 		}
@@ -219,7 +219,7 @@ func (e *Engine) Verify(ctx context.Context, fs []Finished) error {
 			continue
 		}
 		settled[key] = true
-		parent := p.Nodes[nk]
+		parent := p.Composite(nk)
 		if sr != nil {
 			sh := p.Shards[*sr]
 			if sh == nil || !sh.Full() {
@@ -256,16 +256,16 @@ func (e *Engine) Verify(ctx context.Context, fs []Finished) error {
 // not written, as the advance that counted them builds them: the root's
 // record again (a set addition, conditional on the workflow running,
 // marked) and the jobs' conditional puts.
-func (e *Engine) relaunchGraph(ctx context.Context, s step, root *wfstore.Node, missing []int) error {
-	ready := make([]*wfstore.Node, 0, len(missing))
+func (e *Engine) relaunchGraph(ctx context.Context, s step, root *wfstore.Root, missing []int) error {
+	ready := make([]*wfstore.Step, 0, len(missing))
 	for _, d := range missing {
-		n, err := e.st.GetNode(ctx, s.wf, wfdef.ChildPath(wfstore.RootPath, wfdef.Segment(wfdef.KindGraph, d)))
+		n, err := e.st.GetStep(ctx, s.wf, wfdef.ChildPath(wfstore.RootPath, wfdef.Segment(wfdef.KindGraph, d)))
 		if err != nil {
 			return err
 		}
 		ready = append(ready, n)
 	}
-	jobs, err := e.graphJobs(ctx, s, wfstore.RootPath, graphOf(root), ready)
+	jobs, err := e.graphJobs(ctx, s, wfstore.RootPath, graphOf(&root.Composite), ready)
 	if err == nil {
 		err = e.admitJobs(ctx, jobs)
 	}
@@ -292,7 +292,7 @@ func (e *Engine) current(ctx context.Context, s step) (*step, error) {
 		cur := stepOfJob(j)
 		return &cur, nil
 	}
-	n, err := e.st.GetNode(ctx, s.wf, s.path)
+	n, err := e.st.GetComposite(ctx, s.wf, s.path)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil
 	}
@@ -309,11 +309,11 @@ func (e *Engine) current(ctx context.Context, s step) (*step, error) {
 // rootEnded runs what follows a workflow's end (the guarantee behind the
 // request that ended it): a failed workflow's compensation and on_failure
 // handler, a cancelled one's on_cancel handler. Each starts once.
-func (e *Engine) rootEnded(ctx context.Context, n *wfstore.Node) error {
+func (e *Engine) rootEnded(ctx context.Context, n *wfstore.Root) error {
 	if n.State != wfstate.Failed && n.State != wfstate.Cancelled {
 		return nil
 	}
-	cur, err := e.st.GetNode(ctx, n.WorkflowID, wfstore.RootPath)
+	cur, err := e.st.GetRoot(ctx, n.WorkflowID)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil
 	}
@@ -352,7 +352,7 @@ func (e *Engine) Repair(ctx context.Context, limit int) (int, error) {
 			return 0, fmt.Errorf("repair workflow %s: %w", id, err)
 		}
 		next := now.Add(CheckAfter)
-		if root, err := e.st.GetNode(ctx, id, wfstore.RootPath); err == nil && root.Deadline > 0 && time.UnixMilli(root.Deadline).After(now) {
+		if root, err := e.st.GetRoot(ctx, id); err == nil && root.Deadline > 0 && time.UnixMilli(root.Deadline).After(now) {
 			next = minTime(next, time.UnixMilli(root.Deadline))
 		}
 		if err := e.st.PostponeWorkflowCheck(ctx, id, at, next); err != nil {
@@ -364,17 +364,20 @@ func (e *Engine) Repair(ctx context.Context, limit int) (int, error) {
 
 // pastCreatingGrace reports whether root's workflow began more than
 // creatingGrace before now: no creating request can still be writing it.
-func pastCreatingGrace(root *wfstore.Node, now time.Time) bool {
+func pastCreatingGrace(root *wfstore.Root, now time.Time) bool {
 	created, err := time.Parse(time.RFC3339Nano, root.CreatedAt)
 	return err == nil && now.Sub(created) > creatingGrace
 }
 
 func (e *Engine) repair(ctx context.Context, id string, now time.Time) error {
 	items, err := e.st.WorkflowItems(ctx, id)
-	if err != nil || len(items) == 0 || items[0].Path != wfstore.RootPath {
+	if err != nil || len(items) == 0 {
 		return err
 	}
-	root := items[0]
+	root, ok := items[0].(*wfstore.Root)
+	if !ok {
+		return nil
+	}
 	if len(root.CDef) > 0 {
 		// Accepted with 202: the stream function finishes its creation
 		// (Resume); if that failed, this does.
@@ -424,11 +427,11 @@ func (e *Engine) repair(ctx context.Context, id string, now time.Time) error {
 		_, err := e.timeout(ctx, id, wfstore.RootPath, now)
 		return err
 	}
-	t := newTreeOf(items)
+	t := newTree(items)
 	var ids []string
 	for _, n := range items {
-		if n.Kind == wfdef.KindJob {
-			ids = append(ids, wfdef.JobID(id, n.Path))
+		if st, ok := n.(*wfstore.Step); ok {
+			ids = append(ids, wfdef.JobID(id, st.Path))
 		}
 	}
 	jobs, err := e.jobs.BatchGetJobs(ctx, ids)
@@ -470,8 +473,8 @@ func (e *Engine) repair(ctx context.Context, id string, now time.Time) error {
 		}
 	}
 	for _, n := range items {
-		if n.Kind != wfdef.KindJob && n.Path != wfstore.RootPath {
-			fs = append(fs, Finished{Node: n})
+		if c, ok := n.(*wfstore.Composite); ok {
+			fs = append(fs, Finished{Node: c})
 		}
 	}
 	if err := e.Verify(ctx, fs); err != nil {
@@ -479,11 +482,12 @@ func (e *Engine) repair(ctx context.Context, id string, now time.Time) error {
 	}
 	// Composites whose children are all done (a finish lost after the
 	// last count).
-	for _, n := range items {
-		if n.Kind == wfdef.KindJob || n.State.Terminal() {
+	for _, node := range items {
+		n := wfstore.CompositeOf(node)
+		if n == nil || n.State.Terminal() {
 			continue
 		}
-		cur, err := e.st.GetNode(ctx, id, n.Path)
+		cur, err := e.st.GetComposite(ctx, id, n.Path)
 		if errors.Is(err, store.ErrNotFound) {
 			continue
 		}

@@ -179,11 +179,15 @@ func (e *Engine) Get(ctx context.Context, wfID string) (*View, error) {
 	if err != nil {
 		return nil, ojserr.Backend(err)
 	}
-	if len(nodes) == 0 || nodes[0].Path != wfstore.RootPath || (nodes[0].Creating && len(nodes[0].CDef) == 0) {
+	var root *wfstore.Root
+	if len(nodes) > 0 {
+		root, _ = nodes[0].(*wfstore.Root)
+	}
+	if root == nil || (root.Creating && len(root.CDef) == 0) {
 		// Not there, or still being written by the request creating it.
 		return nil, ojserr.NotFoundf("workflow", wfID)
 	}
-	if root := nodes[0]; root.Creating || len(root.CDef) > 0 {
+	if root.Creating || len(root.CDef) > 0 {
 		// Accepted with 202 and still being written: progress only (the
 		// full view, thousands of jobs read, waits until it is written).
 		phase := "jobs"
@@ -193,11 +197,11 @@ func (e *Engine) Get(ctx context.Context, wfID string) (*View, error) {
 		return creatingView(root, phase, len(nodes)-1, root.CreateItems), nil
 	}
 	var ids []string
-	for _, n := range nodes {
-		if n.Kind == wfdef.KindJob {
+	for _, node := range nodes {
+		if n := node.Base(); n.Kind == wfdef.KindJob {
 			ids = append(ids, wfdef.JobID(wfID, n.Path))
 		}
-		if n.Path == wfdef.CompensatePath {
+		if n := wfstore.CompositeOf(node); n != nil && n.Path == wfdef.CompensatePath {
 			for k := range n.Plan {
 				ids = append(ids, wfdef.JobID(wfID, wfdef.ChildPath(wfdef.CompensatePath, wfdef.Segment(wfdef.KindChain, k))))
 			}
@@ -207,7 +211,7 @@ func (e *Engine) Get(ctx context.Context, wfID string) (*View, error) {
 	if err != nil {
 		return nil, ojserr.Backend(err)
 	}
-	return render(newTreeOf(nodes), jobs), nil
+	return render(newTree(nodes), jobs), nil
 }
 
 // viewer renders one workflow.
@@ -230,7 +234,7 @@ type viewer struct {
 
 // counted reports whether a composite counted child i as ok and as failed
 // (sets kept as maps: views of long chains ask for every step).
-func (v *viewer) counted(n *wfstore.Node, i int) (ok, fail bool) {
+func (v *viewer) counted(n *wfstore.Composite, i int) (ok, fail bool) {
 	if v.sets == nil {
 		v.sets = map[string][2]map[int]bool{}
 	}
@@ -257,7 +261,7 @@ func render(t *tree, jobs map[string]*job.Job) *View {
 	if root.Form == "steps" {
 		out.Steps = v.flat()
 	} else {
-		out.ViewNode = v.entry(root, true)
+		out.ViewNode = v.entry(&root.Item, true)
 		out.Index = nil
 	}
 	out.ID = t.wfID
@@ -312,7 +316,8 @@ func render(t *tree, jobs map[string]*job.Job) *View {
 	}
 	if root.State == wfstate.Cancelled {
 		cancelled, completed := 0, 0
-		for _, n := range t.byPath {
+		for _, node := range t.byPath {
+			n := node.Base()
 			if n.Kind != wfdef.KindJob {
 				continue
 			}
@@ -332,18 +337,18 @@ func render(t *tree, jobs map[string]*job.Job) *View {
 // existed): the root always; a chain's step once the one before it
 // completed; every child of a started group or batch; a graph step once
 // its dependencies completed; a callback once fired.
-func (v *viewer) started(n *wfstore.Node) bool {
+func (v *viewer) started(n *wfstore.Item) bool {
 	if n.Path == wfstore.RootPath {
 		return true
 	}
-	parent := v.t.byPath[wfdef.ParentPath(n.Path)]
+	parent := v.t.comp(wfdef.ParentPath(n.Path))
 	if parent == nil {
 		return false
 	}
 	if name, ok := wfdef.CallbackName(n.Path); ok {
 		return wfstore.HasString(parent.Fired, name)
 	}
-	if !v.started(parent) {
+	if !v.started(&parent.Item) {
 		return false
 	}
 	switch parent.Kind {
@@ -365,11 +370,11 @@ func (v *viewer) started(n *wfstore.Node) bool {
 
 // blocked reports whether a graph step can never run: a step it depends
 // on, directly or not, failed. Memoized: a graph's paths are many.
-func (v *viewer) blocked(n *wfstore.Node) bool {
+func (v *viewer) blocked(n *wfstore.Item) bool {
 	if b, ok := v.blockedMemo[n.Path]; ok {
 		return b
 	}
-	parent := v.t.byPath[wfdef.ParentPath(n.Path)]
+	parent := v.t.comp(wfdef.ParentPath(n.Path))
 	if parent == nil || parent.Kind != wfdef.KindGraph {
 		return false
 	}
@@ -391,7 +396,7 @@ func (v *viewer) blocked(n *wfstore.Node) bool {
 // state is a node's state in the view: a composite's own once finished;
 // a job step's from its job (waiting before it exists, cancelled when it
 // never will).
-func (v *viewer) state(n *wfstore.Node) string {
+func (v *viewer) state(n *wfstore.Item) string {
 	if n.Kind != wfdef.KindJob {
 		switch {
 		case n.State.Terminal():
@@ -406,7 +411,7 @@ func (v *viewer) state(n *wfstore.Node) string {
 	if j := v.jobs[wfdef.JobID(v.t.wfID, n.Path)]; j != nil {
 		return jobState(j.State)
 	}
-	parent := v.t.byPath[wfdef.ParentPath(n.Path)]
+	parent := v.t.item(wfdef.ParentPath(n.Path))
 	if v.stopped || v.blocked(n) || (parent != nil && parent.State.Terminal()) {
 		return string(wfstate.Cancelled)
 	}
@@ -429,8 +434,10 @@ func jobState(s job.State) string {
 }
 
 // leaf fills a job step's entry.
-func (v *viewer) leaf(n *wfstore.Node, m *ViewNode) {
-	m.Type = n.JobType
+func (v *viewer) leaf(n *wfstore.Item, m *ViewNode) {
+	if st := v.t.step(n.Path); st != nil {
+		m.Type = st.JobType
+	}
 	id := wfdef.JobID(v.t.wfID, n.Path)
 	m.ViewJob = &ViewJob{}
 	m.State = v.state(n)
@@ -506,7 +513,7 @@ func (v *viewer) compensation() *ViewCompensation {
 	if root.Compensation != "" {
 		out.State = root.Compensation
 	}
-	comp := v.t.special[wfdef.CompensatePath]
+	comp := v.t.comp(wfdef.CompensatePath)
 	if comp == nil {
 		return out
 	}
@@ -514,7 +521,7 @@ func (v *viewer) compensation() *ViewCompensation {
 	for k, undo := range comp.Plan {
 		path := wfdef.ChildPath(wfdef.CompensatePath, wfdef.Segment(wfdef.KindChain, k))
 		s := ViewCompensationStep{Index: k, Undoes: undo, State: string(wfstate.Waiting)}
-		if n := v.t.byPath[undo]; n != nil {
+		if n := v.t.item(undo); n != nil {
 			s.Undoes = stepKey(n)
 		}
 		if j := v.jobs[wfdef.JobID(v.t.wfID, path)]; j != nil {
@@ -559,7 +566,7 @@ func (v *viewer) handlers() map[string]ViewNode {
 }
 
 // entry renders a node of the tree form.
-func (v *viewer) entry(n *wfstore.Node, root bool) ViewNode {
+func (v *viewer) entry(n *wfstore.Item, root bool) ViewNode {
 	m := ViewNode{Index: new(n.Index), ID: stepKey(n)}
 	if n.Kind == wfdef.KindJob {
 		v.leaf(n, &m)
@@ -568,10 +575,10 @@ func (v *viewer) entry(n *wfstore.Node, root bool) ViewNode {
 	m.Type = n.Kind
 	m.Name = n.Name
 	m.State = v.state(n)
-	if !root {
-		m.TimeoutMS = n.TimeoutMS
-		if n.Error != "" {
-			m.Error = json.RawMessage(n.Error)
+	if c := v.t.comp(n.Path); c != nil && !root {
+		m.TimeoutMS = c.TimeoutMS
+		if c.Error != "" {
+			m.Error = json.RawMessage(c.Error)
 		}
 	}
 	list := []ViewNode{}
@@ -646,7 +653,7 @@ func (v *viewer) flat() []ViewNode {
 // flatState is a step's state as section 14.2 shows it: the job's own
 // state once it exists (completed, active, available, scheduled,
 // retryable; failed for a discarded job), pending before.
-func (v *viewer) flatState(n *wfstore.Node, treeState string) string {
+func (v *viewer) flatState(n *wfstore.Item, treeState string) string {
 	j := v.jobs[wfdef.JobID(v.t.wfID, n.Path)]
 	switch {
 	case j == nil && treeState == string(wfstate.Waiting):

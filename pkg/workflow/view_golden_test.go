@@ -405,7 +405,8 @@ func TestViewGolden(t *testing.T) {
 		}
 		golden(t, "creating_done", v)
 		// The jobs phase: the nodes written, the first jobs being written.
-		root := &wfstore.Node{WorkflowID: id, Path: wfstore.RootPath, Kind: wfdef.KindGroup, State: wfstate.Running, CreatedAt: "2025-01-02T03:04:05.000Z", JobCount: 3}
+		root := &wfstore.Root{JobCount: 3, Composite: wfstore.Composite{Item: wfstore.Item{WorkflowID: id, Path: wfstore.RootPath, Kind: wfdef.KindGroup,
+			State: wfstate.Running, Times: wfstore.Times{CreatedAt: "2025-01-02T03:04:05.000Z"}}}}
 		golden(t, "creating_jobs_phase", workflow.CreatingViewForTest(root, "jobs", 4, 9))
 		root.Name = "named"
 		golden(t, "creating_nodes_phase_named", workflow.CreatingViewForTest(root, "nodes", 0, 4))

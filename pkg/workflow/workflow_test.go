@@ -361,7 +361,7 @@ func TestWideGroupCountsExactlyUnderDuplicates(t *testing.T) {
 	if v["state"] != "completed" || h.ran["wide.job"] != 250 || h.ran["wide.done"] != 1 || v["metadata"].(map[string]any)["completed_count"].(float64) != 250 {
 		t.Fatalf("state %v ran %v meta %v", v["state"], h.ran, v["metadata"])
 	}
-	root, _ := wfstore.New(h.st).GetNode(context.Background(), id, wfstore.RootPath)
+	root, _ := wfstore.New(h.st).GetRoot(context.Background(), id)
 	shards, ok, fail := root.RolledCounts()
 	if ok != 250 || fail != 0 || shards != 3 || root.Shards != 3 || len(root.OK) != 0 {
 		t.Fatalf("counters: %+v", root)

@@ -721,7 +721,7 @@ func (b *bencher) waitWorkflows(ctx context.Context, ids []string, perWorkflow i
 		var rest []string
 		head := pending[:min(20, len(pending))]
 		for _, id := range head {
-			n, err := b.wfmon.GetNode(ctx, id, wfstore.RootPath)
+			n, err := b.wfmon.GetRoot(ctx, id)
 			if err != nil && !errors.Is(err, store.ErrNotFound) {
 				return err
 			}

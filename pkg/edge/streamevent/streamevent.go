@@ -80,9 +80,9 @@ func subject(c engine.Change) []any {
 			return []any{"job_id", it.Job.ID}
 		}
 	}
-	for _, n := range []*wfstore.Node{c.NewNode, c.OldNode} {
+	for _, n := range []wfstore.Node{c.NewNode, c.OldNode} {
 		if n != nil {
-			return []any{"workflow_id", n.WorkflowID, "node_path", n.Path}
+			return []any{"workflow_id", n.Base().WorkflowID, "node_path", n.Base().Path}
 		}
 	}
 	return nil
@@ -94,7 +94,7 @@ func Change(r events.DynamoDBEventRecord) (engine.Change, error) {
 	for _, img := range []struct {
 		src   map[string]events.DynamoDBAttributeValue
 		dst   **store.Item
-		node  **wfstore.Node
+		node  *wfstore.Node
 		queue **queue.QueueInfo
 		cron  **cron.Info
 		prune **deadletter.PruneRun
