@@ -422,6 +422,41 @@ func ClearReopening(path string) Change {
 	return c
 }
 
+// MarkCancelling records on a cancelled workflow's root that its jobs are
+// still being cancelled: the change is the stream record on which the
+// stream function cancels the rest.
+func MarkCancelling() Change {
+	return Change{Path: RootPath}.inState(wfstate.Cancelled).with(set(attrCancelling, true))
+}
+
+// NextCancelPass records on a cancelling workflow's root that a pass
+// cancelled part of its jobs and left the rest: the change is a stream
+// record of the root, from which the stream function runs the next pass
+// (its other records wait for one pass at most, not for the whole cancel).
+func NextCancelPass() Change {
+	return Change{Path: RootPath}.inState(wfstate.Cancelled).with(add("cancel_pass", 1)).
+		when(expression.Name(attrCancelling).Equal(expression.Value(true)))
+}
+
+// CancelDone records that a cancelled workflow's jobs are all cancelled:
+// its cancelling mark and its progress check go.
+func CancelDone() Change {
+	c := Change{Path: RootPath, undue: true}.inState(wfstate.Cancelled).with(remove(attrCancelling)...)
+	return c
+}
+
+// ClearUnguarded removes a root's Unguarded mark that a creator which
+// died while writing the first jobs left: once those jobs exist (the
+// sweeper's repair writes the missing ones), a cancel need not look for
+// unwritten ones any more.
+func ClearUnguarded() Change { return Change{Path: RootPath}.with(remove(attrUnguarded)...) }
+
+// The root's marks (Root.Cancelling, Root.Unguarded).
+const (
+	attrCancelling = "cancelling"
+	attrUnguarded  = "cfirst"
+)
+
 // marking is a marked advance's record (Store.AdvanceMarked): c with the
 // root's launch mark set, while the workflow runs.
 func (c Change) marking(mark string) Change {

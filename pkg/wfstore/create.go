@@ -20,7 +20,6 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/fault"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
-	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
 )
 
 // NewWorkflow is everything a workflow's creation writes: its nodes (the
@@ -121,7 +120,7 @@ func (s *Store) CreateWorkflow(ctx context.Context, w NewWorkflow) error {
 	if err := s.putJobs(ctx, w.Jobs, w.RedeliverAfter); err != nil {
 		return fmt.Errorf("create workflow %s: %w", r.WorkflowID, err)
 	}
-	return s.unmark(ctx, r.WorkflowID, "cfirst")
+	return s.unmark(ctx, r.WorkflowID, attrUnguarded)
 }
 
 // batchWriteMax is the most items one BatchWriteItem writes.
@@ -475,62 +474,6 @@ func (s *Store) DeleteWorkflowJob(ctx context.Context, wfID, id string, state jo
 		return fmt.Errorf("delete job %s: %w", id, err)
 	}
 	return nil
-}
-
-// SetCancelling marks a cancelled workflow's root as still cancelling its
-// jobs (on; the mark's change is the stream record on which the stream
-// function cancels the rest), or done with them (off: the mark and the
-// root's progress check are removed).
-// Both apply only while the root is cancelled: a retry re-opening the
-// workflow meanwhile owns its jobs and its check (nil is answered).
-func (s *Store) SetCancelling(ctx context.Context, wfID string, on bool) error {
-	in := &dynamodb.UpdateItemInput{TableName: &s.table, Key: wfKey(wfID, nodeSK(RootPath)),
-		UpdateExpression:                    aws.String("REMOVE cancelling, " + attrDuePK + ", " + attrDueAt),
-		ConditionExpression:                 aws.String("#s = :c"),
-		ExpressionAttributeNames:            map[string]string{"#s": "state"},
-		ExpressionAttributeValues:           map[string]types.AttributeValue{":c": avS(string(wfstate.Cancelled))},
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}
-	if on {
-		in.UpdateExpression = aws.String("SET cancelling = :t")
-		in.ExpressionAttributeValues[":t"] = &types.AttributeValueMemberBOOL{Value: true}
-	}
-	_, err := s.db.UpdateItem(ctx, in)
-	var cf *types.ConditionalCheckFailedException
-	if errors.As(err, &cf) {
-		if len(cf.Item) == 0 {
-			return fmt.Errorf("workflow %s: cancelling: %w", wfID, store.ErrNotFound)
-		}
-		return nil // re-opened by a retry meanwhile
-	}
-	if err != nil {
-		return fmt.Errorf("workflow %s: cancelling: %w", wfID, err)
-	}
-	return nil
-}
-
-// NextCancelPass records on a cancelling workflow's root that a pass
-// cancelled part of its jobs and left the rest: the change is a stream
-// record of the root, from which the stream function runs the next pass
-// (its other records wait for one pass at most, not for the whole cancel).
-// Nothing is written once the root is no longer cancelling.
-func (s *Store) NextCancelPass(ctx context.Context, wfID string) error {
-	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table, Key: wfKey(wfID, nodeSK(RootPath)),
-		UpdateExpression:          aws.String("ADD cancel_pass :one"),
-		ConditionExpression:       aws.String("#s = :c AND cancelling = :t"),
-		ExpressionAttributeNames:  map[string]string{"#s": "state"},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":c": avS(string(wfstate.Cancelled)), ":t": &types.AttributeValueMemberBOOL{Value: true}, ":one": &types.AttributeValueMemberN{Value: "1"}}})
-	if err != nil && !store.ConditionFailed(err) {
-		return fmt.Errorf("workflow %s: next cancel pass: %w", wfID, err)
-	}
-	return nil
-}
-
-// ClearUnguarded removes a root's Unguarded mark (cfirst) that a creator
-// which died while writing the first jobs left: once those jobs exist
-// (the sweeper's repair writes the missing ones), a cancel need not look
-// for unwritten ones any more.
-func (s *Store) ClearUnguarded(ctx context.Context, wfID string) error {
-	return s.unmark(ctx, wfID, "cfirst")
 }
 
 // unmark removes creation attributes from a workflow's root (it exists).

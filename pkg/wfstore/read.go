@@ -13,18 +13,6 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 )
 
-// getWF reads one workflow item into out (consistent read).
-func (s *Store) getWF(ctx context.Context, wfID, sk string, out any) error {
-	res, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.table, Key: wfKey(wfID, sk), ConsistentRead: aws.Bool(true)})
-	if err != nil {
-		return fmt.Errorf("get %s %s: %w", wfID, sk, err)
-	}
-	if len(res.Item) == 0 {
-		return store.ErrNotFound
-	}
-	return attributevalue.UnmarshalMap(res.Item, out)
-}
-
 // GetNode reads one node (consistent read).
 func (s *Store) GetNode(ctx context.Context, wfID, path string) (Node, error) {
 	return getNode[Node](ctx, s, wfID, path)
@@ -66,8 +54,15 @@ func getNode[T Node](ctx context.Context, s *Store, wfID, path string) (T, error
 
 // GetShard reads one counter shard (consistent read).
 func (s *Store) GetShard(ctx context.Context, wfID, path, key string) (*Shard, error) {
+	res, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.table, Key: wfKey(wfID, shardSK(path, key)), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return nil, fmt.Errorf("get %s %s#%s: %w", wfID, path, key, err)
+	}
+	if len(res.Item) == 0 {
+		return nil, store.ErrNotFound
+	}
 	var it shardItem
-	if err := s.getWF(ctx, wfID, shardSK(path, key), &it); err != nil {
+	if err := attributevalue.UnmarshalMap(res.Item, &it); err != nil {
 		return nil, err
 	}
 	return &it.Shard, nil

@@ -33,9 +33,6 @@ func New(st *store.Store) *Store {
 	return &Store{jobs: st, db: st.DB(), table: st.Table()}
 }
 
-// Table is the table name.
-func (s *Store) Table() string { return s.table }
-
 // Attribute names of the table the workflow items use.
 const (
 	attrPK    = "pk"

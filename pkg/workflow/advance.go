@@ -276,7 +276,7 @@ func stopIfNotRunning(err error) error {
 // chainResults is parent_results of chain step k+1: the results of steps
 // 0..k as an array. From a job step it is the job's own parent_results
 // plus its result, without a read; otherwise the steps' results are read.
-func (e *Engine) chainResults(ctx context.Context, s step, chain string, k int) (json.RawMessage, error) {
+func (mk *maker) chainResults(ctx context.Context, s step, chain string, k int) (json.RawMessage, error) {
 	if s.job != nil {
 		r := resultValue(s.job)
 		if k == 0 {
@@ -287,12 +287,12 @@ func (e *Engine) chainResults(ctx context.Context, s step, chain string, k int) 
 			return json.Marshal(append(prev, r))
 		}
 	}
-	nodes, err := e.st.Subtree(ctx, s.wf, chain)
+	nodes, err := mk.st.Subtree(ctx, s.wf, chain)
 	if err != nil {
 		return nil, err
 	}
 	t := newTree(nodes)
-	rs, err := e.results(ctx, t, t.kids[chain][:k+1], nil)
+	rs, err := mk.results(ctx, t, t.kids[chain][:k+1], nil)
 	if err != nil {
 		return nil, err
 	}
@@ -679,7 +679,7 @@ func (e *Engine) graphStepDone(ctx context.Context, s step) (*step, error) {
 // graphJobs builds the jobs of ready graph steps; each receives the
 // results of its dependencies keyed by step id (the finished step's from
 // its job, the others' read in one request).
-func (e *Engine) graphJobs(ctx context.Context, s step, parent string, shape graphShape, ready []*wfstore.Step) ([]*job.Job, error) {
+func (mk *maker) graphJobs(ctx context.Context, s step, parent string, shape graphShape, ready []*wfstore.Step) ([]*job.Job, error) {
 	self := -1 // the finished step, whose job s holds (none: read them all)
 	if s.job != nil {
 		self = s.index()
@@ -694,7 +694,7 @@ func (e *Engine) graphJobs(ctx context.Context, s step, parent string, shape gra
 			}
 		}
 	}
-	done, err := e.jobs.BatchGetJobs(ctx, ids)
+	done, err := mk.jobs.BatchGetJobs(ctx, ids)
 	if err != nil {
 		return nil, err
 	}
@@ -715,7 +715,7 @@ func (e *Engine) graphJobs(ctx context.Context, s step, parent string, shape gra
 		if err != nil {
 			return nil, err
 		}
-		j, err := e.newJob(n, b)
+		j, err := mk.newJob(n, b)
 		if err != nil {
 			return nil, err
 		}
@@ -753,7 +753,7 @@ func resultValue(j *job.Job) json.RawMessage {
 // order): a job's result, or a composite's results (an array of its
 // children's, or an object keyed by step id for a graph). jobs, when
 // given, holds jobs already read.
-func (e *Engine) results(ctx context.Context, t *tree, nodes []*wfstore.Item, jobs map[string]*job.Job) ([]json.RawMessage, error) {
+func (mk *maker) results(ctx context.Context, t *tree, nodes []*wfstore.Item, jobs map[string]*job.Job) ([]json.RawMessage, error) {
 	if jobs == nil {
 		var ids []string
 		var walk func(n *wfstore.Item)
@@ -770,7 +770,7 @@ func (e *Engine) results(ctx context.Context, t *tree, nodes []*wfstore.Item, jo
 			walk(n)
 		}
 		var err error
-		if jobs, err = e.jobs.BatchGetJobs(ctx, ids); err != nil {
+		if jobs, err = mk.jobs.BatchGetJobs(ctx, ids); err != nil {
 			return nil, err
 		}
 	}

@@ -37,9 +37,9 @@ const aheadAttr = "wf_ahead"
 // that finishes j then starts the next step without reading its node
 // (chainStepDone); a job without them reads it, as before. The item is
 // sized once: the attribute adds its name and its JSON text.
-func (e *Engine) carryAhead(j *job.Job, rest []*wfstore.Step) {
+func (mk *maker) carryAhead(j *job.Job, rest []*wfstore.Step) {
 	j.WorkflowAhead = nil
-	bare, err := store.JobItemBytes(j, e.redel)
+	bare, err := store.JobItemBytes(j, mk.redel)
 	if err != nil {
 		return
 	}

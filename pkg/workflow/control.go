@@ -111,8 +111,8 @@ func kindName(n *wfstore.Composite) string {
 // stopBelow cancels what has not started under a node that ended early
 // (timed out): its nested composites (so nothing starts in them) and its
 // jobs that have not started; active jobs run on.
-func (e *Engine) stopBelow(ctx context.Context, wf, path string, now time.Time) error {
-	nodes, err := e.st.Subtree(ctx, wf, path)
+func (sp *stopper) stopBelow(ctx context.Context, wf, path string, now time.Time) error {
+	nodes, err := sp.st.Subtree(ctx, wf, path)
 	if err != nil {
 		return err
 	}
@@ -127,7 +127,7 @@ func (e *Engine) stopBelow(ctx context.Context, wf, path string, now time.Time) 
 			continue
 		}
 		if !n.State.Terminal() {
-			_, err := e.st.Change(ctx, wf, wfstore.CancelNode(n.Path, now))
+			_, err := sp.st.Change(ctx, wf, wfstore.CancelNode(n.Path, now))
 			var nc *wfstore.ErrNodeConflict
 			if err != nil && !errors.As(err, &nc) {
 				return err
@@ -137,15 +137,15 @@ func (e *Engine) stopBelow(ctx context.Context, wf, path string, now time.Time) 
 	if path == wfstore.RootPath {
 		// The workflow timed out while its creation may still be writing
 		// its first jobs unguarded.
-		root, err := e.st.GetRoot(ctx, wf)
+		root, err := sp.st.GetRoot(ctx, wf)
 		if err != nil {
 			return err
 		}
-		if err := e.takeUnwritten(ctx, root, nodes, now); err != nil {
+		if err := sp.takeUnwritten(ctx, root, nodes, now); err != nil {
 			return err
 		}
 	}
-	_, _, err = e.cancelJobs(ctx, ids, now, nil, nil)
+	_, _, err = sp.cancelJobs(ctx, ids, now, nil, nil)
 	return err
 }
 
@@ -155,8 +155,8 @@ func (e *Engine) stopBelow(ctx context.Context, wf, path string, now time.Time) 
 // read (nil: no limit; see store.WithBudget). A job that started or
 // finished meanwhile is left alone. With guard, the jobs are cancelled
 // only while it holds (store.ErrGuardFailed once it does not).
-func (e *Engine) cancelJobs(ctx context.Context, ids []string, now time.Time, budget func() time.Time, guard *store.Guard) (cancelled, left int, err error) {
-	jobs, err := e.jobs.BatchGetJobs(ctx, ids)
+func (sp *stopper) cancelJobs(ctx context.Context, ids []string, now time.Time, budget func() time.Time, guard *store.Guard) (cancelled, left int, err error) {
+	jobs, err := sp.jobs.BatchGetJobs(ctx, ids)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -172,9 +172,9 @@ func (e *Engine) cancelJobs(ctx context.Context, ids []string, now time.Time, bu
 	}
 	var errs []error
 	if guard != nil {
-		errs, err = e.jobs.ApplyAllIf(ctx, ts, *guard)
+		errs, err = sp.jobs.ApplyAllIf(ctx, ts, *guard)
 	} else {
-		errs, err = e.jobs.ApplyAll(ctx, ts)
+		errs, err = sp.jobs.ApplyAll(ctx, ts)
 	}
 	for _, err := range errs {
 		switch {
@@ -187,15 +187,27 @@ func (e *Engine) cancelJobs(ctx context.Context, ids []string, now time.Time, bu
 	return cancelled, left, err
 }
 
+// rootChange applies a change of a workflow's root that applies only in
+// the state it expects: one that finds the root in another (a retry
+// re-opened it meanwhile) is left undone.
+func rootChange(ctx context.Context, st *wfstore.Store, wfID string, c wfstore.Change) error {
+	_, err := st.ChangeRoot(ctx, wfID, c)
+	var nc *wfstore.ErrNodeConflict
+	if errors.As(err, &nc) {
+		return nil
+	}
+	return err
+}
+
 // cancelSliceEnd is when a pass of finishCancel stops starting
 // transactions: Config.CancelSlice from now, or half of what is left of
 // ctx's time if that is sooner (wall clock, as store.WithBudget reads it).
 // The stream function's batch, and every record behind it in the shard,
 // waits for the pass: a 2,100-job cancel under load outlasted the
 // function's timeout, which restarted it to do it all again.
-func (e *Engine) cancelSliceEnd(ctx context.Context) time.Time {
+func (sp *stopper) cancelSliceEnd(ctx context.Context) time.Time {
 	now := time.Now()
-	end := now.Add(e.cancelSlice)
+	end := now.Add(sp.cancelSlice)
 	if dl, ok := ctx.Deadline(); ok {
 		if half := now.Add(dl.Sub(now) / 2); half.Before(end) {
 			end = half
@@ -211,23 +223,23 @@ func (e *Engine) cancelSliceEnd(ctx context.Context) time.Time {
 // at its slice (cancelSliceEnd) and leaves the mark and the check for the
 // next. items are the workflow's items if the caller has them (nil: read
 // them).
-func (e *Engine) finishCancel(ctx context.Context, root *wfstore.Root, items []wfstore.Node) error {
+func (sp *stopper) finishCancel(ctx context.Context, root *wfstore.Root, items []wfstore.Node) error {
 	if items == nil {
 		var err error
-		if items, err = e.st.WorkflowItems(ctx, root.WorkflowID); err != nil {
+		if items, err = sp.st.WorkflowItems(ctx, root.WorkflowID); err != nil {
 			return err
 		}
 	}
-	if err := e.takeUnwritten(ctx, root, items, e.now()); err != nil {
+	if err := sp.takeUnwritten(ctx, root, items, sp.now()); err != nil {
 		return err
 	}
 	// Only while the workflow is still cancelled: a retry re-opening it
 	// meanwhile returns its jobs to their queues, which this must not
 	// cancel again.
 	guard := wfstore.RootIn(root.WorkflowID, wfstate.Cancelled)
-	cancelled, left, err := e.cancelJobs(ctx, jobIDs(root.WorkflowID, items), e.now(), func() time.Time { return e.cancelSliceEnd(ctx) }, &guard)
+	cancelled, left, err := sp.cancelJobs(ctx, jobIDs(root.WorkflowID, items), sp.now(), func() time.Time { return sp.cancelSliceEnd(ctx) }, &guard)
 	if errors.Is(err, store.ErrGuardFailed) {
-		e.log.InfoContext(ctx, "cancelled workflow retried meanwhile; its jobs are left to the retry", "workflow_id", root.WorkflowID)
+		sp.log.InfoContext(ctx, "cancelled workflow retried meanwhile; its jobs are left to the retry", "workflow_id", root.WorkflowID)
 		return nil
 	}
 	if err != nil {
@@ -238,17 +250,17 @@ func (e *Engine) finishCancel(ctx context.Context, root *wfstore.Root, items []w
 		// somewhere records it on a marked root, a change from which the
 		// stream function runs the next pass (behind the records now in
 		// its shard); the sweeper's check is the guarantee.
-		e.log.InfoContext(ctx, "cancelled workflow's jobs partly cancelled; the next pass goes on", "workflow_id", root.WorkflowID,
+		sp.log.InfoContext(ctx, "cancelled workflow's jobs partly cancelled; the next pass goes on", "workflow_id", root.WorkflowID,
 			"jobs_cancelled", cancelled, "jobs_left", left)
 		if cancelled > 0 && root.Cancelling {
-			return e.st.NextCancelPass(ctx, root.WorkflowID)
+			return rootChange(ctx, sp.st, root.WorkflowID, wfstore.NextCancelPass())
 		}
 		return nil
 	}
 	if cancelled > 0 {
-		e.log.InfoContext(ctx, "workflow's remaining jobs cancelled", "workflow_id", root.WorkflowID, "jobs_cancelled", cancelled)
+		sp.log.InfoContext(ctx, "workflow's remaining jobs cancelled", "workflow_id", root.WorkflowID, "jobs_cancelled", cancelled)
 	}
-	return e.st.SetCancelling(ctx, root.WorkflowID, false)
+	return rootChange(ctx, sp.st, root.WorkflowID, wfstore.CancelDone())
 }
 
 // takeUnwritten is the first step of a cancel (or of a root timeout's
@@ -261,16 +273,16 @@ func (e *Engine) finishCancel(ctx context.Context, root *wfstore.Root, items []w
 // root is still stopped, in the same transaction. The ones written already
 // exist, and the cancel cancels them as any other. With the marks gone,
 // every such job exists: nothing to do.
-func (e *Engine) takeUnwritten(ctx context.Context, root *wfstore.Root, items []wfstore.Node, now time.Time) error {
+func (sp *stopper) takeUnwritten(ctx context.Context, root *wfstore.Root, items []wfstore.Node, now time.Time) error {
 	var unwritten []*job.Job
 	if root.Unguarded {
 		var err error
-		if unwritten, _, err = e.launch(ctx, newTree(items), wfstore.RootPath, emptyResults(root.Kind)); err != nil {
+		if unwritten, _, err = sp.launch(ctx, newTree(items), wfstore.RootPath, emptyResults(root.Kind)); err != nil {
 			return err
 		}
 	}
 	if root.Launching != "" {
-		j, err := e.launching(ctx, root, items)
+		j, err := sp.launching(ctx, root, items)
 		if err != nil {
 			return err
 		}
@@ -283,7 +295,7 @@ func (e *Engine) takeUnwritten(ctx context.Context, root *wfstore.Root, items []
 	for i, j := range unwritten {
 		ids[i] = j.ID
 	}
-	have, err := e.jobs.BatchGetJobs(ctx, ids)
+	have, err := sp.jobs.BatchGetJobs(ctx, ids)
 	if err != nil {
 		return err
 	}
@@ -300,14 +312,14 @@ func (e *Engine) takeUnwritten(ctx context.Context, root *wfstore.Root, items []
 		c.State, c.CancelledAt, c.EnqueuedAt, c.ScheduledAt = job.Cancelled, &now, nil, nil
 		tomb[i] = &c
 	}
-	err = e.st.Advance(ctx, wfstore.Advance{WorkflowID: root.WorkflowID, Jobs: tomb,
+	err = sp.st.Advance(ctx, wfstore.Advance{WorkflowID: root.WorkflowID, Jobs: tomb,
 		Scope: wfstore.RootPath, ScopeStates: []wfstate.State{wfstate.Cancelled, wfstate.Failed}})
 	if errors.Is(err, wfstore.ErrWorkflowNotRunning) {
-		e.log.InfoContext(ctx, "workflow re-opened while its cancel took its unwritten jobs; their writers write them", "workflow_id", root.WorkflowID)
+		sp.log.InfoContext(ctx, "workflow re-opened while its cancel took its unwritten jobs; their writers write them", "workflow_id", root.WorkflowID)
 		return nil
 	}
 	if err == nil {
-		e.log.InfoContext(ctx, "cancelled jobs the workflow's writers had not written yet", "workflow_id", root.WorkflowID, "jobs", len(missing))
+		sp.log.InfoContext(ctx, "cancelled jobs the workflow's writers had not written yet", "workflow_id", root.WorkflowID, "jobs", len(missing))
 	}
 	return err
 }
@@ -317,9 +329,9 @@ func (e *Engine) takeUnwritten(ctx context.Context, root *wfstore.Root, items []
 // it), or none when that is not a job step of the root's chain; for a
 // workflow that is a graph, the jobs of every step whose dependencies all
 // completed and that has not finished (graphLaunching).
-func (e *Engine) launching(ctx context.Context, root *wfstore.Root, items []wfstore.Node) ([]*job.Job, error) {
+func (sp *stopper) launching(ctx context.Context, root *wfstore.Root, items []wfstore.Node) ([]*job.Job, error) {
 	if root.Kind == wfdef.KindGraph {
-		return e.graphLaunching(ctx, root, items)
+		return sp.graphLaunching(ctx, root, items)
 	}
 	path := root.Launching
 	k := step{path: path}.index()
@@ -328,11 +340,11 @@ func (e *Engine) launching(ctx context.Context, root *wfstore.Root, items []wfst
 		return nil, nil
 	}
 	prev := wfdef.ChildPath(wfstore.RootPath, wfdef.Segment(wfdef.KindChain, k-1))
-	pr, err := e.chainResults(ctx, step{wf: root.WorkflowID, path: prev}, wfstore.RootPath, k-1)
+	pr, err := sp.chainResults(ctx, step{wf: root.WorkflowID, path: prev}, wfstore.RootPath, k-1)
 	if err != nil {
 		return nil, err
 	}
-	js, _, err := e.launch(ctx, t, path, pr)
+	js, _, err := sp.launch(ctx, t, path, pr)
 	return js, err
 }
 
@@ -342,7 +354,7 @@ func (e *Engine) launching(ctx context.Context, root *wfstore.Root, items []wfst
 // completed and whose job is missing, built as its advance builds it
 // (with their results). Two batched reads, however wide the graph: the
 // candidates' jobs, then the missing ones' dependencies.
-func (e *Engine) graphLaunching(ctx context.Context, root *wfstore.Root, items []wfstore.Node) ([]*job.Job, error) {
+func (sp *stopper) graphLaunching(ctx context.Context, root *wfstore.Root, items []wfstore.Node) ([]*job.Job, error) {
 	t := newTree(items)
 	shape := graphOf(&root.Composite)
 	var cands []*wfstore.Step
@@ -359,7 +371,7 @@ func (e *Engine) graphLaunching(ctx context.Context, root *wfstore.Root, items [
 	if len(cands) == 0 {
 		return nil, nil
 	}
-	have, err := e.jobs.BatchGetJobs(ctx, ids)
+	have, err := sp.jobs.BatchGetJobs(ctx, ids)
 	if err != nil {
 		return nil, err
 	}
@@ -367,7 +379,7 @@ func (e *Engine) graphLaunching(ctx context.Context, root *wfstore.Root, items [
 	if len(missing) == 0 {
 		return nil, nil
 	}
-	return e.graphJobs(ctx, step{wf: root.WorkflowID}, wfstore.RootPath, shape, missing)
+	return sp.graphJobs(ctx, step{wf: root.WorkflowID}, wfstore.RootPath, shape, missing)
 }
 
 // allIn reports whether every one of xs is in set.
@@ -519,15 +531,15 @@ func (e *Engine) startCompensation(ctx context.Context, root *wfstore.Root) (boo
 // compensationJob builds compensation step k, undoing the step of node
 // n: its compensate job, with the undone step's id, job id and result as
 // parent_results.
-func (e *Engine) compensationJob(ctx context.Context, wf string, k int, n *wfstore.Step, undone *job.Job) (*job.Job, error) {
+func (mk *maker) compensationJob(ctx context.Context, wf string, k int, n *wfstore.Step, undone *job.Job) (*job.Job, error) {
 	pr, _ := json.Marshal(map[string]any{"compensates": stepKey(&n.Item), "job_id": wfdef.JobID(wf, n.Path), "result": resultValue(undone)})
 	synthetic := &wfstore.Step{Item: wfstore.Item{WorkflowID: wf, Path: wfdef.ChildPath(wfdef.CompensatePath, wfdef.Segment(wfdef.KindChain, k)), Kind: wfdef.KindJob},
 		Def: n.Compensate}
-	j, err := e.newJob(synthetic, pr)
+	j, err := mk.newJob(synthetic, pr)
 	if err != nil {
 		return nil, err
 	}
-	if err := e.admitJobs(ctx, []*job.Job{j}); err != nil {
+	if err := mk.admitJobs(ctx, []*job.Job{j}); err != nil {
 		return nil, err
 	}
 	return j, nil
@@ -645,14 +657,14 @@ func (e *Engine) launchHandler(ctx context.Context, root *wfstore.Root, name str
 
 // handlerInput is a handler's parent_results: the workflow's state, what
 // failed it, and the results of its completed steps keyed by step.
-func (e *Engine) handlerInput(ctx context.Context, t *tree, root *wfstore.Root) (json.RawMessage, error) {
+func (mk *maker) handlerInput(ctx context.Context, t *tree, root *wfstore.Root) (json.RawMessage, error) {
 	var ids []string
 	for _, node := range t.byPath {
 		if n := node.Base(); n.Kind == wfdef.KindJob && !strings.HasPrefix(n.Path, "/~") {
 			ids = append(ids, wfdef.JobID(t.wfID, n.Path))
 		}
 	}
-	jobs, err := e.jobs.BatchGetJobs(ctx, ids)
+	jobs, err := mk.jobs.BatchGetJobs(ctx, ids)
 	if err != nil {
 		return nil, err
 	}

@@ -451,8 +451,9 @@ func TestFinishingACancelLeavesARetriedWorkflowAlone(t *testing.T) {
 	if !errors.Is(err, store.ErrGuardFailed) || !errors.Is(errs[0], store.ErrNotTried) {
 		t.Fatalf("guarded cancel of a re-queued job: %v %v, want the guard to fail", errs, err)
 	}
-	if err := wfstore.New(h.st).SetCancelling(ctx, id, false); err != nil {
-		t.Fatal(err)
+	var nc *wfstore.ErrNodeConflict
+	if _, err := wfstore.New(h.st).ChangeRoot(ctx, id, wfstore.CancelDone()); !errors.As(err, &nc) || nc.State() != wfstate.Running {
+		t.Fatalf("the end of the cancel on the re-opened workflow: %v, want a conflict with its running root", err)
 	}
 	h.clk.Add(workflow.CheckAfter + time.Second)
 	if due, err := wfstore.New(h.st).DueWorkflows(ctx, h.clk.Now(), 10); err != nil || due[id].IsZero() {

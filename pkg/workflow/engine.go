@@ -86,8 +86,21 @@ const DefaultCreationSlice = 5 * time.Second
 // on AWS, well inside API Gateway's 29 s; 10,000 jobs would take 20.
 const DefaultAsyncItems = 4000
 
-// Engine creates, advances, cancels and reads workflows.
+// Engine creates, advances, cancels and reads workflows. What a step
+// starts is built by its maker; what a stopped workflow (or node) has not
+// started is stopped by its stopper.
 type Engine struct {
+	stopper
+	async int
+	slice time.Duration
+	// shapes caches what never changes of the nodes events are derived
+	// from (see Events).
+	shapes *shapeCache
+}
+
+// maker builds the jobs a workflow step starts from the workflow's items
+// and the results of the steps before it (reading, never writing).
+type maker struct {
 	// st is the workflow items' store, jobs the table kernel's job store
 	// (its jobs' reads and transitions); both on the same table.
 	st    *wfstore.Store
@@ -95,22 +108,23 @@ type Engine struct {
 	admit Admitter
 	push  map[string]bool
 	redel time.Duration
-	async int
-	slice time.Duration
+	now   func() time.Time
+	log   *slog.Logger
+}
+
+// stopper stops the work of a cancelled workflow or of a node that timed
+// out: its jobs that have not started, and the ones not written yet.
+type stopper struct {
+	*maker
 	// cancelSlice bounds one pass of finishCancel (Config.CancelSlice).
 	cancelSlice time.Duration
-	now         func() time.Time
-	log         *slog.Logger
-	// shapes caches what never changes of the nodes events are derived
-	// from (see Events).
-	shapes *shapeCache
 }
 
 // New returns an engine on the table kernel st: its workflow items
 // (wfstore.New(st)) and its jobs (st).
 func New(st *store.Store, c Config) *Engine {
-	e := &Engine{st: wfstore.New(st), jobs: st, admit: c.Admit, push: map[string]bool{}, redel: c.RedeliverAfter, async: c.AsyncItems, slice: c.CreationSlice,
-		cancelSlice: c.CancelSlice, now: c.Now, log: c.Logger, shapes: &shapeCache{}}
+	mk := &maker{st: wfstore.New(st), jobs: st, admit: c.Admit, push: map[string]bool{}, redel: c.RedeliverAfter, now: c.Now, log: c.Logger}
+	e := &Engine{stopper: stopper{maker: mk, cancelSlice: c.CancelSlice}, async: c.AsyncItems, slice: c.CreationSlice, shapes: &shapeCache{}}
 	for _, q := range c.PushQueues {
 		e.push[q] = true
 	}
@@ -324,18 +338,18 @@ func emptyResults(kind string) json.RawMessage {
 
 // admitJobs admits jobs through the configured admitter, or sets their
 // push flag from the push-mode queue list.
-func (e *Engine) admitJobs(ctx context.Context, jobs []*job.Job) error {
+func (mk *maker) admitJobs(ctx context.Context, jobs []*job.Job) error {
 	if len(jobs) == 0 {
 		return nil
 	}
-	if e.admit != nil {
-		if err := e.admit.Admit(ctx, jobs); err != nil {
+	if mk.admit != nil {
+		if err := mk.admit.Admit(ctx, jobs); err != nil {
 			return ojserr.As(err)
 		}
 		return nil
 	}
 	for _, j := range jobs {
-		j.Push = e.push[j.Queue]
+		j.Push = mk.push[j.Queue]
 	}
 	return nil
 }
@@ -422,9 +436,9 @@ func (t *tree) comp(path string) *wfstore.Composite { return wfstore.CompositeOf
 // group or batch; a graph's steps without dependencies. Nested composites
 // start the same way. It also returns the composites that start with a
 // timeout (their deadline starts now). Nothing is written.
-func (e *Engine) launch(ctx context.Context, t *tree, path string, parentResults json.RawMessage) ([]*job.Job, []*wfstore.Composite, error) {
+func (mk *maker) launch(ctx context.Context, t *tree, path string, parentResults json.RawMessage) ([]*job.Job, []*wfstore.Composite, error) {
 	if st := t.step(path); st != nil {
-		j, err := e.newJob(st, parentResults)
+		j, err := mk.newJob(st, parentResults)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -450,12 +464,12 @@ func (e *Engine) launch(ctx context.Context, t *tree, path string, parentResults
 			}
 			pr = json.RawMessage("{}")
 		}
-		js, ts, err := e.launch(ctx, t, c.Path, pr)
+		js, ts, err := mk.launch(ctx, t, c.Path, pr)
 		if err != nil {
 			return nil, nil, err
 		}
 		if n.Kind == wfdef.KindChain && c.Kind == wfdef.KindJob && len(js) == 1 {
-			e.carryAhead(js[0], t.steps(t.kids[path][1:]))
+			mk.carryAhead(js[0], t.steps(t.kids[path][1:]))
 		}
 		out = append(out, js...)
 		timed = append(timed, ts...)
@@ -465,10 +479,10 @@ func (e *Engine) launch(ctx context.Context, t *tree, path string, parentResults
 
 // deadlines are the writes that start the deadlines of the composites a
 // step starts.
-func (e *Engine) deadlines(timed []*wfstore.Composite) []wfstore.Change {
+func (mk *maker) deadlines(timed []*wfstore.Composite) []wfstore.Change {
 	var ws []wfstore.Change
 	for _, n := range timed {
-		ws = append(ws, wfstore.StartDeadline(n.Path, e.now().Add(time.Duration(n.TimeoutMS)*time.Millisecond)))
+		ws = append(ws, wfstore.StartDeadline(n.Path, mk.now().Add(time.Duration(n.TimeoutMS)*time.Millisecond)))
 	}
 	return ws
 }
@@ -494,8 +508,8 @@ func scopeOf(path string) (string, []wfstate.State) {
 }
 
 // newJob builds the job of a leaf node with its deterministic id.
-func (e *Engine) newJob(n *wfstore.Step, parentResults json.RawMessage) (*job.Job, error) {
-	en, err := job.ParseEnqueue([]byte(n.Def), e.now().UTC())
+func (mk *maker) newJob(n *wfstore.Step, parentResults json.RawMessage) (*job.Job, error) {
+	en, err := job.ParseEnqueue([]byte(n.Def), mk.now().UTC())
 	if err != nil {
 		return nil, fmt.Errorf("workflow %s node %s: stored job no longer valid: %w", n.WorkflowID, n.Path, err)
 	}
@@ -505,8 +519,8 @@ func (e *Engine) newJob(n *wfstore.Step, parentResults json.RawMessage) (*job.Jo
 	if j.WorkflowStepID == "" {
 		j.WorkflowStepID = j.ID
 	}
-	j.Push = e.push[j.Queue]
-	j.ParentResults = capResults(n.WorkflowID, parentResults, resultsRoom(j, e.redel))
+	j.Push = mk.push[j.Queue]
+	j.ParentResults = capResults(n.WorkflowID, parentResults, resultsRoom(j, mk.redel))
 	return j, nil
 }
 
@@ -594,7 +608,7 @@ func (e *Engine) Cancel(ctx context.Context, wfID string) (*View, error) {
 		return nil, ojserr.Backend(err)
 	}
 	if left > 0 {
-		if err := e.st.SetCancelling(ctx, wfID, true); err != nil {
+		if err := rootChange(ctx, e.st, wfID, wfstore.MarkCancelling()); err != nil {
 			return nil, ojserr.Backend(err)
 		}
 		e.log.WarnContext(ctx, "workflow cancelled; the stream function cancels the jobs left", "workflow_id", wfID,

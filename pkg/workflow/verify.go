@@ -462,7 +462,7 @@ func (e *Engine) repair(ctx context.Context, id string, now time.Time) error {
 		// Its creator died while writing the first jobs (a creation in the
 		// API's request ends within its 29 s): they all exist now, so a
 		// cancel need not look for unwritten ones.
-		if err := e.st.ClearUnguarded(ctx, id); err != nil {
+		if err := rootChange(ctx, e.st, id, wfstore.ClearUnguarded()); err != nil {
 			return err
 		}
 	}
