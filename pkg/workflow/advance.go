@@ -196,14 +196,14 @@ func (e *Engine) chainStepDone(ctx context.Context, s step) (*step, error) {
 			return nil, err
 		}
 	}
-	t := newTree([]wfstore.Node{next})
+	t := wfstore.NewTree([]wfstore.Node{next})
 	_, nextIsJob := next.(*wfstore.Step)
 	if !nextIsJob {
 		nodes, err := e.st.Subtree(ctx, s.wf, nextPath)
 		if err != nil {
 			return nil, err
 		}
-		t = newTree(nodes)
+		t = wfstore.NewTree(nodes)
 	}
 	pr, err := e.chainResults(ctx, s, parent, k)
 	if err != nil {
@@ -291,8 +291,8 @@ func (mk *maker) chainResults(ctx context.Context, s step, chain string, k int) 
 	if err != nil {
 		return nil, err
 	}
-	t := newTree(nodes)
-	rs, err := mk.results(ctx, t, t.kids[chain][:k+1], nil)
+	t := wfstore.NewTree(nodes)
+	rs, err := mk.results(ctx, t, t.Kids[chain][:k+1], nil)
 	if err != nil {
 		return nil, err
 	}
@@ -427,8 +427,8 @@ func (e *Engine) fire(ctx context.Context, n *wfstore.Composite, fired []string)
 	if err != nil {
 		return err
 	}
-	t := newTree(nodes)
-	rs, err := e.results(ctx, t, t.kids[n.Path], nil)
+	t := wfstore.NewTree(nodes)
+	rs, err := e.results(ctx, t, t.Kids[n.Path], nil)
 	if err != nil {
 		return err
 	}
@@ -439,8 +439,8 @@ func (e *Engine) fire(ctx context.Context, n *wfstore.Composite, fired []string)
 	var jobs []*job.Job
 	for _, name := range fired {
 		var cb *wfstore.Step
-		if it := t.cbs[n.Path][name]; it != nil {
-			cb = t.step(it.Path)
+		if it := t.Callbacks[n.Path][name]; it != nil {
+			cb = t.Step(it.Path)
 		}
 		if cb == nil {
 			return fmt.Errorf("workflow %s batch %s: callback %s missing", n.WorkflowID, n.Path, name)
@@ -724,14 +724,6 @@ func (mk *maker) graphJobs(ctx context.Context, s step, parent string, shape gra
 	return jobs, nil
 }
 
-// stepKey is the key a step's result has in parent_results and its id in
-// views: the client's step id, else its position in the tree.
-func stepKey(n *wfstore.Item) string {
-	if n.StepID != "" {
-		return n.StepID
-	}
-	return strings.TrimPrefix(n.Path, "/")
-}
 
 // resultValue is a finished job's contribution to parent_results: its
 // result (null without one), or its error when it failed.
@@ -753,16 +745,16 @@ func resultValue(j *job.Job) json.RawMessage {
 // order): a job's result, or a composite's results (an array of its
 // children's, or an object keyed by step id for a graph). jobs, when
 // given, holds jobs already read.
-func (mk *maker) results(ctx context.Context, t *tree, nodes []*wfstore.Item, jobs map[string]*job.Job) ([]json.RawMessage, error) {
+func (mk *maker) results(ctx context.Context, t *wfstore.Tree, nodes []*wfstore.Item, jobs map[string]*job.Job) ([]json.RawMessage, error) {
 	if jobs == nil {
 		var ids []string
 		var walk func(n *wfstore.Item)
 		walk = func(n *wfstore.Item) {
 			if n.Kind == wfdef.KindJob {
-				ids = append(ids, wfdef.JobID(t.wfID, n.Path))
+				ids = append(ids, wfdef.JobID(t.WorkflowID, n.Path))
 				return
 			}
-			for _, c := range t.kids[n.Path] {
+			for _, c := range t.Kids[n.Path] {
 				walk(c)
 			}
 		}
@@ -777,18 +769,18 @@ func (mk *maker) results(ctx context.Context, t *tree, nodes []*wfstore.Item, jo
 	var value func(n *wfstore.Item) json.RawMessage
 	value = func(n *wfstore.Item) json.RawMessage {
 		if n.Kind == wfdef.KindJob {
-			return resultValue(jobs[wfdef.JobID(t.wfID, n.Path)])
+			return resultValue(jobs[wfdef.JobID(t.WorkflowID, n.Path)])
 		}
 		if n.Kind == wfdef.KindGraph {
 			m := map[string]json.RawMessage{}
-			for _, c := range t.kids[n.Path] {
-				m[stepKey(c)] = value(c)
+			for _, c := range t.Kids[n.Path] {
+				m[c.StepKey()] = value(c)
 			}
 			b, _ := json.Marshal(m)
 			return b
 		}
 		var list []json.RawMessage
-		for _, c := range t.kids[n.Path] {
+		for _, c := range t.Kids[n.Path] {
 			list = append(list, value(c))
 		}
 		if list == nil {

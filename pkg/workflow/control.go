@@ -277,7 +277,7 @@ func (sp *stopper) takeUnwritten(ctx context.Context, root *wfstore.Root, items 
 	var unwritten []*job.Job
 	if root.Unguarded {
 		var err error
-		if unwritten, _, err = sp.launch(ctx, newTree(items), wfstore.RootPath, emptyResults(root.Kind)); err != nil {
+		if unwritten, _, err = sp.launch(ctx, wfstore.NewTree(items), wfstore.RootPath, emptyResults(root.Kind)); err != nil {
 			return err
 		}
 	}
@@ -335,8 +335,8 @@ func (sp *stopper) launching(ctx context.Context, root *wfstore.Root, items []wf
 	}
 	path := root.Launching
 	k := step{path: path}.index()
-	t := newTree(items)
-	if k < 1 || t.step(path) == nil || wfdef.ParentPath(path) != wfstore.RootPath || root.Kind != wfdef.KindChain {
+	t := wfstore.NewTree(items)
+	if k < 1 || t.Step(path) == nil || wfdef.ParentPath(path) != wfstore.RootPath || root.Kind != wfdef.KindChain {
 		return nil, nil
 	}
 	prev := wfdef.ChildPath(wfstore.RootPath, wfdef.Segment(wfdef.KindChain, k-1))
@@ -355,13 +355,13 @@ func (sp *stopper) launching(ctx context.Context, root *wfstore.Root, items []wf
 // (with their results). Two batched reads, however wide the graph: the
 // candidates' jobs, then the missing ones' dependencies.
 func (sp *stopper) graphLaunching(ctx context.Context, root *wfstore.Root, items []wfstore.Node) ([]*job.Job, error) {
-	t := newTree(items)
+	t := wfstore.NewTree(items)
 	shape := graphOf(&root.Composite)
 	var cands []*wfstore.Step
 	var ids []string
-	for _, it := range t.kids[wfstore.RootPath] {
+	for _, it := range t.Kids[wfstore.RootPath] {
 		deps := shape.Deps[it.Index]
-		n := t.step(it.Path)
+		n := t.Step(it.Path)
 		if n == nil || len(deps) == 0 || root.Done(n.Index) || !allIn(deps, root.OK) {
 			continue
 		}
@@ -532,7 +532,7 @@ func (e *Engine) startCompensation(ctx context.Context, root *wfstore.Root) (boo
 // n: its compensate job, with the undone step's id, job id and result as
 // parent_results.
 func (mk *maker) compensationJob(ctx context.Context, wf string, k int, n *wfstore.Step, undone *job.Job) (*job.Job, error) {
-	pr, _ := json.Marshal(map[string]any{"compensates": stepKey(&n.Item), "job_id": wfdef.JobID(wf, n.Path), "result": resultValue(undone)})
+	pr, _ := json.Marshal(map[string]any{"compensates": n.StepKey(), "job_id": wfdef.JobID(wf, n.Path), "result": resultValue(undone)})
 	synthetic := &wfstore.Step{Item: wfstore.Item{WorkflowID: wf, Path: wfdef.ChildPath(wfdef.CompensatePath, wfdef.Segment(wfdef.KindChain, k)), Kind: wfdef.KindJob},
 		Def: n.Compensate}
 	j, err := mk.newJob(synthetic, pr)
@@ -627,8 +627,8 @@ func (e *Engine) launchHandler(ctx context.Context, root *wfstore.Root, name str
 	if err != nil {
 		return err
 	}
-	t := newTree(nodes)
-	h := t.special[path]
+	t := wfstore.NewTree(nodes)
+	h := t.Special[path]
 	if h == nil || h.State != wfstate.Waiting {
 		return nil
 	}
@@ -657,11 +657,11 @@ func (e *Engine) launchHandler(ctx context.Context, root *wfstore.Root, name str
 
 // handlerInput is a handler's parent_results: the workflow's state, what
 // failed it, and the results of its completed steps keyed by step.
-func (mk *maker) handlerInput(ctx context.Context, t *tree, root *wfstore.Root) (json.RawMessage, error) {
+func (mk *maker) handlerInput(ctx context.Context, t *wfstore.Tree, root *wfstore.Root) (json.RawMessage, error) {
 	var ids []string
-	for _, node := range t.byPath {
+	for _, node := range t.ByPath {
 		if n := node.Base(); n.Kind == wfdef.KindJob && !strings.HasPrefix(n.Path, "/~") {
-			ids = append(ids, wfdef.JobID(t.wfID, n.Path))
+			ids = append(ids, wfdef.JobID(t.WorkflowID, n.Path))
 		}
 	}
 	jobs, err := mk.jobs.BatchGetJobs(ctx, ids)
@@ -670,22 +670,22 @@ func (mk *maker) handlerInput(ctx context.Context, t *tree, root *wfstore.Root) 
 	}
 	results := map[string]json.RawMessage{}
 	var failed *job.Job
-	for _, node := range t.byPath {
+	for _, node := range t.ByPath {
 		n := node.Base()
 		if n.Kind != wfdef.KindJob || strings.HasPrefix(n.Path, "/~") {
 			continue
 		}
-		j := jobs[wfdef.JobID(t.wfID, n.Path)]
+		j := jobs[wfdef.JobID(t.WorkflowID, n.Path)]
 		if j == nil {
 			continue
 		}
 		if j.State == job.Completed {
-			results[stepKey(n)] = resultValue(j)
+			results[n.StepKey()] = resultValue(j)
 		} else if j.State == job.Discarded && (failed == nil || (j.CompletedAt != nil && failed.CompletedAt != nil && j.CompletedAt.Before(*failed.CompletedAt))) {
 			failed = j
 		}
 	}
-	in := map[string]any{"workflow_id": t.wfID, "state": string(root.State), "results": results}
+	in := map[string]any{"workflow_id": t.WorkflowID, "state": string(root.State), "results": results}
 	switch {
 	case root.Error != "":
 		in["error"] = json.RawMessage(root.Error)
@@ -854,7 +854,7 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 		return err
 	}
 	now := e.now()
-	t := newTree(nodes)
+	t := wfstore.NewTree(nodes)
 	jobs, err := e.jobs.BatchGetJobs(ctx, jobIDs(wf, nodes))
 	if err != nil {
 		return err
@@ -888,7 +888,7 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 		}
 		var r wfstore.Reopening
 		touched := n.State == wfstate.Failed || n.State == wfstate.Cancelled
-		for _, c := range t.kids[n.Path] {
+		for _, c := range t.Kids[n.Path] {
 			if failedChild(c) {
 				touched = true
 				if hasInt(n.Fail, c.Index) {
@@ -896,7 +896,7 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 				}
 			}
 		}
-		for name, cb := range t.cbs[n.Path] {
+		for name, cb := range t.Callbacks[n.Path] {
 			if failedChild(cb) {
 				touched = true
 				if wfstore.HasString(n.CallbacksFail, name) {
@@ -917,7 +917,7 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 			// again now.
 			r.Refire = true
 			var cbs []*wfstore.Item
-			for _, cb := range t.cbs[n.Path] {
+			for _, cb := range t.Callbacks[n.Path] {
 				cbs = append(cbs, cb)
 				redecided[wfdef.JobID(wf, cb.Path)] = true
 			}
@@ -955,7 +955,7 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 	// and never run). Retry refuses while a handler runs; one launched
 	// between its check and its write (or found by the sweeper's repair)
 	// is cancelled, so that it can run again for a later failure.
-	for path, h := range t.special {
+	for path, h := range t.Special {
 		if path != wfdef.CompensatePath && h.State != wfstate.Waiting {
 			var under []*wfstore.Item
 			for _, node := range nodes {
@@ -1007,13 +1007,13 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 
 // clearMarks removes a retry's marks from the counter shards of the
 // composites in marked and from those composites but the root.
-func (e *Engine) clearMarks(ctx context.Context, wf string, t *tree, marked map[string]*wfstore.Composite) error {
+func (e *Engine) clearMarks(ctx context.Context, wf string, t *wfstore.Tree, marked map[string]*wfstore.Composite) error {
 	for _, path := range slices.Sorted(maps.Keys(marked)) {
 		if marked[path].Shards == 0 {
 			continue
 		}
 		keys := map[string]bool{}
-		for _, c := range t.kids[path] {
+		for _, c := range t.Kids[path] {
 			if c.PShard != "" && !keys[c.PShard] {
 				keys[c.PShard] = true
 				if err := e.st.ClearShardMark(ctx, wf, path, c.PShard); err != nil {
@@ -1065,9 +1065,9 @@ func (e *Engine) rearm(ctx context.Context, wf string, n *wfstore.Item, now time
 // reopenShards forgets a wide group's or batch's failed children in their
 // shards, and the roll-ups of those shards (they roll up again when the
 // children finish).
-func (e *Engine) reopenShards(ctx context.Context, n *wfstore.Composite, t *tree, failedChild func(*wfstore.Item) bool, r *wfstore.Reopening) error {
+func (e *Engine) reopenShards(ctx context.Context, n *wfstore.Composite, t *wfstore.Tree, failedChild func(*wfstore.Item) bool, r *wfstore.Reopening) error {
 	byShard := map[string][]int{}
-	for _, c := range t.kids[n.Path] {
+	for _, c := range t.Kids[n.Path] {
 		if failedChild(c) {
 			byShard[c.PShard] = append(byShard[c.PShard], c.Index)
 		}

@@ -22,7 +22,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
 	"strings"
 	"time"
 
@@ -214,7 +213,7 @@ type built struct {
 	nodes  []wfstore.Node
 	shards []wfstore.Shard
 	jobs   []*job.Job
-	t      *tree
+	t      *wfstore.Tree
 }
 
 // build derives the items of workflow id from its parsed definition, as
@@ -306,7 +305,7 @@ func (e *Engine) build(ctx context.Context, parsed *wfdef.Parsed, id string, now
 			dep.Next = append(dep.Next, n.Base().Index)
 		}
 	}
-	t := newTree(nodes)
+	t := wfstore.NewTree(nodes)
 	jobs, timed, err := e.launch(ctx, t, wfstore.RootPath, emptyResults(parsed.Root.Kind))
 	if err != nil {
 		return nil, err
@@ -354,106 +353,29 @@ func (mk *maker) admitJobs(ctx context.Context, jobs []*job.Job) error {
 	return nil
 }
 
-// tree is a workflow's nodes (or a subtree) in memory.
-type tree struct {
-	wfID   string
-	root   *wfstore.Root
-	byPath map[string]wfstore.Node
-	// kids are the children of each composite in index order (callbacks
-	// not included); cbs its callbacks by name; special the root's
-	// handler and compensation nodes (paths /~<name>), which are not its
-	// steps.
-	kids    map[string][]*wfstore.Item
-	cbs     map[string]map[string]*wfstore.Item
-	special map[string]*wfstore.Item
-}
-
-func newTree(nodes []wfstore.Node) *tree {
-	t := &tree{byPath: map[string]wfstore.Node{}, kids: map[string][]*wfstore.Item{}, cbs: map[string]map[string]*wfstore.Item{},
-		special: map[string]*wfstore.Item{}}
-	for _, node := range nodes {
-		n := node.Base()
-		t.byPath[n.Path] = node
-		if t.wfID == "" {
-			t.wfID = n.WorkflowID
-		}
-		if r, ok := node.(*wfstore.Root); ok {
-			t.root = r
-			continue
-		}
-		parent := wfdef.ParentPath(n.Path)
-		if parent == wfstore.RootPath && strings.HasPrefix(n.Path, "/~") {
-			t.special[n.Path] = n
-			continue
-		}
-		if name, ok := wfdef.CallbackName(n.Path); ok {
-			if t.cbs[parent] == nil {
-				t.cbs[parent] = map[string]*wfstore.Item{}
-			}
-			t.cbs[parent][name] = n
-			continue
-		}
-		t.kids[parent] = append(t.kids[parent], n)
-	}
-	for _, ks := range t.kids {
-		sort.Slice(ks, func(i, j int) bool { return ks[i].Index < ks[j].Index })
-	}
-	return t
-}
-
-// item is the node at path, or nil.
-func (t *tree) item(path string) *wfstore.Item {
-	if n := t.byPath[path]; n != nil {
-		return n.Base()
-	}
-	return nil
-}
-
-// step is the job step at path, or nil.
-func (t *tree) step(path string) *wfstore.Step {
-	s, _ := t.byPath[path].(*wfstore.Step)
-	return s
-}
-
-// steps are the job steps of items, up to the first that is not one.
-func (t *tree) steps(items []*wfstore.Item) []*wfstore.Step {
-	var out []*wfstore.Step
-	for _, it := range items {
-		st := t.step(it.Path)
-		if st == nil {
-			break
-		}
-		out = append(out, st)
-	}
-	return out
-}
-
-// comp is the composite at path (the root's own for the root), or nil.
-func (t *tree) comp(path string) *wfstore.Composite { return wfstore.CompositeOf(t.byPath[path]) }
-
 // launch returns the jobs that start when the node at path starts with
 // parentResults: a job step's job; a chain's first step; every job of a
 // group or batch; a graph's steps without dependencies. Nested composites
 // start the same way. It also returns the composites that start with a
 // timeout (their deadline starts now). Nothing is written.
-func (mk *maker) launch(ctx context.Context, t *tree, path string, parentResults json.RawMessage) ([]*job.Job, []*wfstore.Composite, error) {
-	if st := t.step(path); st != nil {
+func (mk *maker) launch(ctx context.Context, t *wfstore.Tree, path string, parentResults json.RawMessage) ([]*job.Job, []*wfstore.Composite, error) {
+	if st := t.Step(path); st != nil {
 		j, err := mk.newJob(st, parentResults)
 		if err != nil {
 			return nil, nil, err
 		}
 		return []*job.Job{j}, nil, nil
 	}
-	n := t.comp(path)
+	n := t.Composite(path)
 	if n == nil {
-		return nil, nil, fmt.Errorf("workflow %s: node %s missing", t.wfID, path)
+		return nil, nil, fmt.Errorf("workflow %s: node %s missing", t.WorkflowID, path)
 	}
 	var out []*job.Job
 	var timed []*wfstore.Composite
 	if n.TimeoutMS > 0 {
 		timed = append(timed, n)
 	}
-	for _, c := range t.kids[path] {
+	for _, c := range t.Kids[path] {
 		if n.Kind == wfdef.KindChain && c.Index > 0 {
 			break
 		}
@@ -469,7 +391,7 @@ func (mk *maker) launch(ctx context.Context, t *tree, path string, parentResults
 			return nil, nil, err
 		}
 		if n.Kind == wfdef.KindChain && c.Kind == wfdef.KindJob && len(js) == 1 {
-			mk.carryAhead(js[0], t.steps(t.kids[path][1:]))
+			mk.carryAhead(js[0], t.Steps(t.Kids[path][1:]))
 		}
 		out = append(out, js...)
 		timed = append(timed, ts...)

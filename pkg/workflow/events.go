@@ -330,7 +330,7 @@ func (b *wfEvents) stepEvent(ctx context.Context, wfID, path, stepType string, o
 		}
 		d["step_id"] = trimPath(path)
 		if n != nil {
-			d["step_id"] = stepKey(n.Base())
+			d["step_id"] = n.Base().StepKey()
 		}
 		if id, ok := d["job_id"]; ok && (n == nil || n.Base().StepID == "") {
 			d["step_id"] = id
@@ -429,7 +429,7 @@ func (b *wfEvents) failedStep(ctx context.Context, root *wfstore.Root, d map[str
 		return nil
 	}
 	id := wfdef.JobID(root.WorkflowID, n.Path)
-	d["failed_step_id"], d["failed_step_type"], d["failed_job_id"] = stepKey(&n.Item), n.JobType, id
+	d["failed_step_id"], d["failed_step_type"], d["failed_job_id"] = n.StepKey(), n.JobType, id
 	if n.StepID == "" {
 		d["failed_step_id"] = id
 	}

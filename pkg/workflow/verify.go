@@ -427,7 +427,7 @@ func (e *Engine) repair(ctx context.Context, id string, now time.Time) error {
 		_, err := e.timeout(ctx, id, wfstore.RootPath, now)
 		return err
 	}
-	t := newTree(items)
+	t := wfstore.NewTree(items)
 	var ids []string
 	for _, n := range items {
 		if st, ok := n.(*wfstore.Step); ok {

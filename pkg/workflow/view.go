@@ -211,12 +211,12 @@ func (e *Engine) Get(ctx context.Context, wfID string) (*View, error) {
 	if err != nil {
 		return nil, ojserr.Backend(err)
 	}
-	return render(newTree(nodes), jobs), nil
+	return render(wfstore.NewTree(nodes), jobs), nil
 }
 
 // viewer renders one workflow.
 type viewer struct {
-	t    *tree
+	t    *wfstore.Tree
 	jobs map[string]*job.Job
 	// stopped is set when the workflow is cancelled or failed: what never
 	// started never will.
@@ -253,8 +253,8 @@ func (v *viewer) counted(n *wfstore.Composite, i int) (ok, fail bool) {
 }
 
 // render builds the view from the nodes and the jobs that exist.
-func render(t *tree, jobs map[string]*job.Job) *View {
-	root := t.root
+func render(t *wfstore.Tree, jobs map[string]*job.Job) *View {
+	root := t.Root
 	v := &viewer{t: t, jobs: jobs, budget: MaxViewResultBytes,
 		stopped: root.State == wfstate.Cancelled || root.State == wfstate.Failed}
 	out := &View{}
@@ -264,7 +264,7 @@ func render(t *tree, jobs map[string]*job.Job) *View {
 		out.ViewNode = v.entry(&root.Item, true)
 		out.Index = nil
 	}
-	out.ID = t.wfID
+	out.ID = t.WorkflowID
 	out.Type = root.Kind
 	out.Name = root.Name
 	if root.Name == "" {
@@ -301,7 +301,7 @@ func render(t *tree, jobs map[string]*job.Job) *View {
 	}
 	// Direct-children counters (the conformance suite's shapes).
 	done := 0
-	for _, c := range t.kids[wfstore.RootPath] {
+	for _, c := range t.Kids[wfstore.RootPath] {
 		if v.state(c) == string(wfstate.Completed) {
 			done++
 		}
@@ -316,7 +316,7 @@ func render(t *tree, jobs map[string]*job.Job) *View {
 	}
 	if root.State == wfstate.Cancelled {
 		cancelled, completed := 0, 0
-		for _, node := range t.byPath {
+		for _, node := range t.ByPath {
 			n := node.Base()
 			if n.Kind != wfdef.KindJob {
 				continue
@@ -341,7 +341,7 @@ func (v *viewer) started(n *wfstore.Item) bool {
 	if n.Path == wfstore.RootPath {
 		return true
 	}
-	parent := v.t.comp(wfdef.ParentPath(n.Path))
+	parent := v.t.Composite(wfdef.ParentPath(n.Path))
 	if parent == nil {
 		return false
 	}
@@ -374,7 +374,7 @@ func (v *viewer) blocked(n *wfstore.Item) bool {
 	if b, ok := v.blockedMemo[n.Path]; ok {
 		return b
 	}
-	parent := v.t.comp(wfdef.ParentPath(n.Path))
+	parent := v.t.Composite(wfdef.ParentPath(n.Path))
 	if parent == nil || parent.Kind != wfdef.KindGraph {
 		return false
 	}
@@ -382,7 +382,7 @@ func (v *viewer) blocked(n *wfstore.Item) bool {
 		v.blockedMemo = map[string]bool{}
 	}
 	v.blockedMemo[n.Path] = false
-	kids := v.t.kids[parent.Path]
+	kids := v.t.Kids[parent.Path]
 	for _, d := range n.Deps {
 		ok, fail := v.counted(parent, d)
 		if fail || (d < len(kids) && !ok && v.blocked(kids[d])) {
@@ -408,10 +408,10 @@ func (v *viewer) state(n *wfstore.Item) string {
 		}
 		return string(wfstate.Waiting)
 	}
-	if j := v.jobs[wfdef.JobID(v.t.wfID, n.Path)]; j != nil {
+	if j := v.jobs[wfdef.JobID(v.t.WorkflowID, n.Path)]; j != nil {
 		return jobState(j.State)
 	}
-	parent := v.t.item(wfdef.ParentPath(n.Path))
+	parent := v.t.Item(wfdef.ParentPath(n.Path))
 	if v.stopped || v.blocked(n) || (parent != nil && parent.State.Terminal()) {
 		return string(wfstate.Cancelled)
 	}
@@ -435,10 +435,10 @@ func jobState(s job.State) string {
 
 // leaf fills a job step's entry.
 func (v *viewer) leaf(n *wfstore.Item, m *ViewNode) {
-	if st := v.t.step(n.Path); st != nil {
+	if st := v.t.Step(n.Path); st != nil {
 		m.Type = st.JobType
 	}
-	id := wfdef.JobID(v.t.wfID, n.Path)
+	id := wfdef.JobID(v.t.WorkflowID, n.Path)
 	m.ViewJob = &ViewJob{}
 	m.State = v.state(n)
 	counted := !wfdef.IsCallback(n.Path) && !strings.HasPrefix(n.Path, "/~")
@@ -505,7 +505,7 @@ func (v *viewer) fits(b []byte) bool {
 // compensation renders a failed workflow's compensation: its state and,
 // once it started, each step with the step it undoes.
 func (v *viewer) compensation() *ViewCompensation {
-	root := v.t.root
+	root := v.t.Root
 	if root.Compensable == 0 {
 		return nil
 	}
@@ -513,7 +513,7 @@ func (v *viewer) compensation() *ViewCompensation {
 	if root.Compensation != "" {
 		out.State = root.Compensation
 	}
-	comp := v.t.comp(wfdef.CompensatePath)
+	comp := v.t.Composite(wfdef.CompensatePath)
 	if comp == nil {
 		return out
 	}
@@ -521,10 +521,10 @@ func (v *viewer) compensation() *ViewCompensation {
 	for k, undo := range comp.Plan {
 		path := wfdef.ChildPath(wfdef.CompensatePath, wfdef.Segment(wfdef.KindChain, k))
 		s := ViewCompensationStep{Index: k, Undoes: undo, State: string(wfstate.Waiting)}
-		if n := v.t.item(undo); n != nil {
-			s.Undoes = stepKey(n)
+		if n := v.t.Item(undo); n != nil {
+			s.Undoes = n.StepKey()
 		}
-		if j := v.jobs[wfdef.JobID(v.t.wfID, path)]; j != nil {
+		if j := v.jobs[wfdef.JobID(v.t.WorkflowID, path)]; j != nil {
 			s.JobID, s.State, s.Type = new(j.ID), jobState(j.State), j.Type
 			if len(j.Result) > 0 && v.fits(j.Result) {
 				s.Result = j.Result
@@ -544,14 +544,14 @@ func (v *viewer) compensation() *ViewCompensation {
 func (v *viewer) handlers() map[string]ViewNode {
 	out := map[string]ViewNode{}
 	for _, name := range wfdef.Handlers {
-		h := v.t.special[wfdef.HandlerPath(name)]
+		h := v.t.Special[wfdef.HandlerPath(name)]
 		if h == nil {
 			continue
 		}
 		var m ViewNode
 		if h.Kind == wfdef.KindJob {
 			v.leaf(h, &m)
-			if j := v.jobs[wfdef.JobID(v.t.wfID, h.Path)]; j == nil {
+			if j := v.jobs[wfdef.JobID(v.t.WorkflowID, h.Path)]; j == nil {
 				m.State = string(h.State)
 			}
 		} else {
@@ -567,7 +567,7 @@ func (v *viewer) handlers() map[string]ViewNode {
 
 // entry renders a node of the tree form.
 func (v *viewer) entry(n *wfstore.Item, root bool) ViewNode {
-	m := ViewNode{Index: new(n.Index), ID: stepKey(n)}
+	m := ViewNode{Index: new(n.Index), ID: n.StepKey()}
 	if n.Kind == wfdef.KindJob {
 		v.leaf(n, &m)
 		return m
@@ -575,14 +575,14 @@ func (v *viewer) entry(n *wfstore.Item, root bool) ViewNode {
 	m.Type = n.Kind
 	m.Name = n.Name
 	m.State = v.state(n)
-	if c := v.t.comp(n.Path); c != nil && !root {
+	if c := v.t.Composite(n.Path); c != nil && !root {
 		m.TimeoutMS = c.TimeoutMS
 		if c.Error != "" {
 			m.Error = json.RawMessage(c.Error)
 		}
 	}
 	list := []ViewNode{}
-	for _, c := range v.t.kids[n.Path] {
+	for _, c := range v.t.Kids[n.Path] {
 		list = append(list, v.entry(c, false))
 	}
 	if n.Kind == wfdef.KindChain {
@@ -590,7 +590,7 @@ func (v *viewer) entry(n *wfstore.Item, root bool) ViewNode {
 	} else {
 		m.Jobs = list
 	}
-	if cbs := v.t.cbs[n.Path]; len(cbs) > 0 {
+	if cbs := v.t.Callbacks[n.Path]; len(cbs) > 0 {
 		m.Callbacks = map[string]ViewNode{}
 		for name, c := range cbs {
 			e := v.entry(c, false)
@@ -609,15 +609,15 @@ func (v *viewer) entry(n *wfstore.Item, root bool) ViewNode {
 // depends_on, state, job id and result, in the order of the request's
 // steps as run (a batch's jobs, then its callbacks).
 func (v *viewer) flat() []ViewNode {
-	root := v.t.root
-	kids := v.t.kids[wfstore.RootPath]
+	root := v.t.Root
+	kids := v.t.Kids[wfstore.RootPath]
 	steps := []ViewNode{}
 	ids := make([]string, len(kids))
 	for i, c := range kids {
-		ids[i] = stepKey(c)
+		ids[i] = c.StepKey()
 	}
 	for i, c := range kids {
-		m := ViewNode{ID: stepKey(c), Index: new(c.Index)}
+		m := ViewNode{ID: c.StepKey(), Index: new(c.Index)}
 		v.leaf(c, &m)
 		m.State = v.flatState(c, m.State)
 		deps := []string{}
@@ -637,11 +637,11 @@ func (v *viewer) flat() []ViewNode {
 		steps = append(steps, m)
 	}
 	for _, name := range wfdef.Callbacks {
-		c := v.t.cbs[wfstore.RootPath][name]
+		c := v.t.Callbacks[wfstore.RootPath][name]
 		if c == nil {
 			continue
 		}
-		m := ViewNode{ID: stepKey(c), Callback: name}
+		m := ViewNode{ID: c.StepKey(), Callback: name}
 		v.leaf(c, &m)
 		m.State = v.flatState(c, m.State)
 		m.DependsOn = append([]string{}, ids...)
@@ -654,7 +654,7 @@ func (v *viewer) flat() []ViewNode {
 // state once it exists (completed, active, available, scheduled,
 // retryable; failed for a discarded job), pending before.
 func (v *viewer) flatState(n *wfstore.Item, treeState string) string {
-	j := v.jobs[wfdef.JobID(v.t.wfID, n.Path)]
+	j := v.jobs[wfdef.JobID(v.t.WorkflowID, n.Path)]
 	switch {
 	case j == nil && treeState == string(wfstate.Waiting):
 		return "pending"
