@@ -123,7 +123,7 @@ func (s *Store) Advance(ctx context.Context, a Advance) error {
 // AdvanceMarked applies a step of a workflow that is a chain or a graph
 // as two writes instead of a transaction, for half its write units (a
 // transaction bills every item twice): the root's change c (the finished
-// step counted, with c's conditions) with Node.Launching set to mark and
+// step counted, with c's conditions) with Root.Launching set to mark and
 // the condition that the workflow runs, then jobs put where they do not
 // exist. What the transaction's atomicity gave is kept by the mark: a
 // cancel or timeout after the first write finds it and takes the place of

@@ -36,7 +36,7 @@ type Change struct {
 	stated bool
 	// decides is set when the change counts a finished child or decides
 	// from the counts: it does not apply while a retry re-opens the node
-	// (Node.Reopening).
+	// (Composite.Reopening).
 	decides bool
 	// due lists the node in the due index at dueAt, in partition due of
 	// its workflow; undue takes it out.
@@ -351,7 +351,7 @@ func CompensationEnds(outcome, failedStep string) Change {
 
 // RetryWorkflow re-opens a failed or cancelled workflow (in from) whose
 // compensation has not started: running again, in its next run, marked
-// re-opening (Node.Reopening) until its failed jobs are back in their
+// re-opening (Composite.Reopening) until its failed jobs are back in their
 // queues, checked at checkAt. A non-zero deadline restarts its timeout.
 func RetryWorkflow(from wfstate.State, at, checkAt, deadline time.Time) Change {
 	c := move(RootPath, wfstate.Running, at, from).checkAt(checkAt).
@@ -378,7 +378,7 @@ type Reopening struct {
 	From     wfstate.State
 	At       time.Time
 	Deadline time.Time
-	// Mark marks the composite as re-opening (Node.Reopening) until
+	// Mark marks the composite as re-opening (Composite.Reopening) until
 	// ClearReopening.
 	Mark bool
 }
@@ -497,7 +497,7 @@ func (c Change) expr(wfID string, scope []wfstate.State) (expression.Expression,
 		return expression.Expression{}, err
 	}
 	// Every write counts in "nv", from "version" for a node written
-	// before (Node.Version).
+	// before (Item.Version).
 	u := expression.Set(expression.Name("nv"), expression.Plus(
 		expression.IfNotExists(expression.Name("nv"), expression.IfNotExists(expression.Name("version"), expression.Value(0))), expression.Value(1)))
 	for _, o := range c.ops {

@@ -309,7 +309,7 @@ func (s *Store) ResumeWorkflow(ctx context.Context, w NewWorkflow, now time.Time
 
 // resume writes what ResumeWorkflow writes; startSlice starts the slice's
 // clock (at the first write). It returns how many of the first jobs, in
-// job id order, are known to exist (see Node.CreateJobs).
+// job id order, are known to exist (see Creation.CreateJobs).
 func (s *Store) resume(ctx context.Context, startSlice func(), w NewWorkflow, root Root, items []map[string]types.AttributeValue) (int, error) {
 	again := root.CreateTries > 1 // an earlier writer may have written part of it
 	if root.Creating {

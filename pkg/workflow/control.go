@@ -867,7 +867,7 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 		return n.State == wfstate.Failed || n.State == wfstate.Cancelled
 	}
 	// Composites: forget failed children, wait again. Each one with a
-	// failed child (or failed itself) is marked (Node.Reopening) in the
+	// failed child (or failed itself) is marked (Composite.Reopening) in the
 	// same write, and its counter shards with theirs, until the failed
 	// jobs are back in their queues: a record of a failure the retry
 	// undoes, arriving in between, finds the step uncounted and its job

@@ -74,7 +74,7 @@ func markedChain(t *testing.T, st *store.Store, db store.DynamoAPI, qname string
 }
 
 // A chain advances by two writes instead of a transaction: the root's
-// record of the step, marked with the next step (Node.Launching), then the
+// record of the step, marked with the next step (Root.Launching), then the
 // next step's job. A cancel that comes between them finds the mark and
 // puts the job as cancelled in its place (with the parent_results it would
 // have had), so the advance's put fails: the cancelled workflow is left
