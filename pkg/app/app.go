@@ -28,6 +28,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfevents"
 	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
 )
 
@@ -177,7 +178,7 @@ func Load(ctx context.Context) (*App, error) {
 // StreamEngine is the stream function's engine: SQS relay, events (stored,
 // and published when a bus is configured) and workflow advancement.
 func (a *App) StreamEngine() *engine.Engine {
-	e := &engine.Engine{Sender: a.Dispatcher, Workflows: a.Workflows, Logger: a.Logger, Events: a.Events,
+	e := &engine.Engine{Sender: a.Dispatcher, Workflows: a.Workflows, WorkflowEvents: wfevents.New(a.Store), Logger: a.Logger, Events: a.Events,
 		EventTTL: a.EventTTL, Source: "ojs://" + a.Table + "/engine"}
 	if a.Publisher != nil {
 		e.Publisher = a.Publisher

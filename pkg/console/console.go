@@ -31,7 +31,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
-	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfview"
 )
 
 // Prefix is where the console is served.
@@ -42,7 +42,7 @@ var assets embed.FS
 
 // Workflows reads workflows (implemented by *workflow.Engine).
 type Workflows interface {
-	Get(ctx context.Context, id string) (*workflow.View, error)
+	Get(ctx context.Context, id string) (*wfview.View, error)
 }
 
 // Crons lists cron schedules (implemented by *cron.Service).
@@ -559,7 +559,7 @@ func (c *Console) workflows(w http.ResponseWriter, r *http.Request) {
 type workflowData struct {
 	ID string
 	// View is the workflow as GET /ojs/v1/workflows/{id} answers it.
-	View  *workflow.View
+	View  *wfview.View
 	Graph SafeHTML
 	State string
 	Final bool

@@ -7,11 +7,11 @@ import (
 	"strings"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/wfdef"
-	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfview"
 )
 
 // The workflow graph is drawn from the view GET /ojs/v1/workflows/{id}
-// answers (workflow.View; both forms draw):
+// answers (wfview.View; both forms draw):
 //
 //   - the nested tree form: a composite step has "type" chain, group or
 //     batch and its children in "steps" (chain) or "jobs" (group, batch),
@@ -88,7 +88,7 @@ func (b *block) add(c *block) {
 
 // children are a composite's children and the field holding them
 // ("steps" or "jobs"; "" for a job step).
-func children(m *workflow.ViewNode) ([]workflow.ViewNode, string) {
+func children(m *wfview.ViewNode) ([]wfview.ViewNode, string) {
 	switch {
 	case m.Steps != nil:
 		return m.Steps, "steps"
@@ -98,7 +98,7 @@ func children(m *workflow.ViewNode) ([]workflow.ViewNode, string) {
 	return nil, ""
 }
 
-func isComposite(m *workflow.ViewNode) bool {
+func isComposite(m *wfview.ViewNode) bool {
 	if _, k := children(m); k != "" {
 		return true
 	}
@@ -106,7 +106,7 @@ func isComposite(m *workflow.ViewNode) bool {
 }
 
 // stepID is a step's id: its own "id", else its path.
-func stepID(m *workflow.ViewNode, path string) string {
+func stepID(m *wfview.ViewNode, path string) string {
 	if m.ID != "" {
 		return m.ID
 	}
@@ -115,7 +115,7 @@ func stepID(m *workflow.ViewNode, path string) string {
 
 // Layout lays out a workflow view (the "workflow" object of GET
 // /ojs/v1/workflows/{id}).
-func Layout(view *workflow.View) *Graph {
+func Layout(view *wfview.View) *Graph {
 	b := layout(&view.ViewNode, "/", 0)
 	g := &Graph{W: b.w + 2*pad, H: b.h + 2*pad}
 	p := b.place(pad, pad)
@@ -123,7 +123,7 @@ func Layout(view *workflow.View) *Graph {
 	return g
 }
 
-func layout(m *workflow.ViewNode, path string, depth int) *block {
+func layout(m *wfview.ViewNode, path string, depth int) *block {
 	if !isComposite(m) || depth > 12 {
 		return leaf(m, path)
 	}
@@ -134,7 +134,7 @@ func layout(m *workflow.ViewNode, path string, depth int) *block {
 	}
 	// Children's blocks and ids.
 	type kid struct {
-		m    *workflow.ViewNode
+		m    *wfview.ViewNode
 		id   string
 		path string
 	}
@@ -242,7 +242,7 @@ func layout(m *workflow.ViewNode, path string, depth int) *block {
 	return out
 }
 
-func leaf(m *workflow.ViewNode, path string) *block {
+func leaf(m *wfview.ViewNode, path string) *block {
 	n := Node{ID: stepID(m, path), Label: m.Type, State: m.State, Kind: "job", W: leafW, H: leafH}
 	if j := m.ViewJob; j != nil {
 		if j.JobID != nil {

@@ -7,12 +7,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfview"
 )
 
-func view(t *testing.T, s string) *workflow.View {
+func view(t *testing.T, s string) *wfview.View {
 	t.Helper()
-	var v workflow.View
+	var v wfview.View
 	if err := json.Unmarshal([]byte(s), &v); err != nil {
 		t.Fatal(err)
 	}
@@ -167,8 +167,8 @@ func TestSVGEscapes(t *testing.T) {
 // yet: the page draws its root alone, without failing.
 func TestLayoutOfAWorkflowBeingCreated(t *testing.T) {
 	for _, kind := range []string{"group", "batch", "chain"} {
-		g := Layout(&workflow.View{ViewNode: workflow.ViewNode{ID: "019", Type: kind, Name: "big", State: "pending"},
-			Creating: &workflow.ViewCreating{Phase: "nodes", NodesWritten: 10, NodesTotal: 5000}})
+		g := Layout(&wfview.View{ViewNode: wfview.ViewNode{ID: "019", Type: kind, Name: "big", State: "pending"},
+			Creating: &wfview.ViewCreating{Phase: "nodes", NodesWritten: 10, NodesTotal: 5000}})
 		if g == nil || g.W <= 0 || g.H <= 0 {
 			t.Fatalf("%s: %+v", kind, g)
 		}

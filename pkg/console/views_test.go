@@ -10,7 +10,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/queue"
-	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfview"
 )
 
 // Every value a user or a worker controls (types, queue names, error
@@ -34,7 +34,7 @@ func TestViewsEscapeEveryValue(t *testing.T) {
 		"workers":    {Data: &admin.WorkerList{Items: []admin.Worker{{WorkerInfo: queue.WorkerInfo{ID: evil, State: evil, Directive: evil, Hostname: evil, Queues: []string{evil}}}}}},
 		"cron":       {Data: []cron.View{{Name: evil, Expression: evil, Timezone: evil, OverlapPolicy: evil, LastJobID: ptr(evil), NextRunAt: ptr(evil)}}},
 		"workflows":  {Data: []admin.WorkflowRef{{ID: evil, Type: evil, Name: evil, CreatedAt: evil}}},
-		"workflow":   {Data: &workflowData{ID: evil, State: evil, View: &workflow.View{ViewNode: workflow.ViewNode{Type: evil, Name: evil}, Metadata: workflow.ViewMetadata{CreatedAt: evil}}}},
+		"workflow":   {Data: &workflowData{ID: evil, State: evil, View: &wfview.View{ViewNode: wfview.ViewNode{Type: evil, Name: evil}, Metadata: wfview.ViewMetadata{CreatedAt: evil}}}},
 		"login":      {Data: map[string]any{"Next": evil}},
 	}
 	for name, p := range pages {

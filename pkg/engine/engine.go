@@ -6,7 +6,7 @@
 // stream and every send is idempotent because the worker claims with a
 // condition). It collects the OJS events of every change, each derived by
 // the package that owns the changed item (pkg/events for jobs,
-// workflow.Engine.Events for workflows, pkg/queue for queues and workers,
+// pkg/wfevents for workflows, pkg/queue for queues and workers,
 // pkg/cron, pkg/deadletter), stores them and publishes them to
 // EventBridge, and advances workflows.
 package engine
@@ -27,6 +27,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfdef"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfevents"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
 	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
 )
@@ -47,12 +48,17 @@ type Change struct {
 }
 
 // Workflows verifies that finished workflow steps were advanced (the
-// guarantee behind the requests that advance them) and tells the events
-// the changes imply (implemented by *workflow.Engine).
+// guarantee behind the requests that advance them) and resumes what a
+// request left to the stream function (implemented by *workflow.Engine).
 type Workflows interface {
 	Verify(ctx context.Context, fs []workflow.Finished) error
 	Resume(ctx context.Context, wfID string) error
-	Events(ctx context.Context, source string, nodes []workflow.NodeChange, jobs []workflow.JobChange) ([]events.Event, error)
+}
+
+// WorkflowEvents tells the workflow events the changes imply
+// (implemented by *wfevents.Deriver).
+type WorkflowEvents interface {
+	Events(ctx context.Context, source string, nodes []wfevents.NodeChange, jobs []wfevents.JobChange) ([]events.Event, error)
 }
 
 // EventStore keeps events for the events API (implemented by
@@ -77,6 +83,9 @@ type Engine struct {
 	// Workflows, when set, verifies every finished workflow step (a job
 	// reaching a terminal state, a nested composite finishing).
 	Workflows Workflows
+	// WorkflowEvents, when set, derives the workflow events of the
+	// changes (stored and published with the others).
+	WorkflowEvents WorkflowEvents
 	// Events, when set, stores the lifecycle events the changes imply, with
 	// EventTTL (default 7 days); Publisher, when set, also publishes them.
 	Events    EventStore
@@ -208,8 +217,8 @@ func (e *Engine) emit(ctx context.Context, changes []Change, now time.Time) erro
 		src = DefaultSource
 	}
 	var evs []events.Event
-	var nodes []workflow.NodeChange
-	var jobs []workflow.JobChange
+	var nodes []wfevents.NodeChange
+	var jobs []wfevents.JobChange
 	for _, c := range changes {
 		at := c.At
 		if at.IsZero() {
@@ -222,13 +231,13 @@ func (e *Engine) emit(ctx context.Context, changes []Change, now time.Time) erro
 			}
 			evs = append(evs, events.FromJob(src, old, c.New.Job, c.New.Version, at)...)
 			if c.New.Job.WorkflowID != "" {
-				jobs = append(jobs, workflow.JobChange{Old: old, New: c.New.Job, Version: c.New.Version, At: at})
+				jobs = append(jobs, wfevents.JobChange{Old: old, New: c.New.Job, Version: c.New.Version, At: at})
 			}
 		} else if c.New == nil && c.Old != nil && c.Old.Job != nil {
 			evs = append(evs, events.FromDeletedJob(src, c.Old.Job, c.Old.Pruned, c.Old.Version, at)...)
 		}
 		if c.NewNode != nil {
-			nodes = append(nodes, workflow.NodeChange{Old: c.OldNode, New: c.NewNode, At: at})
+			nodes = append(nodes, wfevents.NodeChange{Old: c.OldNode, New: c.NewNode, At: at})
 		}
 		if c.NewQueue != nil {
 			evs = append(evs, queue.Events(src, c.OldQueue, c.NewQueue, at)...)
@@ -243,8 +252,8 @@ func (e *Engine) emit(ctx context.Context, changes []Change, now time.Time) erro
 			evs = append(evs, queue.WorkerEvents(src, c.OldWorker, c.NewWorker, at)...)
 		}
 	}
-	if len(nodes)+len(jobs) > 0 && e.Workflows != nil {
-		wevs, err := e.Workflows.Events(ctx, src, nodes, jobs)
+	if len(nodes)+len(jobs) > 0 && e.WorkflowEvents != nil {
+		wevs, err := e.WorkflowEvents.Events(ctx, src, nodes, jobs)
 		if err != nil {
 			return err
 		}

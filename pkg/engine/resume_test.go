@@ -7,7 +7,6 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/ojs-aws/ojs-serverless/pkg/events"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
 	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
 )
@@ -24,9 +23,6 @@ func (r *resumeRecorder) Resume(_ context.Context, id string) error {
 	return r.err
 }
 func (r *resumeRecorder) Verify(context.Context, []workflow.Finished) error { return nil }
-func (r *resumeRecorder) Events(context.Context, string, []workflow.NodeChange, []workflow.JobChange) ([]events.Event, error) {
-	return nil, nil
-}
 
 // The stream function writes an asynchronously created workflow a slice
 // at a time, from the root's changes that leave it holding the definition

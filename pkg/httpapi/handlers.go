@@ -19,6 +19,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfview"
 	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
 )
 
@@ -114,10 +115,10 @@ type tableBackend interface {
 
 // Workflows is the workflow service (implemented by *workflow.Engine).
 type Workflows interface {
-	Create(ctx context.Context, raw []byte) (*workflow.View, error)
-	Get(ctx context.Context, id string) (*workflow.View, error)
-	Cancel(ctx context.Context, id string) (*workflow.View, error)
-	Retry(ctx context.Context, id string) (*workflow.View, error)
+	Create(ctx context.Context, raw []byte) (*wfview.View, error)
+	Get(ctx context.Context, id string) (*wfview.View, error)
+	Cancel(ctx context.Context, id string) (*wfview.View, error)
+	Retry(ctx context.Context, id string) (*wfview.View, error)
 }
 
 var _ Workflows = (*workflow.Engine)(nil)
@@ -304,7 +305,7 @@ func (a *api) createWorkflow(w http.ResponseWriter, r *http.Request, _ params) e
 	}
 	w.Header().Set("Location", "/ojs/v1/workflows/"+v.ID)
 	status := http.StatusCreated
-	if workflow.Creating(v) {
+	if wfview.Creating(v) {
 		// Accepted; its nodes and first jobs are being written (GET shows
 		// x_creating until they all exist).
 		status = http.StatusAccepted

@@ -3,6 +3,7 @@ package wfdef
 import (
 	"crypto/sha256"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/google/uuid"
@@ -54,6 +55,20 @@ func ParentPath(path string) string {
 // LastSegment is the last segment of path: the node's own name in its
 // parent (s0, j3, g1, on_complete, ~compensate; empty for the root).
 func LastSegment(path string) string { return path[strings.LastIndex(path, "/")+1:] }
+
+// ChildIndex is the position of the node at path among its parent's
+// children (the number of its last segment), -1 for a batch callback.
+func ChildIndex(path string) int {
+	seg := LastSegment(path)
+	if strings.HasPrefix(seg, "on_") {
+		return -1
+	}
+	i, err := strconv.Atoi(seg[1:])
+	if err != nil {
+		return -1
+	}
+	return i
+}
 
 // CallbackName reports whether path is a batch callback and which: its
 // last segment, and whether that is a callback name (on_...).

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/fault"
@@ -29,17 +28,7 @@ type step struct {
 
 // index is the step's position among its parent's children (-1 for a
 // callback).
-func (s step) index() int {
-	seg := wfdef.LastSegment(s.path)
-	if strings.HasPrefix(seg, "on_") {
-		return -1
-	}
-	i, err := strconv.Atoi(seg[1:])
-	if err != nil {
-		return -1
-	}
-	return i
-}
+func (s step) index() int { return wfdef.ChildIndex(s.path) }
 
 func stepOfJob(j *job.Job) step {
 	return step{wf: j.WorkflowID, path: j.WorkflowNode, ok: j.State == job.Completed, job: j, shard: j.WorkflowShard}
@@ -724,7 +713,6 @@ func (mk *maker) graphJobs(ctx context.Context, s step, parent string, shape gra
 	return jobs, nil
 }
 
-
 // resultValue is a finished job's contribution to parent_results: its
 // result (null without one), or its error when it failed.
 func resultValue(j *job.Job) json.RawMessage {
@@ -795,3 +783,6 @@ func (mk *maker) results(ctx context.Context, t *wfstore.Tree, nodes []*wfstore.
 	}
 	return out, nil
 }
+
+// trimPath is a node's path without the leading slash.
+func trimPath(p string) string { return strings.TrimPrefix(p, "/") }

@@ -14,6 +14,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/wfdef"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfview"
 )
 
 // A workflow too large to write within API Gateway's 29 s is created in
@@ -32,7 +33,7 @@ import (
 // begin writes the root of an asynchronously created workflow and returns
 // its creating view. wfstore.ErrTooLargeToDefer means the root cannot hold
 // the definition: the caller creates it in the request.
-func (e *Engine) begin(ctx context.Context, raw []byte, b *built) (*View, error) {
+func (e *Engine) begin(ctx context.Context, raw []byte, b *built) (*wfview.View, error) {
 	def, err := gzipBytes(raw)
 	if err != nil {
 		return nil, ojserr.Backend(err)
@@ -50,7 +51,7 @@ func (e *Engine) begin(ctx context.Context, raw []byte, b *built) (*View, error)
 	}
 	e.log.InfoContext(ctx, "workflow accepted; creating it asynchronously", "workflow_id", root.WorkflowID, "type", root.Kind,
 		"jobs", root.JobCount, "items", len(b.nodes)+len(b.shards)+len(b.jobs))
-	return creatingView(root, "nodes", 0, len(b.nodes)-1), nil
+	return wfview.CreatingView(root, "nodes", 0, len(b.nodes)-1), nil
 }
 
 // Resume finishes what a request left to the stream function: the
@@ -116,30 +117,6 @@ func (e *Engine) Resume(ctx context.Context, wfID string) error {
 	e.log.InfoContext(ctx, "workflow created", "workflow_id", wfID, "type", parsed.Root.Kind, "jobs", parsed.Jobs,
 		"started_jobs", len(b.jobs), "async", true, "took_ms", time.Since(began).Milliseconds())
 	return nil
-}
-
-// creatingView is what GET shows of a workflow still being created: state
-// pending, the phase (nodes, then first jobs) and how many nodes exist.
-func creatingView(root *wfstore.Root, phase string, written, total int) *View {
-	name := root.Name
-	if name == "" {
-		name = root.Kind
-	}
-	state := "pending" // no job exists yet
-	if phase != "nodes" {
-		state = string(root.State)
-	}
-	return &View{
-		ViewNode: ViewNode{ID: root.WorkflowID, Type: root.Kind, Name: name, State: state}, CreatedAt: root.CreatedAt,
-		Metadata: ViewMetadata{CreatedAt: root.CreatedAt, JobCount: root.JobCount},
-		Creating: &ViewCreating{Phase: phase, NodesWritten: written, NodesTotal: total},
-	}
-}
-
-// Creating reports whether v is the view of a workflow still being created
-// asynchronously (the API answers its creation 202).
-func Creating(v *View) bool {
-	return v.Creating != nil
 }
 
 func gzipBytes(b []byte) ([]byte, error) {

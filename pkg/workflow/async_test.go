@@ -24,6 +24,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/wfdef"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfview"
 	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
 )
 
@@ -37,7 +38,7 @@ func asyncBody(id, q string, n int) string {
 		`],"callbacks":{"on_complete":{"type":"async.report","args":[],"options":{"queue":"` + q + `"}}}}`
 }
 
-func viewMap(t *testing.T, v *workflow.View) map[string]any {
+func viewMap(t *testing.T, v *wfview.View) map[string]any {
 	t.Helper()
 	b, _ := json.Marshal(v)
 	var m map[string]any
@@ -122,7 +123,7 @@ func TestAsyncCreationAnswersAtOnceAndResumeFinishesIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !workflow.Creating(v) {
+	if !wfview.Creating(v) {
 		t.Fatalf("a 150-job batch over AsyncItems 50 was created in the request: %v", viewMap(t, v))
 	}
 	m := viewMap(t, v)
@@ -223,7 +224,7 @@ func TestSmallWorkflowsAreCreatedInTheRequest(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if workflow.Creating(v) || viewMap(t, v)["state"] != "running" {
+		if wfview.Creating(v) || viewMap(t, v)["state"] != "running" {
 			t.Fatalf("AsyncItems %d: %v", async, viewMap(t, v))
 		}
 	}
@@ -340,7 +341,7 @@ func del(t *testing.T, db *dynamodb.Client, table, pk, sk string) {
 	}
 }
 
-func must(v *workflow.View, err error) *workflow.View {
+func must(v *wfview.View, err error) *wfview.View {
 	if err != nil {
 		panic(errors.Join(errors.New("get"), err))
 	}
@@ -454,7 +455,7 @@ func TestResumeOutOfTimeGoesOnFromWhatExists(t *testing.T) {
 	svc := lifecycle.New(st, lifecycle.Config{Queues: qsvc, Workflows: eng})
 	id := uuid.Must(uuid.NewV7()).String()
 	const n = 300
-	if v, err := eng.Create(context.Background(), []byte(asyncBody(id, "slowq", n))); err != nil || !workflow.Creating(v) {
+	if v, err := eng.Create(context.Background(), []byte(asyncBody(id, "slowq", n))); err != nil || !wfview.Creating(v) {
 		t.Fatalf("create: %v", err)
 	}
 
@@ -533,7 +534,7 @@ func TestCreationIsWrittenOneSliceAtATime(t *testing.T) {
 	svc := lifecycle.New(st, lifecycle.Config{Queues: qsvc, Workflows: eng})
 	id := uuid.Must(uuid.NewV7()).String()
 	const n = 400
-	if v, err := eng.Create(context.Background(), []byte(asyncBody(id, "sliceq", n))); err != nil || !workflow.Creating(v) {
+	if v, err := eng.Create(context.Background(), []byte(asyncBody(id, "sliceq", n))); err != nil || !wfview.Creating(v) {
 		t.Fatalf("create: %v", err)
 	}
 	slices, recorded := 0, 0
@@ -593,7 +594,7 @@ func TestCreationAfterAWriterThatDiedReadsOnlyPastTheRecord(t *testing.T) {
 	bg := context.Background()
 	id := uuid.Must(uuid.NewV7()).String()
 	const n = 400
-	if v, err := eng.Create(bg, []byte(asyncBody(id, "diedq", n))); err != nil || !workflow.Creating(v) {
+	if v, err := eng.Create(bg, []byte(asyncBody(id, "diedq", n))); err != nil || !wfview.Creating(v) {
 		t.Fatalf("create: %v", err)
 	}
 	// Clean slices (the nodes first) until one wrote jobs.

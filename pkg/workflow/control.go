@@ -17,6 +17,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/wfdef"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfview"
 )
 
 // Workflow control beyond OJS 1.0 (docs/workflows.md, "Control"):
@@ -724,7 +725,7 @@ func (e *Engine) handlerDone(ctx context.Context, s step) error {
 // run when their turn comes, and completed steps keep their results and
 // do not run again. It answers 409 for a running or completed workflow
 // (and for one a concurrent retry re-opened first).
-func (e *Engine) Retry(ctx context.Context, wfID string) (*View, error) {
+func (e *Engine) Retry(ctx context.Context, wfID string) (*wfview.View, error) {
 	if err := validWorkflowID(wfID); err != nil {
 		return nil, err
 	}

@@ -13,7 +13,8 @@
 //
 // The definitions it runs are parsed and validated by pkg/wfdef, which
 // also names the nodes' paths and the jobs' ids; their items are stored
-// through pkg/wfstore.
+// through pkg/wfstore. A workflow's view is rendered by pkg/wfview, and
+// the events its changes imply are derived by pkg/wfevents.
 package workflow
 
 import (
@@ -33,6 +34,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/wfdef"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfview"
 )
 
 // Admitter prepares jobs for writing the way every job is prepared
@@ -92,9 +94,6 @@ type Engine struct {
 	stopper
 	async int
 	slice time.Duration
-	// shapes caches what never changes of the nodes events are derived
-	// from (see Events).
-	shapes *shapeCache
 }
 
 // maker builds the jobs a workflow step starts from the workflow's items
@@ -123,7 +122,7 @@ type stopper struct {
 // (wfstore.New(st)) and its jobs (st).
 func New(st *store.Store, c Config) *Engine {
 	mk := &maker{st: wfstore.New(st), jobs: st, admit: c.Admit, push: map[string]bool{}, redel: c.RedeliverAfter, now: c.Now, log: c.Logger}
-	e := &Engine{stopper: stopper{maker: mk, cancelSlice: c.CancelSlice}, async: c.AsyncItems, slice: c.CreationSlice, shapes: &shapeCache{}}
+	e := &Engine{stopper: stopper{maker: mk, cancelSlice: c.CancelSlice}, async: c.AsyncItems, slice: c.CreationSlice}
 	for _, q := range c.PushQueues {
 		e.push[q] = true
 	}
@@ -167,7 +166,7 @@ const CheckAfter = 5 * time.Minute
 // than Config.AsyncItems items is created asynchronously instead: only its
 // root is written before the answer, which has x_creating set (the API
 // answers 202), and Resume writes the rest.
-func (e *Engine) Create(ctx context.Context, raw []byte) (*View, error) {
+func (e *Engine) Create(ctx context.Context, raw []byte) (*wfview.View, error) {
 	now := e.now().UTC()
 	parsed, err := wfdef.Parse(raw, now)
 	if err != nil {
@@ -198,7 +197,7 @@ func (e *Engine) Create(ctx context.Context, raw []byte) (*View, error) {
 	for _, j := range b.jobs {
 		byID[j.ID] = j
 	}
-	return render(b.t, byID), nil
+	return wfview.Render(b.t, byID), nil
 }
 
 // workflowExists is the answer to a creation whose id is taken.
@@ -479,7 +478,7 @@ func truncatedResults(r json.RawMessage) bool {
 
 // Cancel cancels a running workflow: its jobs that have not started are
 // cancelled, active ones may finish and their outcomes change nothing.
-func (e *Engine) Cancel(ctx context.Context, wfID string) (*View, error) {
+func (e *Engine) Cancel(ctx context.Context, wfID string) (*wfview.View, error) {
 	if err := validWorkflowID(wfID); err != nil {
 		return nil, err
 	}
@@ -544,7 +543,7 @@ func (e *Engine) Cancel(ctx context.Context, wfID string) (*View, error) {
 	}
 	v, err := e.Get(ctx, wfID)
 	if err == nil && left > 0 {
-		v.Cancelling = &ViewCancelling{JobsLeft: left}
+		v.Cancelling = &wfview.ViewCancelling{JobsLeft: left}
 	}
 	return v, err
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfevents"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
 	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
@@ -154,14 +155,14 @@ func TestChainStepRequests(t *testing.T) {
 	// that saw the workflow's creation record, one (the root, once per
 	// process) in one that did not; the same events either way.
 	for _, warm := range []bool{true, false} {
-		stream := workflow.New(st, workflow.Config{Admit: qsvc})
-		var nodes []workflow.NodeChange
+		stream := wfevents.New(st)
+		var nodes []wfevents.NodeChange
 		if warm {
-			nodes = []workflow.NodeChange{{New: root, At: time.Now()}}
+			nodes = []wfevents.NodeChange{{New: root, At: time.Now()}}
 		}
-		var changes []workflow.JobChange
+		var changes []wfevents.JobChange
 		for _, f := range done {
-			changes = append(changes, workflow.JobChange{New: f.Job, Version: 3, At: time.Now()})
+			changes = append(changes, wfevents.JobChange{New: f.Job, Version: 3, At: time.Now()})
 		}
 		db.reset()
 		evs, err := stream.Events(ctx, "test", nodes, changes)

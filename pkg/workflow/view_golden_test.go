@@ -17,6 +17,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/wfdef"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfview"
 	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
 )
 
@@ -62,7 +63,7 @@ func normalizeView(t *testing.T, v any) any {
 
 // golden compares the view (as its JSON decodes, so that key order does
 // not count) with testdata/views/name.json.
-func golden(t *testing.T, name string, v *workflow.View) {
+func golden(t *testing.T, name string, v *wfview.View) {
 	t.Helper()
 	got := normalizeView(t, v)
 	path := filepath.Join("testdata", "views", name+".json")
@@ -91,7 +92,7 @@ func golden(t *testing.T, name string, v *workflow.View) {
 }
 
 // viewOf reads workflow id's view.
-func (h *clocked) viewOf(id string) *workflow.View {
+func (h *clocked) viewOf(id string) *wfview.View {
 	h.t.Helper()
 	v, err := h.eng.Get(context.Background(), id)
 	if err != nil {
@@ -391,7 +392,7 @@ func TestViewGolden(t *testing.T) {
 		ctx := context.Background()
 		id := "01900000-0000-7000-8000-000000000014"
 		v, err := eng.Create(ctx, []byte(asyncBody(id, "vcq", 12)))
-		if err != nil || !workflow.Creating(v) {
+		if err != nil || !wfview.Creating(v) {
 			t.Fatalf("not created asynchronously: %v", err)
 		}
 		golden(t, "creating_accepted", v)
@@ -400,15 +401,15 @@ func TestViewGolden(t *testing.T) {
 			t.Fatal(err)
 		}
 		v = must(eng.Get(ctx, id))
-		if workflow.Creating(v) {
+		if wfview.Creating(v) {
 			t.Fatal("still creating after Resume")
 		}
 		golden(t, "creating_done", v)
 		// The jobs phase: the nodes written, the first jobs being written.
 		root := &wfstore.Root{JobCount: 3, Composite: wfstore.Composite{Item: wfstore.Item{WorkflowID: id, Path: wfstore.RootPath, Kind: wfdef.KindGroup,
 			State: wfstate.Running, Times: wfstore.Times{CreatedAt: "2025-01-02T03:04:05.000Z"}}}}
-		golden(t, "creating_jobs_phase", workflow.CreatingViewForTest(root, "jobs", 4, 9))
+		golden(t, "creating_jobs_phase", wfview.CreatingView(root, "jobs", 4, 9))
 		root.Name = "named"
-		golden(t, "creating_nodes_phase_named", workflow.CreatingViewForTest(root, "nodes", 0, 4))
+		golden(t, "creating_nodes_phase_named", wfview.CreatingView(root, "nodes", 0, 4))
 	})
 }

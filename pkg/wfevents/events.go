@@ -1,4 +1,10 @@
-package workflow
+// Package wfevents derives the workflow events (ojs-workflows.md Appendix
+// B) from the stream function's changes of workflow nodes and workflow
+// jobs: a Deriver reads what a change does not carry (a workflow's root,
+// a chain's length) from the workflow items (pkg/wfstore) and the jobs
+// (pkg/store), and caches what never changes of a node for the life of
+// the process. pkg/engine calls it for each batch of changes.
+package wfevents
 
 import (
 	"context"
@@ -16,7 +22,27 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/wfdef"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
+	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
 )
+
+// Deriver derives the workflow events of stream changes (Events). One
+// lives as long as the stream function's process, and its shapes cache
+// with it.
+type Deriver struct {
+	// st is the workflow items' store, jobs the table kernel's job store;
+	// both on the same table.
+	st   *wfstore.Store
+	jobs *store.Store
+	// shapes caches what never changes of the nodes events are derived
+	// from (see Events).
+	shapes *shapeCache
+}
+
+// New returns a deriver on the table kernel st: its workflow items
+// (wfstore.New(st)) and its jobs (st).
+func New(st *store.Store) *Deriver {
+	return &Deriver{st: wfstore.New(st), jobs: st, shapes: &shapeCache{}}
+}
 
 // NodeChange is one stream record of a workflow node: the node before
 // (nil when created) and after, and the record's time.
@@ -54,12 +80,12 @@ type JobChange struct {
 // once written (a node's kind, name and number of children) for the life
 // of the process; a job carries its step id. So a chain step's events cost
 // no read in a warm stream function.
-func (e *Engine) Events(ctx context.Context, source string, nodes []NodeChange, jobs []JobChange) ([]events.Event, error) {
-	b := &wfEvents{e: e, source: source, nodes: map[string]wfstore.Node{}}
+func (d *Deriver) Events(ctx context.Context, source string, nodes []NodeChange, jobs []JobChange) ([]events.Event, error) {
+	b := &wfEvents{d: d, source: source, nodes: map[string]wfstore.Node{}}
 	for _, c := range nodes {
 		if c.New != nil {
 			b.put(c.New)
-			e.shapes.put(c.New)
+			d.shapes.put(c.New)
 		}
 	}
 	for _, c := range nodes {
@@ -79,7 +105,7 @@ func (e *Engine) Events(ctx context.Context, source string, nodes []NodeChange, 
 }
 
 type wfEvents struct {
-	e      *Engine
+	d      *Deriver
 	source string
 	nodes  map[string]wfstore.Node
 	out    []events.Event
@@ -88,14 +114,14 @@ type wfEvents struct {
 // shapeOf is the unchanging part of a node: from the process's cache, or
 // read once; nil if the node no longer exists.
 func (b *wfEvents) shapeOf(ctx context.Context, wfID, path string) (*shape, error) {
-	if s, ok := b.e.shapes.get(wfID + path); ok {
+	if s, ok := b.d.shapes.get(wfID + path); ok {
 		return &s, nil
 	}
 	n, err := b.node(ctx, wfID, path)
 	if err != nil || n == nil {
 		return nil, err
 	}
-	s := b.e.shapes.put(n)
+	s := b.d.shapes.put(n)
 	return &s, nil
 }
 
@@ -120,7 +146,7 @@ func (b *wfEvents) node(ctx context.Context, wfID, path string) (wfstore.Node, e
 	if n, ok := b.nodes[k]; ok {
 		return n, nil
 	}
-	n, err := b.e.st.GetNode(ctx, wfID, path)
+	n, err := b.d.st.GetNode(ctx, wfID, path)
 	if errors.Is(err, store.ErrNotFound) {
 		n, err = nil, nil
 	}
@@ -224,7 +250,7 @@ func (b *wfEvents) compositeChange(ctx context.Context, n, old *wfstore.Composit
 		var e struct {
 			Code string `json:"code"`
 		}
-		if json.Unmarshal([]byte(n.Error), &e) == nil && e.Code == ErrorCodeTimeout {
+		if json.Unmarshal([]byte(n.Error), &e) == nil && e.Code == workflow.ErrorCodeTimeout {
 			root, err := b.root(ctx, n.WorkflowID)
 			if err != nil {
 				return err
@@ -321,14 +347,14 @@ func (b *wfEvents) stepEvent(ctx context.Context, wfID, path, stepType string, o
 	if err != nil || parent == nil {
 		return err
 	}
-	idx := step{path: path}.index()
+	idx := wfdef.ChildIndex(path)
 	d["step_index"], d["step_type"], d["node_path"] = idx, stepType, path
 	if _, known := d["step_id"]; !known {
 		n, err := b.node(ctx, wfID, path)
 		if err != nil {
 			return err
 		}
-		d["step_id"] = trimPath(path)
+		d["step_id"] = strings.TrimPrefix(path, "/")
 		if n != nil {
 			d["step_id"] = n.Base().StepKey()
 		}
@@ -433,7 +459,7 @@ func (b *wfEvents) failedStep(ctx context.Context, root *wfstore.Root, d map[str
 	if n.StepID == "" {
 		d["failed_step_id"] = id
 	}
-	jobs, err := b.e.jobs.BatchGetJobs(ctx, []string{id})
+	jobs, err := b.d.jobs.BatchGetJobs(ctx, []string{id})
 	if err != nil {
 		return err
 	}
