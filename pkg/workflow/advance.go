@@ -11,6 +11,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfdef"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfjobs"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
 )
@@ -171,10 +172,10 @@ func (e *Engine) chainStepDone(ctx context.Context, s step) (*step, error) {
 	}
 	nextPath := wfdef.ChildPath(parent, wfdef.Segment(wfdef.KindChain, k+1))
 	var next wfstore.Node
-	ahead := aheadOf(s.job)
+	ahead := wfjobs.AheadOf(s.job)
 	if len(ahead) > 0 {
 		// The finished job carries the next step's definition: no read.
-		next = nodeOfAhead(s.wf, parent, k+1, ahead[0])
+		next = wfjobs.StepOfAhead(s.wf, parent, k+1, ahead[0])
 	} else {
 		var err error
 		next, err = e.st.GetNode(ctx, s.wf, nextPath)
@@ -194,22 +195,22 @@ func (e *Engine) chainStepDone(ctx context.Context, s step) (*step, error) {
 		}
 		t = wfstore.NewTree(nodes)
 	}
-	pr, err := e.chainResults(ctx, s, parent, k)
+	pr, err := e.mk.ChainResults(ctx, s.wf, s.job, parent, k)
 	if err != nil {
 		return nil, err
 	}
-	jobs, timed, err := e.launch(ctx, t, nextPath, pr)
+	jobs, timed, err := e.mk.Launch(ctx, t, nextPath, pr)
 	if err != nil {
 		return nil, err
 	}
 	if len(ahead) > 1 && len(jobs) == 1 {
 		rest := make([]*wfstore.Step, 0, len(ahead)-1)
 		for i, a := range ahead[1:] {
-			rest = append(rest, nodeOfAhead(s.wf, parent, k+2+i, a))
+			rest = append(rest, wfjobs.StepOfAhead(s.wf, parent, k+2+i, a))
 		}
-		e.carryAhead(jobs[0], rest)
+		e.mk.CarryAhead(jobs[0], rest)
 	}
-	if err := e.admitJobs(ctx, jobs); err != nil {
+	if err := e.mk.Admit(ctx, jobs); err != nil {
 		return nil, err
 	}
 	scope, states := scopeOf(s.path)
@@ -220,7 +221,7 @@ func (e *Engine) chainStepDone(ctx context.Context, s step) (*step, error) {
 		err = e.st.AdvanceMarked(ctx, s.wf, record, nextPath, jobs, e.redel)
 	} else {
 		err = e.st.Advance(ctx, wfstore.Advance{WorkflowID: s.wf, Jobs: jobs, RedeliverAfter: e.redel, Scope: scope, ScopeStates: states,
-			Changes: append([]wfstore.Change{record}, e.deadlines(timed)...)})
+			Changes: append([]wfstore.Change{record}, e.mk.Deadlines(timed)...)})
 	}
 	var nc *wfstore.ErrNodeConflict
 	if errors.As(err, &nc) || errors.Is(err, wfstore.ErrWorkflowNotRunning) {
@@ -260,32 +261,6 @@ func stopIfNotRunning(err error) error {
 		return nil
 	}
 	return err
-}
-
-// chainResults is parent_results of chain step k+1: the results of steps
-// 0..k as an array. From a job step it is the job's own parent_results
-// plus its result, without a read; otherwise the steps' results are read.
-func (mk *maker) chainResults(ctx context.Context, s step, chain string, k int) (json.RawMessage, error) {
-	if s.job != nil {
-		r := resultValue(s.job)
-		if k == 0 {
-			return json.Marshal([]json.RawMessage{r})
-		}
-		var prev []json.RawMessage
-		if len(s.job.ParentResults) > 0 && !truncatedResults(s.job.ParentResults) && json.Unmarshal(s.job.ParentResults, &prev) == nil && len(prev) == k {
-			return json.Marshal(append(prev, r))
-		}
-	}
-	nodes, err := mk.st.Subtree(ctx, s.wf, chain)
-	if err != nil {
-		return nil, err
-	}
-	t := wfstore.NewTree(nodes)
-	rs, err := mk.results(ctx, t, t.Kids[chain][:k+1], nil)
-	if err != nil {
-		return nil, err
-	}
-	return json.Marshal(rs)
 }
 
 // memberDone counts a job (or nested composite) of a group or batch, in
@@ -417,7 +392,7 @@ func (e *Engine) fire(ctx context.Context, n *wfstore.Composite, fired []string)
 		return err
 	}
 	t := wfstore.NewTree(nodes)
-	rs, err := e.results(ctx, t, t.Kids[n.Path], nil)
+	rs, err := e.mk.Results(ctx, t, t.Kids[n.Path], nil)
 	if err != nil {
 		return err
 	}
@@ -434,13 +409,13 @@ func (e *Engine) fire(ctx context.Context, n *wfstore.Composite, fired []string)
 		if cb == nil {
 			return fmt.Errorf("workflow %s batch %s: callback %s missing", n.WorkflowID, n.Path, name)
 		}
-		j, err := e.newJob(cb, pr)
+		j, err := e.mk.NewJob(cb, pr)
 		if err != nil {
 			return err
 		}
 		jobs = append(jobs, j)
 	}
-	if err := e.admitJobs(ctx, jobs); err != nil {
+	if err := e.mk.Admit(ctx, jobs); err != nil {
 		return err
 	}
 	err = e.st.Advance(ctx, wfstore.Advance{WorkflowID: n.WorkflowID, Jobs: jobs, RedeliverAfter: e.redel,
@@ -467,26 +442,6 @@ func (e *Engine) callbackDone(ctx context.Context, s step) (*step, error) {
 	return e.settle(ctx, n)
 }
 
-// graphShape is a graph composite's structure: its steps' ids and each
-// step's dependency indexes.
-type graphShape struct {
-	IDs  []string `json:"ids"`
-	Deps [][]int  `json:"deps"`
-}
-
-// graphOf decodes a graph composite's structure.
-func graphOf(n *wfstore.Composite) graphShape {
-	var g graphShape
-	_ = json.Unmarshal([]byte(n.Graph), &g)
-	for len(g.Deps) < n.Total {
-		g.Deps = append(g.Deps, nil)
-	}
-	for len(g.IDs) < n.Total {
-		g.IDs = append(g.IDs, "")
-	}
-	return g
-}
-
 // graphDoneWith is graphDone once step i is counted (ok or failed).
 func graphDoneWith(n *wfstore.Composite, i int, ok bool) (bool, bool) {
 	c := *n
@@ -502,7 +457,7 @@ func graphDoneWith(n *wfstore.Composite, i int, ok bool) (bool, bool) {
 // run (a step it depends on, directly or not, failed), and whether one
 // failed.
 func graphDone(n *wfstore.Composite) (done, failed bool) {
-	deps := graphOf(n).Deps
+	deps := wfjobs.GraphOf(n).Deps
 	blocked := make([]int8, len(deps)) // 0 unknown, 1 blocked, 2 not
 	var isBlocked func(i int) bool
 	isBlocked = func(i int) bool {
@@ -586,7 +541,7 @@ func (e *Engine) graphStepDone(ctx context.Context, s step) (*step, error) {
 			}
 			return e.settle(ctx, n)
 		}
-		shape := graphOf(g)
+		shape := wfjobs.GraphOf(g)
 		var ready []*wfstore.Step
 		var notAll [][]int
 		for d := range shape.Deps {
@@ -638,9 +593,9 @@ func (e *Engine) graphStepDone(ctx context.Context, s step) (*step, error) {
 			}
 			return e.settle(ctx, n)
 		}
-		jobs, err := e.graphJobs(ctx, s, parent, shape, ready)
+		jobs, err := e.mk.GraphJobs(ctx, s.wf, s.job, parent, shape, ready)
 		if err == nil {
-			err = e.admitJobs(ctx, jobs)
+			err = e.mk.Admit(ctx, jobs)
 		}
 		if err != nil {
 			return nil, err
@@ -664,125 +619,3 @@ func (e *Engine) graphStepDone(ctx context.Context, s step) (*step, error) {
 	}
 	return nil, fmt.Errorf("workflow %s: graph step %s: too much contention", s.wf, s.path)
 }
-
-// graphJobs builds the jobs of ready graph steps; each receives the
-// results of its dependencies keyed by step id (the finished step's from
-// its job, the others' read in one request).
-func (mk *maker) graphJobs(ctx context.Context, s step, parent string, shape graphShape, ready []*wfstore.Step) ([]*job.Job, error) {
-	self := -1 // the finished step, whose job s holds (none: read them all)
-	if s.job != nil {
-		self = s.index()
-	}
-	var ids []string
-	seen := map[int]bool{}
-	for _, n := range ready {
-		for _, x := range shape.Deps[n.Index] {
-			if x != self && !seen[x] {
-				seen[x] = true
-				ids = append(ids, wfdef.JobID(s.wf, wfdef.ChildPath(parent, wfdef.Segment(wfdef.KindGraph, x))))
-			}
-		}
-	}
-	done, err := mk.jobs.BatchGetJobs(ctx, ids)
-	if err != nil {
-		return nil, err
-	}
-	if s.job != nil {
-		done[s.job.ID] = s.job
-	}
-	var jobs []*job.Job
-	for _, n := range ready {
-		pr := map[string]json.RawMessage{}
-		for _, x := range shape.Deps[n.Index] {
-			key := shape.IDs[x]
-			if key == "" {
-				key = trimPath(wfdef.ChildPath(parent, wfdef.Segment(wfdef.KindGraph, x)))
-			}
-			pr[key] = resultValue(done[wfdef.JobID(s.wf, wfdef.ChildPath(parent, wfdef.Segment(wfdef.KindGraph, x)))])
-		}
-		b, err := json.Marshal(pr)
-		if err != nil {
-			return nil, err
-		}
-		j, err := mk.newJob(n, b)
-		if err != nil {
-			return nil, err
-		}
-		jobs = append(jobs, j)
-	}
-	return jobs, nil
-}
-
-// resultValue is a finished job's contribution to parent_results: its
-// result (null without one), or its error when it failed.
-func resultValue(j *job.Job) json.RawMessage {
-	if j == nil {
-		return json.RawMessage("null")
-	}
-	if j.State != job.Completed && j.State.Terminal() {
-		b, _ := json.Marshal(map[string]any{"state": "failed", "error": j.Error})
-		return b
-	}
-	if len(j.Result) == 0 {
-		return json.RawMessage("null")
-	}
-	return j.Result
-}
-
-// results returns the results of nodes (children of one composite, in
-// order): a job's result, or a composite's results (an array of its
-// children's, or an object keyed by step id for a graph). jobs, when
-// given, holds jobs already read.
-func (mk *maker) results(ctx context.Context, t *wfstore.Tree, nodes []*wfstore.Item, jobs map[string]*job.Job) ([]json.RawMessage, error) {
-	if jobs == nil {
-		var ids []string
-		var walk func(n *wfstore.Item)
-		walk = func(n *wfstore.Item) {
-			if n.Kind == wfdef.KindJob {
-				ids = append(ids, wfdef.JobID(t.WorkflowID, n.Path))
-				return
-			}
-			for _, c := range t.Kids[n.Path] {
-				walk(c)
-			}
-		}
-		for _, n := range nodes {
-			walk(n)
-		}
-		var err error
-		if jobs, err = mk.jobs.BatchGetJobs(ctx, ids); err != nil {
-			return nil, err
-		}
-	}
-	var value func(n *wfstore.Item) json.RawMessage
-	value = func(n *wfstore.Item) json.RawMessage {
-		if n.Kind == wfdef.KindJob {
-			return resultValue(jobs[wfdef.JobID(t.WorkflowID, n.Path)])
-		}
-		if n.Kind == wfdef.KindGraph {
-			m := map[string]json.RawMessage{}
-			for _, c := range t.Kids[n.Path] {
-				m[c.StepKey()] = value(c)
-			}
-			b, _ := json.Marshal(m)
-			return b
-		}
-		var list []json.RawMessage
-		for _, c := range t.Kids[n.Path] {
-			list = append(list, value(c))
-		}
-		if list == nil {
-			list = []json.RawMessage{}
-		}
-		b, _ := json.Marshal(list)
-		return b
-	}
-	out := make([]json.RawMessage, len(nodes))
-	for i, n := range nodes {
-		out[i] = value(n)
-	}
-	return out, nil
-}
-
-// trimPath is a node's path without the leading slash.
-func trimPath(p string) string { return strings.TrimPrefix(p, "/") }

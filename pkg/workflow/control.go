@@ -15,6 +15,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfdef"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfjobs"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfview"
@@ -278,7 +279,7 @@ func (sp *stopper) takeUnwritten(ctx context.Context, root *wfstore.Root, items 
 	var unwritten []*job.Job
 	if root.Unguarded {
 		var err error
-		if unwritten, _, err = sp.launch(ctx, wfstore.NewTree(items), wfstore.RootPath, emptyResults(root.Kind)); err != nil {
+		if unwritten, _, err = sp.mk.Launch(ctx, wfstore.NewTree(items), wfstore.RootPath, wfjobs.EmptyResults(root.Kind)); err != nil {
 			return err
 		}
 	}
@@ -340,12 +341,11 @@ func (sp *stopper) launching(ctx context.Context, root *wfstore.Root, items []wf
 	if k < 1 || t.Step(path) == nil || wfdef.ParentPath(path) != wfstore.RootPath || root.Kind != wfdef.KindChain {
 		return nil, nil
 	}
-	prev := wfdef.ChildPath(wfstore.RootPath, wfdef.Segment(wfdef.KindChain, k-1))
-	pr, err := sp.chainResults(ctx, step{wf: root.WorkflowID, path: prev}, wfstore.RootPath, k-1)
+	pr, err := sp.mk.ChainResults(ctx, root.WorkflowID, nil, wfstore.RootPath, k-1)
 	if err != nil {
 		return nil, err
 	}
-	js, _, err := sp.launch(ctx, t, path, pr)
+	js, _, err := sp.mk.Launch(ctx, t, path, pr)
 	return js, err
 }
 
@@ -357,7 +357,7 @@ func (sp *stopper) launching(ctx context.Context, root *wfstore.Root, items []wf
 // candidates' jobs, then the missing ones' dependencies.
 func (sp *stopper) graphLaunching(ctx context.Context, root *wfstore.Root, items []wfstore.Node) ([]*job.Job, error) {
 	t := wfstore.NewTree(items)
-	shape := graphOf(&root.Composite)
+	shape := wfjobs.GraphOf(&root.Composite)
 	var cands []*wfstore.Step
 	var ids []string
 	for _, it := range t.Kids[wfstore.RootPath] {
@@ -380,7 +380,7 @@ func (sp *stopper) graphLaunching(ctx context.Context, root *wfstore.Root, items
 	if len(missing) == 0 {
 		return nil, nil
 	}
-	return sp.graphJobs(ctx, step{wf: root.WorkflowID}, wfstore.RootPath, shape, missing)
+	return sp.mk.GraphJobs(ctx, root.WorkflowID, nil, wfstore.RootPath, shape, missing)
 }
 
 // allIn reports whether every one of xs is in set.
@@ -508,7 +508,7 @@ func (e *Engine) startCompensation(ctx context.Context, root *wfstore.Root) (boo
 	for i, d := range list {
 		plan[i] = d.n.Path
 	}
-	first, err := e.compensationJob(ctx, wf, 0, list[0].n, jobs[wfdef.JobID(wf, list[0].n.Path)])
+	first, err := e.mk.CompensationJob(ctx, wf, 0, list[0].n, jobs[wfdef.JobID(wf, list[0].n.Path)])
 	if err != nil {
 		return false, err
 	}
@@ -527,23 +527,6 @@ func (e *Engine) startCompensation(ctx context.Context, root *wfstore.Root) (boo
 	root.Compensation = wfstore.CompensationRunning
 	e.log.InfoContext(ctx, "workflow compensation started", "workflow_id", wf, "steps", len(plan))
 	return true, nil
-}
-
-// compensationJob builds compensation step k, undoing the step of node
-// n: its compensate job, with the undone step's id, job id and result as
-// parent_results.
-func (mk *maker) compensationJob(ctx context.Context, wf string, k int, n *wfstore.Step, undone *job.Job) (*job.Job, error) {
-	pr, _ := json.Marshal(map[string]any{"compensates": n.StepKey(), "job_id": wfdef.JobID(wf, n.Path), "result": resultValue(undone)})
-	synthetic := &wfstore.Step{Item: wfstore.Item{WorkflowID: wf, Path: wfdef.ChildPath(wfdef.CompensatePath, wfdef.Segment(wfdef.KindChain, k)), Kind: wfdef.KindJob},
-		Def: n.Compensate}
-	j, err := mk.newJob(synthetic, pr)
-	if err != nil {
-		return nil, err
-	}
-	if err := mk.admitJobs(ctx, []*job.Job{j}); err != nil {
-		return nil, err
-	}
-	return j, nil
 }
 
 // compensationStepDone goes on with a failed workflow's compensation
@@ -584,7 +567,7 @@ func (e *Engine) compensationStepDone(ctx context.Context, s step) (*step, error
 	if err != nil {
 		return nil, err
 	}
-	j, err := e.compensationJob(ctx, s.wf, k+1, next, undone[wfdef.JobID(s.wf, next.Path)])
+	j, err := e.mk.CompensationJob(ctx, s.wf, k+1, next, undone[wfdef.JobID(s.wf, next.Path)])
 	if err != nil {
 		return nil, err
 	}
@@ -633,15 +616,15 @@ func (e *Engine) launchHandler(ctx context.Context, root *wfstore.Root, name str
 	if h == nil || h.State != wfstate.Waiting {
 		return nil
 	}
-	pr, err := e.handlerInput(ctx, t, root)
+	pr, err := e.mk.HandlerInput(ctx, t, root)
 	if err != nil {
 		return err
 	}
-	jobs, _, err := e.launch(ctx, t, path, pr)
+	jobs, _, err := e.mk.Launch(ctx, t, path, pr)
 	if err != nil {
 		return err
 	}
-	if err := e.admitJobs(ctx, jobs); err != nil {
+	if err := e.mk.Admit(ctx, jobs); err != nil {
 		return err
 	}
 	err = e.st.Advance(ctx, wfstore.Advance{WorkflowID: wf, Jobs: jobs, RedeliverAfter: e.redel, Scope: path, ScopeStates: []wfstate.State{wfstate.Waiting},
@@ -654,50 +637,6 @@ func (e *Engine) launchHandler(ctx context.Context, root *wfstore.Root, name str
 		e.log.InfoContext(ctx, "workflow handler started", "workflow_id", wf, "handler", name)
 	}
 	return err
-}
-
-// handlerInput is a handler's parent_results: the workflow's state, what
-// failed it, and the results of its completed steps keyed by step.
-func (mk *maker) handlerInput(ctx context.Context, t *wfstore.Tree, root *wfstore.Root) (json.RawMessage, error) {
-	var ids []string
-	for _, node := range t.ByPath {
-		if n := node.Base(); n.Kind == wfdef.KindJob && !strings.HasPrefix(n.Path, "/~") {
-			ids = append(ids, wfdef.JobID(t.WorkflowID, n.Path))
-		}
-	}
-	jobs, err := mk.jobs.BatchGetJobs(ctx, ids)
-	if err != nil {
-		return nil, err
-	}
-	results := map[string]json.RawMessage{}
-	var failed *job.Job
-	for _, node := range t.ByPath {
-		n := node.Base()
-		if n.Kind != wfdef.KindJob || strings.HasPrefix(n.Path, "/~") {
-			continue
-		}
-		j := jobs[wfdef.JobID(t.WorkflowID, n.Path)]
-		if j == nil {
-			continue
-		}
-		if j.State == job.Completed {
-			results[n.StepKey()] = resultValue(j)
-		} else if j.State == job.Discarded && (failed == nil || (j.CompletedAt != nil && failed.CompletedAt != nil && j.CompletedAt.Before(*failed.CompletedAt))) {
-			failed = j
-		}
-	}
-	in := map[string]any{"workflow_id": t.WorkflowID, "state": string(root.State), "results": results}
-	switch {
-	case root.Error != "":
-		in["error"] = json.RawMessage(root.Error)
-	case failed != nil && failed.Error != nil:
-		in["error"] = failed.Error
-		in["failed_job_id"] = failed.ID
-	}
-	if root.Compensation != "" {
-		in["compensation"] = root.Compensation
-	}
-	return json.Marshal(in)
 }
 
 // handlerDone records a finished handler (its job, or its chain) on the

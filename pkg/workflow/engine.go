@@ -21,29 +21,23 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/ojs-aws/ojs-serverless/pkg/awslimit"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfdef"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfjobs"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfview"
 )
 
-// Admitter prepares jobs for writing the way every job is prepared
-// (implemented by *queue.Service): push mode from the queue, the
-// queue registered, its rate limit recorded. Workflow jobs are admitted
-// by the same code as PUSH, batch and cron jobs.
-type Admitter interface {
-	Admit(ctx context.Context, jobs []*job.Job) error
-}
+// Admitter admits the jobs the engine creates (wfjobs.Admitter).
+type Admitter = wfjobs.Admitter
 
 // Config configures an Engine.
 type Config struct {
@@ -88,23 +82,21 @@ const DefaultCreationSlice = 5 * time.Second
 const DefaultAsyncItems = 4000
 
 // Engine creates, advances, cancels and reads workflows. What a step
-// starts is built by its maker; what a stopped workflow (or node) has not
-// started is stopped by its stopper.
+// starts is built by its maker (pkg/wfjobs); what a stopped workflow (or
+// node) has not started is stopped by its stopper.
 type Engine struct {
 	stopper
 	async int
 	slice time.Duration
 }
 
-// maker builds the jobs a workflow step starts from the workflow's items
-// and the results of the steps before it (reading, never writing).
-type maker struct {
+// parts are what every part of the engine uses.
+type parts struct {
 	// st is the workflow items' store, jobs the table kernel's job store
 	// (its jobs' reads and transitions); both on the same table.
 	st    *wfstore.Store
 	jobs  *store.Store
-	admit Admitter
-	push  map[string]bool
+	mk    *wfjobs.Maker
 	redel time.Duration
 	now   func() time.Time
 	log   *slog.Logger
@@ -113,7 +105,7 @@ type maker struct {
 // stopper stops the work of a cancelled workflow or of a node that timed
 // out: its jobs that have not started, and the ones not written yet.
 type stopper struct {
-	*maker
+	*parts
 	// cancelSlice bounds one pass of finishCancel (Config.CancelSlice).
 	cancelSlice time.Duration
 }
@@ -121,25 +113,23 @@ type stopper struct {
 // New returns an engine on the table kernel st: its workflow items
 // (wfstore.New(st)) and its jobs (st).
 func New(st *store.Store, c Config) *Engine {
-	mk := &maker{st: wfstore.New(st), jobs: st, admit: c.Admit, push: map[string]bool{}, redel: c.RedeliverAfter, now: c.Now, log: c.Logger}
-	e := &Engine{stopper: stopper{maker: mk, cancelSlice: c.CancelSlice}, async: c.AsyncItems, slice: c.CreationSlice}
-	for _, q := range c.PushQueues {
-		e.push[q] = true
+	p := &parts{st: wfstore.New(st), jobs: st, redel: c.RedeliverAfter, now: c.Now, log: c.Logger}
+	if p.redel <= 0 {
+		p.redel = 5 * time.Minute
 	}
-	if e.redel <= 0 {
-		e.redel = 5 * time.Minute
+	if p.now == nil {
+		p.now = time.Now
 	}
+	if p.log == nil {
+		p.log = slog.Default()
+	}
+	p.mk = wfjobs.NewMaker(p.st, st, c.Admit, c.PushQueues, p.redel, p.now)
+	e := &Engine{stopper: stopper{parts: p, cancelSlice: c.CancelSlice}, async: c.AsyncItems, slice: c.CreationSlice}
 	if e.slice <= 0 {
 		e.slice = DefaultCreationSlice
 	}
 	if e.cancelSlice <= 0 {
 		e.cancelSlice = DefaultCreationSlice
-	}
-	if e.now == nil {
-		e.now = time.Now
-	}
-	if e.log == nil {
-		e.log = slog.Default()
 	}
 	return e
 }
@@ -261,7 +251,7 @@ func (e *Engine) build(ctx context.Context, parsed *wfdef.Parsed, id string, now
 			}
 		}
 		if d.Kind == wfdef.KindGraph {
-			g := graphShape{IDs: make([]string, len(d.Children)), Deps: make([][]int, len(d.Children))}
+			g := wfjobs.GraphShape{IDs: make([]string, len(d.Children)), Deps: make([][]int, len(d.Children))}
 			for i, c := range d.Children {
 				g.IDs[i], g.Deps[i] = c.StepID, append([]int{}, c.Deps...)
 			}
@@ -305,7 +295,7 @@ func (e *Engine) build(ctx context.Context, parsed *wfdef.Parsed, id string, now
 		}
 	}
 	t := wfstore.NewTree(nodes)
-	jobs, timed, err := e.launch(ctx, t, wfstore.RootPath, emptyResults(parsed.Root.Kind))
+	jobs, timed, err := e.mk.Launch(ctx, t, wfstore.RootPath, wfjobs.EmptyResults(parsed.Root.Kind))
 	if err != nil {
 		return nil, err
 	}
@@ -318,94 +308,10 @@ func (e *Engine) build(ctx context.Context, parsed *wfdef.Parsed, id string, now
 			wfstore.TimeoutDue(n)
 		}
 	}
-	if err := e.admitJobs(ctx, jobs); err != nil {
+	if err := e.mk.Admit(ctx, jobs); err != nil {
 		return nil, err
 	}
 	return &built{root: root, nodes: nodes, shards: shards, jobs: jobs, t: t}, nil
-}
-
-// emptyResults is what the first steps of a workflow receive as
-// parent_results: an empty array (an empty object for a graph, whose
-// steps receive their dependencies' results keyed by step id).
-func emptyResults(kind string) json.RawMessage {
-	if kind == wfdef.KindGraph {
-		return json.RawMessage("{}")
-	}
-	return json.RawMessage("[]")
-}
-
-// admitJobs admits jobs through the configured admitter, or sets their
-// push flag from the push-mode queue list.
-func (mk *maker) admitJobs(ctx context.Context, jobs []*job.Job) error {
-	if len(jobs) == 0 {
-		return nil
-	}
-	if mk.admit != nil {
-		if err := mk.admit.Admit(ctx, jobs); err != nil {
-			return ojserr.As(err)
-		}
-		return nil
-	}
-	for _, j := range jobs {
-		j.Push = mk.push[j.Queue]
-	}
-	return nil
-}
-
-// launch returns the jobs that start when the node at path starts with
-// parentResults: a job step's job; a chain's first step; every job of a
-// group or batch; a graph's steps without dependencies. Nested composites
-// start the same way. It also returns the composites that start with a
-// timeout (their deadline starts now). Nothing is written.
-func (mk *maker) launch(ctx context.Context, t *wfstore.Tree, path string, parentResults json.RawMessage) ([]*job.Job, []*wfstore.Composite, error) {
-	if st := t.Step(path); st != nil {
-		j, err := mk.newJob(st, parentResults)
-		if err != nil {
-			return nil, nil, err
-		}
-		return []*job.Job{j}, nil, nil
-	}
-	n := t.Composite(path)
-	if n == nil {
-		return nil, nil, fmt.Errorf("workflow %s: node %s missing", t.WorkflowID, path)
-	}
-	var out []*job.Job
-	var timed []*wfstore.Composite
-	if n.TimeoutMS > 0 {
-		timed = append(timed, n)
-	}
-	for _, c := range t.Kids[path] {
-		if n.Kind == wfdef.KindChain && c.Index > 0 {
-			break
-		}
-		pr := parentResults
-		if n.Kind == wfdef.KindGraph {
-			if len(c.Deps) > 0 {
-				continue
-			}
-			pr = json.RawMessage("{}")
-		}
-		js, ts, err := mk.launch(ctx, t, c.Path, pr)
-		if err != nil {
-			return nil, nil, err
-		}
-		if n.Kind == wfdef.KindChain && c.Kind == wfdef.KindJob && len(js) == 1 {
-			mk.carryAhead(js[0], t.Steps(t.Kids[path][1:]))
-		}
-		out = append(out, js...)
-		timed = append(timed, ts...)
-	}
-	return out, timed, nil
-}
-
-// deadlines are the writes that start the deadlines of the composites a
-// step starts.
-func (mk *maker) deadlines(timed []*wfstore.Composite) []wfstore.Change {
-	var ws []wfstore.Change
-	for _, n := range timed {
-		ws = append(ws, wfstore.StartDeadline(n.Path, mk.now().Add(time.Duration(n.TimeoutMS)*time.Millisecond)))
-	}
-	return ws
 }
 
 func minTime(a, b time.Time) time.Time {
@@ -426,54 +332,6 @@ func scopeOf(path string) (string, []wfstate.State) {
 		return path, []wfstate.State{wfstate.Running}
 	}
 	return wfstore.RootPath, []wfstate.State{wfstate.Running}
-}
-
-// newJob builds the job of a leaf node with its deterministic id.
-func (mk *maker) newJob(n *wfstore.Step, parentResults json.RawMessage) (*job.Job, error) {
-	en, err := job.ParseEnqueue([]byte(n.Def), mk.now().UTC())
-	if err != nil {
-		return nil, fmt.Errorf("workflow %s node %s: stored job no longer valid: %w", n.WorkflowID, n.Path, err)
-	}
-	j := en.Job
-	j.ID, j.WorkflowID, j.WorkflowNode, j.WorkflowShard, j.WorkflowNext = wfdef.JobID(n.WorkflowID, n.Path), n.WorkflowID, n.Path, n.PShard, n.Next
-	j.WorkflowStepID, j.WorkflowLast = n.StepID, n.Last
-	if j.WorkflowStepID == "" {
-		j.WorkflowStepID = j.ID
-	}
-	j.Push = mk.push[j.Queue]
-	j.ParentResults = capResults(n.WorkflowID, parentResults, resultsRoom(j, mk.redel))
-	return j, nil
-}
-
-// maxParentResults bounds parent_results inline in a job.
-const maxParentResults = 128 << 10
-
-// resultsRoom is how much parent_results a job's item has room for: at
-// most maxParentResults, and never so much that the item, once it holds
-// its largest result and error history too, passes DynamoDB's 400 KB.
-func resultsRoom(j *job.Job, redeliverAfter time.Duration) int {
-	size, err := store.JobItemBytes(j, redeliverAfter)
-	if err != nil {
-		return 0
-	}
-	room := awslimit.DynamoItemBytes - size - job.MaxResultBytes - job.MaxErrorHistoryBytes - 2*job.MaxErrorBytes - 4<<10
-	return max(0, min(maxParentResults, room))
-}
-
-// capResults replaces parent_results larger than room by a pointer to the
-// workflow, which holds every result.
-func capResults(wfID string, r json.RawMessage, room int) json.RawMessage {
-	if len(r) <= room {
-		return r
-	}
-	b, _ := json.Marshal(map[string]any{"truncated": true, "bytes": len(r), "workflow_id": wfID,
-		"hint": "parent_results do not fit in the job; read them from GET /ojs/v1/workflows/" + wfID})
-	return b
-}
-
-// truncatedResults reports whether r is the pointer capResults wrote.
-func truncatedResults(r json.RawMessage) bool {
-	return len(r) > 0 && r[0] == '{' && strings.Contains(string(r[:min(len(r), 40)]), `"bytes"`)
 }
 
 // Cancel cancels a running workflow: its jobs that have not started are

@@ -10,6 +10,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfdef"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfjobs"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
 )
@@ -77,7 +78,7 @@ func (s step) unwrittenInRootGraph(root *wfstore.Root, p *wfstore.Progress) []in
 	if root.State != wfstate.Running || root.Launching == "" || root.Kind != wfdef.KindGraph || s.nextInRootGraph() == nil {
 		return nil
 	}
-	shape := graphOf(&root.Composite)
+	shape := wfjobs.GraphOf(&root.Composite)
 	var out []int
 	for _, d := range s.job.WorkflowNext {
 		path := wfdef.ChildPath(wfstore.RootPath, wfdef.Segment(wfdef.KindGraph, d))
@@ -265,9 +266,9 @@ func (e *Engine) relaunchGraph(ctx context.Context, s step, root *wfstore.Root, 
 		}
 		ready = append(ready, n)
 	}
-	jobs, err := e.graphJobs(ctx, s, wfstore.RootPath, graphOf(&root.Composite), ready)
+	jobs, err := e.mk.GraphJobs(ctx, s.wf, s.job, wfstore.RootPath, wfjobs.GraphOf(&root.Composite), ready)
 	if err == nil {
-		err = e.admitJobs(ctx, jobs)
+		err = e.mk.Admit(ctx, jobs)
 	}
 	if err != nil {
 		return err
@@ -439,7 +440,7 @@ func (e *Engine) repair(ctx context.Context, id string, now time.Time) error {
 		return err
 	}
 	// First jobs a creator that died did not write.
-	first, _, err := e.launch(ctx, t, wfstore.RootPath, emptyResults(root.Kind))
+	first, _, err := e.mk.Launch(ctx, t, wfstore.RootPath, wfjobs.EmptyResults(root.Kind))
 	if err != nil {
 		return err
 	}
@@ -451,7 +452,7 @@ func (e *Engine) repair(ctx context.Context, id string, now time.Time) error {
 	}
 	if len(missing) > 0 {
 		e.log.WarnContext(ctx, "repairing a workflow whose first jobs are missing", "workflow_id", id, "missing", len(missing))
-		if err := e.admitJobs(ctx, missing); err != nil {
+		if err := e.mk.Admit(ctx, missing); err != nil {
 			return err
 		}
 		if err := stopIfNotRunning(e.st.Advance(ctx, wfstore.Advance{WorkflowID: id, Jobs: missing, RedeliverAfter: e.redel})); err != nil {
