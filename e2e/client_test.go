@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -29,40 +31,76 @@ func do(t *testing.T, method, path string, body any, headers ...string) response
 }
 
 // send is do without a test: for requests made off the test's goroutine.
+// A throttled request is sent again (see throttled).
 func send(method, path string, body any, headers ...string) (response, error) {
-	var rd io.Reader
+	var payload []byte
 	switch b := body.(type) {
 	case nil:
 	case string:
-		rd = strings.NewReader(b)
+		payload = []byte(b)
 	case []byte:
-		rd = bytes.NewReader(b)
+		payload = b
 	default:
-		raw, _ := json.Marshal(b)
-		rd = bytes.NewReader(raw)
+		payload, _ = json.Marshal(b)
 	}
-	req, err := http.NewRequest(method, baseURL+path, rd)
-	if err != nil {
-		return response{}, err
+	for attempt := 0; ; attempt++ {
+		var rd io.Reader
+		if body != nil {
+			rd = bytes.NewReader(payload)
+		}
+		req, err := http.NewRequest(method, baseURL+path, rd)
+		if err != nil {
+			return response{}, err
+		}
+		if body != nil {
+			req.Header.Set("Content-Type", "application/openjobspec+json")
+		}
+		if authToken != "" {
+			req.Header.Set("Authorization", "Bearer "+authToken)
+		}
+		for i := 0; i+1 < len(headers); i += 2 {
+			req.Header.Set(headers[i], headers[i+1])
+		}
+		res, err := client.Do(req)
+		if err != nil {
+			return response{}, err
+		}
+		raw, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		out := response{Status: res.StatusCode, Header: res.Header, Raw: raw}
+		_ = json.Unmarshal(raw, &out.Body)
+		if !out.throttled() || attempt == throttleRetries {
+			return out, nil
+		}
+		time.Sleep(retryDelay(attempt, res.Header.Get("Retry-After")))
 	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/openjobspec+json")
+}
+
+// throttleRetries bounds how often send repeats a throttled request.
+const throttleRetries = 6
+
+// throttled reports a 429 that is not an OJS answer: API Gateway's stage
+// limits or Lambda's concurrency refused the request before the function
+// ran, so sending it again is safe, and a deployed stage may throttle a
+// suite whose tests run in parallel. The local stack never throttles. An
+// OJS error (rate_limited) reaches the test as it is.
+func (r response) throttled() bool {
+	return r.Status == http.StatusTooManyRequests && r.Body["error"] == nil
+}
+
+// retryDelay is the wait before sending a throttled request again:
+// Retry-After when the answer has one (at most 30 s), else an exponential
+// backoff from 250 ms up to 8 s with jitter (half fixed, half random).
+func retryDelay(attempt int, retryAfter string) time.Duration {
+	const maxWait = 30 * time.Second
+	if s, err := strconv.Atoi(strings.TrimSpace(retryAfter)); err == nil && s >= 0 {
+		return min(time.Duration(s)*time.Second, maxWait)
 	}
-	if authToken != "" {
-		req.Header.Set("Authorization", "Bearer "+authToken)
+	if t, err := http.ParseTime(retryAfter); err == nil {
+		return min(max(time.Until(t), 0), maxWait)
 	}
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
-	}
-	res, err := client.Do(req)
-	if err != nil {
-		return response{}, err
-	}
-	defer res.Body.Close()
-	raw, _ := io.ReadAll(res.Body)
-	out := response{Status: res.StatusCode, Header: res.Header, Raw: raw}
-	_ = json.Unmarshal(raw, &out.Body)
-	return out, nil
+	d := min(250*time.Millisecond<<attempt, 8*time.Second)
+	return d/2 + rand.N(d/2+1)
 }
 
 func (r response) job(t *testing.T) map[string]any {
@@ -152,4 +190,35 @@ func num(v any) int {
 
 func uniqueQueue(t *testing.T) string {
 	return fmt.Sprintf("e2e-%d-%d", time.Now().UnixNano()%1e9, len(t.Name()))
+}
+
+// TestThrottleRetry checks send's retry rule and its waits (no requests).
+func TestThrottleRetry(t *testing.T) {
+	t.Parallel()
+	gateway := response{Status: http.StatusTooManyRequests, Body: map[string]any{"message": "Too Many Requests"}}
+	ojs := response{Status: http.StatusTooManyRequests, Body: map[string]any{"error": map[string]any{"code": "rate_limited"}}}
+	if !gateway.throttled() || ojs.throttled() || (response{Status: http.StatusServiceUnavailable}).throttled() {
+		t.Error("only a 429 that is not an OJS error is retried")
+	}
+	if d := retryDelay(0, "3"); d != 3*time.Second {
+		t.Errorf("Retry-After: 3 waits %v", d)
+	}
+	if d := retryDelay(0, "600"); d != 30*time.Second {
+		t.Errorf("Retry-After: 600 waits %v, want the 30s cap", d)
+	}
+	if d := retryDelay(0, time.Now().Add(-time.Minute).UTC().Format(http.TimeFormat)); d != 0 {
+		t.Errorf("a Retry-After date in the past waits %v", d)
+	}
+	total := time.Duration(0)
+	for a := range throttleRetries {
+		d := retryDelay(a, "")
+		lo := min(250*time.Millisecond<<a, 8*time.Second) / 2
+		if d < lo || d > 2*lo {
+			t.Errorf("attempt %d waits %v, want %v to %v", a, d, lo, 2*lo)
+		}
+		total += d
+	}
+	if total > 20*time.Second {
+		t.Errorf("the retries of one request wait %v in all", total)
+	}
 }

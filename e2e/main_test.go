@@ -37,6 +37,8 @@ var (
 	// client sends every request of the suite (SigV4-signing against an
 	// IAM-authorised stage).
 	client = http.DefaultClient
+	// signed is true when client signs with SigV4.
+	signed bool
 	// logDir holds the local functions' logs, <function>.log ("" against a
 	// remote deployment).
 	logDir string
@@ -187,6 +189,7 @@ func remoteClient(ctx context.Context, url, setting string) error {
 		return err
 	}
 	client = &http.Client{Transport: tr}
+	signed = true
 	fmt.Fprintf(os.Stderr, "e2e: signing requests with SigV4 (%s, %s)\n", sigv4.Service, tr.Region)
 	return nil
 }

@@ -12,11 +12,11 @@
 #   make localstack-up / localstack-down
 #   make localstack-deploy          deploy env "local" to LocalStack with cdklocal
 #   make test-localstack            localstack-deploy, then the e2e suite against it
-#   make test-e2e URL=<ApiUrl> [TOKEN=<bearer token or JWT>] [SIGV4=1|0]
+#   make test-e2e URL=<ApiUrl> [TOKEN=<bearer token or JWT>] [SIGV4=1|0] [BROWSER=1]
 #
 # Variables: ENV (default dev), CDK_ARGS (extra cdk arguments, e.g.
 # "--profile prod --require-approval never"), SYNTH_ENVS, SYNTH_ACCOUNT,
-# SYNTH_REGION, OJS_LOCAL_TOKEN, LOCALSTACK_URL.
+# SYNTH_REGION, OJS_LOCAL_TOKEN, LOCALSTACK_URL, E2E_TIMEOUT.
 #
 # prod and staging are pinned to an account and region named in context:
 # CDK_ARGS="-c account=<id> -c region=<region>" or cdk.json's
@@ -34,6 +34,10 @@ SYNTH_ENVS         ?= dev staging prod
 # no lookups; the templates only name them in asset locations.
 SYNTH_ACCOUNT      ?= 123456789012
 SYNTH_REGION       ?= us-east-1
+# go test -timeout of the e2e suite against a deployment (test-e2e,
+# test-localstack): a hung request or a stage that never settles fails the
+# run instead of holding it forever.
+E2E_TIMEOUT        ?= 30m
 
 INFRA_NPM_STAMP    := infra/node_modules/go.mod
 CDK                := infra/node_modules/.bin/cdk
@@ -133,10 +137,15 @@ destroy: infra-check-env infra-check-node build $(INFRA_NPM_STAMP)
 # Against an IAM-authorised stage the suite signs every request with SigV4
 # (execute-api, the URL's region, your AWS credentials: AWS_PROFILE etc.);
 # TOKEN= a JWT for a JWT-authorised stage instead; SIGV4=1 signs for a
-# custom domain (set AWS_REGION), SIGV4=0 never.
+# custom domain (set AWS_REGION), SIGV4=0 never. The console's browser
+# tests are skipped unless BROWSER=1 (OJS_E2E_BROWSER=1): they need
+# Chromium, and the browser cannot sign requests, so they only work with a
+# bearer token (TOKEN=, or LocalStack). A 429 from the gateway is retried
+# with backoff (e2e/client_test.go).
 test-e2e:
-	@test -n "$(URL)" || { echo "usage: make test-e2e URL=<OJS base URL, the ApiUrl stack output> [TOKEN=<bearer token or JWT>] [SIGV4=1|0]" >&2; exit 2; }
-	OJS_BASE_URL=$(URL) $(if $(TOKEN),OJS_AUTH_TOKEN=$(TOKEN)) $(if $(SIGV4),OJS_SIGV4=$(SIGV4)) $(GO) test ./e2e/ -run . -count=1 -v
+	@test -n "$(URL)" || { echo "usage: make test-e2e URL=<OJS base URL, the ApiUrl stack output> [TOKEN=<bearer token or JWT>] [SIGV4=1|0] [BROWSER=1]" >&2; exit 2; }
+	OJS_BASE_URL=$(URL) $(if $(TOKEN),OJS_AUTH_TOKEN=$(TOKEN)) $(if $(SIGV4),OJS_SIGV4=$(SIGV4)) $(if $(BROWSER),OJS_E2E_BROWSER=$(BROWSER)) \
+		$(GO) test ./e2e/ -run . -count=1 -timeout $(E2E_TIMEOUT) -v
 
 # --- LocalStack (needs Docker) ------------------------------------------------
 
@@ -158,7 +167,11 @@ localstack-deploy: infra-check-node build-host $(INFRA_NPM_STAMP)
 	$(INFRA_LOCAL_ENV) $(CDKLOCAL) deploy --no-notices --require-approval never $(INFRA_LOCAL_CTX) \
 		--outputs-file $(LOCALSTACK_OUTPUTS) $(call INFRA_STACK,local)
 
+# The e2e package only: ./e2e/scale and ./e2e/soak start their own
+# emulators and never talk to LocalStack. BROWSER=1 adds the console tests
+# (Chromium; the stack's bearer token authorises the browser too).
 test-localstack: localstack-deploy
 	@url=$$(node -e 'process.stdout.write(require(process.argv[1])["$(call INFRA_STACK,local)"].ApiUrl)' "$(CURDIR)/$(LOCALSTACK_OUTPUTS)") && \
 		echo "OJS_BASE_URL=$$url" && \
-		OJS_BASE_URL=$$url OJS_AUTH_TOKEN=$(OJS_LOCAL_TOKEN) $(GO) test ./e2e/... -run . -count=1 -v
+		OJS_BASE_URL=$$url OJS_AUTH_TOKEN=$(OJS_LOCAL_TOKEN) $(if $(BROWSER),OJS_E2E_BROWSER=$(BROWSER)) \
+		$(GO) test ./e2e/ -run . -count=1 -timeout $(E2E_TIMEOUT) -v
