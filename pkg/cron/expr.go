@@ -15,7 +15,6 @@ import (
 
 // Schedule is a parsed cron expression.
 type Schedule struct {
-	text  string
 	every time.Duration // @every: a fixed interval instead of calendar fields
 
 	sec, min, hour, month, dom, dow uint64 // bit sets of allowed values
@@ -60,7 +59,7 @@ func Parse(expr string) (*Schedule, error) {
 	if len(text) > 256 {
 		return nil, exprErr("the cron expression is longer than 256 characters")
 	}
-	s := &Schedule{text: expr}
+	s := &Schedule{}
 	if strings.HasPrefix(text, "@") {
 		lower := strings.ToLower(text)
 		if rest, ok := strings.CutPrefix(lower, "@every "); ok {
@@ -112,9 +111,6 @@ func Parse(expr string) (*Schedule, error) {
 	}
 	return s, nil
 }
-
-// String is the expression as given.
-func (s *Schedule) String() string { return s.text }
 
 // Every is the @every interval, or 0 for calendar expressions.
 func (s *Schedule) Every() time.Duration { return s.every }

@@ -290,16 +290,6 @@ type Env struct {
 	TrafficShift TrafficShift
 }
 
-// Queue returns the push-mode queue named name.
-func (e Env) Queue(name string) (Queue, bool) {
-	for _, q := range e.Queues {
-		if q.Name == name {
-			return q, true
-		}
-	}
-	return Queue{}, false
-}
-
 // Environments lists the names ForEnv accepts.
 var Environments = []string{"dev", "staging", "prod", "local"}
 
