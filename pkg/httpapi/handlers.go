@@ -247,20 +247,12 @@ func (a *api) listCrons(w http.ResponseWriter, r *http.Request, _ params) error 
 		enabled = &b
 	}
 	vs, err := a.crons.List(r.Context(), enabled)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"cron_jobs": vs, "crons": vs, "count": len(vs)})
-	return nil
+	return reply(w, map[string]any{"cron_jobs": vs, "crons": vs, "count": len(vs)}, err)
 }
 
 func (a *api) getCron(w http.ResponseWriter, r *http.Request, p params) error {
 	v, err := a.crons.Get(r.Context(), p["name"])
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"cron_job": v, "cron": v})
-	return nil
+	return reply(w, map[string]any{"cron_job": v, "cron": v}, err)
 }
 
 func (a *api) patchCron(w http.ResponseWriter, r *http.Request, p params) error {
@@ -269,20 +261,12 @@ func (a *api) patchCron(w http.ResponseWriter, r *http.Request, p params) error 
 		return err
 	}
 	v, err := a.crons.SetEnabled(r.Context(), p["name"], raw)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"cron_job": v, "cron": v})
-	return nil
+	return reply(w, map[string]any{"cron_job": v, "cron": v}, err)
 }
 
 func (a *api) deleteCron(w http.ResponseWriter, r *http.Request, p params) error {
 	v, err := a.crons.Delete(r.Context(), p["name"])
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"deleted": true, "name": v.Name, "cron": v})
-	return nil
+	return reply(w, map[string]any{"deleted": true, "name": v.Name, "cron": v}, err)
 }
 
 func (a *api) createWorkflow(w http.ResponseWriter, r *http.Request, _ params) error {
@@ -315,31 +299,19 @@ func (a *api) createWorkflow(w http.ResponseWriter, r *http.Request, _ params) e
 
 func (a *api) getWorkflow(w http.ResponseWriter, r *http.Request, p params) error {
 	v, err := a.wfs.Get(r.Context(), p["id"])
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"workflow": v})
-	return nil
+	return reply(w, map[string]any{"workflow": v}, err)
 }
 
 func (a *api) cancelWorkflow(w http.ResponseWriter, r *http.Request, p params) error {
 	v, err := a.wfs.Cancel(r.Context(), p["id"])
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"workflow": v})
-	return nil
+	return reply(w, map[string]any{"workflow": v}, err)
 }
 
 // retryWorkflow serves POST /workflows/{id}/retry: a failed or cancelled
 // workflow runs again from its failed steps.
 func (a *api) retryWorkflow(w http.ResponseWriter, r *http.Request, p params) error {
 	v, err := a.wfs.Retry(r.Context(), p["id"])
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"workflow": v})
-	return nil
+	return reply(w, map[string]any{"workflow": v}, err)
 }
 
 // withFields renders j and adds extra top-level fields.
@@ -423,11 +395,7 @@ func (a *api) pushBatch(w http.ResponseWriter, r *http.Request, _ params) error 
 
 func (a *api) info(w http.ResponseWriter, r *http.Request, p params) error {
 	j, err := a.jobs.Info(r.Context(), p["id"])
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"job": j})
-	return nil
+	return reply(w, map[string]any{"job": j}, err)
 }
 
 func (a *api) cancel(w http.ResponseWriter, r *http.Request, p params) error {
@@ -658,11 +626,7 @@ func (a *api) heartbeat(w http.ResponseWriter, r *http.Request, _ params) error 
 // workers serves GET /ojs/v1/admin/workers.
 func (a *api) workers(w http.ResponseWriter, r *http.Request, _ params) error {
 	ws, err := a.worker.Workers(r.Context())
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"items": ws, "pagination": map[string]any{"total": len(ws)}})
-	return nil
+	return reply(w, map[string]any{"items": ws, "pagination": map[string]any{"total": len(ws)}}, err)
 }
 
 // workerDirective serves POST /ojs/v1/admin/workers/{id}/quiet and
@@ -670,11 +634,7 @@ func (a *api) workers(w http.ResponseWriter, r *http.Request, _ params) error {
 func (a *api) workerDirective(directive string) func(http.ResponseWriter, *http.Request, params) error {
 	return func(w http.ResponseWriter, r *http.Request, p params) error {
 		wi, err := a.worker.SetWorkerDirective(r.Context(), p["id"], directive)
-		if err != nil {
-			return err
-		}
-		writeJSON(w, http.StatusOK, map[string]any{"worker": wi})
-		return nil
+		return reply(w, map[string]any{"worker": wi}, err)
 	}
 }
 
@@ -702,11 +662,7 @@ func (a *api) deadLetter(w http.ResponseWriter, r *http.Request, _ params) error
 		}
 	}
 	jobs, more, err := a.dead.List(r.Context(), q, limit)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"jobs": jobs, "pagination": map[string]any{"total": len(jobs), "limit": limit, "offset": 0, "has_more": more}})
-	return nil
+	return reply(w, map[string]any{"jobs": jobs, "pagination": map[string]any{"total": len(jobs), "limit": limit, "offset": 0, "has_more": more}}, err)
 }
 
 // deadBulk serves POST /dead-letter/retry and DELETE /dead-letter (a
@@ -780,20 +736,12 @@ func deadQueryBody(r *http.Request) ([]byte, error) {
 
 func (a *api) deadStats(w http.ResponseWriter, r *http.Request, _ params) error {
 	st, err := a.dead.Stats(r.Context())
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, st)
-	return nil
+	return reply(w, st, err)
 }
 
 func (a *api) deadJob(w http.ResponseWriter, r *http.Request, p params) error {
 	j, err := a.dead.Get(r.Context(), p["id"])
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"job": j})
-	return nil
+	return reply(w, map[string]any{"job": j}, err)
 }
 
 func (a *api) retryDead(w http.ResponseWriter, r *http.Request, p params) error {
@@ -806,11 +754,7 @@ func (a *api) retryDead(w http.ResponseWriter, r *http.Request, p params) error 
 		return err
 	}
 	j, err := a.dead.Retry(r.Context(), p["id"], o)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"job": j})
-	return nil
+	return reply(w, map[string]any{"job": j}, err)
 }
 
 func (a *api) deleteDead(w http.ResponseWriter, r *http.Request, p params) error {
@@ -823,11 +767,7 @@ func (a *api) deleteDead(w http.ResponseWriter, r *http.Request, p params) error
 
 func (a *api) queues(w http.ResponseWriter, r *http.Request, _ params) error {
 	qs, err := a.queueSvc.QueueStates(r.Context())
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"queues": qs, "pagination": map[string]any{"total": len(qs), "limit": len(qs), "offset": 0, "has_more": false}})
-	return nil
+	return reply(w, map[string]any{"queues": qs, "pagination": map[string]any{"total": len(qs), "limit": len(qs), "offset": 0, "has_more": false}}, err)
 }
 
 // queueStats serves GET /queues/{name}/stats: the counts both flat under
@@ -848,11 +788,7 @@ func (a *api) queueStats(w http.ResponseWriter, r *http.Request, p params) error
 func (a *api) pauseQueue(paused bool) func(http.ResponseWriter, *http.Request, params) error {
 	return func(w http.ResponseWriter, r *http.Request, p params) error {
 		st, err := a.queueSvc.SetPaused(r.Context(), p["name"], paused)
-		if err != nil {
-			return err
-		}
-		writeJSON(w, http.StatusOK, map[string]any{"queue": st, "status": st.Status, "paused_at": st.PausedAt})
-		return nil
+		return reply(w, map[string]any{"queue": st, "status": st.Status, "paused_at": st.PausedAt}, err)
 	}
 }
 

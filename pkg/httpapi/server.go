@@ -412,6 +412,16 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_, _ = w.Write(b)
 }
 
+// reply writes body with status 200, unless err is set: then it returns
+// err for the server to answer.
+func reply(w http.ResponseWriter, body any, err error) error {
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, body)
+	return nil
+}
+
 // readBody reads a POST body, mapping an oversize body to 413.
 func readBody(r *http.Request) ([]byte, error) {
 	b, err := io.ReadAll(r.Body)
