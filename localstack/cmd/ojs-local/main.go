@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -61,7 +62,7 @@ func run(addr, bin, logs, envName, token, demo, resetAddr string, log *slog.Logg
 	}
 	defer em.Stop()
 	for _, kv := range em.Env() {
-		k, v, _ := cut(kv)
+		k, v, _ := strings.Cut(kv, "=")
 		os.Setenv(k, v)
 	}
 	cfg, err := awsclient.Load(ctx)
@@ -130,13 +131,4 @@ func listenReset(addr string) (net.Listener, error) {
 		return nil, nil
 	}
 	return net.Listen("tcp", addr)
-}
-
-func cut(kv string) (string, string, bool) {
-	for i := 0; i < len(kv); i++ {
-		if kv[i] == '=' {
-			return kv[:i], kv[i+1:], true
-		}
-	}
-	return kv, "", false
 }
