@@ -99,24 +99,12 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if res.Binaries, err = Binaries(ctx, o.RootDir, o.BinDir, !o.SkipArm64); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(o.LogDir, 0o755); err != nil {
-		return nil, err
-	}
-	emLog, err := os.Create(filepath.Join(o.LogDir, "bench-emulators.log"))
-	if err != nil {
-		return nil, err
-	}
-	defer emLog.Close()
 	o.Logger.Info("starting the emulators")
-	em, err := emulator.Start(ctx, emulator.Options{Log: emLog})
+	em, err := emulator.StartLogged(ctx, o.LogDir, "bench-emulators.log")
 	if err != nil {
 		return nil, err
 	}
 	defer em.Stop()
-	for _, kv := range em.Env() {
-		k, v, _ := strings.Cut(kv, "=")
-		os.Setenv(k, v)
-	}
 	cfg, err := awsclient.Load(ctx)
 	if err != nil {
 		return nil, err

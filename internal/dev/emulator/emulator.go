@@ -42,7 +42,8 @@ type Emulators struct {
 	StreamIndexed bool
 
 	procs   []*exec.Cmd
-	dataDir string // DynamoDB Local's database directory in memory, or "" for -inMemory
+	logFile *os.File // StartLogged's log, closed by Stop
+	dataDir string   // DynamoDB Local's database directory in memory, or "" for -inMemory
 	once    sync.Once
 	mu      sync.Mutex
 	opts    Options
@@ -202,6 +203,31 @@ func Start(ctx context.Context, o Options) (*Emulators, error) {
 	return e, nil
 }
 
+// StartLogged is how the local stack's commands start the emulators:
+// their output goes to logDir/logName (logDir is created), and this
+// process's environment points AWS SDKs at them (Env). Stop closes the
+// log.
+func StartLogged(ctx context.Context, logDir, logName string) (*Emulators, error) {
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.Create(filepath.Join(logDir, logName))
+	if err != nil {
+		return nil, err
+	}
+	e, err := Start(ctx, Options{Log: f})
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	e.logFile = f
+	for _, kv := range e.Env() {
+		k, v, _ := strings.Cut(kv, "=")
+		os.Setenv(k, v)
+	}
+	return e, nil
+}
+
 func sqsCommand(o Options, port int) *exec.Cmd {
 	c := exec.Command("node", filepath.Join(o.Dir, "sqs-server.mjs"), fmt.Sprint(port))
 	c.Dir = o.Dir
@@ -286,6 +312,9 @@ func (e *Emulators) Stop() {
 		}
 		if e.dataDir != "" {
 			_ = os.RemoveAll(e.dataDir)
+		}
+		if e.logFile != nil {
+			_ = e.logFile.Close()
 		}
 	})
 }
