@@ -272,50 +272,14 @@ func Chunks(n int64) int64 {
 // items reported 6 units where INDEXES reports the table's 6 and the
 // indexes' 4), so the transactions' units were under-counted.
 func withCapacity(p any) any {
-	const mode = ddbtypes.ReturnConsumedCapacityIndexes
-	switch v := p.(type) {
-	case *dynamodb.GetItemInput:
-		c := *v
-		c.ReturnConsumedCapacity = mode
-		return &c
-	case *dynamodb.PutItemInput:
-		c := *v
-		c.ReturnConsumedCapacity = mode
-		return &c
-	case *dynamodb.UpdateItemInput:
-		c := *v
-		c.ReturnConsumedCapacity = mode
-		return &c
-	case *dynamodb.DeleteItemInput:
-		c := *v
-		c.ReturnConsumedCapacity = mode
-		return &c
-	case *dynamodb.QueryInput:
-		c := *v
-		c.ReturnConsumedCapacity = mode
-		return &c
-	case *dynamodb.ScanInput:
-		c := *v
-		c.ReturnConsumedCapacity = mode
-		return &c
-	case *dynamodb.BatchGetItemInput:
-		c := *v
-		c.ReturnConsumedCapacity = mode
-		return &c
-	case *dynamodb.BatchWriteItemInput:
-		c := *v
-		c.ReturnConsumedCapacity = mode
-		return &c
-	case *dynamodb.TransactWriteItemsInput:
-		c := *v
-		c.ReturnConsumedCapacity = mode
-		return &c
-	case *dynamodb.TransactGetItemsInput:
-		c := *v
-		c.ReturnConsumedCapacity = mode
-		return &c
+	mode := reflect.ValueOf(ddbtypes.ReturnConsumedCapacityIndexes)
+	if f, ok := field(p, "ReturnConsumedCapacity"); !ok || f.Type() != mode.Type() {
+		return p
 	}
-	return p
+	c := reflect.New(reflect.TypeOf(p).Elem())
+	c.Elem().Set(reflect.ValueOf(p).Elem())
+	c.Elem().FieldByName("ReturnConsumedCapacity").Set(mode)
+	return c.Interface()
 }
 
 type callFacts struct {
@@ -359,37 +323,26 @@ func describe(in, out any, err error) callFacts {
 		}
 	}
 	switch v := out.(type) {
-	case *dynamodb.GetItemOutput:
-		one(v.ConsumedCapacity)
-	case *dynamodb.PutItemOutput:
-		one(v.ConsumedCapacity)
-	case *dynamodb.UpdateItemOutput:
-		one(v.ConsumedCapacity)
-	case *dynamodb.DeleteItemOutput:
-		one(v.ConsumedCapacity)
-	case *dynamodb.QueryOutput:
-		one(v.ConsumedCapacity)
-	case *dynamodb.ScanOutput:
-		one(v.ConsumedCapacity)
-	case *dynamodb.BatchGetItemOutput:
-		cc = v.ConsumedCapacity
-	case *dynamodb.BatchWriteItemOutput:
-		cc = v.ConsumedCapacity
-	case *dynamodb.TransactWriteItemsOutput:
-		cc = v.ConsumedCapacity
-	case *dynamodb.TransactGetItemsOutput:
-		cc = v.ConsumedCapacity
 	case *sqs.ReceiveMessageOutput:
 		c.items = int64(len(v.Messages))
 		if len(v.Messages) == 0 {
 			c.empty = 1
 		}
 	default:
+		// A DynamoDB output's consumed capacity: one, or one per table.
+		if f, ok := field(out, "ConsumedCapacity"); ok {
+			switch x := f.Interface().(type) {
+			case *ddbtypes.ConsumedCapacity:
+				one(x)
+			case []ddbtypes.ConsumedCapacity:
+				cc = x
+			}
+		}
 		// DynamoDB Streams GetRecords, read by reflection so that the
 		// functions (which never read streams) do not link its client.
-		if n, ok := recordsLen(out); ok {
-			c.items = int64(n)
-			if n == 0 {
+		if f, ok := field(out, "Records"); ok && f.Kind() == reflect.Slice {
+			c.items = int64(f.Len())
+			if f.Len() == 0 {
 				c.empty = 1
 			}
 		}
@@ -566,18 +519,15 @@ func isWrite(in any) bool {
 	return false
 }
 
-// recordsLen is len(out.Records) for an output struct pointer with a
-// Records slice.
-func recordsLen(out any) (int, bool) {
-	v := reflect.ValueOf(out)
-	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
-		return 0, false
+// field is the named field of the struct v points to; ok is false when v
+// is not a pointer to a struct with that field.
+func field(v any, name string) (reflect.Value, bool) {
+	r := reflect.ValueOf(v)
+	if r.Kind() != reflect.Pointer || r.IsNil() || r.Elem().Kind() != reflect.Struct {
+		return reflect.Value{}, false
 	}
-	f := v.Elem().FieldByName("Records")
-	if !f.IsValid() || f.Kind() != reflect.Slice {
-		return 0, false
-	}
-	return f.Len(), true
+	f := r.Elem().FieldByName(name)
+	return f, f.IsValid()
 }
 
 func deref(p *float64) float64 {
