@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -253,11 +254,17 @@ func (s *Store) JobFinishedCheck(id string) *types.ConditionCheck {
 	return &types.ConditionCheck{TableName: &s.table, Key: JobKey(id),
 		ConditionExpression:      aws.String("attribute_not_exists(pk) OR #s IN (:c, :x, :d)"),
 		ExpressionAttributeNames: map[string]string{"#s": attrState},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":c": avS(string(job.Completed)), ":x": avS(string(job.Cancelled)),
-			":d": avS(string(job.Discarded))}}
+		ExpressionAttributeValues: map[string]types.AttributeValue{":c": AttrS(string(job.Completed)), ":x": AttrS(string(job.Cancelled)),
+			":d": AttrS(string(job.Discarded))}}
 }
 
-func avS(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
+// AttrS and AttrN are the string and number attribute values of v, for
+// the hand-written expressions of the aggregates' packages.
+func AttrS(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
+
+func AttrN(v int64) types.AttributeValue {
+	return &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)}
+}
 
 // BatchPut writes items to table with db, which must be a BatchWriter (an
 // error otherwise): BatchWriteItem requests of 25 items, eight at once,
