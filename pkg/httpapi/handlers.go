@@ -345,15 +345,11 @@ func (a *api) push(w http.ResponseWriter, r *http.Request, _ params) error {
 }
 
 func (a *api) pushBatch(w http.ResponseWriter, r *http.Request, _ params) error {
-	raw, err := readBody(r)
-	if err != nil {
-		return err
-	}
 	var req struct {
 		Jobs      []json.RawMessage `json:"jobs"`
 		Atomicity string            `json:"atomicity"`
 	}
-	if err := decodeObject(raw, &req); err != nil {
+	if err := readObject(r, &req); err != nil {
 		return err
 	}
 	if req.Jobs == nil {
@@ -439,12 +435,8 @@ func intParam(field string, raw json.RawMessage, lo, hi int64) (int64, error) {
 }
 
 func (a *api) fetch(w http.ResponseWriter, r *http.Request, _ params) error {
-	raw, err := readBody(r)
-	if err != nil {
-		return err
-	}
 	var req fetchRequest
-	if err := decodeObject(raw, &req); err != nil {
+	if err := readObject(r, &req); err != nil {
 		return err
 	}
 	count, err := intParam("count", req.Count, 1, lifecycle.MaxFetch)
@@ -480,17 +472,13 @@ func (a *api) fetch(w http.ResponseWriter, r *http.Request, _ params) error {
 }
 
 func (a *api) ack(w http.ResponseWriter, r *http.Request, _ params) error {
-	raw, err := readBody(r)
-	if err != nil {
-		return err
-	}
 	var req struct {
 		JobID    string          `json:"job_id"`
 		Result   json.RawMessage `json:"result"`
 		WorkerID string          `json:"worker_id"`
 		Attempt  json.RawMessage `json:"attempt"`
 	}
-	if err := decodeObject(raw, &req); err != nil {
+	if err := readObject(r, &req); err != nil {
 		return err
 	}
 	if req.JobID == "" {
@@ -517,10 +505,6 @@ func (a *api) ack(w http.ResponseWriter, r *http.Request, _ params) error {
 }
 
 func (a *api) nack(w http.ResponseWriter, r *http.Request, _ params) error {
-	raw, err := readBody(r)
-	if err != nil {
-		return err
-	}
 	var req struct {
 		JobID string `json:"job_id"`
 		Error *struct {
@@ -535,7 +519,7 @@ func (a *api) nack(w http.ResponseWriter, r *http.Request, _ params) error {
 		WorkerID string          `json:"worker_id"`
 		Attempt  json.RawMessage `json:"attempt"`
 	}
-	if err := decodeObject(raw, &req); err != nil {
+	if err := readObject(r, &req); err != nil {
 		return err
 	}
 	if req.JobID == "" {
@@ -565,10 +549,6 @@ func (a *api) nack(w http.ResponseWriter, r *http.Request, _ params) error {
 // worker protocol's (active_jobs as a count, active_job_ids as the list)
 // and the HTTP binding's (active_jobs as the list, or one job_id).
 func (a *api) heartbeat(w http.ResponseWriter, r *http.Request, _ params) error {
-	raw, err := readBody(r)
-	if err != nil {
-		return err
-	}
 	var req struct {
 		WorkerID            string          `json:"worker_id"`
 		State               string          `json:"state"`
@@ -581,7 +561,7 @@ func (a *api) heartbeat(w http.ResponseWriter, r *http.Request, _ params) error 
 		VisibilityTimeoutMS json.RawMessage `json:"visibility_timeout_ms"`
 		Shutdown            bool            `json:"shutdown"`
 	}
-	if err := decodeObject(raw, &req); err != nil {
+	if err := readObject(r, &req); err != nil {
 		return err
 	}
 	// ojs-graceful-shutdown.md's words for the same states: a draining

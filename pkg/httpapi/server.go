@@ -435,9 +435,13 @@ func readBody(r *http.Request) ([]byte, error) {
 	return b, nil
 }
 
-// decodeObject decodes a JSON object body into v; an empty or malformed
-// body is invalid_payload, wrong field types invalid_request.
-func decodeObject(raw []byte, v any) error {
+// readObject reads a JSON object body (readBody) into v; an empty or
+// malformed body is invalid_payload, wrong field types invalid_request.
+func readObject(r *http.Request, v any) error {
+	raw, err := readBody(r)
+	if err != nil {
+		return err
+	}
 	t := strings.TrimSpace(string(raw))
 	if t == "" {
 		return ojserr.New(ojserr.InvalidPayload, "The request body is empty; send a JSON object.").With("field", "body")
