@@ -25,6 +25,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -318,7 +319,7 @@ func describe(in, out any, err error) callFacts {
 		c.items = int64(len(v.Entries))
 	case *eventbridge.PutEventsInput:
 		for _, e := range v.Entries {
-			n := int64(len(awsString(e.Detail)) + len(awsString(e.DetailType)) + len(awsString(e.Source)))
+			n := int64(len(aws.ToString(e.Detail)) + len(aws.ToString(e.DetailType)) + len(aws.ToString(e.Source)))
 			c.items += Chunks(n)
 		}
 	}
@@ -392,7 +393,7 @@ var indexKeys = func() map[string]string {
 // an index projects count one unit or none here: what DynamoDB Local
 // reported is kept when it is larger.
 func txUnits(tx *dynamodb.TransactWriteItemsInput, x ddbtypes.ConsumedCapacity) float64 {
-	table := awsString(x.TableName)
+	table := aws.ToString(x.TableName)
 	items, byIndex := 0, map[string]int{}
 	for _, it := range tx.TransactItems {
 		var name *string
@@ -409,7 +410,7 @@ func txUnits(tx *dynamodb.TransactWriteItemsInput, x ddbtypes.ConsumedCapacity) 
 		case it.ConditionCheck != nil:
 			name = it.ConditionCheck.TableName
 		}
-		if table != "" && awsString(name) != table {
+		if table != "" && aws.ToString(name) != table {
 			continue
 		}
 		items++
@@ -432,7 +433,7 @@ func txUnits(tx *dynamodb.TransactWriteItemsInput, x ddbtypes.ConsumedCapacity) 
 // counted: it writes the index only if the item was in it, which the
 // request does not tell.
 func updateNames(u *ddbtypes.Update, attr string) bool {
-	expr := setClause(awsString(u.UpdateExpression))
+	expr := setClause(aws.ToString(u.UpdateExpression))
 	for placeholder, name := range u.ExpressionAttributeNames {
 		if name == attr && hasToken(expr, placeholder) {
 			return true
@@ -537,12 +538,6 @@ func deref(p *float64) float64 {
 	return *p
 }
 
-func awsString(p *string) string {
-	if p == nil {
-		return ""
-	}
-	return *p
-}
 
 // FileName is the file a process writes its snapshot to.
 func FileName(process string, pid int) string {
