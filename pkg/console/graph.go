@@ -3,7 +3,8 @@ package console
 import (
 	"fmt"
 	"html"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/wfdef"
@@ -194,11 +195,7 @@ func layout(m *workflow.ViewNode, path string, depth int) *block {
 	outX, outY := inner.outX, inner.outY
 	// A batch's callbacks follow its jobs: one column, joined at a point.
 	if cbs := m.Callbacks; len(cbs) > 0 {
-		names := make([]string, 0, len(cbs))
-		for n := range cbs {
-			names = append(names, n)
-		}
-		sort.Strings(names)
+		names := slices.Sorted(maps.Keys(cbs))
 		var cbBlocks []*block
 		for _, n := range names {
 			cm := cbs[n]

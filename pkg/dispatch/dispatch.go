@@ -14,6 +14,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -147,11 +149,7 @@ func ParseQueueURLs(s string) (map[string]string, error) {
 
 // Queues lists the push-mode queue names.
 func (d *Dispatcher) Queues() []string {
-	out := make([]string, 0, len(d.urls))
-	for q := range d.urls {
-		out = append(out, q)
-	}
-	return out
+	return slices.Collect(maps.Keys(d.urls))
 }
 
 func (d *Dispatcher) log() *slog.Logger {

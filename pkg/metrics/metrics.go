@@ -4,7 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"sort"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -121,12 +122,7 @@ func (q *QueueStats) latency(name string, from, to *time.Time) {
 
 // Queues returns the queues the batch touched, sorted.
 func (b *Batch) Queues() []string {
-	out := make([]string, 0, len(b.queues))
-	for name := range b.queues {
-		out = append(out, name)
-	}
-	sort.Strings(out)
-	return out
+	return slices.Sorted(maps.Keys(b.queues))
 }
 
 // Stats returns what the batch recorded for queue (nil if nothing).

@@ -13,7 +13,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/cron"
@@ -104,11 +105,7 @@ func (s *Sweeper) Sweep(ctx context.Context) (Result, error) {
 			resumed = append(resumed, qi)
 		}
 	}
-	queues := make([]string, 0, len(set))
-	for q := range set {
-		queues = append(queues, q)
-	}
-	sort.Strings(queues)
+	queues := slices.Sorted(maps.Keys(set))
 	limit := s.BatchSize
 	if limit <= 0 {
 		limit = 100
