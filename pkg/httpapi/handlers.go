@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"maps"
 	"math"
 	"net/http"
 	"strconv"
@@ -319,9 +320,7 @@ func withFields(j *job.Job, extra map[string]any) map[string]any {
 	b, _ := json.Marshal(j)
 	var m map[string]any
 	_ = json.Unmarshal(b, &m)
-	for k, v := range extra {
-		m[k] = v
-	}
+	maps.Copy(m, extra)
 	return m
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -49,9 +50,7 @@ func queueKey(name string) map[string]types.AttributeValue {
 
 // withAttrs adds attrs to key (an item to put).
 func withAttrs(key, attrs map[string]types.AttributeValue) map[string]types.AttributeValue {
-	for k, v := range attrs {
-		key[k] = v
-	}
+	maps.Copy(key, attrs)
 	return key
 }
 

@@ -12,6 +12,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"sort"
 	"strings"
 	"time"
@@ -557,17 +558,13 @@ func (p *parser) steps(rn rawNode) *Def {
 		delete(fields, "id")
 		delete(fields, "depends_on")
 		opts := map[string]json.RawMessage{}
-		for k, v := range defaults {
-			opts[k] = v
-		}
+		maps.Copy(opts, defaults)
 		if o, ok := fields["options"]; ok && !isNull(o) {
 			var own map[string]json.RawMessage
 			if json.Unmarshal(o, &own) != nil {
 				p.add(jp+".options", "must be an object")
 			}
-			for k, v := range own {
-				opts[k] = v
-			}
+			maps.Copy(opts, own)
 		}
 		if cb, ok := opts["callback_type"]; ok {
 			var name string

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -216,11 +217,7 @@ func (rt *Runtime) QueueURLs() map[string]string { return rt.queueURLs }
 func (rt *Runtime) Invocations() map[string]int {
 	rt.statsMu.Lock()
 	defer rt.statsMu.Unlock()
-	out := map[string]int{}
-	for k, v := range rt.stats {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(rt.stats)
 }
 
 // Restarts returns how many execution environments of each function were
@@ -239,11 +236,7 @@ func (rt *Runtime) Restarts() map[string]int {
 func (rt *Runtime) InvocationTime() map[string]time.Duration {
 	rt.statsMu.Lock()
 	defer rt.statsMu.Unlock()
-	out := map[string]time.Duration{}
-	for k, v := range rt.busy {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(rt.busy)
 }
 
 // InitTimes returns, per function, the init duration of each execution
