@@ -212,10 +212,7 @@ func layout(m *workflow.ViewNode, path string, depth int) *block {
 		if len(cbBlocks) > 0 {
 			col := column(cbBlocks)
 			x := w - pad + gapX
-			y := top + (inner.h-col.h)/2
-			if y < top {
-				y = top
-			}
+			y := max(top+(inner.h-col.h)/2, top)
 			placed := col.place(x, y)
 			out.add(placed)
 			out.edges = append(out.edges, Edge{outX, outY, placed.inX, placed.inY})

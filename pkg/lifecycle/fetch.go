@@ -76,12 +76,7 @@ func (s *Service) Fetch(ctx context.Context, r FetchRequest) ([]*job.Job, error)
 			return nil, err
 		}
 	}
-	if r.Count <= 0 {
-		r.Count = 1
-	}
-	if r.Count > MaxFetch {
-		r.Count = MaxFetch
-	}
+	r.Count = min(max(r.Count, 1), MaxFetch)
 	if r.MaxBytes <= 0 {
 		r.MaxBytes = DefaultFetchBytes
 	}

@@ -85,10 +85,7 @@ func (s *Service) Heartbeat(ctx context.Context, r HeartbeatRequest) (HeartbeatR
 	}
 	res := HeartbeatResult{Extended: []string{}, Cancelled: []string{}, State: WorkerRunning}
 	now := s.Now()
-	active := r.Active
-	if active < len(r.JobIDs) {
-		active = len(r.JobIDs)
-	}
+	active := max(r.Active, len(r.JobIDs))
 	w, err := s.qs.WorkerBeat(ctx, queue.WorkerInfo{ID: r.WorkerID, State: r.State, ActiveJobs: active, Hostname: r.Hostname, Queues: r.Queues,
 		Concurrency: r.Concurrency}, now)
 	if err != nil {

@@ -239,10 +239,7 @@ func (p Policy) CanRetry(attempt int) bool { return attempt < p.MaxAttempts }
 // Delay is the wait before the next attempt after attempt (1-based) failed.
 // rnd returns a uniform float in [0, 1); it is only called when Jitter is on.
 func (p Policy) Delay(attempt int, rnd func() float64) time.Duration {
-	n := attempt // retry number: retry 1 follows attempt 1
-	if n < 1 {
-		n = 1
-	}
+	n := max(attempt, 1) // retry number: retry 1 follows attempt 1
 	base := float64(p.InitialInterval)
 	var raw float64
 	switch p.Strategy {
@@ -260,15 +257,9 @@ func (p Policy) Delay(attempt int, rnd func() float64) time.Duration {
 		raw = maxD
 	}
 	if p.Jitter && rnd != nil {
-		raw *= 0.5 + rnd()
-		if raw > maxD {
-			raw = maxD
-		}
+		raw = min(raw*(0.5+rnd()), maxD)
 	}
-	if raw < 0 {
-		raw = 0
-	}
-	return time.Duration(raw)
+	return time.Duration(max(raw, 0))
 }
 
 // IsNonRetryable reports whether errType matches NonRetryableErrors: exactly,

@@ -110,9 +110,7 @@ func (f *Function) Start() error {
 	if f.Log == nil {
 		f.Log = io.Discard
 	}
-	if f.MaxConcurrency < f.Concurrency {
-		f.MaxConcurrency = f.Concurrency
-	}
+	f.MaxConcurrency = max(f.MaxConcurrency, f.Concurrency)
 	f.idle = make(chan *instance, f.MaxConcurrency)
 	f.started = time.Now()
 	for i := 0; i < f.Concurrency; i++ {
