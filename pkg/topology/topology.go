@@ -9,6 +9,7 @@ package topology
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -211,10 +212,8 @@ var StreamFilter = KeyFilter{Attribute: "sk", Equals: []string{"JOB", "WORKER"},
 
 // Keep reports whether a record with sort key sk passes the filter.
 func (f KeyFilter) Keep(sk string) bool {
-	for _, e := range f.Equals {
-		if sk == e {
-			return true
-		}
+	if slices.Contains(f.Equals, sk) {
+		return true
 	}
 	for _, p := range f.Prefixes {
 		if strings.HasPrefix(sk, p) {

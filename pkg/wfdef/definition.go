@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -378,14 +379,7 @@ func (p *parser) node(raw json.RawMessage, jp, tp string, index, depth int) *Def
 	return d
 }
 
-func isCallbackName(name string) bool {
-	for _, k := range Callbacks {
-		if k == name {
-			return true
-		}
-	}
-	return false
-}
+func isCallbackName(name string) bool { return slices.Contains(Callbacks, name) }
 
 func (p *parser) leaf(raw json.RawMessage, jp, tp string, index int) *Def {
 	p.jobs++

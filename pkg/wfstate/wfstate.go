@@ -22,6 +22,8 @@
 // writer checks it against this table first.
 package wfstate
 
+import "slices"
+
 // State is a workflow or node state. The string values are persisted.
 type State string
 
@@ -43,14 +45,7 @@ var transitions = map[State][]State{
 }
 
 // CanTransition reports whether from -> to is a valid transition.
-func CanTransition(from, to State) bool {
-	for _, s := range transitions[from] {
-		if s == to {
-			return true
-		}
-	}
-	return false
-}
+func CanTransition(from, to State) bool { return slices.Contains(transitions[from], to) }
 
 // Terminal reports whether s is completed, failed or cancelled (a failed
 // or cancelled workflow can be re-opened by a retry, but nothing moves it
