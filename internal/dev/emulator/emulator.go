@@ -221,10 +221,7 @@ func StartLogged(ctx context.Context, logDir, logName string) (*Emulators, error
 		return nil, err
 	}
 	e.logFile = f
-	for _, kv := range e.Env() {
-		k, v, _ := strings.Cut(kv, "=")
-		os.Setenv(k, v)
-	}
+	e.SetEnv()
 	return e, nil
 }
 
@@ -296,6 +293,14 @@ func (e *Emulators) Env() []string {
 		"AWS_ENDPOINT_URL_DYNAMODB_STREAMS=" + e.DynamoDBEndpoint,
 		"AWS_ENDPOINT_URL_SQS=" + e.SQSEndpoint,
 		"AWS_ACCESS_KEY_ID=local", "AWS_SECRET_ACCESS_KEY=local", "AWS_REGION=us-east-1",
+	}
+}
+
+// SetEnv points this process's AWS SDKs at the emulators (Env).
+func (e *Emulators) SetEnv() {
+	for _, kv := range e.Env() {
+		k, v, _ := strings.Cut(kv, "=")
+		os.Setenv(k, v)
 	}
 }
 
