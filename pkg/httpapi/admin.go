@@ -74,9 +74,10 @@ func pageParams(r *http.Request) (int, int, error) {
 	return page, per, nil
 }
 
-func (h *adminAPI) push() func(string) bool {
-	if h.api.queueSvc != nil {
-		return h.api.queueSvc.IsPush
+// isPush tells push-mode queues (nil without a queue service).
+func (a *api) isPush() func(string) bool {
+	if a.queueSvc != nil {
+		return a.queueSvc.IsPush
 	}
 	return nil
 }
@@ -86,12 +87,12 @@ func (h *adminAPI) queues(w http.ResponseWriter, r *http.Request, _ params) erro
 	if err != nil {
 		return err
 	}
-	l, err := h.ad.Queues(r.Context(), page, per, h.push())
+	l, err := h.ad.Queues(r.Context(), page, per, h.api.isPush())
 	return reply(w, l, err)
 }
 
 func (h *adminAPI) queue(w http.ResponseWriter, r *http.Request, p params) error {
-	q, err := h.ad.Queue(r.Context(), p["name"], h.push())
+	q, err := h.ad.Queue(r.Context(), p["name"], h.api.isPush())
 	return reply(w, q, err)
 }
 

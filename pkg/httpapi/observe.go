@@ -115,11 +115,7 @@ func (s *Server) addObservability(a *api, ad *admin.Service) {
 // the last five minutes and workers. They cost what GET /admin/queues
 // costs (docs/admin.md).
 func writeTableMetrics(r *http.Request, b *strings.Builder, a *api, ad *admin.Service) error {
-	var push func(string) bool
-	if a.queueSvc != nil {
-		push = a.queueSvc.IsPush
-	}
-	ql, err := ad.Queues(r.Context(), 1, 1<<20, push)
+	ql, err := ad.Queues(r.Context(), 1, 1<<20, a.isPush())
 	if err != nil {
 		return err
 	}
