@@ -13,6 +13,7 @@
 package console
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -85,9 +86,7 @@ func New(cfg Config) (*Console, error) {
 	if cfg.Admin == nil {
 		return nil, errors.New("console: Admin is required")
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	if cfg.Refresh <= 0 {
 		cfg.Refresh = time.Second
 	}
@@ -205,9 +204,7 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, name string, st
 		return
 	}
 	p.Auth = c.cfg.AuthToken != ""
-	if p.Flash == "" {
-		p.Flash = r.URL.Query().Get("flash")
-	}
+	p.Flash = cmp.Or(p.Flash, r.URL.Query().Get("flash"))
 	p.Refresh = c.cfg.Refresh.Milliseconds()
 	var b Builder
 	if r.Header.Get("X-Console-Fragment") != "" {

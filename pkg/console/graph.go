@@ -1,6 +1,7 @@
 package console
 
 import (
+	"cmp"
 	"fmt"
 	"html"
 	"maps"
@@ -246,9 +247,7 @@ func leaf(m *workflow.ViewNode, path string) *block {
 			n.Sub = fmt.Sprintf("attempt %d", *j.Attempt)
 		}
 	}
-	if n.State == "" {
-		n.State = "waiting"
-	}
+	n.State = cmp.Or(n.State, "waiting")
 	return &block{w: leafW, h: leafH, nodes: []Node{n}, inX: 0, inY: leafH / 2, outX: leafW, outY: leafH / 2}
 }
 

@@ -6,6 +6,7 @@
 package cron
 
 import (
+	"cmp"
 	"fmt"
 	"strconv"
 	"strings"
@@ -337,9 +338,7 @@ func (s *Schedule) Next(after time.Time, loc *time.Location) (time.Time, bool) {
 	if s.every > 0 {
 		return after.Add(s.every).Truncate(time.Millisecond), true
 	}
-	if loc == nil {
-		loc = time.UTC
-	}
+	loc = cmp.Or(loc, time.UTC)
 	local := after.In(loc)
 	y, m, d := local.Date()
 	day := time.Date(y, m, d, 12, 0, 0, 0, time.UTC).AddDate(0, 0, -1)

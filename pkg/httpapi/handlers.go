@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -136,12 +137,8 @@ var _ Crons = (*cron.Service)(nil)
 
 // New returns the OJS HTTP handler. wfs may be nil (no workflow routes).
 func New(svc Services, backend Backend, wfs Workflows, cfg Config) *Server {
-	if cfg.Version == "" {
-		cfg.Version = job.SpecVersion
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.Version = cmp.Or(cfg.Version, job.SpecVersion)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}

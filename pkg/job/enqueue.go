@@ -2,6 +2,7 @@ package job
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -124,9 +125,7 @@ func ParseEnqueue(raw []byte, now time.Time) (*Enqueue, error) {
 		}
 	}
 	opts := req.Options
-	if opts == nil {
-		opts = &options{}
-	}
+	opts = cmp.Or(opts, &options{})
 	j := &Job{Extra: extra}
 
 	if req.SpecVersion != nil && *req.SpecVersion != SpecVersion {
@@ -339,9 +338,7 @@ func strictDecode(b []byte, v any) error {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
 			field := te.Field
-			if field == "" {
-				field = "body"
-			}
+			field = cmp.Or(field, "body")
 			return ojserr.Invalid(field, "The '%s' field has the wrong type: expected %s.", field, te.Type.String()).With("received", te.Value)
 		}
 		return payloadError("The request body is not valid JSON.")

@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -67,9 +68,7 @@ const (
 func (s *Service) decide(j *job.Job, in ErrorInput, now time.Time) store.Failure {
 	typ := in.errorType()
 	msg := in.Message
-	if msg == "" {
-		msg = "The handler failed without a message."
-	}
+	msg = cmp.Or(msg, "The handler failed without a message.")
 	info := job.ErrorInfo{Type: truncate(typ, 1024), Code: truncate(in.Code, 1024), Message: truncate(msg, 4096), Retryable: in.Retryable,
 		Details: in.Details, Attempt: j.Attempt, Timestamp: job.Timestamp(now)}
 	// At most 50 lines of 1 KiB: an unbounded backtrace made the job item

@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"io"
@@ -132,9 +133,7 @@ func (b *Batch) Stats(queue string) *QueueStats { return b.queues[queue] }
 // per queue, plus one more per further MaxValues latency values. env is
 // the Environment dimension and at the metrics' timestamp.
 func (b *Batch) Documents(env string, at time.Time) [][]byte {
-	if env == "" {
-		env = DefaultEnvironment
-	}
+	env = cmp.Or(env, DefaultEnvironment)
 	var out [][]byte
 	for _, name := range b.Queues() {
 		q := b.queues[name]

@@ -5,6 +5,7 @@ package retry
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -160,9 +161,7 @@ func Parse(raw json.RawMessage) (Policy, error) {
 		}
 	}
 	s := w.BackoffStrategy
-	if s == nil {
-		s = w.BackoffStrategyAlias
-	}
+	s = cmp.Or(s, w.BackoffStrategyAlias)
 	if s != nil {
 		switch Strategy(strings.ToLower(*s)) {
 		case Exponential:

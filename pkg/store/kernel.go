@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -187,9 +188,7 @@ func Parallel(ctx context.Context, n, conc int, f func(context.Context, int) err
 			if err := SliceOver(ctx); err != nil {
 				<-sem
 				mu.Lock()
-				if first == nil {
-					first = err
-				}
+				first = cmp.Or(first, err)
 				mu.Unlock()
 				break
 			}
@@ -199,9 +198,7 @@ func Parallel(ctx context.Context, n, conc int, f func(context.Context, int) err
 			defer func() { <-sem; wg.Done() }()
 			if err := f(ctx, i); err != nil {
 				mu.Lock()
-				if first == nil {
-					first = err
-				}
+				first = cmp.Or(first, err)
 				mu.Unlock()
 			}
 		}(i)

@@ -10,6 +10,7 @@ package wfdef
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -648,9 +649,7 @@ func (p *parser) steps(rn rawNode) *Def {
 		}
 		for _, s := range cbs {
 			cb := s.callback
-			if cb == "" {
-				cb = strings.ReplaceAll(s.id, "-", "_")
-			}
+			cb = cmp.Or(cb, strings.ReplaceAll(s.id, "-", "_"))
 			if root.Callbacks[cb] != nil {
 				p.add(s.jp, fmt.Sprintf("a second %s callback", cb))
 				continue

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -124,9 +125,7 @@ func (p *Processor) processOne(ctx context.Context, m Message) error {
 		lease = time.Until(dl) + stopMargin
 	}
 	workerID := p.WorkerID
-	if workerID == "" {
-		workerID = "lambda"
-	}
+	workerID = cmp.Or(workerID, "lambda")
 	d, err := p.Service.ClaimDelivered(ctx, p.Items, env, workerID, lease)
 	if err != nil {
 		return fmt.Errorf("claim job %s: %w", env.ID, err)
@@ -241,9 +240,7 @@ func (p *Processor) run(ctx context.Context, j *job.Job) error {
 // changes nothing.
 func (p *Processor) watch(ctx context.Context, j *job.Job, stop context.CancelCauseFunc) {
 	every := p.CancelPoll
-	if every == 0 {
-		every = DefaultCancelPoll
-	}
+	every = cmp.Or(every, DefaultCancelPoll)
 	if every < 0 {
 		return
 	}

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -89,9 +90,7 @@ type bencher struct {
 // Run starts the emulators and the local runtime on free ports, runs every
 // phase, and returns the result; everything it started is stopped.
 func Run(ctx context.Context, o Options) (*Result, error) {
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	}
+	o.Logger = cmp.Or(o.Logger, slog.New(slog.NewJSONHandler(os.Stderr, nil)))
 	res := &Result{StartedAt: time.Now().UTC(), Settings: o.Settings, Prices: USEast1.Table(),
 		Machine: Machine{CPUs: runtime.NumCPU(), OS: runtime.GOOS, Arch: runtime.GOARCH, GoVersion: runtime.Version()}}
 	begin := time.Now()

@@ -12,6 +12,7 @@
 package callstats
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -538,7 +539,6 @@ func deref(p *float64) float64 {
 	return *p
 }
 
-
 // FileName is the file a process writes its snapshot to.
 func FileName(process string, pid int) string {
 	return fmt.Sprintf("%s-%d.json", strings.NewReplacer("/", "_", " ", "_").Replace(process), pid)
@@ -626,9 +626,7 @@ func FromEnv() *Recorder {
 	}
 	procOnce.Do(func() {
 		name := os.Getenv("AWS_LAMBDA_FUNCTION_NAME")
-		if name == "" {
-			name = filepath.Base(os.Args[0])
-		}
+		name = cmp.Or(name, filepath.Base(os.Args[0]))
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return
 		}

@@ -7,6 +7,7 @@ package emulator
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -126,9 +127,7 @@ func jarDir(dir string) (string, error) {
 // Start installs (if needed) and starts both emulators and waits until they
 // answer. The context bounds the start only; Stop ends the processes.
 func Start(ctx context.Context, o Options) (*Emulators, error) {
-	if o.Log == nil {
-		o.Log = io.Discard
-	}
+	o.Log = cmp.Or(o.Log, io.Discard)
 	if o.Dir == "" {
 		d, err := FindDir()
 		if err != nil {

@@ -11,6 +11,7 @@
 package localrt
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -117,12 +118,8 @@ func Start(ctx context.Context, cfg Config) (*Runtime, error) {
 	if cfg.APIMaxConcurrency <= 0 {
 		cfg.APIMaxConcurrency = max(cfg.Concurrency, DefaultAPIMaxConcurrency)
 	}
-	if cfg.Table == "" {
-		cfg.Table = cfg.Env.Prefix + "-jobs"
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.Table = cmp.Or(cfg.Table, cfg.Env.Prefix+"-jobs")
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	rt := &Runtime{cfg: cfg, log: cfg.Logger, fns: map[string]*Function{}, stats: map[string]int{}, busy: map[string]time.Duration{}}
 	if err := rt.provision(ctx); err != nil {
 		return nil, err
@@ -331,9 +328,7 @@ func Provision(ctx context.Context, cfg aws.Config, env topology.Env, table stri
 
 func (rt *Runtime) serveAPI() error {
 	addr := rt.cfg.APIAddr
-	if addr == "" {
-		addr = "127.0.0.1:8080"
-	}
+	addr = cmp.Or(addr, "127.0.0.1:8080")
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", addr, err)
