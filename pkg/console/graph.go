@@ -108,12 +108,7 @@ func isComposite(m *workflow.ViewNode) bool {
 }
 
 // stepID is a step's id: its own "id", else its path.
-func stepID(m *workflow.ViewNode, path string) string {
-	if m.ID != "" {
-		return m.ID
-	}
-	return path
-}
+func stepID(m *workflow.ViewNode, path string) string { return cmp.Or(m.ID, path) }
 
 // Layout lays out a workflow view (the "workflow" object of GET
 // /ojs/v1/workflows/{id}).

@@ -2,6 +2,7 @@ package cron
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -74,12 +75,7 @@ type Service struct {
 	HeldRecheck time.Duration
 }
 
-func (s *Service) log() *slog.Logger {
-	if s.Logger != nil {
-		return s.Logger
-	}
-	return slog.Default()
-}
+func (s *Service) log() *slog.Logger { return cmp.Or(s.Logger, slog.Default()) }
 
 // registration is the POST /ojs/v1/cron body. Both shapes are accepted:
 // ojs-cron.md's (cron, type, args, options at the top level) and the

@@ -9,6 +9,7 @@
 package dispatch
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -152,12 +153,7 @@ func (d *Dispatcher) Queues() []string {
 	return slices.Collect(maps.Keys(d.urls))
 }
 
-func (d *Dispatcher) log() *slog.Logger {
-	if d.Logger != nil {
-		return d.Logger
-	}
-	return slog.Default()
-}
+func (d *Dispatcher) log() *slog.Logger { return cmp.Or(d.Logger, slog.Default()) }
 
 // entry is one message to send with the job it stands for.
 type entry struct {

@@ -43,10 +43,7 @@ func (in ErrorInput) errorType() string {
 	if len(in.Details) > 0 && json.Unmarshal(in.Details, &d) == nil && d.ErrorClass != "" {
 		return d.ErrorClass
 	}
-	if in.Code != "" {
-		return in.Code
-	}
-	return "handler_error"
+	return cmp.Or(in.Code, "handler_error")
 }
 
 // Handler response codes (ojs-retry.md section 7).

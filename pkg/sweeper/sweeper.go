@@ -9,6 +9,7 @@
 package sweeper
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -335,9 +336,4 @@ func (s *Sweeper) Handler(tick time.Duration) func(ctx context.Context) (Result,
 	}
 }
 
-func (s *Sweeper) logger() *slog.Logger {
-	if s.Logger != nil {
-		return s.Logger
-	}
-	return slog.Default()
-}
+func (s *Sweeper) logger() *slog.Logger { return cmp.Or(s.Logger, slog.Default()) }

@@ -103,12 +103,7 @@ func messageJobID(body []byte) string {
 	return env.ID
 }
 
-func (p *Processor) log() *slog.Logger {
-	if p.Logger != nil {
-		return p.Logger
-	}
-	return slog.Default()
-}
+func (p *Processor) log() *slog.Logger { return cmp.Or(p.Logger, slog.Default()) }
 
 func (p *Processor) processOne(ctx context.Context, m Message) error {
 	// The body is a dispatch.Message (a whole envelope, as sent before
