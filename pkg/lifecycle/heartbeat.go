@@ -4,13 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"sync"
 	"time"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
+	"golang.org/x/sync/errgroup"
 )
 
 // HeartbeatRequest is a worker's BEAT (ojs-worker-protocol.md 4.2).
@@ -107,17 +107,15 @@ func (s *Service) Heartbeat(ctx context.Context, r HeartbeatRequest) (HeartbeatR
 		err       error
 	}
 	beats := make([]beat, len(r.JobIDs))
-	sem := make(chan struct{}, writeParallel)
-	var wg sync.WaitGroup
+	var g errgroup.Group
+	g.SetLimit(writeParallel)
 	for i, id := range r.JobIDs {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
+		g.Go(func() error {
 			beats[i].j, beats[i].cancelled, beats[i].err = s.extend(ctx, id, r.WorkerID, until, now)
-		}()
+			return nil
+		})
 	}
-	wg.Wait()
+	_ = g.Wait()
 	for i, b := range beats {
 		if b.err != nil {
 			return HeartbeatResult{}, ojserr.Backend(b.err)

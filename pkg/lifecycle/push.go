@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
+	"golang.org/x/sync/errgroup"
 )
 
 // Push validates and creates one job.
@@ -130,18 +130,15 @@ func (s *Service) createChunked(ctx context.Context, jobs []*job.Job, sizes []in
 	starts := txChunks(sizes)
 	n := len(starts) - 1
 	errs := make([]error, n)
-	sem := make(chan struct{}, 4)
-	var wg sync.WaitGroup
-	for c := 0; c < n; c++ {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func(c int) {
-			defer wg.Done()
-			defer func() { <-sem }()
+	var g errgroup.Group
+	g.SetLimit(4)
+	for c := range n {
+		g.Go(func() error {
 			errs[c] = s.st.Create(ctx, jobs[starts[c]:starts[c+1]], s.redel)
-		}(c)
+			return nil
+		})
 	}
-	wg.Wait()
+	_ = g.Wait()
 	var created []*job.Job
 	var pe PartialError
 	for c, err := range errs {
