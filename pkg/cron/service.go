@@ -146,8 +146,7 @@ func ParseRegistration(raw []byte, now time.Time) (*Spec, error) {
 	}
 	var r registration
 	if err := json.Unmarshal(raw, &r); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
+		if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
 			return nil, ojserr.Invalid(te.Field, "The '%s' field has the wrong type: expected %s.", te.Field, te.Type.String())
 		}
 		return nil, ojserr.Invalid("body", "The cron schedule is not valid: %v.", err)

@@ -283,8 +283,7 @@ func (s *Service) List(ctx context.Context, queue string, limit int) (jobs []*jo
 }
 
 func deadError(err error, id string) error {
-	var ce *store.ConflictError
-	if errors.As(err, &ce) {
+	if ce, ok := errors.AsType[*store.ConflictError](err); ok {
 		return notDead(id, ce.Current.State)
 	}
 	return store.APIError(err, id, "retry")

@@ -93,8 +93,7 @@ func (t table) claimPruneRun(ctx context.Context, now, next time.Time) (int64, b
 		ReturnValues:                        types.ReturnValueUpdatedNew,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	var ccf *types.ConditionalCheckFailedException
-	if errors.As(err, &ccf) {
+	if ccf, ok := errors.AsType[*types.ConditionalCheckFailedException](err); ok {
 		var cur PruneRun
 		_ = attributevalue.UnmarshalMap(ccf.Item, &cur)
 		return 0, false, time.UnixMilli(cur.NextAt).UTC(), nil

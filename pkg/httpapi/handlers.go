@@ -366,8 +366,7 @@ func (a *api) pushBatch(w http.ResponseWriter, r *http.Request, _ params) error 
 		raws[i] = j
 	}
 	jobs, err := a.jobs.PushBatch(r.Context(), raws)
-	var pe *lifecycle.PartialError
-	if errors.As(err, &pe) {
+	if pe, ok := errors.AsType[*lifecycle.PartialError](err); ok {
 		status := http.StatusMultiStatus
 		if len(jobs) == 0 {
 			status = http.StatusUnprocessableEntity

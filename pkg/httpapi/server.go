@@ -422,8 +422,7 @@ func reply(w http.ResponseWriter, body any, err error) error {
 // readBody reads a POST body, mapping an oversize body to 413.
 func readBody(r *http.Request) ([]byte, error) {
 	b, err := io.ReadAll(r.Body)
-	var mbe *http.MaxBytesError
-	if errors.As(err, &mbe) {
+	if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 		return nil, ojserr.Newf(ojserr.PayloadTooLarge, "The request body exceeds %d bytes.", MaxBodyBytes).With("max_bytes", MaxBodyBytes)
 	}
 	if err != nil {
@@ -450,8 +449,7 @@ func readObject(r *http.Request, v any) error {
 		return ojserr.Invalid("body", "The request body must be a JSON object.")
 	}
 	if err := jsoncase.Unmarshal(raw, v); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
+		if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
 			return ojserr.Invalid(te.Field, "The '%s' field has the wrong type: expected %s.", te.Field, te.Type.String())
 		}
 		return ojserr.Invalid("body", "The request body does not match the expected shape.")

@@ -322,8 +322,7 @@ func parseRetry(raw json.RawMessage) (retry.Policy, error) {
 	}
 	p, err := retry.Parse(raw)
 	if err != nil {
-		var fe *retry.FieldError
-		if errors.As(err, &fe) {
+		if fe, ok := errors.AsType[*retry.FieldError](err); ok {
 			e := ojserr.Newf(ojserr.ValidationError, "Invalid retry policy: %s.", err.Error()).With("field", "retry."+fe.Field)
 			e.Type = "validation_error"
 			return p, e
@@ -335,8 +334,7 @@ func parseRetry(raw json.RawMessage) (retry.Policy, error) {
 
 func strictDecode(b []byte, v any) error {
 	if err := jsoncase.Unmarshal(b, v); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
+		if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
 			field := te.Field
 			field = cmp.Or(field, "body")
 			return ojserr.Invalid(field, "The '%s' field has the wrong type: expected %s.", field, te.Type.String()).With("received", te.Value)

@@ -504,8 +504,7 @@ func (s *Service) expire(ctx context.Context, j *job.Job, now time.Time) error {
 	if err == nil {
 		s.finished(ctx, expired)
 	}
-	var ce *store.ConflictError
-	if err != nil && !errors.As(err, &ce) && !errors.Is(err, store.ErrNotFound) {
+	if _, ok := errors.AsType[*store.ConflictError](err); err != nil && !ok && !errors.Is(err, store.ErrNotFound) {
 		return err
 	}
 	if err == nil {

@@ -178,8 +178,7 @@ func (s *Service) nack(ctx context.Context, id string, in ErrorInput, attempt in
 			t = t.HeldBy(workerID)
 		}
 		j, err := s.st.Apply(ctx, t)
-		var ce *store.ConflictError
-		if errors.As(err, &ce) {
+		if _, ok := errors.AsType[*store.ConflictError](err); ok {
 			continue // a heartbeat or lease change raced us; read again
 		}
 		if err != nil {

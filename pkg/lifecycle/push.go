@@ -15,8 +15,7 @@ import (
 func (s *Service) Push(ctx context.Context, raw []byte) (*job.Job, error) {
 	jobs, err := s.PushBatch(ctx, [][]byte{raw})
 	if err != nil {
-		var oe *ojserr.Error
-		if errors.As(err, &oe) {
+		if oe, ok := errors.AsType[*ojserr.Error](err); ok {
 			delete(oe.Details, "index")
 		}
 		return nil, err
@@ -98,8 +97,7 @@ func createChunkError(err error, offset int) *ojserr.Error {
 	if oe, ok := asTooLarge(err); ok {
 		return oe
 	}
-	var dup *store.DuplicateError
-	if errors.As(err, &dup) {
+	if dup, ok := errors.AsType[*store.DuplicateError](err); ok {
 		return ojserr.Newf(ojserr.Duplicate, "A job with id '%s' already exists.", dup.ID).With("existing_job_id", dup.ID).With("index", offset+dup.Index)
 	}
 	return ojserr.Backend(err)

@@ -262,8 +262,7 @@ func (s *Store) ClearRedeliver(ctx context.Context, name, token string) error {
 	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table, Key: queueKey(name),
 		UpdateExpression: aws.String("REMOVE redeliver"), ConditionExpression: aws.String("redeliver = :t"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":t": &types.AttributeValueMemberS{Value: token}}})
-	var ccf *types.ConditionalCheckFailedException
-	if err != nil && !errors.As(err, &ccf) {
+	if _, ok := errors.AsType[*types.ConditionalCheckFailedException](err); err != nil && !ok {
 		return fmt.Errorf("clear redelivery of queue %s: %w", name, err)
 	}
 	return nil
@@ -284,8 +283,7 @@ func (s *Store) EnsureQueue(ctx context.Context, name string, now time.Time) err
 		}),
 		ConditionExpression: aws.String("attribute_not_exists(pk)"),
 	})
-	var ccf *types.ConditionalCheckFailedException
-	if err != nil && !errors.As(err, &ccf) {
+	if _, ok := errors.AsType[*types.ConditionalCheckFailedException](err); err != nil && !ok {
 		return fmt.Errorf("register queue %s: %w", name, err)
 	}
 	return nil

@@ -155,8 +155,7 @@ func (s *Store) DeleteWorker(ctx context.Context, id string, staleBefore time.Ti
 		ConditionExpression:                 aws.String("attribute_exists(pk) AND (attribute_not_exists(due_at) OR due_at < :cut)"),
 		ExpressionAttributeValues:           map[string]types.AttributeValue{":cut": store.AttrN(staleBefore.UnixMilli())},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld})
-	var ccf *types.ConditionalCheckFailedException
-	if errors.As(err, &ccf) {
+	if ccf, ok := errors.AsType[*types.ConditionalCheckFailedException](err); ok {
 		if len(ccf.Item) == 0 {
 			return store.ErrNotFound
 		}

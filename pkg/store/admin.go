@@ -459,8 +459,7 @@ func (s *Store) deleteInState(ctx context.Context, id string, state job.State) e
 		ExpressionAttributeValues:           map[string]types.AttributeValue{":s": AttrS(string(state))},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	var ccf *types.ConditionalCheckFailedException
-	if errors.As(err, &ccf) {
+	if ccf, ok := errors.AsType[*types.ConditionalCheckFailedException](err); ok {
 		if len(ccf.Item) == 0 {
 			return ErrNotFound
 		}

@@ -126,8 +126,7 @@ func (s *Store) Create(ctx context.Context, jobs []*job.Job, redeliverAfter time
 	if len(puts) == 1 {
 		_, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &s.table, Item: puts[0].Item, ConditionExpression: puts[0].ConditionExpression,
 			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld})
-		var ccf *types.ConditionalCheckFailedException
-		if errors.As(err, &ccf) {
+		if ccf, ok := errors.AsType[*types.ConditionalCheckFailedException](err); ok {
 			if old, ok := ccf.Item[attrWriteToken].(*types.AttributeValueMemberS); ok && old.Value == tok {
 				return nil
 			}
@@ -265,8 +264,7 @@ func (s *Store) Apply(ctx context.Context, t Transition) (*job.Job, error) {
 		ReturnValues:                        types.ReturnValueAllNew,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	var ccf *types.ConditionalCheckFailedException
-	if errors.As(err, &ccf) {
+	if ccf, ok := errors.AsType[*types.ConditionalCheckFailedException](err); ok {
 		if len(ccf.Item) == 0 {
 			return nil, ErrNotFound
 		}
@@ -409,8 +407,7 @@ func (s *Store) applyChunk(ctx context.Context, ts []Transition, pending []int, 
 			continue
 		}
 		_, err := s.Apply(ctx, ts[i])
-		var ce *ConflictError
-		if err != nil && !errors.As(err, &ce) && !errors.Is(err, ErrNotFound) {
+		if _, ok := errors.AsType[*ConflictError](err); err != nil && !ok && !errors.Is(err, ErrNotFound) {
 			return err
 		}
 		errs[i] = err

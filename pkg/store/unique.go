@@ -111,8 +111,7 @@ func (s *Store) ReviveUnique(ctx context.Context, t Transition, key string, now 
 			UpdateExpression: aws.String("SET job_id = :me"), ConditionExpression: aws.String(cond), ExpressionAttributeValues: vals}},
 	}
 	_, err = s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: tx})
-	var tce *types.TransactionCanceledException
-	if errors.As(err, &tce) && len(tce.CancellationReasons) == 2 {
+	if tce, ok := errors.AsType[*types.TransactionCanceledException](err); ok && len(tce.CancellationReasons) == 2 {
 		r := tce.CancellationReasons
 		if aws.ToString(r[0].Code) == "ConditionalCheckFailed" {
 			if len(r[0].Item) == 0 {

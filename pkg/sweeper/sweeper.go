@@ -261,8 +261,7 @@ func (s *Sweeper) redeliver(ctx context.Context, items []store.Item, paused bool
 			continue
 		}
 		if _, err := s.Store.Apply(ctx, store.Redelivered(it.Job.ID, it.DueAt, now.Add(recheckIn(it.Job, now, s.Service.RedeliverAfter())))); err != nil {
-			var ce *store.ConflictError
-			if !errors.As(err, &ce) && !errors.Is(err, store.ErrNotFound) {
+			if _, ok := errors.AsType[*store.ConflictError](err); !ok && !errors.Is(err, store.ErrNotFound) {
 				return len(ds), err
 			}
 		}

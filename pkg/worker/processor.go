@@ -310,8 +310,7 @@ func recordErr(err error) error {
 	if err == nil || ojserr.Is(err, ojserr.Conflict) || ojserr.Is(err, ojserr.NotFound) {
 		return nil
 	}
-	var oe *ojserr.Error
-	if errors.As(err, &oe) && oe.Status() < 500 {
+	if oe, ok := errors.AsType[*ojserr.Error](err); ok && oe.Status() < 500 {
 		return nil
 	}
 	return err

@@ -352,8 +352,7 @@ func (rt *Runtime) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	payload, _ := json.Marshal(ev)
 	out, err := rt.Invoke(r.Context(), topology.FunctionAPI, payload)
-	var tooLarge *RequestTooLargeError
-	if errors.As(err, &tooLarge) {
+	if tooLarge, ok := errors.AsType[*RequestTooLargeError](err); ok {
 		// The event (the body as a JSON string, headers and all) passes
 		// Lambda's 6 MB: API Gateway answers 413 without running the api
 		// function.
