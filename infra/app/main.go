@@ -42,6 +42,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"regexp"
@@ -100,9 +101,7 @@ func readConfig(get, getenv func(string) string) (config, error) {
 		AuthToken: get("authToken"),
 		JWTIssuer: get("jwtIssuer"),
 	}
-	if c.Env == "" {
-		c.Env = "dev"
-	}
+	c.Env = cmp.Or(c.Env, "dev")
 	// -c key=value, else environments.<env>.<key> from cdk.json.
 	perEnv := func(key string) string {
 		if v := get(key); v != "" {
@@ -119,12 +118,8 @@ func readConfig(get, getenv func(string) string) (config, error) {
 				"the credentials' own account and region are not used for %s", c.Env, c.Env, c.Env, c.Env)
 		}
 	} else {
-		if c.Account == "" {
-			c.Account = getenv("CDK_DEFAULT_ACCOUNT")
-		}
-		if c.Region == "" {
-			c.Region = getenv("CDK_DEFAULT_REGION")
-		}
+		c.Account = cmp.Or(c.Account, getenv("CDK_DEFAULT_ACCOUNT"))
+		c.Region = cmp.Or(c.Region, getenv("CDK_DEFAULT_REGION"))
 	}
 	if c.Account != "" && !accountPattern.MatchString(c.Account) {
 		return config{}, fmt.Errorf("account %q: want a 12-digit AWS account id", c.Account)
@@ -132,9 +127,7 @@ func readConfig(get, getenv func(string) string) (config, error) {
 	if c.Region != "" && !regionPattern.MatchString(c.Region) {
 		return config{}, fmt.Errorf("region %q is not an AWS region name (like eu-west-1)", c.Region)
 	}
-	if c.Arch == "" {
-		c.Arch = "arm64"
-	}
+	c.Arch = cmp.Or(c.Arch, "arm64")
 	if c.Arch != "arm64" && c.Arch != "x86_64" {
 		return config{}, fmt.Errorf("context arch=%q: want arm64 or x86_64", c.Arch)
 	}

@@ -1,6 +1,7 @@
 package ojsconstruct
 
 import (
+	"cmp"
 	"fmt"
 	"path/filepath"
 	"time"
@@ -110,9 +111,7 @@ type OJSServerless struct {
 // settings CloudFormation cannot express (for example a visibility timeout
 // that is not whole seconds), or a missing <AssetRoot>/<function>/bootstrap.
 func NewOJSServerless(scope constructs.Construct, id string, props *Props) (*OJSServerless, error) {
-	if props == nil {
-		props = &Props{}
-	}
+	props = cmp.Or(props, &Props{})
 	p, err := props.withDefaults()
 	if err != nil {
 		return nil, err

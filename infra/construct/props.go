@@ -1,6 +1,7 @@
 package ojsconstruct
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -133,24 +134,14 @@ var (
 // naming the first invalid setting. It runs before any construct is
 // created, so an invalid Props never leaves a half-built tree behind.
 func (p Props) withDefaults() (Props, error) {
-	if p.AssetRoot == "" {
-		p.AssetRoot = DefaultAssetRoot
-	}
+	p.AssetRoot = cmp.Or(p.AssetRoot, DefaultAssetRoot)
 	if p.Architecture == nil {
 		p.Architecture = awslambda.Architecture_ARM_64()
 	}
-	if p.LogLevel == "" {
-		p.LogLevel = DefaultLogLevel
-	}
-	if p.Frontend == "" {
-		p.Frontend = FrontendHTTPAPI
-	}
-	if p.IteratorAgeAlarmThreshold == 0 {
-		p.IteratorAgeAlarmThreshold = DefaultIteratorAgeAlarmThreshold
-	}
-	if p.QueueAgeAlarmThreshold == 0 {
-		p.QueueAgeAlarmThreshold = DefaultQueueAgeAlarmThreshold
-	}
+	p.LogLevel = cmp.Or(p.LogLevel, DefaultLogLevel)
+	p.Frontend = cmp.Or(p.Frontend, FrontendHTTPAPI)
+	p.IteratorAgeAlarmThreshold = cmp.Or(p.IteratorAgeAlarmThreshold, DefaultIteratorAgeAlarmThreshold)
+	p.QueueAgeAlarmThreshold = cmp.Or(p.QueueAgeAlarmThreshold, DefaultQueueAgeAlarmThreshold)
 	if p.APILatencyAlarmThreshold == 0 {
 		// A waiting FETCH answers after up to Env.FetchWait: it is not
 		// slow, so the default threshold leaves it room.

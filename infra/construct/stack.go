@@ -1,6 +1,7 @@
 package ojsconstruct
 
 import (
+	"cmp"
 	"fmt"
 	"regexp"
 
@@ -67,9 +68,7 @@ var topicARNPattern = regexp.MustCompile(`^arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:
 // StackName(OJS.Env.Name). It returns an error, without adding anything to
 // scope, when the construct props are invalid.
 func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.Stack, *OJSServerless, error) {
-	if props == nil {
-		props = &StackProps{}
-	}
+	props = cmp.Or(props, &StackProps{})
 	if _, err := props.OJS.withDefaults(); err != nil {
 		return nil, nil, err
 	}
@@ -77,12 +76,8 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.
 		return nil, nil, fmt.Errorf("ojsconstruct: alarm topic %q is not an SNS topic ARN", a)
 	}
 	sp := props.StackProps
-	if sp.StackName == nil {
-		sp.StackName = jsii.String(StackName(props.OJS.Env.Name))
-	}
-	if sp.Description == nil {
-		sp.Description = jsii.String("Open Job Spec serverless backend (" + props.OJS.Env.Name + ")")
-	}
+	sp.StackName = cmp.Or(sp.StackName, jsii.String(StackName(props.OJS.Env.Name)))
+	sp.Description = cmp.Or(sp.Description, jsii.String("Open Job Spec serverless backend ("+props.OJS.Env.Name+")"))
 	stack := awscdk.NewStack(scope, jsii.String(id), &sp)
 	awscdk.Tags_Of(stack).Add(jsii.String("ojs:env"), jsii.String(props.OJS.Env.Name), nil)
 	awscdk.Tags_Of(stack).Add(jsii.String("project"), jsii.String("ojs-serverless"), nil)

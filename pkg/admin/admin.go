@@ -15,6 +15,7 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -136,9 +137,7 @@ func New(st *store.Store, qs Queues, jobs Jobs, ctl QueueControl, dead DeadLette
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	if cfg.Started.IsZero() {
 		cfg.Started = cfg.Now()
 	}

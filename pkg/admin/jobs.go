@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -106,9 +107,7 @@ func ParseJobQuery(v url.Values) (JobQuery, error) {
 		}
 	}
 	pp := v.Get("per_page")
-	if pp == "" {
-		pp = v.Get("limit")
-	}
+	pp = cmp.Or(pp, v.Get("limit"))
 	if pp != "" {
 		n, err := strconv.Atoi(pp)
 		if err != nil || n < 1 || n > MaxPerPage {

@@ -295,16 +295,11 @@ func (s *Service) SetPaused(ctx context.Context, name string, paused bool) (*Pau
 	return r, nil
 }
 
-// ConfigRequest is PUT /admin/queues/{name}/config. Only rate_limit is
-// configurable at run time here; the other settings of ojs-admin-api.md
+// SetConfig applies a queue configuration (PUT /admin/queues/{name}/config).
+// {"rate_limit": {"limit": n, "period": "PT1M"}} sets the FETCH rate;
+// {"rate_limit": null} removes it. The other settings of ojs-admin-api.md
 // 6.6 are refused by name (concurrency of push-mode queues is deployed
 // with the stack, retention is table-wide).
-type ConfigRequest struct {
-	RateLimit json.RawMessage `json:"rate_limit"`
-}
-
-// SetConfig applies a queue configuration. {"rate_limit": {"limit": n,
-// "period": "PT1M"}} sets the FETCH rate; {"rate_limit": null} removes it.
 func (s *Service) SetConfig(ctx context.Context, name string, raw []byte) (*Queue, error) {
 	if err := job.ValidateQueue(name); err != nil {
 		return nil, err

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"time"
@@ -42,9 +43,7 @@ type WorkerList struct {
 
 func (s *Service) worker(w queue.WorkerInfo, now time.Time) Worker {
 	out := Worker{WorkerInfo: w}
-	if out.State == "" {
-		out.State = "running"
-	}
+	out.State = cmp.Or(out.State, "running")
 	if t, err := time.Parse(time.RFC3339Nano, w.LastHeartbeatAt); err == nil && now.Sub(t) > s.cfg.StaleAfter {
 		out.Stale, out.State = true, "stale"
 	}

@@ -11,6 +11,7 @@
 package awsclient
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -37,9 +38,7 @@ var APIOptions []func(*middleware.Stack) error
 // Every client built from it carries APIOptions.
 func Load(_ context.Context) (aws.Config, error) {
 	cfg := aws.Config{Region: firstEnv("AWS_REGION", "AWS_DEFAULT_REGION"), ConfigSources: []any{envEndpoints{}}}
-	if cfg.Region == "" {
-		cfg.Region = "us-east-1"
-	}
+	cfg.Region = cmp.Or(cfg.Region, "us-east-1")
 	if u := os.Getenv("AWS_ENDPOINT_URL"); u != "" {
 		cfg.BaseEndpoint = aws.String(u)
 	}

@@ -13,6 +13,7 @@
 package console
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -85,9 +86,7 @@ func New(cfg Config) (*Console, error) {
 	if cfg.Admin == nil {
 		return nil, errors.New("console: Admin is required")
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	if cfg.Refresh <= 0 {
 		cfg.Refresh = time.Second
 	}
@@ -205,9 +204,7 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, name string, st
 		return
 	}
 	p.Auth = c.cfg.AuthToken != ""
-	if p.Flash == "" {
-		p.Flash = r.URL.Query().Get("flash")
-	}
+	p.Flash = cmp.Or(p.Flash, r.URL.Query().Get("flash"))
 	p.Refresh = c.cfg.Refresh.Milliseconds()
 	var b Builder
 	if r.Header.Get("X-Console-Fragment") != "" {
@@ -240,6 +237,26 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, err error) {
 		msg = "The backend failed; try again."
 	}
 	c.render(w, r, "error", e.Status(), page{Title: "Error", Error: msg})
+}
+
+// done ends a form post: back to to with flash, or the error page when
+// its change failed.
+func (c *Console) done(w http.ResponseWriter, r *http.Request, err error, to, flash string) {
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	back(w, r, to, flash)
+}
+
+// show renders view with status 200, or the error page when reading its
+// content failed.
+func (c *Console) show(w http.ResponseWriter, r *http.Request, err error, view string, p page) {
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	c.render(w, r, view, http.StatusOK, p)
 }
 
 // back redirects a form post to where it came from (a console page named
@@ -339,11 +356,7 @@ func (c *Console) dashboardData(ctx context.Context) (*dashboardData, error) {
 
 func (c *Console) dashboard(w http.ResponseWriter, r *http.Request) {
 	d, err := c.dashboardData(r.Context())
-	if err != nil {
-		c.fail(w, r, err)
-		return
-	}
-	c.render(w, r, "dashboard", http.StatusOK, page{Title: "Dashboard", Nav: "dashboard", Data: d})
+	c.show(w, r, err, "dashboard", page{Title: "Dashboard", Nav: "dashboard", Data: d})
 }
 
 func (c *Console) dashboardFragment(w http.ResponseWriter, r *http.Request) {
@@ -354,15 +367,12 @@ func (c *Console) dashboardFragment(w http.ResponseWriter, r *http.Request) {
 func (c *Console) pause(paused bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		name := r.PathValue("name")
-		if _, err := c.cfg.Admin.SetPaused(r.Context(), name, paused); err != nil {
-			c.fail(w, r, err)
-			return
-		}
+		_, err := c.cfg.Admin.SetPaused(r.Context(), name, paused)
 		verb := "resumed"
 		if paused {
 			verb = "paused"
 		}
-		back(w, r, Prefix, fmt.Sprintf("Queue %s %s.", name, verb))
+		c.done(w, r, err, Prefix, fmt.Sprintf("Queue %s %s.", name, verb))
 	}
 }
 
@@ -446,29 +456,20 @@ func (c *Console) job(w http.ResponseWriter, r *http.Request) {
 
 func (c *Console) retryJob(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	if _, err := c.cfg.Admin.RetryJob(r.Context(), id); err != nil {
-		c.fail(w, r, err)
-		return
-	}
-	back(w, r, Prefix+"jobs/"+url.PathEscape(id), "Job retried: it is available again with its attempts reset.")
+	_, err := c.cfg.Admin.RetryJob(r.Context(), id)
+	c.done(w, r, err, Prefix+"jobs/"+url.PathEscape(id), "Job retried: it is available again with its attempts reset.")
 }
 
 func (c *Console) cancelJob(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	if _, _, err := c.cfg.Admin.CancelJob(r.Context(), id); err != nil {
-		c.fail(w, r, err)
-		return
-	}
-	back(w, r, Prefix+"jobs/"+url.PathEscape(id), "Job cancelled.")
+	_, _, err := c.cfg.Admin.CancelJob(r.Context(), id)
+	c.done(w, r, err, Prefix+"jobs/"+url.PathEscape(id), "Job cancelled.")
 }
 
 func (c *Console) deleteDead(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	if err := c.cfg.Admin.DeleteDead(r.Context(), id); err != nil {
-		c.fail(w, r, err)
-		return
-	}
-	back(w, r, Prefix+"dead-letter", "Job "+id+" deleted.")
+	err := c.cfg.Admin.DeleteDead(r.Context(), id)
+	c.done(w, r, err, Prefix+"dead-letter", "Job "+id+" deleted.")
 }
 
 // deadData is the dead letter page's content.
@@ -505,41 +506,28 @@ func (c *Console) deadLetter(w http.ResponseWriter, r *http.Request) {
 
 func (c *Console) workers(w http.ResponseWriter, r *http.Request) {
 	l, err := c.cfg.Admin.Workers(r.Context(), 1, admin.MaxWorkers)
-	if err != nil {
-		c.fail(w, r, err)
-		return
-	}
-	c.render(w, r, "workers", http.StatusOK, page{Title: "Workers", Nav: "workers", Data: l})
+	c.show(w, r, err, "workers", page{Title: "Workers", Nav: "workers", Data: l})
 }
 
 func (c *Console) quietWorker(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	if _, err := c.cfg.Admin.QuietWorker(r.Context(), id); err != nil {
-		c.fail(w, r, err)
-		return
-	}
-	back(w, r, Prefix+"workers", "Worker "+id+" will be told to go quiet on its next heartbeat.")
+	_, err := c.cfg.Admin.QuietWorker(r.Context(), id)
+	c.done(w, r, err, Prefix+"workers", "Worker "+id+" will be told to go quiet on its next heartbeat.")
 }
 
 func (c *Console) deregister(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	if err := c.cfg.Admin.Deregister(r.Context(), id); err != nil {
-		c.fail(w, r, err)
-		return
-	}
-	back(w, r, Prefix+"workers", "Worker "+id+" deregistered.")
+	err := c.cfg.Admin.Deregister(r.Context(), id)
+	c.done(w, r, err, Prefix+"workers", "Worker "+id+" deregistered.")
 }
 
 func (c *Console) crons(w http.ResponseWriter, r *http.Request) {
 	var vs []cron.View
+	var err error
 	if c.cfg.Crons != nil {
-		var err error
-		if vs, err = c.cfg.Crons.List(r.Context(), nil); err != nil {
-			c.fail(w, r, err)
-			return
-		}
+		vs, err = c.cfg.Crons.List(r.Context(), nil)
 	}
-	c.render(w, r, "cron", http.StatusOK, page{Title: "Cron", Nav: "cron", Data: vs})
+	c.show(w, r, err, "cron", page{Title: "Cron", Nav: "cron", Data: vs})
 }
 
 func (c *Console) workflows(w http.ResponseWriter, r *http.Request) {
@@ -548,11 +536,7 @@ func (c *Console) workflows(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	refs, err := c.cfg.Admin.RecentWorkflows(r.Context())
-	if err != nil {
-		c.fail(w, r, err)
-		return
-	}
-	c.render(w, r, "workflows", http.StatusOK, page{Title: "Workflows", Nav: "workflows", Data: refs})
+	c.show(w, r, err, "workflows", page{Title: "Workflows", Nav: "workflows", Data: refs})
 }
 
 // workflowData is the workflow page's content.
@@ -579,12 +563,9 @@ func (c *Console) workflowData(ctx context.Context, id string) (*workflowData, e
 }
 
 func (c *Console) workflow(w http.ResponseWriter, r *http.Request) {
-	d, err := c.workflowData(r.Context(), r.PathValue("id"))
-	if err != nil {
-		c.fail(w, r, err)
-		return
-	}
-	c.render(w, r, "workflow", http.StatusOK, page{Title: "Workflow " + d.ID, Nav: "workflows", Data: d})
+	id := r.PathValue("id")
+	d, err := c.workflowData(r.Context(), id)
+	c.show(w, r, err, "workflow", page{Title: "Workflow " + id, Nav: "workflows", Data: d})
 }
 
 func (c *Console) workflowGraph(w http.ResponseWriter, r *http.Request) {

@@ -1,9 +1,11 @@
 package console
 
 import (
+	"cmp"
 	"fmt"
 	"html"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/wfdef"
@@ -106,12 +108,7 @@ func isComposite(m *wfview.ViewNode) bool {
 }
 
 // stepID is a step's id: its own "id", else its path.
-func stepID(m *wfview.ViewNode, path string) string {
-	if m.ID != "" {
-		return m.ID
-	}
-	return path
-}
+func stepID(m *wfview.ViewNode, path string) string { return cmp.Or(m.ID, path) }
 
 // Layout lays out a workflow view (the "workflow" object of GET
 // /ojs/v1/workflows/{id}).
@@ -194,11 +191,7 @@ func layout(m *wfview.ViewNode, path string, depth int) *block {
 	outX, outY := inner.outX, inner.outY
 	// A batch's callbacks follow its jobs: one column, joined at a point.
 	if cbs := m.Callbacks; len(cbs) > 0 {
-		names := make([]string, 0, len(cbs))
-		for n := range cbs {
-			names = append(names, n)
-		}
-		sort.Strings(names)
+		names := slices.Sorted(maps.Keys(cbs))
 		var cbBlocks []*block
 		for _, n := range names {
 			cm := cbs[n]
@@ -215,10 +208,7 @@ func layout(m *wfview.ViewNode, path string, depth int) *block {
 		if len(cbBlocks) > 0 {
 			col := column(cbBlocks)
 			x := w - pad + gapX
-			y := top + (inner.h-col.h)/2
-			if y < top {
-				y = top
-			}
+			y := max(top+(inner.h-col.h)/2, top)
 			placed := col.place(x, y)
 			out.add(placed)
 			out.edges = append(out.edges, Edge{outX, outY, placed.inX, placed.inY})
@@ -252,9 +242,7 @@ func leaf(m *wfview.ViewNode, path string) *block {
 			n.Sub = fmt.Sprintf("attempt %d", *j.Attempt)
 		}
 	}
-	if n.State == "" {
-		n.State = "waiting"
-	}
+	n.State = cmp.Or(n.State, "waiting")
 	return &block{w: leafW, h: leafH, nodes: []Node{n}, inX: 0, inY: leafH / 2, outX: leafW, outY: leafH / 2}
 }
 

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"html"
@@ -305,9 +306,7 @@ func jobView(b *Builder, p page) {
 `)
 	for _, e := range d.Errors {
 		at := e.OccurredAt
-		if at == "" {
-			at = e.Timestamp
-		}
+		at = cmp.Or(at, e.Timestamp)
 		b.f("    <tr><td>%v</td><td>%s</td><td>%s</td><td>%s</td></tr>\n", e.Attempt, e.Type, e.Message, at)
 	}
 	if len(d.Errors) == 0 {

@@ -6,6 +6,7 @@
 package cron
 
 import (
+	"cmp"
 	"fmt"
 	"strconv"
 	"strings"
@@ -15,7 +16,6 @@ import (
 
 // Schedule is a parsed cron expression.
 type Schedule struct {
-	text  string
 	every time.Duration // @every: a fixed interval instead of calendar fields
 
 	sec, min, hour, month, dom, dow uint64 // bit sets of allowed values
@@ -60,7 +60,7 @@ func Parse(expr string) (*Schedule, error) {
 	if len(text) > 256 {
 		return nil, exprErr("the cron expression is longer than 256 characters")
 	}
-	s := &Schedule{text: expr}
+	s := &Schedule{}
 	if strings.HasPrefix(text, "@") {
 		lower := strings.ToLower(text)
 		if rest, ok := strings.CutPrefix(lower, "@every "); ok {
@@ -112,9 +112,6 @@ func Parse(expr string) (*Schedule, error) {
 	}
 	return s, nil
 }
-
-// String is the expression as given.
-func (s *Schedule) String() string { return s.text }
 
 // Every is the @every interval, or 0 for calendar expressions.
 func (s *Schedule) Every() time.Duration { return s.every }
@@ -341,9 +338,7 @@ func (s *Schedule) Next(after time.Time, loc *time.Location) (time.Time, bool) {
 	if s.every > 0 {
 		return after.Add(s.every).Truncate(time.Millisecond), true
 	}
-	if loc == nil {
-		loc = time.UTC
-	}
+	loc = cmp.Or(loc, time.UTC)
 	local := after.In(loc)
 	y, m, d := local.Date()
 	day := time.Date(y, m, d, 12, 0, 0, 0, time.UTC).AddDate(0, 0, -1)

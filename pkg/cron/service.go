@@ -2,6 +2,7 @@ package cron
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -74,12 +75,7 @@ type Service struct {
 	HeldRecheck time.Duration
 }
 
-func (s *Service) log() *slog.Logger {
-	if s.Logger != nil {
-		return s.Logger
-	}
-	return slog.Default()
-}
+func (s *Service) log() *slog.Logger { return cmp.Or(s.Logger, slog.Default()) }
 
 // registration is the POST /ojs/v1/cron body. Both shapes are accepted:
 // ojs-cron.md's (cron, type, args, options at the top level) and the
@@ -150,8 +146,7 @@ func ParseRegistration(raw []byte, now time.Time) (*Spec, error) {
 	}
 	var r registration
 	if err := json.Unmarshal(raw, &r); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
+		if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
 			return nil, ojserr.Invalid(te.Field, "The '%s' field has the wrong type: expected %s.", te.Field, te.Type.String())
 		}
 		return nil, ojserr.Invalid("body", "The cron schedule is not valid: %v.", err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -133,12 +132,8 @@ func NewStore(k *store.Store) *Store { return &Store{k: k, db: k.DB(), table: k.
 var _ Table = (*Store)(nil)
 
 func cronKey(name string) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{attrPK: avS(cronsPK), attrSK: avS(cronPrefix + name)}
+	return map[string]types.AttributeValue{attrPK: store.AttrS(cronsPK), attrSK: store.AttrS(cronPrefix + name)}
 }
-
-func avS(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
-
-func ms(t time.Time) int64 { return t.UnixMilli() }
 
 // Put registers or replaces a schedule (upsert). prev is the schedule as
 // the caller read it (nil when there was none): the write is conditional
@@ -186,8 +181,8 @@ func schedule(u expression.UpdateBuilder, enabled bool, t Times) expression.Upda
 	if due.IsZero() || due.After(t.Next) {
 		due = t.Next
 	}
-	u = u.Set(expression.Name("next_ms"), expression.Value(ms(t.Next))).
-		Set(expression.Name(attrDuePK), expression.Value(cronDuePK)).Set(expression.Name(attrDueAt), expression.Value(ms(due)))
+	u = u.Set(expression.Name("next_ms"), expression.Value(t.Next.UnixMilli())).
+		Set(expression.Name(attrDuePK), expression.Value(cronDuePK)).Set(expression.Name(attrDueAt), expression.Value(due.UnixMilli()))
 	if t.Held > 0 {
 		return u.Set(expression.Name("held"), expression.Value(t.Held))
 	}
@@ -203,18 +198,17 @@ func (s *Store) update(ctx context.Context, name string, u expression.UpdateBuil
 	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table, Key: cronKey(name),
 		UpdateExpression: expr.Update(), ConditionExpression: expr.Condition(), ExpressionAttributeNames: expr.Names(),
 		ExpressionAttributeValues: expr.Values(), ReturnValues: types.ReturnValueAllNew})
-	var ccf *types.ConditionalCheckFailedException
-	if errors.As(err, &ccf) {
+	if store.ConditionFailed(err) {
 		return nil, false, ErrChanged
 	}
 	if err != nil {
 		return nil, false, fmt.Errorf("update cron %s: %w", name, err)
 	}
-	var c Info
-	if err := attributevalue.UnmarshalMap(out.Attributes, &c); err != nil {
+	c, err := store.Unmarshal[Info](out.Attributes)
+	if err != nil {
 		return nil, false, err
 	}
-	return &c, c.Version == 1, nil
+	return c, c.Version == 1, nil
 }
 
 // SetEnabled enables or disables schedule prev (as read), setting its
@@ -239,11 +233,7 @@ func (s *Store) Get(ctx context.Context, name string) (*Info, error) {
 	if len(out.Item) == 0 {
 		return nil, store.ErrNotFound
 	}
-	var c Info
-	if err := attributevalue.UnmarshalMap(out.Item, &c); err != nil {
-		return nil, err
-	}
-	return &c, nil
+	return store.Unmarshal[Info](out.Item)
 }
 
 // Delete removes a schedule; store.ErrNotFound if there is none. Jobs it
@@ -251,8 +241,7 @@ func (s *Store) Get(ctx context.Context, name string) (*Info, error) {
 func (s *Store) Delete(ctx context.Context, name string) error {
 	_, err := s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &s.table, Key: cronKey(name),
 		ConditionExpression: aws.String("attribute_exists(pk)")})
-	var ccf *types.ConditionalCheckFailedException
-	if errors.As(err, &ccf) {
+	if store.ConditionFailed(err) {
 		return store.ErrNotFound
 	}
 	if err != nil {
@@ -263,27 +252,13 @@ func (s *Store) Delete(ctx context.Context, name string) error {
 
 // List returns every schedule by name (consistent reads, page by page).
 func (s *Store) List(ctx context.Context) ([]Info, error) {
-	in := &dynamodb.QueryInput{TableName: &s.table, ConsistentRead: aws.Bool(true),
+	all, err := store.QueryAll[Info](ctx, s.db, &dynamodb.QueryInput{TableName: &s.table, ConsistentRead: aws.Bool(true),
 		KeyConditionExpression:    aws.String("pk = :pk AND begins_with(sk, :p)"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": avS(cronsPK), ":p": avS(cronPrefix)}}
-	var all []Info
-	for {
-		out, err := s.db.Query(ctx, in)
-		if err != nil {
-			return nil, fmt.Errorf("list crons: %w", err)
-		}
-		for _, it := range out.Items {
-			var c Info
-			if err := attributevalue.UnmarshalMap(it, &c); err != nil {
-				return nil, fmt.Errorf("list crons: %w", err)
-			}
-			all = append(all, c)
-		}
-		if len(out.LastEvaluatedKey) == 0 {
-			return all, nil
-		}
-		in.ExclusiveStartKey = out.LastEvaluatedKey
+		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": store.AttrS(cronsPK), ":p": store.AttrS(cronPrefix)}})
+	if err != nil {
+		return nil, fmt.Errorf("list crons: %w", err)
 	}
+	return all, nil
 }
 
 // Due lists the names of up to limit enabled schedules that need
@@ -293,7 +268,7 @@ func (s *Store) Due(ctx context.Context, now time.Time, limit int) ([]string, er
 	out, err := s.db.Query(ctx, &dynamodb.QueryInput{TableName: &s.table, IndexName: aws.String(topology.IndexDue),
 		KeyConditionExpression: aws.String("due_pk = :pk AND due_at <= :now"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":pk": avS(cronDuePK), ":now": &types.AttributeValueMemberN{Value: strconv.FormatInt(ms(now), 10)}},
+			":pk": store.AttrS(cronDuePK), ":now": store.AttrN(now.UnixMilli())},
 		Limit: aws.Int32(int32(limit))})
 	if err != nil {
 		return nil, fmt.Errorf("due crons: %w", err)
@@ -313,8 +288,8 @@ func (s *Store) Due(ctx context.Context, now time.Time, limit int) ([]string, er
 // ErrPrevNotDone that st.PrevMustBeDone and the previous run is not
 // finished.
 func (s *Store) Step(ctx context.Context, c *Info, st Step, now time.Time) error {
-	u := expression.Set(expression.Name("next_ms"), expression.Value(ms(st.Next))).
-		Set(expression.Name(attrDueAt), expression.Value(ms(st.DueAt))).
+	u := expression.Set(expression.Name("next_ms"), expression.Value(st.Next.UnixMilli())).
+		Set(expression.Name(attrDueAt), expression.Value(st.DueAt.UnixMilli())).
 		Set(expression.Name(attrVersion), expression.Value(c.Version+1))
 	if st.Held > 0 {
 		u = u.Set(expression.Name("held"), expression.Value(st.Held))
@@ -354,7 +329,7 @@ func (s *Store) Step(ctx context.Context, c *Info, st Step, now time.Time) error
 		_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table, Key: update.Key, UpdateExpression: update.UpdateExpression,
 			ConditionExpression: update.ConditionExpression, ExpressionAttributeNames: update.ExpressionAttributeNames,
 			ExpressionAttributeValues: update.ExpressionAttributeValues})
-		if errors.As(err, new(*types.ConditionalCheckFailedException)) {
+		if store.ConditionFailed(err) {
 			return ErrChanged
 		}
 		if err != nil {
@@ -390,13 +365,5 @@ func (s *Store) Job(ctx context.Context, id string) (*job.Job, error) { return s
 // Decode turns an item (a read or a stream image) into a schedule; ok is
 // false for other items.
 func Decode(av map[string]types.AttributeValue) (*Info, bool, error) {
-	sk, ok := av[attrSK].(*types.AttributeValueMemberS)
-	if !ok || !strings.HasPrefix(sk.Value, cronPrefix) {
-		return nil, false, nil
-	}
-	var c Info
-	if err := attributevalue.UnmarshalMap(av, &c); err != nil {
-		return nil, false, fmt.Errorf("decode cron item: %w", err)
-	}
-	return &c, true, nil
+	return store.DecodeIf[Info](av, store.Prefixed(cronPrefix), "cron item")
 }

@@ -8,6 +8,7 @@
 package deadletter
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -71,9 +72,7 @@ type Service struct {
 // push-mode queues and queue registration a retry uses.
 func New(st *store.Store, jobs Jobs, queues Queues, c Config) *Service {
 	s := &Service{st: st, tb: newTable(st), qs: queue.NewStore(st.DB(), st.Table()), jobs: jobs, queues: queues, log: c.Logger, retention: c.Retention.withDefaults()}
-	if s.log == nil {
-		s.log = slog.Default()
-	}
+	s.log = cmp.Or(s.log, slog.Default())
 	return s
 }
 
@@ -284,8 +283,7 @@ func (s *Service) List(ctx context.Context, queue string, limit int) (jobs []*jo
 }
 
 func deadError(err error, id string) error {
-	var ce *store.ConflictError
-	if errors.As(err, &ce) {
+	if ce, ok := errors.AsType[*store.ConflictError](err); ok {
 		return notDead(id, ce.Current.State)
 	}
 	return store.APIError(err, id, "retry")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -66,15 +65,7 @@ func pruneRunKey() map[string]types.AttributeValue {
 // false for other items. It fails when the item is the pruner's but does
 // not decode.
 func DecodePruneRun(av map[string]types.AttributeValue) (*PruneRun, bool, error) {
-	sk, ok := av["sk"].(*types.AttributeValueMemberS)
-	if !ok || sk.Value != pruneRunSK {
-		return nil, false, nil
-	}
-	var r PruneRun
-	if err := attributevalue.UnmarshalMap(av, &r); err != nil {
-		return nil, false, fmt.Errorf("decode prune run: %w", err)
-	}
-	return &r, true, nil
+	return store.DecodeIf[PruneRun](av, store.Equals(pruneRunSK), "prune run")
 }
 
 // table reads and writes the dead letter queue's items in the job table.
@@ -86,18 +77,6 @@ type table struct {
 
 func newTable(st *store.Store) table { return table{st: st, db: st.DB(), name: st.Table()} }
 
-func itoa(v int64) string { return strconv.FormatInt(v, 10) }
-
-func num(v int64) *types.AttributeValueMemberN { return &types.AttributeValueMemberN{Value: itoa(v)} }
-
-func str(v string) *types.AttributeValueMemberS { return &types.AttributeValueMemberS{Value: v} }
-
-// conditionFailed reports whether a single-item write failed its condition.
-func conditionFailed(err error) bool {
-	var ccf *types.ConditionalCheckFailedException
-	return errors.As(err, &ccf)
-}
-
 // claimPruneRun starts a pruning run if none started since the last run's
 // next_prune_at: one conditional write, so of two sweepers at once only one
 // prunes. It returns the run number, or ok=false and the time the next run
@@ -108,14 +87,13 @@ func (t table) claimPruneRun(ctx context.Context, now, next time.Time) (int64, b
 		UpdateExpression:    aws.String("SET next_prune_at = :next, run = if_not_exists(run, :zero) + :one, started_at = :now"),
 		ConditionExpression: aws.String("attribute_not_exists(pk) OR next_prune_at <= :now"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":next": num(next.UnixMilli()), ":now": num(now.UnixMilli()),
-			":zero": num(0), ":one": num(1),
+			":next": store.AttrN(next.UnixMilli()), ":now": store.AttrN(now.UnixMilli()),
+			":zero": store.AttrN(0), ":one": store.AttrN(1),
 		},
 		ReturnValues:                        types.ReturnValueUpdatedNew,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	var ccf *types.ConditionalCheckFailedException
-	if errors.As(err, &ccf) {
+	if ccf, ok := errors.AsType[*types.ConditionalCheckFailedException](err); ok {
 		var cur PruneRun
 		_ = attributevalue.UnmarshalMap(ccf.Item, &cur)
 		return 0, false, time.UnixMilli(cur.NextAt).UTC(), nil
@@ -134,14 +112,14 @@ func (t table) claimPruneRun(ctx context.Context, now, next time.Time) (int64, b
 // its budget), next moves the next run forward.
 func (t table) finishPruneRun(ctx context.Context, run int64, r PruneRun, now time.Time, next *time.Time) error {
 	vals := map[string]types.AttributeValue{
-		":run": num(run), ":now": num(now.UnixMilli()),
-		":n": num(int64(r.Pruned)), ":a": num(int64(r.ByAge)),
-		":c": num(int64(r.ByCount)),
+		":run": store.AttrN(run), ":now": store.AttrN(now.UnixMilli()),
+		":n": store.AttrN(int64(r.Pruned)), ":a": store.AttrN(int64(r.ByAge)),
+		":c": store.AttrN(int64(r.ByCount)),
 	}
 	upd := "SET last_run = :run, finished_at = :now, pruned = :n, by_age = :a, by_count = :c"
 	if next != nil {
 		upd += ", next_prune_at = :next"
-		vals[":next"] = num(next.UnixMilli())
+		vals[":next"] = store.AttrN(next.UnixMilli())
 	}
 	if len(r.ByQueue) > 0 {
 		byQueue, err := attributevalue.Marshal(r.ByQueue)
@@ -159,7 +137,7 @@ func (t table) finishPruneRun(ctx context.Context, run int64, r PruneRun, now ti
 		TableName: &t.name, Key: pruneRunKey(), UpdateExpression: aws.String(upd),
 		ConditionExpression: aws.String("run = :run"), ExpressionAttributeValues: vals,
 	})
-	if conditionFailed(err) {
+	if store.ConditionFailed(err) {
 		return nil // a later run took over: its record wins
 	}
 	if err != nil {
@@ -194,10 +172,10 @@ type ref struct {
 // with before set, only those discarded before it.
 func (t table) oldest(ctx context.Context, queue string, before *time.Time, limit int) ([]ref, error) {
 	cond := "ready_pk = :pk"
-	vals := map[string]types.AttributeValue{":pk": str(store.DeadIndexPK(queue))}
+	vals := map[string]types.AttributeValue{":pk": store.AttrS(store.DeadIndexPK(queue))}
 	if before != nil {
 		cond += " AND ready_sk < :before"
-		vals[":before"] = str(store.DeadSortKey(*before, ""))
+		vals[":before"] = store.AttrS(store.DeadSortKey(*before, ""))
 	}
 	var refs []ref
 	in := &dynamodb.QueryInput{
@@ -231,24 +209,15 @@ func (t table) oldest(ctx context.Context, queue string, before *time.Time, limi
 
 // count counts a queue's dead letter jobs.
 func (t table) count(ctx context.Context, queue string) (int, error) {
-	in := &dynamodb.QueryInput{
+	n, err := store.CountAll(ctx, t.db, &dynamodb.QueryInput{
 		TableName: &t.name, IndexName: aws.String(topology.IndexReady),
 		KeyConditionExpression:    aws.String("ready_pk = :pk"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": str(store.DeadIndexPK(queue))},
-		Select:                    types.SelectCount,
+		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": store.AttrS(store.DeadIndexPK(queue))},
+	})
+	if err != nil {
+		return 0, fmt.Errorf("count dead jobs of %s: %w", queue, err)
 	}
-	n := 0
-	for {
-		out, err := t.db.Query(ctx, in)
-		if err != nil {
-			return 0, fmt.Errorf("count dead jobs of %s: %w", queue, err)
-		}
-		n += int(out.Count)
-		if len(out.LastEvaluatedKey) == 0 {
-			return n, nil
-		}
-		in.ExclusiveStartKey = out.LastEvaluatedKey
-	}
+	return n, nil
 }
 
 // prune removes one dead letter job for the retention policy. It marks
@@ -257,18 +226,18 @@ func (t table) count(ctx context.Context, queue string) (int, error) {
 // the condition that the mark is still there. ok is false when the job
 // changed in between; it is then left alone.
 func (t table) prune(ctx context.Context, r ref, now time.Time) (bool, error) {
-	mark := num(now.UnixMilli())
+	mark := store.AttrN(now.UnixMilli())
 	_, err := t.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName: &t.name, Key: store.JobKey(r.ID),
 		UpdateExpression:         aws.String("SET pruned_at = :m"),
 		ConditionExpression:      aws.String("#s = :d AND ready_pk = :pk AND ready_sk = :sk"),
 		ExpressionAttributeNames: map[string]string{"#s": attrState},
 		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":m": mark, ":d": str(string(job.Discarded)),
-			":pk": str(store.DeadIndexPK(r.Queue)), ":sk": str(r.SortKey),
+			":m": mark, ":d": store.AttrS(string(job.Discarded)),
+			":pk": store.AttrS(store.DeadIndexPK(r.Queue)), ":sk": store.AttrS(r.SortKey),
 		},
 	})
-	if conditionFailed(err) {
+	if store.ConditionFailed(err) {
 		return false, nil
 	}
 	if err != nil {
@@ -279,10 +248,10 @@ func (t table) prune(ctx context.Context, r ref, now time.Time) (bool, error) {
 		ConditionExpression:      aws.String("#s = :d AND pruned_at = :m"),
 		ExpressionAttributeNames: map[string]string{"#s": attrState},
 		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":m": mark, ":d": str(string(job.Discarded)),
+			":m": mark, ":d": store.AttrS(string(job.Discarded)),
 		},
 	})
-	if conditionFailed(err) {
+	if store.ConditionFailed(err) {
 		return false, nil
 	}
 	if err != nil {
@@ -306,7 +275,7 @@ func (t table) delete(ctx context.Context, id string) error {
 			TableName: &t.name, Key: store.JobKey(id),
 			ConditionExpression:                 aws.String("#s = :d AND attribute_not_exists(pruned_at)"),
 			ExpressionAttributeNames:            map[string]string{"#s": attrState},
-			ExpressionAttributeValues:           map[string]types.AttributeValue{":d": str(string(job.Discarded))},
+			ExpressionAttributeValues:           map[string]types.AttributeValue{":d": store.AttrS(string(job.Discarded))},
 			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 		})
 		var ccf *types.ConditionalCheckFailedException
@@ -334,7 +303,7 @@ func (t table) delete(ctx context.Context, id string) error {
 			UpdateExpression:          aws.String("REMOVE pruned_at"),
 			ConditionExpression:       aws.String("pruned_at = :m"),
 			ExpressionAttributeValues: map[string]types.AttributeValue{":m": mark}})
-		if err != nil && !conditionFailed(err) {
+		if err != nil && !store.ConditionFailed(err) {
 			return fmt.Errorf("unmark dead job %s: %w", id, err)
 		}
 		// Deleted by the pruner meanwhile, or unmarked: look again.
@@ -373,7 +342,7 @@ func pageCursor(j *job.Job) string {
 
 func (t table) page(ctx context.Context, queue string, since, before time.Time, oldest bool, limit int, cursor string) (page, error) {
 	cond := "ready_pk = :pk"
-	vals := map[string]types.AttributeValue{":pk": str(store.DeadIndexPK(queue))}
+	vals := map[string]types.AttributeValue{":pk": store.AttrS(store.DeadIndexPK(queue))}
 	switch {
 	case !since.IsZero() && !before.IsZero():
 		// BETWEEN is inclusive; no key equals a bare time prefix.
@@ -384,10 +353,10 @@ func (t table) page(ctx context.Context, queue string, since, before time.Time, 
 		cond += " AND ready_sk < :before"
 	}
 	if !since.IsZero() {
-		vals[":since"] = str(store.DeadSortKey(since, ""))
+		vals[":since"] = store.AttrS(store.DeadSortKey(since, ""))
 	}
 	if !before.IsZero() {
-		vals[":before"] = str(store.DeadSortKey(before, ""))
+		vals[":before"] = store.AttrS(store.DeadSortKey(before, ""))
 	}
 	in := &dynamodb.QueryInput{
 		TableName:                 &t.name,
@@ -403,7 +372,7 @@ func (t table) page(ctx context.Context, queue string, since, before time.Time, 
 			return page{}, fmt.Errorf("bad cursor")
 		}
 		start := store.JobKey(id)
-		start["ready_pk"], start["ready_sk"] = str(store.DeadIndexPK(queue)), str(sk)
+		start["ready_pk"], start["ready_sk"] = store.AttrS(store.DeadIndexPK(queue)), store.AttrS(sk)
 		in.ExclusiveStartKey = start
 	}
 	out, err := t.db.Query(ctx, in)

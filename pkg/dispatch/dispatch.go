@@ -9,11 +9,14 @@
 package dispatch
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -147,19 +150,10 @@ func ParseQueueURLs(s string) (map[string]string, error) {
 
 // Queues lists the push-mode queue names.
 func (d *Dispatcher) Queues() []string {
-	out := make([]string, 0, len(d.urls))
-	for q := range d.urls {
-		out = append(out, q)
-	}
-	return out
+	return slices.Collect(maps.Keys(d.urls))
 }
 
-func (d *Dispatcher) log() *slog.Logger {
-	if d.Logger != nil {
-		return d.Logger
-	}
-	return slog.Default()
-}
+func (d *Dispatcher) log() *slog.Logger { return cmp.Or(d.Logger, slog.Default()) }
 
 // entry is one message to send with the job it stands for.
 type entry struct {

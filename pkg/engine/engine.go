@@ -12,6 +12,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -144,9 +145,7 @@ func (e *Engine) Process(ctx context.Context, changes []Change) (int, error) {
 		now = e.Now
 	}
 	log := e.Logger
-	if log == nil {
-		log = slog.Default()
-	}
+	log = cmp.Or(log, slog.Default())
 	var ds []dispatch.Delivery
 	for _, c := range changes {
 		ds = append(ds, Deliveries(c, now())...)
@@ -213,9 +212,7 @@ func (e *Engine) emit(ctx context.Context, changes []Change, now time.Time) erro
 		return nil
 	}
 	src := e.Source
-	if src == "" {
-		src = DefaultSource
-	}
+	src = cmp.Or(src, DefaultSource)
 	var evs []events.Event
 	var nodes []wfevents.NodeChange
 	var jobs []wfevents.JobChange

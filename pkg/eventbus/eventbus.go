@@ -6,6 +6,7 @@
 package eventbus
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -123,9 +124,7 @@ func (p *Publisher) send(ctx context.Context, entries []types.PutEventsRequestEn
 		for i, r := range out.Entries {
 			if r.ErrorCode != nil && i < len(entries) {
 				again = append(again, entries[i])
-				if firstErr == "" {
-					firstErr = aws.ToString(r.ErrorCode) + ": " + aws.ToString(r.ErrorMessage)
-				}
+				firstErr = cmp.Or(firstErr, aws.ToString(r.ErrorCode)+": "+aws.ToString(r.ErrorMessage))
 			}
 		}
 		if len(again) == 0 {

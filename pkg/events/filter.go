@@ -1,6 +1,7 @@
 package events
 
 import (
+	"cmp"
 	"encoding/base64"
 	"fmt"
 	"hash/fnv"
@@ -99,9 +100,7 @@ func ParseQuery(q url.Values) (Filter, error) {
 		return f, ojserr.Invalid(f.SubjectCategory+"_id", "The id is longer than 256 characters.")
 	}
 	after := q.Get("after")
-	if after == "" {
-		after = q.Get("cursor")
-	}
+	after = cmp.Or(after, q.Get("cursor"))
 	f.Tail = true
 	if after != "" {
 		if !f.SetCursor(after) {

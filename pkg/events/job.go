@@ -1,6 +1,7 @@
 package events
 
 import (
+	"cmp"
 	"encoding/json"
 	"strconv"
 	"time"
@@ -56,9 +57,7 @@ func FromJob(source string, old, cur *job.Job, version int64, at time.Time) []Ev
 		b.add(JobEnqueued, or(cur.EnqueuedAt, at), d)
 	case job.Active:
 		worker := cur.WorkerID
-		if worker == "" {
-			worker = "unknown"
-		}
+		worker = cmp.Or(worker, "unknown")
 		b.add(JobStarted, or(cur.StartedAt, at), map[string]any{"worker_id": worker, "attempt": cur.Attempt})
 	case job.Completed:
 		d := map[string]any{"attempt": cur.Attempt, "duration_ms": duration(cur.StartedAt, cur.CompletedAt)}
@@ -188,12 +187,7 @@ func errorData(e *job.ErrorInfo, retryable bool) map[string]any {
 		return map[string]any{"code": "handler_error", "message": "the attempt failed", "retryable": retryable}
 	}
 	code := e.Code
-	if code == "" {
-		code = e.Type
-	}
-	if code == "" {
-		code = "handler_error"
-	}
+	code = cmp.Or(code, e.Type, "handler_error")
 	return map[string]any{"code": code, "message": e.Message, "retryable": retryable}
 }
 

@@ -74,9 +74,10 @@ func pageParams(r *http.Request) (int, int, error) {
 	return page, per, nil
 }
 
-func (h *adminAPI) push() func(string) bool {
-	if h.api.queueSvc != nil {
-		return h.api.queueSvc.IsPush
+// isPush tells push-mode queues (nil without a queue service).
+func (a *api) isPush() func(string) bool {
+	if a.queueSvc != nil {
+		return a.queueSvc.IsPush
 	}
 	return nil
 }
@@ -86,31 +87,19 @@ func (h *adminAPI) queues(w http.ResponseWriter, r *http.Request, _ params) erro
 	if err != nil {
 		return err
 	}
-	l, err := h.ad.Queues(r.Context(), page, per, h.push())
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, l)
-	return nil
+	l, err := h.ad.Queues(r.Context(), page, per, h.api.isPush())
+	return reply(w, l, err)
 }
 
 func (h *adminAPI) queue(w http.ResponseWriter, r *http.Request, p params) error {
-	q, err := h.ad.Queue(r.Context(), p["name"], h.push())
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, q)
-	return nil
+	q, err := h.ad.Queue(r.Context(), p["name"], h.api.isPush())
+	return reply(w, q, err)
 }
 
 func (h *adminAPI) pause(paused bool) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request, p params) error {
 		res, err := h.ad.SetPaused(r.Context(), p["name"], paused)
-		if err != nil {
-			return err
-		}
-		writeJSON(w, http.StatusOK, res)
-		return nil
+		return reply(w, res, err)
 	}
 }
 
@@ -120,11 +109,7 @@ func (h *adminAPI) purgeQueue(w http.ResponseWriter, r *http.Request, p params) 
 		return err
 	}
 	res, err := h.ad.Purge(r.Context(), p["name"], raw)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, res)
-	return nil
+	return reply(w, res, err)
 }
 
 func (h *adminAPI) configQueue(w http.ResponseWriter, r *http.Request, p params) error {
@@ -133,11 +118,7 @@ func (h *adminAPI) configQueue(w http.ResponseWriter, r *http.Request, p params)
 		return err
 	}
 	q, err := h.ad.SetConfig(r.Context(), p["name"], raw)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, q)
-	return nil
+	return reply(w, q, err)
 }
 
 func (h *adminAPI) jobs(w http.ResponseWriter, r *http.Request, _ params) error {
@@ -146,20 +127,12 @@ func (h *adminAPI) jobs(w http.ResponseWriter, r *http.Request, _ params) error 
 		return err
 	}
 	page, err := h.ad.SearchJobs(r.Context(), q)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, page)
-	return nil
+	return reply(w, page, err)
 }
 
 func (h *adminAPI) job(w http.ResponseWriter, r *http.Request, p params) error {
 	m, _, err := h.ad.JobDetail(r.Context(), p["id"])
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, m)
-	return nil
+	return reply(w, m, err)
 }
 
 func (h *adminAPI) cancel(w http.ResponseWriter, r *http.Request, p params) error {
@@ -173,11 +146,7 @@ func (h *adminAPI) cancel(w http.ResponseWriter, r *http.Request, p params) erro
 
 func (h *adminAPI) retry(w http.ResponseWriter, r *http.Request, p params) error {
 	j, err := h.ad.RetryJob(r.Context(), p["id"])
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"job": j})
-	return nil
+	return reply(w, map[string]any{"job": j}, err)
 }
 
 func (h *adminAPI) bulk(action string) handlerFunc {
@@ -187,11 +156,7 @@ func (h *adminAPI) bulk(action string) handlerFunc {
 			return err
 		}
 		res, err := h.ad.Bulk(r.Context(), action, raw)
-		if err != nil {
-			return err
-		}
-		writeJSON(w, http.StatusOK, res)
-		return nil
+		return reply(w, res, err)
 	}
 }
 
@@ -202,20 +167,12 @@ func (h *adminAPI) workers(w http.ResponseWriter, r *http.Request, _ params) err
 		return err
 	}
 	l, err := h.ad.Workers(r.Context(), page, per)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, l)
-	return nil
+	return reply(w, l, err)
 }
 
 func (h *adminAPI) worker(w http.ResponseWriter, r *http.Request, p params) error {
 	wk, err := h.ad.Worker(r.Context(), p["id"])
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, wk)
-	return nil
+	return reply(w, wk, err)
 }
 
 func (h *adminAPI) deregister(w http.ResponseWriter, r *http.Request, p params) error {
@@ -228,11 +185,7 @@ func (h *adminAPI) deregister(w http.ResponseWriter, r *http.Request, p params) 
 
 func (h *adminAPI) stats(w http.ResponseWriter, r *http.Request, _ params) error {
 	st, err := h.ad.Stats(r.Context())
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, st)
-	return nil
+	return reply(w, st, err)
 }
 
 func (h *adminAPI) history(w http.ResponseWriter, r *http.Request, _ params) error {
@@ -241,11 +194,7 @@ func (h *adminAPI) history(w http.ResponseWriter, r *http.Request, _ params) err
 		return err
 	}
 	hist, err := h.ad.History(r.Context(), q)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, hist)
-	return nil
+	return reply(w, hist, err)
 }
 
 func (h *adminAPI) deadLetter(w http.ResponseWriter, r *http.Request, _ params) error {
@@ -254,11 +203,7 @@ func (h *adminAPI) deadLetter(w http.ResponseWriter, r *http.Request, _ params) 
 		return err
 	}
 	l, err := h.ad.DeadLetter(r.Context(), q)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, l)
-	return nil
+	return reply(w, l, err)
 }
 
 // deleteDead answers 204 (ojs-dead-letter.md 10 through the Admin API, as

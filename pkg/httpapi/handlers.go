@@ -1,10 +1,12 @@
 package httpapi
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"maps"
 	"math"
 	"net/http"
 	"strconv"
@@ -136,12 +138,8 @@ var _ Crons = (*cron.Service)(nil)
 
 // New returns the OJS HTTP handler. wfs may be nil (no workflow routes).
 func New(svc Services, backend Backend, wfs Workflows, cfg Config) *Server {
-	if cfg.Version == "" {
-		cfg.Version = job.SpecVersion
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.Version = cmp.Or(cfg.Version, job.SpecVersion)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -248,20 +246,12 @@ func (a *api) listCrons(w http.ResponseWriter, r *http.Request, _ params) error 
 		enabled = &b
 	}
 	vs, err := a.crons.List(r.Context(), enabled)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"cron_jobs": vs, "crons": vs, "count": len(vs)})
-	return nil
+	return reply(w, map[string]any{"cron_jobs": vs, "crons": vs, "count": len(vs)}, err)
 }
 
 func (a *api) getCron(w http.ResponseWriter, r *http.Request, p params) error {
 	v, err := a.crons.Get(r.Context(), p["name"])
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"cron_job": v, "cron": v})
-	return nil
+	return reply(w, map[string]any{"cron_job": v, "cron": v}, err)
 }
 
 func (a *api) patchCron(w http.ResponseWriter, r *http.Request, p params) error {
@@ -270,20 +260,12 @@ func (a *api) patchCron(w http.ResponseWriter, r *http.Request, p params) error 
 		return err
 	}
 	v, err := a.crons.SetEnabled(r.Context(), p["name"], raw)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"cron_job": v, "cron": v})
-	return nil
+	return reply(w, map[string]any{"cron_job": v, "cron": v}, err)
 }
 
 func (a *api) deleteCron(w http.ResponseWriter, r *http.Request, p params) error {
 	v, err := a.crons.Delete(r.Context(), p["name"])
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"deleted": true, "name": v.Name, "cron": v})
-	return nil
+	return reply(w, map[string]any{"deleted": true, "name": v.Name, "cron": v}, err)
 }
 
 func (a *api) createWorkflow(w http.ResponseWriter, r *http.Request, _ params) error {
@@ -316,31 +298,19 @@ func (a *api) createWorkflow(w http.ResponseWriter, r *http.Request, _ params) e
 
 func (a *api) getWorkflow(w http.ResponseWriter, r *http.Request, p params) error {
 	v, err := a.wfs.Get(r.Context(), p["id"])
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"workflow": v})
-	return nil
+	return reply(w, map[string]any{"workflow": v}, err)
 }
 
 func (a *api) cancelWorkflow(w http.ResponseWriter, r *http.Request, p params) error {
 	v, err := a.wfs.Cancel(r.Context(), p["id"])
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"workflow": v})
-	return nil
+	return reply(w, map[string]any{"workflow": v}, err)
 }
 
 // retryWorkflow serves POST /workflows/{id}/retry: a failed or cancelled
 // workflow runs again from its failed steps.
 func (a *api) retryWorkflow(w http.ResponseWriter, r *http.Request, p params) error {
 	v, err := a.wfs.Retry(r.Context(), p["id"])
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"workflow": v})
-	return nil
+	return reply(w, map[string]any{"workflow": v}, err)
 }
 
 // withFields renders j and adds extra top-level fields.
@@ -348,9 +318,7 @@ func withFields(j *job.Job, extra map[string]any) map[string]any {
 	b, _ := json.Marshal(j)
 	var m map[string]any
 	_ = json.Unmarshal(b, &m)
-	for k, v := range extra {
-		m[k] = v
-	}
+	maps.Copy(m, extra)
 	return m
 }
 
@@ -374,15 +342,11 @@ func (a *api) push(w http.ResponseWriter, r *http.Request, _ params) error {
 }
 
 func (a *api) pushBatch(w http.ResponseWriter, r *http.Request, _ params) error {
-	raw, err := readBody(r)
-	if err != nil {
-		return err
-	}
 	var req struct {
 		Jobs      []json.RawMessage `json:"jobs"`
 		Atomicity string            `json:"atomicity"`
 	}
-	if err := decodeObject(raw, &req); err != nil {
+	if err := readObject(r, &req); err != nil {
 		return err
 	}
 	if req.Jobs == nil {
@@ -403,8 +367,7 @@ func (a *api) pushBatch(w http.ResponseWriter, r *http.Request, _ params) error 
 		raws[i] = j
 	}
 	jobs, err := a.jobs.PushBatch(r.Context(), raws)
-	var pe *lifecycle.PartialError
-	if errors.As(err, &pe) {
+	if pe, ok := errors.AsType[*lifecycle.PartialError](err); ok {
 		status := http.StatusMultiStatus
 		if len(jobs) == 0 {
 			status = http.StatusUnprocessableEntity
@@ -424,11 +387,7 @@ func (a *api) pushBatch(w http.ResponseWriter, r *http.Request, _ params) error 
 
 func (a *api) info(w http.ResponseWriter, r *http.Request, p params) error {
 	j, err := a.jobs.Info(r.Context(), p["id"])
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"job": j})
-	return nil
+	return reply(w, map[string]any{"job": j}, err)
 }
 
 func (a *api) cancel(w http.ResponseWriter, r *http.Request, p params) error {
@@ -472,12 +431,8 @@ func intParam(field string, raw json.RawMessage, lo, hi int64) (int64, error) {
 }
 
 func (a *api) fetch(w http.ResponseWriter, r *http.Request, _ params) error {
-	raw, err := readBody(r)
-	if err != nil {
-		return err
-	}
 	var req fetchRequest
-	if err := decodeObject(raw, &req); err != nil {
+	if err := readObject(r, &req); err != nil {
 		return err
 	}
 	count, err := intParam("count", req.Count, 1, lifecycle.MaxFetch)
@@ -513,17 +468,13 @@ func (a *api) fetch(w http.ResponseWriter, r *http.Request, _ params) error {
 }
 
 func (a *api) ack(w http.ResponseWriter, r *http.Request, _ params) error {
-	raw, err := readBody(r)
-	if err != nil {
-		return err
-	}
 	var req struct {
 		JobID    string          `json:"job_id"`
 		Result   json.RawMessage `json:"result"`
 		WorkerID string          `json:"worker_id"`
 		Attempt  json.RawMessage `json:"attempt"`
 	}
-	if err := decodeObject(raw, &req); err != nil {
+	if err := readObject(r, &req); err != nil {
 		return err
 	}
 	if req.JobID == "" {
@@ -550,10 +501,6 @@ func (a *api) ack(w http.ResponseWriter, r *http.Request, _ params) error {
 }
 
 func (a *api) nack(w http.ResponseWriter, r *http.Request, _ params) error {
-	raw, err := readBody(r)
-	if err != nil {
-		return err
-	}
 	var req struct {
 		JobID string `json:"job_id"`
 		Error *struct {
@@ -568,7 +515,7 @@ func (a *api) nack(w http.ResponseWriter, r *http.Request, _ params) error {
 		WorkerID string          `json:"worker_id"`
 		Attempt  json.RawMessage `json:"attempt"`
 	}
-	if err := decodeObject(raw, &req); err != nil {
+	if err := readObject(r, &req); err != nil {
 		return err
 	}
 	if req.JobID == "" {
@@ -598,10 +545,6 @@ func (a *api) nack(w http.ResponseWriter, r *http.Request, _ params) error {
 // worker protocol's (active_jobs as a count, active_job_ids as the list)
 // and the HTTP binding's (active_jobs as the list, or one job_id).
 func (a *api) heartbeat(w http.ResponseWriter, r *http.Request, _ params) error {
-	raw, err := readBody(r)
-	if err != nil {
-		return err
-	}
 	var req struct {
 		WorkerID            string          `json:"worker_id"`
 		State               string          `json:"state"`
@@ -614,7 +557,7 @@ func (a *api) heartbeat(w http.ResponseWriter, r *http.Request, _ params) error 
 		VisibilityTimeoutMS json.RawMessage `json:"visibility_timeout_ms"`
 		Shutdown            bool            `json:"shutdown"`
 	}
-	if err := decodeObject(raw, &req); err != nil {
+	if err := readObject(r, &req); err != nil {
 		return err
 	}
 	// ojs-graceful-shutdown.md's words for the same states: a draining
@@ -659,11 +602,7 @@ func (a *api) heartbeat(w http.ResponseWriter, r *http.Request, _ params) error 
 // workers serves GET /ojs/v1/admin/workers.
 func (a *api) workers(w http.ResponseWriter, r *http.Request, _ params) error {
 	ws, err := a.worker.Workers(r.Context())
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"items": ws, "pagination": map[string]any{"total": len(ws)}})
-	return nil
+	return reply(w, map[string]any{"items": ws, "pagination": map[string]any{"total": len(ws)}}, err)
 }
 
 // workerDirective serves POST /ojs/v1/admin/workers/{id}/quiet and
@@ -671,11 +610,7 @@ func (a *api) workers(w http.ResponseWriter, r *http.Request, _ params) error {
 func (a *api) workerDirective(directive string) func(http.ResponseWriter, *http.Request, params) error {
 	return func(w http.ResponseWriter, r *http.Request, p params) error {
 		wi, err := a.worker.SetWorkerDirective(r.Context(), p["id"], directive)
-		if err != nil {
-			return err
-		}
-		writeJSON(w, http.StatusOK, map[string]any{"worker": wi})
-		return nil
+		return reply(w, map[string]any{"worker": wi}, err)
 	}
 }
 
@@ -703,11 +638,7 @@ func (a *api) deadLetter(w http.ResponseWriter, r *http.Request, _ params) error
 		}
 	}
 	jobs, more, err := a.dead.List(r.Context(), q, limit)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"jobs": jobs, "pagination": map[string]any{"total": len(jobs), "limit": limit, "offset": 0, "has_more": more}})
-	return nil
+	return reply(w, map[string]any{"jobs": jobs, "pagination": map[string]any{"total": len(jobs), "limit": limit, "offset": 0, "has_more": more}}, err)
 }
 
 // deadBulk serves POST /dead-letter/retry and DELETE /dead-letter (a
@@ -781,20 +712,12 @@ func deadQueryBody(r *http.Request) ([]byte, error) {
 
 func (a *api) deadStats(w http.ResponseWriter, r *http.Request, _ params) error {
 	st, err := a.dead.Stats(r.Context())
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, st)
-	return nil
+	return reply(w, st, err)
 }
 
 func (a *api) deadJob(w http.ResponseWriter, r *http.Request, p params) error {
 	j, err := a.dead.Get(r.Context(), p["id"])
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"job": j})
-	return nil
+	return reply(w, map[string]any{"job": j}, err)
 }
 
 func (a *api) retryDead(w http.ResponseWriter, r *http.Request, p params) error {
@@ -807,11 +730,7 @@ func (a *api) retryDead(w http.ResponseWriter, r *http.Request, p params) error 
 		return err
 	}
 	j, err := a.dead.Retry(r.Context(), p["id"], o)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"job": j})
-	return nil
+	return reply(w, map[string]any{"job": j}, err)
 }
 
 func (a *api) deleteDead(w http.ResponseWriter, r *http.Request, p params) error {
@@ -824,11 +743,7 @@ func (a *api) deleteDead(w http.ResponseWriter, r *http.Request, p params) error
 
 func (a *api) queues(w http.ResponseWriter, r *http.Request, _ params) error {
 	qs, err := a.queueSvc.QueueStates(r.Context())
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"queues": qs, "pagination": map[string]any{"total": len(qs), "limit": len(qs), "offset": 0, "has_more": false}})
-	return nil
+	return reply(w, map[string]any{"queues": qs, "pagination": map[string]any{"total": len(qs), "limit": len(qs), "offset": 0, "has_more": false}}, err)
 }
 
 // queueStats serves GET /queues/{name}/stats: the counts both flat under
@@ -849,11 +764,7 @@ func (a *api) queueStats(w http.ResponseWriter, r *http.Request, p params) error
 func (a *api) pauseQueue(paused bool) func(http.ResponseWriter, *http.Request, params) error {
 	return func(w http.ResponseWriter, r *http.Request, p params) error {
 		st, err := a.queueSvc.SetPaused(r.Context(), p["name"], paused)
-		if err != nil {
-			return err
-		}
-		writeJSON(w, http.StatusOK, map[string]any{"queue": st, "status": st.Status, "paused_at": st.PausedAt})
-		return nil
+		return reply(w, map[string]any{"queue": st, "status": st.Status, "paused_at": st.PausedAt}, err)
 	}
 }
 

@@ -2,8 +2,9 @@ package httpapi
 
 import (
 	"fmt"
+	"maps"
 	"net/http"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -63,21 +64,12 @@ func (m *requestMetrics) write(b *strings.Builder) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	b.WriteString("# HELP ojs_http_requests_total HTTP requests served by this API instance, by route and status.\n# TYPE ojs_http_requests_total counter\n")
-	keys := make([][2]string, 0, len(m.counts))
-	for k := range m.counts {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool { return keys[i][0]+keys[i][1] < keys[j][0]+keys[j][1] })
+	keys := slices.SortedFunc(maps.Keys(m.counts), func(a, b [2]string) int { return strings.Compare(a[0]+a[1], b[0]+b[1]) })
 	for _, k := range keys {
 		fmt.Fprintf(b, "ojs_http_requests_total{route=%s,code=%s} %d\n", label(k[0]), label(k[1]), m.counts[k])
 	}
 	b.WriteString("# HELP ojs_http_request_duration_seconds HTTP request duration on this API instance, by route.\n# TYPE ojs_http_request_duration_seconds histogram\n")
-	routes := make([]string, 0, len(m.hist))
-	for r := range m.hist {
-		routes = append(routes, r)
-	}
-	sort.Strings(routes)
-	for _, r := range routes {
+	for _, r := range slices.Sorted(maps.Keys(m.hist)) {
 		h := m.hist[r]
 		for i, ub := range durationBuckets {
 			fmt.Fprintf(b, "ojs_http_request_duration_seconds_bucket{route=%s,le=\"%g\"} %d\n", label(r), ub, h.buckets[i])
@@ -123,11 +115,7 @@ func (s *Server) addObservability(a *api, ad *admin.Service) {
 // the last five minutes and workers. They cost what GET /admin/queues
 // costs (docs/admin.md).
 func writeTableMetrics(r *http.Request, b *strings.Builder, a *api, ad *admin.Service) error {
-	var push func(string) bool
-	if a.queueSvc != nil {
-		push = a.queueSvc.IsPush
-	}
-	ql, err := ad.Queues(r.Context(), 1, 1<<20, push)
+	ql, err := ad.Queues(r.Context(), 1, 1<<20, a.isPush())
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@
 package httpapi
 
 import (
+	"cmp"
 	"compress/gzip"
 	"context"
 	"crypto/sha256"
@@ -180,16 +181,12 @@ type statusWriter struct {
 }
 
 func (w *statusWriter) WriteHeader(code int) {
-	if w.status == 0 {
-		w.status = code
-	}
+	w.status = cmp.Or(w.status, code)
 	w.ResponseWriter.WriteHeader(code)
 }
 
 func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
+	w.status = cmp.Or(w.status, http.StatusOK)
 	return w.ResponseWriter.Write(b)
 }
 
@@ -412,11 +409,20 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_, _ = w.Write(b)
 }
 
+// reply writes body with status 200, unless err is set: then it returns
+// err for the server to answer.
+func reply(w http.ResponseWriter, body any, err error) error {
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, body)
+	return nil
+}
+
 // readBody reads a POST body, mapping an oversize body to 413.
 func readBody(r *http.Request) ([]byte, error) {
 	b, err := io.ReadAll(r.Body)
-	var mbe *http.MaxBytesError
-	if errors.As(err, &mbe) {
+	if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 		return nil, ojserr.Newf(ojserr.PayloadTooLarge, "The request body exceeds %d bytes.", MaxBodyBytes).With("max_bytes", MaxBodyBytes)
 	}
 	if err != nil {
@@ -425,9 +431,13 @@ func readBody(r *http.Request) ([]byte, error) {
 	return b, nil
 }
 
-// decodeObject decodes a JSON object body into v; an empty or malformed
-// body is invalid_payload, wrong field types invalid_request.
-func decodeObject(raw []byte, v any) error {
+// readObject reads a JSON object body (readBody) into v; an empty or
+// malformed body is invalid_payload, wrong field types invalid_request.
+func readObject(r *http.Request, v any) error {
+	raw, err := readBody(r)
+	if err != nil {
+		return err
+	}
 	t := strings.TrimSpace(string(raw))
 	if t == "" {
 		return ojserr.New(ojserr.InvalidPayload, "The request body is empty; send a JSON object.").With("field", "body")
@@ -439,8 +449,7 @@ func decodeObject(raw []byte, v any) error {
 		return ojserr.Invalid("body", "The request body must be a JSON object.")
 	}
 	if err := jsoncase.Unmarshal(raw, v); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
+		if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
 			return ojserr.Invalid(te.Field, "The '%s' field has the wrong type: expected %s.", te.Field, te.Type.String())
 		}
 		return ojserr.Invalid("body", "The request body does not match the expected shape.")

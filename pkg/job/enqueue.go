@@ -2,6 +2,7 @@ package job
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -124,9 +125,7 @@ func ParseEnqueue(raw []byte, now time.Time) (*Enqueue, error) {
 		}
 	}
 	opts := req.Options
-	if opts == nil {
-		opts = &options{}
-	}
+	opts = cmp.Or(opts, &options{})
 	j := &Job{Extra: extra}
 
 	if req.SpecVersion != nil && *req.SpecVersion != SpecVersion {
@@ -323,8 +322,7 @@ func parseRetry(raw json.RawMessage) (retry.Policy, error) {
 	}
 	p, err := retry.Parse(raw)
 	if err != nil {
-		var fe *retry.FieldError
-		if errors.As(err, &fe) {
+		if fe, ok := errors.AsType[*retry.FieldError](err); ok {
 			e := ojserr.Newf(ojserr.ValidationError, "Invalid retry policy: %s.", err.Error()).With("field", "retry."+fe.Field)
 			e.Type = "validation_error"
 			return p, e
@@ -336,12 +334,9 @@ func parseRetry(raw json.RawMessage) (retry.Policy, error) {
 
 func strictDecode(b []byte, v any) error {
 	if err := jsoncase.Unmarshal(b, v); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
+		if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
 			field := te.Field
-			if field == "" {
-				field = "body"
-			}
+			field = cmp.Or(field, "body")
 			return ojserr.Invalid(field, "The '%s' field has the wrong type: expected %s.", field, te.Type.String()).With("received", te.Value)
 		}
 		return payloadError("The request body is not valid JSON.")

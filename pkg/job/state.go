@@ -18,6 +18,8 @@
 //	the retries above re-opens it
 package job
 
+import "slices"
+
 // State is a job lifecycle state. The string values are persisted.
 type State string
 
@@ -47,14 +49,7 @@ var transitions = map[State][]State{
 }
 
 // CanTransition reports whether from -> to is a valid transition.
-func CanTransition(from, to State) bool {
-	for _, s := range transitions[from] {
-		if s == to {
-			return true
-		}
-	}
-	return false
-}
+func CanTransition(from, to State) bool { return slices.Contains(transitions[from], to) }
 
 // Valid reports whether s is one of the eight states.
 func (s State) Valid() bool {

@@ -5,7 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"sort"
+	"maps"
+	"slices"
 	"strconv"
 	"time"
 
@@ -164,11 +165,7 @@ func selectKeys(args any, keys []string, field string) (map[string]any, error) {
 func canonical(b *bytes.Buffer, v any) {
 	switch x := v.(type) {
 	case map[string]any:
-		ks := make([]string, 0, len(x))
-		for k := range x {
-			ks = append(ks, k)
-		}
-		sort.Strings(ks)
+		ks := slices.Sorted(maps.Keys(x))
 		b.WriteByte('{')
 		for i, k := range ks {
 			if i > 0 {

@@ -56,8 +56,7 @@ func tooLarge(e *store.TooLargeError) *ojserr.Error {
 
 // asTooLarge reports a *store.TooLargeError in err as a 413.
 func asTooLarge(err error) (*ojserr.Error, bool) {
-	var tl *store.TooLargeError
-	if errors.As(err, &tl) {
+	if tl, ok := errors.AsType[*store.TooLargeError](err); ok {
 		return tooLarge(tl), true
 	}
 	return nil, false

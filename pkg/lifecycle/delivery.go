@@ -124,8 +124,7 @@ func (s *Service) ClaimDelivered(ctx context.Context, items ItemStore, m dispatc
 }
 
 func ignoreConflict(err error) error {
-	var ce *store.ConflictError
-	if errors.As(err, &ce) || errors.Is(err, store.ErrNotFound) {
+	if _, ok := errors.AsType[*store.ConflictError](err); ok || errors.Is(err, store.ErrNotFound) {
 		return nil
 	}
 	return err

@@ -71,8 +71,7 @@ func (s *Service) resolve(ctx context.Context, items []store.Item, now time.Time
 		}
 		moved, err := s.st.Apply(ctx, t)
 		if err != nil {
-			var ce *store.ConflictError
-			if errors.As(err, &ce) || errors.Is(err, store.ErrNotFound) {
+			if _, ok := errors.AsType[*store.ConflictError](err); ok || errors.Is(err, store.ErrNotFound) {
 				continue // someone else moved it first
 			}
 			return redeliver, stay, err

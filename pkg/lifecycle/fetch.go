@@ -76,12 +76,7 @@ func (s *Service) Fetch(ctx context.Context, r FetchRequest) ([]*job.Job, error)
 			return nil, err
 		}
 	}
-	if r.Count <= 0 {
-		r.Count = 1
-	}
-	if r.Count > MaxFetch {
-		r.Count = MaxFetch
-	}
+	r.Count = min(max(r.Count, 1), MaxFetch)
 	if r.MaxBytes <= 0 {
 		r.MaxBytes = DefaultFetchBytes
 	}
@@ -509,8 +504,7 @@ func (s *Service) expire(ctx context.Context, j *job.Job, now time.Time) error {
 	if err == nil {
 		s.finished(ctx, expired)
 	}
-	var ce *store.ConflictError
-	if err != nil && !errors.As(err, &ce) && !errors.Is(err, store.ErrNotFound) {
+	if _, ok := errors.AsType[*store.ConflictError](err); err != nil && !ok && !errors.Is(err, store.ErrNotFound) {
 		return err
 	}
 	if err == nil {

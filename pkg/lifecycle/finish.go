@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -42,10 +43,7 @@ func (in ErrorInput) errorType() string {
 	if len(in.Details) > 0 && json.Unmarshal(in.Details, &d) == nil && d.ErrorClass != "" {
 		return d.ErrorClass
 	}
-	if in.Code != "" {
-		return in.Code
-	}
-	return "handler_error"
+	return cmp.Or(in.Code, "handler_error")
 }
 
 // Handler response codes (ojs-retry.md section 7).
@@ -67,9 +65,7 @@ const (
 func (s *Service) decide(j *job.Job, in ErrorInput, now time.Time) store.Failure {
 	typ := in.errorType()
 	msg := in.Message
-	if msg == "" {
-		msg = "The handler failed without a message."
-	}
+	msg = cmp.Or(msg, "The handler failed without a message.")
 	info := job.ErrorInfo{Type: truncate(typ, 1024), Code: truncate(in.Code, 1024), Message: truncate(msg, 4096), Retryable: in.Retryable,
 		Details: in.Details, Attempt: j.Attempt, Timestamp: job.Timestamp(now)}
 	// At most 50 lines of 1 KiB: an unbounded backtrace made the job item
@@ -182,8 +178,7 @@ func (s *Service) nack(ctx context.Context, id string, in ErrorInput, attempt in
 			t = t.HeldBy(workerID)
 		}
 		j, err := s.st.Apply(ctx, t)
-		var ce *store.ConflictError
-		if errors.As(err, &ce) {
+		if _, ok := errors.AsType[*store.ConflictError](err); ok {
 			continue // a heartbeat or lease change raced us; read again
 		}
 		if err != nil {

@@ -4,13 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"sync"
 	"time"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
+	"golang.org/x/sync/errgroup"
 )
 
 // HeartbeatRequest is a worker's BEAT (ojs-worker-protocol.md 4.2).
@@ -85,10 +85,7 @@ func (s *Service) Heartbeat(ctx context.Context, r HeartbeatRequest) (HeartbeatR
 	}
 	res := HeartbeatResult{Extended: []string{}, Cancelled: []string{}, State: WorkerRunning}
 	now := s.Now()
-	active := r.Active
-	if active < len(r.JobIDs) {
-		active = len(r.JobIDs)
-	}
+	active := max(r.Active, len(r.JobIDs))
 	w, err := s.qs.WorkerBeat(ctx, queue.WorkerInfo{ID: r.WorkerID, State: r.State, ActiveJobs: active, Hostname: r.Hostname, Queues: r.Queues,
 		Concurrency: r.Concurrency}, now)
 	if err != nil {
@@ -110,17 +107,15 @@ func (s *Service) Heartbeat(ctx context.Context, r HeartbeatRequest) (HeartbeatR
 		err       error
 	}
 	beats := make([]beat, len(r.JobIDs))
-	sem := make(chan struct{}, writeParallel)
-	var wg sync.WaitGroup
+	var g errgroup.Group
+	g.SetLimit(writeParallel)
 	for i, id := range r.JobIDs {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
+		g.Go(func() error {
 			beats[i].j, beats[i].cancelled, beats[i].err = s.extend(ctx, id, r.WorkerID, until, now)
-		}()
+			return nil
+		})
 	}
-	wg.Wait()
+	_ = g.Wait()
 	for i, b := range beats {
 		if b.err != nil {
 			return HeartbeatResult{}, ojserr.Backend(b.err)

@@ -57,8 +57,7 @@ func (s *Service) Cancel(ctx context.Context, id string) (*job.Job, job.State, e
 	j, err := s.st.Apply(ctx, store.Cancel(id, s.Now(), before.State))
 	if err != nil {
 		// It moved meanwhile: retry once against its new state.
-		var ce *store.ConflictError
-		if errors.As(err, &ce) && !ce.Current.State.Terminal() {
+		if ce, ok := errors.AsType[*store.ConflictError](err); ok && !ce.Current.State.Terminal() {
 			before = ce.Current
 			j, err = s.st.Apply(ctx, store.Cancel(id, s.Now(), before.State))
 		}

@@ -8,6 +8,7 @@
 package lifecycle
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"math/rand/v2"
@@ -87,9 +88,7 @@ func New(st *store.Store, c Config) *Service {
 	if s.rnd == nil {
 		s.rnd = rand.Float64
 	}
-	if s.log == nil {
-		s.log = slog.Default()
-	}
+	s.log = cmp.Or(s.log, slog.Default())
 	return s
 }
 

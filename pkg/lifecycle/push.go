@@ -4,19 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
+	"golang.org/x/sync/errgroup"
 )
 
 // Push validates and creates one job.
 func (s *Service) Push(ctx context.Context, raw []byte) (*job.Job, error) {
 	jobs, err := s.PushBatch(ctx, [][]byte{raw})
 	if err != nil {
-		var oe *ojserr.Error
-		if errors.As(err, &oe) {
+		if oe, ok := errors.AsType[*ojserr.Error](err); ok {
 			delete(oe.Details, "index")
 		}
 		return nil, err
@@ -98,8 +97,7 @@ func createChunkError(err error, offset int) *ojserr.Error {
 	if oe, ok := asTooLarge(err); ok {
 		return oe
 	}
-	var dup *store.DuplicateError
-	if errors.As(err, &dup) {
+	if dup, ok := errors.AsType[*store.DuplicateError](err); ok {
 		return ojserr.Newf(ojserr.Duplicate, "A job with id '%s' already exists.", dup.ID).With("existing_job_id", dup.ID).With("index", offset+dup.Index)
 	}
 	return ojserr.Backend(err)
@@ -130,18 +128,15 @@ func (s *Service) createChunked(ctx context.Context, jobs []*job.Job, sizes []in
 	starts := txChunks(sizes)
 	n := len(starts) - 1
 	errs := make([]error, n)
-	sem := make(chan struct{}, 4)
-	var wg sync.WaitGroup
-	for c := 0; c < n; c++ {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func(c int) {
-			defer wg.Done()
-			defer func() { <-sem }()
+	var g errgroup.Group
+	g.SetLimit(4)
+	for c := range n {
+		g.Go(func() error {
 			errs[c] = s.st.Create(ctx, jobs[starts[c]:starts[c+1]], s.redel)
-		}(c)
+			return nil
+		})
 	}
-	wg.Wait()
+	_ = g.Wait()
 	var created []*job.Job
 	var pe PartialError
 	for c, err := range errs {

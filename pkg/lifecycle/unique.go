@@ -85,8 +85,7 @@ func (s *Service) pushUnique(ctx context.Context, j *job.Job) (*job.Job, error) 
 			}
 			cancelled, err := s.st.Apply(ctx, store.Cancel(holder.ID, now, holder.State))
 			if err != nil {
-				var ce *store.ConflictError
-				if errors.As(err, &ce) {
+				if _, ok := errors.AsType[*store.ConflictError](err); ok {
 					continue // it moved: decide again
 				}
 				return nil, ojserr.Backend(err)
@@ -116,8 +115,7 @@ func duplicate(holder *job.Job, u *job.Unique, msg string) error {
 
 // createError maps a failed create.
 func createError(err error) error {
-	var dup *store.DuplicateError
-	if errors.As(err, &dup) {
+	if dup, ok := errors.AsType[*store.DuplicateError](err); ok {
 		return ojserr.Newf(ojserr.Duplicate, "A job with id '%s' already exists.", dup.ID).With("existing_job_id", dup.ID)
 	}
 	return ojserr.Backend(err)

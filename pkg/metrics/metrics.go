@@ -1,10 +1,12 @@
 package metrics
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"io"
-	"sort"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -121,12 +123,7 @@ func (q *QueueStats) latency(name string, from, to *time.Time) {
 
 // Queues returns the queues the batch touched, sorted.
 func (b *Batch) Queues() []string {
-	out := make([]string, 0, len(b.queues))
-	for name := range b.queues {
-		out = append(out, name)
-	}
-	sort.Strings(out)
-	return out
+	return slices.Sorted(maps.Keys(b.queues))
 }
 
 // Stats returns what the batch recorded for queue (nil if nothing).
@@ -136,9 +133,7 @@ func (b *Batch) Stats(queue string) *QueueStats { return b.queues[queue] }
 // per queue, plus one more per further MaxValues latency values. env is
 // the Environment dimension and at the metrics' timestamp.
 func (b *Batch) Documents(env string, at time.Time) [][]byte {
-	if env == "" {
-		env = DefaultEnvironment
-	}
+	env = cmp.Or(env, DefaultEnvironment)
 	var out [][]byte
 	for _, name := range b.Queues() {
 		q := b.queues[name]

@@ -176,8 +176,7 @@ func Backend(cause error) *Error {
 
 // As returns err as an *Error, wrapping unknown errors as backend errors.
 func As(err error) *Error {
-	var e *Error
-	if errors.As(err, &e) {
+	if e, ok := errors.AsType[*Error](err); ok {
 		return e
 	}
 	return Backend(err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -49,9 +50,7 @@ func queueKey(name string) map[string]types.AttributeValue {
 
 // withAttrs adds attrs to key (an item to put).
 func withAttrs(key, attrs map[string]types.AttributeValue) map[string]types.AttributeValue {
-	for k, v := range attrs {
-		key[k] = v
-	}
+	maps.Copy(key, attrs)
 	return key
 }
 
@@ -79,11 +78,7 @@ func (s *Store) SetQueuePaused(ctx context.Context, name string, paused bool, no
 	if err != nil {
 		return nil, fmt.Errorf("set queue %s paused=%v: %w", name, paused, err)
 	}
-	var q QueueInfo
-	if err := attributevalue.UnmarshalMap(out.Attributes, &q); err != nil {
-		return nil, err
-	}
-	return &q, nil
+	return store.Unmarshal[QueueInfo](out.Attributes)
 }
 
 // SetQueueRate sets a queue's FETCH rate limit (jobs per second).
@@ -218,11 +213,11 @@ func (s *Store) TakeRateTokens(ctx context.Context, name string, n int, perSecon
 	hold := int64(math.Ceil(float64(n) / perSecond * 1e6))
 	at := now.UnixMicro()
 	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table,
-		Key:                       map[string]types.AttributeValue{attrPK: avS(store.RegistryPK(name)), attrSK: avS(ratePrefix + name)},
+		Key:                       map[string]types.AttributeValue{attrPK: store.AttrS(store.RegistryPK(name)), attrSK: store.AttrS(ratePrefix + name)},
 		UpdateExpression:          aws.String("SET next_us = :next"),
 		ConditionExpression:       aws.String("attribute_not_exists(next_us) OR next_us <= :now"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":next": &types.AttributeValueMemberN{Value: itoa(at + hold)}, ":now": &types.AttributeValueMemberN{Value: itoa(at)}}})
-	if errors.As(err, new(*types.ConditionalCheckFailedException)) {
+		ExpressionAttributeValues: map[string]types.AttributeValue{":next": store.AttrN(at + hold), ":now": store.AttrN(at)}})
+	if store.ConditionFailed(err) {
 		return false, nil
 	}
 	if err != nil {
@@ -248,7 +243,7 @@ func (s *Store) QueueInfos(ctx context.Context) ([]QueueInfo, error) {
 	parts, err := store.EachShard(ctx, store.RegistryPKs(), func(ctx context.Context, pk string) ([]QueueInfo, error) {
 		return store.QueryAll[QueueInfo](ctx, s.db, &dynamodb.QueryInput{TableName: &s.table, ConsistentRead: aws.Bool(true),
 			KeyConditionExpression:    aws.String("pk = :pk AND begins_with(sk, :p)"),
-			ExpressionAttributeValues: map[string]types.AttributeValue{":pk": avS(pk), ":p": avS(queuePrefix)}})
+			ExpressionAttributeValues: map[string]types.AttributeValue{":pk": store.AttrS(pk), ":p": store.AttrS(queuePrefix)}})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list queues: %w", err)
@@ -267,8 +262,7 @@ func (s *Store) ClearRedeliver(ctx context.Context, name, token string) error {
 	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table, Key: queueKey(name),
 		UpdateExpression: aws.String("REMOVE redeliver"), ConditionExpression: aws.String("redeliver = :t"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":t": &types.AttributeValueMemberS{Value: token}}})
-	var ccf *types.ConditionalCheckFailedException
-	if err != nil && !errors.As(err, &ccf) {
+	if _, ok := errors.AsType[*types.ConditionalCheckFailedException](err); err != nil && !ok {
 		return fmt.Errorf("clear redelivery of queue %s: %w", name, err)
 	}
 	return nil
@@ -289,8 +283,7 @@ func (s *Store) EnsureQueue(ctx context.Context, name string, now time.Time) err
 		}),
 		ConditionExpression: aws.String("attribute_not_exists(pk)"),
 	})
-	var ccf *types.ConditionalCheckFailedException
-	if err != nil && !errors.As(err, &ccf) {
+	if _, ok := errors.AsType[*types.ConditionalCheckFailedException](err); err != nil && !ok {
 		return fmt.Errorf("register queue %s: %w", name, err)
 	}
 	return nil

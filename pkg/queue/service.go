@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"sync"
@@ -79,9 +80,7 @@ func NewService(st *store.Store, c Config) *Service {
 	if s.now == nil {
 		s.now = time.Now
 	}
-	if s.log == nil {
-		s.log = slog.Default()
-	}
+	s.log = cmp.Or(s.log, slog.Default())
 	return s
 }
 

@@ -2,11 +2,8 @@ package queue
 
 import (
 	"context"
-	"strconv"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 )
 
@@ -36,9 +33,3 @@ const (
 type batchGetter interface {
 	BatchGetItem(context.Context, *dynamodb.BatchGetItemInput, ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error)
 }
-
-func avS(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
-
-func itoa(v int64) string { return strconv.FormatInt(v, 10) }
-
-func ms(t time.Time) int64 { return t.UnixMilli() }

@@ -54,7 +54,7 @@ func (s *Store) WorkerBeat(ctx context.Context, w WorkerInfo, now time.Time) (*W
 		Set(expression.Name("last_heartbeat_at"), expression.Value(job.Timestamp(now))).
 		Set(expression.Name("first_seen_at"), expression.IfNotExists(expression.Name("first_seen_at"), expression.Value(job.Timestamp(now)))).
 		Set(expression.Name(attrDuePK), expression.Value(workersDuePK)).
-		Set(expression.Name(attrDueAt), expression.Value(ms(now))).
+		Set(expression.Name(attrDueAt), expression.Value(now.UnixMilli())).
 		Set(expression.Name("ttl"), expression.Value(now.Add(workerTTL).Unix()))
 	if w.State != "" {
 		u = u.Set(expression.Name("state"), expression.Value(w.State))
@@ -89,11 +89,7 @@ func (s *Store) WorkerState(ctx context.Context, id string) (*WorkerInfo, error)
 	if len(out.Item) == 0 {
 		return nil, nil
 	}
-	var w WorkerInfo
-	if err := attributevalue.UnmarshalMap(out.Item, &w); err != nil {
-		return nil, err
-	}
-	return &w, nil
+	return store.Unmarshal[WorkerInfo](out.Item)
 }
 
 // SetWorkerDirective records the state an operator wants a worker in; it
@@ -115,11 +111,7 @@ func (s *Store) updateWorker(ctx context.Context, id string, u expression.Update
 	if err != nil {
 		return nil, fmt.Errorf("update worker %s: %w", id, err)
 	}
-	var w WorkerInfo
-	if err := attributevalue.UnmarshalMap(out.Attributes, &w); err != nil {
-		return nil, err
-	}
-	return &w, nil
+	return store.Unmarshal[WorkerInfo](out.Attributes)
 }
 
 // Workers lists the workers seen in the last day, most recent heartbeat
@@ -132,13 +124,9 @@ func (s *Store) Workers(ctx context.Context, limit int) ([]WorkerInfo, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list workers: %w", err)
 	}
-	ws := make([]WorkerInfo, 0, len(out.Items))
-	for _, it := range out.Items {
-		var w WorkerInfo
-		if err := attributevalue.UnmarshalMap(it, &w); err != nil {
-			return nil, err
-		}
-		ws = append(ws, w)
+	var ws []WorkerInfo
+	if err := attributevalue.UnmarshalListOfMaps(out.Items, &ws); err != nil {
+		return nil, err
 	}
 	return ws, nil
 }
@@ -152,11 +140,7 @@ func (s *Store) Worker(ctx context.Context, id string) (*WorkerInfo, error) {
 	if len(out.Item) == 0 {
 		return nil, nil
 	}
-	var w WorkerInfo
-	if err := attributevalue.UnmarshalMap(out.Item, &w); err != nil {
-		return nil, err
-	}
-	return &w, nil
+	return store.Unmarshal[WorkerInfo](out.Item)
 }
 
 // ErrWorkerNotStale is returned by DeleteWorker for a worker that sent a
@@ -169,10 +153,9 @@ var ErrWorkerNotStale = errors.New("worker is not stale")
 func (s *Store) DeleteWorker(ctx context.Context, id string, staleBefore time.Time) error {
 	_, err := s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &s.table, Key: workerKey(id),
 		ConditionExpression:                 aws.String("attribute_exists(pk) AND (attribute_not_exists(due_at) OR due_at < :cut)"),
-		ExpressionAttributeValues:           map[string]types.AttributeValue{":cut": &types.AttributeValueMemberN{Value: itoa(ms(staleBefore))}},
+		ExpressionAttributeValues:           map[string]types.AttributeValue{":cut": store.AttrN(staleBefore.UnixMilli())},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld})
-	var ccf *types.ConditionalCheckFailedException
-	if errors.As(err, &ccf) {
+	if ccf, ok := errors.AsType[*types.ConditionalCheckFailedException](err); ok {
 		if len(ccf.Item) == 0 {
 			return store.ErrNotFound
 		}

@@ -5,6 +5,7 @@ package retry
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -160,9 +161,7 @@ func Parse(raw json.RawMessage) (Policy, error) {
 		}
 	}
 	s := w.BackoffStrategy
-	if s == nil {
-		s = w.BackoffStrategyAlias
-	}
+	s = cmp.Or(s, w.BackoffStrategyAlias)
 	if s != nil {
 		switch Strategy(strings.ToLower(*s)) {
 		case Exponential:
@@ -239,10 +238,7 @@ func (p Policy) CanRetry(attempt int) bool { return attempt < p.MaxAttempts }
 // Delay is the wait before the next attempt after attempt (1-based) failed.
 // rnd returns a uniform float in [0, 1); it is only called when Jitter is on.
 func (p Policy) Delay(attempt int, rnd func() float64) time.Duration {
-	n := attempt // retry number: retry 1 follows attempt 1
-	if n < 1 {
-		n = 1
-	}
+	n := max(attempt, 1) // retry number: retry 1 follows attempt 1
 	base := float64(p.InitialInterval)
 	var raw float64
 	switch p.Strategy {
@@ -260,15 +256,9 @@ func (p Policy) Delay(attempt int, rnd func() float64) time.Duration {
 		raw = maxD
 	}
 	if p.Jitter && rnd != nil {
-		raw *= 0.5 + rnd()
-		if raw > maxD {
-			raw = maxD
-		}
+		raw = min(raw*(0.5+rnd()), maxD)
 	}
-	if raw < 0 {
-		raw = 0
-	}
-	return time.Duration(raw)
+	return time.Duration(max(raw, 0))
 }
 
 // IsNonRetryable reports whether errType matches NonRetryableErrors: exactly,

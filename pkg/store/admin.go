@@ -127,7 +127,7 @@ func (s *Store) listIndex(ctx context.Context, l Listing, queue string, states [
 		in := &dynamodb.QueryInput{TableName: &s.table, IndexName: aws.String(index),
 			KeyConditionExpression:    aws.String("#k = :k"),
 			ExpressionAttributeNames:  map[string]string{"#k": keyName},
-			ExpressionAttributeValues: map[string]types.AttributeValue{":k": avS(pk)},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":k": AttrS(pk)},
 			ScanIndexForward:          aws.Bool(forward), Limit: aws.Int32(int32(limit))}
 		var filters []string
 		if len(states) > 0 {
@@ -136,7 +136,7 @@ func (s *Store) listIndex(ctx context.Context, l Listing, queue string, states [
 			for i, st := range states {
 				p := fmt.Sprintf(":s%d", i)
 				ph = append(ph, p)
-				in.ExpressionAttributeValues[p] = avS(string(st))
+				in.ExpressionAttributeValues[p] = AttrS(string(st))
 			}
 			filters = append(filters, "#s IN ("+strings.Join(ph, ", ")+")")
 		}
@@ -346,7 +346,7 @@ func DecodeCursor(c string) (map[string]types.AttributeValue, error) {
 	for k, v := range m {
 		switch {
 		case strings.HasPrefix(v, "S") && len(v) > 1:
-			key[k] = avS(v[1:])
+			key[k] = AttrS(v[1:])
 		case strings.HasPrefix(v, "N") && len(v) > 1:
 			key[k] = &types.AttributeValueMemberN{Value: v[1:]}
 		default:
@@ -401,7 +401,7 @@ func (s *Store) countStates(ctx context.Context, index, keyName, key string, max
 	in := &dynamodb.QueryInput{TableName: &s.table, IndexName: aws.String(index),
 		KeyConditionExpression:    aws.String("#k = :k"),
 		ExpressionAttributeNames:  map[string]string{"#k": keyName, "#s": attrState, "#p": attrPush},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":k": avS(key)},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":k": AttrS(key)},
 		ProjectionExpression:      aws.String("#s, #p")}
 	n := 0
 	for {
@@ -456,11 +456,10 @@ func (s *Store) deleteInState(ctx context.Context, id string, state job.State) e
 		TableName: &s.table, Key: JobKey(id),
 		ConditionExpression:                 aws.String("#s = :s AND attribute_not_exists(wf_id)"),
 		ExpressionAttributeNames:            map[string]string{"#s": attrState},
-		ExpressionAttributeValues:           map[string]types.AttributeValue{":s": avS(string(state))},
+		ExpressionAttributeValues:           map[string]types.AttributeValue{":s": AttrS(string(state))},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	var ccf *types.ConditionalCheckFailedException
-	if errors.As(err, &ccf) {
+	if ccf, ok := errors.AsType[*types.ConditionalCheckFailedException](err); ok {
 		if len(ccf.Item) == 0 {
 			return ErrNotFound
 		}

@@ -17,13 +17,11 @@ func APIError(err error, id, op string) error {
 	if errors.Is(err, ErrNotFound) {
 		return ojserr.NotFoundf("job", id)
 	}
-	var ce *ConflictError
-	if errors.As(err, &ce) {
+	if ce, ok := errors.AsType[*ConflictError](err); ok {
 		return ojserr.StateConflict(ojserr.Conflict, "Cannot %s job in state '%s'.", op, ce.Current.State).
 			With("job_id", id).With("current_state", string(ce.Current.State)).With("target_state", string(ce.Tried.To))
 	}
-	var oe *ojserr.Error
-	if errors.As(err, &oe) {
+	if oe, ok := errors.AsType[*ojserr.Error](err); ok {
 		return oe
 	}
 	return ojserr.Backend(err)

@@ -1,10 +1,12 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -186,9 +188,7 @@ func Parallel(ctx context.Context, n, conc int, f func(context.Context, int) err
 			if err := SliceOver(ctx); err != nil {
 				<-sem
 				mu.Lock()
-				if first == nil {
-					first = err
-				}
+				first = cmp.Or(first, err)
 				mu.Unlock()
 				break
 			}
@@ -198,9 +198,7 @@ func Parallel(ctx context.Context, n, conc int, f func(context.Context, int) err
 			defer func() { <-sem; wg.Done() }()
 			if err := f(ctx, i); err != nil {
 				mu.Lock()
-				if first == nil {
-					first = err
-				}
+				first = cmp.Or(first, err)
 				mu.Unlock()
 			}
 		}(i)
@@ -253,11 +251,17 @@ func (s *Store) JobFinishedCheck(id string) *types.ConditionCheck {
 	return &types.ConditionCheck{TableName: &s.table, Key: JobKey(id),
 		ConditionExpression:      aws.String("attribute_not_exists(pk) OR #s IN (:c, :x, :d)"),
 		ExpressionAttributeNames: map[string]string{"#s": attrState},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":c": avS(string(job.Completed)), ":x": avS(string(job.Cancelled)),
-			":d": avS(string(job.Discarded))}}
+		ExpressionAttributeValues: map[string]types.AttributeValue{":c": AttrS(string(job.Completed)), ":x": AttrS(string(job.Cancelled)),
+			":d": AttrS(string(job.Discarded))}}
 }
 
-func avS(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
+// AttrS and AttrN are the string and number attribute values of v, for
+// the hand-written expressions of the aggregates' packages.
+func AttrS(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
+
+func AttrN(v int64) types.AttributeValue {
+	return &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)}
+}
 
 // BatchPut writes items to table with db, which must be a BatchWriter (an
 // error otherwise): BatchWriteItem requests of 25 items, eight at once,

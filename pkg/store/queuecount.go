@@ -22,23 +22,14 @@ type QueueCounts struct {
 // the keys-only "done" index (1 read unit per 4 KB of keys: about 40,000
 // completions per page).
 func (s *Store) CountCompleted(ctx context.Context, queue string, since time.Time) (int, error) {
-	in := &dynamodb.QueryInput{TableName: &s.table, IndexName: aws.String(topology.IndexDone),
+	n, err := CountAll(ctx, s.db, &dynamodb.QueryInput{TableName: &s.table, IndexName: aws.String(topology.IndexDone),
 		KeyConditionExpression:    aws.String("#k = :q AND #s >= :since"),
 		ExpressionAttributeNames:  map[string]string{"#k": attrDonePK, "#s": attrDoneSK},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":q": &types.AttributeValueMemberS{Value: queue}, ":since": &types.AttributeValueMemberS{Value: fmt.Sprintf("%013d", ms(since))}},
-		Select:                    types.SelectCount}
-	n := 0
-	for {
-		out, err := s.db.Query(ctx, in)
-		if err != nil {
-			return 0, fmt.Errorf("count completions of queue %s: %w", queue, err)
-		}
-		n += int(out.Count)
-		if len(out.LastEvaluatedKey) == 0 {
-			return n, nil
-		}
-		in.ExclusiveStartKey = out.LastEvaluatedKey
+		ExpressionAttributeValues: map[string]types.AttributeValue{":q": AttrS(queue), ":since": AttrS(fmt.Sprintf("%013d", ms(since)))}})
+	if err != nil {
+		return 0, fmt.Errorf("count completions of queue %s: %w", queue, err)
 	}
+	return n, nil
 }
 
 // CountQueue counts a queue's jobs by state: the available pull-mode ones

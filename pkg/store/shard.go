@@ -174,7 +174,7 @@ func (s *Store) DueNow(ctx context.Context, queue string, now time.Time, limit i
 		items, _, err := s.queryJobs(ctx, &dynamodb.QueryInput{
 			IndexName:                 aws.String(topology.IndexDue),
 			KeyConditionExpression:    aws.String("due_pk = :pk"),
-			ExpressionAttributeValues: map[string]types.AttributeValue{":pk": avS(pk)},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":pk": AttrS(pk)},
 			Limit:                     aws.Int32(int32(limit)),
 		})
 		if err != nil {

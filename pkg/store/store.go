@@ -118,7 +118,7 @@ func (s *Store) Create(ctx context.Context, jobs []*job.Job, redeliverAfter time
 	// gives each one a ClientRequestToken that its retries reuse.
 	tok := strconv.FormatUint(rand.Uint64(), 36)
 	if len(puts) == 1 {
-		puts[0].Item[attrWriteToken] = avS(tok)
+		puts[0].Item[attrWriteToken] = AttrS(tok)
 	}
 	if err := checkSizes(puts); err != nil {
 		return err
@@ -126,8 +126,7 @@ func (s *Store) Create(ctx context.Context, jobs []*job.Job, redeliverAfter time
 	if len(puts) == 1 {
 		_, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &s.table, Item: puts[0].Item, ConditionExpression: puts[0].ConditionExpression,
 			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld})
-		var ccf *types.ConditionalCheckFailedException
-		if errors.As(err, &ccf) {
+		if ccf, ok := errors.AsType[*types.ConditionalCheckFailedException](err); ok {
 			if old, ok := ccf.Item[attrWriteToken].(*types.AttributeValueMemberS); ok && old.Value == tok {
 				return nil
 			}
@@ -167,6 +166,15 @@ func FailedCondition(err error) (index int, ok bool) {
 	return -1, false
 }
 
+// Unmarshal decodes an item into a new T.
+func Unmarshal[T any](av map[string]types.AttributeValue) (*T, error) {
+	var v T
+	if err := attributevalue.UnmarshalMap(av, &v); err != nil {
+		return nil, err
+	}
+	return &v, nil
+}
+
 // QueryAll runs a query page by page and decodes every item as a T.
 func QueryAll[T any](ctx context.Context, db DynamoAPI, in *dynamodb.QueryInput) ([]T, error) {
 	var all []T
@@ -184,6 +192,24 @@ func QueryAll[T any](ctx context.Context, db DynamoAPI, in *dynamodb.QueryInput)
 		}
 		if len(out.LastEvaluatedKey) == 0 {
 			return all, nil
+		}
+		in.ExclusiveStartKey = out.LastEvaluatedKey
+	}
+}
+
+// CountAll runs a query page by page as a count (Select COUNT) and
+// returns the total.
+func CountAll(ctx context.Context, db DynamoAPI, in *dynamodb.QueryInput) (int, error) {
+	in.Select = types.SelectCount
+	n := 0
+	for {
+		out, err := db.Query(ctx, in)
+		if err != nil {
+			return 0, err
+		}
+		n += int(out.Count)
+		if len(out.LastEvaluatedKey) == 0 {
+			return n, nil
 		}
 		in.ExclusiveStartKey = out.LastEvaluatedKey
 	}
@@ -238,8 +264,7 @@ func (s *Store) Apply(ctx context.Context, t Transition) (*job.Job, error) {
 		ReturnValues:                        types.ReturnValueAllNew,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	var ccf *types.ConditionalCheckFailedException
-	if errors.As(err, &ccf) {
+	if ccf, ok := errors.AsType[*types.ConditionalCheckFailedException](err); ok {
 		if len(ccf.Item) == 0 {
 			return nil, ErrNotFound
 		}
@@ -382,8 +407,7 @@ func (s *Store) applyChunk(ctx context.Context, ts []Transition, pending []int, 
 			continue
 		}
 		_, err := s.Apply(ctx, ts[i])
-		var ce *ConflictError
-		if err != nil && !errors.As(err, &ce) && !errors.Is(err, ErrNotFound) {
+		if _, ok := errors.AsType[*ConflictError](err); err != nil && !ok && !errors.Is(err, ErrNotFound) {
 			return err
 		}
 		errs[i] = err
@@ -484,7 +508,7 @@ func (s *Store) Ready(ctx context.Context, queue string, limit int) ([]Item, err
 		items, _, err := s.queryJobs(ctx, &dynamodb.QueryInput{
 			IndexName:                 aws.String(topology.IndexReady),
 			KeyConditionExpression:    aws.String("ready_pk = :pk"),
-			ExpressionAttributeValues: map[string]types.AttributeValue{":pk": avS(pk)},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":pk": AttrS(pk)},
 			Limit:                     aws.Int32(int32(limit)),
 		})
 		return items, err
@@ -535,7 +559,7 @@ func (s *Store) Due(ctx context.Context, queue string, now time.Time, limit int)
 			IndexName:              aws.String(topology.IndexDue),
 			KeyConditionExpression: aws.String("due_pk = :pk AND due_at <= :now"),
 			ExpressionAttributeValues: map[string]types.AttributeValue{
-				":pk": avS(pk), ":now": &types.AttributeValueMemberN{Value: itoa(ms(now))},
+				":pk": AttrS(pk), ":now": &types.AttributeValueMemberN{Value: itoa(ms(now))},
 			},
 			Limit: aws.Int32(int32(limit)),
 		})

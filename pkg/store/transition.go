@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -237,9 +238,7 @@ type Failure struct {
 // errorsWith returns the error history with e appended, bounded in count
 // and bytes (job.BoundHistory), and e as stored (the job's current error).
 func errorsWith(j *job.Job, e job.ErrorInfo) ([]string, string) {
-	if e.OccurredAt == "" {
-		e.OccurredAt = e.Timestamp
-	}
+	e.OccurredAt = cmp.Or(e.OccurredAt, e.Timestamp)
 	out := job.BoundHistory(j.Errors, e)
 	return out, out[len(out)-1]
 }
@@ -457,9 +456,7 @@ func Requeue(j *job.Job, e job.ErrorInfo, now time.Time, redeliverAfter time.Dur
 // queue is a push-mode queue.
 func Revive(j *job.Job, now time.Time, redeliverAfter time.Duration, queue string, meta json.RawMessage, push bool) Transition {
 	t := newTransition(j.ID, job.Available, job.Discarded)
-	if queue == "" {
-		queue = j.Queue
-	}
+	queue = cmp.Or(queue, j.Queue)
 	t.set("queue", queue)
 	t.set("push", push)
 	if len(meta) > 0 {

@@ -35,7 +35,7 @@ type UniqueLock struct {
 }
 
 func uniqueKey(key string) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{attrPK: avS(uniquePrefix + key), attrSK: avS(uniqueSK)}
+	return map[string]types.AttributeValue{attrPK: AttrS(uniquePrefix + key), attrSK: AttrS(uniqueSK)}
 }
 
 // CreateUnique creates j and makes it the holder of its uniqueness key,
@@ -51,7 +51,7 @@ func (s *Store) CreateUnique(ctx context.Context, j *job.Job, redeliverAfter tim
 		return err
 	}
 	lock := uniqueKey(j.Unique.Key)
-	lock["job_id"] = avS(j.ID)
+	lock["job_id"] = AttrS(j.ID)
 	if !until.IsZero() {
 		lock["until_ms"] = &types.AttributeValueMemberN{Value: itoa(ms(until))}
 		lock["ttl"] = &types.AttributeValueMemberN{Value: itoa(until.Unix() + 60)}
@@ -63,7 +63,7 @@ func (s *Store) CreateUnique(ctx context.Context, j *job.Job, redeliverAfter tim
 		lp.ExpressionAttributeValues = map[string]types.AttributeValue{":now": &types.AttributeValueMemberN{Value: itoa(ms(now))}}
 	} else {
 		lp.ConditionExpression = aws.String("job_id = :h")
-		lp.ExpressionAttributeValues = map[string]types.AttributeValue{":h": avS(holder)}
+		lp.ExpressionAttributeValues = map[string]types.AttributeValue{":h": AttrS(holder)}
 		tx = append(tx, types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{TableName: &s.table, Key: JobKey(holder),
 			ConditionExpression:       aws.String("attribute_not_exists(pk) OR version = :v"),
 			ExpressionAttributeValues: map[string]types.AttributeValue{":v": &types.AttributeValueMemberN{Value: itoa(holderVersion)}}}})
@@ -90,10 +90,10 @@ func (s *Store) CreateUnique(ctx context.Context, j *job.Job, redeliverAfter tim
 // discarded job would make it a second live job of its key.
 func (s *Store) ReviveUnique(ctx context.Context, t Transition, key string, now time.Time, holder string) (*job.Job, error) {
 	cond := "attribute_not_exists(pk) OR job_id = :me OR until_ms <= :now"
-	vals := map[string]types.AttributeValue{":me": avS(t.ID), ":now": &types.AttributeValueMemberN{Value: itoa(ms(now))}}
+	vals := map[string]types.AttributeValue{":me": AttrS(t.ID), ":now": &types.AttributeValueMemberN{Value: itoa(ms(now))}}
 	if holder != "" {
 		cond = "job_id = :h"
-		vals = map[string]types.AttributeValue{":me": avS(t.ID), ":h": avS(holder)}
+		vals = map[string]types.AttributeValue{":me": AttrS(t.ID), ":h": AttrS(holder)}
 	}
 	if err := t.validate(); err != nil {
 		return nil, err
@@ -111,8 +111,7 @@ func (s *Store) ReviveUnique(ctx context.Context, t Transition, key string, now 
 			UpdateExpression: aws.String("SET job_id = :me"), ConditionExpression: aws.String(cond), ExpressionAttributeValues: vals}},
 	}
 	_, err = s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: tx})
-	var tce *types.TransactionCanceledException
-	if errors.As(err, &tce) && len(tce.CancellationReasons) == 2 {
+	if tce, ok := errors.AsType[*types.TransactionCanceledException](err); ok && len(tce.CancellationReasons) == 2 {
 		r := tce.CancellationReasons
 		if aws.ToString(r[0].Code) == "ConditionalCheckFailed" {
 			if len(r[0].Item) == 0 {

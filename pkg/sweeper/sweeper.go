@@ -9,11 +9,13 @@
 package sweeper
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/cron"
@@ -104,11 +106,7 @@ func (s *Sweeper) Sweep(ctx context.Context) (Result, error) {
 			resumed = append(resumed, qi)
 		}
 	}
-	queues := make([]string, 0, len(set))
-	for q := range set {
-		queues = append(queues, q)
-	}
-	sort.Strings(queues)
+	queues := slices.Sorted(maps.Keys(set))
 	limit := s.BatchSize
 	if limit <= 0 {
 		limit = 100
@@ -263,8 +261,7 @@ func (s *Sweeper) redeliver(ctx context.Context, items []store.Item, paused bool
 			continue
 		}
 		if _, err := s.Store.Apply(ctx, store.Redelivered(it.Job.ID, it.DueAt, now.Add(recheckIn(it.Job, now, s.Service.RedeliverAfter())))); err != nil {
-			var ce *store.ConflictError
-			if !errors.As(err, &ce) && !errors.Is(err, store.ErrNotFound) {
+			if _, ok := errors.AsType[*store.ConflictError](err); !ok && !errors.Is(err, store.ErrNotFound) {
 				return len(ds), err
 			}
 		}
@@ -338,9 +335,4 @@ func (s *Sweeper) Handler(tick time.Duration) func(ctx context.Context) (Result,
 	}
 }
 
-func (s *Sweeper) logger() *slog.Logger {
-	if s.Logger != nil {
-		return s.Logger
-	}
-	return slog.Default()
-}
+func (s *Sweeper) logger() *slog.Logger { return cmp.Or(s.Logger, slog.Default()) }

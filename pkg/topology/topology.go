@@ -9,6 +9,7 @@ package topology
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -211,10 +212,8 @@ var StreamFilter = KeyFilter{Attribute: "sk", Equals: []string{"JOB", "WORKER"},
 
 // Keep reports whether a record with sort key sk passes the filter.
 func (f KeyFilter) Keep(sk string) bool {
-	for _, e := range f.Equals {
-		if sk == e {
-			return true
-		}
+	if slices.Contains(f.Equals, sk) {
+		return true
 	}
 	for _, p := range f.Prefixes {
 		if strings.HasPrefix(sk, p) {
@@ -288,16 +287,6 @@ type Env struct {
 	// TrafficShift is how deployments move the functions' aliases to a
 	// new version. Default ShiftAllAtOnce.
 	TrafficShift TrafficShift
-}
-
-// Queue returns the push-mode queue named name.
-func (e Env) Queue(name string) (Queue, bool) {
-	for _, q := range e.Queues {
-		if q.Name == name {
-			return q, true
-		}
-	}
-	return Queue{}, false
 }
 
 // Environments lists the names ForEnv accepts.

@@ -10,8 +10,11 @@ package wfdef
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -377,14 +380,7 @@ func (p *parser) node(raw json.RawMessage, jp, tp string, index, depth int) *Def
 	return d
 }
 
-func isCallbackName(name string) bool {
-	for _, k := range Callbacks {
-		if k == name {
-			return true
-		}
-	}
-	return false
-}
+func isCallbackName(name string) bool { return slices.Contains(Callbacks, name) }
 
 func (p *parser) leaf(raw json.RawMessage, jp, tp string, index int) *Def {
 	p.jobs++
@@ -557,17 +553,13 @@ func (p *parser) steps(rn rawNode) *Def {
 		delete(fields, "id")
 		delete(fields, "depends_on")
 		opts := map[string]json.RawMessage{}
-		for k, v := range defaults {
-			opts[k] = v
-		}
+		maps.Copy(opts, defaults)
 		if o, ok := fields["options"]; ok && !isNull(o) {
 			var own map[string]json.RawMessage
 			if json.Unmarshal(o, &own) != nil {
 				p.add(jp+".options", "must be an object")
 			}
-			for k, v := range own {
-				opts[k] = v
-			}
+			maps.Copy(opts, own)
 		}
 		if cb, ok := opts["callback_type"]; ok {
 			var name string
@@ -657,9 +649,7 @@ func (p *parser) steps(rn rawNode) *Def {
 		}
 		for _, s := range cbs {
 			cb := s.callback
-			if cb == "" {
-				cb = strings.ReplaceAll(s.id, "-", "_")
-			}
+			cb = cmp.Or(cb, strings.ReplaceAll(s.id, "-", "_"))
 			if root.Callbacks[cb] != nil {
 				p.add(s.jp, fmt.Sprintf("a second %s callback", cb))
 				continue

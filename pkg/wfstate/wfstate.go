@@ -29,6 +29,8 @@
 // writer checks it against its item's table first.
 package wfstate
 
+import "slices"
+
 // State is a workflow or node state. The string values are persisted.
 type State string
 
@@ -69,12 +71,7 @@ var (
 
 // Can reports whether from -> to is a transition of m.
 func (m Machine) Can(from, to State) bool {
-	for _, s := range m[from] {
-		if s == to {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(m[from], to)
 }
 
 // Terminal reports whether s is completed, failed or cancelled (a failed

@@ -32,8 +32,7 @@ func Retry(errType, msg string) error { return &Error{Type: errType, Message: ms
 
 // describe turns any handler error into a type, code and message.
 func describe(err error) (typ, code, msg string, details map[string]any) {
-	var e *Error
-	if errors.As(err, &e) {
+	if e, ok := errors.AsType[*Error](err); ok {
 		return e.Type, e.Code, e.Message, e.Details
 	}
 	if errors.Is(err, context.DeadlineExceeded) {

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -102,12 +103,7 @@ func messageJobID(body []byte) string {
 	return env.ID
 }
 
-func (p *Processor) log() *slog.Logger {
-	if p.Logger != nil {
-		return p.Logger
-	}
-	return slog.Default()
-}
+func (p *Processor) log() *slog.Logger { return cmp.Or(p.Logger, slog.Default()) }
 
 func (p *Processor) processOne(ctx context.Context, m Message) error {
 	// The body is a dispatch.Message (a whole envelope, as sent before
@@ -124,9 +120,7 @@ func (p *Processor) processOne(ctx context.Context, m Message) error {
 		lease = time.Until(dl) + stopMargin
 	}
 	workerID := p.WorkerID
-	if workerID == "" {
-		workerID = "lambda"
-	}
+	workerID = cmp.Or(workerID, "lambda")
 	d, err := p.Service.ClaimDelivered(ctx, p.Items, env, workerID, lease)
 	if err != nil {
 		return fmt.Errorf("claim job %s: %w", env.ID, err)
@@ -241,9 +235,7 @@ func (p *Processor) run(ctx context.Context, j *job.Job) error {
 // changes nothing.
 func (p *Processor) watch(ctx context.Context, j *job.Job, stop context.CancelCauseFunc) {
 	every := p.CancelPoll
-	if every == 0 {
-		every = DefaultCancelPoll
-	}
+	every = cmp.Or(every, DefaultCancelPoll)
 	if every < 0 {
 		return
 	}
@@ -318,8 +310,7 @@ func recordErr(err error) error {
 	if err == nil || ojserr.Is(err, ojserr.Conflict) || ojserr.Is(err, ojserr.NotFound) {
 		return nil
 	}
-	var oe *ojserr.Error
-	if errors.As(err, &oe) && oe.Status() < 500 {
+	if oe, ok := errors.AsType[*ojserr.Error](err); ok && oe.Status() < 500 {
 		return nil
 	}
 	return err

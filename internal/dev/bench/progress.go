@@ -65,9 +65,6 @@ func isTerminal(w io.Writer) bool {
 // Set records that n units are done.
 func (p *Progress) Set(n int) { p.done.Store(int64(n)) }
 
-// Add records n more units done.
-func (p *Progress) Add(n int) { p.done.Add(int64(n)) }
-
 // Done stops drawing and ends the line.
 func (p *Progress) Done() {
 	p.closed.Do(func() {

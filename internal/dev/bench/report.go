@@ -3,7 +3,9 @@ package bench
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -364,7 +366,7 @@ func (r *Result) CostMarkdown() string {
 			items[k] = max(items[k], v)
 		}
 	}
-	keys := sortedKeys(items)
+	keys := slices.Sorted(maps.Keys(items))
 	sort.SliceStable(keys, func(a, c int) bool { return items[keys[a]] > items[keys[c]] })
 	b.WriteString("\nWhere a workflow step's money goes ($ per million steps, by function and operation):\n\n| item |")
 	for _, p := range steps {
@@ -415,7 +417,7 @@ func (r *Result) DetailMarkdown() string {
 			kv(p.PerUnit.LambdaByFunction), num(p.PerUnit.API), num(p.PerUnit.EventBridgeEvents), num(p.PerUnit.PutEvents),
 			num(p.PerUnit.StreamReads), num(p.PerUnit.SQSIdleReceives))
 		b.WriteString("| function operation | DynamoDB requests per " + p.Unit + " |\n|---|---|\n")
-		for _, k := range sortedKeys(p.PerUnit.DynamoDBByOperation) {
+		for _, k := range slices.Sorted(maps.Keys(p.PerUnit.DynamoDBByOperation)) {
 			fmt.Fprintf(&b, "| %s | %s |\n", k, num(p.PerUnit.DynamoDBByOperation[k]))
 		}
 		if len(p.PerUnit.SQSByOperation) > 0 {
@@ -433,7 +435,7 @@ func (r *Result) DetailMarkdown() string {
 		fmt.Fprintf(&b, "| %s | %s | %.2f MB |\n", bin.Function, bin.Target, bin.MB())
 	}
 	b.WriteString("\n| function | init p50 (one at a time) | init max | starts | p50 with every environment starting at once |\n|---|---|---|---|---|\n")
-	for _, k := range sortedKeys(r.Init) {
+	for _, k := range slices.Sorted(maps.Keys(r.Init)) {
 		fmt.Fprintf(&b, "| %s | %s ms | %s ms | %d | %s ms |\n", k, num(r.Init[k].P50), num(r.Init[k].Max), r.Init[k].Count, num(r.InitUnderLoad[k].P50))
 	}
 	fmt.Fprintf(&b, "\nEmpty FETCH (calibration, %d polls): %s DynamoDB requests each (%s).\n", r.EmptyFetch.Fetches, num(r.EmptyFetch.DynamoDB), kv(r.EmptyFetch.ByOperation))
@@ -451,22 +453,13 @@ func (r *Result) DetailMarkdown() string {
 
 func kv[V float64 | int](m map[string]V) string {
 	var parts []string
-	for _, k := range sortedKeys(m) {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		parts = append(parts, fmt.Sprintf("%s %s", k, num(float64(m[k]))))
 	}
 	if len(parts) == 0 {
 		return "none"
 	}
 	return strings.Join(parts, ", ")
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
 }
 
 // SplitRun measures enqueueing and fetching apart, in the shape of issue

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -89,9 +90,7 @@ type bencher struct {
 // Run starts the emulators and the local runtime on free ports, runs every
 // phase, and returns the result; everything it started is stopped.
 func Run(ctx context.Context, o Options) (*Result, error) {
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	}
+	o.Logger = cmp.Or(o.Logger, slog.New(slog.NewJSONHandler(os.Stderr, nil)))
 	res := &Result{StartedAt: time.Now().UTC(), Settings: o.Settings, Prices: USEast1.Table(),
 		Machine: Machine{CPUs: runtime.NumCPU(), OS: runtime.GOOS, Arch: runtime.GOARCH, GoVersion: runtime.Version()}}
 	begin := time.Now()
@@ -99,24 +98,12 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if res.Binaries, err = Binaries(ctx, o.RootDir, o.BinDir, !o.SkipArm64); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(o.LogDir, 0o755); err != nil {
-		return nil, err
-	}
-	emLog, err := os.Create(filepath.Join(o.LogDir, "bench-emulators.log"))
-	if err != nil {
-		return nil, err
-	}
-	defer emLog.Close()
 	o.Logger.Info("starting the emulators")
-	em, err := emulator.Start(ctx, emulator.Options{Log: emLog})
+	em, err := emulator.StartLogged(ctx, o.LogDir, "bench-emulators.log")
 	if err != nil {
 		return nil, err
 	}
 	defer em.Stop()
-	for _, kv := range em.Env() {
-		k, v, _ := strings.Cut(kv, "=")
-		os.Setenv(k, v)
-	}
 	cfg, err := awsclient.Load(ctx)
 	if err != nil {
 		return nil, err

@@ -12,6 +12,7 @@
 package callstats
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -25,6 +26,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -272,50 +274,14 @@ func Chunks(n int64) int64 {
 // items reported 6 units where INDEXES reports the table's 6 and the
 // indexes' 4), so the transactions' units were under-counted.
 func withCapacity(p any) any {
-	const mode = ddbtypes.ReturnConsumedCapacityIndexes
-	switch v := p.(type) {
-	case *dynamodb.GetItemInput:
-		c := *v
-		c.ReturnConsumedCapacity = mode
-		return &c
-	case *dynamodb.PutItemInput:
-		c := *v
-		c.ReturnConsumedCapacity = mode
-		return &c
-	case *dynamodb.UpdateItemInput:
-		c := *v
-		c.ReturnConsumedCapacity = mode
-		return &c
-	case *dynamodb.DeleteItemInput:
-		c := *v
-		c.ReturnConsumedCapacity = mode
-		return &c
-	case *dynamodb.QueryInput:
-		c := *v
-		c.ReturnConsumedCapacity = mode
-		return &c
-	case *dynamodb.ScanInput:
-		c := *v
-		c.ReturnConsumedCapacity = mode
-		return &c
-	case *dynamodb.BatchGetItemInput:
-		c := *v
-		c.ReturnConsumedCapacity = mode
-		return &c
-	case *dynamodb.BatchWriteItemInput:
-		c := *v
-		c.ReturnConsumedCapacity = mode
-		return &c
-	case *dynamodb.TransactWriteItemsInput:
-		c := *v
-		c.ReturnConsumedCapacity = mode
-		return &c
-	case *dynamodb.TransactGetItemsInput:
-		c := *v
-		c.ReturnConsumedCapacity = mode
-		return &c
+	mode := reflect.ValueOf(ddbtypes.ReturnConsumedCapacityIndexes)
+	if f, ok := field(p, "ReturnConsumedCapacity"); !ok || f.Type() != mode.Type() {
+		return p
 	}
-	return p
+	c := reflect.New(reflect.TypeOf(p).Elem())
+	c.Elem().Set(reflect.ValueOf(p).Elem())
+	c.Elem().FieldByName("ReturnConsumedCapacity").Set(mode)
+	return c.Interface()
 }
 
 type callFacts struct {
@@ -354,42 +320,31 @@ func describe(in, out any, err error) callFacts {
 		c.items = int64(len(v.Entries))
 	case *eventbridge.PutEventsInput:
 		for _, e := range v.Entries {
-			n := int64(len(awsString(e.Detail)) + len(awsString(e.DetailType)) + len(awsString(e.Source)))
+			n := int64(len(aws.ToString(e.Detail)) + len(aws.ToString(e.DetailType)) + len(aws.ToString(e.Source)))
 			c.items += Chunks(n)
 		}
 	}
 	switch v := out.(type) {
-	case *dynamodb.GetItemOutput:
-		one(v.ConsumedCapacity)
-	case *dynamodb.PutItemOutput:
-		one(v.ConsumedCapacity)
-	case *dynamodb.UpdateItemOutput:
-		one(v.ConsumedCapacity)
-	case *dynamodb.DeleteItemOutput:
-		one(v.ConsumedCapacity)
-	case *dynamodb.QueryOutput:
-		one(v.ConsumedCapacity)
-	case *dynamodb.ScanOutput:
-		one(v.ConsumedCapacity)
-	case *dynamodb.BatchGetItemOutput:
-		cc = v.ConsumedCapacity
-	case *dynamodb.BatchWriteItemOutput:
-		cc = v.ConsumedCapacity
-	case *dynamodb.TransactWriteItemsOutput:
-		cc = v.ConsumedCapacity
-	case *dynamodb.TransactGetItemsOutput:
-		cc = v.ConsumedCapacity
 	case *sqs.ReceiveMessageOutput:
 		c.items = int64(len(v.Messages))
 		if len(v.Messages) == 0 {
 			c.empty = 1
 		}
 	default:
+		// A DynamoDB output's consumed capacity: one, or one per table.
+		if f, ok := field(out, "ConsumedCapacity"); ok {
+			switch x := f.Interface().(type) {
+			case *ddbtypes.ConsumedCapacity:
+				one(x)
+			case []ddbtypes.ConsumedCapacity:
+				cc = x
+			}
+		}
 		// DynamoDB Streams GetRecords, read by reflection so that the
 		// functions (which never read streams) do not link its client.
-		if n, ok := recordsLen(out); ok {
-			c.items = int64(n)
-			if n == 0 {
+		if f, ok := field(out, "Records"); ok && f.Kind() == reflect.Slice {
+			c.items = int64(f.Len())
+			if f.Len() == 0 {
 				c.empty = 1
 			}
 		}
@@ -439,7 +394,7 @@ var indexKeys = func() map[string]string {
 // an index projects count one unit or none here: what DynamoDB Local
 // reported is kept when it is larger.
 func txUnits(tx *dynamodb.TransactWriteItemsInput, x ddbtypes.ConsumedCapacity) float64 {
-	table := awsString(x.TableName)
+	table := aws.ToString(x.TableName)
 	items, byIndex := 0, map[string]int{}
 	for _, it := range tx.TransactItems {
 		var name *string
@@ -456,7 +411,7 @@ func txUnits(tx *dynamodb.TransactWriteItemsInput, x ddbtypes.ConsumedCapacity) 
 		case it.ConditionCheck != nil:
 			name = it.ConditionCheck.TableName
 		}
-		if table != "" && awsString(name) != table {
+		if table != "" && aws.ToString(name) != table {
 			continue
 		}
 		items++
@@ -479,7 +434,7 @@ func txUnits(tx *dynamodb.TransactWriteItemsInput, x ddbtypes.ConsumedCapacity) 
 // counted: it writes the index only if the item was in it, which the
 // request does not tell.
 func updateNames(u *ddbtypes.Update, attr string) bool {
-	expr := setClause(awsString(u.UpdateExpression))
+	expr := setClause(aws.ToString(u.UpdateExpression))
 	for placeholder, name := range u.ExpressionAttributeNames {
 		if name == attr && hasToken(expr, placeholder) {
 			return true
@@ -566,30 +521,20 @@ func isWrite(in any) bool {
 	return false
 }
 
-// recordsLen is len(out.Records) for an output struct pointer with a
-// Records slice.
-func recordsLen(out any) (int, bool) {
-	v := reflect.ValueOf(out)
-	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
-		return 0, false
+// field is the named field of the struct v points to; ok is false when v
+// is not a pointer to a struct with that field.
+func field(v any, name string) (reflect.Value, bool) {
+	r := reflect.ValueOf(v)
+	if r.Kind() != reflect.Pointer || r.IsNil() || r.Elem().Kind() != reflect.Struct {
+		return reflect.Value{}, false
 	}
-	f := v.Elem().FieldByName("Records")
-	if !f.IsValid() || f.Kind() != reflect.Slice {
-		return 0, false
-	}
-	return f.Len(), true
+	f := r.Elem().FieldByName(name)
+	return f, f.IsValid()
 }
 
 func deref(p *float64) float64 {
 	if p == nil || math.IsNaN(*p) {
 		return 0
-	}
-	return *p
-}
-
-func awsString(p *string) string {
-	if p == nil {
-		return ""
 	}
 	return *p
 }
@@ -681,9 +626,7 @@ func FromEnv() *Recorder {
 	}
 	procOnce.Do(func() {
 		name := os.Getenv("AWS_LAMBDA_FUNCTION_NAME")
-		if name == "" {
-			name = filepath.Base(os.Args[0])
-		}
+		name = cmp.Or(name, filepath.Base(os.Args[0]))
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return
 		}

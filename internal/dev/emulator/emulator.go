@@ -7,6 +7,7 @@ package emulator
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -42,7 +43,8 @@ type Emulators struct {
 	StreamIndexed bool
 
 	procs   []*exec.Cmd
-	dataDir string // DynamoDB Local's database directory in memory, or "" for -inMemory
+	logFile *os.File // StartLogged's log, closed by Stop
+	dataDir string   // DynamoDB Local's database directory in memory, or "" for -inMemory
 	once    sync.Once
 	mu      sync.Mutex
 	opts    Options
@@ -125,9 +127,7 @@ func jarDir(dir string) (string, error) {
 // Start installs (if needed) and starts both emulators and waits until they
 // answer. The context bounds the start only; Stop ends the processes.
 func Start(ctx context.Context, o Options) (*Emulators, error) {
-	if o.Log == nil {
-		o.Log = io.Discard
-	}
+	o.Log = cmp.Or(o.Log, io.Discard)
 	if o.Dir == "" {
 		d, err := FindDir()
 		if err != nil {
@@ -202,6 +202,28 @@ func Start(ctx context.Context, o Options) (*Emulators, error) {
 	return e, nil
 }
 
+// StartLogged is how the local stack's commands start the emulators:
+// their output goes to logDir/logName (logDir is created), and this
+// process's environment points AWS SDKs at them (Env). Stop closes the
+// log.
+func StartLogged(ctx context.Context, logDir, logName string) (*Emulators, error) {
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.Create(filepath.Join(logDir, logName))
+	if err != nil {
+		return nil, err
+	}
+	e, err := Start(ctx, Options{Log: f})
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	e.logFile = f
+	e.SetEnv()
+	return e, nil
+}
+
 func sqsCommand(o Options, port int) *exec.Cmd {
 	c := exec.Command("node", filepath.Join(o.Dir, "sqs-server.mjs"), fmt.Sprint(port))
 	c.Dir = o.Dir
@@ -273,6 +295,14 @@ func (e *Emulators) Env() []string {
 	}
 }
 
+// SetEnv points this process's AWS SDKs at the emulators (Env).
+func (e *Emulators) SetEnv() {
+	for _, kv := range e.Env() {
+		k, v, _ := strings.Cut(kv, "=")
+		os.Setenv(k, v)
+	}
+}
+
 // Stop kills the emulators and waits for them to exit. Safe to call twice.
 func (e *Emulators) Stop() {
 	e.once.Do(func() {
@@ -286,6 +316,9 @@ func (e *Emulators) Stop() {
 		}
 		if e.dataDir != "" {
 			_ = os.RemoveAll(e.dataDir)
+		}
+		if e.logFile != nil {
+			_ = e.logFile.Close()
 		}
 	})
 }

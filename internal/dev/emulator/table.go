@@ -60,8 +60,7 @@ func EnsureTable(ctx context.Context, db TableAdmin, name string) (string, error
 		GlobalSecondaryIndexes: gsis,
 		StreamSpecification:    &types.StreamSpecification{StreamEnabled: aws.Bool(true), StreamViewType: types.StreamViewTypeNewAndOldImages},
 	})
-	var inUse *types.ResourceInUseException
-	if err != nil && !errors.As(err, &inUse) {
+	if _, ok := errors.AsType[*types.ResourceInUseException](err); err != nil && !ok {
 		return "", fmt.Errorf("create table %s: %w", name, err)
 	}
 	for {

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -123,11 +125,7 @@ func wipeSegment(ctx context.Context, db *dynamodb.Client, table string, seg, se
 // wiped (registered queues, quiet workers, rate limits) is used again: the
 // stack is as freshly deployed.
 func (rt *Runtime) Reset(ctx context.Context) (int, error) {
-	urls := make([]string, 0, len(rt.queueURLs))
-	for _, u := range rt.queueURLs {
-		urls = append(urls, u)
-	}
-	n, err := Wipe(ctx, rt.cfg.AWS, rt.cfg.Table, urls)
+	n, err := Wipe(ctx, rt.cfg.AWS, rt.cfg.Table, slices.Collect(maps.Values(rt.queueURLs)))
 	if err != nil {
 		return n, err
 	}

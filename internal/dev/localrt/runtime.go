@@ -11,12 +11,14 @@
 package localrt
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -116,12 +118,8 @@ func Start(ctx context.Context, cfg Config) (*Runtime, error) {
 	if cfg.APIMaxConcurrency <= 0 {
 		cfg.APIMaxConcurrency = max(cfg.Concurrency, DefaultAPIMaxConcurrency)
 	}
-	if cfg.Table == "" {
-		cfg.Table = cfg.Env.Prefix + "-jobs"
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.Table = cmp.Or(cfg.Table, cfg.Env.Prefix+"-jobs")
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	rt := &Runtime{cfg: cfg, log: cfg.Logger, fns: map[string]*Function{}, stats: map[string]int{}, busy: map[string]time.Duration{}}
 	if err := rt.provision(ctx); err != nil {
 		return nil, err
@@ -216,11 +214,7 @@ func (rt *Runtime) QueueURLs() map[string]string { return rt.queueURLs }
 func (rt *Runtime) Invocations() map[string]int {
 	rt.statsMu.Lock()
 	defer rt.statsMu.Unlock()
-	out := map[string]int{}
-	for k, v := range rt.stats {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(rt.stats)
 }
 
 // Restarts returns how many execution environments of each function were
@@ -239,11 +233,7 @@ func (rt *Runtime) Restarts() map[string]int {
 func (rt *Runtime) InvocationTime() map[string]time.Duration {
 	rt.statsMu.Lock()
 	defer rt.statsMu.Unlock()
-	out := map[string]time.Duration{}
-	for k, v := range rt.busy {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(rt.busy)
 }
 
 // InitTimes returns, per function, the init duration of each execution
@@ -338,9 +328,7 @@ func Provision(ctx context.Context, cfg aws.Config, env topology.Env, table stri
 
 func (rt *Runtime) serveAPI() error {
 	addr := rt.cfg.APIAddr
-	if addr == "" {
-		addr = "127.0.0.1:8080"
-	}
+	addr = cmp.Or(addr, "127.0.0.1:8080")
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", addr, err)
@@ -364,8 +352,7 @@ func (rt *Runtime) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	payload, _ := json.Marshal(ev)
 	out, err := rt.Invoke(r.Context(), topology.FunctionAPI, payload)
-	var tooLarge *RequestTooLargeError
-	if errors.As(err, &tooLarge) {
+	if tooLarge, ok := errors.AsType[*RequestTooLargeError](err); ok {
 		// The event (the body as a JSON string, headers and all) passes
 		// Lambda's 6 MB: API Gateway answers 413 without running the api
 		// function.

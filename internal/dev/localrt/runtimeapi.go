@@ -2,6 +2,7 @@ package localrt
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -107,12 +108,8 @@ func (f *Function) Start() error {
 	if f.Concurrency <= 0 {
 		f.Concurrency = 1
 	}
-	if f.Log == nil {
-		f.Log = io.Discard
-	}
-	if f.MaxConcurrency < f.Concurrency {
-		f.MaxConcurrency = f.Concurrency
-	}
+	f.Log = cmp.Or(f.Log, io.Discard)
+	f.MaxConcurrency = max(f.MaxConcurrency, f.Concurrency)
 	f.idle = make(chan *instance, f.MaxConcurrency)
 	f.started = time.Now()
 	for i := 0; i < f.Concurrency; i++ {

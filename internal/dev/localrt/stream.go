@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"slices"
 	"sync"
 	"time"
 
@@ -184,15 +185,7 @@ func (rt *Runtime) deliverBatch(ctx context.Context, recs []types.Record, enc []
 			_ = json.Unmarshal(res, &resp)
 			if len(resp.BatchItemFailures) > 0 {
 				seq := resp.BatchItemFailures[0].ItemIdentifier
-				for i, r := range recs {
-					if aws.ToString(r.Dynamodb.SequenceNumber) == seq {
-						failedAt = i
-						break
-					}
-				}
-				if failedAt < 0 {
-					failedAt = 0
-				}
+				failedAt = max(slices.IndexFunc(recs, func(r types.Record) bool { return aws.ToString(r.Dynamodb.SequenceNumber) == seq }), 0)
 			}
 		}
 		if failedAt < 0 {

@@ -7,6 +7,7 @@ package sigv4
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -61,9 +62,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	base := t.Base
-	if base == nil {
-		base = http.DefaultTransport
-	}
+	base = cmp.Or(base, http.DefaultTransport)
 	return base.RoundTrip(signed)
 }
 
@@ -103,13 +102,9 @@ func (t *Transport) Sign(ctx context.Context, req *http.Request) (*http.Request,
 		return nil, fmt.Errorf("sigv4: retrieve credentials: %w", err)
 	}
 	service := t.Service
-	if service == "" {
-		service = Service
-	}
+	service = cmp.Or(service, Service)
 	signer := t.Signer
-	if signer == nil {
-		signer = v4.NewSigner()
-	}
+	signer = cmp.Or(signer, v4.NewSigner())
 	now := time.Now
 	if t.Now != nil {
 		now = t.Now

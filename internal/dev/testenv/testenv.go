@@ -57,12 +57,7 @@ func run(m *testing.M) int {
 		os.Setenv(EnvDynamoDB, em.DynamoDBEndpoint)
 		os.Setenv(EnvSQS, em.SQSEndpoint)
 	}
-	os.Setenv("AWS_ENDPOINT_URL_DYNAMODB", os.Getenv(EnvDynamoDB))
-	os.Setenv("AWS_ENDPOINT_URL_DYNAMODB_STREAMS", os.Getenv(EnvDynamoDB))
-	os.Setenv("AWS_ENDPOINT_URL_SQS", os.Getenv(EnvSQS))
-	os.Setenv("AWS_ACCESS_KEY_ID", "local")
-	os.Setenv("AWS_SECRET_ACCESS_KEY", "local")
-	os.Setenv("AWS_REGION", "us-east-1")
+	(&emulator.Emulators{DynamoDBEndpoint: os.Getenv(EnvDynamoDB), SQSEndpoint: os.Getenv(EnvSQS)}).SetEnv()
 	var err error
 	if cfg, err = awsclient.Load(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "testenv:", err)

@@ -78,24 +78,12 @@ func run(runner, suites string, dirs []string, expectedFile, bin, logs string) (
 	if err != nil {
 		return 1, err
 	}
-	if err := os.MkdirAll(logs, 0o755); err != nil {
-		return 1, err
-	}
-	emuLog, err := os.Create(filepath.Join(logs, "emulators.log"))
-	if err != nil {
-		return 1, err
-	}
-	defer emuLog.Close()
 	ctx := context.Background()
-	em, err := emulator.Start(ctx, emulator.Options{Log: emuLog})
+	em, err := emulator.StartLogged(ctx, logs, "emulators.log")
 	if err != nil {
 		return 1, err
 	}
 	defer em.Stop()
-	for _, kv := range em.Env() {
-		k, v, _ := strings.Cut(kv, "=")
-		os.Setenv(k, v)
-	}
 	cfg, err := awsclient.Load(ctx)
 	if err != nil {
 		return 1, err

@@ -23,32 +23,42 @@ const etlWorkflow = `{"type":"chain","name":"etl-pipeline","steps":[
 func runETLDemo(base, token string) error {
 	c := client{base: base, token: token}
 	fmt.Println("== ETL workflow: chain(extract, group(transform x3), load), run by the worker function")
-	st, out, err := c.do(http.MethodPost, "/ojs/v1/workflows", rawJSON(etlWorkflow))
+	w, err := watchWorkflow(c, etlWorkflow, "workflow", "", describe)
+	if err != nil {
+		return err
+	}
+	steps := w["steps"].([]any)
+	fmt.Printf("   the load step received parent_results from extract and all three transforms:\n   curl -s %s/ojs/v1/jobs/%v\n\n", base, steps[2].(map[string]any)["job_id"])
+	return runDiamondDemo(c, base)
+}
+
+// watchWorkflow creates the workflow body (what names it in an error,
+// note follows its id) and prints every change of line(workflow) until it
+// finishes, then returns it as it finished.
+func watchWorkflow(c client, body, what, note string, line func(w map[string]any) string) (map[string]any, error) {
+	st, out, err := c.do(http.MethodPost, "/ojs/v1/workflows", rawJSON(body))
 	if err != nil || st != http.StatusCreated {
-		return fmt.Errorf("create workflow: status %d %v %v", st, out, err)
+		return nil, fmt.Errorf("create %s: status %d %v %v", what, st, out, err)
 	}
 	id := out["workflow"].(map[string]any)["id"].(string)
-	fmt.Printf("   POST /ojs/v1/workflows -> 201, workflow %s\n", id)
+	fmt.Printf("   POST /ojs/v1/workflows -> 201, workflow %s%s\n", id, note)
 	start, last := time.Now(), ""
 	for time.Since(start) < 60*time.Second {
 		_, out, err = c.do(http.MethodGet, "/ojs/v1/workflows/"+id, nil)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		w := out["workflow"].(map[string]any)
-		line := describe(w)
-		if line != last {
-			fmt.Printf("   %6.2fs  %s\n", time.Since(start).Seconds(), line)
-			last = line
+		if l := line(w); l != last {
+			fmt.Printf("   %6.2fs  %s\n", time.Since(start).Seconds(), l)
+			last = l
 		}
 		if s := w["state"]; s == "completed" || s == "failed" || s == "cancelled" {
-			steps := w["steps"].([]any)
-			fmt.Printf("   the load step received parent_results from extract and all three transforms:\n   curl -s %s/ojs/v1/jobs/%v\n\n", base, steps[2].(map[string]any)["job_id"])
-			return runDiamondDemo(c, base)
+			return w, nil
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	return fmt.Errorf("workflow %s did not finish within 60s", id)
+	return nil, fmt.Errorf("workflow %s did not finish within 60s", id)
 }
 
 func describe(w map[string]any) string {
@@ -80,40 +90,25 @@ const diamondWorkflow = `{"name":"onboarding-diamond","options":{"queue":"lambda
 // until it finishes.
 func runDiamondDemo(c client, base string) error {
 	fmt.Println("== Dependency graph: fetch, then welcome and profile at once, then notify (waits for both)")
-	st, out, err := c.do(http.MethodPost, "/ojs/v1/workflows", rawJSON(diamondWorkflow))
-	if err != nil || st != http.StatusCreated {
-		return fmt.Errorf("create the diamond: status %d %v %v", st, out, err)
-	}
-	id := out["workflow"].(map[string]any)["id"].(string)
-	fmt.Printf("   POST /ojs/v1/workflows -> 201, workflow %s (a graph)\n", id)
-	start, last := time.Now(), ""
-	for time.Since(start) < 60*time.Second {
-		_, out, err = c.do(http.MethodGet, "/ojs/v1/workflows/"+id, nil)
-		if err != nil {
-			return err
-		}
-		w := out["workflow"].(map[string]any)
+	w, err := watchWorkflow(c, diamondWorkflow, "the diamond", " (a graph)", func(w map[string]any) string {
 		var parts []string
-		var notify any
 		for _, s := range w["steps"].([]any) {
 			st := s.(map[string]any)
 			parts = append(parts, fmt.Sprintf("%s=%v", st["id"], st["state"]))
-			if st["id"] == "notify" {
-				notify = st["job_id"]
-			}
 		}
-		line := fmt.Sprintf("workflow %-9v %s", w["state"], strings.Join(parts, "  "))
-		if line != last {
-			fmt.Printf("   %6.2fs  %s\n", time.Since(start).Seconds(), line)
-			last = line
-		}
-		if s := w["state"]; s == "completed" || s == "failed" || s == "cancelled" {
-			fmt.Printf("   notify received both branches' results, keyed by step id:\n   curl -s %s/ojs/v1/jobs/%v\n\n", base, notify)
-			return nil
-		}
-		time.Sleep(100 * time.Millisecond)
+		return fmt.Sprintf("workflow %-9v %s", w["state"], strings.Join(parts, "  "))
+	})
+	if err != nil {
+		return err
 	}
-	return fmt.Errorf("workflow %s did not finish within 60s", id)
+	var notify any
+	for _, s := range w["steps"].([]any) {
+		if st := s.(map[string]any); st["id"] == "notify" {
+			notify = st["job_id"]
+		}
+	}
+	fmt.Printf("   notify received both branches' results, keyed by step id:\n   curl -s %s/ojs/v1/jobs/%v\n\n", base, notify)
+	return nil
 }
 
 type rawJSON string

@@ -13,7 +13,6 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 	"time"
 
@@ -45,25 +44,13 @@ func run(addr, bin, logs, envName, token, demo, resetAddr string, log *slog.Logg
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(logs, 0o755); err != nil {
-		return err
-	}
-	emuLog, err := os.Create(filepath.Join(logs, "emulators.log"))
-	if err != nil {
-		return err
-	}
-	defer emuLog.Close()
 	ctx := context.Background()
 	fmt.Println("Starting DynamoDB Local and the SQS emulator ...")
-	em, err := emulator.Start(ctx, emulator.Options{Log: emuLog})
+	em, err := emulator.StartLogged(ctx, logs, "emulators.log")
 	if err != nil {
 		return err
 	}
 	defer em.Stop()
-	for _, kv := range em.Env() {
-		k, v, _ := cut(kv)
-		os.Setenv(k, v)
-	}
 	cfg, err := awsclient.Load(ctx)
 	if err != nil {
 		return err
@@ -130,13 +117,4 @@ func listenReset(addr string) (net.Listener, error) {
 		return nil, nil
 	}
 	return net.Listen("tcp", addr)
-}
-
-func cut(kv string) (string, string, bool) {
-	for i := 0; i < len(kv); i++ {
-		if kv[i] == '=' {
-			return kv[:i], kv[i+1:], true
-		}
-	}
-	return kv, "", false
 }

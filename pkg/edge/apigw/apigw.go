@@ -5,6 +5,7 @@ package apigw
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -46,9 +47,7 @@ func Request(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (*http.Requ
 		body = b
 	}
 	path := ev.RawPath
-	if path == "" {
-		path = ev.RequestContext.HTTP.Path
-	}
+	path = cmp.Or(path, ev.RequestContext.HTTP.Path)
 	target := escapePath(path)
 	if ev.RawQueryString != "" {
 		target += "?" + ev.RawQueryString
@@ -151,9 +150,7 @@ func WriteResponse(w http.ResponseWriter, res events.APIGatewayV2HTTPResponse) e
 		body = b
 	}
 	status := res.StatusCode
-	if status == 0 {
-		status = http.StatusOK
-	}
+	status = cmp.Or(status, http.StatusOK)
 	w.WriteHeader(status)
 	_, err := w.Write(body)
 	return err
