@@ -37,7 +37,7 @@ const (
 // a Composite for each chain, group, batch or graph, and a Step for each
 // job step; the counter shards of wide composites under C#<path>#<shard>
 // (Shard). All three node types begin with an Item; decoding picks the
-// type from the path and the kind (Decode).
+// type from the path and the kind (DecodeNode).
 
 // Item is what every node has: its key, its place in the tree and its
 // state.
