@@ -353,8 +353,24 @@ func (s *Service) Register(ctx context.Context, raw []byte) (View, bool, error) 
 	}
 }
 
+// CheckName refuses a schedule name Register would refuse: no schedule
+// has it, and a long one is over DynamoDB's key length limit.
+func CheckName(name string) error {
+	if len(name) <= MaxNameLength && namePattern.MatchString(name) {
+		return nil
+	}
+	shown := name
+	if len(shown) > 64 {
+		shown = shown[:64] + "..."
+	}
+	return ojserr.Invalid("name", "Cron names match [a-z0-9][a-z0-9.-]* and are at most %d characters; '%s' is not one.", MaxNameLength, shown)
+}
+
 // Get returns one schedule.
 func (s *Service) Get(ctx context.Context, name string) (View, error) {
+	if err := CheckName(name); err != nil {
+		return View{}, err
+	}
 	c, err := s.Store.Get(ctx, name)
 	if err != nil {
 		return View{}, notFound(err, name)
@@ -386,6 +402,9 @@ func (s *Service) List(ctx context.Context, enabled *bool) ([]View, error) {
 
 // Delete removes a schedule and returns it as it was.
 func (s *Service) Delete(ctx context.Context, name string) (View, error) {
+	if err := CheckName(name); err != nil {
+		return View{}, err
+	}
 	c, err := s.Store.Get(ctx, name)
 	if err != nil {
 		return View{}, notFound(err, name)
@@ -399,6 +418,9 @@ func (s *Service) Delete(ctx context.Context, name string) (View, error) {
 
 // SetEnabled enables or disables a schedule (PATCH {"enabled": bool}).
 func (s *Service) SetEnabled(ctx context.Context, name string, raw []byte) (View, error) {
+	if err := CheckName(name); err != nil {
+		return View{}, err
+	}
 	var body struct {
 		Enabled *bool `json:"enabled"`
 	}

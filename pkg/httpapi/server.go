@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"path"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"time"
 
@@ -163,6 +164,17 @@ func wildcards(pattern string) []string {
 			}
 		}
 	}
+	return out
+}
+
+// Routes returns every registered route pattern ("POST /ojs/v1/jobs"),
+// sorted: the route table, for tests that must cover each route.
+func (s *Server) Routes() []string {
+	out := make([]string, 0, len(s.patterns))
+	for p := range s.patterns {
+		out = append(out, p)
+	}
+	slices.Sort(out)
 	return out
 }
 
