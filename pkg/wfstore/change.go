@@ -592,15 +592,9 @@ func (s *Store) change(ctx context.Context, wfID string, c Change) (Node, error)
 	if err != nil {
 		return nil, err
 	}
-	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table, Key: wfKey(wfID, nodeSK(c.Path)),
-		UpdateExpression: x.Update(), ConditionExpression: x.Condition(), ExpressionAttributeNames: x.Names(), ExpressionAttributeValues: x.Values(),
-		ReturnValues: types.ReturnValueAllNew, ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld})
-	var ccf *types.ConditionalCheckFailedException
-	if errors.As(err, &ccf) {
-		if len(ccf.Item) == 0 {
-			return nil, store.ErrNotFound
-		}
-		n, err := decodeNode(ccf.Item)
+	item, old, err := s.update(ctx, wfKey(wfID, nodeSK(c.Path)), x)
+	if errors.Is(err, errRefused) {
+		n, err := decodeNode(old)
 		if err != nil {
 			return nil, err
 		}
@@ -609,29 +603,45 @@ func (s *Store) change(ctx context.Context, wfID string, c Change) (Node, error)
 	if err != nil {
 		return nil, fmt.Errorf("update node %s%s: %w", wfID, c.Path, err)
 	}
-	return decodeNode(out.Attributes)
+	return decodeNode(item)
+}
+
+// errRefused is update's answer when the update's condition failed on an
+// item that exists.
+var errRefused = errors.New("wfstore: condition failed")
+
+// update applies x to the item at key and returns the item as written;
+// when x's condition fails, errRefused with the item as it was, or
+// store.ErrNotFound when there is none.
+func (s *Store) update(ctx context.Context, key map[string]types.AttributeValue, x expression.Expression) (item, old map[string]types.AttributeValue, err error) {
+	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table, Key: key,
+		UpdateExpression: x.Update(), ConditionExpression: x.Condition(), ExpressionAttributeNames: x.Names(), ExpressionAttributeValues: x.Values(),
+		ReturnValues: types.ReturnValueAllNew, ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld})
+	var ccf *types.ConditionalCheckFailedException
+	switch {
+	case errors.As(err, &ccf) && len(ccf.Item) == 0:
+		return nil, nil, store.ErrNotFound
+	case errors.As(err, &ccf):
+		return nil, ccf.Item, errRefused
+	case err != nil:
+		return nil, nil, err
+	}
+	return out.Attributes, nil, nil
 }
 
 // counted is the update of a counter shard or a roll-up: one ADD, applied
-// while the item exists and no retry re-opens it.
+// while the item exists and no retry re-opens it (ErrReopening).
 func (s *Store) counted(ctx context.Context, key map[string]types.AttributeValue, attr string, v types.AttributeValue) (map[string]types.AttributeValue, error) {
 	x, err := expression.NewBuilder().WithUpdate(expression.Add(expression.Name(attr), expression.Value(v))).
 		WithCondition(expression.AttributeExists(expression.Name("pk")).And(expression.AttributeNotExists(expression.Name(attrReopening)))).Build()
 	if err != nil {
 		return nil, err
 	}
-	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table, Key: key,
-		UpdateExpression: x.Update(), ConditionExpression: x.Condition(), ExpressionAttributeNames: x.Names(), ExpressionAttributeValues: x.Values(),
-		ReturnValues: types.ReturnValueAllNew, ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld})
-	var ccf *types.ConditionalCheckFailedException
-	if errors.As(err, &ccf) {
-		// The retry's mark refused it, or the item is gone.
-		if len(ccf.Item) == 0 {
-			return nil, store.ErrNotFound
-		}
-		return nil, ErrReopening
+	item, _, err := s.update(ctx, key, x)
+	if errors.Is(err, errRefused) {
+		return nil, ErrReopening // the retry's mark refused it
 	}
-	return out.Attributes, err
+	return item, err
 }
 
 // CountOnShard counts child idx of the composite at path as finished in
