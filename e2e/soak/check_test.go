@@ -482,6 +482,11 @@ func checkJob(w *wfPlan, n *node, j *job.Job, parent *wfstore.Composite, snap *s
 			inOK, inFail = wfstore.HasString(parent.CallbacksOK, seg), wfstore.HasString(parent.CallbacksFail, seg)
 		} else if idx, err := strconv.Atoi(seg[1:]); err == nil {
 			inOK, inFail = slices.Contains(parent.OK, idx), slices.Contains(parent.Fail, idx)
+			if next := wfdef.ChildPath(wfstore.RootPath, wfdef.Segment(wfdef.KindChain, idx+1)); ok && !inOK && parent.Path == wfstore.RootPath && parent.Kind == wfdef.KindChain {
+				// A workflow that is a chain records a step by its next
+				// job's put (wfstore.Store.PutNext): that job must exist.
+				inOK = snap.jobs[wfdef.JobID(w.id, next)] != nil
+			}
 		}
 		if inOK != ok || inFail == ok {
 			fail("wf %d %s: counted in its parent as ok=%v fail=%v, job %s", w.index, n.path, inOK, inFail, j.State)

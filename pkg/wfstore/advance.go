@@ -120,8 +120,8 @@ func (s *Store) Advance(ctx context.Context, a Advance) error {
 	return nil
 }
 
-// AdvanceMarked applies a step of a workflow that is a chain or a graph
-// as two writes instead of a transaction, for half its write units (a
+// AdvanceMarked applies a step of a workflow that is a graph as two
+// writes instead of a transaction, for half its write units (a
 // transaction bills every item twice): the root's change c (the finished
 // step counted, with c's conditions) with Root.Launching set to mark and
 // the condition that the workflow runs, then jobs put where they do not
@@ -131,23 +131,16 @@ func (s *Store) Advance(ctx context.Context, a Advance) error {
 // cancel before it makes it fail (ErrWorkflowNotRunning, nothing
 // written). A request that dies between the writes leaves the mark on a
 // running root and jobs missing, which the stream function's check of the
-// finished step finds (workflow.Verify) and writes again. mark is the
-// next step's path for a chain, RootPath for a graph (the steps whose
-// dependencies all completed). Errors as Advance's; *ErrNodeConflict when
-// another of c's conditions failed.
+// finished step finds (workflow.Verify) and writes again. mark is RootPath
+// (the steps whose dependencies all completed). Errors as Advance's;
+// *ErrNodeConflict when another of c's conditions failed.
 func (s *Store) AdvanceMarked(ctx context.Context, wfID string, c Change, mark string, jobs []*job.Job, redeliverAfter time.Duration) error {
 	if c.Path != RootPath {
 		return fmt.Errorf("advance of workflow %s: a marked advance writes the root, not %s", wfID, c.Path)
 	}
-	puts := make([]*types.Put, len(jobs))
-	for i, j := range jobs {
-		var err error
-		if puts[i], err = s.jobs.JobPut(j, redeliverAfter); err != nil {
-			return err
-		}
-		if n := store.ItemBytes(puts[i].Item); n > awslimit.DynamoItemBytes {
-			return &store.TooLargeError{What: "item", Bytes: n, Max: awslimit.DynamoItemBytes, Index: i}
-		}
+	puts, err := s.jobPuts(jobs, redeliverAfter)
+	if err != nil {
+		return err
 	}
 	if _, err := s.Change(ctx, wfID, c.marking(mark)); err != nil {
 		var nc *ErrNodeConflict
@@ -160,10 +153,42 @@ func (s *Store) AdvanceMarked(ctx context.Context, wfID string, c Change, mark s
 		return err
 	}
 	// (A job that exists is the step repeated, or a cancel's placeholder.)
-	if err := s.putAll(ctx, puts); err != nil {
+	if _, err := s.putAll(ctx, puts); err != nil {
 		return fmt.Errorf("advance workflow %s: %w", wfID, err)
 	}
 	return nil
+}
+
+// PutNext is the step of a workflow that is a chain to a next step that
+// is a job: that job put where it does not exist, and nothing else. The
+// put is the record that the step before it completed (the chain's
+// progress is its jobs); a cancel or timeout puts a cancelled
+// placeholder first where it would start a step after the stop
+// (workflow's stopper), so the put of a stopped workflow's step fails.
+// It reports whether the job was written (not: the step repeated, or a
+// placeholder there).
+func (s *Store) PutNext(ctx context.Context, wfID string, j *job.Job, redeliverAfter time.Duration) (bool, error) {
+	n, err := s.putJobs(ctx, []*job.Job{j}, redeliverAfter)
+	if err != nil {
+		return false, fmt.Errorf("advance workflow %s: %w", wfID, err)
+	}
+	return n == 1, nil
+}
+
+// jobPuts are the conditional puts of jobs, each checked against the item
+// size limit.
+func (s *Store) jobPuts(jobs []*job.Job, redeliverAfter time.Duration) ([]*types.Put, error) {
+	puts := make([]*types.Put, len(jobs))
+	for i, j := range jobs {
+		var err error
+		if puts[i], err = s.jobs.JobPut(j, redeliverAfter); err != nil {
+			return nil, err
+		}
+		if n := store.ItemBytes(puts[i].Item); n > awslimit.DynamoItemBytes {
+			return nil, &store.TooLargeError{What: "item", Bytes: n, Max: awslimit.DynamoItemBytes, Index: i}
+		}
+	}
+	return puts, nil
 }
 
 // Room kept in a transaction besides its jobs: for the node items it

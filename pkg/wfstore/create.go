@@ -117,7 +117,7 @@ func (s *Store) CreateWorkflow(ctx context.Context, w NewWorkflow) error {
 		ExpressionAttributeValues: map[string]types.AttributeValue{":t": &types.AttributeValueMemberBOOL{Value: true}}}); err != nil {
 		return fmt.Errorf("create workflow %s: %w", r.WorkflowID, err)
 	}
-	if err := s.putJobs(ctx, w.Jobs, w.RedeliverAfter); err != nil {
+	if _, err := s.putJobs(ctx, w.Jobs, w.RedeliverAfter); err != nil {
 		return fmt.Errorf("create workflow %s: %w", r.WorkflowID, err)
 	}
 	return s.unmark(ctx, r.WorkflowID, attrUnguarded)
@@ -152,7 +152,7 @@ func (s *Store) createUnguarded(ctx context.Context, r Root, items []map[string]
 	if err := fault.Hit(fault.WorkflowAfterItems); err != nil {
 		return err
 	}
-	if err := s.putJobs(ctx, w.Jobs, w.RedeliverAfter); err != nil {
+	if _, err := s.putJobs(ctx, w.Jobs, w.RedeliverAfter); err != nil {
 		return fmt.Errorf("create workflow %s: %w", r.WorkflowID, err)
 	}
 	return nil
@@ -160,29 +160,31 @@ func (s *Store) createUnguarded(ctx context.Context, r Root, items []map[string]
 
 // putJobs writes jobs by conditional puts (absent), several at once: one
 // that exists already (a cancel's placeholder, workflow.takeUnwritten, or an
-// earlier try) is kept as it is.
-func (s *Store) putJobs(ctx context.Context, jobs []*job.Job, redeliverAfter time.Duration) error {
-	puts := make([]*types.Put, len(jobs))
-	for i, j := range jobs {
-		var err error
-		if puts[i], err = s.jobs.JobPut(j, redeliverAfter); err != nil {
-			return err
-		}
+// earlier try) is kept as it is. It returns how many it wrote.
+func (s *Store) putJobs(ctx context.Context, jobs []*job.Job, redeliverAfter time.Duration) (int, error) {
+	puts, err := s.jobPuts(jobs, redeliverAfter)
+	if err != nil {
+		return 0, err
 	}
 	return s.putAll(ctx, puts)
 }
 
 // putAll makes the conditional puts of putJobs, 16 at once.
-func (s *Store) putAll(ctx context.Context, puts []*types.Put) error {
-	return store.Parallel(ctx, len(puts), 16, func(ctx context.Context, i int) error {
+func (s *Store) putAll(ctx context.Context, puts []*types.Put) (int, error) {
+	var written atomic.Int64
+	err := store.Parallel(ctx, len(puts), 16, func(ctx context.Context, i int) error {
 		p := puts[i]
 		_, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: p.TableName, Item: p.Item, ConditionExpression: p.ConditionExpression})
+		if err == nil {
+			written.Add(1)
+		}
 		if err != nil && !store.ConditionFailed(err) {
 			pk, _ := p.Item[attrPK].(*types.AttributeValueMemberS)
 			return fmt.Errorf("put %s: %w", pk.Value, err)
 		}
 		return nil
 	})
+	return int(written.Load()), err
 }
 
 // BeginWorkflow writes only the root of a workflow created asynchronously:

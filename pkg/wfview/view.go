@@ -8,6 +8,7 @@ package wfview
 
 import (
 	"encoding/json"
+	"maps"
 	"sort"
 	"strings"
 	"time"
@@ -215,6 +216,10 @@ func (v *viewer) counted(n *wfstore.Composite, i int) (ok, fail bool) {
 // Render builds the view from the nodes and the jobs that exist.
 func Render(t *wfstore.Tree, jobs map[string]*job.Job) *View {
 	root := t.Root
+	// A cancel's placeholder is no job of its step's (the caller's map
+	// stays as it is).
+	jobs = maps.Clone(jobs)
+	maps.DeleteFunc(jobs, func(_ string, j *job.Job) bool { return wfstore.IsPlaceholder(j) })
 	v := &viewer{t: t, jobs: jobs, budget: MaxViewResultBytes,
 		stopped: root.State == wfstate.Cancelled || root.State == wfstate.Failed}
 	out := &View{}

@@ -158,9 +158,11 @@ func (e *Engine) finishRoot(ctx context.Context, wf string, c wfstore.Change) er
 	return nil
 }
 
-// chainStepDone starts the next step of a chain (its jobs written in the
-// same transaction as the record that step k finished), or finishes the
-// chain after its last step or a failed one.
+// chainStepDone starts the next step of a chain, or finishes the chain
+// after its last step or a failed one. The next step's jobs are written in
+// the same transaction as the chain's count of step k, but for a workflow
+// that is a chain whose next step is a job: that job's conditional put is
+// the only write (Store.PutNext).
 func (e *Engine) chainStepDone(ctx context.Context, s step) (*step, error) {
 	parent, k := wfdef.ParentPath(s.path), s.index()
 	if !s.ok {
@@ -213,16 +215,23 @@ func (e *Engine) chainStepDone(ctx context.Context, s step) (*step, error) {
 	if err := e.mk.Admit(ctx, jobs); err != nil {
 		return nil, err
 	}
-	scope, states := scopeOf(s.path)
-	record := wfstore.CountAndGoOn(parent, k)
-	if marked := parent == wfstore.RootPath && nextIsJob && len(jobs) == 1 && len(timed) == 0; marked {
-		// A workflow that is a chain, its next step a job: two writes
-		// instead of a transaction, guarded by the root's mark.
-		err = e.st.AdvanceMarked(ctx, s.wf, record, nextPath, jobs, e.redel)
-	} else {
-		err = e.st.Advance(ctx, wfstore.Advance{WorkflowID: s.wf, Jobs: jobs, RedeliverAfter: e.redel, Scope: scope, ScopeStates: states,
-			Changes: append([]wfstore.Change{record}, e.mk.Deadlines(timed)...)})
+	if parent == wfstore.RootPath && nextIsJob && len(jobs) == 1 && len(timed) == 0 {
+		// A workflow that is a chain, its next step a job: the job's put
+		// is the step's record, with no write of the root. A stopped
+		// workflow's cancel put a placeholder in its place first
+		// (stopper.chainHolds); finding one, the step finished late.
+		written, err := e.st.PutNext(ctx, s.wf, jobs[0], e.redel)
+		if err == nil && !written {
+			err = e.lateStep(ctx, s.wf)
+		}
+		if err == nil {
+			err = fault.Hit(fault.WorkflowAfterRecord)
+		}
+		return nil, err
 	}
+	scope, states := scopeOf(s.path)
+	err = e.st.Advance(ctx, wfstore.Advance{WorkflowID: s.wf, Jobs: jobs, RedeliverAfter: e.redel, Scope: scope, ScopeStates: states,
+		Changes: append([]wfstore.Change{wfstore.CountAndGoOn(parent, k)}, e.mk.Deadlines(timed)...)})
 	var nc *wfstore.ErrNodeConflict
 	if errors.As(err, &nc) || errors.Is(err, wfstore.ErrWorkflowNotRunning) {
 		// The chain finished meanwhile (its timeout), or the workflow

@@ -268,85 +268,141 @@ func (sp *stopper) finishCancel(ctx context.Context, root *wfstore.Root, items [
 // takeUnwritten is the first step of a cancel (or of a root timeout's
 // stop) while jobs of the workflow may still be written without a check
 // of the root: its first jobs, while its creation writes them by plain
-// conditional puts (root.Unguarded), and a chain's next step, between the
-// advance's mark and its put (root.Launching, wfstore.AdvanceMarked). Every
-// such job not written yet is put as cancelled, so the writer's put of it
-// fails and the stopped workflow gains no job; the puts check that the
-// root is still stopped, in the same transaction. The ones written already
-// exist, and the cancel cancels them as any other. With the marks gone,
-// every such job exists: nothing to do.
+// conditional puts (root.Unguarded); a chain's next job, which its
+// advance puts with no write of the root (wfstore.Store.PutNext); a
+// graph's next steps, between the advance's mark and its puts
+// (root.Launching, wfstore.AdvanceMarked). Every such job not written yet
+// is put as cancelled, so the writer's put of it fails and the stopped
+// workflow gains no job; the puts check that the root is still stopped,
+// in the same transaction. The ones written already exist, and the cancel
+// cancels them as any other. A chain is read again after its
+// placeholder's put, until one holds: its step may have completed and put
+// the job first.
 func (sp *stopper) takeUnwritten(ctx context.Context, root *wfstore.Root, items []wfstore.Node, now time.Time) error {
-	var unwritten []*job.Job
-	if root.Unguarded {
-		var err error
-		if unwritten, _, err = sp.mk.Launch(ctx, wfstore.NewTree(items), wfstore.RootPath, wfjobs.EmptyResults(root.Kind)); err != nil {
-			return err
+	for pass := 0; ; pass++ {
+		var unwritten []*job.Job
+		if root.Unguarded && pass == 0 {
+			var err error
+			if unwritten, _, err = sp.mk.Launch(ctx, wfstore.NewTree(items), wfstore.RootPath, wfjobs.EmptyResults(root.Kind)); err != nil {
+				return err
+			}
 		}
-	}
-	if root.Launching != "" {
 		j, err := sp.launching(ctx, root, items)
 		if err != nil {
 			return err
 		}
-		unwritten = append(unwritten, j...)
+		if unwritten = append(unwritten, j...); len(unwritten) == 0 {
+			return nil
+		}
+		ids := make([]string, len(unwritten))
+		for i, j := range unwritten {
+			ids[i] = j.ID
+		}
+		have, err := sp.jobs.BatchGetJobs(ctx, ids)
+		if err != nil {
+			return err
+		}
+		missing := slices.DeleteFunc(unwritten, func(j *job.Job) bool { return have[j.ID] != nil })
+		if len(missing) == 0 {
+			return nil
+		}
+		// Each put as cancelled (never run, in no index), in transactions that
+		// check the root is still stopped: a retry that re-opened the workflow
+		// since it was read lets their writers write them instead.
+		tomb := make([]*job.Job, len(missing))
+		for i, j := range missing {
+			tomb[i] = wfstore.Placeholder(j, now)
+		}
+		err = sp.st.Advance(ctx, wfstore.Advance{WorkflowID: root.WorkflowID, Jobs: tomb,
+			Scope: wfstore.RootPath, ScopeStates: []wfstate.State{wfstate.Cancelled, wfstate.Failed}})
+		if errors.Is(err, wfstore.ErrWorkflowNotRunning) {
+			sp.log.InfoContext(ctx, "workflow re-opened while its cancel took its unwritten jobs; their writers write them", "workflow_id", root.WorkflowID)
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		sp.log.InfoContext(ctx, "cancelled jobs the workflow's writers had not written yet", "workflow_id", root.WorkflowID, "jobs", len(missing))
+		if root.Kind != wfdef.KindChain || pass > len(items) {
+			return nil
+		}
 	}
-	if len(unwritten) == 0 {
-		return nil
+}
+
+// launching is, for a workflow that is a chain, the job its advance may
+// still put (chainHold); for a workflow that is a graph, the jobs of every
+// step whose dependencies all completed and that has not finished
+// (graphLaunching).
+func (sp *stopper) launching(ctx context.Context, root *wfstore.Root, items []wfstore.Node) ([]*job.Job, error) {
+	switch root.Kind {
+	case wfdef.KindGraph:
+		if root.Launching != "" {
+			return sp.graphLaunching(ctx, root, items)
+		}
+	case wfdef.KindChain:
+		return sp.chainHold(ctx, root, items)
 	}
-	ids := make([]string, len(unwritten))
-	for i, j := range unwritten {
-		ids[i] = j.ID
+	return nil, nil
+}
+
+// chainHold is the job of a workflow that is a chain that an advance may
+// still put (wfstore.Store.PutNext), built as the advance builds it (with
+// the results of the steps before it), when it is not there: the next job
+// step after the first step not completed, or that step's own job when
+// the one before it completed. None when the first step not completed
+// failed or was cancelled (nothing follows it), or when what follows is a
+// composite (its advance is a transaction that checks the root). Its
+// jobs are read here; the steps' items may be older: a next job that
+// exists shows that the step before it completed (or holds already).
+func (sp *stopper) chainHold(ctx context.Context, root *wfstore.Root, items []wfstore.Node) ([]*job.Job, error) {
+	t := wfstore.NewTree(items)
+	kids := t.Kids[wfstore.RootPath]
+	var ids []string
+	for _, it := range kids {
+		ids = append(ids, wfdef.JobID(root.WorkflowID, it.Path))
 	}
 	have, err := sp.jobs.BatchGetJobs(ctx, ids)
 	if err != nil {
-		return err
-	}
-	missing := slices.DeleteFunc(unwritten, func(j *job.Job) bool { return have[j.ID] != nil })
-	if len(missing) == 0 {
-		return nil
-	}
-	// Each put as cancelled (never run, in no index), in transactions that
-	// check the root is still stopped: a retry that re-opened the workflow
-	// since it was read lets their writers write them instead.
-	tomb := make([]*job.Job, len(missing))
-	for i, j := range missing {
-		c := *j
-		c.State, c.CancelledAt, c.EnqueuedAt, c.ScheduledAt = job.Cancelled, &now, nil, nil
-		tomb[i] = &c
-	}
-	err = sp.st.Advance(ctx, wfstore.Advance{WorkflowID: root.WorkflowID, Jobs: tomb,
-		Scope: wfstore.RootPath, ScopeStates: []wfstate.State{wfstate.Cancelled, wfstate.Failed}})
-	if errors.Is(err, wfstore.ErrWorkflowNotRunning) {
-		sp.log.InfoContext(ctx, "workflow re-opened while its cancel took its unwritten jobs; their writers write them", "workflow_id", root.WorkflowID)
-		return nil
-	}
-	if err == nil {
-		sp.log.InfoContext(ctx, "cancelled jobs the workflow's writers had not written yet", "workflow_id", root.WorkflowID, "jobs", len(missing))
-	}
-	return err
-}
-
-// launching is the job of the chain step root.Launching names, as the
-// advance that marked it builds it (with the results of the steps before
-// it), or none when that is not a job step of the root's chain; for a
-// workflow that is a graph, the jobs of every step whose dependencies all
-// completed and that has not finished (graphLaunching).
-func (sp *stopper) launching(ctx context.Context, root *wfstore.Root, items []wfstore.Node) ([]*job.Job, error) {
-	if root.Kind == wfdef.KindGraph {
-		return sp.graphLaunching(ctx, root, items)
-	}
-	path := root.Launching
-	k := step{path: path}.index()
-	t := wfstore.NewTree(items)
-	if k < 1 || t.Step(path) == nil || wfdef.ParentPath(path) != wfstore.RootPath || root.Kind != wfdef.KindChain {
-		return nil, nil
-	}
-	pr, err := sp.mk.ChainResults(ctx, root.WorkflowID, nil, wfstore.RootPath, k-1)
-	if err != nil {
 		return nil, err
 	}
-	js, _, err := sp.mk.Launch(ctx, t, path, pr)
-	return js, err
+	jobOf := func(i int) *job.Job { return have[wfdef.JobID(root.WorkflowID, kids[i].Path)] }
+	hold := func(i int) ([]*job.Job, error) {
+		if i >= len(kids) || kids[i].Kind != wfdef.KindJob || i == 0 {
+			return nil, nil
+		}
+		pr, err := sp.mk.ChainResults(ctx, root.WorkflowID, nil, wfstore.RootPath, i-1)
+		if err != nil {
+			return nil, err
+		}
+		js, _, err := sp.mk.Launch(ctx, t, kids[i].Path, pr)
+		return js, err
+	}
+	for i, it := range kids {
+		st := it.State
+		if it.Kind == wfdef.KindJob {
+			j := jobOf(i)
+			if j == nil {
+				return hold(i)
+			}
+			st = wfstate.Running
+			switch {
+			case j.State == job.Completed:
+				st = wfstate.Completed
+			case j.State.Terminal():
+				st = wfstate.Failed
+			}
+		}
+		switch {
+		case st == wfstate.Completed:
+			continue
+		case st.Terminal():
+			return nil, nil
+		case i+1 < len(kids) && kids[i+1].Kind == wfdef.KindJob && jobOf(i+1) != nil:
+			continue // it completed since the items were read, or holds already
+		}
+		return hold(i + 1)
+	}
+	return nil, nil
 }
 
 // graphLaunching is, for a workflow that is a graph whose steps start by
@@ -913,6 +969,31 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 			}
 		}
 	}
+	// A chain's placeholders are removed, not run again: a cancel's
+	// placeholder for a step whose step before it had not completed would
+	// run before it, without its result. Each is put again
+	// by the advance from the step before it: below for one that
+	// completed, else when it completes.
+	var readvance []step
+	if t.Root != nil && t.Root.Kind == wfdef.KindChain {
+		kids := t.Kids[wfstore.RootPath]
+		for i := 1; i < len(kids); i++ {
+			id := wfdef.JobID(wf, kids[i].Path)
+			j := jobs[id]
+			if j == nil || !wfstore.IsPlaceholder(j) {
+				continue
+			}
+			if err := e.st.DeleteWorkflowJob(ctx, wf, id, j.State); err != nil {
+				return err
+			}
+			redecided[id] = true
+			if p := jobs[wfdef.JobID(wf, kids[i-1].Path)]; p != nil && p.State == job.Completed {
+				readvance = append(readvance, stepOfJob(p))
+			} else if c := t.Composite(kids[i-1].Path); c != nil && c.State == wfstate.Completed {
+				readvance = append(readvance, stepOfNode(c))
+			}
+		}
+	}
 	// Failed and cancelled jobs run again.
 	for _, j := range jobs {
 		if redecided[j.ID] {
@@ -937,6 +1018,11 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 	var nc *wfstore.ErrNodeConflict
 	if err != nil && !errors.As(err, &nc) {
 		return err
+	}
+	for _, s := range readvance {
+		if err := e.advance(ctx, s); err != nil {
+			return err
+		}
 	}
 	// What the marks held back, and what a timeout stopped from counting,
 	// is counted now, read again; a workflow whose failed steps were all

@@ -22,8 +22,10 @@ import (
 )
 
 // beforeNextJob calls hook once, just before the put of the job of the
-// chain step at path (the second write of wfstore.AdvanceMarked, after the
-// root's mark); the put is then made unless hook says the request died.
+// chain step at path (wfstore.Store.PutNext, after the ACK of the step
+// before it; or the second write of wfstore.AdvanceMarked, after the
+// root's mark, for a graph); the put is then made unless hook says the
+// request died.
 type beforeNextJob struct {
 	*dynamodb.Client
 	path string
@@ -73,14 +75,14 @@ func markedChain(t *testing.T, st *store.Store, db store.DynamoAPI, qname string
 	return id, first, wfdef.JobID(id, "/s1")
 }
 
-// A chain advances by two writes instead of a transaction: the root's
-// record of the step, marked with the next step (Root.Launching), then the
-// next step's job. A cancel that comes between them finds the mark and
-// puts the job as cancelled in its place (with the parent_results it would
-// have had), so the advance's put fails: the cancelled workflow is left
-// with nothing to run, as when the transaction's check of the root made
-// the advance fail. A retry then runs that step from where it was.
-func TestACancelBetweenAChainsMarkAndItsJobLeavesNothingToRun(t *testing.T) {
+// A workflow that is a chain advances by the next step's put alone (no
+// write of the root). A cancel that comes between the ACK and that put
+// finds the step completed and its next job missing, and puts the job as
+// cancelled in its place (with the parent_results it would have had), so
+// the advance's put fails: the cancelled workflow is left with nothing to
+// run. A retry then runs that step from where it was, with the first
+// step's result.
+func TestACancelBetweenAChainsStepAndItsNextJobLeavesNothingToRun(t *testing.T) {
 	t.Parallel()
 	st, _ := testenv.Table(t)
 	ctx := context.Background()
@@ -90,8 +92,8 @@ func TestACancelBetweenAChainsMarkAndItsJobLeavesNothingToRun(t *testing.T) {
 	var cancelErr error
 	db := &beforeNextJob{Client: testenv.DynamoDB(), path: "/s1", hook: func(wf string) bool {
 		root, err := wfstore.New(st).GetRoot(ctx, wf)
-		if err != nil || root.Launching != "/s1" || !root.Done(0) {
-			t.Errorf("root before the next job's put: %+v %v; want step 0 counted and /s1 marked", root, err)
+		if err != nil || root.Rev != 1 || root.Launching != "" || root.Done(0) {
+			t.Errorf("root before the next job's put: %+v %v; want it as created (the step's record is the next job)", root, err)
 		}
 		_, cancelErr = canceller.Cancel(ctx, wf)
 		return false
@@ -107,7 +109,7 @@ func TestACancelBetweenAChainsMarkAndItsJobLeavesNothingToRun(t *testing.T) {
 		t.Fatalf("the cancelled workflow left %d jobs to run (%v)", len(got), err)
 	}
 	j, err := svc.Info(ctx, second)
-	if err != nil || j.State != job.Cancelled || j.EnqueuedAt != nil || j.CancelledAt == nil {
+	if err != nil || !wfstore.IsPlaceholder(j) || j.CancelledAt == nil {
 		t.Fatalf("second step's job: %+v %v; want the cancel's placeholder", j, err)
 	}
 	if string(j.ParentResults) != `[{"paid":true}]` || string(j.Args) != `[2]` {
@@ -124,8 +126,11 @@ func TestACancelBetweenAChainsMarkAndItsJobLeavesNothingToRun(t *testing.T) {
 	}
 }
 
-// A cancel that comes before the root's record makes the advance fail
-// and writes no job: the record is conditional on the workflow running.
+// A cancel while a chain's step runs (a running job is not cancelled)
+// puts a placeholder for the step after it: the step finishing after the
+// cancel finds it, and starts nothing. A retry removes the placeholder
+// (built before the step had a result) and starts the next step from the
+// finished one, with its result.
 func TestAChainStepFinishingAfterItsCancelStartsNothing(t *testing.T) {
 	t.Parallel()
 	st, _ := testenv.Table(t)
@@ -142,24 +147,66 @@ func TestAChainStepFinishingAfterItsCancelStartsNothing(t *testing.T) {
 	if _, err := eng.Cancel(ctx, id); err != nil { // the running step runs on
 		t.Fatal(err)
 	}
-	if _, err := svc.Ack(ctx, running.ID, []byte(`1`), 0); err != nil {
+	if _, err := svc.Ack(ctx, running.ID, []byte(`7`), 0); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := svc.Info(ctx, wfdef.JobID(id, "/s1")); err == nil {
-		t.Fatal("a step finishing after its workflow's cancel started the next one")
+	if j, err := svc.Info(ctx, wfdef.JobID(id, "/s1")); err != nil || !wfstore.IsPlaceholder(j) {
+		t.Fatalf("a step finishing after its workflow's cancel: next job %+v %v; want the cancel's placeholder", j, err)
+	}
+	if got, err := svc.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"lateq"}, Count: 10}); err != nil || len(got) != 0 {
+		t.Fatalf("the cancelled workflow left %d jobs to run (%v)", len(got), err)
 	}
 	root, err := wfstore.New(st).GetRoot(ctx, id)
 	if err != nil || root.State != wfstate.Cancelled || root.Launching != "" {
 		t.Fatalf("root: %+v %v; want cancelled and unmarked", root, err)
 	}
+	if _, err := eng.Retry(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	next := fetchOne(t, svc, "lateq")
+	if next.ID != wfdef.JobID(id, "/s1") || string(next.ParentResults) != `[7]` {
+		t.Fatalf("after the retry: %s with parent_results %s; want the second step with the first one's result", next.WorkflowNode, next.ParentResults)
+	}
 }
 
-// A request that dies between the root's record (and mark) and the next
-// step's job leaves a running chain with nothing to run: the stream
-// function's check of the finished step sees the mark without the job and
-// writes it, with the first step's result. Until then the workflow
-// waits; nothing else would start the step.
-func TestTheStreamWritesTheJobOfAChainStepWhoseRequestDiedAfterTheMark(t *testing.T) {
+// A retry while the step a cancel found running still runs removes the
+// placeholder of the step after it: the step's own ACK then starts it.
+func TestARetryWhileAChainStepRunsLetsItStartTheNext(t *testing.T) {
+	t.Parallel()
+	st, _ := testenv.Table(t)
+	ctx := context.Background()
+	qsvc := queue.NewService(st, queue.Config{})
+	eng := workflow.New(st, workflow.Config{Admit: qsvc})
+	svc := lifecycle.New(st, lifecycle.Config{Queues: qsvc, Workflows: eng})
+	v, err := eng.Create(ctx, []byte(`{"type":"chain","steps":[{"type":"m.a","args":[],"options":{"queue":"runq"}},{"type":"m.b","args":[],"options":{"queue":"runq"}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	running := fetchOne(t, svc, "runq")
+	if _, err := eng.Cancel(ctx, v.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.Retry(ctx, v.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.GetItem(ctx, wfdef.JobID(v.ID, "/s1")); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the next step's placeholder after the retry: %v; want it removed", err)
+	}
+	if _, err := svc.Ack(ctx, running.ID, []byte(`"r"`), 0); err != nil {
+		t.Fatal(err)
+	}
+	next := fetchOne(t, svc, "runq")
+	if next.ID != wfdef.JobID(v.ID, "/s1") || string(next.ParentResults) != `["r"]` {
+		t.Fatalf("after the step: %s with parent_results %s; want the second step with its result", next.WorkflowNode, next.ParentResults)
+	}
+}
+
+// A request that dies between a chain step's ACK and the next step's put
+// leaves a running chain with nothing to run: the stream function's check
+// of the finished step sees no next job and writes it, with the first
+// step's result. Until then the workflow waits; nothing else would start
+// the step.
+func TestTheStreamWritesTheJobOfAChainStepWhoseRequestDiedBeforeIt(t *testing.T) {
 	t.Parallel()
 	st, _ := testenv.Table(t)
 	ctx := context.Background()
@@ -169,8 +216,8 @@ func TestTheStreamWritesTheJobOfAChainStepWhoseRequestDiedAfterTheMark(t *testin
 		t.Fatalf("second step's job after the dead request: %v; want none", err)
 	}
 	root, err := wfstore.New(st).GetRoot(ctx, id)
-	if err != nil || root.State != wfstate.Running || root.Launching != "/s1" || !root.Done(0) {
-		t.Fatalf("root after the dead request: %+v %v", root, err)
+	if err != nil || root.State != wfstate.Running || root.Rev != 1 {
+		t.Fatalf("root after the dead request: %+v %v; want it running, as created", root, err)
 	}
 	it := verifyWritesOnce(t, st, first, second)
 	if it.Job.State != job.Available || string(it.Job.ParentResults) != `[{"paid":true}]` {

@@ -45,8 +45,8 @@ func (s step) counter() (wfstore.NodeKey, *wfstore.ShardRef) {
 }
 
 // nextInRootChain is the path of the step after s when s is a step of a
-// workflow that is a chain and completed: the step an advance without a
-// transaction may have marked but not written (wfstore.AdvanceMarked).
+// workflow that is a chain and completed: the step whose job, when it is
+// one, is the record that s completed (wfstore.Store.PutNext).
 func (s step) nextInRootChain() (string, bool) {
 	k := s.index()
 	last := (s.job != nil && s.job.WorkflowLast) || (s.node != nil && s.node.Last)
@@ -165,7 +165,13 @@ func (e *Engine) Verify(ctx context.Context, fs []Finished) error {
 		if root == nil || root.State == wfstate.Cancelled {
 			continue
 		}
-		if !s.recorded(p) {
+		np, inChain := s.nextInRootChain()
+		if inChain && p.Jobs[wfdef.JobID(s.wf, np)] {
+			continue // the next job is the step's record (Store.PutNext)
+		}
+		// (A root marked launching np is a marked advance's, written before
+		// chains advanced by PutNext, whose request died before the job.)
+		if !s.recorded(p) || inChain && root.State == wfstate.Running && root.Launching == np {
 			cur, err := e.current(ctx, s)
 			if err != nil {
 				return err
@@ -176,23 +182,6 @@ func (e *Engine) Verify(ctx context.Context, fs []Finished) error {
 			e.log.InfoContext(ctx, "advancing a workflow step the request did not record", "workflow_id", s.wf, "node", s.path)
 			if err := e.advance(ctx, *cur); err != nil {
 				return fmt.Errorf("workflow %s step %s: %w", s.wf, s.path, err)
-			}
-			continue
-		}
-		if next, ok := s.nextInRootChain(); ok && root.State == wfstate.Running && root.Launching == next && !p.Jobs[wfdef.JobID(s.wf, next)] {
-			// Counted, its next step marked as launching, and the job not
-			// there: the request that advanced it died between the two
-			// writes (wfstore.AdvanceMarked). Write it, unless the record is
-			// stale (a retry re-ran the step since).
-			cur, err := e.current(ctx, s)
-			if err != nil {
-				return err
-			}
-			if cur != nil {
-				e.log.InfoContext(ctx, "writing the next job of a chain the request marked but did not write", "workflow_id", s.wf, "node", next)
-				if err := e.advance(ctx, *cur); err != nil {
-					return fmt.Errorf("workflow %s step %s: %w", s.wf, s.path, err)
-				}
 			}
 			continue
 		}
