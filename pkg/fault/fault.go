@@ -63,8 +63,8 @@ const (
 	// dies or fails before it puts the first job: the root's progress
 	// check must put it.
 	WorkflowAfterItems Point = "workflow.after_items"
-	// WorkflowAfterMark: a chain's or graph's advance without a
-	// transaction (wfstore.AdvanceMarked) counted the finished step and
+	// WorkflowAfterMark: a graph's advance without a transaction
+	// (wfstore.AdvanceMarked) counted the finished step and
 	// marked the root, and dies or fails before it puts the jobs of the
 	// steps it starts: the stream function's verification must put them.
 	WorkflowAfterMark Point = "workflow.after_mark"
