@@ -16,12 +16,13 @@
 #
 # Variables: ENV (default dev), CDK_ARGS (extra cdk arguments, e.g.
 # "--profile prod --require-approval never"), SYNTH_ENVS, SYNTH_ACCOUNT,
-# SYNTH_REGION, OJS_LOCAL_TOKEN, LOCALSTACK_URL, E2E_TIMEOUT.
+# SYNTH_REGION, SYNTH_ALARM_EMAIL, OJS_LOCAL_TOKEN, LOCALSTACK_URL, E2E_TIMEOUT.
 #
 # prod and staging are pinned to an account and region named in context:
 # CDK_ARGS="-c account=<id> -c region=<region>" or cdk.json's
-# "environments": {"<env>": {"account": ..., "region": ...}} (synth passes
-# SYNTH_ACCOUNT/SYNTH_REGION placeholders explicitly).
+# "environments": {"<env>": {"account": ..., "region": ...}}, and need an
+# alarm destination: -c alarmEmail=<address> or -c alarmTopicArn=<arn>
+# (synth passes SYNTH_ACCOUNT/SYNTH_REGION/SYNTH_ALARM_EMAIL placeholders).
 
 GO                 ?= go
 INFRA_FUNCTIONS    := api worker stream sweeper
@@ -34,6 +35,8 @@ SYNTH_ENVS         ?= dev staging prod
 # no lookups; the templates only name them in asset locations.
 SYNTH_ACCOUNT      ?= 123456789012
 SYNTH_REGION       ?= us-east-1
+# staging and prod need an alarm destination; synth subscribes a placeholder.
+SYNTH_ALARM_EMAIL  ?= alarms@example.com
 # go test -timeout of the e2e suite against a deployment (test-e2e,
 # test-localstack): a hung request or a stage that never settles fails the
 # run instead of holding it forever.
@@ -112,7 +115,7 @@ synth: infra-check-node build $(INFRA_NPM_STAMP)
 	@for e in $(SYNTH_ENVS); do \
 		echo "cdk synth $(call INFRA_STACK,$$e) -> cdk.out/$$e"; \
 		env $(INFRA_CDK_ENV) AWS_EC2_METADATA_DISABLED=true $(CDK) synth --quiet --no-notices \
-			-c env=$$e -c account=$(SYNTH_ACCOUNT) -c region=$(SYNTH_REGION) \
+			-c env=$$e -c account=$(SYNTH_ACCOUNT) -c region=$(SYNTH_REGION) -c alarmEmail=$(SYNTH_ALARM_EMAIL) \
 			-o cdk.out/$$e $(call INFRA_STACK,$$e) || exit 1; \
 	done
 
