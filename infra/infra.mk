@@ -7,7 +7,7 @@
 #   make synth                      synthesise dev, staging and prod offline into cdk.out/<env>
 #   make test-infra                 template tests (go test ./infra/...)
 #   make bootstrap-cdk [ENV=dev]    cdk bootstrap the account/region of your AWS credentials
-#   make deploy ENV=dev|staging|prod
+#   make deploy ENV=dev|staging|prod   preflight (concurrency; bootstrap when missing), then cdk deploy
 #   make destroy ENV=dev|staging|prod
 #   make localstack-up / localstack-down
 #   make localstack-deploy          deploy env "local" to LocalStack with cdklocal
@@ -128,7 +128,15 @@ infra-check-env:
 bootstrap-cdk: infra-check-env infra-check-node build $(INFRA_NPM_STAMP)
 	env $(INFRA_CDK_ENV) $(CDK) bootstrap --no-notices -c env=$(ENV) $(CDK_ARGS)
 
+# The preflight (infra/cmd/preflight) refuses a stack whose reserved Lambda
+# concurrency the region cannot give, and exits 3 when the account and
+# region need cdk bootstrap, which then runs; it reads --profile and
+# -c region=... from CDK_ARGS.
 deploy: infra-check-env infra-check-node build $(INFRA_NPM_STAMP)
+	$(GO) build -o build/preflight ./infra/cmd/preflight
+	@build/preflight $(ENV) $(CDK_ARGS) || { rc=$$?; [ $$rc -eq 3 ] || exit $$rc; \
+		echo "cdk bootstrap -c env=$(ENV) $(CDK_ARGS)"; \
+		env $(INFRA_CDK_ENV) $(CDK) bootstrap --no-notices -c env=$(ENV) $(CDK_ARGS); }
 	env $(INFRA_CDK_ENV) $(CDK) deploy --no-notices -c env=$(ENV) \
 		--outputs-file build/outputs-$(ENV).json $(CDK_ARGS) $(call INFRA_STACK,$(ENV))
 
