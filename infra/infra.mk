@@ -7,7 +7,7 @@
 #   make synth                      synthesise dev, staging and prod offline into cdk.out/<env>
 #   make test-infra                 template tests (go test ./infra/...)
 #   make bootstrap-cdk [ENV=dev]    cdk bootstrap the account/region of your AWS credentials
-#   make deploy ENV=dev|staging|prod
+#   make deploy ENV=dev|staging|prod   preflight (concurrency; bootstrap when missing), then cdk deploy
 #   make destroy ENV=dev|staging|prod
 #   make localstack-up / localstack-down
 #   make localstack-deploy          deploy env "local" to LocalStack with cdklocal
@@ -16,12 +16,13 @@
 #
 # Variables: ENV (default dev), CDK_ARGS (extra cdk arguments, e.g.
 # "--profile prod --require-approval never"), SYNTH_ENVS, SYNTH_ACCOUNT,
-# SYNTH_REGION, OJS_LOCAL_TOKEN, LOCALSTACK_URL, E2E_TIMEOUT.
+# SYNTH_REGION, SYNTH_ALARM_EMAIL, OJS_LOCAL_TOKEN, LOCALSTACK_URL, E2E_TIMEOUT.
 #
 # prod and staging are pinned to an account and region named in context:
 # CDK_ARGS="-c account=<id> -c region=<region>" or cdk.json's
-# "environments": {"<env>": {"account": ..., "region": ...}} (synth passes
-# SYNTH_ACCOUNT/SYNTH_REGION placeholders explicitly).
+# "environments": {"<env>": {"account": ..., "region": ...}}, and need an
+# alarm destination: -c alarmEmail=<address> or -c alarmTopicArn=<arn>
+# (synth passes SYNTH_ACCOUNT/SYNTH_REGION/SYNTH_ALARM_EMAIL placeholders).
 
 GO                 ?= go
 INFRA_FUNCTIONS    := api worker stream sweeper
@@ -34,6 +35,8 @@ SYNTH_ENVS         ?= dev staging prod
 # no lookups; the templates only name them in asset locations.
 SYNTH_ACCOUNT      ?= 123456789012
 SYNTH_REGION       ?= us-east-1
+# staging and prod need an alarm destination; synth subscribes a placeholder.
+SYNTH_ALARM_EMAIL  ?= alarms@example.com
 # go test -timeout of the e2e suite against a deployment (test-e2e,
 # test-localstack): a hung request or a stage that never settles fails the
 # run instead of holding it forever.
@@ -112,7 +115,7 @@ synth: infra-check-node build $(INFRA_NPM_STAMP)
 	@for e in $(SYNTH_ENVS); do \
 		echo "cdk synth $(call INFRA_STACK,$$e) -> cdk.out/$$e"; \
 		env $(INFRA_CDK_ENV) AWS_EC2_METADATA_DISABLED=true $(CDK) synth --quiet --no-notices \
-			-c env=$$e -c account=$(SYNTH_ACCOUNT) -c region=$(SYNTH_REGION) \
+			-c env=$$e -c account=$(SYNTH_ACCOUNT) -c region=$(SYNTH_REGION) -c alarmEmail=$(SYNTH_ALARM_EMAIL) \
 			-o cdk.out/$$e $(call INFRA_STACK,$$e) || exit 1; \
 	done
 
@@ -125,7 +128,15 @@ infra-check-env:
 bootstrap-cdk: infra-check-env infra-check-node build $(INFRA_NPM_STAMP)
 	env $(INFRA_CDK_ENV) $(CDK) bootstrap --no-notices -c env=$(ENV) $(CDK_ARGS)
 
+# The preflight (infra/cmd/preflight) refuses a stack whose reserved Lambda
+# concurrency the region cannot give, and exits 3 when the account and
+# region need cdk bootstrap, which then runs; it reads --profile and
+# -c region=... from CDK_ARGS.
 deploy: infra-check-env infra-check-node build $(INFRA_NPM_STAMP)
+	$(GO) build -o build/preflight ./infra/cmd/preflight
+	@build/preflight $(ENV) $(CDK_ARGS) || { rc=$$?; [ $$rc -eq 3 ] || exit $$rc; \
+		echo "cdk bootstrap -c env=$(ENV) $(CDK_ARGS)"; \
+		env $(INFRA_CDK_ENV) $(CDK) bootstrap --no-notices -c env=$(ENV) $(CDK_ARGS); }
 	env $(INFRA_CDK_ENV) $(CDK) deploy --no-notices -c env=$(ENV) \
 		--outputs-file build/outputs-$(ENV).json $(CDK_ARGS) $(call INFRA_STACK,$(ENV))
 

@@ -9,6 +9,8 @@
 //	region       AWS region; default $CDK_DEFAULT_REGION, else none
 //	alarmTopicArn an existing SNS topic every alarm notifies; default a
 //	             topic the stack creates (output AlarmTopicArn)
+//	alarmEmail   an address subscribed to the alarm topic; staging and
+//	             prod need it or alarmTopicArn
 //	arch         arm64 (default) or x86_64: the architecture of the binaries
 //	assetDir     directory with <function>/bootstrap; default build/lambda
 //	logLevel     OJS_LOG_LEVEL of the functions; default info
@@ -25,7 +27,7 @@
 //	             written uncompressed (the first deploy over a stack from
 //	             before payload packing; docs/infrastructure.md)
 //
-// account, region and alarmTopicArn may also be set per environment in
+// account, region, alarmTopicArn and alarmEmail may also be set per environment in
 // cdk.json, under "context": {"environments": {"prod": {"account": ...,
 // "region": ..., "alarmTopicArn": ...}}}; a -c value wins.
 //
@@ -77,6 +79,7 @@ type config struct {
 	Account       string
 	Region        string
 	AlarmTopicARN string
+	AlarmEmail    string
 	Arch          string
 	AssetDir      string
 	LogLevel      string
@@ -109,7 +112,7 @@ func readConfig(get, getenv func(string) string) (config, error) {
 		}
 		return get("environments." + c.Env + "." + key)
 	}
-	c.Account, c.Region, c.AlarmTopicARN = perEnv("account"), perEnv("region"), perEnv("alarmTopicArn")
+	c.Account, c.Region, c.AlarmTopicARN, c.AlarmEmail = perEnv("account"), perEnv("region"), perEnv("alarmTopicArn"), perEnv("alarmEmail")
 	if pinnedEnvs[c.Env] {
 		if c.Account == "" || c.Region == "" {
 			return config{}, fmt.Errorf("environment %s must be pinned to an AWS account and region: pass -c account=<12 digits> -c region=<region> "+
@@ -120,6 +123,11 @@ func readConfig(get, getenv func(string) string) (config, error) {
 	} else {
 		c.Account = cmp.Or(c.Account, getenv("CDK_DEFAULT_ACCOUNT"))
 		c.Region = cmp.Or(c.Region, getenv("CDK_DEFAULT_REGION"))
+	}
+	if pinnedEnvs[c.Env] && c.AlarmTopicARN == "" && c.AlarmEmail == "" {
+		return config{}, fmt.Errorf("environment %s needs an alarm destination, or its alarms notify nobody: pass -c alarmEmail=<address> "+
+			"(subscribed to the alarm topic the stack creates) or -c alarmTopicArn=<existing SNS topic ARN>, or set one in cdk.json "+
+			"under \"context\": {\"environments\": {\"%s\": {...}}}", c.Env, c.Env)
 	}
 	if c.Account != "" && !accountPattern.MatchString(c.Account) {
 		return config{}, fmt.Errorf("account %q: want a 12-digit AWS account id", c.Account)
@@ -156,7 +164,8 @@ func readConfig(get, getenv func(string) string) (config, error) {
 	return c, nil
 }
 
-// pinnedEnvs must name their account and region in context.
+// pinnedEnvs must name their account, region and alarm destination in
+// context.
 var pinnedEnvs = map[string]bool{"prod": true, "staging": true}
 
 var (
@@ -208,11 +217,12 @@ func build(app awscdk.App, getenv func(string) string) error {
 	props := &ojsconstruct.StackProps{
 		AlarmTopicARN: c.AlarmTopicARN,
 		OJS: ojsconstruct.Props{
-			Env:       env,
-			AssetRoot: c.AssetDir,
-			LogLevel:  c.LogLevel,
-			Frontend:  ojsconstruct.Frontend(c.Frontend),
-			AuthToken: c.AuthToken,
+			Env:        env,
+			AssetRoot:  c.AssetDir,
+			LogLevel:   c.LogLevel,
+			Frontend:   ojsconstruct.Frontend(c.Frontend),
+			AuthToken:  c.AuthToken,
+			AlarmEmail: c.AlarmEmail,
 		},
 	}
 	if c.Account != "" || c.Region != "" {

@@ -65,8 +65,9 @@ func TestReadConfig(t *testing.T) {
 		},
 		{
 			name: "-c wins over cdk.json",
-			ctx:  map[string]string{"env": "prod", "account": "123456789012", "region": "us-east-1", "environments.prod.account": "555555555555"},
-			want: config{Env: "prod", Arch: "arm64", Account: "123456789012", Region: "us-east-1"},
+			ctx: map[string]string{"env": "prod", "account": "123456789012", "region": "us-east-1", "environments.prod.account": "555555555555",
+				"environments.prod.alarmEmail": "oncall@example.com"},
+			want: config{Env: "prod", Arch: "arm64", Account: "123456789012", Region: "us-east-1", AlarmEmail: "oncall@example.com"},
 		},
 		{
 			name: "dev in cdk.json",
@@ -79,6 +80,8 @@ func TestReadConfig(t *testing.T) {
 			env: map[string]string{"CDK_DEFAULT_ACCOUNT": "111111111111", "CDK_DEFAULT_REGION": "eu-west-1"}, wantErr: "must be pinned"},
 		{name: "staging without region", ctx: map[string]string{"env": "staging", "account": "111111111111"},
 			env: map[string]string{"CDK_DEFAULT_REGION": "eu-west-1"}, wantErr: "must be pinned"},
+		{name: "staging without alarm destination", ctx: map[string]string{"env": "staging", "account": "111111111111", "region": "eu-west-1"},
+			wantErr: "needs an alarm destination"},
 		{name: "bad account", ctx: map[string]string{"account": "12345"}, wantErr: "12-digit"},
 		{name: "bad region", ctx: map[string]string{"region": "Europe"}, wantErr: "region"},
 		{name: "bad arch", ctx: map[string]string{"arch": "ppc64"}, wantErr: "arch"},
@@ -124,7 +127,7 @@ func TestBuild(t *testing.T) {
 	}
 	app := awscdk.NewApp(&awscdk.AppProps{Context: &map[string]any{
 		"env": "prod", "arch": "x86_64", "assetDir": assets,
-		"account": "123456789012", "region": "eu-central-1",
+		"account": "123456789012", "region": "eu-central-1", "alarmEmail": "oncall@example.com",
 	}})
 	if err := build(app, lookup(nil)); err != nil {
 		t.Fatal(err)
@@ -146,6 +149,12 @@ func TestBuild(t *testing.T) {
 	tpl := assertions.Template_FromStack(stack, nil)
 	tpl.AllResourcesProperties(jsii.String("AWS::Lambda::Function"), map[string]any{"Architectures": []any{"x86_64"}})
 	tpl.HasResourceProperties(jsii.String("AWS::DynamoDB::Table"), map[string]any{"DeletionProtectionEnabled": true})
+	// alarmEmail: subscribed to the created topic, which every alarm notifies.
+	topicRef := map[string]any{"Ref": assertions.Match_StringLikeRegexp(jsii.String("AlarmTopic"))}
+	tpl.ResourceCountIs(jsii.String("AWS::SNS::Topic"), jsii.Number(1))
+	tpl.ResourcePropertiesCountIs(jsii.String("AWS::SNS::Subscription"),
+		map[string]any{"Protocol": "email", "Endpoint": "oncall@example.com", "TopicArn": topicRef}, jsii.Number(1))
+	tpl.AllResourcesProperties(jsii.String("AWS::CloudWatch::Alarm"), map[string]any{"AlarmActions": []any{topicRef}, "OKActions": []any{topicRef}})
 	// The app runs cdk-nag: nothing unjustified.
 	nag := assertions.Annotations_FromStack(stack)
 	if errs := *nag.FindError(jsii.String("*"), assertions.Match_StringLikeRegexp(jsii.String("AwsSolutions-.*"))); len(errs) > 0 {
@@ -177,6 +186,9 @@ func TestBuild(t *testing.T) {
 		{map[string]any{"env": "local", "assetDir": assets, "frontend": "function-url"}, "AuthToken"},
 		{map[string]any{"env": "dev", "assetDir": t.TempDir()}, "make build"},
 		{map[string]any{"env": "prod", "assetDir": assets}, "must be pinned"},
+		{map[string]any{"env": "prod", "assetDir": assets, "account": "123456789012", "region": "eu-west-1"}, "prod needs an alarm destination"},
+		{map[string]any{"env": "staging", "assetDir": assets, "account": "123456789012", "region": "eu-west-1"}, "staging needs an alarm destination"},
+		{map[string]any{"env": "dev", "assetDir": assets, "alarmEmail": "oncall"}, "not an email address"},
 		{map[string]any{"env": "dev", "assetDir": assets, "alarmTopicArn": "oncall"}, "not an SNS topic ARN"},
 	} {
 		app := awscdk.NewApp(&awscdk.AppProps{Context: &bad.ctx})

@@ -575,7 +575,8 @@ func TestAlarmTopic(t *testing.T) {
 	app := awscdk.NewApp(nil)
 	stack := awscdk.NewStack(app, jsii.String("Embedded"), nil)
 	topic := awssns.NewTopic(stack, jsii.String("Alarms"), nil)
-	if _, err := NewOJSServerless(stack, "Ojs", &Props{Env: mustEnv(t, "staging"), AssetRoot: assetRoot, AlarmTopic: topic}); err != nil {
+	p := &Props{Env: mustEnv(t, "staging"), AssetRoot: assetRoot, AlarmTopic: topic, AlarmEmail: "oncall@example.com"}
+	if _, err := NewOJSServerless(stack, "Ojs", p); err != nil {
 		t.Fatal(err)
 	}
 	tpl := assertions.Template_FromStack(stack, nil)
@@ -585,6 +586,9 @@ func TestAlarmTopic(t *testing.T) {
 		"AlarmActions": []any{topicRef},
 		"OKActions":    []any{topicRef},
 	})
+	// AlarmEmail subscribes to the given topic too.
+	tpl.ResourcePropertiesCountIs(jsii.String("AWS::SNS::Subscription"),
+		map[string]any{"Protocol": "email", "Endpoint": p.AlarmEmail, "TopicArn": topicRef}, jsii.Number(1))
 }
 
 func TestOutputs(t *testing.T) {

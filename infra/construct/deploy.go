@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscodedeploy"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
@@ -58,8 +60,8 @@ func (o *OJSServerless) addAliases() {
 // addTrafficShifting puts each alias under a CodeDeploy deployment group
 // when the environment shifts traffic gradually: CloudFormation then hands
 // the alias update to CodeDeploy, which moves the traffic in steps and
-// rolls back when the function's error alarm fires (or the deployment
-// fails or is stopped). With ShiftAllAtOnce nothing is created and
+// rolls back when the new version's rollback alarm fires (or the
+// deployment fails or is stopped). With ShiftAllAtOnce nothing is created and
 // CloudFormation repoints the aliases itself.
 func (o *OJSServerless) addTrafficShifting() {
 	newConfig, ok := deploymentConfigs[o.Env.TrafficShift]
@@ -78,6 +80,11 @@ func (o *OJSServerless) addTrafficShifting() {
 		},
 	})
 	for _, name := range topology.FunctionNames {
+		o.errorAlarms[name] = o.alarm(pascal(name)+"RollbackAlarm", o.newVersionErrors(name),
+			awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD, 1,
+			"Errors of the new version of the OJS "+name+" function during a deployment (rolls it back)")
+		// The alarm follows the new version before the alias moves.
+		o.Aliases[name].Node().AddDependency(o.errorAlarms[name])
 		o.DeploymentGroups[name] = awscodedeploy.NewLambdaDeploymentGroup(o.Construct, jsii.String(pascal(name)+"Deployment"),
 			&awscodedeploy.LambdaDeploymentGroupProps{
 				Application:      app,
@@ -92,6 +99,26 @@ func (o *OJSServerless) addTrafficShifting() {
 				},
 			})
 	}
+}
+
+// newVersionErrors is the errors of the version the live alias points at,
+// per minute: Lambda reports invocations through an alias under the
+// dimensions Resource (<function>:<alias>) and ExecutedVersion, so the
+// old version's errors during a canary do not count, and one minute lets
+// the alarm fire while the canary runs.
+func (o *OJSServerless) newVersionErrors(name string) awscloudwatch.IMetric {
+	fn := o.Functions[name].FunctionName()
+	return awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
+		Namespace:  jsii.String("AWS/Lambda"),
+		MetricName: jsii.String("Errors"),
+		DimensionsMap: &map[string]*string{
+			"FunctionName":    fn,
+			"Resource":        awscdk.Fn_Join(jsii.String(":"), &[]*string{fn, jsii.String(AliasName)}),
+			"ExecutedVersion": o.Aliases[name].Version().Version(),
+		},
+		Statistic: jsii.String("Sum"),
+		Period:    awscdk.Duration_Minutes(jsii.Number(1)),
+	})
 }
 
 // DeploymentManagedPolicy is the AWS managed policy of the CodeDeploy role

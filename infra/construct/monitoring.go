@@ -39,19 +39,26 @@ func (o *OJSServerless) alarm(id string, m awscloudwatch.IMetric, op awscloudwat
 	return a
 }
 
-// addAlarmTopic uses Props.AlarmTopic or creates the environment's topic.
-// A created topic enforces TLS. It is not KMS-encrypted: CloudWatch alarms
-// cannot publish to a topic under the AWS managed SNS key, and the
-// notifications carry alarm names and metric values only.
+// addAlarmTopic uses Props.AlarmTopic or creates the environment's topic,
+// and subscribes Props.AlarmEmail to it. A created topic enforces TLS. It
+// is not KMS-encrypted: CloudWatch alarms cannot publish to a topic under
+// the AWS managed SNS key, and the notifications carry alarm names and
+// metric values only.
 func (o *OJSServerless) addAlarmTopic() {
-	if o.props.AlarmTopic != nil {
-		o.AlarmTopic = o.props.AlarmTopic
-		return
+	o.AlarmTopic = o.props.AlarmTopic
+	if o.AlarmTopic == nil {
+		o.AlarmTopic = awssns.NewTopic(o.Construct, jsii.String("AlarmTopic"), &awssns.TopicProps{
+			DisplayName: jsii.String("OJS alarms (" + o.Env.Name + ")"),
+			EnforceSSL:  jsii.Bool(true),
+		})
 	}
-	o.AlarmTopic = awssns.NewTopic(o.Construct, jsii.String("AlarmTopic"), &awssns.TopicProps{
-		DisplayName: jsii.String("OJS alarms (" + o.Env.Name + ")"),
-		EnforceSSL:  jsii.Bool(true),
-	})
+	if o.props.AlarmEmail != "" {
+		awssns.NewSubscription(o.Construct, jsii.String("AlarmEmail"), &awssns.SubscriptionProps{
+			Topic:    o.AlarmTopic,
+			Protocol: awssns.SubscriptionProtocol_EMAIL,
+			Endpoint: jsii.String(o.props.AlarmEmail),
+		})
+	}
 }
 
 func dlqDepth(q awssqs.Queue) awscloudwatch.Metric {
@@ -82,8 +89,7 @@ func (o *OJSServerless) addAlarms() {
 	for _, name := range topology.FunctionNames {
 		fn := o.Functions[name]
 		p := pascal(name)
-		// Also the rollback alarm of a gradual deployment (deploy.go).
-		o.errorAlarms[name] = o.alarm(p+"ErrorsAlarm", fn.MetricErrors(metricOpts("Sum", 5)),
+		o.alarm(p+"ErrorsAlarm", fn.MetricErrors(metricOpts("Sum", 5)),
 			awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD, 1,
 			"Errors in the OJS "+name+" function")
 		o.alarm(p+"ThrottlesAlarm", fn.MetricThrottles(metricOpts("Sum", 5)),

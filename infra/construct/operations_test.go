@@ -2,6 +2,7 @@ package ojsconstruct
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
@@ -107,16 +108,23 @@ func TestLiveAliases(t *testing.T) {
 	}
 }
 
-// TestTrafficShifting: with a gradual shift (prod), CodeDeploy moves each
-// alias (the alias's UpdatePolicy hands the update to it) with the
-// topology's deployment config and rolls back when the function's error
-// alarm fires; one service role serves the four groups.
+// TestTrafficShifting: with a gradual shift (staging, prod), CodeDeploy
+// moves each alias (the alias's UpdatePolicy hands the update to it) with
+// the topology's deployment config and rolls back when the new version's
+// errors alarm fires: Errors per minute under the alias (Resource) and the
+// version it points at (ExecutedVersion), so the alarm sees the canary's
+// own errors while it runs; one service role serves the four groups.
 func TestTrafficShifting(t *testing.T) {
-	e := mustEnv(t, "prod")
-	if e.TrafficShift != topology.ShiftCanary10Percent5Minutes {
-		t.Fatalf("prod shifts %q", e.TrafficShift)
+	for _, env := range []string{"staging", "prod"} {
+		t.Run(env, func(t *testing.T) { testTrafficShifting(t, env) })
 	}
-	s := synthEnv(t, "prod")
+}
+
+func testTrafficShifting(t *testing.T, env string) {
+	if e := mustEnv(t, env); e.TrafficShift != topology.ShiftCanary10Percent5Minutes {
+		t.Fatalf("%s shifts %q", env, e.TrafficShift)
+	}
+	s := synthEnv(t, env)
 	s.template.ResourceCountIs(jsii.String("AWS::CodeDeploy::Application"), jsii.Number(1))
 	s.template.HasResourceProperties(jsii.String("AWS::CodeDeploy::Application"), map[string]any{"ComputePlatform": "Lambda"})
 	groups := s.resources("AWS::CodeDeploy::DeploymentGroup")
@@ -136,9 +144,27 @@ func TestTrafficShifting(t *testing.T) {
 		if ac["Enabled"] != true || len(as) != 1 {
 			t.Fatalf("%s: alarm configuration %v", id, ac)
 		}
-		alarm := refID(as[0].(map[string]any)["Name"])
-		if alarms[alarm] == nil || props(alarms[alarm])["MetricName"] != "Errors" {
-			t.Errorf("%s rolls back on %v, want a function's Errors alarm", id, as[0])
+		alarm := props(alarms[refID(as[0].(map[string]any)["Name"])])
+		dims := map[string]string{}
+		for _, d := range alarm["Dimensions"].([]any) {
+			dims[d.(map[string]any)["Name"].(string)] = flatten(d.(map[string]any)["Value"])
+		}
+		fn := ""
+		for _, name := range topology.FunctionNames {
+			if dims["FunctionName"] == "<"+s.byTag(t, "AWS::Lambda::Function", TagFunction, name)+">" {
+				fn = name
+			}
+		}
+		if fn == "" || alarm["MetricName"] != "Errors" || alarm["Period"] != 60.0 || alarm["EvaluationPeriods"] != 1.0 {
+			t.Fatalf("%s rolls back on %v, want a function's Errors per minute", id, alarm)
+		}
+		aliasID := strings.Trim(s.aliasRefs(t, fn)[0], "<>")
+		version := flatten(props(s.resources("AWS::Lambda::Alias")[aliasID])["FunctionVersion"])
+		if dims["Resource"] != dims["FunctionName"]+":"+AliasName || dims["ExecutedVersion"] != version {
+			t.Errorf("%s rollback alarm dimensions %v, want Resource <fn>:%s and ExecutedVersion %s", fn, dims, AliasName, version)
+		}
+		if dep := strList(s.resources("AWS::Lambda::Alias")[aliasID]["DependsOn"]); !slices.Contains(dep, refID(as[0].(map[string]any)["Name"])) {
+			t.Errorf("%s alias does not wait for its rollback alarm (DependsOn %v)", fn, dep)
 		}
 		ev := strings.Join(strList(p["AutoRollbackConfiguration"].(map[string]any)["Events"]), ",")
 		for _, want := range []string{"DEPLOYMENT_FAILURE", "DEPLOYMENT_STOP_ON_ALARM", "DEPLOYMENT_STOP_ON_REQUEST"} {

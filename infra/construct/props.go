@@ -98,6 +98,10 @@ type Props struct {
 	// tooling subscribes to). Default: the construct creates a topic
 	// (OJSServerless.AlarmTopic; subscribe to it).
 	AlarmTopic awssns.ITopic
+
+	// AlarmEmail, when set, is subscribed (protocol email) to the alarm
+	// topic, whichever it is; the address must confirm the subscription.
+	AlarmEmail string
 }
 
 // Frontend is what serves the OJS HTTP binding to clients.
@@ -127,6 +131,7 @@ type JWTAuth struct {
 
 var (
 	queueNamePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]*$`)
+	emailPattern     = regexp.MustCompile(`^[^@\s]+@[^@\s]+\.[^@\s]+$`)
 	logLevels        = map[string]bool{"debug": true, "info": true, "warn": true, "error": true}
 )
 
@@ -169,6 +174,9 @@ func (p Props) validate() error {
 	}
 	if _, ok := deploymentConfigs[e.TrafficShift]; !ok && e.TrafficShift != topology.ShiftAllAtOnce {
 		return fmt.Errorf("ojsconstruct: traffic shift %q: want one of %v", e.TrafficShift, sortedShifts())
+	}
+	if p.AlarmEmail != "" && !emailPattern.MatchString(p.AlarmEmail) {
+		return fmt.Errorf("ojsconstruct: alarm email %q is not an email address", p.AlarmEmail)
 	}
 	if p.JWT != nil && (p.JWT.Issuer == "" || len(p.JWT.Audience) == 0) {
 		return errors.New("ojsconstruct: JWT auth needs an issuer and at least one audience")

@@ -349,6 +349,8 @@ func ForEnv(name string) (Env, error) {
 		e.Sweeper.Tick = time.Second
 	case "staging":
 		e.LogRetentionDays = 30
+		// Rehearses prod's deployment: a broken release rolls back here.
+		e.TrafficShift = ShiftCanary10Percent5Minutes
 	case "prod":
 		e.LogRetentionDays = 90
 		e.PointInTimeRecovery = true
