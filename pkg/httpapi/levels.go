@@ -92,13 +92,14 @@ func AllRoutes() []Route {
 // "level:token,level:token" (OJS_AUTH_TOKENS); a level may have several.
 func ParseTokens(s string) (map[string]Level, error) {
 	out := map[string]Level{}
-	for _, kv := range strings.Split(s, ",") {
+	for i, kv := range strings.Split(s, ",") {
 		if kv = strings.TrimSpace(kv); kv == "" {
 			continue
 		}
 		lv, tok, _ := strings.Cut(kv, ":")
 		if !slices.Contains(Levels, Level(lv)) || tok == "" {
-			return nil, fmt.Errorf("auth tokens: %q is not level:token with a level of %v", truncate(kv, 12), Levels)
+			// The entry is not echoed: it may hold a token.
+			return nil, fmt.Errorf("auth tokens: entry %d is not level:token with a level of %v", i+1, Levels)
 		}
 		out[tok] = Level(lv)
 	}
