@@ -32,8 +32,10 @@ var (
 	baseURL   string
 	authToken string
 	pushQueue = "lambda"
-	// rt is the local runtime (nil against a remote deployment).
-	rt *localrt.Runtime
+	// rt is the local runtime (nil against a remote deployment), started
+	// with rtConfig.
+	rt       *localrt.Runtime
+	rtConfig localrt.Config
 	// client sends every request of the suite (SigV4-signing against an
 	// IAM-authorised stage).
 	client = http.DefaultClient
@@ -94,11 +96,12 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer rtLog.Close()
-	rt, err = localrt.Start(ctx, localrt.Config{Env: env, AWS: cfg, AWSEnv: em, BinDir: bin, APIAddr: "127.0.0.1:0",
+	rtConfig = localrt.Config{Env: env, AWS: cfg, AWSEnv: em, BinDir: bin, APIAddr: "127.0.0.1:0",
 		Table: fmt.Sprintf("e2e-%d", os.Getpid()), LogDir: logDir, Logger: slog.New(slog.NewTextHandler(rtLog, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		// Every stream record is delivered twice: relays, workflow steps and
 		// callbacks must still happen exactly once.
-		DuplicateStreamRecords: true})
+		DuplicateStreamRecords: true}
+	rt, err = localrt.Start(ctx, rtConfig)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1

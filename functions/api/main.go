@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"net/http"
+	"os"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambda"
@@ -12,12 +13,15 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/edge/apigw"
 	"github.com/ojs-aws/ojs-serverless/pkg/fault"
 	"github.com/ojs-aws/ojs-serverless/pkg/httpapi"
+	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 )
 
 func main() {
 	a, err := app.Load(context.Background())
 	app.Must(err)
-	srv := httpapi.New(httpapi.Services{Producer: a.Service, Worker: a.Service, Queues: a.QueueService}, a.Store, a.Workflows, httpapi.Config{AuthToken: a.AuthToken, Logger: a.Logger, Crons: a.Crons, Admin: a.Admin, Console: a.Console, FetchWait: a.FetchWait,
+	tokens, err := httpapi.ParseTokens(os.Getenv(topology.EnvAuthTokens))
+	app.Must(err)
+	srv := httpapi.New(httpapi.Services{Producer: a.Service, Worker: a.Service, Queues: a.QueueService}, a.Store, a.Workflows, httpapi.Config{AuthToken: a.AuthToken, Tokens: tokens, Logger: a.Logger, Crons: a.Crons, Admin: a.Admin, Console: a.Console, FetchWait: a.FetchWait,
 		Events: a.Events, DeadLetter: a.DeadLetter})
 	h := apigw.Handler(srv)
 	lambda.Start(func(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {

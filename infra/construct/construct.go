@@ -25,15 +25,14 @@ import (
 	"github.com/aws/jsii-runtime-go"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/awslimit"
+	"github.com/ojs-aws/ojs-serverless/pkg/httpapi"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 )
 
-// APIRoutePath is the one HTTP API route: every method under /ojs goes to
-// the api function, which serves /ojs/manifest and /ojs/v1/... itself.
+// APIRoutePath is the HTTP API's catch-all route, for admins: every
+// method under /ojs that no route of the api function's table
+// (permissions.go) matches goes to the function, which answers it.
 const APIRoutePath = "/ojs/{proxy+}"
-
-// ObservabilityPaths are the root routes the api function also serves.
-var ObservabilityPaths = []string{"/metrics", "/ready", "/health"}
 
 // StreamStartingPosition is where the stream mapping starts reading.
 // TRIM_HORIZON (the oldest record still in the 24 h stream) rather than
@@ -82,6 +81,9 @@ type OJSServerless struct {
 	// HTTPAPI is the API Gateway HTTP API in front of the api function
 	// (nil with FrontendFunctionURL).
 	HTTPAPI awsapigatewayv2.HttpApi
+	// Policies are the managed policies granting each permission level
+	// on an IAM-authorised HTTP API (nil on a JWT stage or a function URL).
+	Policies map[httpapi.Level]awsiam.ManagedPolicy
 	// AccessLogs is the HTTP API stage's access log group (nil with
 	// FrontendFunctionURL).
 	AccessLogs awslogs.LogGroup
@@ -429,21 +431,11 @@ func (o *OJSServerless) addAPI() {
 		o.Aliases[topology.FunctionAPI],
 		&awsapigatewayv2integrations.HttpLambdaIntegrationProps{
 			PayloadFormatVersion: awsapigatewayv2.PayloadFormatVersion_VERSION_2_0(),
+			// One permission for the whole API: one per route would pass
+			// Lambda's 20 KB resource policy limit.
+			ScopePermissionToRoute: jsii.Bool(false),
 		})
-	o.HTTPAPI.AddRoutes(&awsapigatewayv2.AddRoutesOptions{
-		Path:        jsii.String(APIRoutePath),
-		Methods:     &[]awsapigatewayv2.HttpMethod{awsapigatewayv2.HttpMethod_ANY},
-		Integration: integration,
-	})
-	// The observability endpoints live at the root (ojs-observability.md,
-	// for load balancers and Prometheus), behind the same authorizer.
-	for _, p := range ObservabilityPaths {
-		o.HTTPAPI.AddRoutes(&awsapigatewayv2.AddRoutesOptions{
-			Path:        jsii.String(p),
-			Methods:     &[]awsapigatewayv2.HttpMethod{awsapigatewayv2.HttpMethod_GET},
-			Integration: integration,
-		})
-	}
+	o.addRoutes(integration)
 	o.APIURL = o.HTTPAPI.ApiEndpoint()
 	o.configureStage()
 }

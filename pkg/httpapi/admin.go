@@ -18,34 +18,34 @@ import (
 func (s *Server) addAdmin(a *api, ad *admin.Service) {
 	h := &adminAPI{ad: ad, api: a}
 	const p = "/ojs/v1/admin"
-	s.add(http.MethodGet, p+"/queues", h.queues)
-	s.add(http.MethodGet, p+"/queues/{name}", h.queue)
-	s.add(http.MethodPost, p+"/queues/{name}/pause", h.pause(true))
-	s.add(http.MethodPost, p+"/queues/{name}/resume", h.pause(false))
-	s.add(http.MethodDelete, p+"/queues/{name}/jobs", h.purgeQueue)
-	s.add(http.MethodPut, p+"/queues/{name}/config", h.configQueue)
-	s.add(http.MethodGet, p+"/jobs", h.jobs)
-	s.add(http.MethodGet, p+"/jobs/{id}", h.job)
-	s.add(http.MethodPost, p+"/jobs/{id}/cancel", h.cancel)
-	s.add(http.MethodPost, p+"/jobs/{id}/retry", h.retry)
+	s.add(LevelAdmin, http.MethodGet, p+"/queues", h.queues)
+	s.add(LevelAdmin, http.MethodGet, p+"/queues/{name}", h.queue)
+	s.add(LevelAdmin, http.MethodPost, p+"/queues/{name}/pause", h.pause(true))
+	s.add(LevelAdmin, http.MethodPost, p+"/queues/{name}/resume", h.pause(false))
+	s.add(LevelAdmin, http.MethodDelete, p+"/queues/{name}/jobs", h.purgeQueue)
+	s.add(LevelAdmin, http.MethodPut, p+"/queues/{name}/config", h.configQueue)
+	s.add(LevelAdmin, http.MethodGet, p+"/jobs", h.jobs)
+	s.add(LevelAdmin, http.MethodGet, p+"/jobs/{id}", h.job)
+	s.add(LevelAdmin, http.MethodPost, p+"/jobs/{id}/cancel", h.cancel)
+	s.add(LevelAdmin, http.MethodPost, p+"/jobs/{id}/retry", h.retry)
 	// Literal actions: a wildcard here would overlap /jobs/{id}/cancel.
 	for _, act := range []string{admin.BulkRetry, admin.BulkCancel, admin.BulkDelete} {
-		s.add(http.MethodPost, p+"/jobs/bulk/"+act, h.bulk(act))
+		s.add(LevelAdmin, http.MethodPost, p+"/jobs/bulk/"+act, h.bulk(act))
 	}
-	s.add(http.MethodGet, p+"/workers/{id}", h.worker)
-	s.add(http.MethodDelete, p+"/workers/{id}", h.deregister)
-	s.add(http.MethodGet, p+"/stats", h.stats)
-	s.add(http.MethodGet, p+"/stats/history", h.history)
-	s.add(http.MethodGet, p+"/dead-letter", h.deadLetter)
+	s.add(LevelAdmin, http.MethodGet, p+"/workers/{id}", h.worker)
+	s.add(LevelAdmin, http.MethodDelete, p+"/workers/{id}", h.deregister)
+	s.add(LevelAdmin, http.MethodGet, p+"/stats", h.stats)
+	s.add(LevelAdmin, http.MethodGet, p+"/stats/history", h.history)
+	s.add(LevelAdmin, http.MethodGet, p+"/dead-letter", h.deadLetter)
 	if a.dead != nil {
-		s.add(http.MethodGet, p+"/dead-letter/stats", a.deadStats)
-		s.add(http.MethodGet, p+"/dead-letter/{id}", a.deadJob)
-		s.add(http.MethodPost, p+"/dead-letter/{id}/retry", a.retryDead)
-		s.add(http.MethodDelete, p+"/dead-letter/{id}", h.deleteDead)
-		s.add(http.MethodPost, p+"/dead-letter/retry", a.deadBulk(true))
+		s.add(LevelAdmin, http.MethodGet, p+"/dead-letter/stats", a.deadStats)
+		s.add(LevelAdmin, http.MethodGet, p+"/dead-letter/{id}", a.deadJob)
+		s.add(LevelAdmin, http.MethodPost, p+"/dead-letter/{id}/retry", a.retryDead)
+		s.add(LevelAdmin, http.MethodDelete, p+"/dead-letter/{id}", h.deleteDead)
+		s.add(LevelAdmin, http.MethodPost, p+"/dead-letter/retry", a.deadBulk(true))
 	}
-	s.add(http.MethodDelete, p+"/dead-letter", h.purgeDead)
-	s.add(http.MethodGet, p+"/system/config", h.systemConfig)
+	s.add(LevelAdmin, http.MethodDelete, p+"/dead-letter", h.purgeDead)
+	s.add(LevelAdmin, http.MethodGet, p+"/system/config", h.systemConfig)
 }
 
 type adminAPI struct {

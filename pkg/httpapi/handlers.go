@@ -148,59 +148,59 @@ func New(svc Services, backend Backend, wfs Workflows, cfg Config) *Server {
 			cfg.Events = events.NewStore(tb.DB(), tb.Table())
 		}
 	}
-	s := &Server{cfg: cfg, started: cfg.Now(), mux: http.NewServeMux(), patterns: map[string]bool{}, raw: map[string]bool{}, metrics: newRequestMetrics()}
+	s := &Server{cfg: cfg, started: cfg.Now(), mux: http.NewServeMux(), patterns: map[string]Level{}, raw: map[string]bool{}, metrics: newRequestMetrics()}
 	a := &api{jobs: svc.Producer, worker: svc.Worker, queueSvc: svc.Queues, dead: cfg.DeadLetter, backend: backend, wfs: wfs, s: s}
-	s.add(http.MethodGet, "/ojs/manifest", a.manifest)
-	s.add(http.MethodGet, "/ojs/v1/health", a.health)
-	s.add(http.MethodPost, "/ojs/v1/jobs", a.push)
-	s.add(http.MethodPost, "/ojs/v1/jobs/batch", a.pushBatch)
-	s.add(http.MethodGet, "/ojs/v1/jobs/{id}", a.info)
-	s.add(http.MethodDelete, "/ojs/v1/jobs/{id}", a.cancel)
-	s.add(http.MethodPost, "/ojs/v1/jobs/{id}/activate", a.activate)
-	s.add(http.MethodPost, "/ojs/v1/workers/fetch", a.fetch)
-	s.add(http.MethodPost, "/ojs/v1/workers/ack", a.ack)
-	s.add(http.MethodPost, "/ojs/v1/workers/nack", a.nack)
-	s.add(http.MethodPost, "/ojs/v1/workers/heartbeat", a.heartbeat)
+	s.add(LevelAny, http.MethodGet, "/ojs/manifest", a.manifest)
+	s.add(LevelAny, http.MethodGet, "/ojs/v1/health", a.health)
+	s.add(LevelProducer, http.MethodPost, "/ojs/v1/jobs", a.push)
+	s.add(LevelProducer, http.MethodPost, "/ojs/v1/jobs/batch", a.pushBatch)
+	s.add(LevelProducer, http.MethodGet, "/ojs/v1/jobs/{id}", a.info)
+	s.add(LevelProducer, http.MethodDelete, "/ojs/v1/jobs/{id}", a.cancel)
+	s.add(LevelProducer, http.MethodPost, "/ojs/v1/jobs/{id}/activate", a.activate)
+	s.add(LevelWorker, http.MethodPost, "/ojs/v1/workers/fetch", a.fetch)
+	s.add(LevelWorker, http.MethodPost, "/ojs/v1/workers/ack", a.ack)
+	s.add(LevelWorker, http.MethodPost, "/ojs/v1/workers/nack", a.nack)
+	s.add(LevelWorker, http.MethodPost, "/ojs/v1/workers/heartbeat", a.heartbeat)
 	if cfg.Admin != nil {
-		s.add(http.MethodGet, "/ojs/v1/admin/workers", (&adminAPI{ad: cfg.Admin, api: a}).workers)
+		s.add(LevelAdmin, http.MethodGet, "/ojs/v1/admin/workers", (&adminAPI{ad: cfg.Admin, api: a}).workers)
 		s.addAdmin(a, cfg.Admin)
 	} else {
-		s.add(http.MethodGet, "/ojs/v1/admin/workers", a.workers)
+		s.add(LevelAdmin, http.MethodGet, "/ojs/v1/admin/workers", a.workers)
 	}
 	s.addObservability(a, cfg.Admin)
 	s.addGracefulShutdown(a, cfg.Admin)
 	if cfg.Console != nil {
 		s.addConsole(cfg.Console)
 	}
-	s.add(http.MethodPost, "/ojs/v1/admin/workers/{id}/quiet", a.workerDirective(lifecycle.WorkerQuiet))
-	s.add(http.MethodPost, "/ojs/v1/admin/workers/{id}/terminate", a.workerDirective(lifecycle.WorkerTerminate))
+	s.add(LevelAdmin, http.MethodPost, "/ojs/v1/admin/workers/{id}/quiet", a.workerDirective(lifecycle.WorkerQuiet))
+	s.add(LevelAdmin, http.MethodPost, "/ojs/v1/admin/workers/{id}/terminate", a.workerDirective(lifecycle.WorkerTerminate))
 	if a.dead != nil {
-		s.add(http.MethodGet, "/ojs/v1/dead-letter", a.deadLetter)
-		s.add(http.MethodGet, "/ojs/v1/dead-letter/stats", a.deadStats)
-		s.add(http.MethodPost, "/ojs/v1/dead-letter/retry", a.deadBulk(true))
-		s.add(http.MethodDelete, "/ojs/v1/dead-letter", a.deadBulk(false))
-		s.add(http.MethodGet, "/ojs/v1/dead-letter/{id}", a.deadJob)
-		s.add(http.MethodPost, "/ojs/v1/dead-letter/{id}/retry", a.retryDead)
-		s.add(http.MethodDelete, "/ojs/v1/dead-letter/{id}", a.deleteDead)
+		s.add(LevelAdmin, http.MethodGet, "/ojs/v1/dead-letter", a.deadLetter)
+		s.add(LevelAdmin, http.MethodGet, "/ojs/v1/dead-letter/stats", a.deadStats)
+		s.add(LevelAdmin, http.MethodPost, "/ojs/v1/dead-letter/retry", a.deadBulk(true))
+		s.add(LevelAdmin, http.MethodDelete, "/ojs/v1/dead-letter", a.deadBulk(false))
+		s.add(LevelAdmin, http.MethodGet, "/ojs/v1/dead-letter/{id}", a.deadJob)
+		s.add(LevelAdmin, http.MethodPost, "/ojs/v1/dead-letter/{id}/retry", a.retryDead)
+		s.add(LevelAdmin, http.MethodDelete, "/ojs/v1/dead-letter/{id}", a.deleteDead)
 	}
-	s.add(http.MethodGet, "/ojs/v1/queues", a.queues)
-	s.add(http.MethodGet, "/ojs/v1/queues/{name}/stats", a.queueStats)
-	s.add(http.MethodPost, "/ojs/v1/queues/{name}/pause", a.pauseQueue(true))
-	s.add(http.MethodPost, "/ojs/v1/queues/{name}/resume", a.pauseQueue(false))
-	s.add(http.MethodGet, "/ojs/v1/events", a.events)
+	s.add(LevelAdmin, http.MethodGet, "/ojs/v1/queues", a.queues)
+	s.add(LevelAdmin, http.MethodGet, "/ojs/v1/queues/{name}/stats", a.queueStats)
+	s.add(LevelAdmin, http.MethodPost, "/ojs/v1/queues/{name}/pause", a.pauseQueue(true))
+	s.add(LevelAdmin, http.MethodPost, "/ojs/v1/queues/{name}/resume", a.pauseQueue(false))
+	s.add(LevelAdmin, http.MethodGet, "/ojs/v1/events", a.events)
 	if wfs != nil {
-		s.add(http.MethodPost, "/ojs/v1/workflows", a.createWorkflow)
-		s.add(http.MethodGet, "/ojs/v1/workflows/{id}", a.getWorkflow)
-		s.add(http.MethodDelete, "/ojs/v1/workflows/{id}", a.cancelWorkflow)
-		s.add(http.MethodPost, "/ojs/v1/workflows/{id}/retry", a.retryWorkflow)
+		s.add(LevelProducer, http.MethodPost, "/ojs/v1/workflows", a.createWorkflow)
+		s.add(LevelProducer, http.MethodGet, "/ojs/v1/workflows/{id}", a.getWorkflow)
+		s.add(LevelProducer, http.MethodDelete, "/ojs/v1/workflows/{id}", a.cancelWorkflow)
+		s.add(LevelAdmin, http.MethodPost, "/ojs/v1/workflows/{id}/retry", a.retryWorkflow)
 	}
 	if cfg.Crons != nil {
 		a.crons = cfg.Crons
-		s.add(http.MethodPost, "/ojs/v1/cron", a.registerCron)
-		s.add(http.MethodGet, "/ojs/v1/cron", a.listCrons)
-		s.add(http.MethodGet, "/ojs/v1/cron/{name}", a.getCron)
-		s.add(http.MethodPatch, "/ojs/v1/cron/{name}", a.patchCron)
-		s.add(http.MethodDelete, "/ojs/v1/cron/{name}", a.deleteCron)
+		s.add(LevelAdmin, http.MethodPost, "/ojs/v1/cron", a.registerCron)
+		s.add(LevelAdmin, http.MethodGet, "/ojs/v1/cron", a.listCrons)
+		s.add(LevelAdmin, http.MethodGet, "/ojs/v1/cron/{name}", a.getCron)
+		s.add(LevelAdmin, http.MethodPatch, "/ojs/v1/cron/{name}", a.patchCron)
+		s.add(LevelAdmin, http.MethodDelete, "/ojs/v1/cron/{name}", a.deleteCron)
 	}
 	return s
 }

@@ -265,7 +265,13 @@ func (s *syncBuffer) take() string {
 
 var fixedNow = time.Date(2026, 3, 15, 9, 30, 0, 0, time.UTC)
 
-func newHarness(token string, level slog.Level) *harness {
+// newHarness serves the full API over storage that refuses every call;
+// token is its AuthToken, tokens "level:token" pairs of its Tokens.
+func newHarness(token string, level slog.Level, tokens ...string) *harness {
+	scoped, err := httpapi.ParseTokens(strings.Join(tokens, ","))
+	if err != nil {
+		panic(err)
+	}
 	h := &harness{db: &refusingDB{}, log: &syncBuffer{}}
 	logger := slog.New(slog.NewJSONHandler(h.log, &slog.HandlerOptions{Level: level}))
 	st := store.New(h.db, "fuzz")
@@ -279,7 +285,7 @@ func newHarness(token string, level slog.Level) *harness {
 	if err != nil {
 		panic(err)
 	}
-	h.srv = httpapi.New(httpapi.Services{Producer: svc, Worker: svc, Queues: qsvc}, st, wfs, httpapi.Config{AuthToken: token, Logger: logger, Now: now, Admin: ad, Console: con, DeadLetter: dead})
+	h.srv = httpapi.New(httpapi.Services{Producer: svc, Worker: svc, Queues: qsvc}, st, wfs, httpapi.Config{AuthToken: token, Tokens: scoped, Logger: logger, Now: now, Admin: ad, Console: con, DeadLetter: dead})
 	return h
 }
 

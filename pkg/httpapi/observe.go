@@ -88,9 +88,9 @@ func label(v string) string {
 
 // addObservability registers /metrics, /ready and /health.
 func (s *Server) addObservability(a *api, ad *admin.Service) {
-	s.add(http.MethodGet, "/health", a.health)
-	s.add(http.MethodGet, "/ready", a.ready)
-	s.addRaw(http.MethodGet, "/metrics", func(w http.ResponseWriter, r *http.Request, _ params) error {
+	s.add(LevelAny, http.MethodGet, "/health", a.health)
+	s.add(LevelAny, http.MethodGet, "/ready", a.ready)
+	s.addRaw(LevelAdmin, http.MethodGet, "/metrics", func(w http.ResponseWriter, r *http.Request, _ params) error {
 		var b strings.Builder
 		fmt.Fprintf(&b, "# HELP ojs_info This OJS implementation.\n# TYPE ojs_info gauge\nojs_info{implementation=\"ojs-serverless\",version=%s,spec=%s} 1\n",
 			label(ImplementationVersion), label(job.SpecVersion))
@@ -175,9 +175,9 @@ func (a *api) ready(w http.ResponseWriter, r *http.Request, _ params) error {
 // worker reports "drain" (this backend's "quiet": no new jobs) or
 // "shutdown": true ("terminate"), and a worker's health.
 func (s *Server) addGracefulShutdown(a *api, ad *admin.Service) {
-	s.add(http.MethodPost, "/ojs/v1/workers/beat", a.heartbeat)
+	s.add(LevelWorker, http.MethodPost, "/ojs/v1/workers/beat", a.heartbeat)
 	if ad != nil {
-		s.add(http.MethodGet, "/ojs/v1/workers/{id}/health", func(w http.ResponseWriter, r *http.Request, p params) error {
+		s.add(LevelWorker, http.MethodGet, "/ojs/v1/workers/{id}/health", func(w http.ResponseWriter, r *http.Request, p params) error {
 			wk, err := ad.Worker(r.Context(), p["id"])
 			if err != nil {
 				return err

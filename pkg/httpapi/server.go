@@ -8,8 +8,6 @@ import (
 	"cmp"
 	"compress/gzip"
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -43,8 +41,13 @@ const (
 // Config configures a Server. Zero values mean defaults.
 type Config struct {
 	// AuthToken, when set, is required as "Authorization: Bearer <token>"
-	// on every route; compared in constant time.
+	// on every route (or one of Tokens); compared in constant time. It
+	// holds the admin level.
 	AuthToken string
+	// Tokens, when set, are bearer tokens that each hold one level
+	// (ParseTokens, OJS_AUTH_TOKENS): a route answers 403
+	// permission_denied to a token whose level does not allow it.
+	Tokens map[string]Level
 	// Version is sent in the OJS-Version header. Default "1.0".
 	Version string
 	// Logger receives one JSON line per request; no bodies, args, results
@@ -86,9 +89,10 @@ type handlerFunc func(w http.ResponseWriter, r *http.Request, p params) error
 // unmatched paths and methods itself, in the OJS error shape.
 type Server struct {
 	mux *http.ServeMux
-	// patterns holds every registered pattern, so a ServeMux answer that
-	// is not a route (a redirect to a cleaned path) is recognised.
-	patterns map[string]bool
+	// patterns holds every registered pattern with its level, so a
+	// ServeMux answer that is not a route (a redirect to a cleaned path)
+	// is recognised.
+	patterns map[string]Level
 	cfg      Config
 	started  time.Time
 	// raw routes are served as they are (no JSON content checks, no body
@@ -107,16 +111,21 @@ type dispatchState struct {
 
 type stateKey struct{}
 
-func (s *Server) add(method, pattern string, h handlerFunc) { s.addRoute(method, pattern, h, false) }
+// add registers a route that needs level lv.
+func (s *Server) add(lv Level, method, pattern string, h handlerFunc) {
+	s.addRoute(lv, method, pattern, h, false)
+}
 
 // addRaw registers a route whose handler writes its own content type and
 // reads its own body (the console and /metrics): no OJS content checks.
-func (s *Server) addRaw(method, pattern string, h handlerFunc) { s.addRoute(method, pattern, h, true) }
+func (s *Server) addRaw(lv Level, method, pattern string, h handlerFunc) {
+	s.addRoute(lv, method, pattern, h, true)
+}
 
-func (s *Server) addRoute(method, pattern string, h handlerFunc, raw bool) {
+func (s *Server) addRoute(lv Level, method, pattern string, h handlerFunc, raw bool) {
 	full := method + " " + pattern
 	names := wildcards(pattern)
-	s.patterns[full] = true
+	s.patterns[full] = lv
 	if raw {
 		s.raw[full] = true
 	}
@@ -241,7 +250,7 @@ var routeMethods = []string{http.MethodGet, http.MethodPost, http.MethodPut, htt
 // before the move to ServeMux, HEAD is answered 405).
 func (s *Server) match(r *http.Request) string {
 	_, pattern := s.mux.Handler(r)
-	if !s.patterns[pattern] {
+	if s.patterns[pattern] == "" {
 		return ""
 	}
 	if m, _, _ := strings.Cut(pattern, " "); m != r.Method {
@@ -254,10 +263,12 @@ func (s *Server) dispatch(w http.ResponseWriter, r *http.Request, routeName *str
 	// Authentication comes first, as API Gateway's authorizer does on AWS:
 	// without the token a caller learns nothing, not even which routes
 	// and methods exist. The console handles its own (a login page, a
-	// cookie holding the same token).
+	// cookie holding AuthToken, the admin's).
 	console := isConsolePath(r.URL.Path)
-	if !console {
-		if err := s.checkAuth(r); err != nil {
+	lv := LevelAdmin
+	if !console || s.cfg.AuthToken == "" {
+		var err error
+		if lv, err = s.checkAuth(r); err != nil {
 			return err
 		}
 	}
@@ -265,6 +276,10 @@ func (s *Server) dispatch(w http.ResponseWriter, r *http.Request, routeName *str
 	// answers 404 as for any path that is not a route.
 	if clean := cleanPath(r.URL.Path); clean == r.URL.Path || console {
 		if pattern := s.match(r); pattern != "" {
+			if err := authorize(lv, s.patterns[pattern]); err != nil {
+				*routeName = pattern
+				return err
+			}
 			st := &dispatchState{}
 			r = r.WithContext(context.WithValue(r.Context(), stateKey{}, st))
 			s.mux.ServeHTTP(w, r)
@@ -299,20 +314,6 @@ func cleanPath(p string) string {
 		c += "/"
 	}
 	return c
-}
-
-func (s *Server) checkAuth(r *http.Request) error {
-	if s.cfg.AuthToken == "" {
-		return nil
-	}
-	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	// Hashes of equal length, so the comparison does not reveal the
-	// token's length either.
-	sent, want := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(s.cfg.AuthToken))
-	if !ok || subtle.ConstantTimeCompare(sent[:], want[:]) != 1 {
-		return ojserr.New(ojserr.Unauthenticated, "Missing or invalid bearer token.")
-	}
-	return nil
 }
 
 func checkVersion(r *http.Request) error {
@@ -483,7 +484,7 @@ const ConsolePrefix = console.Prefix
 func (s *Server) addConsole(c *console.Console) {
 	for _, rt := range c.Routes() {
 		h := rt.Handler
-		s.addRaw(rt.Method, rt.Pattern, func(w http.ResponseWriter, r *http.Request, _ params) error {
+		s.addRaw(LevelAdmin, rt.Method, rt.Pattern, func(w http.ResponseWriter, r *http.Request, _ params) error {
 			w.Header().Del("Content-Type")
 			r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
 			h(w, r)

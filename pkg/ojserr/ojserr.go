@@ -27,6 +27,7 @@ const (
 	UnsupportedMediaType Code = "unsupported_media_type"
 	MethodNotAllowed     Code = "method_not_allowed"
 	Unauthenticated      Code = "unauthenticated"
+	PermissionDenied     Code = "permission_denied"
 	RateLimited          Code = "rate_limited"
 	BackendError         Code = "backend_error"
 )
@@ -70,6 +71,7 @@ var wire = map[Code]Code{
 	UnsupportedMediaType: InvalidRequest,
 	MethodNotAllowed:     InvalidRequest,
 	Unauthenticated:      "x_unauthenticated",
+	PermissionDenied:     "x_permission_denied",
 }
 
 // Wire returns the code and type the error is sent with: a code of the
@@ -109,6 +111,8 @@ func (e *Error) Status() int {
 		return http.StatusMethodNotAllowed
 	case Unauthenticated:
 		return http.StatusUnauthorized
+	case PermissionDenied:
+		return http.StatusForbidden
 	case RateLimited:
 		return http.StatusTooManyRequests
 	default:

@@ -37,6 +37,10 @@ const (
 	// EnvAuthToken, when set, makes the API require "Authorization: Bearer
 	// <token>" on every route (the local stack's stand-in for IAM/JWT auth).
 	EnvAuthToken = "OJS_AUTH_TOKEN"
+	// EnvAuthTokens, when set, are bearer tokens that each hold one
+	// permission level, "level:token,..." (httpapi.ParseTokens): the local
+	// stack's stand-in for JWT scopes.
+	EnvAuthTokens = "OJS_AUTH_TOKENS"
 	// EnvEventTTL is a Go duration: how long event items are kept
 	// (default 168h).
 	EnvEventTTL = "OJS_EVENT_TTL"

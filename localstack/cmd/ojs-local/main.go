@@ -19,6 +19,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/internal/dev/emulator"
 	"github.com/ojs-aws/ojs-serverless/internal/dev/localrt"
 	"github.com/ojs-aws/ojs-serverless/pkg/awsclient"
+	"github.com/ojs-aws/ojs-serverless/pkg/httpapi"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 )
 
@@ -29,19 +30,24 @@ func main() {
 	envName := flag.String("env", "local", "topology environment to run")
 	demo := flag.String("demo", "", `"jobs": enqueue demo jobs through the API and report what happened; "etl": run the ETL workflow example step by step`)
 	token := flag.String("token", os.Getenv(topology.EnvAuthToken), "require this bearer token on every API route")
+	tokens := flag.String("tokens", os.Getenv(topology.EnvAuthTokens),
+		`bearer tokens per permission level, "producer:<token>,worker:<token>,admin:<token>": a route answers 403 to a level that does not allow it, as a JWT stage's scopes (docs/security.md)`)
 	resetAddr := flag.String("reset-addr", os.Getenv("OJS_DEV_RESET_ADDR"),
 		`development only: answer Redis FLUSHDB on this address (e.g. 127.0.0.1:6379) by wiping the table and queues, for test runners that reset state between tests (the OJS conformance runner's -redis)`)
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	if err := run(*addr, *bin, *logs, *envName, *token, *demo, *resetAddr, log); err != nil {
+	if err := run(*addr, *bin, *logs, *envName, *token, *tokens, *demo, *resetAddr, log); err != nil {
 		fmt.Fprintln(os.Stderr, "ojs-local:", err)
 		os.Exit(1)
 	}
 }
 
-func run(addr, bin, logs, envName, token, demo, resetAddr string, log *slog.Logger) error {
+func run(addr, bin, logs, envName, token, tokens, demo, resetAddr string, log *slog.Logger) error {
 	env, err := topology.ForEnv(envName)
 	if err != nil {
+		return err
+	}
+	if _, err := httpapi.ParseTokens(tokens); err != nil {
 		return err
 	}
 	ctx := context.Background()
@@ -58,6 +64,9 @@ func run(addr, bin, logs, envName, token, demo, resetAddr string, log *slog.Logg
 	var extra []string
 	if token != "" {
 		extra = append(extra, topology.EnvAuthToken+"="+token)
+	}
+	if tokens != "" {
+		extra = append(extra, topology.EnvAuthTokens+"="+tokens)
 	}
 	rt, err := localrt.Start(ctx, localrt.Config{Env: env, AWS: cfg, AWSEnv: em.Env(), BinDir: bin, APIAddr: addr, LogDir: logs, ExtraEnv: extra, Logger: log})
 	if err != nil {
