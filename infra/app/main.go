@@ -13,7 +13,7 @@
 //	             prod need it or alarmTopicArn
 //	arch         arm64 (default) or x86_64: the architecture of the binaries
 //	assetDir     directory with <function>/bootstrap; default build/lambda
-//	logLevel     OJS_LOG_LEVEL of the functions; default info
+//	logLevel     OJS_LOG_LEVEL of the functions; default warn
 //	jwtIssuer    with jwtAudience: protect the API with JWT instead of IAM
 //	jwtAudience  comma-separated audiences (app client ids)
 //	frontend     http-api (default) or function-url (LocalStack's free
@@ -26,6 +26,8 @@
 //	plainPayloads true: OJS_PLAIN_PAYLOADS on every function, payloads
 //	             written uncompressed (the first deploy over a stack from
 //	             before payload packing; docs/infrastructure.md)
+//	tracing      true: X-Ray active tracing on every function (off by
+//	             default: it is billed per trace)
 //
 // account, region, alarmTopicArn and alarmEmail may also be set per environment in
 // cdk.json, under "context": {"environments": {"prod": {"account": ...,
@@ -89,6 +91,7 @@ type config struct {
 	JWTAudience   []string
 	FetchWait     time.Duration
 	PlainPayloads bool
+	Tracing       bool
 }
 
 // readConfig reads the context keys documented on the package through get
@@ -154,12 +157,14 @@ func readConfig(get, getenv func(string) string) (config, error) {
 		}
 		c.FetchWait = d
 	}
-	if v := get("plainPayloads"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return config{}, fmt.Errorf("context plainPayloads=%q: want true or false", v)
+	for key, dst := range map[string]*bool{"plainPayloads": &c.PlainPayloads, "tracing": &c.Tracing} {
+		if v := perEnv(key); v != "" {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return config{}, fmt.Errorf("context %s=%q: want true or false", key, v)
+			}
+			*dst = b
 		}
-		c.PlainPayloads = b
 	}
 	return c, nil
 }
@@ -210,7 +215,7 @@ func build(app awscdk.App, getenv func(string) string) error {
 	if err != nil {
 		return err
 	}
-	env.PlainPayloads = c.PlainPayloads
+	env.PlainPayloads, env.Tracing = c.PlainPayloads, c.Tracing
 	if c.FetchWait > 0 {
 		env.FetchWait = c.FetchWait
 	}

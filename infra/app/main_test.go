@@ -92,6 +92,9 @@ func TestReadConfig(t *testing.T) {
 		{name: "fetch wait not a duration", ctx: map[string]string{"fetchWait": "2000"}, wantErr: "fetchWait"},
 		{name: "plain payloads", ctx: map[string]string{"plainPayloads": "true"}, want: config{Env: "dev", Arch: "arm64", PlainPayloads: true}},
 		{name: "plain payloads not a boolean", ctx: map[string]string{"plainPayloads": "yes please"}, wantErr: "plainPayloads"},
+		{name: "tracing", ctx: map[string]string{"tracing": "true"}, want: config{Env: "dev", Arch: "arm64", Tracing: true}},
+		{name: "tracing per environment", ctx: map[string]string{"environments.dev.tracing": "true"}, want: config{Env: "dev", Arch: "arm64", Tracing: true}},
+		{name: "tracing not a boolean", ctx: map[string]string{"tracing": "on"}, wantErr: "tracing"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

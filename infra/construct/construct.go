@@ -306,6 +306,13 @@ func (o *OJSServerless) addFunctions() {
 			Role:         role,
 			LogGroup:     logs,
 			Tracing:      tracing,
+			// JSON logs filtered by level at the source: Lambda's own
+			// START, END and REPORT lines are INFO and not written, and
+			// the functions' lines below OJS_LOG_LEVEL are dropped by
+			// Lambda too (slog writes the "level" Lambda reads).
+			LoggingFormat:         awslambda.LoggingFormat_JSON,
+			SystemLogLevelV2:      awslambda.SystemLogLevel_WARN,
+			ApplicationLogLevelV2: applicationLogLevel(p.LogLevel),
 		}
 		if size.ReservedConcurrency > 0 {
 			fprops.ReservedConcurrentExecutions = jsii.Number(size.ReservedConcurrency)
@@ -449,4 +456,18 @@ func (o *OJSServerless) addSchedule() {
 			awseventstargets.NewLambdaFunction(o.Aliases[topology.FunctionSweeper], nil),
 		},
 	})
+}
+
+// applicationLogLevel is Lambda's application log level for an
+// OJS_LOG_LEVEL (checked by Props.validate).
+func applicationLogLevel(level string) awslambda.ApplicationLogLevel {
+	switch level {
+	case "debug":
+		return awslambda.ApplicationLogLevel_DEBUG
+	case "warn":
+		return awslambda.ApplicationLogLevel_WARN
+	case "error":
+		return awslambda.ApplicationLogLevel_ERROR
+	}
+	return awslambda.ApplicationLogLevel_INFO
 }

@@ -206,8 +206,17 @@ func TestFunctions(t *testing.T) {
 		if vars[topology.EnvLogLevel] != DefaultLogLevel {
 			t.Errorf("%s: log level %v", name, vars[topology.EnvLogLevel])
 		}
-		// Each function logs to its own log group.
-		lg := refID(fn["LoggingConfig"].(map[string]any)["LogGroup"])
+		// Each function logs JSON to its own log group, Lambda's own lines
+		// at WARN and the function's at its OJS_LOG_LEVEL (so an INFO line
+		// is not billed at the default level).
+		lc := fn["LoggingConfig"].(map[string]any)
+		if lc["LogFormat"] != "JSON" || lc["SystemLogLevel"] != "WARN" || lc["ApplicationLogLevel"] != "WARN" {
+			t.Errorf("%s: logging config %v, want JSON with system and application levels WARN", name, lc)
+		}
+		if _, traced := fn["TracingConfig"]; traced && fn["TracingConfig"].(map[string]any)["Mode"] == "Active" {
+			t.Errorf("%s: X-Ray tracing on by default", name)
+		}
+		lg := refID(lc["LogGroup"])
 		if _, ok := s.resources("AWS::Logs::LogGroup")[lg]; !ok {
 			t.Errorf("%s logs to %q, which is not a log group of the stack", name, lg)
 		}

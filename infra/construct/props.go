@@ -28,8 +28,11 @@ const BootstrapName = "bootstrap"
 const DefaultIteratorAgeAlarmThreshold = 5 * time.Minute
 
 // DefaultLogLevel is the OJS_LOG_LEVEL the functions get when
-// Props.LogLevel is empty.
-const DefaultLogLevel = "info"
+// Props.LogLevel is empty: warn, so that no request writes a line unless
+// something is wrong (CloudWatch Logs bills every byte; the API's access
+// log has a line per request). Context logLevel=info turns the lifecycle
+// lines on.
+const DefaultLogLevel = "warn"
 
 // DefaultQueueAgeAlarmThreshold is the age of the oldest message of a push
 // queue above which its alarm fires when Props.QueueAgeAlarmThreshold is
@@ -75,7 +78,7 @@ type Props struct {
 	AuthToken string
 
 	// LogLevel is the OJS_LOG_LEVEL of every function: debug, info, warn or
-	// error. Default DefaultLogLevel ("info").
+	// error. Default DefaultLogLevel ("warn").
 	LogLevel string
 
 	// IteratorAgeAlarmThreshold is the DynamoDB Streams iterator age (how

@@ -234,7 +234,13 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		}
 		d := s.cfg.Now().Sub(start)
 		s.metrics.observe(routeName, w.status, d)
-		s.cfg.Logger.InfoContext(ctx, "http request", "request_id", rid, "method", r.Method, "route", routeName,
+		// One line a request at DEBUG (API Gateway's access log has every
+		// request); a server error's at WARN.
+		level := slog.LevelDebug
+		if w.status >= 500 {
+			level = slog.LevelWarn
+		}
+		s.cfg.Logger.Log(ctx, level, "http request", "request_id", rid, "method", r.Method, "route", routeName,
 			"status", w.status, "duration_ms", d.Milliseconds())
 	}()
 	if err := s.dispatch(w, r, &routeName); err != nil {

@@ -284,7 +284,9 @@ type Env struct {
 	// PointInTimeRecovery and DeletionProtection protect the table (prod).
 	PointInTimeRecovery bool
 	DeletionProtection  bool
-	// Tracing turns on X-Ray active tracing for the functions.
+	// Tracing turns on X-Ray active tracing for the functions. Off in
+	// every environment unless asked for (the CDK app's context
+	// "tracing"): X-Ray bills every trace.
 	Tracing bool
 	// API is the HTTP API stage's throttling (not applied locally).
 	API API
@@ -334,7 +336,6 @@ func baseEnv(name string) Env {
 		API:              API{ThrottleRate: 200, ThrottleBurst: 400},
 		EventTTL:         7 * 24 * time.Hour,
 		LogRetentionDays: 14,
-		Tracing:          true,
 	}
 }
 
@@ -349,7 +350,6 @@ func ForEnv(name string) (Env, error) {
 		// the sweeper also ticks every second so that time-driven moves
 		// (scheduled jobs, expired leases) happen within a second, as the
 		// OJS conformance suite expects.
-		e.Tracing = false
 		e.Sweeper.Tick = time.Second
 	case "staging":
 		e.LogRetentionDays = 30
