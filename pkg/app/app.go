@@ -24,6 +24,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/engine"
 	"github.com/ojs-aws/ojs-serverless/pkg/eventbus"
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
@@ -83,7 +84,7 @@ func Logger() *slog.Logger {
 }
 
 // Load builds the components from the environment: OJS_TABLE (required),
-// OJS_PUSH_QUEUES, OJS_LOG_LEVEL, OJS_AUTH_TOKEN, OJS_EVENT_TTL,
+// OJS_PUSH_QUEUES, OJS_LOG_LEVEL, OJS_AUTH_TOKEN, OJS_EVENT_TTL, OJS_RESULT_TTL,
 // OJS_EVENT_BUS, OJS_REDELIVER_AFTER, OJS_ASYNC_CREATE_ITEMS,
 // OJS_FETCH_WAIT, the dead
 // letter retention (OJS_DLQ_*)
@@ -108,6 +109,14 @@ func Load(ctx context.Context) (*App, error) {
 		if ttl, err = time.ParseDuration(v); err != nil || ttl <= 0 {
 			return nil, fmt.Errorf("%s=%q is not a positive duration", topology.EnvEventTTL, v)
 		}
+	}
+	var resultTTL *int64
+	if v := os.Getenv(topology.EnvResultTTL); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < job.PermanentResultTTL || n > job.MaxResultTTL {
+			return nil, fmt.Errorf("%s=%q must be -1, 0 or a number of seconds up to %d", topology.EnvResultTTL, v, job.MaxResultTTL)
+		}
+		resultTTL = &n
 	}
 	var redeliver time.Duration
 	if v := os.Getenv(topology.EnvRedeliverAfter); v != "" {
@@ -155,7 +164,7 @@ func Load(ctx context.Context) (*App, error) {
 	// Workflow jobs are admitted like every job, and a request that
 	// finishes a workflow job advances its workflow before it answers.
 	wfs := workflow.New(st, workflow.Config{Admit: qsvc, PushQueues: push, Logger: log, RedeliverAfter: redeliver, AsyncItems: async})
-	svc := lifecycle.New(st, lifecycle.Config{Logger: log, RedeliverAfter: redeliver, Workflows: wfs, Queues: qsvc})
+	svc := lifecycle.New(st, lifecycle.Config{Logger: log, RedeliverAfter: redeliver, Workflows: wfs, Queues: qsvc, ResultTTL: resultTTL})
 	dead := deadletter.New(st, svc, qsvc, deadletter.Config{Retention: ret, Logger: log})
 	a := &App{
 		Admin:  admin.New(st, qs, svc, qsvc, dead, admin.Config{Logger: log, Events: evs}),
