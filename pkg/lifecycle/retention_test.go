@@ -15,6 +15,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 )
 
@@ -27,7 +28,7 @@ type stored struct {
 }
 
 // Finishing a job sets the table's TTL attribute in the same write: now
-// plus its result_ttl, or the environment's default; -1 is a thousand
+// plus its result_ttl, or its queue's default, or the environment's; -1 is a thousand
 // years away, 0 expires it at once and hides its result. A discarded job
 // (the dead letter queue) gets none: its own retention prunes it. The
 // job's wire form carries result_stored_at, result_expires_at and
@@ -38,7 +39,8 @@ func TestFinishedJobsExpireByTTL(t *testing.T) {
 	st, arn := testenv.Table(t)
 	table := strings.Split(arn, "/")[1] // arn:...:table/NAME/stream/...
 	clk := &clock{t: time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)}
-	s := lifecycle.New(st, lifecycle.Config{Now: clk.Now, ResultTTL: aws.Int64(3600)})
+	qs := queue.NewService(st, queue.Config{Now: clk.Now, ResultTTLs: map[string]int64{"ret-q": 300}})
+	s := lifecycle.New(st, lifecycle.Config{Now: clk.Now, ResultTTL: aws.Int64(3600), Queues: qs})
 	now := clk.Now().Unix()
 	item := func(id string) stored {
 		t.Helper()
@@ -52,13 +54,13 @@ func TestFinishedJobsExpireByTTL(t *testing.T) {
 		}
 		return r
 	}
-	run := func(ttl string, result string) *job.Job {
+	run := func(q, ttl string, result string) *job.Job {
 		t.Helper()
-		j, err := s.Push(ctx, []byte(`{"type":"t.r","args":[],"queue":"ret"`+ttl+`}`))
+		j, err := s.Push(ctx, []byte(`{"type":"t.r","args":[],"queue":"`+q+`"`+ttl+`}`))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got, err := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"ret"}, WorkerID: "w"}); err != nil || len(got) != 1 {
+		if got, err := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{q}, WorkerID: "w"}); err != nil || len(got) != 1 {
 			t.Fatalf("fetch: %v %v", got, err)
 		}
 		if j, err = s.Ack(ctx, j.ID, json.RawMessage(result), 0); err != nil {
@@ -67,16 +69,17 @@ func TestFinishedJobsExpireByTTL(t *testing.T) {
 		return j
 	}
 	for _, c := range []struct {
-		ttl, wire string
-		expires   int64
-		retain    *int64
+		q, ttl, wire string
+		expires      int64
+		retain       *int64
 	}{
-		{"", `{"result":{"a":1},"result_stored_at":"2026-11-21T10:00:00.000Z","result_expires_at":"2026-11-21T11:00:00.000Z","result_size_bytes":7}`, now + 3600, nil},
-		{`,"result_ttl":60`, `{"result":{"a":1},"result_ttl":60,"result_stored_at":"2026-11-21T10:00:00.000Z","result_expires_at":"2026-11-21T10:01:00.000Z","result_size_bytes":7}`, now + 60, aws.Int64(60)},
-		{`,"result_ttl":-1`, `{"result":{"a":1},"result_ttl":-1,"result_stored_at":"2026-11-21T10:00:00.000Z","result_size_bytes":7}`, now + 1000*365*86400, aws.Int64(1000 * 365 * 86400)},
-		{`,"result_ttl":0`, `{"result_ttl":0}`, now, aws.Int64(0)},
+		{"ret", "", `{"result":{"a":1},"result_stored_at":"2026-11-21T10:00:00.000Z","result_expires_at":"2026-11-21T11:00:00.000Z","result_size_bytes":7}`, now + 3600, nil},
+		{"ret-q", "", `{"result":{"a":1},"result_ttl":300,"result_stored_at":"2026-11-21T10:00:00.000Z","result_expires_at":"2026-11-21T10:05:00.000Z","result_size_bytes":7}`, now + 300, aws.Int64(300)},
+		{"ret-q", `,"result_ttl":60`, `{"result":{"a":1},"result_ttl":60,"result_stored_at":"2026-11-21T10:00:00.000Z","result_expires_at":"2026-11-21T10:01:00.000Z","result_size_bytes":7}`, now + 60, aws.Int64(60)},
+		{"ret", `,"result_ttl":-1`, `{"result":{"a":1},"result_ttl":-1,"result_stored_at":"2026-11-21T10:00:00.000Z","result_size_bytes":7}`, now + 1000*365*86400, aws.Int64(1000 * 365 * 86400)},
+		{"ret", `,"result_ttl":0`, `{"result_ttl":0}`, now, aws.Int64(0)},
 	} {
-		j := run(c.ttl, `{"a":1}`)
+		j := run(c.q, c.ttl, `{"a":1}`)
 		r := item(j.ID)
 		got, _ := json.Marshal([]any{r.TTL, r.Retain, r.ResultBytes})
 		if want, _ := json.Marshal([]any{c.expires, c.retain, 7}); string(got) != string(want) {
