@@ -6,6 +6,8 @@ package app
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -24,6 +26,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/engine"
 	"github.com/ojs-aws/ojs-serverless/pkg/eventbus"
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
@@ -83,7 +86,7 @@ func Logger() *slog.Logger {
 }
 
 // Load builds the components from the environment: OJS_TABLE (required),
-// OJS_PUSH_QUEUES, OJS_LOG_LEVEL, OJS_AUTH_TOKEN, OJS_EVENT_TTL,
+// OJS_PUSH_QUEUES, OJS_LOG_LEVEL, OJS_AUTH_TOKEN, OJS_EVENT_TTL, OJS_RESULT_TTL, OJS_QUEUE_RESULT_TTL,
 // OJS_EVENT_BUS, OJS_REDELIVER_AFTER, OJS_ASYNC_CREATE_ITEMS,
 // OJS_FETCH_WAIT, the dead
 // letter retention (OJS_DLQ_*)
@@ -108,6 +111,10 @@ func Load(ctx context.Context) (*App, error) {
 		if ttl, err = time.ParseDuration(v); err != nil || ttl <= 0 {
 			return nil, fmt.Errorf("%s=%q is not a positive duration", topology.EnvEventTTL, v)
 		}
+	}
+	resultTTL, queueTTLs, err := resultTTLs()
+	if err != nil {
+		return nil, err
 	}
 	var redeliver time.Duration
 	if v := os.Getenv(topology.EnvRedeliverAfter); v != "" {
@@ -151,11 +158,11 @@ func Load(ctx context.Context) (*App, error) {
 	d := dispatch.New(sqs.NewFromConfig(cfg), urls)
 	push := d.Queues()
 	qs := queue.NewStore(st.DB(), st.Table())
-	qsvc := queue.NewService(st, queue.Config{PushQueues: push, Store: qs, Events: evs, Logger: log})
+	qsvc := queue.NewService(st, queue.Config{PushQueues: push, Store: qs, Events: evs, Logger: log, ResultTTLs: queueTTLs})
 	// Workflow jobs are admitted like every job, and a request that
 	// finishes a workflow job advances its workflow before it answers.
 	wfs := workflow.New(st, workflow.Config{Admit: qsvc, PushQueues: push, Logger: log, RedeliverAfter: redeliver, AsyncItems: async})
-	svc := lifecycle.New(st, lifecycle.Config{Logger: log, RedeliverAfter: redeliver, Workflows: wfs, Queues: qsvc})
+	svc := lifecycle.New(st, lifecycle.Config{Logger: log, RedeliverAfter: redeliver, Workflows: wfs, Queues: qsvc, ResultTTL: resultTTL})
 	dead := deadletter.New(st, svc, qsvc, deadletter.Config{Retention: ret, Logger: log})
 	a := &App{
 		Admin:  admin.New(st, qs, svc, qsvc, dead, admin.Config{Logger: log, Events: evs}),
@@ -193,4 +200,32 @@ func Must(err error) {
 		slog.Error("cold start failed", "error", err.Error())
 		os.Exit(1)
 	}
+}
+
+// resultTTLs reads OJS_RESULT_TTL (seconds; nil when unset) and
+// OJS_QUEUE_RESULT_TTL (a JSON object: queue name to seconds), each -1, 0
+// or up to job.MaxResultTTL.
+func resultTTLs() (*int64, map[string]int64, error) {
+	bad := func(n int64) bool { return n < job.PermanentResultTTL || n > job.MaxResultTTL }
+	var def *int64
+	if v := os.Getenv(topology.EnvResultTTL); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || bad(n) {
+			return nil, nil, fmt.Errorf("%s=%q must be -1, 0 or a number of seconds up to %d", topology.EnvResultTTL, v, job.MaxResultTTL)
+		}
+		def = &n
+	}
+	var perQueue map[string]int64
+	if v := os.Getenv(topology.EnvQueueResultTTL); v != "" {
+		err := json.Unmarshal([]byte(v), &perQueue)
+		for _, n := range perQueue {
+			if bad(n) {
+				err = errors.New("out of range")
+			}
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s=%q must be a JSON object of queue names to -1, 0 or a number of seconds up to %d", topology.EnvQueueResultTTL, v, job.MaxResultTTL)
+		}
+	}
+	return def, perQueue, nil
 }

@@ -41,7 +41,7 @@ func Manifest() map[string]any {
 		},
 		"limits": map[string]any{
 			"max_envelope_bytes": job.MaxEnvelopeBytes, "max_stored_job_bytes": store.MaxJobItemBytes, "max_meta_bytes": job.MaxMetaBytes,
-			"max_result_bytes": job.MaxResultBytes, "max_request_bytes": MaxBodyBytes, "supported_compression": SupportedEncodings,
+			"max_result_bytes": job.MaxResultBytes, "max_packed_result_bytes": store.MaxPackedResultBytes, "max_result_ttl": job.MaxResultTTL, "max_request_bytes": MaxBodyBytes, "supported_compression": SupportedEncodings,
 			"max_batch_jobs": lifecycle.MaxBulk, "max_atomic_batch_jobs": store.MaxBatch, "max_fetch_count": lifecycle.MaxFetch,
 			"max_fetch_wait_ms": lifecycle.MaxFetchWait.Milliseconds(), "min_priority": job.MinPriority, "max_priority": job.MaxPriority,
 			"max_workflow_depth": wfdef.MaxDepth, "max_workflow_jobs": wfdef.MaxJobs,

@@ -38,7 +38,8 @@ var known = map[string]bool{
 	"started_at": true, "completed_at": true, "cancelled_at": true, "discarded_at": true,
 	"next_attempt_at": true, "error": true, "errors": true, "result": true, "timeout_ms": true,
 	"visibility_timeout_ms": true, "workflow_id": true, "workflow_node": true, "parent_results": true,
-	"retry_delay_ms": true, "visibility_timeout": true,
+	"retry_delay_ms": true, "visibility_timeout": true, "result_ttl": true,
+	"result_stored_at": true, "result_expires_at": true, "result_size_bytes": true,
 }
 
 // request is the PUSH body: the OJS envelope attributes at the top level
@@ -61,6 +62,7 @@ type request struct {
 	// VisibilityTimeout is the envelope's own lease length in seconds
 	// (ojs-json-format.md 3.1).
 	VisibilityTimeout json.RawMessage `json:"visibility_timeout"`
+	ResultTTL         json.RawMessage `json:"result_ttl"`
 	Options           *options        `json:"options"`
 }
 
@@ -251,6 +253,14 @@ func ParseEnqueue(raw []byte, now time.Time) (*Enqueue, error) {
 		if err := json.Unmarshal(tags, &j.Tags); err != nil || len(j.Tags) > 50 {
 			return nil, ojserr.Invalid("tags", "The 'tags' field must be an array of at most 50 strings.")
 		}
+	}
+	if raw := req.ResultTTL; raw != nil && !isNull(raw) {
+		s, err := intField("result_ttl", raw, 0, PermanentResultTTL, MaxResultTTL)
+		if err != nil {
+			return nil, ojserr.Invalid("result_ttl", "The 'result_ttl' field must be -1 (kept for ever), 0 (not stored) or a number of seconds up to %d.", MaxResultTTL)
+		}
+		ttl := int64(s)
+		j.ResultTTL = &ttl
 	}
 	if req.Schema != nil {
 		j.Schema = *req.Schema

@@ -29,8 +29,18 @@ const (
 	MaxEnvelopeBytes = 1 << 20
 	// MaxMetaBytes bounds meta (ojs-payload-limits.md section 4.3).
 	MaxMetaBytes = 64 << 10
-	// MaxResultBytes bounds a stored result.
-	MaxResultBytes = 64 << 10
+	// MaxResultBytes bounds a result as sent (ojs-results.md 7.2: the
+	// RECOMMENDED 1 MiB); the store also bounds it packed
+	// (store.MaxPackedResultBytes).
+	MaxResultBytes = 1 << 20
+	// DefaultResultTTL is how long a finished job and its result are kept,
+	// in seconds, when neither the job nor OJS_RESULT_TTL sets it (7 days).
+	DefaultResultTTL = 604800
+	// MaxResultTTL is the longest positive result_ttl (10 years); -1
+	// (PermanentResultTTL) keeps a result for ever.
+	MaxResultTTL = 10 * 365 * 86400
+	// PermanentResultTTL is the result_ttl of a result never pruned.
+	PermanentResultTTL = -1
 	// MaxErrorHistory is how many errors a job keeps (at least 10 per spec).
 	MaxErrorHistory = 20
 	// MaxTypeLength and MaxQueueLength bound names (bytes).
@@ -94,8 +104,15 @@ type Job struct {
 	NextAttemptAt *time.Time
 
 	Result json.RawMessage
-	Error  *ErrorInfo
-	Errors []ErrorInfo
+	// ResultTTL is the envelope's result_ttl in seconds (0: the result is
+	// not kept, -1: kept for ever); nil: the environment's default.
+	ResultTTL *int64
+	// ResultExpiresAt (nil: never) and ResultSizeBytes describe a stored
+	// result; it was stored at CompletedAt (ojs-results.md 6.2).
+	ResultExpiresAt *time.Time
+	ResultSizeBytes int
+	Error           *ErrorInfo
+	Errors          []ErrorInfo
 
 	// Extra holds unknown top-level envelope attributes, preserved as sent.
 	Extra map[string]json.RawMessage
@@ -202,6 +219,10 @@ type wireJob struct {
 	NextAttemptAt       *string         `json:"next_attempt_at,omitempty"`
 	RetryDelayMS        *int64          `json:"retry_delay_ms,omitempty"`
 	Result              json.RawMessage `json:"result,omitempty"`
+	ResultTTL           *int64          `json:"result_ttl,omitempty"`
+	ResultStoredAt      *string         `json:"result_stored_at,omitempty"`
+	ResultExpiresAt     *string         `json:"result_expires_at,omitempty"`
+	ResultSizeBytes     int             `json:"result_size_bytes,omitempty"`
 	Error               *ErrorInfo      `json:"error,omitempty"`
 	Errors              []ErrorInfo     `json:"errors,omitempty"`
 	WorkflowID          string          `json:"workflow_id,omitempty"`
@@ -222,12 +243,15 @@ func (j *Job) MarshalJSON() ([]byte, error) {
 		ScheduledAt: text(j.ScheduledAtText, j.ScheduledAt), ExpiresAt: text(j.ExpiresAtText, j.ExpiresAt), CreatedAt: ts(j.CreatedAt),
 		EnqueuedAt: ts(j.EnqueuedAt), StartedAt: ts(j.StartedAt), CompletedAt: ts(j.CompletedAt),
 		CancelledAt: ts(j.CancelledAt), DiscardedAt: ts(j.DiscardedAt), NextAttemptAt: ts(j.NextAttemptAt),
-		Result: j.Result, Error: j.Error, Errors: j.Errors,
-		WorkflowID: j.WorkflowID, WorkflowNode: j.WorkflowNode, ParentResults: j.ParentResults,
+		Result: j.Result, ResultTTL: j.ResultTTL, ResultExpiresAt: ts(j.ResultExpiresAt), ResultSizeBytes: j.ResultSizeBytes,
+		Error: j.Error, Errors: j.Errors, WorkflowID: j.WorkflowID, WorkflowNode: j.WorkflowNode, ParentResults: j.ParentResults,
 	}
 	if j.RetryDelay > 0 {
 		d := j.RetryDelay.Milliseconds()
 		w.RetryDelayMS = &d
+	}
+	if j.ResultSizeBytes > 0 {
+		w.ResultStoredAt = w.CompletedAt
 	}
 	if w.Args == nil {
 		w.Args = json.RawMessage("[]")

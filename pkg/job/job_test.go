@@ -2,6 +2,7 @@ package job
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -227,6 +228,27 @@ func TestNamedPriorities(t *testing.T) {
 		e, err := parse(t, `{"type":"a.b","args":[],"options":{"priority":"`+name+`"}}`)
 		if err != nil || e.Job.Priority != want {
 			t.Fatalf("%s: %v %v", name, e, err)
+		}
+	}
+}
+
+// result_ttl is -1 (kept for ever), 0 (not kept) or a number of seconds up
+// to MaxResultTTL, echoed on the wire; anything else is a 400 naming it.
+func TestResultTTL(t *testing.T) {
+	now := time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
+	for _, v := range []string{"-1", "0", "3600", "315360000"} {
+		e, err := ParseEnqueue([]byte(`{"type":"a.b","args":[],"result_ttl":`+v+`}`), now)
+		if err != nil || fmt.Sprint(*e.Job.ResultTTL) != v {
+			t.Fatalf("result_ttl %s: %v", v, err)
+		}
+		if b, _ := json.Marshal(e.Job); !strings.Contains(string(b), `"result_ttl":`+v) {
+			t.Fatalf("result_ttl %s not echoed: %s", v, b)
+		}
+	}
+	for _, v := range []string{"-2", "1.5", `"7d"`, "315360001", "{}"} {
+		_, err := ParseEnqueue([]byte(`{"type":"a.b","args":[],"result_ttl":`+v+`}`), now)
+		if e := ojserr.As(err); e == nil || e.Code != ojserr.InvalidRequest || e.Status() != 400 || !strings.Contains(e.Message, "'result_ttl'") {
+			t.Fatalf("result_ttl %s: %v", v, err)
 		}
 	}
 }

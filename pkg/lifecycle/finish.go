@@ -110,7 +110,11 @@ func (s *Service) ack(ctx context.Context, id string, result json.RawMessage, at
 	if len(result) > job.MaxResultBytes {
 		return nil, ojserr.Newf(ojserr.PayloadTooLarge, "The result is %d bytes; the maximum is %d bytes.", len(result), job.MaxResultBytes).With("field", "result")
 	}
-	t := store.Complete(id, result, attempt, s.Now())
+	if n := store.PackedBytes(result); n > store.MaxPackedResultBytes {
+		return nil, ojserr.Newf(ojserr.PayloadTooLarge, "The result compresses to %d bytes; the most stored is %d bytes.", n, store.MaxPackedResultBytes).With("field", "result")
+	}
+	now := s.Now()
+	t := store.Complete(id, result, attempt, now).KeepFor(s.resultTTL, now)
 	if workerID != "" {
 		t = t.HeldBy(workerID)
 	}

@@ -54,12 +54,12 @@ func (s *Service) Cancel(ctx context.Context, id string) (*job.Job, job.State, e
 		return nil, "", ojserr.StateConflict(ojserr.InvalidRequest, "Cannot cancel job in terminal state '%s'.", before.State).
 			With("job_id", id).With("current_state", string(before.State))
 	}
-	j, err := s.st.Apply(ctx, store.Cancel(id, s.Now(), before.State))
+	j, err := s.st.Apply(ctx, store.Cancel(id, s.Now(), before.State).KeepFor(s.resultTTL, s.Now()))
 	if err != nil {
 		// It moved meanwhile: retry once against its new state.
 		if ce, ok := errors.AsType[*store.ConflictError](err); ok && !ce.Current.State.Terminal() {
 			before = ce.Current
-			j, err = s.st.Apply(ctx, store.Cancel(id, s.Now(), before.State))
+			j, err = s.st.Apply(ctx, store.Cancel(id, s.Now(), before.State).KeepFor(s.resultTTL, s.Now()))
 		}
 		if err != nil {
 			return nil, "", store.APIError(err, id, "cancel")

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/ojs-aws/ojs-serverless/pkg/fault"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/queue"
@@ -50,6 +51,10 @@ type Config struct {
 	// (it caches). Default: queue.NewService(st, queue.Config{Now: Now,
 	// Logger: Logger}), with no push-mode queues.
 	Queues *queue.Service
+	// ResultTTL is result_ttl, in seconds, for jobs that set none
+	// (OJS_RESULT_TTL: -1, 0 or up to job.MaxResultTTL). Default
+	// job.DefaultResultTTL.
+	ResultTTL *int64
 }
 
 // Service runs the job operations.
@@ -59,9 +64,11 @@ type Service struct {
 	queues *queue.Service
 	qs     *queue.Store
 	redel  time.Duration
-	now    func() time.Time
-	rnd    func() float64
-	log    *slog.Logger
+	// resultTTL is Config.ResultTTL.
+	resultTTL int64
+	now       func() time.Time
+	rnd       func() float64
+	log       *slog.Logger
 	// workers remembers which workers are quiet or terminating.
 	workers stoppingWorkers
 	// flow advances workflows inline (Config.Workflows).
@@ -79,6 +86,7 @@ func New(st *store.Store, c Config) *Service {
 		s.queues = queue.NewService(st, queue.Config{Now: c.Now, Logger: c.Logger})
 	}
 	s.qs = s.queues.Store()
+	s.resultTTL = *cmp.Or(c.ResultTTL, aws.Int64(job.DefaultResultTTL))
 	if s.redel <= 0 {
 		s.redel = 5 * time.Minute
 	}

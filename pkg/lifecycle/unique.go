@@ -83,7 +83,7 @@ func (s *Service) pushUnique(ctx context.Context, j *job.Job) (*job.Job, error) 
 			if u.OnConflict == job.UniqueReplaceExceptSchedule && holder.State == job.Scheduled && holder.ScheduledAt != nil {
 				j.ScheduledAt, j.ScheduledAtText, j.State, j.EnqueuedAt = holder.ScheduledAt, holder.ScheduledAtText, job.Scheduled, nil
 			}
-			cancelled, err := s.st.Apply(ctx, store.Cancel(holder.ID, now, holder.State))
+			cancelled, err := s.st.Apply(ctx, store.Cancel(holder.ID, now, holder.State).KeepFor(s.resultTTL, now))
 			if err != nil {
 				if _, ok := errors.AsType[*store.ConflictError](err); ok {
 					continue // it moved: decide again

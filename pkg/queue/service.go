@@ -39,6 +39,9 @@ type Config struct {
 	Now func() time.Time
 	// Logger receives structured logs. Default slog.Default().
 	Logger *slog.Logger
+	// ResultTTLs is result_ttl, in seconds, by queue, for the jobs
+	// admitted that set none (OJS_QUEUE_RESULT_TTL).
+	ResultTTLs map[string]int64
 }
 
 // Service runs the queue operations: job admission (push mode, queue
@@ -53,6 +56,8 @@ type Service struct {
 	push map[string]bool
 	now  func() time.Time
 	log  *slog.Logger
+	// ttls is Config.ResultTTLs.
+	ttls map[string]int64
 	// registered holds the queue names already registered by this process.
 	registered sync.Map
 	// rates holds, by queue, the rate limit this process last recorded.
@@ -67,7 +72,7 @@ type Service struct {
 // NewService returns the queue service on st, the job store: its table
 // holds the queue items (Config.Store) and the job counts Stats reads.
 func NewService(st *store.Store, c Config) *Service {
-	s := &Service{st: st, qs: c.Store, ev: c.Events, push: map[string]bool{}, now: c.Now, log: c.Logger}
+	s := &Service{st: st, qs: c.Store, ev: c.Events, push: map[string]bool{}, now: c.Now, log: c.Logger, ttls: c.ResultTTLs}
 	if s.qs == nil {
 		s.qs = NewStore(st.DB(), st.Table())
 	}
@@ -102,6 +107,9 @@ func (s *Service) IsPush(queue string) bool { return s.push[queue] }
 func (s *Service) Admit(ctx context.Context, jobs []*job.Job) error {
 	for _, j := range jobs {
 		j.Push = s.push[j.Queue]
+		if ttl, ok := s.ttls[j.Queue]; ok && j.ResultTTL == nil {
+			j.ResultTTL = &ttl
+		}
 		if err := s.EnsureQueue(ctx, j.Queue); err != nil {
 			return ojserr.Backend(err)
 		}

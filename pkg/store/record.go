@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
@@ -34,6 +35,11 @@ const (
 	attrVersion  = "version"
 	// attrFetchBytes holds FetchBytes of the job as last written.
 	attrFetchBytes = "fb"
+	// attrTTL is the table's TTL attribute (topology.JobTable): a
+	// finished job's item is deleted after it; attrRetain is how long
+	// after finishing that is, in seconds (retainFor).
+	attrTTL    = "ttl"
+	attrRetain = "retain_s"
 	// attrWriteToken is the token of the job's last transition
 	// (Transition.token).
 	attrWriteToken = "wt"
@@ -88,6 +94,7 @@ type envelope struct {
 	Extra        string `dynamodbav:"extra,omitempty"`
 	ScheduledAt  string `dynamodbav:"scheduled_at,omitempty"`
 	ExpiresAt    string `dynamodbav:"expires_at,omitempty"`
+	ResultTTL    *int64 `dynamodbav:"result_ttl,omitempty"`
 	ExpiresMS    int64  `dynamodbav:"expires_ms,omitempty"`
 	CreatedAt    string `dynamodbav:"created_at,omitempty"`
 }
@@ -104,6 +111,7 @@ type progress struct {
 	DiscardedAt   string   `dynamodbav:"discarded_at,omitempty"`
 	NextAttemptAt string   `dynamodbav:"next_attempt_at,omitempty"`
 	Result        Packed   `dynamodbav:"result,omitempty"`
+	ResultBytes   int      `dynamodbav:"result_bytes,omitempty"`
 	Error         string   `dynamodbav:"error,omitempty"`
 	Errors        []string `dynamodbav:"errors,omitempty"`
 }
@@ -128,6 +136,8 @@ type indexEntries struct {
 	DuePK   string `dynamodbav:"due_pk,omitempty"`
 	DueAt   int64  `dynamodbav:"due_at,omitempty"`
 	TTL     int64  `dynamodbav:"ttl,omitempty"`
+	// Retain is attrRetain (nil: the environment's default).
+	Retain *int64 `dynamodbav:"retain_s,omitempty"`
 	// PrunedAt marks a discarded job the dead letter pruner is removing
 	// (set just before its conditional delete), so the stream tells a
 	// pruned job from one an operator deleted.
@@ -217,10 +227,10 @@ func toRecord(j *job.Job) (record, error) {
 		envelope: envelope{ID: j.ID, Type: j.Type, Queue: j.Queue, Priority: j.Priority, MaxAttempts: j.Retry.MaxAttempts,
 			Args: Packed(j.Args), Meta: Packed(j.Meta), Retry: string(pol), TimeoutMS: j.Timeout.Milliseconds(),
 			VisibilityMS: j.Visibility.Milliseconds(), Schema: j.Schema, ScheduledAt: textOr(j.ScheduledAtText, j.ScheduledAt),
-			ExpiresAt: textOr(j.ExpiresAtText, j.ExpiresAt), CreatedAt: tstr(j.CreatedAt)},
+			ExpiresAt: textOr(j.ExpiresAtText, j.ExpiresAt), CreatedAt: tstr(j.CreatedAt), ResultTTL: j.ResultTTL},
 		progress:     progress{State: string(j.State), Attempt: j.Attempt, EnqueuedAt: tstr(j.EnqueuedAt), CancelledAt: tstr(j.CancelledAt)},
 		claim:        claim{Push: j.Push},
-		indexEntries: indexEntries{UniqueKey: j.UniqueKey},
+		indexEntries: indexEntries{UniqueKey: j.UniqueKey, Retain: retainFor(j)},
 		workflowLink: workflowLink{WorkflowID: j.WorkflowID, WorkflowNode: j.WorkflowNode, ParentResults: Packed(j.ParentResults),
 			WorkflowShard: j.WorkflowShard, WorkflowNext: j.WorkflowNext, WorkflowStepID: j.WorkflowStepID,
 			WorkflowLast: j.WorkflowLast, WorkflowAhead: string(j.WorkflowAhead)},
@@ -242,6 +252,20 @@ func toRecord(j *job.Job) (record, error) {
 	return r, nil
 }
 
+// permanentSpan is the retention, in seconds, of an item kept for ever: its
+// TTL is a thousand years away.
+const permanentSpan = 1000 * 365 * 86400
+
+// retainFor is attrRetain for j: its result_ttl, permanentSpan for -1 and
+// for a workflow's job (kept while its workflow is, which is not pruned
+// yet), nil for the environment's default.
+func retainFor(j *job.Job) *int64 {
+	if j.WorkflowID != "" || (j.ResultTTL != nil && *j.ResultTTL == job.PermanentResultTTL) {
+		return aws.Int64(permanentSpan)
+	}
+	return j.ResultTTL
+}
+
 func (r record) toJob() (*job.Job, error) {
 	j := &job.Job{
 		ID: r.ID, Type: r.Type, Queue: r.Queue, State: job.State(r.State), Priority: r.Priority, Attempt: r.Attempt,
@@ -253,7 +277,7 @@ func (r record) toJob() (*job.Job, error) {
 		CompletedAt: optTime(r.CompletedAt), CancelledAt: optTime(r.CancelledAt), DiscardedAt: optTime(r.DiscardedAt),
 		NextAttemptAt: optTime(r.NextAttemptAt), Push: r.Push, WorkerID: r.WorkerID, CancelRequested: r.CancelRequested,
 		WorkflowID: r.WorkflowID, WorkflowNode: r.WorkflowNode, WorkflowShard: r.WorkflowShard, WorkflowNext: r.WorkflowNext,
-		WorkflowStepID: r.WorkflowStepID, WorkflowLast: r.WorkflowLast, UniqueKey: r.UniqueKey,
+		WorkflowStepID: r.WorkflowStepID, WorkflowLast: r.WorkflowLast, UniqueKey: r.UniqueKey, ResultTTL: r.ResultTTL,
 	}
 	if r.ParentResults != "" {
 		j.ParentResults = json.RawMessage(r.ParentResults)
@@ -272,8 +296,13 @@ func (r record) toJob() (*job.Job, error) {
 	if r.Retry == "" || json.Unmarshal([]byte(r.Retry), &j.Retry) != nil {
 		j.Retry = retry.Default()
 	}
-	if r.Result != "" {
+	if r.Result != "" && (r.Retain == nil || *r.Retain != 0) { // result_ttl 0: not kept
 		j.Result = json.RawMessage(r.Result)
+		j.ResultSizeBytes = r.ResultBytes
+		if span := r.TTL - j.CompletedAt.Unix(); r.TTL > 0 && span < permanentSpan { // set with completed_at
+			t := j.CompletedAt.Add(time.Duration(span) * time.Second)
+			j.ResultExpiresAt = &t
+		}
 	}
 	if r.Tags != "" {
 		_ = json.Unmarshal([]byte(r.Tags), &j.Tags)

@@ -62,7 +62,7 @@ func TestRecordAttributeNames(t *testing.T) {
 		"deadline_ms", "discarded_at", "dispatch", "due_at", "due_pk", "enqueued_at", "error", "errors",
 		"expires_at", "expires_ms", "extra", "fb", "id", "lease_until", "max_attempts", "meta",
 		"next_attempt_at", "parent_results", "pk", "priority", "pruned_at", "push", "queue", "ready_pk",
-		"ready_sk", "result", "retry", "retry_delay_ms", "scheduled_at", "schema", "sk", "started_at", "state",
+		"ready_sk", "result", "result_bytes", "result_ttl", "retain_s", "retry", "retry_delay_ms", "scheduled_at", "schema", "sk", "started_at", "state",
 		"tags", "timeout_ms", "ttl", "type", "uk", "version", "visibility_ms", "wf_ahead", "wf_id", "wf_last",
 		"wf_next", "wf_node", "wf_shard", "wf_sid", "worker_id"}
 	var r record
@@ -79,6 +79,9 @@ func TestRecordAttributeNames(t *testing.T) {
 			v.SetInt(7)
 		case reflect.Bool:
 			v.SetBool(true)
+		case reflect.Pointer:
+			v.Set(reflect.New(v.Type().Elem()))
+			fill(v.Elem())
 		case reflect.Slice:
 			v.Set(reflect.MakeSlice(v.Type(), 1, 1))
 			fill(v.Index(0))

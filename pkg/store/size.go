@@ -88,7 +88,21 @@ func JobItemBytes(j *job.Job, redeliverAfter time.Duration) (int, error) {
 // a quarter, which JSON of that size nearly always does; data that does
 // not compress (base64 of a compressed file, say) fits up to about this
 // size.
-const MaxJobItemBytes = awslimit.DynamoItemBytes - job.MaxResultBytes - job.MaxErrorHistoryBytes - job.MaxErrorBytes - 4<<10
+const MaxJobItemBytes = awslimit.DynamoItemBytes - MaxPackedResultBytes - job.MaxErrorHistoryBytes - job.MaxErrorBytes - 4<<10
+
+// MaxPackedResultBytes bounds a result as stored (Packed): a result of up
+// to job.MaxResultBytes is accepted when it packs into this, which JSON of
+// 1 MiB nearly always does (see MaxJobItemBytes).
+const MaxPackedResultBytes = 64 << 10
+
+// PackedBytes is the size text takes stored as Packed.
+func PackedBytes(text []byte) int {
+	av, err := Packed(text).MarshalDynamoDBAttributeValue()
+	if b, ok := av.(*types.AttributeValueMemberB); ok && err == nil {
+		return len(b.Value)
+	}
+	return len(text)
+}
 
 // ListBytes bounds the jobs (their FetchBytes, as the index projects it)
 // one page of whole jobs holds, so that a list of large jobs still fits

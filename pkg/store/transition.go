@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/ojs-aws/ojs-serverless/pkg/awslimit"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 )
 
@@ -215,8 +216,12 @@ func Complete(id string, result json.RawMessage, attempt int, now time.Time) Tra
 	t.set(attrDoneSK, DeadSortKey(now, id))
 	if len(result) > 0 {
 		t.set("result", Packed(result))
+		t.set("result_bytes", len(result))
+		// Lists count the result in the job's FetchBytes (fb).
+		t.update = t.update.Set(expression.Name(attrFetchBytes), expression.Plus(
+			expression.IfNotExists(expression.Name(attrFetchBytes), expression.Value(0)), expression.Value(awslimit.JSONStringLen(result))))
 	} else {
-		t.remove("result")
+		t.remove("result", "result_bytes")
 	}
 	t.endAttempt()
 	t.remove("error", "deadline_ms", attrDuePK, attrDueAt, attrReadyPK, attrReadySK)
@@ -224,6 +229,19 @@ func Complete(id string, result json.RawMessage, attempt int, now time.Time) Tra
 		t.and(expression.Name(attrAttempt).Equal(expression.Value(attempt)))
 	}
 	t.leaseHeld(now)
+	return t
+}
+
+// KeepFor sets the TTL of the job the transition finishes (completed or
+// cancelled) to now plus its retention (attrRetain), or plus def seconds
+// (the environment's result_ttl) for a job that sets none, in the same
+// write: DynamoDB deletes the item after it (ojs-results.md 7.1).
+func (t Transition) KeepFor(def int64, now time.Time) Transition {
+	if def == job.PermanentResultTTL {
+		def = permanentSpan
+	}
+	t.update = t.update.Set(expression.Name(attrTTL), expression.Plus(
+		expression.IfNotExists(expression.Name(attrRetain), expression.Value(def)), expression.Value(now.Unix())))
 	return t
 }
 
@@ -464,7 +482,7 @@ func Revive(j *job.Job, now time.Time, redeliverAfter time.Duration, queue strin
 	}
 	t.set(attrAttempt, 0)
 	t.becomeAvailable(queue, j.Priority, push, now, redeliverAfter, false)
-	t.remove("completed_at", "discarded_at", "started_at", "retry_delay_ms", "result", "deadline_ms", "pruned_at")
+	t.remove("completed_at", "discarded_at", "started_at", "retry_delay_ms", "result", "result_bytes", attrTTL, "deadline_ms", "pruned_at")
 	after := *j
 	after.Queue, after.Attempt, after.Result = queue, 0, nil
 	if len(meta) > 0 {
@@ -482,7 +500,7 @@ func Reopen(j *job.Job, now time.Time, redeliverAfter time.Duration) Transition 
 	t := newTransition(j.ID, job.Available, job.Discarded, job.Cancelled)
 	t.set(attrAttempt, 0)
 	t.becomeAvailable(j.Queue, j.Priority, j.Push, now, redeliverAfter, false)
-	t.remove("completed_at", "discarded_at", "cancelled_at", "started_at", "retry_delay_ms", "result", "deadline_ms", "pruned_at")
+	t.remove("completed_at", "discarded_at", "cancelled_at", "started_at", "retry_delay_ms", "result", "result_bytes", attrTTL, "deadline_ms", "pruned_at")
 	t.and(expression.Name("wf_id").Equal(expression.Value(j.WorkflowID)))
 	return t
 }

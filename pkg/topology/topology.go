@@ -44,6 +44,13 @@ const (
 	// EnvEventTTL is a Go duration: how long event items are kept
 	// (default 168h).
 	EnvEventTTL = "OJS_EVENT_TTL"
+	// EnvResultTTL is result_ttl in seconds for jobs that set none: -1
+	// (kept for ever), 0 (not kept) or up to job.MaxResultTTL (default
+	// job.DefaultResultTTL, 7 days).
+	EnvResultTTL = "OJS_RESULT_TTL"
+	// EnvQueueResultTTL is a JSON object, queue name to result_ttl in
+	// seconds: the default of that queue's jobs, before EnvResultTTL.
+	EnvQueueResultTTL = "OJS_QUEUE_RESULT_TTL"
 	// EnvSweepTick is a Go duration ("1s"): the sweeper sweeps that often
 	// within one scheduled invocation (Sweeper.Tick). Empty sweeps once.
 	EnvSweepTick = "OJS_SWEEP_TICK"

@@ -162,7 +162,7 @@ func resultsRoom(j *job.Job, redeliverAfter time.Duration) int {
 	if err != nil {
 		return 0
 	}
-	room := awslimit.DynamoItemBytes - size - job.MaxResultBytes - job.MaxErrorHistoryBytes - 2*job.MaxErrorBytes - 4<<10
+	room := awslimit.DynamoItemBytes - size - store.MaxPackedResultBytes - job.MaxErrorHistoryBytes - 2*job.MaxErrorBytes - 4<<10
 	return max(0, min(maxParentResults, room))
 }
 

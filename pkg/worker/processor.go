@@ -195,10 +195,10 @@ func (p *Processor) run(ctx context.Context, j *job.Job) error {
 		raw, err := json.Marshal(result)
 		if err != nil {
 			herr = NonRetryable("invalid_result", "The handler's result is not JSON-encodable: "+err.Error())
-		} else if len(raw) > job.MaxResultBytes {
+		} else if len(raw) > job.MaxResultBytes || store.PackedBytes(raw) > store.MaxPackedResultBytes {
 			// ACK would refuse it (413) and the job would stay active
 			// until its lease expired, then be retried to no end.
-			herr = NonRetryable("result_too_large", fmt.Sprintf("The handler's result is %d bytes; a job's result is at most %d bytes (store large outputs elsewhere and return a reference).", len(raw), job.MaxResultBytes))
+			herr = NonRetryable("result_too_large", fmt.Sprintf("The handler's result is %d bytes; a job's result is at most %d bytes, %d compressed (store large outputs elsewhere and return a reference).", len(raw), job.MaxResultBytes, store.MaxPackedResultBytes))
 		} else {
 			if string(raw) == "null" {
 				raw = nil

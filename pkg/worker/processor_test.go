@@ -160,7 +160,7 @@ func TestHandlerErrorsAndPanicsAreRecorded(t *testing.T) {
 }
 
 // TestResultOverTheLimitFailsTheJob: a handler whose result passes the
-// 64 KiB result limit fails its job at once (result_too_large, not
+// 1 MiB result limit fails its job at once (result_too_large, not
 // retried), instead of an ACK refused with 413 leaving the job active until
 // its lease expired.
 func TestResultOverTheLimitFailsTheJob(t *testing.T) {
