@@ -161,7 +161,8 @@ func Load(ctx context.Context) (*App, error) {
 	qsvc := queue.NewService(st, queue.Config{PushQueues: push, Store: qs, Events: evs, Logger: log, ResultTTLs: queueTTLs})
 	// Workflow jobs are admitted like every job, and a request that
 	// finishes a workflow job advances its workflow before it answers.
-	wfs := workflow.New(st, workflow.Config{Admit: qsvc, PushQueues: push, Logger: log, RedeliverAfter: redeliver, AsyncItems: async})
+	wfs := workflow.New(st, workflow.Config{Admit: qsvc, PushQueues: push, Logger: log, RedeliverAfter: redeliver, AsyncItems: async,
+		ResultTTL: resultTTL, QueueResultTTLs: queueTTLs})
 	svc := lifecycle.New(st, lifecycle.Config{Logger: log, RedeliverAfter: redeliver, Workflows: wfs, Queues: qsvc, ResultTTL: resultTTL})
 	dead := deadletter.New(st, svc, qsvc, deadletter.Config{Retention: ret, Logger: log})
 	a := &App{

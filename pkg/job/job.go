@@ -107,6 +107,9 @@ type Job struct {
 	// ResultTTL is the envelope's result_ttl in seconds (0: the result is
 	// not kept, -1: kept for ever); nil: the environment's default.
 	ResultTTL *int64
+	// WorkflowExpiry is the ttl (Unix seconds) every item of the job's
+	// workflow shares, its own included; 0: kept for ever.
+	WorkflowExpiry int64
 	// ResultExpiresAt (nil: never) and ResultSizeBytes describe a stored
 	// result; it was stored at CompletedAt (ojs-results.md 6.2).
 	ResultExpiresAt *time.Time

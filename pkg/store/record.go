@@ -37,9 +37,11 @@ const (
 	attrFetchBytes = "fb"
 	// attrTTL is the table's TTL attribute (topology.JobTable): a
 	// finished job's item is deleted after it; attrRetain is how long
-	// after finishing that is, in seconds (retainFor).
+	// after finishing that is, in seconds (retainFor), after attrWFTTL for
+	// a workflow's job (its workflow's expiry, which it keeps).
 	attrTTL    = "ttl"
 	attrRetain = "retain_s"
+	attrWFTTL  = "wf_ttl"
 	// attrWriteToken is the token of the job's last transition
 	// (Transition.token).
 	attrWriteToken = "wt"
@@ -159,6 +161,7 @@ type workflowLink struct {
 	WorkflowStepID string `dynamodbav:"wf_sid,omitempty"`
 	WorkflowLast   bool   `dynamodbav:"wf_last,omitempty"`
 	WorkflowAhead  string `dynamodbav:"wf_ahead,omitempty"`
+	WorkflowTTL    int64  `dynamodbav:"wf_ttl,omitempty"`
 }
 
 func JobKey(id string) map[string]types.AttributeValue {
@@ -233,8 +236,9 @@ func toRecord(j *job.Job) (record, error) {
 		indexEntries: indexEntries{UniqueKey: j.UniqueKey, Retain: retainFor(j)},
 		workflowLink: workflowLink{WorkflowID: j.WorkflowID, WorkflowNode: j.WorkflowNode, ParentResults: Packed(j.ParentResults),
 			WorkflowShard: j.WorkflowShard, WorkflowNext: j.WorkflowNext, WorkflowStepID: j.WorkflowStepID,
-			WorkflowLast: j.WorkflowLast, WorkflowAhead: string(j.WorkflowAhead)},
+			WorkflowLast: j.WorkflowLast, WorkflowAhead: string(j.WorkflowAhead), WorkflowTTL: j.WorkflowExpiry},
 	}
+	r.TTL = j.WorkflowExpiry
 	if j.Unique != nil {
 		r.UniqueKey = j.Unique.Key
 	}
@@ -256,10 +260,13 @@ func toRecord(j *job.Job) (record, error) {
 // TTL is a thousand years away.
 const permanentSpan = 1000 * 365 * 86400
 
-// retainFor is attrRetain for j: its result_ttl, permanentSpan for -1 and
-// for a workflow's job (kept while its workflow is, which is not pruned
-// yet), nil for the environment's default.
+// retainFor is attrRetain for j: its result_ttl, permanentSpan for -1
+// and for a permanent workflow's job, 0 for another workflow's job (kept
+// until its workflow's expiry), nil for the environment's default.
 func retainFor(j *job.Job) *int64 {
+	if j.WorkflowExpiry > 0 {
+		return aws.Int64(0)
+	}
 	if j.WorkflowID != "" || (j.ResultTTL != nil && *j.ResultTTL == job.PermanentResultTTL) {
 		return aws.Int64(permanentSpan)
 	}
@@ -278,6 +285,7 @@ func (r record) toJob() (*job.Job, error) {
 		NextAttemptAt: optTime(r.NextAttemptAt), Push: r.Push, WorkerID: r.WorkerID, CancelRequested: r.CancelRequested,
 		WorkflowID: r.WorkflowID, WorkflowNode: r.WorkflowNode, WorkflowShard: r.WorkflowShard, WorkflowNext: r.WorkflowNext,
 		WorkflowStepID: r.WorkflowStepID, WorkflowLast: r.WorkflowLast, UniqueKey: r.UniqueKey, ResultTTL: r.ResultTTL,
+		WorkflowExpiry: r.WorkflowTTL,
 	}
 	if r.ParentResults != "" {
 		j.ParentResults = json.RawMessage(r.ParentResults)
@@ -296,7 +304,7 @@ func (r record) toJob() (*job.Job, error) {
 	if r.Retry == "" || json.Unmarshal([]byte(r.Retry), &j.Retry) != nil {
 		j.Retry = retry.Default()
 	}
-	if r.Result != "" && (r.Retain == nil || *r.Retain != 0) { // result_ttl 0: not kept
+	if r.Result != "" && (r.Retain == nil || *r.Retain != 0 || r.WorkflowTTL > 0) { // result_ttl 0: not kept
 		j.Result = json.RawMessage(r.Result)
 		j.ResultSizeBytes = r.ResultBytes
 		if span := r.TTL - j.CompletedAt.Unix(); r.TTL > 0 && span < permanentSpan { // set with completed_at

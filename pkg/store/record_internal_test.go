@@ -64,7 +64,7 @@ func TestRecordAttributeNames(t *testing.T) {
 		"next_attempt_at", "parent_results", "pk", "priority", "pruned_at", "push", "queue", "ready_pk",
 		"ready_sk", "result", "result_bytes", "result_ttl", "retain_s", "retry", "retry_delay_ms", "scheduled_at", "schema", "sk", "started_at", "state",
 		"tags", "timeout_ms", "ttl", "type", "uk", "version", "visibility_ms", "wf_ahead", "wf_id", "wf_last",
-		"wf_next", "wf_node", "wf_shard", "wf_sid", "worker_id"}
+		"wf_next", "wf_node", "wf_shard", "wf_sid", "wf_ttl", "worker_id"}
 	var r record
 	var fill func(v reflect.Value)
 	fill = func(v reflect.Value) {

@@ -235,13 +235,15 @@ func Complete(id string, result json.RawMessage, attempt int, now time.Time) Tra
 // KeepFor sets the TTL of the job the transition finishes (completed or
 // cancelled) to now plus its retention (attrRetain), or plus def seconds
 // (the environment's result_ttl) for a job that sets none, in the same
-// write: DynamoDB deletes the item after it (ojs-results.md 7.1).
+// write: DynamoDB deletes the item after it (ojs-results.md 7.1). A
+// workflow's job keeps its workflow's expiry (attrWFTTL, retention 0).
 func (t Transition) KeepFor(def int64, now time.Time) Transition {
 	if def == job.PermanentResultTTL {
 		def = permanentSpan
 	}
 	t.update = t.update.Set(expression.Name(attrTTL), expression.Plus(
-		expression.IfNotExists(expression.Name(attrRetain), expression.Value(def)), expression.Value(now.Unix())))
+		expression.IfNotExists(expression.Name(attrWFTTL), expression.Value(now.Unix())),
+		expression.IfNotExists(expression.Name(attrRetain), expression.Value(def))))
 	return t
 }
 
@@ -495,12 +497,13 @@ func Revive(j *job.Job, now time.Time, redeliverAfter time.Duration, queue strin
 // Reopen returns a workflow job that failed (discarded) or was stopped
 // (cancelled) to its queue when its workflow is retried: attempt reset to
 // 0, a fresh enqueued_at, the error history kept, the id unchanged. The
-// workflow advances it again when it finishes.
+// workflow advances it again when it finishes. Its ttl is its workflow's
+// expiry (or, in a permanent workflow, far away): kept.
 func Reopen(j *job.Job, now time.Time, redeliverAfter time.Duration) Transition {
 	t := newTransition(j.ID, job.Available, job.Discarded, job.Cancelled)
 	t.set(attrAttempt, 0)
 	t.becomeAvailable(j.Queue, j.Priority, j.Push, now, redeliverAfter, false)
-	t.remove("completed_at", "discarded_at", "cancelled_at", "started_at", "retry_delay_ms", "result", "result_bytes", attrTTL, "deadline_ms", "pruned_at")
+	t.remove("completed_at", "discarded_at", "cancelled_at", "started_at", "retry_delay_ms", "result", "result_bytes", "deadline_ms", "pruned_at")
 	t.and(expression.Name("wf_id").Equal(expression.Value(j.WorkflowID)))
 	return t
 }

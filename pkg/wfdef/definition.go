@@ -123,6 +123,26 @@ type Parsed struct {
 	Jobs int
 	// Form is "steps" when the request used the dependency-graph form.
 	Form string
+	// Kept holds, once each, the queue and result_ttl of its jobs
+	// (callbacks, handlers and compensations too): what its retention
+	// derives from (workflow.Engine.retention).
+	Kept map[Kept]bool
+}
+
+// Kept is a job's queue and result_ttl (TTL, when Set).
+type Kept struct {
+	Queue string
+	TTL   int64
+	Set   bool
+}
+
+// keep records j's queue and result_ttl in p.kept.
+func (p *parser) keep(j *job.Job) {
+	k := Kept{Queue: j.Queue}
+	if j.ResultTTL != nil {
+		k.TTL, k.Set = *j.ResultTTL, true
+	}
+	p.kept[k] = true
 }
 
 type rawNode struct {
@@ -159,8 +179,8 @@ func Parse(raw []byte, now time.Time) (*Parsed, error) {
 		}
 		id = *rn.ID
 	}
-	p := &parser{now: now}
-	out := &Parsed{ID: id}
+	p := &parser{now: now, kept: map[Kept]bool{}}
+	out := &Parsed{ID: id, Kept: p.kept}
 	if rn.Type == nil || *rn.Type == KindGraph {
 		out.Form = "steps"
 		out.Root = p.steps(rn)
@@ -201,6 +221,7 @@ type parser struct {
 	problems      []Problem
 	jobs          int
 	compensations int
+	kept          map[Kept]bool
 }
 
 // timeout parses a timeout_ms value (absent: 0).
@@ -425,6 +446,7 @@ func (p *parser) leaf(raw json.RawMessage, jp, tp string, index int) *Def {
 		p.add(jp+".options.unique", "jobs in a workflow cannot carry a unique policy (the workflow already runs each job once)")
 		return nil
 	}
+	p.keep(e.Job)
 	return &Def{Kind: KindJob, Path: tp, Index: index, JobType: e.Job.Type, Request: raw, Compensate: compensate}
 }
 
@@ -461,6 +483,7 @@ func (p *parser) compensate(raw json.RawMessage, jp string) json.RawMessage {
 	if !p.fits(e.Job, raw, jp) {
 		return nil
 	}
+	p.keep(e.Job)
 	p.compensations++
 	return raw
 }

@@ -142,7 +142,7 @@ func (m *Maker) NewJob(n *wfstore.Step, parentResults json.RawMessage) (*job.Job
 	}
 	j := en.Job
 	j.ID, j.WorkflowID, j.WorkflowNode, j.WorkflowShard, j.WorkflowNext = wfdef.JobID(n.WorkflowID, n.Path), n.WorkflowID, n.Path, n.PShard, n.Next
-	j.WorkflowStepID, j.WorkflowLast = n.StepID, n.Last
+	j.WorkflowStepID, j.WorkflowLast, j.WorkflowExpiry = n.StepID, n.Last, n.TTL
 	if j.WorkflowStepID == "" {
 		j.WorkflowStepID = j.ID
 	}
@@ -355,7 +355,7 @@ func trimPath(p string) string { return strings.TrimPrefix(p, "/") }
 // parent_results.
 func (m *Maker) CompensationJob(ctx context.Context, wf string, k int, n *wfstore.Step, undone *job.Job) (*job.Job, error) {
 	pr, _ := json.Marshal(map[string]any{"compensates": n.StepKey(), "job_id": wfdef.JobID(wf, n.Path), "result": ResultValue(undone)})
-	synthetic := &wfstore.Step{Item: wfstore.Item{WorkflowID: wf, Path: wfdef.ChildPath(wfdef.CompensatePath, wfdef.Segment(wfdef.KindChain, k)), Kind: wfdef.KindJob},
+	synthetic := &wfstore.Step{Item: wfstore.Item{WorkflowID: wf, Path: wfdef.ChildPath(wfdef.CompensatePath, wfdef.Segment(wfdef.KindChain, k)), Kind: wfdef.KindJob, TTL: n.TTL},
 		Def: n.Compensate}
 	j, err := m.NewJob(synthetic, pr)
 	if err != nil {
@@ -477,9 +477,9 @@ func AheadOf(j *job.Job) []Ahead {
 	return steps
 }
 
-// StepOfAhead is the node of chain step index of chain, as a job ahead
-// of it carries it.
-func StepOfAhead(wf, chain string, index int, a Ahead) *wfstore.Step {
-	return &wfstore.Step{Item: wfstore.Item{WorkflowID: wf, Path: wfdef.ChildPath(chain, wfdef.Segment(wfdef.KindChain, index)), Kind: wfdef.KindJob,
-		Index: index, StepID: a.SID, Last: a.Last}, Def: store.Packed(a.Def)}
+// StepOfAhead is the node of chain step index of chain, as j, a job
+// ahead of it, carries it.
+func StepOfAhead(j *job.Job, chain string, index int, a Ahead) *wfstore.Step {
+	return &wfstore.Step{Item: wfstore.Item{WorkflowID: j.WorkflowID, Path: wfdef.ChildPath(chain, wfdef.Segment(wfdef.KindChain, index)), Kind: wfdef.KindJob,
+		Index: index, StepID: a.SID, Last: a.Last, TTL: j.WorkflowExpiry}, Def: store.Packed(a.Def)}
 }

@@ -507,7 +507,7 @@ func workflowItems(w NewWorkflow) (*Root, []map[string]types.AttributeValue, err
 		return nil, nil, fmt.Errorf("workflow has no root node")
 	}
 	for _, sh := range w.Shards {
-		av, err := attributevalue.MarshalMap(shardItem{PK: wfPrefix + root.WorkflowID, SK: shardSK(sh.Path, sh.Key), WFID: root.WorkflowID, Shard: sh})
+		av, err := attributevalue.MarshalMap(shardItem{PK: wfPrefix + root.WorkflowID, SK: shardSK(sh.Path, sh.Key), WFID: root.WorkflowID, TTL: root.TTL, Shard: sh})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -520,26 +520,11 @@ func workflowItems(w NewWorkflow) (*Root, []map[string]types.AttributeValue, err
 // finished (its root still marked creating, so none of its jobs exist).
 // It returns false if the root is not marked.
 func (s *Store) DeleteWorkflow(ctx context.Context, wfID string) (bool, error) {
-	var keys []map[string]types.AttributeValue
-	var start map[string]types.AttributeValue
-	for {
-		out, err := s.db.Query(ctx, &dynamodb.QueryInput{TableName: &s.table, KeyConditionExpression: aws.String("pk = :pk"),
-			ExpressionAttributeValues: map[string]types.AttributeValue{":pk": &types.AttributeValueMemberS{Value: wfPrefix + wfID}},
-			ProjectionExpression:      aws.String("pk, sk"), ExclusiveStartKey: start})
-		if err != nil {
-			return false, fmt.Errorf("list workflow %s: %w", wfID, err)
-		}
-		for _, it := range out.Items {
-			if sk := it[attrSK].(*types.AttributeValueMemberS).Value; sk != nodeSK(RootPath) {
-				keys = append(keys, it)
-			}
-		}
-		if len(out.LastEvaluatedKey) == 0 {
-			break
-		}
-		start = out.LastEvaluatedKey
+	keys, err := s.otherKeys(ctx, wfID)
+	if err != nil {
+		return false, err
 	}
-	_, err := s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &s.table, Key: wfKey(wfID, nodeSK(RootPath)),
+	_, err = s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &s.table, Key: wfKey(wfID, nodeSK(RootPath)),
 		ConditionExpression: aws.String("creating = :t"), ExpressionAttributeValues: map[string]types.AttributeValue{":t": &types.AttributeValueMemberBOOL{Value: true}}})
 	var ccf *types.ConditionalCheckFailedException
 	if errors.As(err, &ccf) {
@@ -568,4 +553,66 @@ func (s *Store) DeleteWorkflow(ctx context.Context, wfID string) (bool, error) {
 		}
 	}
 	return true, nil
+}
+
+// otherKeys lists the keys of the items of workflow wfID's partition but
+// its root.
+func (s *Store) otherKeys(ctx context.Context, wfID string) ([]map[string]types.AttributeValue, error) {
+	var keys []map[string]types.AttributeValue
+	var start map[string]types.AttributeValue
+	for {
+		out, err := s.db.Query(ctx, &dynamodb.QueryInput{TableName: &s.table, KeyConditionExpression: aws.String("pk = :pk"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":pk": &types.AttributeValueMemberS{Value: wfPrefix + wfID}},
+			ProjectionExpression:      aws.String("pk, sk"), ExclusiveStartKey: start})
+		if err != nil {
+			return nil, fmt.Errorf("list workflow %s: %w", wfID, err)
+		}
+		for _, it := range out.Items {
+			if sk := it[attrSK].(*types.AttributeValueMemberS).Value; sk != nodeSK(RootPath) {
+				keys = append(keys, it)
+			}
+		}
+		if len(out.LastEvaluatedKey) == 0 {
+			return keys, nil
+		}
+		start = out.LastEvaluatedKey
+	}
+}
+
+// Extend moves the ttl of every item of workflow wfID and of its jobs
+// (jobIDs) that expires before until to until: the rare fan-out for a
+// workflow that outlives its expiry (workflow.Engine.keep). Its root goes
+// last, so a pass that failed half way is made again. Items without a ttl
+// (a permanent workflow) are left alone; repeating it changes nothing.
+func (s *Store) Extend(ctx context.Context, wfID string, jobIDs []string, until int64) error {
+	keys, err := s.otherKeys(ctx, wfID)
+	if err != nil {
+		return err
+	}
+	nodes := len(keys)
+	for _, id := range jobIDs {
+		keys = append(keys, store.JobKey(id))
+	}
+	if err := store.Parallel(ctx, len(keys), 16, func(ctx context.Context, i int) error {
+		return s.extend(ctx, keys[i], i >= nodes, until)
+	}); err != nil {
+		return err
+	}
+	return s.extend(ctx, wfKey(wfID, nodeSK(RootPath)), false, until)
+}
+
+// extend sets the ttl of the item at key to until if it expires before;
+// a job's wf_ttl (its workflow's expiry, which it keeps) moves with it.
+func (s *Store) extend(ctx context.Context, key map[string]types.AttributeValue, isJob bool, until int64) error {
+	set, cond := "SET #t = :t", "#t < :t"
+	if isJob {
+		set, cond = set+", wf_ttl = :t", "wf_ttl < :t"
+	}
+	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table, Key: key, UpdateExpression: &set, ConditionExpression: &cond,
+		ExpressionAttributeNames:  map[string]string{"#t": "ttl"},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":t": &types.AttributeValueMemberN{Value: itoa(until)}}})
+	if err != nil && !store.ConditionFailed(err) {
+		return fmt.Errorf("extend %s: %w", itemKey(key), err)
+	}
+	return nil
 }

@@ -74,6 +74,11 @@ type Item struct {
 	// before (see Version).
 	Rev           int64 `dynamodbav:"nv,omitempty"`
 	LegacyVersion int64 `dynamodbav:"version,omitempty"`
+	// TTL is the workflow's expiry (Unix seconds), the ttl every item of
+	// the workflow and each of its jobs carries (0: kept for ever). The
+	// engine builds later jobs from the nodes, so they get it without a
+	// read (job.Job.WorkflowExpiry).
+	TTL int64 `dynamodbav:"ttl,omitempty"`
 }
 
 // Times are when a node was created, started and finished.
@@ -206,6 +211,9 @@ type Root struct {
 	// stream function runs the next.
 	Cancelling bool  `dynamodbav:"cancelling,omitempty"`
 	CancelPass int64 `dynamodbav:"cancel_pass,omitempty"`
+	// Retain is the workflow's retention in seconds (the longest of its
+	// jobs'): its items outlive its end by that much (see Extend).
+	Retain int64 `dynamodbav:"wf_r,omitempty"`
 	Creation
 }
 
@@ -497,6 +505,7 @@ type shardItem struct {
 	PK   string `dynamodbav:"pk"`
 	SK   string `dynamodbav:"sk"`
 	WFID string `dynamodbav:"wf_id"`
+	TTL  int64  `dynamodbav:"ttl,omitempty"`
 	Shard
 }
 

@@ -177,7 +177,7 @@ func (e *Engine) chainStepDone(ctx context.Context, s step) (*step, error) {
 	ahead := wfjobs.AheadOf(s.job)
 	if len(ahead) > 0 {
 		// The finished job carries the next step's definition: no read.
-		next = wfjobs.StepOfAhead(s.wf, parent, k+1, ahead[0])
+		next = wfjobs.StepOfAhead(s.job, parent, k+1, ahead[0])
 	} else {
 		var err error
 		next, err = e.st.GetNode(ctx, s.wf, nextPath)
@@ -208,7 +208,7 @@ func (e *Engine) chainStepDone(ctx context.Context, s step) (*step, error) {
 	if len(ahead) > 1 && len(jobs) == 1 {
 		rest := make([]*wfstore.Step, 0, len(ahead)-1)
 		for i, a := range ahead[1:] {
-			rest = append(rest, wfjobs.StepOfAhead(s.wf, parent, k+2+i, a))
+			rest = append(rest, wfjobs.StepOfAhead(s.job, parent, k+2+i, a))
 		}
 		e.mk.CarryAhead(jobs[0], rest)
 	}

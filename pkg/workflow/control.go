@@ -569,7 +569,7 @@ func (e *Engine) startCompensation(ctx context.Context, root *wfstore.Root) (boo
 		return false, err
 	}
 	comp := &wfstore.Composite{Item: wfstore.Item{WorkflowID: wf, Path: wfdef.CompensatePath, Kind: wfdef.KindChain, Name: "compensation", Index: -1,
-		State: wfstate.Running, Times: wfstore.Times{StartedAt: job.Timestamp(now)}}, Total: len(plan), Plan: plan}
+		State: wfstate.Running, Times: wfstore.Times{StartedAt: job.Timestamp(now)}, TTL: first.WorkflowExpiry}, Total: len(plan), Plan: plan}
 	err = e.st.Advance(ctx, wfstore.Advance{WorkflowID: wf, Jobs: []*job.Job{first}, RedeliverAfter: e.redel, NewNodes: []wfstore.Node{comp},
 		Scope: wfstore.RootPath, ScopeStates: []wfstate.State{wfstate.Failed},
 		Changes: []wfstore.Change{wfstore.CompensationStarts()}})

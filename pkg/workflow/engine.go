@@ -18,6 +18,7 @@
 package workflow
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -25,6 +26,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/google/uuid"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
@@ -67,6 +69,12 @@ type Config struct {
 	// shard wait that long at most. A pass makes one transaction (99 jobs)
 	// at least.
 	CancelSlice time.Duration
+	// ResultTTL is result_ttl in seconds for jobs that set none
+	// (OJS_RESULT_TTL; default job.DefaultResultTTL), QueueResultTTLs by
+	// queue before it (OJS_QUEUE_RESULT_TTL): a workflow's retention
+	// derives from them (retention).
+	ResultTTL       *int64
+	QueueResultTTLs map[string]int64
 }
 
 // DefaultCreationSlice bounds how long one stream invocation spends on a
@@ -100,6 +108,9 @@ type parts struct {
 	redel time.Duration
 	now   func() time.Time
 	log   *slog.Logger
+	// resultTTL and queueTTLs are Config.ResultTTL and QueueResultTTLs.
+	resultTTL int64
+	queueTTLs map[string]int64
 }
 
 // stopper stops the work of a cancelled workflow or of a node that timed
@@ -113,7 +124,8 @@ type stopper struct {
 // New returns an engine on the table kernel st: its workflow items
 // (wfstore.New(st)) and its jobs (st).
 func New(st *store.Store, c Config) *Engine {
-	p := &parts{st: wfstore.New(st), jobs: st, redel: c.RedeliverAfter, now: c.Now, log: c.Logger}
+	p := &parts{st: wfstore.New(st), jobs: st, redel: c.RedeliverAfter, now: c.Now, log: c.Logger,
+		resultTTL: *cmp.Or(c.ResultTTL, aws.Int64(job.DefaultResultTTL)), queueTTLs: c.QueueResultTTLs}
 	if p.redel <= 0 {
 		p.redel = 5 * time.Minute
 	}
@@ -144,6 +156,32 @@ func shardsFor(n int) int {
 		return 0
 	}
 	return (n + ShardSize - 1) / ShardSize
+}
+
+// RunGrace is how long a workflow is given to run before its retention
+// starts: its items and jobs expire at its creation plus its retention
+// plus RunGrace. One that runs longer has them all extended (keep).
+const RunGrace = 24 * time.Hour
+
+// retention is the workflow's retention in seconds, the longest of its
+// jobs' (result_ttl, else its queue's default, else the environment's):
+// -1 (kept for ever) if any job's is.
+func (p *parts) retention(parsed *wfdef.Parsed) int64 {
+	r := int64(0)
+	for k := range parsed.Kept {
+		t, ok := p.queueTTLs[k.Queue]
+		switch {
+		case k.Set:
+			t = k.TTL
+		case !ok:
+			t = p.resultTTL
+		}
+		if t == job.PermanentResultTTL {
+			return t
+		}
+		r = max(r, t)
+	}
+	return r
 }
 
 // CheckAfter is how often the sweeper checks a running workflow for
@@ -215,8 +253,12 @@ func (e *Engine) build(ctx context.Context, parsed *wfdef.Parsed, id string, now
 	var root *wfstore.Root
 	comps := map[string]*wfstore.Composite{}
 	compensable := 0
+	keep, ttl := e.retention(parsed), int64(0)
+	if keep >= 0 {
+		ttl = now.Add(RunGrace).Unix() + keep
+	}
 	wfdef.Walk(parsed.Root, func(d *wfdef.Def) {
-		it := wfstore.Item{WorkflowID: id, Path: d.Path, Kind: d.Kind, Name: d.Name, Index: d.Index, StepID: d.StepID, State: wfstate.Waiting, Deps: d.Deps}
+		it := wfstore.Item{WorkflowID: id, Path: d.Path, Kind: d.Kind, Name: d.Name, Index: d.Index, StepID: d.StepID, State: wfstate.Waiting, Deps: d.Deps, TTL: ttl}
 		if p := comps[wfdef.ParentPath(d.Path)]; p != nil && d.Path != wfstore.RootPath && d.Index >= 0 {
 			// Children of wide groups and batches are counted in shards;
 			// a chain's last step knows it.
@@ -263,7 +305,7 @@ func (e *Engine) build(ctx context.Context, parsed *wfdef.Parsed, id string, now
 			nodes = append(nodes, &c)
 			return
 		}
-		root = &wfstore.Root{Composite: c, Form: parsed.Form, JobCount: parsed.Jobs}
+		root = &wfstore.Root{Composite: c, Form: parsed.Form, JobCount: parsed.Jobs, Retain: keep}
 		root.State = wfstate.Running
 		root.CreatedAt, root.StartedAt = job.Timestamp(now), job.Timestamp(now)
 		check := now.Add(CheckAfter)

@@ -1,6 +1,7 @@
 package workflow
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -300,6 +301,13 @@ func (e *Engine) current(ctx context.Context, s step) (*step, error) {
 // request that ended it): a failed workflow's compensation and on_failure
 // handler, a cancelled one's on_cancel handler. Each starts once.
 func (e *Engine) rootEnded(ctx context.Context, n *wfstore.Root) error {
+	end, err := time.Parse(time.RFC3339Nano, cmp.Or(n.CompletedAt, n.CancelledAt))
+	if err != nil {
+		end = e.now()
+	}
+	if err := e.keep(ctx, n, nil, end.Unix()+n.Retain); err != nil {
+		return err
+	}
 	if n.State != wfstate.Failed && n.State != wfstate.Cancelled {
 		return nil
 	}
@@ -389,6 +397,12 @@ func (e *Engine) repair(ctx context.Context, id string, now time.Time) error {
 			return err
 		}
 		return nil
+	}
+	if root.TTL > 0 && now.Add(RunGrace/2).Unix() > root.TTL {
+		// Running (or checked) close to its expiry.
+		if err := e.keep(ctx, root, items, now.Add(RunGrace).Unix()+root.Retain); err != nil {
+			return err
+		}
 	}
 	if root.State == wfstate.Cancelled {
 		// Checked once after its cancel: its on_cancel handler and the
@@ -495,4 +509,23 @@ func (e *Engine) repair(ctx context.Context, id string, now time.Time) error {
 		}
 	}
 	return nil
+}
+
+// keep extends the expiry of workflow root's items and jobs (of items,
+// its nodes; nil: read) to until when it comes before: when it ends
+// (its retention after its end, rootEnded) and while its progress check
+// finds it within half RunGrace of it (repair). Rare: only a workflow
+// that runs longer than RunGrace gets there.
+func (e *Engine) keep(ctx context.Context, root *wfstore.Root, items []wfstore.Node, until int64) error {
+	if root.TTL == 0 || root.TTL >= until {
+		return nil
+	}
+	if items == nil {
+		var err error
+		if items, err = e.st.WorkflowItems(ctx, root.WorkflowID); err != nil {
+			return err
+		}
+	}
+	e.log.InfoContext(ctx, "extending a workflow's expiry", "workflow_id", root.WorkflowID, "ttl", until)
+	return e.st.Extend(ctx, root.WorkflowID, allJobIDs(root.WorkflowID, items), until)
 }

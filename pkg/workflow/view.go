@@ -35,6 +35,16 @@ func (e *Engine) Get(ctx context.Context, wfID string) (*wfview.View, error) {
 		}
 		return wfview.CreatingView(root, phase, len(nodes)-1, root.CreateItems), nil
 	}
+	jobs, err := e.jobs.BatchGetJobs(ctx, allJobIDs(wfID, nodes))
+	if err != nil {
+		return nil, ojserr.Backend(err)
+	}
+	return wfview.Render(wfstore.NewTree(nodes), jobs), nil
+}
+
+// allJobIDs are the ids of the jobs of workflow wfID's nodes: its job
+// steps' (handlers' too) and its compensation's.
+func allJobIDs(wfID string, nodes []wfstore.Node) []string {
 	var ids []string
 	for _, node := range nodes {
 		if n := node.Base(); n.Kind == wfdef.KindJob {
@@ -46,9 +56,5 @@ func (e *Engine) Get(ctx context.Context, wfID string) (*wfview.View, error) {
 			}
 		}
 	}
-	jobs, err := e.jobs.BatchGetJobs(ctx, ids)
-	if err != nil {
-		return nil, ojserr.Backend(err)
-	}
-	return wfview.Render(wfstore.NewTree(nodes), jobs), nil
+	return ids
 }
