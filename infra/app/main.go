@@ -28,6 +28,9 @@
 //	             before payload packing; docs/infrastructure.md)
 //	tracing      true: X-Ray active tracing on every function (off by
 //	             default: it is billed per trace)
+//	resultTtl    OJS_RESULT_TTL of the functions (seconds; -1 for ever);
+//	             default 604800 (7 days)
+//	queueResultTtl OJS_QUEUE_RESULT_TTL: a JSON object, queue to seconds
 //
 // account, region, alarmTopicArn and alarmEmail may also be set per environment in
 // cdk.json, under "context": {"environments": {"prod": {"account": ...,
@@ -47,6 +50,7 @@ package main
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"os"
 	"regexp"
@@ -92,6 +96,8 @@ type config struct {
 	FetchWait     time.Duration
 	PlainPayloads bool
 	Tracing       bool
+	ResultTTL     *int64
+	QueueTTLs     map[string]int64
 }
 
 // readConfig reads the context keys documented on the package through get
@@ -156,6 +162,18 @@ func readConfig(get, getenv func(string) string) (config, error) {
 			return config{}, fmt.Errorf("context fetchWait %w", err)
 		}
 		c.FetchWait = d
+	}
+	if v := perEnv("resultTtl"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return config{}, fmt.Errorf("context resultTtl=%q: want seconds", v)
+		}
+		c.ResultTTL = &n
+	}
+	if v := perEnv("queueResultTtl"); v != "" {
+		if err := json.Unmarshal([]byte(v), &c.QueueTTLs); err != nil {
+			return config{}, fmt.Errorf("context queueResultTtl=%q: want a JSON object of queue names to seconds", v)
+		}
 	}
 	for key, dst := range map[string]*bool{"plainPayloads": &c.PlainPayloads, "tracing": &c.Tracing} {
 		if v := perEnv(key); v != "" {
@@ -222,12 +240,14 @@ func build(app awscdk.App, getenv func(string) string) error {
 	props := &ojsconstruct.StackProps{
 		AlarmTopicARN: c.AlarmTopicARN,
 		OJS: ojsconstruct.Props{
-			Env:        env,
-			AssetRoot:  c.AssetDir,
-			LogLevel:   c.LogLevel,
-			Frontend:   ojsconstruct.Frontend(c.Frontend),
-			AuthToken:  c.AuthToken,
-			AlarmEmail: c.AlarmEmail,
+			Env:             env,
+			AssetRoot:       c.AssetDir,
+			LogLevel:        c.LogLevel,
+			Frontend:        ojsconstruct.Frontend(c.Frontend),
+			AuthToken:       c.AuthToken,
+			AlarmEmail:      c.AlarmEmail,
+			ResultTTL:       c.ResultTTL,
+			QueueResultTTLs: c.QueueTTLs,
 		},
 	}
 	if c.Account != "" || c.Region != "" {

@@ -2,8 +2,10 @@ package ojsconstruct
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
@@ -260,6 +262,12 @@ func (o *OJSServerless) addFunctions() {
 			topology.EnvTable:      o.Table.TableName(),
 			topology.EnvPushQueues: o.PushQueuesJSON,
 			topology.EnvLogLevel:   jsii.String(p.LogLevel),
+			// Read where jobs finish and where workflows are created.
+			topology.EnvResultTTL: jsii.String(strconv.FormatInt(*p.ResultTTL, 10)),
+		}
+		if len(p.QueueResultTTLs) > 0 {
+			b, _ := json.Marshal(p.QueueResultTTLs)
+			env[topology.EnvQueueResultTTL] = jsii.String(string(b))
 		}
 		if name == topology.FunctionAPI && p.AuthToken != "" {
 			env[topology.EnvAuthToken] = jsii.String(p.AuthToken)

@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssns"
 
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 )
 
@@ -105,6 +106,13 @@ type Props struct {
 	// AlarmEmail, when set, is subscribed (protocol email) to the alarm
 	// topic, whichever it is; the address must confirm the subscription.
 	AlarmEmail string
+
+	// ResultTTL is the functions' OJS_RESULT_TTL: how long, in seconds, a
+	// finished job that sets no result_ttl is kept (-1 for ever, 0 not
+	// kept). Default job.DefaultResultTTL (7 days). QueueResultTTLs is
+	// OJS_QUEUE_RESULT_TTL, the default by queue before it (default none).
+	ResultTTL       *int64
+	QueueResultTTLs map[string]int64
 }
 
 // Frontend is what serves the OJS HTTP binding to clients.
@@ -147,6 +155,9 @@ func (p Props) withDefaults() (Props, error) {
 		p.Architecture = awslambda.Architecture_ARM_64()
 	}
 	p.LogLevel = cmp.Or(p.LogLevel, DefaultLogLevel)
+	if p.ResultTTL == nil {
+		p.ResultTTL = new(int64(job.DefaultResultTTL))
+	}
 	p.Frontend = cmp.Or(p.Frontend, FrontendHTTPAPI)
 	p.IteratorAgeAlarmThreshold = cmp.Or(p.IteratorAgeAlarmThreshold, DefaultIteratorAgeAlarmThreshold)
 	p.QueueAgeAlarmThreshold = cmp.Or(p.QueueAgeAlarmThreshold, DefaultQueueAgeAlarmThreshold)
@@ -177,6 +188,14 @@ func (p Props) validate() error {
 	}
 	if _, ok := deploymentConfigs[e.TrafficShift]; !ok && e.TrafficShift != topology.ShiftAllAtOnce {
 		return fmt.Errorf("ojsconstruct: traffic shift %q: want one of %v", e.TrafficShift, sortedShifts())
+	}
+	for q, v := range p.QueueResultTTLs {
+		if v < job.PermanentResultTTL || v > job.MaxResultTTL {
+			return fmt.Errorf("ojsconstruct: result TTL %d of queue %q: want -1, 0 or up to %d seconds", v, q, job.MaxResultTTL)
+		}
+	}
+	if r := p.ResultTTL; r != nil && (*r < job.PermanentResultTTL || *r > job.MaxResultTTL) {
+		return fmt.Errorf("ojsconstruct: result TTL %d: want -1, 0 or up to %d seconds", *r, job.MaxResultTTL)
 	}
 	if p.AlarmEmail != "" && !emailPattern.MatchString(p.AlarmEmail) {
 		return fmt.Errorf("ojsconstruct: alarm email %q is not an email address", p.AlarmEmail)
