@@ -46,6 +46,9 @@ type Change struct {
 	At time.Time
 	// SequenceNumber identifies the record for partial batch failures.
 	SequenceNumber string
+	// Expired marks a removal by the table's TTL (a pruned finished job or
+	// workflow): it implies no event.
+	Expired bool
 }
 
 // Workflows verifies that finished workflow steps were advanced (the
@@ -230,7 +233,7 @@ func (e *Engine) emit(ctx context.Context, changes []Change, now time.Time) erro
 			if c.New.Job.WorkflowID != "" {
 				jobs = append(jobs, wfevents.JobChange{Old: old, New: c.New.Job, Version: c.New.Version, At: at})
 			}
-		} else if c.New == nil && c.Old != nil && c.Old.Job != nil {
+		} else if c.New == nil && c.Old != nil && c.Old.Job != nil && !c.Expired {
 			evs = append(evs, events.FromDeletedJob(src, c.Old.Job, c.Old.Pruned, c.Old.Version, at)...)
 		}
 		if c.NewNode != nil {

@@ -758,6 +758,9 @@ func (e *Engine) Retry(ctx context.Context, wfID string) (*wfview.View, error) {
 		deadline = now.Add(time.Duration(root.TimeoutMS) * time.Millisecond)
 		checkAt = minTime(checkAt, deadline)
 	}
+	if err := e.keepRunning(ctx, root, nil, now); err != nil {
+		return nil, ojserr.Backend(err)
+	}
 	// (Not once its compensation started meanwhile.)
 	_, err = e.st.ChangeRoot(ctx, wfID, wfstore.RetryWorkflow(root.State, now, checkAt, deadline))
 	var nc *wfstore.ErrNodeConflict

@@ -146,19 +146,19 @@ func TestWorkflowsExpireTogether(t *testing.T) {
 	// grace of its expiry; its end extends it to its retention after it.
 	created = clk.Now().Unix()
 	long := h.create(`{"type":"chain","steps":[
-		{"type":"x","args":[],"options":{"queue":"long"},"result_ttl":3600},
-		{"type":"y","args":[],"options":{"queue":"long"},"result_ttl":3600}]}`)
+		{"type":"x","args":[],"options":{"queue":"long"},"result_ttl":86400},
+		{"type":"y","args":[],"options":{"queue":"long"},"result_ttl":60}]}`)
 	runAll("long")
-	expect(long, created+3600+grace, 5)
-	clk.Add(time.Duration(3600+grace/2+60) * time.Second)
+	expect(long, created+86400+grace, 5)
+	clk.Add(time.Duration(86400+grace/2+60) * time.Second)
 	if _, err := eng.Repair(ctx, 10); err != nil {
 		t.Fatal(err)
 	}
-	expect(long, clk.Now().Unix()+3600+grace, 5)
+	expect(long, clk.Now().Unix()+86400+grace, 5)
 	clk.Add(workflow.RunGrace + time.Hour)
 	runAll("long")
 	rootEnds(long)
-	expect(long, clk.Now().Unix()+3600, 5)
+	expect(long, clk.Now().Unix()+86400, 5)
 	rootEnds(long) // repeated: changes nothing
-	expect(long, clk.Now().Unix()+3600, 5)
+	expect(long, clk.Now().Unix()+86400, 5)
 }

@@ -305,7 +305,9 @@ func (e *Engine) rootEnded(ctx context.Context, n *wfstore.Root) error {
 	if err != nil {
 		end = e.now()
 	}
-	if err := e.keep(ctx, n, nil, end.Unix()+n.Retain); err != nil {
+	// Kept its retention after its end, and at least half RunGrace: time
+	// for its compensation and handlers.
+	if err := e.keep(ctx, n, nil, end.Unix()+max(n.Retain, int64(RunGrace/time.Second/2))); err != nil {
 		return err
 	}
 	if n.State != wfstate.Failed && n.State != wfstate.Cancelled {
@@ -398,11 +400,8 @@ func (e *Engine) repair(ctx context.Context, id string, now time.Time) error {
 		}
 		return nil
 	}
-	if root.TTL > 0 && now.Add(RunGrace/2).Unix() > root.TTL {
-		// Running (or checked) close to its expiry.
-		if err := e.keep(ctx, root, items, now.Add(RunGrace).Unix()+root.Retain); err != nil {
-			return err
-		}
+	if err := e.keepRunning(ctx, root, items, now); err != nil {
+		return err
 	}
 	if root.State == wfstate.Cancelled {
 		// Checked once after its cancel: its on_cancel handler and the
@@ -511,11 +510,21 @@ func (e *Engine) repair(ctx context.Context, id string, now time.Time) error {
 	return nil
 }
 
+// keepRunning extends the expiry of workflow root, running (or run again
+// by a retry) at now, to its retention after RunGrace from now once now
+// is within half RunGrace of it: its progress check runs every
+// CheckAfter, so it never passes while the workflow runs.
+func (e *Engine) keepRunning(ctx context.Context, root *wfstore.Root, items []wfstore.Node, now time.Time) error {
+	if root.TTL > now.Add(RunGrace/2).Unix() {
+		return nil
+	}
+	return e.keep(ctx, root, items, now.Add(RunGrace).Unix()+root.Retain)
+}
+
 // keep extends the expiry of workflow root's items and jobs (of items,
 // its nodes; nil: read) to until when it comes before: when it ends
-// (its retention after its end, rootEnded) and while its progress check
-// finds it within half RunGrace of it (repair). Rare: only a workflow
-// that runs longer than RunGrace gets there.
+// (rootEnded) and while it runs (keepRunning). Rare: only a workflow that
+// runs longer than about RunGrace gets there.
 func (e *Engine) keep(ctx context.Context, root *wfstore.Root, items []wfstore.Node, until int64) error {
 	if root.TTL == 0 || root.TTL >= until {
 		return nil

@@ -90,7 +90,8 @@ func subject(c engine.Change) []any {
 
 // Change decodes one stream record.
 func Change(r events.DynamoDBEventRecord) (engine.Change, error) {
-	c := engine.Change{SequenceNumber: r.Change.SequenceNumber, At: r.Change.ApproximateCreationDateTime.UTC()}
+	c := engine.Change{SequenceNumber: r.Change.SequenceNumber, At: r.Change.ApproximateCreationDateTime.UTC(),
+		Expired: r.UserIdentity != nil && r.UserIdentity.PrincipalID == "dynamodb.amazonaws.com"}
 	for _, img := range []struct {
 		src   map[string]events.DynamoDBAttributeValue
 		dst   **store.Item

@@ -55,6 +55,12 @@ func TestChangeDecodesSampleRecords(t *testing.T) {
 	if ds := engine.Deliveries(mod, time.Now()); len(ds) != 0 {
 		t.Fatalf("a claim must not be delivered: %+v", ds)
 	}
+	// A removal by the table's TTL (a pruned job or workflow item).
+	rm := ev.Records[1]
+	rm.Change.NewImage, rm.UserIdentity = nil, &events.DynamoDBUserIdentity{Type: "Service", PrincipalID: "dynamodb.amazonaws.com"}
+	if c, err := Change(rm); err != nil || !c.Expired || mod.Expired {
+		t.Fatalf("ttl removal: %+v %v", c, err)
+	}
 }
 
 // Worker heartbeats and the dead letter pruner's record decode into the
