@@ -581,24 +581,32 @@ func (s *Store) otherKeys(ctx context.Context, wfID string) ([]map[string]types.
 
 // Extend moves the ttl of every item of workflow wfID and of its jobs
 // (jobIDs) that expires before until to until: the rare fan-out for a
-// workflow that outlives its expiry (workflow.Engine.keep). Its root goes
-// last, so a pass that failed half way is made again. Items without a ttl
-// (a permanent workflow) are left alone; repeating it changes nothing.
+// workflow that outlives its expiry (workflow.Engine.keep). Its nodes go
+// first (later jobs copy theirs), its root last, so a pass that failed
+// half way is made again. Items without a ttl (a permanent workflow) are
+// left alone; repeating it changes nothing.
 func (s *Store) Extend(ctx context.Context, wfID string, jobIDs []string, until int64) error {
 	keys, err := s.otherKeys(ctx, wfID)
 	if err != nil {
 		return err
 	}
-	nodes := len(keys)
-	for _, id := range jobIDs {
-		keys = append(keys, store.JobKey(id))
-	}
 	if err := store.Parallel(ctx, len(keys), 16, func(ctx context.Context, i int) error {
-		return s.extend(ctx, keys[i], i >= nodes, until)
+		return s.extend(ctx, keys[i], false, until)
 	}); err != nil {
 		return err
 	}
+	if err := s.ExtendJobs(ctx, jobIDs, until); err != nil {
+		return err
+	}
 	return s.extend(ctx, wfKey(wfID, nodeSK(RootPath)), false, until)
+}
+
+// ExtendJobs moves the ttl of the workflow jobs ids to until where it
+// comes before.
+func (s *Store) ExtendJobs(ctx context.Context, ids []string, until int64) error {
+	return store.Parallel(ctx, len(ids), 16, func(ctx context.Context, i int) error {
+		return s.extend(ctx, store.JobKey(ids[i]), true, until)
+	})
 }
 
 // extend sets the ttl of the item at key to until if it expires before;

@@ -154,7 +154,22 @@ func TestWorkflowsExpireTogether(t *testing.T) {
 	if _, err := eng.Repair(ctx, 10); err != nil {
 		t.Fatal(err)
 	}
-	expect(long, clk.Now().Unix()+86400+grace, 5)
+	ext := clk.Now().Unix() + 86400 + grace
+	expect(long, ext, 5)
+	// A job written with the expiry of a node read before the extension
+	// is found by the next check.
+	y := wfdef.JobID(long, "/s1")
+	if _, err := testenv.DynamoDB().UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String(st.Table()), Key: store.JobKey(y),
+		UpdateExpression:          aws.String("SET #t = :t, wf_ttl = :t"),
+		ExpressionAttributeNames:  map[string]string{"#t": "ttl"},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":t": &types.AttributeValueMemberN{Value: "1000"}}}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Add(workflow.CheckAfter + time.Second)
+	if _, err := eng.Repair(ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	expect(long, ext, 5)
 	clk.Add(workflow.RunGrace + time.Hour)
 	runAll("long")
 	rootEnds(long)

@@ -441,6 +441,16 @@ func (e *Engine) repair(ctx context.Context, id string, now time.Time) error {
 	if err != nil {
 		return err
 	}
+	// Jobs an advance built from a node read before an extension.
+	var stale []string
+	for id, j := range jobs {
+		if j.WorkflowExpiry > 0 && j.WorkflowExpiry < root.TTL {
+			stale = append(stale, id)
+		}
+	}
+	if err := e.st.ExtendJobs(ctx, stale, root.TTL); err != nil {
+		return err
+	}
 	// First jobs a creator that died did not write.
 	first, _, err := e.mk.Launch(ctx, t, wfstore.RootPath, wfjobs.EmptyResults(root.Kind))
 	if err != nil {
@@ -536,5 +546,9 @@ func (e *Engine) keep(ctx context.Context, root *wfstore.Root, items []wfstore.N
 		}
 	}
 	e.log.InfoContext(ctx, "extending a workflow's expiry", "workflow_id", root.WorkflowID, "ttl", until)
-	return e.st.Extend(ctx, root.WorkflowID, allJobIDs(root.WorkflowID, items), until)
+	if err := e.st.Extend(ctx, root.WorkflowID, allJobIDs(root.WorkflowID, items), until); err != nil {
+		return err
+	}
+	root.TTL = until
+	return nil
 }
