@@ -95,6 +95,10 @@ func TestReadConfig(t *testing.T) {
 		{name: "tracing", ctx: map[string]string{"tracing": "true"}, want: config{Env: "dev", Arch: "arm64", Tracing: true}},
 		{name: "tracing per environment", ctx: map[string]string{"environments.dev.tracing": "true"}, want: config{Env: "dev", Arch: "arm64", Tracing: true}},
 		{name: "tracing not a boolean", ctx: map[string]string{"tracing": "on"}, wantErr: "tracing"},
+		{name: "result retention", ctx: map[string]string{"resultTtl": "-1", "queueResultTtl": `{"reports":60}`},
+			want: config{Env: "dev", Arch: "arm64", ResultTTL: new(int64(-1)), QueueTTLs: map[string]int64{"reports": 60}}},
+		{name: "result retention not seconds", ctx: map[string]string{"resultTtl": "7d"}, wantErr: "resultTtl"},
+		{name: "queue result retention not JSON", ctx: map[string]string{"queueResultTtl": "reports=60"}, wantErr: "queueResultTtl"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

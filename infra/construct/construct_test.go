@@ -187,7 +187,10 @@ func TestFunctions(t *testing.T) {
 		id := s.byTag(t, "AWS::Lambda::Function", TagFunction, name)
 		fn := props(s.resources("AWS::Lambda::Function")[id])
 		vars := fn["Environment"].(map[string]any)["Variables"].(map[string]any)
-		want := []string{topology.EnvLogLevel, topology.EnvPushQueues, topology.EnvTable}
+		want := []string{topology.EnvLogLevel, topology.EnvPushQueues, topology.EnvTable, topology.EnvResultTTL}
+		if vars[topology.EnvResultTTL] != "604800" {
+			t.Errorf("%s: %s = %v, want the default 604800", name, topology.EnvResultTTL, vars[topology.EnvResultTTL])
+		}
 		if name == topology.FunctionStream {
 			want = append(want, topology.EnvEventBus, topology.EnvEventTTL, topology.EnvName)
 			if vars[topology.EnvName] != "dev" {
