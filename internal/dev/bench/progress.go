@@ -62,8 +62,12 @@ func isTerminal(w io.Writer) bool {
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
-// Set records that n units are done.
-func (p *Progress) Set(n int) { p.done.Store(int64(n)) }
+// Set records that n units are done (on a nil Progress, nothing).
+func (p *Progress) Set(n int) {
+	if p != nil {
+		p.done.Store(int64(n))
+	}
+}
 
 // Done stops drawing and ends the line.
 func (p *Progress) Done() {

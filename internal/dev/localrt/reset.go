@@ -39,17 +39,13 @@ func Wipe(ctx context.Context, cfg aws.Config, table string, queueURLs []string)
 		wg    sync.WaitGroup
 	)
 	for seg := range segments {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			n, err := wipeSegment(ctx, db, table, int32(seg), segments)
 			mu.Lock()
 			total += n
-			if err != nil {
-				errs = append(errs, err)
-			}
+			errs = append(errs, err)
 			mu.Unlock()
-		}()
+		})
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
@@ -133,6 +129,24 @@ func (rt *Runtime) Reset(ctx context.Context) (int, error) {
 		fn.Recycle()
 	}
 	return n, nil
+}
+
+// ListenReset serves ServeReset on addr with Reset, logging each reset,
+// until Stop.
+func (rt *Runtime) ListenReset(addr string) (net.Listener, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	rt.closers = append(rt.closers, l)
+	go func() {
+		_ = ServeReset(l, func(ctx context.Context) error {
+			n, err := rt.Reset(ctx)
+			rt.log.Info("state reset (FLUSHDB)", "items_deleted", n)
+			return err
+		}, rt.log)
+	}()
+	return l, nil
 }
 
 // ServeReset answers the few Redis (RESP) commands a test runner sends to

@@ -24,6 +24,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -102,7 +103,8 @@ type Runtime struct {
 	apiURL    string
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
-	logFiles  []*os.File
+	closers   []io.Closer // log files, the reset listener
+	em        *emulator.Emulators
 
 	statsMu sync.Mutex
 	stats   map[string]int
@@ -121,40 +123,68 @@ func Start(ctx context.Context, cfg Config) (*Runtime, error) {
 	cfg.Table = cmp.Or(cfg.Table, cfg.Env.Prefix+"-jobs")
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	rt := &Runtime{cfg: cfg, log: cfg.Logger, fns: map[string]*Function{}, stats: map[string]int{}, busy: map[string]time.Duration{}}
-	if err := rt.provision(ctx); err != nil {
+	if err := rt.start(ctx); err != nil {
+		rt.Stop()
 		return nil, err
 	}
+	return rt, nil
+}
+
+// StartWithEmulators starts the emulators (their output in
+// cfg.LogDir/emulatorLog), points this process's AWS SDKs at them and starts
+// the runtime on them; Stop stops both. Of cfg.AWS only its APIOptions are
+// kept (added to the configuration loaded for the emulators).
+func StartWithEmulators(ctx context.Context, cfg Config, emulatorLog string) (*Runtime, *emulator.Emulators, error) {
+	em, err := emulator.StartLogged(ctx, cfg.LogDir, emulatorLog)
+	if err != nil {
+		return nil, nil, err
+	}
+	opts := cfg.AWS.APIOptions
+	if cfg.AWS, err = awsclient.Load(ctx); err == nil {
+		cfg.AWS.APIOptions, cfg.AWSEnv = append(cfg.AWS.APIOptions, opts...), em.Env()
+		var rt *Runtime
+		if rt, err = Start(ctx, cfg); err == nil {
+			rt.em = em
+			return rt, em, nil
+		}
+	}
+	em.Stop()
+	return nil, nil, err
+}
+
+func (rt *Runtime) start(ctx context.Context) error {
+	cfg := rt.cfg
+	var err error
+	if rt.streamARN, rt.queueURLs, err = Provision(ctx, cfg.AWS, cfg.Env, cfg.Table); err != nil {
+		return err
+	}
 	urls, _ := json.Marshal(rt.queueURLs)
-	baseEnv := append(append([]string{}, cfg.AWSEnv...),
-		topology.EnvTable+"="+cfg.Table, topology.EnvPushQueues+"="+string(urls))
-	baseEnv = append(baseEnv, cfg.ExtraEnv...)
+	baseEnv := slices.Concat(cfg.AWSEnv, []string{topology.EnvTable + "=" + cfg.Table, topology.EnvPushQueues + "=" + string(urls)}, cfg.ExtraEnv)
 	for _, name := range topology.FunctionNames {
-		env := append([]string{}, baseEnv...)
-		if name == topology.FunctionSweeper && cfg.Env.Sweeper.Tick > 0 {
-			env = append(env, topology.EnvSweepTick+"="+cfg.Env.Sweeper.Tick.String())
-		}
-		if name == topology.FunctionStream {
+		env := slices.Clone(baseEnv)
+		conc := cfg.Concurrency
+		switch name {
+		case topology.FunctionSweeper:
+			if cfg.Env.Sweeper.Tick > 0 {
+				env = append(env, topology.EnvSweepTick+"="+cfg.Env.Sweeper.Tick.String())
+			}
+			conc = max(1, cfg.Sweepers) // one sweep at a time, unless Sweepers
+		case topology.FunctionStream:
 			env = append(env, topology.EnvEventTTL+"="+cfg.Env.EventTTL.String(), topology.EnvName+"="+cfg.Env.Name)
-		}
-		if name == topology.FunctionAPI && cfg.Env.FetchWait > 0 {
-			env = append(env, topology.EnvFetchWait+"="+cfg.Env.FetchWait.String())
+			conc = 1 // the stream mapping invokes serially per shard
+		case topology.FunctionAPI:
+			if cfg.Env.FetchWait > 0 {
+				env = append(env, topology.EnvFetchWait+"="+cfg.Env.FetchWait.String())
+			}
 		}
 		var logw io.Writer = io.Discard
 		if cfg.LogDir != "" {
 			f, err := os.OpenFile(filepath.Join(cfg.LogDir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 			if err != nil {
-				rt.Stop()
-				return nil, err
+				return err
 			}
-			rt.logFiles = append(rt.logFiles, f)
+			rt.closers = append(rt.closers, f)
 			logw = f
-		}
-		conc := cfg.Concurrency
-		if name == topology.FunctionSweeper || name == topology.FunctionStream {
-			conc = 1 // one sweep at a time; the stream mapping invokes serially per shard
-		}
-		if name == topology.FunctionSweeper && cfg.Sweepers > 1 {
-			conc = cfg.Sweepers
 		}
 		fn := &Function{Name: cfg.Env.Prefix + "-" + name, Binary: filepath.Join(cfg.BinDir, name, "bootstrap"), Env: env,
 			Timeout: cfg.Env.Functions[name].Timeout, Concurrency: conc, Log: logw, Logger: rt.log}
@@ -162,31 +192,33 @@ func Start(ctx context.Context, cfg Config) (*Runtime, error) {
 			fn.MaxConcurrency = cfg.APIMaxConcurrency
 		}
 		if _, err := os.Stat(fn.Binary); err != nil {
-			rt.Stop()
-			return nil, fmt.Errorf("function %s: %w (build it with make build-local)", name, err)
+			return fmt.Errorf("function %s: %w (build it with make build-local)", name, err)
 		}
 		if err := fn.Start(); err != nil {
-			rt.Stop()
-			return nil, err
+			return err
 		}
 		rt.fns[name] = fn
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	rt.cancel = cancel
-	if err := rt.serveAPI(); err != nil {
-		rt.Stop()
-		return nil, err
+	addr := cmp.Or(cfg.APIAddr, "127.0.0.1:8080")
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", addr, err)
 	}
+	rt.apiURL = "http://" + l.Addr().String()
+	rt.api = &http.Server{Handler: http.HandlerFunc(rt.serveHTTP), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = rt.api.Serve(l) }()
 	for _, q := range cfg.Env.Queues {
-		for i := 0; i < min(cfg.Concurrency, q.MaxConcurrency); i++ {
+		for range min(cfg.Concurrency, q.MaxConcurrency) {
 			rt.goLoop(func() { rt.pollSQS(runCtx, q) })
 		}
 	}
 	rt.goLoop(func() { rt.pollStream(runCtx) })
-	for i := 0; i < max(1, cfg.Sweepers); i++ {
+	for range max(1, cfg.Sweepers) {
 		rt.goLoop(func() { rt.schedule(runCtx) })
 	}
-	return rt, nil
+	return nil
 }
 
 func (rt *Runtime) count(key string) {
@@ -236,9 +268,8 @@ func (rt *Runtime) InvocationTime() map[string]time.Duration {
 	return maps.Clone(rt.busy)
 }
 
-// InitTimes returns, per function, the init duration of each execution
-// environment started so far: from the process start until its first
-// Runtime API "next" request (what Lambda reports as Init Duration).
+// InitTimes returns, per function, the init duration (process start to its
+// first Runtime API "next") of each execution environment started so far.
 func (rt *Runtime) InitTimes() map[string][]time.Duration {
 	out := map[string][]time.Duration{}
 	for name, fn := range rt.fns {
@@ -253,9 +284,7 @@ func (rt *Runtime) Invoke(ctx context.Context, name string, payload []byte) ([]b
 	if !ok {
 		return nil, fmt.Errorf("no function %q", name)
 	}
-	rt.statsMu.Lock()
-	rt.stats[name]++
-	rt.statsMu.Unlock()
+	rt.count(name)
 	var took time.Duration
 	out, err := fn.invoke(ctx, payload, &took)
 	rt.statsMu.Lock()
@@ -264,7 +293,8 @@ func (rt *Runtime) Invoke(ctx context.Context, name string, payload []byte) ([]b
 	return out, err
 }
 
-// Stop stops the API, the pollers and the functions.
+// Stop stops the API, the pollers and the functions (and the emulators of
+// StartWithEmulators).
 func (rt *Runtime) Stop() {
 	if rt.cancel != nil {
 		rt.cancel()
@@ -278,15 +308,12 @@ func (rt *Runtime) Stop() {
 	for _, fn := range rt.fns {
 		fn.Stop()
 	}
-	for _, f := range rt.logFiles {
-		_ = f.Close()
+	for _, c := range rt.closers {
+		_ = c.Close()
 	}
-}
-
-func (rt *Runtime) provision(ctx context.Context) error {
-	var err error
-	rt.streamARN, rt.queueURLs, err = Provision(ctx, rt.cfg.AWS, rt.cfg.Env, rt.cfg.Table)
-	return err
+	if rt.em != nil {
+		rt.em.Stop()
+	}
 }
 
 // Provision creates what the CDK stack creates on AWS, from the same
@@ -326,19 +353,6 @@ func Provision(ctx context.Context, cfg aws.Config, env topology.Env, table stri
 	return arn, urls, nil
 }
 
-func (rt *Runtime) serveAPI() error {
-	addr := rt.cfg.APIAddr
-	addr = cmp.Or(addr, "127.0.0.1:8080")
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", addr, err)
-	}
-	rt.apiURL = "http://" + l.Addr().String()
-	rt.api = &http.Server{Handler: http.HandlerFunc(rt.serveHTTP), ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = rt.api.Serve(l) }()
-	return nil
-}
-
 // serveHTTP plays API Gateway: the request becomes a payload 2.0 event,
 // the api function's response becomes the HTTP response. Lambda's limits
 // hold: an event over 6 MB is a 413, a response over 6 MB a 500 (the
@@ -357,16 +371,12 @@ func (rt *Runtime) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		// Lambda's 6 MB: API Gateway answers 413 without running the api
 		// function.
 		rt.log.Warn("api request too large for Lambda", "event_bytes", tooLarge.Bytes)
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusRequestEntityTooLarge)
-		_, _ = w.Write([]byte(`{"message":"Request Entity Too Large"}`))
+		writeMessage(w, http.StatusRequestEntityTooLarge, "Request Entity Too Large")
 		return
 	}
 	if err != nil {
 		rt.log.Error("api invocation failed", "error", err.Error())
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusInternalServerError)
-		_, _ = w.Write([]byte(`{"message":"Internal Server Error"}`))
+		writeMessage(w, http.StatusInternalServerError, "Internal Server Error")
 		return
 	}
 	var res events.APIGatewayV2HTTPResponse
@@ -375,6 +385,12 @@ func (rt *Runtime) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_ = apigw.WriteResponse(w, res)
+}
+
+func writeMessage(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = fmt.Fprintf(w, `{"message":%q}`, msg)
 }
 
 // sqsIdlePause is how long a poller waits after its n-th empty receive in

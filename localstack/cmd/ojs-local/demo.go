@@ -61,10 +61,10 @@ func show(v any) string {
 	return string(b)
 }
 
-// runDemo pushes a job to the push-mode queue "lambda" (run by the worker
+// runJobsDemo pushes a job to the push-mode queue "lambda" (run by the worker
 // function), one that fails once and is retried, and a pull-mode job that
 // the demo fetches and acknowledges itself like an external worker.
-func runDemo(base, token string) error {
+func runJobsDemo(base, token string) error {
 	c := client{base: base, token: token}
 	fmt.Println("== Demo 1: push mode (SQS -> worker function)")
 	st, out, err := c.do(http.MethodPost, "/ojs/v1/jobs", map[string]any{"type": "demo.greet", "args": []any{"OJS on AWS"}, "options": map[string]any{"queue": "lambda"}})
