@@ -1,13 +1,9 @@
 // Package localrt is the local runtime that plays AWS for the four
-// functions on the offline stack: it runs each function's built bootstrap
-// binary behind a local Lambda Runtime API (one process per execution
-// environment), serves HTTP as API Gateway HTTP API payload 2.0 events,
-// polls SQS into the worker like the SQS event source mapping (batch size,
-// visibility timeout, partial batch failures, redrive by SQS after
-// maxReceiveCount), polls DynamoDB Streams into the stream function like
-// the Streams event source mapping (every shard, in order per shard,
-// retrying a failed batch from the first failed record), and invokes the
-// sweeper on its schedule. All settings come from pkg/topology.
+// functions on the offline stack: each function's bootstrap binary runs
+// behind a local Lambda Runtime API, HTTP is served as API Gateway payload
+// 2.0 events, SQS and DynamoDB Streams are polled into the worker and stream
+// functions like Lambda's event source mappings, and the sweeper runs on its
+// schedule. All settings come from pkg/topology.
 package localrt
 
 import (
@@ -50,45 +46,34 @@ const DefaultAPIMaxConcurrency = 16
 type Config struct {
 	// Env is the topology to run (normally topology.ForEnv("local")).
 	Env topology.Env
-	// AWS is the SDK configuration pointing at the emulators.
-	AWS aws.Config
-	// AWSEnv are the environment variables that point the functions at
-	// the emulators (emulator.Emulators.Env()).
+	// AWS is the SDK configuration pointing at the emulators; AWSEnv points
+	// the functions at them (emulator.Emulators.Env()).
+	AWS    aws.Config
 	AWSEnv []string
 	// BinDir holds <function>/bootstrap for each function.
 	BinDir string
 	// Table is the table name. Default Env.Prefix + "-jobs".
 	Table string
-	// APIAddr is the address the API listens on, e.g. "127.0.0.1:8080";
-	// ":0"-style addresses pick a free port.
+	// APIAddr is the address the API listens on ("127.0.0.1:0": a free port).
 	APIAddr string
-	// Concurrency is the number of execution environments per function.
-	// Default 2 (the machine this runs on is small).
-	Concurrency int
-	// APIMaxConcurrency is how many execution environments the api
-	// function may grow to when every one is busy, as Lambda starts more
-	// on demand (a FETCH that waits for jobs holds one for its wait).
-	// Default max(Concurrency, DefaultAPIMaxConcurrency).
+	// Concurrency is the number of execution environments per function
+	// (default 2). The api function may grow to APIMaxConcurrency when every
+	// one is busy (default max(Concurrency, DefaultAPIMaxConcurrency)).
+	Concurrency       int
 	APIMaxConcurrency int
 	// LogDir receives <function>.log. Default: discard.
 	LogDir string
-	// ExtraEnv is added to every function's environment (e.g.
-	// OJS_AUTH_TOKEN).
+	// ExtraEnv is added to every function's environment.
 	ExtraEnv []string
 	// Logger receives the runtime's own logs. Default slog.Default().
 	Logger *slog.Logger
 	// DuplicateStreamRecords delivers every stream batch twice, as the
-	// at-least-once Streams mapping may; the e2e suite runs with it on to
-	// prove every consumer idempotent.
+	// at-least-once Streams mapping may (the e2e suite).
 	DuplicateStreamRecords bool
 	// DuplicateSQSMessages is the probability (0..1) that the SQS mapping
-	// puts a copy of a message it received back on its queue, as a
-	// standard queue's at-least-once delivery may deliver a message twice
-	// (the fault-injection soak).
+	// puts a copy of a message it received back on its queue (the soak).
 	DuplicateSQSMessages float64
-	// Sweepers is the number of sweeper schedules running at once
-	// (default 1); the fault-injection soak runs two to prove that
-	// concurrent sweeps do nothing twice.
+	// Sweepers is the number of sweeper schedules running at once (default 1).
 	Sweepers int
 }
 
@@ -316,12 +301,10 @@ func (rt *Runtime) Stop() {
 	}
 }
 
-// Provision creates what the CDK stack creates on AWS, from the same
-// topology: the job table (with its stream) and, per push-mode queue, an
-// SQS queue with its visibility timeout and a redrive policy to a
-// dead-letter queue after MaxReceiveCount receives, accepting messages of
-// up to awslimit.SQSMessageBytes. It returns the stream
-// ARN and the push-mode queue URLs. It is idempotent.
+// Provision creates, idempotently, what the CDK stack creates on AWS from the
+// same topology: the job table with its stream and, per push-mode queue, an
+// SQS queue with its redrive policy to a dead-letter queue. It returns the
+// stream ARN and the push-mode queue URLs.
 func Provision(ctx context.Context, cfg aws.Config, env topology.Env, table string) (string, map[string]string, error) {
 	arn, err := emulator.EnsureTable(ctx, dynamodb.NewFromConfig(cfg, awsclient.DynamoDBOptions), table)
 	if err != nil {
@@ -353,10 +336,9 @@ func Provision(ctx context.Context, cfg aws.Config, env topology.Env, table stri
 	return arn, urls, nil
 }
 
-// serveHTTP plays API Gateway: the request becomes a payload 2.0 event,
-// the api function's response becomes the HTTP response. Lambda's limits
-// hold: an event over 6 MB is a 413, a response over 6 MB a 500 (the
-// invocation failed).
+// serveHTTP plays API Gateway: the request becomes a payload 2.0 event, the
+// api function's response the HTTP response; an event over Lambda's 6 MB is
+// a 413, a response over it a 500.
 func (rt *Runtime) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 10<<20) // API Gateway's payload limit
 	ev, err := apigw.Event(r, uuid.NewString(), time.Now())
@@ -367,9 +349,6 @@ func (rt *Runtime) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	payload, _ := json.Marshal(ev)
 	out, err := rt.Invoke(r.Context(), topology.FunctionAPI, payload)
 	if tooLarge, ok := errors.AsType[*RequestTooLargeError](err); ok {
-		// The event (the body as a JSON string, headers and all) passes
-		// Lambda's 6 MB: API Gateway answers 413 without running the api
-		// function.
 		rt.log.Warn("api request too large for Lambda", "event_bytes", tooLarge.Bytes)
 		writeMessage(w, http.StatusRequestEntityTooLarge, "Request Entity Too Large")
 		return
@@ -399,16 +378,9 @@ func sqsIdlePause(n int) time.Duration {
 	return min(10*time.Millisecond<<min(n, 5), 200*time.Millisecond)
 }
 
-// pollSQS is one poller of the SQS event source mapping of queue q.
-//
-// The mapping on AWS long-polls: SQS answers as soon as it holds a message.
-// The emulator (local-aws-sqs) answers a long poll only once it holds
-// MaxNumberOfMessages messages or the wait is over, so a lone message
-// waited up to the whole wait (a second) before its worker ran. The poller
-// therefore short-polls (the emulator answers within 40 ms) and pauses
-// after empty answers, 20 ms growing to 200 ms while the queue stays idle:
-// a message waits at most about a quarter of a second, for at most five
-// receives a second from an idle poller.
+// pollSQS is one poller of the SQS event source mapping of queue q. It
+// short-polls, pausing after empty answers (sqsIdlePause): the emulator
+// answers a long poll only once it holds a full batch or the wait is over.
 func (rt *Runtime) pollSQS(ctx context.Context, q topology.Queue) {
 	client := sqs.NewFromConfig(rt.cfg.AWS)
 	url := rt.queueURLs[q.Name]
@@ -455,20 +427,14 @@ func (rt *Runtime) pollSQS(ctx context.Context, q topology.Queue) {
 		payload, _ := json.Marshal(ev)
 		res, err := rt.Invoke(ctx, topology.FunctionWorker, payload)
 		if err != nil {
-			// The whole batch becomes visible again after the visibility
-			// timeout, as with the real mapping.
 			rt.log.Warn("worker invocation failed; the batch will be redelivered", "queue", q.Name, "error", err.Error())
 			continue
 		}
 		var resp events.SQSEventResponse
 		_ = json.Unmarshal(res, &resp)
-		failed := map[string]bool{}
-		for _, f := range resp.BatchItemFailures {
-			failed[f.ItemIdentifier] = true
-		}
 		var del []sqstypes.DeleteMessageBatchRequestEntry
 		for i, m := range out.Messages {
-			if !failed[aws.ToString(m.MessageId)] {
+			if !slices.ContainsFunc(resp.BatchItemFailures, func(f events.SQSBatchItemFailure) bool { return f.ItemIdentifier == aws.ToString(m.MessageId) }) {
 				del = append(del, sqstypes.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle})
 			}
 		}

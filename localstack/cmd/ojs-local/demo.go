@@ -38,22 +38,15 @@ func (c client) do(method, path string, body any) (int, map[string]any, error) {
 	return res.StatusCode, out, nil
 }
 
-func (c client) waitState(id string, states ...string) (map[string]any, error) {
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
+// waitDone waits until the job is completed or discarded and returns it.
+func (c client) waitDone(id string) (map[string]any, error) {
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
 		_, out, err := c.do(http.MethodGet, "/ojs/v1/jobs/"+id, nil)
-		if err != nil {
-			return nil, err
+		if j, _ := out["job"].(map[string]any); err != nil || j["state"] == "completed" || j["state"] == "discarded" {
+			return j, err
 		}
-		j, _ := out["job"].(map[string]any)
-		for _, s := range states {
-			if j["state"] == s {
-				return j, nil
-			}
-		}
-		time.Sleep(200 * time.Millisecond)
 	}
-	return nil, fmt.Errorf("job %s did not reach %v within 60s", id, states)
+	return nil, fmt.Errorf("job %s did not reach [completed discarded] within 60s", id)
 }
 
 func show(v any) string {
@@ -74,7 +67,7 @@ func runJobsDemo(base, token string) error {
 	id := out["job"].(map[string]any)["id"].(string)
 	fmt.Printf("   POST /ojs/v1/jobs -> 201, job %s is %s\n", id, out["job"].(map[string]any)["state"])
 	start := time.Now()
-	j, err := c.waitState(id, "completed", "discarded")
+	j, err := c.waitDone(id)
 	if err != nil {
 		return err
 	}
@@ -86,7 +79,7 @@ func runJobsDemo(base, token string) error {
 		return err
 	}
 	id = out["job"].(map[string]any)["id"].(string)
-	j, err = c.waitState(id, "completed", "discarded")
+	j, err = c.waitDone(id)
 	if err != nil {
 		return err
 	}
