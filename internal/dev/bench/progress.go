@@ -36,9 +36,7 @@ func NewProgress(w io.Writer, label string, total int) *Progress {
 	if !isTerminal(w) {
 		every, prefix, suffix = 5*time.Second, "", "\n"
 	}
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
+	p.wg.Go(func() {
 		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
@@ -49,7 +47,7 @@ func NewProgress(w io.Writer, label string, total int) *Progress {
 				fmt.Fprint(p.w, prefix+p.Line(time.Since(p.start))+suffix)
 			}
 		}
-	}()
+	})
 	return p
 }
 

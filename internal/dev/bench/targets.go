@@ -31,8 +31,7 @@ func Targets(r *Result) []Target {
 			if p.Mode == "pull" {
 				t.Note = fmt.Sprintf("FETCH of up to %d; empty FETCH polls excluded (%s per job)", r.Settings.FetchCount, num(p.PerUnit.EmptyFetchDynamoDB))
 			}
-			ts = append(ts, t)
-			ts = append(ts, Check("SQS requests per job, "+p.Mode+" mode", p.PerUnit.SQS, GoalSQSPerJob, true, "requests"))
+			ts = append(ts, t, Check("SQS requests per job, "+p.Mode+" mode", p.PerUnit.SQS, GoalSQSPerJob, true, "requests"))
 		}
 	}
 	for _, name := range []string{"push chains", "pull chains"} {

@@ -196,12 +196,12 @@ func (rt *Runtime) start(ctx context.Context) error {
 	go func() { _ = rt.api.Serve(l) }()
 	for _, q := range cfg.Env.Queues {
 		for range min(cfg.Concurrency, q.MaxConcurrency) {
-			rt.goLoop(func() { rt.pollSQS(runCtx, q) })
+			rt.wg.Go(func() { rt.pollSQS(runCtx, q) })
 		}
 	}
-	rt.goLoop(func() { rt.pollStream(runCtx) })
+	rt.wg.Go(func() { rt.pollStream(runCtx) })
 	for range max(1, cfg.Sweepers) {
-		rt.goLoop(func() { rt.schedule(runCtx) })
+		rt.wg.Go(func() { rt.schedule(runCtx) })
 	}
 	return nil
 }
@@ -210,11 +210,6 @@ func (rt *Runtime) count(key string) {
 	rt.statsMu.Lock()
 	rt.stats[key]++
 	rt.statsMu.Unlock()
-}
-
-func (rt *Runtime) goLoop(f func()) {
-	rt.wg.Add(1)
-	go func() { defer rt.wg.Done(); f() }()
 }
 
 // URL is the API's base URL (http://host:port).

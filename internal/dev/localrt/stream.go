@@ -47,7 +47,7 @@ func (rt *Runtime) pollStream(ctx context.Context) {
 			done[id] = ch
 			parent := done[aws.ToString(sh.ParentShardId)]
 			mu.Unlock()
-			rt.goLoop(func() {
+			rt.wg.Go(func() {
 				defer close(ch)
 				if parent != nil {
 					select {

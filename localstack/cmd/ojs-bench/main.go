@@ -121,18 +121,8 @@ func updateFile(path, content string) error {
 }
 
 func write(res *bench.Result, dir string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
 	js, err := json.MarshalIndent(res, "", "  ")
 	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "latest.json"), append(js, '\n'), 0o644); err != nil {
-		return err
-	}
-	md := "# Latest benchmark run\n\n" + res.SummaryMarkdown() + "\n" + res.DetailMarkdown()
-	if err := os.WriteFile(filepath.Join(dir, "latest.md"), []byte(md), 0o644); err != nil {
 		return err
 	}
 	var png bytes.Buffer
@@ -140,7 +130,16 @@ func write(res *bench.Result, dir string) error {
 	if err := bench.DrawPNG(&png, title, res.Panels()); err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(dir, "latest.png"), png.Bytes(), 0o644)
+	md := "# Latest benchmark run\n\n" + res.SummaryMarkdown() + "\n" + res.DetailMarkdown()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for name, b := range map[string][]byte{"latest.json": append(js, '\n'), "latest.md": []byte(md), "latest.png": png.Bytes()} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func fail(err error) {

@@ -131,10 +131,7 @@ func run(runner, suites string, dirs []string, expectedFile, bin, logs string) (
 	}
 	fmt.Printf("%-22s %6d %6d %6d %9d\n\n", "all", totals[0], totals[1], totals[2], totals[3])
 	if len(unexpected) > 0 {
-		fmt.Println("FAILED (not expected):")
-		for _, u := range unexpected {
-			fmt.Println("  " + u)
-		}
+		fmt.Println("FAILED (not expected):\n  " + strings.Join(unexpected, "\n  "))
 		for _, d := range details {
 			fmt.Println(d)
 		}
