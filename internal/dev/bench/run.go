@@ -287,6 +287,25 @@ func (b *bencher) quiet(ctx context.Context) (snap, error) {
 	}
 }
 
+// measure runs f between two quiet moments, the client requests and empty
+// FETCHes counted afresh, and returns what happened on AWS meanwhile.
+func (b *bencher) measure(ctx context.Context, f func() error) (Delta, error) {
+	before, err := b.quiet(ctx)
+	if err != nil {
+		return Delta{}, err
+	}
+	b.takeClientCounts()
+	b.empties.Store(0)
+	if err := f(); err != nil {
+		return Delta{}, err
+	}
+	after, err := b.quiet(ctx)
+	if err != nil {
+		return Delta{}, err
+	}
+	return after.sub(before), nil
+}
+
 // do sends one API request, counting it under label.
 func (b *bencher) do(ctx context.Context, label, method, path string, body, out any) (int, error) {
 	var rd io.Reader
@@ -509,20 +528,11 @@ func (b *bencher) splitRun(ctx context.Context, n int, emptyFetchCost float64) (
 	measured := func(label string, f func(*Progress) error) (float64, error) {
 		prog := NewProgress(b.o.Progress, label, n)
 		defer prog.Done()
-		before, err := b.quiet(ctx)
+		d, err := b.measure(ctx, func() error { return f(prog) })
 		if err != nil {
 			return 0, err
 		}
-		b.empties.Store(0)
-		if err := f(prog); err != nil {
-			return 0, err
-		}
-		after, err := b.quiet(ctx)
-		if err != nil {
-			return 0, err
-		}
-		b.takeClientCounts()
-		per, _ := Account(after.sub(before), n, b.env, int(b.empties.Load()), emptyFetchCost)
+		per, _ := Account(d, n, b.env, int(b.empties.Load()), emptyFetchCost)
 		return round(per.DynamoDB-per.EmptyFetchDynamoDB, 2), nil
 	}
 	counts := []int{1}
@@ -650,21 +660,17 @@ func (b *bencher) wait(ctx context.Context, kind string, ids []string, perItem i
 // without empty polls negative).
 func (b *bencher) calibrateEmptyFetch(ctx context.Context) (EmptyFetch, error) {
 	const n = 100
-	before, err := b.quiet(ctx)
-	if err != nil {
-		return EmptyFetch{}, err
-	}
-	for i := 0; i < n; i++ {
-		if _, err := b.do(ctx, "POST /workers/fetch", http.MethodPost, "/workers/fetch", map[string]any{"queues": []string{"bench-empty"}, "count": b.o.Settings.FetchCount, "worker_id": "bench-cal"}, nil); err != nil {
-			return EmptyFetch{}, err
+	d, err := b.measure(ctx, func() error {
+		for range n {
+			if _, err := b.do(ctx, "POST /workers/fetch", http.MethodPost, "/workers/fetch", map[string]any{"queues": []string{"bench-empty"}, "count": b.o.Settings.FetchCount, "worker_id": "bench-cal"}, nil); err != nil {
+				return err
+			}
 		}
-	}
-	after, err := b.quiet(ctx)
+		return nil
+	})
 	if err != nil {
 		return EmptyFetch{}, err
 	}
-	b.takeClientCounts()
-	d := after.sub(before)
 	p, _ := Account(d, n, b.env, 0, 0)
 	return EmptyFetch{Fetches: n, DynamoDB: p.DynamoDB, ByOperation: p.DynamoDBByOperation, ReadUnitsEach: p.ReadUnits,
 		APIRequestsEach: p.API, LambdaInvocation: p.Lambda}, nil
@@ -679,25 +685,18 @@ func (b *bencher) runPhase(ctx context.Context, name, mode, kind string, n int, 
 	if kind != "jobs" {
 		p.Unit, p.Workflows = "step", n
 	}
-	before, err := b.quiet(ctx)
-	if err != nil {
-		return p, err
-	}
-	b.takeClientCounts()
-	b.empties.Store(0)
 	ids := make([]string, n)
-	start := time.Now()
-	pullEnd, err := b.load(ctx, name, mode, kind, ids, units, rate)
-	if err != nil {
-		return p, err
-	}
-	after, err := b.quiet(ctx)
+	var start, pullEnd time.Time
+	d, err := b.measure(ctx, func() (err error) {
+		start = time.Now()
+		pullEnd, err = b.load(ctx, name, mode, kind, ids, units, rate)
+		return err
+	})
 	if err != nil {
 		return p, err
 	}
 	p.ClientRequests = b.takeClientCounts()
 	p.EmptyFetches = int(b.empties.Load())
-	d := after.sub(before)
 
 	// Latencies and the end time from the jobs' own timestamps (read
 	// after the counters, so these reads are not counted).

@@ -291,11 +291,6 @@ type callFacts struct {
 func describe(in, out any, err error) callFacts {
 	var c callFacts
 	var cc []ddbtypes.ConsumedCapacity
-	one := func(p *ddbtypes.ConsumedCapacity) {
-		if p != nil {
-			cc = append(cc, *p)
-		}
-	}
 	switch v := in.(type) {
 	case *dynamodb.TransactWriteItemsInput:
 		c.items = int64(len(v.TransactItems))
@@ -329,7 +324,9 @@ func describe(in, out any, err error) callFacts {
 		if f, ok := field(out, "ConsumedCapacity"); ok {
 			switch x := f.Interface().(type) {
 			case *ddbtypes.ConsumedCapacity:
-				one(x)
+				if x != nil {
+					cc = []ddbtypes.ConsumedCapacity{*x}
+				}
 			case []ddbtypes.ConsumedCapacity:
 				cc = x
 			}
