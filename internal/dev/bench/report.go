@@ -337,12 +337,7 @@ func (r *Result) CostMarkdown() string {
 		}
 		fmt.Fprintf(&b, "| %s (per %s) | $%s | %s | %s | %s |\n", p.Name, p.Unit, num(p.Cost.Total), was, sfStd, sfExp)
 	}
-	var steps []Phase
-	for _, p := range r.Phases {
-		if p.Unit == "step" && !strings.HasSuffix(p.Name, "paced") {
-			steps = append(steps, p)
-		}
-	}
+	steps := r.workflowPhases()
 	if len(steps) == 0 {
 		return b.String()
 	}
@@ -378,6 +373,11 @@ func (r *Result) CostMarkdown() string {
 	}
 	b.WriteString("\n")
 	return b.String()
+}
+
+// workflowPhases are the phases of workflow steps but the paced ones.
+func (r *Result) workflowPhases() []Phase {
+	return slices.DeleteFunc(slices.Clone(r.Phases), func(p Phase) bool { return p.Unit != "step" || strings.HasSuffix(p.Name, "paced") })
 }
 
 // TargetsMarkdown renders the targets table.

@@ -37,8 +37,7 @@ import (
 
 // Options configure a run.
 type Options struct {
-	// BinDir holds <function>/bootstrap built for this machine (make
-	// build-local: .local/bin).
+	// BinDir holds <function>/bootstrap built for this machine (make build-local).
 	BinDir string
 	// RootDir is the module root (for the linux/arm64 size builds).
 	RootDir  string
@@ -51,8 +50,8 @@ type Options struct {
 	Big          bool
 	BigWorkflows int
 	BigWidth     int
-	// CreateWidth is the size of the group and the batch whose creation
-	// is timed (one POST each); 0 skips it.
+	// CreateWidth is the size of the group and the batch whose creation is
+	// timed; 0 skips it.
 	CreateWidth int
 	// SkipArm64 skips the linux/arm64 size builds.
 	SkipArm64 bool
@@ -84,9 +83,7 @@ type bencher struct {
 	mu      sync.Mutex
 	client  map[string]int
 	empties atomic.Int64
-	// payload is argsPayload(Settings.ArgsBytes), carried by every job of
-	// the measured phases.
-	payload json.RawMessage
+	payload json.RawMessage // argsPayload(Settings.ArgsBytes), in every measured job
 }
 
 // Run starts the emulators and the local runtime on free ports, runs every
@@ -456,9 +453,9 @@ func enqueue(ctx context.Context, n, clients int, rate float64, create func(cont
 }
 
 // pullWorkers fetch from queue, up to count jobs a FETCH, and acknowledge
-// until want jobs were acknowledged, backing off (doubling from 5 ms up to
-// Settings.FetchBackoffMS, 50 by default) while FETCH finds nothing, or
-// with Settings.FetchWaitMS, fetching again at once with that wait_ms. It returns the time of the last acknowledgement.
+// until want jobs were acknowledged, backing off (5 ms doubling up to
+// Settings.FetchBackoffMS) after an empty FETCH unless it waited
+// (Settings.FetchWaitMS). It returns the time of the last acknowledgement.
 func (b *bencher) pullWorkers(ctx context.Context, queue string, want, count int, prog *Progress) (time.Time, error) {
 	var acked atomic.Int64
 	var lastAck atomic.Int64
@@ -514,12 +511,8 @@ func (b *bencher) pullWorkers(ctx context.Context, queue string, want, count int
 // jobs a FETCH.
 func splitQueue(count int) string { return fmt.Sprintf("bench-split-%d", count) }
 
-// splitRun measures enqueueing and fetching apart (SplitRun): n PUSHes
-// into an empty pull-mode queue with nothing fetching it, then that
-// backlog drained by the pull workers one job a FETCH; then the same
-// with FETCHes of Settings.FetchCount. An empty FETCH costs
-// emptyFetchCost DynamoDB requests (the calibration), left out of the
-// requests per job.
+// splitRun measures enqueueing and fetching apart (SplitRun); an empty FETCH
+// costs emptyFetchCost DynamoDB requests, left out of the requests per job.
 func (b *bencher) splitRun(ctx context.Context, n int, emptyFetchCost float64) (SplitRun, error) {
 	r := SplitRun{Jobs: n, FetchCount: b.o.Settings.FetchCount}
 	// measured runs f, its progress bar labelled label, between two quiet
@@ -652,12 +645,9 @@ func (b *bencher) wait(ctx context.Context, kind string, ids []string, perItem i
 	return nil
 }
 
-// calibrateEmptyFetch measures what a FETCH of an empty queue costs. An
-// empty FETCH reads the due shards of its queue at most once a second
-// per API instance, so the calibration polls as fast as the phases' idle
-// workers do, many times, for that read to weigh as it does in a phase
-// (20 polls weighed it five times over and made paced phases' figures
-// without empty polls negative).
+// calibrateEmptyFetch measures what a FETCH of an empty queue costs, polling
+// as fast and as often as the phases' idle workers do (an empty FETCH reads
+// its queue's due shards at most once a second per API instance).
 func (b *bencher) calibrateEmptyFetch(ctx context.Context) (EmptyFetch, error) {
 	const n = 100
 	d, err := b.measure(ctx, func() error {
@@ -862,12 +852,9 @@ func stepToStep(kind string, groups [][]string, jobs map[string]*job.Job) Latenc
 	return Summarize(ds)
 }
 
-// createRun times one POST of a group and one of a batch of width jobs on
-// a pull queue no worker reads: the answer (which must stay well inside
-// API Gateway's 29 s: past OJS_ASYNC_CREATE_ITEMS it is a 202 and the
-// stream function writes the workflow), and the time until every node,
-// counter shard and first job is written (GET no longer shows x_creating).
-// The jobs are left unclaimed.
+// createRun times one POST of a group and one of a batch of width jobs on a
+// pull queue no worker reads: the answer (well inside API Gateway's 29 s),
+// and the time until the workflow is written (GET shows no x_creating).
 func (b *bencher) createRun(ctx context.Context, width int) CreateRun {
 	r := CreateRun{Width: width}
 	for _, kind := range []string{"group", "batch"} {
@@ -921,10 +908,8 @@ func (b *bencher) bigRun(ctx context.Context, workflows, width int) BigRun {
 	defer prog.Done()
 	ids := make([]string, workflows)
 	start := time.Now()
-	// One batch at a time: creating a 10,000-job workflow is one API
-	// request that writes 10,000 nodes, and on DynamoDB Local busy with the
-	// previous batch it can outlast the API's 29 s deadline (a retryable
-	// 500, retried here as a client would).
+	// One batch at a time: creating a 10,000-job workflow can outlast the
+	// API's 29 s deadline on a busy DynamoDB Local (a 500, retried).
 	for i := range ids {
 		var err error
 		for try := 0; try < 3; try++ {

@@ -51,10 +51,7 @@ func Targets(r *Result) []Target {
 			ts = append(ts, Check("3-step chains per second, "+p.Mode+" mode", p.WorkflowsPerSecond, GoalChainsPerSecond, false, "chains/s"))
 		}
 	}
-	for _, p := range r.Phases {
-		if p.Unit != "step" || strings.HasSuffix(p.Name, "paced") {
-			continue
-		}
+	for _, p := range r.workflowPhases() {
 		t := Check("$ per million workflow steps, "+p.Name, p.Cost.Total, GoalUSDPerMillionSteps, true, "USD")
 		t.Note = fmt.Sprintf("$%s without Lambda compute, which is measured against the emulators", num(p.Cost.NoCompute))
 		ts = append(ts, t)

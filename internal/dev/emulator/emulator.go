@@ -129,11 +129,10 @@ func Start(ctx context.Context, o Options) (*Emulators, error) {
 		}
 		o.Dir = d
 	}
-	if _, err := exec.LookPath("java"); err != nil {
-		return nil, errors.New("emulator: java not found: DynamoDB Local needs Java 17 or newer")
-	}
-	if _, err := exec.LookPath("node"); err != nil {
-		return nil, errors.New("emulator: node not found: the SQS emulator needs Node.js 20 or newer")
+	for _, need := range [][2]string{{"java", "DynamoDB Local needs Java 17 or newer"}, {"node", "the SQS emulator needs Node.js 20 or newer"}} {
+		if _, err := exec.LookPath(need[0]); err != nil {
+			return nil, fmt.Errorf("emulator: %s not found: %s", need[0], need[1])
+		}
 	}
 	if err := Install(ctx, o.Dir, o.Log); err != nil {
 		return nil, err

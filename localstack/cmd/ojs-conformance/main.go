@@ -1,10 +1,7 @@
-// Command ojs-conformance runs the public OJS conformance suite against
-// the offline local stack: it starts the emulators and the local runtime
-// (the functions' bootstrap binaries) on free ports, with the reset the
-// suite's runner needs between tests (Redis FLUSHDB on a free port, which
-// wipes the table and queues and recycles the functions), runs the
-// runner on each suite directory, prints a table per directory and
-// fails on any failure not listed as expected.
+// Command ojs-conformance runs the public OJS conformance suite against the
+// offline local stack on free ports, with the reset the suite's runner needs
+// between tests (Redis FLUSHDB), prints a table per suite directory and fails
+// on any failure not listed as expected.
 //
 //	go run ./localstack/cmd/ojs-conformance -runner <binary> -suites third_party/ojs-conformance/suites \
 //	    -dirs level-0-core,level-1-reliable -expected docs/conformance-expected-failures.txt
