@@ -42,8 +42,7 @@ type Emulators struct {
 	StreamIndexed bool
 
 	procs   []*exec.Cmd
-	logFile *os.File // StartLogged's log, closed by Stop
-	dataDir string   // DynamoDB Local's database directory in memory, or "" for -inMemory
+	dataDir string // DynamoDB Local's database directory in memory, or "" for -inMemory
 	once    sync.Once
 	mu      sync.Mutex
 	opts    Options // with the ports chosen
@@ -186,28 +185,6 @@ func Start(ctx context.Context, o Options) (*Emulators, error) {
 	return e, nil
 }
 
-// StartLogged is how the local stack's commands start the emulators:
-// their output goes to logDir/logName (logDir is created), and this
-// process's environment points AWS SDKs at them (Env). Stop closes the
-// log.
-func StartLogged(ctx context.Context, logDir, logName string) (*Emulators, error) {
-	if err := os.MkdirAll(logDir, 0o755); err != nil {
-		return nil, err
-	}
-	f, err := os.Create(filepath.Join(logDir, logName))
-	if err != nil {
-		return nil, err
-	}
-	e, err := Start(ctx, Options{Log: f})
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	e.logFile = f
-	e.SetEnv()
-	return e, nil
-}
-
 func sqsCommand(o Options) *exec.Cmd {
 	return command(o, o.Dir, "node", filepath.Join(o.Dir, "sqs-server.mjs"), fmt.Sprint(o.SQSPort))
 }
@@ -300,9 +277,6 @@ func (e *Emulators) Stop() {
 		}
 		if e.dataDir != "" {
 			_ = os.RemoveAll(e.dataDir)
-		}
-		if e.logFile != nil {
-			_ = e.logFile.Close()
 		}
 	})
 }

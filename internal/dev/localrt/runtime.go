@@ -120,20 +120,28 @@ func Start(ctx context.Context, cfg Config) (*Runtime, error) {
 // the runtime on them; Stop stops both. Of cfg.AWS only its APIOptions are
 // kept (added to the configuration loaded for the emulators).
 func StartWithEmulators(ctx context.Context, cfg Config, emulatorLog string) (*Runtime, *emulator.Emulators, error) {
-	em, err := emulator.StartLogged(ctx, cfg.LogDir, emulatorLog)
+	if err := os.MkdirAll(cfg.LogDir, 0o755); err != nil {
+		return nil, nil, err
+	}
+	logf, err := os.Create(filepath.Join(cfg.LogDir, emulatorLog))
 	if err != nil {
 		return nil, nil, err
 	}
-	opts := cfg.AWS.APIOptions
-	if cfg.AWS, err = awsclient.Load(ctx); err == nil {
-		cfg.AWS.APIOptions, cfg.AWSEnv = append(cfg.AWS.APIOptions, opts...), em.Env()
-		var rt *Runtime
-		if rt, err = Start(ctx, cfg); err == nil {
-			rt.em = em
-			return rt, em, nil
+	em, err := emulator.Start(ctx, emulator.Options{Log: logf})
+	if err == nil {
+		em.SetEnv()
+		opts := cfg.AWS.APIOptions
+		if cfg.AWS, err = awsclient.Load(ctx); err == nil {
+			cfg.AWS.APIOptions, cfg.AWSEnv = append(cfg.AWS.APIOptions, opts...), em.Env()
+			var rt *Runtime
+			if rt, err = Start(ctx, cfg); err == nil {
+				rt.em, rt.closers = em, append(rt.closers, logf)
+				return rt, em, nil
+			}
 		}
+		em.Stop()
 	}
-	em.Stop()
+	logf.Close()
 	return nil, nil, err
 }
 
