@@ -302,10 +302,7 @@ func (r *Result) SummaryMarkdown() string {
 			num(p.EnqueueToStart.P50), num(p.EnqueueToStart.P99), s2s, ddb, num(p.PerUnit.SQS), num(p.PerUnit.Lambda),
 			num(p.Cost.NoCompute), num(p.Cost.Total))
 	}
-	b.WriteString("\n")
-	b.WriteString(r.CostMarkdown())
-	b.WriteString("\n")
-	b.WriteString(r.TargetsMarkdown())
+	b.WriteString("\n" + r.CostMarkdown() + "\n" + r.TargetsMarkdown())
 	if peer := r.PeerMarkdown(); peer != "" {
 		b.WriteString("\n" + peer)
 	}
