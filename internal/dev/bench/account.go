@@ -7,10 +7,8 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 )
 
-// Delta is what happened on AWS during one phase: the functions' requests
-// by function (api, worker, stream, sweeper), the event source mappings'
-// requests (SQS receive/delete, DynamoDB Streams reads, made by the local
-// runtime as Lambda's pollers would), invocations and their duration.
+// Delta is what happened on AWS during one phase: the requests by function
+// and by the event source mappings (ESM), invocations and their duration.
 type Delta struct {
 	Functions   map[string]callstats.Set `json:"-"`
 	ESM         callstats.Set            `json:"-"`
@@ -34,22 +32,19 @@ type PerUnit struct {
 	EmptyFetchDynamoDB float64 `json:"empty_fetch_dynamodb_requests,omitempty"`
 	ReadUnits          float64 `json:"dynamodb_read_units"`
 	WriteUnits         float64 `json:"dynamodb_write_units"`
-	// SQS are billable SQS requests (64 KB chunks) by the functions and
-	// the SQS mapping, empty receives excluded; SQSIdleReceives are those
-	// empty receives (the mapping's polling, a cost per hour, not per job).
+	// SQS are billable SQS requests (64 KB chunks), the mapping's empty
+	// receives excluded (SQSIdleReceives: a cost per hour, not per job).
 	SQS             float64            `json:"sqs_requests"`
 	SQSByOperation  map[string]float64 `json:"sqs_by_operation"`
 	SQSIdleReceives float64            `json:"sqs_idle_receives"`
-	// StreamReads are DynamoDB Streams requests of the Streams mapping:
-	// free when Lambda reads the stream.
+	// StreamReads are the Streams mapping's reads: free on AWS.
 	StreamReads float64 `json:"stream_reads_free"`
 	// Lambda invocations, by function.
 	Lambda           float64            `json:"lambda_invocations"`
 	LambdaByFunction map[string]float64 `json:"lambda_by_function"`
 	// API is API Gateway requests (the api function's invocations).
 	API float64 `json:"api_requests"`
-	// EventBridgeEvents are events put (64 KB chunks), PutEvents the
-	// requests carrying them.
+	// EventBridgeEvents are events put (64 KB chunks) in PutEvents requests.
 	EventBridgeEvents float64 `json:"eventbridge_events"`
 	PutEvents         float64 `json:"putevents_requests"`
 }
@@ -60,7 +55,6 @@ func Account(d Delta, units int, env topology.Env, emptyFetches int, emptyFetchD
 	n := float64(max(units, 1))
 	p := PerUnit{DynamoDBByFunction: map[string]float64{}, DynamoDBByOperation: map[string]float64{},
 		SQSByOperation: map[string]float64{}, LambdaByFunction: map[string]float64{}}
-	var u Usage
 	var gbs float64
 	for _, fn := range EngineFunctions {
 		set := d.Functions[fn]
@@ -98,20 +92,15 @@ func Account(d Delta, units int, env topology.Env, emptyFetches int, emptyFetchD
 	}
 	p.API = float64(d.Invocations[topology.FunctionAPI])
 	p.EmptyFetchDynamoDB = float64(emptyFetches) * emptyFetchDynamoDB
-	div := func(m map[string]float64) {
+	for _, m := range []map[string]float64{p.DynamoDBByFunction, p.DynamoDBByOperation, p.SQSByOperation, p.LambdaByFunction} {
 		for k, v := range m {
 			m[k] = round(v/n, 3)
 		}
 	}
-	div(p.DynamoDBByFunction)
-	div(p.DynamoDBByOperation)
-	div(p.SQSByOperation)
-	div(p.LambdaByFunction)
 	for _, f := range []*float64{&p.DynamoDB, &p.EmptyFetchDynamoDB, &p.ReadUnits, &p.WriteUnits, &p.SQS, &p.SQSIdleReceives,
 		&p.StreamReads, &p.Lambda, &p.API, &p.EventBridgeEvents, &p.PutEvents} {
 		*f = round(*f/n, 3)
 	}
-	u = Usage{DynamoDBReadUnits: p.ReadUnits, DynamoDBWriteUnits: p.WriteUnits, SQSRequests: p.SQS, LambdaRequests: p.Lambda,
+	return p, Usage{DynamoDBReadUnits: p.ReadUnits, DynamoDBWriteUnits: p.WriteUnits, SQSRequests: p.SQS, LambdaRequests: p.Lambda,
 		LambdaGBSeconds: gbs / n, APIRequests: p.API, EventBridgeEvents: p.EventBridgeEvents}
-	return p, u
 }

@@ -17,13 +17,17 @@ import (
 // -ldflags="-s -w") in a temporary directory under rootDir's module.
 func Binaries(ctx context.Context, rootDir, binDir string, arm64 bool) ([]Binary, error) {
 	var out []Binary
-	host := runtime.GOOS + "/" + runtime.GOARCH + " (host)"
+	add := func(fn, target, bin string) error {
+		st, err := os.Stat(bin)
+		if err == nil {
+			out = append(out, Binary{Function: fn, Target: target, Bytes: st.Size()})
+		}
+		return err
+	}
 	for _, fn := range topology.FunctionNames {
-		st, err := os.Stat(filepath.Join(binDir, fn, "bootstrap"))
-		if err != nil {
+		if err := add(fn, runtime.GOOS+"/"+runtime.GOARCH+" (host)", filepath.Join(binDir, fn, "bootstrap")); err != nil {
 			return nil, fmt.Errorf("function %s: %w (build it with make build-local)", fn, err)
 		}
-		out = append(out, Binary{Function: fn, Target: host, Bytes: st.Size()})
 	}
 	if !arm64 {
 		return out, nil
@@ -41,11 +45,9 @@ func Binaries(ctx context.Context, rootDir, binDir string, arm64 bool) ([]Binary
 		if b, err := cmd.CombinedOutput(); err != nil {
 			return nil, fmt.Errorf("build %s for linux/arm64: %v\n%s", fn, err, b)
 		}
-		st, err := os.Stat(bin)
-		if err != nil {
+		if err := add(fn, "linux/arm64", bin); err != nil {
 			return nil, err
 		}
-		out = append(out, Binary{Function: fn, Target: "linux/arm64", Bytes: st.Size()})
 	}
 	return out, nil
 }

@@ -62,8 +62,6 @@ func (r *Result) Panels() []Panel {
 			Text: fmt.Sprintf("%s / %s / %s / %s", num(p.PerUnit.DynamoDB), num(p.PerUnit.SQS), num(p.PerUnit.Lambda), num(p.PerUnit.EventBridgeEvents))})
 		lat.Bars = append(lat.Bars, Bar{Label: p.Name + " p50", Segments: []Segment{{Value: p.EnqueueToStart.P50, Color: colMain}}, Text: num(p.EnqueueToStart.P50) + " ms"},
 			Bar{Label: p.Name + " p99", Segments: []Segment{{Value: p.EnqueueToStart.P99, Color: colP99}}, Text: num(p.EnqueueToStart.P99) + " ms"})
-	}
-	for _, p := range r.Phases {
 		c := p.Cost
 		cost.Bars = append(cost.Bars, Bar{Label: p.Name, Segments: []Segment{
 			{Value: c.DynamoDB, Color: colDynamoDB}, {Value: c.SQS, Color: colSQS}, {Value: c.LambdaRequests + c.LambdaCompute, Color: colLambda},
@@ -103,7 +101,11 @@ func DrawPNG(w io.Writer, title string, panels []Panel) error {
 		y += headerH
 		maxV := 0.0
 		for _, b := range p.Bars {
-			maxV = max(maxV, total(b))
+			t := 0.0
+			for _, s := range b.Segments {
+				t += s.Value
+			}
+			maxV = max(maxV, t)
 		}
 		x0 := pad + labelW
 		fill(img, image.Rect(x0, y, x0+1, y+rowH*len(p.Bars)), colGrid)
@@ -126,19 +128,10 @@ func DrawPNG(w io.Writer, title string, panels []Panel) error {
 	return png.Encode(w, img)
 }
 
-func total(b Bar) float64 {
-	var t float64
-	for _, s := range b.Segments {
-		t += s.Value
-	}
-	return t
-}
-
 func fill(img *image.RGBA, r image.Rectangle, c color.RGBA) {
 	draw.Draw(img, r, &image.Uniform{C: c}, image.Point{}, draw.Src)
 }
 
 func text(img *image.RGBA, x, y int, s string, c color.RGBA) {
-	d := &font.Drawer{Dst: img, Src: &image.Uniform{C: c}, Face: basicfont.Face7x13, Dot: fixed.P(x, y)}
-	d.DrawString(s)
+	(&font.Drawer{Dst: img, Src: &image.Uniform{C: c}, Face: basicfont.Face7x13, Dot: fixed.P(x, y)}).DrawString(s)
 }

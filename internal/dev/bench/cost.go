@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"slices"
+
 	"github.com/ojs-aws/ojs-serverless/internal/dev/callstats"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 )
@@ -15,10 +17,8 @@ type Price struct {
 
 // Prices are the on-demand list prices the cost model uses.
 type Prices struct {
-	// DynamoDB on-demand, per request unit. A write unit is a write of up
-	// to 1 KB (2 for a transactional write), a read unit a strongly
-	// consistent read of up to 4 KB (0.5 eventually consistent, 2
-	// transactional).
+	// DynamoDB on-demand, per request unit (a write of up to 1 KB, a
+	// strongly consistent read of up to 4 KB).
 	DynamoDBWriteUnit float64 `json:"dynamodb_write_unit"`
 	DynamoDBReadUnit  float64 `json:"dynamodb_read_unit"`
 	// SQS standard queue, per request (per 64 KB chunk of payload).
@@ -31,7 +31,7 @@ type Prices struct {
 	// EventBridge custom events, per event (64 KB chunk) put.
 	EventBridgeEvent float64 `json:"eventbridge_event"`
 	// Step Functions: Standard per state transition; Express per request
-	// and per GB-second (64 MB minimum, first tier).
+	// and GB-second.
 	StepFunctionsStandardTransition float64 `json:"stepfunctions_standard_transition"`
 	StepFunctionsExpressRequest     float64 `json:"stepfunctions_express_request"`
 	StepFunctionsExpressGBSecond    float64 `json:"stepfunctions_express_gb_second"`
@@ -73,12 +73,10 @@ func (p Prices) Table() []Price {
 type Usage struct {
 	DynamoDBReadUnits  float64 `json:"dynamodb_read_units"`
 	DynamoDBWriteUnits float64 `json:"dynamodb_write_units"`
-	// SQSRequests are billable SQS requests (64 KB chunks), empty
-	// receives of idle pollers excluded.
+	// SQSRequests are billable SQS requests (64 KB chunks) but idle receives.
 	SQSRequests float64 `json:"sqs_requests"`
-	// LambdaRequests are function invocations; LambdaGBSeconds their
-	// duration times memory. The benchmark's handlers do nothing, so the
-	// worker function's duration is the engine's own (claim, complete).
+	// LambdaRequests are invocations; LambdaGBSeconds their duration times
+	// memory (the benchmark's handlers do nothing: the engine's own time).
 	LambdaRequests    float64 `json:"lambda_requests"`
 	LambdaGBSeconds   float64 `json:"lambda_gb_seconds"`
 	APIRequests       float64 `json:"api_requests"`
@@ -93,9 +91,8 @@ type Cost struct {
 	LambdaCompute  float64 `json:"lambda_compute"`
 	APIGateway     float64 `json:"api_gateway"`
 	EventBridge    float64 `json:"eventbridge"`
-	// Total is everything; NoCompute is everything but Lambda duration,
-	// which the local runtime measures against emulators (slower than
-	// AWS), so it is an upper bound.
+	// Total is everything; NoCompute leaves out Lambda duration, measured
+	// locally against the emulators (an upper bound).
 	Total     float64 `json:"total"`
 	NoCompute float64 `json:"total_without_lambda_compute"`
 }
@@ -119,16 +116,14 @@ func (p Prices) PerMillion(u Usage) Cost {
 	return c
 }
 
-// StepFunctions is what a million workflow steps cost in Step Functions,
-// for comparison: Standard bills each state transition (at least one per
-// step: its Task state; the lower bound is used), Express bills each
-// execution and its duration at 64 MB.
+// StepFunctions is what a million workflow steps cost in Step Functions, for
+// comparison: Standard bills each state transition (one per step, the lower
+// bound), Express each execution and its duration at 64 MB.
 type StepFunctions struct {
 	StandardPerMillionSteps float64 `json:"standard_per_million_steps"`
 	ExpressPerMillionSteps  float64 `json:"express_per_million_steps"`
-	// Assumptions: steps per workflow and the orchestration time per step
-	// an Express execution is billed for (its wall clock, which includes
-	// waiting for the step's Lambda).
+	// Assumptions: steps per workflow, and the time an Express execution
+	// is billed for per step (its wall clock).
 	StepsPerWorkflow float64 `json:"steps_per_workflow"`
 	SecondsPerStep   float64 `json:"seconds_per_step"`
 }
@@ -146,10 +141,9 @@ func (p Prices) StepFunctionsCost(stepsPerWorkflow, secondsPerStep float64) Step
 	}
 }
 
-// Breakdown is where a phase's money goes: dollars per million units by
-// item ("api DynamoDB UpdateItem", "mapping SQS ReceiveMessage", "Lambda
-// requests worker", "API Gateway", ...), from the phase's raw counts. The
-// items add up to the phase's Cost.Total.
+// Breakdown is where a phase's money goes: dollars per million units by item
+// ("api DynamoDB UpdateItem", "Lambda requests worker", ...), from the
+// phase's raw counts; the items add up to its Cost.Total.
 func (pr Prices) Breakdown(p Phase) map[string]float64 {
 	n := float64(max(p.Units, 1))
 	out := map[string]float64{}
@@ -158,7 +152,7 @@ func (pr Prices) Breakdown(p Phase) map[string]float64 {
 			out[item] += 1e6 * usd / n
 		}
 	}
-	for _, fn := range append(append([]string{}, EngineFunctions...), "mapping") {
+	for _, fn := range append(slices.Clone(EngineFunctions), "mapping") {
 		for _, o := range p.Calls[fn] {
 			item := fn + " " + o.Service + " " + o.Operation
 			switch o.Service {

@@ -3,8 +3,8 @@ package bench
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"syscall"
@@ -17,12 +17,8 @@ import (
 // once its cold start (configuration, clients) is done. env is the
 // function's environment (it must let the function load its config).
 func MeasureInit(ctx context.Context, binary string, env []string, runs int) ([]time.Duration, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
 	nexts := make(chan time.Time, 1)
-	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodGet && r.URL.Path == "/2018-06-01/runtime/invocation/next" {
 			select {
 			case nexts <- time.Now():
@@ -32,13 +28,12 @@ func MeasureInit(ctx context.Context, binary string, env []string, runs int) ([]
 			return
 		}
 		w.WriteHeader(http.StatusAccepted)
-	})}
-	go func() { _ = srv.Serve(l) }()
+	}))
 	defer srv.Close()
 	var out []time.Duration
-	for i := 0; i < runs; i++ {
+	for range runs {
 		cmd := exec.Command(binary)
-		cmd.Env = append(append(os.Environ(), env...), "AWS_LAMBDA_RUNTIME_API="+l.Addr().String(),
+		cmd.Env = append(append(os.Environ(), env...), "AWS_LAMBDA_RUNTIME_API="+srv.Listener.Addr().String(),
 			"AWS_LAMBDA_FUNCTION_NAME=bench-init", "AWS_LAMBDA_FUNCTION_MEMORY_SIZE=512", "_HANDLER=bootstrap")
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 		start := time.Now()

@@ -36,9 +36,7 @@ func NewProgress(w io.Writer, label string, total int) *Progress {
 	if !isTerminal(w) {
 		every, prefix, suffix = 5*time.Second, "", "\n"
 	}
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
+	p.wg.Go(func() {
 		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
@@ -49,7 +47,7 @@ func NewProgress(w io.Writer, label string, total int) *Progress {
 				fmt.Fprint(p.w, prefix+p.Line(time.Since(p.start))+suffix)
 			}
 		}
-	}()
+	})
 	return p
 }
 
@@ -62,8 +60,12 @@ func isTerminal(w io.Writer) bool {
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
-// Set records that n units are done.
-func (p *Progress) Set(n int) { p.done.Store(int64(n)) }
+// Set records that n units are done (on a nil Progress, nothing).
+func (p *Progress) Set(n int) {
+	if p != nil {
+		p.done.Store(int64(n))
+	}
+}
 
 // Done stops drawing and ends the line.
 func (p *Progress) Done() {

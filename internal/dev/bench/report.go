@@ -25,11 +25,9 @@ type Result struct {
 	EmptyFetch EmptyFetch `json:"empty_fetch"`
 	Sweeper    Sweeper    `json:"sweeper"`
 	Binaries   []Binary   `json:"binaries"`
-	// Init is each function's init time on this machine (host build):
-	// process start to its first Runtime API "next", started one at a time
-	// against a stub Runtime API. InitUnderLoad is the same observed by the
-	// local runtime when it starts every environment at once (they compete
-	// for the CPUs with each other and the emulators).
+	// Init is each function's init time (host build), started one at a time
+	// against a stub Runtime API; InitUnderLoad the same as the local runtime
+	// saw it, starting every environment at once.
 	Init          map[string]Latency `json:"init"`
 	InitUnderLoad map[string]Latency `json:"init_under_load"`
 	Big           BigRun             `json:"big"`
@@ -251,18 +249,10 @@ func Check(name string, measured, limit float64, atMost bool, unit string) Targe
 }
 
 // Verdict is PASS or MISS.
-func (t Target) Verdict() string {
-	if t.Pass {
-		return "PASS"
-	}
-	return "MISS"
-}
+func (t Target) Verdict() string { return map[bool]string{true: "PASS", false: "MISS"}[t.Pass] }
 
 func (t Target) limitText() string {
-	if t.AtMost {
-		return fmt.Sprintf("≤ %s %s", num(t.Limit), t.Unit)
-	}
-	return fmt.Sprintf("≥ %s %s", num(t.Limit), t.Unit)
+	return map[bool]string{true: "≤", false: "≥"}[t.AtMost] + " " + num(t.Limit) + " " + t.Unit
 }
 
 func num(v float64) string {
@@ -280,10 +270,8 @@ func num(v float64) string {
 
 // Phase returns the named phase (nil if it did not run).
 func (r *Result) Phase(name string) *Phase {
-	for i := range r.Phases {
-		if r.Phases[i].Name == name {
-			return &r.Phases[i]
-		}
+	if i := slices.IndexFunc(r.Phases, func(p Phase) bool { return p.Name == name }); i >= 0 {
+		return &r.Phases[i]
 	}
 	return nil
 }
@@ -314,10 +302,7 @@ func (r *Result) SummaryMarkdown() string {
 			num(p.EnqueueToStart.P50), num(p.EnqueueToStart.P99), s2s, ddb, num(p.PerUnit.SQS), num(p.PerUnit.Lambda),
 			num(p.Cost.NoCompute), num(p.Cost.Total))
 	}
-	b.WriteString("\n")
-	b.WriteString(r.CostMarkdown())
-	b.WriteString("\n")
-	b.WriteString(r.TargetsMarkdown())
+	b.WriteString("\n" + r.CostMarkdown() + "\n" + r.TargetsMarkdown())
 	if peer := r.PeerMarkdown(); peer != "" {
 		b.WriteString("\n" + peer)
 	}
@@ -349,12 +334,7 @@ func (r *Result) CostMarkdown() string {
 		}
 		fmt.Fprintf(&b, "| %s (per %s) | $%s | %s | %s | %s |\n", p.Name, p.Unit, num(p.Cost.Total), was, sfStd, sfExp)
 	}
-	var steps []Phase
-	for _, p := range r.Phases {
-		if p.Unit == "step" && !strings.HasSuffix(p.Name, "paced") {
-			steps = append(steps, p)
-		}
-	}
+	steps := r.workflowPhases()
 	if len(steps) == 0 {
 		return b.String()
 	}
@@ -390,6 +370,11 @@ func (r *Result) CostMarkdown() string {
 	}
 	b.WriteString("\n")
 	return b.String()
+}
+
+// workflowPhases are the phases of workflow steps but the paced ones.
+func (r *Result) workflowPhases() []Phase {
+	return slices.DeleteFunc(slices.Clone(r.Phases), func(p Phase) bool { return p.Unit != "step" || strings.HasSuffix(p.Name, "paced") })
 }
 
 // TargetsMarkdown renders the targets table.
@@ -463,11 +448,10 @@ func kv[V float64 | int](m map[string]V) string {
 }
 
 // SplitRun measures enqueueing and fetching apart, in the shape of issue
-// 16's side-by-side comparison with openjobspec/ojs-backend-sqs: Jobs
-// PUSHes into an empty pull-mode queue with nothing fetching it (POST
-// throughput and round trip), then that backlog drained by the pull
-// workers one job a FETCH, then a second backlog drained FetchCount a
-// FETCH. DynamoDB requests are per job, empty FETCH polls left out.
+// 16's side-by-side comparison with openjobspec/ojs-backend-sqs: Jobs PUSHes
+// into a pull-mode queue nothing fetches, then that backlog drained one job a
+// FETCH, then FetchCount a FETCH (DynamoDB requests per job, empty FETCHes
+// left out).
 type SplitRun struct {
 	Jobs               int     `json:"jobs"`
 	FetchCount         int     `json:"fetch_count"`
@@ -480,23 +464,17 @@ type SplitRun struct {
 	FetchAckNDynamoDB  float64 `json:"fetchn_ack_dynamodb_requests_per_job,omitempty"`
 }
 
-// PeerRecorded are openjobspec/ojs-backend-sqs's figures as issue 16
-// records them: one Go server on the same DynamoDB Local and SQS emulator,
-// driven by one neutral load generator, three alternating rounds. They are
-// not measured by this benchmark: the module proxy refuses the peer and
-// the common module it needs (403), so they are a reference, not a
-// side-by-side run (docs/benchmark.md).
+// PeerRecorded are openjobspec/ojs-backend-sqs's figures as issue 16 records
+// them (on the same emulators); a reference, not measured by this benchmark
+// (docs/benchmark.md).
 var PeerRecorded = struct {
 	EnqueuePerSecond, FetchAck1PerSecond, FetchAck10PerSecond, ChainsPerSecond float64
 	StepToStepP50, StepToStepP99                                               float64
 	RequestsPerJob, RequestsPerChain                                           float64
 }{217, 87, 133, 18.0, 20, 28, 15, 63}
 
-// PeerMarkdown renders this run's figures in the shape of issue 16's
-// side-by-side, beside the peer's recorded ones: "x the peer" is this run's
-// figure over the peer's for throughput, the peer's over this run's for
-// latency and requests, so that above 1 is better here (issue 16's goal:
-// 2x on each).
+// PeerMarkdown renders this run's figures beside the peer's recorded ones,
+// "x the peer" oriented so that above 1 is better here (issue 16's goal: 2).
 func (r *Result) PeerMarkdown() string {
 	type row struct {
 		name, unit   string

@@ -31,8 +31,7 @@ func Targets(r *Result) []Target {
 			if p.Mode == "pull" {
 				t.Note = fmt.Sprintf("FETCH of up to %d; empty FETCH polls excluded (%s per job)", r.Settings.FetchCount, num(p.PerUnit.EmptyFetchDynamoDB))
 			}
-			ts = append(ts, t)
-			ts = append(ts, Check("SQS requests per job, "+p.Mode+" mode", p.PerUnit.SQS, GoalSQSPerJob, true, "requests"))
+			ts = append(ts, t, Check("SQS requests per job, "+p.Mode+" mode", p.PerUnit.SQS, GoalSQSPerJob, true, "requests"))
 		}
 	}
 	for _, name := range []string{"push chains", "pull chains"} {
@@ -52,10 +51,7 @@ func Targets(r *Result) []Target {
 			ts = append(ts, Check("3-step chains per second, "+p.Mode+" mode", p.WorkflowsPerSecond, GoalChainsPerSecond, false, "chains/s"))
 		}
 	}
-	for _, p := range r.Phases {
-		if p.Unit != "step" || strings.HasSuffix(p.Name, "paced") {
-			continue
-		}
+	for _, p := range r.workflowPhases() {
 		t := Check("$ per million workflow steps, "+p.Name, p.Cost.Total, GoalUSDPerMillionSteps, true, "USD")
 		t.Note = fmt.Sprintf("$%s without Lambda compute, which is measured against the emulators", num(p.Cost.NoCompute))
 		ts = append(ts, t)

@@ -17,11 +17,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
 	"reflect"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -140,12 +141,12 @@ func (s Set) Sub(before Set) Set {
 
 // Ops lists the set sorted by service, then operation.
 func (s Set) Ops() []Op {
-	out := make([]Op, 0, len(s))
-	for _, o := range s {
-		out = append(out, o)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Key() < out[j].Key() })
-	return out
+	return sortOps(slices.Collect(maps.Values(s)))
+}
+
+func sortOps(ops []Op) []Op {
+	slices.SortFunc(ops, func(a, b Op) int { return strings.Compare(a.Key(), b.Key()) })
+	return ops
 }
 
 // Total sums the operations of one service ("" for all).
@@ -180,7 +181,7 @@ func (r *Recorder) Snapshot() Snapshot {
 	for _, o := range r.ops {
 		s.Ops = append(s.Ops, *o)
 	}
-	sort.Slice(s.Ops, func(i, j int) bool { return s.Ops[i].Key() < s.Ops[j].Key() })
+	s.Ops = sortOps(s.Ops)
 	return s
 }
 
@@ -237,10 +238,8 @@ func (r *Recorder) handleCall(ctx context.Context, in middleware.InitializeInput
 }
 
 // handleAttempt counts one HTTP attempt and its request bytes once it
-// returns, as handleCall counts the call's empties: a snapshot taken while
-// a receive is in flight then finds neither its chunk nor its empty, not
-// one without the other (which made an interval's billed receives,
-// chunks less empties, negative).
+// returns, as handleCall counts the call's empties, so that a snapshot never
+// holds a receive's chunk without its empty.
 func (r *Recorder) handleAttempt(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
 	service, op := awsmiddleware.GetServiceID(ctx), awsmiddleware.GetOperationName(ctx)
 	var n int64
@@ -268,11 +267,9 @@ func Chunks(n int64) int64 {
 }
 
 // withCapacity returns a copy of a DynamoDB input asking for the consumed
-// capacity (INDEXES: the table's and each index's, and their total);
-// other inputs unchanged. Not TOTAL: DynamoDB Local's TOTAL for a
-// TransactWriteItems leaves out index writes (a chain's creation of five
-// items reported 6 units where INDEXES reports the table's 6 and the
-// indexes' 4), so the transactions' units were under-counted.
+// capacity INDEXES (the table's and each index's), other inputs unchanged.
+// Not TOTAL: DynamoDB Local's TOTAL for a TransactWriteItems leaves out the
+// index writes.
 func withCapacity(p any) any {
 	mode := reflect.ValueOf(ddbtypes.ReturnConsumedCapacityIndexes)
 	if f, ok := field(p, "ReturnConsumedCapacity"); !ok || f.Type() != mode.Type() {
@@ -294,16 +291,14 @@ type callFacts struct {
 func describe(in, out any, err error) callFacts {
 	var c callFacts
 	var cc []ddbtypes.ConsumedCapacity
-	one := func(p *ddbtypes.ConsumedCapacity) {
-		if p != nil {
-			cc = append(cc, *p)
-		}
-	}
 	switch v := in.(type) {
 	case *dynamodb.TransactWriteItemsInput:
 		c.items = int64(len(v.TransactItems))
 	case *dynamodb.TransactGetItemsInput:
 		c.items = int64(len(v.TransactItems))
+	case *sqs.SendMessageBatchInput, *sqs.DeleteMessageBatchInput, *sqs.ChangeMessageVisibilityBatchInput:
+		f, _ := field(v, "Entries") // the batch's entries
+		c.items = int64(f.Len())
 	case *dynamodb.BatchWriteItemInput:
 		for _, reqs := range v.RequestItems {
 			c.items += int64(len(reqs))
@@ -312,12 +307,6 @@ func describe(in, out any, err error) callFacts {
 		for _, ka := range v.RequestItems {
 			c.items += int64(len(ka.Keys))
 		}
-	case *sqs.SendMessageBatchInput:
-		c.items = int64(len(v.Entries))
-	case *sqs.DeleteMessageBatchInput:
-		c.items = int64(len(v.Entries))
-	case *sqs.ChangeMessageVisibilityBatchInput:
-		c.items = int64(len(v.Entries))
 	case *eventbridge.PutEventsInput:
 		for _, e := range v.Entries {
 			n := int64(len(aws.ToString(e.Detail)) + len(aws.ToString(e.DetailType)) + len(aws.ToString(e.Source)))
@@ -335,7 +324,9 @@ func describe(in, out any, err error) callFacts {
 		if f, ok := field(out, "ConsumedCapacity"); ok {
 			switch x := f.Interface().(type) {
 			case *ddbtypes.ConsumedCapacity:
-				one(x)
+				if x != nil {
+					cc = []ddbtypes.ConsumedCapacity{*x}
+				}
 			case []ddbtypes.ConsumedCapacity:
 				cc = x
 			}
@@ -385,14 +376,10 @@ var indexKeys = func() map[string]string {
 
 // txUnits is what a successful transaction's consumed capacity x (one
 // table's) costs on DynamoDB: two write units per item and KB, and two per
-// index entry written. DynamoDB Local reports two per KB of the items
-// together, for the table and for each index (a transaction of ten small
-// items: 2 units, not 20), so each part is counted as at least two units
-// per item it holds: the table's every item, an index's the items that
-// put or set its key (indexKeys). Items over a KB, an entry moved (a
-// delete and a put), an entry removed, and updates that change only what
-// an index projects count one unit or none here: what DynamoDB Local
-// reported is kept when it is larger.
+// index entry written. DynamoDB Local reports two per KB of all the items
+// together, so each part counts at least two units per item it holds (an
+// index's: the items that put or set its key); what DynamoDB Local reported
+// is kept when it is larger.
 func txUnits(tx *dynamodb.TransactWriteItemsInput, x ddbtypes.ConsumedCapacity) float64 {
 	table := aws.ToString(x.TableName)
 	items, byIndex := 0, map[string]int{}
@@ -611,27 +598,15 @@ func ReadDir(dir string) (map[string]Set, error) {
 	return out, nil
 }
 
-var (
-	procOnce sync.Once
-	proc     *Recorder
-)
-
 // FromEnv returns the process-wide recorder when OJS_CALL_STATS_DIR is set
 // (creating the directory and starting its flusher on first use), else nil.
 // The process is named by AWS_LAMBDA_FUNCTION_NAME, else the executable.
-func FromEnv() *Recorder {
+var FromEnv = sync.OnceValue(func() *Recorder {
 	dir := os.Getenv(EnvDir)
-	if dir == "" {
+	if dir == "" || os.MkdirAll(dir, 0o755) != nil {
 		return nil
 	}
-	procOnce.Do(func() {
-		name := os.Getenv("AWS_LAMBDA_FUNCTION_NAME")
-		name = cmp.Or(name, filepath.Base(os.Args[0]))
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return
-		}
-		proc = New(name)
-		go proc.Flush(context.Background(), dir, 200*time.Millisecond)
-	})
-	return proc
-}
+	r := New(cmp.Or(os.Getenv("AWS_LAMBDA_FUNCTION_NAME"), filepath.Base(os.Args[0])))
+	go r.Flush(context.Background(), dir, 200*time.Millisecond)
+	return r
+})

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"time"
 )
@@ -206,7 +207,7 @@ func (p *Page) WaitLoaded(ctx context.Context, prefix string) error {
 			URL, Ready string
 		}
 		err := p.Eval(ctx, `({URL: location.href, Ready: document.readyState})`, &state)
-		if err == nil && state.Ready == "complete" && (prefix == "" || len(state.URL) >= len(prefix) && state.URL[:len(prefix)] == prefix) {
+		if err == nil && state.Ready == "complete" && strings.HasPrefix(state.URL, prefix) {
 			return nil
 		}
 		select {

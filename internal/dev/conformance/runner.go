@@ -2,14 +2,11 @@
 // of the suite (third_party/ojs-conformance); localstack/cmd/ojs-conformance
 // runs it against a local stack.
 //
-// The stored runner (v0.4.0, and its upstream at the time of writing)
-// does not evaluate three things some extension suites use: a step's
-// "capture" (a JSONPath saved under a name) with "{{name}}" references,
-// and the bare matchers {"$type": ...} and {"$gte": n} (it only knows
-// $type inside $exists). A test using them fails against any server. With
-// Options.Patch the runner is built with a Go -overlay that adds exactly
-// those, on the semantics the test files state; nothing else of the runner
-// and no test case changes. docs/admin.md lists the tests that need it.
+// The stored runner (v0.4.0) does not evaluate three things some extension
+// suites use: a step's "capture" with "{{name}}" references, and the bare
+// matchers {"$type": ...} and {"$gte": n}. With Options.Patch the runner is
+// built with a Go -overlay that adds exactly those; docs/admin.md lists the
+// tests that need it.
 package conformance
 
 import (

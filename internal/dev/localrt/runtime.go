@@ -1,13 +1,9 @@
 // Package localrt is the local runtime that plays AWS for the four
-// functions on the offline stack: it runs each function's built bootstrap
-// binary behind a local Lambda Runtime API (one process per execution
-// environment), serves HTTP as API Gateway HTTP API payload 2.0 events,
-// polls SQS into the worker like the SQS event source mapping (batch size,
-// visibility timeout, partial batch failures, redrive by SQS after
-// maxReceiveCount), polls DynamoDB Streams into the stream function like
-// the Streams event source mapping (every shard, in order per shard,
-// retrying a failed batch from the first failed record), and invokes the
-// sweeper on its schedule. All settings come from pkg/topology.
+// functions on the offline stack: each function's bootstrap binary runs
+// behind a local Lambda Runtime API, HTTP is served as API Gateway payload
+// 2.0 events, SQS and DynamoDB Streams are polled into the worker and stream
+// functions like Lambda's event source mappings, and the sweeper runs on its
+// schedule. All settings come from pkg/topology.
 package localrt
 
 import (
@@ -24,6 +20,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -49,45 +46,34 @@ const DefaultAPIMaxConcurrency = 16
 type Config struct {
 	// Env is the topology to run (normally topology.ForEnv("local")).
 	Env topology.Env
-	// AWS is the SDK configuration pointing at the emulators.
-	AWS aws.Config
-	// AWSEnv are the environment variables that point the functions at
-	// the emulators (emulator.Emulators.Env()).
+	// AWS is the SDK configuration pointing at the emulators; AWSEnv points
+	// the functions at them (emulator.Emulators.Env()).
+	AWS    aws.Config
 	AWSEnv []string
 	// BinDir holds <function>/bootstrap for each function.
 	BinDir string
 	// Table is the table name. Default Env.Prefix + "-jobs".
 	Table string
-	// APIAddr is the address the API listens on, e.g. "127.0.0.1:8080";
-	// ":0"-style addresses pick a free port.
+	// APIAddr is the address the API listens on ("127.0.0.1:0": a free port).
 	APIAddr string
-	// Concurrency is the number of execution environments per function.
-	// Default 2 (the machine this runs on is small).
-	Concurrency int
-	// APIMaxConcurrency is how many execution environments the api
-	// function may grow to when every one is busy, as Lambda starts more
-	// on demand (a FETCH that waits for jobs holds one for its wait).
-	// Default max(Concurrency, DefaultAPIMaxConcurrency).
+	// Concurrency is the number of execution environments per function
+	// (default 2). The api function may grow to APIMaxConcurrency when every
+	// one is busy (default max(Concurrency, DefaultAPIMaxConcurrency)).
+	Concurrency       int
 	APIMaxConcurrency int
 	// LogDir receives <function>.log. Default: discard.
 	LogDir string
-	// ExtraEnv is added to every function's environment (e.g.
-	// OJS_AUTH_TOKEN).
+	// ExtraEnv is added to every function's environment.
 	ExtraEnv []string
 	// Logger receives the runtime's own logs. Default slog.Default().
 	Logger *slog.Logger
 	// DuplicateStreamRecords delivers every stream batch twice, as the
-	// at-least-once Streams mapping may; the e2e suite runs with it on to
-	// prove every consumer idempotent.
+	// at-least-once Streams mapping may (the e2e suite).
 	DuplicateStreamRecords bool
 	// DuplicateSQSMessages is the probability (0..1) that the SQS mapping
-	// puts a copy of a message it received back on its queue, as a
-	// standard queue's at-least-once delivery may deliver a message twice
-	// (the fault-injection soak).
+	// puts a copy of a message it received back on its queue (the soak).
 	DuplicateSQSMessages float64
-	// Sweepers is the number of sweeper schedules running at once
-	// (default 1); the fault-injection soak runs two to prove that
-	// concurrent sweeps do nothing twice.
+	// Sweepers is the number of sweeper schedules running at once (default 1).
 	Sweepers int
 }
 
@@ -102,7 +88,8 @@ type Runtime struct {
 	apiURL    string
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
-	logFiles  []*os.File
+	closers   []io.Closer // log files, the reset listener
+	em        *emulator.Emulators
 
 	statsMu sync.Mutex
 	stats   map[string]int
@@ -121,40 +108,76 @@ func Start(ctx context.Context, cfg Config) (*Runtime, error) {
 	cfg.Table = cmp.Or(cfg.Table, cfg.Env.Prefix+"-jobs")
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	rt := &Runtime{cfg: cfg, log: cfg.Logger, fns: map[string]*Function{}, stats: map[string]int{}, busy: map[string]time.Duration{}}
-	if err := rt.provision(ctx); err != nil {
+	if err := rt.start(ctx); err != nil {
+		rt.Stop()
 		return nil, err
 	}
+	return rt, nil
+}
+
+// StartWithEmulators starts the emulators (their output in
+// cfg.LogDir/emulatorLog), points this process's AWS SDKs at them and starts
+// the runtime on them; Stop stops both. Of cfg.AWS only its APIOptions are
+// kept (added to the configuration loaded for the emulators).
+func StartWithEmulators(ctx context.Context, cfg Config, emulatorLog string) (*Runtime, *emulator.Emulators, error) {
+	if err := os.MkdirAll(cfg.LogDir, 0o755); err != nil {
+		return nil, nil, err
+	}
+	logf, err := os.Create(filepath.Join(cfg.LogDir, emulatorLog))
+	if err != nil {
+		return nil, nil, err
+	}
+	em, err := emulator.Start(ctx, emulator.Options{Log: logf})
+	if err == nil {
+		em.SetEnv()
+		opts := cfg.AWS.APIOptions
+		if cfg.AWS, err = awsclient.Load(ctx); err == nil {
+			cfg.AWS.APIOptions, cfg.AWSEnv = append(cfg.AWS.APIOptions, opts...), em.Env()
+			var rt *Runtime
+			if rt, err = Start(ctx, cfg); err == nil {
+				rt.em, rt.closers = em, append(rt.closers, logf)
+				return rt, em, nil
+			}
+		}
+		em.Stop()
+	}
+	logf.Close()
+	return nil, nil, err
+}
+
+func (rt *Runtime) start(ctx context.Context) error {
+	cfg := rt.cfg
+	var err error
+	if rt.streamARN, rt.queueURLs, err = Provision(ctx, cfg.AWS, cfg.Env, cfg.Table); err != nil {
+		return err
+	}
 	urls, _ := json.Marshal(rt.queueURLs)
-	baseEnv := append(append([]string{}, cfg.AWSEnv...),
-		topology.EnvTable+"="+cfg.Table, topology.EnvPushQueues+"="+string(urls))
-	baseEnv = append(baseEnv, cfg.ExtraEnv...)
+	baseEnv := slices.Concat(cfg.AWSEnv, []string{topology.EnvTable + "=" + cfg.Table, topology.EnvPushQueues + "=" + string(urls)}, cfg.ExtraEnv)
 	for _, name := range topology.FunctionNames {
-		env := append([]string{}, baseEnv...)
-		if name == topology.FunctionSweeper && cfg.Env.Sweeper.Tick > 0 {
-			env = append(env, topology.EnvSweepTick+"="+cfg.Env.Sweeper.Tick.String())
-		}
-		if name == topology.FunctionStream {
+		env := slices.Clone(baseEnv)
+		conc := cfg.Concurrency
+		switch name {
+		case topology.FunctionSweeper:
+			if cfg.Env.Sweeper.Tick > 0 {
+				env = append(env, topology.EnvSweepTick+"="+cfg.Env.Sweeper.Tick.String())
+			}
+			conc = max(1, cfg.Sweepers) // one sweep at a time, unless Sweepers
+		case topology.FunctionStream:
 			env = append(env, topology.EnvEventTTL+"="+cfg.Env.EventTTL.String(), topology.EnvName+"="+cfg.Env.Name)
-		}
-		if name == topology.FunctionAPI && cfg.Env.FetchWait > 0 {
-			env = append(env, topology.EnvFetchWait+"="+cfg.Env.FetchWait.String())
+			conc = 1 // the stream mapping invokes serially per shard
+		case topology.FunctionAPI:
+			if cfg.Env.FetchWait > 0 {
+				env = append(env, topology.EnvFetchWait+"="+cfg.Env.FetchWait.String())
+			}
 		}
 		var logw io.Writer = io.Discard
 		if cfg.LogDir != "" {
 			f, err := os.OpenFile(filepath.Join(cfg.LogDir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 			if err != nil {
-				rt.Stop()
-				return nil, err
+				return err
 			}
-			rt.logFiles = append(rt.logFiles, f)
+			rt.closers = append(rt.closers, f)
 			logw = f
-		}
-		conc := cfg.Concurrency
-		if name == topology.FunctionSweeper || name == topology.FunctionStream {
-			conc = 1 // one sweep at a time; the stream mapping invokes serially per shard
-		}
-		if name == topology.FunctionSweeper && cfg.Sweepers > 1 {
-			conc = cfg.Sweepers
 		}
 		fn := &Function{Name: cfg.Env.Prefix + "-" + name, Binary: filepath.Join(cfg.BinDir, name, "bootstrap"), Env: env,
 			Timeout: cfg.Env.Functions[name].Timeout, Concurrency: conc, Log: logw, Logger: rt.log}
@@ -162,42 +185,39 @@ func Start(ctx context.Context, cfg Config) (*Runtime, error) {
 			fn.MaxConcurrency = cfg.APIMaxConcurrency
 		}
 		if _, err := os.Stat(fn.Binary); err != nil {
-			rt.Stop()
-			return nil, fmt.Errorf("function %s: %w (build it with make build-local)", name, err)
+			return fmt.Errorf("function %s: %w (build it with make build-local)", name, err)
 		}
 		if err := fn.Start(); err != nil {
-			rt.Stop()
-			return nil, err
+			return err
 		}
 		rt.fns[name] = fn
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	rt.cancel = cancel
-	if err := rt.serveAPI(); err != nil {
-		rt.Stop()
-		return nil, err
+	addr := cmp.Or(cfg.APIAddr, "127.0.0.1:8080")
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", addr, err)
 	}
+	rt.apiURL = "http://" + l.Addr().String()
+	rt.api = &http.Server{Handler: http.HandlerFunc(rt.serveHTTP), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = rt.api.Serve(l) }()
 	for _, q := range cfg.Env.Queues {
-		for i := 0; i < min(cfg.Concurrency, q.MaxConcurrency); i++ {
-			rt.goLoop(func() { rt.pollSQS(runCtx, q) })
+		for range min(cfg.Concurrency, q.MaxConcurrency) {
+			rt.wg.Go(func() { rt.pollSQS(runCtx, q) })
 		}
 	}
-	rt.goLoop(func() { rt.pollStream(runCtx) })
-	for i := 0; i < max(1, cfg.Sweepers); i++ {
-		rt.goLoop(func() { rt.schedule(runCtx) })
+	rt.wg.Go(func() { rt.pollStream(runCtx) })
+	for range max(1, cfg.Sweepers) {
+		rt.wg.Go(func() { rt.schedule(runCtx) })
 	}
-	return rt, nil
+	return nil
 }
 
 func (rt *Runtime) count(key string) {
 	rt.statsMu.Lock()
 	rt.stats[key]++
 	rt.statsMu.Unlock()
-}
-
-func (rt *Runtime) goLoop(f func()) {
-	rt.wg.Add(1)
-	go func() { defer rt.wg.Done(); f() }()
 }
 
 // URL is the API's base URL (http://host:port).
@@ -236,9 +256,8 @@ func (rt *Runtime) InvocationTime() map[string]time.Duration {
 	return maps.Clone(rt.busy)
 }
 
-// InitTimes returns, per function, the init duration of each execution
-// environment started so far: from the process start until its first
-// Runtime API "next" request (what Lambda reports as Init Duration).
+// InitTimes returns, per function, the init duration (process start to its
+// first Runtime API "next") of each execution environment started so far.
 func (rt *Runtime) InitTimes() map[string][]time.Duration {
 	out := map[string][]time.Duration{}
 	for name, fn := range rt.fns {
@@ -253,9 +272,7 @@ func (rt *Runtime) Invoke(ctx context.Context, name string, payload []byte) ([]b
 	if !ok {
 		return nil, fmt.Errorf("no function %q", name)
 	}
-	rt.statsMu.Lock()
-	rt.stats[name]++
-	rt.statsMu.Unlock()
+	rt.count(name)
 	var took time.Duration
 	out, err := fn.invoke(ctx, payload, &took)
 	rt.statsMu.Lock()
@@ -264,7 +281,8 @@ func (rt *Runtime) Invoke(ctx context.Context, name string, payload []byte) ([]b
 	return out, err
 }
 
-// Stop stops the API, the pollers and the functions.
+// Stop stops the API, the pollers and the functions (and the emulators of
+// StartWithEmulators).
 func (rt *Runtime) Stop() {
 	if rt.cancel != nil {
 		rt.cancel()
@@ -278,23 +296,18 @@ func (rt *Runtime) Stop() {
 	for _, fn := range rt.fns {
 		fn.Stop()
 	}
-	for _, f := range rt.logFiles {
-		_ = f.Close()
+	for _, c := range rt.closers {
+		_ = c.Close()
+	}
+	if rt.em != nil {
+		rt.em.Stop()
 	}
 }
 
-func (rt *Runtime) provision(ctx context.Context) error {
-	var err error
-	rt.streamARN, rt.queueURLs, err = Provision(ctx, rt.cfg.AWS, rt.cfg.Env, rt.cfg.Table)
-	return err
-}
-
-// Provision creates what the CDK stack creates on AWS, from the same
-// topology: the job table (with its stream) and, per push-mode queue, an
-// SQS queue with its visibility timeout and a redrive policy to a
-// dead-letter queue after MaxReceiveCount receives, accepting messages of
-// up to awslimit.SQSMessageBytes. It returns the stream
-// ARN and the push-mode queue URLs. It is idempotent.
+// Provision creates, idempotently, what the CDK stack creates on AWS from the
+// same topology: the job table with its stream and, per push-mode queue, an
+// SQS queue with its redrive policy to a dead-letter queue. It returns the
+// stream ARN and the push-mode queue URLs.
 func Provision(ctx context.Context, cfg aws.Config, env topology.Env, table string) (string, map[string]string, error) {
 	arn, err := emulator.EnsureTable(ctx, dynamodb.NewFromConfig(cfg, awsclient.DynamoDBOptions), table)
 	if err != nil {
@@ -326,23 +339,9 @@ func Provision(ctx context.Context, cfg aws.Config, env topology.Env, table stri
 	return arn, urls, nil
 }
 
-func (rt *Runtime) serveAPI() error {
-	addr := rt.cfg.APIAddr
-	addr = cmp.Or(addr, "127.0.0.1:8080")
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", addr, err)
-	}
-	rt.apiURL = "http://" + l.Addr().String()
-	rt.api = &http.Server{Handler: http.HandlerFunc(rt.serveHTTP), ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = rt.api.Serve(l) }()
-	return nil
-}
-
-// serveHTTP plays API Gateway: the request becomes a payload 2.0 event,
-// the api function's response becomes the HTTP response. Lambda's limits
-// hold: an event over 6 MB is a 413, a response over 6 MB a 500 (the
-// invocation failed).
+// serveHTTP plays API Gateway: the request becomes a payload 2.0 event, the
+// api function's response the HTTP response; an event over Lambda's 6 MB is
+// a 413, a response over it a 500.
 func (rt *Runtime) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 10<<20) // API Gateway's payload limit
 	ev, err := apigw.Event(r, uuid.NewString(), time.Now())
@@ -353,20 +352,13 @@ func (rt *Runtime) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	payload, _ := json.Marshal(ev)
 	out, err := rt.Invoke(r.Context(), topology.FunctionAPI, payload)
 	if tooLarge, ok := errors.AsType[*RequestTooLargeError](err); ok {
-		// The event (the body as a JSON string, headers and all) passes
-		// Lambda's 6 MB: API Gateway answers 413 without running the api
-		// function.
 		rt.log.Warn("api request too large for Lambda", "event_bytes", tooLarge.Bytes)
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusRequestEntityTooLarge)
-		_, _ = w.Write([]byte(`{"message":"Request Entity Too Large"}`))
+		writeMessage(w, http.StatusRequestEntityTooLarge, "Request Entity Too Large")
 		return
 	}
 	if err != nil {
 		rt.log.Error("api invocation failed", "error", err.Error())
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusInternalServerError)
-		_, _ = w.Write([]byte(`{"message":"Internal Server Error"}`))
+		writeMessage(w, http.StatusInternalServerError, "Internal Server Error")
 		return
 	}
 	var res events.APIGatewayV2HTTPResponse
@@ -377,22 +369,21 @@ func (rt *Runtime) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	_ = apigw.WriteResponse(w, res)
 }
 
+func writeMessage(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = fmt.Fprintf(w, `{"message":%q}`, msg)
+}
+
 // sqsIdlePause is how long a poller waits after its n-th empty receive in
 // a row: 20 ms doubling up to 200 ms.
 func sqsIdlePause(n int) time.Duration {
 	return min(10*time.Millisecond<<min(n, 5), 200*time.Millisecond)
 }
 
-// pollSQS is one poller of the SQS event source mapping of queue q.
-//
-// The mapping on AWS long-polls: SQS answers as soon as it holds a message.
-// The emulator (local-aws-sqs) answers a long poll only once it holds
-// MaxNumberOfMessages messages or the wait is over, so a lone message
-// waited up to the whole wait (a second) before its worker ran. The poller
-// therefore short-polls (the emulator answers within 40 ms) and pauses
-// after empty answers, 20 ms growing to 200 ms while the queue stays idle:
-// a message waits at most about a quarter of a second, for at most five
-// receives a second from an idle poller.
+// pollSQS is one poller of the SQS event source mapping of queue q. It
+// short-polls, pausing after empty answers (sqsIdlePause): the emulator
+// answers a long poll only once it holds a full batch or the wait is over.
 func (rt *Runtime) pollSQS(ctx context.Context, q topology.Queue) {
 	client := sqs.NewFromConfig(rt.cfg.AWS)
 	url := rt.queueURLs[q.Name]
@@ -439,20 +430,14 @@ func (rt *Runtime) pollSQS(ctx context.Context, q topology.Queue) {
 		payload, _ := json.Marshal(ev)
 		res, err := rt.Invoke(ctx, topology.FunctionWorker, payload)
 		if err != nil {
-			// The whole batch becomes visible again after the visibility
-			// timeout, as with the real mapping.
 			rt.log.Warn("worker invocation failed; the batch will be redelivered", "queue", q.Name, "error", err.Error())
 			continue
 		}
 		var resp events.SQSEventResponse
 		_ = json.Unmarshal(res, &resp)
-		failed := map[string]bool{}
-		for _, f := range resp.BatchItemFailures {
-			failed[f.ItemIdentifier] = true
-		}
 		var del []sqstypes.DeleteMessageBatchRequestEntry
 		for i, m := range out.Messages {
-			if !failed[aws.ToString(m.MessageId)] {
+			if !slices.ContainsFunc(resp.BatchItemFailures, func(f events.SQSBatchItemFailure) bool { return f.ItemIdentifier == aws.ToString(m.MessageId) }) {
 				del = append(del, sqstypes.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle})
 			}
 		}

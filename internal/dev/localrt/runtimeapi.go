@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -81,12 +82,11 @@ type Function struct {
 	Log            io.Writer
 	Logger         *slog.Logger
 
-	idle    chan *instance
-	all     []*instance
-	mu      sync.Mutex
-	closed  bool
-	started time.Time
-	inits   []time.Duration
+	idle   chan *instance
+	all    []*instance
+	mu     sync.Mutex
+	closed bool
+	inits  []time.Duration
 	// restarts counts execution environments replaced after their
 	// process exited or was killed.
 	restarts atomic.Int64
@@ -100,7 +100,7 @@ type Function struct {
 func (f *Function) InitTimes() []time.Duration {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]time.Duration(nil), f.inits...)
+	return slices.Clone(f.inits)
 }
 
 // Start launches the execution environments.
@@ -111,14 +111,12 @@ func (f *Function) Start() error {
 	f.Log = cmp.Or(f.Log, io.Discard)
 	f.MaxConcurrency = max(f.MaxConcurrency, f.Concurrency)
 	f.idle = make(chan *instance, f.MaxConcurrency)
-	f.started = time.Now()
-	for i := 0; i < f.Concurrency; i++ {
-		inst := &instance{fn: f, next: make(chan *invocation), gen: f.gen.Load()}
-		if err := inst.start(); err != nil {
+	for range f.Concurrency {
+		inst, err := f.grow()
+		if err != nil {
 			f.Stop()
 			return err
 		}
-		f.all = append(f.all, inst)
 		f.idle <- inst
 	}
 	return nil
@@ -131,9 +129,8 @@ func (f *Function) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
 	return f.invoke(ctx, payload, &took)
 }
 
-// RequestTooLargeError is Lambda refusing an invocation whose payload
-// passes awslimit.LambdaRequestBytes (RequestEntityTooLargeException): the
-// function never runs.
+// RequestTooLargeError is Lambda refusing an invocation whose payload passes
+// awslimit.LambdaRequestBytes: the function never runs.
 type RequestTooLargeError struct {
 	Function string
 	Bytes    int
@@ -148,11 +145,9 @@ func (e *RequestTooLargeError) Error() string {
 // response passed awslimit.LambdaResponseBytes, as Lambda reports it.
 const ResponseTooLarge = "Function.ResponseSizeTooLarge"
 
-// invoke is Invoke, also reporting in *took how long the invocation ran
-// once an execution environment took it. Like Lambda, it refuses a payload
-// over awslimit.LambdaRequestBytes (*RequestTooLargeError) and fails an
-// invocation whose response passes awslimit.LambdaResponseBytes
-// (*FunctionError of type ResponseTooLarge).
+// invoke is Invoke, also reporting in *took how long the invocation ran once
+// an environment took it. Like Lambda, it refuses a payload over
+// LambdaRequestBytes and fails a response over LambdaResponseBytes.
 func (f *Function) invoke(ctx context.Context, payload []byte, took *time.Duration) ([]byte, error) {
 	if len(payload) > awslimit.LambdaRequestBytes {
 		return nil, &RequestTooLargeError{Function: f.Name, Bytes: len(payload)}
@@ -191,9 +186,7 @@ func (f *Function) invoke(ctx context.Context, payload []byte, took *time.Durati
 	// An environment whose process died while idle is replaced and the
 	// invocation goes to the fresh one (a cold start), as on Lambda.
 	for tries := 0; ; tries++ {
-		// Known dead: never offer it to the "next" request the dead
-		// process may have left waiting (select picks at random among
-		// ready cases; a nil channel is never ready).
+		// Known dead: never offer it to a "next" request the dead process left.
 		next := inst.nextCh()
 		select {
 		case <-inst.exitedCh():
@@ -225,9 +218,7 @@ func (f *Function) invoke(ctx context.Context, payload []byte, took *time.Durati
 		return body, err
 	case <-ctx.Done():
 		// The caller left; the invocation goes on, as on Lambda, and its
-		// environment is busy until it ends (not offered to the next
-		// invocation, which would wait behind it instead of starting
-		// another environment).
+		// environment stays busy until it ends.
 		release = false
 		go func() {
 			<-settled
@@ -273,9 +264,7 @@ func (f *Function) grow() (*instance, error) {
 }
 
 // Recycle marks every execution environment stale: each is replaced by a
-// fresh one (a cold start) before it serves its next invocation, as after
-// a new deployment, so no in-memory cache of the old one is used again.
-// It does not wait for invocations in flight.
+// fresh one before its next invocation, as after a new deployment.
 func (f *Function) Recycle() { f.gen.Add(1) }
 
 // Stop kills every execution environment.
@@ -444,6 +433,6 @@ func (in *instance) handleResult(isErr bool) http.HandlerFunc {
 
 // IsFunctionError reports whether err came from the function itself.
 func IsFunctionError(err error) bool {
-	var fe *FunctionError
-	return errors.As(err, &fe)
+	_, ok := errors.AsType[*FunctionError](err)
+	return ok
 }

@@ -18,15 +18,9 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 )
 
-// pollStream plays the DynamoDB Streams event source mapping: it discovers
-// shards, reads each in order (a child shard only after its parent is
-// drained) and invokes the stream function with batches of records in the
-// Lambda event shape. A batch the function fails with an error is split in
-// two (Stream.BisectOnError), each half delivered on its own; a failed
-// batch is retried from the first failed record, up to Stream.MaxRetries
-// times;
-// then, like an on-failure destination, the records are logged and
-// skipped and the sweeper repairs what they would have done.
+// pollStream plays the DynamoDB Streams event source mapping: it reads each
+// shard in order (a child only after its parent) and invokes the stream
+// function with batches of records in the Lambda event shape (deliverBatch).
 func (rt *Runtime) pollStream(ctx context.Context) {
 	client := dynamodbstreams.NewFromConfig(rt.cfg.AWS)
 	var mu sync.Mutex
@@ -53,7 +47,7 @@ func (rt *Runtime) pollStream(ctx context.Context) {
 			done[id] = ch
 			parent := done[aws.ToString(sh.ParentShardId)]
 			mu.Unlock()
-			rt.goLoop(func() {
+			rt.wg.Go(func() {
 				defer close(ch)
 				if parent != nil {
 					select {
@@ -91,8 +85,7 @@ func (rt *Runtime) readShard(ctx context.Context, client *dynamodbstreams.Client
 			}
 			iter = out.NextShardIterator
 			for _, r := range out.Records {
-				// The mapping's filter criteria: records that do not match
-				// never reach the function.
+				// The mapping's filter criteria.
 				if sk, ok := r.Dynamodb.Keys[cfg.Filter.Attribute].(*types.AttributeValueMemberS); ok && cfg.Filter.Keep(sk.Value) {
 					pending = append(pending, r)
 				}
@@ -107,9 +100,8 @@ func (rt *Runtime) readShard(ctx context.Context, client *dynamodbstreams.Client
 }
 
 // deliverRecords invokes the stream function with the records in batches
-// whose event stays within Lambda's payload limit, as the Streams mapping
-// cuts its batches at 6 MB; it returns what is left (nothing, unless ctx
-// ended). Each record is encoded once.
+// whose event stays within Lambda's payload limit; it returns what is left
+// (nothing, unless ctx ended).
 func (rt *Runtime) deliverRecords(ctx context.Context, recs []types.Record) []types.Record {
 	enc := encodeRecords(recs, rt.streamARN)
 	for len(recs) > 0 && ctx.Err() == nil {
@@ -153,16 +145,16 @@ func fitRecords(enc [][]byte, limit int) int {
 	return len(enc)
 }
 
-// deliverBatch invokes the stream function with one batch (recs, encoded
-// as enc), retrying the failed tail; it returns how many records are left
-// at the end of the batch (none, unless ctx ended).
+// deliverBatch invokes the stream function with one batch (recs, encoded as
+// enc), bisecting it on a function error (Stream.BisectOnError) and
+// retrying the failed tail up to Stream.MaxRetries times, then skipping it as
+// an on-failure destination would; it returns how many records are left
+// (none, unless ctx ended).
 func (rt *Runtime) deliverBatch(ctx context.Context, recs []types.Record, enc [][]byte) int {
 	cfg := rt.cfg.Env.Stream
 	for attempt := 0; ctx.Err() == nil; attempt++ {
 		payload := streamEvent(enc)
-		if rt.cfg.DuplicateStreamRecords {
-			// Deliver the batch an extra time; its outcome is ignored, as a
-			// duplicate delivery's would be.
+		if rt.cfg.DuplicateStreamRecords { // an extra delivery, its outcome ignored
 			_, _ = rt.Invoke(ctx, topology.FunctionStream, payload)
 		}
 		res, err := rt.Invoke(ctx, topology.FunctionStream, payload)
@@ -171,9 +163,6 @@ func (rt *Runtime) deliverBatch(ctx context.Context, recs []types.Record, enc []
 			failedAt = 0
 			rt.log.Warn("stream invocation failed", "error", err.Error(), "attempt", attempt+1)
 			if cfg.BisectOnError && len(recs) > 1 {
-				// As the mapping does on a function error: split the batch
-				// and deliver each half with retries of its own, so a
-				// record that fails every time ends up alone.
 				half := len(recs) / 2
 				if left := rt.deliverBatch(ctx, recs[:half], enc[:half]); left > 0 {
 					return left + len(recs) - half

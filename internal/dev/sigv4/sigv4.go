@@ -61,9 +61,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	base := t.Base
-	base = cmp.Or(base, http.DefaultTransport)
-	return base.RoundTrip(signed)
+	return cmp.Or(t.Base, http.DefaultTransport).RoundTrip(signed)
 }
 
 // Sign returns a clone of req with the SigV4 headers (Authorization,
@@ -101,16 +99,12 @@ func (t *Transport) Sign(ctx context.Context, req *http.Request) (*http.Request,
 	if err != nil {
 		return nil, fmt.Errorf("sigv4: retrieve credentials: %w", err)
 	}
-	service := t.Service
-	service = cmp.Or(service, Service)
-	signer := t.Signer
-	signer = cmp.Or(signer, v4.NewSigner())
 	now := time.Now
 	if t.Now != nil {
 		now = t.Now
 	}
 	out.Header.Set("X-Amz-Content-Sha256", hash)
-	if err := signer.SignHTTP(ctx, creds, out, hash, service, t.Region, now().UTC()); err != nil {
+	if err := cmp.Or(t.Signer, v4.NewSigner()).SignHTTP(ctx, creds, out, hash, cmp.Or(t.Service, Service), t.Region, now().UTC()); err != nil {
 		return nil, fmt.Errorf("sigv4: sign: %w", err)
 	}
 	return out, nil

@@ -78,10 +78,7 @@ func SQS() *sqs.Client { return sqs.NewFromConfig(cfg) }
 // Name returns a name unique to this test run, for tables and queues.
 func Name(t testing.TB, prefix string) string {
 	n := strings.NewReplacer("/", "-", "_", "-", " ", "-").Replace(strings.ToLower(t.Name()))
-	if len(n) > 40 {
-		n = n[:40]
-	}
-	return fmt.Sprintf("%s-%s-%s-%d", prefix, n, runID, counter.Add(1))
+	return fmt.Sprintf("%s-%s-%s-%d", prefix, n[:min(len(n), 40)], runID, counter.Add(1))
 }
 
 // Table creates a fresh job table and returns a store on it and the
@@ -96,9 +93,7 @@ func Table(t testing.TB) (*store.Store, string) {
 	if err != nil {
 		t.Fatalf("create table: %v", err)
 	}
-	// Tables are not deleted: the emulator runs in memory and dies with the
-	// test run, and DynamoDB Local stalls every request while it deletes a
-	// table with a large stream.
+	// Tables are not deleted: DynamoDB Local stalls while it deletes one.
 	return store.New(db, name), arn
 }
 
@@ -121,15 +116,10 @@ func CountedTable(t testing.TB) (*store.Store, *callstats.Recorder) {
 func Eventually(t testing.TB, timeout time.Duration, msg string, cond func() bool) {
 	t.Helper()
 	timeout = max(timeout, 2*time.Minute)
-	deadline := time.Now().Add(timeout)
-	for {
-		if cond() {
-			return
-		}
+	for deadline := time.Now().Add(timeout); !cond(); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out after %v waiting for: %s", timeout, msg)
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -1,10 +1,7 @@
-// Command ojs-conformance runs the public OJS conformance suite against
-// the offline local stack: it starts the emulators and the local runtime
-// (the functions' bootstrap binaries) on free ports, with the reset the
-// suite's runner needs between tests (Redis FLUSHDB on a free port, which
-// wipes the table and queues and recycles the functions), runs the
-// runner on each suite directory, prints a table per directory and
-// fails on any failure not listed as expected.
+// Command ojs-conformance runs the public OJS conformance suite against the
+// offline local stack on free ports, with the reset the suite's runner needs
+// between tests (Redis FLUSHDB), prints a table per suite directory and fails
+// on any failure not listed as expected.
 //
 //	go run ./localstack/cmd/ojs-conformance -runner <binary> -suites third_party/ojs-conformance/suites \
 //	    -dirs level-0-core,level-1-reliable -expected docs/conformance-expected-failures.txt
@@ -15,15 +12,12 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,9 +25,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ojs-aws/ojs-serverless/internal/dev/emulator"
 	"github.com/ojs-aws/ojs-serverless/internal/dev/localrt"
-	"github.com/ojs-aws/ojs-serverless/pkg/awsclient"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 )
 
@@ -65,7 +57,6 @@ type report struct {
 	Failures []struct {
 		TestID   string `json:"test_id"`
 		Name     string `json:"name"`
-		Status   string `json:"status"`
 		Failures []struct {
 			StepID  string `json:"step_id"`
 			Message string `json:"message"`
@@ -78,34 +69,21 @@ func run(runner, suites string, dirs []string, expectedFile, bin, logs string) (
 	if err != nil {
 		return 1, err
 	}
-	ctx := context.Background()
-	em, err := emulator.StartLogged(ctx, logs, "emulators.log")
-	if err != nil {
-		return 1, err
-	}
-	defer em.Stop()
-	cfg, err := awsclient.Load(ctx)
-	if err != nil {
-		return 1, err
-	}
 	env, err := topology.ForEnv("local")
 	if err != nil {
 		return 1, err
 	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	rt, err := localrt.Start(ctx, localrt.Config{Env: env, AWS: cfg, AWSEnv: em.Env(), BinDir: bin, APIAddr: "127.0.0.1:0", LogDir: logs, Logger: log})
+	log := slog.New(slog.DiscardHandler)
+	rt, _, err := localrt.StartWithEmulators(context.Background(),
+		localrt.Config{Env: env, BinDir: bin, APIAddr: "127.0.0.1:0", LogDir: logs, Logger: log}, "emulators.log")
 	if err != nil {
 		return 1, err
 	}
 	defer rt.Stop()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := rt.ListenReset("127.0.0.1:0")
 	if err != nil {
 		return 1, err
 	}
-	defer l.Close()
-	go func() {
-		_ = localrt.ServeReset(l, func(ctx context.Context) error { _, err := rt.Reset(ctx); return err }, log)
-	}()
 	fmt.Printf("OJS conformance suite against the local stack at %s (reset: FLUSHDB on %s)\n\n", rt.URL(), l.Addr())
 	fmt.Printf("%-22s %6s %6s %6s %9s %7s\n", "suite", "total", "pass", "fail", "expected", "time")
 	var unexpected, stale, details []string
@@ -139,10 +117,9 @@ func run(runner, suites string, dirs []string, expectedFile, bin, logs string) (
 		}
 		failed := r.Results.Failed + r.Results.Errored
 		fmt.Printf("%-22s %6d %6d %6d %9d %6.0fs\n", dir, r.Results.Total, r.Results.Passed, failed, exp, time.Since(start).Seconds())
-		totals[0] += r.Results.Total
-		totals[1] += r.Results.Passed
-		totals[2] += failed
-		totals[3] += exp
+		for i, n := range []int{r.Results.Total, r.Results.Passed, failed, exp} {
+			totals[i] += n
+		}
 		for id := range expected {
 			if testInDir(filepath.Join(suites, dir), id) && !seenExpected[id] {
 				stale = append(stale, id)
@@ -151,10 +128,7 @@ func run(runner, suites string, dirs []string, expectedFile, bin, logs string) (
 	}
 	fmt.Printf("%-22s %6d %6d %6d %9d\n\n", "all", totals[0], totals[1], totals[2], totals[3])
 	if len(unexpected) > 0 {
-		fmt.Println("FAILED (not expected):")
-		for _, u := range unexpected {
-			fmt.Println("  " + u)
-		}
+		fmt.Println("FAILED (not expected):\n  " + strings.Join(unexpected, "\n  "))
 		for _, d := range details {
 			fmt.Println(d)
 		}
@@ -183,21 +157,14 @@ func readExpected(path string) (map[string]string, error) {
 	if path == "" {
 		return out, nil
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
+	b, err := os.ReadFile(path)
+	for line := range strings.Lines(string(b)) {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+			id, reason, _ := strings.Cut(line, " ")
+			out[id] = strings.TrimSpace(reason)
 		}
-		id, reason, _ := strings.Cut(line, " ")
-		out[id] = strings.TrimSpace(reason)
 	}
-	return out, sc.Err()
+	return out, err
 }
 
 // testInDir reports whether a suite directory holds the test id.

@@ -38,22 +38,15 @@ func (c client) do(method, path string, body any) (int, map[string]any, error) {
 	return res.StatusCode, out, nil
 }
 
-func (c client) waitState(id string, states ...string) (map[string]any, error) {
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
+// waitDone waits until the job is completed or discarded and returns it.
+func (c client) waitDone(id string) (map[string]any, error) {
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
 		_, out, err := c.do(http.MethodGet, "/ojs/v1/jobs/"+id, nil)
-		if err != nil {
-			return nil, err
+		if j, _ := out["job"].(map[string]any); err != nil || j["state"] == "completed" || j["state"] == "discarded" {
+			return j, err
 		}
-		j, _ := out["job"].(map[string]any)
-		for _, s := range states {
-			if j["state"] == s {
-				return j, nil
-			}
-		}
-		time.Sleep(200 * time.Millisecond)
 	}
-	return nil, fmt.Errorf("job %s did not reach %v within 60s", id, states)
+	return nil, fmt.Errorf("job %s did not reach [completed discarded] within 60s", id)
 }
 
 func show(v any) string {
@@ -61,10 +54,10 @@ func show(v any) string {
 	return string(b)
 }
 
-// runDemo pushes a job to the push-mode queue "lambda" (run by the worker
+// runJobsDemo pushes a job to the push-mode queue "lambda" (run by the worker
 // function), one that fails once and is retried, and a pull-mode job that
 // the demo fetches and acknowledges itself like an external worker.
-func runDemo(base, token string) error {
+func runJobsDemo(base, token string) error {
 	c := client{base: base, token: token}
 	fmt.Println("== Demo 1: push mode (SQS -> worker function)")
 	st, out, err := c.do(http.MethodPost, "/ojs/v1/jobs", map[string]any{"type": "demo.greet", "args": []any{"OJS on AWS"}, "options": map[string]any{"queue": "lambda"}})
@@ -74,7 +67,7 @@ func runDemo(base, token string) error {
 	id := out["job"].(map[string]any)["id"].(string)
 	fmt.Printf("   POST /ojs/v1/jobs -> 201, job %s is %s\n", id, out["job"].(map[string]any)["state"])
 	start := time.Now()
-	j, err := c.waitState(id, "completed", "discarded")
+	j, err := c.waitDone(id)
 	if err != nil {
 		return err
 	}
@@ -86,7 +79,7 @@ func runDemo(base, token string) error {
 		return err
 	}
 	id = out["job"].(map[string]any)["id"].(string)
-	j, err = c.waitState(id, "completed", "discarded")
+	j, err = c.waitDone(id)
 	if err != nil {
 		return err
 	}

@@ -10,15 +10,12 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
-	"github.com/ojs-aws/ojs-serverless/internal/dev/emulator"
 	"github.com/ojs-aws/ojs-serverless/internal/dev/localrt"
-	"github.com/ojs-aws/ojs-serverless/pkg/awsclient"
 	"github.com/ojs-aws/ojs-serverless/pkg/httpapi"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 )
@@ -50,17 +47,11 @@ func run(addr, bin, logs, envName, token, tokens, demo, resetAddr string, log *s
 	if _, err := httpapi.ParseTokens(tokens); err != nil {
 		return err
 	}
-	ctx := context.Background()
+	runDemo, ok := map[string]func(string, string) error{"jobs": runJobsDemo, "etl": runETLDemo, "": nil}[demo]
+	if !ok {
+		return fmt.Errorf("unknown -demo %q (want jobs or etl)", demo)
+	}
 	fmt.Println("Starting DynamoDB Local and the SQS emulator ...")
-	em, err := emulator.StartLogged(ctx, logs, "emulators.log")
-	if err != nil {
-		return err
-	}
-	defer em.Stop()
-	cfg, err := awsclient.Load(ctx)
-	if err != nil {
-		return err
-	}
 	var extra []string
 	if token != "" {
 		extra = append(extra, topology.EnvAuthToken+"="+token)
@@ -68,43 +59,30 @@ func run(addr, bin, logs, envName, token, tokens, demo, resetAddr string, log *s
 	if tokens != "" {
 		extra = append(extra, topology.EnvAuthTokens+"="+tokens)
 	}
-	rt, err := localrt.Start(ctx, localrt.Config{Env: env, AWS: cfg, AWSEnv: em.Env(), BinDir: bin, APIAddr: addr, LogDir: logs, ExtraEnv: extra, Logger: log})
+	rt, em, err := localrt.StartWithEmulators(context.Background(),
+		localrt.Config{Env: env, BinDir: bin, APIAddr: addr, LogDir: logs, ExtraEnv: extra, Logger: log}, "emulators.log")
 	if err != nil {
 		return err
 	}
 	defer rt.Stop()
-	if l, err := listenReset(resetAddr); err != nil {
-		// Best effort: the stack serves without it (e.g. a Redis already
-		// holds the port).
-		fmt.Printf("\nReset listener not started on %s: %v\n", resetAddr, err)
-	} else if l != nil {
-		defer l.Close()
-		go func() {
-			_ = localrt.ServeReset(l, func(ctx context.Context) error {
-				n, err := rt.Reset(ctx)
-				log.Info("state reset (FLUSHDB)", "items_deleted", n)
-				return err
-			}, log)
-		}()
-		fmt.Printf("\nReset (dev only): Redis FLUSHDB on %s wipes the table and the queues\n", l.Addr())
+	if resetAddr != "" {
+		if l, err := rt.ListenReset(resetAddr); err != nil {
+			// Best effort: the stack serves without it (e.g. a Redis already
+			// holds the port).
+			fmt.Printf("\nReset listener not started on %s: %v\n", resetAddr, err)
+		} else {
+			fmt.Printf("\nReset (dev only): Redis FLUSHDB on %s wipes the table and the queues\n", l.Addr())
+		}
 	}
 	fmt.Printf("\nOJS API:        %s/ojs/v1  (manifest: %s/ojs/manifest)\n", rt.URL(), rt.URL())
 	fmt.Printf("Web console:    %s/ojs/admin/\n", rt.URL())
 	fmt.Printf("DynamoDB Local: %s  table %s\n", em.DynamoDBEndpoint, rt.Table())
 	fmt.Printf("SQS emulator:   %s  push-mode queues %v\n", em.SQSEndpoint, rt.QueueURLs())
 	fmt.Printf("Function logs:  %s/{api,worker,stream,sweeper}.log\n\n", logs)
-	switch demo {
-	case "jobs":
+	if runDemo != nil {
 		if err := runDemo(rt.URL(), token); err != nil {
 			fmt.Println("demo failed:", err)
 		}
-	case "etl":
-		if err := runETLDemo(rt.URL(), token); err != nil {
-			fmt.Println("demo failed:", err)
-		}
-	case "":
-	default:
-		return fmt.Errorf("unknown -demo %q (want jobs or etl)", demo)
 	}
 	printHelp(rt.URL(), token)
 	sig := make(chan os.Signal, 1)
@@ -112,18 +90,10 @@ func run(addr, bin, logs, envName, token, tokens, demo, resetAddr string, log *s
 	<-sig
 	fmt.Println("\nStopping the local stack ...")
 	done := make(chan struct{})
-	go func() { rt.Stop(); em.Stop(); close(done) }()
+	go func() { rt.Stop(); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(10 * time.Second):
 	}
 	return nil
-}
-
-// listenReset opens the development reset listener (nil when addr is empty).
-func listenReset(addr string) (net.Listener, error) {
-	if addr == "" {
-		return nil, nil
-	}
-	return net.Listen("tcp", addr)
 }
