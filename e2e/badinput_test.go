@@ -85,7 +85,7 @@ func badCatalog() []badCase {
 		{"push type over 255 bytes", "POST", "/ojs/v1/jobs", `{"type":"a` + big(300) + `","args":[],"options":{"queue":"{q}"}}`, nil, 400, "invalid_request"},
 		{"push queue over 128 bytes", "POST", "/ojs/v1/jobs", `{"type":"bad.input","args":[],"options":{"queue":"{q}` + big(130) + `"}}`, nil, 400, "invalid_request"},
 		{"push 51 tags", "POST", "/ojs/v1/jobs", `{"type":"bad.input","args":[],"options":{"queue":"{q}","tags":[` + repeatJoin(`"t"`, 51) + `]}}`, nil, 400, "invalid_request"},
-		{"ack result over 64 KiB", "POST", "/ojs/v1/workers/ack", `{"job_id":"{id}","result":{"r":"` + big(70<<10) + `"}}`, nil, 413, "payload_too_large"},
+		{"ack result over 1 MiB", "POST", "/ojs/v1/workers/ack", `{"job_id":"{id}","result":{"r":"` + big(1<<20) + `"}}`, nil, 413, "payload_too_large"},
 		{"nack message over 64 KiB", "POST", "/ojs/v1/workers/nack", `{"job_id":"{id}","error":{"message":"` + big(70<<10) + `"}}`, nil, 413, "payload_too_large"},
 
 		// Wrong types and values in a PUSH.

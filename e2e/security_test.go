@@ -26,12 +26,13 @@ func TestBadInputOnAnActiveJob(t *testing.T) {
 	}
 	id := jobs[0].(map[string]any)["id"].(string)
 	big := strings.Repeat("x", 70<<10)
+	huge := strings.Repeat("x", 1<<20)
 	for _, c := range []struct {
 		name, path, body string
 		status           int
 		code             string
 	}{
-		{"ack result over 64 KiB", "/ojs/v1/workers/ack", `{"job_id":"` + id + `","result":"` + big + `"}`, 413, "payload_too_large"},
+		{"ack result over 1 MiB", "/ojs/v1/workers/ack", `{"job_id":"` + id + `","result":"` + huge + `"}`, 413, "payload_too_large"},
 		{"nack error is a string", "/ojs/v1/workers/nack", `{"job_id":"` + id + `","error":"boom"}`, 400, "invalid_request"},
 		{"nack message over 64 KiB", "/ojs/v1/workers/nack", `{"job_id":"` + id + `","error":{"message":"` + big + `"}}`, 413, "payload_too_large"},
 		{"ack job id in another case", "/ojs/v1/workers/ack", `{"JOB_ID":"` + id + `"}`, 400, "invalid_request"},
