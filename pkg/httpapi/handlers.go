@@ -77,6 +77,8 @@ type Services struct {
 	Worker Worker
 	// Queues serves the queue routes (/ojs/v1/queues...).
 	Queues Queues
+	// Progress serves the progress reports (/ojs/v1/jobs/{id}/progress).
+	Progress Progress
 }
 
 // DeadLetter is the dead letter queue the API serves (implemented by
@@ -149,7 +151,7 @@ func New(svc Services, backend Backend, wfs Workflows, cfg Config) *Server {
 		}
 	}
 	s := &Server{cfg: cfg, started: cfg.Now(), mux: http.NewServeMux(), patterns: map[string]Level{}, raw: map[string]bool{}, metrics: newRequestMetrics()}
-	a := &api{jobs: svc.Producer, worker: svc.Worker, queueSvc: svc.Queues, dead: cfg.DeadLetter, backend: backend, wfs: wfs, s: s}
+	a := &api{jobs: svc.Producer, worker: svc.Worker, progress: svc.Progress, queueSvc: svc.Queues, dead: cfg.DeadLetter, backend: backend, wfs: wfs, s: s}
 	s.add(LevelAny, http.MethodGet, "/ojs/manifest", a.manifest)
 	s.add(LevelAny, http.MethodGet, "/ojs/v1/health", a.health)
 	s.add(LevelProducer, http.MethodPost, "/ojs/v1/jobs", a.push)
@@ -161,6 +163,7 @@ func New(svc Services, backend Backend, wfs Workflows, cfg Config) *Server {
 	s.add(LevelWorker, http.MethodPost, "/ojs/v1/workers/ack", a.ack)
 	s.add(LevelWorker, http.MethodPost, "/ojs/v1/workers/nack", a.nack)
 	s.add(LevelWorker, http.MethodPost, "/ojs/v1/workers/heartbeat", a.heartbeat)
+	s.addProgress(a)
 	if cfg.Admin != nil {
 		s.add(LevelAdmin, http.MethodGet, "/ojs/v1/admin/workers", (&adminAPI{ad: cfg.Admin, api: a}).workers)
 		s.addAdmin(a, cfg.Admin)
@@ -208,6 +211,7 @@ func New(svc Services, backend Backend, wfs Workflows, cfg Config) *Server {
 type api struct {
 	jobs     Producer
 	worker   Worker
+	progress Progress
 	queueSvc Queues
 	dead     DeadLetter
 	backend  Backend
