@@ -67,7 +67,7 @@ func progressBody(j *job.Job) map[string]any {
 		return nil
 	}
 	b := map[string]any{"job_id": j.ID, "state": j.State, "progress": nil, "data": nil}
-	if pr := lifecycle.ProgressOf(j); pr != nil {
+	if pr := j.ProgressShown(); pr != nil {
 		b["progress"], b["message"], b["updated_at"] = pr.Value, pr.Message, pr.UpdatedAt
 		if len(pr.Data) > 0 {
 			b["data"] = pr.Data

@@ -182,6 +182,18 @@ type Progress struct {
 	UpdatedAt string          `json:"updated_at"`
 }
 
+// ProgressShown is the progress a job shows: a completed job whose attempt
+// reported progress shows 1 (ojs-progress.md 8.1); nil when none was
+// reported.
+func (j *Job) ProgressShown() *Progress {
+	if j.Progress == nil || j.State != Completed {
+		return j.Progress
+	}
+	p, one := *j.Progress, 1.0
+	p.Value = &one
+	return &p
+}
+
 // Timestamp formats t the way every OJS timestamp is written: UTC,
 // millisecond precision, Z suffix.
 func Timestamp(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") }

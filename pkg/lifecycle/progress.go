@@ -73,15 +73,3 @@ func (s *Service) ReportProgress(ctx context.Context, id string, in ProgressInpu
 	}
 	return j, nil
 }
-
-// ProgressOf is the progress a job shows: a completed job whose attempt
-// reported progress shows 1 (ojs-progress.md 8.1); nil when none was
-// reported.
-func ProgressOf(j *job.Job) *job.Progress {
-	if j.Progress == nil || j.State != job.Completed {
-		return j.Progress
-	}
-	p, one := *j.Progress, 1.0
-	p.Value = &one
-	return &p
-}

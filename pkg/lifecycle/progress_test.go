@@ -30,7 +30,7 @@ func TestProgressReports(t *testing.T) {
 	}
 	value := func(j *job.Job) float64 {
 		t.Helper()
-		p := lifecycle.ProgressOf(j)
+		p := j.ProgressShown()
 		if p == nil || p.Value == nil {
 			t.Fatalf("job %s (%s) shows no progress", j.ID, j.State)
 		}

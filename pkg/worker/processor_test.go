@@ -384,7 +384,7 @@ func TestAHandlerReportsProgress(t *testing.T) {
 		t.Fatalf("progress while running: %+v", seen)
 	}
 	got, _ := svc.Info(ctx, j.ID)
-	if pr := lifecycle.ProgressOf(got); got.State != job.Completed || pr == nil || *pr.Value != 1 {
+	if pr := got.ProgressShown(); got.State != job.Completed || pr == nil || *pr.Value != 1 {
 		t.Fatalf("completed job %s shows %+v", got.State, pr)
 	}
 	if err := (&worker.Job{ID: j.ID}).ReportProgress(ctx, 0.5, ""); err == nil {
