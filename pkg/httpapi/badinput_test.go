@@ -39,7 +39,7 @@ func liveServer(t *testing.T) *httpapi.Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return httpapi.New(httpapi.Services{Producer: svc, Worker: svc, Queues: qsvc}, st, wfs,
+	return httpapi.New(httpapi.Services{Producer: svc, Worker: svc, Queues: qsvc, Progress: svc}, st, wfs,
 		httpapi.Config{Logger: logger, Admin: ad, Console: con, DeadLetter: dead, Crons: crons})
 }
 
