@@ -9,7 +9,7 @@ import (
 // answers null before any report; PUT (the extension's shape) clamps and
 // is read back; POST /workers/progress (the Go SDK's shape, a percentage)
 // is kept; a lower fraction does not move it back; each report is a
-// job.progress event; the completed job shows 1.
+// job.progress event; the completed job (ACKed on /jobs/{id}/ack) shows 1.
 func TestProgressOverHTTP(t *testing.T) {
 	t.Parallel()
 	q := uniqueQueue(t)
@@ -34,7 +34,10 @@ func TestProgressOverHTTP(t *testing.T) {
 	if r := do(t, http.MethodPut, path, map[string]any{"data": []any{1}}); r.Status != http.StatusBadRequest {
 		t.Fatalf("data that is not an object: %d %s", r.Status, r.Raw)
 	}
-	if r := do(t, http.MethodPost, "/ojs/v1/workers/ack", map[string]any{"job_id": id}); r.Status != http.StatusOK {
+	if r := do(t, http.MethodPost, "/ojs/v1/jobs/"+id+"/ack", map[string]any{"job_id": "019539a4-b68c-7def-8000-1a2b3c4d5e6f"}); r.Status != http.StatusBadRequest {
+		t.Fatalf("ack with a job_id other than the path's: %d %s", r.Status, r.Raw)
+	}
+	if r := do(t, http.MethodPost, "/ojs/v1/jobs/"+id+"/ack", map[string]any{"worker_id": "w-p"}); r.Status != http.StatusOK {
 		t.Fatalf("ack: %d %s", r.Status, r.Raw)
 	}
 	if r := do(t, http.MethodGet, path, nil); r.Body["progress"] != 1.0 || r.Body["state"] != "completed" {

@@ -162,6 +162,8 @@ func New(svc Services, backend Backend, wfs Workflows, cfg Config) *Server {
 	s.add(LevelWorker, http.MethodPost, "/ojs/v1/workers/fetch", a.fetch)
 	s.add(LevelWorker, http.MethodPost, "/ojs/v1/workers/ack", a.ack)
 	s.add(LevelWorker, http.MethodPost, "/ojs/v1/workers/nack", a.nack)
+	s.add(LevelWorker, http.MethodPost, "/ojs/v1/jobs/{id}/ack", a.ack)
+	s.add(LevelWorker, http.MethodPost, "/ojs/v1/jobs/{id}/nack", a.nack)
 	s.add(LevelWorker, http.MethodPost, "/ojs/v1/workers/heartbeat", a.heartbeat)
 	s.addProgress(a)
 	if cfg.Admin != nil {
@@ -471,7 +473,7 @@ func (a *api) fetch(w http.ResponseWriter, r *http.Request, _ params) error {
 	return nil
 }
 
-func (a *api) ack(w http.ResponseWriter, r *http.Request, _ params) error {
+func (a *api) ack(w http.ResponseWriter, r *http.Request, p params) error {
 	var req struct {
 		JobID    string          `json:"job_id"`
 		Result   json.RawMessage `json:"result"`
@@ -481,8 +483,8 @@ func (a *api) ack(w http.ResponseWriter, r *http.Request, _ params) error {
 	if err := readObject(r, &req); err != nil {
 		return err
 	}
-	if req.JobID == "" {
-		return ojserr.Invalid("job_id", "The 'job_id' field is required.")
+	if err := pathJobID(&req.JobID, p); err != nil {
+		return err
 	}
 	attempt, err := intParam("attempt", req.Attempt, 1, math.MaxInt32)
 	if err != nil {
@@ -504,7 +506,23 @@ func (a *api) ack(w http.ResponseWriter, r *http.Request, _ params) error {
 	return nil
 }
 
-func (a *api) nack(w http.ResponseWriter, r *http.Request, _ params) error {
+// pathJobID sets *id from the path of POST /jobs/{id}/ack and /nack
+// (ojs-results.md 10.1, ojs-serverless.md 4.2), where a job_id in the
+// body may only repeat it; on /workers/ack and /nack the body's is
+// required.
+func pathJobID(id *string, p params) error {
+	switch {
+	case p["id"] != "" && *id != "" && *id != p["id"]:
+		return ojserr.Invalid("job_id", "The body's 'job_id' differs from the job in the path.")
+	case p["id"] != "":
+		*id = p["id"]
+	case *id == "":
+		return ojserr.Invalid("job_id", "The 'job_id' field is required.")
+	}
+	return nil
+}
+
+func (a *api) nack(w http.ResponseWriter, r *http.Request, p params) error {
 	var req struct {
 		JobID string `json:"job_id"`
 		Error *struct {
@@ -522,8 +540,8 @@ func (a *api) nack(w http.ResponseWriter, r *http.Request, _ params) error {
 	if err := readObject(r, &req); err != nil {
 		return err
 	}
-	if req.JobID == "" {
-		return ojserr.Invalid("job_id", "The 'job_id' field is required.")
+	if err := pathJobID(&req.JobID, p); err != nil {
+		return err
 	}
 	attempt, err := intParam("attempt", req.Attempt, 1, math.MaxInt32)
 	if err != nil {

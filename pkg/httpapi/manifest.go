@@ -49,9 +49,10 @@ func Manifest() map[string]any {
 		"uniqueness_strength": "strong",
 		// Only extensions whose conformance suite passes in full here
 		// (localstack/cmd/ojs-conformance, docs/admin.md): admin-api,
-		// dead-letter, observability, graceful-shutdown, serverless and progress.
+		// dead-letter, observability, graceful-shutdown, serverless, progress and
+		// encryption (its server side: encoded args and codec meta kept as sent).
 		// Not claimed: rate-limiting (keyed concurrency limits), webhooks,
-		// schema-registry, multi-tenancy, encryption, backpressure,
+		// schema-registry, multi-tenancy, backpressure,
 		// fair-scheduling, job-versioning, middleware; nor the
 		// suites that pass only because they check that meta is kept
 		// (ai-agents, durable-execution, federation, ml-resources).
@@ -63,6 +64,7 @@ func Manifest() map[string]any {
 				{"name": "graceful-shutdown", "uri": "urn:ojs:ext:graceful-shutdown", "version": "1.0.0"},
 				{"name": "serverless", "uri": "urn:ojs:ext:serverless", "version": "1.0.0"},
 				{"name": "progress", "uri": "urn:ojs:ext:progress", "version": "1.0.0"},
+				{"name": "encryption", "uri": "urn:ojs:ext:encryption", "version": "1.0.0"},
 			},
 			"experimental": []map[string]string{{"name": "push-delivery-aws-lambda", "uri": "urn:ojs:ext:experimental:push-delivery-aws-lambda", "version": "0.1.0"}},
 		},
