@@ -166,6 +166,9 @@ func New(svc Services, backend Backend, wfs Workflows, cfg Config) *Server {
 	s.add(LevelWorker, http.MethodPost, "/ojs/v1/jobs/{id}/nack", a.nack)
 	s.add(LevelWorker, http.MethodPost, "/ojs/v1/workers/heartbeat", a.heartbeat)
 	s.addProgress(a)
+	if cfg.Schemas != nil {
+		s.addSchemas(cfg.Schemas)
+	}
 	if cfg.Admin != nil {
 		s.add(LevelAdmin, http.MethodGet, "/ojs/v1/admin/workers", (&adminAPI{ad: cfg.Admin, api: a}).workers)
 		s.addAdmin(a, cfg.Admin)
