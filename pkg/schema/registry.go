@@ -97,13 +97,17 @@ func check(typ, version string) (int, error) {
 	return v, nil
 }
 
-// compile compiles a schema document.
+// compile compiles a schema document: JSON Schema draft 7 unless its
+// "$schema" names another draft (the positional args of a job are
+// usually described with draft 7's tuple "items", which draft 2020-12
+// spells "prefixItems").
 func compile(raw json.RawMessage) (*jsonschema.Schema, error) {
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 	if err != nil {
 		return nil, err
 	}
 	c := jsonschema.NewCompiler()
+	c.DefaultDraft(jsonschema.Draft7)
 	if err := c.AddResource("args.json", doc); err != nil {
 		return nil, err
 	}

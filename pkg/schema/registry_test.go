@@ -96,6 +96,15 @@ func TestValidate(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	if _, _, err := other.Register(ctx, "tuple.job", "1", json.RawMessage(`{"type":"array","items":[{"type":"string"},{"type":"number"}]}`)); err != nil {
+		t.Fatalf("a draft-7 tuple schema: %v", err)
+	}
+	if err := push("tuple.job", `["a",1]`, ""); err != nil {
+		t.Fatalf("tuple args: %v", err)
+	}
+	if err := push("tuple.job", `[1,"a"]`, ""); status(err) != 422 {
+		t.Fatalf("tuple args in the wrong order: %v", err)
+	}
 	if _, _, err := other.Register(ctx, "free.form", "1", json.RawMessage(`{"maxItems":0}`)); err != nil {
 		t.Fatal(err)
 	}
