@@ -21,8 +21,8 @@ func main() {
 	app.Must(err)
 	tokens, err := httpapi.ParseTokens(os.Getenv(topology.EnvAuthTokens))
 	app.Must(err)
-	srv := httpapi.New(httpapi.Services{Producer: a.Service, Worker: a.Service, Queues: a.QueueService}, a.Store, a.Workflows, httpapi.Config{AuthToken: a.AuthToken, Tokens: tokens, Logger: a.Logger, Crons: a.Crons, Admin: a.Admin, Console: a.Console, FetchWait: a.FetchWait,
-		Events: a.Events, DeadLetter: a.DeadLetter})
+	srv := httpapi.New(httpapi.Services{Producer: a.Service, Worker: a.Service, Queues: a.QueueService, Progress: a.Service}, a.Store, a.Workflows, httpapi.Config{AuthToken: a.AuthToken, Tokens: tokens, Logger: a.Logger, Crons: a.Crons, Admin: a.Admin, Console: a.Console, FetchWait: a.FetchWait,
+		Events: a.Events, DeadLetter: a.DeadLetter, Schemas: a.Schemas})
 	h := apigw.Handler(srv)
 	lambda.Start(func(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
 		res, err := h(ctx, ev)

@@ -29,6 +29,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/queue"
+	"github.com/ojs-aws/ojs-serverless/pkg/schema"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfevents"
@@ -64,6 +65,8 @@ type App struct {
 	Workflows *workflow.Engine
 	// Crons registers cron schedules and fires them (from the sweeper).
 	Crons *cron.Service
+	// Schemas is the schema registry PUSH validates args against.
+	Schemas *schema.Registry
 	// EventTTL is OJS_EVENT_TTL (default 7 days); Publisher publishes
 	// events to OJS_EVENT_BUS (nil when unset: the local stack).
 	EventTTL  time.Duration
@@ -163,13 +166,15 @@ func Load(ctx context.Context) (*App, error) {
 	// finishes a workflow job advances its workflow before it answers.
 	wfs := workflow.New(st, workflow.Config{Admit: qsvc, PushQueues: push, Logger: log, RedeliverAfter: redeliver, AsyncItems: async,
 		ResultTTL: resultTTL, QueueResultTTLs: queueTTLs})
-	svc := lifecycle.New(st, lifecycle.Config{Logger: log, RedeliverAfter: redeliver, Workflows: wfs, Queues: qsvc, ResultTTL: resultTTL})
+	schemas := schema.New(st.DB(), st.Table(), nil)
+	svc := lifecycle.New(st, lifecycle.Config{Logger: log, RedeliverAfter: redeliver, Workflows: wfs, Queues: qsvc, ResultTTL: resultTTL, Schemas: schemas})
 	dead := deadletter.New(st, svc, qsvc, deadletter.Config{Retention: ret, Logger: log})
 	a := &App{
 		Admin:  admin.New(st, qs, svc, qsvc, dead, admin.Config{Logger: log, Events: evs}),
 		Logger: log, Store: st, Events: evs, Queues: qs, QueueService: qsvc, Dispatcher: d, PushQueues: push, EventTTL: ttl, Publisher: pub, Table: table,
 		Service:    svc,
 		DeadLetter: dead,
+		Schemas:    schemas,
 		Workflows:  wfs,
 		Crons:      &cron.Service{Store: cron.NewStore(st), Jobs: svc, Queues: qsvc, Logger: log},
 		AuthToken:  os.Getenv(topology.EnvAuthToken),

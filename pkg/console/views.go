@@ -290,6 +290,13 @@ func jobView(b *Builder, p page) {
 		b.f(` · worker <span class="mono">%s</span>`, j.WorkerID)
 	}
 	b.raw("</p>\n")
+	if pr := j.ProgressShown(); pr != nil {
+		b.raw("  <p>Progress ")
+		if pr.Value != nil {
+			b.f(`<progress value="%v" max="1"></progress> %v%% `, *pr.Value, int(*pr.Value*100))
+		}
+		b.f("%s <span class=\"muted\">reported %s</span></p>\n", pr.Message, pr.UpdatedAt)
+	}
 	if j.State == job.Discarded {
 		b.f("  <form method=\"post\" action=\"/ojs/admin/jobs/%s/retry\"><button>Retry</button></form>\n", j.ID)
 	}

@@ -20,7 +20,7 @@ func TestViewsEscapeEveryValue(t *testing.T) {
 	const evil = `"><script>alert(1)</script><x y='`
 	now := time.Now()
 	j := &job.Job{ID: "0195" + evil, Type: evil, Queue: evil, State: job.Discarded, WorkflowID: evil, WorkflowNode: evil, WorkerID: evil,
-		Error: &job.ErrorInfo{Type: evil, Message: evil}, DiscardedAt: &now}
+		Error: &job.ErrorInfo{Type: evil, Message: evil}, DiscardedAt: &now, Progress: &job.Progress{Message: evil, UpdatedAt: evil}}
 	one := 1
 	pages := map[string]page{
 		"job": {Title: evil, Flash: evil, Error: evil, Data: &jobData{Job: j, Envelope: map[string]any{"k": evil},
@@ -51,3 +51,20 @@ func TestViewsEscapeEveryValue(t *testing.T) {
 }
 
 func ptr(s string) *string { return &s }
+
+// A job's page shows its reported progress as a bar; a completed job's
+// shows it full.
+func TestJobPageShowsProgress(t *testing.T) {
+	v := 0.4
+	for _, c := range []struct {
+		state job.State
+		want  string
+	}{{job.Active, `<progress value="0.4" max="1"></progress> 40% rows`}, {job.Completed, `<progress value="1" max="1"></progress> 100% rows`}} {
+		j := &job.Job{ID: "01", State: c.state, Progress: &job.Progress{Value: &v, Message: "rows", UpdatedAt: "2026-11-28T10:00:00.000Z"}}
+		var b Builder
+		jobView(&b, page{Data: &jobData{Job: j}})
+		if !strings.Contains(b.String(), c.want) {
+			t.Errorf("%s job page lacks %q:\n%s", c.state, c.want, b.String())
+		}
+	}
+}

@@ -33,6 +33,8 @@ const (
 	JobCancelled = "job.cancelled"
 	JobHeartbeat = "job.heartbeat"
 	JobExpired   = "job.expired"
+	// JobProgress reports a worker's progress report (ojs-progress.md 11).
+	JobProgress = "job.progress"
 
 	QueuePaused  = "queue.paused"
 	QueueResumed = "queue.resumed"
@@ -73,7 +75,7 @@ const (
 // Types lists every type above (the values the events API accepts).
 var Types = []string{
 	JobEnqueued, JobScheduled, JobStarted, JobCompleted, JobFailed, JobRetrying, JobDiscarded, JobCancelled,
-	JobHeartbeat, JobExpired, QueuePaused, QueueResumed, CronTriggered, CronSkipped,
+	JobHeartbeat, JobExpired, JobProgress, QueuePaused, QueueResumed, CronTriggered, CronSkipped,
 	DeadLetterAdded, DeadLetterRetried, DeadLetterDeleted, DeadLetterPruned,
 	WorkerStarted, WorkerHeartbeat, WorkerQuiet, WorkerStopped,
 	WorkflowCreated, WorkflowStarted, WorkflowStepCompleted, WorkflowStepFailed, WorkflowJobCompleted,

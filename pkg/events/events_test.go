@@ -78,6 +78,9 @@ func TestFromJobFollowsTheLifecycle(t *testing.T) {
 	active.Attempt, active.WorkerID, active.StartedAt, active.LeaseUntil = 1, "w1", ts("2026-01-01T00:00:01Z"), ts("2026-01-01T00:00:31Z")
 	beat := *active
 	beat.LeaseUntil = ts("2026-01-01T00:01:01Z")
+	half := 0.5
+	reported := *active
+	reported.Progress = &job.Progress{Value: &half, Message: "half", UpdatedAt: "2026-01-01T00:00:02.000Z"}
 	done := *active
 	done.State, done.CompletedAt, done.Result = job.Completed, ts("2026-01-01T00:00:02.5Z"), json.RawMessage(`{"ok":true}`)
 	errInfo := &job.ErrorInfo{Type: "handler_error", Code: "SMTP", Message: "refused", Timestamp: "2026-01-01T00:00:03Z"}
@@ -124,6 +127,12 @@ func TestFromJobFollowsTheLifecycle(t *testing.T) {
 			}
 		}},
 		{"same lease is no heartbeat", active, active, nil, nil},
+		{"progress reported", active, &reported, []string{JobProgress}, func(t *testing.T, evs []Event) {
+			if d := evs[0].Data; *d["progress"].(*float64) != 0.5 || d["message"] != "half" || d["attempt"] != 1 {
+				t.Errorf("data %v", d)
+			}
+		}},
+		{"same progress is no event", &reported, &reported, nil, nil},
 		{"completed", active, &done, []string{JobCompleted}, func(t *testing.T, evs []Event) {
 			d := evs[0].Data
 			if d["duration_ms"] != int64(1500) || d["attempt"] != 1 || string(d["result"].(json.RawMessage)) != `{"ok":true}` {

@@ -35,6 +35,13 @@ func FromJob(source string, old, cur *job.Job, version int64, at time.Time) []Ev
 			b.add(JobHeartbeat, t, map[string]any{"worker_id": cur.WorkerID, "attempt": cur.Attempt,
 				"visible_until": job.Timestamp(*cur.LeaseUntil)})
 		}
+		if p := cur.Progress; cur.State == job.Active && p != nil && (old.Progress == nil || old.Progress.UpdatedAt != p.UpdatedAt) {
+			t, err := time.Parse(time.RFC3339Nano, p.UpdatedAt)
+			if err != nil {
+				t = at
+			}
+			b.add(JobProgress, t, map[string]any{"attempt": cur.Attempt, "progress": p.Value, "message": p.Message, "data": p.Data})
+		}
 		return b.out
 	}
 	switch cur.State {

@@ -19,6 +19,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/httpapi"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/queue"
+	"github.com/ojs-aws/ojs-serverless/pkg/schema"
 	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
 )
 
@@ -39,8 +40,8 @@ func liveServer(t *testing.T) *httpapi.Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return httpapi.New(httpapi.Services{Producer: svc, Worker: svc, Queues: qsvc}, st, wfs,
-		httpapi.Config{Logger: logger, Admin: ad, Console: con, DeadLetter: dead, Crons: crons})
+	return httpapi.New(httpapi.Services{Producer: svc, Worker: svc, Queues: qsvc, Progress: svc}, st, wfs,
+		httpapi.Config{Logger: logger, Admin: ad, Console: con, DeadLetter: dead, Crons: crons, Schemas: schema.New(st.DB(), st.Table(), nil)})
 }
 
 // A well-formed value for any path parameter: a UUIDv7 no job, worker or

@@ -77,6 +77,8 @@ type Services struct {
 	Worker Worker
 	// Queues serves the queue routes (/ojs/v1/queues...).
 	Queues Queues
+	// Progress serves the progress reports (/ojs/v1/jobs/{id}/progress).
+	Progress Progress
 }
 
 // DeadLetter is the dead letter queue the API serves (implemented by
@@ -149,7 +151,7 @@ func New(svc Services, backend Backend, wfs Workflows, cfg Config) *Server {
 		}
 	}
 	s := &Server{cfg: cfg, started: cfg.Now(), mux: http.NewServeMux(), patterns: map[string]Level{}, raw: map[string]bool{}, metrics: newRequestMetrics()}
-	a := &api{jobs: svc.Producer, worker: svc.Worker, queueSvc: svc.Queues, dead: cfg.DeadLetter, backend: backend, wfs: wfs, s: s}
+	a := &api{jobs: svc.Producer, worker: svc.Worker, progress: svc.Progress, queueSvc: svc.Queues, dead: cfg.DeadLetter, backend: backend, wfs: wfs, s: s}
 	s.add(LevelAny, http.MethodGet, "/ojs/manifest", a.manifest)
 	s.add(LevelAny, http.MethodGet, "/ojs/v1/health", a.health)
 	s.add(LevelProducer, http.MethodPost, "/ojs/v1/jobs", a.push)
@@ -160,7 +162,13 @@ func New(svc Services, backend Backend, wfs Workflows, cfg Config) *Server {
 	s.add(LevelWorker, http.MethodPost, "/ojs/v1/workers/fetch", a.fetch)
 	s.add(LevelWorker, http.MethodPost, "/ojs/v1/workers/ack", a.ack)
 	s.add(LevelWorker, http.MethodPost, "/ojs/v1/workers/nack", a.nack)
+	s.add(LevelWorker, http.MethodPost, "/ojs/v1/jobs/{id}/ack", a.ack)
+	s.add(LevelWorker, http.MethodPost, "/ojs/v1/jobs/{id}/nack", a.nack)
 	s.add(LevelWorker, http.MethodPost, "/ojs/v1/workers/heartbeat", a.heartbeat)
+	s.addProgress(a)
+	if cfg.Schemas != nil {
+		s.addSchemas(cfg.Schemas)
+	}
 	if cfg.Admin != nil {
 		s.add(LevelAdmin, http.MethodGet, "/ojs/v1/admin/workers", (&adminAPI{ad: cfg.Admin, api: a}).workers)
 		s.addAdmin(a, cfg.Admin)
@@ -208,6 +216,7 @@ func New(svc Services, backend Backend, wfs Workflows, cfg Config) *Server {
 type api struct {
 	jobs     Producer
 	worker   Worker
+	progress Progress
 	queueSvc Queues
 	dead     DeadLetter
 	backend  Backend
@@ -467,7 +476,7 @@ func (a *api) fetch(w http.ResponseWriter, r *http.Request, _ params) error {
 	return nil
 }
 
-func (a *api) ack(w http.ResponseWriter, r *http.Request, _ params) error {
+func (a *api) ack(w http.ResponseWriter, r *http.Request, p params) error {
 	var req struct {
 		JobID    string          `json:"job_id"`
 		Result   json.RawMessage `json:"result"`
@@ -477,8 +486,8 @@ func (a *api) ack(w http.ResponseWriter, r *http.Request, _ params) error {
 	if err := readObject(r, &req); err != nil {
 		return err
 	}
-	if req.JobID == "" {
-		return ojserr.Invalid("job_id", "The 'job_id' field is required.")
+	if err := pathJobID(&req.JobID, p); err != nil {
+		return err
 	}
 	attempt, err := intParam("attempt", req.Attempt, 1, math.MaxInt32)
 	if err != nil {
@@ -500,7 +509,23 @@ func (a *api) ack(w http.ResponseWriter, r *http.Request, _ params) error {
 	return nil
 }
 
-func (a *api) nack(w http.ResponseWriter, r *http.Request, _ params) error {
+// pathJobID sets *id from the path of POST /jobs/{id}/ack and /nack
+// (ojs-results.md 10.1, ojs-serverless.md 4.2), where a job_id in the
+// body may only repeat it; on /workers/ack and /nack the body's is
+// required.
+func pathJobID(id *string, p params) error {
+	switch {
+	case p["id"] != "" && *id != "" && *id != p["id"]:
+		return ojserr.Invalid("job_id", "The body's 'job_id' differs from the job in the path.")
+	case p["id"] != "":
+		*id = p["id"]
+	case *id == "":
+		return ojserr.Invalid("job_id", "The 'job_id' field is required.")
+	}
+	return nil
+}
+
+func (a *api) nack(w http.ResponseWriter, r *http.Request, p params) error {
 	var req struct {
 		JobID string `json:"job_id"`
 		Error *struct {
@@ -518,8 +543,8 @@ func (a *api) nack(w http.ResponseWriter, r *http.Request, _ params) error {
 	if err := readObject(r, &req); err != nil {
 		return err
 	}
-	if req.JobID == "" {
-		return ojserr.Invalid("job_id", "The 'job_id' field is required.")
+	if err := pathJobID(&req.JobID, p); err != nil {
+		return err
 	}
 	attempt, err := intParam("attempt", req.Attempt, 1, math.MaxInt32)
 	if err != nil {

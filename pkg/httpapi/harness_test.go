@@ -285,7 +285,7 @@ func newHarness(token string, level slog.Level, tokens ...string) *harness {
 	if err != nil {
 		panic(err)
 	}
-	h.srv = httpapi.New(httpapi.Services{Producer: svc, Worker: svc, Queues: qsvc}, st, wfs, httpapi.Config{AuthToken: token, Tokens: scoped, Logger: logger, Now: now, Admin: ad, Console: con, DeadLetter: dead})
+	h.srv = httpapi.New(httpapi.Services{Producer: svc, Worker: svc, Queues: qsvc, Progress: svc}, st, wfs, httpapi.Config{AuthToken: token, Tokens: scoped, Logger: logger, Now: now, Admin: ad, Console: con, DeadLetter: dead})
 	return h
 }
 

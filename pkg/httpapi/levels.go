@@ -14,6 +14,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/deadletter"
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+	"github.com/ojs-aws/ojs-serverless/pkg/schema"
 	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
 )
 
@@ -85,7 +86,7 @@ func AllRoutes() []Route {
 		panic(err)
 	}
 	return New(Services{}, nil, (*workflow.Engine)(nil), Config{Admin: ad, Console: con,
-		DeadLetter: (*deadletter.Service)(nil), Crons: (*cron.Service)(nil)}).RouteTable()
+		DeadLetter: (*deadletter.Service)(nil), Crons: (*cron.Service)(nil), Schemas: (*schema.Registry)(nil)}).RouteTable()
 }
 
 // ParseTokens reads bearer tokens that each grant one level, written

@@ -49,10 +49,11 @@ func Manifest() map[string]any {
 		"uniqueness_strength": "strong",
 		// Only extensions whose conformance suite passes in full here
 		// (localstack/cmd/ojs-conformance, docs/admin.md): admin-api,
-		// dead-letter, observability, graceful-shutdown and serverless.
+		// dead-letter, observability, graceful-shutdown, serverless, progress,
+		// encryption (its server side: encoded args and codec meta kept as
+		// sent), schema-registry and job-versioning.
 		// Not claimed: rate-limiting (keyed concurrency limits), webhooks,
-		// schema-registry, multi-tenancy, encryption, backpressure,
-		// progress, fair-scheduling, job-versioning, middleware; nor the
+		// multi-tenancy, backpressure, fair-scheduling, middleware; nor the
 		// suites that pass only because they check that meta is kept
 		// (ai-agents, durable-execution, federation, ml-resources).
 		"extensions": map[string]any{
@@ -62,6 +63,10 @@ func Manifest() map[string]any {
 				{"name": "observability", "uri": "urn:ojs:ext:observability", "version": "1.0.0"},
 				{"name": "graceful-shutdown", "uri": "urn:ojs:ext:graceful-shutdown", "version": "1.0.0"},
 				{"name": "serverless", "uri": "urn:ojs:ext:serverless", "version": "1.0.0"},
+				{"name": "progress", "uri": "urn:ojs:ext:progress", "version": "1.0.0"},
+				{"name": "encryption", "uri": "urn:ojs:ext:encryption", "version": "1.0.0"},
+				{"name": "schema-registry", "uri": "urn:ojs:ext:schema-registry", "version": "1.0.0"},
+				{"name": "job-versioning", "uri": "urn:ojs:ext:job-versioning", "version": "1.0.0"},
 			},
 			"experimental": []map[string]string{{"name": "push-delivery-aws-lambda", "uri": "urn:ojs:ext:experimental:push-delivery-aws-lambda", "version": "0.1.0"}},
 		},

@@ -102,7 +102,7 @@ func TestObservabilityEndpoints(t *testing.T) {
 	st := store.New(db, "t")
 	qsvc := queue.NewService(st, queue.Config{})
 	svc := lifecycle.New(st, lifecycle.Config{Queues: qsvc})
-	srv := httpapi.New(httpapi.Services{Producer: svc, Worker: svc, Queues: qsvc}, st, nil, httpapi.Config{Logger: slog.New(slog.DiscardHandler)})
+	srv := httpapi.New(httpapi.Services{Producer: svc, Worker: svc, Queues: qsvc, Progress: svc}, st, nil, httpapi.Config{Logger: slog.New(slog.DiscardHandler)})
 	for range 2 {
 		srv.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/ojs/manifest", nil))
 	}

@@ -57,6 +57,9 @@ type Config struct {
 	Now func() time.Time
 	// Crons, when set, serves the cron routes under /ojs/v1/cron.
 	Crons Crons
+	// Schemas, when set, serves the schema registry under
+	// /ojs/v1/admin/schemas.
+	Schemas Schemas
 	// DeadLetter, when set, serves the dead letter routes under
 	// /ojs/v1/dead-letter (ojs-dead-letter.md) and, with Admin, the Admin
 	// API's dead letter routes that act on one job, bulk retries and stats.

@@ -137,8 +137,8 @@ func ParseEnqueue(raw []byte, now time.Time) (*Enqueue, error) {
 		return nil, missing("type")
 	}
 	j.Type = *req.Type
-	if j.Type == "" || len(j.Type) > MaxTypeLength || !typePattern.MatchString(j.Type) {
-		return nil, ojserr.Invalid("type", "The 'type' field must be a dot-separated name like 'email.send' (lowercase segments that start with a letter and hold letters, digits, '_' and '-'; at most %d bytes).", MaxTypeLength)
+	if err := ValidateType(j.Type); err != nil {
+		return nil, err
 	}
 	if req.Args == nil {
 		return nil, missing("args")
@@ -294,6 +294,14 @@ func ParseEnqueue(raw []byte, now time.Time) (*Enqueue, error) {
 		j.EnqueuedAt = &created
 	}
 	return &Enqueue{Job: j, Pending: pending}, nil
+}
+
+// ValidateType checks a job type against the OJS pattern and length.
+func ValidateType(t string) error {
+	if t == "" || len(t) > MaxTypeLength || !typePattern.MatchString(t) {
+		return ojserr.Invalid("type", "The 'type' field must be a dot-separated name like 'email.send' (lowercase segments that start with a letter and hold letters, digits, '_' and '-'; at most %d bytes).", MaxTypeLength)
+	}
+	return nil
 }
 
 // ValidateQueue checks a queue name against the OJS pattern and length.

@@ -158,6 +158,9 @@ type Job struct {
 	// CancelRequested is set when an active job was cancelled; the worker
 	// learns it on its next heartbeat.
 	CancelRequested bool
+	// Progress is what the worker last reported of the current attempt
+	// (nil: nothing yet; cleared when an attempt starts).
+	Progress *Progress
 
 	// Unique is the job's unique policy at enqueue (not stored).
 	Unique *Unique
@@ -171,6 +174,27 @@ type Job struct {
 	// stored (a dead letter retry must hold it again); not in the
 	// envelope.
 	UniqueKey string `json:"-"`
+}
+
+// Progress is a worker's report of how far an attempt has come
+// (ojs-progress.md 5): a fraction in [0, 1], a message, structured data.
+type Progress struct {
+	Value     *float64        `json:"progress,omitempty"`
+	Message   string          `json:"message,omitempty"`
+	Data      json.RawMessage `json:"data,omitempty"`
+	UpdatedAt string          `json:"updated_at"`
+}
+
+// ProgressShown is the progress a job shows: a completed job whose attempt
+// reported progress shows 1 (ojs-progress.md 8.1); nil when none was
+// reported.
+func (j *Job) ProgressShown() *Progress {
+	if j.Progress == nil || j.State != Completed {
+		return j.Progress
+	}
+	p, one := *j.Progress, 1.0
+	p.Value = &one
+	return &p
 }
 
 // Timestamp formats t the way every OJS timestamp is written: UTC,

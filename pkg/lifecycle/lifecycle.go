@@ -55,6 +55,11 @@ type Config struct {
 	// (OJS_RESULT_TTL: -1, 0 or up to job.MaxResultTTL). Default
 	// job.DefaultResultTTL.
 	ResultTTL *int64
+	// Schemas validates each PUSH's args against its type's registered
+	// schema (*schema.Registry). Nil: no validation.
+	Schemas interface {
+		Validate(ctx context.Context, j *job.Job) error
+	}
 }
 
 // Service runs the job operations.
@@ -73,6 +78,10 @@ type Service struct {
 	workers stoppingWorkers
 	// flow advances workflows inline (Config.Workflows).
 	flow Finisher
+	// schemas is Config.Schemas.
+	schemas interface {
+		Validate(ctx context.Context, j *job.Job) error
+	}
 	// contention is when a FETCH of this process last lost a claim, by
 	// queue (Unix ns): FETCHes of a queue contended within
 	// contentionWindow start on a random candidate (claimRounds).
@@ -81,7 +90,7 @@ type Service struct {
 
 // New returns a service on st, the job items' persistence.
 func New(st *store.Store, c Config) *Service {
-	s := &Service{st: st, queues: c.Queues, redel: c.RedeliverAfter, now: c.Now, rnd: c.Rand, log: c.Logger, flow: c.Workflows}
+	s := &Service{st: st, queues: c.Queues, redel: c.RedeliverAfter, now: c.Now, rnd: c.Rand, log: c.Logger, flow: c.Workflows, schemas: c.Schemas}
 	if s.queues == nil {
 		s.queues = queue.NewService(st, queue.Config{Now: c.Now, Logger: c.Logger})
 	}

@@ -63,6 +63,14 @@ func (s *Service) PushBatch(ctx context.Context, raws [][]byte) ([]*job.Job, err
 			return nil, ojserr.Invalid("unique", "Unique policies are honoured on single PUSH only; job at index %d has one. Enqueue it with POST /ojs/v1/jobs.", i).With("index", i)
 		}
 	}
+	for i, j := range jobs {
+		if s.schemas == nil {
+			break
+		}
+		if err := s.schemas.Validate(ctx, j); err != nil {
+			return nil, ojserr.As(err).With("index", i)
+		}
+	}
 	// Admit first: it sets push mode, which the item sizes count.
 	if err := s.queues.Admit(ctx, jobs); err != nil {
 		return nil, err

@@ -19,6 +19,7 @@ const (
 	NotFound             Code = "not_found"
 	Conflict             Code = "conflict"
 	ValidationError      Code = "validation_error"
+	SchemaValidation     Code = "schema_validation"
 	InvalidWorkflow      Code = "invalid_workflow"
 	Duplicate            Code = "duplicate"
 	QueuePaused          Code = "queue_paused"
@@ -101,7 +102,7 @@ func (e *Error) Status() int {
 		return http.StatusNotFound
 	case Conflict, Duplicate:
 		return http.StatusConflict
-	case QueuePaused, Unsupported, ValidationError:
+	case QueuePaused, Unsupported, ValidationError, SchemaValidation:
 		return http.StatusUnprocessableEntity
 	case PayloadTooLarge:
 		return http.StatusRequestEntityTooLarge

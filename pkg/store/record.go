@@ -49,7 +49,10 @@ const (
 	// attrRenewMS a tenth of the claim's lease length (Extend).
 	attrRenewAt = "renew_at"
 	attrRenewMS = "renew_ms"
-	jobSK       = "JOB"
+	// attrProgress and attrProgressInfo hold the attempt's progress report.
+	attrProgress     = "prog"
+	attrProgressInfo = "prog_info"
+	jobSK            = "JOB"
 )
 
 // Key prefixes.
@@ -128,6 +131,10 @@ type claim struct {
 	RetryDelayMS    int64  `dynamodbav:"retry_delay_ms,omitempty"`
 	CancelRequested bool   `dynamodbav:"cancel_requested,omitempty"`
 	Dispatch        string `dynamodbav:"dispatch,omitempty"`
+	// Progress is the attempt's reported fraction (ReportProgress keeps it
+	// from going down), ProgressInfo the whole report as JSON.
+	Progress     *float64 `dynamodbav:"prog,omitempty"`
+	ProgressInfo string   `dynamodbav:"prog_info,omitempty"`
 }
 
 // indexEntries are the job's keys in the ready and due indexes, its expiry
@@ -300,6 +307,11 @@ func (r record) toJob() (*job.Job, error) {
 	if r.DeadlineMS > 0 {
 		t := fromMS(r.DeadlineMS)
 		j.Deadline = &t
+	}
+	if r.ProgressInfo != "" {
+		j.Progress = &job.Progress{}
+		_ = json.Unmarshal([]byte(r.ProgressInfo), j.Progress)
+		j.Progress.Value = r.Progress
 	}
 	if r.Retry == "" || json.Unmarshal([]byte(r.Retry), &j.Retry) != nil {
 		j.Retry = retry.Default()

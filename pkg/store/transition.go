@@ -181,7 +181,7 @@ func Claim(id string, o ClaimOpts) Transition {
 	} else {
 		t.remove(attrWorker)
 	}
-	t.remove(attrReadyPK, attrReadySK, attrDispatch, "next_attempt_at", "cancel_requested")
+	t.remove(attrReadyPK, attrReadySK, attrDispatch, "next_attempt_at", "cancel_requested", attrProgress, attrProgressInfo)
 	notExpired := expression.Or(expression.AttributeNotExists(expression.Name(attrExpires)),
 		expression.Name(attrExpires).GreaterThan(expression.Value(ms(o.Now))))
 	t.and(notExpired)
@@ -431,6 +431,23 @@ func Extend(id, workerID string, leaseUntil, now time.Time) Transition {
 			expression.Name(attrWorker).Equal(expression.Value(workerID))))
 	}
 	t.leaseHeld(now)
+	return t
+}
+
+// ReportProgress records a worker's progress report on an active job
+// (ojs-progress.md 6.1). With a fraction, the condition keeps it from going
+// down: a lower one fails the write, and the caller writes the report
+// without it (ReportProgress with p.Value nil).
+func ReportProgress(id string, p job.Progress) Transition {
+	t := newTransition(id, job.Active, job.Active)
+	if p.Value != nil {
+		t.set(attrProgress, *p.Value)
+		t.and(expression.Or(expression.AttributeNotExists(expression.Name(attrProgress)),
+			expression.Name(attrProgress).LessThanEqual(expression.Value(*p.Value))))
+	}
+	p.Value = nil
+	b, _ := json.Marshal(p)
+	t.set(attrProgressInfo, string(b))
 	return t
 }
 

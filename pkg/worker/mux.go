@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+
+	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 )
 
 // Job is what a handler sees of the job it runs.
@@ -25,6 +27,19 @@ type Job struct {
 	// ParentResults then holds the upstream results keyed by index.
 	WorkflowID    string
 	ParentResults json.RawMessage
+
+	progress func(context.Context, lifecycle.ProgressInput) error
+}
+
+// ReportProgress records how far the handler has come (a fraction from 0
+// to 1, clamped) and a message: GET /ojs/v1/jobs/{id}/progress and the
+// console show it, and a job.progress event carries it (ojs-progress.md).
+// Reports are best-effort: a handler may ignore the error.
+func (j *Job) ReportProgress(ctx context.Context, fraction float64, message string) error {
+	if j.progress == nil {
+		return fmt.Errorf("job %s: progress is reported only while the processor runs it", j.ID)
+	}
+	return j.progress(ctx, lifecycle.ProgressInput{Progress: &fraction, Message: message})
 }
 
 // Bind decodes the positional args into the given pointers, in order:

@@ -174,7 +174,10 @@ func (p *Processor) run(ctx context.Context, j *job.Job) error {
 	defer stop(nil)
 	go p.watch(runCtx, j, stop)
 	result, herr := safeRun(runCtx, h, &Job{ID: j.ID, Type: j.Type, Queue: j.Queue, Args: j.Args, Meta: j.Meta, Attempt: j.Attempt, MaxAttempts: j.Retry.MaxAttempts,
-		WorkflowID: j.WorkflowID, ParentResults: j.ParentResults})
+		WorkflowID: j.WorkflowID, ParentResults: j.ParentResults, progress: func(ctx context.Context, in lifecycle.ProgressInput) error {
+			_, err := p.Service.ReportProgress(ctx, j.ID, in)
+			return err
+		}})
 	if errors.Is(context.Cause(runCtx), errJobGone) {
 		// Its outcome would be refused: nothing to record.
 		log.WarnContext(ctx, "job was cancelled (or its attempt ended) while its handler ran; the handler was stopped and its outcome is not recorded",

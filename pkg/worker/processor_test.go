@@ -358,3 +358,36 @@ func TestCancellingARunningJobStopsItsHandler(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
+
+// A push-mode handler reports progress through its job: the report is on
+// the job while it runs, and the completed job shows 1.
+func TestAHandlerReportsProgress(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var seen *job.Progress
+	var svc *lifecycle.Service
+	svc, p, _, _ := setup(t, func(ctx context.Context, j *worker.Job) (any, error) {
+		if err := j.ReportProgress(ctx, 0.6, "most rows"); err != nil {
+			return nil, err
+		}
+		cur, err := svc.Info(ctx, j.ID)
+		if err == nil {
+			seen = cur.Progress
+		}
+		return nil, err
+	})
+	j, _ := svc.Push(ctx, []byte(`{"type":"t.run","args":[],"options":{"queue":"lambda"}}`))
+	if failed := p.Process(ctx, []worker.Message{message(t, p, j)}); len(failed) != 0 {
+		t.Fatalf("failed: %v", failed)
+	}
+	if seen == nil || *seen.Value != 0.6 || seen.Message != "most rows" {
+		t.Fatalf("progress while running: %+v", seen)
+	}
+	got, _ := svc.Info(ctx, j.ID)
+	if pr := got.ProgressShown(); got.State != job.Completed || pr == nil || *pr.Value != 1 {
+		t.Fatalf("completed job %s shows %+v", got.State, pr)
+	}
+	if err := (&worker.Job{ID: j.ID}).ReportProgress(ctx, 0.5, ""); err == nil {
+		t.Fatal("a job outside the processor reported progress")
+	}
+}

@@ -2,11 +2,12 @@
 // of the suite (third_party/ojs-conformance); localstack/cmd/ojs-conformance
 // runs it against a local stack.
 //
-// The stored runner (v0.4.0) does not evaluate three things some extension
-// suites use: a step's "capture" with "{{name}}" references, and the bare
-// matchers {"$type": ...} and {"$gte": n}. With Options.Patch the runner is
-// built with a Go -overlay that adds exactly those; docs/admin.md lists the
-// tests that need it.
+// The stored runner (v0.4.0) does not evaluate four things some extension
+// suites use: a step's "capture" with "{{name}}" references, the bare
+// matchers {"$type": ...} and {"$gte": n}, and paths through keys with dots
+// ($.job.meta.ojs.codec.key_id for the meta key "ojs.codec.key_id"). With
+// Options.Patch the runner is built with a Go -overlay that adds exactly
+// those; docs/admin.md lists the tests that need it.
 package conformance
 
 import (
@@ -47,10 +48,65 @@ var edits = []edit{
 		"func resolveTemplates(input string, stepResults map[string]*lib.StepResult) string {\n\tinput = resolveCaptures(input, stepResults)\n\treturn templateRefPattern.ReplaceAllStringFunc(input,"},
 	{"runner/http/runner.go", "\tif !strings.Contains(s, \"{{steps.\") {\n\t\treturn matcher\n\t}",
 		"\tif !strings.Contains(s, \"{{\") {\n\t\treturn matcher\n\t}"},
+	{"lib/assertions.go", "func ResolveJSONPath(path string, data any) (any, error) {\n",
+		"func ResolveJSONPath(path string, data any) (any, error) {\n\tif v, ok := resolveDottedKey(path, data); ok {\n\t\treturn v, nil\n\t}\n"},
 }
 
 // added files: the helpers the edits call.
 var added = map[string]string{
+	"lib/zz_ojs_serverless_dotted.go": `package lib
+
+import (
+	"strconv"
+	"strings"
+)
+
+// resolveDottedKey resolves a path through object keys that contain dots
+// ("ojs.codec.encodings", the meta keys of the encryption extension),
+// which the dot-path syntax cannot address: at each object the longest run
+// of the remaining segments joined by dots that is a key is taken (one
+// trailing [n] index allowed). It reports true only when such a key was
+// used; every other path is left to ResolveJSONPath as it was.
+func resolveDottedKey(path string, data any) (any, bool) {
+	parts := strings.Split(strings.TrimPrefix(path, "$."), ".")
+	cur, dotted := data, false
+	for i := 0; i < len(parts); {
+		obj, ok := cur.(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		j := len(parts)
+		for ; j > i; j-- {
+			name, idx := strings.Join(parts[i:j], "."), -1
+			if k := strings.Index(name, "["); k >= 0 && strings.HasSuffix(name, "]") {
+				n, err := strconv.Atoi(name[k+1 : len(name)-1])
+				if err != nil {
+					continue
+				}
+				name, idx = name[:k], n
+			}
+			v, ok := obj[name]
+			if !ok {
+				continue
+			}
+			if idx >= 0 {
+				arr, ok := v.([]any)
+				if !ok || idx >= len(arr) {
+					return nil, false
+				}
+				v = arr[idx]
+			}
+			cur, dotted = v, dotted || j-i > 1
+			break
+		}
+		if j == i {
+			return nil, false
+		}
+		i = j
+	}
+	return cur, dotted
+}
+`,
 	"lib/zz_ojs_serverless_matchers.go": `package lib
 
 import (

@@ -1,0 +1,53 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+
+	"github.com/ojs-aws/ojs-serverless/pkg/schema"
+)
+
+// Schemas is the schema registry (urn:ojs:ext:schema-registry;
+// implemented by *schema.Registry).
+type Schemas interface {
+	Register(ctx context.Context, typ, version string, s json.RawMessage) (schema.Version, bool, error)
+	Get(ctx context.Context, typ, version string) (schema.Version, error)
+	Versions(ctx context.Context, typ string) ([]schema.Version, error)
+	Delete(ctx context.Context, typ, version string) error
+}
+
+var _ Schemas = (*schema.Registry)(nil)
+
+func (s *Server) addSchemas(sc Schemas) {
+	s.add(LevelAdmin, http.MethodPut, "/ojs/v1/admin/schemas/{type}/{version}", func(w http.ResponseWriter, r *http.Request, p params) error {
+		var req struct {
+			Schema json.RawMessage `json:"schema"`
+		}
+		if err := readObject(r, &req); err != nil {
+			return err
+		}
+		v, created, err := sc.Register(r.Context(), p["type"], p["version"], req.Schema)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, map[bool]int{true: http.StatusCreated, false: http.StatusOK}[created], v)
+		return nil
+	})
+	s.add(LevelAdmin, http.MethodGet, "/ojs/v1/admin/schemas/{type}", func(w http.ResponseWriter, r *http.Request, p params) error {
+		v, err := sc.Get(r.Context(), p["type"], "")
+		return reply(w, v, err)
+	})
+	s.add(LevelAdmin, http.MethodGet, "/ojs/v1/admin/schemas/{type}/{version}", func(w http.ResponseWriter, r *http.Request, p params) error {
+		v, err := sc.Get(r.Context(), p["type"], p["version"])
+		return reply(w, v, err)
+	})
+	s.add(LevelAdmin, http.MethodGet, "/ojs/v1/admin/schemas/{type}/versions", func(w http.ResponseWriter, r *http.Request, p params) error {
+		vs, err := sc.Versions(r.Context(), p["type"])
+		return reply(w, map[string]any{"type": p["type"], "versions": append([]schema.Version{}, vs...)}, err)
+	})
+	s.add(LevelAdmin, http.MethodDelete, "/ojs/v1/admin/schemas/{type}/{version}", func(w http.ResponseWriter, r *http.Request, p params) error {
+		err := sc.Delete(r.Context(), p["type"], p["version"])
+		return reply(w, map[string]any{"type": p["type"], "version": p["version"], "deleted": true}, err)
+	})
+}

@@ -1,0 +1,75 @@
+package lifecycle
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"math"
+	"time"
+
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+	"github.com/ojs-aws/ojs-serverless/pkg/store"
+)
+
+// Limits of a progress report (ojs-progress.md 5.2 recommends 4 KB of data).
+const (
+	MaxProgressDataBytes = 4096
+	MaxProgressMessage   = 1024
+)
+
+// ProgressInput is a worker's progress report as sent: at least one of
+// its fields is set.
+type ProgressInput struct {
+	Progress *float64        `json:"progress"`
+	Message  string          `json:"message"`
+	Data     json.RawMessage `json:"data"`
+}
+
+// ReportProgress records a progress report on an active job and counts
+// as its heartbeat (ojs-progress.md 6.3). A fraction outside [0, 1] is
+// clamped, one lower than the attempt's last is not kept (the message and
+// data are), and a report on a job that is not active changes nothing:
+// it answers the job as it is (6.1: ignored, not refused).
+func (s *Service) ReportProgress(ctx context.Context, id string, in ProgressInput) (*job.Job, error) {
+	if err := job.CheckID(id); err != nil {
+		return nil, err
+	}
+	data := in.Data
+	if string(data) == "null" {
+		data = nil
+	}
+	switch {
+	case in.Progress == nil && in.Message == "" && data == nil:
+		return nil, ojserr.Invalid("progress", "A progress report needs 'progress', 'message' or 'data'.")
+	case in.Progress != nil && math.IsNaN(*in.Progress):
+		return nil, ojserr.Invalid("progress", "'progress' must be a number from 0 to 1.")
+	case data != nil && (len(data) > MaxProgressDataBytes || data[0] != '{'):
+		return nil, ojserr.Invalid("data", "'data' must be a JSON object of at most %d bytes.", MaxProgressDataBytes)
+	case len(in.Message) > MaxProgressMessage:
+		return nil, ojserr.Invalid("message", "'message' is longer than %d characters.", MaxProgressMessage)
+	}
+	now := s.Now()
+	p := job.Progress{Message: in.Message, Data: data, UpdatedAt: job.Timestamp(now)}
+	if in.Progress != nil {
+		v := min(max(*in.Progress, 0), 1)
+		p.Value = &v
+	}
+	j, err := s.st.Apply(ctx, store.ReportProgress(id, p))
+	var ce *store.ConflictError
+	if errors.As(err, &ce) && ce.Current != nil && ce.Current.State == job.Active && p.Value != nil {
+		// A lower fraction than the attempt's last: keep the rest.
+		p.Value = nil
+		j, err = s.st.Apply(ctx, store.ReportProgress(id, p))
+	}
+	if errors.As(err, &ce) && ce.Current != nil {
+		return ce.Current, nil
+	}
+	if err != nil {
+		return nil, store.APIError(err, id, "report progress of")
+	}
+	if _, _, err := s.extend(ctx, id, "", time.Time{}, now); err != nil {
+		s.log.WarnContext(ctx, "progress heartbeat failed", "job_id", id, "error", err.Error())
+	}
+	return j, nil
+}
