@@ -16,9 +16,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 )
 
-// The operator's reads (pkg/admin): listings of one index partition with
-// an opaque cursor, bounded counts, and the few deletes the Admin API
-// adds. None of them scans the table.
+// The operator's reads (pkg/admin), none of which scans the table.
 
 // Listing names one index partition the Admin API lists jobs from.
 type Listing int
@@ -167,12 +165,11 @@ func (s *Store) listIndex(ctx context.Context, l Listing, queue string, states [
 	// Merge the shards' pages in index order (each shard's own order kept,
 	// ties included), up to limit, and no further than the first point
 	// where a shard that has more could hold an earlier item.
+	before := func(a, b string) bool { return (forward && a < b) || (!forward && a > b) }
 	var bound string
 	for _, p := range parts {
-		if len(p.last) > 0 {
-			if b := sortValue(p.last, sortName); bound == "" || (forward && b < bound) || (!forward && b > bound) {
-				bound = b
-			}
+		if b := sortValue(p.last, sortName); len(p.last) > 0 && (bound == "" || before(b, bound)) {
+			bound = b
 		}
 	}
 	taken := make([]int, len(keys))
@@ -181,13 +178,12 @@ func (s *Store) listIndex(ctx context.Context, l Listing, queue string, states [
 		best, bestV := -1, ""
 		for i, p := range parts {
 			if taken[i] < len(p.items) {
-				v := sortValue(p.items[taken[i]], sortName)
-				if best < 0 || (forward && v < bestV) || (!forward && v > bestV) {
+				if v := sortValue(p.items[taken[i]], sortName); best < 0 || before(v, bestV) {
 					best, bestV = i, v
 				}
 			}
 		}
-		if best < 0 || (bound != "" && ((forward && bestV > bound) || (!forward && bestV < bound))) {
+		if best < 0 || (bound != "" && before(bound, bestV)) {
 			break
 		}
 		it, ok, err := DecodeItem(parts[best].items[taken[best]])
@@ -204,9 +200,7 @@ func (s *Store) listIndex(ctx context.Context, l Listing, queue string, states [
 	more := false
 	for i, p := range parts {
 		switch {
-		case starts[i] == "-":
-			next[i] = "-"
-		case taken[i] == len(p.items) && len(p.last) == 0:
+		case starts[i] == "-" || (taken[i] == len(p.items) && len(p.last) == 0):
 			next[i] = "-"
 		case taken[i] == len(p.items):
 			next[i] = EncodeCursor(p.last)
@@ -374,18 +368,15 @@ func (s *Store) CountStates(ctx context.Context, l Listing, queue string, max in
 // adding the count read to *read.
 func (s *Store) eachState(ctx context.Context, l Listing, queue string, max int, read *int, each func(job.State)) (capped bool, err error) {
 	index, keyName, _, keys, _ := l.partitions(queue)
-	pull := func(st string, push bool) {
-		if !push { // a push-mode job in ready (written before they left it) is counted from due
+	f := func(st string, push bool) {
+		// A push-mode job in ready (written before they left it) is counted from due.
+		if !push || l != ListAvailable {
 			each(job.State(st))
 		}
 	}
 	for _, key := range keys {
 		if max > 0 && *read >= max {
 			return true, nil // more shards unread
-		}
-		f := func(st string, _ bool) { each(job.State(st)) }
-		if l == ListAvailable {
-			f = pull
 		}
 		if capped, err := s.countStates(ctx, index, keyName, key, max-*read, read, f); err != nil || capped {
 			return capped, err
@@ -460,14 +451,7 @@ func (s *Store) deleteInState(ctx context.Context, id string, state job.State) e
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
 	if ccf, ok := errors.AsType[*types.ConditionalCheckFailedException](err); ok {
-		if len(ccf.Item) == 0 {
-			return ErrNotFound
-		}
-		cur, derr := decodeJob(ccf.Item)
-		if derr != nil {
-			return derr
-		}
-		return &ConflictError{Current: cur, Tried: Transition{ID: id, To: "deleted"}}
+		return conflict(ccf.Item, Transition{ID: id, To: "deleted"})
 	}
 	if err != nil {
 		return fmt.Errorf("delete job %s: %w", id, err)

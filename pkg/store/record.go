@@ -172,6 +172,15 @@ func ms(t time.Time) int64 { return t.UnixMilli() }
 
 func fromMS(v int64) time.Time { return time.UnixMilli(v).UTC() }
 
+// optMS is v as a time, nil when v is 0 (not set).
+func optMS(v int64) *time.Time {
+	if v <= 0 {
+		return nil
+	}
+	t := fromMS(v)
+	return &t
+}
+
 // readySortKey orders available jobs by priority (highest first), then by
 // the time they became available, then by id.
 func readySortKey(priority int, at time.Time, id string) string {
@@ -285,14 +294,7 @@ func (r record) toJob() (*job.Job, error) {
 	if r.WorkflowAhead != "" {
 		j.WorkflowAhead = json.RawMessage(r.WorkflowAhead)
 	}
-	if r.LeaseUntil > 0 {
-		t := fromMS(r.LeaseUntil)
-		j.LeaseUntil = &t
-	}
-	if r.DeadlineMS > 0 {
-		t := fromMS(r.DeadlineMS)
-		j.Deadline = &t
-	}
+	j.LeaseUntil, j.Deadline = optMS(r.LeaseUntil), optMS(r.DeadlineMS)
 	if r.Retry == "" || json.Unmarshal([]byte(r.Retry), &j.Retry) != nil {
 		j.Retry = retry.Default()
 	}
@@ -310,19 +312,23 @@ func (r record) toJob() (*job.Job, error) {
 	if r.Extra != "" {
 		_ = json.Unmarshal([]byte(r.Extra), &j.Extra)
 	}
-	if r.Error != "" {
-		var e job.ErrorInfo
-		if json.Unmarshal([]byte(r.Error), &e) == nil {
-			j.Error = &e
-		}
+	if e := decodeErrors([]string{r.Error}); len(e) > 0 {
+		j.Error = &e[0]
 	}
-	for _, s := range r.Errors {
+	j.Errors = decodeErrors(r.Errors)
+	return j, nil
+}
+
+// decodeErrors decodes stored errors, leaving out any that do not decode.
+func decodeErrors(list []string) []job.ErrorInfo {
+	var out []job.ErrorInfo
+	for _, s := range list {
 		var e job.ErrorInfo
 		if json.Unmarshal([]byte(s), &e) == nil {
-			j.Errors = append(j.Errors, e)
+			out = append(out, e)
 		}
 	}
-	return j, nil
+	return out
 }
 
 // Item is a stored job with the bookkeeping the engine needs besides the

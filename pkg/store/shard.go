@@ -8,9 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 	"golang.org/x/sync/errgroup"
 )
@@ -171,12 +168,7 @@ func (s *Store) DueNow(ctx context.Context, queue string, now time.Time, limit i
 		return nil, nil
 	}
 	parts, err := EachShard(ctx, keys, func(ctx context.Context, pk string) ([]Item, error) {
-		items, _, err := s.queryJobs(ctx, &dynamodb.QueryInput{
-			IndexName:                 aws.String(topology.IndexDue),
-			KeyConditionExpression:    aws.String("due_pk = :pk"),
-			ExpressionAttributeValues: map[string]types.AttributeValue{":pk": AttrS(pk)},
-			Limit:                     aws.Int32(int32(limit)),
-		})
+		items, err := s.queryShard(ctx, topology.IndexDue, "due_pk = :pk", pk, now, limit)
 		if err != nil {
 			return nil, err
 		}

@@ -35,29 +35,13 @@ func valueBytes(v types.AttributeValue) int {
 	case *types.AttributeValueMemberBOOL, *types.AttributeValueMemberNULL:
 		return 1
 	case *types.AttributeValueMemberSS:
-		n := 0
-		for _, s := range t.Value {
-			n += len(s)
-		}
-		return n
+		return sumOf(t.Value, func(s string) int { return len(s) })
 	case *types.AttributeValueMemberNS:
-		n := 0
-		for _, s := range t.Value {
-			n += numberBytes(s)
-		}
-		return n
+		return sumOf(t.Value, numberBytes)
 	case *types.AttributeValueMemberBS:
-		n := 0
-		for _, b := range t.Value {
-			n += len(b)
-		}
-		return n
+		return sumOf(t.Value, func(b []byte) int { return len(b) })
 	case *types.AttributeValueMemberL:
-		n := 3
-		for _, e := range t.Value {
-			n += 1 + valueBytes(e)
-		}
-		return n
+		return 3 + sumOf(t.Value, func(e types.AttributeValue) int { return 1 + valueBytes(e) })
 	case *types.AttributeValueMemberM:
 		n := 3
 		for k, e := range t.Value {
@@ -69,6 +53,13 @@ func valueBytes(v types.AttributeValue) int {
 }
 
 func numberBytes(s string) int { return (len(s)+1)/2 + 1 }
+
+func sumOf[T any](vs []T, f func(T) int) (n int) {
+	for _, v := range vs {
+		n += f(v)
+	}
+	return n
+}
 
 // JobItemBytes is ItemBytes of the item Create writes for j.
 func JobItemBytes(j *job.Job, redeliverAfter time.Duration) (int, error) {

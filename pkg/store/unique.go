@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
@@ -95,35 +96,17 @@ func (s *Store) ReviveUnique(ctx context.Context, t Transition, key string, now 
 		cond = "job_id = :h"
 		vals = map[string]types.AttributeValue{":me": AttrS(t.ID), ":h": AttrS(holder)}
 	}
-	if err := t.validate(); err != nil {
-		return nil, err
-	}
-	expr, err := t.build()
+	u, err := s.updateOf(t)
 	if err != nil {
 		return nil, err
 	}
-	tx := []types.TransactWriteItem{
-		{Update: &types.Update{TableName: &s.table, Key: JobKey(t.ID),
-			UpdateExpression: expr.Update(), ConditionExpression: expr.Condition(),
-			ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
-			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}},
-		{Update: &types.Update{TableName: &s.table, Key: uniqueKey(key),
-			UpdateExpression: aws.String("SET job_id = :me"), ConditionExpression: aws.String(cond), ExpressionAttributeValues: vals}},
-	}
+	tx := []types.TransactWriteItem{{Update: u}, {Update: &types.Update{TableName: &s.table, Key: uniqueKey(key),
+		UpdateExpression: aws.String("SET job_id = :me"), ConditionExpression: aws.String(cond), ExpressionAttributeValues: vals}}}
 	_, err = s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: tx})
 	if tce, ok := errors.AsType[*types.TransactionCanceledException](err); ok && len(tce.CancellationReasons) == 2 {
-		r := tce.CancellationReasons
-		if aws.ToString(r[0].Code) == "ConditionalCheckFailed" {
-			if len(r[0].Item) == 0 {
-				return nil, ErrNotFound
-			}
-			cur, derr := decodeJob(r[0].Item)
-			if derr != nil {
-				return nil, derr
-			}
-			return nil, &ConflictError{Current: cur, Tried: t}
-		}
-		if aws.ToString(r[1].Code) == "ConditionalCheckFailed" {
+		if r := tce.CancellationReasons; aws.ToString(r[0].Code) == "ConditionalCheckFailed" {
+			return nil, conflict(r[0].Item, t)
+		} else if aws.ToString(r[1].Code) == "ConditionalCheckFailed" {
 			return nil, ErrLockHeld
 		}
 	}
@@ -143,14 +126,16 @@ func (s *Store) UniqueHolder(ctx context.Context, key string) (UniqueLock, error
 	if len(out.Item) == 0 {
 		return UniqueLock{}, ErrNotFound
 	}
-	var l UniqueLock
-	if v, ok := out.Item["job_id"].(*types.AttributeValueMemberS); ok {
-		l.JobID = v.Value
+	var l struct {
+		JobID   string `dynamodbav:"job_id"`
+		UntilMS *int64 `dynamodbav:"until_ms"`
 	}
-	if v, ok := out.Item["until_ms"].(*types.AttributeValueMemberN); ok {
-		var n int64
-		fmt.Sscan(v.Value, &n)
-		l.Until = fromMS(n)
+	if err := attributevalue.UnmarshalMap(out.Item, &l); err != nil {
+		return UniqueLock{}, fmt.Errorf("read uniqueness key: %w", err)
 	}
-	return l, nil
+	lock := UniqueLock{JobID: l.JobID}
+	if l.UntilMS != nil {
+		lock.Until = fromMS(*l.UntilMS)
+	}
+	return lock, nil
 }
