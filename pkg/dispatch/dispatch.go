@@ -50,11 +50,8 @@ const tries = 3
 // rest of the job (args, meta, retry policy, error history,
 // parent_results) is in DynamoDB.
 type Message struct {
-	// ID is the job id.
-	ID string `json:"id"`
-	// Type is the job type.
-	Type string `json:"type"`
-	// Queue is the OJS queue.
+	ID    string `json:"id"`
+	Type  string `json:"type"`
 	Queue string `json:"queue"`
 	// Attempt is the number of attempts made when the message was sent
 	// (0 before the first): a hint for logs; the claim decides.
@@ -81,10 +78,7 @@ func NewMessage(d Delivery) Message {
 	j := d.Job
 	m := Message{ID: j.ID, Type: j.Type, Queue: j.Queue, Attempt: j.Attempt}
 	if !d.Check.IsZero() && j.State == job.Available {
-		timeout := j.Timeout
-		if timeout <= 0 {
-			timeout = job.DefaultTimeout
-		}
+		timeout := cmp.Or(max(j.Timeout, 0), job.DefaultTimeout)
 		m.Claim = &ClaimHint{TimeoutMS: timeout.Milliseconds(), CheckMS: d.Check.UnixMilli()}
 	}
 	return m
@@ -173,19 +167,13 @@ func messageSize(e types.SendMessageBatchRequestEntry) int {
 }
 
 // Send sends the deliveries, grouped per queue in batches of up to ten
-// messages and awslimit.SQSBatchBytes. Each message is handled on its own:
-// a failed entry of a batch is retried alone, and never holds back the
-// others. A message SQS refuses as the sender's fault (it could never be
-// sent) is logged and skipped, not returned: its job stays available with
-// its redelivery check, so the sweeper tries it again later. Messages that
-// may still be sent (throttling, service errors) are returned as a
-// *SendError naming their jobs; callers retry (SQS deduplicates nothing: a
-// duplicate is harmless, a loss is not). A delivery for a queue that is not
-// push-mode here (a job written while its queue was push-mode, read by a
-// function deployed without it) is logged and skipped, like a message SQS
-// refuses: it can never be sent, and failing the call for it would hold
-// back every other message of the stream batch or the sweep on every
-// retry. Its job stays available to FETCH.
+// messages and awslimit.SQSBatchBytes; a failed entry of a batch is retried
+// alone. A message that can never be sent (SQS refuses it as the sender's
+// fault, or its queue is not push-mode here) is logged and skipped: its job
+// stays available, with its redelivery check, and failing the call would
+// hold back the other messages on every retry. Messages that may still be
+// sent (throttling, service errors) are returned as a *SendError naming
+// their jobs; callers retry (a duplicate is harmless, a loss is not).
 func (d *Dispatcher) Send(ctx context.Context, ds []Delivery) error {
 	byQueue := map[string][]entry{}
 	for _, dl := range ds {
@@ -228,10 +216,7 @@ func (d *Dispatcher) Send(ctx context.Context, ds []Delivery) error {
 				n++
 			}
 			ids, err := d.sendBatch(ctx, q, entries[:n])
-			failed = append(failed, ids...)
-			if err != nil {
-				errs = append(errs, err)
-			}
+			failed, errs = append(failed, ids...), append(errs, err) // errors.Join drops nils
 			entries = entries[n:]
 		}
 	}
@@ -264,10 +249,7 @@ func (d *Dispatcher) sendBatch(ctx context.Context, queue string, entries []entr
 				var errs []error
 				for _, e := range entries {
 					f, err := d.sendBatch(ctx, queue, []entry{e})
-					ids = append(ids, f...)
-					if err != nil {
-						errs = append(errs, err)
-					}
+					ids, errs = append(ids, f...), append(errs, err)
 				}
 				return ids, errors.Join(errs...)
 			}
@@ -321,8 +303,8 @@ func (d *Dispatcher) poison(ctx context.Context, queue string, e entry, why stri
 // messages sent one by one may. Throttling, a missing queue or missing
 // permissions are not: they hold for every message and may pass.
 func senderFault(err error) bool {
-	var ae smithy.APIError
-	if !errors.As(err, &ae) {
+	ae, ok := errors.AsType[smithy.APIError](err)
+	if !ok {
 		return false
 	}
 	code := ae.ErrorCode()

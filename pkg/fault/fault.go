@@ -23,6 +23,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -151,10 +152,6 @@ func init() {
 // parse reads a fault specification (see the package comment).
 func parse(spec string) (map[Point][]rule, error) {
 	out := map[Point][]rule{}
-	known := map[Point]bool{}
-	for _, p := range Points {
-		known[p] = true
-	}
 	for _, e := range strings.Split(spec, ",") {
 		e = strings.TrimSpace(e)
 		if e == "" {
@@ -165,7 +162,7 @@ func parse(spec string) (map[Point][]rule, error) {
 			return nil, fmt.Errorf("fault %q: want point:probability[:mode]", e)
 		}
 		p := Point(parts[0])
-		if !known[p] {
+		if !slices.Contains(Points, p) {
 			return nil, fmt.Errorf("fault %q: unknown point %q", e, p)
 		}
 		prob, err := strconv.ParseFloat(parts[1], 64)

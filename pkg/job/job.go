@@ -123,27 +123,18 @@ type Job struct {
 	WorkflowID    string
 	WorkflowNode  string
 	ParentResults json.RawMessage
-	// WorkflowShard names the counter shard the job's step is counted in
-	// when its group or batch is counted in shards (not on the wire).
-	WorkflowShard string
-	// WorkflowNext lists the graph steps that depend on the job's step, by
-	// index (not on the wire): the request that finishes the job reads
-	// them with the graph's progress in one request.
-	WorkflowNext []int
-	// WorkflowStepID is the step id the workflow events report for the
-	// job's step (its id in the steps form, else the job id), so the
-	// stream function derives them without reading the node (not on the
-	// wire).
+	// The rest of the workflow link is not on the wire. WorkflowShard names
+	// the counter shard the job's step is counted in (a sharded group or
+	// batch); WorkflowNext lists, by index, the graph steps that depend on
+	// it; WorkflowStepID is the step id its events report; WorkflowLast
+	// marks a chain's last step; WorkflowAhead holds the definitions of the
+	// chain steps that follow it (as many as fit the item's write unit).
+	// Each spares the request that finishes the job a read.
+	WorkflowShard  string
+	WorkflowNext   []int
 	WorkflowStepID string
-	// WorkflowLast is set on the job of a chain's last step (not on the
-	// wire): the request that finishes it finishes the chain without
-	// reading whether a next step exists.
-	WorkflowLast bool
-	// WorkflowAhead holds the definitions of the chain steps that follow
-	// the job's step, as many as fit in the job item's write unit (not on
-	// the wire; JSON the workflow engine writes and reads): the request
-	// that finishes the job starts the next step without reading its node.
-	WorkflowAhead json.RawMessage
+	WorkflowLast   bool
+	WorkflowAhead  json.RawMessage
 
 	// Push is true when Queue is a push-mode queue delivered to Lambda.
 	Push bool
@@ -178,8 +169,7 @@ func ts(t *time.Time) *string {
 	if t == nil {
 		return nil
 	}
-	s := Timestamp(*t)
-	return &s
+	return new(Timestamp(*t))
 }
 
 func text(s string, t *time.Time) *string {
@@ -247,8 +237,7 @@ func (j *Job) MarshalJSON() ([]byte, error) {
 		Error: j.Error, Errors: j.Errors, WorkflowID: j.WorkflowID, WorkflowNode: j.WorkflowNode, ParentResults: j.ParentResults,
 	}
 	if j.RetryDelay > 0 {
-		d := j.RetryDelay.Milliseconds()
-		w.RetryDelayMS = &d
+		w.RetryDelayMS = new(j.RetryDelay.Milliseconds())
 	}
 	if j.ResultSizeBytes > 0 {
 		w.ResultStoredAt = w.CompletedAt

@@ -71,7 +71,7 @@ func (s *Service) resolve(ctx context.Context, items []store.Item, now time.Time
 		}
 		moved, err := s.st.Apply(ctx, t)
 		if err != nil {
-			if _, ok := errors.AsType[*store.ConflictError](err); ok || errors.Is(err, store.ErrNotFound) {
+			if ignoreConflict(err) == nil {
 				continue // someone else moved it first
 			}
 			return redeliver, stay, err

@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"slices"
@@ -250,28 +251,15 @@ const writeParallel = 10
 const contentionWindow = 2 * time.Second
 
 // claimRounds claims up to want of a queue's candidates for FETCH r, whose
-// answer holds used bytes so far, in rounds: each round takes the next
-// candidates that fit the answer (up to writeParallel, and what is still
-// wanted) and claims them at once, so that a FETCH holds its candidates
-// for one round trip instead of one per job; racing FETCHes that read the
-// same heads overlap less, and lose fewer claims (every lost claim is a
-// billed write). After a round that lost a claim, the candidates left of
-// the next one's priority are taken from a random one on, wrapping round
-// to the skipped ones (spread): FETCHes racing in lockstep part ways, each
-// still tries every candidate, and none takes a job while one of higher
-// priority is untried. While this process has seen a claim on q lost in
-// the last contentionWindow, a FETCH spreads before its first round too:
-// racing workers that all read the same heads would otherwise all try the
-// first one, and all but one lose it (with eight workers fetching one job
-// each from a backlog, about one lost claim per FETCH). FIFO within a
-// priority then holds only as far as racing workers allow it, which is
-// what the OJS delivery guarantees ask of several workers (FIFO is owed
-// to a single one). Without contention nothing changes: the jobs claimed
-// are the first ones in priority-then-FIFO order, answered in that order.
-// It returns the jobs claimed, the answer's bytes with them, whether the
-// next candidate would pass r.MaxBytes, and an error that stopped it (with
-// the jobs claimed before it, which are active under this worker's lease
-// and must be answered).
+// answer holds used bytes so far, in rounds: each round claims at once the
+// next candidates that fit the answer (up to writeParallel). After a lost
+// claim, or while q was contended within contentionWindow, the candidates
+// of the next priority are tried from a random one on (spread), so racing
+// FETCHes part ways; without contention the jobs claimed are the first in
+// priority-then-FIFO order. It returns the jobs claimed, the answer's
+// bytes with them, whether the next candidate would pass r.MaxBytes, and
+// an error that stopped it (with the jobs claimed before it, which must be
+// answered).
 func (s *Service) claimRounds(ctx context.Context, r FetchRequest, q string, items []store.Item, want, used int) ([]*job.Job, int, bool, error) {
 	var out []*job.Job
 	next := 0
@@ -453,13 +441,8 @@ func (s *Service) claim(ctx context.Context, j *job.Job, workerID string, visibi
 	if visibility <= 0 {
 		visibility = j.Visibility
 	}
-	if visibility <= 0 {
-		visibility = job.DefaultVisibilityTimeout
-	}
-	timeout := j.Timeout
-	if timeout <= 0 {
-		timeout = job.DefaultTimeout
-	}
+	visibility = cmp.Or(max(visibility, 0), job.DefaultVisibilityTimeout)
+	timeout := cmp.Or(max(j.Timeout, 0), job.DefaultTimeout)
 	opts := store.ClaimOpts{Queue: j.Queue, WorkerID: workerID, Now: now, LeaseUntil: now.Add(visibility), Deadline: now.Add(timeout), Redelivery: redelivery}
 	claimed, err := s.st.Apply(ctx, store.Claim(j.ID, opts))
 	var ce *store.ConflictError
@@ -501,15 +484,11 @@ func (s *Service) expire(ctx context.Context, j *job.Job, now time.Time) error {
 		return nil // moved meanwhile
 	}
 	expired, err := s.st.Apply(ctx, store.Expire(j, now))
-	if err == nil {
-		s.finished(ctx, expired)
+	if err != nil {
+		return ignoreConflict(err)
 	}
-	if _, ok := errors.AsType[*store.ConflictError](err); err != nil && !ok && !errors.Is(err, store.ErrNotFound) {
-		return err
-	}
-	if err == nil {
-		s.log.InfoContext(ctx, "job expired", "job_id", j.ID, "queue", j.Queue)
-	}
+	s.finished(ctx, expired)
+	s.log.InfoContext(ctx, "job expired", "job_id", j.ID, "queue", j.Queue)
 	return nil
 }
 

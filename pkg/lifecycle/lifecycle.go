@@ -115,11 +115,11 @@ func (s *Service) finished(ctx context.Context, j *job.Job) {
 	if s.flow == nil || j == nil || j.WorkflowID == "" || !j.State.Terminal() {
 		return
 	}
-	if err := fault.Hit(fault.LifecycleBeforeAdvance); err != nil {
-		s.log.WarnContext(ctx, "workflow not advanced inline; the stream function will", "job_id", j.ID, "workflow_id", j.WorkflowID, "error", err.Error())
-		return
+	err := fault.Hit(fault.LifecycleBeforeAdvance)
+	if err == nil {
+		err = s.flow.JobFinished(ctx, j)
 	}
-	if err := s.flow.JobFinished(ctx, j); err != nil {
+	if err != nil {
 		s.log.WarnContext(ctx, "workflow not advanced inline; the stream function will", "job_id", j.ID, "workflow_id", j.WorkflowID, "error", err.Error())
 	}
 }

@@ -159,17 +159,10 @@ func StateConflict(code Code, format string, args ...any) *Error {
 }
 
 func titled(s string) string {
-	if s == "" {
-		return s
+	if s != "" && 'a' <= s[0] && s[0] <= 'z' {
+		return string(s[0]-32) + s[1:]
 	}
-	return string(s[0]-32*btoi(s[0] >= 'a' && s[0] <= 'z')) + s[1:]
-}
-
-func btoi(b bool) byte {
-	if b {
-		return 1
-	}
-	return 0
+	return s
 }
 
 // Backend wraps an infrastructure failure as a retryable 500 whose message

@@ -160,18 +160,12 @@ func Parse(raw json.RawMessage) (Policy, error) {
 			return p, bad("on_exhaustion", `must be "discard" or "dead_letter"`)
 		}
 	}
-	s := w.BackoffStrategy
-	s = cmp.Or(s, w.BackoffStrategyAlias)
-	if s != nil {
-		switch Strategy(strings.ToLower(*s)) {
-		case Exponential:
-			p.Strategy = Exponential
-		case Linear:
-			p.Strategy = Linear
+	if s := cmp.Or(w.BackoffStrategy, w.BackoffStrategyAlias); s != nil {
+		switch st := Strategy(strings.ToLower(*s)); st {
+		case Exponential, Linear, Polynomial:
+			p.Strategy = st
 		case None, "constant", "fixed":
 			p.Strategy = None
-		case Polynomial:
-			p.Strategy = Polynomial
 		default:
 			return p, bad("backoff_strategy", "must be exponential, linear, none (constant) or polynomial")
 		}

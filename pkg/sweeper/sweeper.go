@@ -107,10 +107,7 @@ func (s *Sweeper) Sweep(ctx context.Context) (Result, error) {
 		}
 	}
 	queues := slices.Sorted(maps.Keys(set))
-	limit := s.BatchSize
-	if limit <= 0 {
-		limit = 100
-	}
+	limit := cmp.Or(max(s.BatchSize, 0), 100)
 	res := Result{Queues: len(queues)}
 	var errs []error
 	for _, q := range queues {
@@ -129,10 +126,7 @@ func (s *Sweeper) Sweep(ctx context.Context) (Result, error) {
 	}
 	if s.Crons != nil {
 		cr, err := s.Crons.Run(ctx)
-		res.CronsFired = cr.Fired
-		if err != nil {
-			errs = append(errs, err)
-		}
+		res.CronsFired, errs = cr.Fired, append(errs, err) // errors.Join drops nils
 	}
 	if s.DeadLetter != nil {
 		pr, err := s.DeadLetter.Prune(ctx)
@@ -143,15 +137,9 @@ func (s *Sweeper) Sweep(ctx context.Context) (Result, error) {
 	}
 	if s.Workflows != nil {
 		n, err := s.Workflows.Timeouts(ctx, limit)
-		res.TimedOut = n
-		if err != nil {
-			errs = append(errs, err)
-		}
+		res.TimedOut, errs = n, append(errs, err)
 		n, err = s.Workflows.Repair(ctx, limit)
-		res.Workflows = n
-		if err != nil {
-			errs = append(errs, err)
-		}
+		res.Workflows, errs = n, append(errs, err)
 	}
 	return res, errors.Join(errs...)
 }
@@ -168,13 +156,7 @@ func (s *Sweeper) redeliverResumed(ctx context.Context, qi queue.QueueInfo) (int
 		if err != nil {
 			return sent, err
 		}
-		var ds []dispatch.Delivery
-		for _, it := range page.Items {
-			if it.Job.Push {
-				ds = append(ds, dispatch.Delivery{Job: it.Job})
-			}
-		}
-		if len(ds) > 0 {
+		if ds := pushDeliveries(page.Items); len(ds) > 0 {
 			if err := s.Sender.Send(ctx, ds); err != nil {
 				// Jobs whose message could not be sent keep their own
 				// redelivery check (due within the redelivery delay):
@@ -221,17 +203,11 @@ func (s *Sweeper) sweepQueue(ctx context.Context, q string, limit int, paused bo
 }
 
 // redeliver re-sends available push-mode jobs whose redelivery check is due
-// and pushes the check back (recheckIn). Sending first means a crash in between causes
-// a duplicate message (harmless), never a lost one.
-// A paused queue's jobs are not sent (the worker would drop them); only
-// their next check is pushed back.
+// and then pushes the check back (recheckIn): a crash in between causes a
+// duplicate message, never a lost one. A paused queue's jobs are not sent;
+// only their next check is pushed back.
 func (s *Sweeper) redeliver(ctx context.Context, items []store.Item, paused bool) (int, error) {
-	ds := make([]dispatch.Delivery, 0, len(items))
-	for _, it := range items {
-		if it.Job.Push {
-			ds = append(ds, dispatch.Delivery{Job: it.Job})
-		}
-	}
+	ds := pushDeliveries(items)
 	if len(ds) == 0 {
 		return 0, nil
 	}
@@ -270,19 +246,26 @@ func (s *Sweeper) redeliver(ctx context.Context, items []store.Item, paused bool
 	return len(ds) - len(unsent), sendErr
 }
 
+// pushDeliveries are the deliveries of the push-mode jobs among items.
+func pushDeliveries(items []store.Item) []dispatch.Delivery {
+	var ds []dispatch.Delivery
+	for _, it := range items {
+		if it.Job.Push {
+			ds = append(ds, dispatch.Delivery{Job: it.Job})
+		}
+	}
+	return ds
+}
+
 // maxRecheck bounds the wait between two redelivery checks of one job, in
 // redelivery delays (an hour with the default of five minutes).
 const maxRecheck = 12
 
 // recheckIn is how long after a redelivery the job's next check waits: as
 // long as the job has already waited since it became available, at least
-// the redelivery delay and at most maxRecheck of them. A job whose message
-// sits behind a backlog in SQS is not lost, only waiting; re-sending it
-// every delay would add a message per job and delay to the backlog it is
-// waiting in (an hour of backlog: 12 copies of every message). With the
-// wait doubling, checks come after 1, 2, 4 and 8 delays (4 copies in that
-// hour), while a job whose message really was lost is still re-sent within
-// its own age again, and within maxRecheck delays at the latest.
+// the redelivery delay and at most maxRecheck of them. The wait doubles, so
+// a job whose message sits behind a backlog in SQS does not add a copy to
+// it every delay, while a lost message is still re-sent within its age.
 func recheckIn(j *job.Job, now time.Time, delay time.Duration) time.Duration {
 	wait := delay
 	if j.EnqueuedAt != nil {

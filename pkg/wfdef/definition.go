@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -241,7 +240,7 @@ func (p *parser) handlers(root *Def, rn rawNode) {
 			}
 			for i, st := range hn.Steps {
 				var sn rawNode
-				if jsoncase.Unmarshal(st, &sn) == nil && (isComposite(sn) || (sn.Type != nil && *sn.Type == KindGraph)) {
+				if jsoncase.Unmarshal(st, &sn) == nil && isWorkflow(sn) {
 					p.add(fmt.Sprintf("%s.steps[%d]", jp, i), "a handler's chain holds jobs only")
 					continue
 				}
@@ -285,11 +284,25 @@ func (p *parser) fits(j *job.Job, raw json.RawMessage, jp string) bool {
 	return false
 }
 
+// name is a composite's name ("" when absent).
+func (p *parser) name(rn rawNode, jp string) string {
+	if rn.Name != nil && len(*rn.Name) > MaxNameLength {
+		p.add(jp+".name", fmt.Sprintf("at most %d bytes", MaxNameLength))
+	}
+	if rn.Name == nil {
+		return ""
+	}
+	return *rn.Name
+}
+
 func (p *parser) add(path, msg string) {
 	if len(p.problems) < 100 {
 		p.problems = append(p.problems, Problem{path, msg})
 	}
 }
+
+// isWorkflow reports a composite or a dependency graph.
+func isWorkflow(rn rawNode) bool { return isComposite(rn) || (rn.Type != nil && *rn.Type == KindGraph) }
 
 func isComposite(rn rawNode) bool {
 	if rn.Type == nil {
@@ -322,12 +335,7 @@ func (p *parser) node(raw json.RawMessage, jp, tp string, index, depth int) *Def
 	if tp != "/" && (rn.OnFailure != nil || rn.OnCancel != nil) {
 		p.add(jp, "on_failure and on_cancel belong to the workflow, not to a nested "+*rn.Type)
 	}
-	if rn.Name != nil {
-		d.Name = *rn.Name
-		if len(d.Name) > MaxNameLength {
-			p.add(jp+".name", fmt.Sprintf("at most %d bytes", MaxNameLength))
-		}
-	}
+	d.Name = p.name(rn, jp)
 	if depth > MaxDepth {
 		p.add(jp, fmt.Sprintf("nesting is %d levels deep; the maximum is %d", depth, MaxDepth))
 		return d
@@ -403,15 +411,8 @@ func (p *parser) leaf(raw json.RawMessage, jp, tp string, index int) *Def {
 			}
 		}
 	}
-	e, err := job.ParseEnqueue(raw, p.now)
-	if err != nil {
-		oe := ojserr.As(err)
-		field, _ := oe.Details["field"].(string)
-		path := jp
-		if field != "" && field != "body" {
-			path += "." + field
-		}
-		p.add(path, oe.Message)
+	e := p.parseJob(raw, jp)
+	if e == nil {
 		return nil
 	}
 	if e.Pending {
@@ -428,10 +429,24 @@ func (p *parser) leaf(raw json.RawMessage, jp, tp string, index int) *Def {
 	return &Def{Kind: KindJob, Path: tp, Index: index, JobType: e.Job.Type, Request: raw, Compensate: compensate}
 }
 
+// parseJob is job.ParseEnqueue of the job at jp; nil, its problem added,
+// when invalid.
+func (p *parser) parseJob(raw json.RawMessage, jp string) *job.Enqueue {
+	e, err := job.ParseEnqueue(raw, p.now)
+	if err != nil {
+		oe := ojserr.As(err)
+		if field, _ := oe.Details["field"].(string); field != "" && field != "body" {
+			jp += "." + field
+		}
+		p.add(jp, oe.Message)
+	}
+	return e
+}
+
 // compensate validates a step's compensate job; nil when invalid.
 func (p *parser) compensate(raw json.RawMessage, jp string) json.RawMessage {
 	var cn rawNode
-	if jsoncase.Unmarshal(raw, &cn) != nil || isComposite(cn) || (cn.Type != nil && *cn.Type == KindGraph) {
+	if jsoncase.Unmarshal(raw, &cn) != nil || isWorkflow(cn) {
 		p.add(jp, "must be a job (type, args, options)")
 		return nil
 	}
@@ -444,14 +459,8 @@ func (p *parser) compensate(raw json.RawMessage, jp string) json.RawMessage {
 			}
 		}
 	}
-	e, err := job.ParseEnqueue(raw, p.now)
-	if err != nil {
-		oe := ojserr.As(err)
-		path := jp
-		if field, _ := oe.Details["field"].(string); field != "" && field != "body" {
-			path += "." + field
-		}
-		p.add(path, oe.Message)
+	e := p.parseJob(raw, jp)
+	if e == nil {
 		return nil
 	}
 	if e.Pending || e.Job.Unique != nil || e.Job.ScheduledAt != nil {
@@ -488,13 +497,7 @@ type rawStep struct {
 // on-failure), and those run with their own rules. Anything else runs as
 // a graph.
 func (p *parser) steps(rn rawNode) *Def {
-	name := ""
-	if rn.Name != nil {
-		name = *rn.Name
-		if len(name) > MaxNameLength {
-			p.add("$.name", fmt.Sprintf("at most %d bytes", MaxNameLength))
-		}
-	}
+	name := p.name(rn, "$")
 	if rn.Jobs != nil || rn.Callbacks != nil {
 		p.add("$.type", "is required: chain, group or batch (or send steps with ids and depends_on)")
 		return nil
@@ -601,27 +604,20 @@ func (p *parser) steps(rn rawNode) *Def {
 	if len(p.problems) > 0 {
 		return nil
 	}
-	if cyc := findCycle(len(all), func(i int) []int {
-		var out []int
+	depsOf := func(i int) []int {
+		out := make([]int, 0, len(all[i].deps))
 		for _, d := range all[i].deps {
 			out = append(out, index[d])
 		}
 		return out
-	}); cyc != nil {
+	}
+	if cyc := findCycle(len(all), depsOf); cyc != nil {
 		ids := make([]string, len(cyc))
 		for i, c := range cyc {
 			ids[i] = all[c].id
 		}
 		p.add("$.steps", "the dependencies form a cycle: "+strings.Join(ids, " -> "))
 		return nil
-	}
-	depIdx := func(s *graphStep) []int {
-		out := make([]int, 0, len(s.deps))
-		for _, d := range s.deps {
-			out = append(out, index[d])
-		}
-		sort.Ints(out)
-		return out
 	}
 	leaf := func(s *graphStep, jp, path string, i int) *Def {
 		d := p.leaf(s.request, jp, path, i)
@@ -693,7 +689,8 @@ func (p *parser) steps(rn rawNode) *Def {
 			continue
 		}
 		if kind == KindGraph {
-			c.Deps = depIdx(s)
+			c.Deps = depsOf(i)
+			slices.Sort(c.Deps)
 		}
 		root.Children = append(root.Children, c)
 	}

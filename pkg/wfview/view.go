@@ -7,6 +7,7 @@
 package wfview
 
 import (
+	"cmp"
 	"encoding/json"
 	"maps"
 	"sort"
@@ -229,13 +230,7 @@ func Render(t *wfstore.Tree, jobs map[string]*job.Job) *View {
 		out.ViewNode = v.entry(&root.Item, true)
 		out.Index = nil
 	}
-	out.ID = t.WorkflowID
-	out.Type = root.Kind
-	out.Name = root.Name
-	if root.Name == "" {
-		out.Name = root.Kind
-	}
-	out.State = string(root.State)
+	out.ID, out.Type, out.Name, out.State = t.WorkflowID, root.Kind, cmp.Or(root.Name, root.Kind), string(root.State)
 	out.StartedAt, out.CompletedAt, out.CancelledAt = root.StartedAt, root.CompletedAt, root.CancelledAt
 	out.CreatedAt = root.CreatedAt
 	out.Metadata = ViewMetadata{CreatedAt: root.CreatedAt, JobCount: root.JobCount, CompletedCount: v.completed, FailedCount: v.failed,
@@ -255,8 +250,7 @@ func Render(t *wfstore.Tree, jobs map[string]*job.Job) *View {
 	if root.Error != "" {
 		out.Error = json.RawMessage(root.Error)
 	}
-	out.Retries = root.Run
-	out.Compensation = v.compensation()
+	out.Retries, out.Compensation = root.Run, v.compensation()
 	if hs := v.handlers(); len(hs) > 0 {
 		out.Handlers = hs
 	}
@@ -411,14 +405,8 @@ func (v *viewer) leaf(n *wfstore.Item, m *ViewNode) {
 	if j == nil {
 		return
 	}
-	m.JobID = new(id)
-	m.Attempt = new(j.Attempt)
-	if j.StartedAt != nil {
-		m.StartedAt = job.Timestamp(*j.StartedAt)
-	}
-	if j.CompletedAt != nil {
-		m.CompletedAt = job.Timestamp(*j.CompletedAt)
-	}
+	m.JobID, m.Attempt = new(id), new(j.Attempt)
+	m.StartedAt, m.CompletedAt = timestamp(j.StartedAt), timestamp(j.CompletedAt)
 	switch j.State {
 	case job.Completed:
 		if counted {
@@ -438,13 +426,18 @@ func (v *viewer) leaf(n *wfstore.Item, m *ViewNode) {
 		v.failedIDs = append(v.failedIDs, id)
 		if b, _ := json.Marshal(j.Error); j.Error != nil && v.fits(b) {
 			m.Error = b
-			code := j.Error.Code
-			if code == "" {
-				code = j.Error.Type
-			}
-			v.errs = append(v.errs, ViewError{JobID: id, Node: n.Path, Code: code, Type: j.Error.Type, Message: j.Error.Message, Attempt: j.Attempt})
+			v.errs = append(v.errs, ViewError{JobID: id, Node: n.Path, Code: cmp.Or(j.Error.Code, j.Error.Type), Type: j.Error.Type,
+				Message: j.Error.Message, Attempt: j.Attempt})
 		}
 	}
+}
+
+// timestamp is job.Timestamp of t, "" for nil.
+func timestamp(t *time.Time) string {
+	if t == nil {
+		return ""
+	}
+	return job.Timestamp(*t)
 }
 
 // fits takes what b costs in the Lambda response (b is escaped once in
@@ -474,10 +467,7 @@ func (v *viewer) compensation() *ViewCompensation {
 	if root.Compensable == 0 {
 		return nil
 	}
-	out := &ViewCompensation{State: "not_started", StepsTotal: root.Compensable}
-	if root.Compensation != "" {
-		out.State = root.Compensation
-	}
+	out := &ViewCompensation{State: cmp.Or(root.Compensation, "not_started"), StepsTotal: root.Compensable}
 	comp := v.t.Composite(wfdef.CompensatePath)
 	if comp == nil {
 		return out
@@ -523,8 +513,7 @@ func (v *viewer) handlers() map[string]ViewNode {
 			m = v.entry(h, false)
 			m.State = string(h.State)
 		}
-		m.Index = nil
-		m.ID = name
+		m.Index, m.ID = nil, name
 		out[name] = m
 	}
 	return out
@@ -537,9 +526,7 @@ func (v *viewer) entry(n *wfstore.Item, root bool) ViewNode {
 		v.leaf(n, &m)
 		return m
 	}
-	m.Type = n.Kind
-	m.Name = n.Name
-	m.State = v.state(n)
+	m.Type, m.Name, m.State = n.Kind, n.Name, v.state(n)
 	if c := v.t.Composite(n.Path); c != nil && !root {
 		m.TimeoutMS = c.TimeoutMS
 		if c.Error != "" {

@@ -44,13 +44,10 @@ type Processor struct {
 	WorkerID string
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
-	// CancelPoll is how often the job of a handler still running is read
-	// to find out whether it was cancelled meanwhile (or its attempt taken
-	// over after its lease): the handler's context is then cancelled
-	// (ojs-core.md 7.6; a push-mode handler has no heartbeat to be told
-	// by). The first read is CancelPoll after the handler starts, so a
-	// handler shorter than that costs nothing. Default 5 s; negative turns
-	// it off.
+	// CancelPoll is how often the job of a handler still running is read:
+	// once it was cancelled (or its attempt taken over), the handler's
+	// context is cancelled (ojs-core.md 7.6). The first read is CancelPoll
+	// after the handler starts. Default 5 s; negative turns it off.
 	CancelPoll time.Duration
 }
 
@@ -78,16 +75,14 @@ func (p *Processor) Process(ctx context.Context, msgs []Message) []string {
 	var failed []string
 	var wg sync.WaitGroup
 	for _, m := range msgs {
-		wg.Add(1)
-		go func(m Message) {
-			defer wg.Done()
+		wg.Go(func() {
 			if err := p.processOne(ctx, m); err != nil {
 				p.log().ErrorContext(ctx, "message failed; SQS will deliver it again", "message_id", m.ID, "job_id", messageJobID(m.Body), "error", err.Error())
 				mu.Lock()
 				failed = append(failed, m.ID)
 				mu.Unlock()
 			}
-		}(m)
+		})
 	}
 	wg.Wait()
 	return failed
@@ -119,9 +114,7 @@ func (p *Processor) processOne(ctx context.Context, m Message) error {
 	if dl, ok := ctx.Deadline(); ok {
 		lease = time.Until(dl) + stopMargin
 	}
-	workerID := p.WorkerID
-	workerID = cmp.Or(workerID, "lambda")
-	d, err := p.Service.ClaimDelivered(ctx, p.Items, env, workerID, lease)
+	d, err := p.Service.ClaimDelivered(ctx, p.Items, env, cmp.Or(p.WorkerID, "lambda"), lease)
 	if err != nil {
 		return fmt.Errorf("claim job %s: %w", env.ID, err)
 	}
@@ -234,8 +227,7 @@ func (p *Processor) run(ctx context.Context, j *job.Job) error {
 // this attempt's: cancelled, or taken over after its lease. A failed read
 // changes nothing.
 func (p *Processor) watch(ctx context.Context, j *job.Job, stop context.CancelCauseFunc) {
-	every := p.CancelPoll
-	every = cmp.Or(every, DefaultCancelPoll)
+	every := cmp.Or(p.CancelPoll, DefaultCancelPoll)
 	if every < 0 {
 		return
 	}
@@ -272,13 +264,11 @@ func (p *Processor) leaseLeft(j *job.Job) (time.Duration, bool) {
 }
 
 // record writes an attempt's outcome, again while the write fails for a
-// reason that may pass (DynamoDB failing past the SDK's own retries) and
-// the claim's lease holds. Returning the error instead would lose the
-// outcome: SQS delivers the message again, but while the lease holds the
-// job reads as running elsewhere, and after it ends the job runs again
-// (or is discarded as timed out). The outcome write is pinned to the
-// attempt, so one that landed although its answer was lost makes the
-// next try a conflict, which counts as written.
+// reason that may pass and the claim's lease holds (returned, the error
+// would lose the outcome: the redelivered message finds the job running
+// elsewhere). The write is pinned to the attempt, so one that landed
+// although its answer was lost makes the next try a conflict, which counts
+// as written.
 func (p *Processor) record(ctx context.Context, j *job.Job, write func() error) error {
 	wait := 50 * time.Millisecond
 	for {
