@@ -1,11 +1,6 @@
 // Package dispatch sends push-mode jobs to their SQS queues. A message is a
-// reference to a job, never the job itself: its body is a small JSON object
-// (Message: the job's id, type, queue and attempts so far, and what a claim
-// needs) whatever the job's size, so no job can pass SQS's message size
-// limit. A message is only a hint that a job may be ready (it can be
-// duplicated, late or stale): the consumer's claim is a conditional write
-// that decides, and it reads the job from DynamoDB when the hint is not
-// enough.
+// small reference to a job (Message), never the job itself, and only a hint
+// that it may be ready: the consumer's conditional claim decides.
 package dispatch
 
 import (
@@ -45,10 +40,7 @@ const MaxDelay = 15 * time.Minute
 const tries = 3
 
 // Message is the body of every SQS message the product sends: which job
-// may be ready. The field names are the OJS envelope's, so a consumer that
-// reads id, type and queue from an envelope reads them from a Message; the
-// rest of the job (args, meta, retry policy, error history,
-// parent_results) is in DynamoDB.
+// may be ready, with the OJS envelope's field names.
 type Message struct {
 	ID    string `json:"id"`
 	Type  string `json:"type"`
@@ -56,11 +48,8 @@ type Message struct {
 	// Attempt is the number of attempts made when the message was sent
 	// (0 before the first): a hint for logs; the claim decides.
 	Attempt int `json:"attempt"`
-	// Claim is set on a message sent as its job became available: what
-	// the worker's claim needs besides the id, so that it claims the job
-	// without reading it first (lifecycle.Service.ClaimDelivered). Only a
-	// hint: the claim's conditions are checked by the write, and a job
-	// that moved on since is read from the claim's refusal.
+	// Claim is set on a message sent as its job became available: what the
+	// worker's claim needs to skip reading the job first (ClaimDelivered).
 	Claim *ClaimHint `json:"claim,omitempty"`
 }
 
@@ -88,9 +77,8 @@ func NewMessage(d Delivery) Message {
 type Delivery struct {
 	Job   *job.Job
 	Delay time.Duration
-	// Check is the redelivery check of an available job, as written with
-	// Job (a whole job, not an index's projection): set, the message
-	// carries a ClaimHint. Zero when unknown.
+	// Check is the redelivery check of an available job as written with Job
+	// (zero when unknown); when set, the message carries a ClaimHint.
 	Check time.Time
 }
 
@@ -289,19 +277,16 @@ func (d *Dispatcher) sendBatch(ctx context.Context, queue string, entries []entr
 	return ids, lastErr
 }
 
-// poison logs a message SQS refused as the sender's fault: sending it again
-// cannot succeed, and returning it would make the stream retry its batch
-// (and the sweeper its page) forever.
+// poison logs a message SQS refused as the sender's fault (it can never be
+// sent).
 func (d *Dispatcher) poison(ctx context.Context, queue string, e entry, why string) {
 	d.log().ErrorContext(ctx, "SQS refused a push-mode job message; left for the sweeper",
 		"job_id", e.jobID, "queue", queue, "message_bytes", e.size, "error", why)
 }
 
-// senderFault reports whether err is SQS refusing the request because of
-// what it carries (a message too long, invalid characters, a bad
-// parameter): sending the same request again cannot succeed, but its
-// messages sent one by one may. Throttling, a missing queue or missing
-// permissions are not: they hold for every message and may pass.
+// senderFault reports whether err is SQS refusing the request for what it
+// carries (not throttling, a missing queue or permissions): the same request
+// cannot succeed, but its messages sent one by one may.
 func senderFault(err error) bool {
 	ae, ok := errors.AsType[smithy.APIError](err)
 	if !ok {

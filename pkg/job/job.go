@@ -20,18 +20,14 @@ const (
 	// heartbeat when neither the job nor the FETCH sets one
 	// (ojs-worker-protocol.md 5.2: 1800 seconds).
 	DefaultVisibilityTimeout = 1800 * time.Second
-	// MaxEnvelopeBytes bounds one job's JSON envelope: 1 MiB, the least
-	// every implementation must accept (ojs-json-format.md 8.1). A DynamoDB
-	// item is at most 400 KB and holds the envelope, the result and the
-	// error history, so the store keeps args and meta compressed and
-	// refuses, with a 413 of its own, a job whose item would still be too
-	// large (store.MaxJobItemBytes: data that does not compress).
+	// MaxEnvelopeBytes bounds one job's JSON envelope: 1 MiB
+	// (ojs-json-format.md 8.1). The store keeps args and meta compressed
+	// and refuses a job whose item would still pass store.MaxJobItemBytes.
 	MaxEnvelopeBytes = 1 << 20
 	// MaxMetaBytes bounds meta (ojs-payload-limits.md section 4.3).
 	MaxMetaBytes = 64 << 10
-	// MaxResultBytes bounds a result as sent (ojs-results.md 7.2: the
-	// RECOMMENDED 1 MiB); the store also bounds it packed
-	// (store.MaxPackedResultBytes).
+	// MaxResultBytes bounds a result as sent (ojs-results.md 7.2); the
+	// store also bounds it packed (store.MaxPackedResultBytes).
 	MaxResultBytes = 1 << 20
 	// DefaultResultTTL is how long a finished job and its result are kept,
 	// in seconds, when neither the job nor OJS_RESULT_TTL sets it (7 days).
@@ -143,8 +139,7 @@ type Job struct {
 	LeaseUntil *time.Time
 	// Deadline is when the current attempt's execution timeout ends.
 	Deadline *time.Time
-	// CancelRequested is set when an active job was cancelled; the worker
-	// learns it on its next heartbeat.
+	// CancelRequested is set when an active job was cancelled.
 	CancelRequested bool
 
 	// Unique is the job's unique policy at enqueue (not stored).
@@ -155,9 +150,7 @@ type Job struct {
 	// Deduplicated marks the existing job returned for a PUSH whose unique
 	// policy said "ignore" (answered 200, not 201).
 	Deduplicated bool
-	// UniqueKey is the uniqueness key the job was enqueued under, as
-	// stored (a dead letter retry must hold it again); not in the
-	// envelope.
+	// UniqueKey is the uniqueness key the job was enqueued under (stored).
 	UniqueKey string `json:"-"`
 }
 

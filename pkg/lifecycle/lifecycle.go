@@ -41,19 +41,14 @@ type Config struct {
 	// Logger receives structured logs. Default slog.Default().
 	Logger *slog.Logger
 	// Workflows, when set, advances a workflow job's workflow in the
-	// request that finished the job, before it answers (the stream
-	// function verifies it behind every request). Nil: the stream
-	// function alone advances workflows.
+	// request that finished the job. Nil: the stream function alone does.
 	Workflows Finisher
-	// Queues is the queue service: it admits the jobs PUSH creates, names
-	// the push-mode queues and tells paused queues; its Store is the
-	// persistence of the queue and worker items. One Service per process
-	// (it caches). Default: queue.NewService(st, queue.Config{Now: Now,
-	// Logger: Logger}), with no push-mode queues.
+	// Queues is the queue service (admission, push mode, pauses; its Store
+	// the queue and worker items), one per process. Default: one with no
+	// push-mode queues.
 	Queues *queue.Service
 	// ResultTTL is result_ttl, in seconds, for jobs that set none
-	// (OJS_RESULT_TTL: -1, 0 or up to job.MaxResultTTL). Default
-	// job.DefaultResultTTL.
+	// (OJS_RESULT_TTL). Default job.DefaultResultTTL.
 	ResultTTL *int64
 }
 
@@ -74,8 +69,7 @@ type Service struct {
 	// flow advances workflows inline (Config.Workflows).
 	flow Finisher
 	// contention is when a FETCH of this process last lost a claim, by
-	// queue (Unix ns): FETCHes of a queue contended within
-	// contentionWindow start on a random candidate (claimRounds).
+	// queue (Unix ns; see claimRounds).
 	contention sync.Map
 }
 
@@ -107,10 +101,8 @@ func (s *Service) Now() time.Time { return s.now().UTC() }
 func (s *Service) RedeliverAfter() time.Duration { return s.redel }
 
 // finished advances the workflow of a job the service just moved to a
-// terminal state, before the request answers. A failure here is logged,
-// not returned: the job's change is committed, and the stream function
-// verifies every finished workflow job and advances what a request left
-// undone.
+// terminal state. A failure is logged, not returned: the stream function
+// advances what a request left undone.
 func (s *Service) finished(ctx context.Context, j *job.Job) {
 	if s.flow == nil || j == nil || j.WorkflowID == "" || !j.State.Terminal() {
 		return

@@ -59,11 +59,9 @@ func (e *Error) Error() string {
 // Unwrap returns the cause.
 func (e *Error) Unwrap() error { return e.Cause }
 
-// wire maps the codes outside the HTTP binding's table
-// (ojs-http-binding.md 16.3) to the code sent on the wire: one of the
-// table's where one fits (the specific meaning goes in "type"), else the
-// x_ prefix the binding asks for. conflict stays as it is: the public
-// conformance suite requires it (docs/errors.md).
+// wire maps the codes outside the HTTP binding's table (16.3) to the code
+// sent: one of the table's where one fits (the specific meaning goes in
+// "type"), else x_-prefixed. conflict stays (docs/errors.md).
 var wire = map[Code]Code{
 	InvalidWorkflow:      InvalidRequest,
 	ValidationError:      InvalidRequest,
@@ -74,10 +72,8 @@ var wire = map[Code]Code{
 	PermissionDenied:     "x_permission_denied",
 }
 
-// Wire returns the code and type the error is sent with: a code of the
-// binding's table (or x_-prefixed), and the specific kind as the type
-// when the code was mapped (e.g. invalid_request with type
-// invalid_workflow).
+// Wire returns the code and type the error is sent with (see wire), the
+// specific kind as the type when the code was mapped.
 func (e *Error) Wire() (Code, string) {
 	w, ok := wire[e.Code]
 	if !ok {

@@ -59,11 +59,8 @@ type IndexPage struct {
 
 // ListQueue reads up to limit items of one queue's index partitions from
 // cursor (a previous IndexPage.Cursor, or "" to start), merged across the
-// partition's shards in index order. states, when set, filters on the job
-// state (a DynamoDB filter: read capacity is spent on the items read, not
-// returned). A page may hold fewer than limit items and still have a
-// cursor: it ends where a shard's unread part could sort before the next
-// item.
+// shards in index order, filtered on states when set. A page may hold
+// fewer than limit items and still have a cursor.
 func (s *Store) ListQueue(ctx context.Context, l Listing, queue string, states []job.State, limit int, cursor string) (IndexPage, error) {
 	if l != ListAvailable {
 		return s.listIndex(ctx, l, queue, states, false, limit, cursor)

@@ -193,9 +193,7 @@ func Parallel(ctx context.Context, n, conc int, f func(context.Context, int) err
 var ErrSliceOver = errors.New("creation slice over")
 
 // sliceKey carries, in a ResumeWorkflow's context, whether its slice is
-// over (a func() bool). Writers check it between requests, never during
-// one: a request once started lands, and each phase makes its first
-// request whatever the time, so every slice gets further than the last.
+// over (a func() bool), checked between requests, never during one.
 type sliceKey struct{}
 
 // WithSlice returns ctx whose batch writers (Parallel, ApplyAll, a
@@ -214,18 +212,14 @@ func SliceOver(ctx context.Context) error {
 }
 
 // ConflictTries is how many times a transaction cancelled by a
-// TransactionConflict is tried again; ConflictBackoff the pause before
-// try n+1: full jitter over 20 ms doubling up to 640 ms, about 2.5 s in
-// all at most.
+// TransactionConflict is tried again; ConflictBackoff the pause before try
+// n+1 (full jitter over 20 ms doubling up to 640 ms).
 const ConflictTries = 8
 
 func ConflictBackoff(n int) time.Duration {
 	ceiling := 20 * time.Millisecond << min(n, 5)
 	return time.Duration(rand.Int64N(int64(ceiling))) + time.Millisecond
 }
-
-// What pkg/cron's persistence needs of the job items: a schedule's fire
-// writes its job in the schedule's transaction.
 
 // JobFinishedCheck is the transaction ConditionCheck that job id is
 // finished (completed, cancelled or discarded) or gone.
@@ -243,19 +237,12 @@ func AttrS(v string) types.AttributeValue { return &types.AttributeValueMemberS{
 
 func AttrN(v int64) types.AttributeValue { return &types.AttributeValueMemberN{Value: itoa(v)} }
 
-// BatchPut writes items to table with db, which must be a BatchWriter (an
-// error otherwise): BatchWriteItem requests of 25 items, eight at once,
-// each retrying its unprocessed items up to eight times (an error if some
-// remain). It is the kernel's batch write for the aggregates' packages
-// (pkg/events writes its pages with it), the same requests as the
-// store's own large writes.
+// BatchPut writes items to table with db, which must be a BatchWriter:
+// requests of 25 items, eight at once, each retrying its unprocessed items
+// up to eight times (an error if some remain).
 func BatchPut(ctx context.Context, db DynamoAPI, table string, items []map[string]types.AttributeValue) error {
 	return New(db, table).batchPut(ctx, items)
 }
-
-// The table kernel's part that pkg/queue (queue and worker items) builds
-// on: the queue registry's sharded partitions, the fan-out over shards,
-// paged queries and the retry pause.
 
 // queuesPK is the base of the queue registry's partitions (QUEUES,
 // QUEUES#1, ...), sharded by queue name.
@@ -264,12 +251,6 @@ const queuesPK = "QUEUES"
 // RegistryPKs lists every partition of the queue registry, shard 0
 // first (topology.JobTable.Shards.Registry of them, at least one).
 func RegistryPKs() []string { return ShardKeys(queuesPK, shards().Registry) }
-
-// The table kernel's part for pkg/deadletter, which owns the dead letter
-// queue's persistence: a discarded job stays a job item (its dead letter
-// entry is its ready index entry, written by the Discard and Expire
-// transitions), so the dead letter package names jobs and their index
-// entries with these.
 
 // DeadIndexPK is the ready index partition key of queue's discarded jobs.
 func DeadIndexPK(queue string) string { return deadPrefix + queue }

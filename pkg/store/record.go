@@ -138,12 +138,9 @@ type indexEntries struct {
 	TTL     int64  `dynamodbav:"ttl,omitempty"`
 	// Retain is attrRetain (nil: the environment's default).
 	Retain *int64 `dynamodbav:"retain_s,omitempty"`
-	// PrunedAt marks a discarded job the dead letter pruner is removing
-	// (set just before its conditional delete), so the stream tells a
-	// pruned job from one an operator deleted.
+	// PrunedAt marks a discarded job the dead letter pruner is removing.
 	PrunedAt int64 `dynamodbav:"pruned_at,omitempty"`
-	// FetchBytes is FetchBytes of the job as last written (projected by the
-	// ready index, which does not project the payloads it counts).
+	// FetchBytes is FetchBytes of the job as last written.
 	FetchBytes int `dynamodbav:"fb,omitempty"`
 	// UniqueKey is the uniqueness key the job was enqueued under.
 	UniqueKey string `dynamodbav:"uk,omitempty"`
@@ -227,9 +224,7 @@ func toRecord(j *job.Job) (record, error) {
 		return record{}, err
 	}
 	if string(pol) == defaultRetry {
-		// The default policy is the one an item without it reads as
-		// (toJob): about 190 bytes of every job item, which often decide
-		// whether its writes take one write unit or two.
+		// An item without a policy reads as the default (toJob): 190 bytes saved.
 		pol = nil
 	}
 	r := record{PK: jobPrefix + j.ID, SK: jobSK, Version: 1,
@@ -339,10 +334,8 @@ type Item struct {
 	DueAt    time.Time
 	ReadySK  string
 	Dispatch string
-	// Partial is set on an item read from an index: the job's payloads
-	// (args, meta, result, the error history, parent_results, tags,
-	// extra) are not there (topology.JobIndexAttributes); read the job by
-	// key for them.
+	// Partial is set on an item read from an index, without the job's
+	// payloads (topology.JobIndexAttributes).
 	Partial bool
 	// FetchBytes is FetchBytes of the job as last written; 0 for a job
 	// written before it was recorded.

@@ -72,13 +72,8 @@ func JobItemBytes(j *job.Job, redeliverAfter time.Duration) (int, error) {
 
 // MaxJobItemBytes is the most a job's item may take when the job is
 // created: DynamoDB's 400 KB less what its attempts may add later (the
-// largest result, the error history and the current error) and a margin,
-// so that no ACK or FAIL of it is refused for its size. A job's args and
-// meta count as stored (Packed: compressed when that saves room), so an
-// envelope of job.MaxEnvelopeBytes fits when its JSON compresses to about
-// a quarter, which JSON of that size nearly always does; data that does
-// not compress (base64 of a compressed file, say) fits up to about this
-// size.
+// largest result, the error history and the current error) and a margin.
+// Args and meta count as stored (Packed).
 const MaxJobItemBytes = awslimit.DynamoItemBytes - MaxPackedResultBytes - job.MaxErrorHistoryBytes - job.MaxErrorBytes - 4<<10
 
 // MaxPackedResultBytes bounds a result as stored (Packed): a result of up
@@ -164,13 +159,9 @@ func checkSizes(puts []*types.Put) error {
 // (state, attempt, started_at and the other timestamps of the attempt).
 const FetchSlack = 512
 
-// FetchBytes is what job j, once claimed, adds to the api function's
-// FETCH answer: its OJS JSON as encoding/json writes it, carried as a JSON
-// string inside the Lambda response (so every quote, backslash and
-// HTML-escaped character counts as it will), plus FetchSlack. Every write
-// that changes it stores it on the job as "fb", which the ready index
-// projects: FETCH claims a job only if it fits its budget, without reading
-// the payload first.
+// FetchBytes is what job j, once claimed, adds to the FETCH answer: its
+// OJS JSON as a JSON string inside the Lambda response, plus FetchSlack.
+// Writes store it on the job as "fb", which the ready index projects.
 func FetchBytes(j *job.Job) int {
 	b, err := json.Marshal(j)
 	if err != nil {

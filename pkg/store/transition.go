@@ -372,20 +372,15 @@ func Cancel(id string, now time.Time, from ...job.State) Transition {
 	return t
 }
 
-// Extend renews the lease of an active job (heartbeat) whose lease has
-// not ended at now: to leaseUntil, or when that is zero to now plus the
-// lease length of its claim (ojs-worker-protocol.md 5.4: the full
-// configured duration, counted from the heartbeat). workerID, when set,
-// must match the claim's worker. The lease never passes the attempt's
-// deadline: with an explicit leaseUntil the condition fails if it would
-// (the caller retries with the deadline); with the claim's length the
-// caller clamps the written lease (see Clamp).
-//
-// A lease is not moved by less than a tenth of its length (RenewFraction),
-// nor when it ends at the deadline: the condition fails, costing one write
-// unit instead of three for a worker that beats often with a long lease.
-// The caller tells these refusals from the others by the job it returns
-// (held by the worker, lease not ended).
+// Extend renews the lease of an active job (heartbeat) whose lease has not
+// ended at now: to leaseUntil, or when that is zero to now plus its claim's
+// lease length (ojs-worker-protocol.md 5.4). workerID, when set, must match
+// the claim's. The lease never passes the attempt's deadline: an explicit
+// leaseUntil past it fails the condition; a claim's length is clamped by
+// the caller (Clamp). Nor is a lease moved by less than 1/RenewFraction of
+// its length, or when it ends at the deadline: the condition fails (one
+// write unit instead of three), and the caller tells these refusals from
+// the others by the job it returns.
 func Extend(id, workerID string, leaseUntil, now time.Time) Transition {
 	t := newTransition(id, job.Active, job.Active)
 	if leaseUntil.IsZero() {

@@ -39,13 +39,11 @@ func uniqueKey(key string) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{attrPK: AttrS(uniquePrefix + key), attrSK: AttrS(uniqueSK)}
 }
 
-// CreateUnique creates j and makes it the holder of its uniqueness key,
-// in one transaction. With holder empty the key must be free (no lock, or
-// one whose period ended before now); otherwise the lock must still name
-// holder, and the holder job must still be at holderVersion (or gone), so
-// a decision taken on the holder's state cannot be overtaken. It returns
-// ErrLockHeld when those conditions fail and a DuplicateError when a job
-// with j's id exists.
+// CreateUnique creates j as the holder of its uniqueness key, in one
+// transaction: with holder empty the key must be free (no lock, or one
+// whose period ended before now); otherwise the lock must still name holder,
+// at holderVersion (or gone). It returns ErrLockHeld when those conditions
+// fail and a DuplicateError when a job with j's id exists.
 func (s *Store) CreateUnique(ctx context.Context, j *job.Job, redeliverAfter time.Duration, until, now time.Time, holder string, holderVersion int64) error {
 	put, err := s.JobPut(j, redeliverAfter)
 	if err != nil {
@@ -83,12 +81,10 @@ func (s *Store) CreateUnique(ctx context.Context, j *job.Job, redeliverAfter tim
 }
 
 // ReviveUnique applies t, a dead letter retry (Revive) of a job enqueued
-// under uniqueness key key, together with taking the key back: in one
-// transaction, conditional on the key being free (no lock, one whose
-// period ended before now, or one naming the job itself) or, with holder
-// set, on the lock still naming holder (a finished job the caller read).
-// Otherwise it returns ErrLockHeld and nothing is written: retrying the
-// discarded job would make it a second live job of its key.
+// under uniqueness key key, in one transaction with taking the key back:
+// on condition that it is free (no lock, one whose period ended, or one
+// naming the job) or, with holder set, still names holder. Otherwise it
+// returns ErrLockHeld and nothing is written.
 func (s *Store) ReviveUnique(ctx context.Context, t Transition, key string, now time.Time, holder string) (*job.Job, error) {
 	cond := "attribute_not_exists(pk) OR job_id = :me OR until_ms <= :now"
 	vals := map[string]types.AttributeValue{":me": AttrS(t.ID), ":now": &types.AttributeValueMemberN{Value: itoa(ms(now))}}

@@ -1,11 +1,8 @@
 // Package sweeper is the periodic repair run by the sweeper function: it
-// promotes due scheduled and retryable jobs (those beyond the SQS delay
-// limit, and pull-mode jobs nobody fetched), requeues or discards jobs whose
-// lease expired (a worker died), and re-sends available push-mode jobs that
-// were not claimed within the redelivery delay (a lost or dead-lettered SQS
-// message, or a stream record that exhausted its retries). It also fires
-// due cron schedules, repairs stalled workflows and applies the dead letter
-// retention policy.
+// promotes due scheduled and retryable jobs, requeues or discards jobs whose
+// lease expired, re-sends available push-mode jobs not claimed within the
+// redelivery delay, fires due cron schedules, repairs stalled workflows and
+// applies the dead letter retention policy.
 package sweeper
 
 import (
@@ -158,10 +155,8 @@ func (s *Sweeper) redeliverResumed(ctx context.Context, qi queue.QueueInfo) (int
 		}
 		if ds := pushDeliveries(page.Items); len(ds) > 0 {
 			if err := s.Sender.Send(ctx, ds); err != nil {
-				// Jobs whose message could not be sent keep their own
-				// redelivery check (due within the redelivery delay):
-				// the mark is cleared all the same, so the queue's other
-				// jobs are not re-sent every sweep.
+				// Jobs not sent keep their own redelivery check: the mark
+				// is cleared all the same.
 				var se *dispatch.SendError
 				if !errors.As(err, &se) {
 					return sent, err
@@ -211,9 +206,8 @@ func (s *Sweeper) redeliver(ctx context.Context, items []store.Item, paused bool
 	if len(ds) == 0 {
 		return 0, nil
 	}
-	// Jobs whose message could not be sent keep their redelivery check, so
-	// the next sweep tries them again; the others' checks move on, so a
-	// failing job never makes its page be re-sent every sweep.
+	// Jobs not sent keep their redelivery check (the next sweep tries them
+	// again); the others' checks move on.
 	unsent := map[string]bool{}
 	var sendErr error
 	if paused {
@@ -274,9 +268,7 @@ func recheckIn(j *job.Job, now time.Time, delay time.Duration) time.Duration {
 	return min(wait, maxRecheck*delay)
 }
 
-// Loop sweeps every tick until ctx is done or until stops; it is how one
-// scheduled invocation can sweep more often than the schedule's one-minute
-// granularity. A zero tick sweeps once.
+// Loop sweeps every tick until ctx is done or until; a zero tick sweeps once.
 func (s *Sweeper) Loop(ctx context.Context, tick time.Duration, until time.Time) (Result, error) {
 	var total Result
 	var last error

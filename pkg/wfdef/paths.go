@@ -3,6 +3,7 @@ package wfdef
 import (
 	"crypto/sha256"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -122,10 +123,8 @@ func JobID(wfID, path string) string {
 // batch callback its place in Callbacks after every job.
 func position(path string) int {
 	seg := LastSegment(path)
-	for i, name := range Callbacks {
-		if seg == name {
-			return 0xffd + i
-		}
+	if i := slices.Index(Callbacks, seg); i >= 0 {
+		return 0xffd + i
 	}
 	n := 0
 	for _, c := range seg[min(1, len(seg)):] {

@@ -21,13 +21,10 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
 )
 
-// View is a workflow as the API shows it (ojs-workflows.md section 11,
-// ojs-http-binding.md section 14.2): the root's own entry (id, type,
-// name, state, its steps or jobs and callbacks, timeout_ms, error,
-// started_at, completed_at) with the workflow's fields around it. Keys
-// with a zero value that the API shows anyway (steps_completed: 0,
-// job_id: null, depends_on: []) are pointers or non-nil slices;
-// omitted ones are nil.
+// View is a workflow as the API shows it: the root's own entry with the
+// workflow's fields around it. Keys with a zero value that the API shows
+// anyway (steps_completed: 0, job_id: null, depends_on: []) are pointers or
+// non-nil slices; omitted ones are nil.
 type View struct {
 	ViewNode
 	CancelledAt string       `json:"cancelled_at,omitempty"`
@@ -52,12 +49,10 @@ type View struct {
 	Cancelling *ViewCancelling `json:"x_cancelling,omitempty"`
 }
 
-// ViewNode is one entry of a view: a job step, whose job fields ViewJob
-// holds (set, with job_id null, before its job exists), or a composite
-// (chain, group, batch or graph) with its children in Steps (a chain) or
-// Jobs (the others) and a batch's callbacks. The dependency-graph form
-// lists job steps only, each with DependsOn (never nil there) and, for a
-// batch's callbacks, Callback. Callbacks and handlers have no index.
+// ViewNode is one entry of a view: a job step (ViewJob set, with job_id
+// null before its job exists), or a composite with its children in Steps
+// (a chain) or Jobs (the others) and a batch's callbacks. The
+// dependency-graph form lists job steps only, each with DependsOn.
 type ViewNode struct {
 	Index *int   `json:"index,omitempty"`
 	ID    string `json:"id"`
@@ -170,10 +165,8 @@ type ViewCancelling struct {
 }
 
 // MaxViewResultBytes bounds what the step results and errors of one view
-// cost in the API's Lambda response (measured as encoded there: a Lambda
-// response is at most 6 MB, and the rest of a 10,000-job view takes up
-// to about 2.5 MB). Results beyond it are left out of the view (each step
-// says so); GET /ojs/v1/jobs/{job_id} returns each one.
+// cost in the API's Lambda response (6 MB at most); results beyond it are
+// left out of the view, each step saying so.
 const MaxViewResultBytes = 3 << 20
 
 // viewer renders one workflow.
