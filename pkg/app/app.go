@@ -157,12 +157,8 @@ func Load(ctx context.Context) (*App, error) {
 	a := &App{
 		Admin:  admin.New(st, qs, svc, qsvc, dead, admin.Config{Logger: log, Events: evs}),
 		Logger: log, Store: st, Events: evs, Queues: qs, QueueService: qsvc, Dispatcher: d, PushQueues: push, EventTTL: ttl, Publisher: pub, Table: table,
-		Service:    svc,
-		DeadLetter: dead,
-		Workflows:  wfs,
-		Crons:      &cron.Service{Store: cron.NewStore(st), Jobs: svc, Queues: qsvc, Logger: log},
-		AuthToken:  os.Getenv(topology.EnvAuthToken),
-		FetchWait:  wait,
+		Service: svc, DeadLetter: dead, Workflows: wfs, AuthToken: os.Getenv(topology.EnvAuthToken), FetchWait: wait,
+		Crons: &cron.Service{Store: cron.NewStore(st), Jobs: svc, Queues: qsvc, Logger: log},
 	}
 	a.Console, err = console.New(console.Config{Admin: a.Admin, Workflows: a.Workflows, Crons: a.Crons, AuthToken: a.AuthToken,
 		IsPush: qsvc.IsPush, Logger: log})

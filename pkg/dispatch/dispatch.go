@@ -131,9 +131,7 @@ func ParseQueueURLs(s string) (map[string]string, error) {
 }
 
 // Queues lists the push-mode queue names.
-func (d *Dispatcher) Queues() []string {
-	return slices.Collect(maps.Keys(d.urls))
-}
+func (d *Dispatcher) Queues() []string { return slices.Collect(maps.Keys(d.urls)) }
 
 func (d *Dispatcher) log() *slog.Logger { return cmp.Or(d.Logger, slog.Default()) }
 

@@ -437,20 +437,8 @@ func kindOf(b json.RawMessage) string {
 	if len(t) == 0 {
 		return "nothing"
 	}
-	switch t[0] {
-	case '{':
-		return "object"
-	case '[':
-		return "array"
-	case '"':
-		return "string"
-	case 't', 'f':
-		return "boolean"
-	case 'n':
-		return "null"
-	default:
-		return "number"
-	}
+	kinds := map[byte]string{'{': "object", '[': "array", '"': "string", 't': "boolean", 'f': "boolean", 'n': "null"}
+	return cmp.Or(kinds[t[0]], "number")
 }
 
 func compact(b json.RawMessage) json.RawMessage {

@@ -77,10 +77,9 @@ func parseUnique(raw json.RawMessage, j *Job) (*Unique, error) {
 		for _, s := range DefaultUniqueStates {
 			u.States[s] = true
 		}
+	} else if len(r.States) == 0 {
+		return nil, ojserr.Invalid("unique.states", "'unique.states' must name at least one state.")
 	} else {
-		if len(r.States) == 0 {
-			return nil, ojserr.Invalid("unique.states", "'unique.states' must name at least one state.")
-		}
 		for _, s := range r.States {
 			if !State(s).Valid() {
 				return nil, ojserr.Invalid("unique.states", "'unique.states' has an unknown state %q.", s)

@@ -14,12 +14,10 @@ import (
 // (each round loses only to another writer of the same key).
 const uniqueAttempts = 8
 
-// pushUnique creates a job with a unique policy (ojs-unique-jobs.md). The
-// job and its uniqueness lock are written in one transaction conditional
-// on the lock being free, or on it still naming the holder whose state the
-// decision was based on, so concurrent enqueues of one key never both
-// succeed. A duplicate is an existing holder in one of the policy's states
-// whose period (counted from its created_at) has not ended.
+// pushUnique creates a job with a unique policy (ojs-unique-jobs.md), with
+// its uniqueness lock in one transaction conditional on the lock being free
+// or still naming the holder the decision read. A duplicate is a holder in
+// one of the policy's states whose period has not ended.
 func (s *Service) pushUnique(ctx context.Context, j *job.Job) (*job.Job, error) {
 	u := j.Unique
 	var until time.Time

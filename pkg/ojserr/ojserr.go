@@ -4,6 +4,7 @@
 package ojserr
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/http"
@@ -87,33 +88,16 @@ func (e *Error) Wire() (Code, string) {
 
 // Status is the HTTP status for the error's code.
 func (e *Error) Status() int {
-	if e.HTTPStatus != 0 {
-		return e.HTTPStatus
-	}
-	switch e.Code {
-	case InvalidRequest, InvalidPayload, InvalidWorkflow:
-		return http.StatusBadRequest
-	case NotFound:
-		return http.StatusNotFound
-	case Conflict, Duplicate:
-		return http.StatusConflict
-	case QueuePaused, Unsupported, ValidationError:
-		return http.StatusUnprocessableEntity
-	case PayloadTooLarge:
-		return http.StatusRequestEntityTooLarge
-	case UnsupportedMediaType:
-		return http.StatusUnsupportedMediaType
-	case MethodNotAllowed:
-		return http.StatusMethodNotAllowed
-	case Unauthenticated:
-		return http.StatusUnauthorized
-	case PermissionDenied:
-		return http.StatusForbidden
-	case RateLimited:
-		return http.StatusTooManyRequests
-	default:
-		return http.StatusInternalServerError
-	}
+	return cmp.Or(e.HTTPStatus, statuses[e.Code], http.StatusInternalServerError)
+}
+
+var statuses = map[Code]int{
+	InvalidRequest: http.StatusBadRequest, InvalidPayload: http.StatusBadRequest, InvalidWorkflow: http.StatusBadRequest,
+	NotFound: http.StatusNotFound, Conflict: http.StatusConflict, Duplicate: http.StatusConflict,
+	QueuePaused: http.StatusUnprocessableEntity, Unsupported: http.StatusUnprocessableEntity, ValidationError: http.StatusUnprocessableEntity,
+	PayloadTooLarge: http.StatusRequestEntityTooLarge, UnsupportedMediaType: http.StatusUnsupportedMediaType,
+	MethodNotAllowed: http.StatusMethodNotAllowed, Unauthenticated: http.StatusUnauthorized, PermissionDenied: http.StatusForbidden,
+	RateLimited: http.StatusTooManyRequests,
 }
 
 // New returns an error with the given code and message.

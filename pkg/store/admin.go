@@ -24,16 +24,14 @@ type Listing int
 // The partitions a job listing reads.
 const (
 	// ListAvailable is a queue's available jobs: the pull-mode ones in
-	// fetch order (ready index, avail#<queue>), then the push-mode ones by
-	// their redelivery check (due index, due#<queue>): a push-mode job is
-	// not in the ready index, SQS holds its place in line.
+	// fetch order (ready index), then the push-mode ones by their
+	// redelivery check (due index).
 	ListAvailable Listing = iota
 	// ListDead is a queue's discarded jobs, newest first (ready index,
 	// dead#<queue>).
 	ListDead
-	// ListWaiting is a queue's scheduled, retryable and active jobs (and
-	// available push-mode jobs' redelivery checks) by due time (due index,
-	// due#<queue>).
+	// ListWaiting is a queue's due index partition by due time: scheduled,
+	// retryable and active jobs and push-mode redelivery checks.
 	ListWaiting
 )
 
@@ -348,10 +346,8 @@ func DecodeCursor(c string) (map[string]types.AttributeValue, error) {
 }
 
 // CountStates counts one queue's index partition by job state, reading at
-// most max index entries (only the state and push attributes are
-// returned). Each job is counted once: ListAvailable counts the pull-mode available
-// jobs (the ready index), ListWaiting the push-mode ones with the jobs
-// waiting for a time (the due index).
+// most max index entries. Each job is counted once: ListAvailable counts
+// the pull-mode available jobs, ListWaiting the push-mode ones.
 func (s *Store) CountStates(ctx context.Context, l Listing, queue string, max int) (map[job.State]int, bool, error) {
 	out := map[job.State]int{}
 	read := 0
@@ -416,10 +412,8 @@ func (s *Store) countStates(ctx context.Context, index, keyName, key string, max
 }
 
 // DeleteFinished deletes a completed or cancelled job for good, on the
-// condition that it is still in the state read (a job retried or changed
-// meanwhile is left alone: ConflictError). Discarded jobs are deleted by
-// pkg/deadletter (Service.Delete), which the stream reports as
-// dead_letter.deleted.
+// condition that it is still in the state read (else ConflictError).
+// pkg/deadletter deletes discarded jobs.
 func (s *Store) DeleteFinished(ctx context.Context, id string, state job.State) error {
 	if state != job.Completed && state != job.Cancelled {
 		return fmt.Errorf("delete job %s: only completed or cancelled jobs, not %s", id, state)

@@ -11,11 +11,8 @@ import (
 )
 
 // ItemBytes is the size DynamoDB counts for an item against its 400 KB
-// item and 4 MB transaction limits, computed by DynamoDB's published rules
-// and rounded up where they are approximate: attribute names and string
-// values by their UTF-8 length, binary values by their length, a number by
-// one byte per two digits plus one, a boolean or null one byte, a list or
-// map 3 bytes plus one per element plus its elements (and a map's keys).
+// item and 4 MB transaction limits, by DynamoDB's published rules (rounded
+// up where they are approximate).
 func ItemBytes(item map[string]types.AttributeValue) int {
 	n := 0
 	for k, v := range item {
@@ -76,9 +73,7 @@ func JobItemBytes(j *job.Job, redeliverAfter time.Duration) (int, error) {
 // Args and meta count as stored (Packed).
 const MaxJobItemBytes = awslimit.DynamoItemBytes - MaxPackedResultBytes - job.MaxErrorHistoryBytes - job.MaxErrorBytes - 4<<10
 
-// MaxPackedResultBytes bounds a result as stored (Packed): a result of up
-// to job.MaxResultBytes is accepted when it packs into this, which JSON of
-// 1 MiB nearly always does (see MaxJobItemBytes).
+// MaxPackedResultBytes bounds a result as stored (Packed).
 const MaxPackedResultBytes = 64 << 10
 
 // PackedBytes is the size text takes stored as Packed.
@@ -90,10 +85,8 @@ func PackedBytes(text []byte) int {
 	return len(text)
 }
 
-// ListBytes bounds the jobs (their FetchBytes, as the index projects it)
-// one page of whole jobs holds, so that a list of large jobs still fits
-// Lambda's 6 MB response: a page stops before the job that would pass it,
-// and holds at least one.
+// ListBytes bounds the FetchBytes of the jobs one page of whole jobs
+// holds (at least one), so that it fits Lambda's 6 MB response.
 const ListBytes = 4 << 20
 
 // TrimToBytes keeps items from the start while their FetchBytes stay

@@ -103,12 +103,11 @@ func (s *Store) Create(ctx context.Context, jobs []*job.Job, redeliverAfter time
 		return fmt.Errorf("create: %d jobs exceed the transaction limit of %d", len(jobs), MaxBatch)
 	}
 	puts := make([]*types.Put, len(jobs))
+	var err error
 	for i, j := range jobs {
-		p, err := s.JobPut(j, redeliverAfter)
-		if err != nil {
+		if puts[i], err = s.JobPut(j, redeliverAfter); err != nil {
 			return err
 		}
-		puts[i] = p
 	}
 	if err := checkSizes(puts); err != nil {
 		return err
@@ -136,7 +135,7 @@ func (s *Store) Create(ctx context.Context, jobs []*job.Job, redeliverAfter time
 	for i, p := range puts {
 		tx[i] = types.TransactWriteItem{Put: p}
 	}
-	_, err := s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: tx})
+	_, err = s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: tx})
 	if i, ok := FailedCondition(err); ok {
 		return &DuplicateError{ID: jobs[i].ID, Index: i}
 	}

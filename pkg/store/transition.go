@@ -29,18 +29,15 @@ type Transition struct {
 	// if any (the store's dueWatch learns of it).
 	due   string
 	dueAt time.Time
-	// token is written with the transition (attribute wt) so that Apply
-	// knows its own write when a retried request (the SDK retries one
-	// whose answer was lost) finds the condition failed.
+	// token is written with the transition (attribute wt): see newTransition.
 	token string
 }
 
 func newTransition(id string, to job.State, from ...job.State) Transition {
-	// Every write carries a token of its own: a write whose answer was
-	// lost, retried by the SDK and finding its condition failed, is known
-	// as this write by Apply. A claim would otherwise be taken for another
-	// worker's (the job claimed and unrun until its lease ended, losing an
-	// attempt), an ACK answered 409 although it completed the job.
+	// Every write carries a token of its own, so that Apply knows a write
+	// whose answer was lost, retried by the SDK and finding its condition
+	// failed, as its own (a claim is not taken for another worker's, nor
+	// an ACK answered 409 although it completed the job).
 	tok := strconv.FormatUint(rand.Uint64(), 36)
 	u := expression.Set(expression.Name(attrState), expression.Value(string(to))).
 		Add(expression.Name(attrVersion), expression.Value(1)).
@@ -442,10 +439,9 @@ func Requeue(j *job.Job, e job.ErrorInfo, now time.Time, redeliverAfter time.Dur
 }
 
 // Revive returns a discarded job to its queue (dead-letter retry,
-// ojs-dead-letter.md 6.1): attempt reset to 0, fresh enqueued_at, the error
-// history kept, the id unchanged. queue and meta, when set, override the
-// job's (the caller validated them); push says whether the (possibly new)
-// queue is a push-mode queue.
+// ojs-dead-letter.md 6.1): attempt reset to 0, the error history kept.
+// queue and meta, when set, override the job's (validated by the caller);
+// push says whether that queue is a push-mode queue.
 func Revive(j *job.Job, now time.Time, redeliverAfter time.Duration, queue string, meta json.RawMessage, push bool) Transition {
 	t := newTransition(j.ID, job.Available, job.Discarded)
 	queue = cmp.Or(queue, j.Queue)
@@ -468,8 +464,7 @@ func Revive(j *job.Job, now time.Time, redeliverAfter time.Duration, queue strin
 
 // Reopen returns a workflow job that failed (discarded) or was stopped
 // (cancelled) to its queue when its workflow is retried: attempt reset to
-// 0, a fresh enqueued_at, the error history kept, the id unchanged. The
-// workflow advances it again when it finishes.
+// 0, the error history kept.
 func Reopen(j *job.Job, now time.Time, redeliverAfter time.Duration) Transition {
 	t := newTransition(j.ID, job.Available, job.Discarded, job.Cancelled)
 	t.set(attrAttempt, 0)

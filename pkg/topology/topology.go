@@ -278,14 +278,8 @@ func baseEnv(name string) Env {
 	return Env{
 		Name:   name,
 		Prefix: "ojs-" + name,
-		Queues: []Queue{{
-			Name:              DefaultQueueName,
-			BatchSize:         10,
-			VisibilityTimeout: 6 * worker.Timeout,
-			MaxReceiveCount:   5,
-			MaxConcurrency:    50,
-			DLQRetention:      14 * 24 * time.Hour,
-		}},
+		Queues: []Queue{{Name: DefaultQueueName, BatchSize: 10, VisibilityTimeout: 6 * worker.Timeout, MaxReceiveCount: 5,
+			MaxConcurrency: 50, DLQRetention: 14 * 24 * time.Hour}},
 		Functions: map[string]Function{
 			FunctionAPI:    {MemoryMB: 512, Timeout: 29 * time.Second},
 			FunctionWorker: worker,
@@ -295,14 +289,8 @@ func baseEnv(name string) Env {
 			FunctionStream:  {MemoryMB: 512, Timeout: 60 * time.Second, ReservedConcurrency: 10},
 			FunctionSweeper: {MemoryMB: 256, Timeout: 120 * time.Second},
 		},
-		Stream: Stream{
-			BatchSize:     100,
-			MaxRetries:    10,
-			BisectOnError: true,
-			MaxRecordAge:  24 * time.Hour,
-			PollInterval:  250 * time.Millisecond,
-			Filter:        StreamFilter,
-		},
+		Stream: Stream{BatchSize: 100, MaxRetries: 10, BisectOnError: true, MaxRecordAge: 24 * time.Hour,
+			PollInterval: 250 * time.Millisecond, Filter: StreamFilter},
 		Sweeper:          Sweeper{Interval: time.Minute},
 		API:              API{ThrottleRate: 200, ThrottleBurst: 400},
 		EventTTL:         7 * 24 * time.Hour,
@@ -325,9 +313,7 @@ func ForEnv(name string) (Env, error) {
 		// Rehearses prod's deployment: a broken release rolls back here.
 		e.TrafficShift = ShiftCanary10Percent5Minutes
 	case "prod":
-		e.LogRetentionDays = 90
-		e.PointInTimeRecovery = true
-		e.DeletionProtection = true
+		e.LogRetentionDays, e.PointInTimeRecovery, e.DeletionProtection = 90, true, true
 		e.EventTTL = 30 * 24 * time.Hour
 		e.Queues[0].MaxConcurrency = 200
 		e.API = API{ThrottleRate: 2000, ThrottleBurst: 4000}

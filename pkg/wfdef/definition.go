@@ -1,11 +1,7 @@
-// Package wfdef parses and validates OJS workflow definitions
-// (ojs-workflows.md, ojs-http-binding.md section 14): the tree form (a
-// chain, group or batch, nested) and the dependency-graph form (steps with
-// ids and depends_on), into a tree of Def nodes with their paths. It also
-// names those paths (ChildPath, ParentPath, the special subtrees under
-// /~), derives the deterministic job id of each step (JobID) and owns the
-// limits a definition must keep. It stores nothing: pkg/workflow runs the
-// definitions, pkg/wfstore keeps their items.
+// Package wfdef parses and validates OJS workflow definitions (the tree
+// form and the dependency-graph form) into a tree of Def nodes with their
+// paths, names those paths, derives each step's job id (JobID) and owns
+// the limits a definition must keep. It stores nothing.
 package wfdef
 
 import (
@@ -137,11 +133,9 @@ type rawNode struct {
 	OnCancel  json.RawMessage            `json:"on_cancel"`
 }
 
-// Parse validates a workflow creation request: the tree form (a chain,
-// group or batch, nested) or the dependency-graph form of
-// ojs-http-binding.md section 14.1 (steps with ids and depends_on, no
-// type). Every problem is listed with its JSON path in one 400
-// invalid_workflow error. now validates the jobs' timestamps.
+// Parse validates a workflow creation request, in the tree form or the
+// dependency-graph form (ojs-http-binding.md 14.1). Every problem is listed
+// with its JSON path in one 400 invalid_workflow error.
 func Parse(raw []byte, now time.Time) (*Parsed, error) {
 	t := bytes.TrimSpace(raw)
 	if len(t) == 0 || !json.Valid(t) {
@@ -266,8 +260,7 @@ func (p *parser) handlers(root *Def, rn rawNode) {
 }
 
 // fits reports, as a problem at jp's args, a job whose item would pass
-// store.MaxJobItemBytes (its args and meta compressed). A request of raw
-// bytes well under it fits whatever it holds, and is not encoded to see.
+// store.MaxJobItemBytes (a request well under it is not encoded to see).
 func (p *parser) fits(j *job.Job, raw json.RawMessage, jp string) bool {
 	if len(raw)+16<<10 <= store.MaxJobItemBytes {
 		return true
@@ -304,17 +297,10 @@ func (p *parser) add(path, msg string) {
 // isWorkflow reports a composite or a dependency graph.
 func isWorkflow(rn rawNode) bool { return isComposite(rn) || (rn.Type != nil && *rn.Type == KindGraph) }
 
+// isComposite reports a chain, group or batch: these type names are
+// reserved for workflows, so such a node is a nested workflow, never a job.
 func isComposite(rn rawNode) bool {
-	if rn.Type == nil {
-		return false
-	}
-	switch *rn.Type {
-	case KindChain, KindGroup, KindBatch:
-		// These names are reserved for workflows: a node of this type is
-		// a nested workflow, never a job.
-		return true
-	}
-	return false
+	return rn.Type != nil && slices.Contains([]string{KindChain, KindGroup, KindBatch}, *rn.Type)
 }
 
 // node parses one node of the tree form at JSON path jp and tree path tp.
@@ -490,12 +476,9 @@ type rawStep struct {
 	Options   json.RawMessage `json:"options"`
 }
 
-// steps parses the dependency-graph form and recognises what it encodes:
-// the official SDKs send chains, groups and batches in this form (a batch
-// as jobs without dependencies plus callback steps that depend on every
-// job, marked by options.callback_type or named on-complete, on-success,
-// on-failure), and those run with their own rules. Anything else runs as
-// a graph.
+// steps parses the dependency-graph form and recognises the chains, groups
+// and batches the official SDKs send in it (a batch's callbacks marked by
+// options.callback_type or by their ids); anything else runs as a graph.
 func (p *parser) steps(rn rawNode) *Def {
 	name := p.name(rn, "$")
 	if rn.Jobs != nil || rn.Callbacks != nil {
@@ -511,10 +494,8 @@ func (p *parser) steps(rn rawNode) *Def {
 		return nil
 	}
 	var defaults map[string]json.RawMessage
-	if len(rn.Options) > 0 && !isNull(rn.Options) {
-		if json.Unmarshal(rn.Options, &defaults) != nil {
-			p.add("$.options", "must be an object")
-		}
+	if len(rn.Options) > 0 && !isNull(rn.Options) && json.Unmarshal(rn.Options, &defaults) != nil {
+		p.add("$.options", "must be an object")
 	}
 	all := make([]*graphStep, 0, len(rn.Steps))
 	index := map[string]int{}
@@ -543,10 +524,8 @@ func (p *parser) steps(rn rawNode) *Def {
 				index[s.id] = i
 			}
 		}
-		if len(rs.DependsOn) > 0 && !isNull(rs.DependsOn) {
-			if json.Unmarshal(rs.DependsOn, &s.deps) != nil {
-				p.add(jp+".depends_on", "must be an array of step ids")
-			}
+		if len(rs.DependsOn) > 0 && !isNull(rs.DependsOn) && json.Unmarshal(rs.DependsOn, &s.deps) != nil {
+			p.add(jp+".depends_on", "must be an array of step ids")
 		}
 		if len(s.deps) > MaxDependsOn {
 			p.add(jp+".depends_on", fmt.Sprintf("at most %d dependencies per step", MaxDependsOn))
@@ -620,11 +599,11 @@ func (p *parser) steps(rn rawNode) *Def {
 		return nil
 	}
 	leaf := func(s *graphStep, jp, path string, i int) *Def {
-		d := p.leaf(s.request, jp, path, i)
-		if d != nil {
+		if d := p.leaf(s.request, jp, path, i); d != nil {
 			d.StepID = s.id
+			return d
 		}
-		return d
+		return nil
 	}
 	// A batch: callback steps that depend on every other step, and other
 	// steps without dependencies.
@@ -700,11 +679,7 @@ func (p *parser) steps(rn rawNode) *Def {
 // isSDKCallbackID reports the callback step ids of SDKs that mark batch
 // callbacks by id alone.
 func isSDKCallbackID(id string) bool {
-	switch id {
-	case "on-complete", "on-success", "on-failure", "on_complete", "on_success", "on_failure":
-		return true
-	}
-	return false
+	return slices.Contains([]string{"on-complete", "on-success", "on-failure", "on_complete", "on_success", "on_failure"}, id)
 }
 
 // batchShaped reports whether jobs have no dependencies and every
@@ -757,13 +732,8 @@ func chainOrder(all []*graphStep, index map[string]int) []int {
 		return nil
 	}
 	order := []int{start}
-	for cur := start; ; {
-		n, ok := next[cur]
-		if !ok {
-			break
-		}
+	for n, ok := next[start]; ok; n, ok = next[n] {
 		order = append(order, n)
-		cur = n
 	}
 	if len(order) != len(all) {
 		return nil
@@ -773,11 +743,7 @@ func chainOrder(all []*graphStep, index map[string]int) []int {
 
 // findCycle returns the indexes on one dependency cycle, or nil.
 func findCycle(n int, deps func(int) []int) []int {
-	const (
-		white = iota
-		grey
-		black
-	)
+	const white, grey, black = 0, 1, 2
 	color := make([]int, n)
 	stack := []int{}
 	var cycle []int

@@ -1,9 +1,6 @@
 // Package wfview renders a workflow as the API shows it (ojs-workflows.md
-// section 11, ojs-http-binding.md section 14.2): the typed View that the
-// HTTP API answers and the web console draws, built from a workflow's
-// stored items (a *wfstore.Tree) and its jobs, and the progress view of a
-// workflow still being created asynchronously. It reads nothing itself:
-// pkg/workflow reads the items and jobs and calls Render.
+// section 11, ojs-http-binding.md section 14.2), from its stored items (a
+// *wfstore.Tree) and its jobs. It reads nothing itself.
 package wfview
 
 import (
@@ -42,9 +39,8 @@ type View struct {
 	ResultsTruncated bool   `json:"results_truncated,omitempty"`
 	ResultsHint      string `json:"results_hint,omitempty"`
 	ViewCounts
-	// Creating is set while the workflow is being created asynchronously
-	// (Creating), Cancelling when a cancel left jobs for the stream
-	// function to cancel.
+	// Creating is set while the workflow is created asynchronously,
+	// Cancelling when a cancel left jobs for the stream function.
 	Creating   *ViewCreating   `json:"x_creating,omitempty"`
 	Cancelling *ViewCancelling `json:"x_cancelling,omitempty"`
 }
@@ -372,17 +368,9 @@ func (v *viewer) state(n *wfstore.Item) string {
 
 // jobState maps a job state to a workflow step state.
 func jobState(s job.State) string {
-	switch s {
-	case job.Active:
-		return "active"
-	case job.Completed:
-		return string(wfstate.Completed)
-	case job.Discarded:
-		return string(wfstate.Failed)
-	case job.Cancelled:
-		return string(wfstate.Cancelled)
-	}
-	return "pending"
+	states := map[job.State]string{job.Active: "active", job.Completed: string(wfstate.Completed),
+		job.Discarded: string(wfstate.Failed), job.Cancelled: string(wfstate.Cancelled)}
+	return cmp.Or(states[s], "pending")
 }
 
 // leaf fills a job step's entry.

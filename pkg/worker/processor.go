@@ -101,9 +101,7 @@ func messageJobID(body []byte) string {
 func (p *Processor) log() *slog.Logger { return cmp.Or(p.Logger, slog.Default()) }
 
 func (p *Processor) processOne(ctx context.Context, m Message) error {
-	// The body is a dispatch.Message (a whole envelope, as sent before
-	// messages became references, reads the same): the job is claimed by
-	// id, without a read first when the message says what the claim needs.
+	// The body is a dispatch.Message (an older whole envelope reads the same).
 	var env dispatch.Message
 	if err := json.Unmarshal(m.Body, &env); err != nil || job.ValidateID(env.ID) != nil {
 		// A message that names no job can never succeed: drop it.
@@ -147,10 +145,7 @@ func (p *Processor) run(ctx context.Context, j *job.Job) error {
 		})
 	}
 	// The handler runs until its timeout, but never past the claim's lease
-	// (less ackMargin): the timeout counts from the claim, a few
-	// milliseconds before the handler starts, and an ACK written after
-	// the lease's end is refused, so a handler finishing in those last
-	// milliseconds would lose its result and run again.
+	// less ackMargin (an ACK after the lease's end is refused).
 	start := time.Now()
 	end := start.Add(j.Timeout)
 	if left, ok := p.leaseLeft(j); ok && start.Add(left-ackMargin).Before(end) {
@@ -222,10 +217,8 @@ func (p *Processor) run(ctx context.Context, j *job.Job) error {
 	})
 }
 
-// watch reads job j every CancelPoll while its handler runs (until ctx
-// ends) and stops the handler with errJobGone once the job is no longer
-// this attempt's: cancelled, or taken over after its lease. A failed read
-// changes nothing.
+// watch reads job j every CancelPoll while its handler runs and stops the
+// handler with errJobGone once the job is no longer this attempt's.
 func (p *Processor) watch(ctx context.Context, j *job.Job, stop context.CancelCauseFunc) {
 	every := cmp.Or(p.CancelPoll, DefaultCancelPoll)
 	if every < 0 {
@@ -274,9 +267,7 @@ func (p *Processor) record(ctx context.Context, j *job.Job, write func() error) 
 	for {
 		werr := write()
 		if e := ojserr.As(werr); werr != nil && e.Code == ojserr.Conflict && e.Details["current_state"] == string(job.Cancelled) {
-			// Cancelled while it ran (ojs-core.md 7.6): what the handler did
-			// stands, but the job's outcome is not recorded. Say so, with
-			// the attempt, so an operator can reconcile.
+			// Cancelled while it ran (ojs-core.md 7.6): say so, for operators.
 			p.log().WarnContext(ctx, "job was cancelled while its handler ran; its outcome is not recorded", "job_id", j.ID, "attempt", j.Attempt)
 		}
 		err := recordErr(werr)
