@@ -56,10 +56,8 @@ func (s *Service) ClaimDelivered(ctx context.Context, items ItemStore, m dispatc
 		}
 		it = *cur
 	} else {
-		if it, err = items.GetItem(ctx, id); errors.Is(err, store.ErrNotFound) {
-			return Delivered{}, nil
-		} else if err != nil {
-			return Delivered{}, err
+		if it, err = items.GetItem(ctx, id); err != nil {
+			return Delivered{}, ignoreConflict(err) // gone: nothing to run
 		}
 	}
 	j, now := it.Job, s.Now()

@@ -288,11 +288,7 @@ func (s *Service) claimRounds(ctx context.Context, r FetchRequest, q string, ite
 		errs := make([]error, len(round))
 		var wg sync.WaitGroup
 		for i, it := range round {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				got[i], errs[i] = s.Claim(ctx, it.Job, r.WorkerID, r.Visibility, time.Time{})
-			}()
+			wg.Go(func() { got[i], errs[i] = s.Claim(ctx, it.Job, r.WorkerID, r.Visibility, time.Time{}) })
 		}
 		wg.Wait()
 		lost := 0
@@ -447,11 +443,8 @@ func (s *Service) claim(ctx context.Context, j *job.Job, workerID string, visibi
 // appends to the error history, which an index does not project.
 func (s *Service) expire(ctx context.Context, j *job.Job, now time.Time) error {
 	j, err := s.st.Get(ctx, j.ID)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil
-	}
 	if err != nil {
-		return err
+		return ignoreConflict(err) // gone: nothing to expire
 	}
 	if j.ExpiresAt == nil || j.ExpiresAt.After(now) || (j.State != job.Available && j.State != job.Scheduled && j.State != job.Retryable) {
 		return nil // moved meanwhile

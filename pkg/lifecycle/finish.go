@@ -35,16 +35,13 @@ type ErrorInput struct {
 // errorType is the type matched against non_retryable_errors: the explicit
 // type, else details.error_class, else the code.
 func (in ErrorInput) errorType() string {
-	if in.Type != "" {
-		return in.Type
-	}
 	var d struct {
 		ErrorClass string `json:"error_class"`
 	}
-	if len(in.Details) > 0 && json.Unmarshal(in.Details, &d) == nil && d.ErrorClass != "" {
-		return d.ErrorClass
+	if in.Type == "" && len(in.Details) > 0 && json.Unmarshal(in.Details, &d) != nil {
+		d.ErrorClass = ""
 	}
-	return cmp.Or(in.Code, "handler_error")
+	return cmp.Or(in.Type, d.ErrorClass, in.Code, "handler_error")
 }
 
 // Handler response codes (ojs-retry.md section 7).

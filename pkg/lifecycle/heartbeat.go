@@ -160,11 +160,8 @@ func (s *Service) extend(ctx context.Context, id, workerID string, until, now ti
 	if errors.As(err, &ce) {
 		return nil, ce.Current != nil && ce.Current.State == job.Cancelled, nil
 	}
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, false, nil
-	}
 	if err != nil {
-		return nil, false, err
+		return nil, false, ignoreConflict(err) // gone: nil
 	}
 	return j, false, nil
 }

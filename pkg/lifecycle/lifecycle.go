@@ -75,22 +75,18 @@ type Service struct {
 
 // New returns a service on st, the job items' persistence.
 func New(st *store.Store, c Config) *Service {
-	s := &Service{st: st, queues: c.Queues, redel: c.RedeliverAfter, now: c.Now, rnd: c.Rand, log: c.Logger, flow: c.Workflows}
+	s := &Service{st: st, queues: c.Queues, redel: cmp.Or(max(c.RedeliverAfter, 0), 5*time.Minute), now: c.Now, rnd: c.Rand,
+		log: cmp.Or(c.Logger, slog.Default()), flow: c.Workflows, resultTTL: *cmp.Or(c.ResultTTL, aws.Int64(job.DefaultResultTTL))}
 	if s.queues == nil {
 		s.queues = queue.NewService(st, queue.Config{Now: c.Now, Logger: c.Logger})
 	}
 	s.qs = s.queues.Store()
-	s.resultTTL = *cmp.Or(c.ResultTTL, aws.Int64(job.DefaultResultTTL))
-	if s.redel <= 0 {
-		s.redel = 5 * time.Minute
-	}
 	if s.now == nil {
 		s.now = time.Now
 	}
 	if s.rnd == nil {
 		s.rnd = rand.Float64
 	}
-	s.log = cmp.Or(s.log, slog.Default())
 	return s
 }
 

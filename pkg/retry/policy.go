@@ -57,16 +57,8 @@ type Policy struct {
 
 // Default is the OJS default policy (ojs-retry.md section 8).
 func Default() Policy {
-	return Policy{
-		MaxAttempts:        3,
-		InitialInterval:    time.Second,
-		BackoffCoefficient: 2.0,
-		MaxInterval:        5 * time.Minute,
-		Jitter:             true,
-		NonRetryableErrors: []string{},
-		OnExhaustion:       OnExhaustionDiscard,
-		Strategy:           Exponential,
-	}
+	return Policy{MaxAttempts: 3, InitialInterval: time.Second, BackoffCoefficient: 2.0, MaxInterval: 5 * time.Minute, Jitter: true,
+		NonRetryableErrors: []string{}, OnExhaustion: OnExhaustionDiscard, Strategy: Exponential}
 }
 
 // wire is the JSON form. Durations are accepted as ISO 8601 strings or as

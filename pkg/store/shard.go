@@ -93,10 +93,7 @@ func mergeItems(parts [][]Item, limit int, cmp func(a, b Item) int) []Item {
 		all = append(all, p...)
 	}
 	slices.SortStableFunc(all, cmp)
-	if len(all) > limit {
-		all = all[:limit]
-	}
-	return all
+	return all[:min(len(all), limit)]
 }
 
 // maxDueStale bounds how long FETCH trusts what it last read of a due

@@ -514,10 +514,7 @@ func (s *Store) ReadyPush(ctx context.Context, queue string, limit int) ([]Item,
 			break
 		}
 	}
-	if len(out) > limit {
-		out = out[:limit]
-	}
-	return out, nil
+	return out[:min(len(out), limit)], nil
 }
 
 // readyPushPages bounds what a FETCH of a push-mode queue reads of the due

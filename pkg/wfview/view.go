@@ -233,8 +233,7 @@ func Render(t *wfstore.Tree, jobs map[string]*job.Job) *View {
 		out.Errors = &v.errs
 	}
 	if root.TimeoutMS > 0 {
-		out.TimeoutMS = root.TimeoutMS
-		out.Deadline = job.Timestamp(time.UnixMilli(root.Deadline))
+		out.TimeoutMS, out.Deadline = root.TimeoutMS, job.Timestamp(time.UnixMilli(root.Deadline))
 	}
 	if root.Error != "" {
 		out.Error = json.RawMessage(root.Error)
