@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ojs-aws/ojs-serverless/internal/ctxsleep"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 	"github.com/ojs-aws/ojs-serverless/pkg/queue"
@@ -89,16 +90,8 @@ func (s *Service) Fetch(ctx context.Context, r FetchRequest) ([]*job.Job, error)
 		if next == passHeld {
 			pause = FetchWaitHeld
 		}
-		left := time.Until(end)
-		if left <= 0 {
+		if left := time.Until(end); left <= 0 || !ctxsleep.Sleep(ctx, min(pause, left)) {
 			return out, nil
-		}
-		t := time.NewTimer(min(pause, left))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return out, nil
-		case <-t.C:
 		}
 	}
 }

@@ -145,12 +145,10 @@ func Parse(raw json.RawMessage) (Policy, error) {
 		p.NonRetryableErrors = list
 	}
 	if w.OnExhaustion != nil {
-		switch *w.OnExhaustion {
-		case OnExhaustionDiscard, OnExhaustionDeadLetter:
-			p.OnExhaustion = *w.OnExhaustion
-		default:
+		if *w.OnExhaustion != OnExhaustionDiscard && *w.OnExhaustion != OnExhaustionDeadLetter {
 			return p, bad("on_exhaustion", `must be "discard" or "dead_letter"`)
 		}
+		p.OnExhaustion = *w.OnExhaustion
 	}
 	if s := cmp.Or(w.BackoffStrategy, w.BackoffStrategyAlias); s != nil {
 		switch st := Strategy(strings.ToLower(*s)); st {

@@ -231,11 +231,10 @@ func (s *Store) WholeJobs(ctx context.Context, items []Item) ([]Item, error) {
 		for i, it := range items {
 			ids[i] = it.Job.ID
 		}
-		got, err := s.BatchGetJobs(ctx, ids)
-		if err != nil {
+		var err error
+		if byID, err = s.BatchGetJobs(ctx, ids); err != nil {
 			return nil, err
 		}
-		byID = got
 	} else {
 		for _, it := range items {
 			j, err := s.Get(ctx, it.Job.ID)

@@ -183,12 +183,9 @@ func (s *Sweeper) sweepQueue(ctx context.Context, q string, limit int, paused bo
 		if err := fault.Hit(fault.SweeperAfterResolve); err != nil {
 			return redelivered, err
 		}
-		if len(items) > 0 {
-			n, err := s.redeliver(ctx, items, paused)
-			redelivered += n
-			if err != nil {
-				return redelivered, err
-			}
+		n, err := s.redeliver(ctx, items, paused)
+		if redelivered += n; err != nil {
+			return redelivered, err
 		}
 		if !more {
 			return redelivered, nil

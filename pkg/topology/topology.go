@@ -196,15 +196,7 @@ var StreamFilter = KeyFilter{Attribute: "sk", Equals: []string{"JOB", "WORKER"},
 
 // Keep reports whether a record with sort key sk passes the filter.
 func (f KeyFilter) Keep(sk string) bool {
-	if slices.Contains(f.Equals, sk) {
-		return true
-	}
-	for _, p := range f.Prefixes {
-		if strings.HasPrefix(sk, p) {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(f.Equals, sk) || slices.ContainsFunc(f.Prefixes, func(p string) bool { return strings.HasPrefix(sk, p) })
 }
 
 // Pattern is the filter as a Lambda event filtering pattern (JSON).

@@ -145,15 +145,14 @@ func Parse(raw []byte, now time.Time) (*Parsed, error) {
 	if t[0] != '{' || jsoncase.Unmarshal(t, &rn) != nil {
 		return nil, invalid([]Problem{{"$", "a workflow must be a JSON object: a chain, group or batch with 'type', or 'steps' with ids and depends_on"}})
 	}
-	id := ""
+	out := &Parsed{}
 	if rn.ID != nil {
 		if job.ValidateID(*rn.ID) != nil {
 			return nil, invalid([]Problem{{"$.id", "must be a lowercase hyphenated UUIDv7"}})
 		}
-		id = *rn.ID
+		out.ID = *rn.ID
 	}
 	p := &parser{now: now}
-	out := &Parsed{ID: id}
 	if rn.Type == nil || *rn.Type == KindGraph {
 		out.Form = "steps"
 		out.Root = p.steps(rn)

@@ -169,9 +169,7 @@ func (p *Processor) run(ctx context.Context, j *job.Job) error {
 			"duration_ms", time.Since(start).Milliseconds())
 		return nil
 	}
-	if herr == nil && runCtx.Err() != nil {
-		herr = runCtx.Err()
-	}
+	herr = cmp.Or(herr, runCtx.Err())
 	if herr != nil && cutByInvocation && errors.Is(runCtx.Err(), context.DeadlineExceeded) {
 		// The execution environment is about to stop, not the job's own
 		// timeout: an interrupted attempt (ojs-graceful-shutdown.md 7.2),
