@@ -38,21 +38,17 @@ import (
 
 // App holds the wired components.
 type App struct {
-	// Admin is the Admin API service (the API function's /ojs/v1/admin
-	// and the web console).
+	// Admin is the Admin API service (/ojs/v1/admin and the web console).
 	Admin *admin.Service
 	// Console is the web console served by the API function.
 	Console *console.Console
 	Logger  *slog.Logger
 	Store   *store.Store
-	// Events is the event log in the same table, through Store's client:
-	// the stream function stores events in it; the events API, the Admin
-	// API and the queue stats read it.
+	// Events is the event log in the same table, through Store's client.
 	Events *events.Store
 	// Queues reads and writes the queue registry and the worker items.
 	Queues *queue.Store
-	// QueueService admits jobs, and pauses, lists and counts queues (on
-	// Queues; the push-mode queues are PushQueues).
+	// QueueService admits jobs, and pauses, lists and counts queues.
 	QueueService *queue.Service
 	Service      *lifecycle.Service
 	// DeadLetter is the dead letter queue: its API operations and, from
@@ -73,11 +69,9 @@ type App struct {
 	Publisher *eventbus.Publisher
 	// Table is OJS_TABLE.
 	Table string
-	// AuthToken is OJS_AUTH_TOKEN (empty: no bearer auth in the function;
-	// on AWS, API Gateway authorizes with IAM or JWT).
+	// AuthToken is OJS_AUTH_TOKEN (empty: no bearer auth in the function);
+	// FetchWait is OJS_FETCH_WAIT.
 	AuthToken string
-	// FetchWait is OJS_FETCH_WAIT: the long poll of a FETCH that names
-	// no wait_ms (0: it answers at once).
 	FetchWait time.Duration
 }
 
@@ -89,11 +83,7 @@ func Logger() *slog.Logger {
 }
 
 // Load builds the components from the environment: OJS_TABLE (required),
-// OJS_PUSH_QUEUES, OJS_LOG_LEVEL, OJS_AUTH_TOKEN, OJS_EVENT_TTL, OJS_RESULT_TTL, OJS_QUEUE_RESULT_TTL,
-// OJS_EVENT_BUS, OJS_REDELIVER_AFTER, OJS_ASYNC_CREATE_ITEMS,
-// OJS_FETCH_WAIT, the dead
-// letter retention (OJS_DLQ_*)
-// and the AWS SDK variables.
+// the other OJS_* variables of pkg/topology and the AWS SDK's.
 func Load(ctx context.Context) (*App, error) {
 	log := Logger()
 	slog.SetDefault(log)
@@ -172,13 +162,8 @@ func Load(ctx context.Context) (*App, error) {
 	a := &App{
 		Admin:  admin.New(st, qs, svc, qsvc, dead, admin.Config{Logger: log, Events: evs}),
 		Logger: log, Store: st, Events: evs, Queues: qs, QueueService: qsvc, Dispatcher: d, PushQueues: push, EventTTL: ttl, Publisher: pub, Table: table,
-		Service:    svc,
-		DeadLetter: dead,
-		Schemas:    schemas,
-		Workflows:  wfs,
-		Crons:      &cron.Service{Store: cron.NewStore(st), Jobs: svc, Queues: qsvc, Logger: log},
-		AuthToken:  os.Getenv(topology.EnvAuthToken),
-		FetchWait:  wait,
+		Service: svc, DeadLetter: dead, Schemas: schemas, Workflows: wfs, AuthToken: os.Getenv(topology.EnvAuthToken), FetchWait: wait,
+		Crons: &cron.Service{Store: cron.NewStore(st), Jobs: svc, Queues: qsvc, Logger: log},
 	}
 	a.Console, err = console.New(console.Config{Admin: a.Admin, Workflows: a.Workflows, Crons: a.Crons, AuthToken: a.AuthToken,
 		IsPush: qsvc.IsPush, Logger: log})

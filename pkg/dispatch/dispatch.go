@@ -1,11 +1,6 @@
 // Package dispatch sends push-mode jobs to their SQS queues. A message is a
-// reference to a job, never the job itself: its body is a small JSON object
-// (Message: the job's id, type, queue and attempts so far, and what a claim
-// needs) whatever the job's size, so no job can pass SQS's message size
-// limit. A message is only a hint that a job may be ready (it can be
-// duplicated, late or stale): the consumer's claim is a conditional write
-// that decides, and it reads the job from DynamoDB when the hint is not
-// enough.
+// small reference to a job (Message), never the job itself, and only a hint
+// that it may be ready: the consumer's conditional claim decides.
 package dispatch
 
 import (
@@ -45,25 +40,16 @@ const MaxDelay = 15 * time.Minute
 const tries = 3
 
 // Message is the body of every SQS message the product sends: which job
-// may be ready. The field names are the OJS envelope's, so a consumer that
-// reads id, type and queue from an envelope reads them from a Message; the
-// rest of the job (args, meta, retry policy, error history,
-// parent_results) is in DynamoDB.
+// may be ready, with the OJS envelope's field names.
 type Message struct {
-	// ID is the job id.
-	ID string `json:"id"`
-	// Type is the job type.
-	Type string `json:"type"`
-	// Queue is the OJS queue.
+	ID    string `json:"id"`
+	Type  string `json:"type"`
 	Queue string `json:"queue"`
 	// Attempt is the number of attempts made when the message was sent
 	// (0 before the first): a hint for logs; the claim decides.
 	Attempt int `json:"attempt"`
-	// Claim is set on a message sent as its job became available: what
-	// the worker's claim needs besides the id, so that it claims the job
-	// without reading it first (lifecycle.Service.ClaimDelivered). Only a
-	// hint: the claim's conditions are checked by the write, and a job
-	// that moved on since is read from the claim's refusal.
+	// Claim is set on a message sent as its job became available: what the
+	// worker's claim needs to skip reading the job first (ClaimDelivered).
 	Claim *ClaimHint `json:"claim,omitempty"`
 }
 
@@ -81,10 +67,7 @@ func NewMessage(d Delivery) Message {
 	j := d.Job
 	m := Message{ID: j.ID, Type: j.Type, Queue: j.Queue, Attempt: j.Attempt}
 	if !d.Check.IsZero() && j.State == job.Available {
-		timeout := j.Timeout
-		if timeout <= 0 {
-			timeout = job.DefaultTimeout
-		}
+		timeout := cmp.Or(max(j.Timeout, 0), job.DefaultTimeout)
 		m.Claim = &ClaimHint{TimeoutMS: timeout.Milliseconds(), CheckMS: d.Check.UnixMilli()}
 	}
 	return m
@@ -94,9 +77,8 @@ func NewMessage(d Delivery) Message {
 type Delivery struct {
 	Job   *job.Job
 	Delay time.Duration
-	// Check is the redelivery check of an available job, as written with
-	// Job (a whole job, not an index's projection): set, the message
-	// carries a ClaimHint. Zero when unknown.
+	// Check is the redelivery check of an available job as written with Job
+	// (zero when unknown); when set, the message carries a ClaimHint.
 	Check time.Time
 }
 
@@ -149,9 +131,7 @@ func ParseQueueURLs(s string) (map[string]string, error) {
 }
 
 // Queues lists the push-mode queue names.
-func (d *Dispatcher) Queues() []string {
-	return slices.Collect(maps.Keys(d.urls))
-}
+func (d *Dispatcher) Queues() []string { return slices.Collect(maps.Keys(d.urls)) }
 
 func (d *Dispatcher) log() *slog.Logger { return cmp.Or(d.Logger, slog.Default()) }
 
@@ -173,19 +153,13 @@ func messageSize(e types.SendMessageBatchRequestEntry) int {
 }
 
 // Send sends the deliveries, grouped per queue in batches of up to ten
-// messages and awslimit.SQSBatchBytes. Each message is handled on its own:
-// a failed entry of a batch is retried alone, and never holds back the
-// others. A message SQS refuses as the sender's fault (it could never be
-// sent) is logged and skipped, not returned: its job stays available with
-// its redelivery check, so the sweeper tries it again later. Messages that
-// may still be sent (throttling, service errors) are returned as a
-// *SendError naming their jobs; callers retry (SQS deduplicates nothing: a
-// duplicate is harmless, a loss is not). A delivery for a queue that is not
-// push-mode here (a job written while its queue was push-mode, read by a
-// function deployed without it) is logged and skipped, like a message SQS
-// refuses: it can never be sent, and failing the call for it would hold
-// back every other message of the stream batch or the sweep on every
-// retry. Its job stays available to FETCH.
+// messages and awslimit.SQSBatchBytes; a failed entry of a batch is retried
+// alone. A message that can never be sent (SQS refuses it as the sender's
+// fault, or its queue is not push-mode here) is logged and skipped: its job
+// stays available, with its redelivery check, and failing the call would
+// hold back the other messages on every retry. Messages that may still be
+// sent (throttling, service errors) are returned as a *SendError naming
+// their jobs; callers retry (a duplicate is harmless, a loss is not).
 func (d *Dispatcher) Send(ctx context.Context, ds []Delivery) error {
 	byQueue := map[string][]entry{}
 	for _, dl := range ds {
@@ -228,10 +202,7 @@ func (d *Dispatcher) Send(ctx context.Context, ds []Delivery) error {
 				n++
 			}
 			ids, err := d.sendBatch(ctx, q, entries[:n])
-			failed = append(failed, ids...)
-			if err != nil {
-				errs = append(errs, err)
-			}
+			failed, errs = append(failed, ids...), append(errs, err) // errors.Join drops nils
 			entries = entries[n:]
 		}
 	}
@@ -264,10 +235,7 @@ func (d *Dispatcher) sendBatch(ctx context.Context, queue string, entries []entr
 				var errs []error
 				for _, e := range entries {
 					f, err := d.sendBatch(ctx, queue, []entry{e})
-					ids = append(ids, f...)
-					if err != nil {
-						errs = append(errs, err)
-					}
+					ids, errs = append(ids, f...), append(errs, err)
 				}
 				return ids, errors.Join(errs...)
 			}
@@ -307,22 +275,19 @@ func (d *Dispatcher) sendBatch(ctx context.Context, queue string, entries []entr
 	return ids, lastErr
 }
 
-// poison logs a message SQS refused as the sender's fault: sending it again
-// cannot succeed, and returning it would make the stream retry its batch
-// (and the sweeper its page) forever.
+// poison logs a message SQS refused as the sender's fault (it can never be
+// sent).
 func (d *Dispatcher) poison(ctx context.Context, queue string, e entry, why string) {
 	d.log().ErrorContext(ctx, "SQS refused a push-mode job message; left for the sweeper",
 		"job_id", e.jobID, "queue", queue, "message_bytes", e.size, "error", why)
 }
 
-// senderFault reports whether err is SQS refusing the request because of
-// what it carries (a message too long, invalid characters, a bad
-// parameter): sending the same request again cannot succeed, but its
-// messages sent one by one may. Throttling, a missing queue or missing
-// permissions are not: they hold for every message and may pass.
+// senderFault reports whether err is SQS refusing the request for what it
+// carries (not throttling, a missing queue or permissions): the same request
+// cannot succeed, but its messages sent one by one may.
 func senderFault(err error) bool {
-	var ae smithy.APIError
-	if !errors.As(err, &ae) {
+	ae, ok := errors.AsType[smithy.APIError](err)
+	if !ok {
 		return false
 	}
 	code := ae.ErrorCode()

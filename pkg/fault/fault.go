@@ -23,6 +23,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,56 +37,44 @@ type Point string
 // happen (or be safely repeated) for a job to be neither lost nor doubled;
 // docs/fault-injection.md says which gap each one models.
 const (
-	// APIAfterWrite: the API function committed its DynamoDB write
-	// (PUSH, workflow creation, FETCH's claim, ACK, NACK, ...) and dies or
-	// fails before answering: the client sees a 5xx and retries.
+	// APIAfterWrite: the API function committed its write and dies or fails
+	// before answering (the client retries).
 	APIAfterWrite Point = "api.after_write"
 	// EngineAfterRelay: the stream function sent the batch's push-mode jobs
-	// to SQS and dies or fails before the mapping checkpoints the batch:
-	// the batch is delivered again and the jobs are sent again.
+	// to SQS, the batch is not checkpointed (it comes again).
 	EngineAfterRelay Point = "engine.after_relay"
 	// EngineAfterEvents: events stored, workflow actions not yet run.
 	EngineAfterEvents Point = "engine.after_events"
-	// EngineWorkflowAction: the stream function fails or dies part-way
-	// through a batch's workflow actions (some done, some not); an error
-	// is reported as a partial batch failure at that record.
+	// EngineWorkflowAction: the stream function stops part-way through a
+	// batch's workflow actions (a partial batch failure).
 	EngineWorkflowAction Point = "engine.workflow_action"
-	// LifecycleBeforeAdvance: a workflow job reached a terminal state (ACK,
-	// FAIL, lease expiry, cancel) and the request dies or fails before it
-	// advances the workflow: the stream function's verification must.
+	// LifecycleBeforeAdvance: a workflow job finished, the request stops
+	// before it advances the workflow (the stream function must).
 	LifecycleBeforeAdvance Point = "lifecycle.before_advance"
-	// WorkflowAfterRecord: a finished step is counted in its parent (with
-	// the next steps it starts), nothing after it (roll-up, the parent
-	// finishing, callbacks, the levels above) is done yet.
+	// WorkflowAfterRecord: a finished step is counted in its parent, nothing
+	// after it is done yet.
 	WorkflowAfterRecord Point = "workflow.after_record"
-	// WorkflowAfterItems: a small workflow's creation without a
-	// transaction (wfstore.CreateWorkflow) wrote its root and nodes, and
-	// dies or fails before it puts the first job: the root's progress
-	// check must put it.
+	// WorkflowAfterItems: a workflow's creation without a transaction wrote
+	// its root and nodes, not its first job.
 	WorkflowAfterItems Point = "workflow.after_items"
-	// WorkflowAfterMark: a graph's advance without a transaction
-	// (wfstore.AdvanceMarked) counted the finished step and
-	// marked the root, and dies or fails before it puts the jobs of the
-	// steps it starts: the stream function's verification must put them.
+	// WorkflowAfterMark: a graph's advance without a transaction counted the
+	// finished step and marked the root, not the jobs of the steps it starts.
 	WorkflowAfterMark Point = "workflow.after_mark"
 	// WorkflowAfterFire: a batch's callbacks are recorded as fired, their
 	// jobs are not created yet.
 	WorkflowAfterFire Point = "workflow.after_fire"
-	// WorkerAfterClaim: the worker function claimed a job (attempt counted)
-	// and dies or fails before running the handler.
+	// WorkerAfterClaim: the worker function claimed a job, not run it.
 	WorkerAfterClaim Point = "worker.after_claim"
-	// WorkerAfterHandler: the handler succeeded, its result is not written
-	// (the attempt is lost and the job runs again after its lease).
+	// WorkerAfterHandler: the handler succeeded, its result is not written.
 	WorkerAfterHandler Point = "worker.after_handler"
 	// WorkerAfterAck: the result is written, the SQS message is not
 	// deleted: it is delivered again.
 	WorkerAfterAck Point = "worker.after_ack"
-	// SweeperAfterSend: the sweeper re-sent unclaimed push-mode jobs to SQS
-	// and dies or fails before pushing their next check back.
+	// SweeperAfterSend: the sweeper re-sent unclaimed push-mode jobs, not
+	// pushed their next check back.
 	SweeperAfterSend Point = "sweeper.after_send"
-	// SweeperAfterResolve: the sweeper resolved a queue's due jobs and dies
-	// or fails before the rest of the sweep (other queues, cron, workflow
-	// repair).
+	// SweeperAfterResolve: the sweeper resolved a queue's due jobs, not the
+	// rest of the sweep.
 	SweeperAfterResolve Point = "sweeper.after_resolve"
 )
 
@@ -151,10 +140,6 @@ func init() {
 // parse reads a fault specification (see the package comment).
 func parse(spec string) (map[Point][]rule, error) {
 	out := map[Point][]rule{}
-	known := map[Point]bool{}
-	for _, p := range Points {
-		known[p] = true
-	}
 	for _, e := range strings.Split(spec, ",") {
 		e = strings.TrimSpace(e)
 		if e == "" {
@@ -165,7 +150,7 @@ func parse(spec string) (map[Point][]rule, error) {
 			return nil, fmt.Errorf("fault %q: want point:probability[:mode]", e)
 		}
 		p := Point(parts[0])
-		if !known[p] {
+		if !slices.Contains(Points, p) {
 			return nil, fmt.Errorf("fault %q: unknown point %q", e, p)
 		}
 		prob, err := strconv.ParseFloat(parts[1], 64)

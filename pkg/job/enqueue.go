@@ -121,13 +121,10 @@ func ParseEnqueue(raw []byte, now time.Time) (*Enqueue, error) {
 	if err := json.Unmarshal(trimmed, &extra); err != nil {
 		return nil, ojserr.Invalid("body", "The job must be a JSON object.")
 	}
-	for k := range extra {
-		if known[k] {
-			delete(extra, k)
-		}
+	for k := range known {
+		delete(extra, k)
 	}
-	opts := req.Options
-	opts = cmp.Or(opts, &options{})
+	opts := cmp.Or(req.Options, &options{})
 	j := &Job{Extra: extra}
 
 	if req.SpecVersion != nil && *req.SpecVersion != SpecVersion {
@@ -169,7 +166,7 @@ func ParseEnqueue(raw []byte, now time.Time) (*Enqueue, error) {
 	}
 
 	j.Queue = DefaultQueue
-	if q := firstString(opts.Queue, req.Queue); q != nil {
+	if q := cmp.Or(opts.Queue, req.Queue); q != nil {
 		j.Queue = *q
 		if err := ValidateQueue(j.Queue); err != nil {
 			return nil, err
@@ -259,26 +256,17 @@ func ParseEnqueue(raw []byte, now time.Time) (*Enqueue, error) {
 		if err != nil {
 			return nil, ojserr.Invalid("result_ttl", "The 'result_ttl' field must be -1 (kept for ever), 0 (not stored) or a number of seconds up to %d.", MaxResultTTL)
 		}
-		ttl := int64(s)
-		j.ResultTTL = &ttl
+		j.ResultTTL = new(int64(s))
 	}
 	if req.Schema != nil {
 		j.Schema = *req.Schema
 	}
 
-	if s := firstString(opts.DelayUntil, opts.ScheduledAt, req.ScheduledAt); s != nil {
-		t, text, err := parseTime("scheduled_at", *s, now)
-		if err != nil {
-			return nil, err
-		}
-		j.ScheduledAt, j.ScheduledAtText = &t, text
+	if j.ScheduledAt, j.ScheduledAtText, err = parseTime("scheduled_at", cmp.Or(opts.DelayUntil, opts.ScheduledAt, req.ScheduledAt), now); err != nil {
+		return nil, err
 	}
-	if s := firstString(opts.ExpiresAt, req.ExpiresAt); s != nil {
-		t, text, err := parseTime("expires_at", *s, now)
-		if err != nil {
-			return nil, err
-		}
-		j.ExpiresAt, j.ExpiresAtText = &t, text
+	if j.ExpiresAt, j.ExpiresAtText, err = parseTime("expires_at", cmp.Or(opts.ExpiresAt, req.ExpiresAt), now); err != nil {
+		return nil, err
 	}
 
 	created := now.UTC()
@@ -371,20 +359,22 @@ func missing(field string) error {
 }
 
 // parseTime accepts an RFC 3339 timestamp with a time zone, kept verbatim
-// as text, or a duration relative to now written "+PT5S".
-func parseTime(field, s string, now time.Time) (time.Time, string, error) {
-	if rel, ok := strings.CutPrefix(s, "+"); ok {
-		d, err := retry.ParseDuration(rel)
-		if err == nil {
+// as text, or a duration relative to now written "+PT5S"; nil when s is.
+func parseTime(field string, s *string, now time.Time) (*time.Time, string, error) {
+	if s == nil {
+		return nil, "", nil
+	}
+	if rel, ok := strings.CutPrefix(*s, "+"); ok {
+		if d, err := retry.ParseDuration(rel); err == nil {
 			t := now.Add(d).UTC()
-			return t, t.Format(time.RFC3339Nano), nil
+			return &t, t.Format(time.RFC3339Nano), nil
 		}
 	}
-	t, err := time.Parse(time.RFC3339Nano, s)
+	t, err := time.Parse(time.RFC3339Nano, *s)
 	if err != nil {
-		return t, "", ojserr.Invalid(field, "The '%s' field must be an RFC 3339 timestamp with a time zone, like 2026-03-15T09:30:00Z, or a relative duration like +PT30S.", field)
+		return nil, "", ojserr.Invalid(field, "The '%s' field must be an RFC 3339 timestamp with a time zone, like 2026-03-15T09:30:00Z, or a relative duration like +PT30S.", field)
 	}
-	return t.UTC(), s, nil
+	return new(t.UTC()), *s, nil
 }
 
 func mergeObjects(base, over json.RawMessage) (json.RawMessage, error) {
@@ -443,15 +433,6 @@ func first(vals ...json.RawMessage) json.RawMessage {
 	return nil
 }
 
-func firstString(vals ...*string) *string {
-	for _, v := range vals {
-		if v != nil {
-			return v
-		}
-	}
-	return nil
-}
-
 func isNull(b json.RawMessage) bool { return bytes.Equal(bytes.TrimSpace(b), []byte("null")) }
 
 func isJSONKind(b json.RawMessage, open byte) bool {
@@ -464,20 +445,8 @@ func kindOf(b json.RawMessage) string {
 	if len(t) == 0 {
 		return "nothing"
 	}
-	switch t[0] {
-	case '{':
-		return "object"
-	case '[':
-		return "array"
-	case '"':
-		return "string"
-	case 't', 'f':
-		return "boolean"
-	case 'n':
-		return "null"
-	default:
-		return "number"
-	}
+	kinds := map[byte]string{'{': "object", '[': "array", '"': "string", 't': "boolean", 'f': "boolean", 'n': "null"}
+	return cmp.Or(kinds[t[0]], "number")
 }
 
 func compact(b json.RawMessage) json.RawMessage {

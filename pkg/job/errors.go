@@ -7,19 +7,15 @@ import (
 	"unicode/utf8"
 )
 
-// Error history bounds. A job item holds its envelope (at most
-// MaxEnvelopeBytes), its result (MaxResultBytes) and its errors: bounding
-// the errors in bytes, not only in count, keeps the item well under
-// DynamoDB's 400 KB whatever workers report (20 errors with 64 KiB of
-// details each made it pass and the FAIL a 500).
+// Error history bounds, in bytes as well as in count, so that a job's item
+// stays well under DynamoDB's 400 KB whatever workers report.
 const (
 	// MaxErrorBytes bounds one recorded error as stored (its JSON):
 	// longer fields are cut with a marker (Bounded).
 	MaxErrorBytes = 16 << 10
 	// MaxErrorHistoryBytes bounds the stored error history (the JSON of
-	// every entry together); the oldest entries are dropped first. The
-	// current error is stored once more beside it, so a job's errors take
-	// at most MaxErrorHistoryBytes + MaxErrorBytes.
+	// every entry together), the oldest dropped first; the current error is
+	// stored once more beside it.
 	MaxErrorHistoryBytes = 48 << 10
 	// maxErrorDetailsBytes is the most details a bounded error keeps as
 	// sent; larger details are replaced by a truncated preview.
@@ -52,12 +48,9 @@ func (e ErrorInfo) size() int {
 }
 
 // Bounded returns e cut to fit MaxErrorBytes, with markers where it was
-// cut: type and code to 1 KiB, the message to 4 KiB, each backtrace frame
-// to 1 KiB; then, if it is still too large, details of more than 4 KiB
-// (as encoded) become {"truncated": true, "original_bytes": n, "preview":
-// "<first 512 bytes>"}, and the backtrace loses frames from its end, its
-// last frame saying how many; only an error made of characters JSON must
-// escape is cut further. Bounded is idempotent.
+// cut: type, code, message and frames first; then details of more than
+// 4 KiB become a truncated preview and the backtrace loses frames from its
+// end (its last frame saying how many). Bounded is idempotent.
 func (e ErrorInfo) Bounded() ErrorInfo {
 	e.Type, e.Code, e.Message = cut(e.Type, maxErrorField), cut(e.Code, maxErrorField), cut(e.Message, maxErrorMessage)
 	if len(e.Backtrace) > 0 {

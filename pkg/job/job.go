@@ -20,18 +20,14 @@ const (
 	// heartbeat when neither the job nor the FETCH sets one
 	// (ojs-worker-protocol.md 5.2: 1800 seconds).
 	DefaultVisibilityTimeout = 1800 * time.Second
-	// MaxEnvelopeBytes bounds one job's JSON envelope: 1 MiB, the least
-	// every implementation must accept (ojs-json-format.md 8.1). A DynamoDB
-	// item is at most 400 KB and holds the envelope, the result and the
-	// error history, so the store keeps args and meta compressed and
-	// refuses, with a 413 of its own, a job whose item would still be too
-	// large (store.MaxJobItemBytes: data that does not compress).
+	// MaxEnvelopeBytes bounds one job's JSON envelope: 1 MiB
+	// (ojs-json-format.md 8.1). The store keeps args and meta compressed
+	// and refuses a job whose item would still pass store.MaxJobItemBytes.
 	MaxEnvelopeBytes = 1 << 20
 	// MaxMetaBytes bounds meta (ojs-payload-limits.md section 4.3).
 	MaxMetaBytes = 64 << 10
-	// MaxResultBytes bounds a result as sent (ojs-results.md 7.2: the
-	// RECOMMENDED 1 MiB); the store also bounds it packed
-	// (store.MaxPackedResultBytes).
+	// MaxResultBytes bounds a result as sent (ojs-results.md 7.2); the
+	// store also bounds it packed (store.MaxPackedResultBytes).
 	MaxResultBytes = 1 << 20
 	// DefaultResultTTL is how long a finished job and its result are kept,
 	// in seconds, when neither the job nor OJS_RESULT_TTL sets it (7 days).
@@ -126,27 +122,18 @@ type Job struct {
 	WorkflowID    string
 	WorkflowNode  string
 	ParentResults json.RawMessage
-	// WorkflowShard names the counter shard the job's step is counted in
-	// when its group or batch is counted in shards (not on the wire).
-	WorkflowShard string
-	// WorkflowNext lists the graph steps that depend on the job's step, by
-	// index (not on the wire): the request that finishes the job reads
-	// them with the graph's progress in one request.
-	WorkflowNext []int
-	// WorkflowStepID is the step id the workflow events report for the
-	// job's step (its id in the steps form, else the job id), so the
-	// stream function derives them without reading the node (not on the
-	// wire).
+	// The rest of the workflow link is not on the wire. WorkflowShard names
+	// the counter shard the job's step is counted in (a sharded group or
+	// batch); WorkflowNext lists, by index, the graph steps that depend on
+	// it; WorkflowStepID is the step id its events report; WorkflowLast
+	// marks a chain's last step; WorkflowAhead holds the definitions of the
+	// chain steps that follow it (as many as fit the item's write unit).
+	// Each spares the request that finishes the job a read.
+	WorkflowShard  string
+	WorkflowNext   []int
 	WorkflowStepID string
-	// WorkflowLast is set on the job of a chain's last step (not on the
-	// wire): the request that finishes it finishes the chain without
-	// reading whether a next step exists.
-	WorkflowLast bool
-	// WorkflowAhead holds the definitions of the chain steps that follow
-	// the job's step, as many as fit in the job item's write unit (not on
-	// the wire; JSON the workflow engine writes and reads): the request
-	// that finishes the job starts the next step without reading its node.
-	WorkflowAhead json.RawMessage
+	WorkflowLast   bool
+	WorkflowAhead  json.RawMessage
 
 	// Push is true when Queue is a push-mode queue delivered to Lambda.
 	Push bool
@@ -155,8 +142,7 @@ type Job struct {
 	LeaseUntil *time.Time
 	// Deadline is when the current attempt's execution timeout ends.
 	Deadline *time.Time
-	// CancelRequested is set when an active job was cancelled; the worker
-	// learns it on its next heartbeat.
+	// CancelRequested is set when an active job was cancelled.
 	CancelRequested bool
 	// Progress is what the worker last reported of the current attempt
 	// (nil: nothing yet; cleared when an attempt starts).
@@ -170,9 +156,7 @@ type Job struct {
 	// Deduplicated marks the existing job returned for a PUSH whose unique
 	// policy said "ignore" (answered 200, not 201).
 	Deduplicated bool
-	// UniqueKey is the uniqueness key the job was enqueued under, as
-	// stored (a dead letter retry must hold it again); not in the
-	// envelope.
+	// UniqueKey is the uniqueness key the job was enqueued under (stored).
 	UniqueKey string `json:"-"`
 }
 
@@ -205,8 +189,7 @@ func ts(t *time.Time) *string {
 	if t == nil {
 		return nil
 	}
-	s := Timestamp(*t)
-	return &s
+	return new(Timestamp(*t))
 }
 
 func text(s string, t *time.Time) *string {
@@ -274,8 +257,7 @@ func (j *Job) MarshalJSON() ([]byte, error) {
 		Error: j.Error, Errors: j.Errors, WorkflowID: j.WorkflowID, WorkflowNode: j.WorkflowNode, ParentResults: j.ParentResults,
 	}
 	if j.RetryDelay > 0 {
-		d := j.RetryDelay.Milliseconds()
-		w.RetryDelayMS = &d
+		w.RetryDelayMS = new(j.RetryDelay.Milliseconds())
 	}
 	if j.ResultSizeBytes > 0 {
 		w.ResultStoredAt = w.CompletedAt

@@ -59,12 +59,10 @@ func parseUnique(raw json.RawMessage, j *Job) (*Unique, error) {
 	}
 	u := &Unique{OnConflict: UniqueReject, States: map[State]bool{}}
 	if r.OnConflict != nil {
-		switch *r.OnConflict {
-		case UniqueReject, UniqueReplace, UniqueReplaceExceptSchedule, UniqueIgnore:
-			u.OnConflict = *r.OnConflict
-		default:
+		if !slices.Contains([]string{UniqueReject, UniqueReplace, UniqueReplaceExceptSchedule, UniqueIgnore}, *r.OnConflict) {
 			return nil, ojserr.Invalid("unique.on_conflict", "'unique.on_conflict' must be reject, replace, replace_except_schedule or ignore.")
 		}
+		u.OnConflict = *r.OnConflict
 	}
 	if r.Period != nil {
 		d, err := retry.ParseDuration(*r.Period)
@@ -77,10 +75,9 @@ func parseUnique(raw json.RawMessage, j *Job) (*Unique, error) {
 		for _, s := range DefaultUniqueStates {
 			u.States[s] = true
 		}
+	} else if len(r.States) == 0 {
+		return nil, ojserr.Invalid("unique.states", "'unique.states' must name at least one state.")
 	} else {
-		if len(r.States) == 0 {
-			return nil, ojserr.Invalid("unique.states", "'unique.states' must name at least one state.")
-		}
 		for _, s := range r.States {
 			if !State(s).Valid() {
 				return nil, ojserr.Invalid("unique.states", "'unique.states' has an unknown state %q.", s)

@@ -10,11 +10,8 @@ import (
 )
 
 // itemSizes returns the size of each job's item as DynamoDB counts it, or
-// a 413 when the jobs cannot be written: an item over
-// store.MaxJobItemBytes (what leaves room for its result and errors in
-// DynamoDB's 400 KB), or a batch
-// written atomically (up to store.MaxBatch jobs, one transaction) whose
-// items pass the transaction limit.
+// a 413 for an item over store.MaxJobItemBytes or a batch of one
+// transaction whose items pass the transaction limit.
 func (s *Service) itemSizes(jobs []*job.Job) ([]int, error) {
 	sizes := make([]int, len(jobs))
 	total := 0
@@ -62,10 +59,9 @@ func asTooLarge(err error) (*ojserr.Error, bool) {
 	return nil, false
 }
 
-// txChunks splits a large batch, in order, into chunks written one
-// transaction each: at most store.MaxBatch jobs and
-// awslimit.DynamoTxBytes of items per chunk. It returns each chunk's
-// first index, and len(sizes) last.
+// txChunks splits a large batch, in order, into chunks of one transaction
+// each (store.MaxBatch jobs, awslimit.DynamoTxBytes): each chunk's first
+// index, and len(sizes) last.
 func txChunks(sizes []int) []int {
 	starts := []int{0}
 	n, bytes := 0, 0

@@ -34,14 +34,9 @@ type Delivered struct {
 // ClaimDelivered handles an SQS delivery of message m's job for a push-mode
 // worker: it claims the job if it is ready (promoting a due scheduled or
 // retryable job, or requeueing an expired lease, first) with a lease of
-// leaseFor. A message for a job that is running elsewhere, finished,
-// cancelled or unknown yields nothing: the message was only a hint.
-//
-// A message sent as its job became available carries what the claim needs
-// (m.Claim): the claim is then written without reading the job first, one
-// request where a read and a write were two, and a job that moved on since
-// (claimed by a duplicate, its lease ended, cancelled) is handled from the
-// item the refused write returns, as it would be from a read.
+// leaseFor; a job running elsewhere, finished or unknown yields nothing. A
+// message carrying what the claim needs (m.Claim) is claimed without a
+// read first, a job that moved on being handled from the refused write.
 func (s *Service) ClaimDelivered(ctx context.Context, items ItemStore, m dispatch.Message, workerID string, leaseFor time.Duration) (Delivered, error) {
 	id := m.ID
 	var it store.Item
@@ -61,10 +56,8 @@ func (s *Service) ClaimDelivered(ctx context.Context, items ItemStore, m dispatc
 		}
 		it = *cur
 	} else {
-		if it, err = items.GetItem(ctx, id); errors.Is(err, store.ErrNotFound) {
-			return Delivered{}, nil
-		} else if err != nil {
-			return Delivered{}, err
+		if it, err = items.GetItem(ctx, id); err != nil {
+			return Delivered{}, ignoreConflict(err) // gone: nothing to run
 		}
 	}
 	j, now := it.Job, s.Now()

@@ -11,11 +11,9 @@ import (
 
 // ResolveDue applies the time-driven moves to up to limit due jobs of a
 // queue: due scheduled and retryable jobs become available (or are
-// discarded if expired) and active jobs whose lease ended are requeued or
-// discarded per their retry policy. It returns the available push-mode jobs
-// whose redelivery check is due (the sweeper re-sends them; others ignore
-// them), and more: the page was full and something on it moved, so the
-// next page may hold more due jobs.
+// discarded if expired), active jobs whose lease ended are requeued or
+// discarded. It returns the available push-mode jobs whose redelivery
+// check is due, and whether the next page may hold more due jobs.
 func (s *Service) ResolveDue(ctx context.Context, queue string, limit int, inline bool) (redeliver []store.Item, more bool, err error) {
 	now := s.Now()
 	items, err := s.st.Due(ctx, queue, now, limit)
@@ -71,7 +69,7 @@ func (s *Service) resolve(ctx context.Context, items []store.Item, now time.Time
 		}
 		moved, err := s.st.Apply(ctx, t)
 		if err != nil {
-			if _, ok := errors.AsType[*store.ConflictError](err); ok || errors.Is(err, store.ErrNotFound) {
+			if ignoreConflict(err) == nil {
 				continue // someone else moved it first
 			}
 			return redeliver, stay, err

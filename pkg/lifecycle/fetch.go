@@ -1,12 +1,14 @@
 package lifecycle
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/ojs-aws/ojs-serverless/internal/ctxsleep"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 	"github.com/ojs-aws/ojs-serverless/pkg/queue"
@@ -21,26 +23,21 @@ type FetchRequest struct {
 	WorkerID string
 	// Visibility is the lease length; 0 uses the job's own or the default.
 	Visibility time.Duration
-	// MaxBytes bounds the answer: jobs are claimed only while the sum of
-	// their store.FetchBytes stays within it, the first one counted twice
-	// (the HTTP binding's answer repeats it as "job"). Default
+	// MaxBytes bounds the sum of the jobs' store.FetchBytes, the first one
+	// counted twice (the answer repeats it as "job"). Default
 	// DefaultFetchBytes.
 	MaxBytes int
-	// Wait is how long a FETCH that finds nothing keeps looking before it
-	// answers empty (a long poll, worker protocol 6.1): it looks again
-	// every FetchWaitPoll and answers as soon as it claims a job. 0
-	// answers at once. Capped at MaxFetchWait and by the request's
-	// deadline (less FetchWaitMargin).
+	// Wait is how long a FETCH that finds nothing keeps looking, every
+	// FetchWaitPoll (a long poll, worker protocol 6.1). Capped at
+	// MaxFetchWait and by the request's deadline less FetchWaitMargin.
 	Wait time.Duration
 }
 
 // MaxFetchWait bounds FetchRequest.Wait (topology.MaxFetchWait).
 const MaxFetchWait = topology.MaxFetchWait
 
-// FetchWaitPoll is how often a waiting FETCH looks at its queues again:
-// the ready queries of each queue (two shards), eventually consistent,
-// half a read unit each when empty. A job becomes visible to a waiting
-// worker about FetchWaitPoll/2 after it is written.
+// FetchWaitPoll is how often a waiting FETCH looks at its queues again
+// (half a read unit a shard when empty).
 const FetchWaitPoll = 50 * time.Millisecond
 
 // FetchWaitMargin is the time a waiting FETCH keeps for its answer before
@@ -58,12 +55,9 @@ const MaxFetchQueues = 20
 const MaxWorkerQueues = 100
 
 // Fetch claims up to Count jobs from the queues in order: highest priority
-// first, FIFO within a priority. Due scheduled and retryable jobs of each
-// queue are promoted first and expired leases requeued, so pull workers see
-// them without waiting for the sweeper. It stops before the job that would
-// take the answer past MaxBytes (that job and the rest stay available,
-// their attempts untouched); a job that cannot fit an answer even alone is
-// skipped and logged.
+// first, FIFO within a priority, due jobs of each queue promoted and expired
+// leases requeued first. It stops before the job that would take the answer
+// past MaxBytes; a job that cannot fit an answer even alone is skipped.
 func (s *Service) Fetch(ctx context.Context, r FetchRequest) ([]*job.Job, error) {
 	if len(r.Queues) == 0 {
 		return nil, ojserr.Invalid("queues", "The 'queues' field must list at least one queue.")
@@ -96,16 +90,8 @@ func (s *Service) Fetch(ctx context.Context, r FetchRequest) ([]*job.Job, error)
 		if next == passHeld {
 			pause = FetchWaitHeld
 		}
-		left := time.Until(end)
-		if left <= 0 {
+		if left := time.Until(end); left <= 0 || !ctxsleep.Sleep(ctx, min(pause, left)) {
 			return out, nil
-		}
-		t := time.NewTimer(min(pause, left))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return out, nil
-		case <-t.C:
 		}
 	}
 }
@@ -118,15 +104,11 @@ func (s *Service) fetchOnce(ctx context.Context, r FetchRequest) (out []*job.Job
 	if s.workers.has(r.WorkerID) {
 		return out, passStop, nil // a quiet or terminating worker gets no new jobs
 	}
-	// One consistent read of every queue's pause state and rate limit and
-	// of the worker's state, read fresh, not cached, so that a pause holds
-	// for every FETCH after it; read once the first queue shows candidates:
-	// an empty answer needs none of it (an idle worker's poll is the ready
-	// queries alone).
+	// fs is one consistent read of the queues' pause state and rate limit
+	// and of the worker's state (so that a pause holds for every FETCH
+	// after it), made once the first queue shows candidates. readState
+	// reads it; stop reports a worker that is quiet or terminating.
 	var fs *queue.FetchState
-	// readState reads fs; stop reports a worker that is quiet or
-	// terminating. The queue service notes which queues are paused
-	// (queue.Service.SeenPaused).
 	readState := func() (stop bool, err error) {
 		st, err := s.queues.FetchState(ctx, r.Queues, r.WorkerID)
 		if err != nil {
@@ -139,9 +121,7 @@ func (s *Service) fetchOnce(ctx context.Context, r FetchRequest) (out []*job.Job
 		}
 		return false, nil
 	}
-	// A queue last seen paused is likely paused still: its state is read
-	// first, and while it stays paused its FETCHes cost that one read
-	// instead of the ready queries and the read.
+	// A queue last seen paused is likely paused still: its state is read first.
 	if s.queues.SeenPaused(r.Queues) {
 		if stop, err := readState(); err != nil {
 			return s.passFailed(ctx, out, err)
@@ -158,9 +138,7 @@ func (s *Service) fetchOnce(ctx context.Context, r FetchRequest) (out []*job.Job
 			next = passHeld
 			continue // a paused queue is not fetched; its jobs wait
 		}
-		// The due shards that may hold something due now (store.DueNow):
-		// promotions and requeues are seen at once, and an idle queue
-		// costs no due reads.
+		// Due jobs first (store.DueNow reads only shards that may hold some).
 		now := s.Now()
 		due, err := s.st.DueNow(ctx, q, now, 25)
 		if err != nil {
@@ -170,12 +148,8 @@ func (s *Service) fetchOnce(ctx context.Context, r FetchRequest) (out []*job.Job
 			return s.passFailed(ctx, out, err)
 		}
 		want := r.Count - len(out)
-		// Twice the candidates it wants, and a few: without contention
-		// the FETCH takes the first ones in order; with it, the rotation
-		// (claimRounds) has a window wide enough for racing FETCHes to
-		// part ways (a lost claim is a billed write). The extra entries
-		// cost no more: a Query bills per 4 KB read, and an entry is ~150
-		// bytes.
+		// Twice the candidates it wants, and a few: a window wide enough
+		// for racing FETCHes to part ways (claimRounds), at no extra cost.
 		items, err := s.candidates(ctx, q, min(2*want+8, MaxFetch))
 		if err != nil {
 			return s.passFailed(ctx, out, err)
@@ -224,8 +198,7 @@ const (
 	// passAgain looks again after FetchWaitPoll.
 	passAgain fetchNext = iota
 	// passHeld looks again after FetchWaitHeld: a queue held jobs it could
-	// not hand out (paused, or out of rate tokens), and looking at it
-	// costs a consistent read of its state each time.
+	// not hand out (paused, or out of rate tokens).
 	passHeld
 	// passStop answers now: the worker is quiet or terminating.
 	passStop
@@ -250,28 +223,15 @@ const writeParallel = 10
 const contentionWindow = 2 * time.Second
 
 // claimRounds claims up to want of a queue's candidates for FETCH r, whose
-// answer holds used bytes so far, in rounds: each round takes the next
-// candidates that fit the answer (up to writeParallel, and what is still
-// wanted) and claims them at once, so that a FETCH holds its candidates
-// for one round trip instead of one per job; racing FETCHes that read the
-// same heads overlap less, and lose fewer claims (every lost claim is a
-// billed write). After a round that lost a claim, the candidates left of
-// the next one's priority are taken from a random one on, wrapping round
-// to the skipped ones (spread): FETCHes racing in lockstep part ways, each
-// still tries every candidate, and none takes a job while one of higher
-// priority is untried. While this process has seen a claim on q lost in
-// the last contentionWindow, a FETCH spreads before its first round too:
-// racing workers that all read the same heads would otherwise all try the
-// first one, and all but one lose it (with eight workers fetching one job
-// each from a backlog, about one lost claim per FETCH). FIFO within a
-// priority then holds only as far as racing workers allow it, which is
-// what the OJS delivery guarantees ask of several workers (FIFO is owed
-// to a single one). Without contention nothing changes: the jobs claimed
-// are the first ones in priority-then-FIFO order, answered in that order.
-// It returns the jobs claimed, the answer's bytes with them, whether the
-// next candidate would pass r.MaxBytes, and an error that stopped it (with
-// the jobs claimed before it, which are active under this worker's lease
-// and must be answered).
+// answer holds used bytes so far, in rounds: each round claims at once the
+// next candidates that fit the answer (up to writeParallel). After a lost
+// claim, or while q was contended within contentionWindow, the candidates
+// of the next priority are tried from a random one on (spread), so racing
+// FETCHes part ways; without contention the jobs claimed are the first in
+// priority-then-FIFO order. It returns the jobs claimed, the answer's
+// bytes with them, whether the next candidate would pass r.MaxBytes, and
+// an error that stopped it (with the jobs claimed before it, which must be
+// answered).
 func (s *Service) claimRounds(ctx context.Context, r FetchRequest, q string, items []store.Item, want, used int) ([]*job.Job, int, bool, error) {
 	var out []*job.Job
 	next := 0
@@ -321,11 +281,7 @@ func (s *Service) claimRounds(ctx context.Context, r FetchRequest, q string, ite
 		errs := make([]error, len(round))
 		var wg sync.WaitGroup
 		for i, it := range round {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				got[i], errs[i] = s.Claim(ctx, it.Job, r.WorkerID, r.Visibility, time.Time{})
-			}()
+			wg.Go(func() { got[i], errs[i] = s.Claim(ctx, it.Job, r.WorkerID, r.Visibility, time.Time{}) })
 		}
 		wg.Wait()
 		lost := 0
@@ -380,10 +336,8 @@ func (s *Service) spread(items []store.Item) {
 }
 
 // candidates reads up to n available jobs of queue q for a FETCH: a
-// pull-mode queue's in priority-then-FIFO order (the ready index); a
-// push-mode queue's, which are not in that index (SQS holds their place in
-// line), from the due index (store.ReadyPush). FETCHing a push-mode queue
-// is a way to drain it by hand, not its worker function's path.
+// pull-mode queue's from the ready index, a push-mode queue's from the
+// due index (store.ReadyPush).
 func (s *Service) candidates(ctx context.Context, q string, n int) ([]store.Item, error) {
 	if !s.queues.IsPush(q) {
 		return s.st.Ready(ctx, q, n)
@@ -392,11 +346,8 @@ func (s *Service) candidates(ctx context.Context, q string, n int) ([]store.Item
 }
 
 // fetchFailed ends a FETCH that met an error: with nothing claimed yet
-// the error is the answer; once a job is claimed it is active under this
-// worker's lease, so the jobs claimed are the answer and the error only
-// logged. Answering an error would leave them unrun until their leases
-// end, each losing an attempt (a job with one attempt would be discarded
-// without ever having run).
+// the error is the answer; once jobs are claimed they are (the error is
+// logged), or they would stay unrun until their leases end.
 func (s *Service) fetchFailed(ctx context.Context, out []*job.Job, err error) ([]*job.Job, error) {
 	if len(out) == 0 {
 		return nil, ojserr.Backend(err)
@@ -433,10 +384,9 @@ func rotateFrom[T any](s []T, r int) {
 }
 
 // Claim tries to move j (as last read) from available to active for
-// workerID with a lease of visibility (0: the job's own, else the default).
-// redelivery is the time of j's redelivery check as read (zero when not
-// known: store.ClaimOpts.Redelivery). It returns nil, nil when someone else
-// got it or it expired (then it is discarded).
+// workerID with a lease of visibility (0: the job's own, else the
+// default); redelivery is store.ClaimOpts.Redelivery. It returns nil, nil
+// when someone else got it or it expired (then it is discarded).
 func (s *Service) Claim(ctx context.Context, j *job.Job, workerID string, visibility time.Duration, redelivery time.Time) (*job.Job, error) {
 	claimed, _, err := s.claim(ctx, j, workerID, visibility, redelivery)
 	return claimed, err
@@ -453,13 +403,8 @@ func (s *Service) claim(ctx context.Context, j *job.Job, workerID string, visibi
 	if visibility <= 0 {
 		visibility = j.Visibility
 	}
-	if visibility <= 0 {
-		visibility = job.DefaultVisibilityTimeout
-	}
-	timeout := j.Timeout
-	if timeout <= 0 {
-		timeout = job.DefaultTimeout
-	}
+	visibility = cmp.Or(max(visibility, 0), job.DefaultVisibilityTimeout)
+	timeout := cmp.Or(max(j.Timeout, 0), job.DefaultTimeout)
 	opts := store.ClaimOpts{Queue: j.Queue, WorkerID: workerID, Now: now, LeaseUntil: now.Add(visibility), Deadline: now.Add(timeout), Redelivery: redelivery}
 	claimed, err := s.st.Apply(ctx, store.Claim(j.ID, opts))
 	var ce *store.ConflictError
@@ -491,25 +436,18 @@ func (s *Service) claim(ctx context.Context, j *job.Job, workerID string, visibi
 // appends to the error history, which an index does not project.
 func (s *Service) expire(ctx context.Context, j *job.Job, now time.Time) error {
 	j, err := s.st.Get(ctx, j.ID)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil
-	}
 	if err != nil {
-		return err
+		return ignoreConflict(err) // gone: nothing to expire
 	}
 	if j.ExpiresAt == nil || j.ExpiresAt.After(now) || (j.State != job.Available && j.State != job.Scheduled && j.State != job.Retryable) {
 		return nil // moved meanwhile
 	}
 	expired, err := s.st.Apply(ctx, store.Expire(j, now))
-	if err == nil {
-		s.finished(ctx, expired)
+	if err != nil {
+		return ignoreConflict(err)
 	}
-	if _, ok := errors.AsType[*store.ConflictError](err); err != nil && !ok && !errors.Is(err, store.ErrNotFound) {
-		return err
-	}
-	if err == nil {
-		s.log.InfoContext(ctx, "job expired", "job_id", j.ID, "queue", j.Queue)
-	}
+	s.finished(ctx, expired)
+	s.log.InfoContext(ctx, "job expired", "job_id", j.ID, "queue", j.Queue)
 	return nil
 }
 

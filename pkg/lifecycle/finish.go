@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -34,16 +35,13 @@ type ErrorInput struct {
 // errorType is the type matched against non_retryable_errors: the explicit
 // type, else details.error_class, else the code.
 func (in ErrorInput) errorType() string {
-	if in.Type != "" {
-		return in.Type
-	}
 	var d struct {
 		ErrorClass string `json:"error_class"`
 	}
-	if len(in.Details) > 0 && json.Unmarshal(in.Details, &d) == nil && d.ErrorClass != "" {
-		return d.ErrorClass
+	if in.Type == "" && len(in.Details) > 0 && json.Unmarshal(in.Details, &d) != nil {
+		d.ErrorClass = ""
 	}
-	return cmp.Or(in.Code, "handler_error")
+	return cmp.Or(in.Type, d.ErrorClass, in.Code, "handler_error")
 }
 
 // Handler response codes (ojs-retry.md section 7).
@@ -54,7 +52,6 @@ const (
 	CodeFail       = "FAIL"
 )
 
-// decide applies the retry policy to a failed attempt of j.
 // Error types of attempts interrupted by a worker's graceful shutdown
 // (ojs-graceful-shutdown.md 5.3 and 7.2).
 const (
@@ -62,10 +59,10 @@ const (
 	ErrShutdownTimeout = "ShutdownTimeout"
 )
 
+// decide applies the retry policy to a failed attempt of j.
 func (s *Service) decide(j *job.Job, in ErrorInput, now time.Time) store.Failure {
 	typ := in.errorType()
-	msg := in.Message
-	msg = cmp.Or(msg, "The handler failed without a message.")
+	msg := cmp.Or(in.Message, "The handler failed without a message.")
 	info := job.ErrorInfo{Type: truncate(typ, 1024), Code: truncate(in.Code, 1024), Message: truncate(msg, 4096), Retryable: in.Retryable,
 		Details: in.Details, Attempt: j.Attempt, Timestamp: job.Timestamp(now)}
 	// At most 50 lines of 1 KiB: an unbounded backtrace made the job item
@@ -73,21 +70,12 @@ func (s *Service) decide(j *job.Job, in ErrorInput, now time.Time) store.Failure
 	for _, l := range in.Backtrace[:min(len(in.Backtrace), 50)] {
 		info.Backtrace = append(info.Backtrace, truncate(l, 1024))
 	}
-	retry := j.Retry.CanRetry(j.Attempt)
-	switch strings.ToUpper(in.Code) {
-	case CodeDiscard, CodeDeadLetter, CodeFail:
-		retry = false
-	}
 	// An attempt interrupted by a worker's shutdown did not fail on its
 	// own (ojs-graceful-shutdown.md 5.3): it is retried even if the worker
 	// marked the error non-retryable; the policy still decides.
 	interrupted := typ == ErrShutdown || typ == ErrShutdownTimeout
-	if in.Retryable != nil && !*in.Retryable && !interrupted {
-		retry = false
-	}
-	if j.Retry.IsNonRetryable(typ) {
-		retry = false
-	}
+	retry := j.Retry.CanRetry(j.Attempt) && !slices.Contains([]string{CodeDiscard, CodeDeadLetter, CodeFail}, strings.ToUpper(in.Code)) &&
+		(in.Retryable == nil || *in.Retryable || interrupted) && !j.Retry.IsNonRetryable(typ)
 	f := store.Failure{Error: info, Retry: retry}
 	if retry {
 		f.NextAttempt = now.Add(j.Retry.Delay(j.Attempt, s.rnd))
@@ -119,21 +107,18 @@ func (s *Service) ack(ctx context.Context, id string, result json.RawMessage, at
 		t = t.HeldBy(workerID)
 	}
 	j, err := s.st.Apply(ctx, t)
-	if err != nil {
-		var ce *store.ConflictError
-		if errors.As(err, &ce) && workerID != "" && ce.Current.State == job.Active && ce.Current.WorkerID != workerID && ce.Current.WorkerID != "" {
+	if ce, ok := errors.AsType[*store.ConflictError](err); ok {
+		switch cur := ce.Current; {
+		case workerID != "" && cur.State == job.Active && cur.WorkerID != workerID && cur.WorkerID != "":
 			return nil, notHolder("acknowledge", id, workerID)
+		case cur.State == job.Active && (attempt == 0 || cur.Attempt == attempt):
+			return nil, leaseEnded("acknowledge", cur)
+		case attempt != 0 && cur.Attempt != attempt:
+			return nil, attemptOver("acknowledge", cur, attempt)
 		}
-		if errors.As(err, &ce) && ce.Current.State == job.Active && (attempt == 0 || ce.Current.Attempt == attempt) {
-			return nil, leaseEnded("acknowledge", ce.Current)
-		}
-		if errors.As(err, &ce) && attempt != 0 && ce.Current.Attempt != attempt {
-			return nil, attemptOver("acknowledge", ce.Current, attempt)
-		}
-		if errors.As(err, &ce) {
-			return nil, ojserr.StateConflict(ojserr.Conflict, "Cannot acknowledge job not in 'active' state. Current state: '%s'.", ce.Current.State).
-				With("job_id", id).With("current_state", string(ce.Current.State)).With("expected_state", "active")
-		}
+		return nil, notActive("acknowledge", id, ce.Current.State)
+	}
+	if err != nil {
 		return nil, store.APIError(err, id, "acknowledge")
 	}
 	s.log.InfoContext(ctx, "job completed", "job_id", id, "attempt", j.Attempt)
@@ -163,8 +148,7 @@ func (s *Service) nack(ctx context.Context, id string, in ErrorInput, attempt in
 			return nil, attemptOver("fail", cur, attempt)
 		}
 		if cur.State != job.Active {
-			return nil, ojserr.StateConflict(ojserr.Conflict, "Cannot fail job not in 'active' state. Current state: '%s'.", cur.State).
-				With("job_id", id).With("current_state", string(cur.State)).With("expected_state", "active")
+			return nil, notActive("fail", id, cur.State)
 		}
 		if workerID != "" && cur.WorkerID != workerID && cur.WorkerID != "" {
 			return nil, notHolder("fail", id, workerID)
@@ -193,4 +177,10 @@ func (s *Service) nack(ctx context.Context, id string, in ErrorInput, attempt in
 		return j, nil
 	}
 	return nil, ojserr.Backend(fmt.Errorf("fail job %s: too much contention", id))
+}
+
+// notActive is the answer to an ACK or FAIL of a job that is not active.
+func notActive(op, id string, st job.State) error {
+	return ojserr.StateConflict(ojserr.Conflict, "Cannot %s job not in 'active' state. Current state: '%s'.", op, st).
+		With("job_id", id).With("current_state", string(st)).With("expected_state", "active")
 }

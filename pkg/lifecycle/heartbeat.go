@@ -28,10 +28,9 @@ type HeartbeatRequest struct {
 	Visibility time.Duration
 }
 
-// HeartbeatResult is the answer: the jobs whose lease was extended, the
-// ones among the worker's active jobs that were cancelled meanwhile (it
-// should stop them: ojs-core.md 7.6 asks for the news in the next BEAT),
-// and the state the worker must move to (running, quiet or terminate).
+// HeartbeatResult is the answer: the jobs whose lease was extended, those
+// cancelled meanwhile (ojs-core.md 7.6), and the state the worker must
+// move to (running, quiet or terminate).
 type HeartbeatResult struct {
 	Extended  []string
 	Cancelled []string
@@ -133,11 +132,9 @@ func (s *Service) Heartbeat(ctx context.Context, r HeartbeatRequest) (HeartbeatR
 }
 
 // extend renews the lease of job id for a heartbeat of workerID (to until,
-// or when that is zero to the claim's lease length from now): it returns
-// the job when its lease is held (renewed, or left as it is when it was
-// renewed less than a tenth of its length ago: store.Extend), whether it
-// was cancelled meanwhile (the refused write's own answer tells, no read),
-// and an error other than the attempt being over.
+// or when that is zero by the claim's lease length, see store.Extend): it
+// returns the job when its lease is held, whether it was cancelled
+// meanwhile, and an error other than the attempt being over.
 func (s *Service) extend(ctx context.Context, id, workerID string, until, now time.Time) (*job.Job, bool, error) {
 	j, err := s.st.Apply(ctx, store.Extend(id, workerID, until, now))
 	var ce *store.ConflictError
@@ -163,19 +160,14 @@ func (s *Service) extend(ctx context.Context, id, workerID string, until, now ti
 	if errors.As(err, &ce) {
 		return nil, ce.Current != nil && ce.Current.State == job.Cancelled, nil
 	}
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, false, nil
-	}
 	if err != nil {
-		return nil, false, err
+		return nil, false, ignoreConflict(err) // gone: nil
 	}
 	return j, false, nil
 }
 
 // heldBy reports whether j is active under a lease that has not ended,
-// claimed by workerID or by a FETCH without a worker id: a heartbeat's
-// extension refused though it holds was refused for the lease's freshness
-// or its deadline (store.Extend), not because the attempt is over.
+// claimed by workerID or by a FETCH without a worker id.
 func heldBy(j *job.Job, workerID string, now time.Time) bool {
 	return j != nil && j.State == job.Active && j.LeaseUntil != nil && j.LeaseUntil.After(now) &&
 		(j.WorkerID == "" || j.WorkerID == workerID)

@@ -54,16 +54,17 @@ func (s *Service) Cancel(ctx context.Context, id string) (*job.Job, job.State, e
 		return nil, "", ojserr.StateConflict(ojserr.InvalidRequest, "Cannot cancel job in terminal state '%s'.", before.State).
 			With("job_id", id).With("current_state", string(before.State))
 	}
-	j, err := s.st.Apply(ctx, store.Cancel(id, s.Now(), before.State).KeepFor(s.resultTTL, s.Now()))
+	cancel := func() (*job.Job, error) {
+		return s.st.Apply(ctx, store.Cancel(id, s.Now(), before.State).KeepFor(s.resultTTL, s.Now()))
+	}
+	j, err := cancel()
+	// It moved meanwhile: retry once against its new state.
+	if ce, ok := errors.AsType[*store.ConflictError](err); ok && !ce.Current.State.Terminal() {
+		before = ce.Current
+		j, err = cancel()
+	}
 	if err != nil {
-		// It moved meanwhile: retry once against its new state.
-		if ce, ok := errors.AsType[*store.ConflictError](err); ok && !ce.Current.State.Terminal() {
-			before = ce.Current
-			j, err = s.st.Apply(ctx, store.Cancel(id, s.Now(), before.State).KeepFor(s.resultTTL, s.Now()))
-		}
-		if err != nil {
-			return nil, "", store.APIError(err, id, "cancel")
-		}
+		return nil, "", store.APIError(err, id, "cancel")
 	}
 	s.log.InfoContext(ctx, "job cancelled", "job_id", id, "previous_state", string(before.State))
 	s.finished(ctx, j)

@@ -41,19 +41,14 @@ type Config struct {
 	// Logger receives structured logs. Default slog.Default().
 	Logger *slog.Logger
 	// Workflows, when set, advances a workflow job's workflow in the
-	// request that finished the job, before it answers (the stream
-	// function verifies it behind every request). Nil: the stream
-	// function alone advances workflows.
+	// request that finished the job. Nil: the stream function alone does.
 	Workflows Finisher
-	// Queues is the queue service: it admits the jobs PUSH creates, names
-	// the push-mode queues and tells paused queues; its Store is the
-	// persistence of the queue and worker items. One Service per process
-	// (it caches). Default: queue.NewService(st, queue.Config{Now: Now,
-	// Logger: Logger}), with no push-mode queues.
+	// Queues is the queue service (admission, push mode, pauses; its Store
+	// the queue and worker items), one per process. Default: one with no
+	// push-mode queues.
 	Queues *queue.Service
 	// ResultTTL is result_ttl, in seconds, for jobs that set none
-	// (OJS_RESULT_TTL: -1, 0 or up to job.MaxResultTTL). Default
-	// job.DefaultResultTTL.
+	// (OJS_RESULT_TTL). Default job.DefaultResultTTL.
 	ResultTTL *int64
 	// Schemas validates each PUSH's args against its type's registered
 	// schema (*schema.Registry). Nil: no validation.
@@ -83,29 +78,24 @@ type Service struct {
 		Validate(ctx context.Context, j *job.Job) error
 	}
 	// contention is when a FETCH of this process last lost a claim, by
-	// queue (Unix ns): FETCHes of a queue contended within
-	// contentionWindow start on a random candidate (claimRounds).
+	// queue (Unix ns; see claimRounds).
 	contention sync.Map
 }
 
 // New returns a service on st, the job items' persistence.
 func New(st *store.Store, c Config) *Service {
-	s := &Service{st: st, queues: c.Queues, redel: c.RedeliverAfter, now: c.Now, rnd: c.Rand, log: c.Logger, flow: c.Workflows, schemas: c.Schemas}
+	s := &Service{st: st, queues: c.Queues, redel: cmp.Or(max(c.RedeliverAfter, 0), 5*time.Minute), now: c.Now, rnd: c.Rand,
+		log: cmp.Or(c.Logger, slog.Default()), flow: c.Workflows, schemas: c.Schemas, resultTTL: *cmp.Or(c.ResultTTL, aws.Int64(job.DefaultResultTTL))}
 	if s.queues == nil {
 		s.queues = queue.NewService(st, queue.Config{Now: c.Now, Logger: c.Logger})
 	}
 	s.qs = s.queues.Store()
-	s.resultTTL = *cmp.Or(c.ResultTTL, aws.Int64(job.DefaultResultTTL))
-	if s.redel <= 0 {
-		s.redel = 5 * time.Minute
-	}
 	if s.now == nil {
 		s.now = time.Now
 	}
 	if s.rnd == nil {
 		s.rnd = rand.Float64
 	}
-	s.log = cmp.Or(s.log, slog.Default())
 	return s
 }
 
@@ -116,19 +106,17 @@ func (s *Service) Now() time.Time { return s.now().UTC() }
 func (s *Service) RedeliverAfter() time.Duration { return s.redel }
 
 // finished advances the workflow of a job the service just moved to a
-// terminal state, before the request answers. A failure here is logged,
-// not returned: the job's change is committed, and the stream function
-// verifies every finished workflow job and advances what a request left
-// undone.
+// terminal state. A failure is logged, not returned: the stream function
+// advances what a request left undone.
 func (s *Service) finished(ctx context.Context, j *job.Job) {
 	if s.flow == nil || j == nil || j.WorkflowID == "" || !j.State.Terminal() {
 		return
 	}
-	if err := fault.Hit(fault.LifecycleBeforeAdvance); err != nil {
-		s.log.WarnContext(ctx, "workflow not advanced inline; the stream function will", "job_id", j.ID, "workflow_id", j.WorkflowID, "error", err.Error())
-		return
+	err := fault.Hit(fault.LifecycleBeforeAdvance)
+	if err == nil {
+		err = s.flow.JobFinished(ctx, j)
 	}
-	if err := s.flow.JobFinished(ctx, j); err != nil {
+	if err != nil {
 		s.log.WarnContext(ctx, "workflow not advanced inline; the stream function will", "job_id", j.ID, "workflow_id", j.WorkflowID, "error", err.Error())
 	}
 }

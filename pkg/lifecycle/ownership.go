@@ -10,15 +10,9 @@ import (
 
 // AckOwned is ACK by the worker that holds the job's reservation
 // (ojs-worker-protocol.md 5.6): with workerID set, the completion is
-// conditional on the job being active under that worker id (one write, no
-// read), so a worker whose lease expired while its job was fetched again by
-// another worker is refused (409) instead of completing the other
-// worker's attempt. Without workerID (the HTTP binding's ACK does not
-// require it) it is Ack of whatever attempt is active. attempt, when not
-// 0, pins the ACK to that attempt (the FETCH answer's "attempt"): one
-// worker id shared by a process's threads cannot tell its own attempts
-// apart, so a thread whose lease ended could otherwise complete the
-// attempt another thread fetched since.
+// conditional on the job being active under that worker id, so a worker
+// whose job was fetched again by another is refused (409). attempt, when
+// not 0, pins the ACK to that attempt (the FETCH answer's "attempt").
 func (s *Service) AckOwned(ctx context.Context, id, workerID string, attempt int, result json.RawMessage) (*job.Job, error) {
 	return s.ack(ctx, id, result, attempt, workerID)
 }

@@ -27,12 +27,10 @@ func (s *Service) Push(ctx context.Context, raw []byte) (*job.Job, error) {
 // section 7: at least 1,000).
 const MaxBulk = 1000
 
-// PushBatch validates every job (one invalid job rejects the batch and
-// nothing is written; the error names its index), then creates them: up
-// to store.MaxBatch jobs in one DynamoDB transaction, all or none; larger
-// batches in transactions of store.MaxBatch, each all or none. When a
-// chunk fails, the jobs created so far are returned with a *PartialError
-// naming every job that was not.
+// PushBatch validates every job (one invalid job rejects the batch; the
+// error names its index), then creates them in transactions of up to
+// store.MaxBatch jobs, each all or none. When one fails, the jobs created
+// are returned with a *PartialError naming every job that was not.
 func (s *Service) PushBatch(ctx context.Context, raws [][]byte) ([]*job.Job, error) {
 	if len(raws) == 0 {
 		return nil, ojserr.Invalid("jobs", "The 'jobs' array must hold at least one job.")

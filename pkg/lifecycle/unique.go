@@ -14,26 +14,31 @@ import (
 // (each round loses only to another writer of the same key).
 const uniqueAttempts = 8
 
-// pushUnique creates a job with a unique policy (ojs-unique-jobs.md). The
-// job and its uniqueness lock are written in one transaction conditional
-// on the lock being free, or on it still naming the holder whose state the
-// decision was based on, so concurrent enqueues of one key never both
-// succeed. A duplicate is an existing holder in one of the policy's states
-// whose period (counted from its created_at) has not ended.
+// pushUnique creates a job with a unique policy (ojs-unique-jobs.md), with
+// its uniqueness lock in one transaction conditional on the lock being free
+// or still naming the holder the decision read. A duplicate is a holder in
+// one of the policy's states whose period has not ended.
 func (s *Service) pushUnique(ctx context.Context, j *job.Job) (*job.Job, error) {
 	u := j.Unique
-	for round := 0; round < uniqueAttempts; round++ {
+	var until time.Time
+	if u.Period > 0 {
+		until = j.CreatedAt.Add(u.Period)
+	}
+	for range uniqueAttempts {
 		now := s.Now()
-		var until time.Time
-		if u.Period > 0 {
-			until = j.CreatedAt.Add(u.Period)
+		// take creates j as the key's holder in holder's place (at
+		// version): done when it did, or when it failed for good (err).
+		take := func(holder string, version int64) (done bool, err error) {
+			err = s.st.CreateUnique(ctx, j, s.redel, until, now, holder, version)
+			if errors.Is(err, store.ErrLockHeld) {
+				return false, nil
+			} else if err != nil {
+				return true, createError(err)
+			}
+			return true, nil
 		}
-		err := s.st.CreateUnique(ctx, j, s.redel, until, now, "", 0)
-		if err == nil {
-			return j, nil
-		}
-		if !errors.Is(err, store.ErrLockHeld) {
-			return nil, createError(err)
+		if done, err := take("", 0); done {
+			return j, err
 		}
 		lock, err := s.st.UniqueHolder(ctx, u.Key)
 		if errors.Is(err, store.ErrNotFound) {
@@ -53,14 +58,10 @@ func (s *Service) pushUnique(ctx context.Context, j *job.Job) (*job.Job, error) 
 		}
 		dup := holder != nil && u.States[holder.State] && (u.Period == 0 || holder.CreatedAt == nil || now.Before(holder.CreatedAt.Add(u.Period)))
 		if !dup {
-			err := s.st.CreateUnique(ctx, j, s.redel, until, now, lock.JobID, held.Version)
-			if err == nil {
-				return j, nil
+			if done, err := take(lock.JobID, held.Version); done {
+				return j, err
 			}
-			if errors.Is(err, store.ErrLockHeld) {
-				continue
-			}
-			return nil, createError(err)
+			continue
 		}
 		switch u.OnConflict {
 		case job.UniqueIgnore:
@@ -73,10 +74,8 @@ func (s *Service) pushUnique(ctx context.Context, j *job.Job) (*job.Job, error) 
 			if holder.State.Terminal() {
 				// A terminal holder counted by the policy's states: take
 				// the key over, leaving the holder as it is.
-				if err := s.st.CreateUnique(ctx, j, s.redel, until, now, lock.JobID, held.Version); err == nil {
-					return j, nil
-				} else if !errors.Is(err, store.ErrLockHeld) {
-					return nil, createError(err)
+				if done, err := take(lock.JobID, held.Version); done {
+					return j, err
 				}
 				continue
 			}
@@ -95,10 +94,8 @@ func (s *Service) pushUnique(ctx context.Context, j *job.Job) (*job.Job, error) 
 			if err != nil && !errors.Is(err, store.ErrNotFound) {
 				return nil, ojserr.Backend(err)
 			}
-			if err := s.st.CreateUnique(ctx, j, s.redel, until, now, lock.JobID, v.Version); err == nil {
-				return j, nil
-			} else if !errors.Is(err, store.ErrLockHeld) {
-				return nil, createError(err)
+			if done, err := take(lock.JobID, v.Version); done {
+				return j, err
 			}
 		default:
 			return nil, duplicate(holder, u, "A job with the same uniqueness key already exists.")
@@ -108,9 +105,8 @@ func (s *Service) pushUnique(ctx context.Context, j *job.Job) (*job.Job, error) 
 }
 
 func duplicate(holder *job.Job, u *job.Unique, msg string) error {
-	e := ojserr.New(ojserr.Duplicate, msg).With("existing_job_id", holder.ID).With("existing_job_state", string(holder.State)).
+	return ojserr.New(ojserr.Duplicate, msg).With("existing_job_id", holder.ID).With("existing_job_state", string(holder.State)).
 		With("uniqueness_key", u.Key).With("on_conflict", u.OnConflict)
-	return e
 }
 
 // createError maps a failed create.

@@ -2,12 +2,9 @@ package lifecycle
 
 import "sync"
 
-// stoppingWorkers remembers the workers known to be quiet or terminating.
-// Such a worker never becomes running again (worker ids are per process,
-// and a directive is never withdrawn), so the answer is kept for good; a
-// worker not known to be stopping is read from the table on every FETCH
-// (with the queues' state, queue.FetchState), so a quiet reported through
-// another API instance holds at once (ojs-graceful-shutdown.md 5.1).
+// stoppingWorkers remembers the workers known to be quiet or terminating,
+// for good: such a worker never runs again (ojs-graceful-shutdown.md 5.1).
+// Others are read from the table on every FETCH.
 type stoppingWorkers struct {
 	mu  sync.Mutex
 	ids map[string]bool

@@ -4,6 +4,7 @@
 package ojserr
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/http"
@@ -60,11 +61,9 @@ func (e *Error) Error() string {
 // Unwrap returns the cause.
 func (e *Error) Unwrap() error { return e.Cause }
 
-// wire maps the codes outside the HTTP binding's table
-// (ojs-http-binding.md 16.3) to the code sent on the wire: one of the
-// table's where one fits (the specific meaning goes in "type"), else the
-// x_ prefix the binding asks for. conflict stays as it is: the public
-// conformance suite requires it (docs/errors.md).
+// wire maps the codes outside the HTTP binding's table (16.3) to the code
+// sent: one of the table's where one fits (the specific meaning goes in
+// "type"), else x_-prefixed. conflict stays (docs/errors.md).
 var wire = map[Code]Code{
 	InvalidWorkflow:      InvalidRequest,
 	ValidationError:      InvalidRequest,
@@ -75,10 +74,8 @@ var wire = map[Code]Code{
 	PermissionDenied:     "x_permission_denied",
 }
 
-// Wire returns the code and type the error is sent with: a code of the
-// binding's table (or x_-prefixed), and the specific kind as the type
-// when the code was mapped (e.g. invalid_request with type
-// invalid_workflow).
+// Wire returns the code and type the error is sent with (see wire), the
+// specific kind as the type when the code was mapped.
 func (e *Error) Wire() (Code, string) {
 	w, ok := wire[e.Code]
 	if !ok {
@@ -92,33 +89,17 @@ func (e *Error) Wire() (Code, string) {
 
 // Status is the HTTP status for the error's code.
 func (e *Error) Status() int {
-	if e.HTTPStatus != 0 {
-		return e.HTTPStatus
-	}
-	switch e.Code {
-	case InvalidRequest, InvalidPayload, InvalidWorkflow:
-		return http.StatusBadRequest
-	case NotFound:
-		return http.StatusNotFound
-	case Conflict, Duplicate:
-		return http.StatusConflict
-	case QueuePaused, Unsupported, ValidationError, SchemaValidation:
-		return http.StatusUnprocessableEntity
-	case PayloadTooLarge:
-		return http.StatusRequestEntityTooLarge
-	case UnsupportedMediaType:
-		return http.StatusUnsupportedMediaType
-	case MethodNotAllowed:
-		return http.StatusMethodNotAllowed
-	case Unauthenticated:
-		return http.StatusUnauthorized
-	case PermissionDenied:
-		return http.StatusForbidden
-	case RateLimited:
-		return http.StatusTooManyRequests
-	default:
-		return http.StatusInternalServerError
-	}
+	return cmp.Or(e.HTTPStatus, statuses[e.Code], http.StatusInternalServerError)
+}
+
+var statuses = map[Code]int{
+	InvalidRequest: http.StatusBadRequest, InvalidPayload: http.StatusBadRequest, InvalidWorkflow: http.StatusBadRequest,
+	NotFound: http.StatusNotFound, Conflict: http.StatusConflict, Duplicate: http.StatusConflict,
+	QueuePaused: http.StatusUnprocessableEntity, Unsupported: http.StatusUnprocessableEntity, ValidationError: http.StatusUnprocessableEntity,
+	SchemaValidation: http.StatusUnprocessableEntity,
+	PayloadTooLarge:  http.StatusRequestEntityTooLarge, UnsupportedMediaType: http.StatusUnsupportedMediaType,
+	MethodNotAllowed: http.StatusMethodNotAllowed, Unauthenticated: http.StatusUnauthorized, PermissionDenied: http.StatusForbidden,
+	RateLimited: http.StatusTooManyRequests,
 }
 
 // New returns an error with the given code and message.
@@ -160,17 +141,10 @@ func StateConflict(code Code, format string, args ...any) *Error {
 }
 
 func titled(s string) string {
-	if s == "" {
-		return s
+	if s != "" && 'a' <= s[0] && s[0] <= 'z' {
+		return string(s[0]-32) + s[1:]
 	}
-	return string(s[0]-32*btoi(s[0] >= 'a' && s[0] <= 'z')) + s[1:]
-}
-
-func btoi(b bool) byte {
-	if b {
-		return 1
-	}
-	return 0
+	return s
 }
 
 // Backend wraps an infrastructure failure as a retryable 500 whose message

@@ -57,16 +57,8 @@ type Policy struct {
 
 // Default is the OJS default policy (ojs-retry.md section 8).
 func Default() Policy {
-	return Policy{
-		MaxAttempts:        3,
-		InitialInterval:    time.Second,
-		BackoffCoefficient: 2.0,
-		MaxInterval:        5 * time.Minute,
-		Jitter:             true,
-		NonRetryableErrors: []string{},
-		OnExhaustion:       OnExhaustionDiscard,
-		Strategy:           Exponential,
-	}
+	return Policy{MaxAttempts: 3, InitialInterval: time.Second, BackoffCoefficient: 2.0, MaxInterval: 5 * time.Minute, Jitter: true,
+		NonRetryableErrors: []string{}, OnExhaustion: OnExhaustionDiscard, Strategy: Exponential}
 }
 
 // wire is the JSON form. Durations are accepted as ISO 8601 strings or as
@@ -153,25 +145,17 @@ func Parse(raw json.RawMessage) (Policy, error) {
 		p.NonRetryableErrors = list
 	}
 	if w.OnExhaustion != nil {
-		switch *w.OnExhaustion {
-		case OnExhaustionDiscard, OnExhaustionDeadLetter:
-			p.OnExhaustion = *w.OnExhaustion
-		default:
+		if *w.OnExhaustion != OnExhaustionDiscard && *w.OnExhaustion != OnExhaustionDeadLetter {
 			return p, bad("on_exhaustion", `must be "discard" or "dead_letter"`)
 		}
+		p.OnExhaustion = *w.OnExhaustion
 	}
-	s := w.BackoffStrategy
-	s = cmp.Or(s, w.BackoffStrategyAlias)
-	if s != nil {
-		switch Strategy(strings.ToLower(*s)) {
-		case Exponential:
-			p.Strategy = Exponential
-		case Linear:
-			p.Strategy = Linear
+	if s := cmp.Or(w.BackoffStrategy, w.BackoffStrategyAlias); s != nil {
+		switch st := Strategy(strings.ToLower(*s)); st {
+		case Exponential, Linear, Polynomial:
+			p.Strategy = st
 		case None, "constant", "fixed":
 			p.Strategy = None
-		case Polynomial:
-			p.Strategy = Polynomial
 		default:
 			return p, bad("backoff_strategy", "must be exponential, linear, none (constant) or polynomial")
 		}

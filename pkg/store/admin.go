@@ -16,9 +16,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 )
 
-// The operator's reads (pkg/admin): listings of one index partition with
-// an opaque cursor, bounded counts, and the few deletes the Admin API
-// adds. None of them scans the table.
+// The operator's reads (pkg/admin), none of which scans the table.
 
 // Listing names one index partition the Admin API lists jobs from.
 type Listing int
@@ -26,16 +24,14 @@ type Listing int
 // The partitions a job listing reads.
 const (
 	// ListAvailable is a queue's available jobs: the pull-mode ones in
-	// fetch order (ready index, avail#<queue>), then the push-mode ones by
-	// their redelivery check (due index, due#<queue>): a push-mode job is
-	// not in the ready index, SQS holds its place in line.
+	// fetch order (ready index), then the push-mode ones by their
+	// redelivery check (due index).
 	ListAvailable Listing = iota
 	// ListDead is a queue's discarded jobs, newest first (ready index,
 	// dead#<queue>).
 	ListDead
-	// ListWaiting is a queue's scheduled, retryable and active jobs (and
-	// available push-mode jobs' redelivery checks) by due time (due index,
-	// due#<queue>).
+	// ListWaiting is a queue's due index partition by due time: scheduled,
+	// retryable and active jobs and push-mode redelivery checks.
 	ListWaiting
 )
 
@@ -61,11 +57,8 @@ type IndexPage struct {
 
 // ListQueue reads up to limit items of one queue's index partitions from
 // cursor (a previous IndexPage.Cursor, or "" to start), merged across the
-// partition's shards in index order. states, when set, filters on the job
-// state (a DynamoDB filter: read capacity is spent on the items read, not
-// returned). A page may hold fewer than limit items and still have a
-// cursor: it ends where a shard's unread part could sort before the next
-// item.
+// shards in index order, filtered on states when set. A page may hold
+// fewer than limit items and still have a cursor.
 func (s *Store) ListQueue(ctx context.Context, l Listing, queue string, states []job.State, limit int, cursor string) (IndexPage, error) {
 	if l != ListAvailable {
 		return s.listIndex(ctx, l, queue, states, false, limit, cursor)
@@ -167,12 +160,11 @@ func (s *Store) listIndex(ctx context.Context, l Listing, queue string, states [
 	// Merge the shards' pages in index order (each shard's own order kept,
 	// ties included), up to limit, and no further than the first point
 	// where a shard that has more could hold an earlier item.
+	before := func(a, b string) bool { return (forward && a < b) || (!forward && a > b) }
 	var bound string
 	for _, p := range parts {
-		if len(p.last) > 0 {
-			if b := sortValue(p.last, sortName); bound == "" || (forward && b < bound) || (!forward && b > bound) {
-				bound = b
-			}
+		if b := sortValue(p.last, sortName); len(p.last) > 0 && (bound == "" || before(b, bound)) {
+			bound = b
 		}
 	}
 	taken := make([]int, len(keys))
@@ -181,13 +173,12 @@ func (s *Store) listIndex(ctx context.Context, l Listing, queue string, states [
 		best, bestV := -1, ""
 		for i, p := range parts {
 			if taken[i] < len(p.items) {
-				v := sortValue(p.items[taken[i]], sortName)
-				if best < 0 || (forward && v < bestV) || (!forward && v > bestV) {
+				if v := sortValue(p.items[taken[i]], sortName); best < 0 || before(v, bestV) {
 					best, bestV = i, v
 				}
 			}
 		}
-		if best < 0 || (bound != "" && ((forward && bestV > bound) || (!forward && bestV < bound))) {
+		if best < 0 || (bound != "" && before(bound, bestV)) {
 			break
 		}
 		it, ok, err := DecodeItem(parts[best].items[taken[best]])
@@ -204,9 +195,7 @@ func (s *Store) listIndex(ctx context.Context, l Listing, queue string, states [
 	more := false
 	for i, p := range parts {
 		switch {
-		case starts[i] == "-":
-			next[i] = "-"
-		case taken[i] == len(p.items) && len(p.last) == 0:
+		case starts[i] == "-" || (taken[i] == len(p.items) && len(p.last) == 0):
 			next[i] = "-"
 		case taken[i] == len(p.items):
 			next[i] = EncodeCursor(p.last)
@@ -242,11 +231,10 @@ func (s *Store) WholeJobs(ctx context.Context, items []Item) ([]Item, error) {
 		for i, it := range items {
 			ids[i] = it.Job.ID
 		}
-		got, err := s.BatchGetJobs(ctx, ids)
-		if err != nil {
+		var err error
+		if byID, err = s.BatchGetJobs(ctx, ids); err != nil {
 			return nil, err
 		}
-		byID = got
 	} else {
 		for _, it := range items {
 			j, err := s.Get(ctx, it.Job.ID)
@@ -357,10 +345,8 @@ func DecodeCursor(c string) (map[string]types.AttributeValue, error) {
 }
 
 // CountStates counts one queue's index partition by job state, reading at
-// most max index entries (only the state and push attributes are
-// returned). Each job is counted once: ListAvailable counts the pull-mode available
-// jobs (the ready index), ListWaiting the push-mode ones with the jobs
-// waiting for a time (the due index).
+// most max index entries. Each job is counted once: ListAvailable counts
+// the pull-mode available jobs, ListWaiting the push-mode ones.
 func (s *Store) CountStates(ctx context.Context, l Listing, queue string, max int) (map[job.State]int, bool, error) {
 	out := map[job.State]int{}
 	read := 0
@@ -374,18 +360,15 @@ func (s *Store) CountStates(ctx context.Context, l Listing, queue string, max in
 // adding the count read to *read.
 func (s *Store) eachState(ctx context.Context, l Listing, queue string, max int, read *int, each func(job.State)) (capped bool, err error) {
 	index, keyName, _, keys, _ := l.partitions(queue)
-	pull := func(st string, push bool) {
-		if !push { // a push-mode job in ready (written before they left it) is counted from due
+	f := func(st string, push bool) {
+		// A push-mode job in ready (written before they left it) is counted from due.
+		if !push || l != ListAvailable {
 			each(job.State(st))
 		}
 	}
 	for _, key := range keys {
 		if max > 0 && *read >= max {
 			return true, nil // more shards unread
-		}
-		f := func(st string, _ bool) { each(job.State(st)) }
-		if l == ListAvailable {
-			f = pull
 		}
 		if capped, err := s.countStates(ctx, index, keyName, key, max-*read, read, f); err != nil || capped {
 			return capped, err
@@ -428,10 +411,8 @@ func (s *Store) countStates(ctx context.Context, index, keyName, key string, max
 }
 
 // DeleteFinished deletes a completed or cancelled job for good, on the
-// condition that it is still in the state read (a job retried or changed
-// meanwhile is left alone: ConflictError). Discarded jobs are deleted by
-// pkg/deadletter (Service.Delete), which the stream reports as
-// dead_letter.deleted.
+// condition that it is still in the state read (else ConflictError).
+// pkg/deadletter deletes discarded jobs.
 func (s *Store) DeleteFinished(ctx context.Context, id string, state job.State) error {
 	if state != job.Completed && state != job.Cancelled {
 		return fmt.Errorf("delete job %s: only completed or cancelled jobs, not %s", id, state)
@@ -460,14 +441,7 @@ func (s *Store) deleteInState(ctx context.Context, id string, state job.State) e
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
 	if ccf, ok := errors.AsType[*types.ConditionalCheckFailedException](err); ok {
-		if len(ccf.Item) == 0 {
-			return ErrNotFound
-		}
-		cur, derr := decodeJob(ccf.Item)
-		if derr != nil {
-			return derr
-		}
-		return &ConflictError{Current: cur, Tried: Transition{ID: id, To: "deleted"}}
+		return conflict(ccf.Item, Transition{ID: id, To: "deleted"})
 	}
 	if err != nil {
 		return fmt.Errorf("delete job %s: %w", id, err)

@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strconv"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -21,12 +21,6 @@ import (
 // What the aggregates' packages (pkg/wfstore, pkg/cron, pkg/events,
 // pkg/queue, pkg/deadletter) build on besides the client (DB) and the
 // table's name.
-//
-// pkg/wfstore: a workflow's creation and advancement write its jobs in the same
-// transactions as its nodes (JobPut), in batches (BatchPut), several
-// requests at once within a writing slice (Parallel, WithSlice); a cancel
-// guards job transitions on the workflow's root (NewGuard); the workflow
-// due entries are sharded like the queues' (ShardKeys, ShardedKey).
 
 // JobPut builds the conditional put of a new job with its initial index
 // entries, set from its state: available jobs join the ready index
@@ -94,18 +88,12 @@ func (s *Store) batchPut(ctx context.Context, items []map[string]types.Attribute
 	if !ok {
 		return fmt.Errorf("the DynamoDB client cannot batch write")
 	}
-	var chunks [][]types.WriteRequest
-	for len(items) > 0 {
-		n := min(25, len(items))
-		reqs := make([]types.WriteRequest, n)
-		for i := 0; i < n; i++ {
-			reqs[i] = types.WriteRequest{PutRequest: &types.PutRequest{Item: items[i]}}
-		}
-		items = items[n:]
-		chunks = append(chunks, reqs)
-	}
+	chunks := slices.Collect(slices.Chunk(items, 25))
 	return Parallel(ctx, len(chunks), 8, func(ctx context.Context, c int) error {
-		reqs := chunks[c]
+		reqs := make([]types.WriteRequest, len(chunks[c]))
+		for i, it := range chunks[c] {
+			reqs[i] = types.WriteRequest{PutRequest: &types.PutRequest{Item: it}}
+		}
 		for tries := 0; len(reqs) > 0; tries++ {
 			if tries > 8 {
 				return fmt.Errorf("batch write: %d items still unprocessed", len(reqs))
@@ -135,19 +123,13 @@ func (s *Store) BatchGetJobs(ctx context.Context, ids []string) (map[string]*job
 		return nil, fmt.Errorf("the DynamoDB client cannot batch get")
 	}
 	out := map[string]*job.Job{}
-	var chunks [][]map[string]types.AttributeValue
-	for len(ids) > 0 {
-		n := min(100, len(ids))
-		keys := make([]map[string]types.AttributeValue, n)
-		for i, id := range ids[:n] {
-			keys[i] = JobKey(id)
-		}
-		ids = ids[n:]
-		chunks = append(chunks, keys)
-	}
+	chunks := slices.Collect(slices.Chunk(ids, 100))
 	var mu sync.Mutex
 	err := Parallel(ctx, len(chunks), 8, func(ctx context.Context, c int) error {
-		keys := chunks[c]
+		keys := make([]map[string]types.AttributeValue, len(chunks[c]))
+		for i, id := range chunks[c] {
+			keys[i] = JobKey(id)
+		}
 		for tries := 0; len(keys) > 0 && tries < 8; tries++ {
 			res, err := bg.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: map[string]types.KeysAndAttributes{s.table: {Keys: keys, ConsistentRead: aws.Bool(true)}}})
 			if err != nil {
@@ -169,7 +151,7 @@ func (s *Store) BatchGetJobs(ctx context.Context, ids []string) (map[string]*job
 	return out, err
 }
 
-// parallel runs f for 0..n-1, at most conc at once, and returns the first
+// Parallel runs f for 0..n-1, at most conc at once, and returns the first
 // error.
 func Parallel(ctx context.Context, n, conc int, f func(context.Context, int) error) error {
 	if n == 0 {
@@ -182,26 +164,26 @@ func Parallel(ctx context.Context, n, conc int, f func(context.Context, int) err
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var first error
-	for i := 0; i < n; i++ {
+	fail := func(err error) {
+		mu.Lock()
+		first = cmp.Or(first, err)
+		mu.Unlock()
+	}
+	for i := range n {
 		sem <- struct{}{}
 		if i > 0 {
 			if err := SliceOver(ctx); err != nil {
 				<-sem
-				mu.Lock()
-				first = cmp.Or(first, err)
-				mu.Unlock()
+				fail(err)
 				break
 			}
 		}
-		wg.Add(1)
-		go func(i int) {
-			defer func() { <-sem; wg.Done() }()
+		wg.Go(func() {
+			defer func() { <-sem }()
 			if err := f(ctx, i); err != nil {
-				mu.Lock()
-				first = cmp.Or(first, err)
-				mu.Unlock()
+				fail(err)
 			}
-		}(i)
+		})
 	}
 	wg.Wait()
 	return first
@@ -211,9 +193,7 @@ func Parallel(ctx context.Context, n, conc int, f func(context.Context, int) err
 var ErrSliceOver = errors.New("creation slice over")
 
 // sliceKey carries, in a ResumeWorkflow's context, whether its slice is
-// over (a func() bool). Writers check it between requests, never during
-// one: a request once started lands, and each phase makes its first
-// request whatever the time, so every slice gets further than the last.
+// over (a func() bool), checked between requests, never during one.
 type sliceKey struct{}
 
 // WithSlice returns ctx whose batch writers (Parallel, ApplyAll, a
@@ -223,7 +203,7 @@ func WithSlice(ctx context.Context, over func() bool) context.Context {
 	return context.WithValue(ctx, sliceKey{}, over)
 }
 
-// sliceOver is ErrSliceOver once ctx's slice is over.
+// SliceOver is ErrSliceOver once ctx's slice is over.
 func SliceOver(ctx context.Context) error {
 	if over, _ := ctx.Value(sliceKey{}).(func() bool); over != nil && over() {
 		return ErrSliceOver
@@ -232,18 +212,14 @@ func SliceOver(ctx context.Context) error {
 }
 
 // ConflictTries is how many times a transaction cancelled by a
-// TransactionConflict is tried again; ConflictBackoff the pause before
-// try n+1: full jitter over 20 ms doubling up to 640 ms, about 2.5 s in
-// all at most.
+// TransactionConflict is tried again; ConflictBackoff the pause before try
+// n+1 (full jitter over 20 ms doubling up to 640 ms).
 const ConflictTries = 8
 
 func ConflictBackoff(n int) time.Duration {
 	ceiling := 20 * time.Millisecond << min(n, 5)
 	return time.Duration(rand.Int64N(int64(ceiling))) + time.Millisecond
 }
-
-// What pkg/cron's persistence needs of the job items: a schedule's fire
-// writes its job in the schedule's transaction.
 
 // JobFinishedCheck is the transaction ConditionCheck that job id is
 // finished (completed, cancelled or discarded) or gone.
@@ -259,23 +235,14 @@ func (s *Store) JobFinishedCheck(id string) *types.ConditionCheck {
 // the hand-written expressions of the aggregates' packages.
 func AttrS(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
 
-func AttrN(v int64) types.AttributeValue {
-	return &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)}
-}
+func AttrN(v int64) types.AttributeValue { return &types.AttributeValueMemberN{Value: itoa(v)} }
 
-// BatchPut writes items to table with db, which must be a BatchWriter (an
-// error otherwise): BatchWriteItem requests of 25 items, eight at once,
-// each retrying its unprocessed items up to eight times (an error if some
-// remain). It is the kernel's batch write for the aggregates' packages
-// (pkg/events writes its pages with it), the same requests as the
-// store's own large writes.
+// BatchPut writes items to table with db, which must be a BatchWriter:
+// requests of 25 items, eight at once, each retrying its unprocessed items
+// up to eight times (an error if some remain).
 func BatchPut(ctx context.Context, db DynamoAPI, table string, items []map[string]types.AttributeValue) error {
 	return New(db, table).batchPut(ctx, items)
 }
-
-// The table kernel's part that pkg/queue (queue and worker items) builds
-// on: the queue registry's sharded partitions, the fan-out over shards,
-// paged queries and the retry pause.
 
 // queuesPK is the base of the queue registry's partitions (QUEUES,
 // QUEUES#1, ...), sharded by queue name.
@@ -284,12 +251,6 @@ const queuesPK = "QUEUES"
 // RegistryPKs lists every partition of the queue registry, shard 0
 // first (topology.JobTable.Shards.Registry of them, at least one).
 func RegistryPKs() []string { return ShardKeys(queuesPK, shards().Registry) }
-
-// The table kernel's part for pkg/deadletter, which owns the dead letter
-// queue's persistence: a discarded job stays a job item (its dead letter
-// entry is its ready index entry, written by the Discard and Expire
-// transitions), so the dead letter package names jobs and their index
-// entries with these.
 
 // DeadIndexPK is the ready index partition key of queue's discarded jobs.
 func DeadIndexPK(queue string) string { return deadPrefix + queue }

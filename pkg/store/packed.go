@@ -12,18 +12,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
-// Packed is text (a job's args, meta, result or parent_results, a workflow
-// step's job request and compensation, a cron template) stored
-// gzip-compressed as a binary attribute when it is longer than packMin and
-// compressing it saves at least packGain bytes, and as a string otherwise. It is what lets a job envelope of 1 MiB
-// (ojs-json-format.md 8.1) fit a DynamoDB item of 400 KB, and it makes a
-// job with a few KB of JSON args take fewer write units on every write
-// (DynamoDB bills each write by the item's size, per KB).
-//
-// Reading accepts both forms, so items written before packing existed (or
-// below the threshold) read as they always did. Decoding happens where an
-// item becomes a value (attributevalue.UnmarshalMap, from a read or a
-// stream image); nothing reads a packed attribute inside an expression.
+// Packed is text (args, meta, a result, parent_results, a step's job
+// request, a cron template) stored gzip-compressed as a binary attribute
+// when it is at least packMin long and that saves packGain bytes, and as a
+// string otherwise: it lets a 1 MiB envelope fit a 400 KB item and saves
+// write units. Reading accepts both forms.
 type Packed string
 
 const (
@@ -37,10 +30,8 @@ const (
 	maxUnpacked = 8 << 20
 )
 
-// gzipWriters holds writers for reuse. BestSpeed: on ledger JSON it packs
-// 943 KiB into 146 KiB in 4 ms where the default level takes 10 ms for
-// 135 KiB, and 2.5 KB into the same 485 bytes in half the time
-// (BenchmarkPacked).
+// gzipWriters holds writers for reuse, at BestSpeed (BenchmarkPacked: about
+// the default level's size in less than half its time).
 var gzipWriters = sync.Pool{New: func() any {
 	w, _ := gzip.NewWriterLevel(io.Discard, gzip.BestSpeed)
 	return w
@@ -51,10 +42,8 @@ var gzipWriters = sync.Pool{New: func() any {
 var plainWrites atomic.Bool
 
 // SetPlainWrites makes this process write packed text as plain strings
-// (OJS_PLAIN_PAYLOADS): for the first deploy of this version over a stack
-// that ran an earlier one, whose functions cannot read a packed attribute
-// and run beside this version during a canary, or after a rollback. A job
-// that then does not fit store.MaxJobItemBytes uncompressed is refused.
+// (OJS_PLAIN_PAYLOADS), for a deploy over functions that cannot read a
+// packed attribute.
 func SetPlainWrites(plain bool) { plainWrites.Store(plain) }
 
 // MarshalDynamoDBAttributeValue implements attributevalue.Marshaler.

@@ -37,26 +37,12 @@ func (s *Store) CountCompleted(ctx context.Context, queue string, since time.Tim
 // active, scheduled and retryable ones from the due index. It reads every
 // index entry of the queue, so its cost grows with the backlog.
 func (s *Store) CountQueue(ctx context.Context, queue string) (QueueCounts, error) {
-	var c QueueCounts
-	tally := func(st job.State) {
-		switch st {
-		case job.Available:
-			c.Available++
-		case job.Active:
-			c.Active++
-		case job.Scheduled:
-			c.Scheduled++
-		case job.Retryable:
-			c.Retryable++
-		case job.Discarded:
-			c.Discarded++
-		}
-	}
+	n := map[job.State]int{}
 	for _, l := range []Listing{ListAvailable, ListDead, ListWaiting} {
 		read := 0
-		if _, err := s.eachState(ctx, l, queue, 0, &read, tally); err != nil {
-			return c, fmt.Errorf("count queue %s: %w", queue, err)
+		if _, err := s.eachState(ctx, l, queue, 0, &read, func(st job.State) { n[st]++ }); err != nil {
+			return QueueCounts{}, fmt.Errorf("count queue %s: %w", queue, err)
 		}
 	}
-	return c, nil
+	return QueueCounts{n[job.Available], n[job.Active], n[job.Scheduled], n[job.Retryable], n[job.Discarded]}, nil
 }

@@ -147,12 +147,9 @@ type indexEntries struct {
 	TTL     int64  `dynamodbav:"ttl,omitempty"`
 	// Retain is attrRetain (nil: the environment's default).
 	Retain *int64 `dynamodbav:"retain_s,omitempty"`
-	// PrunedAt marks a discarded job the dead letter pruner is removing
-	// (set just before its conditional delete), so the stream tells a
-	// pruned job from one an operator deleted.
+	// PrunedAt marks a discarded job the dead letter pruner is removing.
 	PrunedAt int64 `dynamodbav:"pruned_at,omitempty"`
-	// FetchBytes is FetchBytes of the job as last written (projected by the
-	// ready index, which does not project the payloads it counts).
+	// FetchBytes is FetchBytes of the job as last written.
 	FetchBytes int `dynamodbav:"fb,omitempty"`
 	// UniqueKey is the uniqueness key the job was enqueued under.
 	UniqueKey string `dynamodbav:"uk,omitempty"`
@@ -181,6 +178,15 @@ func JobKey(id string) map[string]types.AttributeValue {
 func ms(t time.Time) int64 { return t.UnixMilli() }
 
 func fromMS(v int64) time.Time { return time.UnixMilli(v).UTC() }
+
+// optMS is v as a time, nil when v is 0 (not set).
+func optMS(v int64) *time.Time {
+	if v <= 0 {
+		return nil
+	}
+	t := fromMS(v)
+	return &t
+}
 
 // readySortKey orders available jobs by priority (highest first), then by
 // the time they became available, then by id.
@@ -228,9 +234,7 @@ func toRecord(j *job.Job) (record, error) {
 		return record{}, err
 	}
 	if string(pol) == defaultRetry {
-		// The default policy is the one an item without it reads as
-		// (toJob): about 190 bytes of every job item, which often decide
-		// whether its writes take one write unit or two.
+		// An item without a policy reads as the default (toJob): 190 bytes saved.
 		pol = nil
 	}
 	r := record{PK: jobPrefix + j.ID, SK: jobSK, Version: 1,
@@ -300,14 +304,7 @@ func (r record) toJob() (*job.Job, error) {
 	if r.WorkflowAhead != "" {
 		j.WorkflowAhead = json.RawMessage(r.WorkflowAhead)
 	}
-	if r.LeaseUntil > 0 {
-		t := fromMS(r.LeaseUntil)
-		j.LeaseUntil = &t
-	}
-	if r.DeadlineMS > 0 {
-		t := fromMS(r.DeadlineMS)
-		j.Deadline = &t
-	}
+	j.LeaseUntil, j.Deadline = optMS(r.LeaseUntil), optMS(r.DeadlineMS)
 	if r.ProgressInfo != "" {
 		j.Progress = &job.Progress{}
 		_ = json.Unmarshal([]byte(r.ProgressInfo), j.Progress)
@@ -330,19 +327,23 @@ func (r record) toJob() (*job.Job, error) {
 	if r.Extra != "" {
 		_ = json.Unmarshal([]byte(r.Extra), &j.Extra)
 	}
-	if r.Error != "" {
-		var e job.ErrorInfo
-		if json.Unmarshal([]byte(r.Error), &e) == nil {
-			j.Error = &e
-		}
+	if e := decodeErrors([]string{r.Error}); len(e) > 0 {
+		j.Error = &e[0]
 	}
-	for _, s := range r.Errors {
+	j.Errors = decodeErrors(r.Errors)
+	return j, nil
+}
+
+// decodeErrors decodes stored errors, leaving out any that do not decode.
+func decodeErrors(list []string) []job.ErrorInfo {
+	var out []job.ErrorInfo
+	for _, s := range list {
 		var e job.ErrorInfo
 		if json.Unmarshal([]byte(s), &e) == nil {
-			j.Errors = append(j.Errors, e)
+			out = append(out, e)
 		}
 	}
-	return j, nil
+	return out
 }
 
 // Item is a stored job with the bookkeeping the engine needs besides the
@@ -353,10 +354,8 @@ type Item struct {
 	DueAt    time.Time
 	ReadySK  string
 	Dispatch string
-	// Partial is set on an item read from an index: the job's payloads
-	// (args, meta, result, the error history, parent_results, tags,
-	// extra) are not there (topology.JobIndexAttributes); read the job by
-	// key for them.
+	// Partial is set on an item read from an index, without the job's
+	// payloads (topology.JobIndexAttributes).
 	Partial bool
 	// FetchBytes is FetchBytes of the job as last written; 0 for a job
 	// written before it was recorded.

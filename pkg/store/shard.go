@@ -8,19 +8,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 	"golang.org/x/sync/errgroup"
 )
 
-// Hot partitions (a queue's ready and due index entries, the queue
-// registry, due workflows) are spread over the shard counts of
-// topology.JobTable.Shards. A key's shard is a hash of what it holds (the
-// job id, the queue name, the workflow id); shard 0 keeps the key written
-// before sharding, so items written then are still found by readers, who
-// read every shard.
+// Hot partitions are spread over the shard counts of
+// topology.JobTable.Shards, by a hash of what they hold; readers read every
+// shard.
 
 // shardOf picks one of n shards for key (FNV-1a); always 0 when n <= 1.
 func shardOf(key string, n int) int {
@@ -99,25 +93,17 @@ func mergeItems(parts [][]Item, limit int, cmp func(a, b Item) int) []Item {
 		all = append(all, p...)
 	}
 	slices.SortStableFunc(all, cmp)
-	if len(all) > limit {
-		all = all[:limit]
-	}
-	return all
+	return all[:min(len(all), limit)]
 }
 
 // maxDueStale bounds how long FETCH trusts what it last read of a due
-// shard: an entry another process wrote that falls due sooner than the
-// shard's known next entry is seen at most this late by this process's
-// FETCH (the sweeper reads every shard on each sweep regardless).
+// shard (entries other processes write are seen at most this late).
 const maxDueStale = time.Second
 
 // dueWatch remembers, per due partition, when this process last read it
-// and the earliest time it may next hold a due entry: the first entry not
-// yet due when it was read, lowered by every due entry this process
-// writes (one written while a read of its shard is under way may be seen
-// up to maxDueStale later). FETCH reads only the shards that may hold
-// something due, so an idle queue costs no due reads between the moments
-// its entries fall due (at most one read per shard and second).
+// and the earliest time it may next hold a due entry (lowered by every due
+// entry this process writes): FETCH reads only the shards that may hold
+// something due, at most once a second otherwise.
 type dueWatch struct {
 	mu   sync.Mutex
 	next map[string]time.Time
@@ -157,9 +143,7 @@ func (w *dueWatch) wrote(pk string, at time.Time) {
 }
 
 // DueNow is Due for FETCH: it reads only the due shards of the queue that
-// may hold an entry due at now (see dueWatch), each from its earliest
-// entry (up to limit entries per shard), and learns from the first entry
-// not yet due when to read the shard next.
+// may hold an entry due at now (dueWatch), up to limit entries each.
 func (s *Store) DueNow(ctx context.Context, queue string, now time.Time, limit int) ([]Item, error) {
 	var keys []string
 	for _, pk := range dueKeys(queue) {
@@ -171,12 +155,7 @@ func (s *Store) DueNow(ctx context.Context, queue string, now time.Time, limit i
 		return nil, nil
 	}
 	parts, err := EachShard(ctx, keys, func(ctx context.Context, pk string) ([]Item, error) {
-		items, _, err := s.queryJobs(ctx, &dynamodb.QueryInput{
-			IndexName:                 aws.String(topology.IndexDue),
-			KeyConditionExpression:    aws.String("due_pk = :pk"),
-			ExpressionAttributeValues: map[string]types.AttributeValue{":pk": AttrS(pk)},
-			Limit:                     aws.Int32(int32(limit)),
-		})
+		items, err := s.queryShard(ctx, topology.IndexDue, "due_pk = :pk", pk, now, limit)
 		if err != nil {
 			return nil, err
 		}

@@ -11,11 +11,8 @@ import (
 )
 
 // ItemBytes is the size DynamoDB counts for an item against its 400 KB
-// item and 4 MB transaction limits, computed by DynamoDB's published rules
-// and rounded up where they are approximate: attribute names and string
-// values by their UTF-8 length, binary values by their length, a number by
-// one byte per two digits plus one, a boolean or null one byte, a list or
-// map 3 bytes plus one per element plus its elements (and a map's keys).
+// item and 4 MB transaction limits, by DynamoDB's published rules (rounded
+// up where they are approximate).
 func ItemBytes(item map[string]types.AttributeValue) int {
 	n := 0
 	for k, v := range item {
@@ -35,29 +32,13 @@ func valueBytes(v types.AttributeValue) int {
 	case *types.AttributeValueMemberBOOL, *types.AttributeValueMemberNULL:
 		return 1
 	case *types.AttributeValueMemberSS:
-		n := 0
-		for _, s := range t.Value {
-			n += len(s)
-		}
-		return n
+		return sumOf(t.Value, func(s string) int { return len(s) })
 	case *types.AttributeValueMemberNS:
-		n := 0
-		for _, s := range t.Value {
-			n += numberBytes(s)
-		}
-		return n
+		return sumOf(t.Value, numberBytes)
 	case *types.AttributeValueMemberBS:
-		n := 0
-		for _, b := range t.Value {
-			n += len(b)
-		}
-		return n
+		return sumOf(t.Value, func(b []byte) int { return len(b) })
 	case *types.AttributeValueMemberL:
-		n := 3
-		for _, e := range t.Value {
-			n += 1 + valueBytes(e)
-		}
-		return n
+		return 3 + sumOf(t.Value, func(e types.AttributeValue) int { return 1 + valueBytes(e) })
 	case *types.AttributeValueMemberM:
 		n := 3
 		for k, e := range t.Value {
@@ -70,6 +51,13 @@ func valueBytes(v types.AttributeValue) int {
 
 func numberBytes(s string) int { return (len(s)+1)/2 + 1 }
 
+func sumOf[T any](vs []T, f func(T) int) (n int) {
+	for _, v := range vs {
+		n += f(v)
+	}
+	return n
+}
+
 // JobItemBytes is ItemBytes of the item Create writes for j.
 func JobItemBytes(j *job.Job, redeliverAfter time.Duration) (int, error) {
 	p, err := (&Store{}).JobPut(j, redeliverAfter)
@@ -81,18 +69,11 @@ func JobItemBytes(j *job.Job, redeliverAfter time.Duration) (int, error) {
 
 // MaxJobItemBytes is the most a job's item may take when the job is
 // created: DynamoDB's 400 KB less what its attempts may add later (the
-// largest result, the error history and the current error) and a margin,
-// so that no ACK or FAIL of it is refused for its size. A job's args and
-// meta count as stored (Packed: compressed when that saves room), so an
-// envelope of job.MaxEnvelopeBytes fits when its JSON compresses to about
-// a quarter, which JSON of that size nearly always does; data that does
-// not compress (base64 of a compressed file, say) fits up to about this
-// size.
+// largest result, the error history and the current error) and a margin.
+// Args and meta count as stored (Packed).
 const MaxJobItemBytes = awslimit.DynamoItemBytes - MaxPackedResultBytes - job.MaxErrorHistoryBytes - job.MaxErrorBytes - 4<<10
 
-// MaxPackedResultBytes bounds a result as stored (Packed): a result of up
-// to job.MaxResultBytes is accepted when it packs into this, which JSON of
-// 1 MiB nearly always does (see MaxJobItemBytes).
+// MaxPackedResultBytes bounds a result as stored (Packed).
 const MaxPackedResultBytes = 64 << 10
 
 // PackedBytes is the size text takes stored as Packed.
@@ -104,10 +85,8 @@ func PackedBytes(text []byte) int {
 	return len(text)
 }
 
-// ListBytes bounds the jobs (their FetchBytes, as the index projects it)
-// one page of whole jobs holds, so that a list of large jobs still fits
-// Lambda's 6 MB response: a page stops before the job that would pass it,
-// and holds at least one.
+// ListBytes bounds the FetchBytes of the jobs one page of whole jobs
+// holds (at least one), so that it fits Lambda's 6 MB response.
 const ListBytes = 4 << 20
 
 // TrimToBytes keeps items from the start while their FetchBytes stay
@@ -173,13 +152,9 @@ func checkSizes(puts []*types.Put) error {
 // (state, attempt, started_at and the other timestamps of the attempt).
 const FetchSlack = 512
 
-// FetchBytes is what job j, once claimed, adds to the api function's
-// FETCH answer: its OJS JSON as encoding/json writes it, carried as a JSON
-// string inside the Lambda response (so every quote, backslash and
-// HTML-escaped character counts as it will), plus FetchSlack. Every write
-// that changes it stores it on the job as "fb", which the ready index
-// projects: FETCH claims a job only if it fits its budget, without reading
-// the payload first.
+// FetchBytes is what job j, once claimed, adds to the FETCH answer: its
+// OJS JSON as a JSON string inside the Lambda response, plus FetchSlack.
+// Writes store it on the job as "fb", which the ready index projects.
 func FetchBytes(j *job.Job) int {
 	b, err := json.Marshal(j)
 	if err != nil {

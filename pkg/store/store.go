@@ -54,8 +54,8 @@ func (e *ConflictError) Error() string {
 
 // ConditionFailed reports whether a single-item write failed its condition.
 func ConditionFailed(err error) bool {
-	var ccf *types.ConditionalCheckFailedException
-	return errors.As(err, &ccf)
+	_, ok := errors.AsType[*types.ConditionalCheckFailedException](err)
+	return ok
 }
 
 // DuplicateError is returned when a job id already exists. Index is the
@@ -103,27 +103,21 @@ func (s *Store) Create(ctx context.Context, jobs []*job.Job, redeliverAfter time
 		return fmt.Errorf("create: %d jobs exceed the transaction limit of %d", len(jobs), MaxBatch)
 	}
 	puts := make([]*types.Put, len(jobs))
+	var err error
 	for i, j := range jobs {
-		p, err := s.JobPut(j, redeliverAfter)
-		if err != nil {
+		if puts[i], err = s.JobPut(j, redeliverAfter); err != nil {
 			return err
 		}
-		puts[i] = p
-	}
-	// A single put carries a token of its own: when the SDK retries a put
-	// whose answer was lost, the retry finds the job there and the token
-	// tells that it is this put's, not a duplicate (a PUSH that wrote its
-	// job would be answered 409, and a client resending it without an id
-	// would create a second job). Transactions need no token: the SDK
-	// gives each one a ClientRequestToken that its retries reuse.
-	tok := strconv.FormatUint(rand.Uint64(), 36)
-	if len(puts) == 1 {
-		puts[0].Item[attrWriteToken] = AttrS(tok)
 	}
 	if err := checkSizes(puts); err != nil {
 		return err
 	}
 	if len(puts) == 1 {
+		// A single put carries a token of its own, so that an SDK retry of
+		// a put whose answer was lost knows the job it finds as its own, not
+		// a duplicate. (The SDK gives each transaction a ClientRequestToken.)
+		tok := strconv.FormatUint(rand.Uint64(), 36)
+		puts[0].Item[attrWriteToken] = AttrS(tok)
 		_, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &s.table, Item: puts[0].Item, ConditionExpression: puts[0].ConditionExpression,
 			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld})
 		if ccf, ok := errors.AsType[*types.ConditionalCheckFailedException](err); ok {
@@ -141,7 +135,7 @@ func (s *Store) Create(ctx context.Context, jobs []*job.Job, redeliverAfter time
 	for i, p := range puts {
 		tx[i] = types.TransactWriteItem{Put: p}
 	}
-	_, err := s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: tx})
+	_, err = s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: tx})
 	if i, ok := FailedCondition(err); ok {
 		return &DuplicateError{ID: jobs[i].ID, Index: i}
 	}
@@ -154,8 +148,8 @@ func (s *Store) Create(ctx context.Context, jobs []*job.Job, redeliverAfter time
 // FailedCondition returns the index of the first item of a cancelled
 // transaction whose condition failed; ok is false for any other outcome.
 func FailedCondition(err error) (index int, ok bool) {
-	var tce *types.TransactionCanceledException
-	if !errors.As(err, &tce) {
+	tce, ok := errors.AsType[*types.TransactionCanceledException](err)
+	if !ok {
 		return -1, false
 	}
 	for i, r := range tce.CancellationReasons {
@@ -184,11 +178,11 @@ func QueryAll[T any](ctx context.Context, db DynamoAPI, in *dynamodb.QueryInput)
 			return nil, err
 		}
 		for _, it := range out.Items {
-			var v T
-			if err := attributevalue.UnmarshalMap(it, &v); err != nil {
+			v, err := Unmarshal[T](it)
+			if err != nil {
 				return nil, err
 			}
-			all = append(all, v)
+			all = append(all, *v)
 		}
 		if len(out.LastEvaluatedKey) == 0 {
 			return all, nil
@@ -230,9 +224,6 @@ func (s *Store) GetItem(ctx context.Context, id string) (Item, error) {
 	if err != nil {
 		return Item{}, fmt.Errorf("get job %s: %w", id, err)
 	}
-	if len(out.Item) == 0 {
-		return Item{}, ErrNotFound
-	}
 	it, ok, err := DecodeItem(out.Item)
 	if err != nil {
 		return Item{}, err
@@ -247,40 +238,22 @@ func (s *Store) GetItem(ctx context.Context, id string) (Item, error) {
 // as written. If the condition fails it returns *ConflictError with the job
 // as it is, or ErrNotFound if there is no such job.
 func (s *Store) Apply(ctx context.Context, t Transition) (*job.Job, error) {
-	if err := t.validate(); err != nil {
-		return nil, err
-	}
-	expr, err := t.build()
+	u, err := s.updateOf(t)
 	if err != nil {
 		return nil, err
 	}
-	if t.due != "" {
-		s.due.wrote(t.due, t.dueAt) // before the write: reading early is harmless
-	}
 	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName: &s.table, Key: JobKey(t.ID),
-		UpdateExpression: expr.Update(), ConditionExpression: expr.Condition(),
-		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
-		ReturnValues:                        types.ReturnValueAllNew,
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		TableName: u.TableName, Key: u.Key, UpdateExpression: u.UpdateExpression, ConditionExpression: u.ConditionExpression,
+		ExpressionAttributeNames: u.ExpressionAttributeNames, ExpressionAttributeValues: u.ExpressionAttributeValues,
+		ReturnValues: types.ReturnValueAllNew, ReturnValuesOnConditionCheckFailure: u.ReturnValuesOnConditionCheckFailure,
 	})
 	if ccf, ok := errors.AsType[*types.ConditionalCheckFailedException](err); ok {
-		if len(ccf.Item) == 0 {
-			return nil, ErrNotFound
-		}
-		cur, ok, derr := DecodeItem(ccf.Item)
-		if derr == nil && !ok {
-			derr = fmt.Errorf("item is not a job")
-		}
-		if derr != nil {
-			return nil, derr
-		}
 		if tok, ok := ccf.Item[attrWriteToken].(*types.AttributeValueMemberS); ok && t.token != "" && tok.Value == t.token {
 			// This very write landed: the SDK retried the request after
 			// its answer was lost, and the retry found the write done.
-			return cur.Job, nil
+			return decodeJob(ccf.Item)
 		}
-		return nil, &ConflictError{Current: cur.Job, Tried: t, DueAt: cur.DueAt}
+		return nil, conflict(ccf.Item, t)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("apply %s to job %s: %w", t.To, t.ID, err)
@@ -288,25 +261,48 @@ func (s *Store) Apply(ctx context.Context, t Transition) (*job.Job, error) {
 	return decodeJob(out.Attributes)
 }
 
-// build is the transition's update and condition (the job must exist).
-func (t Transition) build() (expression.Expression, error) {
+// conflict is the answer to t's failed condition, given the item as it was
+// (none: ErrNotFound): a *ConflictError, or the error decoding it.
+func conflict(item map[string]types.AttributeValue, t Transition) error {
+	if len(item) == 0 {
+		return ErrNotFound
+	}
+	cur, ok, err := DecodeItem(item)
+	if err == nil && !ok {
+		err = fmt.Errorf("item is not a job")
+	}
+	if err != nil {
+		return err
+	}
+	return &ConflictError{Current: cur.Job, Tried: t, DueAt: cur.DueAt}
+}
+
+// updateOf is t, validated, as the conditional update of its job (which
+// must exist), returning the item as it was when the condition fails.
+func (s *Store) updateOf(t Transition) (*types.Update, error) {
+	if err := t.validate(); err != nil {
+		return nil, err
+	}
 	cond := t.condition().And(expression.AttributeExists(expression.Name(attrPK)))
 	expr, err := expression.NewBuilder().WithUpdate(t.update).WithCondition(cond).Build()
 	if err != nil {
-		return expr, fmt.Errorf("build transition %s of job %s: %w", t.To, t.ID, err)
+		return nil, fmt.Errorf("build transition %s of job %s: %w", t.To, t.ID, err)
 	}
-	return expr, nil
+	if t.due != "" {
+		s.due.wrote(t.due, t.dueAt) // before the write: reading early is harmless
+	}
+	return &types.Update{TableName: &s.table, Key: JobKey(t.ID),
+		UpdateExpression: expr.Update(), ConditionExpression: expr.Condition(),
+		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}, nil
 }
 
 // ApplyAll applies transitions of distinct jobs as Apply would, up to 100
-// in one transaction, four transactions at once: one request where Apply
-// makes a hundred (a large workflow's cancel). It answers per transition:
-// nil, a *ConflictError (the job had moved on), ErrNotFound, or
-// ErrNotTried for those it did not get to before ctx's budget ended (see
-// WithBudget; the first transaction is always tried). The jobs whose
-// condition failed are left out and the rest tried again; a transaction
-// cancelled for another reason (a request writing one of its jobs at the
-// same moment) is applied one by one instead.
+// in one transaction, four transactions at once. It answers per transition:
+// nil, a *ConflictError, ErrNotFound, or ErrNotTried for those it did not
+// get to before ctx's budget ended (WithBudget; the first transaction is
+// always tried). A transaction cancelled for failed conditions is tried
+// again without those jobs; one cancelled otherwise is applied one by one.
 func (s *Store) ApplyAll(ctx context.Context, ts []Transition) ([]error, error) {
 	return s.applyAll(ctx, ts, nil)
 }
@@ -337,7 +333,7 @@ func (s *Store) applyAll(ctx context.Context, ts []Transition, g *Guard) ([]erro
 	for i := range errs {
 		errs[i] = ErrNotTried
 	}
-	size, conc := maxTransactItems, 4
+	size, conc := MaxBatch, 4
 	if g != nil {
 		// One transaction at a time: DynamoDB cancels concurrent
 		// transactions that touch the same item (TransactionConflict), and
@@ -369,9 +365,6 @@ func WithBudget(ctx context.Context, end time.Time) context.Context {
 	return context.WithValue(ctx, sliceKey{}, func() bool { return time.Now().After(end) })
 }
 
-// maxTransactItems is the most items one DynamoDB transaction holds.
-const maxTransactItems = 100
-
 // applyChunk applies ts[pending] in one transaction (with g's check, when
 // set), again without the jobs whose condition failed (at most three
 // tries), then one by one.
@@ -390,8 +383,7 @@ func (s *Store) applyChunk(ctx context.Context, ts []Transition, pending []int, 
 		if g != nil {
 			// One job and the guard: a transaction of two.
 			for tries := 0; ; tries++ {
-				next, _, err := s.transact(ctx, ts, []int{i}, errs, g)
-				if err != nil || next == nil {
+				if next, _, err := s.transact(ctx, ts, []int{i}, errs, g); err != nil || next == nil {
 					if err != nil {
 						return err
 					}
@@ -422,20 +414,11 @@ func (s *Store) applyChunk(ctx context.Context, ts []Transition, pending []int, 
 func (s *Store) transact(ctx context.Context, ts []Transition, pending []int, errs []error, g *Guard) (next []int, conditionsOnly bool, err error) {
 	tx := make([]types.TransactWriteItem, 0, len(pending)+1)
 	for _, i := range pending {
-		if err := ts[i].validate(); err != nil {
-			return nil, false, err
-		}
-		expr, err := ts[i].build()
+		u, err := s.updateOf(ts[i])
 		if err != nil {
 			return nil, false, err
 		}
-		if ts[i].due != "" {
-			s.due.wrote(ts[i].due, ts[i].dueAt)
-		}
-		tx = append(tx, types.TransactWriteItem{Update: &types.Update{TableName: &s.table, Key: JobKey(ts[i].ID),
-			UpdateExpression: expr.Update(), ConditionExpression: expr.Condition(),
-			ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
-			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}})
+		tx = append(tx, types.TransactWriteItem{Update: u})
 	}
 	if g != nil {
 		tx = append(tx, types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{TableName: &s.table, Key: g.key,
@@ -448,8 +431,8 @@ func (s *Store) transact(ctx context.Context, ts []Transition, pending []int, er
 		}
 		return nil, true, nil
 	}
-	var tce *types.TransactionCanceledException
-	if !errors.As(err, &tce) || len(tce.CancellationReasons) != len(tx) {
+	tce, ok := errors.AsType[*types.TransactionCanceledException](err)
+	if !ok || len(tce.CancellationReasons) != len(tx) {
 		return nil, false, fmt.Errorf("apply %d transitions: %w", len(pending), err)
 	}
 	if g != nil && aws.ToString(tce.CancellationReasons[len(pending)].Code) == "ConditionalCheckFailed" {
@@ -460,15 +443,10 @@ func (s *Store) transact(ctx context.Context, ts []Transition, pending []int, er
 		i := pending[k]
 		switch aws.ToString(r.Code) {
 		case "ConditionalCheckFailed":
-			if len(r.Item) == 0 {
-				errs[i] = ErrNotFound
-				continue
+			errs[i] = conflict(r.Item, ts[i])
+			if _, ok := errors.AsType[*ConflictError](errs[i]); !ok && errs[i] != ErrNotFound {
+				return nil, false, errs[i]
 			}
-			cur, err := decodeJob(r.Item)
-			if err != nil {
-				return nil, false, err
-			}
-			errs[i] = &ConflictError{Current: cur, Tried: ts[i]}
 		case "None", "":
 			next = append(next, i)
 		default: // TransactionConflict and the like
@@ -479,24 +457,30 @@ func (s *Store) transact(ctx context.Context, ts []Transition, pending []int, er
 	return next, conditionsOnly, nil
 }
 
-func (s *Store) queryJobs(ctx context.Context, in *dynamodb.QueryInput) ([]Item, map[string]types.AttributeValue, error) {
-	in.TableName = &s.table
-	out, err := s.db.Query(ctx, in)
+// queryShard reads up to limit jobs of partition pk of an index, whose key
+// condition cond names pk :pk (and now :now).
+func (s *Store) queryShard(ctx context.Context, index, cond, pk string, now time.Time, limit int) ([]Item, error) {
+	vals := map[string]types.AttributeValue{":pk": AttrS(pk)}
+	if strings.Contains(cond, ":now") {
+		vals[":now"] = AttrN(ms(now))
+	}
+	out, err := s.db.Query(ctx, &dynamodb.QueryInput{TableName: &s.table, IndexName: &index,
+		KeyConditionExpression: &cond, ExpressionAttributeValues: vals, Limit: aws.Int32(int32(limit))})
 	if err != nil {
-		return nil, nil, fmt.Errorf("query %s: %w", aws.ToString(in.IndexName), err)
+		return nil, fmt.Errorf("query %s: %w", index, err)
 	}
 	items := make([]Item, 0, len(out.Items))
 	for _, av := range out.Items {
 		it, ok, err := DecodeItem(av)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		if ok {
-			it.Partial = in.IndexName != nil
+			it.Partial = true
 			items = append(items, it)
 		}
 	}
-	return items, out.LastEvaluatedKey, nil
+	return items, nil
 }
 
 // Ready lists up to limit available jobs of a queue in fetch order: it
@@ -505,13 +489,7 @@ func (s *Store) queryJobs(ctx context.Context, in *dynamodb.QueryInput) ([]Item,
 // eventually consistent: callers claim with a condition.
 func (s *Store) Ready(ctx context.Context, queue string, limit int) ([]Item, error) {
 	parts, err := EachShard(ctx, readyKeys(queue), func(ctx context.Context, pk string) ([]Item, error) {
-		items, _, err := s.queryJobs(ctx, &dynamodb.QueryInput{
-			IndexName:                 aws.String(topology.IndexReady),
-			KeyConditionExpression:    aws.String("ready_pk = :pk"),
-			ExpressionAttributeValues: map[string]types.AttributeValue{":pk": AttrS(pk)},
-			Limit:                     aws.Int32(int32(limit)),
-		})
-		return items, err
+		return s.queryShard(ctx, topology.IndexReady, "ready_pk = :pk", pk, time.Time{}, limit)
 	})
 	if err != nil {
 		return nil, err
@@ -521,11 +499,8 @@ func (s *Store) Ready(ctx context.Context, queue string, limit int) ([]Item, err
 
 // ReadyPush lists up to limit available push-mode jobs of a queue (not in
 // the ready index: SQS holds their place in line) in the order of their
-// redelivery checks, about the order they became available. It reads the
-// due index, whose other entries (jobs waiting for a time, active ones)
-// it reads and leaves out, page after page until it has limit jobs, for at
-// most readyPushPages pages: it may come back short only when more than
-// that many entries come before the available jobs.
+// redelivery checks, from the due index, reading at most readyPushPages
+// pages of it.
 func (s *Store) ReadyPush(ctx context.Context, queue string, limit int) ([]Item, error) {
 	var out []Item
 	cursor := ""
@@ -539,10 +514,7 @@ func (s *Store) ReadyPush(ctx context.Context, queue string, limit int) ([]Item,
 			break
 		}
 	}
-	if len(out) > limit {
-		out = out[:limit]
-	}
-	return out, nil
+	return out[:min(len(out), limit)], nil
 }
 
 // readyPushPages bounds what a FETCH of a push-mode queue reads of the due
@@ -555,15 +527,7 @@ const readyPushPages = 10
 // redeliver. The sweeper reads this way; FETCH reads through DueNow.
 func (s *Store) Due(ctx context.Context, queue string, now time.Time, limit int) ([]Item, error) {
 	parts, err := EachShard(ctx, dueKeys(queue), func(ctx context.Context, pk string) ([]Item, error) {
-		items, _, err := s.queryJobs(ctx, &dynamodb.QueryInput{
-			IndexName:              aws.String(topology.IndexDue),
-			KeyConditionExpression: aws.String("due_pk = :pk AND due_at <= :now"),
-			ExpressionAttributeValues: map[string]types.AttributeValue{
-				":pk": AttrS(pk), ":now": &types.AttributeValueMemberN{Value: itoa(ms(now))},
-			},
-			Limit: aws.Int32(int32(limit)),
-		})
-		return items, err
+		return s.queryShard(ctx, topology.IndexDue, "due_pk = :pk AND due_at <= :now", pk, now, limit)
 	})
 	if err != nil {
 		return nil, err
@@ -575,9 +539,7 @@ func byDueAt(a, b Item) int { return a.DueAt.Compare(b.DueAt) }
 
 // Ping checks that the table answers (a read of a key that never exists).
 func (s *Store) Ping(ctx context.Context) error {
-	_, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.table, Key: map[string]types.AttributeValue{
-		attrPK: &types.AttributeValueMemberS{Value: "HEALTH"}, attrSK: &types.AttributeValueMemberS{Value: "HEALTH"},
-	}})
+	_, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.table, Key: map[string]types.AttributeValue{attrPK: AttrS("HEALTH"), attrSK: AttrS("HEALTH")}})
 	if err != nil {
 		return fmt.Errorf("ping table %s: %w", s.table, err)
 	}

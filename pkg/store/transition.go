@@ -29,18 +29,15 @@ type Transition struct {
 	// if any (the store's dueWatch learns of it).
 	due   string
 	dueAt time.Time
-	// token is written with the transition (attribute wt) so that Apply
-	// knows its own write when a retried request (the SDK retries one
-	// whose answer was lost) finds the condition failed.
+	// token is written with the transition (attribute wt): see newTransition.
 	token string
 }
 
 func newTransition(id string, to job.State, from ...job.State) Transition {
-	// Every write carries a token of its own: a write whose answer was
-	// lost, retried by the SDK and finding its condition failed, is known
-	// as this write by Apply. A claim would otherwise be taken for another
-	// worker's (the job claimed and unrun until its lease ended, losing an
-	// attempt), an ACK answered 409 although it completed the job.
+	// Every write carries a token of its own, so that Apply knows a write
+	// whose answer was lost, retried by the SDK and finding its condition
+	// failed, as its own (a claim is not taken for another worker's, nor
+	// an ACK answered 409 although it completed the job).
 	tok := strconv.FormatUint(rand.Uint64(), 36)
 	u := expression.Set(expression.Name(attrState), expression.Value(string(to))).
 		Add(expression.Name(attrVersion), expression.Value(1)).
@@ -73,6 +70,11 @@ func (t *Transition) remove(names ...string) {
 // length and renewal (Extend), the worker, a cancel request.
 func (t *Transition) endAttempt() {
 	t.remove(attrLease, "lease_ms", attrRenewAt, attrRenewMS, attrWorker, "cancel_requested")
+}
+
+// absentOr is c, or attribute name absent.
+func absentOr(name string, c expression.ConditionBuilder) expression.ConditionBuilder {
+	return expression.Or(expression.AttributeNotExists(expression.Name(name)), c)
 }
 
 func (t *Transition) and(c expression.ConditionBuilder) {
@@ -143,13 +145,9 @@ type ClaimOpts struct {
 	Deadline time.Time
 	// Redelivery is the time of the job's redelivery check (a push-mode
 	// job's due entry) as the claimer read it; zero when not known. A
-	// claim whose lease ends at or before it keeps that entry instead of
-	// moving it to the lease's end, on condition that it still falls
-	// there: the sweeper then finds an attempt whose worker died at the
-	// check's time instead of the lease's end (SQS's redelivery of the
-	// message, after its visibility timeout, usually finds it first), and
-	// the claim rewrites the entry in place (it projects the job's state)
-	// instead of deleting it and putting another: 3 write units, not 4.
+	// claim whose lease ends at or before it keeps that entry, on
+	// condition that it still falls there (rewritten in place: 3 write
+	// units, not 4); the sweeper then finds a dead worker's attempt then.
 	Redelivery time.Time
 }
 
@@ -182,9 +180,7 @@ func Claim(id string, o ClaimOpts) Transition {
 		t.remove(attrWorker)
 	}
 	t.remove(attrReadyPK, attrReadySK, attrDispatch, "next_attempt_at", "cancel_requested", attrProgress, attrProgressInfo)
-	notExpired := expression.Or(expression.AttributeNotExists(expression.Name(attrExpires)),
-		expression.Name(attrExpires).GreaterThan(expression.Value(ms(o.Now))))
-	t.and(notExpired)
+	t.and(absentOr(attrExpires, expression.Name(attrExpires).GreaterThan(expression.Value(ms(o.Now)))))
 	return t
 }
 
@@ -192,7 +188,7 @@ func Claim(id string, o ClaimOpts) Transition {
 // being held by another worker (ojs-worker-protocol.md 5.6): held by
 // workerID, or fetched without a worker id.
 func (t Transition) HeldBy(workerID string) Transition {
-	t.and(expression.Name(attrWorker).Equal(expression.Value(workerID)).Or(expression.AttributeNotExists(expression.Name(attrWorker))))
+	t.and(absentOr(attrWorker, expression.Name(attrWorker).Equal(expression.Value(workerID))))
 	return t
 }
 
@@ -200,8 +196,7 @@ func (t Transition) HeldBy(workerID string) Transition {
 // ended at now: an ACK, FAIL or heartbeat after the lease's end is refused
 // whether or not the job was requeued yet (ojs-worker-protocol.md 5.5).
 func (t *Transition) leaseHeld(now time.Time) {
-	t.and(expression.Or(expression.AttributeNotExists(expression.Name(attrLease)),
-		expression.Name(attrLease).GreaterThan(expression.Value(ms(now)))))
+	t.and(absentOr(attrLease, expression.Name(attrLease).GreaterThan(expression.Value(ms(now)))))
 }
 
 // Complete records success of an active job whose lease has not ended.
@@ -270,13 +265,7 @@ func (t *Transition) setErrors(j *job.Job, e job.ErrorInfo) {
 	t.set("errors", list)
 	t.set("error", last)
 	after := *j
-	after.Errors = make([]job.ErrorInfo, 0, len(list))
-	for _, s := range list {
-		var ei job.ErrorInfo
-		if json.Unmarshal([]byte(s), &ei) == nil {
-			after.Errors = append(after.Errors, ei)
-		}
-	}
+	after.Errors = decodeErrors(list)
 	if n := len(after.Errors); n > 0 {
 		after.Error = &after.Errors[n-1]
 	}
@@ -382,27 +371,15 @@ func Cancel(id string, now time.Time, from ...job.State) Transition {
 	return t
 }
 
-// Extend renews the lease of an active job (heartbeat) whose lease has
-// not ended at now: to leaseUntil, or when that is zero to now plus the
-// lease length of its claim (ojs-worker-protocol.md 5.4: the full
-// configured duration, counted from the heartbeat). workerID, when set,
-// must match the claim's worker. The lease never passes the attempt's
-// deadline: with an explicit leaseUntil the condition fails if it would
-// (the caller retries with the deadline); with the claim's length the
-// caller clamps the written lease (see Clamp).
-//
-// A lease is not moved by less than a tenth of its length (RenewFraction):
-// the condition fails while the claim's lease was set or renewed less than
-// a tenth of its length ago (renew_at), or, with an explicit leaseUntil,
-// while the lease already ends within a tenth of that length before it.
-// A worker that beats every few seconds with a long lease (the SDKs beat
-// every 5 s; a lease is 30 min by default) then costs a failed
-// conditional write per beat, one unit, instead of the item's write and
-// its due entry moved (three), and its lease still ends at least nine
-// tenths of its length after any heartbeat. A lease that ends at the
-// attempt's deadline is not moved either (it cannot go further). The
-// caller tells these refusals from the others by the job it returns
-// (held by the worker, lease not ended).
+// Extend renews the lease of an active job (heartbeat) whose lease has not
+// ended at now: to leaseUntil, or when that is zero to now plus its claim's
+// lease length (ojs-worker-protocol.md 5.4). workerID, when set, must match
+// the claim's. The lease never passes the attempt's deadline: an explicit
+// leaseUntil past it fails the condition; a claim's length is clamped by
+// the caller (Clamp). Nor is a lease moved by less than 1/RenewFraction of
+// its length, or when it ends at the deadline: the condition fails (one
+// write unit instead of three), and the caller tells these refusals from
+// the others by the job it returns.
 func Extend(id, workerID string, leaseUntil, now time.Time) Transition {
 	t := newTransition(id, job.Active, job.Active)
 	if leaseUntil.IsZero() {
@@ -411,24 +388,18 @@ func Extend(id, workerID string, leaseUntil, now time.Time) Transition {
 		t.update = t.update.Set(expression.Name(attrLease), next).Set(expression.Name(attrDueAt), next).
 			Set(expression.Name(attrRenewAt), expression.Plus(expression.Value(ms(now)),
 				expression.IfNotExists(expression.Name(attrRenewMS), expression.Value(0))))
-		t.and(expression.Or(expression.AttributeNotExists(expression.Name(attrRenewAt)),
-			expression.Name(attrRenewAt).LessThanEqual(expression.Value(ms(now)))))
-		// Nor when it ends at the attempt's deadline already (it could
-		// only be clamped back to it).
-		t.and(expression.Or(expression.AttributeNotExists(expression.Name("deadline_ms")),
-			expression.Name(attrLease).LessThan(expression.Name("deadline_ms"))))
+		t.and(absentOr(attrRenewAt, expression.Name(attrRenewAt).LessThanEqual(expression.Value(ms(now)))))
+		t.and(absentOr("deadline_ms", expression.Name(attrLease).LessThan(expression.Name("deadline_ms"))))
 	} else {
 		slack := leaseUntil.Sub(now) / RenewFraction
 		t.set(attrLease, ms(leaseUntil))
 		t.set(attrDueAt, ms(leaseUntil))
 		t.set(attrRenewAt, ms(now.Add(slack)))
-		t.and(expression.Or(expression.AttributeNotExists(expression.Name("deadline_ms")),
-			expression.Name("deadline_ms").GreaterThanEqual(expression.Value(ms(leaseUntil)))))
+		t.and(absentOr("deadline_ms", expression.Name("deadline_ms").GreaterThanEqual(expression.Value(ms(leaseUntil)))))
 		t.and(expression.Name(attrLease).LessThanEqual(expression.Value(ms(leaseUntil.Add(-slack)))))
 	}
 	if workerID != "" {
-		t.and(expression.Or(expression.AttributeNotExists(expression.Name(attrWorker)),
-			expression.Name(attrWorker).Equal(expression.Value(workerID))))
+		t = t.HeldBy(workerID)
 	}
 	t.leaseHeld(now)
 	return t
@@ -487,10 +458,9 @@ func Requeue(j *job.Job, e job.ErrorInfo, now time.Time, redeliverAfter time.Dur
 }
 
 // Revive returns a discarded job to its queue (dead-letter retry,
-// ojs-dead-letter.md 6.1): attempt reset to 0, fresh enqueued_at, the error
-// history kept, the id unchanged. queue and meta, when set, override the
-// job's (the caller validated them); push says whether the (possibly new)
-// queue is a push-mode queue.
+// ojs-dead-letter.md 6.1): attempt reset to 0, the error history kept.
+// queue and meta, when set, override the job's (validated by the caller);
+// push says whether that queue is a push-mode queue.
 func Revive(j *job.Job, now time.Time, redeliverAfter time.Duration, queue string, meta json.RawMessage, push bool) Transition {
 	t := newTransition(j.ID, job.Available, job.Discarded)
 	queue = cmp.Or(queue, j.Queue)

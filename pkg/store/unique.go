@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
@@ -38,13 +39,11 @@ func uniqueKey(key string) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{attrPK: AttrS(uniquePrefix + key), attrSK: AttrS(uniqueSK)}
 }
 
-// CreateUnique creates j and makes it the holder of its uniqueness key,
-// in one transaction. With holder empty the key must be free (no lock, or
-// one whose period ended before now); otherwise the lock must still name
-// holder, and the holder job must still be at holderVersion (or gone), so
-// a decision taken on the holder's state cannot be overtaken. It returns
-// ErrLockHeld when those conditions fail and a DuplicateError when a job
-// with j's id exists.
+// CreateUnique creates j as the holder of its uniqueness key, in one
+// transaction: with holder empty the key must be free (no lock, or one
+// whose period ended before now); otherwise the lock must still name holder,
+// at holderVersion (or gone). It returns ErrLockHeld when those conditions
+// fail and a DuplicateError when a job with j's id exists.
 func (s *Store) CreateUnique(ctx context.Context, j *job.Job, redeliverAfter time.Duration, until, now time.Time, holder string, holderVersion int64) error {
 	put, err := s.JobPut(j, redeliverAfter)
 	if err != nil {
@@ -82,12 +81,10 @@ func (s *Store) CreateUnique(ctx context.Context, j *job.Job, redeliverAfter tim
 }
 
 // ReviveUnique applies t, a dead letter retry (Revive) of a job enqueued
-// under uniqueness key key, together with taking the key back: in one
-// transaction, conditional on the key being free (no lock, one whose
-// period ended before now, or one naming the job itself) or, with holder
-// set, on the lock still naming holder (a finished job the caller read).
-// Otherwise it returns ErrLockHeld and nothing is written: retrying the
-// discarded job would make it a second live job of its key.
+// under uniqueness key key, in one transaction with taking the key back:
+// on condition that it is free (no lock, one whose period ended, or one
+// naming the job) or, with holder set, still names holder. Otherwise it
+// returns ErrLockHeld and nothing is written.
 func (s *Store) ReviveUnique(ctx context.Context, t Transition, key string, now time.Time, holder string) (*job.Job, error) {
 	cond := "attribute_not_exists(pk) OR job_id = :me OR until_ms <= :now"
 	vals := map[string]types.AttributeValue{":me": AttrS(t.ID), ":now": &types.AttributeValueMemberN{Value: itoa(ms(now))}}
@@ -95,35 +92,17 @@ func (s *Store) ReviveUnique(ctx context.Context, t Transition, key string, now 
 		cond = "job_id = :h"
 		vals = map[string]types.AttributeValue{":me": AttrS(t.ID), ":h": AttrS(holder)}
 	}
-	if err := t.validate(); err != nil {
-		return nil, err
-	}
-	expr, err := t.build()
+	u, err := s.updateOf(t)
 	if err != nil {
 		return nil, err
 	}
-	tx := []types.TransactWriteItem{
-		{Update: &types.Update{TableName: &s.table, Key: JobKey(t.ID),
-			UpdateExpression: expr.Update(), ConditionExpression: expr.Condition(),
-			ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
-			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}},
-		{Update: &types.Update{TableName: &s.table, Key: uniqueKey(key),
-			UpdateExpression: aws.String("SET job_id = :me"), ConditionExpression: aws.String(cond), ExpressionAttributeValues: vals}},
-	}
+	tx := []types.TransactWriteItem{{Update: u}, {Update: &types.Update{TableName: &s.table, Key: uniqueKey(key),
+		UpdateExpression: aws.String("SET job_id = :me"), ConditionExpression: aws.String(cond), ExpressionAttributeValues: vals}}}
 	_, err = s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: tx})
 	if tce, ok := errors.AsType[*types.TransactionCanceledException](err); ok && len(tce.CancellationReasons) == 2 {
-		r := tce.CancellationReasons
-		if aws.ToString(r[0].Code) == "ConditionalCheckFailed" {
-			if len(r[0].Item) == 0 {
-				return nil, ErrNotFound
-			}
-			cur, derr := decodeJob(r[0].Item)
-			if derr != nil {
-				return nil, derr
-			}
-			return nil, &ConflictError{Current: cur, Tried: t}
-		}
-		if aws.ToString(r[1].Code) == "ConditionalCheckFailed" {
+		if r := tce.CancellationReasons; aws.ToString(r[0].Code) == "ConditionalCheckFailed" {
+			return nil, conflict(r[0].Item, t)
+		} else if aws.ToString(r[1].Code) == "ConditionalCheckFailed" {
 			return nil, ErrLockHeld
 		}
 	}
@@ -143,14 +122,16 @@ func (s *Store) UniqueHolder(ctx context.Context, key string) (UniqueLock, error
 	if len(out.Item) == 0 {
 		return UniqueLock{}, ErrNotFound
 	}
-	var l UniqueLock
-	if v, ok := out.Item["job_id"].(*types.AttributeValueMemberS); ok {
-		l.JobID = v.Value
+	var l struct {
+		JobID   string `dynamodbav:"job_id"`
+		UntilMS *int64 `dynamodbav:"until_ms"`
 	}
-	if v, ok := out.Item["until_ms"].(*types.AttributeValueMemberN); ok {
-		var n int64
-		fmt.Sscan(v.Value, &n)
-		l.Until = fromMS(n)
+	if err := attributevalue.UnmarshalMap(out.Item, &l); err != nil {
+		return UniqueLock{}, fmt.Errorf("read uniqueness key: %w", err)
 	}
-	return l, nil
+	lock := UniqueLock{JobID: l.JobID}
+	if l.UntilMS != nil {
+		lock.Until = fromMS(*l.UntilMS)
+	}
+	return lock, nil
 }

@@ -1,11 +1,8 @@
 // Package sweeper is the periodic repair run by the sweeper function: it
-// promotes due scheduled and retryable jobs (those beyond the SQS delay
-// limit, and pull-mode jobs nobody fetched), requeues or discards jobs whose
-// lease expired (a worker died), and re-sends available push-mode jobs that
-// were not claimed within the redelivery delay (a lost or dead-lettered SQS
-// message, or a stream record that exhausted its retries). It also fires
-// due cron schedules, repairs stalled workflows and applies the dead letter
-// retention policy.
+// promotes due scheduled and retryable jobs, requeues or discards jobs whose
+// lease expired, re-sends available push-mode jobs not claimed within the
+// redelivery delay, fires due cron schedules, repairs stalled workflows and
+// applies the dead letter retention policy.
 package sweeper
 
 import (
@@ -107,10 +104,7 @@ func (s *Sweeper) Sweep(ctx context.Context) (Result, error) {
 		}
 	}
 	queues := slices.Sorted(maps.Keys(set))
-	limit := s.BatchSize
-	if limit <= 0 {
-		limit = 100
-	}
+	limit := cmp.Or(max(s.BatchSize, 0), 100)
 	res := Result{Queues: len(queues)}
 	var errs []error
 	for _, q := range queues {
@@ -129,10 +123,7 @@ func (s *Sweeper) Sweep(ctx context.Context) (Result, error) {
 	}
 	if s.Crons != nil {
 		cr, err := s.Crons.Run(ctx)
-		res.CronsFired = cr.Fired
-		if err != nil {
-			errs = append(errs, err)
-		}
+		res.CronsFired, errs = cr.Fired, append(errs, err) // errors.Join drops nils
 	}
 	if s.DeadLetter != nil {
 		pr, err := s.DeadLetter.Prune(ctx)
@@ -143,15 +134,9 @@ func (s *Sweeper) Sweep(ctx context.Context) (Result, error) {
 	}
 	if s.Workflows != nil {
 		n, err := s.Workflows.Timeouts(ctx, limit)
-		res.TimedOut = n
-		if err != nil {
-			errs = append(errs, err)
-		}
+		res.TimedOut, errs = n, append(errs, err)
 		n, err = s.Workflows.Repair(ctx, limit)
-		res.Workflows = n
-		if err != nil {
-			errs = append(errs, err)
-		}
+		res.Workflows, errs = n, append(errs, err)
 	}
 	return res, errors.Join(errs...)
 }
@@ -168,18 +153,10 @@ func (s *Sweeper) redeliverResumed(ctx context.Context, qi queue.QueueInfo) (int
 		if err != nil {
 			return sent, err
 		}
-		var ds []dispatch.Delivery
-		for _, it := range page.Items {
-			if it.Job.Push {
-				ds = append(ds, dispatch.Delivery{Job: it.Job})
-			}
-		}
-		if len(ds) > 0 {
+		if ds := pushDeliveries(page.Items); len(ds) > 0 {
 			if err := s.Sender.Send(ctx, ds); err != nil {
-				// Jobs whose message could not be sent keep their own
-				// redelivery check (due within the redelivery delay):
-				// the mark is cleared all the same, so the queue's other
-				// jobs are not re-sent every sweep.
+				// Jobs not sent keep their own redelivery check: the mark
+				// is cleared all the same.
 				var se *dispatch.SendError
 				if !errors.As(err, &se) {
 					return sent, err
@@ -206,12 +183,9 @@ func (s *Sweeper) sweepQueue(ctx context.Context, q string, limit int, paused bo
 		if err := fault.Hit(fault.SweeperAfterResolve); err != nil {
 			return redelivered, err
 		}
-		if len(items) > 0 {
-			n, err := s.redeliver(ctx, items, paused)
-			redelivered += n
-			if err != nil {
-				return redelivered, err
-			}
+		n, err := s.redeliver(ctx, items, paused)
+		if redelivered += n; err != nil {
+			return redelivered, err
 		}
 		if !more {
 			return redelivered, nil
@@ -221,23 +195,16 @@ func (s *Sweeper) sweepQueue(ctx context.Context, q string, limit int, paused bo
 }
 
 // redeliver re-sends available push-mode jobs whose redelivery check is due
-// and pushes the check back (recheckIn). Sending first means a crash in between causes
-// a duplicate message (harmless), never a lost one.
-// A paused queue's jobs are not sent (the worker would drop them); only
-// their next check is pushed back.
+// and then pushes the check back (recheckIn): a crash in between causes a
+// duplicate message, never a lost one. A paused queue's jobs are not sent;
+// only their next check is pushed back.
 func (s *Sweeper) redeliver(ctx context.Context, items []store.Item, paused bool) (int, error) {
-	ds := make([]dispatch.Delivery, 0, len(items))
-	for _, it := range items {
-		if it.Job.Push {
-			ds = append(ds, dispatch.Delivery{Job: it.Job})
-		}
-	}
+	ds := pushDeliveries(items)
 	if len(ds) == 0 {
 		return 0, nil
 	}
-	// Jobs whose message could not be sent keep their redelivery check, so
-	// the next sweep tries them again; the others' checks move on, so a
-	// failing job never makes its page be re-sent every sweep.
+	// Jobs not sent keep their redelivery check (the next sweep tries them
+	// again); the others' checks move on.
 	unsent := map[string]bool{}
 	var sendErr error
 	if paused {
@@ -270,19 +237,26 @@ func (s *Sweeper) redeliver(ctx context.Context, items []store.Item, paused bool
 	return len(ds) - len(unsent), sendErr
 }
 
+// pushDeliveries are the deliveries of the push-mode jobs among items.
+func pushDeliveries(items []store.Item) []dispatch.Delivery {
+	var ds []dispatch.Delivery
+	for _, it := range items {
+		if it.Job.Push {
+			ds = append(ds, dispatch.Delivery{Job: it.Job})
+		}
+	}
+	return ds
+}
+
 // maxRecheck bounds the wait between two redelivery checks of one job, in
 // redelivery delays (an hour with the default of five minutes).
 const maxRecheck = 12
 
 // recheckIn is how long after a redelivery the job's next check waits: as
 // long as the job has already waited since it became available, at least
-// the redelivery delay and at most maxRecheck of them. A job whose message
-// sits behind a backlog in SQS is not lost, only waiting; re-sending it
-// every delay would add a message per job and delay to the backlog it is
-// waiting in (an hour of backlog: 12 copies of every message). With the
-// wait doubling, checks come after 1, 2, 4 and 8 delays (4 copies in that
-// hour), while a job whose message really was lost is still re-sent within
-// its own age again, and within maxRecheck delays at the latest.
+// the redelivery delay and at most maxRecheck of them. The wait doubles, so
+// a job whose message sits behind a backlog in SQS does not add a copy to
+// it every delay, while a lost message is still re-sent within its age.
 func recheckIn(j *job.Job, now time.Time, delay time.Duration) time.Duration {
 	wait := delay
 	if j.EnqueuedAt != nil {
@@ -291,9 +265,7 @@ func recheckIn(j *job.Job, now time.Time, delay time.Duration) time.Duration {
 	return min(wait, maxRecheck*delay)
 }
 
-// Loop sweeps every tick until ctx is done or until stops; it is how one
-// scheduled invocation can sweep more often than the schedule's one-minute
-// granularity. A zero tick sweeps once.
+// Loop sweeps every tick until ctx is done or until; a zero tick sweeps once.
 func (s *Sweeper) Loop(ctx context.Context, tick time.Duration, until time.Time) (Result, error) {
 	var total Result
 	var last error

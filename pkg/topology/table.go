@@ -12,13 +12,10 @@ type Index struct {
 	Name         string
 	PartitionKey IndexKey
 	SortKey      IndexKey
-	// KeysOnly projects only the table's and the index's keys (the index
-	// is counted or listed, never read for the items).
+	// KeysOnly projects only the keys; Include, when set, projects these
+	// attributes besides them. With neither, every attribute is projected.
 	KeysOnly bool
-	// Include, when set, projects these attributes besides the keys (and
-	// nothing else); with neither set every attribute is projected. An
-	// index write costs a write unit per KB of what it projects.
-	Include []string
+	Include  []string
 }
 
 // Table describes the single DynamoDB table. The data model is documented in
@@ -33,52 +30,32 @@ type Table struct {
 	Shards Shards
 }
 
-// Shards is how many keys each hot partition is spread over. DynamoDB
-// gives one partition key about 1,000 write units a second (an index's
-// too), so a queue's partition is sharded in proportion to how often one
-// job writes it: ready twice (a pull-mode job: available, then claimed),
-// due up to four times (a push-mode job's redelivery check, rewritten by
-// the claim or moved to its lease's end, then removed). Shard 0 keeps the key used before sharding. The counts
-// are fixed for a table's life: readers read every shard of the count
-// they were built with (docs/data-model.md, "Hot keys").
+// Shards is how many keys each hot partition is spread over (one key takes
+// about 1,000 write units a second), fixed for a table's life; shard 0
+// keeps the key used before sharding (docs/data-model.md, "Hot keys").
+// Ready and Due spread each queue's avail#/due# entries by job id,
+// Registry the queue registry by queue name, WorkflowDue the workflows'
+// progress checks and timeouts by workflow id.
 type Shards struct {
-	// Ready spreads each queue's available pull-mode jobs (avail#<queue>)
-	// by job id.
-	Ready int
-	// Due spreads each queue's due entries (due#<queue>) by job id.
-	Due int
-	// Registry spreads the queue registry (QUEUES) by queue name.
-	Registry int
-	// WorkflowDue spreads running workflows' progress checks (wfdue) and
-	// nested timeouts (wftimeout) by workflow id.
-	WorkflowDue int
+	Ready, Due, Registry, WorkflowDue int
 }
 
 // Index names.
 const (
 	// IndexReady is the sparse index of available pull-mode jobs per queue
-	// (FETCH's order: priority, highest first, then enqueue time, oldest
-	// first), and of discarded jobs (dead#<queue>). A push-mode job is not
-	// in it: SQS holds its place in line, and its redelivery check in
-	// IndexDue finds it.
+	// in FETCH's order, and of discarded jobs (dead#<queue>).
 	IndexReady = "ready"
 	// IndexDue is the sparse index of jobs waiting for a time per queue:
-	// scheduled and retryable jobs (due to become available), active jobs
-	// (lease expiry) and available push-mode jobs (redelivery check).
+	// scheduled, retryable, active (lease) and available push-mode jobs.
 	IndexDue = "due"
-	// IndexDone lists completed jobs per queue by completion time
-	// (the queue name, <completed ms>#<id>), keys only: queue stats count
-	// completions from it right after the ACK that made them.
+	// IndexDone lists completed jobs per queue by completion time, keys
+	// only (queue stats).
 	IndexDone = "done"
 )
 
 // JobIndexAttributes are the job attributes the ready and due indexes
-// project: what FETCH needs to choose and claim a job (its answer comes
-// from the claim itself), what the sweeper needs to promote, requeue and
-// re-send, and what the Admin API's listings and counts show. A job's
-// payloads (args, meta, result, the error history, parent_results, tags,
-// extra) are not projected: readers that need them read the job by key,
-// and "fb" tells FETCH the size of its answer without them.
+// project: what FETCH, the sweeper and the Admin API's listings need. A
+// job's payloads are not: readers that need them read the job by key.
 var JobIndexAttributes = []string{
 	"id", "type", "queue", "state", "priority", "attempt", "max_attempts", "version", "retry",
 	"timeout_ms", "visibility_ms", "expires_at", "expires_ms", "scheduled_at", "created_at", "enqueued_at",

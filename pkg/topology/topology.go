@@ -28,25 +28,20 @@ const (
 	// EnvEventBus names the EventBridge bus OJS events are published to;
 	// empty disables publishing (the local stack).
 	EnvEventBus = "OJS_EVENT_BUS"
-	// EnvPublishEvents chooses which event types are published to the bus:
-	// comma-separated types or patterns ("job.*", "*"), "none", or empty
-	// for the default (terminal job and workflow events, see
-	// events.DefaultPublished). Every event is stored for the events API
-	// whatever it says.
+	// EnvPublishEvents chooses the event types published to the bus:
+	// types or patterns ("job.*", "*"), "none", or empty for
+	// events.DefaultPublished. Every event is stored whatever it says.
 	EnvPublishEvents = "OJS_PUBLISH_EVENTS"
-	// EnvAuthToken, when set, makes the API require "Authorization: Bearer
-	// <token>" on every route (the local stack's stand-in for IAM/JWT auth).
+	// EnvAuthToken, when set, is the bearer token every route requires
+	// (the local stack's stand-in for IAM/JWT auth).
 	EnvAuthToken = "OJS_AUTH_TOKEN"
-	// EnvAuthTokens, when set, are bearer tokens that each hold one
-	// permission level, "level:token,..." (httpapi.ParseTokens): the local
-	// stack's stand-in for JWT scopes.
+	// EnvAuthTokens are bearer tokens that each hold one permission level,
+	// "level:token,..." (httpapi.ParseTokens; the stand-in for JWT scopes).
 	EnvAuthTokens = "OJS_AUTH_TOKENS"
-	// EnvEventTTL is a Go duration: how long event items are kept
-	// (default 168h).
+	// EnvEventTTL is a Go duration: how long event items are kept (168h).
 	EnvEventTTL = "OJS_EVENT_TTL"
-	// EnvResultTTL is result_ttl in seconds for jobs that set none: -1
-	// (kept for ever), 0 (not kept) or up to job.MaxResultTTL (default
-	// job.DefaultResultTTL, 7 days).
+	// EnvResultTTL is result_ttl in seconds for jobs that set none: -1, 0
+	// or up to job.MaxResultTTL (default job.DefaultResultTTL).
 	EnvResultTTL = "OJS_RESULT_TTL"
 	// EnvQueueResultTTL is a JSON object, queue name to result_ttl in
 	// seconds: the default of that queue's jobs, before EnvResultTTL.
@@ -55,41 +50,30 @@ const (
 	// within one scheduled invocation (Sweeper.Tick). Empty sweeps once.
 	EnvSweepTick = "OJS_SWEEP_TICK"
 	// EnvDeadMaxAge, EnvDeadMaxCount and EnvDeadPruneInterval set the dead
-	// letter retention policy (ojs-dead-letter.md 5): an ISO 8601 or Go
-	// duration (default P180D), a count over every queue (default 10000)
-	// and the time between pruning runs (default PT5M).
+	// letter retention (ojs-dead-letter.md 5): a duration (default P180D), a
+	// count over every queue (10000) and the pruning interval (PT5M).
 	EnvDeadMaxAge        = "OJS_DLQ_MAX_AGE"
 	EnvDeadMaxCount      = "OJS_DLQ_MAX_COUNT"
 	EnvDeadPruneInterval = "OJS_DLQ_PRUNE_INTERVAL"
 	// EnvRedeliverAfter is a Go duration: how long an available push-mode
-	// job may wait unclaimed before the sweeper sends it to SQS again
-	// (default 5m; the fault-injection soak shortens it). Later checks of
-	// the same job wait as long as it has waited (sweeper.recheckIn).
+	// job may wait unclaimed before the sweeper sends it to SQS again (5m).
 	EnvRedeliverAfter = "OJS_REDELIVER_AFTER"
-	// EnvAsyncCreateItems is the size (nodes, counter shards and first
-	// jobs) past which POST /workflows answers 202 and the stream function
-	// writes the workflow (default 4000, workflow.DefaultAsyncItems; 0
-	// turns it off).
+	// EnvAsyncCreateItems is the size past which POST /workflows answers
+	// 202 (default workflow.DefaultAsyncItems; 0 turns it off).
 	EnvAsyncCreateItems = "OJS_ASYNC_CREATE_ITEMS"
-	// EnvFetchWait is a Go duration: how long a FETCH that names no
-	// wait_ms keeps looking for jobs before it answers empty (a long poll,
-	// at most 20s). Default 0: it answers at once (Env.FetchWait).
+	// EnvFetchWait is a Go duration: the long poll of a FETCH that names no
+	// wait_ms (Env.FetchWait; default 0, at most MaxFetchWait).
 	EnvFetchWait = "OJS_FETCH_WAIT"
-	// EnvPlainPayloads, when true, makes a function write args, meta,
-	// results and workflow step requests uncompressed (store.SetPlainWrites;
-	// Env.PlainPayloads): for the first deploy of this version over a stack
-	// that ran one from before 2026-11-27, which cannot read them packed.
+	// EnvPlainPayloads, when true, makes a function write payloads
+	// uncompressed (store.SetPlainWrites; Env.PlainPayloads).
 	EnvPlainPayloads = "OJS_PLAIN_PAYLOADS"
-	// EnvName is the environment's name (Env.Name): the Environment
-	// dimension of the lifecycle metrics the stream function writes
-	// (pkg/metrics). Default "default".
+	// EnvName is the environment's name (Env.Name), the Environment
+	// dimension of the lifecycle metrics. Default "default".
 	EnvName = "OJS_ENV"
 )
 
-// MaxFetchWait bounds a FETCH's long poll (OJS_FETCH_WAIT, a FETCH's
-// wait_ms): the api function's timeout is 29 s (API Gateway's integration
-// limit 30 s), and the security profile wants a long poll bounded
-// (ojs-security.md, SEC-017).
+// MaxFetchWait bounds a FETCH's long poll (OJS_FETCH_WAIT, wait_ms): the
+// api function's timeout is 29 s (ojs-security.md, SEC-017).
 const MaxFetchWait = 20 * time.Second
 
 // ParseFetchWait reads an OJS_FETCH_WAIT value (the CDK context fetchWait
@@ -120,22 +104,19 @@ var FunctionNames = []string{FunctionAPI, FunctionWorker, FunctionStream, Functi
 type Queue struct {
 	// Name is the OJS queue name ([a-z0-9][a-z0-9.-]*).
 	Name string
-	// BatchSize is the SQS event source mapping batch size (1..10).
-	BatchSize int
-	// MaxBatchingWindow is how long the mapping gathers a batch; 0 delivers
-	// as soon as messages are there.
+	// BatchSize (1..10) and MaxBatchingWindow (0: deliver at once) shape
+	// the SQS event source mapping's batches.
+	BatchSize         int
 	MaxBatchingWindow time.Duration
-	// VisibilityTimeout is the SQS visibility timeout; AWS recommends at least
-	// six times the worker function's timeout.
+	// VisibilityTimeout is the SQS visibility timeout (AWS recommends six
+	// times the worker function's timeout).
 	VisibilityTimeout time.Duration
 	// MaxReceiveCount is how many receives SQS allows before it moves a
-	// message to the queue's dead-letter queue.
+	// message to the queue's dead-letter queue, which keeps it DLQRetention.
 	MaxReceiveCount int
-	// MaxConcurrency caps concurrent worker invocations for this queue
-	// (AWS minimum 2).
+	// MaxConcurrency caps concurrent worker invocations (AWS minimum 2).
 	MaxConcurrency int
-	// DLQRetention is how long the dead-letter queue keeps messages.
-	DLQRetention time.Duration
+	DLQRetention   time.Duration
 }
 
 // SQSName is the physical SQS queue name for q within the given stack prefix.
@@ -148,20 +129,16 @@ func (q Queue) DLQName(prefix string) string { return prefix + "-" + q.Name + "-
 type Function struct {
 	MemoryMB int
 	Timeout  time.Duration
-	// ReservedConcurrency, when above zero, reserves that many concurrent
-	// executions of the account's pool for the function (and caps it
-	// there), so bursts of the other functions cannot starve it. 0 leaves
-	// it in the unreserved pool. Not applied by the local runtime.
+	// ReservedConcurrency, when above zero, reserves (and caps) that many
+	// concurrent executions for the function. Not applied locally.
 	ReservedConcurrency int
 }
 
 // API configures the HTTP API stage in front of the api function.
 type API struct {
-	// ThrottleRate is the stage's steady-state request rate limit per
-	// second over all routes and callers (API Gateway answers 429 above
-	// it). 0 leaves the account's limit (10,000/s per region).
-	ThrottleRate float64
-	// ThrottleBurst is the stage's burst limit (token bucket size).
+	// ThrottleRate (requests a second; 0: the account's limit) and
+	// ThrottleBurst are the stage's throttling over all routes.
+	ThrottleRate  float64
 	ThrottleBurst int
 }
 
@@ -189,16 +166,14 @@ type Stream struct {
 	BatchSize int
 	// MaxBatchingWindow gathers records before invoking; 0 invokes at once.
 	MaxBatchingWindow time.Duration
-	// MaxRetries bounds retries of a failing batch (with bisect-on-error);
-	// records still failing go to the on-failure destination, and the
-	// sweeper repairs whatever they would have done.
+	// MaxRetries bounds retries of a failing batch; the sweeper repairs
+	// what records that still fail would have done.
 	MaxRetries int
 	// BisectOnError splits a failing batch to isolate the bad record.
 	BisectOnError bool
 	// MaxRecordAge drops records older than this after failures.
 	MaxRecordAge time.Duration
-	// PollInterval is how often the local runtime polls each shard (AWS
-	// polls about four times a second; not a CloudFormation setting).
+	// PollInterval is how often the local runtime polls each shard.
 	PollInterval time.Duration
 	// Filter selects the records the function receives: the mapping's
 	// filter criteria on AWS, applied by the poller locally.
@@ -213,25 +188,15 @@ type KeyFilter struct {
 	Prefixes  []string
 }
 
-// StreamFilter keeps job items (sk "JOB"), workflow nodes (sk "N#..."),
-// queue items (sk "Q#...", for pause events), cron schedules (sk
-// "CRON#...", for cron events), worker registry items (sk "WORKER", for
-// worker events) and the dead letter pruner's record (sk "DLQ#PRUNE", for
-// dead_letter.pruned) and drops what the stream function never acts on:
-// event items, rate limiters, uniqueness locks and workflow counter shards.
+// StreamFilter keeps job items, workflow nodes, queue items, cron
+// schedules, worker registry items and the dead letter pruner's record, and
+// drops what the stream function never acts on (events, rate limiters,
+// uniqueness locks, workflow counter shards).
 var StreamFilter = KeyFilter{Attribute: "sk", Equals: []string{"JOB", "WORKER"}, Prefixes: []string{"N#", "Q#", "CRON#", "DLQ#"}}
 
 // Keep reports whether a record with sort key sk passes the filter.
 func (f KeyFilter) Keep(sk string) bool {
-	if slices.Contains(f.Equals, sk) {
-		return true
-	}
-	for _, p := range f.Prefixes {
-		if strings.HasPrefix(sk, p) {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(f.Equals, sk) || slices.ContainsFunc(f.Prefixes, func(p string) bool { return strings.HasPrefix(sk, p) })
 }
 
 // Pattern is the filter as a Lambda event filtering pattern (JSON).
@@ -252,8 +217,7 @@ type Sweeper struct {
 	// Interval between sweeps (EventBridge schedule rate on AWS).
 	Interval time.Duration
 	// Tick, when set, makes each invocation sweep every Tick until the next
-	// scheduled one is due (finer than the schedule's one-minute minimum,
-	// at the cost of a function running all the time). 0 sweeps once.
+	// scheduled one is due. 0 sweeps once.
 	Tick time.Duration
 }
 
@@ -261,8 +225,7 @@ type Sweeper struct {
 type Env struct {
 	// Name is dev, staging, prod or local.
 	Name string
-	// Prefix is used for the physical names the local runtime creates and
-	// the stack name (the CDK stack lets CloudFormation name resources).
+	// Prefix names the stack and the local runtime's resources.
 	Prefix string
 	// Queues are the push-mode queues, sorted by name.
 	Queues []Queue
@@ -275,25 +238,18 @@ type Env struct {
 	// PublishEvents is the OJS_PUBLISH_EVENTS setting of the stream
 	// function (empty: the default set).
 	PublishEvents string
-	// FetchWait is the api function's OJS_FETCH_WAIT: how long a FETCH
-	// that names no wait_ms keeps looking for jobs before it answers
-	// empty (a long poll). 0 (every environment's default) answers at
-	// once: on Lambda a waiting FETCH bills its duration (docs/design.md,
-	// "FETCH with a wait").
+	// FetchWait is the api function's OJS_FETCH_WAIT (0 everywhere: a
+	// waiting FETCH bills its duration).
 	FetchWait time.Duration
 	// PlainPayloads sets OJS_PLAIN_PAYLOADS on every function (CDK context
-	// plainPayloads=true): payloads written uncompressed, for one deploy
-	// over a stack whose functions predate packing (docs/infrastructure.md,
-	// "Upgrading across the payload packing").
+	// plainPayloads=true; docs/infrastructure.md).
 	PlainPayloads bool
 	// LogRetentionDays is the CloudWatch Logs retention.
 	LogRetentionDays int
 	// PointInTimeRecovery and DeletionProtection protect the table (prod).
 	PointInTimeRecovery bool
 	DeletionProtection  bool
-	// Tracing turns on X-Ray active tracing for the functions. Off in
-	// every environment unless asked for (the CDK app's context
-	// "tracing"): X-Ray bills every trace.
+	// Tracing turns on X-Ray active tracing (CDK context "tracing").
 	Tracing bool
 	// API is the HTTP API stage's throttling (not applied locally).
 	API API
@@ -314,14 +270,8 @@ func baseEnv(name string) Env {
 	return Env{
 		Name:   name,
 		Prefix: "ojs-" + name,
-		Queues: []Queue{{
-			Name:              DefaultQueueName,
-			BatchSize:         10,
-			VisibilityTimeout: 6 * worker.Timeout,
-			MaxReceiveCount:   5,
-			MaxConcurrency:    50,
-			DLQRetention:      14 * 24 * time.Hour,
-		}},
+		Queues: []Queue{{Name: DefaultQueueName, BatchSize: 10, VisibilityTimeout: 6 * worker.Timeout, MaxReceiveCount: 5,
+			MaxConcurrency: 50, DLQRetention: 14 * 24 * time.Hour}},
 		Functions: map[string]Function{
 			FunctionAPI:    {MemoryMB: 512, Timeout: 29 * time.Second},
 			FunctionWorker: worker,
@@ -331,14 +281,8 @@ func baseEnv(name string) Env {
 			FunctionStream:  {MemoryMB: 512, Timeout: 60 * time.Second, ReservedConcurrency: 10},
 			FunctionSweeper: {MemoryMB: 256, Timeout: 120 * time.Second},
 		},
-		Stream: Stream{
-			BatchSize:     100,
-			MaxRetries:    10,
-			BisectOnError: true,
-			MaxRecordAge:  24 * time.Hour,
-			PollInterval:  250 * time.Millisecond,
-			Filter:        StreamFilter,
-		},
+		Stream: Stream{BatchSize: 100, MaxRetries: 10, BisectOnError: true, MaxRecordAge: 24 * time.Hour,
+			PollInterval: 250 * time.Millisecond, Filter: StreamFilter},
 		Sweeper:          Sweeper{Interval: time.Minute},
 		API:              API{ThrottleRate: 200, ThrottleBurst: 400},
 		EventTTL:         7 * 24 * time.Hour,
@@ -353,19 +297,15 @@ func ForEnv(name string) (Env, error) {
 	switch name {
 	case "dev":
 	case "local":
-		// The offline stack: same queues, mappings and schedule as dev;
-		// the sweeper also ticks every second so that time-driven moves
-		// (scheduled jobs, expired leases) happen within a second, as the
-		// OJS conformance suite expects.
+		// The offline stack is dev with a sweep every second, so that
+		// time-driven moves happen within a second (the conformance suite).
 		e.Sweeper.Tick = time.Second
 	case "staging":
 		e.LogRetentionDays = 30
 		// Rehearses prod's deployment: a broken release rolls back here.
 		e.TrafficShift = ShiftCanary10Percent5Minutes
 	case "prod":
-		e.LogRetentionDays = 90
-		e.PointInTimeRecovery = true
-		e.DeletionProtection = true
+		e.LogRetentionDays, e.PointInTimeRecovery, e.DeletionProtection = 90, true, true
 		e.EventTTL = 30 * 24 * time.Hour
 		e.Queues[0].MaxConcurrency = 200
 		e.API = API{ThrottleRate: 2000, ThrottleBurst: 4000}

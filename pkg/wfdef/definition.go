@@ -1,11 +1,7 @@
-// Package wfdef parses and validates OJS workflow definitions
-// (ojs-workflows.md, ojs-http-binding.md section 14): the tree form (a
-// chain, group or batch, nested) and the dependency-graph form (steps with
-// ids and depends_on), into a tree of Def nodes with their paths. It also
-// names those paths (ChildPath, ParentPath, the special subtrees under
-// /~), derives the deterministic job id of each step (JobID) and owns the
-// limits a definition must keep. It stores nothing: pkg/workflow runs the
-// definitions, pkg/wfstore keeps their items.
+// Package wfdef parses and validates OJS workflow definitions (the tree
+// form and the dependency-graph form) into a tree of Def nodes with their
+// paths, names those paths, derives each step's job id (JobID) and owns
+// the limits a definition must keep. It stores nothing.
 package wfdef
 
 import (
@@ -15,7 +11,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -158,11 +153,9 @@ type rawNode struct {
 	OnCancel  json.RawMessage            `json:"on_cancel"`
 }
 
-// Parse validates a workflow creation request: the tree form (a chain,
-// group or batch, nested) or the dependency-graph form of
-// ojs-http-binding.md section 14.1 (steps with ids and depends_on, no
-// type). Every problem is listed with its JSON path in one 400
-// invalid_workflow error. now validates the jobs' timestamps.
+// Parse validates a workflow creation request, in the tree form or the
+// dependency-graph form (ojs-http-binding.md 14.1). Every problem is listed
+// with its JSON path in one 400 invalid_workflow error.
 func Parse(raw []byte, now time.Time) (*Parsed, error) {
 	t := bytes.TrimSpace(raw)
 	if len(t) == 0 || !json.Valid(t) {
@@ -172,15 +165,15 @@ func Parse(raw []byte, now time.Time) (*Parsed, error) {
 	if t[0] != '{' || jsoncase.Unmarshal(t, &rn) != nil {
 		return nil, invalid([]Problem{{"$", "a workflow must be a JSON object: a chain, group or batch with 'type', or 'steps' with ids and depends_on"}})
 	}
-	id := ""
+	out := &Parsed{}
 	if rn.ID != nil {
 		if job.ValidateID(*rn.ID) != nil {
 			return nil, invalid([]Problem{{"$.id", "must be a lowercase hyphenated UUIDv7"}})
 		}
-		id = *rn.ID
+		out.ID = *rn.ID
 	}
 	p := &parser{now: now, kept: map[Kept]bool{}}
-	out := &Parsed{ID: id, Kept: p.kept}
+	out.Kept = p.kept
 	if rn.Type == nil || *rn.Type == KindGraph {
 		out.Form = "steps"
 		out.Root = p.steps(rn)
@@ -262,7 +255,7 @@ func (p *parser) handlers(root *Def, rn rawNode) {
 			}
 			for i, st := range hn.Steps {
 				var sn rawNode
-				if jsoncase.Unmarshal(st, &sn) == nil && (isComposite(sn) || (sn.Type != nil && *sn.Type == KindGraph)) {
+				if jsoncase.Unmarshal(st, &sn) == nil && isWorkflow(sn) {
 					p.add(fmt.Sprintf("%s.steps[%d]", jp, i), "a handler's chain holds jobs only")
 					continue
 				}
@@ -288,8 +281,7 @@ func (p *parser) handlers(root *Def, rn rawNode) {
 }
 
 // fits reports, as a problem at jp's args, a job whose item would pass
-// store.MaxJobItemBytes (its args and meta compressed). A request of raw
-// bytes well under it fits whatever it holds, and is not encoded to see.
+// store.MaxJobItemBytes (a request well under it is not encoded to see).
 func (p *parser) fits(j *job.Job, raw json.RawMessage, jp string) bool {
 	if len(raw)+16<<10 <= store.MaxJobItemBytes {
 		return true
@@ -306,23 +298,30 @@ func (p *parser) fits(j *job.Job, raw json.RawMessage, jp string) bool {
 	return false
 }
 
+// name is a composite's name ("" when absent).
+func (p *parser) name(rn rawNode, jp string) string {
+	if rn.Name != nil && len(*rn.Name) > MaxNameLength {
+		p.add(jp+".name", fmt.Sprintf("at most %d bytes", MaxNameLength))
+	}
+	if rn.Name == nil {
+		return ""
+	}
+	return *rn.Name
+}
+
 func (p *parser) add(path, msg string) {
 	if len(p.problems) < 100 {
 		p.problems = append(p.problems, Problem{path, msg})
 	}
 }
 
+// isWorkflow reports a composite or a dependency graph.
+func isWorkflow(rn rawNode) bool { return isComposite(rn) || (rn.Type != nil && *rn.Type == KindGraph) }
+
+// isComposite reports a chain, group or batch: these type names are
+// reserved for workflows, so such a node is a nested workflow, never a job.
 func isComposite(rn rawNode) bool {
-	if rn.Type == nil {
-		return false
-	}
-	switch *rn.Type {
-	case KindChain, KindGroup, KindBatch:
-		// These names are reserved for workflows: a node of this type is
-		// a nested workflow, never a job.
-		return true
-	}
-	return false
+	return rn.Type != nil && slices.Contains([]string{KindChain, KindGroup, KindBatch}, *rn.Type)
 }
 
 // node parses one node of the tree form at JSON path jp and tree path tp.
@@ -343,12 +342,7 @@ func (p *parser) node(raw json.RawMessage, jp, tp string, index, depth int) *Def
 	if tp != "/" && (rn.OnFailure != nil || rn.OnCancel != nil) {
 		p.add(jp, "on_failure and on_cancel belong to the workflow, not to a nested "+*rn.Type)
 	}
-	if rn.Name != nil {
-		d.Name = *rn.Name
-		if len(d.Name) > MaxNameLength {
-			p.add(jp+".name", fmt.Sprintf("at most %d bytes", MaxNameLength))
-		}
-	}
+	d.Name = p.name(rn, jp)
 	if depth > MaxDepth {
 		p.add(jp, fmt.Sprintf("nesting is %d levels deep; the maximum is %d", depth, MaxDepth))
 		return d
@@ -424,15 +418,8 @@ func (p *parser) leaf(raw json.RawMessage, jp, tp string, index int) *Def {
 			}
 		}
 	}
-	e, err := job.ParseEnqueue(raw, p.now)
-	if err != nil {
-		oe := ojserr.As(err)
-		field, _ := oe.Details["field"].(string)
-		path := jp
-		if field != "" && field != "body" {
-			path += "." + field
-		}
-		p.add(path, oe.Message)
+	e := p.parseJob(raw, jp)
+	if e == nil {
 		return nil
 	}
 	if e.Pending {
@@ -450,10 +437,24 @@ func (p *parser) leaf(raw json.RawMessage, jp, tp string, index int) *Def {
 	return &Def{Kind: KindJob, Path: tp, Index: index, JobType: e.Job.Type, Request: raw, Compensate: compensate}
 }
 
+// parseJob is job.ParseEnqueue of the job at jp; nil, its problem added,
+// when invalid.
+func (p *parser) parseJob(raw json.RawMessage, jp string) *job.Enqueue {
+	e, err := job.ParseEnqueue(raw, p.now)
+	if err != nil {
+		oe := ojserr.As(err)
+		if field, _ := oe.Details["field"].(string); field != "" && field != "body" {
+			jp += "." + field
+		}
+		p.add(jp, oe.Message)
+	}
+	return e
+}
+
 // compensate validates a step's compensate job; nil when invalid.
 func (p *parser) compensate(raw json.RawMessage, jp string) json.RawMessage {
 	var cn rawNode
-	if jsoncase.Unmarshal(raw, &cn) != nil || isComposite(cn) || (cn.Type != nil && *cn.Type == KindGraph) {
+	if jsoncase.Unmarshal(raw, &cn) != nil || isWorkflow(cn) {
 		p.add(jp, "must be a job (type, args, options)")
 		return nil
 	}
@@ -466,14 +467,8 @@ func (p *parser) compensate(raw json.RawMessage, jp string) json.RawMessage {
 			}
 		}
 	}
-	e, err := job.ParseEnqueue(raw, p.now)
-	if err != nil {
-		oe := ojserr.As(err)
-		path := jp
-		if field, _ := oe.Details["field"].(string); field != "" && field != "body" {
-			path += "." + field
-		}
-		p.add(path, oe.Message)
+	e := p.parseJob(raw, jp)
+	if e == nil {
 		return nil
 	}
 	if e.Pending || e.Job.Unique != nil || e.Job.ScheduledAt != nil {
@@ -504,20 +499,11 @@ type rawStep struct {
 	Options   json.RawMessage `json:"options"`
 }
 
-// steps parses the dependency-graph form and recognises what it encodes:
-// the official SDKs send chains, groups and batches in this form (a batch
-// as jobs without dependencies plus callback steps that depend on every
-// job, marked by options.callback_type or named on-complete, on-success,
-// on-failure), and those run with their own rules. Anything else runs as
-// a graph.
+// steps parses the dependency-graph form and recognises the chains, groups
+// and batches the official SDKs send in it (a batch's callbacks marked by
+// options.callback_type or by their ids); anything else runs as a graph.
 func (p *parser) steps(rn rawNode) *Def {
-	name := ""
-	if rn.Name != nil {
-		name = *rn.Name
-		if len(name) > MaxNameLength {
-			p.add("$.name", fmt.Sprintf("at most %d bytes", MaxNameLength))
-		}
-	}
+	name := p.name(rn, "$")
 	if rn.Jobs != nil || rn.Callbacks != nil {
 		p.add("$.type", "is required: chain, group or batch (or send steps with ids and depends_on)")
 		return nil
@@ -531,10 +517,8 @@ func (p *parser) steps(rn rawNode) *Def {
 		return nil
 	}
 	var defaults map[string]json.RawMessage
-	if len(rn.Options) > 0 && !isNull(rn.Options) {
-		if json.Unmarshal(rn.Options, &defaults) != nil {
-			p.add("$.options", "must be an object")
-		}
+	if len(rn.Options) > 0 && !isNull(rn.Options) && json.Unmarshal(rn.Options, &defaults) != nil {
+		p.add("$.options", "must be an object")
 	}
 	all := make([]*graphStep, 0, len(rn.Steps))
 	index := map[string]int{}
@@ -563,10 +547,8 @@ func (p *parser) steps(rn rawNode) *Def {
 				index[s.id] = i
 			}
 		}
-		if len(rs.DependsOn) > 0 && !isNull(rs.DependsOn) {
-			if json.Unmarshal(rs.DependsOn, &s.deps) != nil {
-				p.add(jp+".depends_on", "must be an array of step ids")
-			}
+		if len(rs.DependsOn) > 0 && !isNull(rs.DependsOn) && json.Unmarshal(rs.DependsOn, &s.deps) != nil {
+			p.add(jp+".depends_on", "must be an array of step ids")
 		}
 		if len(s.deps) > MaxDependsOn {
 			p.add(jp+".depends_on", fmt.Sprintf("at most %d dependencies per step", MaxDependsOn))
@@ -624,13 +606,14 @@ func (p *parser) steps(rn rawNode) *Def {
 	if len(p.problems) > 0 {
 		return nil
 	}
-	if cyc := findCycle(len(all), func(i int) []int {
-		var out []int
+	depsOf := func(i int) []int {
+		out := make([]int, 0, len(all[i].deps))
 		for _, d := range all[i].deps {
 			out = append(out, index[d])
 		}
 		return out
-	}); cyc != nil {
+	}
+	if cyc := findCycle(len(all), depsOf); cyc != nil {
 		ids := make([]string, len(cyc))
 		for i, c := range cyc {
 			ids[i] = all[c].id
@@ -638,20 +621,12 @@ func (p *parser) steps(rn rawNode) *Def {
 		p.add("$.steps", "the dependencies form a cycle: "+strings.Join(ids, " -> "))
 		return nil
 	}
-	depIdx := func(s *graphStep) []int {
-		out := make([]int, 0, len(s.deps))
-		for _, d := range s.deps {
-			out = append(out, index[d])
-		}
-		sort.Ints(out)
-		return out
-	}
 	leaf := func(s *graphStep, jp, path string, i int) *Def {
-		d := p.leaf(s.request, jp, path, i)
-		if d != nil {
+		if d := p.leaf(s.request, jp, path, i); d != nil {
 			d.StepID = s.id
+			return d
 		}
-		return d
+		return nil
 	}
 	// A batch: callback steps that depend on every other step, and other
 	// steps without dependencies.
@@ -716,7 +691,8 @@ func (p *parser) steps(rn rawNode) *Def {
 			continue
 		}
 		if kind == KindGraph {
-			c.Deps = depIdx(s)
+			c.Deps = depsOf(i)
+			slices.Sort(c.Deps)
 		}
 		root.Children = append(root.Children, c)
 	}
@@ -726,11 +702,7 @@ func (p *parser) steps(rn rawNode) *Def {
 // isSDKCallbackID reports the callback step ids of SDKs that mark batch
 // callbacks by id alone.
 func isSDKCallbackID(id string) bool {
-	switch id {
-	case "on-complete", "on-success", "on-failure", "on_complete", "on_success", "on_failure":
-		return true
-	}
-	return false
+	return slices.Contains([]string{"on-complete", "on-success", "on-failure", "on_complete", "on_success", "on_failure"}, id)
 }
 
 // batchShaped reports whether jobs have no dependencies and every
@@ -783,13 +755,8 @@ func chainOrder(all []*graphStep, index map[string]int) []int {
 		return nil
 	}
 	order := []int{start}
-	for cur := start; ; {
-		n, ok := next[cur]
-		if !ok {
-			break
-		}
+	for n, ok := next[start]; ok; n, ok = next[n] {
 		order = append(order, n)
-		cur = n
 	}
 	if len(order) != len(all) {
 		return nil
@@ -799,11 +766,7 @@ func chainOrder(all []*graphStep, index map[string]int) []int {
 
 // findCycle returns the indexes on one dependency cycle, or nil.
 func findCycle(n int, deps func(int) []int) []int {
-	const (
-		white = iota
-		grey
-		black
-	)
+	const white, grey, black = 0, 1, 2
 	color := make([]int, n)
 	stack := []int{}
 	var cycle []int

@@ -3,6 +3,7 @@ package wfdef
 import (
 	"crypto/sha256"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -10,12 +11,9 @@ import (
 )
 
 // A node's path names its place in the workflow: the root is "/", and a
-// child's path is its parent's followed by its segment (ChildPath,
-// Segment): s<i> for a chain's steps, j<i> for a group's or batch's jobs,
-// g<i> for a graph's steps, the callback's name (on_complete, ...) for a
-// batch callback. The special subtrees hang off the root under a "~"
-// segment: a handler's nodes under HandlerPath(name), a compensation's
-// under CompensatePath.
+// child's path is its parent's followed by its segment (Segment, or a
+// callback's name). Handlers and compensations hang off the root under a
+// "~" segment.
 
 // Segment names child i of a composite of kind in its path: s<i> for a
 // chain's steps, j<i> for a group's or batch's jobs, g<i> for a graph's.
@@ -100,11 +98,8 @@ func ParentKind(path string) string {
 }
 
 // JobID derives the deterministic id of the job at path in workflow wfID:
-// a UUIDv7 with the workflow's timestamp, the step's position among its
-// siblings in the 12 bits after the version (so jobs started together,
-// whose other sort keys are equal, are fetched in the order the workflow
-// lists them), and bits from a hash of the path, so a re-created job
-// always collides with the first.
+// a UUIDv7 with the workflow's timestamp, the step's position in the 12
+// bits after the version (fetch order) and bits of a hash of the path.
 func JobID(wfID, path string) string {
 	w, _ := uuid.Parse(wfID)
 	h := sha256.Sum256([]byte(wfID + "|" + path))
@@ -122,10 +117,8 @@ func JobID(wfID, path string) string {
 // batch callback its place in Callbacks after every job.
 func position(path string) int {
 	seg := LastSegment(path)
-	for i, name := range Callbacks {
-		if seg == name {
-			return 0xffd + i
-		}
+	if i := slices.Index(Callbacks, seg); i >= 0 {
+		return 0xffd + i
 	}
 	n := 0
 	for _, c := range seg[min(1, len(seg)):] {

@@ -1,12 +1,10 @@
 // Package wfview renders a workflow as the API shows it (ojs-workflows.md
-// section 11, ojs-http-binding.md section 14.2): the typed View that the
-// HTTP API answers and the web console draws, built from a workflow's
-// stored items (a *wfstore.Tree) and its jobs, and the progress view of a
-// workflow still being created asynchronously. It reads nothing itself:
-// pkg/workflow reads the items and jobs and calls Render.
+// section 11, ojs-http-binding.md section 14.2), from its stored items (a
+// *wfstore.Tree) and its jobs. It reads nothing itself.
 package wfview
 
 import (
+	"cmp"
 	"encoding/json"
 	"maps"
 	"sort"
@@ -20,13 +18,10 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
 )
 
-// View is a workflow as the API shows it (ojs-workflows.md section 11,
-// ojs-http-binding.md section 14.2): the root's own entry (id, type,
-// name, state, its steps or jobs and callbacks, timeout_ms, error,
-// started_at, completed_at) with the workflow's fields around it. Keys
-// with a zero value that the API shows anyway (steps_completed: 0,
-// job_id: null, depends_on: []) are pointers or non-nil slices;
-// omitted ones are nil.
+// View is a workflow as the API shows it: the root's own entry with the
+// workflow's fields around it. Keys with a zero value that the API shows
+// anyway (steps_completed: 0, job_id: null, depends_on: []) are pointers or
+// non-nil slices; omitted ones are nil.
 type View struct {
 	ViewNode
 	CancelledAt string       `json:"cancelled_at,omitempty"`
@@ -44,19 +39,16 @@ type View struct {
 	ResultsTruncated bool   `json:"results_truncated,omitempty"`
 	ResultsHint      string `json:"results_hint,omitempty"`
 	ViewCounts
-	// Creating is set while the workflow is being created asynchronously
-	// (Creating), Cancelling when a cancel left jobs for the stream
-	// function to cancel.
+	// Creating is set while the workflow is created asynchronously,
+	// Cancelling when a cancel left jobs for the stream function.
 	Creating   *ViewCreating   `json:"x_creating,omitempty"`
 	Cancelling *ViewCancelling `json:"x_cancelling,omitempty"`
 }
 
-// ViewNode is one entry of a view: a job step, whose job fields ViewJob
-// holds (set, with job_id null, before its job exists), or a composite
-// (chain, group, batch or graph) with its children in Steps (a chain) or
-// Jobs (the others) and a batch's callbacks. The dependency-graph form
-// lists job steps only, each with DependsOn (never nil there) and, for a
-// batch's callbacks, Callback. Callbacks and handlers have no index.
+// ViewNode is one entry of a view: a job step (ViewJob set, with job_id
+// null before its job exists), or a composite with its children in Steps
+// (a chain) or Jobs (the others) and a batch's callbacks. The
+// dependency-graph form lists job steps only, each with DependsOn.
 type ViewNode struct {
 	Index *int   `json:"index,omitempty"`
 	ID    string `json:"id"`
@@ -169,10 +161,8 @@ type ViewCancelling struct {
 }
 
 // MaxViewResultBytes bounds what the step results and errors of one view
-// cost in the API's Lambda response (measured as encoded there: a Lambda
-// response is at most 6 MB, and the rest of a 10,000-job view takes up
-// to about 2.5 MB). Results beyond it are left out of the view (each step
-// says so); GET /ojs/v1/jobs/{job_id} returns each one.
+// cost in the API's Lambda response (6 MB at most); results beyond it are
+// left out of the view, each step saying so.
 const MaxViewResultBytes = 3 << 20
 
 // viewer renders one workflow.
@@ -229,13 +219,7 @@ func Render(t *wfstore.Tree, jobs map[string]*job.Job) *View {
 		out.ViewNode = v.entry(&root.Item, true)
 		out.Index = nil
 	}
-	out.ID = t.WorkflowID
-	out.Type = root.Kind
-	out.Name = root.Name
-	if root.Name == "" {
-		out.Name = root.Kind
-	}
-	out.State = string(root.State)
+	out.ID, out.Type, out.Name, out.State = t.WorkflowID, root.Kind, cmp.Or(root.Name, root.Kind), string(root.State)
 	out.StartedAt, out.CompletedAt, out.CancelledAt = root.StartedAt, root.CompletedAt, root.CancelledAt
 	out.CreatedAt = root.CreatedAt
 	out.Metadata = ViewMetadata{CreatedAt: root.CreatedAt, JobCount: root.JobCount, CompletedCount: v.completed, FailedCount: v.failed,
@@ -249,14 +233,12 @@ func Render(t *wfstore.Tree, jobs map[string]*job.Job) *View {
 		out.Errors = &v.errs
 	}
 	if root.TimeoutMS > 0 {
-		out.TimeoutMS = root.TimeoutMS
-		out.Deadline = job.Timestamp(time.UnixMilli(root.Deadline))
+		out.TimeoutMS, out.Deadline = root.TimeoutMS, job.Timestamp(time.UnixMilli(root.Deadline))
 	}
 	if root.Error != "" {
 		out.Error = json.RawMessage(root.Error)
 	}
-	out.Retries = root.Run
-	out.Compensation = v.compensation()
+	out.Retries, out.Compensation = root.Run, v.compensation()
 	if hs := v.handlers(); len(hs) > 0 {
 		out.Handlers = hs
 	}
@@ -385,17 +367,9 @@ func (v *viewer) state(n *wfstore.Item) string {
 
 // jobState maps a job state to a workflow step state.
 func jobState(s job.State) string {
-	switch s {
-	case job.Active:
-		return "active"
-	case job.Completed:
-		return string(wfstate.Completed)
-	case job.Discarded:
-		return string(wfstate.Failed)
-	case job.Cancelled:
-		return string(wfstate.Cancelled)
-	}
-	return "pending"
+	states := map[job.State]string{job.Active: "active", job.Completed: string(wfstate.Completed),
+		job.Discarded: string(wfstate.Failed), job.Cancelled: string(wfstate.Cancelled)}
+	return cmp.Or(states[s], "pending")
 }
 
 // leaf fills a job step's entry.
@@ -411,14 +385,8 @@ func (v *viewer) leaf(n *wfstore.Item, m *ViewNode) {
 	if j == nil {
 		return
 	}
-	m.JobID = new(id)
-	m.Attempt = new(j.Attempt)
-	if j.StartedAt != nil {
-		m.StartedAt = job.Timestamp(*j.StartedAt)
-	}
-	if j.CompletedAt != nil {
-		m.CompletedAt = job.Timestamp(*j.CompletedAt)
-	}
+	m.JobID, m.Attempt = new(id), new(j.Attempt)
+	m.StartedAt, m.CompletedAt = timestamp(j.StartedAt), timestamp(j.CompletedAt)
 	switch j.State {
 	case job.Completed:
 		if counted {
@@ -438,13 +406,18 @@ func (v *viewer) leaf(n *wfstore.Item, m *ViewNode) {
 		v.failedIDs = append(v.failedIDs, id)
 		if b, _ := json.Marshal(j.Error); j.Error != nil && v.fits(b) {
 			m.Error = b
-			code := j.Error.Code
-			if code == "" {
-				code = j.Error.Type
-			}
-			v.errs = append(v.errs, ViewError{JobID: id, Node: n.Path, Code: code, Type: j.Error.Type, Message: j.Error.Message, Attempt: j.Attempt})
+			v.errs = append(v.errs, ViewError{JobID: id, Node: n.Path, Code: cmp.Or(j.Error.Code, j.Error.Type), Type: j.Error.Type,
+				Message: j.Error.Message, Attempt: j.Attempt})
 		}
 	}
+}
+
+// timestamp is job.Timestamp of t, "" for nil.
+func timestamp(t *time.Time) string {
+	if t == nil {
+		return ""
+	}
+	return job.Timestamp(*t)
 }
 
 // fits takes what b costs in the Lambda response (b is escaped once in
@@ -474,10 +447,7 @@ func (v *viewer) compensation() *ViewCompensation {
 	if root.Compensable == 0 {
 		return nil
 	}
-	out := &ViewCompensation{State: "not_started", StepsTotal: root.Compensable}
-	if root.Compensation != "" {
-		out.State = root.Compensation
-	}
+	out := &ViewCompensation{State: cmp.Or(root.Compensation, "not_started"), StepsTotal: root.Compensable}
 	comp := v.t.Composite(wfdef.CompensatePath)
 	if comp == nil {
 		return out
@@ -523,8 +493,7 @@ func (v *viewer) handlers() map[string]ViewNode {
 			m = v.entry(h, false)
 			m.State = string(h.State)
 		}
-		m.Index = nil
-		m.ID = name
+		m.Index, m.ID = nil, name
 		out[name] = m
 	}
 	return out
@@ -537,9 +506,7 @@ func (v *viewer) entry(n *wfstore.Item, root bool) ViewNode {
 		v.leaf(n, &m)
 		return m
 	}
-	m.Type = n.Kind
-	m.Name = n.Name
-	m.State = v.state(n)
+	m.Type, m.Name, m.State = n.Kind, n.Name, v.state(n)
 	if c := v.t.Composite(n.Path); c != nil && !root {
 		m.TimeoutMS = c.TimeoutMS
 		if c.Error != "" {

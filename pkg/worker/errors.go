@@ -6,10 +6,9 @@ import (
 	"fmt"
 )
 
-// Error is a handler failure with an OJS error type (matched against the
-// job's non_retryable_errors) and an optional handler response code that
-// overrides the retry policy: "RETRY" (default), "DISCARD", "DEAD_LETTER"
-// or "FAIL".
+// Error is a handler failure with an OJS error type (matched against
+// non_retryable_errors) and an optional response code overriding the retry
+// policy: "RETRY" (default), "DISCARD", "DEAD_LETTER" or "FAIL".
 type Error struct {
 	Type    string
 	Message string

@@ -50,10 +50,7 @@ func (j *Job) Bind(dst ...any) error {
 	if err := json.Unmarshal(j.Args, &args); err != nil {
 		return fmt.Errorf("job %s: args: %w", j.ID, err)
 	}
-	for i, d := range dst {
-		if i >= len(args) {
-			break
-		}
+	for i, d := range dst[:min(len(dst), len(args))] {
 		if err := json.Unmarshal(args[i], d); err != nil {
 			return NonRetryable("invalid_args", fmt.Sprintf("arg %d: %v", i, err))
 		}

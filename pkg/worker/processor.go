@@ -44,13 +44,10 @@ type Processor struct {
 	WorkerID string
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
-	// CancelPoll is how often the job of a handler still running is read
-	// to find out whether it was cancelled meanwhile (or its attempt taken
-	// over after its lease): the handler's context is then cancelled
-	// (ojs-core.md 7.6; a push-mode handler has no heartbeat to be told
-	// by). The first read is CancelPoll after the handler starts, so a
-	// handler shorter than that costs nothing. Default 5 s; negative turns
-	// it off.
+	// CancelPoll is how often the job of a handler still running is read:
+	// once it was cancelled (or its attempt taken over), the handler's
+	// context is cancelled (ojs-core.md 7.6). The first read is CancelPoll
+	// after the handler starts. Default 5 s; negative turns it off.
 	CancelPoll time.Duration
 }
 
@@ -78,16 +75,14 @@ func (p *Processor) Process(ctx context.Context, msgs []Message) []string {
 	var failed []string
 	var wg sync.WaitGroup
 	for _, m := range msgs {
-		wg.Add(1)
-		go func(m Message) {
-			defer wg.Done()
+		wg.Go(func() {
 			if err := p.processOne(ctx, m); err != nil {
 				p.log().ErrorContext(ctx, "message failed; SQS will deliver it again", "message_id", m.ID, "job_id", messageJobID(m.Body), "error", err.Error())
 				mu.Lock()
 				failed = append(failed, m.ID)
 				mu.Unlock()
 			}
-		}(m)
+		})
 	}
 	wg.Wait()
 	return failed
@@ -106,9 +101,7 @@ func messageJobID(body []byte) string {
 func (p *Processor) log() *slog.Logger { return cmp.Or(p.Logger, slog.Default()) }
 
 func (p *Processor) processOne(ctx context.Context, m Message) error {
-	// The body is a dispatch.Message (a whole envelope, as sent before
-	// messages became references, reads the same): the job is claimed by
-	// id, without a read first when the message says what the claim needs.
+	// The body is a dispatch.Message (an older whole envelope reads the same).
 	var env dispatch.Message
 	if err := json.Unmarshal(m.Body, &env); err != nil || job.ValidateID(env.ID) != nil {
 		// A message that names no job can never succeed: drop it.
@@ -119,9 +112,7 @@ func (p *Processor) processOne(ctx context.Context, m Message) error {
 	if dl, ok := ctx.Deadline(); ok {
 		lease = time.Until(dl) + stopMargin
 	}
-	workerID := p.WorkerID
-	workerID = cmp.Or(workerID, "lambda")
-	d, err := p.Service.ClaimDelivered(ctx, p.Items, env, workerID, lease)
+	d, err := p.Service.ClaimDelivered(ctx, p.Items, env, cmp.Or(p.WorkerID, "lambda"), lease)
 	if err != nil {
 		return fmt.Errorf("claim job %s: %w", env.ID, err)
 	}
@@ -154,10 +145,7 @@ func (p *Processor) run(ctx context.Context, j *job.Job) error {
 		})
 	}
 	// The handler runs until its timeout, but never past the claim's lease
-	// (less ackMargin): the timeout counts from the claim, a few
-	// milliseconds before the handler starts, and an ACK written after
-	// the lease's end is refused, so a handler finishing in those last
-	// milliseconds would lose its result and run again.
+	// less ackMargin (an ACK after the lease's end is refused).
 	start := time.Now()
 	end := start.Add(j.Timeout)
 	if left, ok := p.leaseLeft(j); ok && start.Add(left-ackMargin).Before(end) {
@@ -184,9 +172,7 @@ func (p *Processor) run(ctx context.Context, j *job.Job) error {
 			"duration_ms", time.Since(start).Milliseconds())
 		return nil
 	}
-	if herr == nil && runCtx.Err() != nil {
-		herr = runCtx.Err()
-	}
+	herr = cmp.Or(herr, runCtx.Err())
 	if herr != nil && cutByInvocation && errors.Is(runCtx.Err(), context.DeadlineExceeded) {
 		// The execution environment is about to stop, not the job's own
 		// timeout: an interrupted attempt (ojs-graceful-shutdown.md 7.2),
@@ -232,13 +218,10 @@ func (p *Processor) run(ctx context.Context, j *job.Job) error {
 	})
 }
 
-// watch reads job j every CancelPoll while its handler runs (until ctx
-// ends) and stops the handler with errJobGone once the job is no longer
-// this attempt's: cancelled, or taken over after its lease. A failed read
-// changes nothing.
+// watch reads job j every CancelPoll while its handler runs and stops the
+// handler with errJobGone once the job is no longer this attempt's.
 func (p *Processor) watch(ctx context.Context, j *job.Job, stop context.CancelCauseFunc) {
-	every := p.CancelPoll
-	every = cmp.Or(every, DefaultCancelPoll)
+	every := cmp.Or(p.CancelPoll, DefaultCancelPoll)
 	if every < 0 {
 		return
 	}
@@ -275,21 +258,17 @@ func (p *Processor) leaseLeft(j *job.Job) (time.Duration, bool) {
 }
 
 // record writes an attempt's outcome, again while the write fails for a
-// reason that may pass (DynamoDB failing past the SDK's own retries) and
-// the claim's lease holds. Returning the error instead would lose the
-// outcome: SQS delivers the message again, but while the lease holds the
-// job reads as running elsewhere, and after it ends the job runs again
-// (or is discarded as timed out). The outcome write is pinned to the
-// attempt, so one that landed although its answer was lost makes the
-// next try a conflict, which counts as written.
+// reason that may pass and the claim's lease holds (returned, the error
+// would lose the outcome: the redelivered message finds the job running
+// elsewhere). The write is pinned to the attempt, so one that landed
+// although its answer was lost makes the next try a conflict, which counts
+// as written.
 func (p *Processor) record(ctx context.Context, j *job.Job, write func() error) error {
 	wait := 50 * time.Millisecond
 	for {
 		werr := write()
 		if e := ojserr.As(werr); werr != nil && e.Code == ojserr.Conflict && e.Details["current_state"] == string(job.Cancelled) {
-			// Cancelled while it ran (ojs-core.md 7.6): what the handler did
-			// stands, but the job's outcome is not recorded. Say so, with
-			// the attempt, so an operator can reconcile.
+			// Cancelled while it ran (ojs-core.md 7.6): say so, for operators.
 			p.log().WarnContext(ctx, "job was cancelled while its handler ran; its outcome is not recorded", "job_id", j.ID, "attempt", j.Attempt)
 		}
 		err := recordErr(werr)
