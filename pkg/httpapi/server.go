@@ -438,6 +438,47 @@ func reply(w http.ResponseWriter, body any, err error) error {
 	return nil
 }
 
+// answerFunc computes a route's 200 answer.
+type answerFunc func(r *http.Request, p params) (any, error)
+
+// ok serves a route whose answer is fn's, with status 200.
+func ok(fn answerFunc) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request, p params) error {
+		v, err := fn(r, p)
+		return reply(w, v, err)
+	}
+}
+
+// under is ok with fn's answer under key.
+func under(key string, fn answerFunc) handlerFunc {
+	return ok(func(r *http.Request, p params) (any, error) {
+		v, err := fn(r, p)
+		return map[string]any{key: v}, err
+	})
+}
+
+// byPath serves op's result for the path value name, under key ("": as it is).
+func byPath[T any](key, name string, op func(context.Context, string) (T, error)) handlerFunc {
+	return ok(func(r *http.Request, p params) (any, error) {
+		v, err := op(r.Context(), p[name])
+		if key == "" {
+			return v, err
+		}
+		return map[string]any{key: v}, err
+	})
+}
+
+// withBody is ok for a route that reads its body (readBody) first.
+func withBody(fn func(r *http.Request, p params, raw []byte) (any, error)) handlerFunc {
+	return ok(func(r *http.Request, p params) (any, error) {
+		raw, err := readBody(r)
+		if err != nil {
+			return nil, err
+		}
+		return fn(r, p, raw)
+	})
+}
+
 // readBody reads a POST body, mapping an oversize body to 413.
 func readBody(r *http.Request) ([]byte, error) {
 	b, err := io.ReadAll(r.Body)
