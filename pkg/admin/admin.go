@@ -167,6 +167,19 @@ func (s *Service) queueNames(ctx context.Context) ([]queue.QueueInfo, error) {
 	return qs, nil
 }
 
+// queuesOf is []string{name}, or every registered queue's name when name is "".
+func (s *Service) queuesOf(ctx context.Context, name string) ([]string, error) {
+	if name != "" {
+		return []string{name}, nil
+	}
+	qs, err := s.queueNames(ctx)
+	names := make([]string, len(qs))
+	for i, qi := range qs {
+		names[i] = qi.Name
+	}
+	return names, err
+}
+
 func (s *Service) queueInfo(ctx context.Context, name string) (*queue.QueueInfo, error) {
 	qs, err := s.queueNames(ctx)
 	if err != nil {
