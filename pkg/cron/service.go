@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"slices"
 	"sort"
 	"time"
 	"unicode/utf8"
@@ -174,13 +175,13 @@ func ParseRegistration(raw []byte, now time.Time) (*Spec, error) {
 	}
 	sched, err := Parse(*expr)
 	if err != nil {
-		return nil, ojserr.Invalid("cron", "Invalid cron expression %q: %v.", truncate(*expr, 100), err)
+		return nil, ojserr.Invalid("cron", "Invalid cron expression %q: %v.", truncate(*expr, 100, "…"), err)
 	}
 	c.Expression = *expr
 	spec.Schedule = sched
 	tz := "UTC"
-	if r.Timezone != nil && *r.Timezone != "" {
-		tz = *r.Timezone
+	if r.Timezone != nil {
+		tz = cmp.Or(*r.Timezone, tz)
 	}
 	if spec.Zone, err = Zone(tz); err != nil {
 		return nil, ojserr.Invalid("timezone", "Invalid timezone: %v.", err)
@@ -188,12 +189,10 @@ func ParseRegistration(raw []byte, now time.Time) (*Spec, error) {
 	c.Timezone = tz
 	c.OverlapPolicy = OverlapSkip
 	if r.OverlapPolicy != nil {
-		switch *r.OverlapPolicy {
-		case OverlapSkip, OverlapAllow, OverlapCancelPrevious, OverlapEnqueue:
-			c.OverlapPolicy = *r.OverlapPolicy
-		default:
+		if !slices.Contains([]string{OverlapSkip, OverlapAllow, OverlapCancelPrevious, OverlapEnqueue}, *r.OverlapPolicy) {
 			return nil, ojserr.Invalid("overlap_policy", "The 'overlap_policy' must be one of skip, allow, cancel_previous or enqueue.")
 		}
+		c.OverlapPolicy = *r.OverlapPolicy
 	}
 	c.Enabled = r.Enabled == nil || *r.Enabled
 	if r.Description != nil {
@@ -277,11 +276,11 @@ func ParseRegistration(raw []byte, now time.Time) (*Spec, error) {
 	return spec, nil
 }
 
-func truncate(s string, n int) string {
+func truncate(s string, n int, ellipsis string) string {
 	if len(s) <= n {
 		return s
 	}
-	return s[:n] + "…"
+	return s[:n] + ellipsis
 }
 
 // first occurrence of a schedule registered (or re-enabled) at now.
@@ -359,11 +358,7 @@ func CheckName(name string) error {
 	if len(name) <= MaxNameLength && namePattern.MatchString(name) {
 		return nil
 	}
-	shown := name
-	if len(shown) > 64 {
-		shown = shown[:64] + "..."
-	}
-	return ojserr.Invalid("name", "Cron names match [a-z0-9][a-z0-9.-]* and are at most %d characters; '%s' is not one.", MaxNameLength, shown)
+	return ojserr.Invalid("name", "Cron names match [a-z0-9][a-z0-9.-]* and are at most %d characters; '%s' is not one.", MaxNameLength, truncate(name, 64, "..."))
 }
 
 // Get returns one schedule.

@@ -250,12 +250,9 @@ func (s *Service) Count(ctx context.Context, queue string) (int, error) {
 // when empty), newest first within a queue: up to limit, and fewer when
 // their envelopes together pass store.ListBytes (more is then true).
 func (s *Service) List(ctx context.Context, queue string, limit int) (jobs []*job.Job, more bool, err error) {
-	queues := []string{queue}
-	if queue == "" {
-		var err error
-		if queues, err = s.qs.Queues(ctx); err != nil {
-			return nil, false, ojserr.Backend(err)
-		}
+	queues, err := s.queuesOf(ctx, queue)
+	if err != nil {
+		return nil, false, err
 	}
 	out := []*job.Job{}
 	bytes := 0
@@ -280,6 +277,18 @@ func (s *Service) List(ctx context.Context, queue string, limit int) (jobs []*jo
 		}
 	}
 	return out, false, nil
+}
+
+// queuesOf is []string{queue}, or every registered queue when queue is "".
+func (s *Service) queuesOf(ctx context.Context, queue string) ([]string, error) {
+	if queue != "" {
+		return []string{queue}, nil
+	}
+	qs, err := s.qs.Queues(ctx)
+	if err != nil {
+		return nil, ojserr.Backend(err)
+	}
+	return qs, nil
 }
 
 func deadError(err error, id string) error {
