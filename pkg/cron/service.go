@@ -283,6 +283,19 @@ func truncate(s string, n int, ellipsis string) string {
 	return s[:n] + ellipsis
 }
 
+// schedule parses a stored schedule's expression and time zone.
+func (c *Info) schedule() (*Schedule, *time.Location, error) {
+	sched, err := Parse(c.Expression)
+	if err != nil {
+		return nil, nil, fmt.Errorf("stored expression: %w", err)
+	}
+	loc, err := Zone(c.Timezone)
+	if err != nil {
+		return nil, nil, fmt.Errorf("stored timezone: %w", err)
+	}
+	return sched, loc, nil
+}
+
 // first occurrence of a schedule registered (or re-enabled) at now.
 func firstRun(sched *Schedule, loc *time.Location, now time.Time) time.Time {
 	next, ok := sched.Next(now, loc)
@@ -363,14 +376,23 @@ func CheckName(name string) error {
 
 // Get returns one schedule.
 func (s *Service) Get(ctx context.Context, name string) (View, error) {
-	if err := CheckName(name); err != nil {
+	c, err := s.read(ctx, name)
+	if err != nil {
 		return View{}, err
+	}
+	return NewView(c), nil
+}
+
+// read checks name and reads its schedule (404 when there is none).
+func (s *Service) read(ctx context.Context, name string) (*Info, error) {
+	if err := CheckName(name); err != nil {
+		return nil, err
 	}
 	c, err := s.Store.Get(ctx, name)
 	if err != nil {
-		return View{}, notFound(err, name)
+		return nil, notFound(err, name)
 	}
-	return NewView(c), nil
+	return c, nil
 }
 
 func notFound(err error, name string) error {
@@ -397,12 +419,9 @@ func (s *Service) List(ctx context.Context, enabled *bool) ([]View, error) {
 
 // Delete removes a schedule and returns it as it was.
 func (s *Service) Delete(ctx context.Context, name string) (View, error) {
-	if err := CheckName(name); err != nil {
-		return View{}, err
-	}
-	c, err := s.Store.Get(ctx, name)
+	c, err := s.read(ctx, name)
 	if err != nil {
-		return View{}, notFound(err, name)
+		return View{}, err
 	}
 	if err := s.Store.Delete(ctx, name); err != nil {
 		return View{}, notFound(err, name)
@@ -427,13 +446,9 @@ func (s *Service) SetEnabled(ctx context.Context, name string, raw []byte) (View
 		if err != nil {
 			return View{}, notFound(err, name)
 		}
-		sched, err := Parse(c.Expression)
+		sched, loc, err := c.schedule()
 		if err != nil {
-			return View{}, ojserr.Backend(fmt.Errorf("stored cron %s: %w", name, err))
-		}
-		loc, err := Zone(c.Timezone)
-		if err != nil {
-			return View{}, ojserr.Backend(fmt.Errorf("stored cron %s: %w", name, err))
+			return View{}, ojserr.Backend(fmt.Errorf("cron %s: %w", name, err))
 		}
 		now := s.Jobs.Now()
 		times := clock(c, *body.Enabled, c.Expression, c.Timezone, c.OverlapPolicy, sched, loc, now)
