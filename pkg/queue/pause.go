@@ -140,32 +140,24 @@ func (s *Service) Stats(ctx context.Context, name string) (*QueueStats, error) {
 		return nil, ojserr.Backend(err)
 	}
 	now := s.clock()
-	count := func(typ string) (int, error) {
-		n := 0
-		f := events.Filter{Types: []string{typ}, Queues: []string{name}, Since: now.Add(-time.Hour), Limit: events.MaxLimit}
-		if s.ev == nil {
-			return 0, errors.New("queue stats: no event log")
-		}
-		for range 100 {
-			p, err := s.ev.QueryEvents(ctx, f, now)
-			if err != nil {
-				return 0, err
-			}
-			n += len(p.Events)
-			if !p.HasMore {
-				break
-			}
-			f.After = p.Cursor
-		}
-		return n, nil
-	}
 	done, err := s.st.CountCompleted(ctx, name, now.Add(-time.Hour))
 	if err != nil {
 		return nil, ojserr.Backend(err)
 	}
-	failed, err := count(events.JobFailed)
-	if err != nil {
-		return nil, ojserr.Backend(err)
+	if s.ev == nil {
+		return nil, ojserr.Backend(errors.New("queue stats: no event log"))
+	}
+	failed := 0
+	f := events.Filter{Types: []string{events.JobFailed}, Queues: []string{name}, Since: now.Add(-time.Hour), Limit: events.MaxLimit}
+	for range 100 {
+		p, err := s.ev.QueryEvents(ctx, f, now)
+		if err != nil {
+			return nil, ojserr.Backend(err)
+		}
+		if failed += len(p.Events); !p.HasMore {
+			break
+		}
+		f.After = p.Cursor
 	}
 	st := QueueState{Name: name, Status: "active"}
 	infos, err := s.qs.QueueInfos(ctx)
