@@ -59,8 +59,6 @@ type EventLog interface {
 	QueryEvents(ctx context.Context, f events.Filter, now time.Time) (*events.Page, error)
 }
 
-var _ EventLog = (*events.Store)(nil)
-
 // Queues is the queue registry and the worker items the admin service
 // reads and writes (implemented by *queue.Store).
 type Queues interface {
@@ -71,8 +69,6 @@ type Queues interface {
 	DeleteWorker(ctx context.Context, id string, staleBefore time.Time) error
 }
 
-var _ Queues = (*queue.Store)(nil)
-
 // Jobs is the job service the admin operations go through, so that they
 // follow the same rules as the data plane (implemented by
 // *lifecycle.Service).
@@ -81,15 +77,11 @@ type Jobs interface {
 	SetWorkerDirective(ctx context.Context, id, directive string) (*queue.WorkerInfo, error)
 }
 
-var _ Jobs = (*lifecycle.Service)(nil)
-
 // QueueControl is the queue service a pause or resume goes through, as
 // the data plane's does (implemented by *queue.Service).
 type QueueControl interface {
 	SetPaused(ctx context.Context, queue string, paused bool) (queue.QueueState, error)
 }
-
-var _ QueueControl = (*queue.Service)(nil)
 
 // DeadLetter is the dead letter queue the admin operations go through
 // (implemented by *deadletter.Service).
@@ -100,7 +92,14 @@ type DeadLetter interface {
 	Count(ctx context.Context, queue string) (int, error)
 }
 
-var _ DeadLetter = (*deadletter.Service)(nil)
+// The implementations of the interfaces above.
+var (
+	_ EventLog     = (*events.Store)(nil)
+	_ Queues       = (*queue.Store)(nil)
+	_ Jobs         = (*lifecycle.Service)(nil)
+	_ QueueControl = (*queue.Service)(nil)
+	_ DeadLetter   = (*deadletter.Service)(nil)
+)
 
 // Config configures a Service. Zero values mean defaults.
 type Config struct {

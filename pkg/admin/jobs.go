@@ -232,16 +232,9 @@ func (s *Service) searchIndex(ctx context.Context, q JobQuery, cur jobCursor) (*
 	// Resume at the cursor's queue.
 	start, key := 0, ""
 	if cur.Mode == "i" {
-		for i, name := range queues {
-			if name == cur.Queue {
-				start, key = i, cur.Key
-				break
-			}
-			if name > cur.Queue {
-				start = i
-				break
-			}
-			start = len(queues)
+		var found bool
+		if start, found = slices.BinarySearch(queues, cur.Queue); found {
+			key = cur.Key
 		}
 	}
 	var states []job.State

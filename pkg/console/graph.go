@@ -205,19 +205,14 @@ func layout(m *wfview.ViewNode, path string, depth int) *block {
 			}
 			cbBlocks = append(cbBlocks, b)
 		}
-		if len(cbBlocks) > 0 {
-			col := column(cbBlocks)
-			x := w - pad + gapX
-			y := max(top+(inner.h-col.h)/2, top)
-			placed := col.place(x, y)
-			out.add(placed)
-			out.edges = append(out.edges, Edge{outX, outY, placed.inX, placed.inY})
-			w = x + col.w + pad
-			if hh := y + col.h + pad; hh > h {
-				h = hh
-			}
-			outX, outY = placed.outX, placed.outY
-		}
+		col := column(cbBlocks)
+		x := w - pad + gapX
+		y := max(top+(inner.h-col.h)/2, top)
+		placed := col.place(x, y)
+		out.add(placed)
+		out.edges = append(out.edges, Edge{outX, outY, placed.inX, placed.inY})
+		w, h = x+col.w+pad, max(h, y+col.h+pad)
+		outX, outY = placed.outX, placed.outY
 	}
 	out.w, out.h = w, h
 	out.inX, out.inY = 0, inner.inY

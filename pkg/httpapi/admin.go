@@ -20,13 +20,13 @@ func (s *Server) addAdmin(a *api, ad *admin.Service) {
 	s.add(LevelAdmin, http.MethodGet, p+"/queues", paged(func(r *http.Request, page, per int) (any, error) {
 		return ad.Queues(r.Context(), page, per, a.isPush())
 	}))
-	s.add(LevelAdmin, http.MethodGet, p+"/queues/{name}", ok(func(r *http.Request, p params) (any, error) { return ad.Queue(r.Context(), p["name"], a.isPush()) }))
+	s.add(LevelAdmin, http.MethodGet, p+"/queues/{name}", ok(func(r *http.Request, p params) (any, error) { return ad.Queue(r.Context(), p("name"), a.isPush()) }))
 	for verb, paused := range map[string]bool{"pause": true, "resume": false} {
-		s.add(LevelAdmin, http.MethodPost, p+"/queues/{name}/"+verb, ok(func(r *http.Request, p params) (any, error) { return ad.SetPaused(r.Context(), p["name"], paused) }))
+		s.add(LevelAdmin, http.MethodPost, p+"/queues/{name}/"+verb, ok(func(r *http.Request, p params) (any, error) { return ad.SetPaused(r.Context(), p("name"), paused) }))
 	}
-	s.add(LevelAdmin, http.MethodDelete, p+"/queues/{name}/jobs", withBody(func(r *http.Request, p params, raw []byte) (any, error) { return ad.Purge(r.Context(), p["name"], raw) }))
+	s.add(LevelAdmin, http.MethodDelete, p+"/queues/{name}/jobs", withBody(func(r *http.Request, p params, raw []byte) (any, error) { return ad.Purge(r.Context(), p("name"), raw) }))
 	s.add(LevelAdmin, http.MethodPut, p+"/queues/{name}/config", withBody(func(r *http.Request, p params, raw []byte) (any, error) {
-		return ad.SetConfig(r.Context(), p["name"], raw)
+		return ad.SetConfig(r.Context(), p("name"), raw)
 	}))
 	s.add(LevelAdmin, http.MethodGet, p+"/jobs", ok(func(r *http.Request, _ params) (any, error) {
 		q, err := admin.ParseJobQuery(r.URL.Query())
@@ -36,10 +36,10 @@ func (s *Server) addAdmin(a *api, ad *admin.Service) {
 		return ad.SearchJobs(r.Context(), q)
 	}))
 	s.add(LevelAdmin, http.MethodGet, p+"/jobs/{id}", ok(func(r *http.Request, p params) (any, error) {
-		m, _, err := ad.JobDetail(r.Context(), p["id"])
+		m, _, err := ad.JobDetail(r.Context(), p("id"))
 		return m, err
 	}))
-	s.add(LevelAdmin, http.MethodPost, p+"/jobs/{id}/cancel", ok(func(r *http.Request, p params) (any, error) { return previous(ad.CancelJob(r.Context(), p["id"])) }))
+	s.add(LevelAdmin, http.MethodPost, p+"/jobs/{id}/cancel", ok(func(r *http.Request, p params) (any, error) { return previous(ad.CancelJob(r.Context(), p("id"))) }))
 	s.add(LevelAdmin, http.MethodPost, p+"/jobs/{id}/retry", byPath("job", "id", ad.RetryJob))
 	// Literal actions: a wildcard here would overlap /jobs/{id}/cancel.
 	for _, act := range []string{admin.BulkRetry, admin.BulkCancel, admin.BulkDelete} {
@@ -89,7 +89,7 @@ func (s *Server) addAdmin(a *api, ad *admin.Service) {
 // noContent serves op on the path value id with a 204.
 func noContent(op func(context.Context, string) error) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request, p params) error {
-		if err := op(r.Context(), p["id"]); err != nil {
+		if err := op(r.Context(), p("id")); err != nil {
 			return err
 		}
 		w.WriteHeader(http.StatusNoContent)

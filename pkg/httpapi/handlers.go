@@ -35,8 +35,6 @@ type Producer interface {
 	Activate(ctx context.Context, id string) (*job.Job, error)
 }
 
-var _ Producer = (*lifecycle.Service)(nil)
-
 // Worker is the job operations of a worker (OJS FETCH, ACK, FAIL, BEAT)
 // and the worker directives and listing (implemented by
 // *lifecycle.Service).
@@ -51,8 +49,6 @@ type Worker interface {
 	Workers(ctx context.Context) ([]queue.WorkerInfo, error)
 }
 
-var _ Worker = (*lifecycle.Service)(nil)
-
 // Queues is queue control: pause and resume, the queue listing and stats,
 // the push-mode queues and the queue registry (implemented by
 // *queue.Service).
@@ -63,8 +59,6 @@ type Queues interface {
 	IsPush(queue string) bool
 	EnsureQueue(ctx context.Context, queue string) error
 }
-
-var _ Queues = (*queue.Service)(nil)
 
 // Services are the services the API serves, by operation family. A nil
 // Queues serves no push-mode queues and registers no workflow queues;
@@ -91,22 +85,16 @@ type DeadLetter interface {
 	Stats(ctx context.Context) (deadletter.Stats, error)
 }
 
-var _ DeadLetter = (*deadletter.Service)(nil)
-
 // Backend reports the health of the storage backend.
 type Backend interface {
 	Ping(ctx context.Context) error
 }
-
-var _ Backend = (*store.Store)(nil)
 
 // EventLog reads the event log for GET /ojs/v1/events (implemented by
 // *events.Store).
 type EventLog interface {
 	QueryEvents(ctx context.Context, f events.Filter, now time.Time) (*events.Page, error)
 }
-
-var _ EventLog = (*events.Store)(nil)
 
 // tableBackend is a Backend that names its DynamoDB client and table
 // (*store.Store): the event log defaults to the one in that table.
@@ -123,8 +111,6 @@ type Workflows interface {
 	Retry(ctx context.Context, id string) (*wfview.View, error)
 }
 
-var _ Workflows = (*workflow.Engine)(nil)
-
 // Crons is the cron schedule service (implemented by *cron.Service).
 type Crons interface {
 	Register(ctx context.Context, raw []byte) (cron.View, bool, error)
@@ -134,7 +120,17 @@ type Crons interface {
 	Delete(ctx context.Context, name string) (cron.View, error)
 }
 
-var _ Crons = (*cron.Service)(nil)
+// The implementations of the interfaces above.
+var (
+	_ Producer   = (*lifecycle.Service)(nil)
+	_ Worker     = (*lifecycle.Service)(nil)
+	_ Queues     = (*queue.Service)(nil)
+	_ DeadLetter = (*deadletter.Service)(nil)
+	_ Backend    = (*store.Store)(nil)
+	_ EventLog   = (*events.Store)(nil)
+	_ Workflows  = (*workflow.Engine)(nil)
+	_ Crons      = (*cron.Service)(nil)
+)
 
 // New returns the OJS HTTP handler. wfs may be nil (no workflow routes).
 func New(svc Services, backend Backend, wfs Workflows, cfg Config) *Server {
@@ -148,13 +144,13 @@ func New(svc Services, backend Backend, wfs Workflows, cfg Config) *Server {
 			cfg.Events = events.NewStore(tb.DB(), tb.Table())
 		}
 	}
-	s := &Server{cfg: cfg, started: cfg.Now(), mux: http.NewServeMux(), patterns: map[string]Level{}, raw: map[string]bool{}, metrics: newRequestMetrics()}
+	s := &Server{cfg: cfg, started: cfg.Now(), mux: http.NewServeMux(), patterns: map[string]Level{}, metrics: newRequestMetrics()}
 	a := &api{jobs: svc.Producer, worker: svc.Worker, queueSvc: svc.Queues, dead: cfg.DeadLetter, backend: backend, wfs: wfs, s: s}
 	s.add(LevelAny, http.MethodGet, "/ojs/manifest", ok(func(*http.Request, params) (any, error) { return Manifest(), nil }))
 	s.add(LevelAny, http.MethodGet, "/ojs/v1/health", a.health)
 	s.add(LevelProducer, http.MethodPost, "/ojs/v1/jobs", a.push)
 	s.add(LevelProducer, http.MethodPost, "/ojs/v1/jobs/batch", a.pushBatch)
-	s.add(LevelProducer, http.MethodGet, "/ojs/v1/jobs/{id}", under("job", func(r *http.Request, p params) (any, error) { return a.jobs.Info(r.Context(), p["id"]) }))
+	s.add(LevelProducer, http.MethodGet, "/ojs/v1/jobs/{id}", under("job", func(r *http.Request, p params) (any, error) { return a.jobs.Info(r.Context(), p("id")) }))
 	s.add(LevelProducer, http.MethodDelete, "/ojs/v1/jobs/{id}", ok(a.cancel))
 	s.add(LevelProducer, http.MethodPost, "/ojs/v1/jobs/{id}/activate", ok(a.activate))
 	s.add(LevelWorker, http.MethodPost, "/ojs/v1/workers/fetch", ok(a.fetch))
@@ -202,12 +198,12 @@ func New(svc Services, backend Backend, wfs Workflows, cfg Config) *Server {
 		a.crons = cfg.Crons
 		s.add(LevelAdmin, http.MethodPost, "/ojs/v1/cron", a.registerCron)
 		s.add(LevelAdmin, http.MethodGet, "/ojs/v1/cron", ok(a.listCrons))
-		s.add(LevelAdmin, http.MethodGet, "/ojs/v1/cron/{name}", ok(func(r *http.Request, p params) (any, error) { return cronBody(a.crons.Get(r.Context(), p["name"])) }))
+		s.add(LevelAdmin, http.MethodGet, "/ojs/v1/cron/{name}", ok(func(r *http.Request, p params) (any, error) { return cronBody(a.crons.Get(r.Context(), p("name"))) }))
 		s.add(LevelAdmin, http.MethodPatch, "/ojs/v1/cron/{name}", withBody(func(r *http.Request, p params, raw []byte) (any, error) {
-			return cronBody(a.crons.SetEnabled(r.Context(), p["name"], raw))
+			return cronBody(a.crons.SetEnabled(r.Context(), p("name"), raw))
 		}))
 		s.add(LevelAdmin, http.MethodDelete, "/ojs/v1/cron/{name}", ok(func(r *http.Request, p params) (any, error) {
-			v, err := a.crons.Delete(r.Context(), p["name"])
+			v, err := a.crons.Delete(r.Context(), p("name"))
 			return map[string]any{"deleted": true, "name": v.Name, "cron": v}, err
 		}))
 	}
@@ -364,7 +360,7 @@ func (a *api) pushBatch(w http.ResponseWriter, r *http.Request, _ params) error 
 }
 
 func (a *api) cancel(r *http.Request, p params) (any, error) {
-	return previous(a.jobs.Cancel(r.Context(), p["id"]))
+	return previous(a.jobs.Cancel(r.Context(), p("id")))
 }
 
 // previous answers a job with the state it left.
@@ -376,7 +372,7 @@ func previous(j *job.Job, prev job.State, err error) (any, error) {
 }
 
 func (a *api) activate(r *http.Request, p params) (any, error) {
-	j, err := a.jobs.Activate(r.Context(), p["id"])
+	j, err := a.jobs.Activate(r.Context(), p("id"))
 	return previous(j, job.Pending, err)
 }
 
@@ -578,7 +574,7 @@ func (a *api) workers(r *http.Request, _ params) (any, error) {
 // /terminate: the worker learns it on its next heartbeat.
 func (a *api) workerDirective(directive string) handlerFunc {
 	return under("worker", func(r *http.Request, p params) (any, error) {
-		return a.worker.SetWorkerDirective(r.Context(), p["id"], directive)
+		return a.worker.SetWorkerDirective(r.Context(), p("id"), directive)
 	})
 }
 
@@ -681,20 +677,20 @@ func (a *api) retryDead() handlerFunc {
 		if err != nil {
 			return nil, err
 		}
-		j, err := a.dead.Retry(r.Context(), p["id"], o)
+		j, err := a.dead.Retry(r.Context(), p("id"), o)
 		return map[string]any{"job": j}, err
 	})
 }
 
 func (a *api) deleteDead(r *http.Request, p params) (any, error) {
-	return map[string]any{"deleted": true, "job_id": p["id"]}, a.dead.Delete(r.Context(), p["id"])
+	return map[string]any{"deleted": true, "job_id": p("id")}, a.dead.Delete(r.Context(), p("id"))
 }
 
 // queueStats serves GET /queues/{name}/stats: the counts both flat under
 // "queue" (as the conformance suite reads them) and under "stats" (as the
 // HTTP binding's example shows).
 func (a *api) queueStats(r *http.Request, p params) (any, error) {
-	st, err := a.queueSvc.Stats(r.Context(), p["name"])
+	st, err := a.queueSvc.Stats(r.Context(), p("name"))
 	if err != nil {
 		return nil, err
 	}
@@ -706,7 +702,7 @@ func (a *api) queueStats(r *http.Request, p params) (any, error) {
 
 func (a *api) pauseQueue(paused bool) handlerFunc {
 	return ok(func(r *http.Request, p params) (any, error) {
-		st, err := a.queueSvc.SetPaused(r.Context(), p["name"], paused)
+		st, err := a.queueSvc.SetPaused(r.Context(), p("name"), paused)
 		return map[string]any{"queue": st, "status": st.Status, "paused_at": st.PausedAt}, err
 	})
 }

@@ -178,7 +178,7 @@ func (s *Server) addGracefulShutdown(a *api, ad *admin.Service) {
 	s.add(LevelWorker, http.MethodPost, "/ojs/v1/workers/beat", ok(a.heartbeat))
 	if ad != nil {
 		s.add(LevelWorker, http.MethodGet, "/ojs/v1/workers/{id}/health", func(w http.ResponseWriter, r *http.Request, p params) error {
-			wk, err := ad.Worker(r.Context(), p["id"])
+			wk, err := ad.Worker(r.Context(), p("id"))
 			if err != nil {
 				return err
 			}

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"mime"
 	"net/http"
 	"path"
@@ -78,7 +79,8 @@ type Config struct {
 	Events EventLog
 }
 
-type params map[string]string
+// params reads a route's path values (http.Request.PathValue).
+type params func(name string) string
 
 // handlerFunc is a route's handler: it writes a successful answer itself and
 // returns an error for Server to write in the OJS error shape.
@@ -95,9 +97,6 @@ type Server struct {
 	patterns map[string]Level
 	cfg      Config
 	started  time.Time
-	// raw routes are served as they are (no JSON content checks, no body
-	// limit): /metrics and the web console.
-	raw map[string]bool
 	// metrics counts requests per route for GET /metrics.
 	metrics *requestMetrics
 }
@@ -124,67 +123,41 @@ func (s *Server) addRaw(lv Level, method, pattern string, h handlerFunc) {
 
 func (s *Server) addRoute(lv Level, method, pattern string, h handlerFunc, raw bool) {
 	full := method + " " + pattern
-	names := wildcards(pattern)
 	s.patterns[full] = lv
-	if raw {
-		s.raw[full] = true
-	}
 	s.mux.HandleFunc(full, func(w http.ResponseWriter, r *http.Request) {
 		st, _ := r.Context().Value(stateKey{}).(*dispatchState)
 		if st == nil {
 			st = &dispatchState{}
 		}
 		st.route = full
-		var p params
-		for _, n := range names {
-			if p == nil {
-				p = params{}
-			}
-			p[n] = r.PathValue(n)
-		}
 		if !raw {
-			if err := checkVersion(r); err != nil {
-				st.err = err
-				return
-			}
-			if r.Method == http.MethodPost || r.Method == http.MethodPatch || r.Method == http.MethodPut {
-				if err := checkContentType(r); err != nil {
-					st.err = err
-					return
-				}
-			}
-			r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
-			if err := decodeContentEncoding(w, r); err != nil {
-				st.err = err
+			if st.err = checkRequest(w, r); st.err != nil {
 				return
 			}
 		}
-		st.err = h(w, r, p)
+		st.err = h(w, r, r.PathValue)
 	})
 }
 
-// wildcards returns the names of a pattern's {name} and {name...} segments.
-func wildcards(pattern string) []string {
-	var out []string
-	for _, seg := range strings.Split(pattern, "/") {
-		if strings.HasPrefix(seg, "{") && strings.HasSuffix(seg, "}") {
-			if n := strings.TrimSuffix(strings.Trim(seg, "{}"), "..."); n != "$" {
-				out = append(out, n)
-			}
+// checkRequest applies the OJS checks to a request: its version, content
+// type, body size and encoding.
+func checkRequest(w http.ResponseWriter, r *http.Request) error {
+	if err := checkVersion(r); err != nil {
+		return err
+	}
+	if r.Method == http.MethodPost || r.Method == http.MethodPatch || r.Method == http.MethodPut {
+		if err := checkContentType(r); err != nil {
+			return err
 		}
 	}
-	return out
+	r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
+	return decodeContentEncoding(w, r)
 }
 
 // Routes returns every registered route pattern ("POST /ojs/v1/jobs"),
 // sorted: the route table, for tests that must cover each route.
 func (s *Server) Routes() []string {
-	out := make([]string, 0, len(s.patterns))
-	for p := range s.patterns {
-		out = append(out, p)
-	}
-	slices.Sort(out)
-	return out
+	return slices.Sorted(maps.Keys(s.patterns))
 }
 
 type ctxKey struct{}
@@ -460,7 +433,7 @@ func under(key string, fn answerFunc) handlerFunc {
 // byPath serves op's result for the path value name, under key ("": as it is).
 func byPath[T any](key, name string, op func(context.Context, string) (T, error)) handlerFunc {
 	return ok(func(r *http.Request, p params) (any, error) {
-		v, err := op(r.Context(), p[name])
+		v, err := op(r.Context(), p(name))
 		if key == "" {
 			return v, err
 		}
