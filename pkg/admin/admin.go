@@ -1,17 +1,7 @@
 // Package admin implements the OJS Admin API (ojs-admin-api.md) and the
-// reads behind the web console: queues with counts by state, job search,
-// bulk operations, workers, statistics and dead letter management.
-//
-// Nothing here scans the table. Every read is one of:
-//
-//   - a query of one queue's partition of the ready index (available and
-//     discarded jobs) or the due index (scheduled, retryable, active),
-//     paged with an opaque cursor and bounded per call;
-//   - a query of the events index over a time window (completed and
-//     cancelled jobs, throughput, history), bounded per call;
-//   - a read by key (a job, a worker, the queue registry partition).
-//
-// The bounds are constants of this package, documented in docs/admin.md.
+// reads behind the web console. Nothing here scans the table: every read
+// is a bounded query of an index partition or of the event log, or a read
+// by key (docs/admin.md).
 package admin
 
 import (

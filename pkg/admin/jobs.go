@@ -530,12 +530,8 @@ const (
 )
 
 // Bulk runs a bulk retry, cancel or delete: {"filter": {queue, state,
-// type, since, until}, "confirm": true}. confirm is required (400
-// without). It acts on at most MaxBulk jobs per call; has_more says there
-// may be more. A filter without state means every state the action
-// applies to: retry discarded jobs, cancel available, scheduled,
-// retryable and active jobs, delete completed, cancelled and discarded
-// jobs.
+// type, since, until}, "confirm": true}, on at most MaxBulk jobs per call.
+// A filter without state means every state the action applies to.
 func (s *Service) Bulk(ctx context.Context, action string, raw []byte) (*BulkResult, error) {
 	var body struct {
 		Filter *struct {

@@ -88,11 +88,8 @@ type activity struct {
 }
 
 // recent reads the last hour's completions, failures and cancellations
-// (at most MaxStatsEvents events). For one queue the completions are
-// counted from the "done" index and the failures and cancellations read
-// from the queue's own event pages, so a quiet queue on a busy table
-// costs what its own activity does; every queue together is read from
-// the event log.
+// (at most MaxStatsEvents events): for one queue from the "done" index and
+// the queue's own event pages, for every queue from the event log.
 func (s *Service) recent(ctx context.Context, queue string) (*activity, error) {
 	now := s.now()
 	a := &activity{completedHour: map[string]int{}, cancelledHour: map[string]int{}, completed5m: map[string]int{}, failed5m: map[string]int{}}

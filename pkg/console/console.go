@@ -1,15 +1,8 @@
 // Package console is the operator's web console, served by the API
-// function under /ojs/admin/: a dashboard of queues and throughput, job
-// search and job pages, the dead letter queue, workers, cron schedules and
-// workflow pages that draw each workflow as a graph, updated live.
-//
-// Pages are rendered on the server (views.go, SVG for charts and
-// graphs) from the same services the Admin API uses; the assets are
-// embedded and nothing is loaded from elsewhere, so it works offline. A
-// small hand-written script (static/console.js) refreshes marked parts of
-// a page in place. With an auth token configured, the console asks for
-// that token once and keeps it in an HttpOnly, SameSite=Strict cookie;
-// state-changing forms are also checked for a same-origin request.
+// function under /ojs/admin/. Pages are rendered on the server (views.go,
+// SVG for charts and graphs) from the services the Admin API uses, with
+// embedded assets; static/console.js refreshes marked parts in place. The
+// auth token is kept in an HttpOnly, SameSite=Strict cookie.
 package console
 
 import (

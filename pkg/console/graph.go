@@ -23,11 +23,8 @@ import (
 //     (longest-path layering: a step's column is one more than its deepest
 //     dependency's).
 //
-// Each step is a node carrying data-step-id (its "id", or else its path as
-// the engine names it: /s0, /s1/j2, /s1/on_success) and data-state, and a
-// leaf links to its job. Composites are drawn as boxes around their
-// children. Groups wider than MaxGroupShown are cut, the rest summarised in
-// one node, so a 10,000-job batch draws in bounded size.
+// Composites are drawn as boxes around their children; groups wider than
+// MaxGroupShown are cut, the rest summarised in one node.
 
 // MaxGroupShown is the most children of one composite that are drawn.
 const MaxGroupShown = 40

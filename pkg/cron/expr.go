@@ -1,8 +1,6 @@
 // Package cron provides OJS cron schedules (ojs-cron.md): the expression
-// language (5 and 6 fields, names, L, W and #, the @ aliases and
-// @every), time zones with daylight saving rules, the registration
-// request, and the Scheduler the sweeper runs to fire due schedules exactly
-// once.
+// language, time zones, the registration API and the run that fires due
+// schedules exactly once.
 package cron
 
 import (

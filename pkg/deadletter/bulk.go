@@ -20,9 +20,7 @@ import (
 const MaxBulk = 1000
 
 // MaxScan bounds the dead letter jobs one bulk call reads looking for
-// matches, so that a selective filter over a large dead letter queue
-// answers within the API's time instead of reading all of it; has_more
-// and next_cursor tell the caller where to go on.
+// matches; has_more and next_cursor tell the caller where to go on.
 const MaxScan = 10000
 
 // Filter selects dead-letter jobs (ojs-dead-letter.md 6.2 and 9.1).
@@ -170,10 +168,8 @@ func (s *Service) matching(ctx context.Context, f Filter) ([]*job.Job, bool, err
 
 // RetryMatching retries every dead-letter job matching f (at most
 // f.Limit per call), oldest first, each as Retry does; the jobs it could
-// not retry are in Failed. Jobs of workflows are not selected: Retry
-// refuses them (their workflow counted the failure; retry the workflow),
-// and selecting them would fill every page with the same refusals. A bad
-// cursor fails with invalid_request.
+// not retry are in Failed. Jobs of workflows are not selected (Retry
+// refuses them).
 func (s *Service) RetryMatching(ctx context.Context, f Filter) (BulkResult, error) {
 	f.retry = true
 	return s.bulk(ctx, f, func(j *job.Job) error {

@@ -16,11 +16,8 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 )
 
-// The dead letter queue's persistence. A dead letter job is a job item in
-// state discarded, listed in its queue's partition of the ready index
-// (store.DeadIndexPK, sorted by store.DeadSortKey); the pruner keeps one
-// bookkeeping item of its own. The data model is documented in
-// docs/data-model.md.
+// The dead letter queue's persistence (docs/data-model.md): discarded job
+// items in the ready index (store.DeadIndexPK), and the pruner's item.
 
 // Job item attributes this package reads or writes (pkg/store's data
 // model).

@@ -1,12 +1,7 @@
 // Package events is the OJS event vocabulary (ojs-events.md): the
-// CloudEvents-style envelope, the event types, deterministic event ids,
-// the job events a state change implies, the filters of the events API,
-// and the event log's persistence in the job table (Store, store.go).
-//
-// Events are derived from table changes by the stream function, so a
-// duplicated or retried stream record derives the same events with the
-// same ids: storing them is idempotent, and consumers of the EventBridge
-// copy can deduplicate on id.
+// envelope, the types, deterministic ids (a retried stream record derives
+// the same events), the job events a change implies, the events API's
+// filters and the event log in the job table (Store).
 package events
 
 import (

@@ -362,11 +362,9 @@ func MatchType(patterns []string, typ string) bool {
 }
 
 // DefaultPublished are the event types published to EventBridge unless
-// configured otherwise: what subscribers act on in practice, the end of
-// each job and each workflow's lifecycle. The per-attempt and per-step
-// events (job.enqueued, job.started, job.retrying, workflow.step_completed,
-// ...) stay in the events API only: at $1 per million events they would
-// cost four times what the terminal ones do (docs/benchmark.md).
+// configured otherwise: the end of each job's and workflow's lifecycle
+// (per-attempt and per-step events would cost four times as much,
+// docs/benchmark.md).
 var DefaultPublished = []string{
 	JobCompleted, JobDiscarded, JobCancelled,
 	WorkflowCreated, WorkflowCompleted, WorkflowFailed, WorkflowCancelled, WorkflowCallbackFired,

@@ -607,9 +607,7 @@ func (a *api) deadLetter(r *http.Request, _ params) (any, error) {
 
 // deadBulk serves POST /dead-letter/retry and DELETE /dead-letter (a
 // purge): {"filter": {...}, "confirm": true}, or for DELETE the same as
-// query parameters (queue, type, error_type, since, limit, cursor,
-// confirm=true). A call selects the oldest matches first; with has_more,
-// next_cursor (sent back as "cursor") goes on where it stopped.
+// query parameters (deadQueryBody).
 func (a *api) deadBulk(retry bool) handlerFunc {
 	return ok(func(r *http.Request, _ params) (any, error) {
 		raw, err := bulkBody(r, !retry)
