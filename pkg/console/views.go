@@ -66,27 +66,6 @@ func when(cond bool, s string) SafeHTML {
 	return ""
 }
 
-// present reports whether a template would have shown v with "with": not
-// nil, not empty, not zero.
-func present(v any) bool {
-	switch x := v.(type) {
-	case nil:
-		return false
-	case string:
-		return x != ""
-	case *string:
-		return x != nil && *x != ""
-	case bool:
-		return x
-	case float64:
-		return x != 0
-	case int:
-		return x != 0
-	case map[string]any:
-		return len(x) > 0
-	}
-	return true
-}
 
 // deref prints a *string as its value ("" for nil).
 func deref(s *string) string {
@@ -267,8 +246,8 @@ func jobsView(b *Builder, p page) {
 		id := fmt.Sprint(it["id"])
 		finished := ""
 		for _, k := range []string{"completed_at", "discarded_at", "cancelled_at"} {
-			if present(it[k]) {
-				finished += fmt.Sprint(it[k])
+			if t, _ := it[k].(string); t != "" {
+				finished += t
 			}
 		}
 		b.f(`    <tr><td><a href="/ojs/admin/jobs/%s" class="mono">%s</a></td><td>%v</td><td>%v</td>
@@ -313,9 +292,7 @@ func jobView(b *Builder, p page) {
     <tbody>
 `)
 	for _, e := range d.Errors {
-		at := e.OccurredAt
-		at = cmp.Or(at, e.Timestamp)
-		b.f("    <tr><td>%v</td><td>%s</td><td>%s</td><td>%s</td></tr>\n", e.Attempt, e.Type, e.Message, at)
+		b.f("    <tr><td>%v</td><td>%s</td><td>%s</td><td>%s</td></tr>\n", e.Attempt, e.Type, e.Message, cmp.Or(e.OccurredAt, e.Timestamp))
 	}
 	b.none(len(d.Errors), "    ", 4, "No failed attempts.")
 	b.raw(`    </tbody>

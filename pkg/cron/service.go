@@ -497,21 +497,17 @@ func NewView(c *Info) View {
 	if json.Unmarshal([]byte(c.Template), &t) == nil {
 		v.Type, v.Args, v.Meta, v.Options = t.Type, t.Args, t.Meta, t.Options
 	}
-	if c.Description != "" {
-		v.Description = &c.Description
-	}
-	if c.LastRunAt != "" {
-		v.LastRunAt = &c.LastRunAt
-	}
+	v.Description, v.LastRunAt, v.LastJobID = nonEmpty(c.Description), nonEmpty(c.LastRunAt), nonEmpty(c.LastJobID)
 	if next := c.NextRunAt(); next != nil {
-		ts := next.UTC().Format(time.RFC3339)
-		if next.Nanosecond() != 0 {
-			ts = job.Timestamp(*next)
-		}
-		v.NextRunAt = &ts
-	}
-	if c.LastJobID != "" {
-		v.LastJobID = &c.LastJobID
+		v.NextRunAt = nonEmpty(stamp(*next))
 	}
 	return v
+}
+
+// nonEmpty is &s, or nil for "".
+func nonEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }
