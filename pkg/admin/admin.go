@@ -1,17 +1,7 @@
 // Package admin implements the OJS Admin API (ojs-admin-api.md) and the
-// reads behind the web console: queues with counts by state, job search,
-// bulk operations, workers, statistics and dead letter management.
-//
-// Nothing here scans the table. Every read is one of:
-//
-//   - a query of one queue's partition of the ready index (available and
-//     discarded jobs) or the due index (scheduled, retryable, active),
-//     paged with an opaque cursor and bounded per call;
-//   - a query of the events index over a time window (completed and
-//     cancelled jobs, throughput, history), bounded per call;
-//   - a read by key (a job, a worker, the queue registry partition).
-//
-// The bounds are constants of this package, documented in docs/admin.md.
+// reads behind the web console. Nothing here scans the table: every read
+// is a bounded query of an index partition or of the event log, or a read
+// by key (docs/admin.md).
 package admin
 
 import (
@@ -59,8 +49,6 @@ type EventLog interface {
 	QueryEvents(ctx context.Context, f events.Filter, now time.Time) (*events.Page, error)
 }
 
-var _ EventLog = (*events.Store)(nil)
-
 // Queues is the queue registry and the worker items the admin service
 // reads and writes (implemented by *queue.Store).
 type Queues interface {
@@ -71,8 +59,6 @@ type Queues interface {
 	DeleteWorker(ctx context.Context, id string, staleBefore time.Time) error
 }
 
-var _ Queues = (*queue.Store)(nil)
-
 // Jobs is the job service the admin operations go through, so that they
 // follow the same rules as the data plane (implemented by
 // *lifecycle.Service).
@@ -81,15 +67,11 @@ type Jobs interface {
 	SetWorkerDirective(ctx context.Context, id, directive string) (*queue.WorkerInfo, error)
 }
 
-var _ Jobs = (*lifecycle.Service)(nil)
-
 // QueueControl is the queue service a pause or resume goes through, as
 // the data plane's does (implemented by *queue.Service).
 type QueueControl interface {
 	SetPaused(ctx context.Context, queue string, paused bool) (queue.QueueState, error)
 }
-
-var _ QueueControl = (*queue.Service)(nil)
 
 // DeadLetter is the dead letter queue the admin operations go through
 // (implemented by *deadletter.Service).
@@ -100,7 +82,14 @@ type DeadLetter interface {
 	Count(ctx context.Context, queue string) (int, error)
 }
 
-var _ DeadLetter = (*deadletter.Service)(nil)
+// The implementations of the interfaces above.
+var (
+	_ EventLog     = (*events.Store)(nil)
+	_ Queues       = (*queue.Store)(nil)
+	_ Jobs         = (*lifecycle.Service)(nil)
+	_ QueueControl = (*queue.Service)(nil)
+	_ DeadLetter   = (*deadletter.Service)(nil)
+)
 
 // Config configures a Service. Zero values mean defaults.
 type Config struct {
@@ -165,6 +154,19 @@ func (s *Service) queueNames(ctx context.Context) ([]queue.QueueInfo, error) {
 	}
 	sort.Slice(qs, func(i, j int) bool { return qs[i].Name < qs[j].Name })
 	return qs, nil
+}
+
+// queuesOf is []string{name}, or every registered queue's name when name is "".
+func (s *Service) queuesOf(ctx context.Context, name string) ([]string, error) {
+	if name != "" {
+		return []string{name}, nil
+	}
+	qs, err := s.queueNames(ctx)
+	names := make([]string, len(qs))
+	for i, qi := range qs {
+		names[i] = qi.Name
+	}
+	return names, err
 }
 
 func (s *Service) queueInfo(ctx context.Context, name string) (*queue.QueueInfo, error) {

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
@@ -39,11 +40,8 @@ func (s *Service) RecentWorkflows(ctx context.Context) ([]WorkflowRef, error) {
 		}
 		f.After = p.Cursor
 	}
-	out := make([]WorkflowRef, 0, MaxRecentWorkflows)
-	for i := len(all) - 1; i >= 0 && len(out) < MaxRecentWorkflows; i-- {
-		out = append(out, all[i])
-	}
-	return out, nil
+	slices.Reverse(all)
+	return append([]WorkflowRef{}, all[:min(len(all), MaxRecentWorkflows)]...), nil
 }
 
 // DeleteDead deletes a dead letter job for good.

@@ -3,7 +3,6 @@ package admin
 import (
 	"context"
 	"encoding/json"
-	"time"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/deadletter"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
@@ -34,25 +33,17 @@ func (s *Service) DeadLetter(ctx context.Context, q JobQuery) (*DeadList, error)
 	if err != nil {
 		return nil, err
 	}
+	queues, err := s.queuesOf(ctx, q.Queue)
+	if err != nil {
+		return nil, err
+	}
 	total := 0
-	if q.Queue != "" {
-		n, err := s.dead.Count(ctx, q.Queue)
+	for _, name := range queues {
+		n, err := s.dead.Count(ctx, name)
 		if err != nil {
 			return nil, ojserr.Backend(err)
 		}
-		total = n
-	} else {
-		qs, err := s.queueNames(ctx)
-		if err != nil {
-			return nil, err
-		}
-		for _, qi := range qs {
-			n, err := s.dead.Count(ctx, qi.Name)
-			if err != nil {
-				return nil, ojserr.Backend(err)
-			}
-			total += n
-		}
+		total += n
 	}
 	out := &DeadList{Items: make([]map[string]any, 0, len(p.jobs)), Pagination: p.Pagination, jobs: p.jobs}
 	out.Pagination.Total = &total
@@ -92,12 +83,9 @@ func (s *Service) PurgeDead(ctx context.Context, raw []byte) (*deadletter.BulkRe
 			return nil, err
 		}
 	}
-	if body.OlderThan != "" {
-		t, err := time.Parse(time.RFC3339Nano, body.OlderThan)
-		if err != nil {
-			return nil, ojserr.Invalid("older_than", "'older_than' must be an RFC 3339 timestamp.")
-		}
-		f.Before = t
+	var err error
+	if f.Before, err = parseTime("older_than", body.OlderThan); err != nil {
+		return nil, err
 	}
 	res, err := s.dead.Purge(ctx, f)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -71,13 +72,8 @@ type Window struct {
 // by cursor).
 func ParseJobQuery(v url.Values) (JobQuery, error) {
 	q := JobQuery{PerPage: DefaultPerPage}
-	for k := range v {
-		switch k {
-		case "queue", "state", "type", "since", "until", "per_page", "limit", "cursor", "page", "sort", "order":
-		default:
-			return q, ojserr.Invalid(k, "Unknown query parameter '%s'.", k).
-				With("allowed", []string{"queue", "state", "type", "since", "until", "per_page", "cursor"})
-		}
+	if err := onlyParams(v, []string{"queue", "state", "type", "since", "until", "per_page", "cursor"}, "limit", "page", "sort", "order"); err != nil {
+		return q, err
 	}
 	q.Queue, q.Type, q.Cursor = v.Get("queue"), v.Get("type"), v.Get("cursor")
 	if q.Queue != "" {
@@ -94,21 +90,10 @@ func ParseJobQuery(v url.Values) (JobQuery, error) {
 			return q, ojserr.Invalid("state", "Unknown state '%s'.", st).With("allowed", job.States)
 		}
 	}
-	for _, f := range []struct {
-		name string
-		dst  *time.Time
-	}{{"since", &q.Since}, {"until", &q.Until}} {
-		if s := v.Get(f.name); s != "" {
-			t, err := time.Parse(time.RFC3339Nano, s)
-			if err != nil {
-				return q, ojserr.Invalid(f.name, "'%s' must be an RFC 3339 timestamp.", f.name)
-			}
-			*f.dst = t.UTC()
-		}
+	if err := parseTimes(v, &q.Since, &q.Until); err != nil {
+		return q, err
 	}
-	pp := v.Get("per_page")
-	pp = cmp.Or(pp, v.Get("limit"))
-	if pp != "" {
+	if pp := cmp.Or(v.Get("per_page"), v.Get("limit")); pp != "" {
 		n, err := strconv.Atoi(pp)
 		if err != nil || n < 1 || n > MaxPerPage {
 			return q, ojserr.Invalid("per_page", "'per_page' must be an integer from 1 to %d.", MaxPerPage)
@@ -119,6 +104,37 @@ func ParseJobQuery(v url.Values) (JobQuery, error) {
 		return q, ojserr.Invalid("page", "Job listings are paged by cursor: pass the previous page's pagination.next_cursor as 'cursor'.")
 	}
 	return q, nil
+}
+
+// onlyParams refuses a query parameter that is not in allowed (listed in
+// the error) or more.
+func onlyParams(v url.Values, allowed []string, more ...string) error {
+	for k := range v {
+		if !slices.Contains(allowed, k) && !slices.Contains(more, k) {
+			return ojserr.Invalid(k, "Unknown query parameter '%s'.", k).With("allowed", allowed)
+		}
+	}
+	return nil
+}
+
+// parseTime reads the RFC 3339 timestamp s of field ("": the zero time).
+func parseTime(field, s string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, ojserr.Invalid(field, "'%s' must be an RFC 3339 timestamp.", field)
+	}
+	return t.UTC(), nil
+}
+
+// parseTimes reads the query parameters since and until.
+func parseTimes(v url.Values, since, until *time.Time) (err error) {
+	if *since, err = parseTime("since", v.Get("since")); err == nil {
+		*until, err = parseTime("until", v.Get("until"))
+	}
+	return err
 }
 
 // jobCursor is the decoded state of a search: which queue and index
@@ -208,32 +224,17 @@ func (s *Service) SearchJobs(ctx context.Context, q JobQuery) (*JobPage, error) 
 
 func (s *Service) searchIndex(ctx context.Context, q JobQuery, cur jobCursor) (*JobPage, error) {
 	l, _ := indexed(q.State)
-	var queues []string
-	if q.Queue != "" {
-		queues = []string{q.Queue}
-	} else {
-		qs, err := s.queueNames(ctx)
-		if err != nil {
-			return nil, err
-		}
-		for _, qi := range qs {
-			queues = append(queues, qi.Name)
-		}
+	queues, err := s.queuesOf(ctx, q.Queue)
+	if err != nil {
+		return nil, err
 	}
 	page := &JobPage{Items: []map[string]any{}, Source: "index", Pagination: Pagination{Page: 1, PerPage: q.PerPage}}
 	// Resume at the cursor's queue.
 	start, key := 0, ""
 	if cur.Mode == "i" {
-		for i, name := range queues {
-			if name == cur.Queue {
-				start, key = i, cur.Key
-				break
-			}
-			if name > cur.Queue {
-				start = i
-				break
-			}
-			start = len(queues)
+		var found bool
+		if start, found = slices.BinarySearch(queues, cur.Queue); found {
+			key = cur.Key
 		}
 	}
 	var states []job.State
@@ -422,15 +423,9 @@ func (s *Service) collect(ctx context.Context, q JobQuery, max int, keep func(*j
 // JobDetail is a job as ojs-admin-api.md 7.2 shows it: the whole envelope
 // at the top level, its retry policy, error history and timestamps.
 func (s *Service) JobDetail(ctx context.Context, id string) (map[string]any, *job.Job, error) {
-	if err := job.CheckID(id); err != nil {
-		return nil, nil, err
-	}
-	j, err := s.st.Get(ctx, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, nil, ojserr.NotFoundf("job", id)
-	}
+	j, err := s.getJob(ctx, id)
 	if err != nil {
-		return nil, nil, ojserr.Backend(err)
+		return nil, nil, err
 	}
 	b, err := json.Marshal(j)
 	if err != nil {
@@ -455,6 +450,21 @@ func (s *Service) JobDetail(ctx context.Context, id string) (map[string]any, *jo
 	return m, j, nil
 }
 
+// getJob reads job id (404 when there is none).
+func (s *Service) getJob(ctx context.Context, id string) (*job.Job, error) {
+	if err := job.CheckID(id); err != nil {
+		return nil, err
+	}
+	j, err := s.st.Get(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, ojserr.NotFoundf("job", id)
+	}
+	if err != nil {
+		return nil, ojserr.Backend(err)
+	}
+	return j, nil
+}
+
 // JobEvents lists a job's events, oldest first (at most limit).
 func (s *Service) JobEvents(ctx context.Context, id string, limit int) ([]events.Event, error) {
 	p, err := s.queryEvents(ctx, events.Filter{SubjectCategory: "job", SubjectID: id, Limit: limit}, s.now())
@@ -474,15 +484,9 @@ func (s *Service) CancelJob(ctx context.Context, id string) (*job.Job, job.State
 // state machine has no way out of cancelled (ojs-core.md), which this
 // backend enforces on every write; push a new job instead.
 func (s *Service) RetryJob(ctx context.Context, id string) (*job.Job, error) {
-	if err := job.CheckID(id); err != nil {
-		return nil, err
-	}
-	j, err := s.st.Get(ctx, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, ojserr.NotFoundf("job", id)
-	}
+	j, err := s.getJob(ctx, id)
 	if err != nil {
-		return nil, ojserr.Backend(err)
+		return nil, err
 	}
 	if j.State != job.Discarded {
 		return nil, ojserr.StateConflict(ojserr.Conflict, "Job '%s' is %s; only discarded jobs can be retried (cancelled is final in the OJS state machine).", id, j.State).
@@ -526,12 +530,8 @@ const (
 )
 
 // Bulk runs a bulk retry, cancel or delete: {"filter": {queue, state,
-// type, since, until}, "confirm": true}. confirm is required (400
-// without). It acts on at most MaxBulk jobs per call; has_more says there
-// may be more. A filter without state means every state the action
-// applies to: retry discarded jobs, cancel available, scheduled,
-// retryable and active jobs, delete completed, cancelled and discarded
-// jobs.
+// type, since, until}, "confirm": true}, on at most MaxBulk jobs per call.
+// A filter without state means every state the action applies to.
 func (s *Service) Bulk(ctx context.Context, action string, raw []byte) (*BulkResult, error) {
 	var body struct {
 		Filter *struct {
@@ -620,7 +620,3 @@ func (s *Service) Bulk(ctx context.Context, action string, raw []byte) (*BulkRes
 	s.cfg.Logger.InfoContext(ctx, "bulk operation", "action", action, "matched", res.Matched, "succeeded", res.Succeeded, "failed", res.Failed)
 	return res, nil
 }
-
-func asConflict(err error, ce **store.ConflictError) bool { return errors.As(err, ce) }
-
-func isNotFound(err error) bool { return errors.Is(err, store.ErrNotFound) }

@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -87,11 +88,8 @@ type activity struct {
 }
 
 // recent reads the last hour's completions, failures and cancellations
-// (at most MaxStatsEvents events). For one queue the completions are
-// counted from the "done" index and the failures and cancellations read
-// from the queue's own event pages, so a quiet queue on a busy table
-// costs what its own activity does; every queue together is read from
-// the event log.
+// (at most MaxStatsEvents events): for one queue from the "done" index and
+// the queue's own event pages, for every queue from the event log.
 func (s *Service) recent(ctx context.Context, queue string) (*activity, error) {
 	now := s.now()
 	a := &activity{completedHour: map[string]int{}, cancelledHour: map[string]int{}, completed5m: map[string]int{}, failed5m: map[string]int{}}
@@ -111,45 +109,56 @@ func (s *Service) recent(ctx context.Context, queue string) (*activity, error) {
 			c.into[queue] = n
 		}
 	}
-	read := 0
-	for {
-		p, err := s.queryEvents(ctx, f, now)
-		if err != nil {
-			return nil, ojserr.Backend(err)
-		}
-		for i := range p.Events {
-			e := &p.Events[i]
-			q := e.Queue()
-			switch e.Type {
-			case events.JobCompleted:
-				a.completedHour[q]++
-				if !e.At().Before(five) {
-					a.completed5m[q]++
-				}
-			case events.JobCancelled:
-				a.cancelledHour[q]++
-			case events.JobFailed:
-				if !e.At().Before(five) {
-					a.failed5m[q]++
-				}
+	var err error
+	a.capped, err = s.readEvents(ctx, f, func(e *events.Event) {
+		q := e.Queue()
+		switch e.Type {
+		case events.JobCompleted:
+			a.completedHour[q]++
+			if !e.At().Before(five) {
+				a.completed5m[q]++
+			}
+		case events.JobCancelled:
+			a.cancelledHour[q]++
+		case events.JobFailed:
+			if !e.At().Before(five) {
+				a.failed5m[q]++
 			}
 		}
-		read += len(p.Events)
-		if !p.HasMore {
-			return a, nil
+	})
+	return a, err
+}
+
+// readEvents calls fn on each event f selects, page by page, until the
+// log has no more or MaxStatsEvents were read (capped).
+func (s *Service) readEvents(ctx context.Context, f events.Filter, fn func(*events.Event)) (capped bool, err error) {
+	now := s.now()
+	for read := 0; ; {
+		p, err := s.queryEvents(ctx, f, now)
+		if err != nil {
+			return false, ojserr.Backend(err)
 		}
-		if read >= MaxStatsEvents {
-			a.capped = true
-			return a, nil
+		for i := range p.Events {
+			fn(&p.Events[i])
+		}
+		if read += len(p.Events); !p.HasMore || read >= MaxStatsEvents {
+			return p.HasMore, nil
 		}
 		f.After = p.Cursor
 	}
 }
 
+func total(m map[string]int) (n int) {
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
 // counts reads a queue's counts of waiting and discarded jobs from the
-// indexes.
-func (s *Service) counts(ctx context.Context, name string) (Counts, bool, error) {
-	var c Counts
+// indexes, and of jobs finished in the last hour from a.
+func (s *Service) counts(ctx context.Context, name string, a *activity) (Counts, bool, error) {
+	c := Counts{Completed: a.completedHour[name], Cancelled: a.cancelledHour[name]}
 	capped := false
 	for _, l := range []store.Listing{store.ListAvailable, store.ListDead, store.ListWaiting} {
 		m, cp, err := s.st.CountStates(ctx, l, name, MaxCountPerPartition)
@@ -175,11 +184,10 @@ func (s *Service) counts(ctx context.Context, name string) (Counts, bool, error)
 }
 
 func (s *Service) queueView(ctx context.Context, qi queue.QueueInfo, a *activity, push func(string) bool) (Queue, error) {
-	c, capped, err := s.counts(ctx, qi.Name)
+	c, capped, err := s.counts(ctx, qi.Name, a)
 	if err != nil {
 		return Queue{}, err
 	}
-	c.Completed, c.Cancelled = a.completedHour[qi.Name], a.cancelledHour[qi.Name]
 	q := Queue{Name: qi.Name, State: "active", Paused: qi.Paused, PausedAt: qi.PausedAt, Counts: c, CountsCapped: capped,
 		Throughput: Throughput{ProcessedPerMinute: perMinute(a.completed5m[qi.Name]), FailedPerMinute: perMinute(a.failed5m[qi.Name])},
 		Mode:       "pull", CreatedAt: createdAt(qi)}
@@ -377,13 +385,9 @@ func (s *Service) Purge(ctx context.Context, name string, raw []byte) (*PurgeRes
 	if len(body.States) == 0 {
 		return nil, ojserr.Invalid("states", "'states' is required: the states of the jobs to purge.")
 	}
-	var until time.Time
-	if body.OlderThan != "" {
-		t, err := time.Parse(time.RFC3339Nano, body.OlderThan)
-		if err != nil {
-			return nil, ojserr.Invalid("older_than", "'older_than' must be an RFC 3339 timestamp.")
-		}
-		until = t
+	until, err := parseTime("older_than", body.OlderThan)
+	if err != nil {
+		return nil, err
 	}
 	res := &PurgeResult{States: body.States, Failed: []BulkFailure{}}
 	for _, st := range body.States {
@@ -451,14 +455,13 @@ func storeErr(err error, id string) error {
 	if err == nil {
 		return nil
 	}
-	var ce *store.ConflictError
-	switch {
-	case asConflict(err, &ce):
+	if ce, ok := errors.AsType[*store.ConflictError](err); ok {
 		if ce.Current.WorkflowID != "" {
 			return ojserr.StateConflict(ojserr.Conflict, "Job '%s' belongs to workflow '%s' and cannot be deleted.", id, ce.Current.WorkflowID).With("workflow_id", ce.Current.WorkflowID)
 		}
 		return ojserr.StateConflict(ojserr.Conflict, "Job '%s' changed state (now %s) and was left alone.", id, ce.Current.State).With("current_state", string(ce.Current.State))
-	case isNotFound(err):
+	}
+	if errors.Is(err, store.ErrNotFound) {
 		return ojserr.NotFoundf("job", id)
 	}
 	return ojserr.Backend(fmt.Errorf("job %s: %w", id, err))

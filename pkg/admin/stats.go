@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"net/url"
 	"sort"
@@ -40,23 +41,15 @@ func (s *Service) Stats(ctx context.Context) (*Stats, error) {
 	}
 	st := &Stats{Queues: len(qs), FinishedWindow: "PT1H", Capped: a.capped, ComputedAt: job.Timestamp(s.now()),
 		UptimeSeconds: int64(s.now().Sub(s.cfg.Started).Seconds())}
-	done5, failed5 := 0, 0
 	for _, qi := range qs {
-		c, capped, err := s.counts(ctx, qi.Name)
+		c, capped, err := s.counts(ctx, qi.Name, a)
 		if err != nil {
 			return nil, err
 		}
 		st.Capped = st.Capped || capped
-		c.Completed, c.Cancelled = a.completedHour[qi.Name], a.cancelledHour[qi.Name]
 		st.Jobs.add(c)
 	}
-	for _, n := range a.completed5m {
-		done5 += n
-	}
-	for _, n := range a.failed5m {
-		failed5 += n
-	}
-	st.Throughput = Throughput{ProcessedPerMinute: perMinute(done5), FailedPerMinute: perMinute(failed5)}
+	st.Throughput = Throughput{ProcessedPerMinute: perMinute(total(a.completed5m)), FailedPerMinute: perMinute(total(a.failed5m))}
 	ws, err := s.Workers(ctx, 1, MaxWorkers)
 	if err != nil {
 		return nil, err
@@ -106,12 +99,8 @@ type HistoryQuery struct {
 // (default an hour ago), until (default now) and queue.
 func (s *Service) ParseHistoryQuery(v url.Values) (HistoryQuery, error) {
 	q := HistoryQuery{PeriodName: "5m", Queue: v.Get("queue")}
-	for k := range v {
-		switch k {
-		case "period", "since", "until", "queue":
-		default:
-			return q, ojserr.Invalid(k, "Unknown query parameter '%s'.", k).With("allowed", []string{"period", "since", "until", "queue"})
-		}
+	if err := onlyParams(v, []string{"period", "since", "until", "queue"}); err != nil {
+		return q, err
 	}
 	if p := v.Get("period"); p != "" {
 		q.PeriodName = p
@@ -126,21 +115,11 @@ func (s *Service) ParseHistoryQuery(v url.Values) (HistoryQuery, error) {
 			return q, err
 		}
 	}
-	now := s.now()
-	q.Until = now
-	q.Since = now.Add(-time.Hour)
-	for _, f := range []struct {
-		name string
-		dst  *time.Time
-	}{{"since", &q.Since}, {"until", &q.Until}} {
-		if x := v.Get(f.name); x != "" {
-			t, err := time.Parse(time.RFC3339Nano, x)
-			if err != nil {
-				return q, ojserr.Invalid(f.name, "'%s' must be an RFC 3339 timestamp.", f.name)
-			}
-			*f.dst = t.UTC()
-		}
+	if err := parseTimes(v, &q.Since, &q.Until); err != nil {
+		return q, err
 	}
+	now := s.now()
+	q.Since, q.Until = cmp.Or(q.Since, now.Add(-time.Hour)), cmp.Or(q.Until, now)
 	if !q.Since.Before(q.Until) {
 		return q, ojserr.Invalid("since", "'since' must be before 'until'.")
 	}
@@ -168,41 +147,27 @@ func (s *Service) History(ctx context.Context, q HistoryQuery) (*History, error)
 	if q.Queue != "" {
 		f.Queues = []string{q.Queue}
 	}
-	read := 0
-	now := s.now()
-	for {
-		p, err := s.queryEvents(ctx, f, now)
-		if err != nil {
-			return nil, ojserr.Backend(err)
+	var err error
+	h.Truncated, err = s.readEvents(ctx, f, func(e *events.Event) {
+		k := int(e.At().Sub(start) / q.Period)
+		if k < 0 || k >= len(h.Data) {
+			return
 		}
-		for i := range p.Events {
-			e := &p.Events[i]
-			k := int(e.At().Sub(start) / q.Period)
-			if k < 0 || k >= len(h.Data) {
-				continue
+		b := &h.Data[k]
+		switch e.Type {
+		case events.JobCompleted:
+			b.Processed++
+			if d, ok := e.Data["duration_ms"].(float64); ok {
+				b.durations = append(b.durations, int64(d))
 			}
-			b := &h.Data[k]
-			switch e.Type {
-			case events.JobCompleted:
-				b.Processed++
-				if d, ok := e.Data["duration_ms"].(float64); ok {
-					b.durations = append(b.durations, int64(d))
-				}
-			case events.JobFailed:
-				b.Failed++
-			case events.JobEnqueued:
-				b.Enqueued++
-			}
+		case events.JobFailed:
+			b.Failed++
+		case events.JobEnqueued:
+			b.Enqueued++
 		}
-		read += len(p.Events)
-		if !p.HasMore {
-			break
-		}
-		if read >= MaxStatsEvents {
-			h.Truncated = true
-			break
-		}
-		f.After = p.Cursor
+	})
+	if err != nil {
+		return nil, err
 	}
 	for i := range h.Data {
 		b := &h.Data[i]

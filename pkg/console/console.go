@@ -1,15 +1,8 @@
 // Package console is the operator's web console, served by the API
-// function under /ojs/admin/: a dashboard of queues and throughput, job
-// search and job pages, the dead letter queue, workers, cron schedules and
-// workflow pages that draw each workflow as a graph, updated live.
-//
-// Pages are rendered on the server (views.go, SVG for charts and
-// graphs) from the same services the Admin API uses; the assets are
-// embedded and nothing is loaded from elsewhere, so it works offline. A
-// small hand-written script (static/console.js) refreshes marked parts of
-// a page in place. With an auth token configured, the console asks for
-// that token once and keeps it in an HttpOnly, SameSite=Strict cookie;
-// state-changing forms are also checked for a same-origin request.
+// function under /ojs/admin/. Pages are rendered on the server (views.go,
+// SVG for charts and graphs) from the services the Admin API uses, with
+// embedded assets; static/console.js refreshes marked parts in place. The
+// auth token is kept in an HttpOnly, SameSite=Strict cookie.
 package console
 
 import (
@@ -21,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/url"
 	"sort"
@@ -126,26 +120,31 @@ func (c *Console) Routes() []Route {
 
 const cookieName = "ojs_console"
 
-func sum(s string) [32]byte { return sha256.Sum256([]byte(s)) }
+// tokenOK compares tok with the token (constant time, on hashes of equal
+// length).
+func (c *Console) tokenOK(tok string) bool {
+	got, want := sha256.Sum256([]byte(tok)), sha256.Sum256([]byte(c.cfg.AuthToken))
+	return subtle.ConstantTimeCompare(got[:], want[:]) == 1
+}
 
 // authorized checks the bearer header or the console cookie against the
-// token (constant time, on hashes of equal length).
+// token.
 func (c *Console) authorized(r *http.Request) bool {
 	if c.cfg.AuthToken == "" {
 		return true
 	}
-	want := sum(c.cfg.AuthToken)
-	if got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
-		s := sum(got)
-		if subtle.ConstantTimeCompare(s[:], want[:]) == 1 {
-			return true
-		}
+	if got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && c.tokenOK(got) {
+		return true
 	}
-	if ck, err := r.Cookie(cookieName); err == nil {
-		s := sum(ck.Value)
-		return subtle.ConstantTimeCompare(s[:], want[:]) == 1
-	}
-	return false
+	ck, err := r.Cookie(cookieName)
+	return err == nil && c.tokenOK(ck.Value)
+}
+
+// plain answers status with a line of text.
+func plain(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte(msg + "\n"))
 }
 
 // sameOrigin refuses a cross-site form post (the cookie is SameSite=Strict
@@ -168,15 +167,11 @@ func (c *Console) auth(h http.HandlerFunc) http.HandlerFunc {
 				http.Redirect(w, r, Prefix+"login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
 				return
 			}
-			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-			w.WriteHeader(http.StatusUnauthorized)
-			_, _ = w.Write([]byte("Missing or invalid token.\n"))
+			plain(w, http.StatusUnauthorized, "Missing or invalid token.")
 			return
 		}
 		if r.Method == http.MethodPost && !sameOrigin(r) {
-			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-			w.WriteHeader(http.StatusForbidden)
-			_, _ = w.Write([]byte("Cross-site request refused.\n"))
+			plain(w, http.StatusForbidden, "Cross-site request refused.")
 			return
 		}
 		h(w, r)
@@ -198,9 +193,7 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, name string, st
 	view, ok := views[name]
 	if !ok {
 		c.cfg.Logger.ErrorContext(r.Context(), "console render failed", "page", name, "error", "no such view")
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.WriteHeader(http.StatusInternalServerError)
-		_, _ = w.Write([]byte("The page could not be rendered.\n"))
+		plain(w, http.StatusInternalServerError, "The page could not be rendered.")
 		return
 	}
 	p.Auth = c.cfg.AuthToken != ""
@@ -313,8 +306,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		next = Prefix
 	}
 	if c.cfg.AuthToken != "" {
-		s, want := sum(tok), sum(c.cfg.AuthToken)
-		if subtle.ConstantTimeCompare(s[:], want[:]) != 1 {
+		if !c.tokenOK(tok) {
 			c.render(w, r, "login", http.StatusUnauthorized, page{Title: "Sign in", Error: "That token is not valid.", Data: map[string]any{"Next": next}})
 			return
 		}
@@ -414,10 +406,7 @@ func (c *Console) jobs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if d.Page.Pagination.NextCursor != "" {
-		n := url.Values{}
-		for k, vals := range v {
-			n[k] = vals
-		}
+		n := maps.Clone(v)
 		n.Set("cursor", d.Page.Pagination.NextCursor)
 		d.NextURL = Prefix + "jobs?" + n.Encode()
 	}

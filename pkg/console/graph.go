@@ -23,11 +23,8 @@ import (
 //     (longest-path layering: a step's column is one more than its deepest
 //     dependency's).
 //
-// Each step is a node carrying data-step-id (its "id", or else its path as
-// the engine names it: /s0, /s1/j2, /s1/on_success) and data-state, and a
-// leaf links to its job. Composites are drawn as boxes around their
-// children. Groups wider than MaxGroupShown are cut, the rest summarised in
-// one node, so a 10,000-job batch draws in bounded size.
+// Composites are drawn as boxes around their children; groups wider than
+// MaxGroupShown are cut, the rest summarised in one node.
 
 // MaxGroupShown is the most children of one composite that are drawn.
 const MaxGroupShown = 40
@@ -205,19 +202,14 @@ func layout(m *wfview.ViewNode, path string, depth int) *block {
 			}
 			cbBlocks = append(cbBlocks, b)
 		}
-		if len(cbBlocks) > 0 {
-			col := column(cbBlocks)
-			x := w - pad + gapX
-			y := max(top+(inner.h-col.h)/2, top)
-			placed := col.place(x, y)
-			out.add(placed)
-			out.edges = append(out.edges, Edge{outX, outY, placed.inX, placed.inY})
-			w = x + col.w + pad
-			if hh := y + col.h + pad; hh > h {
-				h = hh
-			}
-			outX, outY = placed.outX, placed.outY
-		}
+		col := column(cbBlocks)
+		x := w - pad + gapX
+		y := max(top+(inner.h-col.h)/2, top)
+		placed := col.place(x, y)
+		out.add(placed)
+		out.edges = append(out.edges, Edge{outX, outY, placed.inX, placed.inY})
+		w, h = x+col.w+pad, max(h, y+col.h+pad)
+		outX, outY = placed.outX, placed.outY
 	}
 	out.w, out.h = w, h
 	out.inX, out.inY = 0, inner.inY

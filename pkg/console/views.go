@@ -44,6 +44,20 @@ func (b *Builder) f(format string, args ...any) {
 // raw writes trusted constant markup.
 func (b *Builder) raw(s string) { b.WriteString(s) }
 
+// none writes a table's row saying msg (constant text) when it has no rows (n).
+func (b *Builder) none(n int, indent string, cols int, msg string) {
+	if n == 0 {
+		b.raw(fmt.Sprintf(`%s<tr><td colspan="%d" class="muted">%s</td></tr>`+"\n", indent, cols, msg))
+	}
+}
+
+// next writes the link to the next page, if there is one.
+func (b *Builder) next(url string) {
+	if url != "" {
+		b.f("<p><a class=\"button\" href=\"%s\">Next page</a></p>\n", url)
+	}
+}
+
 // when returns s if cond holds, else "" (for constant markup).
 func when(cond bool, s string) SafeHTML {
 	if cond {
@@ -52,27 +66,6 @@ func when(cond bool, s string) SafeHTML {
 	return ""
 }
 
-// present reports whether a template would have shown v with "with": not
-// nil, not empty, not zero.
-func present(v any) bool {
-	switch x := v.(type) {
-	case nil:
-		return false
-	case string:
-		return x != ""
-	case *string:
-		return x != nil && *x != ""
-	case bool:
-		return x
-	case float64:
-		return x != 0
-	case int:
-		return x != 0
-	case map[string]any:
-		return len(x) > 0
-	}
-	return true
-}
 
 // deref prints a *string as its value ("" for nil).
 func deref(s *string) string {
@@ -208,9 +201,7 @@ func dashboardView(b *Builder, p page) {
 		}
 		b.f("        <td><form method=\"post\" action=\"/ojs/admin/queues/%s/%s\"><button>%s</button></form></td>\n      </tr>\n", url.PathEscape(q.Name), verb, label)
 	}
-	if len(d.Queues) == 0 {
-		b.raw(`      <tr><td colspan="12" class="muted">No queues yet: push a job.</td></tr>` + "\n")
-	}
+	b.none(len(d.Queues), "      ", 12, "No queues yet: push a job.")
 	b.f(`    </tbody>
   </table>
   <p class="muted">Counts of waiting and dead jobs are exact (read from the indexes%s); completed and cancelled count the last hour. Computed %s.</p>
@@ -255,8 +246,8 @@ func jobsView(b *Builder, p page) {
 		id := fmt.Sprint(it["id"])
 		finished := ""
 		for _, k := range []string{"completed_at", "discarded_at", "cancelled_at"} {
-			if present(it[k]) {
-				finished += fmt.Sprint(it[k])
+			if t, _ := it[k].(string); t != "" {
+				finished += t
 			}
 		}
 		b.f(`    <tr><td><a href="/ojs/admin/jobs/%s" class="mono">%s</a></td><td>%v</td><td>%v</td>
@@ -264,13 +255,9 @@ func jobsView(b *Builder, p page) {
       <td>%s</td></tr>
 `, id, shortID(id), it["type"], it["queue"], cls(fmt.Sprint(it["state"])), it["state"], it["attempt"], it["created_at"], finished)
 	}
-	if len(d.Page.Items) == 0 {
-		b.raw(`    <tr><td colspan="7" class="muted">No jobs match.</td></tr>` + "\n")
-	}
+	b.none(len(d.Page.Items), "    ", 7, "No jobs match.")
 	b.raw("  </tbody>\n</table>\n")
-	if d.NextURL != "" {
-		b.f("<p><a class=\"button\" href=\"%s\">Next page</a></p>\n", d.NextURL)
-	}
+	b.next(d.NextURL)
 }
 
 func jobView(b *Builder, p page) {
@@ -312,13 +299,9 @@ func jobView(b *Builder, p page) {
     <tbody>
 `)
 	for _, e := range d.Errors {
-		at := e.OccurredAt
-		at = cmp.Or(at, e.Timestamp)
-		b.f("    <tr><td>%v</td><td>%s</td><td>%s</td><td>%s</td></tr>\n", e.Attempt, e.Type, e.Message, at)
+		b.f("    <tr><td>%v</td><td>%s</td><td>%s</td><td>%s</td></tr>\n", e.Attempt, e.Type, e.Message, cmp.Or(e.OccurredAt, e.Timestamp))
 	}
-	if len(d.Errors) == 0 {
-		b.raw(`    <tr><td colspan="4" class="muted">No failed attempts.</td></tr>` + "\n")
-	}
+	b.none(len(d.Errors), "    ", 4, "No failed attempts.")
 	b.raw(`    </tbody>
   </table>
 </section>
@@ -331,9 +314,7 @@ func jobView(b *Builder, p page) {
 	for _, e := range d.Events {
 		b.f("    <tr><td>%s</td><td><span class=\"mono\">%s</span></td><td><code>%s</code></td></tr>\n", e.Time, e.Type, jsonText(e.Data))
 	}
-	if len(d.Events) == 0 {
-		b.raw(`    <tr><td colspan="3" class="muted">No events (they are kept for the event TTL and appear within a moment of each change).</td></tr>` + "\n")
-	}
+	b.none(len(d.Events), "    ", 3, "No events (they are kept for the event TTL and appear within a moment of each change).")
 	b.f(`    </tbody>
   </table>
 </section>
@@ -383,13 +364,9 @@ func deadLetterView(b *Builder, p page) {
       </td></tr>
 `, j.ID)
 	}
-	if len(jobs) == 0 {
-		b.raw(`    <tr><td colspan="7" class="muted">The dead letter queue is empty.</td></tr>` + "\n")
-	}
+	b.none(len(jobs), "    ", 7, "The dead letter queue is empty.")
 	b.raw("  </tbody>\n</table>\n")
-	if d.NextURL != "" {
-		b.f("<p><a class=\"button\" href=\"%s\">Next page</a></p>\n", d.NextURL)
-	}
+	b.next(d.NextURL)
 }
 
 func workersView(b *Builder, p page) {
@@ -423,9 +400,7 @@ func workersView(b *Builder, p page) {
 		}
 		b.raw("      </td></tr>\n")
 	}
-	if len(l.Items) == 0 {
-		b.raw(`    <tr><td colspan="9" class="muted">No worker has sent a heartbeat in the last day. (The push-mode worker function does not heartbeat.)</td></tr>` + "\n")
-	}
+	b.none(len(l.Items), "    ", 9, "No worker has sent a heartbeat in the last day. (The push-mode worker function does not heartbeat.)")
 	b.raw("  </tbody>\n</table>\n")
 }
 
@@ -445,9 +420,7 @@ func cronView(b *Builder, p page) {
 		}
 		b.raw("</td></tr>\n")
 	}
-	if len(vs) == 0 {
-		b.raw(`    <tr><td colspan="10" class="muted">No cron schedules (POST /ojs/v1/cron registers one).</td></tr>` + "\n")
-	}
+	b.none(len(vs), "    ", 10, "No cron schedules (POST /ojs/v1/cron registers one).")
 	b.raw("  </tbody>\n</table>\n")
 }
 
@@ -465,9 +438,7 @@ func workflowsView(b *Builder, p page) {
 	for _, w := range refs {
 		b.f("  <tr><td><a class=\"mono\" href=\"/ojs/admin/workflows/%s\">%s</a></td><td>%s</td><td>%s</td><td>%s</td></tr>\n", w.ID, w.ID, w.Type, w.Name, w.CreatedAt)
 	}
-	if len(refs) == 0 {
-		b.raw(`  <tr><td colspan="4" class="muted">None in the event log.</td></tr>` + "\n")
-	}
+	b.none(len(refs), "  ", 4, "None in the event log.")
 	b.raw("  </tbody>\n</table>\n")
 }
 

@@ -1,13 +1,12 @@
 // Package cron provides OJS cron schedules (ojs-cron.md): the expression
-// language (5 and 6 fields, names, L, W and #, the @ aliases and
-// @every), time zones with daylight saving rules, the registration
-// request, and the Scheduler the sweeper runs to fire due schedules exactly
-// once.
+// language, time zones, the registration API and the run that fires due
+// schedules exactly once.
 package cron
 
 import (
 	"cmp"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -273,38 +272,18 @@ func (s *Schedule) dayMatches(y int, m time.Month, d int) bool {
 	last := daysIn(y, m)
 	wd := int(time.Date(y, m, d, 12, 0, 0, 0, time.UTC).Weekday())
 	domOK := s.dom&(1<<uint(d)) != 0 || (s.domLast && d == last) ||
-		(s.domLastWeekday && d == nearestWeekday(y, m, last)) || containsFn(s.domWeekday, func(n int) bool { return n <= last && d == nearestWeekday(y, m, n) })
-	dowOK := s.dow&(1<<uint(wd)) != 0 || containsFn(s.dowLast, func(n int) bool { return n == wd && d+7 > last }) ||
-		containsFn2(s.dowNth, func(p [2]int) bool { return p[0] == wd && (d-1)/7+1 == p[1] })
-	domRestricted := !s.domStar
-	dowRestricted := !s.dowStar
+		(s.domLastWeekday && d == nearestWeekday(y, m, last)) || slices.ContainsFunc(s.domWeekday, func(n int) bool { return n <= last && d == nearestWeekday(y, m, n) })
+	dowOK := s.dow&(1<<uint(wd)) != 0 || slices.ContainsFunc(s.dowLast, func(n int) bool { return n == wd && d+7 > last }) ||
+		slices.ContainsFunc(s.dowNth, func(p [2]int) bool { return p[0] == wd && (d-1)/7+1 == p[1] })
 	switch {
-	case domRestricted && dowRestricted:
+	case !s.domStar && !s.dowStar:
 		return domOK || dowOK
-	case domRestricted:
+	case !s.domStar:
 		return domOK
-	case dowRestricted:
+	case !s.dowStar:
 		return dowOK
 	}
 	return true
-}
-
-func containsFn(xs []int, f func(int) bool) bool {
-	for _, x := range xs {
-		if f(x) {
-			return true
-		}
-	}
-	return false
-}
-
-func containsFn2(xs [][2]int, f func([2]int) bool) bool {
-	for _, x := range xs {
-		if f(x) {
-			return true
-		}
-	}
-	return false
 }
 
 func daysIn(y int, m time.Month) int { return time.Date(y, m+1, 0, 12, 0, 0, 0, time.UTC).Day() }

@@ -1,6 +1,7 @@
 package cron
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -79,13 +80,9 @@ func (s *Service) step(ctx context.Context, name string, res *RunResult) error {
 	if !c.Enabled || c.NextMS == 0 || c.DueMS > now.UnixMilli() {
 		return nil // the index was stale
 	}
-	sched, err := Parse(c.Expression)
+	sched, loc, err := c.schedule()
 	if err != nil {
-		return fmt.Errorf("stored expression: %w", err)
-	}
-	loc, err := Zone(c.Timezone)
-	if err != nil {
-		return fmt.Errorf("stored timezone: %w", err)
+		return err
 	}
 	occurrence := time.UnixMilli(c.NextMS).UTC()
 	occurrenceDue := !occurrence.After(now)
@@ -154,11 +151,7 @@ func (s *Service) step(ctx context.Context, name string, res *RunResult) error {
 	}
 	st.DueAt = st.Next
 	if st.Held > 0 {
-		recheck := s.HeldRecheck
-		if recheck <= 0 {
-			recheck = time.Second
-		}
-		if r := now.Add(recheck); r.Before(st.DueAt) {
+		if r := now.Add(cmp.Or(max(s.HeldRecheck, 0), time.Second)); r.Before(st.DueAt) {
 			st.DueAt = r
 		}
 		if st.Held > 2 {
@@ -207,11 +200,7 @@ func advance(sched *Schedule, loc *time.Location, occurrence, now time.Time) tim
 		}
 		return next.Truncate(time.Millisecond)
 	}
-	next, ok := sched.Next(now, loc)
-	if !ok {
-		return now.AddDate(100, 0, 0)
-	}
-	return next
+	return firstRun(sched, loc, now)
 }
 
 // occurrenceJob builds the job one occurrence enqueues from the

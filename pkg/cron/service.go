@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"slices"
 	"sort"
 	"time"
 	"unicode/utf8"
@@ -174,13 +175,13 @@ func ParseRegistration(raw []byte, now time.Time) (*Spec, error) {
 	}
 	sched, err := Parse(*expr)
 	if err != nil {
-		return nil, ojserr.Invalid("cron", "Invalid cron expression %q: %v.", truncate(*expr, 100), err)
+		return nil, ojserr.Invalid("cron", "Invalid cron expression %q: %v.", truncate(*expr, 100, "…"), err)
 	}
 	c.Expression = *expr
 	spec.Schedule = sched
 	tz := "UTC"
-	if r.Timezone != nil && *r.Timezone != "" {
-		tz = *r.Timezone
+	if r.Timezone != nil {
+		tz = cmp.Or(*r.Timezone, tz)
 	}
 	if spec.Zone, err = Zone(tz); err != nil {
 		return nil, ojserr.Invalid("timezone", "Invalid timezone: %v.", err)
@@ -188,12 +189,10 @@ func ParseRegistration(raw []byte, now time.Time) (*Spec, error) {
 	c.Timezone = tz
 	c.OverlapPolicy = OverlapSkip
 	if r.OverlapPolicy != nil {
-		switch *r.OverlapPolicy {
-		case OverlapSkip, OverlapAllow, OverlapCancelPrevious, OverlapEnqueue:
-			c.OverlapPolicy = *r.OverlapPolicy
-		default:
+		if !slices.Contains([]string{OverlapSkip, OverlapAllow, OverlapCancelPrevious, OverlapEnqueue}, *r.OverlapPolicy) {
 			return nil, ojserr.Invalid("overlap_policy", "The 'overlap_policy' must be one of skip, allow, cancel_previous or enqueue.")
 		}
+		c.OverlapPolicy = *r.OverlapPolicy
 	}
 	c.Enabled = r.Enabled == nil || *r.Enabled
 	if r.Description != nil {
@@ -277,11 +276,24 @@ func ParseRegistration(raw []byte, now time.Time) (*Spec, error) {
 	return spec, nil
 }
 
-func truncate(s string, n int) string {
+func truncate(s string, n int, ellipsis string) string {
 	if len(s) <= n {
 		return s
 	}
-	return s[:n] + "…"
+	return s[:n] + ellipsis
+}
+
+// schedule parses a stored schedule's expression and time zone.
+func (c *Info) schedule() (*Schedule, *time.Location, error) {
+	sched, err := Parse(c.Expression)
+	if err != nil {
+		return nil, nil, fmt.Errorf("stored expression: %w", err)
+	}
+	loc, err := Zone(c.Timezone)
+	if err != nil {
+		return nil, nil, fmt.Errorf("stored timezone: %w", err)
+	}
+	return sched, loc, nil
 }
 
 // first occurrence of a schedule registered (or re-enabled) at now.
@@ -359,23 +371,28 @@ func CheckName(name string) error {
 	if len(name) <= MaxNameLength && namePattern.MatchString(name) {
 		return nil
 	}
-	shown := name
-	if len(shown) > 64 {
-		shown = shown[:64] + "..."
-	}
-	return ojserr.Invalid("name", "Cron names match [a-z0-9][a-z0-9.-]* and are at most %d characters; '%s' is not one.", MaxNameLength, shown)
+	return ojserr.Invalid("name", "Cron names match [a-z0-9][a-z0-9.-]* and are at most %d characters; '%s' is not one.", MaxNameLength, truncate(name, 64, "..."))
 }
 
 // Get returns one schedule.
 func (s *Service) Get(ctx context.Context, name string) (View, error) {
-	if err := CheckName(name); err != nil {
+	c, err := s.read(ctx, name)
+	if err != nil {
 		return View{}, err
+	}
+	return NewView(c), nil
+}
+
+// read checks name and reads its schedule (404 when there is none).
+func (s *Service) read(ctx context.Context, name string) (*Info, error) {
+	if err := CheckName(name); err != nil {
+		return nil, err
 	}
 	c, err := s.Store.Get(ctx, name)
 	if err != nil {
-		return View{}, notFound(err, name)
+		return nil, notFound(err, name)
 	}
-	return NewView(c), nil
+	return c, nil
 }
 
 func notFound(err error, name string) error {
@@ -402,12 +419,9 @@ func (s *Service) List(ctx context.Context, enabled *bool) ([]View, error) {
 
 // Delete removes a schedule and returns it as it was.
 func (s *Service) Delete(ctx context.Context, name string) (View, error) {
-	if err := CheckName(name); err != nil {
-		return View{}, err
-	}
-	c, err := s.Store.Get(ctx, name)
+	c, err := s.read(ctx, name)
 	if err != nil {
-		return View{}, notFound(err, name)
+		return View{}, err
 	}
 	if err := s.Store.Delete(ctx, name); err != nil {
 		return View{}, notFound(err, name)
@@ -432,13 +446,9 @@ func (s *Service) SetEnabled(ctx context.Context, name string, raw []byte) (View
 		if err != nil {
 			return View{}, notFound(err, name)
 		}
-		sched, err := Parse(c.Expression)
+		sched, loc, err := c.schedule()
 		if err != nil {
-			return View{}, ojserr.Backend(fmt.Errorf("stored cron %s: %w", name, err))
-		}
-		loc, err := Zone(c.Timezone)
-		if err != nil {
-			return View{}, ojserr.Backend(fmt.Errorf("stored cron %s: %w", name, err))
+			return View{}, ojserr.Backend(fmt.Errorf("cron %s: %w", name, err))
 		}
 		now := s.Jobs.Now()
 		times := clock(c, *body.Enabled, c.Expression, c.Timezone, c.OverlapPolicy, sched, loc, now)
@@ -487,21 +497,17 @@ func NewView(c *Info) View {
 	if json.Unmarshal([]byte(c.Template), &t) == nil {
 		v.Type, v.Args, v.Meta, v.Options = t.Type, t.Args, t.Meta, t.Options
 	}
-	if c.Description != "" {
-		v.Description = &c.Description
-	}
-	if c.LastRunAt != "" {
-		v.LastRunAt = &c.LastRunAt
-	}
+	v.Description, v.LastRunAt, v.LastJobID = nonEmpty(c.Description), nonEmpty(c.LastRunAt), nonEmpty(c.LastJobID)
 	if next := c.NextRunAt(); next != nil {
-		ts := next.UTC().Format(time.RFC3339)
-		if next.Nanosecond() != 0 {
-			ts = job.Timestamp(*next)
-		}
-		v.NextRunAt = &ts
-	}
-	if c.LastJobID != "" {
-		v.LastJobID = &c.LastJobID
+		v.NextRunAt = nonEmpty(stamp(*next))
 	}
 	return v
+}
+
+// nonEmpty is &s, or nil for "".
+func nonEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }

@@ -183,8 +183,13 @@ func schedule(u expression.UpdateBuilder, enabled bool, t Times) expression.Upda
 	}
 	u = u.Set(expression.Name("next_ms"), expression.Value(t.Next.UnixMilli())).
 		Set(expression.Name(attrDuePK), expression.Value(cronDuePK)).Set(expression.Name(attrDueAt), expression.Value(due.UnixMilli()))
-	if t.Held > 0 {
-		return u.Set(expression.Name("held"), expression.Value(t.Held))
+	return held(u, t.Held)
+}
+
+// held sets the held occurrences (n > 0) or removes them.
+func held(u expression.UpdateBuilder, n int64) expression.UpdateBuilder {
+	if n > 0 {
+		return u.Set(expression.Name("held"), expression.Value(n))
 	}
 	return u.Remove(expression.Name("held"))
 }
@@ -291,11 +296,7 @@ func (s *Store) Step(ctx context.Context, c *Info, st Step, now time.Time) error
 	u := expression.Set(expression.Name("next_ms"), expression.Value(st.Next.UnixMilli())).
 		Set(expression.Name(attrDueAt), expression.Value(st.DueAt.UnixMilli())).
 		Set(expression.Name(attrVersion), expression.Value(c.Version+1))
-	if st.Held > 0 {
-		u = u.Set(expression.Name("held"), expression.Value(st.Held))
-	} else {
-		u = u.Remove(expression.Name("held"))
-	}
+	u = held(u, st.Held)
 	if st.Ran {
 		u = u.Set(expression.Name("run_count"), expression.Value(c.RunCount+1)).
 			Set(expression.Name("last_run_at"), expression.Value(job.Timestamp(now)))
@@ -307,11 +308,10 @@ func (s *Store) Step(ctx context.Context, c *Info, st Step, now time.Time) error
 		u = u.Set(expression.Name("last_job_id"), expression.Value(st.Job.ID))
 	}
 	if st.Event != nil {
-		seq := int64(1)
+		st.Event.Seq = 1
 		if c.Event != nil {
-			seq = c.Event.Seq + 1
+			st.Event.Seq = c.Event.Seq + 1
 		}
-		st.Event.Seq = seq
 		ev, err := attributevalue.Marshal(st.Event)
 		if err != nil {
 			return err
@@ -319,24 +319,16 @@ func (s *Store) Step(ctx context.Context, c *Info, st Step, now time.Time) error
 		u = u.Set(expression.Name("event"), expression.Value(ev))
 	}
 	cond := expression.Equal(expression.Name(attrVersion), expression.Value(c.Version)).And(expression.Name("enabled").Equal(expression.Value(true)))
+	if st.Job == nil {
+		_, _, err := s.update(ctx, c.Name, u, cond)
+		return err
+	}
 	expr, err := expression.NewBuilder().WithUpdate(u).WithCondition(cond).Build()
 	if err != nil {
 		return err
 	}
 	update := &types.Update{TableName: &s.table, Key: cronKey(c.Name), UpdateExpression: expr.Update(), ConditionExpression: expr.Condition(),
 		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values()}
-	if st.Job == nil {
-		_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table, Key: update.Key, UpdateExpression: update.UpdateExpression,
-			ConditionExpression: update.ConditionExpression, ExpressionAttributeNames: update.ExpressionAttributeNames,
-			ExpressionAttributeValues: update.ExpressionAttributeValues})
-		if store.ConditionFailed(err) {
-			return ErrChanged
-		}
-		if err != nil {
-			return fmt.Errorf("step cron %s: %w", c.Name, err)
-		}
-		return nil
-	}
 	put, err := s.k.JobPut(st.Job, st.RedeliverAfter)
 	if err != nil {
 		return err

@@ -2,6 +2,7 @@ package deadletter
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -19,9 +20,7 @@ import (
 const MaxBulk = 1000
 
 // MaxScan bounds the dead letter jobs one bulk call reads looking for
-// matches, so that a selective filter over a large dead letter queue
-// answers within the API's time instead of reading all of it; has_more
-// and next_cursor tell the caller where to go on.
+// matches; has_more and next_cursor tell the caller where to go on.
 const MaxScan = 10000
 
 // Filter selects dead-letter jobs (ojs-dead-letter.md 6.2 and 9.1).
@@ -101,11 +100,10 @@ func ParseBulk(raw []byte) (Filter, error) {
 			}
 		}
 		if fl.Since != "" {
-			t, err := time.Parse(time.RFC3339Nano, fl.Since)
-			if err != nil {
+			var err error
+			if f.Since, err = time.Parse(time.RFC3339Nano, fl.Since); err != nil {
 				return f, ojserr.Invalid("filter.since", "'filter.since' must be an RFC 3339 timestamp.")
 			}
-			f.Since = t
 		}
 	}
 	return f, nil
@@ -139,18 +137,14 @@ var maxBulkBytes = 64 << 20
 // matching lists up to f.Limit dead-letter jobs matching f, newest
 // first (fewer when they pass maxBulkBytes), and whether more may match.
 func (s *Service) matching(ctx context.Context, f Filter) ([]*job.Job, bool, error) {
-	queues := []string{f.Queue}
-	if f.Queue == "" {
-		var err error
-		if queues, err = s.qs.Queues(ctx); err != nil {
-			return nil, false, ojserr.Backend(err)
-		}
+	queues, err := s.queuesOf(ctx, f.Queue)
+	if err != nil {
+		return nil, false, err
 	}
 	var out []*job.Job
 	bytes := 0
 	for _, q := range queues {
-		cursor := ""
-		for {
+		for cursor := ""; ; {
 			page, err := s.tb.newest(ctx, q, 200, cursor)
 			if err != nil {
 				return nil, false, ojserr.Backend(err)
@@ -164,10 +158,9 @@ func (s *Service) matching(ctx context.Context, f Filter) ([]*job.Job, bool, err
 				}
 				out = append(out, j)
 			}
-			if page.Cursor == "" {
+			if cursor = page.Cursor; cursor == "" {
 				break
 			}
-			cursor = page.Cursor
 		}
 	}
 	return out, false, nil
@@ -175,10 +168,8 @@ func (s *Service) matching(ctx context.Context, f Filter) ([]*job.Job, bool, err
 
 // RetryMatching retries every dead-letter job matching f (at most
 // f.Limit per call), oldest first, each as Retry does; the jobs it could
-// not retry are in Failed. Jobs of workflows are not selected: Retry
-// refuses them (their workflow counted the failure; retry the workflow),
-// and selecting them would fill every page with the same refusals. A bad
-// cursor fails with invalid_request.
+// not retry are in Failed. Jobs of workflows are not selected (Retry
+// refuses them).
 func (s *Service) RetryMatching(ctx context.Context, f Filter) (BulkResult, error) {
 	f.retry = true
 	return s.bulk(ctx, f, func(j *job.Job) error {
@@ -253,13 +244,11 @@ func (s *Service) selectJobs(ctx context.Context, f Filter) (jobs []*job.Job, ne
 			return nil, "", err
 		}
 	}
-	queues := []string{f.Queue}
-	if f.Queue == "" {
-		if queues, err = s.qs.Queues(ctx); err != nil {
-			return nil, "", ojserr.Backend(err)
-		}
-		slices.Sort(queues)
+	queues, err := s.queuesOf(ctx, f.Queue)
+	if err != nil {
+		return nil, "", err
 	}
+	slices.Sort(queues)
 	if f.Cursor != "" {
 		// Go on at the cursor's queue (or the next one, if it went away).
 		i, _ := slices.BinarySearch(queues, cur.Queue)
@@ -275,10 +264,7 @@ func (s *Service) selectJobs(ctx context.Context, f Filter) (jobs []*job.Job, ne
 	if !f.Before.IsZero() && f.Before.Before(before) {
 		before = f.Before
 	}
-	budget := f.Scan
-	if budget <= 0 {
-		budget = MaxScan
-	}
+	budget := cmp.Or(max(f.Scan, 0), MaxScan)
 	for qi, q := range queues {
 		page := ""
 		if qi == 0 && q == cur.Queue {
@@ -303,10 +289,9 @@ func (s *Service) selectJobs(ctx context.Context, f Filter) (jobs []*job.Job, ne
 				}
 				jobs = append(jobs, j)
 			}
-			if p.Cursor == "" {
+			if page = p.Cursor; page == "" {
 				break
 			}
-			page = p.Cursor
 		}
 		if budget == 0 && qi+1 < len(queues) {
 			return jobs, deadCursor{Queue: queues[qi+1], End: cur.End}.encode(), nil

@@ -1,10 +1,6 @@
 // Package deadletter is the dead letter queue (ojs-dead-letter.md): the
-// discarded jobs of every queue, listed, retried (one by one or by
-// filter), deleted and purged, and pruned by the retention policy. It owns
-// the dead letter queue's persistence (the dead letter index entries of
-// the job items and the pruner's bookkeeping item) over pkg/store's table
-// kernel; retrying a job is a job state change, applied with pkg/store's
-// Revive transition (a conditional write that names the state it leaves).
+// discarded jobs of every queue, listed, retried, deleted and purged, and
+// pruned by the retention policy, over pkg/store's table kernel.
 package deadletter
 
 import (
@@ -66,10 +62,8 @@ type Service struct {
 	pruneAfter atomic.Int64
 }
 
-// New returns the dead letter service on st's table (its jobs, and the
-// queue registry it lists queues from); jobs is the job service whose
-// clock and redelivery delay it uses, queues the queue service whose
-// push-mode queues and queue registration a retry uses.
+// New returns the dead letter service on st's table, with the clock of
+// jobs and the push-mode queues and registry of queues.
 func New(st *store.Store, jobs Jobs, queues Queues, c Config) *Service {
 	s := &Service{st: st, tb: newTable(st), qs: queue.NewStore(st.DB(), st.Table()), jobs: jobs, queues: queues, log: c.Logger, retention: c.Retention.withDefaults()}
 	s.log = cmp.Or(s.log, slog.Default())
@@ -86,10 +80,7 @@ type RetryOverride struct {
 }
 
 // ParseRetryRequest reads the body of POST /dead-letter/{id}/retry: empty,
-// {} or {"override":{"queue":..., "meta":{...}}}. It fails with
-// invalid_payload for a body that is not an object, payload_too_large for
-// meta over job.MaxMetaBytes, and a 400 naming the field for unknown
-// fields and bad values.
+// {} or {"override":{"queue":..., "meta":{...}}}.
 func ParseRetryRequest(raw []byte) (RetryOverride, error) {
 	var o RetryOverride
 	if len(raw) == 0 {
@@ -156,11 +147,8 @@ func (s *Service) Get(ctx context.Context, id string) (*job.Job, error) {
 }
 
 // Retry returns a discarded job to available with its attempts reset
-// (ojs-dead-letter.md 6.1), in pull and push mode alike: a push-mode job
-// is relayed to SQS by the stream like any job that becomes available.
-// Jobs of a workflow cannot be retried this way (409 conflict): the
-// workflow has already counted their failure. Nor can a job whose
-// uniqueness key a live job enqueued since holds (409).
+// (ojs-dead-letter.md 6.1). Jobs of a workflow (which counted their
+// failure) and jobs whose uniqueness key a live job holds are refused (409).
 func (s *Service) Retry(ctx context.Context, id string, o RetryOverride) (*job.Job, error) {
 	j, err := s.Get(ctx, id)
 	if err != nil {
@@ -250,12 +238,9 @@ func (s *Service) Count(ctx context.Context, queue string) (int, error) {
 // when empty), newest first within a queue: up to limit, and fewer when
 // their envelopes together pass store.ListBytes (more is then true).
 func (s *Service) List(ctx context.Context, queue string, limit int) (jobs []*job.Job, more bool, err error) {
-	queues := []string{queue}
-	if queue == "" {
-		var err error
-		if queues, err = s.qs.Queues(ctx); err != nil {
-			return nil, false, ojserr.Backend(err)
-		}
+	queues, err := s.queuesOf(ctx, queue)
+	if err != nil {
+		return nil, false, err
 	}
 	out := []*job.Job{}
 	bytes := 0
@@ -280,6 +265,18 @@ func (s *Service) List(ctx context.Context, queue string, limit int) (jobs []*jo
 		}
 	}
 	return out, false, nil
+}
+
+// queuesOf is []string{queue}, or every registered queue when queue is "".
+func (s *Service) queuesOf(ctx context.Context, queue string) ([]string, error) {
+	if queue != "" {
+		return []string{queue}, nil
+	}
+	qs, err := s.qs.Queues(ctx)
+	if err != nil {
+		return nil, ojserr.Backend(err)
+	}
+	return qs, nil
 }
 
 func deadError(err error, id string) error {

@@ -100,13 +100,10 @@ type PruneResult struct {
 	More bool `json:"more"`
 }
 
-// Prune applies the retention policy (ojs-dead-letter.md 8.1): at most
-// one run per interval whatever the number of sweepers (the run is claimed
-// with a conditional write), removing jobs older than MaxAge first, then
-// the oldest beyond MaxCount, at most 1,000 per run (the next sweep goes on
-// when more remain). Each removal is conditional on the job still being the
-// same discarded job, so a job retried meanwhile is never pruned. The
-// stream turns the run's record into one dead_letter.pruned event.
+// Prune applies the retention policy (ojs-dead-letter.md 8.1): at most one
+// run per interval (claimed with a conditional write), removing jobs older
+// than MaxAge, then the oldest beyond MaxCount, at most 1,000 per run. A
+// job retried meanwhile is never pruned.
 func (s *Service) Prune(ctx context.Context) (PruneResult, error) {
 	pol := s.retention
 	now := s.now()

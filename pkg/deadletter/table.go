@@ -9,6 +9,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
@@ -16,11 +17,8 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 )
 
-// The dead letter queue's persistence. A dead letter job is a job item in
-// state discarded, listed in its queue's partition of the ready index
-// (store.DeadIndexPK, sorted by store.DeadSortKey); the pruner keeps one
-// bookkeeping item of its own. The data model is documented in
-// docs/data-model.md.
+// The dead letter queue's persistence (docs/data-model.md): discarded job
+// items in the ready index (store.DeadIndexPK), and the pruner's item.
 
 // Job item attributes this package reads or writes (pkg/store's data
 // model).
@@ -56,9 +54,7 @@ type PruneRun struct {
 }
 
 func pruneRunKey() map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{
-		"pk": &types.AttributeValueMemberS{Value: pruneRunPK}, "sk": &types.AttributeValueMemberS{Value: pruneRunSK},
-	}
+	return map[string]types.AttributeValue{"pk": store.AttrS(pruneRunPK), "sk": store.AttrS(pruneRunSK)}
 }
 
 // DecodePruneRun turns a stream image (or a read) into a PruneRun; ok is
@@ -111,32 +107,25 @@ func (t table) claimPruneRun(ctx context.Context, now, next time.Time) (int64, b
 // finishPruneRun records what run removed. When more remain (the run hit
 // its budget), next moves the next run forward.
 func (t table) finishPruneRun(ctx context.Context, run int64, r PruneRun, now time.Time, next *time.Time) error {
-	vals := map[string]types.AttributeValue{
-		":run": store.AttrN(run), ":now": store.AttrN(now.UnixMilli()),
-		":n": store.AttrN(int64(r.Pruned)), ":a": store.AttrN(int64(r.ByAge)),
-		":c": store.AttrN(int64(r.ByCount)),
-	}
-	upd := "SET last_run = :run, finished_at = :now, pruned = :n, by_age = :a, by_count = :c"
+	name, value := expression.Name, expression.Value
+	u := expression.Set(name("last_run"), value(run)).Set(name("finished_at"), value(now.UnixMilli())).
+		Set(name("pruned"), value(r.Pruned)).Set(name("by_age"), value(r.ByAge)).Set(name("by_count"), value(r.ByCount))
 	if next != nil {
-		upd += ", next_prune_at = :next"
-		vals[":next"] = store.AttrN(next.UnixMilli())
+		u = u.Set(name("next_prune_at"), value(next.UnixMilli()))
 	}
 	if len(r.ByQueue) > 0 {
-		byQueue, err := attributevalue.Marshal(r.ByQueue)
-		if err != nil {
-			return err
-		}
-		vals[":q"] = byQueue
-		upd += ", by_queue = :q"
+		u = u.Set(name("by_queue"), value(r.ByQueue))
 	} else {
 		// Not an empty map: DynamoDB Local's stream images render an empty
 		// map attribute as a string (seen with 3.3.0).
-		upd += " REMOVE by_queue"
+		u = u.Remove(name("by_queue"))
 	}
-	_, err := t.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName: &t.name, Key: pruneRunKey(), UpdateExpression: aws.String(upd),
-		ConditionExpression: aws.String("run = :run"), ExpressionAttributeValues: vals,
-	})
+	expr, err := expression.NewBuilder().WithUpdate(u).WithCondition(name("run").Equal(value(run))).Build()
+	if err != nil {
+		return err
+	}
+	_, err = t.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &t.name, Key: pruneRunKey(), UpdateExpression: expr.Update(),
+		ConditionExpression: expr.Condition(), ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values()})
 	if store.ConditionFailed(err) {
 		return nil // a later run took over: its record wins
 	}

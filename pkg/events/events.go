@@ -1,12 +1,7 @@
 // Package events is the OJS event vocabulary (ojs-events.md): the
-// CloudEvents-style envelope, the event types, deterministic event ids,
-// the job events a state change implies, the filters of the events API,
-// and the event log's persistence in the job table (Store, store.go).
-//
-// Events are derived from table changes by the stream function, so a
-// duplicated or retried stream record derives the same events with the
-// same ids: storing them is idempotent, and consumers of the EventBridge
-// copy can deduplicate on id.
+// envelope, the types, deterministic ids (a retried stream record derives
+// the same events), the job events a change implies, the events API's
+// filters and the event log in the job table (Store).
 package events
 
 import (
@@ -16,6 +11,8 @@ import (
 	"encoding/json"
 	"strings"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // SpecVersion is the envelope's specversion.
@@ -152,37 +149,25 @@ func ID(at time.Time, seq int64, key ...string) string {
 		h.Write([]byte(k))
 		h.Write([]byte{0})
 	}
-	sum := h.Sum(nil)
-	var u [16]byte
-	msec := uint64(at.UnixMilli())
-	u[0], u[1], u[2], u[3], u[4], u[5] = byte(msec>>40), byte(msec>>32), byte(msec>>24), byte(msec>>16), byte(msec>>8), byte(msec)
+	u := atMilli(at)
 	binary.BigEndian.PutUint16(u[6:8], 0x7000|uint16(seq&0x0fff))
-	copy(u[8:], sum[:8])
+	copy(u[8:], h.Sum(nil)[:8])
 	u[8] = u[8]&0x3f | 0x80
-	return "evt_" + uuidString(u)
+	return "evt_" + u.String()
+}
+
+// atMilli is a UUID holding only t's Unix milliseconds (its first 48 bits).
+func atMilli(t time.Time) (u uuid.UUID) {
+	var ms [8]byte
+	binary.BigEndian.PutUint64(ms[:], uint64(t.UnixMilli()))
+	copy(u[:6], ms[2:])
+	return u
 }
 
 // LowerBound is the smallest possible id of an event at or after t: ids
 // compared as strings, every event at or after t sorts after it.
 func LowerBound(t time.Time) string {
-	var u [16]byte
-	msec := uint64(t.UnixMilli())
-	u[0], u[1], u[2], u[3], u[4], u[5] = byte(msec>>40), byte(msec>>32), byte(msec>>24), byte(msec>>16), byte(msec>>8), byte(msec)
-	return "evt_" + uuidString(u)
-}
-
-func uuidString(u [16]byte) string {
-	var b [36]byte
-	hex.Encode(b[0:8], u[0:4])
-	b[8] = '-'
-	hex.Encode(b[9:13], u[4:6])
-	b[13] = '-'
-	hex.Encode(b[14:18], u[6:8])
-	b[18] = '-'
-	hex.Encode(b[19:23], u[8:10])
-	b[23] = '-'
-	hex.Encode(b[24:], u[10:])
-	return string(b[:])
+	return "evt_" + atMilli(t).String()
 }
 
 // ParseID checks an event id's form and returns its time.

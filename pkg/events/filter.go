@@ -99,13 +99,9 @@ func ParseQuery(q url.Values) (Filter, error) {
 	if len(f.SubjectID) > 256 {
 		return f, ojserr.Invalid(f.SubjectCategory+"_id", "The id is longer than 256 characters.")
 	}
-	after := q.Get("after")
-	after = cmp.Or(after, q.Get("cursor"))
 	f.Tail = true
-	if after != "" {
-		if !f.SetCursor(after) {
-			return f, ojserr.Invalid("after", "'%s' is not an event id (evt_<uuidv7>) or a cursor; pass the cursor of a previous page.", after)
-		}
+	if after := cmp.Or(q.Get("after"), q.Get("cursor")); after != "" && !f.SetCursor(after) {
+		return f, ojserr.Invalid("after", "'%s' is not an event id (evt_<uuidv7>) or a cursor; pass the cursor of a previous page.", after)
 	}
 	for _, p := range []struct {
 		name string
@@ -136,11 +132,17 @@ func list(q url.Values, names ...string) []string {
 	var out []string
 	for _, n := range names {
 		for _, v := range q[n] {
-			for _, s := range strings.Split(v, ",") {
-				if s = strings.TrimSpace(s); s != "" {
-					out = append(out, s)
-				}
-			}
+			out = appendItems(out, v)
+		}
+	}
+	return out
+}
+
+// appendItems appends the non-empty items of the comma-separated list v.
+func appendItems(out []string, v string) []string {
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
 		}
 	}
 	return out
@@ -362,11 +364,9 @@ func MatchType(patterns []string, typ string) bool {
 }
 
 // DefaultPublished are the event types published to EventBridge unless
-// configured otherwise: what subscribers act on in practice, the end of
-// each job and each workflow's lifecycle. The per-attempt and per-step
-// events (job.enqueued, job.started, job.retrying, workflow.step_completed,
-// ...) stay in the events API only: at $1 per million events they would
-// cost four times what the terminal ones do (docs/benchmark.md).
+// configured otherwise: the end of each job's and workflow's lifecycle
+// (per-attempt and per-step events would cost four times as much,
+// docs/benchmark.md).
 var DefaultPublished = []string{
 	JobCompleted, JobDiscarded, JobCancelled,
 	WorkflowCreated, WorkflowCompleted, WorkflowFailed, WorkflowCancelled, WorkflowCallbackFired,
@@ -385,12 +385,7 @@ func ParsePublished(spec string) ([]string, error) {
 	case "none":
 		return []string{}, nil
 	}
-	var out []string
-	for _, s := range strings.Split(spec, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			out = append(out, s)
-		}
-	}
+	out := appendItems(nil, spec)
 	if err := checkPatterns("OJS_PUBLISH_EVENTS", out); err != nil {
 		return nil, fmt.Errorf("%s", ojserr.As(err).Message)
 	}

@@ -44,34 +44,26 @@ func FromJob(source string, old, cur *job.Job, version int64, at time.Time) []Ev
 		}
 		return b.out
 	}
+	waiting := map[string]any{"priority": cur.Priority}
+	if cur.ScheduledAt != nil {
+		waiting["scheduled_at"] = job.Timestamp(*cur.ScheduledAt)
+	}
 	switch cur.State {
 	case job.Scheduled:
-		d := map[string]any{"priority": cur.Priority}
-		if cur.ScheduledAt != nil {
-			d["scheduled_at"] = job.Timestamp(*cur.ScheduledAt)
-		}
-		b.add(JobScheduled, or(cur.CreatedAt, at), d)
+		b.add(JobScheduled, or(cur.CreatedAt, at), waiting)
 	case job.Available:
 		if from == job.Active {
 			// The lease expired or the worker asked for a requeue: the
 			// attempt failed and the job is back in its queue.
 			b.failed(from, true)
 		}
-		d := map[string]any{"priority": cur.Priority}
-		if cur.ScheduledAt != nil {
-			d["scheduled_at"] = job.Timestamp(*cur.ScheduledAt)
-		}
-		b.add(JobEnqueued, or(cur.EnqueuedAt, at), d)
+		b.add(JobEnqueued, or(cur.EnqueuedAt, at), waiting)
 	case job.Active:
-		worker := cur.WorkerID
-		worker = cmp.Or(worker, "unknown")
-		b.add(JobStarted, or(cur.StartedAt, at), map[string]any{"worker_id": worker, "attempt": cur.Attempt})
+		b.add(JobStarted, or(cur.StartedAt, at), map[string]any{"worker_id": cmp.Or(cur.WorkerID, "unknown"), "attempt": cur.Attempt})
 	case job.Completed:
-		d := map[string]any{"attempt": cur.Attempt, "duration_ms": duration(cur.StartedAt, cur.CompletedAt)}
+		d := map[string]any{"attempt": cur.Attempt, "duration_ms": duration(cur.StartedAt, cur.CompletedAt), "result": nil}
 		if len(cur.Result) > 0 {
 			d["result"] = json.RawMessage(cur.Result)
-		} else {
-			d["result"] = nil
 		}
 		b.add(JobCompleted, or(cur.CompletedAt, at), d)
 	case job.Retryable:
@@ -193,9 +185,7 @@ func errorData(e *job.ErrorInfo, retryable bool) map[string]any {
 	if e == nil {
 		return map[string]any{"code": "handler_error", "message": "the attempt failed", "retryable": retryable}
 	}
-	code := e.Code
-	code = cmp.Or(code, e.Type, "handler_error")
-	return map[string]any{"code": code, "message": e.Message, "retryable": retryable}
+	return map[string]any{"code": cmp.Or(e.Code, e.Type, "handler_error"), "message": e.Message, "retryable": retryable}
 }
 
 func or(t *time.Time, def time.Time) time.Time {

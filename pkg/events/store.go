@@ -25,42 +25,15 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 )
 
-// Event pages (see docs/data-model.md "Events"). The stream function
-// writes the events of one batch as few items as it can, each a page: the
-// events of one window of time (PageWindow), compressed together.
-//
-//   - The log: pk EVL#<UTC day>#<shard>, one page per batch and window
-//     (the shard a hash of the page), so a query by time reads the day's
-//     shards in sort-key order.
-//   - The subject's history: a job's or workflow's (its id a UUIDv7, as
-//     every id this service assigns or accepts is) in the bucket of the
-//     subjects created in the same second, one page per batch, window and
-//     bucket: the events of jobs created together are written together, so
-//     a batch writes a page per second of creation instead of one per
-//     subject. The bucket is spread over SubjectShards partitions,
-//     EVB#<category>#<second of the id's time>#<shard>, the shard a hash of
-//     the page's first event (as the log's), so no partition takes every
-//     page of a busy second; a subject's history is a Query of each, at
-//     once, filtered. Other subjects (queues, workers, ids that are not
-//     UUIDv7) in pk EVT#<category>#<subject>, one page per batch, window
-//     and subject, as every subject was before the buckets.
-//   - A queue's failures: pk EVQ#<queue>, one page per batch, window and
-//     queue, holding only the QueueIndexed types (failed, retrying,
-//     discarded, cancelled, expired attempts). A query for those types of
-//     one queue (the failures of the last hour in the queue's stats) reads
-//     that queue's failures instead of every event of every queue since
-//     then; successes, the bulk of the log, are not paged again.
-//
-// A page's sort key is <lower bound of its window>#<its first event id>#
-// <hash of its event ids>: pages sort by window, every event of a window
-// sorts after every event of an earlier window, and the same events always
-// make the same page (a retried batch overwrites its own pages). A batch
-// retried with other records makes other pages holding some of the same
-// events: readers drop the duplicates by id.
-//
-// A write costs a write unit per KB of compressed page instead of two units
-// per event (an item of at least 1 KB and its copy in an index): about 0.1
-// unit per event in the log, one per subject and batch in the histories.
+// Event pages (docs/data-model.md "Events"): the stream function writes a
+// batch's events as few items as it can, each a page holding the events of
+// one window of time (PageWindow), compressed together, in the log (pk
+// EVL#<UTC day>#<shard>), in the subjects' histories (EVB#<category>#<second
+// of the id's time>#<shard> for UUIDv7 jobs and workflows, EVT#<category>#
+// <subject> for others) and, for the QueueIndexed types, in the queue's
+// failure pages (EVQ#<queue>). A page's sort key is <window lower bound>#
+// <first event id>#<hash of its ids>, so the same events always make the
+// same page; readers drop duplicate events by id.
 const (
 	eventPrefix       = "EVT#"
 	eventBucketPrefix = "EVB#"

@@ -1,10 +1,10 @@
 package httpapi
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"strconv"
-	"strings"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/admin"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
@@ -16,41 +16,96 @@ import (
 // addAdmin registers the Admin API (ojs-admin-api.md) under
 // /ojs/v1/admin. The worker directive routes are registered by New.
 func (s *Server) addAdmin(a *api, ad *admin.Service) {
-	h := &adminAPI{ad: ad, api: a}
 	const p = "/ojs/v1/admin"
-	s.add(LevelAdmin, http.MethodGet, p+"/queues", h.queues)
-	s.add(LevelAdmin, http.MethodGet, p+"/queues/{name}", h.queue)
-	s.add(LevelAdmin, http.MethodPost, p+"/queues/{name}/pause", h.pause(true))
-	s.add(LevelAdmin, http.MethodPost, p+"/queues/{name}/resume", h.pause(false))
-	s.add(LevelAdmin, http.MethodDelete, p+"/queues/{name}/jobs", h.purgeQueue)
-	s.add(LevelAdmin, http.MethodPut, p+"/queues/{name}/config", h.configQueue)
-	s.add(LevelAdmin, http.MethodGet, p+"/jobs", h.jobs)
-	s.add(LevelAdmin, http.MethodGet, p+"/jobs/{id}", h.job)
-	s.add(LevelAdmin, http.MethodPost, p+"/jobs/{id}/cancel", h.cancel)
-	s.add(LevelAdmin, http.MethodPost, p+"/jobs/{id}/retry", h.retry)
+	s.add(LevelAdmin, http.MethodGet, p+"/queues", paged(func(r *http.Request, page, per int) (any, error) {
+		return ad.Queues(r.Context(), page, per, a.isPush())
+	}))
+	s.add(LevelAdmin, http.MethodGet, p+"/queues/{name}", ok(func(r *http.Request, p params) (any, error) { return ad.Queue(r.Context(), p("name"), a.isPush()) }))
+	for verb, paused := range map[string]bool{"pause": true, "resume": false} {
+		s.add(LevelAdmin, http.MethodPost, p+"/queues/{name}/"+verb, ok(func(r *http.Request, p params) (any, error) { return ad.SetPaused(r.Context(), p("name"), paused) }))
+	}
+	s.add(LevelAdmin, http.MethodDelete, p+"/queues/{name}/jobs", withBody(func(r *http.Request, p params, raw []byte) (any, error) { return ad.Purge(r.Context(), p("name"), raw) }))
+	s.add(LevelAdmin, http.MethodPut, p+"/queues/{name}/config", withBody(func(r *http.Request, p params, raw []byte) (any, error) {
+		return ad.SetConfig(r.Context(), p("name"), raw)
+	}))
+	s.add(LevelAdmin, http.MethodGet, p+"/jobs", ok(func(r *http.Request, _ params) (any, error) {
+		q, err := admin.ParseJobQuery(r.URL.Query())
+		if err != nil {
+			return nil, err
+		}
+		return ad.SearchJobs(r.Context(), q)
+	}))
+	s.add(LevelAdmin, http.MethodGet, p+"/jobs/{id}", ok(func(r *http.Request, p params) (any, error) {
+		m, _, err := ad.JobDetail(r.Context(), p("id"))
+		return m, err
+	}))
+	s.add(LevelAdmin, http.MethodPost, p+"/jobs/{id}/cancel", ok(func(r *http.Request, p params) (any, error) { return previous(ad.CancelJob(r.Context(), p("id"))) }))
+	s.add(LevelAdmin, http.MethodPost, p+"/jobs/{id}/retry", byPath("job", "id", ad.RetryJob))
 	// Literal actions: a wildcard here would overlap /jobs/{id}/cancel.
 	for _, act := range []string{admin.BulkRetry, admin.BulkCancel, admin.BulkDelete} {
-		s.add(LevelAdmin, http.MethodPost, p+"/jobs/bulk/"+act, h.bulk(act))
+		s.add(LevelAdmin, http.MethodPost, p+"/jobs/bulk/"+act, withBody(func(r *http.Request, _ params, raw []byte) (any, error) { return ad.Bulk(r.Context(), act, raw) }))
 	}
-	s.add(LevelAdmin, http.MethodGet, p+"/workers/{id}", h.worker)
-	s.add(LevelAdmin, http.MethodDelete, p+"/workers/{id}", h.deregister)
-	s.add(LevelAdmin, http.MethodGet, p+"/stats", h.stats)
-	s.add(LevelAdmin, http.MethodGet, p+"/stats/history", h.history)
-	s.add(LevelAdmin, http.MethodGet, p+"/dead-letter", h.deadLetter)
+	s.add(LevelAdmin, http.MethodGet, p+"/workers/{id}", byPath("", "id", ad.Worker))
+	s.add(LevelAdmin, http.MethodDelete, p+"/workers/{id}", noContent(ad.Deregister))
+	s.add(LevelAdmin, http.MethodGet, p+"/stats", ok(func(r *http.Request, _ params) (any, error) { return ad.Stats(r.Context()) }))
+	s.add(LevelAdmin, http.MethodGet, p+"/stats/history", ok(func(r *http.Request, _ params) (any, error) {
+		q, err := ad.ParseHistoryQuery(r.URL.Query())
+		if err != nil {
+			return nil, err
+		}
+		return ad.History(r.Context(), q)
+	}))
+	s.add(LevelAdmin, http.MethodGet, p+"/dead-letter", ok(func(r *http.Request, _ params) (any, error) {
+		q, err := admin.ParseJobQuery(r.URL.Query())
+		if err != nil {
+			return nil, err
+		}
+		return ad.DeadLetter(r.Context(), q)
+	}))
 	if a.dead != nil {
-		s.add(LevelAdmin, http.MethodGet, p+"/dead-letter/stats", a.deadStats)
-		s.add(LevelAdmin, http.MethodGet, p+"/dead-letter/{id}", a.deadJob)
-		s.add(LevelAdmin, http.MethodPost, p+"/dead-letter/{id}/retry", a.retryDead)
-		s.add(LevelAdmin, http.MethodDelete, p+"/dead-letter/{id}", h.deleteDead)
+		s.add(LevelAdmin, http.MethodGet, p+"/dead-letter/stats", ok(func(r *http.Request, _ params) (any, error) { return a.dead.Stats(r.Context()) }))
+		s.add(LevelAdmin, http.MethodGet, p+"/dead-letter/{id}", byPath("job", "id", a.dead.Get))
+		s.add(LevelAdmin, http.MethodPost, p+"/dead-letter/{id}/retry", a.retryDead())
+		// 204 (ojs-dead-letter.md 10 through the Admin API, as the
+		// conformance suite expects); the data plane's DELETE answers 200.
+		s.add(LevelAdmin, http.MethodDelete, p+"/dead-letter/{id}", noContent(a.dead.Delete))
 		s.add(LevelAdmin, http.MethodPost, p+"/dead-letter/retry", a.deadBulk(true))
 	}
-	s.add(LevelAdmin, http.MethodDelete, p+"/dead-letter", h.purgeDead)
-	s.add(LevelAdmin, http.MethodGet, p+"/system/config", h.systemConfig)
+	s.add(LevelAdmin, http.MethodDelete, p+"/dead-letter", ok(func(r *http.Request, _ params) (any, error) {
+		raw, err := bulkBody(r, true)
+		if err != nil {
+			return nil, err
+		}
+		res, err := ad.PurgeDead(r.Context(), raw)
+		if err != nil {
+			return nil, err
+		}
+		return map[string]any{"purged_count": res.Succeeded, "deleted": res.Succeeded, "matched": res.Matched,
+			"failed": res.Failed, "job_ids": res.JobIDs, "has_more": res.HasMore}, nil
+	}))
+	s.add(LevelAdmin, http.MethodGet, p+"/system/config", ok(a.systemConfig))
 }
 
-type adminAPI struct {
-	ad  *admin.Service
-	api *api
+// noContent serves op on the path value id with a 204.
+func noContent(op func(context.Context, string) error) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request, p params) error {
+		if err := op(r.Context(), p("id")); err != nil {
+			return err
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	}
+}
+
+// paged serves a listing read with pageParams.
+func paged(fn func(r *http.Request, page, per int) (any, error)) handlerFunc {
+	return ok(func(r *http.Request, _ params) (any, error) {
+		page, per, err := pageParams(r)
+		if err != nil {
+			return nil, err
+		}
+		return fn(r, page, per)
+	})
 }
 
 // pageParams reads page (1-based) and per_page (1..100, default 20).
@@ -82,165 +137,12 @@ func (a *api) isPush() func(string) bool {
 	return nil
 }
 
-func (h *adminAPI) queues(w http.ResponseWriter, r *http.Request, _ params) error {
-	page, per, err := pageParams(r)
-	if err != nil {
-		return err
-	}
-	l, err := h.ad.Queues(r.Context(), page, per, h.api.isPush())
-	return reply(w, l, err)
-}
-
-func (h *adminAPI) queue(w http.ResponseWriter, r *http.Request, p params) error {
-	q, err := h.ad.Queue(r.Context(), p["name"], h.api.isPush())
-	return reply(w, q, err)
-}
-
-func (h *adminAPI) pause(paused bool) handlerFunc {
-	return func(w http.ResponseWriter, r *http.Request, p params) error {
-		res, err := h.ad.SetPaused(r.Context(), p["name"], paused)
-		return reply(w, res, err)
-	}
-}
-
-func (h *adminAPI) purgeQueue(w http.ResponseWriter, r *http.Request, p params) error {
-	raw, err := readBody(r)
-	if err != nil {
-		return err
-	}
-	res, err := h.ad.Purge(r.Context(), p["name"], raw)
-	return reply(w, res, err)
-}
-
-func (h *adminAPI) configQueue(w http.ResponseWriter, r *http.Request, p params) error {
-	raw, err := readBody(r)
-	if err != nil {
-		return err
-	}
-	q, err := h.ad.SetConfig(r.Context(), p["name"], raw)
-	return reply(w, q, err)
-}
-
-func (h *adminAPI) jobs(w http.ResponseWriter, r *http.Request, _ params) error {
-	q, err := admin.ParseJobQuery(r.URL.Query())
-	if err != nil {
-		return err
-	}
-	page, err := h.ad.SearchJobs(r.Context(), q)
-	return reply(w, page, err)
-}
-
-func (h *adminAPI) job(w http.ResponseWriter, r *http.Request, p params) error {
-	m, _, err := h.ad.JobDetail(r.Context(), p["id"])
-	return reply(w, m, err)
-}
-
-func (h *adminAPI) cancel(w http.ResponseWriter, r *http.Request, p params) error {
-	j, prev, err := h.ad.CancelJob(r.Context(), p["id"])
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"job": withFields(j, map[string]any{"previous_state": prev})})
-	return nil
-}
-
-func (h *adminAPI) retry(w http.ResponseWriter, r *http.Request, p params) error {
-	j, err := h.ad.RetryJob(r.Context(), p["id"])
-	return reply(w, map[string]any{"job": j}, err)
-}
-
-func (h *adminAPI) bulk(action string) handlerFunc {
-	return func(w http.ResponseWriter, r *http.Request, _ params) error {
-		raw, err := readBody(r)
-		if err != nil {
-			return err
-		}
-		res, err := h.ad.Bulk(r.Context(), action, raw)
-		return reply(w, res, err)
-	}
-}
-
-// workers serves GET /ojs/v1/admin/workers with the summary counts.
-func (h *adminAPI) workers(w http.ResponseWriter, r *http.Request, _ params) error {
-	page, per, err := pageParams(r)
-	if err != nil {
-		return err
-	}
-	l, err := h.ad.Workers(r.Context(), page, per)
-	return reply(w, l, err)
-}
-
-func (h *adminAPI) worker(w http.ResponseWriter, r *http.Request, p params) error {
-	wk, err := h.ad.Worker(r.Context(), p["id"])
-	return reply(w, wk, err)
-}
-
-func (h *adminAPI) deregister(w http.ResponseWriter, r *http.Request, p params) error {
-	if err := h.ad.Deregister(r.Context(), p["id"]); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
-}
-
-func (h *adminAPI) stats(w http.ResponseWriter, r *http.Request, _ params) error {
-	st, err := h.ad.Stats(r.Context())
-	return reply(w, st, err)
-}
-
-func (h *adminAPI) history(w http.ResponseWriter, r *http.Request, _ params) error {
-	q, err := h.ad.ParseHistoryQuery(r.URL.Query())
-	if err != nil {
-		return err
-	}
-	hist, err := h.ad.History(r.Context(), q)
-	return reply(w, hist, err)
-}
-
-func (h *adminAPI) deadLetter(w http.ResponseWriter, r *http.Request, _ params) error {
-	q, err := admin.ParseJobQuery(r.URL.Query())
-	if err != nil {
-		return err
-	}
-	l, err := h.ad.DeadLetter(r.Context(), q)
-	return reply(w, l, err)
-}
-
-// deleteDead answers 204 (ojs-dead-letter.md 10 through the Admin API, as
-// the conformance suite expects); the data plane's DELETE answers 200.
-func (h *adminAPI) deleteDead(w http.ResponseWriter, r *http.Request, p params) error {
-	if err := h.api.dead.Delete(r.Context(), p["id"]); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
-}
-
-func (h *adminAPI) purgeDead(w http.ResponseWriter, r *http.Request, _ params) error {
-	raw, err := readBody(r)
-	if err != nil {
-		return err
-	}
-	if len(strings.TrimSpace(string(raw))) == 0 {
-		if raw, err = deadQueryBody(r); err != nil {
-			return err
-		}
-	}
-	res, err := h.ad.PurgeDead(r.Context(), raw)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"purged_count": res.Succeeded, "deleted": res.Succeeded, "matched": res.Matched,
-		"failed": res.Failed, "job_ids": res.JobIDs, "has_more": res.HasMore})
-	return nil
-}
-
 // systemConfig serves GET /admin/system/config: non-sensitive settings
 // (ojs-admin-api.md 12.2). Secrets (the auth token) are never shown, only
 // whether one is set.
-func (h *adminAPI) systemConfig(w http.ResponseWriter, r *http.Request, _ params) error {
-	cfg := h.api.s.cfg
-	writeJSON(w, http.StatusOK, map[string]any{
+func (a *api) systemConfig(*http.Request, params) (any, error) {
+	cfg := a.s.cfg
+	return map[string]any{
 		"implementation": map[string]any{"name": "ojs-serverless", "version": ImplementationVersion},
 		"backend":        "dynamodb",
 		"auth":           map[string]any{"bearer_token_required": cfg.AuthToken != ""},
@@ -250,8 +152,7 @@ func (h *adminAPI) systemConfig(w http.ResponseWriter, r *http.Request, _ params
 			"max_count_per_partition": admin.MaxCountPerPartition, "max_stats_events": admin.MaxStatsEvents, "event_window": admin.EventWindow.String()},
 		"indexes":     topology.JobTable.IndexNames(),
 		"maintenance": map[string]any{"supported": false},
-	})
-	return nil
+	}, nil
 }
 
 // workflowQueues lists the queues a workflow request's jobs use (every

@@ -35,8 +35,6 @@ type Producer interface {
 	Activate(ctx context.Context, id string) (*job.Job, error)
 }
 
-var _ Producer = (*lifecycle.Service)(nil)
-
 // Worker is the job operations of a worker (OJS FETCH, ACK, FAIL, BEAT)
 // and the worker directives and listing (implemented by
 // *lifecycle.Service).
@@ -51,8 +49,6 @@ type Worker interface {
 	Workers(ctx context.Context) ([]queue.WorkerInfo, error)
 }
 
-var _ Worker = (*lifecycle.Service)(nil)
-
 // Queues is queue control: pause and resume, the queue listing and stats,
 // the push-mode queues and the queue registry (implemented by
 // *queue.Service).
@@ -63,8 +59,6 @@ type Queues interface {
 	IsPush(queue string) bool
 	EnsureQueue(ctx context.Context, queue string) error
 }
-
-var _ Queues = (*queue.Service)(nil)
 
 // Services are the services the API serves, by operation family. A nil
 // Queues serves no push-mode queues and registers no workflow queues;
@@ -93,22 +87,16 @@ type DeadLetter interface {
 	Stats(ctx context.Context) (deadletter.Stats, error)
 }
 
-var _ DeadLetter = (*deadletter.Service)(nil)
-
 // Backend reports the health of the storage backend.
 type Backend interface {
 	Ping(ctx context.Context) error
 }
-
-var _ Backend = (*store.Store)(nil)
 
 // EventLog reads the event log for GET /ojs/v1/events (implemented by
 // *events.Store).
 type EventLog interface {
 	QueryEvents(ctx context.Context, f events.Filter, now time.Time) (*events.Page, error)
 }
-
-var _ EventLog = (*events.Store)(nil)
 
 // tableBackend is a Backend that names its DynamoDB client and table
 // (*store.Store): the event log defaults to the one in that table.
@@ -125,8 +113,6 @@ type Workflows interface {
 	Retry(ctx context.Context, id string) (*wfview.View, error)
 }
 
-var _ Workflows = (*workflow.Engine)(nil)
-
 // Crons is the cron schedule service (implemented by *cron.Service).
 type Crons interface {
 	Register(ctx context.Context, raw []byte) (cron.View, bool, error)
@@ -136,7 +122,17 @@ type Crons interface {
 	Delete(ctx context.Context, name string) (cron.View, error)
 }
 
-var _ Crons = (*cron.Service)(nil)
+// The implementations of the interfaces above.
+var (
+	_ Producer   = (*lifecycle.Service)(nil)
+	_ Worker     = (*lifecycle.Service)(nil)
+	_ Queues     = (*queue.Service)(nil)
+	_ DeadLetter = (*deadletter.Service)(nil)
+	_ Backend    = (*store.Store)(nil)
+	_ EventLog   = (*events.Store)(nil)
+	_ Workflows  = (*workflow.Engine)(nil)
+	_ Crons      = (*cron.Service)(nil)
+)
 
 // New returns the OJS HTTP handler. wfs may be nil (no workflow routes).
 func New(svc Services, backend Backend, wfs Workflows, cfg Config) *Server {
@@ -150,30 +146,30 @@ func New(svc Services, backend Backend, wfs Workflows, cfg Config) *Server {
 			cfg.Events = events.NewStore(tb.DB(), tb.Table())
 		}
 	}
-	s := &Server{cfg: cfg, started: cfg.Now(), mux: http.NewServeMux(), patterns: map[string]Level{}, raw: map[string]bool{}, metrics: newRequestMetrics()}
+	s := &Server{cfg: cfg, started: cfg.Now(), mux: http.NewServeMux(), patterns: map[string]Level{}, metrics: newRequestMetrics()}
 	a := &api{jobs: svc.Producer, worker: svc.Worker, progress: svc.Progress, queueSvc: svc.Queues, dead: cfg.DeadLetter, backend: backend, wfs: wfs, s: s}
-	s.add(LevelAny, http.MethodGet, "/ojs/manifest", a.manifest)
+	s.add(LevelAny, http.MethodGet, "/ojs/manifest", ok(func(*http.Request, params) (any, error) { return Manifest(), nil }))
 	s.add(LevelAny, http.MethodGet, "/ojs/v1/health", a.health)
 	s.add(LevelProducer, http.MethodPost, "/ojs/v1/jobs", a.push)
 	s.add(LevelProducer, http.MethodPost, "/ojs/v1/jobs/batch", a.pushBatch)
-	s.add(LevelProducer, http.MethodGet, "/ojs/v1/jobs/{id}", a.info)
-	s.add(LevelProducer, http.MethodDelete, "/ojs/v1/jobs/{id}", a.cancel)
-	s.add(LevelProducer, http.MethodPost, "/ojs/v1/jobs/{id}/activate", a.activate)
-	s.add(LevelWorker, http.MethodPost, "/ojs/v1/workers/fetch", a.fetch)
-	s.add(LevelWorker, http.MethodPost, "/ojs/v1/workers/ack", a.ack)
-	s.add(LevelWorker, http.MethodPost, "/ojs/v1/workers/nack", a.nack)
-	s.add(LevelWorker, http.MethodPost, "/ojs/v1/jobs/{id}/ack", a.ack)
-	s.add(LevelWorker, http.MethodPost, "/ojs/v1/jobs/{id}/nack", a.nack)
-	s.add(LevelWorker, http.MethodPost, "/ojs/v1/workers/heartbeat", a.heartbeat)
+	s.add(LevelProducer, http.MethodGet, "/ojs/v1/jobs/{id}", under("job", func(r *http.Request, p params) (any, error) { return a.jobs.Info(r.Context(), p("id")) }))
+	s.add(LevelProducer, http.MethodDelete, "/ojs/v1/jobs/{id}", ok(a.cancel))
+	s.add(LevelProducer, http.MethodPost, "/ojs/v1/jobs/{id}/activate", ok(a.activate))
+	s.add(LevelWorker, http.MethodPost, "/ojs/v1/workers/fetch", ok(a.fetch))
+	s.add(LevelWorker, http.MethodPost, "/ojs/v1/workers/ack", ok(a.ack))
+	s.add(LevelWorker, http.MethodPost, "/ojs/v1/workers/nack", ok(a.nack))
+	s.add(LevelWorker, http.MethodPost, "/ojs/v1/jobs/{id}/ack", ok(a.ack))
+	s.add(LevelWorker, http.MethodPost, "/ojs/v1/jobs/{id}/nack", ok(a.nack))
+	s.add(LevelWorker, http.MethodPost, "/ojs/v1/workers/heartbeat", ok(a.heartbeat))
 	s.addProgress(a)
 	if cfg.Schemas != nil {
 		s.addSchemas(cfg.Schemas)
 	}
 	if cfg.Admin != nil {
-		s.add(LevelAdmin, http.MethodGet, "/ojs/v1/admin/workers", (&adminAPI{ad: cfg.Admin, api: a}).workers)
+		s.add(LevelAdmin, http.MethodGet, "/ojs/v1/admin/workers", paged(func(r *http.Request, page, per int) (any, error) { return cfg.Admin.Workers(r.Context(), page, per) }))
 		s.addAdmin(a, cfg.Admin)
 	} else {
-		s.add(LevelAdmin, http.MethodGet, "/ojs/v1/admin/workers", a.workers)
+		s.add(LevelAdmin, http.MethodGet, "/ojs/v1/admin/workers", ok(a.workers))
 	}
 	s.addObservability(a, cfg.Admin)
 	s.addGracefulShutdown(a, cfg.Admin)
@@ -183,32 +179,41 @@ func New(svc Services, backend Backend, wfs Workflows, cfg Config) *Server {
 	s.add(LevelAdmin, http.MethodPost, "/ojs/v1/admin/workers/{id}/quiet", a.workerDirective(lifecycle.WorkerQuiet))
 	s.add(LevelAdmin, http.MethodPost, "/ojs/v1/admin/workers/{id}/terminate", a.workerDirective(lifecycle.WorkerTerminate))
 	if a.dead != nil {
-		s.add(LevelAdmin, http.MethodGet, "/ojs/v1/dead-letter", a.deadLetter)
-		s.add(LevelAdmin, http.MethodGet, "/ojs/v1/dead-letter/stats", a.deadStats)
+		s.add(LevelAdmin, http.MethodGet, "/ojs/v1/dead-letter", ok(a.deadLetter))
+		s.add(LevelAdmin, http.MethodGet, "/ojs/v1/dead-letter/stats", ok(func(r *http.Request, _ params) (any, error) { return a.dead.Stats(r.Context()) }))
 		s.add(LevelAdmin, http.MethodPost, "/ojs/v1/dead-letter/retry", a.deadBulk(true))
 		s.add(LevelAdmin, http.MethodDelete, "/ojs/v1/dead-letter", a.deadBulk(false))
-		s.add(LevelAdmin, http.MethodGet, "/ojs/v1/dead-letter/{id}", a.deadJob)
-		s.add(LevelAdmin, http.MethodPost, "/ojs/v1/dead-letter/{id}/retry", a.retryDead)
-		s.add(LevelAdmin, http.MethodDelete, "/ojs/v1/dead-letter/{id}", a.deleteDead)
+		s.add(LevelAdmin, http.MethodGet, "/ojs/v1/dead-letter/{id}", byPath("job", "id", a.dead.Get))
+		s.add(LevelAdmin, http.MethodPost, "/ojs/v1/dead-letter/{id}/retry", a.retryDead())
+		s.add(LevelAdmin, http.MethodDelete, "/ojs/v1/dead-letter/{id}", ok(a.deleteDead))
 	}
-	s.add(LevelAdmin, http.MethodGet, "/ojs/v1/queues", a.queues)
-	s.add(LevelAdmin, http.MethodGet, "/ojs/v1/queues/{name}/stats", a.queueStats)
+	s.add(LevelAdmin, http.MethodGet, "/ojs/v1/queues", ok(func(r *http.Request, _ params) (any, error) {
+		qs, err := a.queueSvc.QueueStates(r.Context())
+		return map[string]any{"queues": qs, "pagination": map[string]any{"total": len(qs), "limit": len(qs), "offset": 0, "has_more": false}}, err
+	}))
+	s.add(LevelAdmin, http.MethodGet, "/ojs/v1/queues/{name}/stats", ok(a.queueStats))
 	s.add(LevelAdmin, http.MethodPost, "/ojs/v1/queues/{name}/pause", a.pauseQueue(true))
 	s.add(LevelAdmin, http.MethodPost, "/ojs/v1/queues/{name}/resume", a.pauseQueue(false))
-	s.add(LevelAdmin, http.MethodGet, "/ojs/v1/events", a.events)
+	s.add(LevelAdmin, http.MethodGet, "/ojs/v1/events", ok(a.events))
 	if wfs != nil {
 		s.add(LevelProducer, http.MethodPost, "/ojs/v1/workflows", a.createWorkflow)
-		s.add(LevelProducer, http.MethodGet, "/ojs/v1/workflows/{id}", a.getWorkflow)
-		s.add(LevelProducer, http.MethodDelete, "/ojs/v1/workflows/{id}", a.cancelWorkflow)
-		s.add(LevelAdmin, http.MethodPost, "/ojs/v1/workflows/{id}/retry", a.retryWorkflow)
+		s.add(LevelProducer, http.MethodGet, "/ojs/v1/workflows/{id}", byPath("workflow", "id", wfs.Get))
+		s.add(LevelProducer, http.MethodDelete, "/ojs/v1/workflows/{id}", byPath("workflow", "id", wfs.Cancel))
+		// A failed or cancelled workflow runs again from its failed steps.
+		s.add(LevelAdmin, http.MethodPost, "/ojs/v1/workflows/{id}/retry", byPath("workflow", "id", wfs.Retry))
 	}
 	if cfg.Crons != nil {
 		a.crons = cfg.Crons
 		s.add(LevelAdmin, http.MethodPost, "/ojs/v1/cron", a.registerCron)
-		s.add(LevelAdmin, http.MethodGet, "/ojs/v1/cron", a.listCrons)
-		s.add(LevelAdmin, http.MethodGet, "/ojs/v1/cron/{name}", a.getCron)
-		s.add(LevelAdmin, http.MethodPatch, "/ojs/v1/cron/{name}", a.patchCron)
-		s.add(LevelAdmin, http.MethodDelete, "/ojs/v1/cron/{name}", a.deleteCron)
+		s.add(LevelAdmin, http.MethodGet, "/ojs/v1/cron", ok(a.listCrons))
+		s.add(LevelAdmin, http.MethodGet, "/ojs/v1/cron/{name}", ok(func(r *http.Request, p params) (any, error) { return cronBody(a.crons.Get(r.Context(), p("name"))) }))
+		s.add(LevelAdmin, http.MethodPatch, "/ojs/v1/cron/{name}", withBody(func(r *http.Request, p params, raw []byte) (any, error) {
+			return cronBody(a.crons.SetEnabled(r.Context(), p("name"), raw))
+		}))
+		s.add(LevelAdmin, http.MethodDelete, "/ojs/v1/cron/{name}", ok(func(r *http.Request, p params) (any, error) {
+			v, err := a.crons.Delete(r.Context(), p("name"))
+			return map[string]any{"deleted": true, "name": v.Name, "cron": v}, err
+		}))
 	}
 	return s
 }
@@ -245,36 +250,22 @@ func (a *api) registerCron(w http.ResponseWriter, r *http.Request, _ params) err
 	return nil
 }
 
-func (a *api) listCrons(w http.ResponseWriter, r *http.Request, _ params) error {
+// cronBody is a schedule's answer: under "cron_job" (ojs-cron.md) and "cron" (the conformance suite).
+func cronBody(v cron.View, err error) (any, error) {
+	return map[string]any{"cron_job": v, "cron": v}, err
+}
+
+func (a *api) listCrons(r *http.Request, _ params) (any, error) {
 	var enabled *bool
 	if e := r.URL.Query().Get("enabled"); e != "" {
 		b, err := strconv.ParseBool(e)
 		if err != nil {
-			return ojserr.Invalid("enabled", "The 'enabled' query parameter must be true or false.")
+			return nil, ojserr.Invalid("enabled", "The 'enabled' query parameter must be true or false.")
 		}
 		enabled = &b
 	}
 	vs, err := a.crons.List(r.Context(), enabled)
-	return reply(w, map[string]any{"cron_jobs": vs, "crons": vs, "count": len(vs)}, err)
-}
-
-func (a *api) getCron(w http.ResponseWriter, r *http.Request, p params) error {
-	v, err := a.crons.Get(r.Context(), p["name"])
-	return reply(w, map[string]any{"cron_job": v, "cron": v}, err)
-}
-
-func (a *api) patchCron(w http.ResponseWriter, r *http.Request, p params) error {
-	raw, err := readBody(r)
-	if err != nil {
-		return err
-	}
-	v, err := a.crons.SetEnabled(r.Context(), p["name"], raw)
-	return reply(w, map[string]any{"cron_job": v, "cron": v}, err)
-}
-
-func (a *api) deleteCron(w http.ResponseWriter, r *http.Request, p params) error {
-	v, err := a.crons.Delete(r.Context(), p["name"])
-	return reply(w, map[string]any{"deleted": true, "name": v.Name, "cron": v}, err)
+	return map[string]any{"cron_jobs": vs, "crons": vs, "count": len(vs)}, err
 }
 
 func (a *api) createWorkflow(w http.ResponseWriter, r *http.Request, _ params) error {
@@ -303,23 +294,6 @@ func (a *api) createWorkflow(w http.ResponseWriter, r *http.Request, _ params) e
 	}
 	writeJSON(w, status, map[string]any{"workflow": v})
 	return nil
-}
-
-func (a *api) getWorkflow(w http.ResponseWriter, r *http.Request, p params) error {
-	v, err := a.wfs.Get(r.Context(), p["id"])
-	return reply(w, map[string]any{"workflow": v}, err)
-}
-
-func (a *api) cancelWorkflow(w http.ResponseWriter, r *http.Request, p params) error {
-	v, err := a.wfs.Cancel(r.Context(), p["id"])
-	return reply(w, map[string]any{"workflow": v}, err)
-}
-
-// retryWorkflow serves POST /workflows/{id}/retry: a failed or cancelled
-// workflow runs again from its failed steps.
-func (a *api) retryWorkflow(w http.ResponseWriter, r *http.Request, p params) error {
-	v, err := a.wfs.Retry(r.Context(), p["id"])
-	return reply(w, map[string]any{"workflow": v}, err)
 }
 
 // withFields renders j and adds extra top-level fields.
@@ -394,27 +368,21 @@ func (a *api) pushBatch(w http.ResponseWriter, r *http.Request, _ params) error 
 	return nil
 }
 
-func (a *api) info(w http.ResponseWriter, r *http.Request, p params) error {
-	j, err := a.jobs.Info(r.Context(), p["id"])
-	return reply(w, map[string]any{"job": j}, err)
+func (a *api) cancel(r *http.Request, p params) (any, error) {
+	return previous(a.jobs.Cancel(r.Context(), p("id")))
 }
 
-func (a *api) cancel(w http.ResponseWriter, r *http.Request, p params) error {
-	j, prev, err := a.jobs.Cancel(r.Context(), p["id"])
+// previous answers a job with the state it left.
+func previous(j *job.Job, prev job.State, err error) (any, error) {
 	if err != nil {
-		return err
+		return nil, err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"job": withFields(j, map[string]any{"previous_state": prev})})
-	return nil
+	return map[string]any{"job": withFields(j, map[string]any{"previous_state": prev})}, nil
 }
 
-func (a *api) activate(w http.ResponseWriter, r *http.Request, p params) error {
-	j, err := a.jobs.Activate(r.Context(), p["id"])
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"job": withFields(j, map[string]any{"previous_state": job.Pending})})
-	return nil
+func (a *api) activate(r *http.Request, p params) (any, error) {
+	j, err := a.jobs.Activate(r.Context(), p("id"))
+	return previous(j, job.Pending, err)
 }
 
 type fetchRequest struct {
@@ -439,44 +407,59 @@ func intParam(field string, raw json.RawMessage, lo, hi int64) (int64, error) {
 	return n, nil
 }
 
-func (a *api) fetch(w http.ResponseWriter, r *http.Request, _ params) error {
+func (a *api) fetch(r *http.Request, _ params) (any, error) {
 	var req fetchRequest
 	if err := readObject(r, &req); err != nil {
-		return err
+		return nil, err
 	}
 	count, err := intParam("count", req.Count, 1, lifecycle.MaxFetch)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	vt, err := intParam("visibility_timeout_ms", req.VisibilityTimeoutMS, 1, job.MaxTimeout.Milliseconds())
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if len(req.WorkerID) > 256 {
-		return ojserr.Invalid("worker_id", "The 'worker_id' field is at most 256 characters.")
+		return nil, ojserr.Invalid("worker_id", "The 'worker_id' field is at most 256 characters.")
 	}
 	wait := a.s.cfg.FetchWait
 	if len(req.WaitMS) > 0 && string(req.WaitMS) != "null" {
 		ms, err := intParam("wait_ms", req.WaitMS, 0, lifecycle.MaxFetchWait.Milliseconds())
 		if err != nil {
-			return err
+			return nil, err
 		}
 		wait = time.Duration(ms) * time.Millisecond
 	}
 	jobs, err := a.worker.Fetch(r.Context(), lifecycle.FetchRequest{Queues: req.Queues, Count: int(count), WorkerID: req.WorkerID,
 		Visibility: time.Duration(vt) * time.Millisecond, Wait: wait})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	out := map[string]any{"jobs": jobs}
 	if len(jobs) > 0 {
 		out["job"] = jobs[0]
 	}
-	writeJSON(w, http.StatusOK, out)
-	return nil
+	return out, nil
 }
 
-func (a *api) ack(w http.ResponseWriter, r *http.Request, p params) error {
+// jobAttempt sets an ACK's or NACK's job id (from the path of POST
+// /jobs/{id}/ack and /nack, ojs-results.md 10.1 and ojs-serverless.md 4.2,
+// where a body job_id may only repeat it) and reads its attempt.
+func jobAttempt(id *string, raw json.RawMessage, p params) (int, error) {
+	switch path := p("id"); {
+	case path != "" && *id != "" && *id != path:
+		return 0, ojserr.Invalid("job_id", "The body's 'job_id' differs from the job in the path.")
+	case path != "":
+		*id = path
+	case *id == "":
+		return 0, ojserr.Invalid("job_id", "The 'job_id' field is required.")
+	}
+	n, err := intParam("attempt", raw, 1, math.MaxInt32)
+	return int(n), err
+}
+
+func (a *api) ack(r *http.Request, p params) (any, error) {
 	var req struct {
 		JobID    string          `json:"job_id"`
 		Result   json.RawMessage `json:"result"`
@@ -484,14 +467,11 @@ func (a *api) ack(w http.ResponseWriter, r *http.Request, p params) error {
 		Attempt  json.RawMessage `json:"attempt"`
 	}
 	if err := readObject(r, &req); err != nil {
-		return err
+		return nil, err
 	}
-	if err := pathJobID(&req.JobID, p); err != nil {
-		return err
-	}
-	attempt, err := intParam("attempt", req.Attempt, 1, math.MaxInt32)
+	attempt, err := jobAttempt(&req.JobID, req.Attempt, p)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if string(req.Result) == "null" {
 		req.Result = nil
@@ -500,32 +480,14 @@ func (a *api) ack(w http.ResponseWriter, r *http.Request, p params) error {
 	// (ojs-worker-protocol.md 5.6).
 	// With attempt (the FETCH answer's), only that attempt: a late ACK of
 	// an attempt whose lease ended cannot complete the next one.
-	j, err := a.worker.AckOwned(r.Context(), req.JobID, req.WorkerID, int(attempt), req.Result)
+	j, err := a.worker.AckOwned(r.Context(), req.JobID, req.WorkerID, attempt, req.Result)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	out := withFields(j, map[string]any{"acknowledged": true, "job_id": j.ID, "job": j})
-	writeJSON(w, http.StatusOK, out)
-	return nil
+	return withFields(j, map[string]any{"acknowledged": true, "job_id": j.ID, "job": j}), nil
 }
 
-// pathJobID sets *id from the path of POST /jobs/{id}/ack and /nack
-// (ojs-results.md 10.1, ojs-serverless.md 4.2), where a job_id in the
-// body may only repeat it; on /workers/ack and /nack the body's is
-// required.
-func pathJobID(id *string, p params) error {
-	switch {
-	case p["id"] != "" && *id != "" && *id != p["id"]:
-		return ojserr.Invalid("job_id", "The body's 'job_id' differs from the job in the path.")
-	case p["id"] != "":
-		*id = p["id"]
-	case *id == "":
-		return ojserr.Invalid("job_id", "The 'job_id' field is required.")
-	}
-	return nil
-}
-
-func (a *api) nack(w http.ResponseWriter, r *http.Request, p params) error {
+func (a *api) nack(r *http.Request, p params) (any, error) {
 	var req struct {
 		JobID string `json:"job_id"`
 		Error *struct {
@@ -541,35 +503,31 @@ func (a *api) nack(w http.ResponseWriter, r *http.Request, p params) error {
 		Attempt  json.RawMessage `json:"attempt"`
 	}
 	if err := readObject(r, &req); err != nil {
-		return err
+		return nil, err
 	}
-	if err := pathJobID(&req.JobID, p); err != nil {
-		return err
-	}
-	attempt, err := intParam("attempt", req.Attempt, 1, math.MaxInt32)
+	attempt, err := jobAttempt(&req.JobID, req.Attempt, p)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if req.Error == nil {
-		return ojserr.Invalid("error", "The 'error' object is required.")
+		return nil, ojserr.Invalid("error", "The 'error' object is required.")
 	}
 	if len(req.Error.Message) > 64<<10 || len(req.Error.Details) > 64<<10 {
-		return ojserr.Newf(ojserr.PayloadTooLarge, "The error message and details are limited to 64 KiB each.").With("field", "error")
+		return nil, ojserr.Newf(ojserr.PayloadTooLarge, "The error message and details are limited to 64 KiB each.").With("field", "error")
 	}
 	in := lifecycle.ErrorInput{Type: req.Error.Type, Code: req.Error.Code, Message: req.Error.Message, Retryable: req.Error.Retryable,
 		Backtrace: req.Error.Backtrace, Details: req.Error.Details, Requeue: req.Requeue}
-	j, err := a.worker.NackOwned(r.Context(), req.JobID, req.WorkerID, int(attempt), in)
+	j, err := a.worker.NackOwned(r.Context(), req.JobID, req.WorkerID, attempt, in)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	writeJSON(w, http.StatusOK, withFields(j, map[string]any{"job_id": j.ID, "job": j}))
-	return nil
+	return withFields(j, map[string]any{"job_id": j.ID, "job": j}), nil
 }
 
 // heartbeat serves BEAT. It accepts both request shapes in use: the
 // worker protocol's (active_jobs as a count, active_job_ids as the list)
 // and the HTTP binding's (active_jobs as the list, or one job_id).
-func (a *api) heartbeat(w http.ResponseWriter, r *http.Request, _ params) error {
+func (a *api) heartbeat(r *http.Request, _ params) (any, error) {
 	var req struct {
 		WorkerID            string          `json:"worker_id"`
 		State               string          `json:"state"`
@@ -583,7 +541,7 @@ func (a *api) heartbeat(w http.ResponseWriter, r *http.Request, _ params) error 
 		Shutdown            bool            `json:"shutdown"`
 	}
 	if err := readObject(r, &req); err != nil {
-		return err
+		return nil, err
 	}
 	// ojs-graceful-shutdown.md's words for the same states: a draining
 	// worker takes no new jobs (quiet); one shutting down terminates.
@@ -595,7 +553,7 @@ func (a *api) heartbeat(w http.ResponseWriter, r *http.Request, _ params) error 
 	}
 	conc, err := intParam("concurrency", req.Concurrency, 1, 100000)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	hr := lifecycle.HeartbeatRequest{WorkerID: req.WorkerID, State: req.State, JobIDs: req.ActiveJobIDs, Hostname: req.Hostname, Queues: req.Queues,
 		Concurrency: int(conc)}
@@ -604,7 +562,7 @@ func (a *api) heartbeat(w http.ResponseWriter, r *http.Request, _ params) error 
 		if json.Unmarshal(req.ActiveJobs, &ids) == nil {
 			hr.JobIDs = append(hr.JobIDs, ids...)
 		} else if json.Unmarshal(req.ActiveJobs, &hr.Active) != nil || hr.Active < 0 {
-			return ojserr.Invalid("active_jobs", "'active_jobs' must be a list of job ids or a non-negative count.")
+			return nil, ojserr.Invalid("active_jobs", "'active_jobs' must be a list of job ids or a non-negative count.")
 		}
 	}
 	if req.JobID != "" {
@@ -612,31 +570,28 @@ func (a *api) heartbeat(w http.ResponseWriter, r *http.Request, _ params) error 
 	}
 	vt, err := intParam("visibility_timeout_ms", req.VisibilityTimeoutMS, 1, job.MaxTimeout.Milliseconds())
 	if err != nil {
-		return err
+		return nil, err
 	}
 	hr.Visibility = time.Duration(vt) * time.Millisecond
 	res, err := a.worker.Heartbeat(r.Context(), hr)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"state": res.State, "directive": res.State, "jobs_extended": res.Extended, "jobs_cancelled": res.Cancelled,
-		"server_time": job.Timestamp(a.s.cfg.Now()), "acknowledged": true})
-	return nil
+	return map[string]any{"state": res.State, "directive": res.State, "jobs_extended": res.Extended, "jobs_cancelled": res.Cancelled,
+		"server_time": job.Timestamp(a.s.cfg.Now()), "acknowledged": true}, nil
 }
 
-// workers serves GET /ojs/v1/admin/workers.
-func (a *api) workers(w http.ResponseWriter, r *http.Request, _ params) error {
+func (a *api) workers(r *http.Request, _ params) (any, error) {
 	ws, err := a.worker.Workers(r.Context())
-	return reply(w, map[string]any{"items": ws, "pagination": map[string]any{"total": len(ws)}}, err)
+	return map[string]any{"items": ws, "pagination": map[string]any{"total": len(ws)}}, err
 }
 
 // workerDirective serves POST /ojs/v1/admin/workers/{id}/quiet and
 // /terminate: the worker learns it on its next heartbeat.
-func (a *api) workerDirective(directive string) func(http.ResponseWriter, *http.Request, params) error {
-	return func(w http.ResponseWriter, r *http.Request, p params) error {
-		wi, err := a.worker.SetWorkerDirective(r.Context(), p["id"], directive)
-		return reply(w, map[string]any{"worker": wi}, err)
-	}
+func (a *api) workerDirective(directive string) handlerFunc {
+	return under("worker", func(r *http.Request, p params) (any, error) {
+		return a.worker.SetWorkerDirective(r.Context(), p("id"), directive)
+	})
 }
 
 func limitParam(r *http.Request) (int, error) {
@@ -651,63 +606,58 @@ func limitParam(r *http.Request) (int, error) {
 	return n, nil
 }
 
-func (a *api) deadLetter(w http.ResponseWriter, r *http.Request, _ params) error {
+func (a *api) deadLetter(r *http.Request, _ params) (any, error) {
 	limit, err := limitParam(r)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	q := r.URL.Query().Get("queue")
 	if q != "" {
 		if err := job.ValidateQueue(q); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	jobs, more, err := a.dead.List(r.Context(), q, limit)
-	return reply(w, map[string]any{"jobs": jobs, "pagination": map[string]any{"total": len(jobs), "limit": limit, "offset": 0, "has_more": more}}, err)
+	return map[string]any{"jobs": jobs, "pagination": map[string]any{"total": len(jobs), "limit": limit, "offset": 0, "has_more": more}}, err
 }
 
 // deadBulk serves POST /dead-letter/retry and DELETE /dead-letter (a
 // purge): {"filter": {...}, "confirm": true}, or for DELETE the same as
-// query parameters (queue, type, error_type, since, limit, cursor,
-// confirm=true). A call selects the oldest matches first; with has_more,
-// next_cursor (sent back as "cursor") goes on where it stopped.
-func (a *api) deadBulk(retry bool) func(http.ResponseWriter, *http.Request, params) error {
-	return func(w http.ResponseWriter, r *http.Request, _ params) error {
-		raw, err := readBody(r)
+// query parameters (deadQueryBody).
+func (a *api) deadBulk(retry bool) handlerFunc {
+	return ok(func(r *http.Request, _ params) (any, error) {
+		raw, err := bulkBody(r, !retry)
 		if err != nil {
-			return err
-		}
-		if len(strings.TrimSpace(string(raw))) == 0 && !retry {
-			raw, err = deadQueryBody(r)
-			if err != nil {
-				return err
-			}
+			return nil, err
 		}
 		f, err := deadletter.ParseBulk(raw)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		var res deadletter.BulkResult
+		op, key := a.dead.Purge, "deleted"
 		if retry {
-			res, err = a.dead.RetryMatching(r.Context(), f)
-		} else {
-			res, err = a.dead.Purge(r.Context(), f)
+			op, key = a.dead.RetryMatching, "retried"
 		}
+		res, err := op(r.Context(), f)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		out := map[string]any{"matched": res.Matched, "succeeded": res.Succeeded, "failed": res.Failed, "job_ids": res.JobIDs, "has_more": res.HasMore}
+		out := map[string]any{"matched": res.Matched, "succeeded": res.Succeeded, "failed": res.Failed, "job_ids": res.JobIDs, "has_more": res.HasMore, key: res.Succeeded}
 		if res.NextCursor != "" {
 			out["next_cursor"] = res.NextCursor
 		}
-		if retry {
-			out["retried"] = res.Succeeded
-		} else {
-			out["deleted"] = res.Succeeded
-		}
-		writeJSON(w, http.StatusOK, out)
-		return nil
+		return out, nil
+	})
+}
+
+// bulkBody reads a dead letter bulk request: the body or, when query is
+// set and the body is empty, the query parameters (deadQueryBody).
+func bulkBody(r *http.Request, query bool) ([]byte, error) {
+	raw, err := readBody(r)
+	if err != nil || !query || len(strings.TrimSpace(string(raw))) > 0 {
+		return raw, err
 	}
+	return deadQueryBody(r)
 }
 
 // deadQueryBody turns DELETE /dead-letter's query parameters into the
@@ -735,82 +685,59 @@ func deadQueryBody(r *http.Request) ([]byte, error) {
 	return json.Marshal(body)
 }
 
-func (a *api) deadStats(w http.ResponseWriter, r *http.Request, _ params) error {
-	st, err := a.dead.Stats(r.Context())
-	return reply(w, st, err)
+func (a *api) retryDead() handlerFunc {
+	return withBody(func(r *http.Request, p params, raw []byte) (any, error) {
+		o, err := deadletter.ParseRetryRequest(raw)
+		if err != nil {
+			return nil, err
+		}
+		j, err := a.dead.Retry(r.Context(), p("id"), o)
+		return map[string]any{"job": j}, err
+	})
 }
 
-func (a *api) deadJob(w http.ResponseWriter, r *http.Request, p params) error {
-	j, err := a.dead.Get(r.Context(), p["id"])
-	return reply(w, map[string]any{"job": j}, err)
-}
-
-func (a *api) retryDead(w http.ResponseWriter, r *http.Request, p params) error {
-	raw, err := readBody(r)
-	if err != nil {
-		return err
-	}
-	o, err := deadletter.ParseRetryRequest(raw)
-	if err != nil {
-		return err
-	}
-	j, err := a.dead.Retry(r.Context(), p["id"], o)
-	return reply(w, map[string]any{"job": j}, err)
-}
-
-func (a *api) deleteDead(w http.ResponseWriter, r *http.Request, p params) error {
-	if err := a.dead.Delete(r.Context(), p["id"]); err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"deleted": true, "job_id": p["id"]})
-	return nil
-}
-
-func (a *api) queues(w http.ResponseWriter, r *http.Request, _ params) error {
-	qs, err := a.queueSvc.QueueStates(r.Context())
-	return reply(w, map[string]any{"queues": qs, "pagination": map[string]any{"total": len(qs), "limit": len(qs), "offset": 0, "has_more": false}}, err)
+func (a *api) deleteDead(r *http.Request, p params) (any, error) {
+	return map[string]any{"deleted": true, "job_id": p("id")}, a.dead.Delete(r.Context(), p("id"))
 }
 
 // queueStats serves GET /queues/{name}/stats: the counts both flat under
 // "queue" (as the conformance suite reads them) and under "stats" (as the
 // HTTP binding's example shows).
-func (a *api) queueStats(w http.ResponseWriter, r *http.Request, p params) error {
-	st, err := a.queueSvc.Stats(r.Context(), p["name"])
+func (a *api) queueStats(r *http.Request, p params) (any, error) {
+	st, err := a.queueSvc.Stats(r.Context(), p("name"))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"queue": st, "status": st.Status, "stats": map[string]any{
+	return map[string]any{"queue": st, "status": st.Status, "stats": map[string]any{
 		"available": st.Available, "active": st.Active, "scheduled": st.Scheduled, "retryable": st.Retryable,
 		"discarded": st.Discarded, "completed_last_hour": st.CompletedLastHour, "failed_last_hour": st.FailedLastHour,
-	}, "computed_at": job.Timestamp(a.s.cfg.Now())})
-	return nil
+	}, "computed_at": job.Timestamp(a.s.cfg.Now())}, nil
 }
 
-func (a *api) pauseQueue(paused bool) func(http.ResponseWriter, *http.Request, params) error {
-	return func(w http.ResponseWriter, r *http.Request, p params) error {
-		st, err := a.queueSvc.SetPaused(r.Context(), p["name"], paused)
-		return reply(w, map[string]any{"queue": st, "status": st.Status, "paused_at": st.PausedAt}, err)
-	}
+func (a *api) pauseQueue(paused bool) handlerFunc {
+	return ok(func(r *http.Request, p params) (any, error) {
+		st, err := a.queueSvc.SetPaused(r.Context(), p("name"), paused)
+		return map[string]any{"queue": st, "status": st.Status, "paused_at": st.PausedAt}, err
+	})
 }
 
 // events serves GET /ojs/v1/events (ojs-events.md section 6.4): events in
 // time order after the cursor, filtered by type, queue, job type, job or
 // workflow and time.
-func (a *api) events(w http.ResponseWriter, r *http.Request, _ params) error {
+func (a *api) events(r *http.Request, _ params) (any, error) {
 	f, err := events.ParseQuery(r.URL.Query())
 	if err != nil {
-		return err
+		return nil, err
 	}
 	f.MaxBytes = store.ListBytes
 	if a.s.cfg.Events == nil {
-		return ojserr.Backend(errors.New("no event log"))
+		return nil, ojserr.Backend(errors.New("no event log"))
 	}
 	page, err := a.s.cfg.Events.QueryEvents(r.Context(), f, a.s.cfg.Now())
 	if err != nil {
-		return ojserr.Backend(err)
+		return nil, ojserr.Backend(err)
 	}
-	writeJSON(w, http.StatusOK, page)
-	return nil
+	return page, nil
 }
 
 func (a *api) health(w http.ResponseWriter, r *http.Request, _ params) error {
@@ -824,10 +751,5 @@ func (a *api) health(w http.ResponseWriter, r *http.Request, _ params) error {
 		backend["status"], backend["error"] = "unhealthy", "the job table is unreachable"
 	}
 	writeJSON(w, code, map[string]any{"status": status, "version": job.SpecVersion, "uptime_seconds": int64(a.s.cfg.Now().Sub(a.s.started).Seconds()), "backend": backend})
-	return nil
-}
-
-func (a *api) manifest(w http.ResponseWriter, r *http.Request, _ params) error {
-	writeJSON(w, http.StatusOK, Manifest())
 	return nil
 }

@@ -175,10 +175,10 @@ func (a *api) ready(w http.ResponseWriter, r *http.Request, _ params) error {
 // worker reports "drain" (this backend's "quiet": no new jobs) or
 // "shutdown": true ("terminate"), and a worker's health.
 func (s *Server) addGracefulShutdown(a *api, ad *admin.Service) {
-	s.add(LevelWorker, http.MethodPost, "/ojs/v1/workers/beat", a.heartbeat)
+	s.add(LevelWorker, http.MethodPost, "/ojs/v1/workers/beat", ok(a.heartbeat))
 	if ad != nil {
 		s.add(LevelWorker, http.MethodGet, "/ojs/v1/workers/{id}/health", func(w http.ResponseWriter, r *http.Request, p params) error {
-			wk, err := ad.Worker(r.Context(), p["id"])
+			wk, err := ad.Worker(r.Context(), p("id"))
 			if err != nil {
 				return err
 			}

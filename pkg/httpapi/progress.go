@@ -18,24 +18,25 @@ type Progress interface {
 var _ Progress = (*lifecycle.Service)(nil)
 
 func (s *Server) addProgress(a *api) {
-	s.add(LevelWorker, http.MethodPut, "/ojs/v1/jobs/{id}/progress", a.putProgress)
-	s.add(LevelWorker, http.MethodPost, "/ojs/v1/workers/progress", a.postProgress)
-	s.add(LevelProducer, http.MethodGet, "/ojs/v1/jobs/{id}/progress", a.getProgress)
+	s.add(LevelWorker, http.MethodPut, "/ojs/v1/jobs/{id}/progress", ok(a.putProgress))
+	s.add(LevelWorker, http.MethodPost, "/ojs/v1/workers/progress", ok(a.postProgress))
+	s.add(LevelProducer, http.MethodGet, "/ojs/v1/jobs/{id}/progress", ok(func(r *http.Request, p params) (any, error) {
+		return progressBody(a.jobs.Info(r.Context(), p("id")))
+	}))
 }
 
 // putProgress serves PUT /jobs/{id}/progress (ojs-progress.md 6.1).
-func (a *api) putProgress(w http.ResponseWriter, r *http.Request, p params) error {
+func (a *api) putProgress(r *http.Request, p params) (any, error) {
 	var in lifecycle.ProgressInput
 	if err := readObject(r, &in); err != nil {
-		return err
+		return nil, err
 	}
-	j, err := a.progress.ReportProgress(r.Context(), p["id"], in)
-	return reply(w, progressBody(j), err)
+	return progressBody(a.progress.ReportProgress(r.Context(), p("id"), in))
 }
 
 // postProgress serves POST /workers/progress, the shape the Go SDK's
 // JobContext.ReportProgress sends: job_id and a percentage from 0 to 100.
-func (a *api) postProgress(w http.ResponseWriter, r *http.Request, _ params) error {
+func (a *api) postProgress(r *http.Request, _ params) (any, error) {
 	var in struct {
 		JobID      string          `json:"job_id"`
 		Percentage *float64        `json:"percentage"`
@@ -43,28 +44,20 @@ func (a *api) postProgress(w http.ResponseWriter, r *http.Request, _ params) err
 		Data       json.RawMessage `json:"data"`
 	}
 	if err := readObject(r, &in); err != nil {
-		return err
+		return nil, err
 	}
 	pi := lifecycle.ProgressInput{Message: in.Message, Data: in.Data}
 	if in.Percentage != nil {
-		f := *in.Percentage / 100
-		pi.Progress = &f
+		pi.Progress = new(*in.Percentage / 100)
 	}
-	j, err := a.progress.ReportProgress(r.Context(), in.JobID, pi)
-	return reply(w, progressBody(j), err)
-}
-
-// getProgress serves GET /jobs/{id}/progress (ojs-progress.md 7.1).
-func (a *api) getProgress(w http.ResponseWriter, r *http.Request, p params) error {
-	j, err := a.jobs.Info(r.Context(), p["id"])
-	return reply(w, progressBody(j), err)
+	return progressBody(a.progress.ReportProgress(r.Context(), in.JobID, pi))
 }
 
 // progressBody is a job's progress as the extension answers it: progress
 // and data null when none was reported.
-func progressBody(j *job.Job) map[string]any {
-	if j == nil {
-		return nil
+func progressBody(j *job.Job, err error) (any, error) {
+	if err != nil {
+		return nil, err
 	}
 	b := map[string]any{"job_id": j.ID, "state": j.State, "progress": nil, "data": nil}
 	if pr := j.ProgressShown(); pr != nil {
@@ -73,5 +66,5 @@ func progressBody(j *job.Job) map[string]any {
 			b["data"] = pr.Data
 		}
 	}
-	return b
+	return b, nil
 }

@@ -27,27 +27,24 @@ func (s *Server) addSchemas(sc Schemas) {
 		if err := readObject(r, &req); err != nil {
 			return err
 		}
-		v, created, err := sc.Register(r.Context(), p["type"], p["version"], req.Schema)
+		v, created, err := sc.Register(r.Context(), p("type"), p("version"), req.Schema)
 		if err != nil {
 			return err
 		}
 		writeJSON(w, map[bool]int{true: http.StatusCreated, false: http.StatusOK}[created], v)
 		return nil
 	})
-	s.add(LevelAdmin, http.MethodGet, "/ojs/v1/admin/schemas/{type}", func(w http.ResponseWriter, r *http.Request, p params) error {
-		v, err := sc.Get(r.Context(), p["type"], "")
-		return reply(w, v, err)
-	})
-	s.add(LevelAdmin, http.MethodGet, "/ojs/v1/admin/schemas/{type}/{version}", func(w http.ResponseWriter, r *http.Request, p params) error {
-		v, err := sc.Get(r.Context(), p["type"], p["version"])
-		return reply(w, v, err)
-	})
-	s.add(LevelAdmin, http.MethodGet, "/ojs/v1/admin/schemas/{type}/versions", func(w http.ResponseWriter, r *http.Request, p params) error {
-		vs, err := sc.Versions(r.Context(), p["type"])
-		return reply(w, map[string]any{"type": p["type"], "versions": append([]schema.Version{}, vs...)}, err)
-	})
-	s.add(LevelAdmin, http.MethodDelete, "/ojs/v1/admin/schemas/{type}/{version}", func(w http.ResponseWriter, r *http.Request, p params) error {
-		err := sc.Delete(r.Context(), p["type"], p["version"])
-		return reply(w, map[string]any{"type": p["type"], "version": p["version"], "deleted": true}, err)
-	})
+	s.add(LevelAdmin, http.MethodGet, "/ojs/v1/admin/schemas/{type}", ok(func(r *http.Request, p params) (any, error) {
+		return sc.Get(r.Context(), p("type"), "")
+	}))
+	s.add(LevelAdmin, http.MethodGet, "/ojs/v1/admin/schemas/{type}/{version}", ok(func(r *http.Request, p params) (any, error) {
+		return sc.Get(r.Context(), p("type"), p("version"))
+	}))
+	s.add(LevelAdmin, http.MethodGet, "/ojs/v1/admin/schemas/{type}/versions", ok(func(r *http.Request, p params) (any, error) {
+		vs, err := sc.Versions(r.Context(), p("type"))
+		return map[string]any{"type": p("type"), "versions": append([]schema.Version{}, vs...)}, err
+	}))
+	s.add(LevelAdmin, http.MethodDelete, "/ojs/v1/admin/schemas/{type}/{version}", ok(func(r *http.Request, p params) (any, error) {
+		return map[string]any{"type": p("type"), "version": p("version"), "deleted": true}, sc.Delete(r.Context(), p("type"), p("version"))
+	}))
 }

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"mime"
 	"net/http"
 	"path"
@@ -81,7 +82,8 @@ type Config struct {
 	Events EventLog
 }
 
-type params map[string]string
+// params reads a route's path values (http.Request.PathValue).
+type params func(name string) string
 
 // handlerFunc is a route's handler: it writes a successful answer itself and
 // returns an error for Server to write in the OJS error shape.
@@ -98,9 +100,6 @@ type Server struct {
 	patterns map[string]Level
 	cfg      Config
 	started  time.Time
-	// raw routes are served as they are (no JSON content checks, no body
-	// limit): /metrics and the web console.
-	raw map[string]bool
 	// metrics counts requests per route for GET /metrics.
 	metrics *requestMetrics
 }
@@ -127,67 +126,41 @@ func (s *Server) addRaw(lv Level, method, pattern string, h handlerFunc) {
 
 func (s *Server) addRoute(lv Level, method, pattern string, h handlerFunc, raw bool) {
 	full := method + " " + pattern
-	names := wildcards(pattern)
 	s.patterns[full] = lv
-	if raw {
-		s.raw[full] = true
-	}
 	s.mux.HandleFunc(full, func(w http.ResponseWriter, r *http.Request) {
 		st, _ := r.Context().Value(stateKey{}).(*dispatchState)
 		if st == nil {
 			st = &dispatchState{}
 		}
 		st.route = full
-		var p params
-		for _, n := range names {
-			if p == nil {
-				p = params{}
-			}
-			p[n] = r.PathValue(n)
-		}
 		if !raw {
-			if err := checkVersion(r); err != nil {
-				st.err = err
-				return
-			}
-			if r.Method == http.MethodPost || r.Method == http.MethodPatch || r.Method == http.MethodPut {
-				if err := checkContentType(r); err != nil {
-					st.err = err
-					return
-				}
-			}
-			r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
-			if err := decodeContentEncoding(w, r); err != nil {
-				st.err = err
+			if st.err = checkRequest(w, r); st.err != nil {
 				return
 			}
 		}
-		st.err = h(w, r, p)
+		st.err = h(w, r, r.PathValue)
 	})
 }
 
-// wildcards returns the names of a pattern's {name} and {name...} segments.
-func wildcards(pattern string) []string {
-	var out []string
-	for _, seg := range strings.Split(pattern, "/") {
-		if strings.HasPrefix(seg, "{") && strings.HasSuffix(seg, "}") {
-			if n := strings.TrimSuffix(strings.Trim(seg, "{}"), "..."); n != "$" {
-				out = append(out, n)
-			}
+// checkRequest applies the OJS checks to a request: its version, content
+// type, body size and encoding.
+func checkRequest(w http.ResponseWriter, r *http.Request) error {
+	if err := checkVersion(r); err != nil {
+		return err
+	}
+	if r.Method == http.MethodPost || r.Method == http.MethodPatch || r.Method == http.MethodPut {
+		if err := checkContentType(r); err != nil {
+			return err
 		}
 	}
-	return out
+	r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
+	return decodeContentEncoding(w, r)
 }
 
 // Routes returns every registered route pattern ("POST /ojs/v1/jobs"),
 // sorted: the route table, for tests that must cover each route.
 func (s *Server) Routes() []string {
-	out := make([]string, 0, len(s.patterns))
-	for p := range s.patterns {
-		out = append(out, p)
-	}
-	slices.Sort(out)
-	return out
+	return slices.Sorted(maps.Keys(s.patterns))
 }
 
 type ctxKey struct{}
@@ -439,6 +412,47 @@ func reply(w http.ResponseWriter, body any, err error) error {
 	}
 	writeJSON(w, http.StatusOK, body)
 	return nil
+}
+
+// answerFunc computes a route's 200 answer.
+type answerFunc func(r *http.Request, p params) (any, error)
+
+// ok serves a route whose answer is fn's, with status 200.
+func ok(fn answerFunc) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request, p params) error {
+		v, err := fn(r, p)
+		return reply(w, v, err)
+	}
+}
+
+// under is ok with fn's answer under key.
+func under(key string, fn answerFunc) handlerFunc {
+	return ok(func(r *http.Request, p params) (any, error) {
+		v, err := fn(r, p)
+		return map[string]any{key: v}, err
+	})
+}
+
+// byPath serves op's result for the path value name, under key ("": as it is).
+func byPath[T any](key, name string, op func(context.Context, string) (T, error)) handlerFunc {
+	return ok(func(r *http.Request, p params) (any, error) {
+		v, err := op(r.Context(), p(name))
+		if key == "" {
+			return v, err
+		}
+		return map[string]any{key: v}, err
+	})
+}
+
+// withBody is ok for a route that reads its body (readBody) first.
+func withBody(fn func(r *http.Request, p params, raw []byte) (any, error)) handlerFunc {
+	return ok(func(r *http.Request, p params) (any, error) {
+		raw, err := readBody(r)
+		if err != nil {
+			return nil, err
+		}
+		return fn(r, p, raw)
+	})
 }
 
 // readBody reads a POST body, mapping an oversize body to 413.

@@ -4,13 +4,6 @@
 // function's log group, so no request path changes and no PutMetricData
 // call is made.
 //
-// A Batch aggregates one stream batch's job changes per OJS queue; Emitter
-// writes one EMF line per queue present in the batch (more only when a
-// latency list exceeds EMF's 100 values per metric). Wrap puts an Emitter
-// around the stream engine so that only changes the engine finished are
-// counted: a failed batch is counted up to its first failed record, and
-// the mapping's retry counts the rest.
-//
 // Metrics, all in namespace Namespace with the dimension sets
 // {Environment, Queue} and {Environment}:
 //

@@ -29,10 +29,6 @@ type pauseRead struct {
 
 // Paused reports whether queue q is paused, reading its registry item (one
 // consistent read) at most once per PauseCacheTTL while it is not paused.
-// A worker function serves a few push-mode queues: a read of each of
-// those is fewer requests than a listing of every queue (a Query of each
-// registry shard), which it read until 2026-11-27. The error is the
-// read's.
 func (s *Service) Paused(ctx context.Context, q string) (bool, error) {
 	c := &s.pauses
 	c.mu.Lock()
@@ -80,10 +76,7 @@ func queueState(i *QueueInfo) QueueState {
 }
 
 // SetPaused pauses or resumes a queue. A paused queue still accepts jobs;
-// they wait, neither fetched nor delivered to the worker function, until
-// the queue is resumed (push-mode jobs are then re-sent by the sweeper).
-// It fails with a 400 for an invalid queue name and a backend error when
-// the write fails.
+// they wait, neither fetched nor delivered, until the queue is resumed.
 func (s *Service) SetPaused(ctx context.Context, name string, paused bool) (QueueState, error) {
 	if err := job.ValidateQueue(name); err != nil {
 		return QueueState{}, err
@@ -140,32 +133,24 @@ func (s *Service) Stats(ctx context.Context, name string) (*QueueStats, error) {
 		return nil, ojserr.Backend(err)
 	}
 	now := s.clock()
-	count := func(typ string) (int, error) {
-		n := 0
-		f := events.Filter{Types: []string{typ}, Queues: []string{name}, Since: now.Add(-time.Hour), Limit: events.MaxLimit}
-		if s.ev == nil {
-			return 0, errors.New("queue stats: no event log")
-		}
-		for range 100 {
-			p, err := s.ev.QueryEvents(ctx, f, now)
-			if err != nil {
-				return 0, err
-			}
-			n += len(p.Events)
-			if !p.HasMore {
-				break
-			}
-			f.After = p.Cursor
-		}
-		return n, nil
-	}
 	done, err := s.st.CountCompleted(ctx, name, now.Add(-time.Hour))
 	if err != nil {
 		return nil, ojserr.Backend(err)
 	}
-	failed, err := count(events.JobFailed)
-	if err != nil {
-		return nil, ojserr.Backend(err)
+	if s.ev == nil {
+		return nil, ojserr.Backend(errors.New("queue stats: no event log"))
+	}
+	failed := 0
+	f := events.Filter{Types: []string{events.JobFailed}, Queues: []string{name}, Since: now.Add(-time.Hour), Limit: events.MaxLimit}
+	for range 100 {
+		p, err := s.ev.QueryEvents(ctx, f, now)
+		if err != nil {
+			return nil, ojserr.Backend(err)
+		}
+		if failed += len(p.Events); !p.HasMore {
+			break
+		}
+		f.After = p.Cursor
 	}
 	st := QueueState{Name: name, Status: "active"}
 	infos, err := s.qs.QueueInfos(ctx)

@@ -43,9 +43,7 @@ const (
 )
 
 func queueKey(name string) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{
-		attrPK: &types.AttributeValueMemberS{Value: store.RegistryPK(name)}, attrSK: &types.AttributeValueMemberS{Value: queuePrefix + name},
-	}
+	return map[string]types.AttributeValue{attrPK: store.AttrS(store.RegistryPK(name)), attrSK: store.AttrS(queuePrefix + name)}
 }
 
 // withAttrs adds attrs to key (an item to put).
@@ -68,17 +66,11 @@ func (s *Store) SetQueuePaused(ctx context.Context, name string, paused bool, no
 		u = u.Remove(expression.Name("paused")).Remove(expression.Name("paused_at")).
 			Set(expression.Name("redeliver"), expression.Value(job.Timestamp(now)))
 	}
-	expr, err := expression.NewBuilder().WithUpdate(u).Build()
-	if err != nil {
-		return nil, err
-	}
-	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table, Key: queueKey(name),
-		UpdateExpression: expr.Update(), ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
-		ReturnValues: types.ReturnValueAllNew})
+	av, err := s.update(ctx, queueKey(name), u, types.ReturnValueAllNew)
 	if err != nil {
 		return nil, fmt.Errorf("set queue %s paused=%v: %w", name, paused, err)
 	}
-	return store.Unmarshal[QueueInfo](out.Attributes)
+	return store.Unmarshal[QueueInfo](av)
 }
 
 // SetQueueRate sets a queue's FETCH rate limit (jobs per second).
@@ -86,13 +78,7 @@ func (s *Store) SetQueueRate(ctx context.Context, name string, perSecond float64
 	u := expression.Set(expression.Name("name"), expression.Value(name)).
 		Set(expression.Name("created_at"), expression.IfNotExists(expression.Name("created_at"), expression.Value(job.Timestamp(now)))).
 		Set(expression.Name("rate_limit"), expression.Value(perSecond))
-	expr, err := expression.NewBuilder().WithUpdate(u).Build()
-	if err != nil {
-		return err
-	}
-	_, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table, Key: queueKey(name),
-		UpdateExpression: expr.Update(), ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values()})
-	if err != nil {
+	if _, err := s.update(ctx, queueKey(name), u, types.ReturnValueNone); err != nil {
 		return fmt.Errorf("set queue %s rate limit: %w", name, err)
 	}
 	return nil
@@ -261,7 +247,7 @@ func (s *Store) QueueInfos(ctx context.Context) ([]QueueInfo, error) {
 func (s *Store) ClearRedeliver(ctx context.Context, name, token string) error {
 	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table, Key: queueKey(name),
 		UpdateExpression: aws.String("REMOVE redeliver"), ConditionExpression: aws.String("redeliver = :t"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":t": &types.AttributeValueMemberS{Value: token}}})
+		ExpressionAttributeValues: map[string]types.AttributeValue{":t": store.AttrS(token)}})
 	if _, ok := errors.AsType[*types.ConditionalCheckFailedException](err); err != nil && !ok {
 		return fmt.Errorf("clear redelivery of queue %s: %w", name, err)
 	}
@@ -277,10 +263,8 @@ func DecodeQueue(av map[string]types.AttributeValue) (*QueueInfo, bool, error) {
 // EnsureQueue records a queue name in the queue registry (idempotent).
 func (s *Store) EnsureQueue(ctx context.Context, name string, now time.Time) error {
 	_, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{
-		TableName: &s.table,
-		Item: withAttrs(queueKey(name), map[string]types.AttributeValue{
-			"name": &types.AttributeValueMemberS{Value: name}, "created_at": &types.AttributeValueMemberS{Value: job.Timestamp(now)},
-		}),
+		TableName:           &s.table,
+		Item:                withAttrs(queueKey(name), map[string]types.AttributeValue{"name": store.AttrS(name), "created_at": store.AttrS(job.Timestamp(now))}),
 		ConditionExpression: aws.String("attribute_not_exists(pk)"),
 	})
 	if _, ok := errors.AsType[*types.ConditionalCheckFailedException](err); err != nil && !ok {

@@ -44,11 +44,8 @@ type Config struct {
 	ResultTTLs map[string]int64
 }
 
-// Service runs the queue operations: job admission (push mode, queue
-// registration, rate limits), pause and resume, the queue listing and
-// stats. It keeps per-process caches (the queues registered, the rate
-// limits recorded, the pause states read), so one Service serves a
-// process.
+// Service runs the queue operations. It keeps per-process caches, so one
+// Service serves a process.
 type Service struct {
 	st   *store.Store
 	qs   *Store
@@ -99,11 +96,8 @@ func (s *Service) clock() time.Time { return s.now().UTC() }
 // IsPush reports whether queue is a push-mode queue.
 func (s *Service) IsPush(queue string) bool { return s.push[queue] }
 
-// Admit prepares jobs for writing, the one way every job is prepared
-// whoever creates it (PUSH, batch PUSH, cron, workflows): push mode from
-// its queue, the queue registered (once per process), and the queue's
-// rate limit recorded when the job sets one. A failed write is an
-// ojserr backend error.
+// Admit prepares jobs for writing, whoever creates them: push mode from
+// the queue, the queue registered and its rate limit recorded.
 func (s *Service) Admit(ctx context.Context, jobs []*job.Job) error {
 	for _, j := range jobs {
 		j.Push = s.push[j.Queue]

@@ -3,7 +3,9 @@ package queue
 import (
 	"context"
 
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 )
 
@@ -32,4 +34,18 @@ const (
 // batchGetter is a client with BatchGetItem (FetchState's one read).
 type batchGetter interface {
 	BatchGetItem(context.Context, *dynamodb.BatchGetItemInput, ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error)
+}
+
+// update applies u to the item at key and returns the attributes rv asks for.
+func (s *Store) update(ctx context.Context, key map[string]types.AttributeValue, u expression.UpdateBuilder, rv types.ReturnValue) (map[string]types.AttributeValue, error) {
+	expr, err := expression.NewBuilder().WithUpdate(u).Build()
+	if err != nil {
+		return nil, err
+	}
+	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table, Key: key, UpdateExpression: expr.Update(),
+		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(), ReturnValues: rv})
+	if err != nil {
+		return nil, err
+	}
+	return out.Attributes, nil
 }

@@ -41,9 +41,7 @@ type WorkerInfo struct {
 }
 
 func workerKey(id string) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{
-		attrPK: &types.AttributeValueMemberS{Value: workerPrefix + id}, attrSK: &types.AttributeValueMemberS{Value: workerSK},
-	}
+	return map[string]types.AttributeValue{attrPK: store.AttrS(workerPrefix + id), attrSK: store.AttrS(workerSK)}
 }
 
 // WorkerBeat records a heartbeat and returns the worker as stored,
@@ -80,16 +78,8 @@ func DecodeWorker(av map[string]types.AttributeValue) (*WorkerInfo, bool, error)
 // WorkerState reads what a worker last reported and the directive an
 // operator set (a consistent read of a small item: one read unit).
 func (s *Store) WorkerState(ctx context.Context, id string) (*WorkerInfo, error) {
-	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.table, Key: workerKey(id), ConsistentRead: aws.Bool(true),
-		ProjectionExpression:     aws.String("worker_id, #s, directive"),
-		ExpressionAttributeNames: map[string]string{"#s": "state"}})
-	if err != nil {
-		return nil, fmt.Errorf("read worker %s: %w", id, err)
-	}
-	if len(out.Item) == 0 {
-		return nil, nil
-	}
-	return store.Unmarshal[WorkerInfo](out.Item)
+	return s.getWorker(ctx, &dynamodb.GetItemInput{ProjectionExpression: aws.String("worker_id, #s, directive"),
+		ExpressionAttributeNames: map[string]string{"#s": "state"}}, id)
 }
 
 // SetWorkerDirective records the state an operator wants a worker in; it
@@ -101,17 +91,11 @@ func (s *Store) SetWorkerDirective(ctx context.Context, id, directive string, no
 }
 
 func (s *Store) updateWorker(ctx context.Context, id string, u expression.UpdateBuilder) (*WorkerInfo, error) {
-	expr, err := expression.NewBuilder().WithUpdate(u).Build()
-	if err != nil {
-		return nil, err
-	}
-	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table, Key: workerKey(id),
-		UpdateExpression: expr.Update(), ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
-		ReturnValues: types.ReturnValueAllNew})
+	av, err := s.update(ctx, workerKey(id), u, types.ReturnValueAllNew)
 	if err != nil {
 		return nil, fmt.Errorf("update worker %s: %w", id, err)
 	}
-	return store.Unmarshal[WorkerInfo](out.Attributes)
+	return store.Unmarshal[WorkerInfo](av)
 }
 
 // Workers lists the workers seen in the last day, most recent heartbeat
@@ -119,7 +103,7 @@ func (s *Store) updateWorker(ctx context.Context, id string, u expression.Update
 func (s *Store) Workers(ctx context.Context, limit int) ([]WorkerInfo, error) {
 	out, err := s.db.Query(ctx, &dynamodb.QueryInput{TableName: &s.table, IndexName: aws.String(topology.IndexDue),
 		KeyConditionExpression:    aws.String("due_pk = :w"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":w": &types.AttributeValueMemberS{Value: workersDuePK}},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":w": store.AttrS(workersDuePK)},
 		ScanIndexForward:          aws.Bool(false), Limit: aws.Int32(int32(limit))})
 	if err != nil {
 		return nil, fmt.Errorf("list workers: %w", err)
@@ -133,7 +117,13 @@ func (s *Store) Workers(ctx context.Context, limit int) ([]WorkerInfo, error) {
 
 // Worker reads a worker's whole item (nil when there is none).
 func (s *Store) Worker(ctx context.Context, id string) (*WorkerInfo, error) {
-	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.table, Key: workerKey(id), ConsistentRead: aws.Bool(true)})
+	return s.getWorker(ctx, &dynamodb.GetItemInput{}, id)
+}
+
+// getWorker reads worker id with in (consistent; nil when there is none).
+func (s *Store) getWorker(ctx context.Context, in *dynamodb.GetItemInput, id string) (*WorkerInfo, error) {
+	in.TableName, in.Key, in.ConsistentRead = &s.table, workerKey(id), aws.Bool(true)
+	out, err := s.db.GetItem(ctx, in)
 	if err != nil {
 		return nil, fmt.Errorf("read worker %s: %w", id, err)
 	}

@@ -38,17 +38,11 @@ func Handler(h http.Handler) func(context.Context, events.APIGatewayV2HTTPReques
 
 // Request builds the http.Request an event describes.
 func Request(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (*http.Request, error) {
-	body := []byte(ev.Body)
-	if ev.IsBase64Encoded {
-		b, err := base64.StdEncoding.DecodeString(ev.Body)
-		if err != nil {
-			return nil, fmt.Errorf("decode base64 body: %w", err)
-		}
-		body = b
+	body, err := decodeBody(ev.Body, ev.IsBase64Encoded)
+	if err != nil {
+		return nil, fmt.Errorf("decode base64 body: %w", err)
 	}
-	path := ev.RawPath
-	path = cmp.Or(path, ev.RequestContext.HTTP.Path)
-	target := escapePath(path)
+	target := escapePath(cmp.Or(ev.RawPath, ev.RequestContext.HTTP.Path))
 	if ev.RawQueryString != "" {
 		target += "?" + ev.RawQueryString
 	}
@@ -86,11 +80,7 @@ func Response(res *http.Response) (events.APIGatewayV2HTTPResponse, error) {
 		}
 		out.Headers[k] = strings.Join(vs, ", ")
 	}
-	if utf8.Valid(body) {
-		out.Body = string(body)
-	} else {
-		out.Body, out.IsBase64Encoded = base64.StdEncoding.EncodeToString(body), true
-	}
+	out.Body, out.IsBase64Encoded = encodeBody(body)
 	return out, nil
 }
 
@@ -124,11 +114,7 @@ func Event(r *http.Request, requestID string, now time.Time) (events.APIGatewayV
 		}
 	}
 	if len(body) > 0 {
-		if utf8.Valid(body) {
-			ev.Body = string(body)
-		} else {
-			ev.Body, ev.IsBase64Encoded = base64.StdEncoding.EncodeToString(body), true
-		}
+		ev.Body, ev.IsBase64Encoded = encodeBody(body)
 	}
 	return ev, nil
 }
@@ -141,19 +127,29 @@ func WriteResponse(w http.ResponseWriter, res events.APIGatewayV2HTTPResponse) e
 	for _, c := range res.Cookies {
 		w.Header().Add("Set-Cookie", c)
 	}
-	body := []byte(res.Body)
-	if res.IsBase64Encoded {
-		b, err := base64.StdEncoding.DecodeString(res.Body)
-		if err != nil {
-			return err
-		}
-		body = b
+	body, err := decodeBody(res.Body, res.IsBase64Encoded)
+	if err != nil {
+		return err
 	}
-	status := res.StatusCode
-	status = cmp.Or(status, http.StatusOK)
-	w.WriteHeader(status)
-	_, err := w.Write(body)
+	w.WriteHeader(cmp.Or(res.StatusCode, http.StatusOK))
+	_, err = w.Write(body)
 	return err
+}
+
+// encodeBody is body as an event carries it: as is when it is UTF-8, else
+// base64-encoded.
+func encodeBody(body []byte) (string, bool) {
+	if utf8.Valid(body) {
+		return string(body), false
+	}
+	return base64.StdEncoding.EncodeToString(body), true
+}
+
+func decodeBody(body string, b64 bool) ([]byte, error) {
+	if b64 {
+		return base64.StdEncoding.DecodeString(body)
+	}
+	return []byte(body), nil
 }
 
 // escapePath makes path a valid escaped URL path. An HTTP API delivers

@@ -109,34 +109,21 @@ func Change(r events.DynamoDBEventRecord) (engine.Change, error) {
 		if err != nil {
 			return c, err
 		}
-		if q, ok, err := queue.DecodeQueue(av); err != nil {
-			return c, err
-		} else if ok {
-			*img.queue = q
-			continue
+		done := false
+		for _, decode := range []func() (bool, error){
+			func() (bool, error) { return decodeInto(av, queue.DecodeQueue, img.queue) },
+			func() (bool, error) { return decodeInto(av, cron.Decode, img.cron) },
+			func() (bool, error) { return decodeInto(av, deadletter.DecodePruneRun, img.prune) },
+			func() (bool, error) { return decodeInto(av, queue.DecodeWorker, img.wkr) },
+			func() (bool, error) { return decodeInto(av, wfstore.DecodeNode, img.node) },
+		} {
+			if done, err = decode(); err != nil {
+				return c, err
+			} else if done {
+				break
+			}
 		}
-		if cr, ok, err := cron.Decode(av); err != nil {
-			return c, err
-		} else if ok {
-			*img.cron = cr
-			continue
-		}
-		if p, ok, err := deadletter.DecodePruneRun(av); err != nil {
-			return c, err
-		} else if ok {
-			*img.prune = p
-			continue
-		}
-		if w, ok, err := queue.DecodeWorker(av); err != nil {
-			return c, err
-		} else if ok {
-			*img.wkr = w
-			continue
-		}
-		if n, ok, err := wfstore.DecodeNode(av); err != nil {
-			return c, err
-		} else if ok {
-			*img.node = n
+		if done {
 			continue
 		}
 		it, ok, err := store.DecodeItem(av)
@@ -148,6 +135,15 @@ func Change(r events.DynamoDBEventRecord) (engine.Change, error) {
 		}
 	}
 	return c, nil
+}
+
+// decodeInto sets *dst to av decoded when decode recognises it.
+func decodeInto[T any](av map[string]types.AttributeValue, decode func(map[string]types.AttributeValue) (T, bool, error), dst *T) (bool, error) {
+	v, ok, err := decode(av)
+	if ok && err == nil {
+		*dst = v
+	}
+	return ok, err
 }
 
 // Image converts a Lambda-event image to SDK attribute values.
