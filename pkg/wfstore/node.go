@@ -1,23 +1,17 @@
 package wfstore
 
 import (
-	"cmp"
-	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/ojs-aws/ojs-serverless/pkg/awslimit"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
-	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
 )
 
@@ -310,58 +304,6 @@ const (
 	timeoutDuePK  = "wftimeout"
 )
 
-// dueNodes lists up to limit nodes of every shard of a workflow due
-// partition (workflowDuePK or timeoutDuePK) due at or before now, earliest
-// first.
-func (s *Store) dueNodes(ctx context.Context, base string, now time.Time, limit int) ([]Composite, error) {
-	parts, err := store.EachShard(ctx, store.ShardKeys(base, topology.JobTable.Shards.WorkflowDue), func(ctx context.Context, pk string) ([]Composite, error) {
-		out, err := s.db.Query(ctx, &dynamodb.QueryInput{
-			TableName: &s.table, IndexName: aws.String(topology.IndexDue),
-			KeyConditionExpression: aws.String("due_pk = :pk AND due_at <= :now"),
-			ExpressionAttributeValues: map[string]types.AttributeValue{
-				":pk": avS(pk), ":now": &types.AttributeValueMemberN{Value: itoa(ms(now))},
-			},
-			Limit: aws.Int32(int32(limit)),
-		})
-		if err != nil {
-			return nil, fmt.Errorf("query %s: %w", pk, err)
-		}
-		nodes := make([]Composite, len(out.Items))
-		for i, av := range out.Items {
-			if err := attributevalue.UnmarshalMap(av, &nodes[i]); err != nil {
-				return nil, err
-			}
-		}
-		return nodes, nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	var all []Composite
-	for _, p := range parts {
-		all = append(all, p...)
-	}
-	slices.SortStableFunc(all, func(a, b Composite) int { return cmp.Compare(a.DueAt, b.DueAt) })
-	if len(all) > limit {
-		all = all[:limit]
-	}
-	return all, nil
-}
-
-// DueTimeouts lists up to limit nested workflow nodes whose deadline has
-// passed.
-func (s *Store) DueTimeouts(ctx context.Context, now time.Time, limit int) ([]NodeKey, error) {
-	nodes, err := s.dueNodes(ctx, timeoutDuePK, now, limit)
-	if err != nil {
-		return nil, fmt.Errorf("due workflow timeouts: %w", err)
-	}
-	keys := make([]NodeKey, len(nodes))
-	for i, n := range nodes {
-		keys[i] = NodeKey{WorkflowID: n.WorkflowID, Path: n.Path}
-	}
-	return keys, nil
-}
-
 // A failed workflow's compensation: none to run, running, or how it ended.
 const (
 	CompensationNone = "none"
@@ -385,37 +327,6 @@ func TimeoutDue(n *Composite) {
 // WorkflowCheckDue sets when the sweeper first checks a new workflow.
 func WorkflowCheckDue(n *Root, at time.Time) {
 	n.DuePK, n.DueAt = workflowDueKey(workflowDuePK, n.WorkflowID), ms(at)
-}
-
-// DueWorkflows lists up to limit workflows whose progress check is due
-// (running ones, and failed ones whose compensation waits for running
-// steps), with the due time each was listed at.
-func (s *Store) DueWorkflows(ctx context.Context, now time.Time, limit int) (map[string]time.Time, error) {
-	nodes, err := s.dueNodes(ctx, workflowDuePK, now, limit)
-	if err != nil {
-		return nil, fmt.Errorf("due workflows: %w", err)
-	}
-	ids := map[string]time.Time{}
-	for _, n := range nodes {
-		ids[n.WorkflowID] = fromMS(n.DueAt)
-	}
-	return ids, nil
-}
-
-// PostponeWorkflowCheck moves a workflow's next progress check from due
-// to next, if nobody moved it meanwhile.
-func (s *Store) PostponeWorkflowCheck(ctx context.Context, wfID string, due, next time.Time) error {
-	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName: &s.table, Key: wfKey(wfID, nodeSK(RootPath)),
-		UpdateExpression:          aws.String("SET due_at = :next"),
-		ConditionExpression:       aws.String("due_at = :due"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":next": &types.AttributeValueMemberN{Value: itoa(ms(next))}, ":due": &types.AttributeValueMemberN{Value: itoa(ms(due))}},
-	})
-	var ccf *types.ConditionalCheckFailedException
-	if err != nil && !errors.As(err, &ccf) {
-		return fmt.Errorf("postpone check of workflow %s: %w", wfID, err)
-	}
-	return nil
 }
 
 // Shard is one counter shard of a wide composite: child i of n counts in

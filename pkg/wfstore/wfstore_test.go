@@ -89,7 +89,7 @@ func TestAWorkflowsItemsKeepTheirKeysAndAttributes(t *testing.T) {
 	if err := ws.CreateWorkflow(ctx, w); !errors.Is(err, wfstore.ErrWorkflowExists) {
 		t.Fatalf("second creation: %v, want ErrWorkflowExists", err)
 	}
-	due, err := ws.DueWorkflows(ctx, now.Add(time.Second), 100)
+	due, err := wfstore.NewChecks(ws).DueWorkflows(ctx, now.Add(time.Second), 100)
 	if err != nil || !due[wfID].Equal(now) {
 		t.Fatalf("due workflows %v, %v: want %s due at %v", due, err, wfID, now)
 	}

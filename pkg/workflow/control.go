@@ -33,7 +33,7 @@ const ErrorCodeTimeout = "workflow_timeout"
 // Repair, at its deadline). It returns how many timed out.
 func (e *Engine) Timeouts(ctx context.Context, limit int) (int, error) {
 	now := e.now()
-	due, err := e.st.DueTimeouts(ctx, now, limit)
+	due, err := wfstore.NewChecks(e.st).DueTimeouts(ctx, now, limit)
 	if err != nil {
 		return 0, err
 	}

@@ -456,7 +456,7 @@ func TestFinishingACancelLeavesARetriedWorkflowAlone(t *testing.T) {
 		t.Fatalf("the end of the cancel on the re-opened workflow: %v, want a conflict with its running root", err)
 	}
 	h.clk.Add(workflow.CheckAfter + time.Second)
-	if due, err := wfstore.New(h.st).DueWorkflows(ctx, h.clk.Now(), 10); err != nil || due[id].IsZero() {
+	if due, err := wfstore.NewChecks(wfstore.New(h.st)).DueWorkflows(ctx, h.clk.Now(), 10); err != nil || due[id].IsZero() {
 		t.Fatalf("the retried workflow's check: %v %v, want it kept", due, err)
 	}
 	h.ack(h.fetch("kq")["k.a"], `"a"`)
@@ -684,13 +684,13 @@ func TestAFinishedNodesStaleTimeoutEntryIsRemoved(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.clk.Add(2 * time.Second)
-	if due, err := wfstore.New(h.st).DueTimeouts(ctx, h.clk.Now(), 10); err != nil || len(due) != 1 {
+	if due, err := wfstore.NewChecks(wfstore.New(h.st)).DueTimeouts(ctx, h.clk.Now(), 10); err != nil || len(due) != 1 {
 		t.Fatalf("listed before the sweep: %v %v", due, err)
 	}
 	if n, err := h.eng.Timeouts(ctx, 10); err != nil || n != 0 {
 		t.Fatalf("sweep: %d timed out, %v", n, err)
 	}
-	if due, err := wfstore.New(h.st).DueTimeouts(ctx, h.clk.Now(), 10); err != nil || len(due) != 0 {
+	if due, err := wfstore.NewChecks(wfstore.New(h.st)).DueTimeouts(ctx, h.clk.Now(), 10); err != nil || len(due) != 0 {
 		t.Fatalf("still listed after the sweep: %v %v", due, err)
 	}
 	h.ack(h.fetch("sq")["s.b"], `2`)

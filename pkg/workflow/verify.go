@@ -343,7 +343,7 @@ const creatingGrace = 2 * time.Minute
 // returns how many workflows it checked.
 func (e *Engine) Repair(ctx context.Context, limit int) (int, error) {
 	now := e.now()
-	due, err := e.st.DueWorkflows(ctx, now, limit)
+	due, err := wfstore.NewChecks(e.st).DueWorkflows(ctx, now, limit)
 	if err != nil {
 		return 0, err
 	}
@@ -355,7 +355,7 @@ func (e *Engine) Repair(ctx context.Context, limit int) (int, error) {
 		if root, err := e.st.GetRoot(ctx, id); err == nil && root.Deadline > 0 && time.UnixMilli(root.Deadline).After(now) {
 			next = minTime(next, time.UnixMilli(root.Deadline))
 		}
-		if err := e.st.PostponeWorkflowCheck(ctx, id, at, next); err != nil {
+		if err := wfstore.NewChecks(e.st).PostponeWorkflowCheck(ctx, id, at, next); err != nil {
 			return 0, err
 		}
 	}
