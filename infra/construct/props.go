@@ -29,11 +29,9 @@ const BootstrapName = "bootstrap"
 const DefaultIteratorAgeAlarmThreshold = 5 * time.Minute
 
 // DefaultLogLevel is the OJS_LOG_LEVEL the functions get when
-// Props.LogLevel is empty: warn, so that no request writes a line unless
-// something is wrong (CloudWatch Logs bills every byte; the API's access
-// log has a line per request). Context logLevel=info turns the lifecycle
-// lines on.
-const DefaultLogLevel = "warn"
+// Props.LogLevel is empty (topology.DefaultLogLevel: warn). Context
+// logLevel=info turns the lifecycle lines on.
+const DefaultLogLevel = topology.DefaultLogLevel
 
 // DefaultQueueAgeAlarmThreshold is the age of the oldest message of a push
 // queue above which its alarm fires when Props.QueueAgeAlarmThreshold is

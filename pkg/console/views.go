@@ -66,7 +66,6 @@ func when(cond bool, s string) SafeHTML {
 	return ""
 }
 
-
 // deref prints a *string as its value ("" for nil).
 func deref(s *string) string {
 	if s == nil {

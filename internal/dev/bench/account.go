@@ -14,6 +14,10 @@ type Delta struct {
 	ESM         callstats.Set            `json:"-"`
 	Invocations map[string]int           `json:"invocations"`
 	Busy        map[string]time.Duration `json:"-"`
+	// LogBytes are the bytes each engine function logged; StoredBytes
+	// what the table grew by.
+	LogBytes    map[string]int64 `json:"log_bytes"`
+	StoredBytes int64            `json:"stored_bytes"`
 }
 
 // EngineFunctions are the functions whose requests a job or step costs;
@@ -47,6 +51,10 @@ type PerUnit struct {
 	// EventBridgeEvents are events put (64 KB chunks) in PutEvents requests.
 	EventBridgeEvents float64 `json:"eventbridge_events"`
 	PutEvents         float64 `json:"putevents_requests"`
+	// LogBytes are the functions' log bytes at the deployed level, by
+	// function, and AccessLogBytes the API's access log lines.
+	LogBytes       map[string]float64 `json:"log_bytes_by_function"`
+	AccessLogBytes float64            `json:"access_log_bytes"`
 }
 
 // Account turns a phase's delta into requests and usage per unit. Empty
@@ -54,8 +62,8 @@ type PerUnit struct {
 func Account(d Delta, units int, env topology.Env, emptyFetches int, emptyFetchDynamoDB float64) (PerUnit, Usage) {
 	n := float64(max(units, 1))
 	p := PerUnit{DynamoDBByFunction: map[string]float64{}, DynamoDBByOperation: map[string]float64{},
-		SQSByOperation: map[string]float64{}, LambdaByFunction: map[string]float64{}}
-	var gbs float64
+		SQSByOperation: map[string]float64{}, LambdaByFunction: map[string]float64{}, LogBytes: map[string]float64{}}
+	var gbs, logs float64
 	for _, fn := range EngineFunctions {
 		set := d.Functions[fn]
 		for _, o := range set {
@@ -74,6 +82,8 @@ func Account(d Delta, units int, env topology.Env, emptyFetches int, emptyFetchD
 				p.PutEvents += float64(o.Attempts)
 			}
 		}
+		p.LogBytes[fn] = float64(d.LogBytes[fn])
+		logs += float64(d.LogBytes[fn])
 		inv := float64(d.Invocations[fn])
 		p.Lambda += inv
 		p.LambdaByFunction[fn] += inv
@@ -91,16 +101,22 @@ func Account(d Delta, units int, env topology.Env, emptyFetches int, emptyFetchD
 		}
 	}
 	p.API = float64(d.Invocations[topology.FunctionAPI])
+	p.AccessLogBytes = p.API * float64(AccessLogLineBytes())
 	p.EmptyFetchDynamoDB = float64(emptyFetches) * emptyFetchDynamoDB
-	for _, m := range []map[string]float64{p.DynamoDBByFunction, p.DynamoDBByOperation, p.SQSByOperation, p.LambdaByFunction} {
+	// Traced: the API's requests and the functions' invocations by an
+	// event source mapping, each sampled.
+	traces := XRaySampling * (p.API + float64(d.Invocations[topology.FunctionWorker]+d.Invocations[topology.FunctionStream]))
+	logs += p.AccessLogBytes
+	for _, m := range []map[string]float64{p.DynamoDBByFunction, p.DynamoDBByOperation, p.SQSByOperation, p.LambdaByFunction, p.LogBytes} {
 		for k, v := range m {
 			m[k] = round(v/n, 3)
 		}
 	}
 	for _, f := range []*float64{&p.DynamoDB, &p.EmptyFetchDynamoDB, &p.ReadUnits, &p.WriteUnits, &p.SQS, &p.SQSIdleReceives,
-		&p.StreamReads, &p.Lambda, &p.API, &p.EventBridgeEvents, &p.PutEvents} {
+		&p.StreamReads, &p.Lambda, &p.API, &p.EventBridgeEvents, &p.PutEvents, &p.AccessLogBytes} {
 		*f = round(*f/n, 3)
 	}
 	return p, Usage{DynamoDBReadUnits: p.ReadUnits, DynamoDBWriteUnits: p.WriteUnits, SQSRequests: p.SQS, LambdaRequests: p.Lambda,
-		LambdaGBSeconds: gbs / n, APIRequests: p.API, EventBridgeEvents: p.EventBridgeEvents}
+		LambdaGBSeconds: gbs / n, APIRequests: p.API, EventBridgeEvents: p.EventBridgeEvents,
+		LogBytes: round(logs/n, 1), Traces: round(traces/n, 4), StoredBytes: round(float64(d.StoredBytes)/n, 1)}
 }

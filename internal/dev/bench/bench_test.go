@@ -57,6 +57,39 @@ func TestPerMillion(t *testing.T) {
 	}
 }
 
+func TestAllIn(t *testing.T) {
+	// 10 write units, 2 read units, 1 KB of logs, one API request, 2 KB
+	// stored.
+	u := Usage{DynamoDBWriteUnits: 10, DynamoDBReadUnits: 2, LogBytes: 1000, APIRequests: 1, Traces: 0.1, StoredBytes: 2000}
+	c := USEast1.PerMillion(u)
+	onDemand := 10*0.625 + 2*0.125
+	provisioned := (10*0.00065 + 2*0.00013) / 0.7 / 3600 * 1e6
+	for name, pair := range map[string][2]float64{"logs": {c.Logs, 0.5}, "total": {c.Total, onDemand + 1 + 0.5},
+		"xray": {c.XRay, 0.5}, "storage": {c.StorageMonth, 0.5}, "provisioned": {c.Provisioned, provisioned + 1 + 0.5}} {
+		if math.Abs(pair[0]-pair[1]) > 0.002 {
+			t.Errorf("%s: got %v want %v", name, pair[0], pair[1])
+		}
+	}
+	// Every variable of the deployed access log line has a typical value
+	// or is known to be empty, so the priced line is the deployed one.
+	for k, v := range topology.AccessLogFormat {
+		for _, name := range contextVar.FindAllString(v, -1) {
+			if _, ok := accessLogValues[name]; !ok && !accessLogEmpty[name] {
+				t.Errorf("access log field %s: %s has no typical value in accessLogValues", k, name)
+			}
+		}
+	}
+	if n := AccessLogLineBytes(); n < 500 || n > 1200 {
+		t.Errorf("access log line of %d bytes", n)
+	}
+	env, _ := topology.ForEnv("prod")
+	idle := IdleCost(Sweeper{USDPerMonthOnAWS: 1.5}, env)
+	polls := float64(len(env.Queues)) * 5 * 3 * 60 * 24 * 30 * 0.4 / 1e6
+	if math.Abs(idle.PollsUSD-polls) > 0.001 || math.Abs(idle.USD-1.5-polls) > 0.001 {
+		t.Errorf("idle %+v, want polls $%v", idle, polls)
+	}
+}
+
 func TestCheck(t *testing.T) {
 	if c := Check("x", 4, 5, true, "r"); !c.Pass || c.Margin != "20% under" || c.Verdict() != "PASS" {
 		t.Fatalf("%+v", c)

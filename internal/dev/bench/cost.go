@@ -35,6 +35,14 @@ type Prices struct {
 	StepFunctionsStandardTransition float64 `json:"stepfunctions_standard_transition"`
 	StepFunctionsExpressRequest     float64 `json:"stepfunctions_express_request"`
 	StepFunctionsExpressGBSecond    float64 `json:"stepfunctions_express_gb_second"`
+	// CloudWatch Logs ingestion per GB; X-Ray per trace recorded;
+	// DynamoDB Standard storage per GB-month; provisioned capacity per
+	// write and read capacity unit-hour.
+	CloudWatchLogsGB       float64 `json:"cloudwatch_logs_gb"`
+	XRayTrace              float64 `json:"xray_trace"`
+	DynamoDBStorageGBMonth float64 `json:"dynamodb_storage_gb_month"`
+	ProvisionedWCUHour     float64 `json:"dynamodb_provisioned_wcu_hour"`
+	ProvisionedRCUHour     float64 `json:"dynamodb_provisioned_rcu_hour"`
 }
 
 // USEast1 are the us-east-1 list prices (checked June 2026; see
@@ -50,7 +58,27 @@ var USEast1 = Prices{
 	StepFunctionsStandardTransition: 25.0 / 1e6,
 	StepFunctionsExpressRequest:     1.00 / 1e6,
 	StepFunctionsExpressGBSecond:    0.00001667,
+	CloudWatchLogsGB:                0.50,
+	XRayTrace:                       5.00 / 1e6,
+	DynamoDBStorageGBMonth:          0.25,
+	ProvisionedWCUHour:              0.00065,
+	ProvisionedRCUHour:              0.00013,
 }
+
+// Assumptions of the all-in price (docs/benchmark.md, "All-in").
+const (
+	// XRaySampling is the share of requests X-Ray's default sampling rule
+	// records at load (1 a second, then 5%).
+	XRaySampling = 0.05
+	// ProvisionedRate and ProvisionedUtilization: the provisioned table is
+	// priced for a steady ProvisionedRate units a second with auto scaling
+	// holding utilisation at ProvisionedUtilization.
+	ProvisionedRate        = 1000.0
+	ProvisionedUtilization = 0.7
+	// ItemOverheadBytes is what DynamoDB adds to each item's (and index
+	// entry's) size for storage billing.
+	ItemOverheadBytes = 100
+)
 
 // Table lists the prices with their sources, for the report.
 func (p Prices) Table() []Price {
@@ -66,6 +94,11 @@ func (p Prices) Table() []Price {
 		{"Step Functions Standard state transition", p.StepFunctionsStandardTransition * 1e6, "million transitions", "https://aws.amazon.com/step-functions/pricing/"},
 		{"Step Functions Express request", p.StepFunctionsExpressRequest * 1e6, "million requests", "https://aws.amazon.com/step-functions/pricing/"},
 		{"Step Functions Express duration (64 MB minimum)", p.StepFunctionsExpressGBSecond, "GB-second", "https://aws.amazon.com/step-functions/pricing/"},
+		{"CloudWatch Logs ingestion (standard class)", p.CloudWatchLogsGB, "GB", "https://aws.amazon.com/cloudwatch/pricing/"},
+		{"X-Ray trace recorded", p.XRayTrace * 1e6, "million traces", "https://aws.amazon.com/xray/pricing/"},
+		{"DynamoDB Standard table storage", p.DynamoDBStorageGBMonth, "GB-month", "https://aws.amazon.com/dynamodb/pricing/on-demand/"},
+		{"DynamoDB provisioned write capacity unit", p.ProvisionedWCUHour, "WCU-hour", "https://aws.amazon.com/dynamodb/pricing/provisioned/"},
+		{"DynamoDB provisioned read capacity unit", p.ProvisionedRCUHour, "RCU-hour", "https://aws.amazon.com/dynamodb/pricing/provisioned/"},
 	}
 }
 
@@ -81,6 +114,14 @@ type Usage struct {
 	LambdaGBSeconds   float64 `json:"lambda_gb_seconds"`
 	APIRequests       float64 `json:"api_requests"`
 	EventBridgeEvents float64 `json:"eventbridge_events"`
+	// LogBytes are CloudWatch Logs bytes: the engine functions' lines at
+	// the deployed level (measured) and the API's access log line.
+	LogBytes float64 `json:"log_bytes"`
+	// Traces are X-Ray traces recorded where tracing is on.
+	Traces float64 `json:"xray_traces"`
+	// StoredBytes are the table's bytes (items and index entries with
+	// their overhead) the unit leaves until it expires.
+	StoredBytes float64 `json:"stored_bytes"`
 }
 
 // Cost is dollars per million units, by service.
@@ -91,10 +132,18 @@ type Cost struct {
 	LambdaCompute  float64 `json:"lambda_compute"`
 	APIGateway     float64 `json:"api_gateway"`
 	EventBridge    float64 `json:"eventbridge"`
-	// Total is everything; NoCompute leaves out Lambda duration, measured
-	// locally against the emulators (an upper bound).
+	Logs           float64 `json:"cloudwatch_logs"`
+	// Total is everything billed per unit, all in; NoCompute leaves out
+	// Lambda duration, measured locally against the emulators (an upper
+	// bound).
 	Total     float64 `json:"total"`
 	NoCompute float64 `json:"total_without_lambda_compute"`
+	// Beside the total: X-Ray where an environment turns tracing on,
+	// storage per month the units are kept, and the total with a
+	// provisioned table at ProvisionedRate units a second.
+	XRay         float64 `json:"xray_if_tracing"`
+	StorageMonth float64 `json:"storage_per_month_kept"`
+	Provisioned  float64 `json:"total_provisioned"`
 }
 
 // PerMillion prices a million units of u.
@@ -107,13 +156,26 @@ func (p Prices) PerMillion(u Usage) Cost {
 		LambdaCompute:  m * u.LambdaGBSeconds * p.LambdaGBSecondArm64,
 		APIGateway:     m * u.APIRequests * p.APIGatewayHTTPRequest,
 		EventBridge:    m * u.EventBridgeEvents * p.EventBridgeEvent,
+		Logs:           m * u.LogBytes / 1e9 * p.CloudWatchLogsGB,
+		XRay:           m * u.Traces * p.XRayTrace,
+		StorageMonth:   m * u.StoredBytes / 1e9 * p.DynamoDBStorageGBMonth,
 	}
-	c.NoCompute = c.DynamoDB + c.SQS + c.LambdaRequests + c.APIGateway + c.EventBridge
+	c.NoCompute = c.DynamoDB + c.SQS + c.LambdaRequests + c.APIGateway + c.EventBridge + c.Logs
 	c.Total = c.NoCompute + c.LambdaCompute
-	for _, f := range []*float64{&c.DynamoDB, &c.SQS, &c.LambdaRequests, &c.LambdaCompute, &c.APIGateway, &c.EventBridge, &c.NoCompute, &c.Total} {
+	c.Provisioned = c.Total - c.DynamoDB + m*p.provisioned(u)
+	for _, f := range []*float64{&c.DynamoDB, &c.SQS, &c.LambdaRequests, &c.LambdaCompute, &c.APIGateway, &c.EventBridge, &c.Logs,
+		&c.NoCompute, &c.Total, &c.XRay, &c.StorageMonth, &c.Provisioned} {
 		*f = round(*f, 3)
 	}
 	return c
+}
+
+// provisioned is what one unit's DynamoDB capacity costs on a provisioned
+// table serving a steady rate at ProvisionedUtilization: r units a second
+// need r times the unit's request units as capacity units, so per unit the
+// rate cancels out (it matters for a partition's share, not the price).
+func (p Prices) provisioned(u Usage) float64 {
+	return (u.DynamoDBWriteUnits*p.ProvisionedWCUHour + u.DynamoDBReadUnits*p.ProvisionedRCUHour) / ProvisionedUtilization / 3600
 }
 
 // StepFunctions is what a million workflow steps cost in Step Functions, for
@@ -175,6 +237,9 @@ func (pr Prices) Breakdown(p Phase) map[string]float64 {
 	add("API Gateway requests", float64(p.Invocations[topology.FunctionAPI])*pr.APIGatewayHTTPRequest)
 	if p.Cost.LambdaCompute > 0 {
 		out["Lambda compute (local durations)"] = p.Cost.LambdaCompute
+	}
+	if p.Cost.Logs > 0 {
+		out["CloudWatch Logs (access log, function lines)"] = p.Cost.Logs
 	}
 	for k, v := range out {
 		out[k] = round(v, 3)

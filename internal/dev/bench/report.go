@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ojs-aws/ojs-serverless/internal/dev/callstats"
+	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 )
 
 // Result is one benchmark run: bench/results/latest.json.
@@ -24,6 +25,7 @@ type Result struct {
 	// nothing costs.
 	EmptyFetch EmptyFetch `json:"empty_fetch"`
 	Sweeper    Sweeper    `json:"sweeper"`
+	Idle       Idle       `json:"idle_month"`
 	Binaries   []Binary   `json:"binaries"`
 	// Init is each function's init time (host build), started one at a time
 	// against a stub Runtime API; InitUnderLoad the same as the local runtime
@@ -334,6 +336,13 @@ func (r *Result) CostMarkdown() string {
 		}
 		fmt.Fprintf(&b, "| %s (per %s) | $%s | %s | %s | %s |\n", p.Name, p.Unit, num(p.Cost.Total), was, sfStd, sfExp)
 	}
+	b.WriteString("\nAll-in, beside the total ($ per million units; the total includes CloudWatch Logs: the access log line of each API request and the functions' lines at the deployed level, " + topology.DefaultLogLevel + "):\n\n")
+	b.WriteString("| phase | all-in | of it CloudWatch Logs (bytes per unit) | X-Ray where tracing is on | storage, per month kept (bytes per unit) | all-in with a provisioned table |\n|---|---|---|---|---|---|\n")
+	for _, p := range r.Phases {
+		fmt.Fprintf(&b, "| %s | $%s | $%s (%s) | +$%s | $%s (%s) | $%s |\n", p.Name, num(p.Cost.Total), num(p.Cost.Logs), num(p.Usage.LogBytes),
+			num(p.Cost.XRay), num(p.Cost.StorageMonth), num(p.Usage.StoredBytes), num(p.Cost.Provisioned))
+	}
+	fmt.Fprintf(&b, "\nIdle, a month: $%s (the sweeper's ticks $%s, the SQS mappings' empty polls $%s; %s).\n", num(r.Idle.USD), num(r.Idle.SweeperUSD), num(r.Idle.PollsUSD), r.Idle.Note)
 	steps := r.workflowPhases()
 	if len(steps) == 0 {
 		return b.String()
@@ -411,9 +420,10 @@ func (r *Result) DetailMarkdown() string {
 		if p.EmptyFetches > 0 {
 			fmt.Fprintf(&b, "\nEmpty FETCH polls: %d (%s DynamoDB requests per %s of the above).\n", p.EmptyFetches, num(p.PerUnit.EmptyFetchDynamoDB), p.Unit)
 		}
-		fmt.Fprintf(&b, "\nCost per million %ss: DynamoDB $%s, SQS $%s, Lambda requests $%s, Lambda compute $%s (local durations), API Gateway $%s, EventBridge $%s; total $%s ($%s without compute).\n\n",
+		fmt.Fprintf(&b, "\nLogs per %s: %s bytes (functions %s, access log %s).\n", p.Unit, num(p.Usage.LogBytes), kv(p.PerUnit.LogBytes), num(p.PerUnit.AccessLogBytes))
+		fmt.Fprintf(&b, "\nCost per million %ss: DynamoDB $%s, SQS $%s, Lambda requests $%s, Lambda compute $%s (local durations), API Gateway $%s, EventBridge $%s, CloudWatch Logs $%s; total $%s ($%s without compute).\n\n",
 			p.Unit, num(p.Cost.DynamoDB), num(p.Cost.SQS), num(p.Cost.LambdaRequests), num(p.Cost.LambdaCompute), num(p.Cost.APIGateway),
-			num(p.Cost.EventBridge), num(p.Cost.Total), num(p.Cost.NoCompute))
+			num(p.Cost.EventBridge), num(p.Cost.Logs), num(p.Cost.Total), num(p.Cost.NoCompute))
 	}
 	b.WriteString("| binary | target | size |\n|---|---|---|\n")
 	for _, bin := range r.Binaries {

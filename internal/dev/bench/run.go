@@ -78,6 +78,8 @@ type bencher struct {
 	base    string
 	mon     *store.Store
 	wfmon   *wfstore.Store
+	db      *dynamodb.Client // uncounted, for the table's size
+	table   string
 	esm     *callstats.Recorder
 	stats   string
 	mu      sync.Mutex
@@ -105,7 +107,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	bus := httptest.NewServer(http.HandlerFunc(putEvents))
 	defer bus.Close()
 
-	b := &bencher{o: o, log: o.Logger, esm: callstats.New("mapping"), stats: statsDir, client: map[string]int{}, payload: argsPayload(o.Settings.ArgsBytes)}
+	b := &bencher{o: o, log: o.Logger, esm: callstats.New("mapping"), stats: statsDir, client: map[string]int{}, payload: argsPayload(o.Settings.ArgsBytes), table: "bench"}
 	b.env, _ = topology.ForEnv("local")
 	// The sweeper as on AWS: once a minute, no ticking (nothing on the
 	// happy path needs it; its cost is reported apart).
@@ -121,8 +123,8 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	var em *emulator.Emulators
 	b.rt, em, err = localrt.StartWithEmulators(ctx, localrt.Config{Env: b.env, AWS: aws.Config{APIOptions: []func(*middleware.Stack) error{b.esm.AddMiddleware}},
-		BinDir: o.BinDir, APIAddr: "127.0.0.1:0", Table: "bench", Concurrency: o.Settings.Concurrency, APIMaxConcurrency: apiMax, LogDir: o.LogDir, Logger: o.Logger,
-		ExtraEnv: []string{callstats.EnvDir + "=" + statsDir, topology.EnvEventBus + "=ojs-bench", "AWS_ENDPOINT_URL_EVENTBRIDGE=" + bus.URL}}, "bench-emulators.log")
+		BinDir: o.BinDir, APIAddr: "127.0.0.1:0", Table: b.table, Concurrency: o.Settings.Concurrency, APIMaxConcurrency: apiMax, LogDir: o.LogDir, Logger: o.Logger,
+		ExtraEnv: []string{callstats.EnvDir + "=" + statsDir, topology.EnvLogLevel + "=" + topology.DefaultLogLevel, topology.EnvEventBus + "=ojs-bench", "AWS_ENDPOINT_URL_EVENTBRIDGE=" + bus.URL}}, "bench-emulators.log")
 	if err != nil {
 		return nil, err
 	}
@@ -133,7 +135,8 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	b.base = b.rt.URL() + "/ojs/v1"
 	b.http = &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256, MaxConnsPerHost: 256}}
-	b.mon = store.New(dynamodb.NewFromConfig(cfg, awsclient.DynamoDBOptions), "bench")
+	b.db = dynamodb.NewFromConfig(cfg, awsclient.DynamoDBOptions)
+	b.mon = store.New(b.db, b.table)
 	b.wfmon = wfstore.New(b.mon)
 
 	if err := b.warmUp(ctx); err != nil {
@@ -186,6 +189,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	res.Sweeper = sweeperCost(last.sub(first), b.env)
+	res.Idle = IdleCost(res.Sweeper, b.env)
 	res.InitUnderLoad, res.Init = map[string]Latency{}, map[string]Latency{}
 	for fn, ds := range b.rt.InitTimes() {
 		res.InitUnderLoad[fn] = Summarize(ds)
@@ -293,6 +297,10 @@ func (b *bencher) measure(ctx context.Context, f func() error) (Delta, error) {
 	}
 	b.takeClientCounts()
 	b.empties.Store(0)
+	kept, err := b.footprint(ctx)
+	if err != nil {
+		return Delta{}, err
+	}
 	if err := f(); err != nil {
 		return Delta{}, err
 	}
@@ -300,7 +308,16 @@ func (b *bencher) measure(ctx context.Context, f func() error) (Delta, error) {
 	if err != nil {
 		return Delta{}, err
 	}
-	return after.sub(before), nil
+	now, err := b.footprint(ctx)
+	if err != nil {
+		return Delta{}, err
+	}
+	d := after.sub(before)
+	d.LogBytes, d.StoredBytes = map[string]int64{}, now.stored-kept.stored
+	for fn, n := range now.logs {
+		d.LogBytes[fn] = n - kept.logs[fn]
+	}
+	return d, nil
 }
 
 // do sends one API request, counting it under label.
