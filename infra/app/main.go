@@ -31,6 +31,10 @@
 //	resultTtl    OJS_RESULT_TTL of the functions (seconds; -1 for ever);
 //	             default 604800 (7 days)
 //	queueResultTtl OJS_QUEUE_RESULT_TTL: a JSON object, queue to seconds
+//	capacity     on-demand (default), provisioned, or provisioned:W,R (the
+//	             maximum write and read capacity units): a provisioned
+//	             table whose capacity and indexes' capacity auto scale
+//	             at 70% utilisation (topology.ParseCapacity)
 //
 // account, region, alarmTopicArn and alarmEmail may also be set per environment in
 // cdk.json, under "context": {"environments": {"prod": {"account": ...,
@@ -96,6 +100,7 @@ type config struct {
 	FetchWait     time.Duration
 	PlainPayloads bool
 	Tracing       bool
+	Capacity      string
 	ResultTTL     *int64
 	QueueTTLs     map[string]int64
 }
@@ -170,6 +175,12 @@ func readConfig(get, getenv func(string) string) (config, error) {
 		}
 		c.ResultTTL = &n
 	}
+	if v := perEnv("capacity"); v != "" {
+		if _, err := topology.ParseCapacity(v); err != nil {
+			return config{}, fmt.Errorf("context capacity %w", err)
+		}
+		c.Capacity = v
+	}
 	if v := perEnv("queueResultTtl"); v != "" {
 		if err := json.Unmarshal([]byte(v), &c.QueueTTLs); err != nil {
 			return config{}, fmt.Errorf("context queueResultTtl=%q: want a JSON object of queue names to seconds", v)
@@ -234,6 +245,7 @@ func build(app awscdk.App, getenv func(string) string) error {
 		return err
 	}
 	env.PlainPayloads, env.Tracing = c.PlainPayloads, c.Tracing
+	env.Capacity, _ = topology.ParseCapacity(c.Capacity) // checked by readConfig
 	if c.FetchWait > 0 {
 		env.FetchWait = c.FetchWait
 	}

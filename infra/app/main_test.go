@@ -97,6 +97,9 @@ func TestReadConfig(t *testing.T) {
 		{name: "tracing not a boolean", ctx: map[string]string{"tracing": "on"}, wantErr: "tracing"},
 		{name: "result retention", ctx: map[string]string{"resultTtl": "-1", "queueResultTtl": `{"reports":60}`},
 			want: config{Env: "dev", Arch: "arm64", ResultTTL: new(int64(-1)), QueueTTLs: map[string]int64{"reports": 60}}},
+		{name: "provisioned capacity", ctx: map[string]string{"environments.dev.capacity": "provisioned:15000,3000"},
+			want: config{Env: "dev", Arch: "arm64", Capacity: "provisioned:15000,3000"}},
+		{name: "capacity not a mode", ctx: map[string]string{"capacity": "reserved"}, wantErr: "capacity"},
 		{name: "result retention not seconds", ctx: map[string]string{"resultTtl": "7d"}, wantErr: "resultTtl"},
 		{name: "queue result retention not JSON", ctx: map[string]string{"queueResultTtl": "reports=60"}, wantErr: "queueResultTtl"},
 	}

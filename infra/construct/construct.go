@@ -175,7 +175,6 @@ func (o *OJSServerless) addTable() {
 	o.Table = awsdynamodb.NewTable(o.Construct, jsii.String("Table"), &awsdynamodb.TableProps{
 		PartitionKey:        attribute(t.PartitionKey),
 		SortKey:             attribute(t.SortKey),
-		BillingMode:         awsdynamodb.BillingMode_PAY_PER_REQUEST,
 		Stream:              awsdynamodb.StreamViewType_NEW_AND_OLD_IMAGES,
 		TimeToLiveAttribute: jsii.String(t.TTLAttribute),
 		PointInTimeRecoverySpecification: &awsdynamodb.PointInTimeRecoverySpecification{
@@ -183,6 +182,9 @@ func (o *OJSServerless) addTable() {
 		},
 		DeletionProtection: jsii.Bool(o.Env.DeletionProtection),
 		RemovalPolicy:      o.removalPolicy(),
+		BillingMode:        o.billingMode(),
+		ReadCapacity:       o.minCapacity(func(c *topology.Capacity) int { return c.MinRead }),
+		WriteCapacity:      o.minCapacity(func(c *topology.Capacity) int { return c.MinWrite }),
 	})
 	for _, ix := range t.Indexes {
 		props := &awsdynamodb.GlobalSecondaryIndexProps{
@@ -190,6 +192,8 @@ func (o *OJSServerless) addTable() {
 			PartitionKey:   attribute(ix.PartitionKey),
 			SortKey:        attribute(ix.SortKey),
 			ProjectionType: awsdynamodb.ProjectionType_ALL,
+			ReadCapacity:   o.minCapacity(func(c *topology.Capacity) int { return c.MinRead }),
+			WriteCapacity:  o.minCapacity(func(c *topology.Capacity) int { return c.MinWrite }),
 		}
 		if ix.KeysOnly {
 			props.ProjectionType = awsdynamodb.ProjectionType_KEYS_ONLY
@@ -197,6 +201,41 @@ func (o *OJSServerless) addTable() {
 			props.ProjectionType, props.NonKeyAttributes = awsdynamodb.ProjectionType_INCLUDE, jsii.Strings(ix.Include...)
 		}
 		o.Table.AddGlobalSecondaryIndex(props)
+	}
+	o.autoScale()
+}
+
+// billingMode is on-demand unless the environment sets a Capacity.
+func (o *OJSServerless) billingMode() awsdynamodb.BillingMode {
+	if o.Env.Capacity != nil {
+		return awsdynamodb.BillingMode_PROVISIONED
+	}
+	return awsdynamodb.BillingMode_PAY_PER_REQUEST
+}
+
+// minCapacity is a provisioned table's starting capacity (nil on demand).
+func (o *OJSServerless) minCapacity(min func(*topology.Capacity) int) *float64 {
+	if o.Env.Capacity == nil {
+		return nil
+	}
+	return jsii.Number(min(o.Env.Capacity))
+}
+
+// autoScale scales a provisioned table's and every index's read and write
+// capacity between the environment's bounds at its target utilisation.
+func (o *OJSServerless) autoScale() {
+	c := o.Env.Capacity
+	if c == nil {
+		return
+	}
+	target := &awsdynamodb.UtilizationScalingProps{TargetUtilizationPercent: jsii.Number(c.TargetPercent)}
+	read := &awsdynamodb.EnableScalingProps{MinCapacity: jsii.Number(c.MinRead), MaxCapacity: jsii.Number(c.MaxRead)}
+	write := &awsdynamodb.EnableScalingProps{MinCapacity: jsii.Number(c.MinWrite), MaxCapacity: jsii.Number(c.MaxWrite)}
+	o.Table.AutoScaleReadCapacity(read).ScaleOnUtilization(target)
+	o.Table.AutoScaleWriteCapacity(write).ScaleOnUtilization(target)
+	for _, ix := range topology.JobTable.Indexes {
+		o.Table.AutoScaleGlobalSecondaryIndexReadCapacity(jsii.String(ix.Name), read).ScaleOnUtilization(target)
+		o.Table.AutoScaleGlobalSecondaryIndexWriteCapacity(jsii.String(ix.Name), write).ScaleOnUtilization(target)
 	}
 }
 

@@ -109,6 +109,40 @@ func TestTable(t *testing.T) {
 	}
 }
 
+// TestProvisionedTable: with a Capacity the table and every index are
+// provisioned at the minimum, and each of their read and write capacities
+// auto scales between the bounds at the target utilisation.
+func TestProvisionedTable(t *testing.T) {
+	e := mustEnv(t, "dev")
+	e.Capacity, _ = topology.ParseCapacity("provisioned:15000,3000")
+	s := synth(t, Props{Env: e})
+	min := map[string]any{"ReadCapacityUnits": 5, "WriteCapacityUnits": 5}
+	s.template.HasResourceProperties(jsii.String("AWS::DynamoDB::Table"), map[string]any{
+		"ProvisionedThroughput":  min,
+		"GlobalSecondaryIndexes": assertions.Match_ArrayWith(&[]any{assertions.Match_ObjectLike(&map[string]any{"ProvisionedThroughput": min})}),
+	})
+	targets := s.resources("AWS::ApplicationAutoScaling::ScalableTarget")
+	if want := 2 * (1 + len(topology.JobTable.Indexes)); len(targets) != want {
+		t.Fatalf("%d scalable targets, want %d (read and write of the table and each index)", len(targets), want)
+	}
+	for id, r := range targets {
+		p := r["Properties"].(map[string]any)
+		want := 15000.0
+		if strings.HasSuffix(p["ScalableDimension"].(string), "ReadCapacityUnits") {
+			want = 3000
+		}
+		if p["MinCapacity"] != 5.0 || p["MaxCapacity"] != want {
+			t.Errorf("%s: capacity %v..%v, want 5..%v", id, p["MinCapacity"], p["MaxCapacity"], want)
+		}
+	}
+	s.template.ResourceCountIs(jsii.String("AWS::ApplicationAutoScaling::ScalingPolicy"), jsii.Number(float64(len(targets))))
+	s.template.AllResourcesProperties(jsii.String("AWS::ApplicationAutoScaling::ScalingPolicy"), map[string]any{
+		"TargetTrackingScalingPolicyConfiguration": assertions.Match_ObjectLike(&map[string]any{"TargetValue": 70}),
+	})
+	// On demand by default.
+	synthEnv(t, "prod").template.HasResourceProperties(jsii.String("AWS::DynamoDB::Table"), map[string]any{"BillingMode": "PAY_PER_REQUEST"})
+}
+
 func TestProtectionOnlyWhereTopologySaysSo(t *testing.T) {
 	for _, name := range topology.Environments {
 		t.Run(name, func(t *testing.T) {

@@ -251,6 +251,9 @@ type Env struct {
 	DeletionProtection  bool
 	// Tracing turns on X-Ray active tracing (CDK context "tracing").
 	Tracing bool
+	// Capacity, when set, makes the table provisioned with auto scaling
+	// (CDK context "capacity"); nil is on-demand.
+	Capacity *Capacity
 	// API is the HTTP API stage's throttling (not applied locally).
 	API API
 	// TrafficShift is how deployments move the functions' aliases to a
