@@ -31,6 +31,11 @@
 //	resultTtl    OJS_RESULT_TTL of the functions (seconds; -1 for ever);
 //	             default 604800 (7 days)
 //	queueResultTtl OJS_QUEUE_RESULT_TTL: a JSON object, queue to seconds
+//	publishEvents OJS_PUBLISH_EVENTS of the stream function: the event
+//	             types published to EventBridge (default: the ends of
+//	             jobs and workflows, events.DefaultPublished)
+//	publishPacked OJS_PUBLISH_PACKED: the published types sent packed,
+//	             several to an entry (default job.*; "none")
 //	capacity     on-demand (default), provisioned, or provisioned:W,R (the
 //	             maximum write and read capacity units): a provisioned
 //	             table whose capacity and indexes' capacity auto scale
@@ -67,6 +72,7 @@ import (
 	"github.com/aws/jsii-runtime-go"
 
 	ojsconstruct "github.com/ojs-aws/ojs-serverless/infra/construct"
+	"github.com/ojs-aws/ojs-serverless/pkg/events"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 )
 
@@ -101,6 +107,8 @@ type config struct {
 	PlainPayloads bool
 	Tracing       bool
 	Capacity      string
+	PublishEvents string
+	PublishPacked string
 	ResultTTL     *int64
 	QueueTTLs     map[string]int64
 }
@@ -175,6 +183,16 @@ func readConfig(get, getenv func(string) string) (config, error) {
 		}
 		c.ResultTTL = &n
 	}
+	if c.PublishEvents = perEnv("publishEvents"); c.PublishEvents != "" {
+		if _, err := events.ParsePublished(c.PublishEvents); err != nil {
+			return config{}, fmt.Errorf("context publishEvents: %w", err)
+		}
+	}
+	if c.PublishPacked = perEnv("publishPacked"); c.PublishPacked != "" {
+		if _, err := events.ParsePacked(c.PublishPacked); err != nil {
+			return config{}, fmt.Errorf("context publishPacked: %w", err)
+		}
+	}
 	if v := perEnv("capacity"); v != "" {
 		if _, err := topology.ParseCapacity(v); err != nil {
 			return config{}, fmt.Errorf("context capacity %w", err)
@@ -246,6 +264,7 @@ func build(app awscdk.App, getenv func(string) string) error {
 	}
 	env.PlainPayloads, env.Tracing = c.PlainPayloads, c.Tracing
 	env.Capacity, _ = topology.ParseCapacity(c.Capacity) // checked by readConfig
+	env.PublishEvents, env.PublishPacked = c.PublishEvents, c.PublishPacked
 	if c.FetchWait > 0 {
 		env.FetchWait = c.FetchWait
 	}

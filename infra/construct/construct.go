@@ -328,6 +328,9 @@ func (o *OJSServerless) addFunctions() {
 			if o.Env.PublishEvents != "" {
 				env[topology.EnvPublishEvents] = jsii.String(o.Env.PublishEvents)
 			}
+			if o.Env.PublishPacked != "" {
+				env[topology.EnvPublishPacked] = jsii.String(o.Env.PublishPacked)
+			}
 			// The Environment dimension of the lifecycle metrics.
 			env[topology.EnvName] = jsii.String(o.Env.Name)
 		}

@@ -140,7 +140,11 @@ func Load(ctx context.Context) (*App, error) {
 		if err != nil {
 			return nil, err
 		}
-		pub = &eventbus.Publisher{Client: eventbridge.NewFromConfig(cfg), Bus: bus, Types: published}
+		packed, err := events.ParsePacked(os.Getenv(topology.EnvPublishPacked))
+		if err != nil {
+			return nil, err
+		}
+		pub = &eventbus.Publisher{Client: eventbridge.NewFromConfig(cfg), Bus: bus, Types: published, Packed: packed}
 	}
 	ret, err := deadletter.ParseRetention(os.Getenv(topology.EnvDeadMaxAge), os.Getenv(topology.EnvDeadMaxCount), os.Getenv(topology.EnvDeadPruneInterval))
 	if err != nil {

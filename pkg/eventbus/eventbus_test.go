@@ -155,3 +155,79 @@ func TestPublishOnlyConfiguredTypes(t *testing.T) {
 		}
 	}
 }
+
+// Job events (events.DefaultPacked) go packed, many to an entry of at most
+// one 64 KB billing chunk; the others one an entry; a job event too large
+// for a chunk goes alone.
+func TestPublishPacksJobEvents(t *testing.T) {
+	bus := &fakeBus{requests: [][]map[string]any{{}}} // nothing throttled
+	srv := httptest.NewServer(bus)
+	defer srv.Close()
+	client := eventbridge.New(eventbridge.Options{Region: "us-east-1", BaseEndpoint: aws.String(srv.URL),
+		Credentials: aws.AnonymousCredentials{}, RetryMaxAttempts: 1})
+	packed, err := events.ParsePacked("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &Publisher{Client: client, Bus: "b", Packed: packed}
+	at := time.Date(2026, 11, 28, 10, 0, 0, 0, time.UTC)
+	var evs []events.Event
+	for i := range 400 {
+		evs = append(evs, events.New("ojs://t/engine", events.JobCompleted, "job", at.Add(time.Duration(i)*time.Millisecond), int64(i),
+			map[string]any{"queue": "q", "result": strings.Repeat("r", 300)}, "k"))
+		if i == 200 {
+			evs = append(evs, events.New("ojs://t/engine", events.WorkflowCompleted, "wf", at, 1000, map[string]any{"workflow_id": "w"}, "w"),
+				events.New("ojs://t/engine", events.JobCompleted, "big", at, 1001, map[string]any{"queue": "q", "result": strings.Repeat("x", 100<<10)}, "big"))
+		}
+	}
+	if err := p.Publish(context.Background(), evs); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	packs, total := 0, 0
+	for _, req := range bus.requests {
+		for _, e := range req {
+			detail := e["Detail"].(string)
+			switch e["DetailType"] {
+			case PackedDetailType:
+				packs++
+				var d struct{ Events []events.Event }
+				if err := json.Unmarshal([]byte(detail), &d); err != nil {
+					t.Fatal(err)
+				}
+				if n := 14 + len(Source) + len(PackedDetailType) + len(detail); n > chunkBytes {
+					t.Errorf("packed entry of %d bytes, over one chunk", n)
+				}
+				for _, ev := range d.Events {
+					if ev.Type != events.JobCompleted {
+						t.Errorf("%s packed", ev.Type)
+					}
+					seen[ev.ID]++
+					b, _ := ev.Marshal()
+					total += len(b) + 1
+				}
+			default:
+				var ev events.Event
+				if err := json.Unmarshal([]byte(detail), &ev); err != nil {
+					t.Fatal(err)
+				}
+				if ev.Type != e["DetailType"] || (ev.Type == events.JobCompleted && ev.Subject != "big") {
+					t.Errorf("entry %s of %s (subject %s) sent alone", e["DetailType"], ev.Type, ev.Subject)
+				}
+				seen[ev.ID]++
+			}
+		}
+	}
+	for _, e := range evs {
+		if seen[e.ID] != 1 {
+			t.Errorf("event %s (%s) sent %d times", e.ID, e.Type, seen[e.ID])
+		}
+	}
+	// Packs are full but for the last: as few as the bytes allow, plus one.
+	if min := (total + chunkBytes - 1) / chunkBytes; packs > min+1 {
+		t.Errorf("%d packs for %d bytes of events, want at most %d", packs, total, min+1)
+	}
+	if packs < 2 {
+		t.Errorf("%d packs: the events should not fit one", packs)
+	}
+}

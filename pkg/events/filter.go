@@ -374,6 +374,28 @@ var DefaultPublished = []string{
 	DeadLetterAdded, QueuePaused, QueueResumed,
 }
 
+// DefaultPacked are the published event types sent packed to EventBridge
+// unless configured otherwise: the job events, a stream batch's in entries
+// of up to 64 KB, each billed as one event (docs/events.md).
+var DefaultPacked = []string{"job.*"}
+
+// ParsePacked reads the OJS_PUBLISH_PACKED setting: types and patterns as
+// for OJS_PUBLISH_EVENTS, "none" (nil: every event an entry of its own),
+// or empty for DefaultPacked.
+func ParsePacked(spec string) ([]string, error) {
+	if strings.TrimSpace(spec) == "none" {
+		return nil, nil
+	}
+	if strings.TrimSpace(spec) == "" {
+		return DefaultPacked, nil
+	}
+	out := appendItems(nil, spec)
+	if err := checkPatterns("OJS_PUBLISH_PACKED", out); err != nil {
+		return nil, fmt.Errorf("%s", ojserr.As(err).Message)
+	}
+	return out, nil
+}
+
 // ParsePublished reads the OJS_PUBLISH_EVENTS setting: a comma-separated
 // list of types and patterns ("job.*", "*" for all), "none" for no
 // events, or empty for DefaultPublished.

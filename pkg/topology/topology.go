@@ -32,6 +32,10 @@ const (
 	// types or patterns ("job.*", "*"), "none", or empty for
 	// events.DefaultPublished. Every event is stored whatever it says.
 	EnvPublishEvents = "OJS_PUBLISH_EVENTS"
+	// EnvPublishPacked chooses the published types sent packed, several
+	// events to an EventBridge entry: types or patterns, "none", or empty
+	// for events.DefaultPacked (the job events).
+	EnvPublishPacked = "OJS_PUBLISH_PACKED"
 	// EnvAuthToken, when set, is the bearer token every route requires
 	// (the local stack's stand-in for IAM/JWT auth).
 	EnvAuthToken = "OJS_AUTH_TOKEN"
@@ -238,6 +242,9 @@ type Env struct {
 	// PublishEvents is the OJS_PUBLISH_EVENTS setting of the stream
 	// function (empty: the default set).
 	PublishEvents string
+	// PublishPacked is the OJS_PUBLISH_PACKED setting of the stream
+	// function (empty: events.DefaultPacked).
+	PublishPacked string
 	// FetchWait is the api function's OJS_FETCH_WAIT (0 everywhere: a
 	// waiting FETCH bills its duration).
 	FetchWait time.Duration
