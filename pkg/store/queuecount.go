@@ -18,16 +18,28 @@ type QueueCounts struct {
 	Available, Active, Scheduled, Retryable, Discarded int
 }
 
+// doneKeys are the "done" partitions of a queue: the completing write
+// copies the job's due partition (its queue's due shards, by job id; no
+// key takes more than its share of a queue's completions), or the queue
+// name when the job had no due entry (and before 2026-11-28).
+func doneKeys(queue string) []string { return append(dueKeys(queue), queue) }
+
 // CountCompleted counts a queue's jobs completed at or after since, from
 // the keys-only "done" index (1 read unit per 4 KB of keys: about 40,000
-// completions per page).
+// completions per page), every partition at once.
 func (s *Store) CountCompleted(ctx context.Context, queue string, since time.Time) (int, error) {
-	n, err := CountAll(ctx, s.db, &dynamodb.QueryInput{TableName: &s.table, IndexName: aws.String(topology.IndexDone),
-		KeyConditionExpression:    aws.String("#k = :q AND #s >= :since"),
-		ExpressionAttributeNames:  map[string]string{"#k": attrDonePK, "#s": attrDoneSK},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":q": AttrS(queue), ":since": AttrS(fmt.Sprintf("%013d", ms(since)))}})
+	counts, err := EachShard(ctx, doneKeys(queue), func(ctx context.Context, pk string) (int, error) {
+		return CountAll(ctx, s.db, &dynamodb.QueryInput{TableName: &s.table, IndexName: aws.String(topology.IndexDone),
+			KeyConditionExpression:    aws.String("#k = :q AND #s >= :since"),
+			ExpressionAttributeNames:  map[string]string{"#k": attrDonePK, "#s": attrDoneSK},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":q": AttrS(pk), ":since": AttrS(fmt.Sprintf("%013d", ms(since)))}})
+	})
 	if err != nil {
 		return 0, fmt.Errorf("count completions of queue %s: %w", queue, err)
+	}
+	n := 0
+	for _, c := range counts {
+		n += c
 	}
 	return n, nil
 }

@@ -11,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/ojs-aws/ojs-serverless/internal/dev/testenv"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
@@ -352,6 +354,56 @@ func TestListingPagesThroughTiesAcrossShards(t *testing.T) {
 		}
 		if len(seen) != len(want) {
 			t.Fatalf("limit %d: %d of %d jobs listed", limit, len(seen), len(want))
+		}
+	}
+}
+
+// TestCompletionsSpreadOverShards: a queue's completions are listed in the
+// due shards their jobs leave (no one key takes every completion of a busy
+// queue), and CountCompleted counts every one once.
+func TestCompletionsSpreadOverShards(t *testing.T) {
+	t.Parallel()
+	s, _ := testenv.Table(t)
+	ctx := context.Background()
+	const n = 24
+	var jobs []*job.Job
+	for i := range n {
+		j := newJob(t, `{"type":"a.b","args":[],"queue":"donequeue"}`, t0.Add(time.Duration(i)*time.Millisecond))
+		j.Push = i%3 == 0
+		jobs = append(jobs, j)
+	}
+	if err := s.Create(ctx, jobs, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range jobs {
+		if _, err := s.Apply(ctx, store.Claim(j.ID, store.ClaimOpts{Queue: j.Queue, Now: t0, LeaseUntil: t0.Add(time.Minute)})); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Apply(ctx, store.Complete(j.ID, nil, 1, t0.Add(time.Second))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := s.CountCompleted(ctx, "donequeue", t0)
+	if err != nil || got != n {
+		t.Fatalf("CountCompleted = %d, %v; want %d", got, err, n)
+	}
+	if later, _ := s.CountCompleted(ctx, "donequeue", t0.Add(2*time.Second)); later != 0 {
+		t.Fatalf("%d completions after the last one", later)
+	}
+	keys := map[string]int{}
+	out, err := testenv.DynamoDB().Scan(ctx, &dynamodb.ScanInput{TableName: aws.String(s.Table()), IndexName: aws.String(topology.IndexDone)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, it := range out.Items {
+		keys[it["done_pk"].(*types.AttributeValueMemberS).Value]++
+	}
+	if len(keys) < 3 {
+		t.Fatalf("%d completions in %d partitions (%v), want them spread over the due shards", n, len(keys), keys)
+	}
+	for k, c := range keys {
+		if c > n/2 {
+			t.Errorf("partition %s holds %d of %d completions", k, c, n)
 		}
 	}
 }

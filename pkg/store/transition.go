@@ -205,9 +205,11 @@ func (t *Transition) leaseHeld(now time.Time) {
 func Complete(id string, result json.RawMessage, attempt int, now time.Time) Transition {
 	t := newTransition(id, job.Completed, job.Active)
 	t.set("completed_at", job.Timestamp(now))
-	// Listed among its queue's completions (index "done", keys only: the
-	// partition is the queue name, copied from the item), for queue stats.
-	t.update = t.update.Set(expression.Name(attrDonePK), expression.Name("queue"))
+	// Listed among its queue's completions (index "done", keys only), for
+	// queue stats: in the partition of the due entry the job leaves (its
+	// queue's due shard, by job id: doneKeys), or the queue name for a job
+	// without one.
+	t.update = t.update.Set(expression.Name(attrDonePK), expression.IfNotExists(expression.Name(attrDuePK), expression.Name("queue")))
 	t.set(attrDoneSK, DeadSortKey(now, id))
 	if len(result) > 0 {
 		t.set("result", Packed(result))
