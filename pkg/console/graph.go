@@ -43,6 +43,8 @@ type Node struct {
 	ID, Label, Sub, State, Kind, JobID string
 	X, Y, W, H                         float64
 	Composite                          bool
+	// Progress is a running job's reported progress, 0 to 1 (nil: none).
+	Progress *float64
 }
 
 // Edge is a drawn dependency: from the end of one step to the start of
@@ -233,6 +235,7 @@ func leaf(m *wfview.ViewNode, path string) *block {
 		if j.Attempt != nil && *j.Attempt != 0 {
 			n.Sub = fmt.Sprintf("attempt %d", *j.Attempt)
 		}
+		n.Progress = j.Progress
 	}
 	n.State = cmp.Or(n.State, "waiting")
 	return &block{w: leafW, h: leafH, nodes: []Node{n}, inX: 0, inY: leafH / 2, outX: leafW, outY: leafH / 2}
@@ -455,6 +458,10 @@ func (g *Graph) SVG(jobURL func(id string) string) SafeHTML {
 			sub += " · " + n.Sub
 		}
 		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" class="nsub">%s</text>`, n.X+10, n.Y+37, esc(clip(sub, 30)))
+		if p := n.Progress; p != nil {
+			fmt.Fprintf(&b, `<rect class="nprog" data-progress="%v" x="%.1f" y="%.1f" width="%.1f" height="3" rx="1.5"/>`,
+				*p, n.X+8, n.Y+n.H-7, (n.W-16)*min(max(*p, 0), 1))
+		}
 		if n.JobID != "" && jobURL != nil {
 			b.WriteString(`</a>`)
 		}

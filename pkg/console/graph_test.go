@@ -46,7 +46,7 @@ func TestLayoutTreeForm(t *testing.T) {
 	v := view(t, `{"id":"wf-1","type":"chain","name":"etl","state":"running","steps":[
 		{"index":0,"type":"data.extract","state":"completed","job_id":"j-0"},
 		{"index":1,"type":"group","state":"running","jobs":[
-			{"index":0,"type":"transform.csv","state":"active","job_id":"j-10","attempt":2},
+			{"index":0,"type":"transform.csv","state":"active","job_id":"j-10","attempt":2,"progress":0.25},
 			{"index":1,"type":"transform.json","state":"pending","job_id":"j-11"}]},
 		{"index":2,"type":"batch","state":"waiting","jobs":[{"index":0,"type":"load","state":"waiting","job_id":null}],
 		 "callbacks":{"on_success":{"index":-1,"type":"notify","state":"waiting","job_id":null}}}]}`)
@@ -54,6 +54,12 @@ func TestLayoutTreeForm(t *testing.T) {
 	svg := string(g.SVG(func(id string) string { return "/jobs/" + id }))
 	want := map[string]string{"wf-1": "running", "/s0": "completed", "/s1": "running", "/s1/j0": "active", "/s1/j1": "pending",
 		"/s2": "waiting", "/s2/j0": "waiting", "/s2/on_success": "waiting"}
+	// The running step draws its reported progress, a quarter of the bar;
+	// no other step draws one.
+	if bars := regexp.MustCompile(`class="nprog" data-progress="([^"]*)"[^>]*width="([^"]*)"`).FindAllStringSubmatch(svg, -1); len(bars) != 1 ||
+		bars[0][1] != "0.25" || bars[0][2] != fmt.Sprintf("%.1f", (leafW-16)/4) {
+		t.Errorf("progress bars %v, want one of 0.25", bars)
+	}
 	got := states(svg)
 	for id, st := range want {
 		if got[id] != st {

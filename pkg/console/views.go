@@ -457,6 +457,7 @@ func workflowView(b *Builder, p page) {
 	}
 	m := d.View.Metadata
 	b.f(" · %v of %v jobs completed, %v failed · created %v", m.CompletedCount, m.JobCount, m.FailedCount, m.CreatedAt)
+	b.f(` · <progress value="%v" max="1" title="finished jobs and the progress running ones reported"></progress> %v%% done`, m.Progress, int(m.Progress*100))
 	b.f(`%s</p>
 <section class="card graph">
   %s

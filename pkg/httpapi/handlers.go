@@ -198,6 +198,13 @@ func New(svc Services, backend Backend, wfs Workflows, cfg Config) *Server {
 	if wfs != nil {
 		s.add(LevelProducer, http.MethodPost, "/ojs/v1/workflows", a.createWorkflow)
 		s.add(LevelProducer, http.MethodGet, "/ojs/v1/workflows/{id}", byPath("workflow", "id", wfs.Get))
+		s.add(LevelProducer, http.MethodGet, "/ojs/v1/workflows/{id}/progress", ok(func(r *http.Request, p params) (any, error) {
+			v, err := wfs.Get(r.Context(), p("id"))
+			if err != nil {
+				return nil, err
+			}
+			return v.ProgressOf(), nil
+		}))
 		s.add(LevelProducer, http.MethodDelete, "/ojs/v1/workflows/{id}", byPath("workflow", "id", wfs.Cancel))
 		// A failed or cancelled workflow runs again from its failed steps.
 		s.add(LevelAdmin, http.MethodPost, "/ojs/v1/workflows/{id}/retry", byPath("workflow", "id", wfs.Retry))

@@ -7,6 +7,8 @@ import (
 	"cmp"
 	"encoding/json"
 	"maps"
+	"math"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -74,9 +76,12 @@ type ViewNode struct {
 // ViewJob is what a job step's entry shows of its job: JobID is nil (null)
 // until the job exists; the rest is set once it does.
 type ViewJob struct {
-	JobID   *string         `json:"job_id"`
-	Attempt *int            `json:"attempt,omitempty"`
-	Result  json.RawMessage `json:"result,omitempty"`
+	JobID   *string `json:"job_id"`
+	Attempt *int    `json:"attempt,omitempty"`
+	// Progress is a running job's last reported progress, 0 to 1 (the
+	// progress extension).
+	Progress *float64        `json:"progress,omitempty"`
+	Result   json.RawMessage `json:"result,omitempty"`
 	// ResultTruncated is set when the result did not fit the view.
 	ResultTruncated bool `json:"result_truncated,omitempty"`
 }
@@ -87,9 +92,14 @@ type ViewMetadata struct {
 	JobCount       int    `json:"job_count"`
 	CompletedCount int    `json:"completed_count"`
 	FailedCount    int    `json:"failed_count"`
-	StartedAt      string `json:"started_at,omitempty"`
-	CompletedAt    string `json:"completed_at,omitempty"`
-	CancelledAt    string `json:"cancelled_at,omitempty"`
+	// Progress is the share of the workflow's jobs done, 0 to 1: each
+	// finished job (completed, failed or cancelled) counts 1, each running
+	// job its reported progress (a workflow that stopped early stays
+	// below 1: the share of its work that was done).
+	Progress    float64 `json:"progress"`
+	StartedAt   string  `json:"started_at,omitempty"`
+	CompletedAt string  `json:"completed_at,omitempty"`
+	CancelledAt string  `json:"cancelled_at,omitempty"`
 }
 
 // ViewFailure is what a view shows of the failed and cancelled jobs:
@@ -174,8 +184,10 @@ type viewer struct {
 	stopped bool
 	budget  int
 	cut     bool
-	// counts of leaf jobs (callbacks not included)
+	// counts of leaf jobs (callbacks not included), and the progress the
+	// running ones reported
 	completed, failed int
+	running           float64
 	failedIDs         []string
 	errs              []ViewError
 	blockedMemo       map[string]bool
@@ -224,6 +236,9 @@ func Render(t *wfstore.Tree, jobs map[string]*job.Job) *View {
 	out.CreatedAt = root.CreatedAt
 	out.Metadata = ViewMetadata{CreatedAt: root.CreatedAt, JobCount: root.JobCount, CompletedCount: v.completed, FailedCount: v.failed,
 		StartedAt: root.StartedAt, CompletedAt: root.CompletedAt, CancelledAt: root.CancelledAt}
+	if root.JobCount > 0 {
+		out.Metadata.Progress = min(1, math.Round(1000*(float64(v.completed+v.failed)+v.running)/float64(root.JobCount))/1000)
+	}
 	if root.Kind == wfdef.KindChain && root.FailedIndex != nil {
 		out.FailedStepIndex = new(*root.FailedIndex)
 	}
@@ -388,6 +403,13 @@ func (v *viewer) leaf(n *wfstore.Item, m *ViewNode) {
 	m.JobID, m.Attempt = new(id), new(j.Attempt)
 	m.StartedAt, m.CompletedAt = timestamp(j.StartedAt), timestamp(j.CompletedAt)
 	switch j.State {
+	case job.Active:
+		if pr := j.ProgressShown(); pr != nil && pr.Value != nil {
+			m.Progress = new(*pr.Value)
+			if counted {
+				v.running += *pr.Value
+			}
+		}
 	case job.Completed:
 		if counted {
 			v.completed++
@@ -596,4 +618,52 @@ func (v *viewer) flatState(n *wfstore.Item, treeState string) string {
 		return string(wfstate.Failed)
 	}
 	return string(j.State)
+}
+
+// Progress is GET /workflows/{id}/progress (ojs-progress.md 9.2): the
+// workflow's aggregate progress (ViewMetadata.Progress) and each job step's,
+// in the view's order.
+type Progress struct {
+	WorkflowID string         `json:"workflow_id"`
+	Type       string         `json:"type"`
+	State      string         `json:"state"`
+	Progress   float64        `json:"progress"`
+	Steps      []StepProgress `json:"steps"`
+}
+
+// StepProgress is one job step's progress: 1 once completed, what a
+// running job reported, null otherwise.
+type StepProgress struct {
+	ID       string   `json:"id"`
+	JobID    *string  `json:"job_id"`
+	Type     string   `json:"type"`
+	State    string   `json:"state"`
+	Progress *float64 `json:"progress"`
+}
+
+// ProgressOf is v's progress.
+func (v *View) ProgressOf() *Progress {
+	p := &Progress{WorkflowID: v.ID, Type: v.Type, State: v.State, Progress: v.Metadata.Progress, Steps: []StepProgress{}}
+	var walk func(n *ViewNode)
+	walk = func(n *ViewNode) {
+		if n.ViewJob != nil {
+			s := StepProgress{ID: n.ID, JobID: n.JobID, Type: n.Type, State: n.State, Progress: n.ViewJob.Progress}
+			if n.State == string(wfstate.Completed) {
+				s.Progress = new(1.0)
+			}
+			p.Steps = append(p.Steps, s)
+		}
+		for i := range n.Steps {
+			walk(&n.Steps[i])
+		}
+		for i := range n.Jobs {
+			walk(&n.Jobs[i])
+		}
+		for _, k := range slices.Sorted(maps.Keys(n.Callbacks)) {
+			c := n.Callbacks[k]
+			walk(&c)
+		}
+	}
+	walk(&v.ViewNode)
+	return p
 }

@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -91,6 +93,14 @@ func golden(t *testing.T, name string, v *wfview.View) {
 	}
 }
 
+// ptrText prints *p, or null.
+func ptrText(p *float64) string {
+	if p == nil {
+		return "null"
+	}
+	return fmt.Sprint(*p)
+}
+
 // viewOf reads workflow id's view.
 func (h *clocked) viewOf(id string) *wfview.View {
 	h.t.Helper()
@@ -153,7 +163,21 @@ func TestViewGolden(t *testing.T) {
 			jobs := h.fetch(q)
 			h.ack(jobs["g.a"], `{"ok":true}`)
 			h.fail(jobs["g.b"])
-			golden(t, "group_running_with_a_failure", h.viewOf(id))
+			// A running step shows its progress; the workflow's is (1
+			// completed + 0.4 running) / 3 jobs.
+			if _, err := h.svc.ReportProgress(context.Background(), jobs["g.c"].ID, lifecycle.ProgressInput{Progress: new(0.4)}); err != nil {
+				t.Fatal(err)
+			}
+			v := h.viewOf(id)
+			golden(t, "group_running_with_a_failure", v)
+			pr := v.ProgressOf()
+			var got []string
+			for _, st := range pr.Steps {
+				got = append(got, fmt.Sprintf("%s:%s:%v", st.Type, st.State, ptrText(st.Progress)))
+			}
+			if pr.Progress != 0.8 || strings.Join(got, " ") != "g.a:completed:1 g.b:failed:null g.c:active:0.4" {
+				t.Errorf("progress %v, steps %v", pr.Progress, got)
+			}
 			h.ack(jobs["g.c"], `null`)
 			golden(t, "group_failed", h.viewOf(id))
 		}},
