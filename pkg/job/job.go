@@ -147,6 +147,10 @@ type Job struct {
 	// Progress is what the worker last reported of the current attempt
 	// (nil: nothing yet; cleared when an attempt starts).
 	Progress *Progress
+	// LastCheckpoint is the checkpoint of the last progress report that
+	// carried one, kept across attempts so a retry resumes from it
+	// (ojs-progress.md 6.4).
+	LastCheckpoint json.RawMessage
 
 	// Unique is the job's unique policy at enqueue (not stored).
 	Unique *Unique
@@ -238,6 +242,7 @@ type wireJob struct {
 	WorkflowID          string          `json:"workflow_id,omitempty"`
 	WorkflowNode        string          `json:"workflow_node,omitempty"`
 	ParentResults       json.RawMessage `json:"parent_results,omitempty"`
+	LastCheckpoint      json.RawMessage `json:"last_checkpoint,omitempty"`
 }
 
 // MarshalJSON renders the full OJS envelope with the system-managed
@@ -255,6 +260,7 @@ func (j *Job) MarshalJSON() ([]byte, error) {
 		CancelledAt: ts(j.CancelledAt), DiscardedAt: ts(j.DiscardedAt), NextAttemptAt: ts(j.NextAttemptAt),
 		Result: j.Result, ResultTTL: j.ResultTTL, ResultExpiresAt: ts(j.ResultExpiresAt), ResultSizeBytes: j.ResultSizeBytes,
 		Error: j.Error, Errors: j.Errors, WorkflowID: j.WorkflowID, WorkflowNode: j.WorkflowNode, ParentResults: j.ParentResults,
+		LastCheckpoint: j.LastCheckpoint,
 	}
 	if j.RetryDelay > 0 {
 		w.RetryDelayMS = new(j.RetryDelay.Milliseconds())

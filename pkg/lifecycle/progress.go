@@ -24,6 +24,10 @@ type ProgressInput struct {
 	Progress *float64        `json:"progress"`
 	Message  string          `json:"message"`
 	Data     json.RawMessage `json:"data"`
+	// Checkpoint is what a retry needs to resume (6.4): a JSON object of
+	// at most MaxProgressDataBytes, kept across attempts and shown on the
+	// job as last_checkpoint.
+	Checkpoint json.RawMessage `json:"checkpoint"`
 }
 
 // ReportProgress records a progress report on an active job and counts
@@ -46,6 +50,8 @@ func (s *Service) ReportProgress(ctx context.Context, id string, in ProgressInpu
 		return nil, ojserr.Invalid("progress", "'progress' must be a number from 0 to 1.")
 	case data != nil && (len(data) > MaxProgressDataBytes || data[0] != '{'):
 		return nil, ojserr.Invalid("data", "'data' must be a JSON object of at most %d bytes.", MaxProgressDataBytes)
+	case in.Checkpoint != nil && string(in.Checkpoint) != "null" && (len(in.Checkpoint) > MaxProgressDataBytes || in.Checkpoint[0] != '{'):
+		return nil, ojserr.Invalid("checkpoint", "'checkpoint' must be a JSON object of at most %d bytes.", MaxProgressDataBytes)
 	case len(in.Message) > MaxProgressMessage:
 		return nil, ojserr.Invalid("message", "'message' is longer than %d characters.", MaxProgressMessage)
 	}
@@ -55,12 +61,16 @@ func (s *Service) ReportProgress(ctx context.Context, id string, in ProgressInpu
 		v := min(max(*in.Progress, 0), 1)
 		p.Value = &v
 	}
-	j, err := s.st.Apply(ctx, store.ReportProgress(id, p))
+	ckpt := in.Checkpoint
+	if string(ckpt) == "null" {
+		ckpt = nil
+	}
+	j, err := s.st.Apply(ctx, store.ReportProgress(id, p, ckpt))
 	var ce *store.ConflictError
 	if errors.As(err, &ce) && ce.Current != nil && ce.Current.State == job.Active && p.Value != nil {
 		// A lower fraction than the attempt's last: keep the rest.
 		p.Value = nil
-		j, err = s.st.Apply(ctx, store.ReportProgress(id, p))
+		j, err = s.st.Apply(ctx, store.ReportProgress(id, p, ckpt))
 	}
 	if errors.As(err, &ce) && ce.Current != nil {
 		return ce.Current, nil

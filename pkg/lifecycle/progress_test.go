@@ -3,6 +3,7 @@ package lifecycle_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,7 +49,8 @@ func TestProgressReports(t *testing.T) {
 		t.Fatalf("fetch: %v %v", claimed, err)
 	}
 	lease := *claimed[0].LeaseUntil
-	if v := value(report(j.ID, lifecycle.ProgressInput{Progress: f(0.5), Message: "half", Data: json.RawMessage(`{"rows":5}`)})); v != 0.5 {
+	if v := value(report(j.ID, lifecycle.ProgressInput{Progress: f(0.5), Message: "half", Data: json.RawMessage(`{"rows":5}`),
+		Checkpoint: json.RawMessage(`{"last_row":5}`)})); v != 0.5 {
 		t.Errorf("progress %v, want 0.5", v)
 	}
 	clk.Add(20 * time.Second)
@@ -62,7 +64,8 @@ func TestProgressReports(t *testing.T) {
 	if v := value(report(j.ID, lifecycle.ProgressInput{Progress: f(1.5)})); v != 1 {
 		t.Errorf("1.5 kept as %v, want clamped to 1", v)
 	}
-	for _, in := range []lifecycle.ProgressInput{{}, {Data: json.RawMessage(`[1]`)}, {Data: json.RawMessage(`{"x":"` + string(make([]byte, 5000)) + `"}`)}} {
+	for _, in := range []lifecycle.ProgressInput{{}, {Data: json.RawMessage(`[1]`)}, {Data: json.RawMessage(`{"x":"` + string(make([]byte, 5000)) + `"}`)},
+		{Progress: f(0.9), Checkpoint: json.RawMessage(`"row 9"`)}} {
 		if _, err := s.ReportProgress(ctx, j.ID, in); ojserr.As(err).Status() != 400 {
 			t.Errorf("report %+v: %v, want 400", in, err)
 		}
@@ -78,8 +81,14 @@ func TestProgressReports(t *testing.T) {
 		t.Errorf("the failed attempt's progress %v, want kept at 1", v)
 	}
 	clk.Add(time.Hour) // past the retry's backoff
-	if again, err := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"prog"}, WorkerID: "w"}); err != nil || len(again) != 1 || again[0].Progress != nil {
+	again, err := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"prog"}, WorkerID: "w"})
+	if err != nil || len(again) != 1 || again[0].Progress != nil {
 		t.Fatalf("the next attempt: %v %v, want it claimed with no progress", again, err)
+	}
+	// The retry resumes from the first attempt's checkpoint (6.4).
+	if b, _ := json.Marshal(again[0]); string(again[0].LastCheckpoint) != `{"last_row":5}` || !json.Valid(b) ||
+		!strings.Contains(string(b), `"last_checkpoint":{"last_row":5}`) {
+		t.Errorf("the retry's last_checkpoint: %s (envelope %s)", again[0].LastCheckpoint, b)
 	}
 	report(j.ID, lifecycle.ProgressInput{Progress: f(0.2)})
 	done, err := s.Ack(ctx, j.ID, nil, 0)

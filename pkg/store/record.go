@@ -52,6 +52,7 @@ const (
 	// attrProgress and attrProgressInfo hold the attempt's progress report.
 	attrProgress     = "prog"
 	attrProgressInfo = "prog_info"
+	attrCheckpoint   = "ckpt"
 	jobSK            = "JOB"
 )
 
@@ -135,6 +136,8 @@ type claim struct {
 	// from going down), ProgressInfo the whole report as JSON.
 	Progress     *float64 `dynamodbav:"prog,omitempty"`
 	ProgressInfo string   `dynamodbav:"prog_info,omitempty"`
+	// Checkpoint is the last reported checkpoint, kept across attempts.
+	Checkpoint Packed `dynamodbav:"ckpt,omitempty"`
 }
 
 // indexEntries are the job's keys in the ready and due indexes, its expiry
@@ -305,6 +308,9 @@ func (r record) toJob() (*job.Job, error) {
 		j.WorkflowAhead = json.RawMessage(r.WorkflowAhead)
 	}
 	j.LeaseUntil, j.Deadline = optMS(r.LeaseUntil), optMS(r.DeadlineMS)
+	if len(r.Checkpoint) > 0 {
+		j.LastCheckpoint = json.RawMessage(r.Checkpoint)
+	}
 	if r.ProgressInfo != "" {
 		j.Progress = &job.Progress{}
 		_ = json.Unmarshal([]byte(r.ProgressInfo), j.Progress)

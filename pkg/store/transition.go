@@ -408,11 +408,15 @@ func Extend(id, workerID string, leaseUntil, now time.Time) Transition {
 }
 
 // ReportProgress records a worker's progress report on an active job
-// (ojs-progress.md 6.1). With a fraction, the condition keeps it from going
+// (ojs-progress.md 6.1), and its checkpoint when it carries one (6.4:
+// kept across attempts). With a fraction, the condition keeps it from going
 // down: a lower one fails the write, and the caller writes the report
 // without it (ReportProgress with p.Value nil).
-func ReportProgress(id string, p job.Progress) Transition {
+func ReportProgress(id string, p job.Progress, checkpoint json.RawMessage) Transition {
 	t := newTransition(id, job.Active, job.Active)
+	if len(checkpoint) > 0 {
+		t.set(attrCheckpoint, Packed(checkpoint))
+	}
 	if p.Value != nil {
 		t.set(attrProgress, *p.Value)
 		t.and(expression.Or(expression.AttributeNotExists(expression.Name(attrProgress)),

@@ -27,6 +27,9 @@ type Job struct {
 	// ParentResults then holds the upstream results keyed by index.
 	WorkflowID    string
 	ParentResults json.RawMessage
+	// LastCheckpoint is the checkpoint an earlier attempt saved
+	// (SaveCheckpoint), for a retry to resume from; nil on a first run.
+	LastCheckpoint json.RawMessage
 
 	progress func(context.Context, lifecycle.ProgressInput) error
 }
@@ -40,6 +43,20 @@ func (j *Job) ReportProgress(ctx context.Context, fraction float64, message stri
 		return fmt.Errorf("job %s: progress is reported only while the processor runs it", j.ID)
 	}
 	return j.progress(ctx, lifecycle.ProgressInput{Progress: &fraction, Message: message})
+}
+
+// SaveCheckpoint records what a retry of this job needs to resume (a JSON
+// object of at most 4 KB, ojs-progress.md 6.4): the next attempt finds it
+// in LastCheckpoint. Like ReportProgress it counts as a heartbeat.
+func (j *Job) SaveCheckpoint(ctx context.Context, fraction float64, checkpoint any) error {
+	if j.progress == nil {
+		return fmt.Errorf("job %s: a checkpoint is saved only while the processor runs it", j.ID)
+	}
+	b, err := json.Marshal(checkpoint)
+	if err != nil {
+		return fmt.Errorf("job %s: checkpoint: %w", j.ID, err)
+	}
+	return j.progress(ctx, lifecycle.ProgressInput{Progress: &fraction, Checkpoint: b})
 }
 
 // Bind decodes the positional args into the given pointers, in order:

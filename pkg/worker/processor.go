@@ -162,7 +162,7 @@ func (p *Processor) run(ctx context.Context, j *job.Job) error {
 	defer stop(nil)
 	go p.watch(runCtx, j, stop)
 	result, herr := safeRun(runCtx, h, &Job{ID: j.ID, Type: j.Type, Queue: j.Queue, Args: j.Args, Meta: j.Meta, Attempt: j.Attempt, MaxAttempts: j.Retry.MaxAttempts,
-		WorkflowID: j.WorkflowID, ParentResults: j.ParentResults, progress: func(ctx context.Context, in lifecycle.ProgressInput) error {
+		WorkflowID: j.WorkflowID, ParentResults: j.ParentResults, LastCheckpoint: j.LastCheckpoint, progress: func(ctx context.Context, in lifecycle.ProgressInput) error {
 			_, err := p.Service.ReportProgress(ctx, j.ID, in)
 			return err
 		}})

@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -389,5 +390,39 @@ func TestAHandlerReportsProgress(t *testing.T) {
 	}
 	if err := (&worker.Job{ID: j.ID}).ReportProgress(ctx, 0.5, ""); err == nil {
 		t.Fatal("a job outside the processor reported progress")
+	}
+}
+
+// A handler saves a checkpoint and fails; its retry resumes from it.
+func TestARetryResumesFromTheCheckpoint(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var resumed atomic.Value
+	svc, p, _, clk := setup(t, func(ctx context.Context, j *worker.Job) (any, error) {
+		if j.Attempt == 1 {
+			if j.LastCheckpoint != nil {
+				return nil, worker.NonRetryable("unexpected", "a first attempt with a checkpoint")
+			}
+			if err := j.SaveCheckpoint(ctx, 0.5, map[string]int{"last_row": 7}); err != nil {
+				return nil, err
+			}
+			return nil, errors.New("flaky")
+		}
+		resumed.Store(string(j.LastCheckpoint))
+		return nil, nil
+	})
+	j, _ := svc.Push(ctx, []byte(`{"type":"t.run","args":[],"options":{"queue":"lambda","retry":{"max_attempts":3,"initial_interval":"PT1S","jitter":false}}}`))
+	if failed := p.Process(ctx, []worker.Message{message(t, p, j)}); len(failed) != 0 {
+		t.Fatalf("failed: %v", failed)
+	}
+	if got, _ := svc.Info(ctx, j.ID); got.State != job.Retryable || string(got.LastCheckpoint) != `{"last_row":7}` {
+		t.Fatalf("after the first attempt: %s, checkpoint %s", got.State, got.LastCheckpoint)
+	}
+	clk.Add(time.Minute)
+	if failed := p.Process(ctx, []worker.Message{message(t, p, j)}); len(failed) != 0 {
+		t.Fatalf("failed: %v", failed)
+	}
+	if got, _ := svc.Info(ctx, j.ID); got.State != job.Completed || resumed.Load() != `{"last_row":7}` {
+		t.Fatalf("the retry: %s, resumed from %v", got.State, resumed.Load())
 	}
 }
