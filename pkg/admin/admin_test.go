@@ -384,3 +384,37 @@ func TestAPushModeQueuesAvailableJobsAreCountedListedAndPurged(t *testing.T) {
 		t.Fatalf("after the purge: %+v %v", c, err)
 	}
 }
+
+// PUT /admin/queues/{name}/config sets, shows and removes a backpressure
+// bound, and refuses what this backend does not serve by name.
+func TestQueueConfigBackpressure(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	e.push(t, "cfg.job", "cfgq")
+	q, err := e.ad.SetConfig(ctx, "cfgq", []byte(`{"backpressure":{"max_depth":5,"warning_threshold":0.6}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := q.Configuration.Backpressure; b == nil || b.MaxDepth != 5 || b.Warning != 0.6 || b.Strategy != queue.StrategyReject || q.Bound == nil {
+		t.Fatalf("configured %+v (bound %+v)", q.Configuration, q.Bound)
+	}
+	for body, status := range map[string]int{
+		`{"backpressure":{"max_depth":5,"strategy":"block"}}`:        422,
+		`{"backpressure":{"max_depth":5,"strategy":"drop_oldest"}}`:  422,
+		`{"backpressure":{"max_depth":5,"max_size_bytes":1000}}`:     422,
+		`{"backpressure":{"max_depth":-1}}`:                          400,
+		`{"backpressure":{"strategy":"reject"}}`:                     400,
+		`{"backpressure":{"max_depth":5,"warning_threshold":1.5}}`:   400,
+		`{"backpressure":"full"}`:                                    400,
+		`{"backpressure":{"max_depth":5},"concurrency":{"limit":1}}`: 422,
+		`{}`: 400,
+	} {
+		if _, err := e.ad.SetConfig(ctx, "cfgq", []byte(body)); ojserr.As(err).Status() != status {
+			t.Errorf("%s: %v, want %d", body, err, status)
+		}
+	}
+	if q, err := e.ad.SetConfig(ctx, "cfgq", []byte(`{"backpressure":null}`)); err != nil || q.Configuration.Backpressure != nil {
+		t.Fatalf("removed: %+v %v", q, err)
+	}
+}

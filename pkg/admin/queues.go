@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -59,6 +60,8 @@ type Queue struct {
 	CountsCapped bool   `json:"counts_capped,omitempty"`
 	Mode         string `json:"mode"`
 	CreatedAt    string `json:"created_at,omitempty"`
+	// Bound is the queue's backpressure depth bound (nil: unbounded).
+	Bound *queue.Bound `json:"backpressure,omitempty"`
 	// Configuration and OldestAvailableAt are in the detail only.
 	Configuration     *QueueConfig `json:"configuration,omitempty"`
 	OldestAvailableAt *string      `json:"oldest_available_at,omitempty"`
@@ -70,6 +73,8 @@ type Queue struct {
 type QueueConfig struct {
 	RateLimit *RateLimit `json:"rate_limit"`
 	Mode      string     `json:"delivery"`
+	// Backpressure is the queue's depth bound (null: unbounded).
+	Backpressure *queue.Bound `json:"backpressure"`
 }
 
 // RateLimit is ojs-admin-api.md's rate limit: limit jobs per period.
@@ -190,7 +195,7 @@ func (s *Service) queueView(ctx context.Context, qi queue.QueueInfo, a *activity
 	}
 	q := Queue{Name: qi.Name, State: "active", Paused: qi.Paused, PausedAt: qi.PausedAt, Counts: c, CountsCapped: capped,
 		Throughput: Throughput{ProcessedPerMinute: perMinute(a.completed5m[qi.Name]), FailedPerMinute: perMinute(a.failed5m[qi.Name])},
-		Mode:       "pull", CreatedAt: createdAt(qi)}
+		Mode:       "pull", CreatedAt: createdAt(qi), Bound: qi.Bound()}
 	if qi.Paused {
 		q.State = "paused"
 	}
@@ -266,7 +271,7 @@ func (s *Service) Queue(ctx context.Context, name string, push func(string) bool
 	if err != nil {
 		return nil, err
 	}
-	q.Configuration = &QueueConfig{Mode: q.Mode}
+	q.Configuration = &QueueConfig{Mode: q.Mode, Backpressure: qi.Bound()}
 	if qi.RateLimit > 0 {
 		q.Configuration.RateLimit = &RateLimit{Limit: qi.RateLimit, Period: "PT1S", PerSecond: qi.RateLimit}
 	}
@@ -305,9 +310,11 @@ func (s *Service) SetPaused(ctx context.Context, name string, paused bool) (*Pau
 
 // SetConfig applies a queue configuration (PUT /admin/queues/{name}/config).
 // {"rate_limit": {"limit": n, "period": "PT1M"}} sets the FETCH rate;
-// {"rate_limit": null} removes it. The other settings of ojs-admin-api.md
-// 6.6 are refused by name (concurrency of push-mode queues is deployed
-// with the stack, retention is table-wide).
+// {"backpressure": {"max_depth": n, "strategy": "reject",
+// "warning_threshold": 0.8}} bounds the queue (ojs-backpressure.md 6.2);
+// null removes either. The other settings of ojs-admin-api.md 6.6 are
+// refused by name (concurrency of push-mode queues is deployed with the
+// stack, retention is table-wide).
 func (s *Service) SetConfig(ctx context.Context, name string, raw []byte) (*Queue, error) {
 	if err := job.ValidateQueue(name); err != nil {
 		return nil, err
@@ -316,15 +323,29 @@ func (s *Service) SetConfig(ctx context.Context, name string, raw []byte) (*Queu
 	if err := json.Unmarshal(raw, &body); err != nil || body == nil {
 		return nil, ojserr.New(ojserr.InvalidPayload, "The request body must be a JSON object.").With("field", "body")
 	}
+	supported := []string{"rate_limit", "backpressure"}
 	for k := range body {
-		if k != "rate_limit" {
-			return nil, ojserr.Newf(ojserr.ValidationError, "'%s' cannot be configured at run time on this backend; only 'rate_limit' can (push-mode concurrency is set in pkg/topology and deployed with the stack; retention is table-wide).", k).
-				With("field", k).With("supported", []string{"rate_limit"})
+		if !slices.Contains(supported, k) {
+			return nil, ojserr.Newf(ojserr.ValidationError, "'%s' cannot be configured at run time on this backend; only 'rate_limit' and 'backpressure' can (push-mode concurrency is set in pkg/topology and deployed with the stack; retention is table-wide).", k).
+				With("field", k).With("supported", supported)
 		}
+	}
+	if len(body) == 0 {
+		return nil, ojserr.Invalid("rate_limit", "Send {\"rate_limit\": {\"limit\": n, \"period\": \"PT1S\"}}, {\"backpressure\": {\"max_depth\": n}} or either as null.")
+	}
+	if bp, ok := body["backpressure"]; ok {
+		b, err := parseBound(bp)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.qs.SetQueueBound(ctx, name, b, s.now()); err != nil {
+			return nil, ojserr.Backend(err)
+		}
+		s.cfg.Logger.InfoContext(ctx, "queue bounded", "queue", name, "bound", b)
 	}
 	rl, ok := body["rate_limit"]
 	if !ok {
-		return nil, ojserr.Invalid("rate_limit", "Send {\"rate_limit\": {\"limit\": n, \"period\": \"PT1S\"}} or {\"rate_limit\": null}.")
+		return s.Queue(ctx, name, nil)
 	}
 	perSecond := 0.0
 	if string(rl) != "null" {
@@ -350,6 +371,41 @@ func (s *Service) SetConfig(ctx context.Context, name string, raw []byte) (*Queu
 	}
 	s.cfg.Logger.InfoContext(ctx, "queue configured", "queue", name, "rate_limit_per_second", perSecond)
 	return s.Queue(ctx, name, nil)
+}
+
+// parseBound reads a backpressure setting (nil for null: unbounded).
+func parseBound(raw json.RawMessage) (*queue.Bound, error) {
+	if string(raw) == "null" {
+		return nil, nil
+	}
+	var b struct {
+		MaxDepth     *int     `json:"max_depth"`
+		MaxSizeBytes int64    `json:"max_size_bytes"`
+		Strategy     string   `json:"strategy"`
+		Warning      *float64 `json:"warning_threshold"`
+	}
+	if err := json.Unmarshal(raw, &b); err != nil {
+		return nil, ojserr.Invalid("backpressure", "'backpressure' must be an object such as {\"max_depth\": 50000, \"strategy\": \"reject\"}, or null.")
+	}
+	switch {
+	case b.MaxDepth == nil || *b.MaxDepth < 0:
+		return nil, ojserr.Invalid("backpressure.max_depth", "'backpressure.max_depth' must be a number of jobs (0: unbounded).")
+	case b.MaxSizeBytes != 0:
+		return nil, ojserr.Newf(ojserr.ValidationError, "'backpressure.max_size_bytes' is not supported on this backend; bound the queue by max_depth.").With("field", "backpressure.max_size_bytes")
+	case b.Strategy != "" && b.Strategy != queue.StrategyReject:
+		return nil, ojserr.Newf(ojserr.ValidationError, "Strategy '%s' is not supported on this backend; only 'reject' (a held request would hold a Lambda and API Gateway answers within 29 s; drop_oldest loses jobs).", b.Strategy).
+			With("field", "backpressure.strategy").With("supported", []string{queue.StrategyReject})
+	case b.Warning != nil && (*b.Warning <= 0 || *b.Warning > 1):
+		return nil, ojserr.Invalid("backpressure.warning_threshold", "'backpressure.warning_threshold' must be a fraction above 0 and at most 1.")
+	}
+	if *b.MaxDepth == 0 {
+		return nil, nil
+	}
+	w := queue.DefaultWarning
+	if b.Warning != nil {
+		w = *b.Warning
+	}
+	return &queue.Bound{MaxDepth: *b.MaxDepth, Strategy: queue.StrategyReject, Warning: w}, nil
 }
 
 // PurgeResult reports a queue purge (ojs-admin-api.md 6.5).

@@ -184,8 +184,8 @@ func dashboardView(b *Builder, p page) {
 		b.f(`      <tr data-queue="%s">
         <td><a href="/ojs/admin/jobs?queue=%s&amp;state=available">%s</a></td>
         <td>%s</td>
-        <td><span class="pill state-%s">%s</span></td>
-`, q.Name, qe, q.Name, q.Mode, state, q.State)
+        <td><span class="pill state-%s">%s</span>%s</td>
+`, q.Name, qe, q.Name, q.Mode, state, q.State, boundText(q))
 		for _, c := range []struct {
 			state string
 			n     int
@@ -485,4 +485,15 @@ func loginView(b *Builder, p page) {
 
 func errorView(b *Builder, _ page) {
 	b.raw(`<h1>Something went wrong</h1><p><a href="/ojs/admin/">Back to the dashboard</a></p>`)
+}
+
+// boundText shows a bounded queue's depth against its bound
+// (backpressure), its pressure as a bar.
+func boundText(q admin.Queue) SafeHTML {
+	if q.Bound == nil {
+		return ""
+	}
+	depth := q.Counts.Available + q.Counts.Scheduled + q.Counts.Retryable
+	return SafeHTML(fmt.Sprintf(` <span class="muted bound" title="backpressure: enqueues past the bound are refused (429)">%d / %d <progress value="%d" max="%d"></progress></span>`,
+		depth, q.Bound.MaxDepth, min(depth, q.Bound.MaxDepth), q.Bound.MaxDepth)) // numbers only
 }

@@ -26,7 +26,7 @@ func TestViewsEscapeEveryValue(t *testing.T) {
 		"job": {Title: evil, Flash: evil, Error: evil, Data: &jobData{Job: j, Envelope: map[string]any{"k": evil},
 			Events: []events.Event{{Type: evil, Time: evil, Data: map[string]any{"x": evil}}}, Errors: []job.ErrorInfo{{Type: evil, Message: evil, OccurredAt: evil}}}},
 		"dashboard": {Data: &dashboardData{Stats: &admin.Stats{ComputedAt: evil}, History: &admin.History{},
-			Queues: []admin.Queue{{Name: evil, State: evil, Mode: evil}}}},
+			Queues: []admin.Queue{{Name: evil, State: evil, Mode: evil, Bound: &queue.Bound{MaxDepth: 10}}}}},
 		"jobs": {Data: &jobsData{Query: map[string][]string{"type": {evil}, "since": {evil}, "queue": {evil}}, Queues: []string{evil}, States: job.States,
 			Page:    &admin.JobPage{Items: []map[string]any{{"id": evil, "type": evil, "queue": evil, "state": evil, "created_at": evil, "completed_at": evil}}},
 			NextURL: Prefix + evil, SearchNote: evil}},
@@ -66,5 +66,15 @@ func TestJobPageShowsProgress(t *testing.T) {
 		if !strings.Contains(b.String(), c.want) {
 			t.Errorf("%s job page lacks %q:\n%s", c.state, c.want, b.String())
 		}
+	}
+}
+
+// The dashboard shows a bounded queue's depth against its bound.
+func TestDashboardShowsABoundedQueue(t *testing.T) {
+	q := admin.Queue{Name: "mail", State: "active", Mode: "pull", Counts: admin.Counts{Available: 2, Scheduled: 1, Active: 5}, Bound: &queue.Bound{MaxDepth: 10}}
+	var b Builder
+	pageLayout(&b, page{Data: &dashboardData{Stats: &admin.Stats{}, History: &admin.History{}, Queues: []admin.Queue{q, {Name: "free"}}}}, views["dashboard"])
+	if out := b.String(); !strings.Contains(out, `3 / 10 <progress value="3" max="10">`) || strings.Count(out, `class="muted bound"`) != 1 {
+		t.Errorf("the dashboard does not show the bound of queue mail alone:\n%s", out)
 	}
 }

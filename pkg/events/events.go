@@ -35,6 +35,9 @@ const (
 
 	QueuePaused  = "queue.paused"
 	QueueResumed = "queue.resumed"
+	// BackpressureRejected reports enqueues a bounded queue refused
+	// (ojs-backpressure.md 10.1), at most one a second per API process.
+	BackpressureRejected = "backpressure.rejected"
 
 	CronTriggered = "cron.triggered"
 	CronSkipped   = "cron.skipped"
@@ -72,7 +75,7 @@ const (
 // Types lists every type above (the values the events API accepts).
 var Types = []string{
 	JobEnqueued, JobScheduled, JobStarted, JobCompleted, JobFailed, JobRetrying, JobDiscarded, JobCancelled,
-	JobHeartbeat, JobExpired, JobProgress, QueuePaused, QueueResumed, CronTriggered, CronSkipped,
+	JobHeartbeat, JobExpired, JobProgress, QueuePaused, QueueResumed, BackpressureRejected, CronTriggered, CronSkipped,
 	DeadLetterAdded, DeadLetterRetried, DeadLetterDeleted, DeadLetterPruned,
 	WorkerStarted, WorkerHeartbeat, WorkerQuiet, WorkerStopped,
 	WorkflowCreated, WorkflowStarted, WorkflowStepCompleted, WorkflowStepFailed, WorkflowJobCompleted,

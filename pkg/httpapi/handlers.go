@@ -58,6 +58,7 @@ type Queues interface {
 	Stats(ctx context.Context, queue string) (*queue.QueueStats, error)
 	IsPush(queue string) bool
 	EnsureQueue(ctx context.Context, queue string) error
+	Pressure(queues ...string) *queue.Pressure
 }
 
 // Services are the services the API serves, by operation family. A nil
@@ -322,6 +323,7 @@ func (a *api) push(w http.ResponseWriter, r *http.Request, _ params) error {
 		return err
 	}
 	w.Header().Set("Location", "/ojs/v1/jobs/"+j.ID)
+	a.pressure(w, j)
 	if j.Deduplicated {
 		// A unique policy with on_conflict "ignore" found this job.
 		writeJSON(w, http.StatusOK, map[string]any{"job": j, "deduplicated": true})
@@ -371,8 +373,26 @@ func (a *api) pushBatch(w http.ResponseWriter, r *http.Request, _ params) error 
 	if err != nil {
 		return err
 	}
+	a.pressure(w, jobs...)
 	writeJSON(w, http.StatusCreated, map[string]any{"jobs": jobs, "count": len(jobs), "succeeded": len(jobs), "failed": 0})
 	return nil
+}
+
+// pressure adds the backpressure warning headers (ojs-backpressure.md
+// 7.3) when a bounded queue of jobs is above its warning share.
+func (a *api) pressure(w http.ResponseWriter, jobs ...*job.Job) {
+	if a.queueSvc == nil {
+		return
+	}
+	queues := make([]string, len(jobs))
+	for i, j := range jobs {
+		queues[i] = j.Queue
+	}
+	if p := a.queueSvc.Pressure(queues...); p != nil && p.Warn {
+		for k, v := range p.Headers() {
+			w.Header().Set(k, v)
+		}
+	}
 }
 
 func (a *api) cancel(r *http.Request, p params) (any, error) {
@@ -715,10 +735,15 @@ func (a *api) queueStats(r *http.Request, p params) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return map[string]any{"queue": st, "status": st.Status, "stats": map[string]any{
+	stats := map[string]any{"queue": st.Name,
 		"available": st.Available, "active": st.Active, "scheduled": st.Scheduled, "retryable": st.Retryable,
 		"discarded": st.Discarded, "completed_last_hour": st.CompletedLastHour, "failed_last_hour": st.FailedLastHour,
-	}, "computed_at": job.Timestamp(a.s.cfg.Now())}, nil
+		"depth": st.Depth(),
+	}
+	if b := st.Backpressure; b != nil {
+		stats["max_depth"], stats["pressure"] = b.MaxDepth, float64(st.Depth())/float64(b.MaxDepth)
+	}
+	return map[string]any{"queue": st, "status": st.Status, "stats": stats, "computed_at": job.Timestamp(a.s.cfg.Now())}, nil
 }
 
 func (a *api) pauseQueue(paused bool) handlerFunc {

@@ -391,6 +391,9 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="ojs"`)
 	}
+	for k, v := range e.Headers {
+		w.Header().Set(k, v)
+	}
 	writeJSON(w, status, b)
 }
 

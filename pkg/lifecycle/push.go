@@ -69,6 +69,10 @@ func (s *Service) PushBatch(ctx context.Context, raws [][]byte) ([]*job.Job, err
 			return nil, ojserr.As(err).With("index", i)
 		}
 	}
+	// A bounded queue refuses what would pass its bound (backpressure).
+	if err := s.queues.CheckBounds(ctx, jobs); err != nil {
+		return nil, err
+	}
 	// Admit first: it sets push mode, which the item sizes count.
 	if err := s.queues.Admit(ctx, jobs); err != nil {
 		return nil, err

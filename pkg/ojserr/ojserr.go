@@ -31,7 +31,10 @@ const (
 	Unauthenticated      Code = "unauthenticated"
 	PermissionDenied     Code = "permission_denied"
 	RateLimited          Code = "rate_limited"
-	BackendError         Code = "backend_error"
+	// QueueFull is the backpressure extension's refusal, sent as
+	// QUEUE_FULL (ojs-backpressure.md 7.1; see wire).
+	QueueFull    Code = "queue_full"
+	BackendError Code = "backend_error"
 )
 
 // Error is an API error: a code, a message safe to show the client, optional
@@ -49,6 +52,8 @@ type Error struct {
 	HTTPStatus int
 	// Cause is the underlying error, logged but never sent to the client.
 	Cause error
+	// Headers are response headers the error is sent with (Retry-After).
+	Headers map[string]string
 }
 
 func (e *Error) Error() string {
@@ -72,6 +77,7 @@ var wire = map[Code]Code{
 	MethodNotAllowed:     InvalidRequest,
 	Unauthenticated:      "x_unauthenticated",
 	PermissionDenied:     "x_permission_denied",
+	QueueFull:            "QUEUE_FULL",
 }
 
 // Wire returns the code and type the error is sent with (see wire), the
@@ -99,7 +105,7 @@ var statuses = map[Code]int{
 	SchemaValidation: http.StatusUnprocessableEntity,
 	PayloadTooLarge:  http.StatusRequestEntityTooLarge, UnsupportedMediaType: http.StatusUnsupportedMediaType,
 	MethodNotAllowed: http.StatusMethodNotAllowed, Unauthenticated: http.StatusUnauthorized, PermissionDenied: http.StatusForbidden,
-	RateLimited: http.StatusTooManyRequests,
+	RateLimited: http.StatusTooManyRequests, QueueFull: http.StatusTooManyRequests,
 }
 
 // New returns an error with the given code and message.

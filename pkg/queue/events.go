@@ -11,11 +11,19 @@ import (
 // the table's stream (the stream function's engine calls these).
 
 // Events derives, from a change of a queue's registry item, the events of
-// a queue being paused or resumed.
+// a queue being paused or resumed and of enqueues its bound refused.
 func Events(src string, old, cur *QueueInfo, at time.Time) []events.Event {
+	var out []events.Event
+	if refused := cur.Rejected - old.rejected(); refused > 0 {
+		data := map[string]any{"queue": cur.Name, "depth": cur.RejectedDepth, "rejected": refused}
+		if b := cur.Bound(); b != nil {
+			data["bound"] = b.MaxDepth
+		}
+		out = append(out, events.New(src, events.BackpressureRejected, cur.Name, at, cur.Version, data, "bp"+strconv.FormatInt(cur.Version, 10)))
+	}
 	was := old != nil && old.Paused
 	if was == cur.Paused {
-		return nil
+		return out
 	}
 	typ, data := events.QueueResumed, map[string]any{"queue": cur.Name, "resumed_by": "api"}
 	if cur.Paused {
@@ -26,7 +34,15 @@ func Events(src string, old, cur *QueueInfo, at time.Time) []events.Event {
 	} else if t, err := time.Parse(time.RFC3339Nano, cur.Redeliver); err == nil {
 		at = t // the resume time
 	}
-	return []events.Event{events.New(src, typ, cur.Name, at, cur.Version, data, strconv.FormatInt(cur.Version, 10))}
+	return append(out, events.New(src, typ, cur.Name, at, cur.Version, data, strconv.FormatInt(cur.Version, 10)))
+}
+
+// rejected is the refusals an item (nil: none) had counted.
+func (i *QueueInfo) rejected() int64 {
+	if i == nil {
+		return 0
+	}
+	return i.Rejected
 }
 
 // WorkerEvents derives the worker events of ojs-events.md 4.3 from the

@@ -65,10 +65,12 @@ type QueueState struct {
 	// RateLimit is the queue's FETCH rate in jobs per second (set by a
 	// job's options.rate_limit; 0: none).
 	RateLimit float64 `json:"rate_limit_per_second,omitempty"`
+	// Backpressure is the queue's depth bound, when it has one.
+	Backpressure *Bound `json:"backpressure,omitempty"`
 }
 
 func queueState(i *QueueInfo) QueueState {
-	st := QueueState{Name: i.Name, Status: "active", Paused: i.Paused, PausedAt: i.PausedAt, RateLimit: i.RateLimit}
+	st := QueueState{Name: i.Name, Status: "active", Paused: i.Paused, PausedAt: i.PausedAt, RateLimit: i.RateLimit, Backpressure: i.Bound()}
 	if i.Paused {
 		st.Status = "paused"
 	}
@@ -118,6 +120,10 @@ type QueueStats struct {
 	CompletedLastHour int `json:"completed_last_hour"`
 	FailedLastHour    int `json:"failed_last_hour"`
 }
+
+// Depth is the queue's waiting jobs, what a backpressure bound limits
+// (ojs-backpressure.md 3): available, scheduled and retryable.
+func (q *QueueStats) Depth() int { return q.Available + q.Scheduled + q.Retryable }
 
 // Stats counts a queue's jobs by state (from the job store's indexes), its
 // completions of the last hour (from the "done" index, which the ACK's

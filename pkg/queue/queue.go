@@ -32,6 +32,15 @@ type QueueInfo struct {
 	RateLimit float64 `dynamodbav:"rate_limit,omitempty"`
 	// CreatedAt is when the queue was first registered.
 	CreatedAt string `dynamodbav:"created_at,omitempty"`
+	// MaxDepth and Warning are the queue's backpressure bound (0: none)
+	// and the share of it above which enqueues are warned (bound.go).
+	MaxDepth int     `dynamodbav:"bp_max,omitempty"`
+	Warning  float64 `dynamodbav:"bp_warn,omitempty"`
+	// Rejected counts the enqueues refused for the bound, RejectedDepth
+	// the depth last seen refusing one (recorded at most once a second
+	// per API process; the stream derives backpressure.rejected).
+	Rejected      int64 `dynamodbav:"bp_rejected,omitempty"`
+	RejectedDepth int   `dynamodbav:"bp_depth,omitempty"`
 }
 
 const (

@@ -64,6 +64,8 @@ type Service struct {
 	// paused (until one finds them not paused): a FETCH naming one reads
 	// the queues' state first and skips the paused queues' ready queries.
 	pausedSeen sync.Map
+	// bounds holds the backpressure bounds and depths (bound.go).
+	bounds boundCache
 }
 
 // NewService returns the queue service on st, the job store: its table
