@@ -36,6 +36,8 @@
 //	             jobs and workflows, events.DefaultPublished)
 //	publishPacked OJS_PUBLISH_PACKED: the published types sent packed,
 //	             several to an entry (default job.*; "none")
+//	enqueueMeta  OJS_ENQUEUE_META of the api function: a JSON object of
+//	             meta keys every pushed job gets unless it sets them
 //	capacity     on-demand (default), provisioned, or provisioned:W,R (the
 //	             maximum write and read capacity units): a provisioned
 //	             table whose capacity and indexes' capacity auto scale
@@ -73,6 +75,7 @@ import (
 
 	ojsconstruct "github.com/ojs-aws/ojs-serverless/infra/construct"
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
+	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 )
 
@@ -109,6 +112,7 @@ type config struct {
 	Capacity      string
 	PublishEvents string
 	PublishPacked string
+	EnqueueMeta   string
 	ResultTTL     *int64
 	QueueTTLs     map[string]int64
 }
@@ -193,6 +197,11 @@ func readConfig(get, getenv func(string) string) (config, error) {
 			return config{}, fmt.Errorf("context publishPacked: %w", err)
 		}
 	}
+	if c.EnqueueMeta = perEnv("enqueueMeta"); c.EnqueueMeta != "" {
+		if _, err := lifecycle.ParseDefaultMeta(c.EnqueueMeta); err != nil {
+			return config{}, fmt.Errorf("context enqueueMeta: %w", err)
+		}
+	}
 	if v := perEnv("capacity"); v != "" {
 		if _, err := topology.ParseCapacity(v); err != nil {
 			return config{}, fmt.Errorf("context capacity %w", err)
@@ -264,7 +273,7 @@ func build(app awscdk.App, getenv func(string) string) error {
 	}
 	env.PlainPayloads, env.Tracing = c.PlainPayloads, c.Tracing
 	env.Capacity, _ = topology.ParseCapacity(c.Capacity) // checked by readConfig
-	env.PublishEvents, env.PublishPacked = c.PublishEvents, c.PublishPacked
+	env.PublishEvents, env.PublishPacked, env.EnqueueMeta = c.PublishEvents, c.PublishPacked, c.EnqueueMeta
 	if c.FetchWait > 0 {
 		env.FetchWait = c.FetchWait
 	}

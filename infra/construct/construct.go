@@ -314,6 +314,9 @@ func (o *OJSServerless) addFunctions() {
 		if o.Env.PlainPayloads {
 			env[topology.EnvPlainPayloads] = jsii.String("true")
 		}
+		if name == topology.FunctionAPI && o.Env.EnqueueMeta != "" {
+			env[topology.EnvEnqueueMeta] = jsii.String(o.Env.EnqueueMeta)
+		}
 		if name == topology.FunctionAPI && o.Env.FetchWait > 0 {
 			env[topology.EnvFetchWait] = jsii.String(o.Env.FetchWait.String())
 		}

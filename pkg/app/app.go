@@ -161,7 +161,16 @@ func Load(ctx context.Context) (*App, error) {
 	wfs := workflow.New(st, workflow.Config{Admit: qsvc, PushQueues: push, Logger: log, RedeliverAfter: redeliver, AsyncItems: async,
 		ResultTTL: resultTTL, QueueResultTTLs: queueTTLs})
 	schemas := schema.New(st.DB(), st.Table(), nil)
-	svc := lifecycle.New(st, lifecycle.Config{Logger: log, RedeliverAfter: redeliver, Workflows: wfs, Queues: qsvc, ResultTTL: resultTTL, Schemas: schemas})
+	defMeta, err := lifecycle.ParseDefaultMeta(os.Getenv(topology.EnvEnqueueMeta))
+	if err != nil {
+		return nil, err
+	}
+	var chain []lifecycle.EnqueueMiddleware
+	if defMeta != nil {
+		chain = append(chain, lifecycle.DefaultMeta(defMeta))
+	}
+	svc := lifecycle.New(st, lifecycle.Config{Logger: log, RedeliverAfter: redeliver, Workflows: wfs, Queues: qsvc, ResultTTL: resultTTL, Schemas: schemas,
+		Middleware: chain})
 	dead := deadletter.New(st, svc, qsvc, deadletter.Config{Retention: ret, Logger: log})
 	a := &App{
 		Admin:  admin.New(st, qs, svc, qsvc, dead, admin.Config{Logger: log, Events: evs}),

@@ -53,7 +53,7 @@ func Manifest() map[string]any {
 		// encryption (its server side: encoded args and codec meta kept as
 		// sent), schema-registry and job-versioning.
 		// Not claimed: rate-limiting (keyed concurrency limits), webhooks,
-		// multi-tenancy, fair-scheduling, middleware; nor the
+		// multi-tenancy, fair-scheduling; nor the
 		// suites that pass only because they check that meta is kept
 		// (ai-agents, durable-execution, federation, ml-resources).
 		"extensions": map[string]any{
@@ -68,6 +68,7 @@ func Manifest() map[string]any {
 				{"name": "schema-registry", "uri": "urn:ojs:ext:schema-registry", "version": "1.0.0"},
 				{"name": "job-versioning", "uri": "urn:ojs:ext:job-versioning", "version": "1.0.0"},
 				{"name": "backpressure", "uri": "urn:ojs:ext:backpressure", "version": "1.0.0"},
+				{"name": "middleware", "uri": "urn:ojs:ext:middleware", "version": "1.0.0"},
 			},
 			"experimental": []map[string]string{{"name": "push-delivery-aws-lambda", "uri": "urn:ojs:ext:experimental:push-delivery-aws-lambda", "version": "0.1.0"}},
 		},

@@ -26,6 +26,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/internal/jsoncase"
 	"github.com/ojs-aws/ojs-serverless/pkg/admin"
 	"github.com/ojs-aws/ojs-serverless/pkg/console"
+	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 )
 
@@ -193,10 +194,13 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	start := s.cfg.Now()
 	w := &statusWriter{ResponseWriter: rw}
 	rid := r.Header.Get("X-Request-Id")
-	if rid == "" || len(rid) > 128 {
+	ctx := r.Context()
+	if rid == "" || len(rid) > 128 || !printable(rid) {
 		rid = "req_" + uuid.Must(uuid.NewV7()).String()
+	} else {
+		ctx = lifecycle.WithClientRequestID(ctx, rid) // into new jobs' meta
 	}
-	ctx := context.WithValue(r.Context(), ctxKey{}, rid)
+	ctx = context.WithValue(ctx, ctxKey{}, rid)
 	r = r.WithContext(ctx)
 	h := w.Header()
 	h.Set("OJS-Version", s.cfg.Version)
@@ -517,4 +521,15 @@ func (s *Server) addConsole(c *console.Console) {
 			return nil
 		})
 	}
+}
+
+// printable reports whether s is printable ASCII (a request id a client
+// sent, kept in logs and job meta).
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }

@@ -55,6 +55,9 @@ type Config struct {
 	Schemas interface {
 		Validate(ctx context.Context, j *job.Job) error
 	}
+	// Middleware are enqueue steps run after PropagateRequestID and before
+	// the schema validation (middleware.go).
+	Middleware []EnqueueMiddleware
 }
 
 // Service runs the job operations.
@@ -73,10 +76,8 @@ type Service struct {
 	workers stoppingWorkers
 	// flow advances workflows inline (Config.Workflows).
 	flow Finisher
-	// schemas is Config.Schemas.
-	schemas interface {
-		Validate(ctx context.Context, j *job.Job) error
-	}
+	// chain is the enqueue middleware (chainOf).
+	chain []EnqueueMiddleware
 	// contention is when a FETCH of this process last lost a claim, by
 	// queue (Unix ns; see claimRounds).
 	contention sync.Map
@@ -88,7 +89,7 @@ type Service struct {
 // New returns a service on st, the job items' persistence.
 func New(st *store.Store, c Config) *Service {
 	s := &Service{st: st, queues: c.Queues, redel: cmp.Or(max(c.RedeliverAfter, 0), 5*time.Minute), now: c.Now, rnd: c.Rand,
-		log: cmp.Or(c.Logger, slog.Default()), flow: c.Workflows, schemas: c.Schemas, resultTTL: *cmp.Or(c.ResultTTL, aws.Int64(job.DefaultResultTTL))}
+		log: cmp.Or(c.Logger, slog.Default()), flow: c.Workflows, chain: chainOf(c), resultTTL: *cmp.Or(c.ResultTTL, aws.Int64(job.DefaultResultTTL))}
 	if s.queues == nil {
 		s.queues = queue.NewService(st, queue.Config{Now: c.Now, Logger: c.Logger})
 	}

@@ -61,13 +61,8 @@ func (s *Service) PushBatch(ctx context.Context, raws [][]byte) ([]*job.Job, err
 			return nil, ojserr.Invalid("unique", "Unique policies are honoured on single PUSH only; job at index %d has one. Enqueue it with POST /ojs/v1/jobs.", i).With("index", i)
 		}
 	}
-	for i, j := range jobs {
-		if s.schemas == nil {
-			break
-		}
-		if err := s.schemas.Validate(ctx, j); err != nil {
-			return nil, ojserr.As(err).With("index", i)
-		}
+	if err := s.enqueueChain(ctx, jobs); err != nil {
+		return nil, err
 	}
 	// A bounded queue refuses what would pass its bound (backpressure).
 	if err := s.queues.CheckBounds(ctx, jobs); err != nil {

@@ -249,6 +249,10 @@ func (r *Registry) Validate(ctx context.Context, j *job.Job) error {
 	}
 	if len(c.versions) == 0 {
 		r.store(j.Type, c)
+		if strict(j) {
+			return ojserr.Newf(ojserr.SchemaValidation, "meta.ojs_validate asks for the args of this job to be validated, and job type '%s' has no registered schema.", j.Type).
+				With("type", j.Type).With("field", "meta.ojs_validate")
+		}
 		return nil
 	}
 	v := c.versions[len(c.versions)-1]
@@ -284,4 +288,17 @@ func (r *Registry) store(typ string, c cached) {
 	r.mu.Lock()
 	r.cache[typ] = c
 	r.mu.Unlock()
+}
+
+// StrictMetaKey is the meta key by which a producer asks for its job's
+// args to be validated: true refuses the job when its type has no
+// registered schema (a job without it is validated only when one exists).
+const StrictMetaKey = "ojs_validate"
+
+// strict reports whether j's meta sets StrictMetaKey to true.
+func strict(j *job.Job) bool {
+	var m struct {
+		Validate bool `json:"ojs_validate"`
+	}
+	return len(j.Meta) > 0 && json.Unmarshal(j.Meta, &m) == nil && m.Validate
 }

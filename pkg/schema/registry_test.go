@@ -91,6 +91,14 @@ func TestValidate(t *testing.T) {
 	if err := push("free.form", `[1,"x"]`, ""); err != nil {
 		t.Fatalf("no schema: %v", err)
 	}
+	// A producer that asks for validation (meta.ojs_validate) of a type
+	// with no schema is refused; asking false changes nothing.
+	for meta, want := range map[string]int{`{"ojs_validate":true}`: 422, `{"ojs_validate":false}`: 0, `{"other":1}`: 0} {
+		err := r.Validate(ctx, &job.Job{Type: "unschemed.job", Args: json.RawMessage(`[]`), Meta: json.RawMessage(meta)})
+		if (want == 0) != (err == nil) || (err != nil && status(err) != want) {
+			t.Errorf("meta %s: %v, want %d", meta, err, want)
+		}
+	}
 	for version, v := range map[string]string{"1": `{"type":"array","items":{"type":"string"}}`, "2": `{"type":"array","items":{"type":"number"}}`} {
 		if _, _, err := other.Register(ctx, "typed.job", version, json.RawMessage(v)); err != nil {
 			t.Fatal(err)

@@ -36,6 +36,9 @@ const (
 	// events to an EventBridge entry: types or patterns, "none", or empty
 	// for events.DefaultPacked (the job events).
 	EnvPublishPacked = "OJS_PUBLISH_PACKED"
+	// EnvEnqueueMeta is a JSON object of meta keys every pushed job gets
+	// unless it sets them (the enqueue middleware's DefaultMeta).
+	EnvEnqueueMeta = "OJS_ENQUEUE_META"
 	// EnvAuthToken, when set, is the bearer token every route requires
 	// (the local stack's stand-in for IAM/JWT auth).
 	EnvAuthToken = "OJS_AUTH_TOKEN"
@@ -245,6 +248,9 @@ type Env struct {
 	// PublishPacked is the OJS_PUBLISH_PACKED setting of the stream
 	// function (empty: events.DefaultPacked).
 	PublishPacked string
+	// EnqueueMeta is the api function's OJS_ENQUEUE_META (CDK context
+	// enqueueMeta): meta keys every pushed job gets unless it sets them.
+	EnqueueMeta string
 	// FetchWait is the api function's OJS_FETCH_WAIT (0 everywhere: a
 	// waiting FETCH bills its duration).
 	FetchWait time.Duration
