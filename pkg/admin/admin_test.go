@@ -418,3 +418,46 @@ func TestQueueConfigBackpressure(t *testing.T) {
 		t.Fatalf("removed: %+v %v", q, err)
 	}
 }
+
+// Pools are created (then replaced), read, listed and deleted; the
+// scheduling statistics count each queue's job starts of the last minute
+// against its pool's weights.
+func TestPoolsAndSchedulingStats(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	body := []byte(`{"strategy":"weighted","queues":["pa","pb"],"weights":{"pa":3,"pb":1}}`)
+	if p, created, err := e.ad.PutPool(ctx, "workers", body); err != nil || !created || p.Strategy != queue.StrategyWeighted {
+		t.Fatalf("create: %+v %v %v", p, created, err)
+	}
+	if _, created, err := e.ad.PutPool(ctx, "workers", body); err != nil || created {
+		t.Fatalf("replace: created %v, %v", created, err)
+	}
+	if list, err := e.ad.PoolList(ctx); err != nil || len(list) != 1 || list[0].Weights["pa"] != 3 {
+		t.Fatalf("list: %+v %v", list, err)
+	}
+	for range 3 {
+		j := e.push(t, "p.job", "pa")
+		claimed, err := e.jobs.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"pa"}, WorkerID: "w"})
+		if err != nil || len(claimed) != 1 {
+			t.Fatal(claimed, err)
+		}
+		e.emit(t, j, claimed[0])
+	}
+	st, err := e.ad.SchedulingStats(ctx)
+	if err != nil || len(st.Pools) != 1 || len(st.Pools[0].Queues) != 2 {
+		t.Fatalf("stats %+v %v", st, err)
+	}
+	if a := st.Pools[0].Queues[0]; a.Name != "pa" || a.Count != 3 || a.Ratio != 1 || a.Target == nil || *a.Target != 0.75 {
+		t.Errorf("pool queue pa: %+v", a)
+	}
+	if err := e.ad.DeletePool(ctx, "workers"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.ad.Pool(ctx, "workers"); ojserr.As(err).Status() != 404 {
+		t.Fatalf("a deleted pool: %v", err)
+	}
+	if err := e.ad.DeletePool(ctx, "workers"); ojserr.As(err).Status() != 404 {
+		t.Fatalf("deleting it again: %v", err)
+	}
+}

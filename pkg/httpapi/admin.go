@@ -28,6 +28,7 @@ func (s *Server) addAdmin(a *api, ad *admin.Service) {
 	s.add(LevelAdmin, http.MethodPut, p+"/queues/{name}/config", withBody(func(r *http.Request, p params, raw []byte) (any, error) {
 		return ad.SetConfig(r.Context(), p("name"), raw)
 	}))
+	s.addPools(ad)
 	s.add(LevelAdmin, http.MethodGet, p+"/jobs", ok(func(r *http.Request, _ params) (any, error) {
 		q, err := admin.ParseJobQuery(r.URL.Query())
 		if err != nil {
@@ -201,4 +202,37 @@ func workflowQueues(raw []byte) []string {
 		}
 	}
 	return out
+}
+
+// addPools serves the fair-scheduling extension's admin routes
+// (ojs-fair-scheduling.md 10).
+func (s *Server) addPools(ad *admin.Service) {
+	const p = "/ojs/v1/admin"
+	s.add(LevelAdmin, http.MethodGet, p+"/pools", ok(func(r *http.Request, _ params) (any, error) {
+		list, err := ad.PoolList(r.Context())
+		return map[string]any{"items": list}, err
+	}))
+	s.add(LevelAdmin, http.MethodPut, p+"/pools/{name}", func(w http.ResponseWriter, r *http.Request, p params) error {
+		raw, err := readBody(r)
+		if err != nil {
+			return err
+		}
+		pool, created, err := ad.PutPool(r.Context(), p("name"), raw)
+		if err != nil {
+			return err
+		}
+		status := http.StatusOK
+		if created {
+			status = http.StatusCreated
+		}
+		writeJSON(w, status, map[string]any{"pool": pool})
+		return nil
+	})
+	s.add(LevelAdmin, http.MethodGet, p+"/pools/{name}", byPath("pool", "name", ad.Pool))
+	s.add(LevelAdmin, http.MethodDelete, p+"/pools/{name}", ok(func(r *http.Request, p params) (any, error) {
+		return map[string]any{"deleted": true, "name": p("name")}, ad.DeletePool(r.Context(), p("name"))
+	}))
+	s.add(LevelAdmin, http.MethodGet, p+"/scheduling/stats", byPath("stats", "", func(ctx context.Context, _ string) (*admin.SchedulingStats, error) {
+		return ad.SchedulingStats(ctx)
+	}))
 }

@@ -59,6 +59,8 @@ type Queues interface {
 	IsPush(queue string) bool
 	EnsureQueue(ctx context.Context, queue string) error
 	Pressure(queues ...string) *queue.Pressure
+	FetchPool(ctx context.Context, name string) (*queue.Pool, error)
+	Shares(p *queue.Pool, count int) map[string]int
 }
 
 // Services are the services the API serves, by operation family. A nil
@@ -421,6 +423,37 @@ type fetchRequest struct {
 	// how long a FETCH that finds nothing keeps looking before it answers
 	// empty. Absent: Config.FetchWait.
 	WaitMS json.RawMessage `json:"wait_ms"`
+	// Pool names a fair-scheduling pool to fetch from (instead of
+	// queues); Strategy and Weights share a FETCH of queues the same way
+	// (ojs-fair-scheduling.md 5.2).
+	Pool     string         `json:"pool"`
+	Strategy string         `json:"strategy"`
+	Weights  map[string]int `json:"weights"`
+}
+
+// shares resolves a FETCH's pool or strategy into its queues and their
+// shares (nil shares: the queues in order).
+func (a *api) shares(r *http.Request, req *fetchRequest, count int) (map[string]int, error) {
+	var p *queue.Pool
+	switch {
+	case req.Pool != "":
+		if len(req.Queues) > 0 || req.Strategy != "" {
+			return nil, ojserr.Invalid("pool", "A FETCH names a pool or queues (with a strategy), not both.")
+		}
+		var err error
+		if p, err = a.queueSvc.FetchPool(r.Context(), req.Pool); err != nil {
+			return nil, err
+		}
+		req.Queues = p.Queues
+	case req.Strategy != "" || req.Weights != nil:
+		p = &queue.Pool{Queues: req.Queues, Strategy: req.Strategy, Weights: req.Weights}
+		if err := queue.ValidatePool(p); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, nil
+	}
+	return a.queueSvc.Shares(p, count), nil
 }
 
 func intParam(field string, raw json.RawMessage, lo, hi int64) (int64, error) {
@@ -458,8 +491,12 @@ func (a *api) fetch(r *http.Request, _ params) (any, error) {
 		}
 		wait = time.Duration(ms) * time.Millisecond
 	}
+	shares, err := a.shares(r, &req, int(count))
+	if err != nil {
+		return nil, err
+	}
 	jobs, err := a.worker.Fetch(r.Context(), lifecycle.FetchRequest{Queues: req.Queues, Count: int(count), WorkerID: req.WorkerID,
-		Visibility: time.Duration(vt) * time.Millisecond, Wait: wait})
+		Visibility: time.Duration(vt) * time.Millisecond, Wait: wait, Shares: shares})
 	if err != nil {
 		return nil, err
 	}

@@ -53,7 +53,7 @@ func Manifest() map[string]any {
 		// encryption (its server side: encoded args and codec meta kept as
 		// sent), schema-registry and job-versioning.
 		// Not claimed: rate-limiting (keyed concurrency limits), webhooks,
-		// multi-tenancy, fair-scheduling; nor the
+		// multi-tenancy; nor the
 		// suites that pass only because they check that meta is kept
 		// (ai-agents, durable-execution, federation, ml-resources).
 		"extensions": map[string]any{
@@ -69,6 +69,7 @@ func Manifest() map[string]any {
 				{"name": "job-versioning", "uri": "urn:ojs:ext:job-versioning", "version": "1.0.0"},
 				{"name": "backpressure", "uri": "urn:ojs:ext:backpressure", "version": "1.0.0"},
 				{"name": "middleware", "uri": "urn:ojs:ext:middleware", "version": "1.0.0"},
+				{"name": "fair-scheduling", "uri": "urn:ojs:ext:fair-scheduling", "version": "1.0.0"},
 			},
 			"experimental": []map[string]string{{"name": "push-delivery-aws-lambda", "uri": "urn:ojs:ext:experimental:push-delivery-aws-lambda", "version": "0.1.0"}},
 		},

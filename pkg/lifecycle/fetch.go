@@ -31,6 +31,11 @@ type FetchRequest struct {
 	// FetchWaitPoll (a long poll, worker protocol 6.1). Capped at
 	// MaxFetchWait and by the request's deadline less FetchWaitMargin.
 	Wait time.Duration
+	// Shares, when set, is how many of Count each queue gets first
+	// (queue.Service.Shares: a fair-scheduling pool); what a queue cannot
+	// fill goes to the others in order. Nil: the queues in order, each
+	// drained before the next (ojs-core.md).
+	Shares map[string]int
 }
 
 // MaxFetchWait bounds FetchRequest.Wait (topology.MaxFetchWait).
@@ -148,63 +153,83 @@ func (s *Service) fetchOnce(ctx context.Context, r FetchRequest, first bool) (ou
 		}
 	}
 	full := false // the next job would pass MaxBytes
-	for _, q := range r.Queues {
-		if len(out) >= r.Count || full {
-			break
-		}
-		if fs != nil && fs.Queues[q].Paused {
-			next = passHeld
-			continue // a paused queue is not fetched; its jobs wait
-		}
-		// Due jobs first (store.DueNow reads only shards that may hold some).
-		now := s.Now()
-		due, err := s.st.DueNow(ctx, q, now, 25)
-		if err != nil {
-			return s.passFailed(ctx, out, err)
-		}
-		if _, _, err := s.resolve(ctx, due, now, false); err != nil {
-			return s.passFailed(ctx, out, err)
-		}
-		want := r.Count - len(out)
-		// Twice the candidates it wants, and a few: a window wide enough
-		// for racing FETCHes to part ways (claimRounds), at no extra cost.
-		items, err := s.candidates(ctx, q, min(2*want+8, MaxFetch))
-		if err != nil {
-			return s.passFailed(ctx, out, err)
-		}
-		if len(items) == 0 {
-			continue
-		}
-		s.busy.Store(q, s.Now().UnixNano())
-		if fs == nil {
-			if stop, err := readState(); err != nil {
-				return s.passFailed(ctx, out, err)
-			} else if stop {
-				return out, passStop, nil
+	// With shares, a first round takes each queue's share, a second what
+	// is left from any queue in order.
+	rounds := 1
+	if r.Shares != nil {
+		rounds = 2
+	}
+	dry := map[string]bool{} // queues the first round found empty
+	for round := range rounds {
+		for _, q := range r.Queues {
+			if len(out) >= r.Count || full {
+				break
 			}
-		}
-		qs := fs.Queues[q]
-		if qs.Paused {
-			next = passHeld
-			continue
-		}
-		if rate := qs.Rate; rate > 0 {
-			// A rate-limited queue hands out at most rate jobs a second:
-			// reserve the jobs before claiming them.
-			want = min(want, max(1, int(rate)))
-			ok, err := s.qs.TakeRateTokens(ctx, q, want, rate, s.Now())
+			want := r.Count - len(out)
+			if dry[q] {
+				continue
+			}
+			if round == 0 && r.Shares != nil {
+				if want = min(want, r.Shares[q]); want == 0 {
+					continue
+				}
+			}
+			if fs != nil && fs.Queues[q].Paused {
+				next = passHeld
+				continue // a paused queue is not fetched; its jobs wait
+			}
+			if round == 0 || r.Shares[q] == 0 {
+				// Due jobs first (store.DueNow reads only shards that may hold some).
+				now := s.Now()
+				due, err := s.st.DueNow(ctx, q, now, 25)
+				if err != nil {
+					return s.passFailed(ctx, out, err)
+				}
+				if _, _, err := s.resolve(ctx, due, now, false); err != nil {
+					return s.passFailed(ctx, out, err)
+				}
+			}
+			// Twice the candidates it wants, and a few: a window wide enough
+			// for racing FETCHes to part ways (claimRounds), at no extra cost.
+			items, err := s.candidates(ctx, q, min(2*want+8, MaxFetch))
 			if err != nil {
 				return s.passFailed(ctx, out, err)
 			}
-			if !ok {
+			if len(items) == 0 {
+				dry[q] = true
+				continue
+			}
+			s.busy.Store(q, s.Now().UnixNano())
+			if fs == nil {
+				if stop, err := readState(); err != nil {
+					return s.passFailed(ctx, out, err)
+				} else if stop {
+					return out, passStop, nil
+				}
+			}
+			qs := fs.Queues[q]
+			if qs.Paused {
 				next = passHeld
 				continue
 			}
-		}
-		claimed, n, blocked, err := s.claimRounds(ctx, r, q, items, want, used)
-		out, used, full = append(out, claimed...), n, blocked
-		if err != nil {
-			return s.passFailed(ctx, out, err)
+			if rate := qs.Rate; rate > 0 {
+				// A rate-limited queue hands out at most rate jobs a second:
+				// reserve the jobs before claiming them.
+				want = min(want, max(1, int(rate)))
+				ok, err := s.qs.TakeRateTokens(ctx, q, want, rate, s.Now())
+				if err != nil {
+					return s.passFailed(ctx, out, err)
+				}
+				if !ok {
+					next = passHeld
+					continue
+				}
+			}
+			claimed, n, blocked, err := s.claimRounds(ctx, r, q, items, want, used)
+			out, used, full = append(out, claimed...), n, blocked
+			if err != nil {
+				return s.passFailed(ctx, out, err)
+			}
 		}
 	}
 	return out, next, nil

@@ -66,6 +66,8 @@ type Service struct {
 	pausedSeen sync.Map
 	// bounds holds the backpressure bounds and depths (bound.go).
 	bounds boundCache
+	// poolc holds the pools FETCH read and their turns (pool.go).
+	poolc poolCache
 }
 
 // NewService returns the queue service on st, the job store: its table
