@@ -427,13 +427,13 @@ func TestPoolsAndSchedulingStats(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	body := []byte(`{"strategy":"weighted","queues":["pa","pb"],"weights":{"pa":3,"pb":1}}`)
-	if p, created, err := e.ad.PutPool(ctx, "workers", body); err != nil || !created || p.Strategy != queue.StrategyWeighted {
+	if p, created, err := e.ad.Pools().Put(ctx, "workers", body); err != nil || !created || p.Strategy != queue.StrategyWeighted {
 		t.Fatalf("create: %+v %v %v", p, created, err)
 	}
-	if _, created, err := e.ad.PutPool(ctx, "workers", body); err != nil || created {
+	if _, created, err := e.ad.Pools().Put(ctx, "workers", body); err != nil || created {
 		t.Fatalf("replace: created %v, %v", created, err)
 	}
-	if list, err := e.ad.PoolList(ctx); err != nil || len(list) != 1 || list[0].Weights["pa"] != 3 {
+	if list, err := e.ad.Pools().List(ctx); err != nil || len(list) != 1 || list[0].Weights["pa"] != 3 {
 		t.Fatalf("list: %+v %v", list, err)
 	}
 	for range 3 {
@@ -444,20 +444,20 @@ func TestPoolsAndSchedulingStats(t *testing.T) {
 		}
 		e.emit(t, j, claimed[0])
 	}
-	st, err := e.ad.SchedulingStats(ctx)
+	st, err := e.ad.Pools().Stats(ctx)
 	if err != nil || len(st.Pools) != 1 || len(st.Pools[0].Queues) != 2 {
 		t.Fatalf("stats %+v %v", st, err)
 	}
 	if a := st.Pools[0].Queues[0]; a.Name != "pa" || a.Count != 3 || a.Ratio != 1 || a.Target == nil || *a.Target != 0.75 {
 		t.Errorf("pool queue pa: %+v", a)
 	}
-	if err := e.ad.DeletePool(ctx, "workers"); err != nil {
+	if err := e.ad.Pools().Delete(ctx, "workers"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.ad.Pool(ctx, "workers"); ojserr.As(err).Status() != 404 {
+	if _, err := e.ad.Pools().Get(ctx, "workers"); ojserr.As(err).Status() != 404 {
 		t.Fatalf("a deleted pool: %v", err)
 	}
-	if err := e.ad.DeletePool(ctx, "workers"); ojserr.As(err).Status() != 404 {
+	if err := e.ad.Pools().Delete(ctx, "workers"); ojserr.As(err).Status() != 404 {
 		t.Fatalf("deleting it again: %v", err)
 	}
 }

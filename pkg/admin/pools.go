@@ -20,22 +20,29 @@ type PoolStore interface {
 	DeletePool(ctx context.Context, name string) (bool, error)
 }
 
-func (s *Service) pools(name ...string) (PoolStore, error) {
+// Pools is the fair-scheduling side of the Admin API: pools and the
+// scheduling statistics.
+type Pools struct{ s *Service }
+
+// Pools returns the service's pool operations.
+func (s *Service) Pools() Pools { return Pools{s} }
+
+func (a Pools) store(name ...string) (PoolStore, error) {
 	for _, n := range name {
 		if err := queue.ValidatePoolName(n); err != nil {
 			return nil, err
 		}
 	}
-	if ps, ok := s.qs.(PoolStore); ok {
+	if ps, ok := a.s.qs.(PoolStore); ok {
 		return ps, nil
 	}
 	return nil, ojserr.New(ojserr.Unsupported, "This deployment keeps no scheduling pools.")
 }
 
-// PutPool creates or replaces pool name (PUT /admin/pools/{name},
+// Put creates or replaces pool name (PUT /admin/pools/{name},
 // ojs-fair-scheduling.md 10.1); created reports a new one.
-func (s *Service) PutPool(ctx context.Context, name string, raw []byte) (p *queue.Pool, created bool, err error) {
-	ps, err := s.pools()
+func (a Pools) Put(ctx context.Context, name string, raw []byte) (p *queue.Pool, created bool, err error) {
+	ps, err := a.store()
 	if err != nil {
 		return nil, false, err
 	}
@@ -46,16 +53,16 @@ func (s *Service) PutPool(ctx context.Context, name string, raw []byte) (p *queu
 	if err != nil {
 		return nil, false, ojserr.Backend(err)
 	}
-	if err := ps.PutPool(ctx, p, s.now()); err != nil {
+	if err := ps.PutPool(ctx, p, a.s.now()); err != nil {
 		return nil, false, ojserr.Backend(err)
 	}
-	s.cfg.Logger.InfoContext(ctx, "pool set", "pool", name, "strategy", p.Strategy, "queues", p.Queues)
+	a.s.cfg.Logger.InfoContext(ctx, "pool set", "pool", name, "strategy", p.Strategy, "queues", p.Queues)
 	return p, old == nil, nil
 }
 
-// Pool reads one pool (404 when none).
-func (s *Service) Pool(ctx context.Context, name string) (*queue.Pool, error) {
-	ps, err := s.pools(name)
+// Get reads one pool (404 when none).
+func (a Pools) Get(ctx context.Context, name string) (*queue.Pool, error) {
+	ps, err := a.store(name)
 	if err != nil {
 		return nil, err
 	}
@@ -69,9 +76,9 @@ func (s *Service) Pool(ctx context.Context, name string) (*queue.Pool, error) {
 	return p, nil
 }
 
-// PoolList lists the pools.
-func (s *Service) PoolList(ctx context.Context) ([]queue.Pool, error) {
-	ps, err := s.pools()
+// List lists the pools.
+func (a Pools) List(ctx context.Context) ([]queue.Pool, error) {
+	ps, err := a.store()
 	if err != nil {
 		return nil, err
 	}
@@ -82,9 +89,9 @@ func (s *Service) PoolList(ctx context.Context) ([]queue.Pool, error) {
 	return list, nil
 }
 
-// DeletePool removes a pool (404 when none).
-func (s *Service) DeletePool(ctx context.Context, name string) error {
-	ps, err := s.pools(name)
+// Delete removes a pool (404 when none).
+func (a Pools) Delete(ctx context.Context, name string) error {
+	ps, err := a.store(name)
 	if err != nil {
 		return err
 	}
@@ -127,16 +134,16 @@ type SchedulingStats struct {
 	Capped bool            `json:"capped,omitempty"`
 }
 
-// SchedulingStats computes the scheduling statistics.
-func (s *Service) SchedulingStats(ctx context.Context) (*SchedulingStats, error) {
+// Stats computes the scheduling statistics.
+func (a Pools) Stats(ctx context.Context) (*SchedulingStats, error) {
 	started := map[string]int{}
-	capped, err := s.readEvents(ctx, events.Filter{Types: []string{events.JobStarted}, Since: s.now().Add(-SchedulingWindow), Limit: events.MaxLimit},
+	capped, err := a.s.readEvents(ctx, events.Filter{Types: []string{events.JobStarted}, Since: a.s.now().Add(-SchedulingWindow), Limit: events.MaxLimit},
 		func(e *events.Event) { started[e.Queue()]++ })
 	if err != nil {
 		return nil, err
 	}
 	out := &SchedulingStats{Window: "PT1M", Queues: dispatches(started, nil, nil), Pools: []PoolDispatch{}, Capped: capped}
-	if ps, err := s.pools(); err == nil {
+	if ps, err := a.store(); err == nil {
 		list, err := ps.Pools(ctx)
 		if err != nil {
 			return nil, ojserr.Backend(err)

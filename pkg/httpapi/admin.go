@@ -28,7 +28,7 @@ func (s *Server) addAdmin(a *api, ad *admin.Service) {
 	s.add(LevelAdmin, http.MethodPut, p+"/queues/{name}/config", withBody(func(r *http.Request, p params, raw []byte) (any, error) {
 		return ad.SetConfig(r.Context(), p("name"), raw)
 	}))
-	s.addPools(ad)
+	s.addPools(ad.Pools())
 	s.add(LevelAdmin, http.MethodGet, p+"/jobs", ok(func(r *http.Request, _ params) (any, error) {
 		q, err := admin.ParseJobQuery(r.URL.Query())
 		if err != nil {
@@ -206,10 +206,10 @@ func workflowQueues(raw []byte) []string {
 
 // addPools serves the fair-scheduling extension's admin routes
 // (ojs-fair-scheduling.md 10).
-func (s *Server) addPools(ad *admin.Service) {
+func (s *Server) addPools(ad admin.Pools) {
 	const p = "/ojs/v1/admin"
 	s.add(LevelAdmin, http.MethodGet, p+"/pools", ok(func(r *http.Request, _ params) (any, error) {
-		list, err := ad.PoolList(r.Context())
+		list, err := ad.List(r.Context())
 		return map[string]any{"items": list}, err
 	}))
 	s.add(LevelAdmin, http.MethodPut, p+"/pools/{name}", func(w http.ResponseWriter, r *http.Request, p params) error {
@@ -217,7 +217,7 @@ func (s *Server) addPools(ad *admin.Service) {
 		if err != nil {
 			return err
 		}
-		pool, created, err := ad.PutPool(r.Context(), p("name"), raw)
+		pool, created, err := ad.Put(r.Context(), p("name"), raw)
 		if err != nil {
 			return err
 		}
@@ -228,11 +228,11 @@ func (s *Server) addPools(ad *admin.Service) {
 		writeJSON(w, status, map[string]any{"pool": pool})
 		return nil
 	})
-	s.add(LevelAdmin, http.MethodGet, p+"/pools/{name}", byPath("pool", "name", ad.Pool))
+	s.add(LevelAdmin, http.MethodGet, p+"/pools/{name}", byPath("pool", "name", ad.Get))
 	s.add(LevelAdmin, http.MethodDelete, p+"/pools/{name}", ok(func(r *http.Request, p params) (any, error) {
-		return map[string]any{"deleted": true, "name": p("name")}, ad.DeletePool(r.Context(), p("name"))
+		return map[string]any{"deleted": true, "name": p("name")}, ad.Delete(r.Context(), p("name"))
 	}))
 	s.add(LevelAdmin, http.MethodGet, p+"/scheduling/stats", byPath("stats", "", func(ctx context.Context, _ string) (*admin.SchedulingStats, error) {
-		return ad.SchedulingStats(ctx)
+		return ad.Stats(ctx)
 	}))
 }

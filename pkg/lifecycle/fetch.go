@@ -119,7 +119,7 @@ func (s *Service) fetchOnce(ctx context.Context, r FetchRequest, first bool) (ou
 	// them rather than after (one round trip less per FETCH; an idle
 	// queue's empty FETCH still never reads it).
 	var early chan stateRead
-	if first && s.recentlyBusy(r.Queues) {
+	if first && s.busy.recently(r.Queues, s.Now()) {
 		early = make(chan stateRead, 1)
 		go func() {
 			st, err := s.queues.FetchState(ctx, r.Queues, r.WorkerID)
@@ -199,7 +199,7 @@ func (s *Service) fetchOnce(ctx context.Context, r FetchRequest, first bool) (ou
 				dry[q] = true
 				continue
 			}
-			s.busy.Store(q, s.Now().UnixNano())
+			s.busy.saw(q, s.Now())
 			if fs == nil {
 				if stop, err := readState(); err != nil {
 					return s.passFailed(ctx, out, err)
@@ -246,12 +246,18 @@ type stateRead struct {
 // polls once a second finds an idle queue idle).
 const BusyFor = time.Second
 
-// recentlyBusy reports whether a FETCH of this process found candidates
-// in one of queues less than BusyFor ago.
-func (s *Service) recentlyBusy(queues []string) bool {
-	since := s.Now().Add(-BusyFor).UnixNano()
+// busyQueues is when a FETCH of this process last found candidates, by
+// queue (Unix ns).
+type busyQueues struct{ m sync.Map }
+
+func (b *busyQueues) saw(q string, now time.Time) { b.m.Store(q, now.UnixNano()) }
+
+// recently reports whether a FETCH of this process found candidates in
+// one of queues less than BusyFor before now.
+func (b *busyQueues) recently(queues []string, now time.Time) bool {
+	since := now.Add(-BusyFor).UnixNano()
 	for _, q := range queues {
-		if at, ok := s.busy.Load(q); ok && at.(int64) > since {
+		if at, ok := b.m.Load(q); ok && at.(int64) > since {
 			return true
 		}
 	}

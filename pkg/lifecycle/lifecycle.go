@@ -81,9 +81,8 @@ type Service struct {
 	// contention is when a FETCH of this process last lost a claim, by
 	// queue (Unix ns; see claimRounds).
 	contention sync.Map
-	// busy is when a FETCH of this process last found candidates, by queue
-	// (Unix ns; see fetchOnce).
-	busy sync.Map
+	// busy is when a FETCH of this process last found candidates.
+	busy busyQueues
 }
 
 // New returns a service on st, the job items' persistence.

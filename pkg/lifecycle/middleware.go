@@ -87,11 +87,11 @@ func addMeta(j *job.Job, add map[string]json.RawMessage) error {
 	return nil
 }
 
-// enqueueChain runs the chain on jobs; an error names the job's index.
-func (s *Service) enqueueChain(ctx context.Context, jobs []*job.Job) error {
+// runChain runs chain on jobs; an error names the job's index.
+func runChain(ctx context.Context, chain []EnqueueMiddleware, jobs []*job.Job) error {
 	for i, j := range jobs {
 		id := j.ID
-		for _, m := range s.chain {
+		for _, m := range chain {
 			if err := m(ctx, j); err != nil {
 				return ojserr.As(err).With("index", i)
 			}

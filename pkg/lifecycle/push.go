@@ -61,7 +61,7 @@ func (s *Service) PushBatch(ctx context.Context, raws [][]byte) ([]*job.Job, err
 			return nil, ojserr.Invalid("unique", "Unique policies are honoured on single PUSH only; job at index %d has one. Enqueue it with POST /ojs/v1/jobs.", i).With("index", i)
 		}
 	}
-	if err := s.enqueueChain(ctx, jobs); err != nil {
+	if err := runChain(ctx, s.chain, jobs); err != nil {
 		return nil, err
 	}
 	// A bounded queue refuses what would pass its bound (backpressure).
