@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/ojs-aws/ojs-serverless/pkg/app"
 	"github.com/ojs-aws/ojs-serverless/pkg/edge/streamevent"
+	"github.com/ojs-aws/ojs-serverless/pkg/eventbus"
 	"github.com/ojs-aws/ojs-serverless/pkg/metrics"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 )
@@ -17,6 +18,12 @@ import (
 func main() {
 	a, err := app.Load(context.Background())
 	app.Must(err)
+	pub, err := eventbus.FromEnv(a.AWS)
+	app.Must(err)
+	e := a.StreamEngine()
+	if pub != nil {
+		e.Publisher = pub
+	}
 	emf := &metrics.Emitter{W: os.Stdout, Environment: os.Getenv(topology.EnvName)}
-	lambda.Start(streamevent.Handler(metrics.Wrap(a.StreamEngine(), emf), a.Logger))
+	lambda.Start(streamevent.Handler(metrics.Wrap(e, emf), a.Logger))
 }

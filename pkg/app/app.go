@@ -14,8 +14,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/ojs-aws/ojs-serverless/pkg/admin"
 	"github.com/ojs-aws/ojs-serverless/pkg/awsclient"
@@ -24,7 +24,6 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/deadletter"
 	"github.com/ojs-aws/ojs-serverless/pkg/dispatch"
 	"github.com/ojs-aws/ojs-serverless/pkg/engine"
-	"github.com/ojs-aws/ojs-serverless/pkg/eventbus"
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
@@ -63,10 +62,12 @@ type App struct {
 	Crons *cron.Service
 	// Schemas is the schema registry PUSH validates args against.
 	Schemas *schema.Registry
-	// EventTTL is OJS_EVENT_TTL (default 7 days); Publisher publishes
-	// events to OJS_EVENT_BUS (nil when unset: the local stack).
-	EventTTL  time.Duration
-	Publisher *eventbus.Publisher
+	// EventTTL is OJS_EVENT_TTL (default 7 days).
+	EventTTL time.Duration
+	// AWS is the clients' configuration, for the clients only one
+	// function needs (the stream function's EventBridge publisher), so
+	// that no other binary links them.
+	AWS aws.Config
 	// Table is OJS_TABLE.
 	Table string
 	// AuthToken is OJS_AUTH_TOKEN (empty: no bearer auth in the function);
@@ -134,18 +135,6 @@ func Load(ctx context.Context) (*App, error) {
 			return nil, fmt.Errorf("%s=%q is not a count", topology.EnvAsyncCreateItems, v)
 		}
 	}
-	var pub *eventbus.Publisher
-	if bus := os.Getenv(topology.EnvEventBus); bus != "" {
-		published, err := events.ParsePublished(os.Getenv(topology.EnvPublishEvents))
-		if err != nil {
-			return nil, err
-		}
-		packed, err := events.ParsePacked(os.Getenv(topology.EnvPublishPacked))
-		if err != nil {
-			return nil, err
-		}
-		pub = &eventbus.Publisher{Client: eventbridge.NewFromConfig(cfg), Bus: bus, Types: published, Packed: packed}
-	}
 	ret, err := deadletter.ParseRetention(os.Getenv(topology.EnvDeadMaxAge), os.Getenv(topology.EnvDeadMaxCount), os.Getenv(topology.EnvDeadPruneInterval))
 	if err != nil {
 		return nil, fmt.Errorf("dead letter retention: %w", err)
@@ -174,7 +163,7 @@ func Load(ctx context.Context) (*App, error) {
 	dead := deadletter.New(st, svc, qsvc, deadletter.Config{Retention: ret, Logger: log})
 	a := &App{
 		Admin:  admin.New(st, qs, svc, qsvc, dead, admin.Config{Logger: log, Events: evs}),
-		Logger: log, Store: st, Events: evs, Queues: qs, QueueService: qsvc, Dispatcher: d, PushQueues: push, EventTTL: ttl, Publisher: pub, Table: table,
+		Logger: log, Store: st, Events: evs, Queues: qs, QueueService: qsvc, Dispatcher: d, PushQueues: push, EventTTL: ttl, AWS: cfg, Table: table,
 		Service: svc, DeadLetter: dead, Schemas: schemas, Workflows: wfs, AuthToken: os.Getenv(topology.EnvAuthToken), FetchWait: wait,
 		Crons: &cron.Service{Store: cron.NewStore(st), Jobs: svc, Queues: qsvc, Logger: log},
 	}
@@ -186,15 +175,12 @@ func Load(ctx context.Context) (*App, error) {
 	return a, nil
 }
 
-// StreamEngine is the stream function's engine: SQS relay, events (stored,
-// and published when a bus is configured) and workflow advancement.
+// StreamEngine is the stream function's engine: SQS relay, stored events
+// and workflow advancement; the stream function sets its Publisher when a
+// bus is configured (eventbus.FromEnv).
 func (a *App) StreamEngine() *engine.Engine {
-	e := &engine.Engine{Sender: a.Dispatcher, Workflows: a.Workflows, WorkflowEvents: wfevents.New(a.Store), Logger: a.Logger, Events: a.Events,
+	return &engine.Engine{Sender: a.Dispatcher, Workflows: a.Workflows, WorkflowEvents: wfevents.New(a.Store), Logger: a.Logger, Events: a.Events,
 		EventTTL: a.EventTTL, Source: "ojs://" + a.Table + "/engine"}
-	if a.Publisher != nil {
-		e.Publisher = a.Publisher
-	}
-	return e
 }
 
 // Must exits the process with a JSON log line when err is not nil: used

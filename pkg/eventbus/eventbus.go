@@ -12,12 +12,14 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
+	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 )
 
 // Source is the EventBridge source of every entry (rules match on it).
@@ -48,13 +50,33 @@ type Publisher struct {
 	// (throttling, internal errors). Default 3.
 	Retries int
 	// Types, when not nil, are the event types (and "job.*" patterns)
-	// published; the others are only stored for the events API. The api
-	// wiring sets it from OJS_PUBLISH_EVENTS (events.DefaultPublished).
+	// published; the others are only stored for the events API. The stream
+	// function sets it from OJS_PUBLISH_EVENTS (events.DefaultPublished).
 	Types []string
 	// Packed are the published types (and patterns) sent packed, several
 	// to an entry (from OJS_PUBLISH_PACKED, events.DefaultPacked); nil
 	// sends every event in an entry of its own.
 	Packed []string
+}
+
+// FromEnv builds the publisher the environment configures: OJS_EVENT_BUS
+// (nil, nil when unset: the local stack publishes nothing),
+// OJS_PUBLISH_EVENTS and OJS_PUBLISH_PACKED. Only the stream function
+// calls it, so only its binary links the EventBridge client.
+func FromEnv(cfg aws.Config) (*Publisher, error) {
+	bus := os.Getenv(topology.EnvEventBus)
+	if bus == "" {
+		return nil, nil
+	}
+	published, err := events.ParsePublished(os.Getenv(topology.EnvPublishEvents))
+	if err != nil {
+		return nil, err
+	}
+	packed, err := events.ParsePacked(os.Getenv(topology.EnvPublishPacked))
+	if err != nil {
+		return nil, err
+	}
+	return &Publisher{Client: eventbridge.NewFromConfig(cfg), Bus: bus, Types: published, Packed: packed}, nil
 }
 
 // Publish sends evs (those of Types) in requests of at most 10 entries and

@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
+	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 )
 
 // fakeBus speaks the EventBridge JSON protocol (PutEvents only), failing
@@ -229,5 +230,26 @@ func TestPublishPacksJobEvents(t *testing.T) {
 	}
 	if packs < 2 {
 		t.Errorf("%d packs: the events should not fit one", packs)
+	}
+}
+
+func TestFromEnv(t *testing.T) {
+	t.Setenv(topology.EnvEventBus, "")
+	if p, err := FromEnv(aws.Config{}); p != nil || err != nil {
+		t.Fatalf("no bus: %v, %v; want nil, nil", p, err)
+	}
+	t.Setenv(topology.EnvEventBus, "ojs-test")
+	t.Setenv(topology.EnvPublishEvents, "job.completed,workflow.*")
+	t.Setenv(topology.EnvPublishPacked, "")
+	p, err := FromEnv(aws.Config{Region: "us-east-1"})
+	if err != nil || p == nil || p.Bus != "ojs-test" || p.Client == nil {
+		t.Fatalf("FromEnv = %+v, %v", p, err)
+	}
+	if strings.Join(p.Types, ",") != "job.completed,workflow.*" {
+		t.Errorf("types %q", p.Types)
+	}
+	t.Setenv(topology.EnvPublishEvents, "no.such.event")
+	if _, err := FromEnv(aws.Config{}); err == nil {
+		t.Error("an unknown event type is accepted")
 	}
 }
