@@ -9,6 +9,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/app"
 	"github.com/ojs-aws/ojs-serverless/pkg/edge/sqsevent"
 	"github.com/ojs-aws/ojs-serverless/pkg/examplejobs"
+	"github.com/ojs-aws/ojs-serverless/pkg/webhook"
 	"github.com/ojs-aws/ojs-serverless/pkg/worker"
 )
 
@@ -17,6 +18,9 @@ func main() {
 	app.Must(err)
 	mux := worker.NewMux()
 	app.Must(examplejobs.Register(mux))
+	// Webhook deliveries (queue ojs.webhooks): keep this in a worker
+	// function of your own.
+	app.Must((&webhook.Deliverer{Subs: a.Webhooks}).Register(mux))
 	p := &worker.Processor{Service: a.Service, Items: a.Store, Mux: mux, Sender: a.Dispatcher, Logger: a.Logger}
 	lambda.Start(sqsevent.Handler(p))
 }

@@ -320,6 +320,9 @@ func (o *OJSServerless) addFunctions() {
 		if name == topology.FunctionAPI && o.Env.FetchWait > 0 {
 			env[topology.EnvFetchWait] = jsii.String(o.Env.FetchWait.String())
 		}
+		if name == topology.FunctionStream && o.Env.WebhookRefresh > 0 {
+			env[topology.EnvWebhookRefresh] = jsii.String(o.Env.WebhookRefresh.String())
+		}
 		if name == topology.FunctionSweeper && o.Env.Sweeper.Tick > 0 {
 			env[topology.EnvSweepTick] = jsii.String(o.Env.Sweeper.Tick.String())
 		}

@@ -31,6 +31,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/schema"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
+	"github.com/ojs-aws/ojs-serverless/pkg/webhook"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfevents"
 	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
 )
@@ -62,6 +63,9 @@ type App struct {
 	Crons *cron.Service
 	// Schemas is the schema registry PUSH validates args against.
 	Schemas *schema.Registry
+	// Webhooks are the webhook subscriptions (the stream function's
+	// Fanout reads them, the worker function's Deliverer signs with them).
+	Webhooks *webhook.Store
 	// EventTTL is OJS_EVENT_TTL (default 7 days).
 	EventTTL time.Duration
 	// AWS is the clients' configuration, for the clients only one
@@ -129,6 +133,12 @@ func Load(ctx context.Context) (*App, error) {
 		}
 		store.SetPlainWrites(plain)
 	}
+	refresh := webhook.DefaultRefresh
+	if v := os.Getenv(topology.EnvWebhookRefresh); v != "" {
+		if refresh, err = time.ParseDuration(v); err != nil || refresh <= 0 {
+			return nil, fmt.Errorf("%s=%q is not a positive duration", topology.EnvWebhookRefresh, v)
+		}
+	}
 	async := workflow.DefaultAsyncItems
 	if v := os.Getenv(topology.EnvAsyncCreateItems); v != "" {
 		if async, err = strconv.Atoi(v); err != nil || async < 0 {
@@ -140,6 +150,8 @@ func Load(ctx context.Context) (*App, error) {
 		return nil, fmt.Errorf("dead letter retention: %w", err)
 	}
 	st := store.New(dynamodb.NewFromConfig(cfg, awsclient.DynamoDBOptions), table)
+	whs := webhook.NewStore(st.DB(), st.Table())
+	whs.Refresh = refresh
 	evs := events.NewStore(st.DB(), st.Table())
 	d := dispatch.New(sqs.NewFromConfig(cfg), urls)
 	push := d.Queues()
@@ -164,23 +176,24 @@ func Load(ctx context.Context) (*App, error) {
 	a := &App{
 		Admin:  admin.New(st, qs, svc, qsvc, dead, admin.Config{Logger: log, Events: evs}),
 		Logger: log, Store: st, Events: evs, Queues: qs, QueueService: qsvc, Dispatcher: d, PushQueues: push, EventTTL: ttl, AWS: cfg, Table: table,
-		Service: svc, DeadLetter: dead, Schemas: schemas, Workflows: wfs, AuthToken: os.Getenv(topology.EnvAuthToken), FetchWait: wait,
+		Service: svc, DeadLetter: dead, Schemas: schemas, Workflows: wfs, Webhooks: whs, AuthToken: os.Getenv(topology.EnvAuthToken), FetchWait: wait,
 		Crons: &cron.Service{Store: cron.NewStore(st), Jobs: svc, Queues: qsvc, Logger: log},
 	}
 	a.Console, err = console.New(console.Config{Admin: a.Admin, Workflows: a.Workflows, Crons: a.Crons, AuthToken: a.AuthToken,
-		IsPush: qsvc.IsPush, Logger: log})
+		IsPush: qsvc.IsPush, Webhooks: whs, Logger: log})
 	if err != nil {
 		return nil, err
 	}
 	return a, nil
 }
 
-// StreamEngine is the stream function's engine: SQS relay, stored events
-// and workflow advancement; the stream function sets its Publisher when a
-// bus is configured (eventbus.FromEnv).
+// StreamEngine is the stream function's engine: SQS relay, stored events,
+// their webhook deliveries and workflow advancement; the stream function
+// sets its Publisher when a bus is configured (eventbus.FromEnv).
 func (a *App) StreamEngine() *engine.Engine {
 	return &engine.Engine{Sender: a.Dispatcher, Workflows: a.Workflows, WorkflowEvents: wfevents.New(a.Store), Logger: a.Logger, Events: a.Events,
-		EventTTL: a.EventTTL, Source: "ojs://" + a.Table + "/engine"}
+		EventTTL: a.EventTTL, Source: "ojs://" + a.Table + "/engine",
+		Webhooks: &webhook.Fanout{Subs: a.Webhooks, Admit: a.QueueService, Jobs: a.Store, RedeliverAfter: a.Service.RedeliverAfter(), Logger: a.Logger}}
 }
 
 // Must exits the process with a JSON log line when err is not nil: used

@@ -26,6 +26,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+	"github.com/ojs-aws/ojs-serverless/pkg/webhook"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfview"
 )
 
@@ -45,6 +46,11 @@ type Crons interface {
 	List(ctx context.Context, enabled *bool) ([]cron.View, error)
 }
 
+// Webhooks lists webhook subscriptions (implemented by *webhook.Store).
+type Webhooks interface {
+	List(ctx context.Context) ([]webhook.Subscription, error)
+}
+
 // Config configures the console. Admin is required.
 type Config struct {
 	Admin *admin.Service
@@ -52,6 +58,8 @@ type Config struct {
 	Workflows Workflows
 	// Crons, when set, serves the cron page.
 	Crons Crons
+	// Webhooks, when set, serves the webhooks page.
+	Webhooks Webhooks
 	// AuthToken, when set, is required (bearer header or the console's
 	// cookie) on every console page.
 	AuthToken string
@@ -107,6 +115,7 @@ func (c *Console) Routes() []Route {
 		{p, Prefix + "workers/{id}/quiet", c.auth(c.quietWorker)},
 		{p, Prefix + "workers/{id}/deregister", c.auth(c.deregister)},
 		{g, Prefix + "cron", c.auth(c.crons)},
+		{g, Prefix + "webhooks", c.auth(c.webhooks)},
 		{g, Prefix + "workflows", c.auth(c.workflows)},
 		{g, Prefix + "workflows/{id}", c.auth(c.workflow)},
 		{g, Prefix + "workflows/{id}/graph", c.auth(c.workflowGraph)},
@@ -517,6 +526,29 @@ func (c *Console) crons(w http.ResponseWriter, r *http.Request) {
 		vs, err = c.cfg.Crons.List(r.Context(), nil)
 	}
 	c.show(w, r, err, "cron", page{Title: "Cron", Nav: "cron", Data: vs})
+}
+
+// webhooksData is the webhooks page: the subscriptions and how many
+// deliveries wait in the dead letter queue (the page links to them there,
+// where each is redriven).
+type webhooksData struct {
+	Subs []webhook.Subscription
+	Dead int
+}
+
+func (c *Console) webhooks(w http.ResponseWriter, r *http.Request) {
+	d := &webhooksData{}
+	var err error
+	if c.cfg.Webhooks != nil {
+		d.Subs, err = c.cfg.Webhooks.List(r.Context())
+	}
+	if err == nil {
+		var l *admin.DeadList
+		if l, err = c.cfg.Admin.DeadLetter(r.Context(), admin.JobQuery{Queue: job.WebhookQueue, PerPage: 1}); err == nil && l.Pagination.Total != nil {
+			d.Dead = *l.Pagination.Total
+		}
+	}
+	c.show(w, r, err, "webhooks", page{Title: "Webhooks", Nav: "webhooks", Data: d})
 }
 
 func (c *Console) workflows(w http.ResponseWriter, r *http.Request) {

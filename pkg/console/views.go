@@ -94,6 +94,7 @@ var views = map[string]func(*Builder, page){
 	"deadletter": deadLetterView,
 	"workers":    workersView,
 	"cron":       cronView,
+	"webhooks":   webhooksView,
 	"workflows":  workflowsView,
 	"workflow":   workflowView,
 	"login":      loginView,
@@ -119,6 +120,7 @@ func pageLayout(b *Builder, p page, content func(*Builder, page)) {
 	for _, n := range []struct{ href, nav, label string }{
 		{"/ojs/admin/", "dashboard", "Dashboard"}, {"/ojs/admin/jobs", "jobs", "Jobs"}, {"/ojs/admin/workflows", "workflows", "Workflows"},
 		{"/ojs/admin/dead-letter", "dead-letter", "Dead letter"}, {"/ojs/admin/workers", "workers", "Workers"}, {"/ojs/admin/cron", "cron", "Cron"},
+		{"/ojs/admin/webhooks", "webhooks", "Webhooks"},
 	} {
 		b.f("    <a href=\"%s\" %s>%s</a>\n", n.href, when(p.Nav == n.nav, `class="on"`), n.label)
 	}
@@ -421,6 +423,26 @@ func cronView(b *Builder, p page) {
 	}
 	b.none(len(vs), "    ", 10, "No cron schedules (POST /ojs/v1/cron registers one).")
 	b.raw("  </tbody>\n</table>\n")
+}
+
+func webhooksView(b *Builder, p page) {
+	d, _ := p.Data.(*webhooksData)
+	if d == nil {
+		d = &webhooksData{}
+	}
+	b.raw(`<h1>Webhook subscriptions</h1>
+<table>
+  <thead><tr><th>id</th><th>url</th><th>events</th><th>active</th><th>timeout</th><th>attempts</th><th>updated</th></tr></thead>
+  <tbody>
+`)
+	for _, s := range d.Subs {
+		b.f("    <tr><td class=\"mono\">%s</td><td class=\"mono\">%s</td><td>%s</td><td>%v</td><td>%d ms</td><td>%d</td><td>%s</td></tr>\n",
+			s.ID, s.URL, strings.Join(s.Events, ", "), s.Active, s.TimeoutMS, s.MaxAttempts, s.UpdatedAt)
+	}
+	b.none(len(d.Subs), "    ", 7, "No subscriptions (POST /ojs/v1/webhooks/subscriptions creates one).")
+	b.raw("  </tbody>\n</table>\n")
+	b.f(`<p>Failed deliveries in the dead letter queue: <a href="/ojs/admin/dead-letter?queue=%s">%d</a> (redrive them there once the receiver answers).</p>
+`, job.WebhookQueue, d.Dead)
 }
 
 func workflowsView(b *Builder, p page) {

@@ -10,6 +10,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/queue"
+	"github.com/ojs-aws/ojs-serverless/pkg/webhook"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfview"
 )
 
@@ -33,6 +34,7 @@ func TestViewsEscapeEveryValue(t *testing.T) {
 		"deadletter": {Data: &deadData{List: &admin.DeadList{Pagination: admin.Pagination{Total: &one}}, Queue: evil, NextURL: Prefix + evil}},
 		"workers":    {Data: &admin.WorkerList{Items: []admin.Worker{{WorkerInfo: queue.WorkerInfo{ID: evil, State: evil, Directive: evil, Hostname: evil, Queues: []string{evil}}}}}},
 		"cron":       {Data: []cron.View{{Name: evil, Expression: evil, Timezone: evil, OverlapPolicy: evil, LastJobID: ptr(evil), NextRunAt: ptr(evil)}}},
+		"webhooks":   {Data: &webhooksData{Subs: []webhook.Subscription{{ID: evil, URL: evil, Events: []string{evil}, UpdatedAt: evil}}}},
 		"workflows":  {Data: []admin.WorkflowRef{{ID: evil, Type: evil, Name: evil, CreatedAt: evil}}},
 		"workflow":   {Data: &workflowData{ID: evil, State: evil, View: &wfview.View{ViewNode: wfview.ViewNode{Type: evil, Name: evil}, Metadata: wfview.ViewMetadata{CreatedAt: evil}}}},
 		"login":      {Data: map[string]any{"Next": evil}},

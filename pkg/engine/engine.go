@@ -95,6 +95,9 @@ type Engine struct {
 	Events    EventStore
 	EventTTL  time.Duration
 	Publisher Publisher
+	// Webhooks, when set, enqueues the events' webhook deliveries
+	// (*webhook.Fanout) once they are stored.
+	Webhooks Publisher
 	// Source is the events' source URI. Default "ojs://ojs-serverless/engine".
 	Source string
 	// Now is the clock. Default time.Now.
@@ -211,7 +214,7 @@ const DefaultSource = "ojs://ojs-serverless/engine"
 // them. Everything is idempotent (deterministic event ids), so a failed
 // batch is simply retried whole.
 func (e *Engine) emit(ctx context.Context, changes []Change, now time.Time) error {
-	if e.Events == nil && e.Publisher == nil {
+	if e.Events == nil && e.Publisher == nil && e.Webhooks == nil {
 		return nil
 	}
 	src := e.Source
@@ -271,9 +274,11 @@ func (e *Engine) emit(ctx context.Context, changes []Change, now time.Time) erro
 			return err
 		}
 	}
-	if e.Publisher != nil {
-		if err := e.Publisher.Publish(ctx, evs); err != nil {
-			return err
+	for _, p := range []Publisher{e.Publisher, e.Webhooks} {
+		if p != nil {
+			if err := p.Publish(ctx, evs); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

@@ -77,7 +77,7 @@ func ParseQuery(q url.Values) (Filter, error) {
 		}
 	}
 	f.Types = list(q, "types", "type")
-	if err := checkPatterns("types", f.Types); err != nil {
+	if err := CheckPatterns("types", f.Types); err != nil {
 		return f, err
 	}
 	f.Queues = list(q, "queues", "queue")
@@ -335,9 +335,9 @@ type Page struct {
 	HasMore bool    `json:"has_more"`
 }
 
-// checkPatterns validates event type patterns: each an event type, a
+// CheckPatterns validates event type patterns: each an event type, a
 // prefix ending in ".*" ("job.*"), or "*" for every type.
-func checkPatterns(field string, patterns []string) error {
+func CheckPatterns(field string, patterns []string) error {
 	for _, t := range patterns {
 		if p, ok := strings.CutSuffix(t, "*"); ok {
 			if !strings.HasSuffix(p, ".") && p != "" {
@@ -390,7 +390,7 @@ func ParsePacked(spec string) ([]string, error) {
 		return DefaultPacked, nil
 	}
 	out := appendItems(nil, spec)
-	if err := checkPatterns("OJS_PUBLISH_PACKED", out); err != nil {
+	if err := CheckPatterns("OJS_PUBLISH_PACKED", out); err != nil {
 		return nil, fmt.Errorf("%s", ojserr.As(err).Message)
 	}
 	return out, nil
@@ -408,7 +408,7 @@ func ParsePublished(spec string) ([]string, error) {
 		return []string{}, nil
 	}
 	out := appendItems(nil, spec)
-	if err := checkPatterns("OJS_PUBLISH_EVENTS", out); err != nil {
+	if err := CheckPatterns("OJS_PUBLISH_EVENTS", out); err != nil {
 		return nil, fmt.Errorf("%s", ojserr.As(err).Message)
 	}
 	return out, nil

@@ -20,6 +20,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/schema"
+	"github.com/ojs-aws/ojs-serverless/pkg/webhook"
 	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
 )
 
@@ -41,7 +42,8 @@ func liveServer(t *testing.T) *httpapi.Server {
 		t.Fatal(err)
 	}
 	return httpapi.New(httpapi.Services{Producer: svc, Worker: svc, Queues: qsvc, Progress: svc}, st, wfs,
-		httpapi.Config{Logger: logger, Admin: ad, Console: con, DeadLetter: dead, Crons: crons, Schemas: schema.New(st.DB(), st.Table(), nil)})
+		httpapi.Config{Logger: logger, Admin: ad, Console: con, DeadLetter: dead, Crons: crons, Schemas: schema.New(st.DB(), st.Table(), nil),
+			Webhooks: webhook.NewStore(st.DB(), st.Table())})
 }
 
 // A well-formed value for any path parameter: a UUIDv7 no job, worker or

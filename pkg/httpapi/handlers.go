@@ -168,6 +168,9 @@ func New(svc Services, backend Backend, wfs Workflows, cfg Config) *Server {
 	if cfg.Schemas != nil {
 		s.addSchemas(cfg.Schemas)
 	}
+	if cfg.Webhooks != nil {
+		s.addWebhooks(cfg.Webhooks)
+	}
 	if cfg.Admin != nil {
 		s.add(LevelAdmin, http.MethodGet, "/ojs/v1/admin/workers", paged(func(r *http.Request, page, per int) (any, error) { return cfg.Admin.Workers(r.Context(), page, per) }))
 		s.addAdmin(a, cfg.Admin)

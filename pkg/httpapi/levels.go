@@ -15,6 +15,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 	"github.com/ojs-aws/ojs-serverless/pkg/schema"
+	"github.com/ojs-aws/ojs-serverless/pkg/webhook"
 	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
 )
 
@@ -86,7 +87,8 @@ func AllRoutes() []Route {
 		panic(err)
 	}
 	return New(Services{}, nil, (*workflow.Engine)(nil), Config{Admin: ad, Console: con,
-		DeadLetter: (*deadletter.Service)(nil), Crons: (*cron.Service)(nil), Schemas: (*schema.Registry)(nil)}).RouteTable()
+		DeadLetter: (*deadletter.Service)(nil), Crons: (*cron.Service)(nil), Schemas: (*schema.Registry)(nil),
+		Webhooks: (*webhook.Store)(nil)}).RouteTable()
 }
 
 // ParseTokens reads bearer tokens that each grant one level, written

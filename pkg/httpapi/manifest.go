@@ -70,6 +70,7 @@ func Manifest() map[string]any {
 				{"name": "backpressure", "uri": "urn:ojs:ext:backpressure", "version": "1.0.0"},
 				{"name": "middleware", "uri": "urn:ojs:ext:middleware", "version": "1.0.0"},
 				{"name": "fair-scheduling", "uri": "urn:ojs:ext:fair-scheduling", "version": "1.0.0"},
+				{"name": "webhooks", "uri": "urn:ojs:ext:webhooks", "version": "1.0.0"},
 			},
 			"experimental": []map[string]string{{"name": "push-delivery-aws-lambda", "uri": "urn:ojs:ext:experimental:push-delivery-aws-lambda", "version": "0.1.0"}},
 		},

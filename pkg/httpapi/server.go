@@ -62,6 +62,9 @@ type Config struct {
 	// Schemas, when set, serves the schema registry under
 	// /ojs/v1/admin/schemas.
 	Schemas Schemas
+	// Webhooks, when set, serves the webhook subscriptions under
+	// /ojs/v1/webhooks/subscriptions.
+	Webhooks Webhooks
 	// DeadLetter, when set, serves the dead letter routes under
 	// /ojs/v1/dead-letter (ojs-dead-letter.md) and, with Admin, the Admin
 	// API's dead letter routes that act on one job, bulk retries and stats.

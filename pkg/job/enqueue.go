@@ -17,6 +17,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/internal/jsoncase"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 	"github.com/ojs-aws/ojs-serverless/pkg/retry"
+	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 )
 
 var (
@@ -94,8 +95,24 @@ type Enqueue struct {
 // ParseEnqueue validates one PUSH body and builds the job it creates, with
 // its id (generated as UUIDv7 when absent), defaults and initial state
 // (pending, scheduled or available) decided at now. Errors are *ojserr.Error
-// naming the offending field.
+// naming the offending field. The reserved queue WebhookQueue is refused:
+// only the server enqueues there (ParseInternal).
 func ParseEnqueue(raw []byte, now time.Time) (*Enqueue, error) {
+	return parseEnqueue(raw, now, false)
+}
+
+// ParseInternal is ParseEnqueue for a job the server itself enqueues,
+// which may use a reserved queue.
+func ParseInternal(raw []byte, now time.Time) (*Enqueue, error) {
+	return parseEnqueue(raw, now, true)
+}
+
+// WebhookQueue is the reserved push-mode queue of webhook deliveries
+// (pkg/webhook): a client cannot enqueue there, or it could have the
+// server sign a body of its choosing for a subscriber.
+const WebhookQueue = topology.WebhookQueueName
+
+func parseEnqueue(raw []byte, now time.Time, internal bool) (*Enqueue, error) {
 	if len(raw) > MaxEnvelopeBytes {
 		return nil, ojserr.Newf(ojserr.PayloadTooLarge, "Job envelope is %d bytes; the maximum is %d bytes.", len(raw), MaxEnvelopeBytes).
 			With("actual_bytes", len(raw)).With("max_bytes", MaxEnvelopeBytes).With("field", "envelope")
@@ -170,6 +187,9 @@ func ParseEnqueue(raw []byte, now time.Time) (*Enqueue, error) {
 		j.Queue = *q
 		if err := ValidateQueue(j.Queue); err != nil {
 			return nil, err
+		}
+		if j.Queue == WebhookQueue && !internal {
+			return nil, ojserr.Invalid("queue", "Queue '%s' is reserved for webhook deliveries, which the server enqueues.", WebhookQueue)
 		}
 	}
 

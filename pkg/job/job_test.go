@@ -123,6 +123,7 @@ func TestParseEnqueueRejects(t *testing.T) {
 		{"long queue", `{"type":"a.b","args":[],"queue":"` + strings.Repeat("q", 129) + `"}`, "queue", ojserr.InvalidRequest},
 		{"bad id", `{"id":"not-a-uuid","type":"a.b","args":[]}`, "id", ojserr.InvalidRequest},
 		{"uuid v4 id", `{"id":"3b241101-e2bb-4255-8caf-4136c566a962","type":"a.b","args":[]}`, "id", ojserr.InvalidRequest},
+		{"reserved webhook queue", `{"type":"a.b","args":[],"queue":"ojs.webhooks"}`, "queue", ojserr.InvalidRequest},
 		{"uppercase id", `{"id":"019414D4-8B2E-7C3A-B5D1-F0E2A3B4C5D6","type":"a.b","args":[]}`, "id", ojserr.InvalidRequest},
 		{"fractional priority", `{"type":"a.b","args":[],"priority":1.5}`, "priority", ojserr.InvalidRequest},
 		{"string priority", `{"type":"a.b","args":[],"options":{"priority":"urgent"}}`, "priority", ojserr.InvalidRequest},

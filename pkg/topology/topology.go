@@ -65,6 +65,9 @@ const (
 	// EnvRedeliverAfter is a Go duration: how long an available push-mode
 	// job may wait unclaimed before the sweeper sends it to SQS again (5m).
 	EnvRedeliverAfter = "OJS_REDELIVER_AFTER"
+	// EnvWebhookRefresh is a Go duration: how long the stream function
+	// trusts the webhook subscriptions it read (webhook.DefaultRefresh).
+	EnvWebhookRefresh = "OJS_WEBHOOK_REFRESH"
 	// EnvAsyncCreateItems is the size past which POST /workflows answers
 	// 202 (default workflow.DefaultAsyncItems; 0 turns it off).
 	EnvAsyncCreateItems = "OJS_ASYNC_CREATE_ITEMS"
@@ -126,11 +129,15 @@ type Queue struct {
 	DLQRetention   time.Duration
 }
 
-// SQSName is the physical SQS queue name for q within the given stack prefix.
-func (q Queue) SQSName(prefix string) string { return prefix + "-" + q.Name }
+// SQSName is the physical SQS queue name for q within the given stack
+// prefix. SQS names allow no dots, so an OJS queue name's dots become
+// underscores (which OJS queue names do not use: no two collide).
+func (q Queue) SQSName(prefix string) string {
+	return prefix + "-" + strings.ReplaceAll(q.Name, ".", "_")
+}
 
 // DLQName is the physical name of q's dead-letter queue.
-func (q Queue) DLQName(prefix string) string { return prefix + "-" + q.Name + "-dlq" }
+func (q Queue) DLQName(prefix string) string { return q.SQSName(prefix) + "-dlq" }
 
 // Function holds the sizing of one Lambda function.
 type Function struct {
@@ -242,6 +249,9 @@ type Env struct {
 	Sweeper   Sweeper
 	// EventTTL is how long lifecycle event items are kept.
 	EventTTL time.Duration
+	// WebhookRefresh is the stream function's OJS_WEBHOOK_REFRESH (0:
+	// the default, 10 s).
+	WebhookRefresh time.Duration
 	// PublishEvents is the OJS_PUBLISH_EVENTS setting of the stream
 	// function (empty: the default set).
 	PublishEvents string
@@ -281,13 +291,21 @@ var Environments = []string{"dev", "staging", "prod", "local"}
 // pushed to queue "lambda" run in the worker function.
 const DefaultQueueName = "lambda"
 
+// WebhookQueueName is the reserved push-mode queue every environment has
+// for webhook deliveries (pkg/webhook): the worker function runs them.
+const WebhookQueueName = "ojs.webhooks"
+
 func baseEnv(name string) Env {
 	worker := Function{MemoryMB: 512, Timeout: 60 * time.Second}
 	return Env{
 		Name:   name,
 		Prefix: "ojs-" + name,
 		Queues: []Queue{{Name: DefaultQueueName, BatchSize: 10, VisibilityTimeout: 6 * worker.Timeout, MaxReceiveCount: 5,
-			MaxConcurrency: 50, DLQRetention: 14 * 24 * time.Hour}},
+			MaxConcurrency: 50, DLQRetention: 14 * 24 * time.Hour},
+			// Deliveries wait on receivers: at most 20 at once, so a slow
+			// receiver cannot take the worker function's concurrency.
+			{Name: WebhookQueueName, BatchSize: 10, VisibilityTimeout: 6 * worker.Timeout, MaxReceiveCount: 5,
+				MaxConcurrency: 20, DLQRetention: 14 * 24 * time.Hour}},
 		Functions: map[string]Function{
 			FunctionAPI:    {MemoryMB: 512, Timeout: 29 * time.Second},
 			FunctionWorker: worker,
@@ -316,6 +334,7 @@ func ForEnv(name string) (Env, error) {
 		// The offline stack is dev with a sweep every second, so that
 		// time-driven moves happen within a second (the conformance suite).
 		e.Sweeper.Tick = time.Second
+		e.WebhookRefresh = time.Second
 	case "staging":
 		e.LogRetentionDays = 30
 		// Rehearses prod's deployment: a broken release rolls back here.
@@ -323,7 +342,7 @@ func ForEnv(name string) (Env, error) {
 	case "prod":
 		e.LogRetentionDays, e.PointInTimeRecovery, e.DeletionProtection = 90, true, true
 		e.EventTTL = 30 * 24 * time.Hour
-		e.Queues[0].MaxConcurrency = 200
+		e.Queues[0].MaxConcurrency = 200 // lambda (sorted below)
 		e.API = API{ThrottleRate: 2000, ThrottleBurst: 4000}
 		stream := e.Functions[FunctionStream]
 		stream.ReservedConcurrency = 50

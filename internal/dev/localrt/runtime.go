@@ -164,6 +164,9 @@ func (rt *Runtime) start(ctx context.Context) error {
 			conc = max(1, cfg.Sweepers) // one sweep at a time, unless Sweepers
 		case topology.FunctionStream:
 			env = append(env, topology.EnvEventTTL+"="+cfg.Env.EventTTL.String(), topology.EnvName+"="+cfg.Env.Name)
+			if cfg.Env.WebhookRefresh > 0 {
+				env = append(env, topology.EnvWebhookRefresh+"="+cfg.Env.WebhookRefresh.String())
+			}
 			conc = 1 // the stream mapping invokes serially per shard
 		case topology.FunctionAPI:
 			if cfg.Env.FetchWait > 0 {

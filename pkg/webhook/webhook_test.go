@@ -1,0 +1,244 @@
+package webhook_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ojs-aws/ojs-serverless/internal/dev/testenv"
+	"github.com/ojs-aws/ojs-serverless/pkg/events"
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+	"github.com/ojs-aws/ojs-serverless/pkg/queue"
+	"github.com/ojs-aws/ojs-serverless/pkg/webhook"
+	"github.com/ojs-aws/ojs-serverless/pkg/worker"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+func status(err error) int {
+	if err == nil {
+		return 200
+	}
+	return ojserr.As(err).Status()
+}
+
+// Subscriptions are created (id and secret generated, the secret answered
+// once), read and listed without their secret, updated in part and
+// deleted; bad input is a 400 naming the field, an unknown id a 404.
+func TestSubscriptions(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, _ := testenv.Table(t)
+	s := webhook.NewStore(st.DB(), st.Table())
+	sub, err := s.Create(ctx, []byte(`{"url":"https://example.com/hook","events":["job.completed","job.failed"]}`))
+	if err != nil || webhook.ValidateID(sub.ID) != nil || !sub.Active || len(sub.Secret) < 40 || len(sub.Events) != 2 || sub.MaxAttempts != webhook.DefaultMaxAttempts {
+		t.Fatalf("create: %+v, %v", sub, err)
+	}
+	got, err := s.Get(ctx, sub.ID)
+	if err != nil || got.URL != sub.URL || got.Secret != "" || got.CreatedAt == "" {
+		t.Fatalf("get: %+v, %v", got, err)
+	}
+	list, err := s.List(ctx)
+	if err != nil || len(list) != 1 || list[0].ID != sub.ID || list[0].Secret != "" {
+		t.Fatalf("list: %+v, %v", list, err)
+	}
+	up, err := s.Update(ctx, sub.ID, []byte(`{"events":["job.*"],"active":false}`))
+	if err != nil || up.Active || len(up.Events) != 1 || up.URL != sub.URL || up.Secret != "" {
+		t.Fatalf("update: %+v, %v", up, err)
+	}
+	if up, err = s.Update(ctx, sub.ID, []byte(`{"secret":"a-new-secret-of-some-length"}`)); err != nil || up.Secret != "a-new-secret-of-some-length" {
+		t.Fatalf("a new secret is answered: %+v, %v", up, err)
+	}
+	for body, field := range map[string]string{
+		`{"url":"ftp://x","events":["job.completed"]}`:                      "url",
+		`{"url":"https://u:p@x.example","events":["job.completed"]}`:        "url",
+		`{"url":"https://x.example","events":["job.nope"]}`:                 "events",
+		`{"url":"https://x.example","events":[]}`:                           "events",
+		`{"url":"https://x.example"}`:                                       "events",
+		`{"events":["job.completed"]}`:                                      "url",
+		`{"url":"https://x.example","events":["job.*"],"secret":"short"}`:   "secret",
+		`{"url":"https://x.example","events":["job.*"],"timeout_ms":60000}`: "timeout_ms",
+		`{"url":"https://x.example","events":["job.*"],"max_attempts":0}`:   "max_attempts",
+		`{"url":"https://x.example","events":["job.*"],"colour":"blue"}`:    "body",
+	} {
+		_, err := s.Create(ctx, []byte(body))
+		if oe := ojserr.As(err); err == nil || oe.Status() != 400 || oe.Details["field"] != field {
+			t.Errorf("%s: %v (want a 400 on %s)", body, err, field)
+		}
+	}
+	if _, err := s.Get(ctx, "whk_000000000000000000000000"); status(err) != 404 {
+		t.Errorf("unknown id: %v", err)
+	}
+	if _, err := s.Update(ctx, "nonsense", []byte(`{}`)); status(err) != 404 {
+		t.Errorf("malformed id: %v", err)
+	}
+	if err := s.Delete(ctx, sub.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(ctx, sub.ID); status(err) != 404 {
+		t.Errorf("deleted twice: %v", err)
+	}
+}
+
+func event(id, typ, q string) events.Event {
+	return events.Event{SpecVersion: "1.0", ID: id, Type: typ, Source: "ojs://test", Time: "2026-11-29T10:00:00Z", Subject: "job",
+		Data: map[string]any{"queue": q, "job_type": "a.b"}}
+}
+
+// The fan-out enqueues one push-mode delivery per event and subscription
+// that wants it, the same job again when a batch is retried, none for
+// inactive subscriptions and none about the deliveries' own queue.
+func TestFanout(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, _ := testenv.Table(t)
+	subs := webhook.NewStore(st.DB(), st.Table())
+	all, err := subs.Create(ctx, []byte(`{"url":"https://a.example/","events":["job.*"],"max_attempts":3}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, err := subs.Create(ctx, []byte(`{"url":"https://b.example/","events":["job.completed"]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := subs.Create(ctx, []byte(`{"url":"https://c.example/","events":["*"],"active":false}`)); err != nil {
+		t.Fatal(err)
+	}
+	qs := queue.NewService(st, queue.Config{PushQueues: []string{job.WebhookQueue}, Store: queue.NewStore(st.DB(), st.Table())})
+	f := &webhook.Fanout{Subs: subs, Admit: qs, Jobs: st, RedeliverAfter: time.Minute}
+	evs := []events.Event{event("evt_1", events.JobCompleted, "default"), event("evt_2", events.JobStarted, "default"),
+		event("evt_3", events.JobCompleted, job.WebhookQueue)}
+	if err := f.Publish(ctx, evs); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Publish(ctx, evs); err != nil {
+		t.Fatalf("the batch retried: %v", err)
+	}
+	want := map[string]string{"evt_1/" + all.ID: "", "evt_1/" + done.ID: "", "evt_2/" + all.ID: ""}
+	for key := range want {
+		var e events.Event
+		var sid string
+		for _, ev := range evs {
+			if key == ev.ID+"/"+all.ID || key == ev.ID+"/"+done.ID {
+				e, sid = ev, key[len(ev.ID)+1:]
+			}
+		}
+		sub := map[string]*webhook.Subscription{all.ID: all, done.ID: done}[sid]
+		d, err := webhook.Delivery(sub, &e, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		j, err := st.Get(ctx, d.ID)
+		if err != nil {
+			t.Fatalf("delivery %s: %v", key, err)
+		}
+		var args []webhook.Args
+		if err := json.Unmarshal(j.Args, &args); err != nil || len(args) != 1 || args[0].SubscriptionID != sid || args[0].Event.ID != e.ID {
+			t.Errorf("delivery %s args: %s, %v", key, j.Args, err)
+		}
+		if j.Queue != job.WebhookQueue || j.Type != webhook.JobType || !j.Push || j.State != job.Available || j.Retry.MaxAttempts != sub.MaxAttempts {
+			t.Errorf("delivery %s: queue %s type %s push %v state %s attempts %d", key, j.Queue, j.Type, j.Push, j.State, j.Retry.MaxAttempts)
+		}
+	}
+	// None about a delivery (evt_3 is on the webhook queue), none for the
+	// inactive subscription or a type it does not want.
+	for _, sub := range []*webhook.Subscription{all, done} {
+		for _, e := range []events.Event{evs[2], evs[1]} {
+			if sub == all && e.ID == "evt_2" {
+				continue
+			}
+			d, _ := webhook.Delivery(sub, &e, time.Now())
+			if j, err := st.Get(ctx, d.ID); err == nil {
+				t.Errorf("an unwanted delivery of %s to %s: %+v", e.ID, sub.URL, j)
+			}
+		}
+	}
+}
+
+func runDelivery(t *testing.T, d *webhook.Deliverer, sub *webhook.Subscription, e events.Event, attempt int) (any, error) {
+	t.Helper()
+	dj, err := webhook.Delivery(sub, &e, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.Handle(context.Background(), &worker.Job{ID: dj.ID, Type: dj.Type, Queue: dj.Queue, Args: dj.Args, Attempt: attempt})
+}
+
+// A delivery POSTs the event signed with the subscription's secret; a
+// receiver's 5xx or silence is a retryable failure, a 4xx goes to the dead
+// letter queue at once, and a deleted or paused subscription receives
+// nothing.
+func TestDeliverer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, _ := testenv.Table(t)
+	subs := webhook.NewStore(st.DB(), st.Table())
+	var got atomic.Pointer[http.Request]
+	var body atomic.Value
+	answer := atomic.Int32{}
+	answer.Store(200)
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got.Store(r)
+		body.Store(b)
+		if answer.Load() == 0 {
+			<-r.Context().Done() // never answers
+			return
+		}
+		w.WriteHeader(int(answer.Load()))
+	}))
+	defer recv.Close()
+	sub, err := subs.Create(ctx, []byte(`{"url":"`+recv.URL+`/hook","events":["job.*"],"secret":"s3cret-s3cret-s3cret","timeout_ms":300}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &webhook.Deliverer{Subs: subs}
+	e := event("evt_42", events.JobCompleted, "default")
+	res, err := runDelivery(t, d, sub, e, 1)
+	if r, ok := res.(webhook.Result); err != nil || !ok || r.Status != 200 {
+		t.Fatalf("delivery: %+v, %v", res, err)
+	}
+	r, b := got.Load(), body.Load().([]byte)
+	if !webhook.Verify("s3cret-s3cret-s3cret", r.Header.Get(webhook.HeaderSignature), r.Header.Get(webhook.HeaderTimestamp), b, time.Now(), 5*time.Minute) {
+		t.Errorf("the signature %q does not verify", r.Header.Get(webhook.HeaderSignature))
+	}
+	if webhook.Verify("another-secret-entirely", r.Header.Get(webhook.HeaderSignature), r.Header.Get(webhook.HeaderTimestamp), b, time.Now(), 5*time.Minute) {
+		t.Error("the signature verifies with another secret")
+	}
+	var sent events.Event
+	if err := json.Unmarshal(b, &sent); err != nil || sent.ID != "evt_42" || sent.Type != events.JobCompleted || r.Header.Get(webhook.HeaderEventID) != "evt_42" ||
+		r.Header.Get("Content-Type") != "application/json" || r.URL.Path != "/hook" {
+		t.Errorf("sent %s with headers %v (%v)", b, r.Header, err)
+	}
+	for code, want := range map[int32]string{503: "RETRY", 429: "RETRY", 0: "RETRY", 400: "DEAD_LETTER", 410: "DEAD_LETTER"} {
+		answer.Store(code)
+		_, err := runDelivery(t, d, sub, e, 2)
+		we, ok := errors.AsType[*worker.Error](err)
+		if !ok || we.Code != want {
+			t.Errorf("receiver answering %d: %v, want code %s", code, err, want)
+		}
+		if code == 0 && we != nil && we.Type != "webhook.timeout" {
+			t.Errorf("a receiver that never answers: %s", we.Type)
+		}
+	}
+	answer.Store(200)
+	if _, err := subs.Update(ctx, sub.ID, []byte(`{"active":false}`)); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := runDelivery(t, d, sub, e, 1); err != nil || res.(webhook.Result).Skipped == "" {
+		t.Errorf("inactive subscription: %+v, %v", res, err)
+	}
+	if err := subs.Delete(ctx, sub.ID); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := runDelivery(t, d, sub, e, 1); err != nil || res.(webhook.Result).Skipped == "" {
+		t.Errorf("deleted subscription: %+v, %v", res, err)
+	}
+}
