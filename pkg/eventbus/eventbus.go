@@ -193,22 +193,9 @@ func (k *pack) entry(bus string) types.PutEventsRequestEntry {
 }
 
 func (p *Publisher) entry(e *events.Event) (types.PutEventsRequestEntry, error) {
-	body, err := e.Marshal()
+	body, err := e.MarshalWithin(maxBytes-1024, "EventBridge")
 	if err != nil {
 		return types.PutEventsRequestEntry{}, fmt.Errorf("encode event %s: %w", e.ID, err)
-	}
-	if len(body) > maxBytes-1024 {
-		small := *e
-		small.Data = map[string]any{"truncated": true, "bytes": len(body),
-			"hint": "the event is larger than EventBridge accepts; read it from GET /ojs/v1/events"}
-		for _, k := range []string{"job_id", "job_type", "queue", "workflow_id"} {
-			if v, ok := e.Data[k]; ok {
-				small.Data[k] = v
-			}
-		}
-		if body, err = small.Marshal(); err != nil {
-			return types.PutEventsRequestEntry{}, err
-		}
 	}
 	t := e.At()
 	return types.PutEventsRequestEntry{

@@ -192,3 +192,23 @@ func ParseID(id string) (time.Time, bool) {
 
 // Marshal is the event as JSON (the stored and published form).
 func (e *Event) Marshal() ([]byte, error) { return json.Marshal(e) }
+
+// MarshalWithin is the event as JSON, or, when that is more than max
+// bytes, the event with its data replaced by a note (its size, where to
+// read it whole, and the ids that name what it is about): what a
+// transport with a size limit (EventBridge, a webhook delivery) sends.
+func (e *Event) MarshalWithin(max int, transport string) ([]byte, error) {
+	body, err := e.Marshal()
+	if err != nil || len(body) <= max {
+		return body, err
+	}
+	small := *e
+	small.Data = map[string]any{"truncated": true, "bytes": len(body),
+		"hint": "the event is larger than " + transport + " accepts; read it from GET /ojs/v1/events"}
+	for _, k := range []string{"job_id", "job_type", "queue", "workflow_id"} {
+		if v, ok := e.Data[k]; ok {
+			small.Data[k] = v
+		}
+	}
+	return small.Marshal()
+}

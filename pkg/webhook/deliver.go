@@ -89,8 +89,9 @@ func (d *Deliverer) Handle(ctx context.Context, j *worker.Job) (any, error) {
 	if !sub.Active {
 		return Result{Skipped: "subscription inactive"}, nil
 	}
-	body, err := json.Marshal(a.Event)
-	if err != nil {
+	body := []byte(a.Event)
+	var head struct{ ID, Type string }
+	if err := json.Unmarshal(body, &head); err != nil {
 		return nil, worker.NonRetryable("invalid_event", err.Error())
 	}
 	now := time.Now()
@@ -108,8 +109,8 @@ func (d *Deliverer) Handle(ctx context.Context, j *worker.Job) (any, error) {
 	req.Header.Set("User-Agent", "ojs-serverless-webhooks/1")
 	req.Header.Set(HeaderTimestamp, strconv.FormatInt(ts, 10))
 	req.Header.Set(HeaderSignature, Sign(sub.Secret, ts, body))
-	req.Header.Set(HeaderEventID, a.Event.ID)
-	req.Header.Set(HeaderEventType, a.Event.Type)
+	req.Header.Set(HeaderEventID, head.ID)
+	req.Header.Set(HeaderEventType, head.Type)
 	req.Header.Set(HeaderDelivery, j.ID)
 	req.Header.Set(HeaderAttempt, strconv.Itoa(j.Attempt))
 	res, err := d.client().Do(req)

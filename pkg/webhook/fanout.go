@@ -98,11 +98,17 @@ func (f *Fanout) Publish(ctx context.Context, evs []events.Event) error {
 	return nil
 }
 
-// Args is a delivery job's one argument.
+// Args is a delivery job's one argument: the subscription and the body to
+// POST, the event as stored (or, past MaxEventBytes, with its data replaced
+// by a note pointing at the events API).
 type Args struct {
-	SubscriptionID string       `json:"subscription_id"`
-	Event          events.Event `json:"event"`
+	SubscriptionID string          `json:"subscription_id"`
+	Event          json.RawMessage `json:"event"`
 }
+
+// MaxEventBytes is the largest event a delivery carries whole (a job's
+// result can make a job.completed event of 1 MiB).
+const MaxEventBytes = 256 << 10
 
 // Delivery builds the delivery job of event e for subscription s: its id
 // a UUIDv7 whose time is the event's and whose other bits hash the event
@@ -112,8 +118,12 @@ func Delivery(s *Subscription, e *events.Event, now time.Time) (*job.Job, error)
 	if at.IsZero() {
 		at = now
 	}
+	ev, err := e.MarshalWithin(MaxEventBytes, "a webhook delivery")
+	if err != nil {
+		return nil, err
+	}
 	body, err := json.Marshal(map[string]any{
-		"id": deliveryID(at, e.ID, s.ID), "type": JobType, "queue": job.WebhookQueue, "args": []Args{{SubscriptionID: s.ID, Event: *e}},
+		"id": deliveryID(at, e.ID, s.ID), "type": JobType, "queue": job.WebhookQueue, "args": []Args{{SubscriptionID: s.ID, Event: ev}},
 		"meta": map[string]string{"webhook_subscription_id": s.ID, "event_id": e.ID, "event_type": e.Type},
 		"retry": map[string]any{"max_attempts": max(1, s.MaxAttempts), "initial_interval": "PT5S", "backoff_coefficient": 2.0,
 			"max_interval": "PT10M", "jitter": true},

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -140,7 +141,8 @@ func TestFanout(t *testing.T) {
 			t.Fatalf("delivery %s: %v", key, err)
 		}
 		var args []webhook.Args
-		if err := json.Unmarshal(j.Args, &args); err != nil || len(args) != 1 || args[0].SubscriptionID != sid || args[0].Event.ID != e.ID {
+		var sent events.Event
+		if err := json.Unmarshal(j.Args, &args); err != nil || len(args) != 1 || args[0].SubscriptionID != sid || json.Unmarshal(args[0].Event, &sent) != nil || sent.ID != e.ID {
 			t.Errorf("delivery %s args: %s, %v", key, j.Args, err)
 		}
 		if j.Queue != job.WebhookQueue || j.Type != webhook.JobType || !j.Push || j.State != job.Available || j.Retry.MaxAttempts != sub.MaxAttempts {
@@ -159,6 +161,26 @@ func TestFanout(t *testing.T) {
 				t.Errorf("an unwanted delivery of %s to %s: %+v", e.ID, sub.URL, j)
 			}
 		}
+	}
+}
+
+// An event past MaxEventBytes (a large result) is delivered as a note
+// pointing at the events API, never as a job too large to enqueue.
+func TestDeliveryOfALargeEvent(t *testing.T) {
+	e := event("evt_big", events.JobCompleted, "default")
+	e.Data["result"] = strings.Repeat("x", 2*webhook.MaxEventBytes)
+	e.Data["job_id"] = "0195"
+	d, err := webhook.Delivery(&webhook.Subscription{ID: "whk_1", MaxAttempts: 3}, &e, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var args []webhook.Args
+	var sent events.Event
+	if err := json.Unmarshal(d.Args, &args); err != nil || json.Unmarshal(args[0].Event, &sent) != nil {
+		t.Fatalf("args %.200s: %v", d.Args, err)
+	}
+	if len(args[0].Event) > webhook.MaxEventBytes || sent.ID != "evt_big" || sent.Data["truncated"] != true || sent.Data["job_id"] != "0195" {
+		t.Errorf("a large event's delivery: %d bytes, %v", len(args[0].Event), sent.Data)
 	}
 }
 
