@@ -379,8 +379,15 @@ func writeMessage(w http.ResponseWriter, status int, msg string) {
 }
 
 // sqsIdlePause is how long a poller waits after its n-th empty receive in
-// a row: 20 ms doubling up to 200 ms.
+// a row: 20 ms doubling up to 200 ms, and a second once the queue has been
+// empty for about 10 s (an idle queue's pollers then cost a few requests a
+// second, as AWS's long-polling mapping costs next to nothing; with several
+// pollers the first message after a long idle still waits well under a
+// second).
 func sqsIdlePause(n int) time.Duration {
+	if n > 50 {
+		return time.Second
+	}
 	return min(10*time.Millisecond<<min(n, 5), 200*time.Millisecond)
 }
 
