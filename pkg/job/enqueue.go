@@ -113,182 +113,30 @@ func ParseInternal(raw []byte, now time.Time) (*Enqueue, error) {
 const WebhookQueue = topology.WebhookQueueName
 
 func parseEnqueue(raw []byte, now time.Time, internal bool) (*Enqueue, error) {
-	if len(raw) > MaxEnvelopeBytes {
-		return nil, ojserr.Newf(ojserr.PayloadTooLarge, "Job envelope is %d bytes; the maximum is %d bytes.", len(raw), MaxEnvelopeBytes).
-			With("actual_bytes", len(raw)).With("max_bytes", MaxEnvelopeBytes).With("field", "envelope")
-	}
-	if !utf8.Valid(raw) {
-		return nil, ojserr.Invalid("body", "The request body must be UTF-8 encoded JSON.")
-	}
-	trimmed := bytes.TrimSpace(raw)
-	if len(trimmed) == 0 {
-		return nil, payloadError("The request body is empty; send the job as a JSON object.")
-	}
-	if !json.Valid(trimmed) {
-		return nil, payloadError("The request body is not valid JSON.")
-	}
-	if trimmed[0] != '{' {
-		return nil, ojserr.Invalid("body", "The job must be a JSON object.")
-	}
-	var req request
-	if err := strictDecode(trimmed, &req); err != nil {
+	req, extra, err := decodeEnqueue(raw)
+	if err != nil {
 		return nil, err
-	}
-	var extra map[string]json.RawMessage
-	if err := json.Unmarshal(trimmed, &extra); err != nil {
-		return nil, ojserr.Invalid("body", "The job must be a JSON object.")
-	}
-	for k := range known {
-		delete(extra, k)
 	}
 	opts := cmp.Or(req.Options, &options{})
 	j := &Job{Extra: extra}
-
-	if req.SpecVersion != nil && *req.SpecVersion != SpecVersion {
-		return nil, ojserr.Invalid("specversion", "Unsupported specversion %q; this server speaks %q.", *req.SpecVersion, SpecVersion)
-	}
-	if req.Type == nil {
-		return nil, missing("type")
-	}
-	j.Type = *req.Type
-	if err := ValidateType(j.Type); err != nil {
+	if err := parseWhat(j, req, opts); err != nil {
 		return nil, err
 	}
-	if req.Args == nil {
-		return nil, missing("args")
-	}
-	if !isJSONKind(req.Args, '[') {
-		return nil, ojserr.Invalid("args", "The 'args' field must be a JSON array.").With("expected", "array").With("received", kindOf(req.Args))
-	}
-	j.Args = compact(req.Args)
-
-	if req.Meta != nil && !isNull(req.Meta) {
-		if !isJSONKind(req.Meta, '{') {
-			return nil, ojserr.Invalid("meta", "The 'meta' field must be a JSON object.").With("expected", "object").With("received", kindOf(req.Meta))
-		}
-		if len(req.Meta) > MaxMetaBytes {
-			return nil, ojserr.Newf(ojserr.PayloadTooLarge, "The 'meta' field is %d bytes; the maximum is %d bytes.", len(req.Meta), MaxMetaBytes).
-				With("field", "meta").With("actual_bytes", len(req.Meta)).With("max_bytes", MaxMetaBytes)
-		}
-		j.Meta = compact(req.Meta)
-	} else {
-		j.Meta = json.RawMessage("{}")
-	}
-	if md := opts.Metadata; md != nil && !isNull(md) {
-		merged, err := mergeObjects(j.Meta, md)
-		if err != nil {
-			return nil, ojserr.Invalid("options.metadata", "The 'options.metadata' field must be a JSON object.")
-		}
-		j.Meta = merged
-	}
-
-	j.Queue = DefaultQueue
-	if q := cmp.Or(opts.Queue, req.Queue); q != nil {
-		j.Queue = *q
-		if err := ValidateQueue(j.Queue); err != nil {
-			return nil, err
-		}
-		if j.Queue == WebhookQueue && !internal {
-			return nil, ojserr.Invalid("queue", "Queue '%s' is reserved for webhook deliveries, which the server enqueues.", WebhookQueue)
-		}
-	}
-
-	if req.ID != nil {
-		if err := ValidateID(*req.ID); err != nil {
-			return nil, ojserr.Invalid("id", "The 'id' field must be a lowercase hyphenated UUIDv7.")
-		}
-		j.ID = *req.ID
-	} else {
-		id, err := uuid.NewV7()
-		if err != nil {
-			return nil, ojserr.Backend(fmt.Errorf("generate id: %w", err))
-		}
-		j.ID = id.String()
-	}
-
-	var err error
-	if j.Priority, err = intField("priority", namedPriority(first(opts.Priority, req.Priority)), 0, MinPriority, MaxPriority); err != nil {
+	if err := parseWhere(j, req, opts, internal); err != nil {
 		return nil, err
 	}
-	j.Timeout = DefaultTimeout
-	if raw := opts.TimeoutMS; raw != nil && !isNull(raw) {
-		ms, err := intField("options.timeout_ms", raw, 0, 1, MaxTimeout.Milliseconds())
-		if err != nil {
-			return nil, err
-		}
-		j.Timeout = time.Duration(ms) * time.Millisecond
-	} else if raw := req.Timeout; raw != nil && !isNull(raw) {
-		s, err := intField("timeout", raw, 0, 0, int64(MaxTimeout/time.Second))
-		if err != nil {
-			return nil, err
-		}
-		if s > 0 {
-			j.Timeout = time.Duration(s) * time.Second
-		}
-	}
-	if raw := opts.VisibilityTimeoutMS; raw != nil && !isNull(raw) {
-		ms, err := intField("options.visibility_timeout_ms", raw, 0, 1, MaxTimeout.Milliseconds())
-		if err != nil {
-			return nil, err
-		}
-		j.Visibility = time.Duration(ms) * time.Millisecond
-	} else if raw := first(opts.VisibilityTimeout, req.VisibilityTimeout); raw != nil && !isNull(raw) {
-		var iso string
-		if json.Unmarshal(raw, &iso) == nil {
-			d, err := retry.ParseDuration(iso)
-			if err != nil || d <= 0 || d > MaxTimeout {
-				return nil, ojserr.Invalid("options.visibility_timeout", "The 'options.visibility_timeout' field must be a positive ISO 8601 duration or a number of seconds.")
-			}
-			j.Visibility = d
-		} else {
-			s, err := intField("options.visibility_timeout", raw, 0, 1, int64(MaxTimeout/time.Second))
-			if err != nil {
-				return nil, err
-			}
-			j.Visibility = time.Duration(s) * time.Second
-		}
-	}
-
-	if j.Retry, err = parseRetry(first(opts.Retry, opts.RetryPolicy, req.Retry)); err != nil {
+	if err := parseLimits(j, req, opts); err != nil {
 		return nil, err
 	}
-	if u := first(opts.Unique, req.Unique); u != nil && !isNull(u) {
-		if j.Unique, err = parseUnique(u, j); err != nil {
-			return nil, err
-		}
+	if err := parsePolicies(j, req, opts); err != nil {
+		return nil, err
 	}
-	if rl := opts.RateLimit; rl != nil && !isNull(rl) {
-		var r struct {
-			MaxPerSecond *float64 `json:"max_per_second"`
-		}
-		if err := json.Unmarshal(rl, &r); err != nil || r.MaxPerSecond == nil || *r.MaxPerSecond <= 0 || *r.MaxPerSecond > MaxRatePerSecond {
-			return nil, ojserr.Invalid("options.rate_limit", "'options.rate_limit' must be {\"max_per_second\": n} with n above 0 and at most %d.", MaxRatePerSecond)
-		}
-		j.RateLimit = *r.MaxPerSecond
-	}
-	if tags := first(opts.Tags, req.Tags); tags != nil && !isNull(tags) {
-		if err := json.Unmarshal(tags, &j.Tags); err != nil || len(j.Tags) > 50 {
-			return nil, ojserr.Invalid("tags", "The 'tags' field must be an array of at most 50 strings.")
-		}
-	}
-	if raw := req.ResultTTL; raw != nil && !isNull(raw) {
-		s, err := intField("result_ttl", raw, 0, PermanentResultTTL, MaxResultTTL)
-		if err != nil {
-			return nil, ojserr.Invalid("result_ttl", "The 'result_ttl' field must be -1 (kept for ever), 0 (not stored) or a number of seconds up to %d.", MaxResultTTL)
-		}
-		j.ResultTTL = new(int64(s))
-	}
-	if req.Schema != nil {
-		j.Schema = *req.Schema
-	}
-
 	if j.ScheduledAt, j.ScheduledAtText, err = parseTime("scheduled_at", cmp.Or(opts.DelayUntil, opts.ScheduledAt, req.ScheduledAt), now); err != nil {
 		return nil, err
 	}
 	if j.ExpiresAt, j.ExpiresAtText, err = parseTime("expires_at", cmp.Or(opts.ExpiresAt, req.ExpiresAt), now); err != nil {
 		return nil, err
 	}
-
 	created := now.UTC()
 	j.CreatedAt = &created
 	pending := opts.Pending != nil && *opts.Pending
@@ -302,6 +150,201 @@ func parseEnqueue(raw []byte, now time.Time, internal bool) (*Enqueue, error) {
 		j.EnqueuedAt = &created
 	}
 	return &Enqueue{Job: j, Pending: pending}, nil
+}
+
+// decodeEnqueue checks a PUSH body's size and encoding and decodes it
+// strictly; extra holds the members the envelope does not define (kept
+// as they are).
+func decodeEnqueue(raw []byte) (*request, map[string]json.RawMessage, error) {
+	if len(raw) > MaxEnvelopeBytes {
+		return nil, nil, ojserr.Newf(ojserr.PayloadTooLarge, "Job envelope is %d bytes; the maximum is %d bytes.", len(raw), MaxEnvelopeBytes).
+			With("actual_bytes", len(raw)).With("max_bytes", MaxEnvelopeBytes).With("field", "envelope")
+	}
+	if !utf8.Valid(raw) {
+		return nil, nil, ojserr.Invalid("body", "The request body must be UTF-8 encoded JSON.")
+	}
+	trimmed := bytes.TrimSpace(raw)
+	if len(trimmed) == 0 {
+		return nil, nil, payloadError("The request body is empty; send the job as a JSON object.")
+	}
+	if !json.Valid(trimmed) {
+		return nil, nil, payloadError("The request body is not valid JSON.")
+	}
+	if trimmed[0] != '{' {
+		return nil, nil, ojserr.Invalid("body", "The job must be a JSON object.")
+	}
+	var req request
+	if err := strictDecode(trimmed, &req); err != nil {
+		return nil, nil, err
+	}
+	var extra map[string]json.RawMessage
+	if err := json.Unmarshal(trimmed, &extra); err != nil {
+		return nil, nil, ojserr.Invalid("body", "The job must be a JSON object.")
+	}
+	for k := range known {
+		delete(extra, k)
+	}
+	if req.SpecVersion != nil && *req.SpecVersion != SpecVersion {
+		return nil, nil, ojserr.Invalid("specversion", "Unsupported specversion %q; this server speaks %q.", *req.SpecVersion, SpecVersion)
+	}
+	return &req, extra, nil
+}
+
+// parseWhat reads what the job is: its type, args and meta.
+func parseWhat(j *Job, req *request, opts *options) error {
+	if req.Type == nil {
+		return missing("type")
+	}
+	j.Type = *req.Type
+	if err := ValidateType(j.Type); err != nil {
+		return err
+	}
+	if req.Args == nil {
+		return missing("args")
+	}
+	if !isJSONKind(req.Args, '[') {
+		return ojserr.Invalid("args", "The 'args' field must be a JSON array.").With("expected", "array").With("received", kindOf(req.Args))
+	}
+	j.Args = compact(req.Args)
+	j.Meta = json.RawMessage("{}")
+	if req.Meta != nil && !isNull(req.Meta) {
+		if !isJSONKind(req.Meta, '{') {
+			return ojserr.Invalid("meta", "The 'meta' field must be a JSON object.").With("expected", "object").With("received", kindOf(req.Meta))
+		}
+		if len(req.Meta) > MaxMetaBytes {
+			return ojserr.Newf(ojserr.PayloadTooLarge, "The 'meta' field is %d bytes; the maximum is %d bytes.", len(req.Meta), MaxMetaBytes).
+				With("field", "meta").With("actual_bytes", len(req.Meta)).With("max_bytes", MaxMetaBytes)
+		}
+		j.Meta = compact(req.Meta)
+	}
+	if md := opts.Metadata; md != nil && !isNull(md) {
+		merged, err := mergeObjects(j.Meta, md)
+		if err != nil {
+			return ojserr.Invalid("options.metadata", "The 'options.metadata' field must be a JSON object.")
+		}
+		j.Meta = merged
+	}
+	return nil
+}
+
+// parseWhere reads where the job goes and what it is called: its queue
+// (the reserved WebhookQueue only when internal) and its id (a new UUIDv7
+// when absent).
+func parseWhere(j *Job, req *request, opts *options, internal bool) error {
+	j.Queue = DefaultQueue
+	if q := cmp.Or(opts.Queue, req.Queue); q != nil {
+		j.Queue = *q
+		if err := ValidateQueue(j.Queue); err != nil {
+			return err
+		}
+		if j.Queue == WebhookQueue && !internal {
+			return ojserr.Invalid("queue", "Queue '%s' is reserved for webhook deliveries, which the server enqueues.", WebhookQueue)
+		}
+	}
+	if req.ID != nil {
+		if err := ValidateID(*req.ID); err != nil {
+			return ojserr.Invalid("id", "The 'id' field must be a lowercase hyphenated UUIDv7.")
+		}
+		j.ID = *req.ID
+		return nil
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return ojserr.Backend(fmt.Errorf("generate id: %w", err))
+	}
+	j.ID = id.String()
+	return nil
+}
+
+// parseLimits reads the priority, the attempt timeout and the
+// visibility timeout, each in its current and legacy spellings.
+func parseLimits(j *Job, req *request, opts *options) error {
+	var err error
+	if j.Priority, err = intField("priority", namedPriority(first(opts.Priority, req.Priority)), 0, MinPriority, MaxPriority); err != nil {
+		return err
+	}
+	j.Timeout = DefaultTimeout
+	if raw := opts.TimeoutMS; raw != nil && !isNull(raw) {
+		ms, err := intField("options.timeout_ms", raw, 0, 1, MaxTimeout.Milliseconds())
+		if err != nil {
+			return err
+		}
+		j.Timeout = time.Duration(ms) * time.Millisecond
+	} else if raw := req.Timeout; raw != nil && !isNull(raw) {
+		s, err := intField("timeout", raw, 0, 0, int64(MaxTimeout/time.Second))
+		if err != nil {
+			return err
+		}
+		if s > 0 {
+			j.Timeout = time.Duration(s) * time.Second
+		}
+	}
+	if raw := opts.VisibilityTimeoutMS; raw != nil && !isNull(raw) {
+		ms, err := intField("options.visibility_timeout_ms", raw, 0, 1, MaxTimeout.Milliseconds())
+		if err != nil {
+			return err
+		}
+		j.Visibility = time.Duration(ms) * time.Millisecond
+		return nil
+	}
+	raw := first(opts.VisibilityTimeout, req.VisibilityTimeout)
+	if raw == nil || isNull(raw) {
+		return nil
+	}
+	var iso string
+	if json.Unmarshal(raw, &iso) == nil {
+		d, err := retry.ParseDuration(iso)
+		if err != nil || d <= 0 || d > MaxTimeout {
+			return ojserr.Invalid("options.visibility_timeout", "The 'options.visibility_timeout' field must be a positive ISO 8601 duration or a number of seconds.")
+		}
+		j.Visibility = d
+		return nil
+	}
+	s, err := intField("options.visibility_timeout", raw, 0, 1, int64(MaxTimeout/time.Second))
+	if err != nil {
+		return err
+	}
+	j.Visibility = time.Duration(s) * time.Second
+	return nil
+}
+
+// parsePolicies reads the retry and unique policies, the queue rate, the
+// tags, the result's retention and the schema.
+func parsePolicies(j *Job, req *request, opts *options) error {
+	var err error
+	if j.Retry, err = parseRetry(first(opts.Retry, opts.RetryPolicy, req.Retry)); err != nil {
+		return err
+	}
+	if u := first(opts.Unique, req.Unique); u != nil && !isNull(u) {
+		if j.Unique, err = parseUnique(u, j); err != nil {
+			return err
+		}
+	}
+	if rl := opts.RateLimit; rl != nil && !isNull(rl) {
+		var r struct {
+			MaxPerSecond *float64 `json:"max_per_second"`
+		}
+		if err := json.Unmarshal(rl, &r); err != nil || r.MaxPerSecond == nil || *r.MaxPerSecond <= 0 || *r.MaxPerSecond > MaxRatePerSecond {
+			return ojserr.Invalid("options.rate_limit", "'options.rate_limit' must be {\"max_per_second\": n} with n above 0 and at most %d.", MaxRatePerSecond)
+		}
+		j.RateLimit = *r.MaxPerSecond
+	}
+	if tags := first(opts.Tags, req.Tags); tags != nil && !isNull(tags) {
+		if err := json.Unmarshal(tags, &j.Tags); err != nil || len(j.Tags) > 50 {
+			return ojserr.Invalid("tags", "The 'tags' field must be an array of at most 50 strings.")
+		}
+	}
+	if raw := req.ResultTTL; raw != nil && !isNull(raw) {
+		s, err := intField("result_ttl", raw, 0, PermanentResultTTL, MaxResultTTL)
+		if err != nil {
+			return ojserr.Invalid("result_ttl", "The 'result_ttl' field must be -1 (kept for ever), 0 (not stored) or a number of seconds up to %d.", MaxResultTTL)
+		}
+		j.ResultTTL = new(int64(s))
+	}
+	if req.Schema != nil {
+		j.Schema = *req.Schema
+	}
+	return nil
 }
 
 // ValidateType checks a job type against the OJS pattern and length.

@@ -523,86 +523,9 @@ func (p *parser) steps(rn rawNode) *Def {
 	all := make([]*graphStep, 0, len(rn.Steps))
 	index := map[string]int{}
 	for i, raw := range rn.Steps {
-		jp := fmt.Sprintf("$.steps[%d]", i)
-		var rs rawStep
-		var fields map[string]json.RawMessage
-		if jsoncase.Unmarshal(raw, &rs) != nil || json.Unmarshal(raw, &fields) != nil {
-			p.add(jp, "must be a step object with id, type, args and depends_on")
-			all = append(all, nil)
-			continue
-		}
-		s := &graphStep{jp: jp}
-		switch {
-		case rs.ID == nil:
-			p.add(jp+".id", "is required: a unique step id")
-		case *rs.ID == "":
-			p.add(jp+".id", "must not be empty")
-		case len(*rs.ID) > MaxStepIDLength:
-			p.add(jp+".id", fmt.Sprintf("at most %d bytes", MaxStepIDLength))
-		default:
-			s.id = *rs.ID
-			if prev, dup := index[s.id]; dup {
-				p.add(jp+".id", fmt.Sprintf("duplicate step id %q (also $.steps[%d])", s.id, prev))
-			} else {
-				index[s.id] = i
-			}
-		}
-		if len(rs.DependsOn) > 0 && !isNull(rs.DependsOn) && json.Unmarshal(rs.DependsOn, &s.deps) != nil {
-			p.add(jp+".depends_on", "must be an array of step ids")
-		}
-		if len(s.deps) > MaxDependsOn {
-			p.add(jp+".depends_on", fmt.Sprintf("at most %d dependencies per step", MaxDependsOn))
-		}
-		// The step's job: the step without id and depends_on, with the
-		// workflow's options as defaults for its own.
-		delete(fields, "id")
-		delete(fields, "depends_on")
-		opts := map[string]json.RawMessage{}
-		maps.Copy(opts, defaults)
-		if o, ok := fields["options"]; ok && !isNull(o) {
-			var own map[string]json.RawMessage
-			if json.Unmarshal(o, &own) != nil {
-				p.add(jp+".options", "must be an object")
-			}
-			maps.Copy(opts, own)
-		}
-		if cb, ok := opts["callback_type"]; ok {
-			var name string
-			if json.Unmarshal(cb, &name) != nil || !isCallbackName(name) {
-				p.add(jp+".options.callback_type", "must be on_complete, on_success or on_failure")
-			}
-			s.callback = name
-			delete(opts, "callback_type")
-		}
-		if len(opts) > 0 {
-			fields["options"], _ = json.Marshal(opts)
-		} else {
-			delete(fields, "options")
-		}
-		s.request, _ = json.Marshal(fields)
-		all = append(all, s)
+		all = append(all, p.graphStep(i, raw, defaults, index))
 	}
-	edges := 0
-	for _, s := range all {
-		if s == nil {
-			continue
-		}
-		seen := map[string]bool{}
-		for k, d := range s.deps {
-			switch {
-			case d == s.id:
-				p.add(fmt.Sprintf("%s.depends_on[%d]", s.jp, k), fmt.Sprintf("step %q depends on itself", d))
-			case seen[d]:
-				p.add(fmt.Sprintf("%s.depends_on[%d]", s.jp, k), fmt.Sprintf("%q is listed twice", d))
-			default:
-				if _, ok := index[d]; !ok {
-					p.add(fmt.Sprintf("%s.depends_on[%d]", s.jp, k), fmt.Sprintf("unknown step %q", d))
-				}
-			}
-			seen[d] = true
-			edges++
-		}
-	}
+	edges := p.checkDeps(all, index)
 	if len(p.problems) > 0 {
 		return nil
 	}
@@ -621,42 +544,7 @@ func (p *parser) steps(rn rawNode) *Def {
 		p.add("$.steps", "the dependencies form a cycle: "+strings.Join(ids, " -> "))
 		return nil
 	}
-	leaf := func(s *graphStep, jp, path string, i int) *Def {
-		if d := p.leaf(s.request, jp, path, i); d != nil {
-			d.StepID = s.id
-			return d
-		}
-		return nil
-	}
-	// A batch: callback steps that depend on every other step, and other
-	// steps without dependencies.
-	var jobs, cbs []*graphStep
-	for _, s := range all {
-		if s.callback != "" || (isSDKCallbackID(s.id) && len(s.deps) > 0) {
-			cbs = append(cbs, s)
-		} else {
-			jobs = append(jobs, s)
-		}
-	}
-	if len(cbs) > 0 && len(jobs) > 0 && batchShaped(jobs, cbs) {
-		root := &Def{Kind: KindBatch, Name: name, Path: "/", Callbacks: map[string]*Def{}}
-		for i, s := range jobs {
-			if c := leaf(s, s.jp, ChildPath("/", Segment(KindBatch, i)), i); c != nil {
-				root.Children = append(root.Children, c)
-			}
-		}
-		for _, s := range cbs {
-			cb := s.callback
-			cb = cmp.Or(cb, strings.ReplaceAll(s.id, "-", "_"))
-			if root.Callbacks[cb] != nil {
-				p.add(s.jp, fmt.Sprintf("a second %s callback", cb))
-				continue
-			}
-			if c := leaf(s, s.jp, ChildPath("/", cb), -1); c != nil {
-				p.jobs--
-				root.Callbacks[cb] = c
-			}
-		}
+	if root, ok := p.stepsAsBatch(name, all); ok {
 		return root
 	}
 	for _, s := range all {
@@ -686,7 +574,7 @@ func (p *parser) steps(rn rawNode) *Def {
 	root := &Def{Kind: kind, Name: name, Path: "/"}
 	for pos, i := range order {
 		s := all[i]
-		c := leaf(s, s.jp, ChildPath("/", Segment(kind, pos)), pos)
+		c := p.stepLeaf(s, ChildPath("/", Segment(kind, pos)), pos)
 		if c == nil {
 			continue
 		}
@@ -697,6 +585,138 @@ func (p *parser) steps(rn rawNode) *Def {
 		root.Children = append(root.Children, c)
 	}
 	return root
+}
+
+// graphStep reads step i of the depends_on form (nil when it is not an
+// object): its id (recorded in index), its dependencies, and its job's
+// request, the step without id and depends_on and with the workflow's
+// options as defaults for its own.
+func (p *parser) graphStep(i int, raw json.RawMessage, defaults map[string]json.RawMessage, index map[string]int) *graphStep {
+	jp := fmt.Sprintf("$.steps[%d]", i)
+	var rs rawStep
+	var fields map[string]json.RawMessage
+	if jsoncase.Unmarshal(raw, &rs) != nil || json.Unmarshal(raw, &fields) != nil {
+		p.add(jp, "must be a step object with id, type, args and depends_on")
+		return nil
+	}
+	s := &graphStep{jp: jp}
+	switch {
+	case rs.ID == nil:
+		p.add(jp+".id", "is required: a unique step id")
+	case *rs.ID == "":
+		p.add(jp+".id", "must not be empty")
+	case len(*rs.ID) > MaxStepIDLength:
+		p.add(jp+".id", fmt.Sprintf("at most %d bytes", MaxStepIDLength))
+	default:
+		s.id = *rs.ID
+		if prev, dup := index[s.id]; dup {
+			p.add(jp+".id", fmt.Sprintf("duplicate step id %q (also $.steps[%d])", s.id, prev))
+		} else {
+			index[s.id] = i
+		}
+	}
+	if len(rs.DependsOn) > 0 && !isNull(rs.DependsOn) && json.Unmarshal(rs.DependsOn, &s.deps) != nil {
+		p.add(jp+".depends_on", "must be an array of step ids")
+	}
+	if len(s.deps) > MaxDependsOn {
+		p.add(jp+".depends_on", fmt.Sprintf("at most %d dependencies per step", MaxDependsOn))
+	}
+	delete(fields, "id")
+	delete(fields, "depends_on")
+	opts := map[string]json.RawMessage{}
+	maps.Copy(opts, defaults)
+	if o, ok := fields["options"]; ok && !isNull(o) {
+		var own map[string]json.RawMessage
+		if json.Unmarshal(o, &own) != nil {
+			p.add(jp+".options", "must be an object")
+		}
+		maps.Copy(opts, own)
+	}
+	if cb, ok := opts["callback_type"]; ok {
+		var name string
+		if json.Unmarshal(cb, &name) != nil || !isCallbackName(name) {
+			p.add(jp+".options.callback_type", "must be on_complete, on_success or on_failure")
+		}
+		s.callback = name
+		delete(opts, "callback_type")
+	}
+	if len(opts) > 0 {
+		fields["options"], _ = json.Marshal(opts)
+	} else {
+		delete(fields, "options")
+	}
+	s.request, _ = json.Marshal(fields)
+	return s
+}
+
+// checkDeps reports dependencies on oneself, twice or on unknown steps,
+// and counts the edges.
+func (p *parser) checkDeps(all []*graphStep, index map[string]int) int {
+	edges := 0
+	for _, s := range all {
+		if s == nil {
+			continue
+		}
+		seen := map[string]bool{}
+		for k, d := range s.deps {
+			switch {
+			case d == s.id:
+				p.add(fmt.Sprintf("%s.depends_on[%d]", s.jp, k), fmt.Sprintf("step %q depends on itself", d))
+			case seen[d]:
+				p.add(fmt.Sprintf("%s.depends_on[%d]", s.jp, k), fmt.Sprintf("%q is listed twice", d))
+			default:
+				if _, ok := index[d]; !ok {
+					p.add(fmt.Sprintf("%s.depends_on[%d]", s.jp, k), fmt.Sprintf("unknown step %q", d))
+				}
+			}
+			seen[d] = true
+			edges++
+		}
+	}
+	return edges
+}
+
+// stepLeaf is the job step of s at path.
+func (p *parser) stepLeaf(s *graphStep, path string, i int) *Def {
+	if d := p.leaf(s.request, s.jp, path, i); d != nil {
+		d.StepID = s.id
+		return d
+	}
+	return nil
+}
+
+// stepsAsBatch reads steps shaped as a batch (callback steps that depend
+// on every other step, and other steps without dependencies) as one.
+func (p *parser) stepsAsBatch(name string, all []*graphStep) (*Def, bool) {
+	var jobs, cbs []*graphStep
+	for _, s := range all {
+		if s.callback != "" || (isSDKCallbackID(s.id) && len(s.deps) > 0) {
+			cbs = append(cbs, s)
+		} else {
+			jobs = append(jobs, s)
+		}
+	}
+	if len(cbs) == 0 || len(jobs) == 0 || !batchShaped(jobs, cbs) {
+		return nil, false
+	}
+	root := &Def{Kind: KindBatch, Name: name, Path: "/", Callbacks: map[string]*Def{}}
+	for i, s := range jobs {
+		if c := p.stepLeaf(s, ChildPath("/", Segment(KindBatch, i)), i); c != nil {
+			root.Children = append(root.Children, c)
+		}
+	}
+	for _, s := range cbs {
+		cb := cmp.Or(s.callback, strings.ReplaceAll(s.id, "-", "_"))
+		if root.Callbacks[cb] != nil {
+			p.add(s.jp, fmt.Sprintf("a second %s callback", cb))
+			continue
+		}
+		if c := p.stepLeaf(s, ChildPath("/", cb), -1); c != nil {
+			p.jobs--
+			root.Callbacks[cb] = c
+		}
+	}
+	return root, true
 }
 
 // isSDKCallbackID reports the callback step ids of SDKs that mark batch
