@@ -875,8 +875,52 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 	// members all complete, or failing a nested composite its chain then
 	// never goes past). Nothing counts on a marked item; what finished
 	// meanwhile is counted below, once the marks are gone.
-	redecided := map[string]bool{}            // callback jobs of batches whose members run again
-	marked := map[string]*wfstore.Composite{} // composites, by path (the root always)
+	redecided := map[string]bool{} // callback jobs of batches whose members run again, and removed placeholders
+	marked, err := e.reopenComposites(ctx, wf, t, nodes, failedChild, redecided, now)
+	if err != nil {
+		return err
+	}
+	if err := e.rearmHandlers(ctx, wf, t, nodes, now); err != nil {
+		return err
+	}
+	readvance, err := e.removePlaceholders(ctx, wf, t, jobs, redecided)
+	if err != nil {
+		return err
+	}
+	if err := e.rerunFailed(ctx, jobs, redecided, now); err != nil {
+		return err
+	}
+	// The failed jobs are back in their queues: the marks go, the shards'
+	// before their composites', the root's last (until then the
+	// sweeper's repair finishes a retry that dies here).
+	if err := e.clearMarks(ctx, wf, t, marked); err != nil {
+		return err
+	}
+	_, err = e.st.Change(ctx, wf, wfstore.ClearReopening(wfstore.RootPath))
+	var nc *wfstore.ErrNodeConflict
+	if err != nil && !errors.As(err, &nc) {
+		return err
+	}
+	for _, s := range readvance {
+		if err := e.advance(ctx, s); err != nil {
+			return err
+		}
+	}
+	// What the marks held back, and what a timeout stopped from counting,
+	// is counted now, read again; a workflow whose failed steps were all
+	// callbacks or composites may be complete as it stands. The root's
+	// check does the same (Repair), with the same code.
+	return e.repair(ctx, wf, now)
+}
+
+// reopenComposites makes every composite with a failed child (or failed
+// itself) wait again, marked until the failed jobs are back in their
+// queues (see reopen); a batch whose members run again has its callbacks
+// decided again (their jobs removed, recorded in redecided). It returns
+// the marked composites by path.
+func (e *Engine) reopenComposites(ctx context.Context, wf string, t *wfstore.Tree, nodes []wfstore.Node, failedChild func(*wfstore.Item) bool,
+	redecided map[string]bool, now time.Time) (map[string]*wfstore.Composite, error) {
+	marked := map[string]*wfstore.Composite{} // by path (the root always)
 	for _, node := range nodes {
 		n := wfstore.CompositeOf(node)
 		if n == nil || strings.HasPrefix(n.Path, "/~") {
@@ -905,7 +949,7 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 		}
 		if n.Shards > 0 {
 			if err := e.reopenShards(ctx, n, t, failedChild, &r); err != nil {
-				return err
+				return nil, err
 			}
 		}
 		if n.Kind == wfdef.KindBatch && n.FiredAt != "" && (len(r.Fail) > 0 || len(r.Rolled) > 0) {
@@ -921,7 +965,7 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 				redecided[wfdef.JobID(wf, cb.Path)] = true
 			}
 			if err := e.removeFinishedJobs(ctx, wf, cbs, false); err != nil {
-				return err
+				return nil, err
 			}
 		}
 		if n.Path != wfstore.RootPath && (n.State == wfstate.Failed || n.State == wfstate.Cancelled) {
@@ -943,10 +987,16 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 		if _, err := e.st.Change(ctx, wf, wfstore.Reopen(n.Path, r)); err != nil {
 			var nc *wfstore.ErrNodeConflict
 			if !errors.As(err, &nc) {
-				return err
+				return nil, err
 			}
 		}
 	}
+	return marked, nil
+}
+
+// rearmHandlers makes the failure and cancel handlers wait again (see
+// reopen).
+func (e *Engine) rearmHandlers(ctx context.Context, wf string, t *wfstore.Tree, nodes []wfstore.Node, now time.Time) error {
 	// Handlers wait again, for a later failure or cancel. The jobs they
 	// ran in the run before are removed first: a handler job's id is
 	// derived from the workflow and its path, the same in every run, so
@@ -972,6 +1022,12 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 			}
 		}
 	}
+	return nil
+}
+
+// removePlaceholders removes a chain's placeholder jobs (see reopen) and
+// returns the steps to advance again from.
+func (e *Engine) removePlaceholders(ctx context.Context, wf string, t *wfstore.Tree, jobs map[string]*job.Job, redecided map[string]bool) ([]step, error) {
 	// A chain's placeholders are removed, not run again: a cancel's
 	// placeholder for a step whose step before it had not completed would
 	// run before it, without its result. Each is put again
@@ -987,7 +1043,7 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 				continue
 			}
 			if err := e.st.DeleteWorkflowJob(ctx, wf, id, j.State); err != nil {
-				return err
+				return nil, err
 			}
 			redecided[id] = true
 			if p := jobs[wfdef.JobID(wf, kids[i-1].Path)]; p != nil && p.State == job.Completed {
@@ -997,6 +1053,12 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 			}
 		}
 	}
+	return readvance, nil
+}
+
+// rerunFailed puts the failed and cancelled jobs back in their queues,
+// but those redecided.
+func (e *Engine) rerunFailed(ctx context.Context, jobs map[string]*job.Job, redecided map[string]bool, now time.Time) error {
 	// Failed and cancelled jobs run again.
 	for _, j := range jobs {
 		if redecided[j.ID] {
@@ -1011,27 +1073,7 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 			}
 		}
 	}
-	// The failed jobs are back in their queues: the marks go, the shards'
-	// before their composites', the root's last (until then the
-	// sweeper's repair finishes a retry that dies here).
-	if err := e.clearMarks(ctx, wf, t, marked); err != nil {
-		return err
-	}
-	_, err = e.st.Change(ctx, wf, wfstore.ClearReopening(wfstore.RootPath))
-	var nc *wfstore.ErrNodeConflict
-	if err != nil && !errors.As(err, &nc) {
-		return err
-	}
-	for _, s := range readvance {
-		if err := e.advance(ctx, s); err != nil {
-			return err
-		}
-	}
-	// What the marks held back, and what a timeout stopped from counting,
-	// is counted now, read again; a workflow whose failed steps were all
-	// callbacks or composites may be complete as it stands. The root's
-	// check does the same (Repair), with the same code.
-	return e.repair(ctx, wf, now)
+	return nil
 }
 
 // clearMarks removes a retry's marks from the counter shards of the
