@@ -1,6 +1,8 @@
 package wfstore
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -188,13 +190,21 @@ func (s *Store) putAll(ctx context.Context, puts []*types.Put) (int, error) {
 }
 
 // BeginWorkflow writes only the root of a workflow created asynchronously:
-// marked creating, holding the gzipped definition def, conditional on no
-// workflow with its id existing (ErrWorkflowExists). The stream function
-// finishes it from the root's insert record (ResumeWorkflow), and the
-// sweeper if that failed. items is how many nodes the creation writes
-// besides the root, for progress.
+// marked creating, holding the definition def (gzipped, Root.Definition
+// reads it), conditional on no workflow with its id existing
+// (ErrWorkflowExists). The stream function finishes it from the root's
+// insert record (ResumeWorkflow), and the sweeper if that failed. items is
+// how many nodes the creation writes besides the root, for progress.
 func (s *Store) BeginWorkflow(ctx context.Context, root Root, def []byte, items int) error {
-	root.Rev, root.Creating, root.CDef, root.CreateItems = 1, true, def, items
+	var buf bytes.Buffer
+	w, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+	if _, err := w.Write(def); err != nil {
+		return err
+	}
+	if err := w.Close(); err != nil {
+		return err
+	}
+	root.Rev, root.Creating, root.CDef, root.CreateItems = 1, true, buf.Bytes(), items
 	av, err := marshalNode(&root)
 	if err != nil {
 		return err

@@ -1,8 +1,11 @@
 package wfstore
 
 import (
+	"bytes"
+	"compress/gzip"
 	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"strconv"
 	"strings"
@@ -238,6 +241,19 @@ type Creation struct {
 	// stream function runs the next slice of a creation from the root's
 	// change that gives it back.
 	CreateLease int64 `dynamodbav:"clease,omitempty"`
+}
+
+// Definition is the definition an asynchronously created workflow's root
+// holds until its creation is finished (nil when none).
+func (r *Root) Definition() ([]byte, error) {
+	if len(r.CDef) == 0 {
+		return nil, nil
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(r.CDef))
+	if err != nil {
+		return nil, err
+	}
+	return io.ReadAll(zr)
 }
 
 // Version is the node's write count: Rev, or for a node not written

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/fault"
@@ -475,7 +476,7 @@ func graphDone(n *wfstore.Composite) (done, failed bool) {
 		}
 		blocked[i] = 2
 		for _, d := range deps[i] {
-			if hasInt(n.Fail, d) || (!hasInt(n.OK, d) && isBlocked(d)) {
+			if slices.Contains(n.Fail, d) || (!slices.Contains(n.OK, d) && isBlocked(d)) {
 				blocked[i] = 1
 				return true
 			}
@@ -488,15 +489,6 @@ func graphDone(n *wfstore.Composite) (done, failed bool) {
 		}
 	}
 	return true, len(n.Fail) > 0
-}
-
-func hasInt(list []int, v int) bool {
-	for _, x := range list {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 // graphStepDone records a finished step of a graph. The steps that depend
@@ -554,7 +546,7 @@ func (e *Engine) graphStepDone(ctx context.Context, s step) (*step, error) {
 		var ready []*wfstore.Step
 		var notAll [][]int
 		for d := range shape.Deps {
-			if !hasInt(shape.Deps[d], i) {
+			if !slices.Contains(shape.Deps[d], i) {
 				continue
 			}
 			var rest []int
@@ -562,7 +554,7 @@ func (e *Engine) graphStepDone(ctx context.Context, s step) (*step, error) {
 			for _, x := range shape.Deps[d] {
 				if x != i {
 					rest = append(rest, x)
-					met = met && hasInt(g.OK, x)
+					met = met && slices.Contains(g.OK, x)
 				}
 			}
 			if !met {

@@ -1,12 +1,9 @@
 package workflow
 
 import (
-	"bytes"
-	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"time"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
@@ -34,12 +31,8 @@ import (
 // its creating view. wfstore.ErrTooLargeToDefer means the root cannot hold
 // the definition: the caller creates it in the request.
 func (e *Engine) begin(ctx context.Context, raw []byte, b *built) (*wfview.View, error) {
-	def, err := gzipBytes(raw)
-	if err != nil {
-		return nil, ojserr.Backend(err)
-	}
 	root := b.root
-	err = e.st.BeginWorkflow(ctx, *root, def, len(b.nodes)-1)
+	err := e.st.BeginWorkflow(ctx, *root, raw, len(b.nodes)-1)
 	if errors.Is(err, wfstore.ErrTooLargeToDefer) {
 		return nil, err
 	}
@@ -77,12 +70,12 @@ func (e *Engine) Resume(ctx context.Context, wfID string) error {
 	if root.Cancelling && root.State == wfstate.Cancelled {
 		return e.finishCancel(ctx, root, nil)
 	}
-	if len(root.CDef) == 0 {
-		return nil
-	}
-	raw, err := gunzipBytes(root.CDef)
+	raw, err := root.Definition()
 	if err != nil {
 		return fmt.Errorf("workflow %s: stored definition: %w", wfID, err)
+	}
+	if raw == nil {
+		return nil
 	}
 	created, err := time.Parse(time.RFC3339Nano, root.CreatedAt)
 	if err != nil {
@@ -117,24 +110,4 @@ func (e *Engine) Resume(ctx context.Context, wfID string) error {
 	e.log.InfoContext(ctx, "workflow created", "workflow_id", wfID, "type", parsed.Root.Kind, "jobs", parsed.Jobs,
 		"started_jobs", len(b.jobs), "async", true, "took_ms", time.Since(began).Milliseconds())
 	return nil
-}
-
-func gzipBytes(b []byte) ([]byte, error) {
-	var buf bytes.Buffer
-	w, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
-	if _, err := w.Write(b); err != nil {
-		return nil, err
-	}
-	if err := w.Close(); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
-}
-
-func gunzipBytes(b []byte) ([]byte, error) {
-	r, err := gzip.NewReader(bytes.NewReader(b))
-	if err != nil {
-		return nil, err
-	}
-	return io.ReadAll(r)
 }

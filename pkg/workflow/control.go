@@ -441,12 +441,7 @@ func (sp *stopper) graphLaunching(ctx context.Context, root *wfstore.Root, items
 
 // allIn reports whether every one of xs is in set.
 func allIn(xs, set []int) bool {
-	for _, x := range xs {
-		if !hasInt(set, x) {
-			return false
-		}
-	}
-	return true
+	return !slices.ContainsFunc(xs, func(x int) bool { return !slices.Contains(set, x) })
 }
 
 // jobIDs lists the ids of a workflow's step jobs (not its handlers').
@@ -858,13 +853,7 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 	if err != nil {
 		return err
 	}
-	failedChild := func(n *wfstore.Item) bool {
-		if n.Kind == wfdef.KindJob {
-			j := jobs[wfdef.JobID(wf, n.Path)]
-			return j != nil && (j.State == job.Discarded || j.State == job.Cancelled)
-		}
-		return n.State == wfstate.Failed || n.State == wfstate.Cancelled
-	}
+	r := &retryRun{e: e, wf: wf, t: t, nodes: nodes, jobs: jobs, now: now, redecided: map[string]bool{}}
 	// Composites: forget failed children, wait again. Each one with a
 	// failed child (or failed itself) is marked (Composite.Reopening) in the
 	// same write, and its counter shards with theirs, until the failed
@@ -875,19 +864,18 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 	// members all complete, or failing a nested composite its chain then
 	// never goes past). Nothing counts on a marked item; what finished
 	// meanwhile is counted below, once the marks are gone.
-	redecided := map[string]bool{} // callback jobs of batches whose members run again, and removed placeholders
-	marked, err := e.reopenComposites(ctx, wf, t, nodes, failedChild, redecided, now)
+	marked, err := r.composites(ctx)
 	if err != nil {
 		return err
 	}
-	if err := e.rearmHandlers(ctx, wf, t, nodes, now); err != nil {
+	if err := r.handlers(ctx); err != nil {
 		return err
 	}
-	readvance, err := e.removePlaceholders(ctx, wf, t, jobs, redecided)
+	readvance, err := r.placeholders(ctx)
 	if err != nil {
 		return err
 	}
-	if err := e.rerunFailed(ctx, jobs, redecided, now); err != nil {
+	if err := r.failedJobs(ctx); err != nil {
 		return err
 	}
 	// The failed jobs are back in their queues: the marks go, the shards'
@@ -913,15 +901,37 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 	return e.repair(ctx, wf, now)
 }
 
-// reopenComposites makes every composite with a failed child (or failed
-// itself) wait again, marked until the failed jobs are back in their
-// queues (see reopen); a batch whose members run again has its callbacks
-// decided again (their jobs removed, recorded in redecided). It returns
-// the marked composites by path.
-func (e *Engine) reopenComposites(ctx context.Context, wf string, t *wfstore.Tree, nodes []wfstore.Node, failedChild func(*wfstore.Item) bool,
-	redecided map[string]bool, now time.Time) (map[string]*wfstore.Composite, error) {
+// retryRun is one retry's reopening of a workflow (Engine.reopen), in its
+// phases: composites, handlers, placeholders, failed jobs.
+type retryRun struct {
+	e     *Engine
+	wf    string
+	t     *wfstore.Tree
+	nodes []wfstore.Node
+	jobs  map[string]*job.Job
+	now   time.Time
+	// redecided are jobs not to run again: the callbacks of batches whose
+	// members run again, and removed placeholders.
+	redecided map[string]bool
+}
+
+// failedChild reports a step whose failure the retry undoes.
+func (r *retryRun) failedChild(n *wfstore.Item) bool {
+	if n.Kind == wfdef.KindJob {
+		j := r.jobs[wfdef.JobID(r.wf, n.Path)]
+		return j != nil && (j.State == job.Discarded || j.State == job.Cancelled)
+	}
+	return n.State == wfstate.Failed || n.State == wfstate.Cancelled
+}
+
+// composites makes every composite with a failed child (or failed itself)
+// wait again, marked until the failed jobs are back in their queues; a
+// batch whose members run again has its callbacks decided again. It
+// returns the marked composites by path.
+func (r *retryRun) composites(ctx context.Context) (map[string]*wfstore.Composite, error) {
+	e, wf, t, now, redecided, failedChild := r.e, r.wf, r.t, r.now, r.redecided, r.failedChild
 	marked := map[string]*wfstore.Composite{} // by path (the root always)
-	for _, node := range nodes {
+	for _, node := range r.nodes {
 		n := wfstore.CompositeOf(node)
 		if n == nil || strings.HasPrefix(n.Path, "/~") {
 			continue
@@ -934,7 +944,7 @@ func (e *Engine) reopenComposites(ctx context.Context, wf string, t *wfstore.Tre
 		for _, c := range t.Kids[n.Path] {
 			if failedChild(c) {
 				touched = true
-				if hasInt(n.Fail, c.Index) {
+				if slices.Contains(n.Fail, c.Index) {
 					r.Fail = append(r.Fail, c.Index)
 				}
 			}
@@ -994,9 +1004,9 @@ func (e *Engine) reopenComposites(ctx context.Context, wf string, t *wfstore.Tre
 	return marked, nil
 }
 
-// rearmHandlers makes the failure and cancel handlers wait again (see
-// reopen).
-func (e *Engine) rearmHandlers(ctx context.Context, wf string, t *wfstore.Tree, nodes []wfstore.Node, now time.Time) error {
+// handlers makes the failure and cancel handlers wait again.
+func (r *retryRun) handlers(ctx context.Context) error {
+	e, wf, t, nodes, now := r.e, r.wf, r.t, r.nodes, r.now
 	// Handlers wait again, for a later failure or cancel. The jobs they
 	// ran in the run before are removed first: a handler job's id is
 	// derived from the workflow and its path, the same in every run, so
@@ -1025,9 +1035,10 @@ func (e *Engine) rearmHandlers(ctx context.Context, wf string, t *wfstore.Tree, 
 	return nil
 }
 
-// removePlaceholders removes a chain's placeholder jobs (see reopen) and
-// returns the steps to advance again from.
-func (e *Engine) removePlaceholders(ctx context.Context, wf string, t *wfstore.Tree, jobs map[string]*job.Job, redecided map[string]bool) ([]step, error) {
+// placeholders removes a chain's placeholder jobs and returns the steps
+// to advance again from.
+func (r *retryRun) placeholders(ctx context.Context) ([]step, error) {
+	e, wf, t, jobs, redecided := r.e, r.wf, r.t, r.jobs, r.redecided
 	// A chain's placeholders are removed, not run again: a cancel's
 	// placeholder for a step whose step before it had not completed would
 	// run before it, without its result. Each is put again
@@ -1056,9 +1067,10 @@ func (e *Engine) removePlaceholders(ctx context.Context, wf string, t *wfstore.T
 	return readvance, nil
 }
 
-// rerunFailed puts the failed and cancelled jobs back in their queues,
+// failedJobs puts the failed and cancelled jobs back in their queues,
 // but those redecided.
-func (e *Engine) rerunFailed(ctx context.Context, jobs map[string]*job.Job, redecided map[string]bool, now time.Time) error {
+func (r *retryRun) failedJobs(ctx context.Context) error {
+	e, jobs, redecided, now := r.e, r.jobs, r.redecided, r.now
 	// Failed and cancelled jobs run again.
 	for _, j := range jobs {
 		if redecided[j.ID] {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -95,7 +96,7 @@ func (s step) recorded(p *wfstore.Progress) bool {
 	nk, sr := s.counter()
 	if sr != nil {
 		sh := p.Shards[*sr]
-		return sh != nil && (hasInt(sh.OK, s.index()) || hasInt(sh.Fail, s.index()))
+		return sh != nil && (slices.Contains(sh.OK, s.index()) || slices.Contains(sh.Fail, s.index()))
 	}
 	n := p.Composite(nk)
 	if n == nil {
