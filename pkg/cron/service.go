@@ -124,6 +124,23 @@ type Spec struct {
 // ParseRegistration validates a registration body at now. Errors are
 // 400 invalid_request naming the field.
 func ParseRegistration(raw []byte, now time.Time) (*Spec, error) {
+	r, err := decodeRegistration(raw)
+	if err != nil {
+		return nil, err
+	}
+	spec := &Spec{}
+	if err := parseSchedule(r, spec); err != nil {
+		return nil, err
+	}
+	if err := parseTemplate(r, now, spec); err != nil {
+		return nil, err
+	}
+	return spec, nil
+}
+
+// decodeRegistration checks a registration body and decodes it, refusing
+// unknown fields.
+func decodeRegistration(raw []byte) (*registration, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || !json.Valid(raw) {
 		return nil, ojserr.New(ojserr.InvalidPayload, "The request body must be a JSON object describing the cron schedule.").With("field", "body")
@@ -152,30 +169,35 @@ func ParseRegistration(raw []byte, now time.Time) (*Spec, error) {
 		}
 		return nil, ojserr.Invalid("body", "The cron schedule is not valid: %v.", err)
 	}
-	spec := &Spec{}
+	return &r, nil
+}
+
+// parseSchedule reads the schedule's own fields: name, expression, time
+// zone, overlap policy, enabled and description.
+func parseSchedule(r *registration, spec *Spec) error {
 	c := &spec.Info
 	if r.Name == nil || *r.Name == "" {
-		return nil, ojserr.Invalid("name", "The 'name' field is required.").With("validation", "required")
+		return ojserr.Invalid("name", "The 'name' field is required.").With("validation", "required")
 	}
 	if len(*r.Name) > MaxNameLength || !namePattern.MatchString(*r.Name) {
-		return nil, ojserr.Invalid("name", "The cron name must match [a-z0-9][a-z0-9.-]* and be at most %d characters.", MaxNameLength)
+		return ojserr.Invalid("name", "The cron name must match [a-z0-9][a-z0-9.-]* and be at most %d characters.", MaxNameLength)
 	}
 	c.Name = *r.Name
 	var expr *string
 	for _, e := range []*string{r.Cron, r.Expression, r.Schedule} {
 		if e != nil {
 			if expr != nil && *expr != *e {
-				return nil, ojserr.Invalid("cron", "'cron' and 'expression' disagree; send one of them.")
+				return ojserr.Invalid("cron", "'cron' and 'expression' disagree; send one of them.")
 			}
 			expr = e
 		}
 	}
 	if expr == nil {
-		return nil, ojserr.Invalid("cron", "The 'cron' (or 'expression') field is required.").With("validation", "required")
+		return ojserr.Invalid("cron", "The 'cron' (or 'expression') field is required.").With("validation", "required")
 	}
 	sched, err := Parse(*expr)
 	if err != nil {
-		return nil, ojserr.Invalid("cron", "Invalid cron expression %q: %v.", truncate(*expr, 100, "…"), err)
+		return ojserr.Invalid("cron", "Invalid cron expression %q: %v.", truncate(*expr, 100, "…"), err)
 	}
 	c.Expression = *expr
 	spec.Schedule = sched
@@ -184,44 +206,50 @@ func ParseRegistration(raw []byte, now time.Time) (*Spec, error) {
 		tz = cmp.Or(*r.Timezone, tz)
 	}
 	if spec.Zone, err = Zone(tz); err != nil {
-		return nil, ojserr.Invalid("timezone", "Invalid timezone: %v.", err)
+		return ojserr.Invalid("timezone", "Invalid timezone: %v.", err)
 	}
 	c.Timezone = tz
 	c.OverlapPolicy = OverlapSkip
 	if r.OverlapPolicy != nil {
 		if !slices.Contains([]string{OverlapSkip, OverlapAllow, OverlapCancelPrevious, OverlapEnqueue}, *r.OverlapPolicy) {
-			return nil, ojserr.Invalid("overlap_policy", "The 'overlap_policy' must be one of skip, allow, cancel_previous or enqueue.")
+			return ojserr.Invalid("overlap_policy", "The 'overlap_policy' must be one of skip, allow, cancel_previous or enqueue.")
 		}
 		c.OverlapPolicy = *r.OverlapPolicy
 	}
 	c.Enabled = r.Enabled == nil || *r.Enabled
 	if r.Description != nil {
 		if len(*r.Description) > 1024 {
-			return nil, ojserr.Invalid("description", "The 'description' is at most 1024 bytes.")
+			return ojserr.Invalid("description", "The 'description' is at most 1024 bytes.")
 		}
 		c.Description = *r.Description
 	}
+	return nil
+}
 
+// parseTemplate reads the job each run enqueues ('job_template', or
+// top-level 'type', 'args', 'meta' and 'options'), validated as a PUSH at
+// now.
+func parseTemplate(r *registration, now time.Time, spec *Spec) error {
 	t := template{Type: r.Type, Args: r.Args, Meta: r.Meta, Options: r.Options}
 	prefix := ""
 	if r.JobTemplate != nil {
 		if r.Type != nil || r.Args != nil || r.Options != nil || r.Meta != nil {
-			return nil, ojserr.Invalid("job_template", "Send the job either as 'job_template' or as top-level 'type', 'args' and 'options', not both.")
+			return ojserr.Invalid("job_template", "Send the job either as 'job_template' or as top-level 'type', 'args' and 'options', not both.")
 		}
 		var tf map[string]json.RawMessage
 		if err := json.Unmarshal(r.JobTemplate, &tf); err != nil || tf == nil {
-			return nil, ojserr.Invalid("job_template", "The 'job_template' field must be a JSON object.")
+			return ojserr.Invalid("job_template", "The 'job_template' field must be a JSON object.")
 		}
 		for k := range tf {
 			if k != "type" && k != "args" && k != "meta" && k != "options" {
-				return nil, ojserr.Invalid("job_template."+k, "The job template holds 'type', 'args', 'meta' and 'options'; '%s' is not allowed (each run gets its own id and timestamps).", k)
+				return ojserr.Invalid("job_template."+k, "The job template holds 'type', 'args', 'meta' and 'options'; '%s' is not allowed (each run gets its own id and timestamps).", k)
 			}
 		}
 		t = template{Type: tf["type"], Args: tf["args"], Meta: tf["meta"], Options: tf["options"]}
 		prefix = "job_template."
 	}
 	if t.Type == nil {
-		return nil, ojserr.Invalid(prefix+"type", "The job '%stype' is required.", prefix).With("validation", "required")
+		return ojserr.Invalid(prefix+"type", "The job '%stype' is required.", prefix).With("validation", "required")
 	}
 	if t.Args == nil {
 		t.Args = json.RawMessage("[]")
@@ -231,7 +259,7 @@ func ParseRegistration(raw []byte, now time.Time) (*Spec, error) {
 		// the job request has them at the top level.
 		var opts map[string]json.RawMessage
 		if err := json.Unmarshal(t.Options, &opts); err != nil || opts == nil {
-			return nil, ojserr.Invalid(prefix+"options", "The job '%soptions' must be a JSON object.", prefix)
+			return ojserr.Invalid(prefix+"options", "The job '%soptions' must be a JSON object.", prefix)
 		}
 		if v, ok := opts["timeout"]; ok {
 			t.Timeout = v
@@ -239,21 +267,21 @@ func ParseRegistration(raw []byte, now time.Time) (*Spec, error) {
 		}
 		if v, ok := opts["meta"]; ok {
 			if t.Meta != nil {
-				return nil, ojserr.Invalid(prefix+"options.meta", "Send the job's meta once ('meta' or 'options.meta').")
+				return ojserr.Invalid(prefix+"options.meta", "Send the job's meta once ('meta' or 'options.meta').")
 			}
 			t.Meta = v
 			delete(opts, "meta")
 		}
 		for _, k := range []string{"pending", "unique"} {
 			if _, ok := opts[k]; ok {
-				return nil, ojserr.Invalid(prefix+"options."+k, "The option '%s' cannot be used in a cron job template.", k)
+				return ojserr.Invalid(prefix+"options."+k, "The option '%s' cannot be used in a cron job template.", k)
 			}
 		}
 		t.Options, _ = json.Marshal(opts)
 	}
 	tb, err := json.Marshal(t)
 	if err != nil {
-		return nil, ojserr.Invalid(prefix+"type", "The job template is not valid JSON.")
+		return ojserr.Invalid(prefix+"type", "The job template is not valid JSON.")
 	}
 	e, err := job.ParseEnqueue(tb, now)
 	if err != nil {
@@ -262,18 +290,18 @@ func ParseRegistration(raw []byte, now time.Time) (*Spec, error) {
 			oe.Details["field"] = prefix + f
 		}
 		oe.Message = "Invalid job template: " + oe.Message
-		return nil, oe
+		return oe
 	}
 	if n, err := store.CheckJobItem(e.Job, 0); err != nil {
 		if n == 0 {
-			return nil, ojserr.Backend(err)
+			return ojserr.Backend(err)
 		}
-		return nil, ojserr.Newf(ojserr.PayloadTooLarge, "Invalid job template: its job takes %d bytes as stored (args and meta compressed); a job is stored in at most %d.", n, store.MaxJobItemBytes).
+		return ojserr.Newf(ojserr.PayloadTooLarge, "Invalid job template: its job takes %d bytes as stored (args and meta compressed); a job is stored in at most %d.", n, store.MaxJobItemBytes).
 			With("field", prefix+"args").With("stored_bytes", n).With("max_stored_bytes", store.MaxJobItemBytes)
 	}
-	c.Template = store.Packed(tb)
+	spec.Info.Template = store.Packed(tb)
 	spec.Queue = e.Job.Queue
-	return spec, nil
+	return nil
 }
 
 func truncate(s string, n int, ellipsis string) string {
