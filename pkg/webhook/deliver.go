@@ -113,8 +113,9 @@ func (d *Deliverer) Handle(ctx context.Context, j *worker.Job) (any, error) {
 	req.Header.Set(HeaderEventType, head.Type)
 	req.Header.Set(HeaderDelivery, j.ID)
 	req.Header.Set(HeaderAttempt, strconv.Itoa(j.Attempt))
+	start := time.Now()
 	res, err := d.client().Do(req)
-	took := time.Since(now).Milliseconds()
+	took := time.Since(start).Milliseconds()
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
 			return nil, worker.Retry("webhook.timeout", fmt.Sprintf("%s did not answer within %s.", sub.URL, sub.Timeout()))
