@@ -193,7 +193,8 @@ func Load(ctx context.Context) (*App, error) {
 func (a *App) StreamEngine() *engine.Engine {
 	return &engine.Engine{Sender: a.Dispatcher, Workflows: a.Workflows, WorkflowEvents: wfevents.New(a.Store), Logger: a.Logger, Events: a.Events,
 		EventTTL: a.EventTTL, Source: "ojs://" + a.Table + "/engine",
-		Webhooks: &webhook.Fanout{Subs: a.Webhooks, Admit: a.QueueService, Jobs: a.Store, RedeliverAfter: a.Service.RedeliverAfter(), Logger: a.Logger}}
+		Webhooks: &webhook.Fanout{Subs: a.Webhooks, Admit: a.QueueService, Jobs: a.Store, RedeliverAfter: a.Service.RedeliverAfter(), Logger: a.Logger},
+		Keys:     a.QueueService.Keys()}
 }
 
 // Must exits the process with a JSON log line when err is not nil: used

@@ -26,6 +26,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/fault"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/queue"
+	"github.com/ojs-aws/ojs-serverless/pkg/ratelimit"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfdef"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfevents"
@@ -42,6 +43,7 @@ type Change struct {
 	OldCron, NewCron     *cron.Info
 	OldPrune, NewPrune   *deadletter.PruneRun
 	OldWorker, NewWorker *queue.WorkerInfo
+	OldKey, NewKey       *ratelimit.State
 	// At is the record's approximate creation time.
 	At time.Time
 	// SequenceNumber identifies the record for partial batch failures.
@@ -81,6 +83,26 @@ type Sender interface {
 	Send(ctx context.Context, ds []dispatch.Delivery) error
 }
 
+// SlotReleaser frees a rate limit key's slot held by a job's attempt
+// (implemented by *ratelimit.Keys).
+type SlotReleaser interface {
+	Release(ctx context.Context, key, id string, attempt int) error
+}
+
+// SlotEnded reports the rate limit slot a change frees: a keyed job's
+// attempt that was active and is no longer (finished, failed, requeued,
+// cancelled or deleted).
+func SlotEnded(c Change) (key, id string, attempt int, ok bool) {
+	if c.Old == nil || c.Old.Job == nil || c.Old.Job.State != job.Active || c.Old.Job.KeyLimit == nil {
+		return "", "", 0, false
+	}
+	o := c.Old.Job
+	if n := c.New; n != nil && n.Job != nil && n.Job.State == job.Active && n.Job.Attempt == o.Attempt {
+		return "", "", 0, false
+	}
+	return o.KeyLimit.Key, o.ID, o.Attempt, true
+}
+
 // Engine processes stream changes.
 type Engine struct {
 	Sender Sender
@@ -98,6 +120,9 @@ type Engine struct {
 	// Webhooks, when set, enqueues the events' webhook deliveries
 	// (*webhook.Fanout) once they are stored.
 	Webhooks Publisher
+	// Keys, when set, frees the rate limit slot of each keyed job's
+	// attempt that ended (*ratelimit.Keys).
+	Keys SlotReleaser
 	// Source is the events' source URI. Default "ojs://ojs-serverless/engine".
 	Source string
 	// Now is the clock. Default time.Now.
@@ -163,6 +188,15 @@ func (e *Engine) Process(ctx context.Context, changes []Change) (int, error) {
 		log.InfoContext(ctx, "relayed push-mode jobs to SQS", "count", len(ds))
 		if err := fault.Hit(fault.EngineAfterRelay); err != nil {
 			return 0, err
+		}
+	}
+	if e.Keys != nil {
+		for _, c := range changes {
+			if key, id, attempt, ok := SlotEnded(c); ok {
+				if err := e.Keys.Release(ctx, key, id, attempt); err != nil {
+					return 0, err
+				}
+			}
 		}
 	}
 	if err := e.emit(ctx, changes, now()); err != nil {
@@ -253,6 +287,9 @@ func (e *Engine) emit(ctx context.Context, changes []Change, now time.Time) erro
 		}
 		if c.NewWorker != nil {
 			evs = append(evs, queue.WorkerEvents(src, c.OldWorker, c.NewWorker, at)...)
+		}
+		if c.NewKey != nil {
+			evs = append(evs, ratelimit.Events(src, c.OldKey, c.NewKey, at)...)
 		}
 	}
 	if len(nodes)+len(jobs) > 0 && e.WorkflowEvents != nil {

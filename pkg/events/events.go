@@ -39,6 +39,12 @@ const (
 	// (ojs-backpressure.md 10.1), at most one a second per API process.
 	BackpressureRejected = "backpressure.rejected"
 
+	// RateLimitExceeded reports a rate limit key holding a job it could
+	// not start, RateLimitReleased the key starting jobs again
+	// (ojs-rate-limiting.md 11.1): one of each per episode of a key.
+	RateLimitExceeded = "rate_limit.exceeded"
+	RateLimitReleased = "rate_limit.released"
+
 	CronTriggered = "cron.triggered"
 	CronSkipped   = "cron.skipped"
 
@@ -75,8 +81,8 @@ const (
 // Types lists every type above (the values the events API accepts).
 var Types = []string{
 	JobEnqueued, JobScheduled, JobStarted, JobCompleted, JobFailed, JobRetrying, JobDiscarded, JobCancelled,
-	JobHeartbeat, JobExpired, JobProgress, QueuePaused, QueueResumed, BackpressureRejected, CronTriggered, CronSkipped,
-	DeadLetterAdded, DeadLetterRetried, DeadLetterDeleted, DeadLetterPruned,
+	JobHeartbeat, JobExpired, JobProgress, QueuePaused, QueueResumed, BackpressureRejected, RateLimitExceeded, RateLimitReleased,
+	CronTriggered, CronSkipped, DeadLetterAdded, DeadLetterRetried, DeadLetterDeleted, DeadLetterPruned,
 	WorkerStarted, WorkerHeartbeat, WorkerQuiet, WorkerStopped,
 	WorkflowCreated, WorkflowStarted, WorkflowStepCompleted, WorkflowStepFailed, WorkflowJobCompleted,
 	WorkflowJobFailed, WorkflowCallbackFired, WorkflowCompleted, WorkflowFailed, WorkflowCancelled,

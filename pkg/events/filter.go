@@ -371,7 +371,7 @@ var DefaultPublished = []string{
 	JobCompleted, JobDiscarded, JobCancelled,
 	WorkflowCreated, WorkflowCompleted, WorkflowFailed, WorkflowCancelled, WorkflowCallbackFired,
 	WorkflowTimedOut, WorkflowCompensating, WorkflowCompensated, WorkflowRetried, WorkflowHandlerStarted, WorkflowHandlerFinished,
-	DeadLetterAdded, QueuePaused, QueueResumed, BackpressureRejected,
+	DeadLetterAdded, QueuePaused, QueueResumed, BackpressureRejected, RateLimitExceeded, RateLimitReleased,
 }
 
 // DefaultPacked are the published event types sent packed to EventBridge

@@ -151,6 +151,7 @@ func New(svc Services, backend Backend, wfs Workflows, cfg Config) *Server {
 	}
 	s := &Server{cfg: cfg, started: cfg.Now(), mux: http.NewServeMux(), patterns: map[string]Level{}, metrics: newRequestMetrics()}
 	a := &api{jobs: svc.Producer, worker: svc.Worker, progress: svc.Progress, queueSvc: svc.Queues, dead: cfg.DeadLetter, backend: backend, wfs: wfs, s: s}
+	a.limits, _ = svc.Queues.(RateLimits)
 	s.add(LevelAny, http.MethodGet, "/ojs/manifest", ok(func(*http.Request, params) (any, error) { return Manifest(), nil }))
 	s.add(LevelAny, http.MethodGet, "/ojs/v1/health", a.health)
 	s.add(LevelProducer, http.MethodPost, "/ojs/v1/jobs", a.push)
@@ -165,6 +166,7 @@ func New(svc Services, backend Backend, wfs Workflows, cfg Config) *Server {
 	s.add(LevelWorker, http.MethodPost, "/ojs/v1/jobs/{id}/nack", ok(a.nack))
 	s.add(LevelWorker, http.MethodPost, "/ojs/v1/workers/heartbeat", ok(a.heartbeat))
 	s.addProgress(a)
+	s.addRateLimits(a)
 	if cfg.Schemas != nil {
 		s.addSchemas(cfg.Schemas)
 	}
@@ -236,11 +238,13 @@ type api struct {
 	worker   Worker
 	progress Progress
 	queueSvc Queues
-	dead     DeadLetter
-	backend  Backend
-	wfs      Workflows
-	crons    Crons
-	s        *Server
+	// limits is queueSvc when it serves rate limit keys.
+	limits  RateLimits
+	dead    DeadLetter
+	backend Backend
+	wfs     Workflows
+	crons   Crons
+	s       *Server
 }
 
 // The cron routes (ojs-cron.md section 8). A schedule is returned under
@@ -384,8 +388,10 @@ func (a *api) pushBatch(w http.ResponseWriter, r *http.Request, _ params) error 
 }
 
 // pressure adds the backpressure warning headers (ojs-backpressure.md
-// 7.3) when a bounded queue of jobs is above its warning share.
+// 7.3) when a bounded queue of jobs is above its warning share, and the
+// X-RateLimit-* headers of keyed jobs (keyHeaders).
 func (a *api) pressure(w http.ResponseWriter, jobs ...*job.Job) {
+	a.keyHeaders(w, jobs...)
 	if a.queueSvc == nil {
 		return
 	}

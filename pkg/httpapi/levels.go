@@ -14,6 +14,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/deadletter"
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/schema"
 	"github.com/ojs-aws/ojs-serverless/pkg/webhook"
 	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
@@ -86,7 +87,7 @@ func AllRoutes() []Route {
 	if err != nil {
 		panic(err)
 	}
-	return New(Services{}, nil, (*workflow.Engine)(nil), Config{Admin: ad, Console: con,
+	return New(Services{Queues: (*queue.Service)(nil)}, nil, (*workflow.Engine)(nil), Config{Admin: ad, Console: con,
 		DeadLetter: (*deadletter.Service)(nil), Crons: (*cron.Service)(nil), Schemas: (*schema.Registry)(nil),
 		Webhooks: (*webhook.Store)(nil)}).RouteTable()
 }

@@ -51,10 +51,10 @@ func Manifest() map[string]any {
 		// (localstack/cmd/ojs-conformance, docs/admin.md): admin-api,
 		// dead-letter, observability, graceful-shutdown, serverless, progress,
 		// encryption (its server side: encoded args and codec meta kept as
-		// sent), schema-registry and job-versioning.
-		// Not claimed: rate-limiting (keyed concurrency limits), webhooks,
-		// multi-tenancy; nor the
-		// suites that pass only because they check that meta is kept
+		// sent), schema-registry, job-versioning, backpressure, middleware,
+		// fair-scheduling, webhooks and rate-limiting.
+		// Not claimed: multi-tenancy; nor the suites that pass only
+		// because they check that meta is kept
 		// (ai-agents, durable-execution, federation, ml-resources).
 		"extensions": map[string]any{
 			"official": []map[string]string{
@@ -71,6 +71,7 @@ func Manifest() map[string]any {
 				{"name": "middleware", "uri": "urn:ojs:ext:middleware", "version": "1.0.0"},
 				{"name": "fair-scheduling", "uri": "urn:ojs:ext:fair-scheduling", "version": "1.0.0"},
 				{"name": "webhooks", "uri": "urn:ojs:ext:webhooks", "version": "1.0.0"},
+				{"name": "rate-limiting", "uri": "urn:ojs:ext:rate-limiting", "version": "1.0.0"},
 			},
 			"experimental": []map[string]string{{"name": "push-delivery-aws-lambda", "uri": "urn:ojs:ext:experimental:push-delivery-aws-lambda", "version": "0.1.0"}},
 		},

@@ -321,13 +321,9 @@ func parsePolicies(j *Job, req *request, opts *options) error {
 		}
 	}
 	if rl := opts.RateLimit; rl != nil && !isNull(rl) {
-		var r struct {
-			MaxPerSecond *float64 `json:"max_per_second"`
+		if err := parseRateLimit(j, rl); err != nil {
+			return err
 		}
-		if err := json.Unmarshal(rl, &r); err != nil || r.MaxPerSecond == nil || *r.MaxPerSecond <= 0 || *r.MaxPerSecond > MaxRatePerSecond {
-			return ojserr.Invalid("options.rate_limit", "'options.rate_limit' must be {\"max_per_second\": n} with n above 0 and at most %d.", MaxRatePerSecond)
-		}
-		j.RateLimit = *r.MaxPerSecond
 	}
 	if tags := first(opts.Tags, req.Tags); tags != nil && !isNull(tags) {
 		if err := json.Unmarshal(tags, &j.Tags); err != nil || len(j.Tags) > 50 {

@@ -157,6 +157,9 @@ type Job struct {
 	// RateLimit is options.rate_limit.max_per_second at enqueue: it sets
 	// the queue's fetch rate (not stored on the job).
 	RateLimit float64
+	// KeyLimit is options.rate_limit with a key (stored: the job is
+	// started only as its key allows; pkg/ratelimit).
+	KeyLimit *KeyLimit
 	// Deduplicated marks the existing job returned for a PUSH whose unique
 	// policy said "ignore" (answered 200, not 201).
 	Deduplicated bool

@@ -8,6 +8,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/internal/ctxsleep"
 	"github.com/ojs-aws/ojs-serverless/pkg/dispatch"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/ratelimit"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 )
 
@@ -51,6 +52,9 @@ func (s *Service) ClaimDelivered(ctx context.Context, items ItemStore, m dispatc
 			check = time.UnixMilli(h.CheckMS)
 		}
 		claimed, cur, cerr := s.claim(ctx, hinted, workerID, leaseFor, check)
+		if he, ok := errors.AsType[*HeldError](cerr); ok {
+			return heldDelivery(he), nil
+		}
 		if cerr != nil || cur == nil {
 			return Delivered{Job: claimed}, cerr
 		}
@@ -113,8 +117,26 @@ func (s *Service) ClaimDelivered(ctx context.Context, items ItemStore, m dispatc
 		return Delivered{}, nil
 	}
 	claimed, err := s.Claim(ctx, j, workerID, leaseFor, redelivery)
+	if he, ok := errors.AsType[*HeldError](err); ok {
+		return heldDelivery(he), nil
+	}
 	return Delivered{Job: claimed}, err
 }
+
+// heldDelivery is the outcome of a delivery whose job's rate limit key
+// allows no start now: the message comes back when the key's rate window
+// or throttle allows one (at least a second: SQS delays are whole
+// seconds), or after HeldRedelivery when its concurrency is full.
+func heldDelivery(he *HeldError) Delivered {
+	if he.Limit == ratelimit.Concurrency {
+		return Delivered{RetryIn: HeldRedelivery}
+	}
+	return Delivered{RetryIn: min(max(he.Wait, time.Second), 15*time.Minute)}
+}
+
+// HeldRedelivery is how long a push-mode job held by its key's full
+// concurrency waits before its delivery is tried again.
+const HeldRedelivery = 5 * time.Second
 
 func ignoreConflict(err error) error {
 	if _, ok := errors.AsType[*store.ConflictError](err); ok || errors.Is(err, store.ErrNotFound) {

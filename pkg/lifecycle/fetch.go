@@ -225,7 +225,11 @@ func (s *Service) fetchOnce(ctx context.Context, r FetchRequest, first bool) (ou
 					continue
 				}
 			}
-			claimed, n, blocked, err := s.claimRounds(ctx, r, q, items, want, used)
+			held := false
+			claimed, n, blocked, err := s.claimRounds(ctx, r, q, items, want, used, &held)
+			if held && len(claimed) == 0 {
+				next = passHeld // rate limit keys held its jobs
+			}
 			out, used, full = append(out, claimed...), n, blocked
 			if err != nil {
 				return s.passFailed(ctx, out, err)
@@ -304,8 +308,9 @@ const contentionWindow = 2 * time.Second
 // priority-then-FIFO order. It returns the jobs claimed, the answer's
 // bytes with them, whether the next candidate would pass r.MaxBytes, and
 // an error that stopped it (with the jobs claimed before it, which must be
-// answered).
-func (s *Service) claimRounds(ctx context.Context, r FetchRequest, q string, items []store.Item, want, used int) ([]*job.Job, int, bool, error) {
+// answered). It sets *held when a rate limit key held a candidate (which
+// it skips).
+func (s *Service) claimRounds(ctx context.Context, r FetchRequest, q string, items []store.Item, want, used int, held *bool) ([]*job.Job, int, bool, error) {
 	var out []*job.Job
 	next := 0
 	if s.contended(q) {
@@ -359,6 +364,10 @@ func (s *Service) claimRounds(ctx context.Context, r FetchRequest, q string, ite
 		wg.Wait()
 		lost := 0
 		for i, j := range got {
+			if _, ok := errors.AsType[*HeldError](errs[i]); ok {
+				errs[i], *held = nil, true
+				continue // still available: its key allows no start now
+			}
 			switch {
 			case j != nil:
 				if used == 0 {
@@ -481,7 +490,7 @@ func (s *Service) claim(ctx context.Context, j *job.Job, workerID string, visibi
 	opts := store.ClaimOpts{Queue: j.Queue, WorkerID: workerID, Now: now, LeaseUntil: now.Add(visibility), Deadline: now.Add(timeout), Redelivery: redelivery}
 	claimed, err := s.st.Apply(ctx, store.Claim(j.ID, opts))
 	var ce *store.ConflictError
-	if errors.As(err, &ce) && !redelivery.IsZero() && ce.Current.State == job.Available &&
+	if errors.As(err, &ce) && !redelivery.IsZero() && ce.Current.State == job.Available && ce.Current.KeyLimit == nil &&
 		(ce.Current.ExpiresAt == nil || ce.Current.ExpiresAt.After(now)) {
 		// Still available, so the redelivery check moved before the
 		// lease's end since it was read (or is gone): claim it the usual way.
@@ -491,6 +500,11 @@ func (s *Service) claim(ctx context.Context, j *job.Job, workerID string, visibi
 	if errors.As(err, &ce) {
 		if ce.Current.State == job.Available && ce.Current.ExpiresAt != nil && !ce.Current.ExpiresAt.After(now) {
 			return nil, nil, s.expire(ctx, ce.Current, now)
+		}
+		if ce.Current.State == job.Available && ce.Current.KeyLimit != nil {
+			// A keyed job: claimed only with a start of its key.
+			opts.Redelivery = ce.DueAt
+			return s.keyed.claim(ctx, ce.Current, opts)
 		}
 		return nil, &store.Item{Job: ce.Current, DueAt: ce.DueAt}, nil
 	}

@@ -83,6 +83,8 @@ type Service struct {
 	contention sync.Map
 	// busy is when a FETCH of this process last found candidates.
 	busy busyQueues
+	// keyed claims the jobs of rate limit keys (keyed.go).
+	keyed *keyedClaims
 }
 
 // New returns a service on st, the job items' persistence.
@@ -99,6 +101,7 @@ func New(st *store.Store, c Config) *Service {
 	if s.rnd == nil {
 		s.rnd = rand.Float64
 	}
+	s.keyed = &keyedClaims{st: st, keys: s.queues.Keys(), now: s.Now, log: s.log}
 	return s
 }
 

@@ -3,6 +3,7 @@ package queue
 import (
 	"cmp"
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+	"github.com/ojs-aws/ojs-serverless/pkg/ratelimit"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 )
 
@@ -68,7 +70,15 @@ type Service struct {
 	bounds boundCache
 	// poolc holds the pools FETCH read and their turns (pool.go).
 	poolc poolCache
+	// keys are the rate limit keys; keyStates holds, by key, the state
+	// this process last recorded (KeyHeaders).
+	keys      *ratelimit.Keys
+	keyMu     sync.Mutex
+	keyStates map[string]*ratelimit.State
 }
+
+// maxKeyStates bounds Service.keyStates (emptied when full).
+const maxKeyStates = 1000
 
 // NewService returns the queue service on st, the job store: its table
 // holds the queue items (Config.Store) and the job counts Stats reads.
@@ -80,6 +90,7 @@ func NewService(st *store.Store, c Config) *Service {
 	if s.ev == nil {
 		s.ev = events.NewStore(st.DB(), st.Table())
 	}
+	s.keys, s.keyStates = ratelimit.New(st.DB(), st.Table()), map[string]*ratelimit.State{}
 	for _, q := range c.PushQueues {
 		s.push[q] = true
 	}
@@ -100,10 +111,19 @@ func (s *Service) clock() time.Time { return s.now().UTC() }
 // IsPush reports whether queue is a push-mode queue.
 func (s *Service) IsPush(queue string) bool { return s.push[queue] }
 
+// Keys returns the rate limit keys (pkg/ratelimit).
+func (s *Service) Keys() *ratelimit.Keys { return s.keys }
+
 // Admit prepares jobs for writing, whoever creates them: push mode from
-// the queue, the queue registered and its rate limit recorded.
+// the queue, the queue registered and its rate limit recorded, and the
+// policy of each rate limit key recorded on the key (the last job's of
+// each key).
 func (s *Service) Admit(ctx context.Context, jobs []*job.Job) error {
+	keyed := map[string]*job.KeyLimit{}
 	for _, j := range jobs {
+		if j.KeyLimit != nil {
+			keyed[j.KeyLimit.Key] = j.KeyLimit
+		}
 		j.Push = s.push[j.Queue]
 		if ttl, ok := s.ttls[j.Queue]; ok && j.ResultTTL == nil {
 			j.ResultTTL = &ttl
@@ -113,6 +133,36 @@ func (s *Service) Admit(ctx context.Context, jobs []*job.Job) error {
 		}
 		if err := s.setRate(ctx, j); err != nil {
 			return ojserr.Backend(err)
+		}
+	}
+	for _, p := range keyed {
+		st, err := s.keys.Record(ctx, p, s.clock())
+		if err != nil {
+			return ojserr.Backend(err)
+		}
+		s.keyMu.Lock()
+		if len(s.keyStates) >= maxKeyStates {
+			clear(s.keyStates)
+		}
+		s.keyStates[p.Key] = st
+		s.keyMu.Unlock()
+	}
+	return nil
+}
+
+// KeyHeaders are the X-RateLimit-* headers of an enqueue of jobs: those
+// of the first keyed job's key as this process last recorded it (nil when
+// none is keyed).
+func (s *Service) KeyHeaders(jobs ...*job.Job) map[string]string {
+	for _, j := range jobs {
+		if j.KeyLimit == nil {
+			continue
+		}
+		s.keyMu.Lock()
+		st := s.keyStates[j.KeyLimit.Key]
+		s.keyMu.Unlock()
+		if st != nil {
+			return st.Headers(s.clock())
 		}
 	}
 	return nil
@@ -174,4 +224,21 @@ func (s *Service) SeenPaused(queues []string) bool {
 		}
 	}
 	return false
+}
+
+// KeyInfo is the state of rate limit key key (ojs-rate-limiting.md 10.1);
+// an ojserr not-found error for a key no job was admitted with.
+func (s *Service) KeyInfo(ctx context.Context, key string) (*ratelimit.Info, error) {
+	if err := job.ValidateRateKey("key", key); err != nil {
+		return nil, err
+	}
+	st, err := s.keys.Get(ctx, key)
+	if errors.Is(err, ratelimit.ErrNotFound) {
+		return nil, ojserr.NotFoundf("rate limit key", key)
+	}
+	if err != nil {
+		return nil, ojserr.Backend(err)
+	}
+	in := st.Info(s.clock())
+	return &in, nil
 }

@@ -53,7 +53,9 @@ const (
 	attrProgress     = "prog"
 	attrProgressInfo = "prog_info"
 	attrCheckpoint   = "ckpt"
-	jobSK            = "JOB"
+	// attrRateKey is a keyed job's rate limit key (KeyLimit).
+	attrRateKey = "rl_key"
+	jobSK       = "JOB"
 )
 
 // Key prefixes.
@@ -103,6 +105,10 @@ type envelope struct {
 	ResultTTL    *int64 `dynamodbav:"result_ttl,omitempty"`
 	ExpiresMS    int64  `dynamodbav:"expires_ms,omitempty"`
 	CreatedAt    string `dynamodbav:"created_at,omitempty"`
+	// RateKey and RateLimit are options.rate_limit with a key: the key,
+	// whose presence makes the plain claim fail (Claim), and the policy.
+	RateKey   string `dynamodbav:"rl_key,omitempty"`
+	RateLimit string `dynamodbav:"rl,omitempty"`
 }
 
 // progress is where the job is in its lifecycle: its state and attempt,
@@ -267,6 +273,9 @@ func toRecord(j *job.Job) (record, error) {
 		b, _ := json.Marshal(j.Extra)
 		r.Extra = string(b)
 	}
+	if j.KeyLimit != nil {
+		r.RateKey, r.RateLimit = j.KeyLimit.Key, job.MarshalKeyLimit(j.KeyLimit)
+	}
 	return r, nil
 }
 
@@ -303,6 +312,13 @@ func (r record) toJob() (*job.Job, error) {
 	}
 	if r.ParentResults != "" {
 		j.ParentResults = json.RawMessage(r.ParentResults)
+	}
+	if r.RateLimit != "" {
+		kl, err := job.UnmarshalKeyLimit(r.RateLimit)
+		if err != nil {
+			return nil, fmt.Errorf("job %s: rate limit: %w", r.ID, err)
+		}
+		j.KeyLimit = kl
 	}
 	if r.WorkflowAhead != "" {
 		j.WorkflowAhead = json.RawMessage(r.WorkflowAhead)

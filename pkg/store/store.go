@@ -545,3 +545,49 @@ func (s *Store) Ping(ctx context.Context) error {
 	}
 	return nil
 }
+
+// WithFailedError is ApplyWith's answer when the other item's condition
+// failed: Item is that item as it was (nil when absent).
+type WithFailedError struct {
+	Item map[string]types.AttributeValue
+}
+
+func (e *WithFailedError) Error() string {
+	return "the condition on the item written with the job failed"
+}
+
+// ErrTransactionConflict is ApplyWith's answer when its transaction met
+// another write of the same items: nothing was written.
+var ErrTransactionConflict = errors.New("transaction conflict")
+
+// ApplyWith applies t together with a conditional update of another item
+// (with) in one transaction and returns the job as written (read back:
+// a transaction returns no values). If t's condition fails it returns a
+// *ConflictError or ErrNotFound as Apply does; if with's, a
+// *WithFailedError (with should ask for the item as it was).
+func (s *Store) ApplyWith(ctx context.Context, t Transition, with *types.Update) (*job.Job, error) {
+	u, err := s.updateOf(t)
+	if err != nil {
+		return nil, err
+	}
+	_, err = s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{
+		TransactItems: []types.TransactWriteItem{{Update: u}, {Update: with}},
+		// A retry of a request whose answer was lost finds it done.
+		ClientRequestToken: aws.String(t.token),
+	})
+	if tce, ok := errors.AsType[*types.TransactionCanceledException](err); ok && len(tce.CancellationReasons) == 2 {
+		onJob, onWith := tce.CancellationReasons[0], tce.CancellationReasons[1]
+		switch {
+		case aws.ToString(onJob.Code) == "ConditionalCheckFailed":
+			return nil, conflict(onJob.Item, t)
+		case aws.ToString(onWith.Code) == "ConditionalCheckFailed":
+			return nil, &WithFailedError{Item: onWith.Item}
+		default:
+			return nil, ErrTransactionConflict
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("apply %s to job %s with another item: %w", t.To, t.ID, err)
+	}
+	return s.Get(ctx, t.ID)
+}

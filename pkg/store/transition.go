@@ -149,6 +149,10 @@ type ClaimOpts struct {
 	// condition that it still falls there (rewritten in place: 3 write
 	// units, not 4); the sweeper then finds a dead worker's attempt then.
 	Redelivery time.Time
+	// Key is the job's rate limit key (job.KeyLimit) when the claim takes
+	// one of the key's slots in the same transaction (Store.ApplyWith).
+	// A claim without it finds a keyed job's condition failed.
+	Key string
 }
 
 // Claim moves an available job to active for one worker: attempt+1,
@@ -181,6 +185,11 @@ func Claim(id string, o ClaimOpts) Transition {
 	}
 	t.remove(attrReadyPK, attrReadySK, attrDispatch, "next_attempt_at", "cancel_requested", attrProgress, attrProgressInfo)
 	t.and(absentOr(attrExpires, expression.Name(attrExpires).GreaterThan(expression.Value(ms(o.Now)))))
+	if o.Key == "" {
+		t.and(expression.AttributeNotExists(expression.Name(attrRateKey)))
+	} else {
+		t.and(expression.Name(attrRateKey).Equal(expression.Value(o.Key)))
+	}
 	return t
 }
 

@@ -203,10 +203,11 @@ type KeyFilter struct {
 }
 
 // StreamFilter keeps job items, workflow nodes, queue items, cron
-// schedules, worker registry items and the dead letter pruner's record, and
-// drops what the stream function never acts on (events, rate limiters,
+// schedules, worker registry items, rate limit keys (pkg/ratelimit: their
+// rate_limit.* events) and the dead letter pruner's record, and drops what
+// the stream function never acts on (events, queue rate limiters,
 // uniqueness locks, workflow counter shards).
-var StreamFilter = KeyFilter{Attribute: "sk", Equals: []string{"JOB", "WORKER"}, Prefixes: []string{"N#", "Q#", "CRON#", "DLQ#"}}
+var StreamFilter = KeyFilter{Attribute: "sk", Equals: []string{"JOB", "WORKER", "RLK"}, Prefixes: []string{"N#", "Q#", "CRON#", "DLQ#"}}
 
 // Keep reports whether a record with sort key sk passes the filter.
 func (f KeyFilter) Keep(sk string) bool {

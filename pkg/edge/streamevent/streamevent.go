@@ -14,6 +14,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/deadletter"
 	"github.com/ojs-aws/ojs-serverless/pkg/engine"
 	"github.com/ojs-aws/ojs-serverless/pkg/queue"
+	"github.com/ojs-aws/ojs-serverless/pkg/ratelimit"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
 )
@@ -100,8 +101,9 @@ func Change(r events.DynamoDBEventRecord) (engine.Change, error) {
 		cron  **cron.Info
 		prune **deadletter.PruneRun
 		wkr   **queue.WorkerInfo
-	}{{r.Change.OldImage, &c.Old, &c.OldNode, &c.OldQueue, &c.OldCron, &c.OldPrune, &c.OldWorker},
-		{r.Change.NewImage, &c.New, &c.NewNode, &c.NewQueue, &c.NewCron, &c.NewPrune, &c.NewWorker}} {
+		key   **ratelimit.State
+	}{{r.Change.OldImage, &c.Old, &c.OldNode, &c.OldQueue, &c.OldCron, &c.OldPrune, &c.OldWorker, &c.OldKey},
+		{r.Change.NewImage, &c.New, &c.NewNode, &c.NewQueue, &c.NewCron, &c.NewPrune, &c.NewWorker, &c.NewKey}} {
 		if len(img.src) == 0 {
 			continue
 		}
@@ -115,6 +117,7 @@ func Change(r events.DynamoDBEventRecord) (engine.Change, error) {
 			func() (bool, error) { return decodeInto(av, cron.Decode, img.cron) },
 			func() (bool, error) { return decodeInto(av, deadletter.DecodePruneRun, img.prune) },
 			func() (bool, error) { return decodeInto(av, queue.DecodeWorker, img.wkr) },
+			func() (bool, error) { return decodeInto(av, ratelimit.DecodeKey, img.key) },
 			func() (bool, error) { return decodeInto(av, wfstore.DecodeNode, img.node) },
 		} {
 			if done, err = decode(); err != nil {

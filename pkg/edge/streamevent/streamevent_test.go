@@ -133,3 +133,25 @@ func TestHandlerReportsFirstFailedSequenceNumber(t *testing.T) {
 		t.Fatalf("failure at the first record: %+v %v, want a function error", res, err)
 	}
 }
+
+// A rate limit key's item decodes as one, and its held mark's change
+// derives rate_limit.exceeded.
+func TestChangeDecodesRateLimitKeys(t *testing.T) {
+	t.Parallel()
+	img := func(held string) map[string]events.DynamoDBAttributeValue {
+		m := map[string]events.DynamoDBAttributeValue{
+			"pk": events.NewStringAttribute("RLK#api"), "sk": events.NewStringAttribute("RLK"),
+			"key": events.NewStringAttribute("api"), "policy": events.NewStringAttribute(`{"key":"api","concurrency":1}`),
+			"slots": events.NewMapAttribute(map[string]events.DynamoDBAttributeValue{"j1": events.NewNumberAttribute("1")}),
+			"ep":    events.NewNumberAttribute("1"),
+		}
+		if held != "" {
+			m["held"], m["held_n"] = events.NewStringAttribute(held), events.NewNumberAttribute("1")
+		}
+		return m
+	}
+	c, err := Change(events.DynamoDBEventRecord{Change: events.DynamoDBStreamRecord{OldImage: img(""), NewImage: img("concurrency")}})
+	if err != nil || c.NewKey == nil || c.OldKey == nil || c.New != nil || c.NewKey.Held != "concurrency" || c.NewKey.Slots["j1"] != 1 {
+		t.Fatalf("change: %+v %v", c, err)
+	}
+}

@@ -1,0 +1,50 @@
+package ratelimit
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/ojs-aws/ojs-serverless/pkg/events"
+)
+
+// Events derives, from a change of a key's item in the table's stream,
+// rate_limit.exceeded when a claim marked the key held (MarkHeld) and
+// rate_limit.released when a start cleared the mark (Take). Each event's
+// id is the key's and the episode's, so a stream batch retried derives
+// the same ids. An event's time is the mark's, or the start's (at, the
+// stream record's, when the item does not say).
+func Events(src string, old, cur *State, at time.Time) []events.Event {
+	if cur == nil {
+		return nil
+	}
+	was := old != nil && old.Held != ""
+	switch {
+	case cur.Held != "" && !was:
+		data := map[string]any{"key": cur.Key, "strategy": string(cur.Held), "limit": cur.limitOf(cur.Held), "current": cur.HeldN}
+		if !cur.HeldAt.IsZero() {
+			at = cur.HeldAt
+		}
+		return []events.Event{events.New(src, events.RateLimitExceeded, cur.Key, at, cur.Episode, data, "x"+strconv.FormatInt(cur.Episode, 10))}
+	case cur.Held == "" && was:
+		data := map[string]any{"key": cur.Key, "strategy": string(old.Held), "job_id": cur.LastJob}
+		if !cur.Updated.IsZero() {
+			at = cur.Updated
+		}
+		return []events.Event{events.New(src, events.RateLimitReleased, cur.Key, at, cur.Episode, data, "r"+strconv.FormatInt(cur.Episode, 10))}
+	}
+	return nil
+}
+
+// limitOf is the policy's limit of the named kind.
+func (st *State) limitOf(l Limit) int {
+	p := st.Policy
+	switch {
+	case l == Concurrency && p.Concurrency != nil:
+		return *p.Concurrency
+	case l == Rate && p.Rate != nil:
+		return p.Rate.Limit
+	case l == Throttle && p.Throttle != nil:
+		return p.Throttle.Limit
+	}
+	return 0
+}
