@@ -26,6 +26,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+	"github.com/ojs-aws/ojs-serverless/pkg/ratelimit"
 	"github.com/ojs-aws/ojs-serverless/pkg/webhook"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfview"
 )
@@ -51,6 +52,11 @@ type Webhooks interface {
 	List(ctx context.Context) ([]webhook.Subscription, error)
 }
 
+// RateLimits reads rate limit keys (implemented by *queue.Service).
+type RateLimits interface {
+	KeyInfo(ctx context.Context, key string) (*ratelimit.Info, error)
+}
+
 // Config configures the console. Admin is required.
 type Config struct {
 	Admin *admin.Service
@@ -60,6 +66,9 @@ type Config struct {
 	Crons Crons
 	// Webhooks, when set, serves the webhooks page.
 	Webhooks Webhooks
+	// RateLimits, when set, shows a keyed job's rate limit key's use on
+	// its page.
+	RateLimits RateLimits
 	// AuthToken, when set, is required (bearer header or the console's
 	// cookie) on every console page.
 	AuthToken string
@@ -433,6 +442,8 @@ type jobData struct {
 	Envelope map[string]any
 	Events   []events.Event
 	Errors   []job.ErrorInfo
+	// Key is the job's rate limit key's use (nil: none, or not read).
+	Key *ratelimit.Info
 }
 
 func (c *Console) job(w http.ResponseWriter, r *http.Request) {
@@ -449,7 +460,13 @@ func (c *Console) job(w http.ResponseWriter, r *http.Request) {
 	}
 	errs := append([]job.ErrorInfo(nil), j.Errors...)
 	sort.SliceStable(errs, func(a, b int) bool { return errs[a].Attempt > errs[b].Attempt })
-	c.render(w, r, "job", http.StatusOK, page{Title: "Job " + id, Nav: "jobs", Data: &jobData{Job: j, Envelope: env, Events: evs, Errors: errs}})
+	d := &jobData{Job: j, Envelope: env, Events: evs, Errors: errs}
+	if j.KeyLimit != nil && c.cfg.RateLimits != nil {
+		if d.Key, err = c.cfg.RateLimits.KeyInfo(r.Context(), j.KeyLimit.Key); err != nil {
+			c.cfg.Logger.WarnContext(r.Context(), "console: rate limit key not read", "key", j.KeyLimit.Key, "error", err.Error())
+		}
+	}
+	c.render(w, r, "job", http.StatusOK, page{Title: "Job " + id, Nav: "jobs", Data: d})
 }
 
 func (c *Console) retryJob(w http.ResponseWriter, r *http.Request) {

@@ -11,6 +11,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/admin"
 	"github.com/ojs-aws/ojs-serverless/pkg/cron"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/ratelimit"
 )
 
 // The pages are written by Go code rather than text/template: a template
@@ -285,6 +286,9 @@ func jobView(b *Builder, p page) {
 		}
 		b.f("%s <span class=\"muted\">reported %s</span></p>\n", pr.Message, pr.UpdatedAt)
 	}
+	if d.Key != nil {
+		keyUse(b, d.Key)
+	}
 	if j.State == job.Discarded {
 		b.f("  <form method=\"post\" action=\"/ojs/admin/jobs/%s/retry\"><button>Retry</button></form>\n", j.ID)
 	}
@@ -518,4 +522,20 @@ func boundText(q admin.Queue) SafeHTML {
 	depth := q.Counts.Available + q.Counts.Scheduled + q.Counts.Retryable
 	return SafeHTML(fmt.Sprintf(` <span class="muted bound" title="backpressure: enqueues past the bound are refused (429)">%d / %d <progress value="%d" max="%d"></progress></span>`,
 		depth, q.Bound.MaxDepth, min(depth, q.Bound.MaxDepth), q.Bound.MaxDepth)) // numbers only
+}
+
+// keyUse is a rate limit key's line on a keyed job's page: its limits and
+// their use now.
+func keyUse(b *Builder, in *ratelimit.Info) {
+	b.f(`  <p>Rate limit key <span class="mono">%s</span>`, in.Key)
+	if c := in.Concurrency; c != nil {
+		b.f(` · concurrency %v / %v active <progress value="%v" max="%v"></progress>`, c.Active, c.Limit, c.Active, max(c.Limit, 1))
+	}
+	if r := in.Rate; r != nil {
+		b.f(` · rate %v / %v per %s <span class="muted">(window resets %s)</span>`, r.CurrentCount, r.Limit, r.Period, r.WindowResetsAt)
+	}
+	if t := in.Throttle; t != nil {
+		b.f(` · throttle %v per %s <span class="muted">(next start %s)</span>`, t.Limit, t.Period, t.NextAllowedAt)
+	}
+	b.raw("</p>\n")
 }

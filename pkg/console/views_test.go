@@ -10,6 +10,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/queue"
+	"github.com/ojs-aws/ojs-serverless/pkg/ratelimit"
 	"github.com/ojs-aws/ojs-serverless/pkg/webhook"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfview"
 )
@@ -78,5 +79,19 @@ func TestDashboardShowsABoundedQueue(t *testing.T) {
 	pageLayout(&b, page{Data: &dashboardData{Stats: &admin.Stats{}, History: &admin.History{}, Queues: []admin.Queue{q, {Name: "free"}}}}, views["dashboard"])
 	if out := b.String(); !strings.Contains(out, `3 / 10 <progress value="3" max="10">`) || strings.Count(out, `class="muted bound"`) != 1 {
 		t.Errorf("the dashboard does not show the bound of queue mail alone:\n%s", out)
+	}
+}
+
+// A keyed job's page shows its rate limit key's limits and use.
+func TestJobPageShowsRateLimitKey(t *testing.T) {
+	j := &job.Job{ID: "01", State: job.Available, KeyLimit: &job.KeyLimit{Key: "stripe-api"}}
+	in := &ratelimit.Info{Key: "stripe-api", Concurrency: &ratelimit.ConcurrencyUse{Limit: 5, Active: 3, Available: 2},
+		Rate: &ratelimit.RateUse{Limit: 100, Period: "PT1M", CurrentCount: 47, WindowResetsAt: "2026-11-29T12:01:00.000Z"}}
+	var b Builder
+	jobView(&b, page{Data: &jobData{Job: j, Key: in}})
+	for _, want := range []string{`Rate limit key <span class="mono">stripe-api</span>`, `concurrency 3 / 5 active <progress value="3" max="5">`, `rate 47 / 100 per PT1M`} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("job page lacks %q:\n%s", want, b.String())
+		}
 	}
 }
