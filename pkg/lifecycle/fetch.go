@@ -191,7 +191,8 @@ func (s *Service) fetchOnce(ctx context.Context, r FetchRequest, first bool) (ou
 			}
 			// Twice the candidates it wants, and a few: a window wide enough
 			// for racing FETCHes to part ways (claimRounds), at no extra cost.
-			items, err := s.candidates(ctx, q, min(2*want+8, MaxFetch))
+			asked := min(2*want+8, MaxFetch)
+			items, err := s.candidates(ctx, q, asked)
 			if err != nil {
 				return s.passFailed(ctx, out, err)
 			}
@@ -225,8 +226,7 @@ func (s *Service) fetchOnce(ctx context.Context, r FetchRequest, first bool) (ou
 					continue
 				}
 			}
-			held := false
-			claimed, n, blocked, err := s.claimRounds(ctx, r, q, items, want, used, &held)
+			claimed, n, blocked, held, err := s.claimPast(ctx, r, q, items, asked, want, used)
 			if held && len(claimed) == 0 {
 				next = passHeld // rate limit keys held its jobs
 			}
@@ -299,6 +299,31 @@ const writeParallel = 10
 // FETCHes of the queue as contended.
 const contentionWindow = 2 * time.Second
 
+// maxHeldWindows bounds the windows of candidates one FETCH of a queue
+// reads while rate limit keys hold the jobs it finds.
+const maxHeldWindows = 5
+
+// claimPast is claimRounds over a queue's candidates items (asked of
+// them read) that goes on to the next window of the queue's ready jobs
+// while the window claimed short because rate limit keys held some of its
+// jobs (ojs-rate-limiting.md 8.1: a held job is skipped, the next
+// eligible one assigned), up to maxHeldWindows windows. held reports that
+// a key held a candidate.
+func (s *Service) claimPast(ctx context.Context, r FetchRequest, q string, items []store.Item, asked, want, used int) (out []*job.Job, n int, blocked, held bool, err error) {
+	n = used
+	for window := 1; ; window++ {
+		heldHere := false
+		claimed, after, full, err := s.claimRounds(ctx, r, q, items, want-len(out), n, &heldHere)
+		out, n, blocked, held = append(out, claimed...), after, full, held || heldHere
+		if err != nil || !heldHere || full || len(out) >= want || len(items) < asked || window >= maxHeldWindows || s.queues.IsPush(q) {
+			return out, n, blocked, held, err
+		}
+		if items, err = s.st.ReadyAfter(ctx, q, items[len(items)-1].ReadySK, asked); err != nil {
+			return out, n, blocked, held, err
+		}
+	}
+}
+
 // claimRounds claims up to want of a queue's candidates for FETCH r, whose
 // answer holds used bytes so far, in rounds: each round claims at once the
 // next candidates that fit the answer (up to writeParallel). After a lost
@@ -322,6 +347,11 @@ func (s *Service) claimRounds(ctx context.Context, r FetchRequest, q string, ite
 		bytes, largest, blocked := 0, 0, false
 		for next < len(items) && len(round) < min(want-len(out), writeParallel) {
 			it := items[next]
+			if s.keyed.heldJob(it.Job.ID) {
+				next++
+				*held = true // its key holds it, as a claim found before: no write
+				continue
+			}
 			size, err := s.fetchBytes(ctx, it)
 			if err != nil {
 				return out, used, false, err

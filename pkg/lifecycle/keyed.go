@@ -41,6 +41,41 @@ type keyedClaims struct {
 	// allow no start (a HeldError's wait, or keyRecheck): the candidates
 	// of a full key cost no read of it meanwhile.
 	held sync.Map
+	// jobs is, by job id, the key of the keyed jobs claims found (at most
+	// maxKnownJobs): a candidate whose key is held is skipped without a
+	// claim's failed write.
+	mu   sync.Mutex
+	jobs map[string]string
+}
+
+// maxKnownJobs bounds keyedClaims.jobs (emptied when full).
+const maxKnownJobs = 50_000
+
+// heldJob reports whether job id is a keyed job whose key this process
+// takes to be held now.
+func (k *keyedClaims) heldJob(id string) bool {
+	k.mu.Lock()
+	key, ok := k.jobs[id]
+	k.mu.Unlock()
+	if !ok {
+		return false
+	}
+	v, ok := k.held.Load(key)
+	return ok && v.(heldUntil).until > k.now().UnixNano()
+}
+
+// know records job id's key (key "": forget it).
+func (k *keyedClaims) know(id, key string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if key == "" {
+		delete(k.jobs, id)
+		return
+	}
+	if k.jobs == nil || len(k.jobs) >= maxKnownJobs {
+		k.jobs = map[string]string{}
+	}
+	k.jobs[id] = key
 }
 
 // heldUntil is an entry of keyedClaims.held.
@@ -69,12 +104,16 @@ func (k *keyedClaims) claim(ctx context.Context, j *job.Job, opts store.ClaimOpt
 	if v, ok := k.held.Load(kl.Key); ok {
 		h := v.(heldUntil)
 		if wait := time.Duration(h.until - k.now().UnixNano()); wait > 0 {
+			k.know(j.ID, kl.Key)
 			return nil, nil, &HeldError{Key: kl.Key, Limit: h.limit, Wait: wait}
 		}
 	}
 	claimed, cur, err := k.tryClaim(ctx, j, opts)
 	if he, ok := errors.AsType[*HeldError](err); ok {
 		k.held.Store(kl.Key, heldUntil{k.now().Add(cmp.Or(he.Wait, keyRecheck)).UnixNano(), he.Limit})
+		k.know(j.ID, kl.Key)
+	} else {
+		k.know(j.ID, "")
 	}
 	return claimed, cur, err
 }

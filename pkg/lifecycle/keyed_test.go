@@ -249,3 +249,29 @@ func TestKeyLimitValidation(t *testing.T) {
 		}
 	}
 }
+
+// FETCH goes past a window of jobs their key holds to the next eligible
+// job (ojs-rate-limiting.md 8.1), and a job a claim found held costs the
+// next FETCH no write while its key stays held.
+func TestHeldJobsAreSkippedPastTheWindow(t *testing.T) {
+	t.Parallel()
+	h := newPushHarness(t, time.Minute)
+	kl := `{"key":"busy","concurrency":1}`
+	pushKeyed(t, h.svc, "rl-deep", kl, 1)
+	if got := fetchN(t, h.svc, "rl-deep", 1); len(got) != 1 {
+		t.Fatalf("first: %d", len(got))
+	}
+	pushKeyed(t, h.svc, "rl-deep", kl, 40)
+	free := pushKeyed(t, h.svc, "rl-deep", `null`, 1)[0]
+	got := fetchN(t, h.svc, "rl-deep", 1)
+	if len(got) != 1 || got[0].ID != free.ID {
+		t.Fatalf("behind 40 held jobs: %v, want the unkeyed job %s", got, free.ID)
+	}
+	before := h.rec.Set()
+	if again := fetchN(t, h.svc, "rl-deep", 1); len(again) != 0 {
+		t.Fatalf("again: %d", len(again))
+	}
+	if w := h.rec.Set().Sub(before)["DynamoDB UpdateItem"]; w.Calls != 0 {
+		t.Fatalf("a FETCH of held jobs already known made %d writes", w.Calls)
+	}
+}

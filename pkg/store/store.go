@@ -460,9 +460,18 @@ func (s *Store) transact(ctx context.Context, ts []Transition, pending []int, er
 // queryShard reads up to limit jobs of partition pk of an index, whose key
 // condition cond names pk :pk (and now :now).
 func (s *Store) queryShard(ctx context.Context, index, cond, pk string, now time.Time, limit int) ([]Item, error) {
+	return s.queryShardAfter(ctx, index, cond, pk, now, "", limit)
+}
+
+// queryShardAfter is queryShard whose condition may also name :after
+// (after).
+func (s *Store) queryShardAfter(ctx context.Context, index, cond, pk string, now time.Time, after string, limit int) ([]Item, error) {
 	vals := map[string]types.AttributeValue{":pk": AttrS(pk)}
 	if strings.Contains(cond, ":now") {
 		vals[":now"] = AttrN(ms(now))
+	}
+	if strings.Contains(cond, ":after") {
+		vals[":after"] = AttrS(after)
 	}
 	out, err := s.db.Query(ctx, &dynamodb.QueryInput{TableName: &s.table, IndexName: &index,
 		KeyConditionExpression: &cond, ExpressionAttributeValues: vals, Limit: aws.Int32(int32(limit))})
@@ -488,8 +497,19 @@ func (s *Store) queryShard(ctx context.Context, index, cond, pk string, now time
 // sort key, so priority-then-FIFO holds across shards. The index is
 // eventually consistent: callers claim with a condition.
 func (s *Store) Ready(ctx context.Context, queue string, limit int) ([]Item, error) {
+	return s.ReadyAfter(ctx, queue, "", limit)
+}
+
+// ReadyAfter is Ready from after on: the jobs whose ready sort key follows
+// after (a listed job's Item.ReadySK), for a FETCH that went through a
+// window of jobs it could not take (ones their rate limit keys held).
+func (s *Store) ReadyAfter(ctx context.Context, queue, after string, limit int) ([]Item, error) {
+	cond := "ready_pk = :pk"
+	if after != "" {
+		cond += " AND ready_sk > :after"
+	}
 	parts, err := EachShard(ctx, readyKeys(queue), func(ctx context.Context, pk string) ([]Item, error) {
-		return s.queryShard(ctx, topology.IndexReady, "ready_pk = :pk", pk, time.Time{}, limit)
+		return s.queryShardAfter(ctx, topology.IndexReady, cond, pk, time.Time{}, after, limit)
 	})
 	if err != nil {
 		return nil, err
