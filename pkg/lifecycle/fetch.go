@@ -538,8 +538,8 @@ func (s *Service) claim(ctx context.Context, j *job.Job, workerID string, visibi
 		}
 		return nil, &store.Item{Job: ce.Current, DueAt: ce.DueAt}, nil
 	}
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, nil, nil
+	if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrTransactionConflict) {
+		return nil, nil, nil // gone, or being claimed in a keyed claim's transaction
 	}
 	if err != nil {
 		return nil, nil, err

@@ -29,6 +29,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/ojs-aws/ojs-serverless/internal/ctxsleep"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 )
@@ -147,6 +148,25 @@ func DecodeKey(av map[string]types.AttributeValue) (*State, bool, error) {
 	return st, st != nil, err
 }
 
+// conflictTries bounds the tries of a write of a key's item that met a
+// keyed claim's transaction on it (TransactionConflictException, which
+// the SDK does not retry).
+const conflictTries = 6
+
+// update is UpdateItem on a key's item, tried again (with backoff) while
+// a transaction holds the item.
+func (k *Keys) update(ctx context.Context, in *dynamodb.UpdateItemInput) (*dynamodb.UpdateItemOutput, error) {
+	for try := 0; ; try++ {
+		out, err := k.db.UpdateItem(ctx, in)
+		if _, ok := errors.AsType[*types.TransactionConflictException](err); !ok || try+1 >= conflictTries {
+			return out, err
+		}
+		if err := ctxsleep.Wait(ctx, store.ConflictBackoff(try)); err != nil {
+			return nil, err
+		}
+	}
+}
+
 // Record writes a keyed job's policy on its key's item at admission (the
 // last admitted job's policy is the key's) and returns the key's state.
 func (k *Keys) Record(ctx context.Context, p *job.KeyLimit, now time.Time) (*State, error) {
@@ -158,7 +178,7 @@ func (k *Keys) Record(ctx context.Context, p *job.KeyLimit, now time.Time) (*Sta
 	if err != nil {
 		return nil, err
 	}
-	out, err := k.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &k.table, Key: itemKey(p.Key),
+	out, err := k.update(ctx, &dynamodb.UpdateItemInput{TableName: &k.table, Key: itemKey(p.Key),
 		UpdateExpression: expr.Update(), ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
 		ReturnValues: types.ReturnValueAllNew})
 	if err != nil {
@@ -272,7 +292,7 @@ func (k *Keys) MarkHeld(ctx context.Context, st *State, limit Limit, now time.Ti
 	if err != nil {
 		return err
 	}
-	_, err = k.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &k.table, Key: itemKey(st.Key), UpdateExpression: expr.Update(),
+	_, err = k.update(ctx, &dynamodb.UpdateItemInput{TableName: &k.table, Key: itemKey(st.Key), UpdateExpression: expr.Update(),
 		ConditionExpression: expr.Condition(), ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values()})
 	if err != nil && !store.ConditionFailed(err) {
 		return fmt.Errorf("mark rate limit key %s held: %w", st.Key, err)
@@ -289,7 +309,7 @@ func (k *Keys) Release(ctx context.Context, key, id string, attempt int) error {
 	if err != nil {
 		return err
 	}
-	_, err = k.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &k.table, Key: itemKey(key), UpdateExpression: expr.Update(),
+	_, err = k.update(ctx, &dynamodb.UpdateItemInput{TableName: &k.table, Key: itemKey(key), UpdateExpression: expr.Update(),
 		ConditionExpression: expr.Condition(), ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values()})
 	if store.ConditionFailed(err) {
 		return nil

@@ -255,6 +255,10 @@ func (s *Store) Apply(ctx context.Context, t Transition) (*job.Job, error) {
 		}
 		return nil, conflict(ccf.Item, t)
 	}
+	if _, ok := errors.AsType[*types.TransactionConflictException](err); ok {
+		// A transaction holds the job (a keyed claim's): nothing written.
+		return nil, fmt.Errorf("apply %s to job %s: %w", t.To, t.ID, ErrTransactionConflict)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("apply %s to job %s: %w", t.To, t.ID, err)
 	}
@@ -576,8 +580,9 @@ func (e *WithFailedError) Error() string {
 	return "the condition on the item written with the job failed"
 }
 
-// ErrTransactionConflict is ApplyWith's answer when its transaction met
-// another write of the same items: nothing was written.
+// ErrTransactionConflict answers ApplyWith when its transaction met
+// another write of the same items, and Apply when a transaction held the
+// job: nothing was written.
 var ErrTransactionConflict = errors.New("transaction conflict")
 
 // ApplyWith applies t together with a conditional update of another item
