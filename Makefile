@@ -90,7 +90,7 @@ console-e2e: emulators chromium
 # with the runner built with an overlay that adds the step captures and
 # bare $type/$gte matchers some extension tests use and the stored runner
 # lacks (internal/dev/conformance; nothing else changes). Any failure fails.
-CONFORMANCE_EXT_SUITES ?= ext-admin-api,ext-dead-letter,ext-observability,ext-graceful-shutdown,ext-serverless,ext-progress,ext-encryption,ext-schema-registry,ext-job-versioning,ext-backpressure,ext-middleware,ext-fair-scheduling,ext-webhooks,ext-rate-limiting
+CONFORMANCE_EXT_SUITES ?= ext-admin-api,ext-dead-letter,ext-observability,ext-graceful-shutdown,ext-serverless,ext-progress,ext-encryption,ext-schema-registry,ext-job-versioning,ext-backpressure,ext-middleware,ext-fair-scheduling,ext-webhooks,ext-rate-limiting,ext-multi-tenancy
 
 conformance-ext: emulators build-local
 	$(GO) run ./localstack/cmd/ojs-conformance-runner -dir $(CONFORMANCE_DIR) -out $(CURDIR)/.local/ojs-conformance-runner-ext

@@ -122,6 +122,9 @@ func (e *Event) SubjectCategory() string {
 // Queue is the queue the event concerns ("" if none).
 func (e *Event) Queue() string { return str(e.Data["queue"]) }
 
+// Tenant is the tenant of the job the event concerns ("" if none).
+func (e *Event) Tenant() string { return str(e.Data["tenant_id"]) }
+
 // JobType is the job type the event concerns ("" if none).
 func (e *Event) JobType() string { return str(e.Data["job_type"]) }
 
@@ -211,7 +214,7 @@ func (e *Event) MarshalWithin(max int, transport string) ([]byte, error) {
 	small := *e
 	small.Data = map[string]any{"truncated": true, "bytes": len(body),
 		"hint": "the event is larger than " + transport + " accepts; read it from GET /ojs/v1/events"}
-	for _, k := range []string{"job_id", "job_type", "queue", "workflow_id"} {
+	for _, k := range []string{"job_id", "job_type", "queue", "workflow_id", "tenant_id"} {
 		if v, ok := e.Data[k]; ok {
 			small.Data[k] = v
 		}

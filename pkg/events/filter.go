@@ -39,6 +39,9 @@ type Filter struct {
 	// Subject restricts to one job or workflow: Category is "job" or
 	// "workflow" and ID its id.
 	SubjectCategory, SubjectID string
+	// Tenant restricts to the events of one tenant's jobs (read from the
+	// tenant's pages when no subject is named).
+	Tenant string
 	// After is the cursor: only events with a greater id, and (with
 	// LateAfter) those stored late below it.
 	After string
@@ -324,7 +327,7 @@ func (f Filter) Matches(e *Event) bool {
 	if len(f.JobTypes) > 0 && !slices.Contains(f.JobTypes, e.JobType()) {
 		return false
 	}
-	return true
+	return f.Tenant == "" || e.Tenant() == f.Tenant
 }
 
 // Page is one page of a query: the events in id order, the cursor to pass

@@ -155,6 +155,9 @@ func (b *jobEvents) add(typ string, at time.Time, data map[string]any) {
 	if b.j.WorkflowID != "" {
 		data["workflow_id"] = b.j.WorkflowID
 	}
+	if b.j.Tenant != "" {
+		data["tenant_id"] = b.j.Tenant
+	}
 	seq := b.version*4 + int64(len(b.out))
 	b.out = append(b.out, New(b.source, typ, b.j.ID, at, seq, data, strconv.FormatInt(b.version, 10), strconv.Itoa(len(b.out))))
 }

@@ -136,6 +136,11 @@ func pageShard(firstID string, n int) int {
 
 func eventQueuePK(queue string) string { return eventQueuePrefix + queue }
 
+// TenantPK is the partition of a tenant's event pages: every event of its
+// jobs, which a Filter with Tenant reads (a tenant's stats and its
+// scoped events API).
+func TenantPK(tenant string) string { return eventPK("tenant", tenant) }
+
 // QueueIndexed are the event types also paged per queue (pk EVQ#<queue>):
 // the ends of attempts other than success, rare next to the completions
 // that fill the log, so that counting one queue's failures reads only
@@ -201,6 +206,11 @@ func (s *Store) PutEvents(ctx context.Context, evs []Event, ttl time.Duration) e
 		if q := e.Queue(); q != "" && slices.Contains(QueueIndexed, e.Type) {
 			qk := eventQueuePK(q) + "\x00" + w
 			subjects[qk] = append(subjects[qk], raw{e, body})
+		}
+		if t := e.Tenant(); t != "" {
+			// A tenant's events are paged together too (TenantPK).
+			tk := TenantPK(t) + "\x00" + w
+			subjects[tk] = append(subjects[tk], raw{e, body})
 		}
 	}
 	var items []map[string]ddb.AttributeValue
@@ -346,6 +356,11 @@ func (s *Store) QueryEvents(ctx context.Context, f Filter, now time.Time) (*Page
 	seen := &seenPages{now: now}
 	if f.SubjectID != "" {
 		found, err = s.readHistory(ctx, f, start, limit+1, seen)
+		if err != nil {
+			return nil, err
+		}
+	} else if f.Tenant != "" {
+		found, err = s.readPages(ctx, TenantPK(f.Tenant), start, f, limit+1, seen)
 		if err != nil {
 			return nil, err
 		}

@@ -43,7 +43,7 @@ func liveServer(t *testing.T) *httpapi.Server {
 	}
 	return httpapi.New(httpapi.Services{Producer: svc, Worker: svc, Queues: qsvc, Progress: svc}, st, wfs,
 		httpapi.Config{Logger: logger, Admin: ad, Console: con, DeadLetter: dead, Crons: crons, Schemas: schema.New(st.DB(), st.Table(), nil),
-			Webhooks: webhook.NewStore(st.DB(), st.Table())})
+			Webhooks: webhook.NewStore(st.DB(), st.Table()), Tenants: qsvc.Tenants()})
 }
 
 // A well-formed value for any path parameter: a UUIDv7 no job, worker or

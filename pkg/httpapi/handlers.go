@@ -156,7 +156,9 @@ func New(svc Services, backend Backend, wfs Workflows, cfg Config) *Server {
 	s.add(LevelAny, http.MethodGet, "/ojs/v1/health", a.health)
 	s.add(LevelProducer, http.MethodPost, "/ojs/v1/jobs", a.push)
 	s.add(LevelProducer, http.MethodPost, "/ojs/v1/jobs/batch", a.pushBatch)
-	s.add(LevelProducer, http.MethodGet, "/ojs/v1/jobs/{id}", under("job", func(r *http.Request, p params) (any, error) { return a.jobs.Info(r.Context(), p("id")) }))
+	s.add(LevelProducer, http.MethodGet, "/ojs/v1/jobs/{id}", under("job", func(r *http.Request, p params) (any, error) {
+		return scoped(r)(a.jobs.Info(r.Context(), p("id")))
+	}))
 	s.add(LevelProducer, http.MethodDelete, "/ojs/v1/jobs/{id}", ok(a.cancel))
 	s.add(LevelProducer, http.MethodPost, "/ojs/v1/jobs/{id}/activate", ok(a.activate))
 	s.add(LevelWorker, http.MethodPost, "/ojs/v1/workers/fetch", ok(a.fetch))
@@ -167,6 +169,9 @@ func New(svc Services, backend Backend, wfs Workflows, cfg Config) *Server {
 	s.add(LevelWorker, http.MethodPost, "/ojs/v1/workers/heartbeat", ok(a.heartbeat))
 	s.addProgress(a)
 	s.addRateLimits(a)
+	if cfg.Tenants != nil {
+		s.addTenants(a, cfg.Tenants)
+	}
 	if cfg.Schemas != nil {
 		s.addSchemas(cfg.Schemas)
 	}
@@ -205,15 +210,24 @@ func New(svc Services, backend Backend, wfs Workflows, cfg Config) *Server {
 	s.add(LevelAdmin, http.MethodGet, "/ojs/v1/events", ok(a.events))
 	if wfs != nil {
 		s.add(LevelProducer, http.MethodPost, "/ojs/v1/workflows", a.createWorkflow)
-		s.add(LevelProducer, http.MethodGet, "/ojs/v1/workflows/{id}", byPath("workflow", "id", wfs.Get))
+		s.add(LevelProducer, http.MethodGet, "/ojs/v1/workflows/{id}", under("workflow", func(r *http.Request, p params) (any, error) {
+			return a.workflowFor(r, p("id"))
+		}))
 		s.add(LevelProducer, http.MethodGet, "/ojs/v1/workflows/{id}/progress", ok(func(r *http.Request, p params) (any, error) {
-			v, err := wfs.Get(r.Context(), p("id"))
+			v, err := a.workflowFor(r, p("id"))
 			if err != nil {
 				return nil, err
 			}
 			return v.ProgressOf(), nil
 		}))
-		s.add(LevelProducer, http.MethodDelete, "/ojs/v1/workflows/{id}", byPath("workflow", "id", wfs.Cancel))
+		s.add(LevelProducer, http.MethodDelete, "/ojs/v1/workflows/{id}", under("workflow", func(r *http.Request, p params) (any, error) {
+			if tenantOf(r) != "" {
+				if _, err := a.workflowFor(r, p("id")); err != nil {
+					return nil, err
+				}
+			}
+			return wfs.Cancel(r.Context(), p("id"))
+		}))
 		// A failed or cancelled workflow runs again from its failed steps.
 		s.add(LevelAdmin, http.MethodPost, "/ojs/v1/workflows/{id}/retry", byPath("workflow", "id", wfs.Retry))
 	}
@@ -239,7 +253,9 @@ type api struct {
 	progress Progress
 	queueSvc Queues
 	// limits is queueSvc when it serves rate limit keys.
-	limits  RateLimits
+	limits RateLimits
+	// tenants is Config.Tenants.
+	tenants Tenants
 	dead    DeadLetter
 	backend Backend
 	wfs     Workflows
@@ -407,6 +423,9 @@ func (a *api) pressure(w http.ResponseWriter, jobs ...*job.Job) {
 }
 
 func (a *api) cancel(r *http.Request, p params) (any, error) {
+	if err := a.owns(r, p("id")); err != nil {
+		return nil, err
+	}
 	return previous(a.jobs.Cancel(r.Context(), p("id")))
 }
 
@@ -419,6 +438,9 @@ func previous(j *job.Job, prev job.State, err error) (any, error) {
 }
 
 func (a *api) activate(r *http.Request, p params) (any, error) {
+	if err := a.owns(r, p("id")); err != nil {
+		return nil, err
+	}
 	j, err := a.jobs.Activate(r.Context(), p("id"))
 	return previous(j, job.Pending, err)
 }
@@ -505,7 +527,7 @@ func (a *api) fetch(r *http.Request, _ params) (any, error) {
 		return nil, err
 	}
 	jobs, err := a.worker.Fetch(r.Context(), lifecycle.FetchRequest{Queues: req.Queues, Count: int(count), WorkerID: req.WorkerID,
-		Visibility: time.Duration(vt) * time.Millisecond, Wait: wait, Shares: shares})
+		Visibility: time.Duration(vt) * time.Millisecond, Wait: wait, Shares: shares, Tenant: tenantOf(r)})
 	if err != nil {
 		return nil, err
 	}
@@ -546,6 +568,9 @@ func (a *api) ack(r *http.Request, p params) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := a.owns(r, req.JobID); err != nil {
+		return nil, err
+	}
 	if string(req.Result) == "null" {
 		req.Result = nil
 	}
@@ -580,6 +605,9 @@ func (a *api) nack(r *http.Request, p params) (any, error) {
 	}
 	attempt, err := jobAttempt(&req.JobID, req.Attempt, p)
 	if err != nil {
+		return nil, err
+	}
+	if err := a.owns(r, req.JobID); err != nil {
 		return nil, err
 	}
 	if req.Error == nil {
@@ -777,6 +805,9 @@ func (a *api) deleteDead(r *http.Request, p params) (any, error) {
 // "queue" (as the conformance suite reads them) and under "stats" (as the
 // HTTP binding's example shows).
 func (a *api) queueStats(r *http.Request, p params) (any, error) {
+	if t := tenantOf(r); t != "" {
+		return a.tenantQueue(r, p("name"), t)
+	}
 	st, err := a.queueSvc.Stats(r.Context(), p("name"))
 	if err != nil {
 		return nil, err
@@ -808,6 +839,7 @@ func (a *api) events(r *http.Request, _ params) (any, error) {
 		return nil, err
 	}
 	f.MaxBytes = store.ListBytes
+	f.Tenant = tenantOf(r) // a request scoped to a tenant reads its events
 	if a.s.cfg.Events == nil {
 		return nil, ojserr.Backend(errors.New("no event log"))
 	}

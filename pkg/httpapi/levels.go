@@ -16,6 +16,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/schema"
+	"github.com/ojs-aws/ojs-serverless/pkg/tenant"
 	"github.com/ojs-aws/ojs-serverless/pkg/webhook"
 	"github.com/ojs-aws/ojs-serverless/pkg/workflow"
 )
@@ -89,7 +90,7 @@ func AllRoutes() []Route {
 	}
 	return New(Services{Queues: (*queue.Service)(nil)}, nil, (*workflow.Engine)(nil), Config{Admin: ad, Console: con,
 		DeadLetter: (*deadletter.Service)(nil), Crons: (*cron.Service)(nil), Schemas: (*schema.Registry)(nil),
-		Webhooks: (*webhook.Store)(nil)}).RouteTable()
+		Webhooks: (*webhook.Store)(nil), Tenants: (*tenant.Registry)(nil)}).RouteTable()
 }
 
 // ParseTokens reads bearer tokens that each grant one level, written

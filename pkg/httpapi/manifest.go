@@ -52,8 +52,9 @@ func Manifest() map[string]any {
 		// dead-letter, observability, graceful-shutdown, serverless, progress,
 		// encryption (its server side: encoded args and codec meta kept as
 		// sent), schema-registry, job-versioning, backpressure, middleware,
-		// fair-scheduling, webhooks and rate-limiting.
-		// Not claimed: multi-tenancy; nor the suites that pass only
+		// fair-scheduling, webhooks and rate-limiting; and the experimental
+		// multi-tenancy (its suite ext-multi-tenancy).
+		// Not claimed: the suites that pass only
 		// because they check that meta is kept
 		// (ai-agents, durable-execution, federation, ml-resources).
 		"extensions": map[string]any{
@@ -73,7 +74,8 @@ func Manifest() map[string]any {
 				{"name": "webhooks", "uri": "urn:ojs:ext:webhooks", "version": "1.0.0"},
 				{"name": "rate-limiting", "uri": "urn:ojs:ext:rate-limiting", "version": "1.0.0"},
 			},
-			"experimental": []map[string]string{{"name": "push-delivery-aws-lambda", "uri": "urn:ojs:ext:experimental:push-delivery-aws-lambda", "version": "0.1.0"}},
+			"experimental": []map[string]string{{"name": "push-delivery-aws-lambda", "uri": "urn:ojs:ext:experimental:push-delivery-aws-lambda", "version": "0.1.0"},
+				{"name": "multi-tenancy", "uri": "urn:ojs:ext:experimental:multi-tenancy", "version": "0.1.0"}},
 		},
 		"endpoints": map[string]string{"manifest": "/ojs/manifest", "health": "/ojs/v1/health", "base_path": "/ojs/v1", "events": "/ojs/v1/events", "cron": "/ojs/v1/cron",
 			"admin": "/ojs/v1/admin", "metrics": "/metrics", "ready": "/ready", "console": ConsolePrefix},

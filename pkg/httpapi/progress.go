@@ -21,7 +21,7 @@ func (s *Server) addProgress(a *api) {
 	s.add(LevelWorker, http.MethodPut, "/ojs/v1/jobs/{id}/progress", ok(a.putProgress))
 	s.add(LevelWorker, http.MethodPost, "/ojs/v1/workers/progress", ok(a.postProgress))
 	s.add(LevelProducer, http.MethodGet, "/ojs/v1/jobs/{id}/progress", ok(func(r *http.Request, p params) (any, error) {
-		return progressBody(a.jobs.Info(r.Context(), p("id")))
+		return progressBody(scoped(r)(a.jobs.Info(r.Context(), p("id"))))
 	}))
 }
 
@@ -29,6 +29,9 @@ func (s *Server) addProgress(a *api) {
 func (a *api) putProgress(r *http.Request, p params) (any, error) {
 	var in lifecycle.ProgressInput
 	if err := readObject(r, &in); err != nil {
+		return nil, err
+	}
+	if err := a.owns(r, p("id")); err != nil {
 		return nil, err
 	}
 	return progressBody(a.progress.ReportProgress(r.Context(), p("id"), in))
@@ -49,6 +52,9 @@ func (a *api) postProgress(r *http.Request, _ params) (any, error) {
 	pi := lifecycle.ProgressInput{Message: in.Message, Data: in.Data}
 	if in.Percentage != nil {
 		pi.Progress = new(*in.Percentage / 100)
+	}
+	if err := a.owns(r, in.JobID); err != nil {
+		return nil, err
 	}
 	return progressBody(a.progress.ReportProgress(r.Context(), in.JobID, pi))
 }

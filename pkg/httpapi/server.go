@@ -26,6 +26,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/internal/jsoncase"
 	"github.com/ojs-aws/ojs-serverless/pkg/admin"
 	"github.com/ojs-aws/ojs-serverless/pkg/console"
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 )
@@ -65,6 +66,9 @@ type Config struct {
 	// Webhooks, when set, serves the webhook subscriptions under
 	// /ojs/v1/webhooks/subscriptions.
 	Webhooks Webhooks
+	// Tenants, when set, serves the tenant registry and stats under
+	// /ojs/v1/admin/tenants and tenant-scoped queue reads (tenancy.go).
+	Tenants Tenants
 	// DeadLetter, when set, serves the dead letter routes under
 	// /ojs/v1/dead-letter (ojs-dead-letter.md) and, with Admin, the Admin
 	// API's dead letter routes that act on one job, bulk retries and stats.
@@ -268,6 +272,14 @@ func (s *Server) dispatch(w http.ResponseWriter, r *http.Request, routeName *str
 			if err := authorize(lv, s.patterns[pattern]); err != nil {
 				*routeName = pattern
 				return err
+			}
+			if t := r.Header.Get(job.TenantHeader); t != "" {
+				// The request is scoped to the tenant (tenancy.go).
+				if err := job.ValidateTenant(t); err != nil {
+					*routeName = pattern
+					return err
+				}
+				r = r.WithContext(job.WithTenant(r.Context(), t))
 			}
 			st := &dispatchState{}
 			r = r.WithContext(context.WithValue(r.Context(), stateKey{}, st))

@@ -224,6 +224,7 @@ func parseWhat(j *Job, req *request, opts *options) error {
 		}
 		j.Meta = merged
 	}
+	j.Tenant = tenantOf(j.Meta)
 	return nil
 }
 

@@ -157,6 +157,9 @@ type Job struct {
 	// RateLimit is options.rate_limit.max_per_second at enqueue: it sets
 	// the queue's fetch rate (not stored on the job).
 	RateLimit float64
+	// Tenant is the job's tenant: meta.tenant_id, or the request's
+	// X-OJS-Tenant header put there (AssignTenant); "" for none (stored).
+	Tenant string
 	// KeyLimit is options.rate_limit with a key (stored: the job is
 	// started only as its key allows; pkg/ratelimit).
 	KeyLimit *KeyLimit

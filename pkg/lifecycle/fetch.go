@@ -36,6 +36,10 @@ type FetchRequest struct {
 	// fill goes to the others in order. Nil: the queues in order, each
 	// drained before the next (ojs-core.md).
 	Shares map[string]int
+	// Tenant, when set, scopes the FETCH to that tenant's jobs (read from
+	// the tenant index, claimed on condition of the tenant); "" fetches
+	// every tenant's (docs/multi-tenancy.md).
+	Tenant string
 }
 
 // MaxFetchWait bounds FetchRequest.Wait (topology.MaxFetchWait).
@@ -76,6 +80,12 @@ func (s *Service) Fetch(ctx context.Context, r FetchRequest) ([]*job.Job, error)
 		}
 	}
 	r.Count = min(max(r.Count, 1), MaxFetch)
+	if r.Tenant != "" {
+		if err := job.ValidateTenant(r.Tenant); err != nil {
+			return nil, err
+		}
+		ctx = job.WithTenant(ctx, r.Tenant) // the claims' condition (claim)
+	}
 	if r.MaxBytes <= 0 {
 		r.MaxBytes = DefaultFetchBytes
 	}
@@ -192,7 +202,7 @@ func (s *Service) fetchOnce(ctx context.Context, r FetchRequest, first bool) (ou
 			// Twice the candidates it wants, and a few: a window wide enough
 			// for racing FETCHes to part ways (claimRounds), at no extra cost.
 			asked := min(2*want+8, MaxFetch)
-			items, err := s.candidates(ctx, q, asked)
+			items, err := s.candidates(ctx, q, r.Tenant, asked)
 			if err != nil {
 				return s.passFailed(ctx, out, err)
 			}
@@ -318,7 +328,7 @@ func (s *Service) claimPast(ctx context.Context, r FetchRequest, q string, items
 		if err != nil || !heldHere || full || len(out) >= want || len(items) < asked || window >= maxHeldWindows || s.queues.IsPush(q) {
 			return out, n, blocked, held, err
 		}
-		if items, err = s.st.ReadyAfter(ctx, q, items[len(items)-1].ReadySK, asked); err != nil {
+		if items, err = s.st.ReadyOf(ctx, r.Tenant, q, items[len(items)-1].ReadySK, asked); err != nil {
 			return out, n, blocked, held, err
 		}
 	}
@@ -448,11 +458,12 @@ func (s *Service) spread(items []store.Item) {
 }
 
 // candidates reads up to n available jobs of queue q for a FETCH: a
-// pull-mode queue's from the ready index, a push-mode queue's from the
-// due index (store.ReadyPush).
-func (s *Service) candidates(ctx context.Context, q string, n int) ([]store.Item, error) {
+// pull-mode queue's from the ready index (of tenant's jobs only, from the
+// tenant index, when set), a push-mode queue's from the due index
+// (store.ReadyPush; another tenant's jobs fail the claim's condition).
+func (s *Service) candidates(ctx context.Context, q, tenant string, n int) ([]store.Item, error) {
 	if !s.queues.IsPush(q) {
-		return s.st.Ready(ctx, q, n)
+		return s.st.ReadyOf(ctx, tenant, q, "", n)
 	}
 	return s.st.ReadyPush(ctx, q, n)
 }
@@ -517,7 +528,8 @@ func (s *Service) claim(ctx context.Context, j *job.Job, workerID string, visibi
 	}
 	visibility = cmp.Or(max(visibility, 0), job.DefaultVisibilityTimeout)
 	timeout := cmp.Or(max(j.Timeout, 0), job.DefaultTimeout)
-	opts := store.ClaimOpts{Queue: j.Queue, WorkerID: workerID, Now: now, LeaseUntil: now.Add(visibility), Deadline: now.Add(timeout), Redelivery: redelivery}
+	opts := store.ClaimOpts{Queue: j.Queue, WorkerID: workerID, Now: now, LeaseUntil: now.Add(visibility), Deadline: now.Add(timeout), Redelivery: redelivery,
+		Tenant: job.TenantFrom(ctx)}
 	claimed, err := s.st.Apply(ctx, store.Claim(j.ID, opts))
 	var ce *store.ConflictError
 	if errors.As(err, &ce) && !redelivery.IsZero() && ce.Current.State == job.Available && ce.Current.KeyLimit == nil &&
@@ -530,6 +542,9 @@ func (s *Service) claim(ctx context.Context, j *job.Job, workerID string, visibi
 	if errors.As(err, &ce) {
 		if ce.Current.State == job.Available && ce.Current.ExpiresAt != nil && !ce.Current.ExpiresAt.After(now) {
 			return nil, nil, s.expire(ctx, ce.Current, now)
+		}
+		if opts.Tenant != "" && ce.Current.Tenant != opts.Tenant {
+			return nil, nil, nil // another tenant's: not for this FETCH
 		}
 		if ce.Current.State == job.Available && ce.Current.KeyLimit != nil {
 			// A keyed job: claimed only with a start of its key.

@@ -13,6 +13,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 	"github.com/ojs-aws/ojs-serverless/pkg/ratelimit"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
+	"github.com/ojs-aws/ojs-serverless/pkg/tenant"
 )
 
 // EventLog is the event log Stats reads a queue's failures from
@@ -72,6 +73,8 @@ type Service struct {
 	poolc poolCache
 	// keys are the rate limit keys; keyStates holds, by key, the state
 	// this process last recorded (KeyHeaders).
+	// tenants is the tenant registry (Admit records each tenant's queues).
+	tenants   *tenant.Registry
 	keys      *ratelimit.Keys
 	keyMu     sync.Mutex
 	keyStates map[string]*ratelimit.State
@@ -91,6 +94,7 @@ func NewService(st *store.Store, c Config) *Service {
 		s.ev = events.NewStore(st.DB(), st.Table())
 	}
 	s.keys, s.keyStates = ratelimit.New(st.DB(), st.Table()), map[string]*ratelimit.State{}
+	s.tenants = tenant.New(st.DB(), st.Table())
 	for _, q := range c.PushQueues {
 		s.push[q] = true
 	}
@@ -111,13 +115,16 @@ func (s *Service) clock() time.Time { return s.now().UTC() }
 // IsPush reports whether queue is a push-mode queue.
 func (s *Service) IsPush(queue string) bool { return s.push[queue] }
 
+// Tenants returns the tenant registry (pkg/tenant).
+func (s *Service) Tenants() *tenant.Registry { return s.tenants }
+
 // Keys returns the rate limit keys (pkg/ratelimit).
 func (s *Service) Keys() *ratelimit.Keys { return s.keys }
 
 // Admit prepares jobs for writing, whoever creates them: push mode from
-// the queue, the queue registered and its rate limit recorded, and the
-// policy of each rate limit key recorded on the key (the last job's of
-// each key).
+// the queue, the queue registered and its rate limit recorded, a tenant's
+// queue in the tenant registry, and the policy of each rate limit key
+// recorded on the key (the last job's of each key).
 func (s *Service) Admit(ctx context.Context, jobs []*job.Job) error {
 	keyed := map[string]*job.KeyLimit{}
 	for _, j := range jobs {
@@ -133,6 +140,11 @@ func (s *Service) Admit(ctx context.Context, jobs []*job.Job) error {
 		}
 		if err := s.setRate(ctx, j); err != nil {
 			return ojserr.Backend(err)
+		}
+		if j.Tenant != "" {
+			if err := s.tenants.Record(ctx, j.Tenant, j.Queue, s.clock()); err != nil {
+				return ojserr.Backend(err)
+			}
 		}
 	}
 	for _, p := range keyed {

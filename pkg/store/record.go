@@ -53,9 +53,12 @@ const (
 	attrProgress     = "prog"
 	attrProgressInfo = "prog_info"
 	attrCheckpoint   = "ckpt"
-	// attrRateKey is a keyed job's rate limit key (KeyLimit).
-	attrRateKey = "rl_key"
-	jobSK       = "JOB"
+	// attrRateKey is a keyed job's rate limit key (KeyLimit), attrTenant
+	// a job's tenant.
+	attrRateKey  = "rl_key"
+	attrTenant   = "tenant"
+	attrTenantPK = "tn_pk"
+	jobSK        = "JOB"
 )
 
 // Key prefixes.
@@ -109,6 +112,10 @@ type envelope struct {
 	// whose presence makes the plain claim fail (Claim), and the policy.
 	RateKey   string `dynamodbav:"rl_key,omitempty"`
 	RateLimit string `dynamodbav:"rl,omitempty"`
+	// Tenant is the job's tenant; TenantPK its partition in the tenant
+	// index (tenantKey), which lists it while it is available (ready_sk).
+	Tenant   string `dynamodbav:"tenant,omitempty"`
+	TenantPK string `dynamodbav:"tn_pk,omitempty"`
 }
 
 // progress is where the job is in its lifecycle: its state and attempt,
@@ -276,6 +283,9 @@ func toRecord(j *job.Job) (record, error) {
 	if j.KeyLimit != nil {
 		r.RateKey, r.RateLimit = j.KeyLimit.Key, job.MarshalKeyLimit(j.KeyLimit)
 	}
+	if j.Tenant != "" {
+		r.Tenant, r.TenantPK = j.Tenant, tenantKey(j.Tenant, j.Queue, j.ID)
+	}
 	return r, nil
 }
 
@@ -308,7 +318,7 @@ func (r record) toJob() (*job.Job, error) {
 		NextAttemptAt: optTime(r.NextAttemptAt), Push: r.Push, WorkerID: r.WorkerID, CancelRequested: r.CancelRequested,
 		WorkflowID: r.WorkflowID, WorkflowNode: r.WorkflowNode, WorkflowShard: r.WorkflowShard, WorkflowNext: r.WorkflowNext,
 		WorkflowStepID: r.WorkflowStepID, WorkflowLast: r.WorkflowLast, UniqueKey: r.UniqueKey, ResultTTL: r.ResultTTL,
-		WorkflowExpiry: r.WorkflowTTL,
+		WorkflowExpiry: r.WorkflowTTL, Tenant: r.Tenant,
 	}
 	if r.ParentResults != "" {
 		j.ParentResults = json.RawMessage(r.ParentResults)

@@ -63,7 +63,7 @@ func TestRecordAttributeNames(t *testing.T) {
 		"expires_at", "expires_ms", "extra", "fb", "id", "lease_until", "max_attempts", "meta",
 		"next_attempt_at", "parent_results", "pk", "priority", "prog", "prog_info", "pruned_at", "push", "queue", "ready_pk",
 		"ready_sk", "result", "result_bytes", "result_ttl", "retain_s", "retry", "retry_delay_ms", "rl", "rl_key", "scheduled_at", "schema", "sk", "started_at", "state",
-		"tags", "timeout_ms", "ttl", "type", "uk", "version", "visibility_ms", "wf_ahead", "wf_id", "wf_last",
+		"tags", "tenant", "timeout_ms", "tn_pk", "ttl", "type", "uk", "version", "visibility_ms", "wf_ahead", "wf_id", "wf_last",
 		"wf_next", "wf_node", "wf_shard", "wf_sid", "wf_ttl", "worker_id"}
 	var r record
 	var fill func(v reflect.Value)

@@ -56,6 +56,15 @@ func dueKey(queue, id string) string {
 	return shardKey(duePrefix+queue, shardOf(id, shards().Due))
 }
 
+// tenantKey is the tenant-index partition of a tenant's job of queue:
+// the tenant's own ready partitions of the queue, spread like readyKey.
+func tenantKey(tenant, queue, id string) string {
+	return shardKey(tenant+"~"+queue, shardOf(id, shards().Ready))
+}
+
+// TenantKeys lists every tenant-index partition of a tenant's queue.
+func TenantKeys(tenant, queue string) []string { return ShardKeys(tenant+"~"+queue, shards().Ready) }
+
 // readyKeys and dueKeys list every partition of a queue.
 func readyKeys(queue string) []string { return ShardKeys(availPrefix+queue, shards().Ready) }
 func dueKeys(queue string) []string   { return ShardKeys(duePrefix+queue, shards().Due) }
@@ -155,7 +164,7 @@ func (s *Store) DueNow(ctx context.Context, queue string, now time.Time, limit i
 		return nil, nil
 	}
 	parts, err := EachShard(ctx, keys, func(ctx context.Context, pk string) ([]Item, error) {
-		items, err := s.queryShard(ctx, topology.IndexDue, "due_pk = :pk", pk, now, limit)
+		items, err := s.queryShard(ctx, topology.IndexDue, "due_pk = :pk", pk, now, "", limit)
 		if err != nil {
 			return nil, err
 		}

@@ -462,14 +462,8 @@ func (s *Store) transact(ctx context.Context, ts []Transition, pending []int, er
 }
 
 // queryShard reads up to limit jobs of partition pk of an index, whose key
-// condition cond names pk :pk (and now :now).
-func (s *Store) queryShard(ctx context.Context, index, cond, pk string, now time.Time, limit int) ([]Item, error) {
-	return s.queryShardAfter(ctx, index, cond, pk, now, "", limit)
-}
-
-// queryShardAfter is queryShard whose condition may also name :after
-// (after).
-func (s *Store) queryShardAfter(ctx context.Context, index, cond, pk string, now time.Time, after string, limit int) ([]Item, error) {
+// condition cond names pk :pk (and now :now, and :after, after).
+func (s *Store) queryShard(ctx context.Context, index, cond, pk string, now time.Time, after string, limit int) ([]Item, error) {
 	vals := map[string]types.AttributeValue{":pk": AttrS(pk)}
 	if strings.Contains(cond, ":now") {
 		vals[":now"] = AttrN(ms(now))
@@ -501,19 +495,23 @@ func (s *Store) queryShardAfter(ctx context.Context, index, cond, pk string, now
 // sort key, so priority-then-FIFO holds across shards. The index is
 // eventually consistent: callers claim with a condition.
 func (s *Store) Ready(ctx context.Context, queue string, limit int) ([]Item, error) {
-	return s.ReadyAfter(ctx, queue, "", limit)
+	return s.ReadyOf(ctx, "", queue, "", limit)
 }
 
-// ReadyAfter is Ready from after on: the jobs whose ready sort key follows
-// after (a listed job's Item.ReadySK), for a FETCH that went through a
-// window of jobs it could not take (ones their rate limit keys held).
-func (s *Store) ReadyAfter(ctx context.Context, queue, after string, limit int) ([]Item, error) {
-	cond := "ready_pk = :pk"
+// ReadyOf is Ready of one tenant's jobs (tenant "": every job; a tenant's
+// from the tenant index) from after on: the jobs whose ready sort key
+// follows after (a listed job's Item.ReadySK; "": from the head), for a
+// FETCH that went through a window of jobs it could not take.
+func (s *Store) ReadyOf(ctx context.Context, tenant, queue, after string, limit int) ([]Item, error) {
+	index, cond, keys := topology.IndexReady, "ready_pk = :pk", readyKeys(queue)
+	if tenant != "" {
+		index, cond, keys = topology.IndexTenant, "tn_pk = :pk", TenantKeys(tenant, queue)
+	}
 	if after != "" {
 		cond += " AND ready_sk > :after"
 	}
-	parts, err := EachShard(ctx, readyKeys(queue), func(ctx context.Context, pk string) ([]Item, error) {
-		return s.queryShardAfter(ctx, topology.IndexReady, cond, pk, time.Time{}, after, limit)
+	parts, err := EachShard(ctx, keys, func(ctx context.Context, pk string) ([]Item, error) {
+		return s.queryShard(ctx, index, cond, pk, time.Time{}, after, limit)
 	})
 	if err != nil {
 		return nil, err
@@ -551,7 +549,7 @@ const readyPushPages = 10
 // redeliver. The sweeper reads this way; FETCH reads through DueNow.
 func (s *Store) Due(ctx context.Context, queue string, now time.Time, limit int) ([]Item, error) {
 	parts, err := EachShard(ctx, dueKeys(queue), func(ctx context.Context, pk string) ([]Item, error) {
-		return s.queryShard(ctx, topology.IndexDue, "due_pk = :pk AND due_at <= :now", pk, now, limit)
+		return s.queryShard(ctx, topology.IndexDue, "due_pk = :pk AND due_at <= :now", pk, now, "", limit)
 	})
 	if err != nil {
 		return nil, err

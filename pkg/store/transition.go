@@ -114,7 +114,7 @@ func (t Transition) condition() expression.ConditionBuilder {
 // becomeAvailable sets the attributes of an available job: a pull-mode job
 // is listed in the ready index (FETCH's order); a push-mode job, whose place
 // in line SQS holds, only gets a redelivery check in the due index.
-func (t *Transition) becomeAvailable(queue string, priority int, push bool, now time.Time, redeliverAfter time.Duration, inline bool) {
+func (t *Transition) becomeAvailable(queue, tenant string, priority int, push bool, now time.Time, redeliverAfter time.Duration, inline bool) {
 	t.set("enqueued_at", job.Timestamp(now))
 	if push {
 		t.remove(attrReadyPK, attrReadySK)
@@ -123,6 +123,11 @@ func (t *Transition) becomeAvailable(queue string, priority int, push bool, now 
 		t.set(attrReadyPK, readyKey(queue, t.ID))
 		t.set(attrReadySK, readySortKey(priority, now, t.ID))
 		t.remove(attrDuePK, attrDueAt)
+		if tenant != "" {
+			// Also listed among its tenant's (the tenant index). A job
+			// read from an index (no tenant) keeps the partition it has.
+			t.set(attrTenantPK, tenantKey(tenant, queue, t.ID))
+		}
 	}
 	if inline {
 		t.set(attrDispatch, DispatchInline)
@@ -153,6 +158,9 @@ type ClaimOpts struct {
 	// one of the key's slots in the same transaction (Store.ApplyWith).
 	// A claim without it finds a keyed job's condition failed.
 	Key string
+	// Tenant, when set, claims only a job of that tenant (a
+	// tenant-scoped FETCH).
+	Tenant string
 }
 
 // Claim moves an available job to active for one worker: attempt+1,
@@ -189,6 +197,9 @@ func Claim(id string, o ClaimOpts) Transition {
 		t.and(expression.AttributeNotExists(expression.Name(attrRateKey)))
 	} else {
 		t.and(expression.Name(attrRateKey).Equal(expression.Value(o.Key)))
+	}
+	if o.Tenant != "" {
+		t.and(expression.Name(attrTenant).Equal(expression.Value(o.Tenant)))
 	}
 	return t
 }
@@ -304,6 +315,7 @@ func (t *Transition) discard(j *job.Job, now time.Time) {
 	t.set("discarded_at", job.Timestamp(now))
 	t.set(attrReadyPK, deadPrefix+j.Queue)
 	t.set(attrReadySK, DeadSortKey(now, j.ID))
+	t.remove(attrTenantPK) // out of the tenant index (whose sort key this is too)
 	t.remove(attrDuePK, attrDueAt, "next_attempt_at")
 }
 
@@ -333,7 +345,7 @@ func ExpireLease(j *job.Job, f Failure, now time.Time, redeliverAfter time.Durat
 	t := newTransition(j.ID, to, job.Active)
 	t.setErrors(j, f.Error)
 	if to == job.Available {
-		t.becomeAvailable(j.Queue, j.Priority, j.Push, now, redeliverAfter, inline)
+		t.becomeAvailable(j.Queue, j.Tenant, j.Priority, j.Push, now, redeliverAfter, inline)
 		t.remove("deadline_ms")
 	} else {
 		t.remove(attrLease, "deadline_ms", attrWorker, "cancel_requested", attrDispatch)
@@ -350,7 +362,7 @@ func ExpireLease(j *job.Job, f Failure, now time.Time, redeliverAfter time.Durat
 // worker), so that the stream relay does not deliver it again.
 func Promote(j *job.Job, now time.Time, redeliverAfter time.Duration, inline bool) Transition {
 	t := newTransition(j.ID, job.Available, j.State)
-	t.becomeAvailable(j.Queue, j.Priority, j.Push, now, redeliverAfter, inline)
+	t.becomeAvailable(j.Queue, j.Tenant, j.Priority, j.Push, now, redeliverAfter, inline)
 	t.and(expression.Name(attrDueAt).LessThanEqual(expression.Value(ms(now))))
 	return t
 }
@@ -369,7 +381,7 @@ func Expire(j *job.Job, now time.Time) Transition {
 // Activate moves a pending job to available.
 func Activate(j *job.Job, now time.Time, redeliverAfter time.Duration) Transition {
 	t := newTransition(j.ID, job.Available, job.Pending)
-	t.becomeAvailable(j.Queue, j.Priority, j.Push, now, redeliverAfter, false)
+	t.becomeAvailable(j.Queue, j.Tenant, j.Priority, j.Push, now, redeliverAfter, false)
 	t.set("activated_at", job.Timestamp(now))
 	return t
 }
@@ -465,7 +477,7 @@ func Redelivered(id string, dueAt, next time.Time) Transition {
 func Requeue(j *job.Job, e job.ErrorInfo, now time.Time, redeliverAfter time.Duration) Transition {
 	t := newTransition(j.ID, job.Available, job.Active)
 	t.setErrors(j, e)
-	t.becomeAvailable(j.Queue, j.Priority, j.Push, now, redeliverAfter, false)
+	t.becomeAvailable(j.Queue, j.Tenant, j.Priority, j.Push, now, redeliverAfter, false)
 	t.remove("deadline_ms")
 	t.and(expression.Name(attrAttempt).Equal(expression.Value(j.Attempt)))
 	t.leaseHeld(now)
@@ -485,7 +497,7 @@ func Revive(j *job.Job, now time.Time, redeliverAfter time.Duration, queue strin
 		t.set("meta", Packed(meta))
 	}
 	t.set(attrAttempt, 0)
-	t.becomeAvailable(queue, j.Priority, push, now, redeliverAfter, false)
+	t.becomeAvailable(queue, j.Tenant, j.Priority, push, now, redeliverAfter, false)
 	t.remove("completed_at", "discarded_at", "started_at", "retry_delay_ms", "result", "result_bytes", attrTTL, "deadline_ms", "pruned_at")
 	after := *j
 	after.Queue, after.Attempt, after.Result = queue, 0, nil
@@ -504,7 +516,7 @@ func Revive(j *job.Job, now time.Time, redeliverAfter time.Duration, queue strin
 func Reopen(j *job.Job, now time.Time, redeliverAfter time.Duration) Transition {
 	t := newTransition(j.ID, job.Available, job.Discarded, job.Cancelled)
 	t.set(attrAttempt, 0)
-	t.becomeAvailable(j.Queue, j.Priority, j.Push, now, redeliverAfter, false)
+	t.becomeAvailable(j.Queue, j.Tenant, j.Priority, j.Push, now, redeliverAfter, false)
 	t.remove("completed_at", "discarded_at", "cancelled_at", "started_at", "retry_delay_ms", "result", "result_bytes", "deadline_ms", "pruned_at")
 	t.and(expression.Name("wf_id").Equal(expression.Value(j.WorkflowID)))
 	return t

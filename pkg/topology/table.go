@@ -51,6 +51,11 @@ const (
 	// IndexDone lists completed jobs per queue by completion time, keys
 	// only (queue stats).
 	IndexDone = "done"
+	// IndexTenant is the sparse index of a tenant's available pull-mode
+	// jobs per queue in FETCH's order (tn_pk <tenant>~<queue>#<shard>,
+	// ready_sk): a tenant-scoped FETCH reads its own jobs only
+	// (docs/multi-tenancy.md). Jobs without a tenant have no entry.
+	IndexTenant = "tenant"
 )
 
 // JobIndexAttributes are the job attributes the ready and due indexes
@@ -80,6 +85,8 @@ var JobTable = Table{
 		{Name: IndexDue, PartitionKey: IndexKey{Name: "due_pk", Type: "S"}, SortKey: IndexKey{Name: "due_at", Type: "N"},
 			Include: append(append([]string{}, JobIndexAttributes...), DueOtherAttributes...)},
 		{Name: IndexDone, PartitionKey: IndexKey{Name: "done_pk", Type: "S"}, SortKey: IndexKey{Name: "done_sk", Type: "S"}, KeysOnly: true},
+		{Name: IndexTenant, PartitionKey: IndexKey{Name: "tn_pk", Type: "S"}, SortKey: IndexKey{Name: "ready_sk", Type: "S"},
+			Include: JobIndexAttributes},
 	},
 	Shards: Shards{Ready: 2, Due: 4, Registry: 4, WorkflowDue: 4},
 }

@@ -112,6 +112,9 @@ type Problem struct {
 // Parsed is a validated workflow creation request.
 type Parsed struct {
 	Root *Def
+	// Tenant is the tenant every job of the workflow belongs to
+	// (AssignTenant; "" for none).
+	Tenant string
 	// ID is the client-chosen workflow id, if any.
 	ID string
 	// Jobs is the number of leaf jobs, callbacks excluded.
@@ -821,3 +824,43 @@ func findCycle(n int, deps func(int) []int) []int {
 }
 
 func isNull(raw json.RawMessage) bool { return string(bytes.TrimSpace(raw)) == "null" }
+
+// AssignTenant makes every job of the workflow (steps, callbacks,
+// handlers, compensations) the tenant t's: its meta.tenant_id is set, and
+// a job that names another tenant is refused (ojs-multi-tenancy.md 15.2:
+// no cross-tenant workflows). t "" changes nothing.
+func (p *Parsed) AssignTenant(t string) error {
+	if t == "" {
+		return nil
+	}
+	var walk func(d *Def) error
+	walk = func(d *Def) error {
+		if d == nil {
+			return nil
+		}
+		for _, r := range []*json.RawMessage{&d.Request, &d.Compensate} {
+			if len(*r) > 0 {
+				out, err := job.TenantRequest(*r, t)
+				if err != nil {
+					return ojserr.As(err).With("path", d.Path)
+				}
+				*r = out
+			}
+		}
+		for _, c := range d.Children {
+			if err := walk(c); err != nil {
+				return err
+			}
+		}
+		for _, m := range []map[string]*Def{d.Callbacks, d.Handlers} {
+			for _, c := range m {
+				if err := walk(c); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	p.Tenant = t
+	return walk(p.Root)
+}

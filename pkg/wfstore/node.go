@@ -211,6 +211,8 @@ type Root struct {
 	// Retain is the workflow's retention in seconds (the longest of its
 	// jobs'): its items outlive its end by that much (see Extend).
 	Retain int64 `dynamodbav:"wf_r,omitempty"`
+	// Tenant is the tenant of every job of the workflow ("": none).
+	Tenant string `dynamodbav:"tenant,omitempty"`
 	Creation
 }
 

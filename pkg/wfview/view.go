@@ -26,9 +26,11 @@ import (
 // non-nil slices; omitted ones are nil.
 type View struct {
 	ViewNode
-	CancelledAt string       `json:"cancelled_at,omitempty"`
-	CreatedAt   string       `json:"created_at"`
-	Metadata    ViewMetadata `json:"metadata"`
+	CancelledAt string `json:"cancelled_at,omitempty"`
+	CreatedAt   string `json:"created_at"`
+	// TenantID is the tenant of the workflow's jobs ("": none).
+	TenantID string       `json:"tenant_id,omitempty"`
+	Metadata ViewMetadata `json:"metadata"`
 	ViewFailure
 	// Deadline is when the workflow's timeout (ViewNode.TimeoutMS) ends it.
 	Deadline string `json:"deadline,omitempty"`
@@ -233,7 +235,7 @@ func Render(t *wfstore.Tree, jobs map[string]*job.Job) *View {
 	}
 	out.ID, out.Type, out.Name, out.State = t.WorkflowID, root.Kind, cmp.Or(root.Name, root.Kind), string(root.State)
 	out.StartedAt, out.CompletedAt, out.CancelledAt = root.StartedAt, root.CompletedAt, root.CancelledAt
-	out.CreatedAt = root.CreatedAt
+	out.CreatedAt, out.TenantID = root.CreatedAt, root.Tenant
 	out.Metadata = ViewMetadata{CreatedAt: root.CreatedAt, JobCount: root.JobCount, CompletedCount: v.completed, FailedCount: v.failed,
 		StartedAt: root.StartedAt, CompletedAt: root.CompletedAt, CancelledAt: root.CancelledAt}
 	if root.JobCount > 0 {

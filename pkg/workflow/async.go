@@ -82,6 +82,9 @@ func (e *Engine) Resume(ctx context.Context, wfID string) error {
 		return fmt.Errorf("workflow %s: created_at: %w", wfID, err)
 	}
 	parsed, err := wfdef.Parse(raw, created)
+	if err == nil {
+		err = parsed.AssignTenant(root.Tenant)
+	}
 	if err != nil {
 		return fmt.Errorf("workflow %s: stored definition no longer valid: %w", wfID, err)
 	}

@@ -197,6 +197,9 @@ const CheckAfter = 5 * time.Minute
 func (e *Engine) Create(ctx context.Context, raw []byte) (*wfview.View, error) {
 	now := e.now().UTC()
 	parsed, err := wfdef.Parse(raw, now)
+	if err == nil {
+		err = parsed.AssignTenant(job.TenantFrom(ctx))
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -305,7 +308,7 @@ func (e *Engine) build(ctx context.Context, parsed *wfdef.Parsed, id string, now
 			nodes = append(nodes, &c)
 			return
 		}
-		root = &wfstore.Root{Composite: c, Form: parsed.Form, JobCount: parsed.Jobs, Retain: keep}
+		root = &wfstore.Root{Composite: c, Form: parsed.Form, JobCount: parsed.Jobs, Retain: keep, Tenant: parsed.Tenant}
 		root.State = wfstate.Running
 		root.CreatedAt, root.StartedAt = job.Timestamp(now), job.Timestamp(now)
 		check := now.Add(CheckAfter)

@@ -1,0 +1,112 @@
+package e2e
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Multi-tenancy end to end on the local stack: requests with X-OJS-Tenant
+// create the tenant's jobs and workflows and see or change only those;
+// a scoped FETCH takes only the tenant's jobs; the tenant's stats, the
+// registry and the scoped events API follow from the jobs' events.
+func TestTenantsEndToEnd(t *testing.T) {
+	t.Parallel()
+	q := uniqueQueue(t)
+	a, b := "acme-"+strings.ReplaceAll(q, "_", "-"), "beta-"+strings.ReplaceAll(q, "_", "-")
+	as := func(tenant string) []string { return []string{"X-OJS-Tenant", tenant} }
+	since := time.Now().UTC().Add(-time.Second).Format(time.RFC3339Nano)
+	enqueue := func(tenant string, n int) []string {
+		var ids []string
+		for i := range n {
+			r := do(t, http.MethodPost, "/ojs/v1/jobs", map[string]any{"type": "t.e2e", "args": []any{i}, "options": map[string]any{"queue": q}}, as(tenant)...)
+			j := r.job(t)
+			if r.Status != http.StatusCreated || j["meta"].(map[string]any)["tenant_id"] != tenant {
+				t.Fatalf("enqueue as %s: %d %s", tenant, r.Status, r.Raw)
+			}
+			ids = append(ids, j["id"].(string))
+		}
+		return ids
+	}
+	bIDs := enqueue(b, 5)
+	aIDs := enqueue(a, 2)
+	// By id, another tenant's job is not there.
+	if r := do(t, http.MethodGet, "/ojs/v1/jobs/"+aIDs[0], nil, as(b)...); r.Status != http.StatusNotFound {
+		t.Fatalf("b reads a's job: %d", r.Status)
+	}
+	if r := do(t, http.MethodDelete, "/ojs/v1/jobs/"+aIDs[0], nil, as(b)...); r.Status != http.StatusNotFound {
+		t.Fatalf("b cancels a's job: %d", r.Status)
+	}
+	if r := do(t, http.MethodGet, "/ojs/v1/jobs/"+aIDs[0], nil, as(a)...); r.Status != http.StatusOK || r.job(t)["state"] != "available" {
+		t.Fatalf("a reads its job: %d %s", r.Status, r.Raw)
+	}
+	if r := do(t, http.MethodPost, "/ojs/v1/jobs", map[string]any{"type": "t", "args": []any{}, "meta": map[string]any{"tenant_id": b}}, as(a)...); r.Status != http.StatusBadRequest {
+		t.Fatalf("a enqueues naming b in meta: %d", r.Status)
+	}
+	// a's FETCH takes a's two jobs, behind b's five.
+	r := do(t, http.MethodPost, "/ojs/v1/workers/fetch", map[string]any{"queues": []string{q}, "count": 10, "worker_id": "wa"}, as(a)...)
+	got := r.Body["jobs"].([]any)
+	if len(got) != 2 {
+		t.Fatalf("a's FETCH: %d jobs %s", len(got), r.Raw)
+	}
+	for _, g := range got {
+		if m := g.(map[string]any)["meta"].(map[string]any); m["tenant_id"] != a {
+			t.Fatalf("a's FETCH got %v", m)
+		}
+	}
+	// b cannot ACK a's job; a can.
+	if r := do(t, http.MethodPost, "/ojs/v1/workers/ack", map[string]any{"job_id": aIDs[0], "worker_id": "wa"}, as(b)...); r.Status != http.StatusNotFound {
+		t.Fatalf("b acks a's job: %d", r.Status)
+	}
+	for _, id := range aIDs {
+		if r := do(t, http.MethodPost, "/ojs/v1/workers/ack", map[string]any{"job_id": id, "worker_id": "wa"}, as(a)...); r.Status != http.StatusOK {
+			t.Fatalf("a acks: %d %s", r.Status, r.Raw)
+		}
+	}
+	// A workflow created as a is a's, every job of it too.
+	wr := do(t, http.MethodPost, "/ojs/v1/workflows", map[string]any{"type": "chain", "name": "t", "steps": []any{
+		map[string]any{"type": "t.step", "args": []any{}, "options": map[string]any{"queue": q}}}}, as(a)...)
+	if wr.Status != http.StatusCreated {
+		t.Fatalf("workflow: %d %s", wr.Status, wr.Raw)
+	}
+	wf := wr.Body["workflow"].(map[string]any)
+	if wf["tenant_id"] != a {
+		t.Fatalf("workflow tenant: %v", wf["tenant_id"])
+	}
+	if r := do(t, http.MethodGet, "/ojs/v1/workflows/"+wf["id"].(string), nil, as(b)...); r.Status != http.StatusNotFound {
+		t.Fatalf("b reads a's workflow: %d", r.Status)
+	}
+	// Stats, the registry and the scoped events follow.
+	deadline := time.Now().Add(settle)
+	var st response
+	for {
+		st = do(t, http.MethodGet, "/ojs/v1/admin/tenants/"+a+"/stats", nil)
+		jobs, _ := st.Body["jobs"].(map[string]any)
+		if st.Status == http.StatusOK && jobs != nil && num(jobs["completed_24h"]) == 2 && num(st.Body["total_jobs"]) >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a's stats: %d %s", st.Status, st.Raw)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	bs := do(t, http.MethodGet, "/ojs/v1/admin/tenants/"+b+"/stats", nil)
+	if jobs := bs.Body["jobs"].(map[string]any); num(jobs["available"]) != len(bIDs) {
+		t.Fatalf("b's stats: %s", bs.Raw)
+	}
+	if r := do(t, http.MethodGet, "/ojs/v1/queues/"+q, nil, as(b)...); num(r.Body["queue"].(map[string]any)["available"]) != len(bIDs) {
+		t.Fatalf("b's view of the queue: %s", r.Raw)
+	}
+	list := do(t, http.MethodGet, "/ojs/v1/admin/tenants", nil)
+	if !strings.Contains(string(list.Raw), `"`+a+`"`) || !strings.Contains(string(list.Raw), `"`+b+`"`) {
+		t.Fatalf("tenants: %s", list.Raw)
+	}
+	evs := do(t, http.MethodGet, "/ojs/v1/events?types=job.completed&since="+since+"&limit=1000", nil, as(b)...)
+	if n := len(evs.Body["events"].([]any)); evs.Status != http.StatusOK || n != 0 {
+		t.Fatalf("b's events hold a's completions: %d %s", n, evs.Raw)
+	}
+	if r := do(t, http.MethodGet, "/ojs/v1/admin/tenants/nobody-"+a+"/stats", nil); r.Status != http.StatusNotFound {
+		t.Fatalf("unknown tenant: %d", r.Status)
+	}
+}

@@ -1,0 +1,124 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+	"github.com/ojs-aws/ojs-serverless/pkg/tenant"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfview"
+)
+
+// Tenancy (docs/multi-tenancy.md): a request with the X-OJS-Tenant
+// header (validated in dispatch, carried by its context) is scoped to
+// that tenant: the jobs it creates are the tenant's, its FETCH takes only
+// the tenant's jobs, and it sees or changes by id only the tenant's jobs
+// (another tenant's answer 404, as a job that does not exist). A request
+// without the header is not scoped.
+
+// tenantOf is the tenant r is scoped to ("": none).
+func tenantOf(r *http.Request) string { return job.TenantFrom(r.Context()) }
+
+// scoped returns what r may see of a job read (j, err): another
+// tenant's job is not found, for a request scoped to a tenant.
+func scoped(r *http.Request) func(j *job.Job, err error) (*job.Job, error) {
+	return func(j *job.Job, err error) (*job.Job, error) {
+		if err != nil {
+			return nil, err
+		}
+		if t := tenantOf(r); t != "" && j.Tenant != t {
+			return nil, ojserr.NotFoundf("job", j.ID)
+		}
+		return j, nil
+	}
+}
+
+// owns checks, for a request scoped to a tenant, that job id is the
+// tenant's before the request changes it (one read; none unscoped).
+func (a *api) owns(r *http.Request, id string) error {
+	if tenantOf(r) == "" {
+		return nil
+	}
+	_, err := scoped(r)(a.jobs.Info(r.Context(), id))
+	return err
+}
+
+// workflowFor reads workflow id as r may see it: another tenant's is not
+// found, for a request scoped to a tenant.
+func (a *api) workflowFor(r *http.Request, id string) (*wfview.View, error) {
+	v, err := a.wfs.Get(r.Context(), id)
+	if err != nil {
+		return nil, err
+	}
+	if t := tenantOf(r); t != "" && v.TenantID != t {
+		return nil, ojserr.NotFoundf("workflow", id)
+	}
+	return v, nil
+}
+
+// Tenants is the tenant registry (implemented by *tenant.Registry).
+type Tenants interface {
+	List(ctx context.Context) ([]tenant.Info, error)
+	Get(ctx context.Context, id string) (*tenant.Info, error)
+	Stats(ctx context.Context, ev tenant.EventLog, id string, now time.Time) (*tenant.Stats, error)
+	Available(ctx context.Context, id, queue string) (int, error)
+}
+
+var _ Tenants = (*tenant.Registry)(nil)
+
+// addTenants registers the tenant routes (ojs-multi-tenancy.md 10): the
+// registry and a tenant's stats (admin level), and GET /queues/{name},
+// which a request scoped to a tenant reads as the tenant's part of it.
+func (s *Server) addTenants(a *api, ts Tenants) {
+	a.tenants = ts
+	s.add(LevelAdmin, http.MethodGet, "/ojs/v1/admin/tenants", ok(func(r *http.Request, _ params) (any, error) {
+		list, err := ts.List(r.Context())
+		if err != nil {
+			return nil, ojserr.Backend(err)
+		}
+		if list == nil {
+			list = []tenant.Info{}
+		}
+		return map[string]any{"tenants": list, "count": len(list)}, nil
+	}))
+	s.add(LevelAdmin, http.MethodGet, "/ojs/v1/admin/tenants/{id}", ok(func(r *http.Request, p params) (any, error) {
+		if err := job.ValidateTenant(p("id")); err != nil {
+			return nil, err
+		}
+		in, err := ts.Get(r.Context(), p("id"))
+		if err != nil {
+			return nil, ojserr.Backend(err)
+		}
+		if in == nil {
+			return nil, ojserr.NotFoundf("tenant", p("id"))
+		}
+		return map[string]any{"tenant": in}, nil
+	}))
+	s.add(LevelAdmin, http.MethodGet, "/ojs/v1/admin/tenants/{id}/stats", ok(func(r *http.Request, p params) (any, error) {
+		if err := job.ValidateTenant(p("id")); err != nil {
+			return nil, err
+		}
+		return ts.Stats(r.Context(), s.cfg.Events, p("id"), s.cfg.Now())
+	}))
+	s.add(LevelAdmin, http.MethodGet, "/ojs/v1/queues/{name}", ok(a.queueStats))
+}
+
+// tenantQueue is a queue's stats as a request scoped to tenant t sees
+// them: the tenant's own available jobs (the tenant index), not the
+// queue's other counts, which are every tenant's.
+func (a *api) tenantQueue(r *http.Request, name, t string) (any, error) {
+	if err := job.ValidateQueue(name); err != nil {
+		return nil, err
+	}
+	if a.tenants == nil {
+		return nil, ojserr.Newf(ojserr.ValidationError, "This server keeps no tenant registry; queue stats are not tenant-scoped.")
+	}
+	n, err := a.tenants.Available(r.Context(), t, name)
+	if err != nil {
+		return nil, ojserr.Backend(err)
+	}
+	q := map[string]any{"name": name, "tenant_id": t, "available": n}
+	return map[string]any{"queue": q, "stats": q, "computed_at": job.Timestamp(a.s.cfg.Now())}, nil
+}

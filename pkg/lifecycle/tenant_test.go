@@ -1,0 +1,65 @@
+package lifecycle_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
+	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+)
+
+// A request's tenant goes into its jobs' meta.tenant_id (a meta naming
+// another is refused); a FETCH scoped to a tenant takes only its jobs,
+// however many of another's are ahead of them, and one not scoped takes
+// any; a job failed for good leaves its tenant's listing.
+func TestTenantScopedFetch(t *testing.T) {
+	t.Parallel()
+	s, _, _ := newServices(t)
+	ctx := context.Background()
+	as := func(tenant string) context.Context { return job.WithTenant(ctx, tenant) }
+	push := func(ctx context.Context, body string) *job.Job {
+		t.Helper()
+		j, err := s.Push(ctx, []byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j
+	}
+	for i := range 30 {
+		push(as("beta"), fmt.Sprintf(`{"type":"t.job","args":[%d],"options":{"queue":"tq"}}`, i))
+	}
+	a := push(as("alpha"), `{"type":"t.job","args":["a"],"meta":{"trace":"x"},"options":{"queue":"tq"}}`)
+	if a.Tenant != "alpha" || string(a.Meta) != `{"tenant_id":"alpha","trace":"x"}` {
+		t.Fatalf("alpha's job: tenant %q meta %s", a.Tenant, a.Meta)
+	}
+	if _, err := s.Push(as("alpha"), []byte(`{"type":"t.job","args":[],"meta":{"tenant_id":"beta"},"options":{"queue":"tq"}}`)); code(err) != ojserr.InvalidRequest {
+		t.Fatalf("a meta naming another tenant: %v", err)
+	}
+	if j := push(ctx, `{"type":"t.job","args":[],"meta":{"tenant_id":"gamma"},"options":{"queue":"tq2"}}`); j.Tenant != "gamma" {
+		t.Fatalf("meta.tenant_id without the header: tenant %q", j.Tenant)
+	}
+	got, err := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"tq"}, Count: 5, WorkerID: "w", Tenant: "alpha"})
+	if err != nil || len(got) != 1 || got[0].ID != a.ID || got[0].Tenant != "alpha" {
+		t.Fatalf("alpha's FETCH behind 30 of beta's: %d jobs %v", len(got), err)
+	}
+	if again, _ := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"tq"}, Count: 5, WorkerID: "w", Tenant: "alpha"}); len(again) != 0 {
+		t.Fatalf("alpha has no job left, yet got %d", len(again))
+	}
+	// alpha's job fails for good: it leaves alpha's listing (the tenant
+	// index shares the dead letter's sort key).
+	if _, err := s.Nack(ctx, a.ID, lifecycle.ErrorInput{Type: "fatal", Message: "no", Retryable: new(false)}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"tq"}, Count: 5, WorkerID: "w", Tenant: "alpha"}); len(again) != 0 {
+		t.Fatalf("a discarded job was fetched again: %d", len(again))
+	}
+	all, err := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"tq"}, Count: 50, WorkerID: "w"})
+	if err != nil || len(all) != 30 {
+		t.Fatalf("an unscoped FETCH: %d jobs %v", len(all), err)
+	}
+	if _, err := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"tq"}, Tenant: "bad tenant"}); code(err) != ojserr.InvalidRequest {
+		t.Fatalf("an invalid tenant: %v", err)
+	}
+}

@@ -1,0 +1,121 @@
+// Package tenant owns the tenant registry of the multi-tenancy extension
+// (docs/multi-tenancy.md): one item per tenant that ever had a job, with
+// the queues its jobs went to, written at admission (once per process and
+// tenant and queue). A tenant's jobs are tagged (job.Job.Tenant), listed
+// in the tenant index while available (pkg/store), and their events paged
+// per tenant (pkg/events); Stats reads those.
+package tenant
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/store"
+)
+
+// Registry items: pk TENANTS#<shard> (by tenant), sk T#<tenant>.
+const (
+	registryBase = "TENANTS"
+	itemPrefix   = "T#"
+	// registryShards spreads the registry (written once per process per
+	// tenant and queue, read by the listing).
+	registryShards = 4
+)
+
+// Info is a tenant as registered.
+type Info struct {
+	ID        string   `dynamodbav:"tenant" json:"tenant_id"`
+	Queues    []string `dynamodbav:"queues,stringset,omitempty" json:"queues"`
+	FirstSeen string   `dynamodbav:"first_seen" json:"first_seen_at"`
+}
+
+// Registry reads and writes the tenant items of the job table.
+type Registry struct {
+	db    store.DynamoAPI
+	table string
+	// seen holds the tenant/queue pairs this process recorded.
+	seen sync.Map
+}
+
+// New returns the registry of table through db (store.Store.DB).
+func New(db store.DynamoAPI, table string) *Registry { return &Registry{db: db, table: table} }
+
+func key(tenant string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{"pk": store.AttrS(store.ShardedKey(registryBase, tenant, registryShards)),
+		"sk": store.AttrS(itemPrefix + tenant)}
+}
+
+// Record registers that tenant has jobs on queue (one write per process
+// and pair).
+func (r *Registry) Record(ctx context.Context, tenant, queue string, now time.Time) error {
+	pair := tenant + "\x00" + queue
+	if _, ok := r.seen.Load(pair); ok {
+		return nil
+	}
+	u := expression.Set(expression.Name("tenant"), expression.Value(tenant)).
+		Set(expression.Name("first_seen"), expression.IfNotExists(expression.Name("first_seen"), expression.Value(job.Timestamp(now)))).
+		Add(expression.Name("queues"), expression.Value(stringSet{queue}))
+	expr, err := expression.NewBuilder().WithUpdate(u).Build()
+	if err != nil {
+		return err
+	}
+	if _, err := r.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &r.table, Key: key(tenant), UpdateExpression: expr.Update(),
+		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values()}); err != nil {
+		return fmt.Errorf("register tenant %s: %w", tenant, err)
+	}
+	r.seen.Store(pair, true)
+	return nil
+}
+
+// stringSet marshals as a DynamoDB string set (for ADD).
+type stringSet []string
+
+func (s stringSet) MarshalDynamoDBAttributeValue() (types.AttributeValue, error) {
+	return &types.AttributeValueMemberSS{Value: s}, nil
+}
+
+// Get reads a tenant (nil when it never had a job).
+func (r *Registry) Get(ctx context.Context, tenant string) (*Info, error) {
+	out, err := r.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &r.table, Key: key(tenant), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return nil, fmt.Errorf("read tenant %s: %w", tenant, err)
+	}
+	if len(out.Item) == 0 {
+		return nil, nil
+	}
+	in, err := store.Unmarshal[Info](out.Item)
+	if in != nil {
+		slices.Sort(in.Queues)
+	}
+	return in, err
+}
+
+// List reads every tenant, by id.
+func (r *Registry) List(ctx context.Context) ([]Info, error) {
+	parts, err := store.EachShard(ctx, store.ShardKeys(registryBase, registryShards), func(ctx context.Context, pk string) ([]Info, error) {
+		return store.QueryAll[Info](ctx, r.db, &dynamodb.QueryInput{TableName: &r.table,
+			KeyConditionExpression:    aws.String("pk = :pk AND begins_with(sk, :t)"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":pk": store.AttrS(pk), ":t": store.AttrS(itemPrefix)}})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list tenants: %w", err)
+	}
+	var out []Info
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	for i := range out {
+		slices.Sort(out[i].Queues)
+	}
+	slices.SortFunc(out, func(a, b Info) int { return strings.Compare(a.ID, b.ID) })
+	return out, nil
+}
