@@ -106,6 +106,9 @@ func TestTenantsEndToEnd(t *testing.T) {
 	if n := len(evs.Body["events"].([]any)); evs.Status != http.StatusOK || n != 0 {
 		t.Fatalf("b's events hold a's completions: %d %s", n, evs.Raw)
 	}
+	if page := do(t, http.MethodGet, "/ojs/admin/tenants", nil); page.Status != http.StatusOK || !strings.Contains(string(page.Raw), `<td class="mono">`+a+`</td>`) {
+		t.Fatalf("console tenants page: %d %.400s", page.Status, page.Raw)
+	}
 	if r := do(t, http.MethodGet, "/ojs/v1/admin/tenants/nobody-"+a+"/stats", nil); r.Status != http.StatusNotFound {
 		t.Fatalf("unknown tenant: %d", r.Status)
 	}

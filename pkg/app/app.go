@@ -180,7 +180,7 @@ func Load(ctx context.Context) (*App, error) {
 		Crons: &cron.Service{Store: cron.NewStore(st), Jobs: svc, Queues: qsvc, Logger: log},
 	}
 	a.Console, err = console.New(console.Config{Admin: a.Admin, Workflows: a.Workflows, Crons: a.Crons, AuthToken: a.AuthToken,
-		IsPush: qsvc.IsPush, Webhooks: whs, RateLimits: qsvc, Logger: log})
+		IsPush: qsvc.IsPush, Webhooks: whs, RateLimits: qsvc, Tenants: qsvc.Tenants(), TenantEvents: evs, Logger: log})
 	if err != nil {
 		return nil, err
 	}

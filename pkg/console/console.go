@@ -27,6 +27,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 	"github.com/ojs-aws/ojs-serverless/pkg/ratelimit"
+	"github.com/ojs-aws/ojs-serverless/pkg/tenant"
 	"github.com/ojs-aws/ojs-serverless/pkg/webhook"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfview"
 )
@@ -69,6 +70,10 @@ type Config struct {
 	// RateLimits, when set, shows a keyed job's rate limit key's use on
 	// its page.
 	RateLimits RateLimits
+	// Tenants, when set, serves the tenants page, with each tenant's
+	// counts read from TenantEvents too.
+	Tenants      *tenant.Registry
+	TenantEvents tenant.EventLog
 	// AuthToken, when set, is required (bearer header or the console's
 	// cookie) on every console page.
 	AuthToken string
@@ -125,6 +130,7 @@ func (c *Console) Routes() []Route {
 		{p, Prefix + "workers/{id}/deregister", c.auth(c.deregister)},
 		{g, Prefix + "cron", c.auth(c.crons)},
 		{g, Prefix + "webhooks", c.auth(c.webhooks)},
+		{g, Prefix + "tenants", c.auth(c.tenants)},
 		{g, Prefix + "workflows", c.auth(c.workflows)},
 		{g, Prefix + "workflows/{id}", c.auth(c.workflow)},
 		{g, Prefix + "workflows/{id}/graph", c.auth(c.workflowGraph)},
@@ -566,6 +572,37 @@ func (c *Console) webhooks(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	c.show(w, r, err, "webhooks", page{Title: "Webhooks", Nav: "webhooks", Data: d})
+}
+
+// maxTenantRows bounds the tenants the tenants page counts (each costs
+// reads of its queues' tenant index and of its events of the day).
+const maxTenantRows = 50
+
+// tenantsData is the tenants page: each tenant's counts (the first
+// maxTenantRows by id), and how many there are.
+type tenantsData struct {
+	Stats []*tenant.Stats
+	Total int
+}
+
+func (c *Console) tenants(w http.ResponseWriter, r *http.Request) {
+	d := &tenantsData{}
+	var err error
+	if c.cfg.Tenants != nil {
+		var list []tenant.Info
+		if list, err = c.cfg.Tenants.List(r.Context()); err == nil {
+			d.Total = len(list)
+			for _, in := range list[:min(len(list), maxTenantRows)] {
+				st, serr := c.cfg.Tenants.Stats(r.Context(), c.cfg.TenantEvents, in.ID, time.Now())
+				if serr != nil {
+					err = serr
+					break
+				}
+				d.Stats = append(d.Stats, st)
+			}
+		}
+	}
+	c.show(w, r, err, "tenants", page{Title: "Tenants", Nav: "tenants", Data: d})
 }
 
 func (c *Console) workflows(w http.ResponseWriter, r *http.Request) {

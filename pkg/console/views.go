@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"html"
+	"io"
 	"net/url"
 	"strings"
 
@@ -29,7 +30,8 @@ type SafeHTML string
 type Builder struct{ strings.Builder }
 
 // f writes format with each argument escaped for HTML (text and quoted
-// attribute values alike); SafeHTML arguments are written as they are.
+// attribute values alike), whatever its verb; SafeHTML arguments are
+// written as they are.
 func (b *Builder) f(format string, args ...any) {
 	esc := make([]any, len(args))
 	for i, a := range args {
@@ -37,9 +39,16 @@ func (b *Builder) f(format string, args ...any) {
 			esc[i] = string(s)
 			continue
 		}
-		esc[i] = html.EscapeString(fmt.Sprint(a))
+		esc[i] = escaped{a}
 	}
 	fmt.Fprintf(b, format, esc...)
+}
+
+// escaped formats its value with the verb it is given, escaped for HTML.
+type escaped struct{ v any }
+
+func (e escaped) Format(f fmt.State, verb rune) {
+	_, _ = io.WriteString(f, html.EscapeString(fmt.Sprintf(fmt.FormatString(f, verb), e.v)))
 }
 
 // raw writes trusted constant markup.
@@ -96,6 +105,7 @@ var views = map[string]func(*Builder, page){
 	"workers":    workersView,
 	"cron":       cronView,
 	"webhooks":   webhooksView,
+	"tenants":    tenantsView,
 	"workflows":  workflowsView,
 	"workflow":   workflowView,
 	"login":      loginView,
@@ -122,6 +132,7 @@ func pageLayout(b *Builder, p page, content func(*Builder, page)) {
 		{"/ojs/admin/", "dashboard", "Dashboard"}, {"/ojs/admin/jobs", "jobs", "Jobs"}, {"/ojs/admin/workflows", "workflows", "Workflows"},
 		{"/ojs/admin/dead-letter", "dead-letter", "Dead letter"}, {"/ojs/admin/workers", "workers", "Workers"}, {"/ojs/admin/cron", "cron", "Cron"},
 		{"/ojs/admin/webhooks", "webhooks", "Webhooks"},
+		{"/ojs/admin/tenants", "tenants", "Tenants"},
 	} {
 		b.f("    <a href=\"%s\" %s>%s</a>\n", n.href, when(p.Nav == n.nav, `class="on"`), n.label)
 	}
@@ -440,13 +451,36 @@ func webhooksView(b *Builder, p page) {
   <tbody>
 `)
 	for _, s := range d.Subs {
-		b.f("    <tr><td class=\"mono\">%s</td><td class=\"mono\">%s</td><td>%s</td><td>%v</td><td>%d ms</td><td>%d</td><td>%s</td></tr>\n",
+		b.f("    <tr><td class=\"mono\">%s</td><td class=\"mono\">%s</td><td>%s</td><td>%v</td><td>%v ms</td><td>%v</td><td>%s</td></tr>\n",
 			s.ID, s.URL, strings.Join(s.Events, ", "), s.Active, s.TimeoutMS, s.MaxAttempts, s.UpdatedAt)
 	}
 	b.none(len(d.Subs), "    ", 7, "No subscriptions (POST /ojs/v1/webhooks/subscriptions creates one).")
 	b.raw("  </tbody>\n</table>\n")
-	b.f(`<p>Failed deliveries in the dead letter queue: <a href="/ojs/admin/dead-letter?queue=%s">%d</a> (redrive them there once the receiver answers).</p>
+	b.f(`<p>Failed deliveries in the dead letter queue: <a href="/ojs/admin/dead-letter?queue=%s">%v</a> (redrive them there once the receiver answers).</p>
 `, job.WebhookQueue, d.Dead)
+}
+
+func tenantsView(b *Builder, p page) {
+	d, _ := p.Data.(*tenantsData)
+	if d == nil {
+		d = &tenantsData{}
+	}
+	b.raw(`<h1>Tenants</h1>
+<p class="muted">Jobs enqueued with <span class="mono">X-OJS-Tenant</span> or <span class="mono">meta.tenant_id</span>: available now, and what happened to them in the last 24 hours.</p>
+<table>
+  <thead><tr><th>tenant</th><th>queues</th><th>available</th><th>enqueued</th><th>started</th><th>completed</th><th>failed</th><th>discarded</th><th>cancelled</th><th>first seen</th></tr></thead>
+  <tbody>
+`)
+	for _, st := range d.Stats {
+		j := st.Jobs
+		b.f("    <tr><td class=\"mono\">%s</td><td>%s</td><td>%d</td><td>%d</td><td>%d</td><td>%d</td><td>%d</td><td>%d</td><td>%d</td><td>%s</td></tr>\n",
+			st.TenantID, strings.Join(st.Queues, ", "), j.Available, j.Enqueued, j.Started, j.Completed, j.Failed, j.Discarded, j.Cancelled, st.FirstSeenAt)
+	}
+	b.none(len(d.Stats), "    ", 10, "No tenant has had a job.")
+	b.raw("  </tbody>\n</table>\n")
+	if d.Total > len(d.Stats) {
+		b.f("<p class=\"muted\">%d tenants; the first %d by id are shown (GET /ojs/v1/admin/tenants lists them all).</p>\n", d.Total, len(d.Stats))
+	}
 }
 
 func workflowsView(b *Builder, p page) {

@@ -11,6 +11,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/ratelimit"
+	"github.com/ojs-aws/ojs-serverless/pkg/tenant"
 	"github.com/ojs-aws/ojs-serverless/pkg/webhook"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfview"
 )
@@ -92,6 +93,29 @@ func TestJobPageShowsRateLimitKey(t *testing.T) {
 	for _, want := range []string{`Rate limit key <span class="mono">stripe-api</span>`, `concurrency 3 / 5 active <progress value="3" max="5">`, `rate 47 / 100 per PT1M`} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("job page lacks %q:\n%s", want, b.String())
+		}
+	}
+}
+
+// Every verb of a view's format escapes its value and prints it as the
+// verb says (a number under %d was once printed "%!d(string=...)").
+func TestBuilderEscapesEveryVerb(t *testing.T) {
+	var b Builder
+	b.f("%d ms · %v · %s · %.1f · %q", 10000, true, "<b>", 0.25, "x")
+	if got, want := b.String(), `10000 ms · true · &lt;b&gt; · 0.2 · &#34;x&#34;`; got != want {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+}
+
+// The tenants page shows each tenant's counts.
+func TestTenantsPage(t *testing.T) {
+	d := &tenantsData{Total: 2, Stats: []*tenant.Stats{{TenantID: "acme", Queues: []string{"a", "b"}, FirstSeenAt: "2026-11-29T10:00:00.000Z",
+		Jobs: tenant.Counts{Available: 4, Enqueued: 9, Completed: 5}}}}
+	var b Builder
+	tenantsView(&b, page{Data: d})
+	for _, want := range []string{`<td class="mono">acme</td><td>a, b</td><td>4</td><td>9</td><td>0</td><td>5</td>`, "2 tenants; the first 1 by id"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("tenants page lacks %q:\n%s", want, b.String())
 		}
 	}
 }
