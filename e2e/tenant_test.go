@@ -65,8 +65,10 @@ func TestTenantsEndToEnd(t *testing.T) {
 		}
 	}
 	// A workflow created as a is a's, every job of it too.
+	wq := q + "-wf"
 	wr := do(t, http.MethodPost, "/ojs/v1/workflows", map[string]any{"type": "chain", "name": "t", "steps": []any{
-		map[string]any{"type": "t.step", "args": []any{}, "options": map[string]any{"queue": q}}}}, as(a)...)
+		map[string]any{"type": "t.step", "args": []any{1}, "options": map[string]any{"queue": wq}},
+		map[string]any{"type": "t.step", "args": []any{2}, "options": map[string]any{"queue": wq}}}}, as(a)...)
 	if wr.Status != http.StatusCreated {
 		t.Fatalf("workflow: %d %s", wr.Status, wr.Raw)
 	}
@@ -77,13 +79,30 @@ func TestTenantsEndToEnd(t *testing.T) {
 	if r := do(t, http.MethodGet, "/ojs/v1/workflows/"+wf["id"].(string), nil, as(b)...); r.Status != http.StatusNotFound {
 		t.Fatalf("b reads a's workflow: %d", r.Status)
 	}
+	// Its second step, started when the first completes, is a's as well:
+	// a's FETCH (the tenant index) finds it.
+	for step := 1; step <= 2; step++ {
+		deadline := time.Now().Add(settle)
+		var jobs []any
+		for {
+			r := do(t, http.MethodPost, "/ojs/v1/workers/fetch", map[string]any{"queues": []string{wq}, "worker_id": "wa"}, as(a)...)
+			if jobs = r.Body["jobs"].([]any); len(jobs) == 1 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if len(jobs) != 1 || num(jobs[0].(map[string]any)["args"].([]any)[0]) != step {
+			t.Fatalf("a's FETCH of step %d: %v", step, jobs)
+		}
+		do(t, http.MethodPost, "/ojs/v1/workers/ack", map[string]any{"job_id": jobs[0].(map[string]any)["id"], "worker_id": "wa"}, as(a)...)
+	}
 	// Stats, the registry and the scoped events follow.
 	deadline := time.Now().Add(settle)
 	var st response
 	for {
 		st = do(t, http.MethodGet, "/ojs/v1/admin/tenants/"+a+"/stats", nil)
 		jobs, _ := st.Body["jobs"].(map[string]any)
-		if st.Status == http.StatusOK && jobs != nil && num(jobs["completed_24h"]) == 2 && num(st.Body["total_jobs"]) >= 2 {
+		if st.Status == http.StatusOK && jobs != nil && num(jobs["completed_24h"]) == 4 && num(st.Body["total_jobs"]) == 4 {
 			break
 		}
 		if time.Now().After(deadline) {
