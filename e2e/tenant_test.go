@@ -128,6 +128,15 @@ func TestTenantsEndToEnd(t *testing.T) {
 	if page := do(t, http.MethodGet, "/ojs/admin/tenants", nil); page.Status != http.StatusOK || !strings.Contains(string(page.Raw), `<td class="mono">`+a+`</td>`) {
 		t.Fatalf("console tenants page: %d %.400s", page.Status, page.Raw)
 	}
+	// A limit: a's max_concurrency, in its stats with its use.
+	if r := do(t, http.MethodPut, "/ojs/v1/admin/tenants/"+a+"/limits", map[string]any{"max_concurrency": 1}); r.Status != http.StatusOK ||
+		num(r.Body["tenant"].(map[string]any)["limits"].(map[string]any)["max_concurrency"]) != 1 {
+		t.Fatalf("set a's limits: %d %s", r.Status, r.Raw)
+	}
+	lim := do(t, http.MethodGet, "/ojs/v1/admin/tenants/"+a+"/stats", nil).Body["limits"].(map[string]any)
+	if mc, _ := lim["max_concurrency"].(map[string]any); mc == nil || num(mc["limit"]) != 1 {
+		t.Fatalf("a's stats' limits: %v", lim)
+	}
 	if r := do(t, http.MethodGet, "/ojs/v1/admin/tenants/nobody-"+a+"/stats", nil); r.Status != http.StatusNotFound {
 		t.Fatalf("unknown tenant: %d", r.Status)
 	}

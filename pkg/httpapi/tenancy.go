@@ -2,11 +2,13 @@ package httpapi
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"time"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/tenant"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfview"
 )
@@ -68,6 +70,14 @@ type Tenants interface {
 
 var _ Tenants = (*tenant.Registry)(nil)
 
+// TenantLimits sets a tenant's limits (implemented by *queue.Service; the
+// API uses Services.Queues when it implements it).
+type TenantLimits interface {
+	SetTenantLimits(ctx context.Context, id string, l tenant.Limits) (*tenant.Info, error)
+}
+
+var _ TenantLimits = (*queue.Service)(nil)
+
 // addTenants registers the tenant routes (ojs-multi-tenancy.md 10): the
 // registry and a tenant's stats (admin level), and GET /queues/{name},
 // which a request scoped to a tenant reads as the tenant's part of it.
@@ -96,6 +106,29 @@ func (s *Server) addTenants(a *api, ts Tenants) {
 		}
 		return map[string]any{"tenant": in}, nil
 	}))
+	if tl, ok2 := a.queueSvc.(TenantLimits); ok2 {
+		s.add(LevelAdmin, http.MethodPut, "/ojs/v1/admin/tenants/{id}/limits", withBody(func(r *http.Request, p params, raw []byte) (any, error) {
+			var body struct {
+				MaxConcurrency json.RawMessage `json:"max_concurrency"`
+			}
+			if err := json.Unmarshal(raw, &body); err != nil {
+				return nil, ojserr.Invalid("body", "Send {\"max_concurrency\": n} (n from 0, or null for no limit).")
+			}
+			var l tenant.Limits
+			if len(body.MaxConcurrency) > 0 && string(body.MaxConcurrency) != "null" {
+				var n int
+				if err := json.Unmarshal(body.MaxConcurrency, &n); err != nil {
+					return nil, ojserr.Invalid("max_concurrency", "'max_concurrency' must be an integer, or null for no limit.")
+				}
+				l.MaxConcurrency = &n
+			}
+			in, err := tl.SetTenantLimits(r.Context(), p("id"), l)
+			if err != nil {
+				return nil, err
+			}
+			return map[string]any{"tenant": in}, nil
+		}))
+	}
 	s.add(LevelAdmin, http.MethodGet, "/ojs/v1/admin/tenants/{id}/stats", ok(func(r *http.Request, p params) (any, error) {
 		if err := job.ValidateTenant(p("id")); err != nil {
 			return nil, err

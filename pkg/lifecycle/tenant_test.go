@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+	"github.com/ojs-aws/ojs-serverless/pkg/tenant"
 )
 
 // A request's tenant goes into its jobs' meta.tenant_id (a meta naming
@@ -61,5 +63,48 @@ func TestTenantScopedFetch(t *testing.T) {
 	}
 	if _, err := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"tq"}, Tenant: "bad tenant"}); code(err) != ojserr.InvalidRequest {
 		t.Fatalf("an invalid tenant: %v", err)
+	}
+}
+
+// A tenant's max_concurrency holds its jobs past the limit, scoped FETCH
+// or not, other tenants' jobs going on; a new limit applies to the jobs
+// already waiting.
+func TestTenantMaxConcurrency(t *testing.T) {
+	t.Parallel()
+	s, q, clk := newServices(t)
+	ctx := context.Background()
+	one := 1
+	if _, err := q.SetTenantLimits(ctx, "lim", tenant.Limits{MaxConcurrency: &one}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if _, err := s.Push(job.WithTenant(ctx, "lim"), fmt.Appendf(nil, `{"type":"t","args":[%d],"options":{"queue":"tl"}}`, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other, err := s.Push(job.WithTenant(ctx, "free"), []byte(`{"type":"t","args":[],"options":{"queue":"tl"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"tl"}, Count: 10, WorkerID: "w"})
+	if err != nil || len(got) != 2 {
+		t.Fatalf("unscoped FETCH with lim limited to 1: %d jobs %v", len(got), err)
+	}
+	if got[0].ID != other.ID && got[1].ID != other.ID {
+		t.Fatal("the other tenant's job was held too")
+	}
+	if again, _ := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"tl"}, Count: 10, WorkerID: "w", Tenant: "lim"}); len(again) != 0 {
+		t.Fatalf("lim at its limit, yet a scoped FETCH got %d", len(again))
+	}
+	two := 2
+	if _, err := q.SetTenantLimits(ctx, "lim", tenant.Limits{MaxConcurrency: &two}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Add(time.Second) // past the process's memory of the full key
+	if more, _ := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"tl"}, Count: 10, WorkerID: "w", Tenant: "lim"}); len(more) != 1 {
+		t.Fatalf("limit raised to 2: a scoped FETCH got %d, want 1", len(more))
+	}
+	if _, err := q.SetTenantLimits(ctx, "lim", tenant.Limits{MaxConcurrency: new(-1)}); code(err) != ojserr.InvalidRequest {
+		t.Fatalf("a negative limit: %v", err)
 	}
 }

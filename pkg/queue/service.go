@@ -127,7 +127,20 @@ func (s *Service) Keys() *ratelimit.Keys { return s.keys }
 // recorded on the key (the last job's of each key).
 func (s *Service) Admit(ctx context.Context, jobs []*job.Job) error {
 	keyed := map[string]*job.KeyLimit{}
+	owned := map[string]bool{} // tenants' keys: their limits set the policy
 	for _, j := range jobs {
+		if j.Tenant != "" && j.KeyLimit == nil {
+			// A tenant's max_concurrency holds its jobs (those without
+			// a rate limit key of their own) under the tenant's key.
+			l, err := s.tenants.LimitsOf(ctx, j.Tenant, s.clock())
+			if err != nil {
+				return ojserr.Backend(err)
+			}
+			if l.MaxConcurrency != nil {
+				j.KeyLimit = &job.KeyLimit{Key: tenant.ConcurrencyKey(j.Tenant), Concurrency: l.MaxConcurrency}
+				owned[j.KeyLimit.Key] = true
+			}
+		}
 		if j.KeyLimit != nil {
 			keyed[j.KeyLimit.Key] = j.KeyLimit
 		}
@@ -148,7 +161,11 @@ func (s *Service) Admit(ctx context.Context, jobs []*job.Job) error {
 		}
 	}
 	for _, p := range keyed {
-		st, err := s.keys.Record(ctx, p, s.clock())
+		record := s.keys.Record
+		if owned[p.Key] {
+			record = s.keys.Ensure // a limit read up to 10 s ago must not undo a newer one
+		}
+		st, err := record(ctx, p, s.clock())
 		if err != nil {
 			return ojserr.Backend(err)
 		}
@@ -253,4 +270,24 @@ func (s *Service) KeyInfo(ctx context.Context, key string) (*ratelimit.Info, err
 	}
 	in := st.Info(s.clock())
 	return &in, nil
+}
+
+// SetTenantLimits sets a tenant's limits (ojs-multi-tenancy.md 9.3) and
+// its concurrency key's policy at once, so that the tenant's jobs already
+// waiting under the key follow the new limit (nil: none).
+func (s *Service) SetTenantLimits(ctx context.Context, id string, l tenant.Limits) (*tenant.Info, error) {
+	if err := job.ValidateTenant(id); err != nil {
+		return nil, err
+	}
+	if c := l.MaxConcurrency; c != nil && (*c < 0 || *c > job.MaxKeyConcurrency) {
+		return nil, ojserr.Invalid("max_concurrency", "'max_concurrency' must be an integer from 0 to %d, or null for no limit.", job.MaxKeyConcurrency)
+	}
+	if _, err := s.keys.Record(ctx, &job.KeyLimit{Key: tenant.ConcurrencyKey(id), Concurrency: l.MaxConcurrency}, s.clock()); err != nil {
+		return nil, ojserr.Backend(err)
+	}
+	in, err := s.tenants.SetLimits(ctx, id, l, s.clock())
+	if err != nil {
+		return nil, ojserr.Backend(err)
+	}
+	return in, nil
 }

@@ -170,8 +170,18 @@ func (k *Keys) update(ctx context.Context, in *dynamodb.UpdateItemInput) (*dynam
 // Record writes a keyed job's policy on its key's item at admission (the
 // last admitted job's policy is the key's) and returns the key's state.
 func (k *Keys) Record(ctx context.Context, p *job.KeyLimit, now time.Time) (*State, error) {
+	return k.record(ctx, p, now, expression.Value(job.MarshalKeyLimit(p)))
+}
+
+// Ensure is Record that keeps the key's policy when it has one (a key
+// whose policy one writer owns: a tenant's, set by its limits).
+func (k *Keys) Ensure(ctx context.Context, p *job.KeyLimit, now time.Time) (*State, error) {
+	return k.record(ctx, p, now, expression.IfNotExists(expression.Name(attrPolicy), expression.Value(job.MarshalKeyLimit(p))))
+}
+
+func (k *Keys) record(ctx context.Context, p *job.KeyLimit, now time.Time, policy expression.OperandBuilder) (*State, error) {
 	u := expression.Set(expression.Name(attrKey), expression.Value(p.Key)).
-		Set(expression.Name(attrPolicy), expression.Value(job.MarshalKeyLimit(p))).
+		Set(expression.Name(attrPolicy), policy).
 		Set(expression.Name(attrSlots), expression.IfNotExists(expression.Name(attrSlots), expression.Value(map[string]int{}))).
 		Set(expression.Name(attrAt), expression.Value(job.Timestamp(now)))
 	expr, err := expression.NewBuilder().WithUpdate(u).Build()

@@ -2,6 +2,7 @@ package tenant
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -9,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+	"github.com/ojs-aws/ojs-serverless/pkg/ratelimit"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 )
@@ -39,6 +41,14 @@ type Stats struct {
 	// takes (maxStatsPages): the counts are then lower bounds.
 	Truncated   bool   `json:"truncated,omitempty"`
 	FirstSeenAt string `json:"first_seen_at"`
+	// Limits are the tenant's limits and their use now.
+	Limits map[string]LimitUse `json:"limits"`
+}
+
+// LimitUse is a limit and its current use.
+type LimitUse struct {
+	Limit   int `json:"limit"`
+	Current int `json:"current"`
 }
 
 // Counts are a tenant's jobs: available now (pull mode, from the tenant
@@ -69,7 +79,16 @@ func (r *Registry) Stats(ctx context.Context, ev EventLog, id string, now time.T
 	if in == nil {
 		return nil, ojserr.NotFoundf("tenant", id)
 	}
-	st := &Stats{TenantID: id, Queues: in.Queues, Window: "PT24H", FirstSeenAt: in.FirstSeen}
+	st := &Stats{TenantID: id, Queues: in.Queues, Window: "PT24H", FirstSeenAt: in.FirstSeen, Limits: map[string]LimitUse{}}
+	if c := in.Limits.MaxConcurrency; c != nil {
+		use := LimitUse{Limit: *c}
+		if k, err := ratelimit.New(r.db, r.table).Get(ctx, ConcurrencyKey(id)); err == nil {
+			use.Current = len(k.Slots)
+		} else if !errors.Is(err, ratelimit.ErrNotFound) {
+			return nil, ojserr.Backend(err)
+		}
+		st.Limits["max_concurrency"] = use
+	}
 	for _, q := range in.Queues {
 		n, err := r.Available(ctx, id, q)
 		if err != nil {

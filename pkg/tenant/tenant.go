@@ -36,14 +36,81 @@ type Info struct {
 	ID        string   `dynamodbav:"tenant" json:"tenant_id"`
 	Queues    []string `dynamodbav:"queues,stringset,omitempty" json:"queues"`
 	FirstSeen string   `dynamodbav:"first_seen" json:"first_seen_at"`
+	// Limits are the tenant's limits (SetLimits).
+	Limits Limits `dynamodbav:"limits" json:"limits"`
 }
+
+// Limits are a tenant's limits (ojs-multi-tenancy.md 8.1).
+type Limits struct {
+	// MaxConcurrency bounds the tenant's active jobs across its queues
+	// (nil: none): its jobs are admitted under the rate limit key
+	// ConcurrencyKey(tenant), whose slots count them.
+	MaxConcurrency *int `dynamodbav:"max_concurrency,omitempty" json:"max_concurrency,omitempty"`
+}
+
+// ConcurrencyKey is the rate limit key that holds a tenant's
+// max_concurrency (pkg/ratelimit).
+func ConcurrencyKey(tenant string) string { return "tenant:" + tenant }
+
+// limitsTTL is how long a process keeps a tenant's limits read for
+// admission (LimitsOf): a change applies to jobs admitted after it, in
+// every process, within it.
+const limitsTTL = 10 * time.Second
 
 // Registry reads and writes the tenant items of the job table.
 type Registry struct {
 	db    store.DynamoAPI
 	table string
-	// seen holds the tenant/queue pairs this process recorded.
-	seen sync.Map
+	// seen holds the tenant/queue pairs this process recorded; limits the
+	// tenants' limits it read (cachedLimits).
+	seen   sync.Map
+	limits sync.Map
+}
+
+type cachedLimits struct {
+	l  Limits
+	at time.Time
+}
+
+// LimitsOf is tenant's limits as this process last read them (at most
+// limitsTTL before now).
+func (r *Registry) LimitsOf(ctx context.Context, tenant string, now time.Time) (Limits, error) {
+	if v, ok := r.limits.Load(tenant); ok && now.Sub(v.(cachedLimits).at) < limitsTTL {
+		return v.(cachedLimits).l, nil
+	}
+	in, err := r.Get(ctx, tenant)
+	if err != nil {
+		return Limits{}, err
+	}
+	var l Limits
+	if in != nil {
+		l = in.Limits
+	}
+	r.limits.Store(tenant, cachedLimits{l, now})
+	return l, nil
+}
+
+// SetLimits sets tenant's limits (registering it if need be) and returns
+// it as stored.
+func (r *Registry) SetLimits(ctx context.Context, tenant string, l Limits, now time.Time) (*Info, error) {
+	u := expression.Set(expression.Name("tenant"), expression.Value(tenant)).
+		Set(expression.Name("first_seen"), expression.IfNotExists(expression.Name("first_seen"), expression.Value(job.Timestamp(now)))).
+		Set(expression.Name("limits"), expression.Value(l))
+	expr, err := expression.NewBuilder().WithUpdate(u).Build()
+	if err != nil {
+		return nil, err
+	}
+	out, err := r.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &r.table, Key: key(tenant), UpdateExpression: expr.Update(),
+		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(), ReturnValues: types.ReturnValueAllNew})
+	if err != nil {
+		return nil, fmt.Errorf("set limits of tenant %s: %w", tenant, err)
+	}
+	r.limits.Store(tenant, cachedLimits{l, now})
+	in, err := store.Unmarshal[Info](out.Attributes)
+	if in != nil {
+		slices.Sort(in.Queues)
+	}
+	return in, err
 }
 
 // New returns the registry of table through db (store.Store.DB).
