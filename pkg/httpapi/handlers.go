@@ -209,27 +209,7 @@ func New(svc Services, backend Backend, wfs Workflows, cfg Config) *Server {
 	s.add(LevelAdmin, http.MethodPost, "/ojs/v1/queues/{name}/resume", a.pauseQueue(false))
 	s.add(LevelAdmin, http.MethodGet, "/ojs/v1/events", ok(a.events))
 	if wfs != nil {
-		s.add(LevelProducer, http.MethodPost, "/ojs/v1/workflows", a.createWorkflow)
-		s.add(LevelProducer, http.MethodGet, "/ojs/v1/workflows/{id}", under("workflow", func(r *http.Request, p params) (any, error) {
-			return a.workflowFor(r, p("id"))
-		}))
-		s.add(LevelProducer, http.MethodGet, "/ojs/v1/workflows/{id}/progress", ok(func(r *http.Request, p params) (any, error) {
-			v, err := a.workflowFor(r, p("id"))
-			if err != nil {
-				return nil, err
-			}
-			return v.ProgressOf(), nil
-		}))
-		s.add(LevelProducer, http.MethodDelete, "/ojs/v1/workflows/{id}", under("workflow", func(r *http.Request, p params) (any, error) {
-			if tenantOf(r) != "" {
-				if _, err := a.workflowFor(r, p("id")); err != nil {
-					return nil, err
-				}
-			}
-			return wfs.Cancel(r.Context(), p("id"))
-		}))
-		// A failed or cancelled workflow runs again from its failed steps.
-		s.add(LevelAdmin, http.MethodPost, "/ojs/v1/workflows/{id}/retry", byPath("workflow", "id", wfs.Retry))
+		s.addWorkflows(a, wfs)
 	}
 	if cfg.Crons != nil {
 		a.crons = cfg.Crons
@@ -862,4 +842,30 @@ func (a *api) health(w http.ResponseWriter, r *http.Request, _ params) error {
 	}
 	writeJSON(w, code, map[string]any{"status": status, "version": job.SpecVersion, "uptime_seconds": int64(a.s.cfg.Now().Sub(a.s.started).Seconds()), "backend": backend})
 	return nil
+}
+
+// addWorkflows registers the workflow routes (ojs-workflows.md); a request
+// scoped to a tenant reads and cancels only its tenant's workflows.
+func (s *Server) addWorkflows(a *api, wfs Workflows) {
+	s.add(LevelProducer, http.MethodPost, "/ojs/v1/workflows", a.createWorkflow)
+	s.add(LevelProducer, http.MethodGet, "/ojs/v1/workflows/{id}", under("workflow", func(r *http.Request, p params) (any, error) {
+		return a.workflowFor(r, p("id"))
+	}))
+	s.add(LevelProducer, http.MethodGet, "/ojs/v1/workflows/{id}/progress", ok(func(r *http.Request, p params) (any, error) {
+		v, err := a.workflowFor(r, p("id"))
+		if err != nil {
+			return nil, err
+		}
+		return v.ProgressOf(), nil
+	}))
+	s.add(LevelProducer, http.MethodDelete, "/ojs/v1/workflows/{id}", under("workflow", func(r *http.Request, p params) (any, error) {
+		if tenantOf(r) != "" {
+			if _, err := a.workflowFor(r, p("id")); err != nil {
+				return nil, err
+			}
+		}
+		return wfs.Cancel(r.Context(), p("id"))
+	}))
+	// A failed or cancelled workflow runs again from its failed steps.
+	s.add(LevelAdmin, http.MethodPost, "/ojs/v1/workflows/{id}/retry", byPath("workflow", "id", wfs.Retry))
 }
