@@ -92,12 +92,13 @@ const keyRecheck = FetchWaitHeld
 // follows a change of the key's item between its read and the write.
 const keyedTries = 4
 
-// claimKeyed claims available job j (as the refused plain claim found it)
-// in one transaction with a start of its rate limit key (ratelimit.Keys.
-// Take), or answers *HeldError while the key allows none. A key found
-// full by concurrency has its slots checked once against their holders
-// first: a slot whose attempt is over (its release still on its way from
-// the stream) is freed.
+// claim claims available job j (as the refused plain claim found it) in
+// one transaction with a start of its rate limit key (ratelimit.Keys.
+// Take), or answers *HeldError while the key allows none (at once while
+// this process knows the key held). A key found full by concurrency has
+// its slots checked once against their holders first: a slot whose
+// attempt is over (its release still on its way from the stream) is
+// freed.
 func (k *keyedClaims) claim(ctx context.Context, j *job.Job, opts store.ClaimOpts) (*job.Job, *store.Item, error) {
 	kl := j.KeyLimit
 	opts.Key = kl.Key
