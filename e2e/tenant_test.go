@@ -137,6 +137,17 @@ func TestTenantsEndToEnd(t *testing.T) {
 	if mc, _ := lim["max_concurrency"].(map[string]any); mc == nil || num(mc["limit"]) != 1 {
 		t.Fatalf("a's stats' limits: %v", lim)
 	}
+	// Tenant fairness is a queue's configuration.
+	if r := do(t, http.MethodPut, "/ojs/v1/admin/queues/"+q+"/config", map[string]any{"tenant_fairness": "round-robin"}); r.Status != http.StatusOK ||
+		!strings.Contains(string(r.Raw), `"tenant_fairness":"round-robin"`) {
+		t.Fatalf("tenant fairness: %d %s", r.Status, r.Raw)
+	}
+	if r := do(t, http.MethodPut, "/ojs/v1/admin/queues/"+q+"/config", map[string]any{"tenant_fairness": "lottery"}); r.Status != http.StatusBadRequest {
+		t.Fatalf("an unknown fairness: %d", r.Status)
+	}
+	if r := do(t, http.MethodPost, "/ojs/v1/workers/fetch", map[string]any{"queues": []string{q}, "count": 2, "worker_id": "shared"}); len(r.Body["jobs"].([]any)) != 2 {
+		t.Fatalf("an unscoped FETCH of a shared queue: %s", r.Raw)
+	}
 	if r := do(t, http.MethodGet, "/ojs/v1/admin/tenants/nobody-"+a+"/stats", nil); r.Status != http.StatusNotFound {
 		t.Fatalf("unknown tenant: %d", r.Status)
 	}

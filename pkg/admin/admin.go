@@ -55,6 +55,7 @@ type Queues interface {
 	QueueInfos(ctx context.Context) ([]queue.QueueInfo, error)
 	SetQueueRate(ctx context.Context, name string, perSecond float64, now time.Time) error
 	SetQueueBound(ctx context.Context, name string, b *queue.Bound, now time.Time) error
+	SetTenantFairness(ctx context.Context, name, strategy string, now time.Time) error
 	Workers(ctx context.Context, limit int) ([]queue.WorkerInfo, error)
 	Worker(ctx context.Context, id string) (*queue.WorkerInfo, error)
 	DeleteWorker(ctx context.Context, id string, staleBefore time.Time) error

@@ -75,6 +75,10 @@ type QueueConfig struct {
 	Mode      string     `json:"delivery"`
 	// Backpressure is the queue's depth bound (null: unbounded).
 	Backpressure *queue.Bound `json:"backpressure"`
+	// TenantFairness is how an unscoped FETCH shares the queue among its
+	// tenants (null: in the queue's order), Tenants who they are.
+	TenantFairness *string  `json:"tenant_fairness"`
+	Tenants        []string `json:"tenants,omitempty"`
 }
 
 // RateLimit is ojs-admin-api.md's rate limit: limit jobs per period.
@@ -271,7 +275,10 @@ func (s *Service) Queue(ctx context.Context, name string, push func(string) bool
 	if err != nil {
 		return nil, err
 	}
-	q.Configuration = &QueueConfig{Mode: q.Mode, Backpressure: qi.Bound()}
+	q.Configuration = &QueueConfig{Mode: q.Mode, Backpressure: qi.Bound(), Tenants: qi.Tenants}
+	if qi.TenantFairness != "" {
+		q.Configuration.TenantFairness = &qi.TenantFairness
+	}
 	if qi.RateLimit > 0 {
 		q.Configuration.RateLimit = &RateLimit{Limit: qi.RateLimit, Period: "PT1S", PerSecond: qi.RateLimit}
 	}
@@ -323,11 +330,25 @@ func (s *Service) SetConfig(ctx context.Context, name string, raw []byte) (*Queu
 	if err := json.Unmarshal(raw, &body); err != nil || body == nil {
 		return nil, ojserr.New(ojserr.InvalidPayload, "The request body must be a JSON object.").With("field", "body")
 	}
-	supported := []string{"rate_limit", "backpressure"}
+	supported := []string{"rate_limit", "backpressure", "tenant_fairness"}
 	for k := range body {
 		if !slices.Contains(supported, k) {
-			return nil, ojserr.Newf(ojserr.ValidationError, "'%s' cannot be configured at run time on this backend; only 'rate_limit' and 'backpressure' can (push-mode concurrency is set in pkg/topology and deployed with the stack; retention is table-wide).", k).
+			return nil, ojserr.Newf(ojserr.ValidationError, "'%s' cannot be configured at run time on this backend; only 'rate_limit', 'backpressure' and 'tenant_fairness' can (push-mode concurrency is set in pkg/topology and deployed with the stack; retention is table-wide).", k).
 				With("field", k).With("supported", supported)
+		}
+	}
+	if tf, ok := body["tenant_fairness"]; ok {
+		var strategy string
+		if string(tf) != "null" {
+			if json.Unmarshal(tf, &strategy) != nil || (strategy != queue.StrategyRoundRobin && strategy != queue.StrategyWeighted) {
+				return nil, ojserr.Invalid("tenant_fairness", "'tenant_fairness' must be \"round-robin\", \"weighted\" (by each tenant's fairness_weight) or null.")
+			}
+		}
+		if err := s.qs.SetTenantFairness(ctx, name, strategy, s.now()); err != nil {
+			return nil, ojserr.Backend(err)
+		}
+		if len(body) == 1 {
+			return s.Queue(ctx, name, nil)
 		}
 	}
 	if len(body) == 0 {

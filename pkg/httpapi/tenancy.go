@@ -110,17 +110,24 @@ func (s *Server) addTenants(a *api, ts Tenants) {
 		s.add(LevelAdmin, http.MethodPut, "/ojs/v1/admin/tenants/{id}/limits", withBody(func(r *http.Request, p params, raw []byte) (any, error) {
 			var body struct {
 				MaxConcurrency json.RawMessage `json:"max_concurrency"`
+				FairnessWeight json.RawMessage `json:"fairness_weight"`
 			}
 			if err := json.Unmarshal(raw, &body); err != nil {
-				return nil, ojserr.Invalid("body", "Send {\"max_concurrency\": n} (n from 0, or null for no limit).")
+				return nil, ojserr.Invalid("body", "Send {\"max_concurrency\": n, \"fairness_weight\": w} (either null or absent for none).")
 			}
 			var l tenant.Limits
-			if len(body.MaxConcurrency) > 0 && string(body.MaxConcurrency) != "null" {
-				var n int
-				if err := json.Unmarshal(body.MaxConcurrency, &n); err != nil {
-					return nil, ojserr.Invalid("max_concurrency", "'max_concurrency' must be an integer, or null for no limit.")
+			for _, f := range []struct {
+				name string
+				raw  json.RawMessage
+				dst  **int
+			}{{"max_concurrency", body.MaxConcurrency, &l.MaxConcurrency}, {"fairness_weight", body.FairnessWeight, &l.FairnessWeight}} {
+				if len(f.raw) > 0 && string(f.raw) != "null" {
+					var n int
+					if err := json.Unmarshal(f.raw, &n); err != nil {
+						return nil, ojserr.Invalid(f.name, "'%s' must be an integer, or null.", f.name)
+					}
+					*f.dst = &n
 				}
-				l.MaxConcurrency = &n
 			}
 			in, err := tl.SetTenantLimits(r.Context(), p("id"), l)
 			if err != nil {

@@ -236,7 +236,14 @@ func (s *Service) fetchOnce(ctx context.Context, r FetchRequest, first bool) (ou
 					continue
 				}
 			}
-			claimed, n, blocked, held, err := s.claimPast(ctx, r, q, items, asked, want, used)
+			var claimed []*job.Job
+			var n int
+			var blocked, held bool
+			if r.Tenant == "" && qs.TenantFairness != "" && len(qs.Tenants) > 0 {
+				claimed, n, blocked, held, err = s.claimFair(ctx, r, q, qs, items, asked, want, used)
+			} else {
+				claimed, n, blocked, held, err = s.claimPast(ctx, r, q, items, asked, want, used)
+			}
 			if held && len(claimed) == 0 {
 				next = passHeld // rate limit keys held its jobs
 			}
@@ -334,6 +341,55 @@ func (s *Service) claimPast(ctx context.Context, r FetchRequest, q string, items
 	}
 }
 
+// claimFair is claimPast for an unscoped FETCH of a queue shared among
+// its tenants (qs.TenantFairness, docs/multi-tenancy.md): each tenant gets
+// its share of want, by smooth weighted round robin over this process's
+// FETCHes of the queue (queue.Service.Shares; weights from the tenants'
+// fairness_weight), from its own jobs (the tenant index); what the shares
+// leave, the queue's jobs in order fill (items, asked of them read: jobs
+// without a tenant among them).
+func (s *Service) claimFair(ctx context.Context, r FetchRequest, q string, qs queue.FetchQueueState, items []store.Item, asked, want, used int) (out []*job.Job, n int, blocked, held bool, err error) {
+	pool := &queue.Pool{Name: "tenants:" + q, Queues: qs.Tenants, Strategy: qs.TenantFairness, Weights: map[string]int{}}
+	if qs.TenantFairness == queue.StrategyWeighted {
+		for _, t := range qs.Tenants {
+			l, err := s.queues.Tenants().LimitsOf(ctx, t, s.Now())
+			if err != nil {
+				return nil, used, false, false, err
+			}
+			pool.Weights[t] = l.Weight()
+		}
+	}
+	n = used
+	shares := s.queues.Shares(pool, want)
+	for _, t := range qs.Tenants {
+		if shares[t] == 0 || blocked {
+			continue
+		}
+		ask := min(2*shares[t]+8, MaxFetch)
+		ti, err := s.st.ReadyOf(ctx, t, q, "", ask)
+		if err != nil {
+			return out, n, blocked, held, err
+		}
+		tr := r
+		tr.Tenant = t // the tenant's windows (claimPast); the claims stay unscoped
+		got, after, full, h, err := s.claimPast(ctx, tr, q, ti, ask, shares[t], n)
+		out, n, blocked, held = append(out, got...), after, full, held || h
+		if err != nil {
+			return out, n, blocked, held, err
+		}
+	}
+	if left := want - len(out); left > 0 && !blocked {
+		taken := map[string]bool{}
+		for _, j := range out {
+			taken[j.ID] = true
+		}
+		items = slices.DeleteFunc(items, func(it store.Item) bool { return taken[it.Job.ID] })
+		got, after, full, h, err := s.claimPast(ctx, r, q, items, asked, left, n)
+		return append(out, got...), after, full, held || h, err
+	}
+	return out, n, blocked, held, nil
+}
+
 // claimRounds claims up to want of a queue's candidates for FETCH r, whose
 // answer holds used bytes so far, in rounds: each round claims at once the
 // next candidates that fit the answer (up to writeParallel). After a lost
@@ -362,7 +418,7 @@ func (s *Service) claimRounds(ctx context.Context, r FetchRequest, q string, ite
 				*held = true // its key holds it, as a claim found before: no write
 				continue
 			}
-			size, err := s.fetchBytes(ctx, it)
+			size, err := fetchBytes(ctx, s.st, it)
 			if err != nil {
 				return out, used, false, err
 			}
@@ -482,14 +538,14 @@ func (s *Service) fetchFailed(ctx context.Context, out []*job.Job, err error) ([
 // fetchBytes is what a FETCH candidate adds to the answer once claimed
 // (store.FetchBytes): recorded on the job and projected by the ready
 // index; a job written before it was recorded is read by key (0: gone).
-func (s *Service) fetchBytes(ctx context.Context, it store.Item) (int, error) {
+func fetchBytes(ctx context.Context, st *store.Store, it store.Item) (int, error) {
 	if it.FetchBytes > 0 {
 		return it.FetchBytes, nil
 	}
 	if !it.Partial {
 		return store.FetchBytes(it.Job), nil
 	}
-	j, err := s.st.Get(ctx, it.Job.ID)
+	j, err := st.Get(ctx, it.Job.ID)
 	if errors.Is(err, store.ErrNotFound) {
 		return 0, nil
 	}

@@ -181,13 +181,13 @@ func TestAPushModeJobIsInTheDueIndexOnly(t *testing.T) {
 	if d := h.rec.Set().Sub(before); d["DynamoDB PutItem"].Calls != 1 || d["DynamoDB PutItem"].WriteUnits != 2 {
 		t.Fatalf("the PUSH: %+v, want one PutItem of 2 units (the item and its redelivery check)", d)
 	}
-	if ready, err := h.st.Ready(ctx, "lambda", 10); err != nil || len(ready) != 0 {
+	if ready, err := h.st.ReadyOf(ctx, "", "lambda", "", 10); err != nil || len(ready) != 0 {
 		t.Fatalf("ready index: %d entries (%v), want none", len(ready), err)
 	}
 	// Make the first one a job written with a ready entry as well.
 	h.setJob(t, old.ID, "SET ready_pk = :p, ready_sk = :s", map[string]types.AttributeValue{
 		":p": &types.AttributeValueMemberS{Value: "avail#lambda"}, ":s": &types.AttributeValueMemberS{Value: "x#" + old.ID}})
-	if ready, err := h.st.Ready(ctx, "lambda", 10); err != nil || len(ready) != 1 {
+	if ready, err := h.st.ReadyOf(ctx, "", "lambda", "", 10); err != nil || len(ready) != 1 {
 		t.Fatalf("ready index: %d entries (%v), want the old job's", len(ready), err)
 	}
 	c, err := h.st.CountQueue(ctx, "lambda")

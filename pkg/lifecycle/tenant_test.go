@@ -108,3 +108,59 @@ func TestTenantMaxConcurrency(t *testing.T) {
 		t.Fatalf("a negative limit: %v", err)
 	}
 }
+
+// A queue shared among its tenants gives an unscoped FETCH each tenant's
+// share, round robin or by weight, however the jobs were queued; a queue
+// that is not keeps its order.
+func TestTenantFairFetch(t *testing.T) {
+	t.Parallel()
+	s, q, clk := newServices(t)
+	ctx := context.Background()
+	for _, queueName := range []string{"fair-rr", "fair-w", "plain"} {
+		for _, tn := range []string{"ta", "tb"} {
+			for i := range 10 {
+				if _, err := s.Push(job.WithTenant(ctx, tn), fmt.Appendf(nil, `{"type":"t","args":[%d],"options":{"queue":%q}}`, i, queueName)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	if err := q.Store().SetTenantFairness(ctx, "fair-rr", "round-robin", clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Store().SetTenantFairness(ctx, "fair-w", "weighted", clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	three := 3
+	if _, err := q.SetTenantLimits(ctx, "ta", tenant.Limits{FairnessWeight: &three}); err != nil {
+		t.Fatal(err)
+	}
+	byTenant := func(queueName string, count int) map[string]int {
+		t.Helper()
+		got, err := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{queueName}, Count: count, WorkerID: "w"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]int{}
+		for _, j := range got {
+			m[j.Tenant]++
+		}
+		return m
+	}
+	if got := byTenant("fair-rr", 4); got["ta"] != 2 || got["tb"] != 2 {
+		t.Fatalf("round robin, FETCH of 4: %v", got)
+	}
+	if got := byTenant("fair-w", 4); got["ta"] != 3 || got["tb"] != 1 {
+		t.Fatalf("weighted 3:1, FETCH of 4: %v", got)
+	}
+	if got := byTenant("plain", 4); got["ta"] != 4 {
+		t.Fatalf("a queue not shared: %v, want ta's four first", got)
+	}
+	// ta's share goes to tb once ta has nothing left.
+	if left, _ := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"fair-rr"}, Count: 20, WorkerID: "w", Tenant: "ta"}); len(left) != 8 {
+		t.Fatalf("ta's own FETCH of the rest: %d", len(left))
+	}
+	if got := byTenant("fair-rr", 4); got["tb"] != 4 {
+		t.Fatalf("work-conserving: %v, want tb's four", got)
+	}
+}

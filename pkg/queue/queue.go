@@ -41,6 +41,12 @@ type QueueInfo struct {
 	// per API process; the stream derives backpressure.rejected).
 	Rejected      int64 `dynamodbav:"bp_rejected,omitempty"`
 	RejectedDepth int   `dynamodbav:"bp_depth,omitempty"`
+	// Tenants are the tenants whose jobs went to the queue (admission);
+	// TenantFairness, when set, is how an unscoped FETCH shares the
+	// queue among them (StrategyRoundRobin or StrategyWeighted, by each
+	// tenant's fairness_weight; docs/multi-tenancy.md).
+	Tenants        []string `dynamodbav:"tenants,stringset,omitempty"`
+	TenantFairness string   `dynamodbav:"tenant_fair,omitempty"`
 }
 
 const (
@@ -93,11 +99,42 @@ func (s *Store) SetQueueRate(ctx context.Context, name string, perSecond float64
 	return nil
 }
 
+// AddQueueTenant records that tenant has jobs on queue (registering the
+// queue if need be).
+func (s *Store) AddQueueTenant(ctx context.Context, name, tenant string, now time.Time) error {
+	u := expression.Set(expression.Name("name"), expression.Value(name)).
+		Set(expression.Name("created_at"), expression.IfNotExists(expression.Name("created_at"), expression.Value(job.Timestamp(now)))).
+		Add(expression.Name("tenants"), expression.Value(store.StringSet{tenant}))
+	if _, err := s.update(ctx, queueKey(name), u, types.ReturnValueNone); err != nil {
+		return fmt.Errorf("add tenant %s to queue %s: %w", tenant, name, err)
+	}
+	return nil
+}
+
+// SetTenantFairness sets how an unscoped FETCH shares a queue among its
+// tenants ("": not at all, in the queue's order).
+func (s *Store) SetTenantFairness(ctx context.Context, name, strategy string, now time.Time) error {
+	u := expression.Set(expression.Name("name"), expression.Value(name)).
+		Set(expression.Name("created_at"), expression.IfNotExists(expression.Name("created_at"), expression.Value(job.Timestamp(now))))
+	if strategy == "" {
+		u = u.Remove(expression.Name("tenant_fair"))
+	} else {
+		u = u.Set(expression.Name("tenant_fair"), expression.Value(strategy))
+	}
+	if _, err := s.update(ctx, queueKey(name), u, types.ReturnValueNone); err != nil {
+		return fmt.Errorf("set tenant fairness of queue %s: %w", name, err)
+	}
+	return nil
+}
+
 // FetchQueueState is what FETCH needs of a queue's registry item: whether
-// it is paused and its rate limit (jobs per second; 0: none).
+// it is paused, its rate limit (jobs per second; 0: none), and its
+// tenants and how an unscoped FETCH shares it among them.
 type FetchQueueState struct {
-	Paused bool
-	Rate   float64
+	Paused         bool
+	Rate           float64
+	Tenants        []string
+	TenantFairness string
 }
 
 // FetchState is what a FETCH reads before it claims: each queue's state
@@ -147,7 +184,7 @@ func (s *Store) FetchState(ctx context.Context, queues []string, workerID string
 		}
 		out, err := bg.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: map[string]types.KeysAndAttributes{s.table: {
 			Keys: keys, ConsistentRead: aws.Bool(true),
-			ProjectionExpression:     aws.String("sk, #n, paused, rate_limit, worker_id, #s, directive"),
+			ProjectionExpression:     aws.String("sk, #n, paused, rate_limit, worker_id, #s, directive, tenants, tenant_fair"),
 			ExpressionAttributeNames: map[string]string{"#n": "name", "#s": "state"},
 		}}})
 		if err != nil {
@@ -170,7 +207,7 @@ func (s *Store) FetchState(ctx context.Context, queues []string, workerID string
 			if sk != nil {
 				q.Name = strings.TrimPrefix(sk.Value, queuePrefix)
 			}
-			fs.Queues[q.Name] = FetchQueueState{Paused: q.Paused, Rate: q.RateLimit}
+			fs.Queues[q.Name] = FetchQueueState{Paused: q.Paused, Rate: q.RateLimit, Tenants: q.Tenants, TenantFairness: q.TenantFairness}
 		}
 		keys = out.UnprocessedKeys[s.table].Keys
 		if len(keys) > 0 {

@@ -74,10 +74,12 @@ type Service struct {
 	// keys are the rate limit keys; keyStates holds, by key, the state
 	// this process last recorded (KeyHeaders).
 	// tenants is the tenant registry (Admit records each tenant's queues).
-	tenants   *tenant.Registry
-	keys      *ratelimit.Keys
-	keyMu     sync.Mutex
-	keyStates map[string]*ratelimit.State
+	tenants *tenant.Registry
+	// queueTenants holds the tenant/queue pairs this process recorded.
+	queueTenants sync.Map
+	keys         *ratelimit.Keys
+	keyMu        sync.Mutex
+	keyStates    map[string]*ratelimit.State
 }
 
 // maxKeyStates bounds Service.keyStates (emptied when full).
@@ -155,7 +157,7 @@ func (s *Service) Admit(ctx context.Context, jobs []*job.Job) error {
 			return ojserr.Backend(err)
 		}
 		if j.Tenant != "" {
-			if err := s.tenants.Record(ctx, j.Tenant, j.Queue, s.clock()); err != nil {
+			if err := s.recordTenant(ctx, j.Tenant, j.Queue); err != nil {
 				return ojserr.Backend(err)
 			}
 		}
@@ -272,6 +274,23 @@ func (s *Service) KeyInfo(ctx context.Context, key string) (*ratelimit.Info, err
 	return &in, nil
 }
 
+// recordTenant registers that tenant has jobs on queue, in the tenant's
+// item and the queue's (once per process and pair).
+func (s *Service) recordTenant(ctx context.Context, tenant, queue string) error {
+	pair := tenant + "\x00" + queue
+	if _, ok := s.queueTenants.Load(pair); ok {
+		return nil
+	}
+	if err := s.tenants.Record(ctx, tenant, queue, s.clock()); err != nil {
+		return err
+	}
+	if err := s.qs.AddQueueTenant(ctx, queue, tenant, s.clock()); err != nil {
+		return err
+	}
+	s.queueTenants.Store(pair, true)
+	return nil
+}
+
 // SetTenantLimits sets a tenant's limits (ojs-multi-tenancy.md 9.3) and
 // its concurrency key's policy at once, so that the tenant's jobs already
 // waiting under the key follow the new limit (nil: none).
@@ -282,6 +301,9 @@ func (s *Service) SetTenantLimits(ctx context.Context, id string, l tenant.Limit
 	if c := l.MaxConcurrency; c != nil && (*c < 0 || *c > job.MaxKeyConcurrency) {
 		return nil, ojserr.Invalid("max_concurrency", "'max_concurrency' must be an integer from 0 to %d, or null for no limit.", job.MaxKeyConcurrency)
 	}
+	if w := l.FairnessWeight; w != nil && (*w < 1 || *w > MaxFairnessWeight) {
+		return nil, ojserr.Invalid("fairness_weight", "'fairness_weight' must be an integer from 1 to %d, or null for 1.", MaxFairnessWeight)
+	}
 	if _, err := s.keys.Record(ctx, &job.KeyLimit{Key: tenant.ConcurrencyKey(id), Concurrency: l.MaxConcurrency}, s.clock()); err != nil {
 		return nil, ojserr.Backend(err)
 	}
@@ -291,3 +313,6 @@ func (s *Service) SetTenantLimits(ctx context.Context, id string, l tenant.Limit
 	}
 	return in, nil
 }
+
+// MaxFairnessWeight bounds a tenant's fairness_weight.
+const MaxFairnessWeight = 1000

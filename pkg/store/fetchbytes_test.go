@@ -29,7 +29,7 @@ func TestRecordedFetchSizeFollowsTheJob(t *testing.T) {
 	big := job.ErrorInfo{Type: "grow.error", Message: strings.Repeat("<", 20<<10)}
 	now := t0
 	for round := 1; round <= 5; round++ {
-		ready, err := s.Ready(ctx, "grow", 1)
+		ready, err := s.ReadyOf(ctx, "", "grow", "", 1)
 		if err != nil || len(ready) != 1 {
 			t.Fatalf("round %d: ready %d %v", round, len(ready), err)
 		}

@@ -237,6 +237,13 @@ func AttrS(v string) types.AttributeValue { return &types.AttributeValueMemberS{
 
 func AttrN(v int64) types.AttributeValue { return &types.AttributeValueMemberN{Value: itoa(v)} }
 
+// StringSet marshals as a DynamoDB string set (ADD of expression.Value).
+type StringSet []string
+
+func (v StringSet) MarshalDynamoDBAttributeValue() (types.AttributeValue, error) {
+	return &types.AttributeValueMemberSS{Value: v}, nil
+}
+
 // BatchPut writes items to table with db, which must be a BatchWriter:
 // requests of 25 items, eight at once, each retrying its unprocessed items
 // up to eight times (an error if some remain).

@@ -124,7 +124,7 @@ func TestAQueueIsSpreadOverShardsAndKeepsFetchOrder(t *testing.T) {
 	testenv.Spread(t, "due", testenv.PartitionSizes(t, table, topology.IndexDue, "due_pk", "due#hot", sh.Due), idsOf(all, true), shardIn(sh.Due))
 
 	for _, limit := range []int{1, 7, 40, 100} {
-		items, err := s.Ready(ctx, "hot", limit)
+		items, err := s.ReadyOf(ctx, "", "hot", "", limit)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -490,18 +490,13 @@ func (s *Store) queryShard(ctx context.Context, index, cond, pk string, now time
 	return items, nil
 }
 
-// Ready lists up to limit available jobs of a queue in fetch order: it
-// reads the head of every ready shard at once and merges them by the ready
-// sort key, so priority-then-FIFO holds across shards. The index is
-// eventually consistent: callers claim with a condition.
-func (s *Store) Ready(ctx context.Context, queue string, limit int) ([]Item, error) {
-	return s.ReadyOf(ctx, "", queue, "", limit)
-}
-
-// ReadyOf is Ready of one tenant's jobs (tenant "": every job; a tenant's
-// from the tenant index) from after on: the jobs whose ready sort key
-// follows after (a listed job's Item.ReadySK; "": from the head), for a
-// FETCH that went through a window of jobs it could not take.
+// ReadyOf lists up to limit available jobs of a queue in fetch order,
+// of one tenant's jobs (tenant "": every job; a tenant's from the tenant
+// index), from after on (a listed job's Item.ReadySK; "": from the head,
+// else for a FETCH that went through a window it could not take): it
+// reads the head of every shard at once and merges them by the ready sort
+// key, so priority-then-FIFO holds across shards. The index is eventually
+// consistent: callers claim with a condition.
 func (s *Store) ReadyOf(ctx context.Context, tenant, queue, after string, limit int) ([]Item, error) {
 	index, cond, keys := topology.IndexReady, "ready_pk = :pk", readyKeys(queue)
 	if tenant != "" {
@@ -578,9 +573,8 @@ func (e *WithFailedError) Error() string {
 	return "the condition on the item written with the job failed"
 }
 
-// ErrTransactionConflict answers ApplyWith when its transaction met
-// another write of the same items, and Apply when a transaction held the
-// job: nothing was written.
+// ErrTransactionConflict answers ApplyWith when its transaction met another
+// write of its items, Apply when a transaction held the job: nothing written.
 var ErrTransactionConflict = errors.New("transaction conflict")
 
 // ApplyWith applies t together with a conditional update of another item

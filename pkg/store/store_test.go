@@ -159,7 +159,7 @@ func TestReadyOrderAndDueIndex(t *testing.T) {
 	if err := s.Create(ctx, []*job.Job{low, first, second, high, later}, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	items, err := s.Ready(ctx, "q", 10)
+	items, err := s.ReadyOf(ctx, "", "q", "", 10)
 	if err != nil {
 		t.Fatal(err)
 	}

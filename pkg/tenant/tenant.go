@@ -46,6 +46,17 @@ type Limits struct {
 	// (nil: none): its jobs are admitted under the rate limit key
 	// ConcurrencyKey(tenant), whose slots count them.
 	MaxConcurrency *int `dynamodbav:"max_concurrency,omitempty" json:"max_concurrency,omitempty"`
+	// FairnessWeight is the tenant's weight where a queue shares an
+	// unscoped FETCH among its tenants by weight (nil: 1).
+	FairnessWeight *int `dynamodbav:"fairness_weight,omitempty" json:"fairness_weight,omitempty"`
+}
+
+// Weight is l's fairness weight (1 when unset).
+func (l Limits) Weight() int {
+	if l.FairnessWeight == nil {
+		return 1
+	}
+	return *l.FairnessWeight
 }
 
 // ConcurrencyKey is the rate limit key that holds a tenant's
@@ -61,9 +72,7 @@ const limitsTTL = 10 * time.Second
 type Registry struct {
 	db    store.DynamoAPI
 	table string
-	// seen holds the tenant/queue pairs this process recorded; limits the
-	// tenants' limits it read (cachedLimits).
-	seen   sync.Map
+	// limits holds the tenants' limits this process read (cachedLimits).
 	limits sync.Map
 }
 
@@ -121,16 +130,12 @@ func key(tenant string) map[string]types.AttributeValue {
 		"sk": store.AttrS(itemPrefix + tenant)}
 }
 
-// Record registers that tenant has jobs on queue (one write per process
-// and pair).
+// Record registers that tenant has jobs on queue (callers write it once
+// per process and pair: queue.Service's admission).
 func (r *Registry) Record(ctx context.Context, tenant, queue string, now time.Time) error {
-	pair := tenant + "\x00" + queue
-	if _, ok := r.seen.Load(pair); ok {
-		return nil
-	}
 	u := expression.Set(expression.Name("tenant"), expression.Value(tenant)).
 		Set(expression.Name("first_seen"), expression.IfNotExists(expression.Name("first_seen"), expression.Value(job.Timestamp(now)))).
-		Add(expression.Name("queues"), expression.Value(stringSet{queue}))
+		Add(expression.Name("queues"), expression.Value(store.StringSet{queue}))
 	expr, err := expression.NewBuilder().WithUpdate(u).Build()
 	if err != nil {
 		return err
@@ -139,15 +144,7 @@ func (r *Registry) Record(ctx context.Context, tenant, queue string, now time.Ti
 		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values()}); err != nil {
 		return fmt.Errorf("register tenant %s: %w", tenant, err)
 	}
-	r.seen.Store(pair, true)
 	return nil
-}
-
-// stringSet marshals as a DynamoDB string set (for ADD).
-type stringSet []string
-
-func (s stringSet) MarshalDynamoDBAttributeValue() (types.AttributeValue, error) {
-	return &types.AttributeValueMemberSS{Value: s}, nil
 }
 
 // Get reads a tenant (nil when it never had a job).
