@@ -137,6 +137,32 @@ func TestTenantsEndToEnd(t *testing.T) {
 	if mc, _ := lim["max_concurrency"].(map[string]any); mc == nil || num(mc["limit"]) != 1 {
 		t.Fatalf("a's stats' limits: %v", lim)
 	}
+	// The dead letter: a's failed job is a's alone; bulk operations and
+	// statistics over every tenant's jobs are refused to a scoped request.
+	dq := q + "-dead"
+	dj := do(t, http.MethodPost, "/ojs/v1/jobs", map[string]any{"type": "t.dead", "args": []any{}, "options": map[string]any{"queue": dq, "retry": map[string]any{"max_attempts": 1}}}, as(a)...).job(t)
+	fr := do(t, http.MethodPost, "/ojs/v1/workers/fetch", map[string]any{"queues": []string{dq}, "worker_id": "wa"}, as(a)...)
+	if len(fr.Body["jobs"].([]any)) != 1 {
+		t.Fatalf("fetch of the job to fail: %s", fr.Raw)
+	}
+	if r := do(t, http.MethodPost, "/ojs/v1/workers/nack", map[string]any{"job_id": dj["id"], "worker_id": "wa", "error": map[string]any{"type": "fatal", "message": "no", "retryable": false}}, as(a)...); r.Status != http.StatusOK {
+		t.Fatalf("nack: %d %s", r.Status, r.Raw)
+	}
+	if r := do(t, http.MethodGet, "/ojs/v1/dead-letter/"+dj["id"].(string), nil, as(b)...); r.Status != http.StatusNotFound {
+		t.Fatalf("b reads a's dead job: %d", r.Status)
+	}
+	if r := do(t, http.MethodGet, "/ojs/v1/dead-letter/"+dj["id"].(string), nil, as(a)...); r.Status != http.StatusOK {
+		t.Fatalf("a reads its dead job: %d %s", r.Status, r.Raw)
+	}
+	if r := do(t, http.MethodGet, "/ojs/v1/dead-letter?queue="+dq, nil, as(b)...); len(r.Body["jobs"].([]any)) != 0 {
+		t.Fatalf("b lists a's dead job: %s", r.Raw)
+	}
+	if r := do(t, http.MethodPost, "/ojs/v1/dead-letter/"+dj["id"].(string)+"/retry", map[string]any{}, as(b)...); r.Status != http.StatusNotFound {
+		t.Fatalf("b retries a's dead job: %d", r.Status)
+	}
+	if r := do(t, http.MethodPost, "/ojs/v1/dead-letter/retry", map[string]any{"filter": map[string]any{"queue": dq}, "confirm": true}, as(b)...); r.Status != http.StatusBadRequest {
+		t.Fatalf("a scoped bulk retry: %d %s", r.Status, r.Raw)
+	}
 	// Tenant fairness is a queue's configuration.
 	if r := do(t, http.MethodPut, "/ojs/v1/admin/queues/"+q+"/config", map[string]any{"tenant_fairness": "round-robin"}); r.Status != http.StatusOK ||
 		!strings.Contains(string(r.Raw), `"tenant_fairness":"round-robin"`) {

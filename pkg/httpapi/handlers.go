@@ -9,6 +9,7 @@ import (
 	"maps"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -193,10 +194,17 @@ func New(svc Services, backend Backend, wfs Workflows, cfg Config) *Server {
 	s.add(LevelAdmin, http.MethodPost, "/ojs/v1/admin/workers/{id}/terminate", a.workerDirective(lifecycle.WorkerTerminate))
 	if a.dead != nil {
 		s.add(LevelAdmin, http.MethodGet, "/ojs/v1/dead-letter", ok(a.deadLetter))
-		s.add(LevelAdmin, http.MethodGet, "/ojs/v1/dead-letter/stats", ok(func(r *http.Request, _ params) (any, error) { return a.dead.Stats(r.Context()) }))
+		s.add(LevelAdmin, http.MethodGet, "/ojs/v1/dead-letter/stats", ok(func(r *http.Request, _ params) (any, error) {
+			if err := unscoped(r, "Dead letter statistics"); err != nil {
+				return nil, err
+			}
+			return a.dead.Stats(r.Context())
+		}))
 		s.add(LevelAdmin, http.MethodPost, "/ojs/v1/dead-letter/retry", a.deadBulk(true))
 		s.add(LevelAdmin, http.MethodDelete, "/ojs/v1/dead-letter", a.deadBulk(false))
-		s.add(LevelAdmin, http.MethodGet, "/ojs/v1/dead-letter/{id}", byPath("job", "id", a.dead.Get))
+		s.add(LevelAdmin, http.MethodGet, "/ojs/v1/dead-letter/{id}", under("job", func(r *http.Request, p params) (any, error) {
+			return scoped(r)(a.dead.Get(r.Context(), p("id")))
+		}))
 		s.add(LevelAdmin, http.MethodPost, "/ojs/v1/dead-letter/{id}/retry", a.retryDead())
 		s.add(LevelAdmin, http.MethodDelete, "/ojs/v1/dead-letter/{id}", ok(a.deleteDead))
 	}
@@ -699,6 +707,10 @@ func (a *api) deadLetter(r *http.Request, _ params) (any, error) {
 		}
 	}
 	jobs, more, err := a.dead.List(r.Context(), q, limit)
+	if t := tenantOf(r); t != "" {
+		// A scoped request sees its tenant's (the page then holds fewer).
+		jobs = slices.DeleteFunc(jobs, func(j *job.Job) bool { return j.Tenant != t })
+	}
 	return map[string]any{"jobs": jobs, "pagination": map[string]any{"total": len(jobs), "limit": limit, "offset": 0, "has_more": more}}, err
 }
 
@@ -707,6 +719,9 @@ func (a *api) deadLetter(r *http.Request, _ params) (any, error) {
 // query parameters (deadQueryBody).
 func (a *api) deadBulk(retry bool) handlerFunc {
 	return ok(func(r *http.Request, _ params) (any, error) {
+		if err := unscoped(r, "Bulk dead letter operations"); err != nil {
+			return nil, err
+		}
 		raw, err := bulkBody(r, !retry)
 		if err != nil {
 			return nil, err
@@ -772,12 +787,18 @@ func (a *api) retryDead() handlerFunc {
 		if err != nil {
 			return nil, err
 		}
+		if err := a.owns(r, p("id")); err != nil {
+			return nil, err
+		}
 		j, err := a.dead.Retry(r.Context(), p("id"), o)
 		return map[string]any{"job": j}, err
 	})
 }
 
 func (a *api) deleteDead(r *http.Request, p params) (any, error) {
+	if err := a.owns(r, p("id")); err != nil {
+		return nil, err
+	}
 	return map[string]any{"deleted": true, "job_id": p("id")}, a.dead.Delete(r.Context(), p("id"))
 }
 

@@ -37,6 +37,17 @@ func scoped(r *http.Request) func(j *job.Job, err error) (*job.Job, error) {
 	}
 }
 
+// unscoped refuses what a request scoped to a tenant cannot be answered
+// for its tenant alone (what is named: bulk operations, statistics over
+// every tenant's jobs).
+func unscoped(r *http.Request, what string) error {
+	if t := tenantOf(r); t != "" {
+		return ojserr.Invalid("X-OJS-Tenant", "%s are not tenant-scoped on this backend; send the request without %s.", what, job.TenantHeader).
+			With("tenant_id", t)
+	}
+	return nil
+}
+
 // owns checks, for a request scoped to a tenant, that job id is the
 // tenant's before the request changes it (one read; none unscoped).
 func (a *api) owns(r *http.Request, id string) error {
