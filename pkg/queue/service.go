@@ -71,15 +71,16 @@ type Service struct {
 	bounds boundCache
 	// poolc holds the pools FETCH read and their turns (pool.go).
 	poolc poolCache
+	// tenants is the tenant registry (Admit records each tenant's
+	// queues); queueTenants holds the tenant/queue pairs this process
+	// recorded.
+	tenants      *tenant.Registry
+	queueTenants sync.Map
 	// keys are the rate limit keys; keyStates holds, by key, the state
 	// this process last recorded (KeyHeaders).
-	// tenants is the tenant registry (Admit records each tenant's queues).
-	tenants *tenant.Registry
-	// queueTenants holds the tenant/queue pairs this process recorded.
-	queueTenants sync.Map
-	keys         *ratelimit.Keys
-	keyMu        sync.Mutex
-	keyStates    map[string]*ratelimit.State
+	keys      *ratelimit.Keys
+	keyMu     sync.Mutex
+	keyStates map[string]*ratelimit.State
 }
 
 // maxKeyStates bounds Service.keyStates (emptied when full).
