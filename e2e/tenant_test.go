@@ -96,8 +96,23 @@ func TestTenantsEndToEnd(t *testing.T) {
 		}
 		do(t, http.MethodPost, "/ojs/v1/workers/ack", map[string]any{"job_id": jobs[0].(map[string]any)["id"], "worker_id": "wa"}, as(a)...)
 	}
-	// Stats, the registry and the scoped events follow.
+	// The workflow's events are a's too.
+	wfEvents := func(tenant string) int {
+		r := do(t, http.MethodGet, "/ojs/v1/events?types=workflow.completed&workflow_id="+wf["id"].(string), nil, as(tenant)...)
+		return len(r.Body["events"].([]any))
+	}
 	deadline := time.Now().Add(settle)
+	for wfEvents(a) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("a's workflow.completed not among a's events")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if n := wfEvents(b); n != 0 {
+		t.Fatalf("b sees a's workflow events: %d", n)
+	}
+	// Stats, the registry and the scoped events follow.
+	deadline = time.Now().Add(settle)
 	var st response
 	for {
 		st = do(t, http.MethodGet, "/ojs/v1/admin/tenants/"+a+"/stats", nil)

@@ -170,6 +170,9 @@ func (b *wfEvents) addShaped(wfID, typ string, at time.Time, seq int64, root *sh
 	data["workflow_id"] = wfID
 	if root != nil {
 		data["workflow_type"], data["workflow_name"] = root.kind, root.name
+		if root.tenant != "" {
+			data["tenant_id"] = root.tenant // paged with the tenant's (docs/multi-tenancy.md)
+		}
 	}
 	b.out = append(b.out, events.New(b.source, typ, wfID, at, seq, data, key...))
 }
@@ -388,8 +391,8 @@ func (b *wfEvents) stepEvent(ctx context.Context, wfID, path, stepType string, o
 // written: its kind, the workflow's name (the root's), its number of
 // children.
 type shape struct {
-	kind, name string
-	total      int
+	kind, name, tenant string
+	total              int
 }
 
 func shapeOfNode(n wfstore.Node) shape {
@@ -398,7 +401,7 @@ func shapeOfNode(n wfstore.Node) shape {
 		s.total = c.Total
 	}
 	if r, ok := n.(*wfstore.Root); ok {
-		s.name = name(r)
+		s.name, s.tenant = name(r), r.Tenant
 	}
 	return s
 }
