@@ -236,14 +236,7 @@ func (s *Service) fetchOnce(ctx context.Context, r FetchRequest, first bool) (ou
 					continue
 				}
 			}
-			var claimed []*job.Job
-			var n int
-			var blocked, held bool
-			if r.Tenant == "" && qs.TenantFairness != "" && len(qs.Tenants) > 0 {
-				claimed, n, blocked, held, err = s.claimFair(ctx, r, q, qs, items, asked, want, used)
-			} else {
-				claimed, n, blocked, held, err = s.claimPast(ctx, r, q, items, asked, want, used)
-			}
+			claimed, n, blocked, held, err := s.claimFair(ctx, r, q, qs, items, asked, want, used)
 			if held && len(claimed) == 0 {
 				next = passHeld // rate limit keys held its jobs
 			}
@@ -347,8 +340,11 @@ func (s *Service) claimPast(ctx context.Context, r FetchRequest, q string, items
 // FETCHes of the queue (queue.Service.Shares; weights from the tenants'
 // fairness_weight), from its own jobs (the tenant index); what the shares
 // leave, the queue's jobs in order fill (items, asked of them read: jobs
-// without a tenant among them).
+// without a tenant among them). Any other FETCH of q is claimPast's.
 func (s *Service) claimFair(ctx context.Context, r FetchRequest, q string, qs queue.FetchQueueState, items []store.Item, asked, want, used int) (out []*job.Job, n int, blocked, held bool, err error) {
+	if r.Tenant != "" || qs.TenantFairness == "" || len(qs.Tenants) == 0 {
+		return s.claimPast(ctx, r, q, items, asked, want, used)
+	}
 	pool := &queue.Pool{Name: "tenants:" + q, Queues: qs.Tenants, Strategy: qs.TenantFairness, Weights: map[string]int{}}
 	if qs.TenantFairness == queue.StrategyWeighted {
 		for _, t := range qs.Tenants {
