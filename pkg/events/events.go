@@ -44,6 +44,9 @@ const (
 	// (ojs-rate-limiting.md 11.1): one of each per episode of a key.
 	RateLimitExceeded = "rate_limit.exceeded"
 	RateLimitReleased = "rate_limit.released"
+	// RateLimitDynamicAdjusted reports a handler holding its key until a
+	// time (rate_limit_until in a FAIL's error, ojs-rate-limiting.md 9.1).
+	RateLimitDynamicAdjusted = "rate_limit.dynamic_adjusted"
 
 	CronTriggered = "cron.triggered"
 	CronSkipped   = "cron.skipped"
@@ -82,7 +85,7 @@ const (
 var Types = []string{
 	JobEnqueued, JobScheduled, JobStarted, JobCompleted, JobFailed, JobRetrying, JobDiscarded, JobCancelled,
 	JobHeartbeat, JobExpired, JobProgress, QueuePaused, QueueResumed, BackpressureRejected, RateLimitExceeded, RateLimitReleased,
-	CronTriggered, CronSkipped, DeadLetterAdded, DeadLetterRetried, DeadLetterDeleted, DeadLetterPruned,
+	RateLimitDynamicAdjusted, CronTriggered, CronSkipped, DeadLetterAdded, DeadLetterRetried, DeadLetterDeleted, DeadLetterPruned,
 	WorkerStarted, WorkerHeartbeat, WorkerQuiet, WorkerStopped,
 	WorkflowCreated, WorkflowStarted, WorkflowStepCompleted, WorkflowStepFailed, WorkflowJobCompleted,
 	WorkflowJobFailed, WorkflowCallbackFired, WorkflowCompleted, WorkflowFailed, WorkflowCancelled,

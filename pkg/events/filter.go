@@ -374,7 +374,7 @@ var DefaultPublished = []string{
 	JobCompleted, JobDiscarded, JobCancelled,
 	WorkflowCreated, WorkflowCompleted, WorkflowFailed, WorkflowCancelled, WorkflowCallbackFired,
 	WorkflowTimedOut, WorkflowCompensating, WorkflowCompensated, WorkflowRetried, WorkflowHandlerStarted, WorkflowHandlerFinished,
-	DeadLetterAdded, QueuePaused, QueueResumed, BackpressureRejected, RateLimitExceeded, RateLimitReleased,
+	DeadLetterAdded, QueuePaused, QueueResumed, BackpressureRejected, RateLimitExceeded, RateLimitReleased, RateLimitDynamicAdjusted,
 }
 
 // DefaultPacked are the published event types sent packed to EventBridge

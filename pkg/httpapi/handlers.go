@@ -583,6 +583,9 @@ func (a *api) nack(r *http.Request, p params) (any, error) {
 			Retryable *bool           `json:"retryable"`
 			Backtrace []string        `json:"backtrace"`
 			Details   json.RawMessage `json:"details"`
+			// RateLimitUntil holds the job's rate limit key until then
+			// (ojs-rate-limiting.md 9.1).
+			RateLimitUntil string `json:"rate_limit_until"`
 		} `json:"error"`
 		Requeue  bool            `json:"requeue"`
 		WorkerID string          `json:"worker_id"`
@@ -605,7 +608,7 @@ func (a *api) nack(r *http.Request, p params) (any, error) {
 		return nil, ojserr.Newf(ojserr.PayloadTooLarge, "The error message and details are limited to 64 KiB each.").With("field", "error")
 	}
 	in := lifecycle.ErrorInput{Type: req.Error.Type, Code: req.Error.Code, Message: req.Error.Message, Retryable: req.Error.Retryable,
-		Backtrace: req.Error.Backtrace, Details: req.Error.Details, Requeue: req.Requeue}
+		Backtrace: req.Error.Backtrace, Details: req.Error.Details, Requeue: req.Requeue, RateLimitUntil: req.Error.RateLimitUntil}
 	j, err := a.worker.NackOwned(r.Context(), req.JobID, req.WorkerID, attempt, in)
 	if err != nil {
 		return nil, err

@@ -94,6 +94,19 @@ func (d *refusingDB) DeleteItem(_ context.Context, in *dynamodb.DeleteItemInput,
 	return nil, d.record("DeleteItem", checkKeys(in.Key)...)
 }
 
+func (d *refusingDB) BatchGetItem(_ context.Context, in *dynamodb.BatchGetItemInput, _ ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error) {
+	var ps []string
+	for _, ka := range in.RequestItems {
+		if len(ka.Keys) > 100 {
+			ps = append(ps, fmt.Sprintf("%d keys in one request (at most 100)", len(ka.Keys)))
+		}
+		for _, k := range ka.Keys {
+			ps = append(ps, checkKeys(k)...)
+		}
+	}
+	return nil, d.record("BatchGetItem", ps...)
+}
+
 func (d *refusingDB) Query(_ context.Context, in *dynamodb.QueryInput, _ ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error) {
 	var ps []string
 	// Values compared with key attributes must be non-empty and within

@@ -10,24 +10,39 @@ import (
 )
 
 // RateLimits serves the rate-limiting extension (urn:ojs:ext:rate-limiting):
-// a key's state and the X-RateLimit-* headers of an enqueue of keyed jobs
+// a key's state, an operator's override of its limits, the listing of
+// keys and the X-RateLimit-* headers of an enqueue of keyed jobs
 // (implemented by *queue.Service; the API uses Services.Queues when it
 // implements it).
 type RateLimits interface {
 	KeyInfo(ctx context.Context, key string) (*ratelimit.Info, error)
+	OverrideKey(ctx context.Context, key string, body []byte) (*ratelimit.Info, error)
+	ListKeys(ctx context.Context, page, perPage int) (*queue.KeyPage, error)
 	KeyHeaders(jobs ...*job.Job) map[string]string
 }
 
 var _ RateLimits = (*queue.Service)(nil)
 
-// addRateLimits registers GET /ojs/v1/rate-limits/{key}
-// (ojs-rate-limiting.md 10.1).
+// addRateLimits registers the rate limit keys' routes
+// (ojs-rate-limiting.md 10.1-10.3): GET /ojs/v1/rate-limits[/{key}], and
+// PUT and DELETE /ojs/v1/rate-limits/{key} (an operator's override, admin
+// level).
 func (s *Server) addRateLimits(a *api) {
 	if a.limits == nil {
 		return
 	}
-	s.add(LevelProducer, http.MethodGet, "/ojs/v1/rate-limits/{key}", ok(func(r *http.Request, p params) (any, error) {
+	const p = "/ojs/v1/rate-limits"
+	s.add(LevelProducer, http.MethodGet, p, paged(func(r *http.Request, page, per int) (any, error) {
+		return a.limits.ListKeys(r.Context(), page, per)
+	}))
+	s.add(LevelProducer, http.MethodGet, p+"/{key}", ok(func(r *http.Request, p params) (any, error) {
 		return a.limits.KeyInfo(r.Context(), p("key"))
+	}))
+	s.add(LevelAdmin, http.MethodPut, p+"/{key}", withBody(func(r *http.Request, p params, raw []byte) (any, error) {
+		return a.limits.OverrideKey(r.Context(), p("key"), raw)
+	}))
+	s.add(LevelAdmin, http.MethodDelete, p+"/{key}", ok(func(r *http.Request, p params) (any, error) {
+		return a.limits.OverrideKey(r.Context(), p("key"), nil)
 	}))
 }
 

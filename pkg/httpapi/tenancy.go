@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"time"
 
@@ -119,26 +118,9 @@ func (s *Server) addTenants(a *api, ts Tenants) {
 	}))
 	if tl, ok2 := a.queueSvc.(TenantLimits); ok2 {
 		s.add(LevelAdmin, http.MethodPut, "/ojs/v1/admin/tenants/{id}/limits", withBody(func(r *http.Request, p params, raw []byte) (any, error) {
-			var body struct {
-				MaxConcurrency json.RawMessage `json:"max_concurrency"`
-				FairnessWeight json.RawMessage `json:"fairness_weight"`
-			}
-			if err := json.Unmarshal(raw, &body); err != nil {
-				return nil, ojserr.Invalid("body", "Send {\"max_concurrency\": n, \"fairness_weight\": w} (either null or absent for none).")
-			}
-			var l tenant.Limits
-			for _, f := range []struct {
-				name string
-				raw  json.RawMessage
-				dst  **int
-			}{{"max_concurrency", body.MaxConcurrency, &l.MaxConcurrency}, {"fairness_weight", body.FairnessWeight, &l.FairnessWeight}} {
-				if len(f.raw) > 0 && string(f.raw) != "null" {
-					var n int
-					if err := json.Unmarshal(f.raw, &n); err != nil {
-						return nil, ojserr.Invalid(f.name, "'%s' must be an integer, or null.", f.name)
-					}
-					*f.dst = &n
-				}
+			l, err := tenant.ParseLimits(raw)
+			if err != nil {
+				return nil, err
 			}
 			in, err := tl.SetTenantLimits(r.Context(), p("id"), l)
 			if err != nil {

@@ -87,30 +87,79 @@ func parseRateLimit(j *Job, raw json.RawMessage) error {
 	if r.MaxPerSecond != nil {
 		return ojserr.Invalid("options.rate_limit.max_per_second", "'max_per_second' is the queue-level shape and cannot be combined with a 'key'; use \"rate\": {\"limit\": n, \"period\": \"PT1S\"}.")
 	}
-	kl := &KeyLimit{Key: *r.Key}
-	if len(r.Concurrency) > 0 && !isNull(r.Concurrency) {
-		n, err := intField("options.rate_limit.concurrency", r.Concurrency, 0, 0, MaxKeyConcurrency)
-		if err != nil {
-			return err
-		}
-		kl.Concurrency = &n
-	}
-	var err error
-	if kl.Rate, err = parseWindow("options.rate_limit.rate", r.Rate, r.Period); err != nil {
+	kl, err := r.limits(*r.Key, "options.rate_limit")
+	if err != nil {
 		return err
-	}
-	if kl.Throttle, err = parseWindow("options.rate_limit.throttle", r.Throttle, ""); err != nil {
-		return err
-	}
-	if kl.Concurrency == nil && kl.Rate == nil && kl.Throttle == nil {
-		return ojserr.Invalid("options.rate_limit", "'options.rate_limit' with a key needs at least one of 'concurrency', 'rate' or 'throttle'.")
 	}
 	j.KeyLimit = kl
 	return nil
 }
 
+// limits reads the request's concurrency, rate and throttle as key's
+// (field names the object in errors); one of them at least is required.
+func (r *keyLimitRequest) limits(key, field string) (*KeyLimit, error) {
+	kl := &KeyLimit{Key: key}
+	if len(r.Concurrency) > 0 && !isNull(r.Concurrency) {
+		n, err := intField(field+".concurrency", r.Concurrency, 0, 0, MaxKeyConcurrency)
+		if err != nil {
+			return nil, err
+		}
+		kl.Concurrency = &n
+	}
+	var err error
+	if kl.Rate, err = parseWindow(field+".rate", r.Rate, r.Period); err != nil {
+		return nil, err
+	}
+	if kl.Throttle, err = parseWindow(field+".throttle", r.Throttle, ""); err != nil {
+		return nil, err
+	}
+	if kl.Concurrency == nil && kl.Rate == nil && kl.Throttle == nil {
+		return nil, ojserr.Invalid(field, "'%s' needs at least one of 'concurrency', 'rate' or 'throttle'.", field)
+	}
+	return kl, nil
+}
+
+// ParseKeyOverride reads PUT /rate-limits/{key}'s body (ojs-rate-limiting.md
+// 10.2): the limits that replace the key's jobs' (concurrency, rate,
+// throttle as in options.rate_limit) and, optionally, when they expire
+// (expires_at, in the future).
+func ParseKeyOverride(key string, raw []byte, now time.Time) (*KeyLimit, time.Time, error) {
+	if err := ValidateRateKey("key", key); err != nil {
+		return nil, time.Time{}, err
+	}
+	var r struct {
+		keyLimitRequest
+		ExpiresAt *string `json:"expires_at"`
+	}
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return nil, time.Time{}, ojserr.Invalid("body", "The body must be an object such as {\"concurrency\": 0, \"expires_at\": \"2026-12-01T13:00:00Z\"}.")
+	}
+	kl, err := r.limits(key, "body")
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	var until time.Time
+	if r.ExpiresAt != nil {
+		t, _, err := parseTime("expires_at", r.ExpiresAt, now)
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		if !t.After(now) {
+			return nil, time.Time{}, ojserr.Invalid("expires_at", "'expires_at' must be in the future.")
+		}
+		until = *t
+	}
+	return kl, until, nil
+}
+
 // periodWords are the shorthand periods accepted beside ISO 8601.
 var periodWords = map[string]string{"second": "PT1S", "minute": "PT1M", "hour": "PT1H", "day": "P1D"}
+
+// ParseWindow reads {"limit": n, "period": "PT1M"} (a period from 1 ms to
+// a day; nil for null or absent), field naming it in errors.
+func ParseWindow(field string, raw json.RawMessage) (*Window, error) {
+	return parseWindow(field, raw, "")
+}
 
 // parseWindow reads {"limit": n, "period": "PT1M"}, or a bare number with
 // the shorthand period beside it (one per second when absent).

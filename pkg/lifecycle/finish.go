@@ -30,6 +30,26 @@ type ErrorInput struct {
 	// Requeue returns the job to available at once instead of applying the
 	// retry policy (the attempt still counts).
 	Requeue bool
+	// RateLimitUntil is the error's rate_limit_until (ojs-rate-limiting.md
+	// 9.1): a keyed job's key starts no job before it. Also read from
+	// details.rate_limit_until (a push-mode handler's error).
+	RateLimitUntil string
+}
+
+// holdUntil is the time the error asks its job's rate limit key to hold
+// its jobs until (zero: none, or not a timestamp).
+func (in ErrorInput) holdUntil() time.Time {
+	s := in.RateLimitUntil
+	if s == "" && len(in.Details) > 0 {
+		var d struct {
+			Until string `json:"rate_limit_until"`
+		}
+		if json.Unmarshal(in.Details, &d) == nil {
+			s = d.Until
+		}
+	}
+	t, _ := time.Parse(time.RFC3339Nano, s)
+	return t
 }
 
 // errorType is the type matched against non_retryable_errors: the explicit
@@ -173,6 +193,7 @@ func (s *Service) nack(ctx context.Context, id string, in ErrorInput, attempt in
 			return nil, store.APIError(err, id, "fail")
 		}
 		s.log.InfoContext(ctx, "job failed", "job_id", id, "attempt", j.Attempt, "state", string(j.State), "error_type", f.Error.Type)
+		s.keyed.hold(ctx, cur, in.holdUntil(), in.Message, now)
 		s.finished(ctx, j)
 		return j, nil
 	}

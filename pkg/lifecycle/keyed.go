@@ -187,6 +187,22 @@ func (k *keyedClaims) tryClaim(ctx context.Context, j *job.Job, opts store.Claim
 	}
 }
 
+// hold makes job j's rate limit key start no job before until (a FAIL
+// whose error carries rate_limit_until, ojs-rate-limiting.md 9.1); a job
+// without a key, or a time past, changes nothing. A failed write is
+// logged: the FAIL stands.
+func (k *keyedClaims) hold(ctx context.Context, j *job.Job, until time.Time, reason string, now time.Time) {
+	if j.KeyLimit == nil || !until.After(now) {
+		return
+	}
+	if err := k.keys.PauseUntil(ctx, j.KeyLimit.Key, until, reason); err != nil {
+		k.log.WarnContext(ctx, "holding a rate limit key failed", "key", j.KeyLimit.Key, "job_id", j.ID, "error", err.Error())
+		return
+	}
+	// This process takes the key as held at once.
+	k.held.Store(j.KeyLimit.Key, heldUntil{until.UnixNano(), ratelimit.Dynamic})
+}
+
 // freeStale frees the slots of st whose attempts are over (read now) and
 // returns how many it freed.
 func (k *keyedClaims) freeStale(ctx context.Context, st *ratelimit.State) (int, error) {

@@ -164,3 +164,54 @@ func TestTenantFairFetch(t *testing.T) {
 		t.Fatalf("work-conserving: %v, want tb's four", got)
 	}
 }
+
+// A tenant's max_enqueue_rate refuses, with TENANT_LIMIT_EXCEEDED and
+// the window's end as Retry-After, the PUSH or whole batch that would
+// pass it in its window, other tenants going on; the next window counts
+// afresh. max_queue_depth is refused as unsupported.
+func TestTenantEnqueueRate(t *testing.T) {
+	t.Parallel()
+	s, q, clk := newServices(t)
+	ctx := context.Background()
+	l, err := tenant.ParseLimits([]byte(`{"max_enqueue_rate": {"limit": 3, "period": "PT1M"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.SetTenantLimits(ctx, "er", l); err != nil {
+		t.Fatal(err)
+	}
+	as := job.WithTenant(ctx, "er")
+	body := func(i int) []byte { return fmt.Appendf(nil, `{"type":"t","args":[%d],"options":{"queue":"te"}}`, i) }
+	if _, err := s.PushBatch(as, [][]byte{body(0), body(1)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Push(as, body(2)); err != nil {
+		t.Fatalf("the third of three: %v", err)
+	}
+	_, err = s.Push(as, body(3))
+	oe := ojserr.As(err)
+	if code(err) != ojserr.TenantLimitExceeded || oe.Status() != 429 || oe.Details["current"] != 3 || oe.Details["maximum"] != 3 ||
+		oe.Details["limit"] != "max_enqueue_rate" || oe.Headers["Retry-After"] == "" {
+		t.Fatalf("the fourth: %v %+v", err, oe)
+	}
+	if _, err := s.Push(job.WithTenant(ctx, "other"), body(4)); err != nil {
+		t.Fatalf("another tenant: %v", err)
+	}
+	clk.Add(time.Minute)
+	if _, err := s.PushBatch(as, [][]byte{body(5), body(6), body(7), body(8)}); code(err) != ojserr.TenantLimitExceeded {
+		t.Fatalf("a batch of four past a limit of three: %v", err)
+	}
+	if _, err := s.PushBatch(as, [][]byte{body(5), body(6), body(7)}); err != nil {
+		t.Fatalf("three in the next window: %v", err)
+	}
+	got, err := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"te"}, Count: 20, WorkerID: "w", Tenant: "er"})
+	if err != nil || len(got) != 6 {
+		t.Fatalf("er's jobs: %d %v, want the 6 admitted", len(got), err)
+	}
+	for raw, want := range map[string]ojserr.Code{`{"max_queue_depth": 10}`: ojserr.Unsupported,
+		`{"max_enqueue_rate": {"limit": 0}}`: ojserr.InvalidRequest, `{"fairness_weight": 0}`: ojserr.InvalidRequest} {
+		if _, err := tenant.ParseLimits([]byte(raw)); code(err) != want {
+			t.Errorf("%s: %v, want %s", raw, err, want)
+		}
+	}
+}

@@ -33,8 +33,12 @@ const (
 	RateLimited          Code = "rate_limited"
 	// QueueFull is the backpressure extension's refusal, sent as
 	// QUEUE_FULL (ojs-backpressure.md 7.1; see wire).
-	QueueFull    Code = "queue_full"
-	BackendError Code = "backend_error"
+	QueueFull Code = "queue_full"
+	// TenantLimitExceeded is the multi-tenancy extension's refusal of a
+	// tenant's enqueue past its limits, sent as TENANT_LIMIT_EXCEEDED
+	// (ojs-multi-tenancy.md 8.2).
+	TenantLimitExceeded Code = "tenant_limit_exceeded"
+	BackendError        Code = "backend_error"
 )
 
 // Error is an API error: a code, a message safe to show the client, optional
@@ -78,6 +82,7 @@ var wire = map[Code]Code{
 	Unauthenticated:      "x_unauthenticated",
 	PermissionDenied:     "x_permission_denied",
 	QueueFull:            "QUEUE_FULL",
+	TenantLimitExceeded:  "TENANT_LIMIT_EXCEEDED",
 }
 
 // Wire returns the code and type the error is sent with (see wire), the
@@ -105,7 +110,7 @@ var statuses = map[Code]int{
 	SchemaValidation: http.StatusUnprocessableEntity,
 	PayloadTooLarge:  http.StatusRequestEntityTooLarge, UnsupportedMediaType: http.StatusUnsupportedMediaType,
 	MethodNotAllowed: http.StatusMethodNotAllowed, Unauthenticated: http.StatusUnauthorized, PermissionDenied: http.StatusForbidden,
-	RateLimited: http.StatusTooManyRequests, QueueFull: http.StatusTooManyRequests,
+	RateLimited: http.StatusTooManyRequests, QueueFull: http.StatusTooManyRequests, TenantLimitExceeded: http.StatusTooManyRequests,
 }
 
 // New returns an error with the given code and message.

@@ -181,8 +181,9 @@ func (p *Pressure) Headers() map[string]string {
 		"X-OJS-Queue-Pressure": strconv.FormatFloat(p.Ratio, 'f', 3, 64)}
 }
 
-// CheckBounds admits jobs to their queues' bounds, or refuses all of them
-// with QUEUE_FULL when one queue's would pass its bound. Admission is one
+// CheckBounds admits jobs to their tenants' enqueue rates (checkTenants,
+// TENANT_LIMIT_EXCEEDED) and to their queues' bounds, or refuses all of
+// them with QUEUE_FULL when one queue's would pass its bound. Admission is one
 // conditional write of the queue's counter, so processes never admit past
 // a bound together: the condition allows what the last count left room
 // for (jobs taken since the count are seen at the next one). An unbounded
@@ -191,11 +192,14 @@ func (p *Pressure) Headers() map[string]string {
 // batch refused by its second bounded queue leaves the first one's
 // counter up until the next count.
 func (s *Service) CheckBounds(ctx context.Context, jobs []*job.Job) error {
+	now := s.clock()
+	if err := s.checkTenants(ctx, jobs, now); err != nil {
+		return err
+	}
 	per := map[string]int{}
 	for _, j := range jobs {
 		per[j.Queue]++
 	}
-	now := s.clock()
 	c := &s.bounds
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -221,6 +225,31 @@ func (s *Service) CheckBounds(ctx context.Context, jobs []*job.Job) error {
 			v.refused += n
 			s.recordRefusals(ctx, q, v, now)
 			return queueFull(q, v.depthNow(), v.bound.MaxDepth)
+		}
+	}
+	return nil
+}
+
+// checkTenants counts jobs against their tenants' max_enqueue_rate
+// (tenant.Registry.AdmitEnqueue), refusing all of them when one tenant's
+// would pass it. A tenant without the limit costs a read of its limits
+// per 10 s per process; one with it a write per PUSH.
+func (s *Service) checkTenants(ctx context.Context, jobs []*job.Job, now time.Time) error {
+	per := map[string]int{}
+	for _, j := range jobs {
+		if j.Tenant != "" {
+			per[j.Tenant]++
+		}
+	}
+	for _, t := range slices.Sorted(maps.Keys(per)) {
+		l, err := s.tenants.LimitsOf(ctx, t, now)
+		if err != nil {
+			return ojserr.Backend(err)
+		}
+		if l.MaxEnqueueRate != nil {
+			if err := s.tenants.AdmitEnqueue(ctx, t, per[t], l.MaxEnqueueRate, now); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

@@ -3,7 +3,6 @@ package queue
 import (
 	"cmp"
 	"context"
-	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -258,23 +257,6 @@ func (s *Service) SeenPaused(queues []string) bool {
 	return false
 }
 
-// KeyInfo is the state of rate limit key key (ojs-rate-limiting.md 10.1);
-// an ojserr not-found error for a key no job was admitted with.
-func (s *Service) KeyInfo(ctx context.Context, key string) (*ratelimit.Info, error) {
-	if err := job.ValidateRateKey("key", key); err != nil {
-		return nil, err
-	}
-	st, err := s.keys.Get(ctx, key)
-	if errors.Is(err, ratelimit.ErrNotFound) {
-		return nil, ojserr.NotFoundf("rate limit key", key)
-	}
-	if err != nil {
-		return nil, ojserr.Backend(err)
-	}
-	in := st.Info(s.clock())
-	return &in, nil
-}
-
 // recordTenant registers that tenant has jobs on queue, in the tenant's
 // item and the queue's (once per process and pair).
 func (s *Service) recordTenant(ctx context.Context, tenant, queue string) error {
@@ -292,18 +274,16 @@ func (s *Service) recordTenant(ctx context.Context, tenant, queue string) error 
 	return nil
 }
 
-// SetTenantLimits sets a tenant's limits (ojs-multi-tenancy.md 9.3) and
+// SetTenantLimits sets a tenant's limits (ojs-multi-tenancy.md 9.3; as
+// tenant.ParseLimits read them) and
 // its concurrency key's policy at once, so that the tenant's jobs already
 // waiting under the key follow the new limit (nil: none).
 func (s *Service) SetTenantLimits(ctx context.Context, id string, l tenant.Limits) (*tenant.Info, error) {
 	if err := job.ValidateTenant(id); err != nil {
 		return nil, err
 	}
-	if c := l.MaxConcurrency; c != nil && (*c < 0 || *c > job.MaxKeyConcurrency) {
-		return nil, ojserr.Invalid("max_concurrency", "'max_concurrency' must be an integer from 0 to %d, or null for no limit.", job.MaxKeyConcurrency)
-	}
-	if w := l.FairnessWeight; w != nil && (*w < 1 || *w > MaxFairnessWeight) {
-		return nil, ojserr.Invalid("fairness_weight", "'fairness_weight' must be an integer from 1 to %d, or null for 1.", MaxFairnessWeight)
+	if err := l.Validate(); err != nil {
+		return nil, err
 	}
 	if _, err := s.keys.Record(ctx, &job.KeyLimit{Key: tenant.ConcurrencyKey(id), Concurrency: l.MaxConcurrency}, s.clock()); err != nil {
 		return nil, ojserr.Backend(err)
@@ -315,5 +295,3 @@ func (s *Service) SetTenantLimits(ctx context.Context, id string, l tenant.Limit
 	return in, nil
 }
 
-// MaxFairnessWeight bounds a tenant's fairness_weight.
-const MaxFairnessWeight = 1000

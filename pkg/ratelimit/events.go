@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
 )
 
 // Events derives, from a change of a key's item in the table's stream,
@@ -25,6 +26,10 @@ func Events(src string, old, cur *State, at time.Time) []events.Event {
 			at = cur.HeldAt
 		}
 		return []events.Event{events.New(src, events.RateLimitExceeded, cur.Key, at, cur.Episode, data, "x"+strconv.FormatInt(cur.Episode, 10))}
+	case cur.Until.After(timeOrZero(old)):
+		// A handler's rate_limit_until held the key (PauseUntil).
+		data := map[string]any{"key": cur.Key, "until": job.Timestamp(cur.Until), "reason": cur.UntilReason}
+		return []events.Event{events.New(src, events.RateLimitDynamicAdjusted, cur.Key, at, cur.Episode, data, "d"+strconv.FormatInt(cur.Until.UnixMilli(), 10))}
 	case cur.Held == "" && was:
 		data := map[string]any{"key": cur.Key, "strategy": string(old.Held), "job_id": cur.LastJob}
 		if !cur.Updated.IsZero() {
@@ -35,9 +40,18 @@ func Events(src string, old, cur *State, at time.Time) []events.Event {
 	return nil
 }
 
-// limitOf is the policy's limit of the named kind.
+// timeOrZero is old's hold (zero without one).
+func timeOrZero(old *State) time.Time {
+	if old == nil {
+		return time.Time{}
+	}
+	return old.Until
+}
+
+// limitOf is the limit of the named kind that applied when the key was
+// marked held.
 func (st *State) limitOf(l Limit) int {
-	p := st.Policy
+	p := st.Limits(st.HeldAt)
 	switch {
 	case l == Concurrency && p.Concurrency != nil:
 		return *p.Concurrency

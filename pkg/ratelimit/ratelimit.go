@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -58,6 +59,14 @@ const (
 	attrHeldN   = "held_n"
 	attrEpisode = "ep"
 	attrLastJob = "last_job"
+	// attrOverride is an operator's policy in place of the jobs' until
+	// attrOverrideUntil (ms; absent: until removed), SetOverride's;
+	// attrUntil holds every start until then (ms), attrUntilWhy says why
+	// (PauseUntil: a handler's rate_limit_until).
+	attrOverride      = "override"
+	attrOverrideUntil = "ov_until"
+	attrUntil         = "until_ms"
+	attrUntilWhy      = "until_why"
 )
 
 // ErrNotFound answers Get for a key no job was admitted with.
@@ -67,6 +76,8 @@ var ErrNotFound = errors.New("rate limit key not found")
 type Keys struct {
 	db    store.DynamoAPI
 	table string
+	// listed holds the keys this process registered (list).
+	listed sync.Map
 }
 
 // New returns the keys of table through db (store.Store.DB).
@@ -97,6 +108,23 @@ type State struct {
 	LastJob string
 	// HeldAt is when the mark was set, Updated when the item last was.
 	HeldAt, Updated time.Time
+	// Override is an operator's policy in place of Policy until
+	// OverrideUntil (zero: until removed); Limits says which applies.
+	Override      *job.KeyLimit
+	OverrideUntil time.Time
+	// Until holds every start of the key until then (a handler's
+	// rate_limit_until, PauseUntil), for UntilReason.
+	Until       time.Time
+	UntilReason string
+}
+
+// Limits is the policy that applies at now: the override while it lasts,
+// else the last admitted job's.
+func (st *State) Limits(now time.Time) *job.KeyLimit {
+	if st.Override != nil && (st.OverrideUntil.IsZero() || now.Before(st.OverrideUntil)) {
+		return st.Override
+	}
+	return st.Policy
 }
 
 type item struct {
@@ -112,6 +140,10 @@ type item struct {
 	Last   string         `dynamodbav:"last_job"`
 	HeldAt string         `dynamodbav:"held_at"`
 	At     string         `dynamodbav:"updated_at"`
+	Ov     string         `dynamodbav:"override"`
+	OvTill int64          `dynamodbav:"ov_until"`
+	Until  int64          `dynamodbav:"until_ms"`
+	Why    string         `dynamodbav:"until_why"`
 }
 
 // Decode reads a key item (as returned by a refused Take, say); nil for
@@ -124,18 +156,33 @@ func Decode(av map[string]types.AttributeValue) (*State, error) {
 	if err != nil {
 		return nil, err
 	}
-	p, err := job.UnmarshalKeyLimit(it.Policy)
-	if err != nil {
-		return nil, fmt.Errorf("rate limit key %s: %w", it.Key, err)
+	// A key an operator overrode before any job was admitted has no
+	// policy of its own: no limits but the override's.
+	p := &job.KeyLimit{Key: it.Key}
+	if it.Policy != "" {
+		if p, err = job.UnmarshalKeyLimit(it.Policy); err != nil {
+			return nil, fmt.Errorf("rate limit key %s: %w", it.Key, err)
+		}
 	}
 	st := &State{Key: it.Key, Policy: p, Slots: it.Slots, Window: it.Window, Count: it.Count,
-		Held: Limit(it.Held), HeldN: it.HeldN, Episode: it.Ep, LastJob: it.Last}
-	if it.NextMS > 0 {
-		st.Next = time.UnixMilli(it.NextMS)
+		Held: Limit(it.Held), HeldN: it.HeldN, Episode: it.Ep, LastJob: it.Last, UntilReason: it.Why}
+	if it.Ov != "" {
+		if st.Override, err = job.UnmarshalKeyLimit(it.Ov); err != nil {
+			return nil, fmt.Errorf("rate limit key %s's override: %w", it.Key, err)
+		}
 	}
+	st.Next, st.OverrideUntil, st.Until = msTime(it.NextMS), msTime(it.OvTill), msTime(it.Until)
 	st.HeldAt, _ = time.Parse(time.RFC3339Nano, it.HeldAt)
 	st.Updated, _ = time.Parse(time.RFC3339Nano, it.At)
 	return st, nil
+}
+
+// msTime is Unix milliseconds as a time (zero for 0).
+func msTime(ms int64) time.Time {
+	if ms <= 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms)
 }
 
 // DecodeKey reads a stream image: ok is false for an item that is not a
@@ -194,6 +241,9 @@ func (k *Keys) record(ctx context.Context, p *job.KeyLimit, now time.Time, polic
 	if err != nil {
 		return nil, fmt.Errorf("record rate limit key %s: %w", p.Key, err)
 	}
+	if err := k.list(ctx, p.Key); err != nil {
+		return nil, err
+	}
 	return Decode(out.Attributes)
 }
 
@@ -218,13 +268,18 @@ const (
 	Concurrency Limit = "concurrency"
 	Rate        Limit = "rate"
 	Throttle    Limit = "throttle"
+	// Dynamic is a hold until a time a handler reported (PauseUntil).
+	Dynamic Limit = "dynamic"
 )
 
 // Wait is how long, from now, the key allows no start, and the limit
 // that says so (0, "": a start is allowed). A full concurrency limit
 // frees no sooner than an attempt ends: its wait is unknown (-1).
 func (st *State) Wait(now time.Time) (time.Duration, Limit) {
-	p := st.Policy
+	if st.Until.After(now) {
+		return st.Until.Sub(now), Dynamic
+	}
+	p := st.Limits(now)
 	if c := p.Concurrency; c != nil && len(st.Slots) >= *c {
 		return -1, Concurrency
 	}
@@ -250,9 +305,16 @@ func spacing(w *job.Window) time.Duration { return w.Period / time.Duration(max(
 // the key item being still as st says in what the start depends on; its
 // refusal returns the item as it was.
 func (k *Keys) Take(st *State, id string, attempt int, now time.Time) (*types.Update, error) {
-	p := st.Policy
+	p := st.Limits(now)
 	u := expression.Set(expression.Name(attrAt), expression.Value(job.Timestamp(now)))
-	c := expression.AttributeExists(expression.Name("pk"))
+	c := expression.AttributeExists(expression.Name("pk")).
+		And(expression.Or(expression.AttributeNotExists(expression.Name(attrUntil)), expression.Name(attrUntil).LessThanEqual(expression.Value(now.UnixMilli()))))
+	// Decided on the override as read: one set or removed since refuses.
+	if st.Override != nil {
+		c = c.And(expression.Name(attrOverride).Equal(expression.Value(job.MarshalKeyLimit(st.Override))))
+	} else {
+		c = c.And(expression.AttributeNotExists(expression.Name(attrOverride)))
+	}
 	if p.Concurrency != nil {
 		u = u.Set(expression.Name(attrSlots+"."+id), expression.Value(attempt))
 		c = c.And(expression.Name(attrSlots).Size().LessThan(expression.Value(*p.Concurrency)))
@@ -350,6 +412,23 @@ type Info struct {
 	Concurrency *ConcurrencyUse `json:"concurrency,omitempty"`
 	Rate        *RateUse        `json:"rate,omitempty"`
 	Throttle    *ThrottleUse    `json:"throttle,omitempty"`
+	// Override is set while an operator's override (PUT) applies: the
+	// limits above are its.
+	Override *OverrideInfo `json:"override,omitempty"`
+	// Dynamic is set while a handler's rate_limit_until holds the key.
+	Dynamic *DynamicHold `json:"dynamic,omitempty"`
+}
+
+// OverrideInfo says that an override applies, and until when.
+type OverrideInfo struct {
+	Active    bool   `json:"active"`
+	ExpiresAt string `json:"expires_at,omitempty"`
+}
+
+// DynamicHold is a hold a handler reported (ojs-rate-limiting.md 9.1).
+type DynamicHold struct {
+	Until  string `json:"until"`
+	Reason string `json:"reason,omitempty"`
 }
 
 // ConcurrencyUse is a key's concurrency limit and its use.
@@ -376,8 +455,17 @@ type ThrottleUse struct {
 
 // Info is st at now.
 func (st *State) Info(now time.Time) Info {
-	p := st.Policy
+	p := st.Limits(now)
 	in := Info{Key: st.Key}
+	if p == st.Override {
+		in.Override = &OverrideInfo{Active: true}
+		if !st.OverrideUntil.IsZero() {
+			in.Override.ExpiresAt = job.Timestamp(st.OverrideUntil)
+		}
+	}
+	if st.Until.After(now) {
+		in.Dynamic = &DynamicHold{Until: job.Timestamp(st.Until), Reason: st.UntilReason}
+	}
 	if c := p.Concurrency; c != nil {
 		in.Concurrency = &ConcurrencyUse{Limit: *c, Active: len(st.Slots), Available: max(*c-len(st.Slots), 0)}
 	}
@@ -412,7 +500,7 @@ func (st *State) Headers(now time.Time) map[string]string {
 	var reset time.Time
 	switch {
 	case in.Rate != nil:
-		w := st.Policy.Rate
+		w := st.Limits(now).Rate
 		limit, left = w.Limit, max(w.Limit-in.Rate.CurrentCount, 0)
 		reset = time.UnixMilli((window(w, now) + 1) * w.Period.Milliseconds())
 	case in.Throttle != nil:

@@ -149,3 +149,88 @@ func TestKeyRateWindowHeaders(t *testing.T) {
 		t.Fatalf("next window's count: %+v", in.Rate)
 	}
 }
+
+// An override replaces the jobs' policy until it expires or is removed,
+// and a start decided before it is refused by the Take's condition; a
+// hold (PauseUntil) stops every start until its time, only moves later,
+// and derives one rate_limit.dynamic_adjusted; the registry lists every
+// key recorded or overridden.
+func TestKeyOverrideHoldAndListing(t *testing.T) {
+	t.Parallel()
+	st, _ := testenv.Table(t)
+	keys := ratelimit.New(st.DB(), st.Table())
+	ctx := context.Background()
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	five, zero := 5, 0
+	if _, err := keys.Record(ctx, &job.KeyLimit{Key: "api", Concurrency: &five}, now); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := keys.Get(ctx, "api")
+	ov, err := keys.SetOverride(ctx, &job.KeyLimit{Key: "api", Concurrency: &zero}, now.Add(time.Hour), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wait, limit := ov.Wait(now); wait != -1 || limit != ratelimit.Concurrency {
+		t.Fatalf("override of concurrency 0: wait %v %q", wait, limit)
+	}
+	if in := ov.Info(now); in.Override == nil || in.Concurrency.Limit != 0 || in.Override.ExpiresAt == "" {
+		t.Fatalf("info under the override: %+v", in)
+	}
+	u, _ := keys.Take(before, "j1", 1, now)
+	if err := apply(t, u); err == nil {
+		t.Fatal("a start decided before the override was taken")
+	}
+	if wait, _ := ov.Wait(now.Add(time.Hour)); wait != 0 {
+		t.Fatalf("the override expired, yet wait %v", wait)
+	}
+	if in := ov.Info(now.Add(time.Hour)); in.Override != nil || in.Concurrency.Limit != 5 {
+		t.Fatalf("info after expiry: %+v", in)
+	}
+	cleared, err := keys.ClearOverride(ctx, "api", now)
+	if err != nil || cleared.Override != nil {
+		t.Fatalf("clear: %+v %v", cleared, err)
+	}
+	if _, err := keys.ClearOverride(ctx, "nope", now); !errors.Is(err, ratelimit.ErrNotFound) {
+		t.Fatalf("clear an unknown key: %v", err)
+	}
+	// An override of a key no job named yet creates it.
+	fresh, err := keys.SetOverride(ctx, &job.KeyLimit{Key: "later", Concurrency: &five}, time.Time{}, now)
+	if err != nil || fresh.Policy == nil || fresh.Limits(now).Concurrency == nil {
+		t.Fatalf("override of a new key: %+v %v", fresh, err)
+	}
+
+	until := now.Add(30 * time.Second)
+	for _, at := range []time.Time{until, now.Add(10 * time.Second)} { // the earlier one changes nothing
+		if err := keys.PauseUntil(ctx, "api", at, "429 upstream"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held, _ := keys.Get(ctx, "api")
+	if wait, limit := held.Wait(now); wait != 30*time.Second || limit != ratelimit.Dynamic {
+		t.Fatalf("held: wait %v %q", wait, limit)
+	}
+	u, _ = keys.Take(cleared, "j2", 1, now)
+	if err := apply(t, u); err == nil {
+		t.Fatal("a start decided before the hold was taken")
+	}
+	u, _ = keys.Take(held, "j2", 1, until)
+	if err := apply(t, u); err != nil {
+		t.Fatalf("a start at the hold's end: %v", err)
+	}
+	evs := ratelimit.Events("src", cleared, held, now)
+	if len(evs) != 1 || evs[0].Type != events.RateLimitDynamicAdjusted || evs[0].Data["reason"] != "429 upstream" {
+		t.Fatalf("dynamic_adjusted: %+v", evs)
+	}
+	if err := keys.PauseUntil(ctx, "nope", until, ""); err != nil {
+		t.Fatalf("a hold of an unknown key: %v", err)
+	}
+
+	names, err := keys.Names(ctx)
+	if err != nil || len(names) != 2 || names[0] != "api" || names[1] != "later" {
+		t.Fatalf("names: %v %v", names, err)
+	}
+	states, err := keys.States(ctx, append(names, "nope"))
+	if err != nil || len(states) != 2 || states[1].Key != "later" {
+		t.Fatalf("states: %v %v", states, err)
+	}
+}

@@ -225,27 +225,13 @@ func (s *Store) WholeJobs(ctx context.Context, items []Item) ([]Item, error) {
 	if len(items) == 0 {
 		return items, nil
 	}
-	byID := map[string]*job.Job{}
-	if _, ok := s.db.(batchGetter); ok {
-		ids := make([]string, len(items))
-		for i, it := range items {
-			ids[i] = it.Job.ID
-		}
-		var err error
-		if byID, err = s.BatchGetJobs(ctx, ids); err != nil {
-			return nil, err
-		}
-	} else {
-		for _, it := range items {
-			j, err := s.Get(ctx, it.Job.ID)
-			if errors.Is(err, ErrNotFound) {
-				continue
-			}
-			if err != nil {
-				return nil, err
-			}
-			byID[j.ID] = j
-		}
+	ids := make([]string, len(items))
+	for i, it := range items {
+		ids[i] = it.Job.ID
+	}
+	byID, err := s.BatchGetJobs(ctx, ids)
+	if err != nil {
+		return nil, err
 	}
 	out := items[:0]
 	for _, it := range items {

@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/ojs-aws/ojs-serverless/internal/ctxsleep"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 )
 
@@ -76,18 +77,8 @@ func NewGuard(key map[string]types.AttributeValue, cond string, names map[string
 // the entries of key (a hash of key picks the shard; shard 0 when n <= 1).
 func ShardedKey(base, key string, n int) string { return shardKey(base, shardOf(key, n)) }
 
-// BatchWriter is the batch write call the large writes use (BatchPut, a
-// workflow's creation and deletion).
-type BatchWriter interface {
-	BatchWriteItem(context.Context, *dynamodb.BatchWriteItemInput, ...func(*dynamodb.Options)) (*dynamodb.BatchWriteItemOutput, error)
-}
-
 // batchPut writes items 25 at a time, eight requests at once.
 func (s *Store) batchPut(ctx context.Context, items []map[string]types.AttributeValue) error {
-	bw, ok := s.db.(BatchWriter)
-	if !ok {
-		return fmt.Errorf("the DynamoDB client cannot batch write")
-	}
 	chunks := slices.Collect(slices.Chunk(items, 25))
 	return Parallel(ctx, len(chunks), 8, func(ctx context.Context, c int) error {
 		reqs := make([]types.WriteRequest, len(chunks[c]))
@@ -98,7 +89,7 @@ func (s *Store) batchPut(ctx context.Context, items []map[string]types.Attribute
 			if tries > 8 {
 				return fmt.Errorf("batch write: %d items still unprocessed", len(reqs))
 			}
-			out, err := bw.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: map[string][]types.WriteRequest{s.table: reqs}})
+			out, err := s.db.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: map[string][]types.WriteRequest{s.table: reqs}})
 			if err != nil {
 				return err
 			}
@@ -111,44 +102,60 @@ func (s *Store) batchPut(ctx context.Context, items []map[string]types.Attribute
 	})
 }
 
-type batchGetter interface {
-	BatchGetItem(context.Context, *dynamodb.BatchGetItemInput, ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error)
-}
-
 // BatchGetJobs reads jobs by id (up to 100 per call, strongly consistent);
 // missing ids are absent from the result.
 func (s *Store) BatchGetJobs(ctx context.Context, ids []string) (map[string]*job.Job, error) {
-	bg, ok := s.db.(batchGetter)
-	if !ok {
-		return nil, fmt.Errorf("the DynamoDB client cannot batch get")
+	keys := make([]map[string]types.AttributeValue, len(ids))
+	for i, id := range ids {
+		keys[i] = JobKey(id)
 	}
 	out := map[string]*job.Job{}
-	chunks := slices.Collect(slices.Chunk(ids, 100))
 	var mu sync.Mutex
-	err := Parallel(ctx, len(chunks), 8, func(ctx context.Context, c int) error {
-		keys := make([]map[string]types.AttributeValue, len(chunks[c]))
-		for i, id := range chunks[c] {
-			keys[i] = JobKey(id)
+	return out, BatchGet(ctx, s.db, s.table, keys, "", func(av map[string]types.AttributeValue) error {
+		j, err := decodeJob(av)
+		if err == nil {
+			mu.Lock()
+			out[j.ID] = j
+			mu.Unlock()
 		}
-		for tries := 0; len(keys) > 0 && tries < 8; tries++ {
-			res, err := bg.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: map[string]types.KeysAndAttributes{s.table: {Keys: keys, ConsistentRead: aws.Bool(true)}}})
-			if err != nil {
-				return fmt.Errorf("batch get jobs: %w", err)
+		return err
+	})
+}
+
+// BatchGet reads the items of table at keys (strongly consistent, 100 a
+// call, eight calls at once; only the attributes of projection unless
+// empty) and hands each found to each, from several goroutines at once.
+func BatchGet(ctx context.Context, db DynamoAPI, table string, keys []map[string]types.AttributeValue, projection string, each func(map[string]types.AttributeValue) error) error {
+	var proj *string
+	if projection != "" {
+		proj = &projection
+	}
+	chunks := slices.Collect(slices.Chunk(keys, 100))
+	return Parallel(ctx, len(chunks), 8, func(ctx context.Context, c int) error {
+		keys := chunks[c]
+		for tries := 0; len(keys) > 0; tries++ {
+			if tries == 8 {
+				return fmt.Errorf("batch get: %d keys still unprocessed", len(keys))
 			}
-			for _, av := range res.Responses[s.table] {
-				j, err := decodeJob(av)
-				if err != nil {
+			if tries > 0 {
+				if err := ctxsleep.Wait(ctx, time.Duration(tries)*20*time.Millisecond); err != nil {
 					return err
 				}
-				mu.Lock()
-				out[j.ID] = j
-				mu.Unlock()
 			}
-			keys = res.UnprocessedKeys[s.table].Keys
+			res, err := db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: map[string]types.KeysAndAttributes{table: {
+				Keys: keys, ConsistentRead: aws.Bool(true), ProjectionExpression: proj}}})
+			if err != nil {
+				return fmt.Errorf("batch get: %w", err)
+			}
+			for _, av := range res.Responses[table] {
+				if err := each(av); err != nil {
+					return err
+				}
+			}
+			keys = res.UnprocessedKeys[table].Keys
 		}
 		return nil
 	})
-	return out, err
 }
 
 // Parallel runs f for 0..n-1, at most conc at once, and returns the first

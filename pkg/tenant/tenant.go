@@ -8,6 +8,7 @@ package tenant
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 )
 
@@ -49,6 +51,67 @@ type Limits struct {
 	// FairnessWeight is the tenant's weight where a queue shares an
 	// unscoped FETCH among its tenants by weight (nil: 1).
 	FairnessWeight *int `dynamodbav:"fairness_weight,omitempty" json:"fairness_weight,omitempty"`
+	// MaxEnqueueRate bounds the jobs the tenant's PUSHes and batches
+	// enqueue per fixed window (nil: none; AdmitEnqueue).
+	MaxEnqueueRate *job.Window `dynamodbav:"max_enqueue_rate,omitempty" json:"max_enqueue_rate,omitempty"`
+}
+
+// MaxFairnessWeight bounds a tenant's fairness_weight.
+const MaxFairnessWeight = 1000
+
+// ParseLimits reads PUT /admin/tenants/{id}/limits's body
+// (ojs-multi-tenancy.md 8.1): max_concurrency (0 to
+// job.MaxKeyConcurrency), fairness_weight (1 to MaxFairnessWeight),
+// max_enqueue_rate ({"limit": n, "period": "PT1M"}), each null or absent
+// for none (Validate). max_queue_depth and max_scheduled are refused: no index
+// counts a tenant's scheduled jobs (docs/multi-tenancy.md).
+func ParseLimits(raw []byte) (Limits, error) {
+	var body struct {
+		MaxConcurrency json.RawMessage `json:"max_concurrency"`
+		FairnessWeight json.RawMessage `json:"fairness_weight"`
+		MaxEnqueueRate json.RawMessage `json:"max_enqueue_rate"`
+		MaxQueueDepth  json.RawMessage `json:"max_queue_depth"`
+		MaxScheduled   json.RawMessage `json:"max_scheduled"`
+	}
+	var l Limits
+	if err := json.Unmarshal(raw, &body); err != nil {
+		return l, ojserr.Invalid("body", "Send {\"max_concurrency\": n, \"fairness_weight\": w, \"max_enqueue_rate\": {\"limit\": n, \"period\": \"PT1M\"}} (each null or absent for none).")
+	}
+	for _, f := range []struct {
+		name string
+		raw  json.RawMessage
+		dst  **int
+	}{{"max_concurrency", body.MaxConcurrency, &l.MaxConcurrency}, {"fairness_weight", body.FairnessWeight, &l.FairnessWeight}} {
+		if len(f.raw) > 0 && string(f.raw) != "null" {
+			var n int
+			if err := json.Unmarshal(f.raw, &n); err != nil {
+				return l, ojserr.Invalid(f.name, "'%s' must be an integer, or null.", f.name)
+			}
+			*f.dst = &n
+		}
+	}
+	var err error
+	if l.MaxEnqueueRate, err = job.ParseWindow("max_enqueue_rate", body.MaxEnqueueRate); err != nil {
+		return l, err
+	}
+	for name, raw := range map[string]json.RawMessage{"max_queue_depth": body.MaxQueueDepth, "max_scheduled": body.MaxScheduled} {
+		if len(raw) > 0 && string(raw) != "null" {
+			return l, ojserr.Newf(ojserr.Unsupported, "'%s' is not supported on this backend: no index counts a tenant's scheduled jobs. Bound the queue's depth (backpressure) or the tenant's max_enqueue_rate.", name).With("field", name)
+		}
+	}
+	return l, l.Validate()
+}
+
+// Validate checks l's ranges: max_concurrency 0 to job.MaxKeyConcurrency,
+// fairness_weight 1 to MaxFairnessWeight.
+func (l Limits) Validate() error {
+	if c := l.MaxConcurrency; c != nil && (*c < 0 || *c > job.MaxKeyConcurrency) {
+		return ojserr.Invalid("max_concurrency", "'max_concurrency' must be an integer from 0 to %d, or null for no limit.", job.MaxKeyConcurrency)
+	}
+	if w := l.FairnessWeight; w != nil && (*w < 1 || *w > MaxFairnessWeight) {
+		return ojserr.Invalid("fairness_weight", "'fairness_weight' must be an integer from 1 to %d, or null for 1.", MaxFairnessWeight)
+	}
+	return nil
 }
 
 // Weight is l's fairness weight (1 when unset).

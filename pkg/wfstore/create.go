@@ -17,7 +17,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"github.com/ojs-aws/ojs-serverless/internal/ctxsleep"
 	"github.com/ojs-aws/ojs-serverless/pkg/awslimit"
 	"github.com/ojs-aws/ojs-serverless/pkg/fault"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
@@ -394,40 +393,12 @@ func (s *Store) resume(ctx context.Context, startSlice func(), w NewWorkflow, ro
 // existing reads which of keys name an item (consistently, keys only,
 // 100 a request, 8 requests at once) and returns them by itemKey.
 func (s *Store) existing(ctx context.Context, keys []map[string]types.AttributeValue) (map[string]bool, error) {
-	bg, ok := s.db.(batchGetter)
-	if !ok {
-		return nil, fmt.Errorf("the DynamoDB client cannot batch get")
-	}
-	var chunks [][]map[string]types.AttributeValue
-	for len(keys) > 0 {
-		n := min(100, len(keys))
-		chunks, keys = append(chunks, keys[:n]), keys[n:]
-	}
 	have := map[string]bool{}
 	var mu sync.Mutex
-	err := store.Parallel(ctx, len(chunks), 8, func(ctx context.Context, c int) error {
-		keys := chunks[c]
-		for tries := 0; len(keys) > 0; tries++ {
-			if tries > 8 {
-				return fmt.Errorf("batch get: %d keys still unprocessed", len(keys))
-			}
-			res, err := bg.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: map[string]types.KeysAndAttributes{s.table: {
-				Keys: keys, ConsistentRead: aws.Bool(true), ProjectionExpression: aws.String("pk, sk")}}})
-			if err != nil {
-				return fmt.Errorf("batch get: %w", err)
-			}
-			mu.Lock()
-			for _, av := range res.Responses[s.table] {
-				have[itemKey(av)] = true
-			}
-			mu.Unlock()
-			keys = res.UnprocessedKeys[s.table].Keys
-			if len(keys) > 0 {
-				if err := ctxsleep.Wait(ctx, time.Duration(tries+1)*20*time.Millisecond); err != nil {
-					return err
-				}
-			}
-		}
+	err := store.BatchGet(ctx, s.db, s.table, keys, "pk, sk", func(av map[string]types.AttributeValue) error {
+		mu.Lock()
+		have[itemKey(av)] = true
+		mu.Unlock()
 		return nil
 	})
 	return have, err
@@ -543,10 +514,6 @@ func (s *Store) DeleteWorkflow(ctx context.Context, wfID string) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("delete workflow %s: %w", wfID, err)
 	}
-	bw, ok := s.db.(store.BatchWriter)
-	if !ok {
-		return true, fmt.Errorf("the DynamoDB client cannot batch write")
-	}
 	for len(keys) > 0 {
 		n := min(25, len(keys))
 		reqs := make([]types.WriteRequest, n)
@@ -555,7 +522,7 @@ func (s *Store) DeleteWorkflow(ctx context.Context, wfID string) (bool, error) {
 		}
 		keys = keys[n:]
 		for tries := 0; len(reqs) > 0 && tries < 8; tries++ {
-			out, err := bw.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: map[string][]types.WriteRequest{s.table: reqs}})
+			out, err := s.db.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: map[string][]types.WriteRequest{s.table: reqs}})
 			if err != nil {
 				return true, err
 			}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
@@ -97,10 +98,6 @@ type Progress struct {
 // 100 (consistent reads); missing items are absent from the result.
 func (s *Store) ReadProgress(ctx context.Context, nodes []NodeKey, shards []ShardRef, jobs []string) (*Progress, error) {
 	p := &Progress{Nodes: map[NodeKey]Node{}, Shards: map[ShardRef]*Shard{}, Jobs: map[string]bool{}}
-	bg, ok := s.db.(batchGetter)
-	if !ok {
-		return nil, fmt.Errorf("the DynamoDB client cannot batch get")
-	}
 	seen := map[string]bool{}
 	var keys []map[string]types.AttributeValue
 	for _, k := range nodes {
@@ -121,44 +118,32 @@ func (s *Store) ReadProgress(ctx context.Context, nodes []NodeKey, shards []Shar
 			keys = append(keys, store.JobKey(id))
 		}
 	}
-	for len(keys) > 0 {
-		n := min(100, len(keys))
-		chunk := keys[:n]
-		keys = keys[n:]
-		for tries := 0; len(chunk) > 0 && tries < 8; tries++ {
-			res, err := bg.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: map[string]types.KeysAndAttributes{s.table: {Keys: chunk, ConsistentRead: aws.Bool(true)}}})
-			if err != nil {
-				return nil, fmt.Errorf("batch get workflow items: %w", err)
-			}
-			for _, av := range res.Responses[s.table] {
-				if id, ok := store.JobID(av); ok {
-					p.Jobs[id] = true
-					continue
-				}
-				sk := av[attrSK].(*types.AttributeValueMemberS).Value
-				if strings.HasPrefix(sk, nodePrefix) {
-					n, err := decodeNode(av)
-					if err != nil {
-						return nil, err
-					}
-					p.Nodes[NodeKey{n.Base().WorkflowID, n.Base().Path}] = n
-				} else {
-					var it shardItem
-					if err := attributevalue.UnmarshalMap(av, &it); err != nil {
-						return nil, err
-					}
-					sh := it.Shard
-					p.Shards[ShardRef{it.WFID, sh.Path, sh.Key}] = &sh
-				}
-			}
-			chunk = res.UnprocessedKeys[s.table].Keys
+	var mu sync.Mutex
+	err := store.BatchGet(ctx, s.db, s.table, keys, "", func(av map[string]types.AttributeValue) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if id, ok := store.JobID(av); ok {
+			p.Jobs[id] = true
+			return nil
 		}
+		if sk := av[attrSK].(*types.AttributeValueMemberS).Value; strings.HasPrefix(sk, nodePrefix) {
+			n, err := decodeNode(av)
+			if err == nil {
+				p.Nodes[NodeKey{n.Base().WorkflowID, n.Base().Path}] = n
+			}
+			return err
+		}
+		var it shardItem
+		if err := attributevalue.UnmarshalMap(av, &it); err != nil {
+			return err
+		}
+		p.Shards[ShardRef{it.WFID, it.Shard.Path, it.Shard.Key}] = &it.Shard
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read workflow items: %w", err)
 	}
 	return p, nil
-}
-
-type batchGetter interface {
-	BatchGetItem(context.Context, *dynamodb.BatchGetItemInput, ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error)
 }
 
 // WorkflowItems reads every node of a workflow (paginated query of its
