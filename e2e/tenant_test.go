@@ -152,6 +152,22 @@ func TestTenantsEndToEnd(t *testing.T) {
 	if mc, _ := lim["max_concurrency"].(map[string]any); mc == nil || num(mc["limit"]) != 1 {
 		t.Fatalf("a's stats' limits: %v", lim)
 	}
+	// An enqueue rate: a new tenant (no process has its limits cached)
+	// limited to one job an hour is refused its second.
+	c := a + "-rate"
+	if r := do(t, http.MethodPut, "/ojs/v1/admin/tenants/"+c+"/limits", map[string]any{"max_enqueue_rate": map[string]any{"limit": 1, "period": "PT1H"}}); r.Status != http.StatusOK {
+		t.Fatalf("set %s's enqueue rate: %d %s", c, r.Status, r.Raw)
+	}
+	for i, want := range []int{http.StatusCreated, http.StatusTooManyRequests} {
+		r := do(t, http.MethodPost, "/ojs/v1/jobs", map[string]any{"type": "t.rate", "args": []any{i}, "options": map[string]any{"queue": q}}, as(c)...)
+		e, _ := r.Body["error"].(map[string]any)
+		if r.Status != want || (want == http.StatusTooManyRequests && (e["code"] != "TENANT_LIMIT_EXCEEDED" || r.Header.Get("Retry-After") == "")) {
+			t.Fatalf("%s's enqueue %d: %d %v %s", c, i, r.Status, r.Header, r.Raw)
+		}
+	}
+	if r := do(t, http.MethodPut, "/ojs/v1/admin/tenants/"+c+"/limits", map[string]any{"max_queue_depth": 10}); r.Status != http.StatusUnprocessableEntity {
+		t.Fatalf("max_queue_depth: %d %s", r.Status, r.Raw)
+	}
 	// The dead letter: a's failed job is a's alone; bulk operations and
 	// statistics over every tenant's jobs are refused to a scoped request.
 	dq := q + "-dead"
