@@ -47,6 +47,9 @@ const (
 	// RateLimitDynamicAdjusted reports a handler holding its key until a
 	// time (rate_limit_until in a FAIL's error, ojs-rate-limiting.md 9.1).
 	RateLimitDynamicAdjusted = "rate_limit.dynamic_adjusted"
+	// RateLimitDropped reports a job discarded because its key allowed no
+	// start and its on_limit was "drop" (besides its job.discarded).
+	RateLimitDropped = "rate_limit.dropped"
 
 	CronTriggered = "cron.triggered"
 	CronSkipped   = "cron.skipped"
@@ -85,7 +88,7 @@ const (
 var Types = []string{
 	JobEnqueued, JobScheduled, JobStarted, JobCompleted, JobFailed, JobRetrying, JobDiscarded, JobCancelled,
 	JobHeartbeat, JobExpired, JobProgress, QueuePaused, QueueResumed, BackpressureRejected, RateLimitExceeded, RateLimitReleased,
-	RateLimitDynamicAdjusted, CronTriggered, CronSkipped, DeadLetterAdded, DeadLetterRetried, DeadLetterDeleted, DeadLetterPruned,
+	RateLimitDynamicAdjusted, RateLimitDropped, CronTriggered, CronSkipped, DeadLetterAdded, DeadLetterRetried, DeadLetterDeleted, DeadLetterPruned,
 	WorkerStarted, WorkerHeartbeat, WorkerQuiet, WorkerStopped,
 	WorkflowCreated, WorkflowStarted, WorkflowStepCompleted, WorkflowStepFailed, WorkflowJobCompleted,
 	WorkflowJobFailed, WorkflowCallbackFired, WorkflowCompleted, WorkflowFailed, WorkflowCancelled,

@@ -9,6 +9,10 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 )
 
+// RateLimitedError is the error type of a job its rate limit key dropped
+// (store.Unstarted).
+const RateLimitedError = "rate_limited"
+
 // FromJob returns the job events implied by one change of a job item:
 // old is the job before (nil when the item was created), cur after, version
 // the item version after the change and at the change's time (the stream
@@ -93,6 +97,9 @@ func FromJob(source string, old, cur *job.Job, version int64, at time.Time) []Ev
 		}
 		b.add(JobDiscarded, or(cur.DiscardedAt, at), map[string]any{"total_attempts": cur.Attempt,
 			"last_error": map[string]any{"code": e["code"], "message": e["message"]}})
+		if cur.Error != nil && cur.Error.Type == RateLimitedError && cur.KeyLimit != nil && from != job.Active {
+			b.add(RateLimitDropped, or(cur.DiscardedAt, at), map[string]any{"key": cur.KeyLimit.Key})
+		}
 	case job.Cancelled:
 		d := map[string]any{"cancelled_by": "api", "previous_state": string(from)}
 		if old == nil {

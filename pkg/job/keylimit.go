@@ -23,7 +23,14 @@ type KeyLimit struct {
 	Rate *Window `json:"rate,omitempty"`
 	// Throttle spaces starts evenly: Limit per Period.
 	Throttle *Window `json:"throttle,omitempty"`
+	// OnLimit is what happens to this job while its key allows no start:
+	// "" (wait: it stays available) or OnLimitDrop (it is discarded).
+	OnLimit string `json:"on_limit,omitempty"`
 }
+
+// OnLimitDrop discards a keyed job its key cannot start when it is
+// claimed (ojs-rate-limiting.md 5.4: lossy limits).
+const OnLimitDrop = "drop"
 
 // Window is a number of starts per period.
 type Window struct {
@@ -81,8 +88,8 @@ func parseRateLimit(j *Job, raw json.RawMessage) error {
 	if err := ValidateRateKey("options.rate_limit.key", *r.Key); err != nil {
 		return err
 	}
-	if r.OnLimit != "" && r.OnLimit != "wait" {
-		return ojserr.Invalid("options.rate_limit.on_limit", "'options.rate_limit.on_limit' must be \"wait\" on this backend (a limited job stays available until its key allows it); \"reschedule\" and \"drop\" are not supported.")
+	if r.OnLimit != "" && r.OnLimit != "wait" && r.OnLimit != OnLimitDrop {
+		return ojserr.Invalid("options.rate_limit.on_limit", "'options.rate_limit.on_limit' must be \"wait\" (the job stays available until its key allows it) or \"drop\" (it is discarded); \"reschedule\" is not supported on this backend.")
 	}
 	if r.MaxPerSecond != nil {
 		return ojserr.Invalid("options.rate_limit.max_per_second", "'max_per_second' is the queue-level shape and cannot be combined with a 'key'; use \"rate\": {\"limit\": n, \"period\": \"PT1S\"}.")
@@ -90,6 +97,9 @@ func parseRateLimit(j *Job, raw json.RawMessage) error {
 	kl, err := r.limits(*r.Key, "options.rate_limit")
 	if err != nil {
 		return err
+	}
+	if r.OnLimit == OnLimitDrop {
+		kl.OnLimit = OnLimitDrop
 	}
 	j.KeyLimit = kl
 	return nil

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ojs-aws/ojs-serverless/internal/ctxsleep"
+	"github.com/ojs-aws/ojs-serverless/pkg/events"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/ratelimit"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
@@ -102,7 +103,8 @@ const keyedTries = 4
 func (k *keyedClaims) claim(ctx context.Context, j *job.Job, opts store.ClaimOpts) (*job.Job, *store.Item, error) {
 	kl := j.KeyLimit
 	opts.Key = kl.Key
-	if v, ok := k.held.Load(kl.Key); ok {
+	// A job to drop is dropped on the key as read, never on memory.
+	if v, ok := k.held.Load(kl.Key); ok && kl.OnLimit != job.OnLimitDrop {
 		h := v.(heldUntil)
 		if wait := time.Duration(h.until - k.now().UnixNano()); wait > 0 {
 			k.know(j.ID, kl.Key)
@@ -112,11 +114,31 @@ func (k *keyedClaims) claim(ctx context.Context, j *job.Job, opts store.ClaimOpt
 	claimed, cur, err := k.tryClaim(ctx, j, opts)
 	if he, ok := errors.AsType[*HeldError](err); ok {
 		k.held.Store(kl.Key, heldUntil{k.now().Add(cmp.Or(he.Wait, keyRecheck)).UnixNano(), he.Limit})
+		if kl.OnLimit == job.OnLimitDrop {
+			return k.drop(ctx, j, he)
+		}
 		k.know(j.ID, kl.Key)
 	} else {
 		k.know(j.ID, "")
 	}
 	return claimed, cur, err
+}
+
+// drop discards job j, whose key he holds, instead of leaving it
+// available (on_limit "drop"); the stream derives job.discarded and
+// rate_limit.dropped. It answers as for a job gone, so the claimer goes on
+// to the next one.
+func (k *keyedClaims) drop(ctx context.Context, j *job.Job, he *HeldError) (*job.Job, *store.Item, error) {
+	msg := fmt.Sprintf("Rate limit key '%s' allowed no start (%s) and the job's on_limit is \"drop\".", he.Key, he.Limit)
+	_, err := k.st.Apply(ctx, store.Unstarted(j, events.RateLimitedError, msg, k.now()))
+	if _, ok := errors.AsType[*store.ConflictError](err); ok || errors.Is(err, store.ErrNotFound) {
+		return nil, nil, nil // taken or changed meanwhile
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	k.log.InfoContext(ctx, "job dropped by its rate limit key", "job_id", j.ID, "rate_limit_key", he.Key, "limit", string(he.Limit))
+	return nil, nil, nil
 }
 
 // tryClaim is claim without the process's memory of held keys.

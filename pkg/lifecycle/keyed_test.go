@@ -3,11 +3,13 @@ package lifecycle_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/engine"
+	"github.com/ojs-aws/ojs-serverless/pkg/events"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
@@ -225,18 +227,20 @@ func TestKeyLimitValidation(t *testing.T) {
 	t.Parallel()
 	s, _, _ := newServices(t)
 	for rl, want := range map[string]int{
-		`{"key":"ok-key","concurrency":1}`:                    201,
-		`{"key":"ok-key","rate":1,"period":"second"}`:         201,
-		`{"key":"ok-key","rate":{"limit":5,"period":"PT1M"}}`: 201,
-		`{"key":"ok-key","concurrency":1,"on_limit":"wait"}`:  201,
-		`{"max_per_second":5}`:                                201,
-		`{"key":"-bad","concurrency":1}`:                      400,
-		`{"key":"ok-key"}`:                                    400,
-		`{"key":"ok-key","concurrency":-1}`:                   400,
-		`{"key":"ok-key","concurrency":1,"on_limit":"drop"}`:  400,
-		`{"key":"ok-key","rate":{"limit":5,"period":"soon"}}`: 400,
-		`{"key":"ok-key","rate":{"period":"PT1M"}}`:           400,
-		`{"key":"ok-key","concurrency":1,"max_per_second":3}`: 400,
+		`{"key":"ok-key","concurrency":1}`:                         201,
+		`{"key":"ok-key","rate":1,"period":"second"}`:              201,
+		`{"key":"ok-key","rate":{"limit":5,"period":"PT1M"}}`:      201,
+		`{"key":"ok-key","concurrency":1,"on_limit":"wait"}`:       201,
+		`{"max_per_second":5}`:                                     201,
+		`{"key":"-bad","concurrency":1}`:                           400,
+		`{"key":"ok-key"}`:                                         400,
+		`{"key":"ok-key","concurrency":-1}`:                        400,
+		`{"key":"ok-key","concurrency":1,"on_limit":"drop"}`:       201,
+		`{"key":"ok-key","concurrency":1,"on_limit":"later"}`:      400,
+		`{"key":"ok-key","concurrency":1,"on_limit":"reschedule"}`: 400,
+		`{"key":"ok-key","rate":{"limit":5,"period":"soon"}}`:      400,
+		`{"key":"ok-key","rate":{"period":"PT1M"}}`:                400,
+		`{"key":"ok-key","concurrency":1,"max_per_second":3}`:      400,
 		`"fast"`: 400,
 	} {
 		_, err := s.Push(context.Background(), fmt.Appendf(nil, `{"type":"rl.v","args":[],"options":{"queue":"rl-v","rate_limit":%s}}`, rl))
@@ -273,5 +277,41 @@ func TestHeldJobsAreSkippedPastTheWindow(t *testing.T) {
 	}
 	if w := h.rec.Set().Sub(before)["DynamoDB UpdateItem"]; w.Calls != 0 {
 		t.Fatalf("a FETCH of held jobs already known made %d writes", w.Calls)
+	}
+}
+
+// A job whose on_limit is "drop" is discarded when its key allows no
+// start (error type rate_limited, job.discarded and rate_limit.dropped
+// derived from the change), while FETCH takes the ones the key allows;
+// a job that waits stays available beside it.
+func TestKeyDropsWhatItCannotStart(t *testing.T) {
+	t.Parallel()
+	s, _, _ := newServices(t)
+	ctx := context.Background()
+	dropping := pushKeyed(t, s, "rl-d", `{"key":"lossy","concurrency":1,"on_limit":"drop"}`, 3)
+	waiting := pushKeyed(t, s, "rl-d", `{"key":"lossy","concurrency":1}`, 1)
+	got := fetchN(t, s, "rl-d", 10) // claimed in parallel: any may take the slot
+	if len(got) != 1 {
+		t.Fatalf("FETCH under concurrency 1: %d jobs", len(got))
+	}
+	for _, j := range dropping {
+		if j.ID == got[0].ID {
+			continue
+		}
+		cur, err := s.Info(ctx, j.ID)
+		if err != nil || cur.State != job.Discarded || cur.Error == nil || cur.Error.Type != events.RateLimitedError {
+			t.Fatalf("a job past its key's limit with on_limit drop: %+v %v", cur, err)
+		}
+		evs := events.FromJob("src", j, cur, 2, time.Now())
+		var types []string
+		for _, e := range evs {
+			types = append(types, e.Type)
+		}
+		if !slices.Contains(types, events.RateLimitDropped) || !slices.Contains(types, events.JobDiscarded) {
+			t.Fatalf("events of the drop: %v", types)
+		}
+	}
+	if cur, _ := s.Info(ctx, waiting[0].ID); cur.State != job.Available && cur.ID != got[0].ID {
+		t.Fatalf("the job that waits: %s", cur.State)
 	}
 }

@@ -369,12 +369,20 @@ func Promote(j *job.Job, now time.Time, redeliverAfter time.Duration, inline boo
 
 // Expire discards a job that was not started before its expires_at.
 func Expire(j *job.Job, now time.Time) Transition {
+	t := Unstarted(j, "expired", "The job expired before it started (expires_at "+job.Timestamp(*j.ExpiresAt)+").", now)
+	t.and(expression.Name(attrExpires).LessThanEqual(expression.Value(ms(now))))
+	return t
+}
+
+// Unstarted discards job j, still in its state as read and not started,
+// for why (the error's type; a rate limit key's on_limit "drop":
+// "rate_limited").
+func Unstarted(j *job.Job, why, msg string, now time.Time) Transition {
 	t := newTransition(j.ID, job.Discarded, j.State)
-	msg := "The job expired before it started (expires_at " + job.Timestamp(*j.ExpiresAt) + ")."
-	t.setErrors(j, job.ErrorInfo{Type: "expired", Code: "DISCARD", Message: msg, Attempt: j.Attempt, Timestamp: job.Timestamp(now)})
+	t.setErrors(j, job.ErrorInfo{Type: why, Code: "DISCARD", Message: msg, Attempt: j.Attempt, Timestamp: job.Timestamp(now)})
 	t.remove(attrLease, attrWorker, attrDispatch)
 	t.discard(j, now)
-	t.and(expression.Name(attrExpires).LessThanEqual(expression.Value(ms(now))))
+	t.and(expression.Name(attrAttempt).Equal(expression.Value(j.Attempt)))
 	return t
 }
 
