@@ -63,13 +63,7 @@ func TestRateLimitKeyEndToEnd(t *testing.T) {
 	if len(next) != 1 || next[0].(map[string]any)["id"] != other {
 		t.Fatalf("after the ACK: %v, want %s", next, other)
 	}
-	evs := waitEvents(t, "types=rate_limit.exceeded,rate_limit.released&since="+since, 0)
-	deadline = time.Now().Add(settle)
-	for !hasKeyEvents(evs, key) && time.Now().Before(deadline) {
-		time.Sleep(200 * time.Millisecond)
-		evs = waitEvents(t, "types=rate_limit.exceeded,rate_limit.released&since="+since+"&limit=1000", 0)
-	}
-	if !hasKeyEvents(evs, key) {
+	if evs := keyEvents(t, "rate_limit.exceeded,rate_limit.released", since, key, hasKeyEvents); !hasKeyEvents(evs, key) {
 		t.Fatalf("no rate_limit.exceeded and .released of %s: %v", key, evs)
 	}
 	if r := do(t, http.MethodGet, "/ojs/v1/rate-limits/no-such-key", nil); r.Status != http.StatusNotFound {
@@ -169,17 +163,24 @@ func TestRateLimitOverrideListAndHold(t *testing.T) {
 	if len(got) != 1 {
 		t.Fatal("the key still held its jobs after rate_limit_until")
 	}
-	evs := waitEvents(t, "types=rate_limit.dynamic_adjusted&since="+since, 0)
-	for deadline = time.Now().Add(settle); !hasEvent(evs, key) && time.Now().Before(deadline); {
-		time.Sleep(200 * time.Millisecond)
-		evs = waitEvents(t, "types=rate_limit.dynamic_adjusted&since="+since+"&limit=1000", 0)
-	}
-	if !hasEvent(evs, key) {
+	if evs := keyEvents(t, "rate_limit.dynamic_adjusted", since, key, hasEvent); !hasEvent(evs, key) {
 		t.Fatalf("no rate_limit.dynamic_adjusted of %s: %v", key, evs)
 	}
 	if r := do(t, http.MethodDelete, "/ojs/v1/rate-limits/no-such-key", nil); r.Status != http.StatusNotFound {
 		t.Fatalf("remove the override of an unknown key: %d", r.Status)
 	}
+}
+
+// keyEvents reads the events of types since, again until ok says they
+// hold what key's test waits for or the settle time passes.
+func keyEvents(t *testing.T, types, since, key string, ok func([]map[string]any, string) bool) []map[string]any {
+	t.Helper()
+	evs := waitEvents(t, "types="+types+"&since="+since, 0)
+	for deadline := time.Now().Add(settle); !ok(evs, key) && time.Now().Before(deadline); {
+		time.Sleep(200 * time.Millisecond)
+		evs = waitEvents(t, "types="+types+"&since="+since+"&limit=1000", 0)
+	}
+	return evs
 }
 
 // hasEvent reports whether evs hold an event of key.

@@ -217,7 +217,7 @@ func (k *keyedClaims) hold(ctx context.Context, j *job.Job, until time.Time, rea
 	if j.KeyLimit == nil || !until.After(now) {
 		return
 	}
-	if err := k.keys.PauseUntil(ctx, j.KeyLimit.Key, until, reason); err != nil {
+	if err := k.keys.PauseUntil(ctx, j.KeyLimit.Key, until, reason, now); err != nil {
 		k.log.WarnContext(ctx, "holding a rate limit key failed", "key", j.KeyLimit.Key, "job_id", j.ID, "error", err.Error())
 		return
 	}

@@ -29,6 +29,9 @@ func Events(src string, old, cur *State, at time.Time) []events.Event {
 	case cur.Until.After(timeOrZero(old)):
 		// A handler's rate_limit_until held the key (PauseUntil).
 		data := map[string]any{"key": cur.Key, "until": job.Timestamp(cur.Until), "reason": cur.UntilReason}
+		if !cur.Updated.IsZero() {
+			at = cur.Updated
+		}
 		return []events.Event{events.New(src, events.RateLimitDynamicAdjusted, cur.Key, at, cur.Episode, data, "d"+strconv.FormatInt(cur.Until.UnixMilli(), 10))}
 	case cur.Held == "" && was:
 		data := map[string]any{"key": cur.Key, "strategy": string(old.Held), "job_id": cur.LastJob}

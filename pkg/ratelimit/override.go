@@ -54,9 +54,10 @@ func (k *Keys) ClearOverride(ctx context.Context, key string, now time.Time) (*S
 // PauseUntil holds every start of the key until until (a handler's
 // rate_limit_until), unless a later hold is there; the stream derives
 // rate_limit.dynamic_adjusted from it. An unknown key is left alone.
-func (k *Keys) PauseUntil(ctx context.Context, key string, until time.Time, reason string) error {
+func (k *Keys) PauseUntil(ctx context.Context, key string, until time.Time, reason string, now time.Time) error {
 	u := expression.Set(expression.Name(attrUntil), expression.Value(until.UnixMilli())).
-		Set(expression.Name(attrUntilWhy), expression.Value(cmp.Or(reason, "handler reported rate_limit_until")))
+		Set(expression.Name(attrUntilWhy), expression.Value(cmp.Or(reason, "handler reported rate_limit_until"))).
+		Set(expression.Name(attrAt), expression.Value(job.Timestamp(now)))
 	c := expression.AttributeExists(expression.Name("pk")).And(expression.Or(expression.AttributeNotExists(expression.Name(attrUntil)),
 		expression.Name(attrUntil).LessThan(expression.Value(until.UnixMilli()))))
 	_, err := k.change(ctx, key, u, &c)

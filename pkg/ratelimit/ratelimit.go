@@ -21,6 +21,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"strconv"
 	"sync"
@@ -151,6 +152,12 @@ type item struct {
 func Decode(av map[string]types.AttributeValue) (*State, error) {
 	if len(av) == 0 {
 		return nil, nil
+	}
+	if _, ok := av[attrSlots].(*types.AttributeValueMemberM); !ok && av[attrSlots] != nil {
+		// DynamoDB Local's stream images carry an empty map as absent or as
+		// another attribute's value; the table's item, and AWS, as a map.
+		av = maps.Clone(av)
+		delete(av, attrSlots)
 	}
 	it, err := store.Unmarshal[item](av)
 	if err != nil {

@@ -201,7 +201,7 @@ func TestKeyOverrideHoldAndListing(t *testing.T) {
 
 	until := now.Add(30 * time.Second)
 	for _, at := range []time.Time{until, now.Add(10 * time.Second)} { // the earlier one changes nothing
-		if err := keys.PauseUntil(ctx, "api", at, "429 upstream"); err != nil {
+		if err := keys.PauseUntil(ctx, "api", at, "429 upstream", now); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -221,7 +221,7 @@ func TestKeyOverrideHoldAndListing(t *testing.T) {
 	if len(evs) != 1 || evs[0].Type != events.RateLimitDynamicAdjusted || evs[0].Data["reason"] != "429 upstream" {
 		t.Fatalf("dynamic_adjusted: %+v", evs)
 	}
-	if err := keys.PauseUntil(ctx, "nope", until, ""); err != nil {
+	if err := keys.PauseUntil(ctx, "nope", until, "", now); err != nil {
 		t.Fatalf("a hold of an unknown key: %v", err)
 	}
 
@@ -232,5 +232,16 @@ func TestKeyOverrideHoldAndListing(t *testing.T) {
 	states, err := keys.States(ctx, append(names, "nope"))
 	if err != nil || len(states) != 2 || states[1].Key != "later" {
 		t.Fatalf("states: %v %v", states, err)
+	}
+}
+
+// DynamoDB Local's stream images carry a key's empty slot map as another
+// attribute's value: decoded as no slots, the rest intact.
+func TestDecodeToleratesAGarbledEmptySlotMap(t *testing.T) {
+	t.Parallel()
+	st, err := ratelimit.Decode(map[string]types.AttributeValue{"key": &types.AttributeValueMemberS{Value: "k"},
+		"slots": &types.AttributeValueMemberS{Value: "429 from the API"}, "until_ms": &types.AttributeValueMemberN{Value: "1795945910791"}})
+	if err != nil || len(st.Slots) != 0 || st.Until.UnixMilli() != 1795945910791 {
+		t.Fatalf("decoded: %+v %v", st, err)
 	}
 }
