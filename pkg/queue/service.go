@@ -294,4 +294,3 @@ func (s *Service) SetTenantLimits(ctx context.Context, id string, l tenant.Limit
 	}
 	return in, nil
 }
-
