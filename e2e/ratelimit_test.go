@@ -130,6 +130,9 @@ func TestRateLimitOverrideListAndHold(t *testing.T) {
 			found = found || it.(map[string]any)["key"] == key
 		}
 	}
+	if page := do(t, http.MethodGet, "/ojs/admin/rate-limits", nil); page.Status != http.StatusOK || !strings.Contains(string(page.Raw), `rate-limits/`+key+`/clear`) {
+		t.Fatalf("console rate limits page: %d %.400s", page.Status, page.Raw)
+	}
 	// Removed: the jobs' own limits apply again.
 	if r := do(t, http.MethodDelete, "/ojs/v1/rate-limits/"+key, nil); r.Status != http.StatusOK || r.Body["override"] != nil {
 		t.Fatalf("remove the override: %d %s", r.Status, r.Raw)

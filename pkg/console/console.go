@@ -26,6 +26,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+	"github.com/ojs-aws/ojs-serverless/pkg/queue"
 	"github.com/ojs-aws/ojs-serverless/pkg/ratelimit"
 	"github.com/ojs-aws/ojs-serverless/pkg/tenant"
 	"github.com/ojs-aws/ojs-serverless/pkg/webhook"
@@ -53,9 +54,12 @@ type Webhooks interface {
 	List(ctx context.Context) ([]webhook.Subscription, error)
 }
 
-// RateLimits reads rate limit keys (implemented by *queue.Service).
+// RateLimits reads and overrides rate limit keys (implemented by
+// *queue.Service).
 type RateLimits interface {
 	KeyInfo(ctx context.Context, key string) (*ratelimit.Info, error)
+	ListKeys(ctx context.Context, page, perPage int) (*queue.KeyPage, error)
+	OverrideKey(ctx context.Context, key string, body []byte) (*ratelimit.Info, error)
 }
 
 // Config configures the console. Admin is required.
@@ -67,8 +71,8 @@ type Config struct {
 	Crons Crons
 	// Webhooks, when set, serves the webhooks page.
 	Webhooks Webhooks
-	// RateLimits, when set, shows a keyed job's rate limit key's use on
-	// its page.
+	// RateLimits, when set, serves the rate limits page and shows a
+	// keyed job's rate limit key's use on its page.
 	RateLimits RateLimits
 	// Tenants, when set, serves the tenants page, with each tenant's
 	// counts read from TenantEvents too.
@@ -131,6 +135,9 @@ func (c *Console) Routes() []Route {
 		{g, Prefix + "cron", c.auth(c.crons)},
 		{g, Prefix + "webhooks", c.auth(c.webhooks)},
 		{g, Prefix + "tenants", c.auth(c.tenants)},
+		{g, Prefix + "rate-limits", c.auth(c.rateLimits)},
+		{p, Prefix + "rate-limits/{key}/stop", c.auth(c.overrideKey(stopKey))},
+		{p, Prefix + "rate-limits/{key}/clear", c.auth(c.overrideKey(nil))},
 		{g, Prefix + "workflows", c.auth(c.workflows)},
 		{g, Prefix + "workflows/{id}", c.auth(c.workflow)},
 		{g, Prefix + "workflows/{id}/graph", c.auth(c.workflowGraph)},
@@ -603,6 +610,40 @@ func (c *Console) tenants(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	c.show(w, r, err, "tenants", page{Title: "Tenants", Nav: "tenants", Data: d})
+}
+
+// rateLimitsData is the rate limits page: the first page of keys.
+type rateLimitsData struct {
+	Page *queue.KeyPage
+}
+
+func (c *Console) rateLimits(w http.ResponseWriter, r *http.Request) {
+	d := &rateLimitsData{}
+	var err error
+	if c.cfg.RateLimits != nil {
+		d.Page, err = c.cfg.RateLimits.ListKeys(r.Context(), 1, queue.MaxKeysPage)
+	}
+	c.show(w, r, err, "ratelimits", page{Title: "Rate limits", Nav: "rate-limits", Data: d})
+}
+
+// stopKey is the console's override that stops a key's starts for an
+// hour (incident response: the API behind the key is down).
+var stopKey = []byte(`{"concurrency": 0, "expires_at": "+PT1H"}`)
+
+// overrideKey sets the override body on a key (nil: removes its override).
+func (c *Console) overrideKey(body []byte) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		key := r.PathValue("key")
+		err := errors.New("this console has no rate limit keys")
+		if c.cfg.RateLimits != nil {
+			_, err = c.cfg.RateLimits.OverrideKey(r.Context(), key, body)
+		}
+		msg := fmt.Sprintf("Rate limit key %s stopped for an hour.", key)
+		if body == nil {
+			msg = fmt.Sprintf("Rate limit key %s follows its jobs' limits again.", key)
+		}
+		c.done(w, r, err, Prefix+"rate-limits", msg)
+	}
 }
 
 func (c *Console) workflows(w http.ResponseWriter, r *http.Request) {

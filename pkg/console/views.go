@@ -106,6 +106,7 @@ var views = map[string]func(*Builder, page){
 	"cron":       cronView,
 	"webhooks":   webhooksView,
 	"tenants":    tenantsView,
+	"ratelimits": rateLimitsView,
 	"workflows":  workflowsView,
 	"workflow":   workflowView,
 	"login":      loginView,
@@ -132,7 +133,7 @@ func pageLayout(b *Builder, p page, content func(*Builder, page)) {
 		{"/ojs/admin/", "dashboard", "Dashboard"}, {"/ojs/admin/jobs", "jobs", "Jobs"}, {"/ojs/admin/workflows", "workflows", "Workflows"},
 		{"/ojs/admin/dead-letter", "dead-letter", "Dead letter"}, {"/ojs/admin/workers", "workers", "Workers"}, {"/ojs/admin/cron", "cron", "Cron"},
 		{"/ojs/admin/webhooks", "webhooks", "Webhooks"},
-		{"/ojs/admin/tenants", "tenants", "Tenants"},
+		{"/ojs/admin/tenants", "tenants", "Tenants"}, {"/ojs/admin/rate-limits", "rate-limits", "Rate limits"},
 	} {
 		b.f("    <a href=\"%s\" %s>%s</a>\n", n.href, when(p.Nav == n.nav, `class="on"`), n.label)
 	}
@@ -480,6 +481,50 @@ func tenantsView(b *Builder, p page) {
 	b.raw("  </tbody>\n</table>\n")
 	if d.Total > len(d.Stats) {
 		b.f("<p class=\"muted\">%d tenants; the first %d by id are shown (GET /ojs/v1/admin/tenants lists them all).</p>\n", d.Total, len(d.Stats))
+	}
+}
+
+func rateLimitsView(b *Builder, p page) {
+	d, _ := p.Data.(*rateLimitsData)
+	var items []ratelimit.Info
+	total := 0
+	if d != nil && d.Page != nil {
+		items, total = d.Page.Items, d.Page.Pagination.Total
+	}
+	b.raw(`<h1>Rate limits</h1>
+<p class="muted">The rate limit keys jobs named (<span class="mono">options.rate_limit.key</span>) and tenants' concurrency keys. <b>Stop</b> overrides a key to concurrency 0 for an hour (PUT /ojs/v1/rate-limits/{key} sets any override).</p>
+<table>
+  <thead><tr><th>key</th><th>concurrency (active / limit)</th><th>rate (this window / limit)</th><th>throttle</th><th>override</th><th>held by a handler until</th><th></th></tr></thead>
+  <tbody>
+`)
+	for _, in := range items {
+		conc, rate, thr, ov, hold := "–", "–", "–", "–", "–"
+		if c := in.Concurrency; c != nil {
+			conc = fmt.Sprintf("%d / %d", c.Active, c.Limit)
+		}
+		if r := in.Rate; r != nil {
+			rate = fmt.Sprintf("%d / %d per %s", r.CurrentCount, r.Limit, r.Period)
+		}
+		if t := in.Throttle; t != nil {
+			thr = fmt.Sprintf("%d per %s", t.Limit, t.Period)
+		}
+		if o := in.Override; o != nil {
+			ov = "until " + cmp.Or(o.ExpiresAt, "removed")
+		}
+		if h := in.Dynamic; h != nil {
+			hold = h.Until
+		}
+		b.f("    <tr><td class=\"mono\">%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td class=\"actions\">\n", in.Key, conc, rate, thr, ov, hold)
+		b.f(`        <form method="post" action="/ojs/admin/rate-limits/%s/stop"><button class="danger">Stop</button></form>`+"\n", url.PathEscape(in.Key))
+		if in.Override != nil {
+			b.f(`        <form method="post" action="/ojs/admin/rate-limits/%s/clear"><button>Remove override</button></form>`+"\n", url.PathEscape(in.Key))
+		}
+		b.raw("      </td></tr>\n")
+	}
+	b.none(len(items), "    ", 7, "No job has named a rate limit key.")
+	b.raw("  </tbody>\n</table>\n")
+	if total > len(items) {
+		b.f("<p class=\"muted\">%d keys; the first %d are shown (GET /ojs/v1/rate-limits?page=2 lists more).</p>\n", total, len(items))
 	}
 }
 

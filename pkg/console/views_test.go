@@ -119,3 +119,25 @@ func TestTenantsPage(t *testing.T) {
 		}
 	}
 }
+
+// The rate limits page shows each key's use, its override and hold, and
+// the stop and remove actions.
+func TestRateLimitsPage(t *testing.T) {
+	kp := &queue.KeyPage{Items: []ratelimit.Info{
+		{Key: "stripe", Concurrency: &ratelimit.ConcurrencyUse{Limit: 0, Active: 2}, Override: &ratelimit.OverrideInfo{Active: true, ExpiresAt: "2026-11-29T11:00:00.000Z"},
+			Dynamic: &ratelimit.DynamicHold{Until: "2026-11-29T10:05:00.000Z"}},
+		{Key: "mail", Rate: &ratelimit.RateUse{Limit: 100, Period: "PT1M", CurrentCount: 7}}}}
+	kp.Pagination.Total = 3
+	var b Builder
+	rateLimitsView(&b, page{Data: &rateLimitsData{Page: kp}})
+	for _, want := range []string{`<td class="mono">stripe</td><td>2 / 0</td><td>–</td><td>–</td><td>until 2026-11-29T11:00:00.000Z</td><td>2026-11-29T10:05:00.000Z</td>`,
+		`action="/ojs/admin/rate-limits/stripe/clear"`, `<td class="mono">mail</td><td>–</td><td>7 / 100 per PT1M</td>`,
+		`action="/ojs/admin/rate-limits/mail/stop"`, "3 keys; the first 2 are shown"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("rate limits page lacks %q:\n%s", want, b.String())
+		}
+	}
+	if strings.Contains(b.String(), "rate-limits/mail/clear") {
+		t.Error("a key without an override offers to remove one")
+	}
+}
