@@ -152,6 +152,13 @@ func TestTenantsEndToEnd(t *testing.T) {
 	if mc, _ := lim["max_concurrency"].(map[string]any); mc == nil || num(mc["limit"]) != 1 {
 		t.Fatalf("a's stats' limits: %v", lim)
 	}
+	// Per-tenant metrics (MT-006).
+	m := do(t, http.MethodGet, "/metrics", nil)
+	for _, want := range []string{`ojs_tenant_jobs_available{tenant_id="` + a + `",queue="` + q + `"} `, `ojs_tenant_jobs_active{tenant_id="` + a + `"} `} {
+		if m.Status != http.StatusOK || !strings.Contains(string(m.Raw), want) {
+			t.Fatalf("/metrics lacks %s: %d", want, m.Status)
+		}
+	}
 	// An enqueue rate: a new tenant (no process has its limits cached)
 	// limited to one job an hour is refused its second.
 	c := a + "-rate"

@@ -12,6 +12,8 @@ import (
 
 	"github.com/ojs-aws/ojs-serverless/pkg/admin"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+	"github.com/ojs-aws/ojs-serverless/pkg/tenant"
 )
 
 // The observability endpoints (ojs-observability.md): GET /metrics in the
@@ -149,6 +151,56 @@ func writeTableMetrics(r *http.Request, b *strings.Builder, a *api, ad *admin.Se
 	}
 	fmt.Fprintf(b, "# HELP ojs_workers_active Workers that sent a heartbeat recently.\n# TYPE ojs_workers_active gauge\nojs_workers_active %d\n", wl.Summary.Running+wl.Summary.Quiet)
 	fmt.Fprintf(b, "# HELP ojs_workers_stale Workers whose last heartbeat is older than the stale limit.\n# TYPE ojs_workers_stale gauge\nojs_workers_stale %d\n", wl.Summary.Stale)
+	return writeTenantMetrics(r, b, a)
+}
+
+// maxMetricTenants bounds the tenants /metrics labels (ojs-multi-tenancy.md
+// 15.4 recommends at most 1,000 tenant_id values).
+const maxMetricTenants = 1000
+
+// writeTenantMetrics writes the per-tenant gauges (ojs-multi-tenancy.md
+// 11.2, MT-006) of the first maxMetricTenants tenants by id: available
+// jobs per queue (the tenant index: exact for pull-mode queues) and, for
+// a tenant with a max_concurrency, its active jobs (its concurrency key's
+// slots). Each tenant and queue costs a count of the tenant index, each
+// limited tenant a read of its key.
+func writeTenantMetrics(r *http.Request, b *strings.Builder, a *api) error {
+	if a.tenants == nil {
+		return nil
+	}
+	list, err := a.tenants.List(r.Context())
+	if err != nil {
+		return err
+	}
+	shown := list[:min(len(list), maxMetricTenants)]
+	b.WriteString("# HELP ojs_tenant_jobs_available Available jobs per tenant and queue (pull-mode queues; the tenant index).\n# TYPE ojs_tenant_jobs_available gauge\n")
+	for _, in := range shown {
+		for _, q := range in.Queues {
+			n, err := a.tenants.Available(r.Context(), in.ID, q)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(b, "ojs_tenant_jobs_available{tenant_id=%s,queue=%s} %d\n", label(in.ID), label(q), n)
+		}
+	}
+	b.WriteString("# HELP ojs_tenant_jobs_active Active jobs of each tenant with a max_concurrency, and the limit.\n# TYPE ojs_tenant_jobs_active gauge\n")
+	for _, in := range shown {
+		if in.Limits.MaxConcurrency == nil || a.limits == nil {
+			continue
+		}
+		k, err := a.limits.KeyInfo(r.Context(), tenant.ConcurrencyKey(in.ID))
+		if ojserr.As(err).Code == ojserr.NotFound {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if k.Concurrency != nil {
+			fmt.Fprintf(b, "ojs_tenant_jobs_active{tenant_id=%s} %d\n", label(in.ID), k.Concurrency.Active)
+		}
+	}
+	fmt.Fprintf(b, "# HELP ojs_tenant_metrics_omitted Tenants past the first %d, not labelled.\n# TYPE ojs_tenant_metrics_omitted gauge\nojs_tenant_metrics_omitted %d\n",
+		maxMetricTenants, len(list)-len(shown))
 	return nil
 }
 
