@@ -117,6 +117,8 @@ type State struct {
 	// rate_limit_until, PauseUntil), for UntilReason.
 	Until       time.Time
 	UntilReason string
+	// overrideRaw is the override as stored (Take's condition).
+	overrideRaw string
 }
 
 // Limits is the policy that applies at now: the override while it lasts,
@@ -173,7 +175,7 @@ func Decode(av map[string]types.AttributeValue) (*State, error) {
 	}
 	st := &State{Key: it.Key, Policy: p, Slots: it.Slots, Window: it.Window, Count: it.Count,
 		Held: Limit(it.Held), HeldN: it.HeldN, Episode: it.Ep, LastJob: it.Last, UntilReason: it.Why}
-	if it.Ov != "" {
+	if st.overrideRaw = it.Ov; it.Ov != "" {
 		if st.Override, err = job.UnmarshalKeyLimit(it.Ov); err != nil {
 			return nil, fmt.Errorf("rate limit key %s's override: %w", it.Key, err)
 		}
@@ -318,7 +320,7 @@ func (k *Keys) Take(st *State, id string, attempt int, now time.Time) (*types.Up
 		And(expression.Or(expression.AttributeNotExists(expression.Name(attrUntil)), expression.Name(attrUntil).LessThanEqual(expression.Value(now.UnixMilli()))))
 	// Decided on the override as read: one set or removed since refuses.
 	if st.Override != nil {
-		c = c.And(expression.Name(attrOverride).Equal(expression.Value(job.MarshalKeyLimit(st.Override))))
+		c = c.And(expression.Name(attrOverride).Equal(expression.Value(st.overrideRaw)))
 	} else {
 		c = c.And(expression.AttributeNotExists(expression.Name(attrOverride)))
 	}
