@@ -16,6 +16,7 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/ratelimit"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
+	"github.com/ojs-aws/ojs-serverless/pkg/tenant"
 )
 
 // HeldError answers a claim of a keyed job whose rate limit key allows no
@@ -211,10 +212,10 @@ func (k *keyedClaims) tryClaim(ctx context.Context, j *job.Job, opts store.Claim
 
 // hold makes job j's rate limit key start no job before until (a FAIL
 // whose error carries rate_limit_until, ojs-rate-limiting.md 9.1); a job
-// without a key, or a time past, changes nothing. A failed write is
-// logged: the FAIL stands.
+// without a key of its own (none, or its tenant's concurrency key), or a
+// time past, changes nothing. A failed write is logged: the FAIL stands.
 func (k *keyedClaims) hold(ctx context.Context, j *job.Job, until time.Time, reason string, now time.Time) {
-	if j.KeyLimit == nil || !until.After(now) {
+	if j.KeyLimit == nil || j.KeyLimit.Key == tenant.ConcurrencyKey(j.Tenant) || !until.After(now) {
 		return
 	}
 	if err := k.keys.PauseUntil(ctx, j.KeyLimit.Key, until, reason, now); err != nil {
