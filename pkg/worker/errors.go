@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Error is a handler failure with an OJS error type (matched against
@@ -28,6 +29,14 @@ func Discard(errType, msg string) error { return &Error{Type: errType, Message: 
 
 // Retry returns a retryable error with an explicit type.
 func Retry(errType, msg string) error { return &Error{Type: errType, Message: msg, Code: "RETRY"} }
+
+// RateLimited returns a retryable error (type RateLimitExceeded) that
+// holds the job's rate limit key until until: no job of the key starts
+// before then (ojs-rate-limiting.md 9.1; a downstream API answered 429).
+func RateLimited(msg string, until time.Time) error {
+	return &Error{Type: "RateLimitExceeded", Message: msg, Code: "RETRY",
+		Details: map[string]any{"rate_limit_until": until.UTC().Format(time.RFC3339Nano)}}
+}
 
 // describe turns any handler error into a type, code and message.
 func describe(err error) (typ, code, msg string, details map[string]any) {

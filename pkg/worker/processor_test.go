@@ -426,3 +426,45 @@ func TestARetryResumesFromTheCheckpoint(t *testing.T) {
 		t.Fatalf("the retry: %s, resumed from %v", got.State, resumed.Load())
 	}
 }
+
+// A handler that returns RateLimited holds its job's rate limit key: the
+// key's next job is not run before the hold's time, and is then.
+func TestARateLimitedHandlerHoldsItsKey(t *testing.T) {
+	t.Parallel()
+	ran := map[string]int{}
+	var clk *testenv.Clock
+	svc, p, _, c := setup(t, func(ctx context.Context, j *worker.Job) (any, error) {
+		var mode string
+		if err := j.Bind(&mode); err != nil {
+			return nil, err
+		}
+		ran[mode]++
+		if mode == "limited" {
+			return nil, worker.RateLimited("429 from the API", clk.Now().Add(time.Minute))
+		}
+		return "ok", nil
+	})
+	clk = c
+	ctx := context.Background()
+	push := func(mode string) *job.Job {
+		j, err := svc.Push(ctx, []byte(`{"type":"t.run","args":["`+mode+`"],"options":{"queue":"lambda","rate_limit":{"key":"api","concurrency":5}}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j
+	}
+	limited, next := push("limited"), push("ok")
+	p.Process(ctx, []worker.Message{message(t, p, limited)})
+	if got, _ := svc.Info(ctx, limited.ID); got.State != job.Retryable || got.Error.Type != "RateLimitExceeded" {
+		t.Fatalf("the limited job: %s %+v", got.State, got.Error)
+	}
+	p.Process(ctx, []worker.Message{message(t, p, next)})
+	if got, _ := svc.Info(ctx, next.ID); ran["ok"] != 0 || got.State != job.Available {
+		t.Fatalf("a job of the held key ran (%d) or left available (%s)", ran["ok"], got.State)
+	}
+	clk.Add(time.Minute + time.Second)
+	p.Process(ctx, []worker.Message{message(t, p, next)})
+	if got, _ := svc.Info(ctx, next.ID); ran["ok"] != 1 || got.State != job.Completed {
+		t.Fatalf("after the hold: ran %d, %s", ran["ok"], got.State)
+	}
+}
