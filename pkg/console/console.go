@@ -634,7 +634,7 @@ var stopKey = []byte(`{"concurrency": 0, "expires_at": "+PT1H"}`)
 func (c *Console) overrideKey(body []byte) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		key := r.PathValue("key")
-		err := errors.New("this console has no rate limit keys")
+		var err error = ojserr.NotFoundf("rate limit key", key) // no keys served
 		if c.cfg.RateLimits != nil {
 			_, err = c.cfg.RateLimits.OverrideKey(r.Context(), key, body)
 		}
