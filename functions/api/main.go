@@ -23,7 +23,7 @@ func main() {
 	app.Must(err)
 	srv := httpapi.New(httpapi.Services{Producer: a.Service, Worker: a.Service, Queues: a.QueueService, Progress: a.Service}, a.Store, a.Workflows, httpapi.Config{AuthToken: a.AuthToken, Tokens: tokens, Logger: a.Logger, Crons: a.Crons, Admin: a.Admin, Console: a.Console, FetchWait: a.FetchWait,
 		Events: a.Events, DeadLetter: a.DeadLetter, Schemas: a.Schemas, Webhooks: a.Webhooks, Tenants: a.QueueService.Tenants()})
-	h := apigw.Handler(srv)
+	h := apigw.Handler(srv, os.Getenv(topology.EnvTenantClaim))
 	lambda.Start(func(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
 		res, err := h(ctx, ev)
 		if err == nil && res.StatusCode < 500 && ev.RequestContext.HTTP.Method != http.MethodGet {

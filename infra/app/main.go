@@ -16,6 +16,8 @@
 //	logLevel     OJS_LOG_LEVEL of the functions; default warn
 //	jwtIssuer    with jwtAudience: protect the API with JWT instead of IAM
 //	jwtAudience  comma-separated audiences (app client ids)
+//	jwtTenantClaim with jwtIssuer: the JWT claim that binds a request to
+//	             a tenant (OJS_TENANT_CLAIM; docs/multi-tenancy.md)
 //	frontend     http-api (default) or function-url (LocalStack's free
 //	             image has no API Gateway v2)
 //	authToken    OJS_AUTH_TOKEN of the api function; required with
@@ -106,6 +108,7 @@ type config struct {
 	AuthToken     string
 	JWTIssuer     string
 	JWTAudience   []string
+	JWTTenant     string
 	FetchWait     time.Duration
 	PlainPayloads bool
 	Tracing       bool
@@ -129,6 +132,7 @@ func readConfig(get, getenv func(string) string) (config, error) {
 		Frontend:  get("frontend"),
 		AuthToken: get("authToken"),
 		JWTIssuer: get("jwtIssuer"),
+		JWTTenant: get("jwtTenantClaim"),
 	}
 	c.Env = cmp.Or(c.Env, "dev")
 	// -c key=value, else environments.<env>.<key> from cdk.json.
@@ -172,6 +176,9 @@ func readConfig(get, getenv func(string) string) (config, error) {
 	}
 	if (c.JWTIssuer == "") != (len(c.JWTAudience) == 0) {
 		return config{}, fmt.Errorf("context jwtIssuer and jwtAudience go together")
+	}
+	if c.JWTTenant != "" && c.JWTIssuer == "" {
+		return config{}, fmt.Errorf("context jwtTenantClaim needs jwtIssuer: only a JWT stage verifies the claim")
 	}
 	if v := get("fetchWait"); v != "" {
 		d, err := topology.ParseFetchWait(v)
@@ -303,7 +310,7 @@ func build(app awscdk.App, getenv func(string) string) error {
 		props.OJS.Architecture = awslambda.Architecture_X86_64()
 	}
 	if c.JWTIssuer != "" {
-		props.OJS.JWT = &ojsconstruct.JWTAuth{Issuer: c.JWTIssuer, Audience: c.JWTAudience}
+		props.OJS.JWT = &ojsconstruct.JWTAuth{Issuer: c.JWTIssuer, Audience: c.JWTAudience, TenantClaim: c.JWTTenant}
 	}
 	stack, _, err := ojsconstruct.NewStack(app, ojsconstruct.StackName(env.Name), props)
 	if err != nil {

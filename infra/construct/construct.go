@@ -311,6 +311,9 @@ func (o *OJSServerless) addFunctions() {
 		if name == topology.FunctionAPI && p.AuthToken != "" {
 			env[topology.EnvAuthToken] = jsii.String(p.AuthToken)
 		}
+		if name == topology.FunctionAPI && p.JWT != nil && p.JWT.TenantClaim != "" {
+			env[topology.EnvTenantClaim] = jsii.String(p.JWT.TenantClaim)
+		}
 		if o.Env.PlainPayloads {
 			env[topology.EnvPlainPayloads] = jsii.String("true")
 		}

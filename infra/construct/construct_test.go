@@ -48,7 +48,7 @@ func synthCustom(t *testing.T) *synthesized {
 		customTpl = synth(t, Props{
 			Env:                       customEnv(t),
 			Architecture:              awslambda.Architecture_X86_64(),
-			JWT:                       &JWTAuth{Issuer: "https://issuer.example.com", Audience: []string{"ojs-client"}},
+			JWT:                       &JWTAuth{Issuer: "https://issuer.example.com", Audience: []string{"ojs-client"}, TenantClaim: "ojs_tenant"},
 			LogLevel:                  "debug",
 			IteratorAgeAlarmThreshold: 90 * time.Second,
 		})
@@ -405,6 +405,14 @@ func TestHTTPAPIWithJWTAuth(t *testing.T) {
 		"RouteKey":          "ANY " + APIRoutePath,
 		"AuthorizationType": "JWT",
 	})
+	// The tenant claim reaches the api function only.
+	for _, name := range topology.FunctionNames {
+		id := s.byTag(t, "AWS::Lambda::Function", TagFunction, name)
+		vars := props(s.resources("AWS::Lambda::Function")[id])["Environment"].(map[string]any)["Variables"].(map[string]any)
+		if claim, ok := vars[topology.EnvTenantClaim]; (name == topology.FunctionAPI) != ok || (ok && claim != "ojs_tenant") {
+			t.Errorf("%s: %s = %v (set %v)", name, topology.EnvTenantClaim, claim, ok)
+		}
+	}
 }
 
 func TestCustomPropsReachFunctions(t *testing.T) {

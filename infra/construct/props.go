@@ -136,6 +136,10 @@ type JWTAuth struct {
 	// Audience lists accepted "aud" values (or Cognito app client ids).
 	// Required: at least one.
 	Audience []string
+	// TenantClaim, when set, names the claim that binds a request to a
+	// tenant (the api function's OJS_TENANT_CLAIM): a token holding it
+	// acts as that tenant only (docs/multi-tenancy.md).
+	TenantClaim string
 }
 
 var (

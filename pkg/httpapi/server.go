@@ -273,12 +273,13 @@ func (s *Server) dispatch(w http.ResponseWriter, r *http.Request, routeName *str
 				*routeName = pattern
 				return err
 			}
-			if t := r.Header.Get(job.TenantHeader); t != "" {
+			t, err := requestTenant(r, pattern)
+			if err != nil {
+				*routeName = pattern
+				return err
+			}
+			if t != "" {
 				// The request is scoped to the tenant (tenancy.go).
-				if err := job.ValidateTenant(t); err != nil {
-					*routeName = pattern
-					return err
-				}
 				r = r.WithContext(job.WithTenant(r.Context(), t))
 			}
 			st := &dispatchState{}

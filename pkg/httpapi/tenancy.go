@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
@@ -18,6 +19,34 @@ import (
 // the tenant's jobs, and it sees or changes by id only the tenant's jobs
 // (another tenant's answer 404, as a job that does not exist). A request
 // without the header is not scoped.
+
+// requestTenant is the tenant a request to route pattern is scoped to
+// ("": none): its credential's, when the credential is bound to one (a
+// JWT claim: a header naming another tenant is refused, and so are the
+// operator's routes, which show every tenant's), else its X-OJS-Tenant
+// header's (validated).
+func requestTenant(r *http.Request, pattern string) (string, error) {
+	t := r.Header.Get(job.TenantHeader)
+	if t != "" {
+		if err := job.ValidateTenant(t); err != nil {
+			return "", err
+		}
+	}
+	bound := job.CredentialTenant(r.Context())
+	if bound == "" {
+		return t, nil
+	}
+	if t != "" && t != bound {
+		return "", ojserr.Newf(ojserr.PermissionDenied, "This credential is bound to tenant '%s'; the X-OJS-Tenant header names '%s'.", bound, t).
+			With("tenant_id", bound)
+	}
+	_, path, _ := strings.Cut(pattern, " ")
+	if strings.HasPrefix(path, "/ojs/v1/admin/") || strings.HasPrefix(path, "/ojs/admin") || path == "/metrics" {
+		return "", ojserr.Newf(ojserr.PermissionDenied, "This credential is bound to tenant '%s'; the operator's routes show every tenant's jobs.", bound).
+			With("tenant_id", bound)
+	}
+	return bound, nil
+}
 
 // tenantOf is the tenant r is scoped to ("": none).
 func tenantOf(r *http.Request) string { return job.TenantFrom(r.Context()) }

@@ -31,6 +31,21 @@ func WithTenant(ctx context.Context, id string) context.Context {
 	return context.WithValue(ctx, tenantKey{}, id)
 }
 
+type credentialKey struct{}
+
+// WithCredentialTenant returns ctx carrying the tenant the request's
+// credential is bound to (a JWT claim, docs/multi-tenancy.md): the
+// request is that tenant's whatever its header says.
+func WithCredentialTenant(ctx context.Context, id string) context.Context {
+	return context.WithValue(ctx, credentialKey{}, id)
+}
+
+// CredentialTenant is the tenant ctx's credential is bound to ("": none).
+func CredentialTenant(ctx context.Context) string {
+	id, _ := ctx.Value(credentialKey{}).(string)
+	return id
+}
+
 // TenantFrom is the tenant ctx carries ("": none).
 func TenantFrom(ctx context.Context) string {
 	id, _ := ctx.Value(tenantKey{}).(string)

@@ -45,6 +45,10 @@ const (
 	// EnvAuthTokens are bearer tokens that each hold one permission level,
 	// "level:token,..." (httpapi.ParseTokens; the stand-in for JWT scopes).
 	EnvAuthTokens = "OJS_AUTH_TOKENS"
+	// EnvTenantClaim names the JWT claim that binds a request to a tenant
+	// (multi-tenancy; empty: none binds, the X-OJS-Tenant header is taken
+	// as sent).
+	EnvTenantClaim = "OJS_TENANT_CLAIM"
 	// EnvEventTTL is a Go duration: how long event items are kept (168h).
 	EnvEventTTL = "OJS_EVENT_TTL"
 	// EnvResultTTL is result_ttl in seconds for jobs that set none: -1, 0

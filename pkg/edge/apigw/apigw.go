@@ -18,11 +18,17 @@ import (
 	"unicode/utf8"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
 )
 
-// Handler returns a Lambda handler that serves h.
-func Handler(h http.Handler) func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+// Handler returns a Lambda handler that serves h. With tenantClaim set, a
+// request whose JWT (the stage's JWT authorizer verified it) holds that
+// claim is bound to the claim's tenant (job.WithCredentialTenant).
+func Handler(h http.Handler, tenantClaim string) func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
 	return func(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+		if a := ev.RequestContext.Authorizer; tenantClaim != "" && a != nil && a.JWT != nil && a.JWT.Claims[tenantClaim] != "" {
+			ctx = job.WithCredentialTenant(ctx, a.JWT.Claims[tenantClaim])
+		}
 		req, err := Request(ctx, ev)
 		if err != nil {
 			rid := "req_" + ev.RequestContext.RequestID

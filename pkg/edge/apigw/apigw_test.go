@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
 )
 
 func TestHandlerServesSampleEvent(t *testing.T) {
@@ -32,7 +33,7 @@ func TestHandlerServesSampleEvent(t *testing.T) {
 		w.WriteHeader(http.StatusCreated)
 		_, _ = w.Write([]byte(`{"ok":true}`))
 	})
-	res, err := Handler(h)(context.Background(), ev)
+	res, err := Handler(h, "")(context.Background(), ev)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,8 +90,26 @@ func TestCookies(t *testing.T) {
 	})
 	ev := events.APIGatewayV2HTTPRequest{Version: "2.0", RawPath: "/ojs/admin/", Cookies: []string{"a=1", "b=2"}}
 	ev.RequestContext.HTTP.Method = "GET"
-	res, err := Handler(h)(context.Background(), ev)
+	res, err := Handler(h, "")(context.Background(), ev)
 	if err != nil || len(res.Cookies) != 2 || res.Cookies[0] != "x=1; HttpOnly" || res.Cookies[1] != "y=2" || res.Headers["Set-Cookie"] != "" {
 		t.Fatalf("cookies: %v %v %v", res.Cookies, res.Headers, err)
+	}
+}
+
+// A JWT holding the configured tenant claim binds its request to the
+// tenant; without the claim, or with no claim configured, it is unbound.
+func TestTenantClaimBindsTheRequest(t *testing.T) {
+	t.Parallel()
+	var seen string
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { seen = job.CredentialTenant(r.Context()) })
+	ev := events.APIGatewayV2HTTPRequest{RawPath: "/ojs/v1/jobs"}
+	ev.RequestContext.HTTP.Method = "GET"
+	ev.RequestContext.Authorizer = &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
+		JWT: &events.APIGatewayV2HTTPRequestContextAuthorizerJWTDescription{Claims: map[string]string{"ojs_tenant": "acme", "sub": "u1"}}}
+	for claim, want := range map[string]string{"ojs_tenant": "acme", "": "", "other": ""} {
+		seen = "unset"
+		if _, err := Handler(h, claim)(context.Background(), ev); err != nil || seen != want {
+			t.Errorf("claim %q: bound to %q (%v), want %q", claim, seen, err, want)
+		}
 	}
 }

@@ -27,7 +27,7 @@ func TestDecodedRawPathReachesTheHandler(t *testing.T) {
 		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got, query = r.URL.Path, r.URL.RawQuery })
 		ev := events.APIGatewayV2HTTPRequest{RawPath: raw, RawQueryString: "limit=1",
 			RequestContext: events.APIGatewayV2HTTPRequestContext{HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{Method: "GET"}}}
-		res, err := Handler(h)(context.Background(), ev)
+		res, err := Handler(h, "")(context.Background(), ev)
 		if err != nil || res.StatusCode != 200 || got != want || query != "limit=1" {
 			t.Errorf("%q: handler saw %q ?%s (status %d, %v)", raw, got, query, res.StatusCode, err)
 		}
@@ -40,7 +40,7 @@ func TestUndecodableRequestHasRequestID(t *testing.T) {
 	t.Parallel()
 	ev := events.APIGatewayV2HTTPRequest{RawPath: "/ojs/v1/jobs", Body: "%%%", IsBase64Encoded: true,
 		RequestContext: events.APIGatewayV2HTTPRequestContext{RequestID: "abc", HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{Method: "POST"}}}
-	res, err := Handler(http.NotFoundHandler())(context.Background(), ev)
+	res, err := Handler(http.NotFoundHandler(), "")(context.Background(), ev)
 	if err != nil || res.StatusCode != 400 || res.Headers["X-Request-Id"] != "req_abc" ||
 		res.Body != `{"error":{"code":"invalid_request","message":"The request could not be decoded.","request_id":"req_abc","retryable":false}}` {
 		t.Fatalf("%d %v %s (%v)", res.StatusCode, res.Headers, res.Body, err)
