@@ -215,3 +215,29 @@ func TestTenantEnqueueRate(t *testing.T) {
 		}
 	}
 }
+
+// A tenant's priority_boost raises its jobs' priority as they are
+// admitted, within the priority range; other tenants' stay as sent.
+func TestTenantPriorityBoost(t *testing.T) {
+	t.Parallel()
+	s, q, _ := newServices(t)
+	ctx := context.Background()
+	l, err := tenant.ParseLimits([]byte(`{"priority_boost": 10}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.SetTenantLimits(ctx, "vip", l); err != nil {
+		t.Fatal(err)
+	}
+	for tn, want := range map[string][2]int{"vip": {10, 100}, "std": {0, 95}} {
+		for i, p := range []int{0, 95} {
+			j, err := s.Push(job.WithTenant(ctx, tn), fmt.Appendf(nil, `{"type":"t","args":[],"options":{"queue":"tp","priority":%d}}`, p))
+			if err != nil || j.Priority != want[i] {
+				t.Fatalf("%s's job of priority %d: %d %v, want %d", tn, p, j.Priority, err, want[i])
+			}
+		}
+	}
+	if _, err := tenant.ParseLimits([]byte(`{"priority_boost": 201}`)); code(err) != ojserr.InvalidRequest {
+		t.Fatalf("a boost past the range: %v", err)
+	}
+}

@@ -125,20 +125,22 @@ func (s *Service) Keys() *ratelimit.Keys { return s.keys }
 
 // Admit prepares jobs for writing, whoever creates them: push mode from
 // the queue, the queue registered and its rate limit recorded, a tenant's
-// queue in the tenant registry, and the policy of each rate limit key
-// recorded on the key (the last job's of each key).
+// queue in the tenant registry and its priority boost applied, and the
+// policy of each rate limit key recorded on the key (the last job's of
+// each key).
 func (s *Service) Admit(ctx context.Context, jobs []*job.Job) error {
 	keyed := map[string]*job.KeyLimit{}
 	owned := map[string]bool{} // tenants' keys: their limits set the policy
 	for _, j := range jobs {
-		if j.Tenant != "" && j.KeyLimit == nil {
-			// A tenant's max_concurrency holds its jobs (those without
-			// a rate limit key of their own) under the tenant's key.
+		if j.Tenant != "" {
 			l, err := s.tenants.LimitsOf(ctx, j.Tenant, s.clock())
 			if err != nil {
 				return ojserr.Backend(err)
 			}
-			if l.MaxConcurrency != nil {
+			j.Priority = l.Boost(j.Priority)
+			// A tenant's max_concurrency holds its jobs (those without
+			// a rate limit key of their own) under the tenant's key.
+			if l.MaxConcurrency != nil && j.KeyLimit == nil {
 				j.KeyLimit = &job.KeyLimit{Key: tenant.ConcurrencyKey(j.Tenant), Concurrency: l.MaxConcurrency}
 				owned[j.KeyLimit.Key] = true
 			}

@@ -54,6 +54,17 @@ type Limits struct {
 	// MaxEnqueueRate bounds the jobs the tenant's PUSHes and batches
 	// enqueue per fixed window (nil: none; AdmitEnqueue).
 	MaxEnqueueRate *job.Window `dynamodbav:"max_enqueue_rate,omitempty" json:"max_enqueue_rate,omitempty"`
+	// PriorityBoost is added to the priority of the tenant's jobs as they
+	// are admitted (clamped to the priority range; nil: 0).
+	PriorityBoost *int `dynamodbav:"priority_boost,omitempty" json:"priority_boost,omitempty"`
+}
+
+// Boost is p raised by l's priority boost, within the priority range.
+func (l Limits) Boost(p int) int {
+	if l.PriorityBoost == nil {
+		return p
+	}
+	return min(max(p+*l.PriorityBoost, job.MinPriority), job.MaxPriority)
 }
 
 // MaxFairnessWeight bounds a tenant's fairness_weight.
@@ -62,14 +73,16 @@ const MaxFairnessWeight = 1000
 // ParseLimits reads PUT /admin/tenants/{id}/limits's body
 // (ojs-multi-tenancy.md 8.1): max_concurrency (0 to
 // job.MaxKeyConcurrency), fairness_weight (1 to MaxFairnessWeight),
-// max_enqueue_rate ({"limit": n, "period": "PT1M"}), each null or absent
-// for none (Validate). max_queue_depth and max_scheduled are refused: no index
+// max_enqueue_rate ({"limit": n, "period": "PT1M"}), priority_boost
+// (added to the tenant's jobs' priority), each null or absent for none
+// (Validate). max_queue_depth and max_scheduled are refused: no index
 // counts a tenant's scheduled jobs (docs/multi-tenancy.md).
 func ParseLimits(raw []byte) (Limits, error) {
 	var body struct {
 		MaxConcurrency json.RawMessage `json:"max_concurrency"`
 		FairnessWeight json.RawMessage `json:"fairness_weight"`
 		MaxEnqueueRate json.RawMessage `json:"max_enqueue_rate"`
+		PriorityBoost  json.RawMessage `json:"priority_boost"`
 		MaxQueueDepth  json.RawMessage `json:"max_queue_depth"`
 		MaxScheduled   json.RawMessage `json:"max_scheduled"`
 	}
@@ -81,7 +94,8 @@ func ParseLimits(raw []byte) (Limits, error) {
 		name string
 		raw  json.RawMessage
 		dst  **int
-	}{{"max_concurrency", body.MaxConcurrency, &l.MaxConcurrency}, {"fairness_weight", body.FairnessWeight, &l.FairnessWeight}} {
+	}{{"max_concurrency", body.MaxConcurrency, &l.MaxConcurrency}, {"fairness_weight", body.FairnessWeight, &l.FairnessWeight},
+		{"priority_boost", body.PriorityBoost, &l.PriorityBoost}} {
 		if len(f.raw) > 0 && string(f.raw) != "null" {
 			var n int
 			if err := json.Unmarshal(f.raw, &n); err != nil {
@@ -110,6 +124,9 @@ func (l Limits) Validate() error {
 	}
 	if w := l.FairnessWeight; w != nil && (*w < 1 || *w > MaxFairnessWeight) {
 		return ojserr.Invalid("fairness_weight", "'fairness_weight' must be an integer from 1 to %d, or null for 1.", MaxFairnessWeight)
+	}
+	if b := l.PriorityBoost; b != nil && (*b < job.MinPriority-job.MaxPriority || *b > job.MaxPriority-job.MinPriority) {
+		return ojserr.Invalid("priority_boost", "'priority_boost' must be an integer from %d to %d, or null for 0.", job.MinPriority-job.MaxPriority, job.MaxPriority-job.MinPriority)
 	}
 	return nil
 }
