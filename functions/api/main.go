@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/ojs-aws/ojs-serverless/pkg/app"
+	"github.com/ojs-aws/ojs-serverless/pkg/checkpoint"
 	"github.com/ojs-aws/ojs-serverless/pkg/edge/apigw"
 	"github.com/ojs-aws/ojs-serverless/pkg/fault"
 	"github.com/ojs-aws/ojs-serverless/pkg/httpapi"
@@ -22,7 +23,8 @@ func main() {
 	tokens, err := httpapi.ParseTokens(os.Getenv(topology.EnvAuthTokens))
 	app.Must(err)
 	srv := httpapi.New(httpapi.Services{Producer: a.Service, Worker: a.Service, Queues: a.QueueService, Progress: a.Service}, a.Store, a.Workflows, httpapi.Config{AuthToken: a.AuthToken, Tokens: tokens, Logger: a.Logger, Crons: a.Crons, Admin: a.Admin, Console: a.Console, FetchWait: a.FetchWait,
-		Events: a.Events, DeadLetter: a.DeadLetter, Schemas: a.Schemas, Webhooks: a.Webhooks, Tenants: a.QueueService.Tenants()})
+		Events: a.Events, DeadLetter: a.DeadLetter, Schemas: a.Schemas, Webhooks: a.Webhooks, Tenants: a.QueueService.Tenants(),
+		Checkpoints: checkpoint.New(a.Store, nil)})
 	h := apigw.Handler(srv, os.Getenv(topology.EnvTenantClaim))
 	lambda.Start(func(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
 		res, err := h(ctx, ev)

@@ -8,7 +8,7 @@ import (
 )
 
 // MaxLen bounds the cursors Decode accepts.
-const MaxLen = 8192
+const MaxLen = 16384
 
 // Encode returns v as a cursor.
 func Encode(v any) string {

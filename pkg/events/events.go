@@ -32,6 +32,9 @@ const (
 	JobExpired   = "job.expired"
 	// JobProgress reports a worker's progress report (ojs-progress.md 11).
 	JobProgress = "job.progress"
+	// JobCheckpointed reports a checkpoint saved (ojs-durable-execution.md
+	// DUR-R003).
+	JobCheckpointed = "job.checkpointed"
 
 	QueuePaused  = "queue.paused"
 	QueueResumed = "queue.resumed"
@@ -87,7 +90,7 @@ const (
 // Types lists every type above (the values the events API accepts).
 var Types = []string{
 	JobEnqueued, JobScheduled, JobStarted, JobCompleted, JobFailed, JobRetrying, JobDiscarded, JobCancelled,
-	JobHeartbeat, JobExpired, JobProgress, QueuePaused, QueueResumed, BackpressureRejected, RateLimitExceeded, RateLimitReleased,
+	JobHeartbeat, JobExpired, JobProgress, JobCheckpointed, QueuePaused, QueueResumed, BackpressureRejected, RateLimitExceeded, RateLimitReleased,
 	RateLimitDynamicAdjusted, RateLimitDropped, CronTriggered, CronSkipped, DeadLetterAdded, DeadLetterRetried, DeadLetterDeleted, DeadLetterPruned,
 	WorkerStarted, WorkerHeartbeat, WorkerQuiet, WorkerStopped,
 	WorkflowCreated, WorkflowStarted, WorkflowStepCompleted, WorkflowStepFailed, WorkflowJobCompleted,

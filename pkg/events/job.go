@@ -46,6 +46,13 @@ func FromJob(source string, old, cur *job.Job, version int64, at time.Time) []Ev
 			}
 			b.add(JobProgress, t, map[string]any{"attempt": cur.Attempt, "progress": p.Value, "message": p.Message, "data": p.Data})
 		}
+		if cur.LastCheckpoint != nil && cur.CheckpointSeq != old.CheckpointSeq {
+			t, err := time.Parse(time.RFC3339Nano, cur.CheckpointAt)
+			if err != nil {
+				t = at
+			}
+			b.add(JobCheckpointed, t, map[string]any{"attempt": cur.Attempt, "sequence": cur.CheckpointSeq})
+		}
 		return b.out
 	}
 	waiting := map[string]any{"priority": cur.Priority}

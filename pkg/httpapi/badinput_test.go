@@ -13,6 +13,7 @@ import (
 
 	"github.com/ojs-aws/ojs-serverless/internal/dev/testenv"
 	"github.com/ojs-aws/ojs-serverless/pkg/admin"
+	"github.com/ojs-aws/ojs-serverless/pkg/checkpoint"
 	"github.com/ojs-aws/ojs-serverless/pkg/console"
 	"github.com/ojs-aws/ojs-serverless/pkg/cron"
 	"github.com/ojs-aws/ojs-serverless/pkg/deadletter"
@@ -43,7 +44,7 @@ func liveServer(t *testing.T) *httpapi.Server {
 	}
 	return httpapi.New(httpapi.Services{Producer: svc, Worker: svc, Queues: qsvc, Progress: svc}, st, wfs,
 		httpapi.Config{Logger: logger, Admin: ad, Console: con, DeadLetter: dead, Crons: crons, Schemas: schema.New(st.DB(), st.Table(), nil),
-			Webhooks: webhook.NewStore(st.DB(), st.Table()), Tenants: qsvc.Tenants()})
+			Webhooks: webhook.NewStore(st.DB(), st.Table()), Tenants: qsvc.Tenants(), Checkpoints: checkpoint.New(st, nil)})
 }
 
 // A well-formed value for any path parameter: a UUIDv7 no job, worker or

@@ -169,6 +169,9 @@ func New(svc Services, backend Backend, wfs Workflows, cfg Config) *Server {
 	s.add(LevelWorker, http.MethodPost, "/ojs/v1/jobs/{id}/nack", ok(a.nack))
 	s.add(LevelWorker, http.MethodPost, "/ojs/v1/workers/heartbeat", ok(a.heartbeat))
 	s.addProgress(a)
+	if cfg.Checkpoints != nil {
+		s.addCheckpoints(a, cfg.Checkpoints)
+	}
 	s.addRateLimits(a)
 	if cfg.Tenants != nil {
 		s.addTenants(a, cfg.Tenants)

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/admin"
+	"github.com/ojs-aws/ojs-serverless/pkg/checkpoint"
 	"github.com/ojs-aws/ojs-serverless/pkg/console"
 	"github.com/ojs-aws/ojs-serverless/pkg/cron"
 	"github.com/ojs-aws/ojs-serverless/pkg/deadletter"
@@ -90,7 +91,7 @@ func AllRoutes() []Route {
 	}
 	return New(Services{Queues: (*queue.Service)(nil)}, nil, (*workflow.Engine)(nil), Config{Admin: ad, Console: con,
 		DeadLetter: (*deadletter.Service)(nil), Crons: (*cron.Service)(nil), Schemas: (*schema.Registry)(nil),
-		Webhooks: (*webhook.Store)(nil), Tenants: (*tenant.Registry)(nil)}).RouteTable()
+		Webhooks: (*webhook.Store)(nil), Tenants: (*tenant.Registry)(nil), Checkpoints: (*checkpoint.Service)(nil)}).RouteTable()
 }
 
 // ParseTokens reads bearer tokens that each grant one level, written

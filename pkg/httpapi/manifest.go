@@ -73,6 +73,7 @@ func Manifest() map[string]any {
 				{"name": "fair-scheduling", "uri": "urn:ojs:ext:fair-scheduling", "version": "1.0.0"},
 				{"name": "webhooks", "uri": "urn:ojs:ext:webhooks", "version": "1.0.0"},
 				{"name": "rate-limiting", "uri": "urn:ojs:ext:rate-limiting", "version": "1.0.0"},
+				{"name": "durable-execution", "uri": "urn:ojs:ext:durable-execution", "version": "1.0.0"},
 			},
 			"experimental": []map[string]string{{"name": "push-delivery-aws-lambda", "uri": "urn:ojs:ext:experimental:push-delivery-aws-lambda", "version": "0.1.0"},
 				{"name": "multi-tenancy", "uri": "urn:ojs:ext:experimental:multi-tenancy", "version": "0.1.0"}},

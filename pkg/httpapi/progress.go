@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 
+	"github.com/ojs-aws/ojs-serverless/pkg/checkpoint"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 )
@@ -16,6 +17,44 @@ type Progress interface {
 }
 
 var _ Progress = (*lifecycle.Service)(nil)
+
+// Checkpoints is the durable execution extension
+// (urn:ojs:ext:durable-execution; implemented by *checkpoint.Service).
+type Checkpoints interface {
+	Save(ctx context.Context, id string, body []byte) (*checkpoint.Checkpoint, error)
+	Get(ctx context.Context, id string) (*checkpoint.Checkpoint, error)
+	Delete(ctx context.Context, id string) (*checkpoint.Deleted, error)
+}
+
+var _ Checkpoints = (*checkpoint.Service)(nil)
+
+// addCheckpoints registers /ojs/v1/jobs/{id}/checkpoint: PUT (and POST,
+// the specification's verb) saves, GET reads, DELETE clears
+// (ojs-durable-execution.md 7). A request scoped to a tenant reaches its
+// tenant's jobs only.
+func (s *Server) addCheckpoints(a *api, cp Checkpoints) {
+	const path = "/ojs/v1/jobs/{id}/checkpoint"
+	save := withBody(func(r *http.Request, p params, raw []byte) (any, error) {
+		if err := a.owns(r, p("id")); err != nil {
+			return nil, err
+		}
+		return cp.Save(r.Context(), p("id"), raw)
+	})
+	s.add(LevelWorker, http.MethodPut, path, save)
+	s.add(LevelWorker, http.MethodPost, path, save)
+	s.add(LevelProducer, http.MethodGet, path, ok(func(r *http.Request, p params) (any, error) {
+		if err := a.owns(r, p("id")); err != nil {
+			return nil, err
+		}
+		return cp.Get(r.Context(), p("id"))
+	}))
+	s.add(LevelWorker, http.MethodDelete, path, ok(func(r *http.Request, p params) (any, error) {
+		if err := a.owns(r, p("id")); err != nil {
+			return nil, err
+		}
+		return cp.Delete(r.Context(), p("id"))
+	}))
+}
 
 func (s *Server) addProgress(a *api) {
 	s.add(LevelWorker, http.MethodPut, "/ojs/v1/jobs/{id}/progress", ok(a.putProgress))

@@ -66,6 +66,9 @@ type Config struct {
 	// Webhooks, when set, serves the webhook subscriptions under
 	// /ojs/v1/webhooks/subscriptions.
 	Webhooks Webhooks
+	// Checkpoints, when set, serves the durable execution extension's
+	// checkpoint routes under /ojs/v1/jobs/{id}/checkpoint (progress.go).
+	Checkpoints Checkpoints
 	// Tenants, when set, serves the tenant registry and stats under
 	// /ojs/v1/admin/tenants and tenant-scoped queue reads (tenancy.go).
 	Tenants Tenants

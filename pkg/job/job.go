@@ -151,6 +151,10 @@ type Job struct {
 	// carried one, kept across attempts so a retry resumes from it
 	// (ojs-progress.md 6.4).
 	LastCheckpoint json.RawMessage
+	// CheckpointSeq counts the checkpoints saved since the last was
+	// cleared, CheckpointAt is when the last was (ojs-durable-execution.md).
+	CheckpointSeq int
+	CheckpointAt  string
 
 	// Unique is the job's unique policy at enqueue (not stored).
 	Unique *Unique
@@ -249,6 +253,15 @@ type wireJob struct {
 	WorkflowNode        string          `json:"workflow_node,omitempty"`
 	ParentResults       json.RawMessage `json:"parent_results,omitempty"`
 	LastCheckpoint      json.RawMessage `json:"last_checkpoint,omitempty"`
+	// Checkpoint is the durable execution extension's view of the same
+	// checkpoint (ojs-durable-execution.md 6.1).
+	Checkpoint *Checkpoint `json:"checkpoint,omitempty"`
+}
+
+// Checkpoint is a job's checkpoint as its envelope carries it.
+type Checkpoint struct {
+	State    json.RawMessage `json:"state"`
+	Sequence int             `json:"sequence"`
 }
 
 // MarshalJSON renders the full OJS envelope with the system-managed
@@ -270,6 +283,9 @@ func (j *Job) MarshalJSON() ([]byte, error) {
 	}
 	if j.RetryDelay > 0 {
 		w.RetryDelayMS = new(j.RetryDelay.Milliseconds())
+	}
+	if j.LastCheckpoint != nil {
+		w.Checkpoint = &Checkpoint{State: j.LastCheckpoint, Sequence: j.CheckpointSeq}
 	}
 	if j.ResultSizeBytes > 0 {
 		w.ResultStoredAt = w.CompletedAt

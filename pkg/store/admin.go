@@ -2,8 +2,6 @@ package store
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -12,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/ojs-aws/ojs-serverless/internal/opaque"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 )
@@ -268,18 +267,11 @@ func indexKey(av map[string]types.AttributeValue, keyName, sortName string) map[
 }
 
 // encodeShardCursor and decodeShardCursor carry one position per shard.
-func encodeShardCursor(pos []string) string {
-	b, _ := json.Marshal(pos)
-	return base64.RawURLEncoding.EncodeToString(b)
-}
+func encodeShardCursor(pos []string) string { return opaque.Encode(pos) }
 
 func decodeShardCursor(c string, into []string) error {
-	b, err := base64.RawURLEncoding.DecodeString(c)
-	if err != nil || len(b) > 16384 {
-		return ErrBadCursor
-	}
 	var pos []string
-	if json.Unmarshal(b, &pos) != nil || len(pos) != len(into) {
+	if !opaque.Decode(c, &pos) || len(pos) != len(into) {
 		return ErrBadCursor
 	}
 	copy(into, pos)
@@ -301,19 +293,14 @@ func EncodeCursor(key map[string]types.AttributeValue) string {
 			m[k] = "N" + a.Value
 		}
 	}
-	b, _ := json.Marshal(m)
-	return base64.RawURLEncoding.EncodeToString(b)
+	return opaque.Encode(m)
 }
 
 // DecodeCursor is the inverse of EncodeCursor; it returns ErrBadCursor for
 // anything else.
 func DecodeCursor(c string) (map[string]types.AttributeValue, error) {
-	b, err := base64.RawURLEncoding.DecodeString(c)
-	if err != nil || len(b) > 4096 {
-		return nil, ErrBadCursor
-	}
 	var m map[string]string
-	if json.Unmarshal(b, &m) != nil || len(m) == 0 || len(m) > 4 {
+	if !opaque.Decode(c, &m) || len(m) == 0 || len(m) > 4 {
 		return nil, ErrBadCursor
 	}
 	key := map[string]types.AttributeValue{}

@@ -77,8 +77,10 @@ func NewGuard(key map[string]types.AttributeValue, cond string, names map[string
 // the entries of key (a hash of key picks the shard; shard 0 when n <= 1).
 func ShardedKey(base, key string, n int) string { return shardKey(base, shardOf(key, n)) }
 
-// batchPut writes items 25 at a time, eight requests at once.
-func (s *Store) batchPut(ctx context.Context, items []map[string]types.AttributeValue) error {
+// BatchPut writes items to table 25 at a time, eight requests at once,
+// each retrying its unprocessed items up to eight times (an error if some
+// remain).
+func BatchPut(ctx context.Context, db DynamoAPI, table string, items []map[string]types.AttributeValue) error {
 	chunks := slices.Collect(slices.Chunk(items, 25))
 	return Parallel(ctx, len(chunks), 8, func(ctx context.Context, c int) error {
 		reqs := make([]types.WriteRequest, len(chunks[c]))
@@ -89,11 +91,11 @@ func (s *Store) batchPut(ctx context.Context, items []map[string]types.Attribute
 			if tries > 8 {
 				return fmt.Errorf("batch write: %d items still unprocessed", len(reqs))
 			}
-			out, err := s.db.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: map[string][]types.WriteRequest{s.table: reqs}})
+			out, err := db.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: map[string][]types.WriteRequest{table: reqs}})
 			if err != nil {
 				return err
 			}
-			reqs = out.UnprocessedItems[s.table]
+			reqs = out.UnprocessedItems[table]
 			if len(reqs) > 0 {
 				time.Sleep(time.Duration(tries+1) * 20 * time.Millisecond)
 			}
@@ -249,13 +251,6 @@ type StringSet []string
 
 func (v StringSet) MarshalDynamoDBAttributeValue() (types.AttributeValue, error) {
 	return &types.AttributeValueMemberSS{Value: v}, nil
-}
-
-// BatchPut writes items to table with db, which must be a BatchWriter:
-// requests of 25 items, eight at once, each retrying its unprocessed items
-// up to eight times (an error if some remain).
-func BatchPut(ctx context.Context, db DynamoAPI, table string, items []map[string]types.AttributeValue) error {
-	return New(db, table).batchPut(ctx, items)
 }
 
 // queuesPK is the base of the queue registry's partitions (QUEUES,

@@ -53,6 +53,7 @@ const (
 	attrProgress     = "prog"
 	attrProgressInfo = "prog_info"
 	attrCheckpoint   = "ckpt"
+	attrCkptSeq      = "ckpt_seq"
 	// attrRateKey is a keyed job's rate limit key (KeyLimit), attrTenant
 	// a job's tenant.
 	attrRateKey  = "rl_key"
@@ -149,8 +150,11 @@ type claim struct {
 	// from going down), ProgressInfo the whole report as JSON.
 	Progress     *float64 `dynamodbav:"prog,omitempty"`
 	ProgressInfo string   `dynamodbav:"prog_info,omitempty"`
-	// Checkpoint is the last reported checkpoint, kept across attempts.
+	// Checkpoint is the last saved checkpoint, kept across attempts, its
+	// sequence (saves since it was last cleared) and time.
 	Checkpoint Packed `dynamodbav:"ckpt,omitempty"`
+	CkptSeq    int    `dynamodbav:"ckpt_seq,omitempty"`
+	CkptAt     string `dynamodbav:"ckpt_at,omitempty"`
 }
 
 // indexEntries are the job's keys in the ready and due indexes, its expiry
@@ -335,7 +339,7 @@ func (r record) toJob() (*job.Job, error) {
 	}
 	j.LeaseUntil, j.Deadline = optMS(r.LeaseUntil), optMS(r.DeadlineMS)
 	if len(r.Checkpoint) > 0 {
-		j.LastCheckpoint = json.RawMessage(r.Checkpoint)
+		j.LastCheckpoint, j.CheckpointSeq, j.CheckpointAt = json.RawMessage(r.Checkpoint), r.CkptSeq, r.CkptAt
 	}
 	if r.ProgressInfo != "" {
 		j.Progress = &job.Progress{}

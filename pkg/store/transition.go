@@ -444,7 +444,7 @@ func Extend(id, workerID string, leaseUntil, now time.Time) Transition {
 func ReportProgress(id string, p job.Progress, checkpoint json.RawMessage) Transition {
 	t := newTransition(id, job.Active, job.Active)
 	if len(checkpoint) > 0 {
-		t.set(attrCheckpoint, Packed(checkpoint))
+		t.saveCheckpoint(checkpoint, p.UpdatedAt)
 	}
 	if p.Value != nil {
 		t.set(attrProgress, *p.Value)
@@ -455,6 +455,28 @@ func ReportProgress(id string, p job.Progress, checkpoint json.RawMessage) Trans
 	b, _ := json.Marshal(p)
 	t.set(attrProgressInfo, string(b))
 	return t
+}
+
+// SaveCheckpoint records state as job j's checkpoint while j is still in
+// its state as read (ojs-durable-execution.md 4.1); ClearCheckpoint
+// removes it (4.4).
+func SaveCheckpoint(j *job.Job, state json.RawMessage, now time.Time) Transition {
+	t := newTransition(j.ID, j.State, j.State)
+	t.saveCheckpoint(state, job.Timestamp(now))
+	return t
+}
+
+func ClearCheckpoint(j *job.Job) Transition {
+	t := newTransition(j.ID, j.State, j.State)
+	t.remove(attrCheckpoint, attrCkptSeq, "ckpt_at")
+	return t
+}
+
+// saveCheckpoint stores a checkpoint, one more in its sequence.
+func (t *Transition) saveCheckpoint(state json.RawMessage, at string) {
+	t.set(attrCheckpoint, Packed(state))
+	t.set("ckpt_at", at)
+	t.update = t.update.Add(expression.Name(attrCkptSeq), expression.Value(1))
 }
 
 // RenewFraction: a heartbeat moves a lease only by at least 1/RenewFraction

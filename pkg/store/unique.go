@@ -92,24 +92,12 @@ func (s *Store) ReviveUnique(ctx context.Context, t Transition, key string, now 
 		cond = "job_id = :h"
 		vals = map[string]types.AttributeValue{":me": AttrS(t.ID), ":h": AttrS(holder)}
 	}
-	u, err := s.updateOf(t)
-	if err != nil {
-		return nil, err
+	j, err := s.ApplyWith(ctx, t, &types.Update{TableName: &s.table, Key: uniqueKey(key),
+		UpdateExpression: aws.String("SET job_id = :me"), ConditionExpression: aws.String(cond), ExpressionAttributeValues: vals})
+	if _, ok := errors.AsType[*WithFailedError](err); ok {
+		return nil, ErrLockHeld
 	}
-	tx := []types.TransactWriteItem{{Update: u}, {Update: &types.Update{TableName: &s.table, Key: uniqueKey(key),
-		UpdateExpression: aws.String("SET job_id = :me"), ConditionExpression: aws.String(cond), ExpressionAttributeValues: vals}}}
-	_, err = s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: tx})
-	if tce, ok := errors.AsType[*types.TransactionCanceledException](err); ok && len(tce.CancellationReasons) == 2 {
-		if r := tce.CancellationReasons; aws.ToString(r[0].Code) == "ConditionalCheckFailed" {
-			return nil, conflict(r[0].Item, t)
-		} else if aws.ToString(r[1].Code) == "ConditionalCheckFailed" {
-			return nil, ErrLockHeld
-		}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("retry job %s under its uniqueness key: %w", t.ID, err)
-	}
-	return s.Get(ctx, t.ID)
+	return j, err
 }
 
 // UniqueHolder reads the holder of a uniqueness key (consistent read);
