@@ -345,7 +345,9 @@ func (a *api) push(w http.ResponseWriter, r *http.Request, _ params) error {
 		writeJSON(w, http.StatusOK, map[string]any{"job": j, "deduplicated": true})
 		return nil
 	}
-	writeJSON(w, http.StatusCreated, map[string]any{"job": j})
+	// The id at the top level too: the durable-execution suite (and
+	// clients written like it) read $.id (docs/conformance.md).
+	writeJSON(w, http.StatusCreated, map[string]any{"job": j, "id": j.ID})
 	return nil
 }
 

@@ -39,15 +39,15 @@ type edit struct {
 
 var edits = []edit{
 	{"lib/schema.go", "\tParallelWith string            `json:\"parallel_with,omitempty\"`\n",
-		"\tParallelWith string            `json:\"parallel_with,omitempty\"`\n\tCapture      map[string]string `json:\"capture,omitempty\"`\n"},
+		"\tParallelWith string            `json:\"parallel_with,omitempty\"`\n\tCapture      map[string]string `json:\"capture,omitempty\"`\n\tExpect       map[string]json.RawMessage `json:\"expect,omitempty\"`\n"},
 	{"lib/assertions.go", "\tobj, ok := actual.(map[string]any)\n\tif !ok {\n\t\treturn fmt.Errorf(\"expected object, got %T: %v\", actual, actual)\n\t}\n\tfor key, exp := range expected {",
 		"\tif handled, err := matchBareOperators(expected, actual); handled {\n\t\treturn err\n\t}\n\tobj, ok := actual.(map[string]any)\n\tif !ok {\n\t\treturn fmt.Errorf(\"expected object, got %T: %v\", actual, actual)\n\t}\n\tfor key, exp := range expected {"},
 	{"runner/http/runner.go", "\t// Evaluate assertions\n\tvar failures []lib.Failure\n",
-		"\tsaveCaptures(step, sr, stepResults)\n\n\t// Evaluate assertions\n\tvar failures []lib.Failure\n"},
+		"\tsaveCaptures(step, sr, stepResults)\n\tstep = withExpect(step)\n\n\t// Evaluate assertions\n\tvar failures []lib.Failure\n"},
 	{"runner/http/runner.go", "func resolveTemplates(input string, stepResults map[string]*lib.StepResult) string {\n\treturn templateRefPattern.ReplaceAllStringFunc(input,",
 		"func resolveTemplates(input string, stepResults map[string]*lib.StepResult) string {\n\tinput = resolveCaptures(input, stepResults)\n\treturn templateRefPattern.ReplaceAllStringFunc(input,"},
 	{"runner/http/runner.go", "\tif !strings.Contains(s, \"{{steps.\") {\n\t\treturn matcher\n\t}",
-		"\tif !strings.Contains(s, \"{{\") {\n\t\treturn matcher\n\t}"},
+		"\tif !strings.Contains(s, \"{{\") && !strings.Contains(s, \"${\") {\n\t\treturn matcher\n\t}"},
 	{"lib/assertions.go", "func ResolveJSONPath(path string, data any) (any, error) {\n",
 		"func ResolveJSONPath(path string, data any) (any, error) {\n\tif v, ok := resolveDottedKey(path, data); ok {\n\t\treturn v, nil\n\t}\n"},
 }
@@ -156,18 +156,43 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"strings"
 	"sync"
 
 	"github.com/openjobspec/ojs-conformance/lib"
 )
 
 // A step's "capture" saves values of its response under names; "{{name}}"
-// in later steps' paths, bodies and matchers refers to them. They are kept
-// in the test's step results under a reserved key.
+// or "${name}" in later steps' paths, bodies and matchers refers to them.
+// They are kept in the test's step results under a reserved key.
 var (
 	captureMu  sync.Mutex
-	captureRef = regexp.MustCompile(` + "`\\{\\{([A-Za-z_][A-Za-z0-9_]*)\\}\\}`" + `)
+	captureRef = regexp.MustCompile(` + "`\\{\\{([A-Za-z_][A-Za-z0-9_]*)\\}\\}|\\$\\{([A-Za-z_][A-Za-z0-9_]*)\\}`" + `)
 )
+
+// withExpect gives a step written with "expect" (the form of the
+// durable-execution suite: "status", "status_in", "body.<path>") the
+// assertions it means, when it has none; any other key fails the step.
+func withExpect(step lib.Step) lib.Step {
+	if step.Assertions != nil || len(step.Expect) == 0 {
+		return step
+	}
+	a := &lib.Assertions{Body: map[string]json.RawMessage{}}
+	for k, v := range step.Expect {
+		switch {
+		case k == "status":
+			a.Status = v
+		case k == "status_in":
+			_ = json.Unmarshal(v, &a.StatusIn)
+		case strings.HasPrefix(k, "body."):
+			a.Body["$."+strings.TrimPrefix(k, "body.")] = v
+		default:
+			a.BodyContains = append(a.BodyContains, "unsupported expect key "+k)
+		}
+	}
+	step.Assertions = a
+	return step
+}
 
 const captureKey = "\x00capture:"
 
@@ -188,7 +213,8 @@ func resolveCaptures(input string, stepResults map[string]*lib.StepResult) strin
 	captureMu.Lock()
 	defer captureMu.Unlock()
 	return captureRef.ReplaceAllStringFunc(input, func(m string) string {
-		name := captureRef.FindStringSubmatch(m)[1]
+		sub := captureRef.FindStringSubmatch(m)
+		name := sub[1] + sub[2]
 		sr, ok := stepResults[captureKey+name]
 		if !ok {
 			return m
