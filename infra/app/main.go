@@ -131,8 +131,6 @@ func readConfig(get, getenv func(string) string) (config, error) {
 		LogLevel:  get("logLevel"),
 		Frontend:  get("frontend"),
 		AuthToken: get("authToken"),
-		JWTIssuer: get("jwtIssuer"),
-		JWTTenant: get("jwtTenantClaim"),
 	}
 	c.Env = cmp.Or(c.Env, "dev")
 	// -c key=value, else environments.<env>.<key> from cdk.json.
@@ -169,16 +167,8 @@ func readConfig(get, getenv func(string) string) (config, error) {
 	if c.Arch != "arm64" && c.Arch != "x86_64" {
 		return config{}, fmt.Errorf("context arch=%q: want arm64 or x86_64", c.Arch)
 	}
-	for _, a := range strings.Split(get("jwtAudience"), ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			c.JWTAudience = append(c.JWTAudience, a)
-		}
-	}
-	if (c.JWTIssuer == "") != (len(c.JWTAudience) == 0) {
-		return config{}, fmt.Errorf("context jwtIssuer and jwtAudience go together")
-	}
-	if c.JWTTenant != "" && c.JWTIssuer == "" {
-		return config{}, fmt.Errorf("context jwtTenantClaim needs jwtIssuer: only a JWT stage verifies the claim")
+	if err := c.readJWT(get); err != nil {
+		return config{}, err
 	}
 	if v := get("fetchWait"); v != "" {
 		d, err := topology.ParseFetchWait(v)
@@ -230,6 +220,24 @@ func readConfig(get, getenv func(string) string) (config, error) {
 		}
 	}
 	return c, nil
+}
+
+// readJWT reads the JWT stage's context: issuer and audiences go
+// together, and a tenant claim needs them.
+func (c *config) readJWT(get func(string) string) error {
+	c.JWTIssuer, c.JWTTenant = get("jwtIssuer"), get("jwtTenantClaim")
+	for _, a := range strings.Split(get("jwtAudience"), ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			c.JWTAudience = append(c.JWTAudience, a)
+		}
+	}
+	if (c.JWTIssuer == "") != (len(c.JWTAudience) == 0) {
+		return fmt.Errorf("context jwtIssuer and jwtAudience go together")
+	}
+	if c.JWTTenant != "" && c.JWTIssuer == "" {
+		return fmt.Errorf("context jwtTenantClaim needs jwtIssuer: only a JWT stage verifies the claim")
+	}
+	return nil
 }
 
 // pinnedEnvs must name their account, region and alarm destination in

@@ -308,17 +308,15 @@ func (o *OJSServerless) addFunctions() {
 			b, _ := json.Marshal(p.QueueResultTTLs)
 			env[topology.EnvQueueResultTTL] = jsii.String(string(b))
 		}
-		if name == topology.FunctionAPI && p.AuthToken != "" {
-			env[topology.EnvAuthToken] = jsii.String(p.AuthToken)
-		}
-		if name == topology.FunctionAPI && p.JWT != nil && p.JWT.TenantClaim != "" {
-			env[topology.EnvTenantClaim] = jsii.String(p.JWT.TenantClaim)
+		if name == topology.FunctionAPI {
+			for k, v := range map[string]string{topology.EnvAuthToken: p.AuthToken, topology.EnvEnqueueMeta: o.Env.EnqueueMeta, topology.EnvTenantClaim: p.JWT.Claim()} {
+				if v != "" {
+					env[k] = jsii.String(v)
+				}
+			}
 		}
 		if o.Env.PlainPayloads {
 			env[topology.EnvPlainPayloads] = jsii.String("true")
-		}
-		if name == topology.FunctionAPI && o.Env.EnqueueMeta != "" {
-			env[topology.EnvEnqueueMeta] = jsii.String(o.Env.EnqueueMeta)
 		}
 		if name == topology.FunctionAPI && o.Env.FetchWait > 0 {
 			env[topology.EnvFetchWait] = jsii.String(o.Env.FetchWait.String())

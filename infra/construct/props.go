@@ -142,6 +142,14 @@ type JWTAuth struct {
 	TenantClaim string
 }
 
+// Claim is the tenant claim of j ("" when j is nil or has none).
+func (j *JWTAuth) Claim() string {
+	if j == nil {
+		return ""
+	}
+	return j.TenantClaim
+}
+
 var (
 	queueNamePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]*$`)
 	emailPattern     = regexp.MustCompile(`^[^@\s]+@[^@\s]+\.[^@\s]+$`)

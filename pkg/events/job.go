@@ -29,30 +29,7 @@ func FromJob(source string, old, cur *job.Job, version int64, at time.Time) []Ev
 	}
 	b := jobEvents{source: source, j: cur, version: version, at: at}
 	if from == cur.State {
-		// A heartbeat renews the lease of an active job in the same attempt.
-		if cur.State == job.Active && old.Attempt == cur.Attempt && cur.LeaseUntil != nil &&
-			(old.LeaseUntil == nil || !old.LeaseUntil.Equal(*cur.LeaseUntil)) {
-			t := at
-			if cur.StartedAt != nil && !t.After(*cur.StartedAt) {
-				t = cur.StartedAt.Add(time.Millisecond)
-			}
-			b.add(JobHeartbeat, t, map[string]any{"worker_id": cur.WorkerID, "attempt": cur.Attempt,
-				"visible_until": job.Timestamp(*cur.LeaseUntil)})
-		}
-		if p := cur.Progress; cur.State == job.Active && p != nil && (old.Progress == nil || old.Progress.UpdatedAt != p.UpdatedAt) {
-			t, err := time.Parse(time.RFC3339Nano, p.UpdatedAt)
-			if err != nil {
-				t = at
-			}
-			b.add(JobProgress, t, map[string]any{"attempt": cur.Attempt, "progress": p.Value, "message": p.Message, "data": p.Data})
-		}
-		if cur.LastCheckpoint != nil && cur.CheckpointSeq != old.CheckpointSeq {
-			t, err := time.Parse(time.RFC3339Nano, cur.CheckpointAt)
-			if err != nil {
-				t = at
-			}
-			b.add(JobCheckpointed, t, map[string]any{"attempt": cur.Attempt, "sequence": cur.CheckpointSeq})
-		}
+		b.unchanged(old, at)
 		return b.out
 	}
 	waiting := map[string]any{"priority": cur.Priority}
@@ -132,6 +109,36 @@ func FromJob(source string, old, cur *job.Job, version int64, at time.Time) []Ev
 		b.add(DeadLetterRetried, or(cur.EnqueuedAt, at), map[string]any{"state": string(cur.State), "retried_by": "api"})
 	}
 	return b.out
+}
+
+// unchanged adds the events of a change that keeps the job's state: a
+// heartbeat that renewed the lease, a progress report, a checkpoint saved.
+func (b *jobEvents) unchanged(old *job.Job, at time.Time) {
+	cur := b.j
+	// A heartbeat renews the lease of an active job in the same attempt.
+	if cur.State == job.Active && old.Attempt == cur.Attempt && cur.LeaseUntil != nil &&
+		(old.LeaseUntil == nil || !old.LeaseUntil.Equal(*cur.LeaseUntil)) {
+		t := at
+		if cur.StartedAt != nil && !t.After(*cur.StartedAt) {
+			t = cur.StartedAt.Add(time.Millisecond)
+		}
+		b.add(JobHeartbeat, t, map[string]any{"worker_id": cur.WorkerID, "attempt": cur.Attempt,
+			"visible_until": job.Timestamp(*cur.LeaseUntil)})
+	}
+	if p := cur.Progress; cur.State == job.Active && p != nil && (old.Progress == nil || old.Progress.UpdatedAt != p.UpdatedAt) {
+		b.add(JobProgress, timeOr(p.UpdatedAt, at), map[string]any{"attempt": cur.Attempt, "progress": p.Value, "message": p.Message, "data": p.Data})
+	}
+	if cur.LastCheckpoint != nil && cur.CheckpointSeq != old.CheckpointSeq {
+		b.add(JobCheckpointed, timeOr(cur.CheckpointAt, at), map[string]any{"attempt": cur.Attempt, "sequence": cur.CheckpointSeq})
+	}
+}
+
+// timeOr is the timestamp text as a time, or at when it is not one.
+func timeOr(text string, at time.Time) time.Time {
+	if t, err := time.Parse(time.RFC3339Nano, text); err == nil {
+		return t
+	}
+	return at
 }
 
 // FromDeletedJob derives the event of a job item's removal: a discarded job

@@ -34,9 +34,9 @@ func TestEveryRouteHasALevel(t *testing.T) {
 	}
 	want := map[httpapi.Level][]string{
 		httpapi.LevelAny: {"GET /health", "GET /ojs/manifest", "GET /ojs/v1/health", "GET /ready"},
-		httpapi.LevelProducer: {"DELETE /ojs/v1/jobs/{id}", "DELETE /ojs/v1/workflows/{id}", "GET /ojs/v1/jobs/{id}", "GET /ojs/v1/jobs/{id}/checkpoint", "GET /ojs/v1/jobs/{id}/progress", "GET /ojs/v1/rate-limits", "GET /ojs/v1/rate-limits/{key}", "GET /ojs/v1/workflows/{id}", "GET /ojs/v1/workflows/{id}/progress",
+		httpapi.LevelProducer: {"DELETE /ojs/v1/jobs/{id}", "DELETE /ojs/v1/jobs/{id}/checkpoint", "DELETE /ojs/v1/workflows/{id}", "GET /ojs/v1/jobs/{id}", "GET /ojs/v1/jobs/{id}/checkpoint", "GET /ojs/v1/jobs/{id}/progress", "GET /ojs/v1/rate-limits", "GET /ojs/v1/rate-limits/{key}", "GET /ojs/v1/workflows/{id}", "GET /ojs/v1/workflows/{id}/progress",
 			"POST /ojs/v1/jobs", "POST /ojs/v1/jobs/batch", "POST /ojs/v1/jobs/{id}/activate", "POST /ojs/v1/workflows"},
-		httpapi.LevelWorker: {"DELETE /ojs/v1/jobs/{id}/checkpoint", "GET /ojs/v1/workers/{id}/health", "POST /ojs/v1/jobs/{id}/ack", "POST /ojs/v1/jobs/{id}/checkpoint", "POST /ojs/v1/jobs/{id}/nack", "POST /ojs/v1/workers/ack", "POST /ojs/v1/workers/beat",
+		httpapi.LevelWorker: {"GET /ojs/v1/workers/{id}/health", "POST /ojs/v1/jobs/{id}/ack", "POST /ojs/v1/jobs/{id}/checkpoint", "POST /ojs/v1/jobs/{id}/nack", "POST /ojs/v1/workers/ack", "POST /ojs/v1/workers/beat",
 			"POST /ojs/v1/workers/fetch", "POST /ojs/v1/workers/heartbeat", "POST /ojs/v1/workers/nack", "POST /ojs/v1/workers/progress",
 			"PUT /ojs/v1/jobs/{id}/checkpoint", "PUT /ojs/v1/jobs/{id}/progress"},
 	}

@@ -29,7 +29,8 @@ type Checkpoints interface {
 var _ Checkpoints = (*checkpoint.Service)(nil)
 
 // addCheckpoints registers /ojs/v1/jobs/{id}/checkpoint: PUT (and POST,
-// the specification's verb) saves, GET reads, DELETE clears
+// the specification's verb) saves (worker level), GET reads and DELETE
+// clears (producer level)
 // (ojs-durable-execution.md 7). A request scoped to a tenant reaches its
 // tenant's jobs only.
 func (s *Server) addCheckpoints(a *api, cp Checkpoints) {
@@ -48,7 +49,9 @@ func (s *Server) addCheckpoints(a *api, cp Checkpoints) {
 		}
 		return cp.Get(r.Context(), p("id"))
 	}))
-	s.add(LevelWorker, http.MethodDelete, path, ok(func(r *http.Request, p params) (any, error) {
+	// Producer level, as DELETE /jobs/{id} is: an IAM policy's
+	// DELETE .../jobs/* covers this path too.
+	s.add(LevelProducer, http.MethodDelete, path, ok(func(r *http.Request, p params) (any, error) {
 		if err := a.owns(r, p("id")); err != nil {
 			return nil, err
 		}

@@ -58,7 +58,7 @@ func TestTheDefaultRetryPolicyIsNotStored(t *testing.T) {
 // regrouping of its fields must not rename or drop one, and every field
 // must survive the round trip.
 func TestRecordAttributeNames(t *testing.T) {
-	want := []string{"args", "attempt", "cancel_requested", "cancelled_at", "ckpt", "completed_at", "created_at",
+	want := []string{"args", "attempt", "cancel_requested", "cancelled_at", "ckpt", "ckpt_at", "ckpt_seq", "completed_at", "created_at",
 		"deadline_ms", "discarded_at", "dispatch", "due_at", "due_pk", "enqueued_at", "error", "errors",
 		"expires_at", "expires_ms", "extra", "fb", "id", "lease_until", "max_attempts", "meta",
 		"next_attempt_at", "parent_results", "pk", "priority", "prog", "prog_info", "pruned_at", "push", "queue", "ready_pk",
