@@ -41,6 +41,7 @@ var known = map[string]bool{
 	"visibility_timeout_ms": true, "workflow_id": true, "workflow_node": true, "parent_results": true,
 	"retry_delay_ms": true, "visibility_timeout": true, "result_ttl": true,
 	"result_stored_at": true, "result_expires_at": true, "result_size_bytes": true,
+	"checkpoint": true, "last_checkpoint": true,
 }
 
 // request is the PUSH body: the OJS envelope attributes at the top level
