@@ -276,7 +276,7 @@ func (s *Server) dispatch(w http.ResponseWriter, r *http.Request, routeName *str
 				*routeName = pattern
 				return err
 			}
-			t, err := requestTenant(r, pattern)
+			t, err := requestTenant(r, pattern, s.patterns[pattern])
 			if err != nil {
 				*routeName = pattern
 				return err

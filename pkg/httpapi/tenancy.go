@@ -20,12 +20,12 @@ import (
 // (another tenant's answer 404, as a job that does not exist). A request
 // without the header is not scoped.
 
-// requestTenant is the tenant a request to route pattern is scoped to
-// ("": none): its credential's, when the credential is bound to one (a
-// JWT claim: a header naming another tenant is refused, and so are the
-// operator's routes, which show every tenant's), else its X-OJS-Tenant
-// header's (validated).
-func requestTenant(r *http.Request, pattern string) (string, error) {
+// requestTenant is the tenant a request to route pattern (of level lv) is
+// scoped to ("": none): its credential's, when the credential is bound to
+// one (a JWT claim: a header naming another tenant is refused, and so are
+// the operator's routes that are not scoped to a tenant: they show or
+// change every tenant's), else its X-OJS-Tenant header's (validated).
+func requestTenant(r *http.Request, pattern string, lv Level) (string, error) {
 	t := r.Header.Get(job.TenantHeader)
 	if t != "" {
 		if err := job.ValidateTenant(t); err != nil {
@@ -40,13 +40,18 @@ func requestTenant(r *http.Request, pattern string) (string, error) {
 		return "", ojserr.Newf(ojserr.PermissionDenied, "This credential is bound to tenant '%s'; the X-OJS-Tenant header names '%s'.", bound, t).
 			With("tenant_id", bound)
 	}
-	_, path, _ := strings.Cut(pattern, " ")
-	if strings.HasPrefix(path, "/ojs/v1/admin/") || strings.HasPrefix(path, "/ojs/admin") || path == "/metrics" {
-		return "", ojserr.Newf(ojserr.PermissionDenied, "This credential is bound to tenant '%s'; the operator's routes show every tenant's jobs.", bound).
+	if lv == LevelAdmin && !tenantScoped[pattern] && !strings.Contains(pattern, " /ojs/v1/dead-letter") {
+		return "", ojserr.Newf(ojserr.PermissionDenied, "This credential is bound to tenant '%s'; this operator's route shows or changes every tenant's jobs.", bound).
 			With("tenant_id", bound)
 	}
 	return bound, nil
 }
+
+// tenantScoped are the admin-level routes besides the dead letter's that
+// a request scoped to a tenant sees its tenant's part of (docs/
+// multi-tenancy.md); the dead letter's bulk operations refuse scoped
+// requests themselves (unscoped).
+var tenantScoped = map[string]bool{"GET /ojs/v1/queues/{name}": true, "GET /ojs/v1/queues/{name}/stats": true, "GET /ojs/v1/events": true}
 
 // tenantOf is the tenant r is scoped to ("": none).
 func tenantOf(r *http.Request) string { return job.TenantFrom(r.Context()) }

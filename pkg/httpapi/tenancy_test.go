@@ -54,9 +54,14 @@ func TestACredentialBoundToATenant(t *testing.T) {
 	if w := send("acme", "beta", http.MethodPost, "/ojs/v1/jobs", push); w.Code != http.StatusForbidden || !strings.Contains(w.Body.String(), "bound to tenant 'acme'") {
 		t.Fatalf("the header naming another tenant: %d %s", w.Code, w.Body)
 	}
-	for _, path := range []string{"/ojs/v1/admin/tenants", "/metrics", "/ojs/admin/"} {
+	for _, path := range []string{"/ojs/v1/admin/tenants", "/metrics", "/ojs/admin/", "/ojs/v1/queues", "/ojs/v1/cron", "/ojs/v1/webhooks/subscriptions"} {
 		if w := send("acme", "", http.MethodGet, path, ""); w.Code != http.StatusForbidden {
 			t.Errorf("%s with a bound credential: %d", path, w.Code)
+		}
+	}
+	for _, path := range []string{"/ojs/v1/queues/default/stats", "/ojs/v1/dead-letter?queue=default"} {
+		if w := send("acme", "", http.MethodGet, path, ""); w.Code != http.StatusOK {
+			t.Errorf("%s, scoped to the bound tenant: %d %s", path, w.Code, w.Body)
 		}
 	}
 	other, _ := jobOf(send("beta", "", http.MethodPost, "/ojs/v1/jobs", push))
