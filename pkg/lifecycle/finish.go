@@ -193,7 +193,7 @@ func (s *Service) nack(ctx context.Context, id string, in ErrorInput, attempt in
 			return nil, store.APIError(err, id, "fail")
 		}
 		s.log.InfoContext(ctx, "job failed", "job_id", id, "attempt", j.Attempt, "state", string(j.State), "error_type", f.Error.Type)
-		s.keyed.hold(ctx, cur, in.holdUntil(), in.Message, now)
+		s.keyed.hold(ctx, cur, in, now)
 		s.finished(ctx, j)
 		return j, nil
 	}

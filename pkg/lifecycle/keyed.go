@@ -210,15 +210,20 @@ func (k *keyedClaims) tryClaim(ctx context.Context, j *job.Job, opts store.Claim
 	}
 }
 
-// hold makes job j's rate limit key start no job before until (a FAIL
-// whose error carries rate_limit_until, ojs-rate-limiting.md 9.1); a job
+// hold makes job j's rate limit key start no job before the time its
+// failure names (rate_limit_until, ojs-rate-limiting.md 9.1); a job
 // without a key of its own (none, or its tenant's concurrency key), or a
-// time past, changes nothing. A failed write is logged: the FAIL stands.
-func (k *keyedClaims) hold(ctx context.Context, j *job.Job, until time.Time, reason string, now time.Time) {
-	if j.KeyLimit == nil || j.KeyLimit.Key == tenant.ConcurrencyKey(j.Tenant) || !until.After(now) {
+// time past, changes nothing (and the error is not parsed for it). A
+// failed write is logged: the FAIL stands.
+func (k *keyedClaims) hold(ctx context.Context, j *job.Job, in ErrorInput, now time.Time) {
+	if j.KeyLimit == nil || j.KeyLimit.Key == tenant.ConcurrencyKey(j.Tenant) {
 		return
 	}
-	if err := k.keys.PauseUntil(ctx, j.KeyLimit.Key, until, reason, now); err != nil {
+	until := in.holdUntil()
+	if !until.After(now) {
+		return
+	}
+	if err := k.keys.PauseUntil(ctx, j.KeyLimit.Key, until, in.Message, now); err != nil {
 		k.log.WarnContext(ctx, "holding a rate limit key failed", "key", j.KeyLimit.Key, "job_id", j.ID, "error", err.Error())
 		return
 	}
