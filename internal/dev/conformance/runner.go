@@ -39,7 +39,9 @@ type edit struct {
 
 var edits = []edit{
 	{"lib/schema.go", "\tParallelWith string            `json:\"parallel_with,omitempty\"`\n",
-		"\tParallelWith string            `json:\"parallel_with,omitempty\"`\n\tCapture      map[string]string `json:\"capture,omitempty\"`\n\tExpect       map[string]json.RawMessage `json:\"expect,omitempty\"`\n"},
+		"\tParallelWith string            `json:\"parallel_with,omitempty\"`\n\tCapture      map[string]string `json:\"capture,omitempty\"`\n\tExpect       map[string]json.RawMessage `json:\"expect,omitempty\"`\n\tRequest      json.RawMessage   `json:\"request,omitempty\"`\n\tStore        map[string]string `json:\"store,omitempty\"`\n"},
+	{"runner/http/runner.go", "func executeStep(step lib.Step, baseURL string, client *http.Client, stepResults map[string]*lib.StepResult, timingCfg lib.TimingConfig) (*lib.StepResult, []lib.Failure) {\n",
+		"func executeStep(step lib.Step, baseURL string, client *http.Client, stepResults map[string]*lib.StepResult, timingCfg lib.TimingConfig) (*lib.StepResult, []lib.Failure) {\n\tstep, actionErr := fromAction(step)\n\tif actionErr != nil {\n\t\treturn &lib.StepResult{StepID: step.ID}, []lib.Failure{{StepID: step.ID, Message: actionErr.Error()}}\n\t}\n"},
 	{"lib/assertions.go", "\tobj, ok := actual.(map[string]any)\n\tif !ok {\n\t\treturn fmt.Errorf(\"expected object, got %T: %v\", actual, actual)\n\t}\n\tfor key, exp := range expected {",
 		"\tif handled, err := matchBareOperators(expected, actual); handled {\n\t\treturn err\n\t}\n\tobj, ok := actual.(map[string]any)\n\tif !ok {\n\t\treturn fmt.Errorf(\"expected object, got %T: %v\", actual, actual)\n\t}\n\tfor key, exp := range expected {"},
 	{"runner/http/runner.go", "\t// Evaluate assertions\n\tvar failures []lib.Failure\n",
@@ -48,6 +50,8 @@ var edits = []edit{
 		"func resolveTemplates(input string, stepResults map[string]*lib.StepResult) string {\n\tinput = resolveCaptures(input, stepResults)\n\treturn templateRefPattern.ReplaceAllStringFunc(input,"},
 	{"runner/http/runner.go", "\tif !strings.Contains(s, \"{{steps.\") {\n\t\treturn matcher\n\t}",
 		"\tif !strings.Contains(s, \"{{\") && !strings.Contains(s, \"${\") {\n\t\treturn matcher\n\t}"},
+	{"runner/http/runner.go", "\tvar allResults []lib.StepResult\n\tvar allFailures []lib.Failure\n",
+		"\tvar allResults []lib.StepResult\n\tvar allFailures []lib.Failure\n\tsteps = withStepIDs(steps)\n"},
 	{"lib/assertions.go", "func ResolveJSONPath(path string, data any) (any, error) {\n",
 		"func ResolveJSONPath(path string, data any) (any, error) {\n\tif v, ok := resolveDottedKey(path, data); ok {\n\t\treturn v, nil\n\t}\n"},
 }
@@ -150,6 +154,112 @@ func matchBareOperators(expected map[string]json.RawMessage, actual any) (bool, 
 	return handled, nil
 }
 `,
+	"runner/http/zz_ojs_serverless_actions.go": `package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/openjobspec/ojs-conformance/lib"
+)
+
+// fromAction turns a step written as a client action (the federation and
+// ml-resources suites: "action": "push" | "get" | "fetch" | "ack" with a
+// "request", an "expect" of "status" and "body", and "store") into the HTTP
+// step it means. An action answers what a client's call returns: the job
+// for push, get and ack ("job" in the HTTP binding's answer), the answer
+// itself for fetch. "body" is a partial match: each leaf of its objects is
+// a path under that subject (arrays compared whole). Steps with no
+// "request" are returned unchanged; an action this runner does not know
+// fails the step.
+func fromAction(step lib.Step) (lib.Step, error) {
+	if len(step.Request) == 0 {
+		return step, nil
+	}
+	var req map[string]any
+	if err := json.Unmarshal(step.Request, &req); err != nil {
+		return step, fmt.Errorf("action %q: request is not an object: %v", step.Action, err)
+	}
+	subject := "$.job"
+	switch strings.ToLower(step.Action) {
+	case "push":
+		step.Action, step.Path, step.Body = "POST", "/ojs/v1/jobs", step.Request
+	case "get":
+		id, _ := req["id"].(string)
+		step.Action, step.Path, step.Body = "GET", "/ojs/v1/jobs/"+id, nil
+	case "fetch":
+		step.Action, step.Path, step.Body, subject = "POST", "/ojs/v1/workers/fetch", step.Request, "$"
+	case "ack":
+		req["job_id"] = req["id"]
+		delete(req, "id")
+		b, _ := json.Marshal(req)
+		step.Action, step.Path, step.Body = "POST", "/ojs/v1/workers/ack", b
+	default:
+		return step, fmt.Errorf("action %q is not one this runner executes", step.Action)
+	}
+	a := &lib.Assertions{Body: map[string]json.RawMessage{}}
+	for k, v := range step.Expect {
+		switch k {
+		case "status":
+			a.Status = v
+		case "body":
+			var body map[string]json.RawMessage
+			if err := json.Unmarshal(v, &body); err != nil {
+				return step, fmt.Errorf("expect.body is not an object: %v", err)
+			}
+			flattenExpect(subject, body, a.Body)
+		default:
+			return step, fmt.Errorf("unsupported expect key %q", k)
+		}
+	}
+	step.Assertions, step.Expect = a, nil
+	if len(step.Store) > 0 {
+		step.Capture = map[string]string{}
+		for name, path := range step.Store {
+			step.Capture[name] = subject + "." + path
+		}
+	}
+	return step, nil
+}
+
+// withStepIDs names the steps that have no "id" ("step-<n>", counted from
+// 1): the runner runs each id once, so that without ids every step after
+// the first of a test was skipped.
+func withStepIDs(steps []lib.Step) []lib.Step {
+	out := make([]lib.Step, len(steps))
+	for i, st := range steps {
+		if st.ID == "" {
+			st.ID = fmt.Sprintf("step-%d", i+1)
+		}
+		out[i] = st
+	}
+	return out
+}
+
+// flattenExpect adds each leaf of body to out as a path under prefix.
+func flattenExpect(prefix string, body map[string]json.RawMessage, out map[string]json.RawMessage) {
+	for k, v := range body {
+		var obj map[string]json.RawMessage
+		if json.Unmarshal(v, &obj) == nil && len(obj) > 0 && !isMatcher(obj) {
+			flattenExpect(prefix+"."+k, obj, out)
+			continue
+		}
+		out[prefix+"."+k] = v
+	}
+}
+
+// isMatcher reports whether obj is one of the runner's matchers ($exists,
+// $gte, ...) rather than an object to match key by key.
+func isMatcher(obj map[string]json.RawMessage) bool {
+	for k := range obj {
+		if strings.HasPrefix(k, "$") {
+			return true
+		}
+	}
+	return false
+}
+`,
 	"runner/http/zz_ojs_serverless_capture.go": `package main
 
 import (
@@ -162,12 +272,13 @@ import (
 	"github.com/openjobspec/ojs-conformance/lib"
 )
 
-// A step's "capture" saves values of its response under names; "{{name}}"
-// or "${name}" in later steps' paths, bodies and matchers refers to them.
+// A step's "capture" (or "store") saves values of its response under
+// names; "{{name}}", "${name}" or "$ref.name" in later steps' paths, bodies
+// and matchers refers to them.
 // They are kept in the test's step results under a reserved key.
 var (
 	captureMu  sync.Mutex
-	captureRef = regexp.MustCompile(` + "`\\{\\{([A-Za-z_][A-Za-z0-9_]*)\\}\\}|\\$\\{([A-Za-z_][A-Za-z0-9_]*)\\}`" + `)
+	captureRef = regexp.MustCompile(` + "`\\{\\{([A-Za-z_][A-Za-z0-9_]*)\\}\\}|\\$\\{([A-Za-z_][A-Za-z0-9_]*)\\}|\\$ref\\.([A-Za-z_][A-Za-z0-9_]*)`" + `)
 )
 
 // withExpect gives a step written with "expect" (the form of the
@@ -214,7 +325,7 @@ func resolveCaptures(input string, stepResults map[string]*lib.StepResult) strin
 	defer captureMu.Unlock()
 	return captureRef.ReplaceAllStringFunc(input, func(m string) string {
 		sub := captureRef.FindStringSubmatch(m)
-		name := sub[1] + sub[2]
+		name := sub[1] + sub[2] + sub[3]
 		sr, ok := stepResults[captureKey+name]
 		if !ok {
 			return m
