@@ -85,17 +85,16 @@ chromium:
 console-e2e: emulators chromium
 	$(GO) test -count=1 -run 'TestConsole' ./e2e/
 
-# The extension directories of the conformance suite (ext-*): the sixteen
-# of the extensions the manifest claims (pkg/httpapi/manifest.go,
+# Every extension directory of the conformance suite (ext-*): the
+# eighteen of the extensions the manifest claims (pkg/httpapi/manifest.go,
 # docs/admin.md), then ai-agents, not claimed, whose tests only check that
-# meta is kept (run for that). Not run: federation and ml-resources, whose
-# files use a step schema ("request", "store") the runner does not execute
-# (docs/admin.md). Run like `make
-# conformance` but with the runner built with an overlay that adds the step
-# captures, bare $type/$gte matchers and "expect" blocks some extension tests use and the
-# stored runner lacks (internal/dev/conformance; nothing else changes).
-# Any failure fails.
-CONFORMANCE_EXT_SUITES ?= ext-admin-api,ext-dead-letter,ext-observability,ext-graceful-shutdown,ext-serverless,ext-progress,ext-encryption,ext-schema-registry,ext-job-versioning,ext-backpressure,ext-middleware,ext-fair-scheduling,ext-webhooks,ext-rate-limiting,ext-multi-tenancy,ext-durable-execution,ext-ai-agents
+# meta is kept (run for that). Run like `make conformance` but with the
+# runner built with an overlay that adds what some extension tests use and
+# the stored runner lacks: step captures, bare $type/$gte matchers,
+# "expect" blocks, and the client-action steps ("push", "get", "fetch",
+# "ack" with "request" and "store") of federation and ml-resources
+# (internal/dev/conformance; nothing else changes). Any failure fails.
+CONFORMANCE_EXT_SUITES ?= ext-admin-api,ext-dead-letter,ext-observability,ext-graceful-shutdown,ext-serverless,ext-progress,ext-encryption,ext-schema-registry,ext-job-versioning,ext-backpressure,ext-middleware,ext-fair-scheduling,ext-webhooks,ext-rate-limiting,ext-multi-tenancy,ext-durable-execution,ext-ml-resources,ext-federation,ext-ai-agents
 
 conformance-ext: emulators build-local
 	$(GO) run ./localstack/cmd/ojs-conformance-runner -dir $(CONFORMANCE_DIR) -out $(CURDIR)/.local/ojs-conformance-runner-ext

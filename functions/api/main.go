@@ -22,7 +22,7 @@ func main() {
 	app.Must(err)
 	tokens, err := httpapi.ParseTokens(os.Getenv(topology.EnvAuthTokens))
 	app.Must(err)
-	srv := httpapi.New(httpapi.Services{Producer: a.Service, Worker: a.Service, Queues: a.QueueService, Progress: a.Service}, a.Store, a.Workflows, httpapi.Config{AuthToken: a.AuthToken, Tokens: tokens, Logger: a.Logger, Crons: a.Crons, Admin: a.Admin, Console: a.Console, FetchWait: a.FetchWait,
+	srv := httpapi.New(httpapi.Services{Producer: a.Service, Worker: a.Service, Queues: a.QueueService, Progress: a.Service}, a.Store, a.Workflows, httpapi.Config{AuthToken: a.AuthToken, Tokens: tokens, Logger: a.Logger, Crons: a.Crons, Admin: a.Admin, Console: a.Console, FetchWait: a.FetchWait, Region: a.Region,
 		Events: a.Events, DeadLetter: a.DeadLetter, Schemas: a.Schemas, Webhooks: a.Webhooks, Tenants: a.QueueService.Tenants(),
 		Checkpoints: checkpoint.New(a.Store, nil)})
 	h := apigw.Handler(srv, os.Getenv(topology.EnvTenantClaim))

@@ -40,6 +40,8 @@
 //	             several to an entry (default job.*; "none")
 //	enqueueMeta  OJS_ENQUEUE_META of the api function: a JSON object of
 //	             meta keys every pushed job gets unless it sets them
+//	federationRegion OJS_FEDERATION_REGION of the api function: this
+//	             deployment's region id in a federation (docs/federation.md)
 //	capacity     on-demand (default), provisioned, or provisioned:W,R (the
 //	             maximum write and read capacity units): a provisioned
 //	             table whose capacity and indexes' capacity auto scale
@@ -116,6 +118,7 @@ type config struct {
 	PublishEvents string
 	PublishPacked string
 	EnqueueMeta   string
+	FedRegion     string
 	ResultTTL     *int64
 	QueueTTLs     map[string]int64
 }
@@ -184,26 +187,23 @@ func readConfig(get, getenv func(string) string) (config, error) {
 		}
 		c.ResultTTL = &n
 	}
-	if c.PublishEvents = perEnv("publishEvents"); c.PublishEvents != "" {
-		if _, err := events.ParsePublished(c.PublishEvents); err != nil {
-			return config{}, fmt.Errorf("context publishEvents: %w", err)
+	// The settings checked by the parser the functions use.
+	for _, st := range []struct {
+		key   string
+		dst   *string
+		check func(string) error
+	}{
+		{"publishEvents", &c.PublishEvents, func(v string) error { _, err := events.ParsePublished(v); return err }},
+		{"publishPacked", &c.PublishPacked, func(v string) error { _, err := events.ParsePacked(v); return err }},
+		{"enqueueMeta", &c.EnqueueMeta, func(v string) error { _, err := lifecycle.ParseDefaultMeta(v); return err }},
+		{"federationRegion", &c.FedRegion, func(v string) error { _, err := topology.ParseRegion(v); return err }},
+		{"capacity", &c.Capacity, func(v string) error { _, err := topology.ParseCapacity(v); return err }},
+	} {
+		if *st.dst = perEnv(st.key); *st.dst != "" {
+			if err := st.check(*st.dst); err != nil {
+				return config{}, fmt.Errorf("context %s: %w", st.key, err)
+			}
 		}
-	}
-	if c.PublishPacked = perEnv("publishPacked"); c.PublishPacked != "" {
-		if _, err := events.ParsePacked(c.PublishPacked); err != nil {
-			return config{}, fmt.Errorf("context publishPacked: %w", err)
-		}
-	}
-	if c.EnqueueMeta = perEnv("enqueueMeta"); c.EnqueueMeta != "" {
-		if _, err := lifecycle.ParseDefaultMeta(c.EnqueueMeta); err != nil {
-			return config{}, fmt.Errorf("context enqueueMeta: %w", err)
-		}
-	}
-	if v := perEnv("capacity"); v != "" {
-		if _, err := topology.ParseCapacity(v); err != nil {
-			return config{}, fmt.Errorf("context capacity %w", err)
-		}
-		c.Capacity = v
 	}
 	if v := perEnv("queueResultTtl"); v != "" {
 		if err := json.Unmarshal([]byte(v), &c.QueueTTLs); err != nil {
@@ -288,7 +288,7 @@ func build(app awscdk.App, getenv func(string) string) error {
 	}
 	env.PlainPayloads, env.Tracing = c.PlainPayloads, c.Tracing
 	env.Capacity, _ = topology.ParseCapacity(c.Capacity) // checked by readConfig
-	env.PublishEvents, env.PublishPacked, env.EnqueueMeta = c.PublishEvents, c.PublishPacked, c.EnqueueMeta
+	env.PublishEvents, env.PublishPacked, env.EnqueueMeta, env.FederationRegion = c.PublishEvents, c.PublishPacked, c.EnqueueMeta, c.FedRegion
 	if c.FetchWait > 0 {
 		env.FetchWait = c.FetchWait
 	}

@@ -110,6 +110,9 @@ func TestReadConfig(t *testing.T) {
 			want: config{Env: "dev", Arch: "arm64", EnqueueMeta: `{"environment":"dev"}`}},
 		{name: "enqueue meta not an object", ctx: map[string]string{"enqueueMeta": `[1]`}, wantErr: "enqueueMeta"},
 		{name: "capacity not a mode", ctx: map[string]string{"capacity": "reserved"}, wantErr: "capacity"},
+		{name: "federation region", ctx: map[string]string{"environments.dev.federationRegion": "eu-west-1"},
+			want: config{Env: "dev", Arch: "arm64", FedRegion: "eu-west-1"}},
+		{name: "federation region not an id", ctx: map[string]string{"federationRegion": "EU West"}, wantErr: "federationRegion"},
 		{name: "result retention not seconds", ctx: map[string]string{"resultTtl": "7d"}, wantErr: "resultTtl"},
 		{name: "queue result retention not JSON", ctx: map[string]string{"queueResultTtl": "reports=60"}, wantErr: "queueResultTtl"},
 	}

@@ -287,6 +287,14 @@ func (o *OJSServerless) addQueues() {
 	tag(o.StreamFailureQueue, TagQueueRole, QueueRoleStreamFailure)
 }
 
+// durationText is d as a Go duration, "" for none.
+func durationText(d time.Duration) string {
+	if d <= 0 {
+		return ""
+	}
+	return d.String()
+}
+
 func (o *OJSServerless) addFunctions() {
 	p := o.props
 	retention, _ := retentionDays(o.Env.LogRetentionDays) // checked in validate
@@ -309,7 +317,8 @@ func (o *OJSServerless) addFunctions() {
 			env[topology.EnvQueueResultTTL] = jsii.String(string(b))
 		}
 		if name == topology.FunctionAPI {
-			for k, v := range map[string]string{topology.EnvAuthToken: p.AuthToken, topology.EnvEnqueueMeta: o.Env.EnqueueMeta, topology.EnvTenantClaim: p.JWT.Claim()} {
+			for k, v := range map[string]string{topology.EnvAuthToken: p.AuthToken, topology.EnvEnqueueMeta: o.Env.EnqueueMeta, topology.EnvTenantClaim: p.JWT.Claim(),
+				topology.EnvFederationRegion: o.Env.FederationRegion, topology.EnvFetchWait: durationText(o.Env.FetchWait)} {
 				if v != "" {
 					env[k] = jsii.String(v)
 				}
@@ -317,9 +326,6 @@ func (o *OJSServerless) addFunctions() {
 		}
 		if o.Env.PlainPayloads {
 			env[topology.EnvPlainPayloads] = jsii.String("true")
-		}
-		if name == topology.FunctionAPI && o.Env.FetchWait > 0 {
-			env[topology.EnvFetchWait] = jsii.String(o.Env.FetchWait.String())
 		}
 		if name == topology.FunctionStream && o.Env.WebhookRefresh > 0 {
 			env[topology.EnvWebhookRefresh] = jsii.String(o.Env.WebhookRefresh.String())

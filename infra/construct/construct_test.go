@@ -33,6 +33,7 @@ func customEnv(t *testing.T) topology.Env {
 	e.Queues = append(e.Queues, q)
 	e.FetchWait = 2 * time.Second
 	e.PlainPayloads = true
+	e.FederationRegion = "eu-west-1"
 	return e
 }
 
@@ -434,9 +435,19 @@ func TestCustomPropsReachFunctions(t *testing.T) {
 		})},
 	}, jsii.Number(1))
 	api := s.byTag(t, "AWS::Lambda::Function", TagFunction, topology.FunctionAPI)
-	if v := props(s.resources("AWS::Lambda::Function")[api])["Environment"].(map[string]any)["Variables"].(map[string]any)[topology.EnvFetchWait]; v != "2s" {
+	vars := props(s.resources("AWS::Lambda::Function")[api])["Environment"].(map[string]any)["Variables"].(map[string]any)
+	if v := vars[topology.EnvFetchWait]; v != "2s" {
 		t.Errorf("api function %s=%v, want 2s", topology.EnvFetchWait, v)
 	}
+	// So does the federation region (the api function checks requests).
+	if v := vars[topology.EnvFederationRegion]; v != "eu-west-1" {
+		t.Errorf("api function %s=%v, want eu-west-1", topology.EnvFederationRegion, v)
+	}
+	s.template.ResourcePropertiesCountIs(jsii.String("AWS::Lambda::Function"), map[string]any{
+		"Environment": map[string]any{"Variables": assertions.Match_ObjectLike(&map[string]any{
+			topology.EnvFederationRegion: "eu-west-1",
+		})},
+	}, jsii.Number(1))
 	// Plain payloads reach every function (each writes jobs or nodes).
 	s.template.AllResourcesProperties(jsii.String("AWS::Lambda::Function"), map[string]any{
 		"Environment": map[string]any{"Variables": assertions.Match_ObjectLike(&map[string]any{

@@ -78,6 +78,24 @@ type App struct {
 	// FetchWait is OJS_FETCH_WAIT.
 	AuthToken string
 	FetchWait time.Duration
+	// Region is OJS_FEDERATION_REGION ("": none; docs/federation.md).
+	Region string
+}
+
+// apiSettings reads the api function's OJS_FETCH_WAIT and
+// OJS_FEDERATION_REGION.
+func apiSettings() (wait time.Duration, region string, err error) {
+	if v := os.Getenv(topology.EnvFetchWait); v != "" {
+		if wait, err = topology.ParseFetchWait(v); err != nil {
+			return 0, "", fmt.Errorf("%s: %w", topology.EnvFetchWait, err)
+		}
+	}
+	if v := os.Getenv(topology.EnvFederationRegion); v != "" {
+		if region, err = topology.ParseRegion(v); err != nil {
+			return 0, "", fmt.Errorf("%s: %w", topology.EnvFederationRegion, err)
+		}
+	}
+	return wait, region, nil
 }
 
 // Logger returns a JSON slog logger at the level named by OJS_LOG_LEVEL.
@@ -120,11 +138,9 @@ func Load(ctx context.Context) (*App, error) {
 			return nil, fmt.Errorf("%s=%q is not a positive duration", topology.EnvRedeliverAfter, v)
 		}
 	}
-	var wait time.Duration
-	if v := os.Getenv(topology.EnvFetchWait); v != "" {
-		if wait, err = topology.ParseFetchWait(v); err != nil {
-			return nil, fmt.Errorf("%s: %w", topology.EnvFetchWait, err)
-		}
+	wait, region, err := apiSettings()
+	if err != nil {
+		return nil, err
 	}
 	if v := os.Getenv(topology.EnvPlainPayloads); v != "" {
 		plain, err := strconv.ParseBool(v)
@@ -176,7 +192,7 @@ func Load(ctx context.Context) (*App, error) {
 	a := &App{
 		Admin:  admin.New(st, qs, svc, qsvc, dead, admin.Config{Logger: log, Events: evs}),
 		Logger: log, Store: st, Events: evs, Queues: qs, QueueService: qsvc, Dispatcher: d, PushQueues: push, EventTTL: ttl, AWS: cfg, Table: table,
-		Service: svc, DeadLetter: dead, Schemas: schemas, Workflows: wfs, Webhooks: whs, AuthToken: os.Getenv(topology.EnvAuthToken), FetchWait: wait,
+		Service: svc, DeadLetter: dead, Schemas: schemas, Workflows: wfs, Webhooks: whs, AuthToken: os.Getenv(topology.EnvAuthToken), FetchWait: wait, Region: region,
 		Crons: &cron.Service{Store: cron.NewStore(st), Jobs: svc, Queues: qsvc, Logger: log},
 	}
 	a.Console, err = console.New(console.Config{Admin: a.Admin, Workflows: a.Workflows, Crons: a.Crons, AuthToken: a.AuthToken,

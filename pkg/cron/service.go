@@ -365,6 +365,9 @@ const casTries = 5
 func (s *Service) Register(ctx context.Context, raw []byte) (View, bool, error) {
 	now := s.Jobs.Now()
 	spec, err := ParseRegistration(raw, now)
+	if err == nil {
+		err = job.CheckPinRequest(json.RawMessage(spec.Info.Template), job.RegionFrom(ctx))
+	}
 	if err != nil {
 		return View{}, false, err
 	}

@@ -30,6 +30,12 @@ import (
 // table in DynamoDB Local.
 func liveServer(t *testing.T) *httpapi.Server {
 	t.Helper()
+	return liveServerWith(t, httpapi.Config{})
+}
+
+// liveServerWith is liveServer with c's Region and FetchWait.
+func liveServerWith(t *testing.T, c httpapi.Config) *httpapi.Server {
+	t.Helper()
 	st, _ := testenv.Table(t)
 	logger := slog.New(slog.DiscardHandler)
 	qsvc := queue.NewService(st, queue.Config{Logger: logger})
@@ -44,7 +50,8 @@ func liveServer(t *testing.T) *httpapi.Server {
 	}
 	return httpapi.New(httpapi.Services{Producer: svc, Worker: svc, Queues: qsvc, Progress: svc}, st, wfs,
 		httpapi.Config{Logger: logger, Admin: ad, Console: con, DeadLetter: dead, Crons: crons, Schemas: schema.New(st.DB(), st.Table(), nil),
-			Webhooks: webhook.NewStore(st.DB(), st.Table()), Tenants: qsvc.Tenants(), Checkpoints: checkpoint.New(st, nil)})
+			Webhooks: webhook.NewStore(st.DB(), st.Table()), Tenants: qsvc.Tenants(), Checkpoints: checkpoint.New(st, nil),
+			Region: c.Region, FetchWait: c.FetchWait})
 }
 
 // A well-formed value for any path parameter: a UUIDv7 no job, worker or

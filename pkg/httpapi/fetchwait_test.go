@@ -68,3 +68,43 @@ func TestFetchWaitMS(t *testing.T) {
 		}
 	}
 }
+
+// A FETCH's capabilities and labels reach the worker service as the
+// worker's Capabilities (the ML resources extension); a FETCH without them
+// states none; capabilities of the wrong shape are a 400.
+func TestFetchCapabilities(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		body string
+		code int
+		gpus int
+		zone string
+	}{
+		{`{"queues":["a"]}`, 200, -1, ""},
+		{`{"queues":["a"],"capabilities":{"gpu":{"count":4,"type":"nvidia-a100"}},"labels":["zone:b"]}`, 200, 4, "b"},
+		{`{"queues":["a"],"labels":{"zone":"c"}}`, 200, 0, "c"},
+		{`{"queues":["a"],"capabilities":{"gpu":{"count":"4"}}}`, 400, 0, ""},
+		{`{"queues":["a"],"labels":"zone"}`, 400, 0, ""},
+	} {
+		rec := &fetchRecorder{}
+		srv := httpapi.New(httpapi.Services{Worker: rec}, nil, nil, httpapi.Config{Logger: slog.New(slog.DiscardHandler)})
+		req := httptest.NewRequest("POST", "/ojs/v1/workers/fetch", strings.NewReader(c.body))
+		req.Header.Set("Content-Type", httpapi.ContentType)
+		w := httptest.NewRecorder()
+		srv.ServeHTTP(w, req)
+		if w.Code != c.code {
+			t.Errorf("%s: %d %s, want %d", c.body, w.Code, w.Body, c.code)
+			continue
+		}
+		if c.code != 200 {
+			continue
+		}
+		got := rec.got[0].Worker
+		switch {
+		case c.gpus < 0 && got != nil:
+			t.Errorf("%s: capabilities %+v, want none", c.body, got)
+		case c.gpus >= 0 && (got == nil || got.GPU.Count != c.gpus || got.Labels["zone"] != c.zone):
+			t.Errorf("%s: capabilities %+v", c.body, got)
+		}
+	}
+}

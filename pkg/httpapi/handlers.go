@@ -453,6 +453,10 @@ type fetchRequest struct {
 	Pool     string         `json:"pool"`
 	Strategy string         `json:"strategy"`
 	Weights  map[string]int `json:"weights"`
+	// Capabilities and Labels are the worker's resources and labels (the
+	// ML resources extension, docs/ml-resources.md).
+	Capabilities json.RawMessage `json:"capabilities"`
+	Labels       json.RawMessage `json:"labels"`
 }
 
 // shares resolves a FETCH's pool or strategy into its queues and their
@@ -519,8 +523,12 @@ func (a *api) fetch(r *http.Request, _ params) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	caps, err := job.ParseCapabilities(req.Capabilities, req.Labels)
+	if err != nil {
+		return nil, err
+	}
 	jobs, err := a.worker.Fetch(r.Context(), lifecycle.FetchRequest{Queues: req.Queues, Count: int(count), WorkerID: req.WorkerID,
-		Visibility: time.Duration(vt) * time.Millisecond, Wait: wait, Shares: shares, Tenant: tenantOf(r)})
+		Visibility: time.Duration(vt) * time.Millisecond, Wait: wait, Shares: shares, Tenant: tenantOf(r), Worker: caps})
 	if err != nil {
 		return nil, err
 	}
@@ -869,7 +877,11 @@ func (a *api) health(w http.ResponseWriter, r *http.Request, _ params) error {
 		status, code = "degraded", http.StatusServiceUnavailable
 		backend["status"], backend["error"] = "unhealthy", "the job table is unreachable"
 	}
-	writeJSON(w, code, map[string]any{"status": status, "version": job.SpecVersion, "uptime_seconds": int64(a.s.cfg.Now().Sub(a.s.started).Seconds()), "backend": backend})
+	out := map[string]any{"status": status, "version": job.SpecVersion, "uptime_seconds": int64(a.s.cfg.Now().Sub(a.s.started).Seconds()), "backend": backend}
+	if a.s.cfg.Region != "" {
+		out["region"] = a.s.cfg.Region // federation clients check whom they reach
+	}
+	writeJSON(w, code, out)
 	return nil
 }
 

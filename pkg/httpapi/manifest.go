@@ -52,11 +52,13 @@ func Manifest() map[string]any {
 		// dead-letter, observability, graceful-shutdown, serverless, progress,
 		// encryption (its server side: encoded args and codec meta kept as
 		// sent), schema-registry, job-versioning, backpressure, middleware,
-		// fair-scheduling, webhooks and rate-limiting; and the experimental
-		// multi-tenancy (its suite ext-multi-tenancy).
-		// Not claimed: the suites that pass only
-		// because they check that meta is kept
-		// (ai-agents, durable-execution, federation, ml-resources).
+		// fair-scheduling, webhooks, rate-limiting and durable-execution; and
+		// the experimental multi-tenancy, ml-resources (resource-aware
+		// FETCH, docs/ml-resources.md) and federation (a deployment's part
+		// of it: metadata kept, its region in the health answer, geo-pinned
+		// jobs for other regions refused; docs/federation.md).
+		// Not claimed: ai-agents, whose suite passes only because it checks
+		// that meta is kept.
 		"extensions": map[string]any{
 			"official": []map[string]string{
 				{"name": "admin-api", "uri": "urn:ojs:ext:admin-api", "version": "1.0.0"},
@@ -76,7 +78,9 @@ func Manifest() map[string]any {
 				{"name": "durable-execution", "uri": "urn:ojs:ext:durable-execution", "version": "1.0.0"},
 			},
 			"experimental": []map[string]string{{"name": "push-delivery-aws-lambda", "uri": "urn:ojs:ext:experimental:push-delivery-aws-lambda", "version": "0.1.0"},
-				{"name": "multi-tenancy", "uri": "urn:ojs:ext:experimental:multi-tenancy", "version": "0.1.0"}},
+				{"name": "multi-tenancy", "uri": "urn:ojs:ext:experimental:multi-tenancy", "version": "0.1.0"},
+				{"name": "ml-resources", "uri": "urn:ojs:ext:experimental:ml-resources", "version": "0.1.0"},
+				{"name": "federation", "uri": "urn:ojs:ext:experimental:federation", "version": "0.1.0"}},
 		},
 		"endpoints": map[string]string{"manifest": "/ojs/manifest", "health": "/ojs/v1/health", "base_path": "/ojs/v1", "events": "/ojs/v1/events", "cron": "/ojs/v1/cron",
 			"admin": "/ojs/v1/admin", "metrics": "/metrics", "ready": "/ready", "console": ConsolePrefix},

@@ -85,6 +85,11 @@ type Config struct {
 	// for jobs before it answers empty (lifecycle.FetchRequest.Wait). 0,
 	// the default, answers at once.
 	FetchWait time.Duration
+	// Region is this deployment's federation region
+	// (OJS_FEDERATION_REGION, docs/federation.md): the health answer names
+	// it, and a request's jobs, workflows and cron templates geo-pinned to
+	// another region are refused (job.CheckPin). "": none.
+	Region string
 	// Events is the event log GET /ojs/v1/events reads. Default: the log
 	// in the backend's table, read with the backend's client
 	// (events.NewStore(backend.DB(), backend.Table())), when the backend
@@ -286,7 +291,7 @@ func (s *Server) dispatch(w http.ResponseWriter, r *http.Request, routeName *str
 				r = r.WithContext(job.WithTenant(r.Context(), t))
 			}
 			st := &dispatchState{}
-			r = r.WithContext(context.WithValue(r.Context(), stateKey{}, st))
+			r = r.WithContext(context.WithValue(job.WithRegion(r.Context(), s.cfg.Region), stateKey{}, st))
 			s.mux.ServeHTTP(w, r)
 			*routeName = st.route
 			return st.err

@@ -138,6 +138,9 @@ func parseEnqueue(raw []byte, now time.Time, internal bool) (*Enqueue, error) {
 	if j.ExpiresAt, j.ExpiresAtText, err = parseTime("expires_at", cmp.Or(opts.ExpiresAt, req.ExpiresAt), now); err != nil {
 		return nil, err
 	}
+	if _, err := NeedsOf(j); err != nil {
+		return nil, err
+	}
 	created := now.UTC()
 	j.CreatedAt = &created
 	pending := opts.Pending != nil && *opts.Pending

@@ -40,6 +40,10 @@ type FetchRequest struct {
 	// the tenant index, claimed on condition of the tenant); "" fetches
 	// every tenant's (docs/multi-tenancy.md).
 	Tenant string
+	// Worker, when set, is what the worker offers: only the jobs whose
+	// needs it meets are claimed, those it prefers first (job.Needs,
+	// docs/ml-resources.md). Nil claims any job.
+	Worker *job.Capabilities
 }
 
 // MaxFetchWait bounds FetchRequest.Wait (topology.MaxFetchWait).
@@ -317,13 +321,19 @@ const maxHeldWindows = 5
 // them read) that goes on to the next window of the queue's ready jobs
 // while the window claimed short because rate limit keys held some of its
 // jobs (ojs-rate-limiting.md 8.1: a held job is skipped, the next
-// eligible one assigned), up to maxHeldWindows windows. held reports that
-// a key held a candidate.
+// eligible one assigned) or because r.Worker did not fit some (fitting),
+// up to maxHeldWindows windows. held reports that a key held a candidate
+// or one did not fit.
 func (s *Service) claimPast(ctx context.Context, r FetchRequest, q string, items []store.Item, asked, want, used int) (out []*job.Job, n int, blocked, held bool, err error) {
 	n = used
 	for window := 1; ; window++ {
-		heldHere := false
-		claimed, after, full, err := s.claimRounds(ctx, r, q, items, want-len(out), n, &heldHere)
+		heldHere, fit := false, items
+		if r.Worker != nil {
+			if fit, heldHere, err = s.needs.fitting(ctx, s.st, r.Worker, items); err != nil {
+				return out, n, blocked, held, err
+			}
+		}
+		claimed, after, full, err := s.claimRounds(ctx, r, q, fit, want-len(out), n, &heldHere)
 		out, n, blocked, held = append(out, claimed...), after, full, held || heldHere
 		if err != nil || !heldHere || full || len(out) >= want || len(items) < asked || window >= maxHeldWindows || s.queues.IsPush(q) {
 			return out, n, blocked, held, err

@@ -85,6 +85,8 @@ type Service struct {
 	busy busyQueues
 	// keyed claims the jobs of rate limit keys (keyed.go).
 	keyed *keyedClaims
+	// needs are the needs of jobs a FETCH stating capabilities read (fit.go).
+	needs needsCache
 }
 
 // New returns a service on st, the job items' persistence.

@@ -53,6 +53,9 @@ func (s *Service) PushBatch(ctx context.Context, raws [][]byte) ([]*job.Job, err
 		if err := job.AssignTenant(e.Job, job.TenantFrom(ctx)); err != nil {
 			return nil, ojserr.As(err).With("index", i)
 		}
+		if err := job.CheckPin(e.Job.Meta, job.RegionFrom(ctx)); err != nil {
+			return nil, ojserr.As(err).With("index", i)
+		}
 		if prev, dup := seen[e.Job.ID]; dup {
 			return nil, ojserr.Invalid("id", "Jobs at index %d and %d have the same id.", prev, i).With("index", i)
 		}

@@ -117,6 +117,9 @@ type envelope struct {
 	// index (tenantKey), which lists it while it is available (ready_sk).
 	Tenant   string `dynamodbav:"tenant,omitempty"`
 	TenantPK string `dynamodbav:"tn_pk,omitempty"`
+	// Needs is job.EncodeNeeds: what a worker must offer (a FETCH that
+	// states capabilities reads it, docs/ml-resources.md).
+	Needs string `dynamodbav:"rq,omitempty"`
 }
 
 // progress is where the job is in its lifecycle: its state and attempt,
@@ -261,7 +264,7 @@ func toRecord(j *job.Job) (record, error) {
 		envelope: envelope{ID: j.ID, Type: j.Type, Queue: j.Queue, Priority: j.Priority, MaxAttempts: j.Retry.MaxAttempts,
 			Args: Packed(j.Args), Meta: Packed(j.Meta), Retry: string(pol), TimeoutMS: j.Timeout.Milliseconds(),
 			VisibilityMS: j.Visibility.Milliseconds(), Schema: j.Schema, ScheduledAt: textOr(j.ScheduledAtText, j.ScheduledAt),
-			ExpiresAt: textOr(j.ExpiresAtText, j.ExpiresAt), CreatedAt: tstr(j.CreatedAt), ResultTTL: j.ResultTTL},
+			ExpiresAt: textOr(j.ExpiresAtText, j.ExpiresAt), CreatedAt: tstr(j.CreatedAt), ResultTTL: j.ResultTTL, Needs: job.EncodeNeeds(j)},
 		progress:     progress{State: string(j.State), Attempt: j.Attempt, EnqueuedAt: tstr(j.EnqueuedAt), CancelledAt: tstr(j.CancelledAt)},
 		claim:        claim{Push: j.Push},
 		indexEntries: indexEntries{UniqueKey: j.UniqueKey, Retain: retainFor(j)},

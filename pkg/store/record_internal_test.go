@@ -62,7 +62,7 @@ func TestRecordAttributeNames(t *testing.T) {
 		"deadline_ms", "discarded_at", "dispatch", "due_at", "due_pk", "enqueued_at", "error", "errors",
 		"expires_at", "expires_ms", "extra", "fb", "id", "lease_until", "max_attempts", "meta",
 		"next_attempt_at", "parent_results", "pk", "priority", "prog", "prog_info", "pruned_at", "push", "queue", "ready_pk",
-		"ready_sk", "result", "result_bytes", "result_ttl", "retain_s", "retry", "retry_delay_ms", "rl", "rl_key", "scheduled_at", "schema", "sk", "started_at", "state",
+		"ready_sk", "result", "result_bytes", "result_ttl", "retain_s", "retry", "retry_delay_ms", "rl", "rl_key", "rq", "scheduled_at", "schema", "sk", "started_at", "state",
 		"tags", "tenant", "timeout_ms", "tn_pk", "ttl", "type", "uk", "version", "visibility_ms", "wf_ahead", "wf_id", "wf_last",
 		"wf_next", "wf_node", "wf_shard", "wf_sid", "wf_ttl", "worker_id"}
 	var r record

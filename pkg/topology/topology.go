@@ -9,6 +9,7 @@ package topology
 import (
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -78,6 +79,10 @@ const (
 	// EnvFetchWait is a Go duration: the long poll of a FETCH that names no
 	// wait_ms (Env.FetchWait; default 0, at most MaxFetchWait).
 	EnvFetchWait = "OJS_FETCH_WAIT"
+	// EnvFederationRegion is the api function's federation region (CDK
+	// context federationRegion; docs/federation.md): named in the health
+	// answer; jobs geo-pinned to another region are refused. Empty: none.
+	EnvFederationRegion = "OJS_FEDERATION_REGION"
 	// EnvPlainPayloads, when true, makes a function write payloads
 	// uncompressed (store.SetPlainWrites; Env.PlainPayloads).
 	EnvPlainPayloads = "OJS_PLAIN_PAYLOADS"
@@ -99,6 +104,18 @@ func ParseFetchWait(v string) (time.Duration, error) {
 	}
 	return d, nil
 }
+
+// ParseRegion reads an OJS_FEDERATION_REGION value (the CDK context
+// federationRegion too): a region id like eu-west-1, 1 to 64 lowercase
+// letters, digits and '-'.
+func ParseRegion(v string) (string, error) {
+	if !regionPattern.MatchString(v) {
+		return "", fmt.Errorf("%q: want a region id of 1 to 64 lowercase letters, digits and '-', like eu-west-1", v)
+	}
+	return v, nil
+}
+
+var regionPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,63}$`)
 
 // Function names, used as construct ids, local process names and the
 // functions/<name> directories.
@@ -266,6 +283,9 @@ type Env struct {
 	// EnqueueMeta is the api function's OJS_ENQUEUE_META (CDK context
 	// enqueueMeta): meta keys every pushed job gets unless it sets them.
 	EnqueueMeta string
+	// FederationRegion is the api function's OJS_FEDERATION_REGION (CDK
+	// context federationRegion; docs/federation.md).
+	FederationRegion string
 	// FetchWait is the api function's OJS_FETCH_WAIT (0 everywhere: a
 	// waiting FETCH bills its duration).
 	FetchWait time.Duration

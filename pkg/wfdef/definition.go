@@ -833,6 +833,27 @@ func (p *Parsed) AssignTenant(t string) error {
 	if t == "" {
 		return nil
 	}
+	p.Tenant = t
+	return p.eachRequest(func(r *json.RawMessage) error {
+		out, err := job.TenantRequest(*r, t)
+		*r = out
+		return err
+	})
+}
+
+// CheckPins refuses a workflow with a job geo-pinned to a region other
+// than region, this deployment's (job.CheckPin; "" refuses nothing).
+func (p *Parsed) CheckPins(region string) error {
+	if region == "" {
+		return nil
+	}
+	return p.eachRequest(func(r *json.RawMessage) error { return job.CheckPinRequest(*r, region) })
+}
+
+// eachRequest calls f with each job request of the workflow (steps,
+// callbacks, handlers, compensations) until one fails; the error names
+// the job's path.
+func (p *Parsed) eachRequest(f func(r *json.RawMessage) error) error {
 	var walk func(d *Def) error
 	walk = func(d *Def) error {
 		if d == nil {
@@ -840,11 +861,9 @@ func (p *Parsed) AssignTenant(t string) error {
 		}
 		for _, r := range []*json.RawMessage{&d.Request, &d.Compensate} {
 			if len(*r) > 0 {
-				out, err := job.TenantRequest(*r, t)
-				if err != nil {
+				if err := f(r); err != nil {
 					return ojserr.As(err).With("path", d.Path)
 				}
-				*r = out
 			}
 		}
 		for _, c := range d.Children {
@@ -861,6 +880,5 @@ func (p *Parsed) AssignTenant(t string) error {
 		}
 		return nil
 	}
-	p.Tenant = t
 	return walk(p.Root)
 }

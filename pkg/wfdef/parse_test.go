@@ -131,3 +131,38 @@ func TestControlValidation(t *testing.T) {
 		t.Fatalf("valid control fields: %+v %v", p, err)
 	}
 }
+
+// A workflow with a job geo-pinned to another region, at any depth and in
+// a callback or compensation too, is refused with the job's path; one
+// pinned here, or any workflow where the deployment names no region, is
+// taken.
+func TestCheckPins(t *testing.T) {
+	pin := func(region string) string {
+		return `"meta":{"ojs.federation.region_affinity":"geo-pin","ojs.federation.region":"` + region + `"}`
+	}
+	for _, c := range []struct {
+		def, region, path string
+	}{
+		{`{"type":"chain","steps":[{"type":"a.b","args":[]},{"type":"a.c","args":[],` + pin("eu-west-1") + `}]}`, "us-east-1", "/s1"},
+		{`{"type":"group","jobs":[{"type":"chain","steps":[{"type":"a.b","args":[],` + pin("eu-west-1") + `}]}]}`, "us-east-1", "/j0/s0"},
+		{`{"type":"batch","jobs":[{"type":"a.b","args":[]}],"callbacks":{"on_complete":{"type":"a.cb","args":[],` + pin("eu-west-1") + `}}}`, "us-east-1", "on_complete"},
+		{`{"type":"chain","steps":[{"type":"a.c","args":[],` + pin("eu-west-1") + `}]}`, "eu-west-1", ""},
+		{`{"type":"chain","steps":[{"type":"a.c","args":[],` + pin("eu-west-1") + `}]}`, "", ""},
+	} {
+		p, err := wfdef.Parse([]byte(c.def), time.Now())
+		if err != nil {
+			t.Fatalf("%s: %v", c.def, err)
+		}
+		err = p.CheckPins(c.region)
+		if c.path == "" {
+			if err != nil {
+				t.Errorf("%s in %q: %v", c.def, c.region, err)
+			}
+			continue
+		}
+		oe := ojserr.As(err)
+		if err == nil || oe.Status() != 422 || !strings.Contains(fmt.Sprint(oe.Details["path"]), c.path) {
+			t.Errorf("%s in %q: %v (details %v), want a 422 at %s", c.def, c.region, err, oe.Details, c.path)
+		}
+	}
+}

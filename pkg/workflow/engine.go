@@ -200,6 +200,9 @@ func (e *Engine) Create(ctx context.Context, raw []byte) (*wfview.View, error) {
 	if err == nil {
 		err = parsed.AssignTenant(job.TenantFrom(ctx))
 	}
+	if err == nil {
+		err = parsed.CheckPins(job.RegionFrom(ctx))
+	}
 	if err != nil {
 		return nil, err
 	}

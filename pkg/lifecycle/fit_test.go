@@ -1,0 +1,96 @@
+package lifecycle_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+
+	"github.com/ojs-aws/ojs-serverless/pkg/job"
+	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
+)
+
+// A FETCH that states the worker's capabilities takes only the jobs whose
+// needs they meet, however many others are ahead of them, and those whose
+// preferred rules hold first within a priority; a FETCH that states none
+// takes any job; a job whose needs no worker meets stays available.
+func TestFetchByCapabilities(t *testing.T) {
+	t.Parallel()
+	s, _, _ := newServices(t)
+	ctx := context.Background()
+	push := func(body string) *job.Job {
+		t.Helper()
+		j, err := s.Push(ctx, []byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j
+	}
+	caps := func(c, labels string) *job.Capabilities {
+		t.Helper()
+		w, err := job.ParseCapabilities(json.RawMessage(c), json.RawMessage(labels))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	// Forty jobs that need eight H100s come first, then one that needs one
+	// A100, one pinned to zone b, and a plain one.
+	for i := range 40 {
+		push(fmt.Sprintf(`{"type":"ml.train","args":[%d],"queue":"gpu","ext_ml_accelerator":"gpu","ext_ml_gpu_type":"nvidia-h100","ext_ml_gpu_count":8}`, i))
+	}
+	a100 := push(`{"type":"ml.infer","args":[],"queue":"gpu","meta":{"resources":{"gpu":{"count":1,"type":"nvidia-a100","memory_gb":40}}}}`)
+	zoned := push(`{"type":"ml.infer","args":[],"queue":"gpu","ext_ml_node_affinity":{"required":[{"key":"zone","operator":"In","values":["b"]}]}}`)
+	plain := push(`{"type":"t.job","args":[],"queue":"gpu"}`)
+
+	fetch := func(w *job.Capabilities, count int) []*job.Job {
+		t.Helper()
+		got, err := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"gpu"}, Count: count, WorkerID: "w", Worker: w})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	ids := func(js []*job.Job) map[string]bool {
+		m := map[string]bool{}
+		for _, j := range js {
+			m[j.ID] = true
+		}
+		return m
+	}
+	// A CPU worker in zone a: only the plain job.
+	if got := fetch(caps(`{"cpu":{"cores":16},"memory_gb":64}`, `["zone:a"]`), 5); len(got) != 1 || got[0].ID != plain.ID {
+		t.Fatalf("a CPU worker got %d jobs: %v", len(got), ids(got))
+	}
+	// A worker with four A100s in zone b: the A100 job and the zoned one.
+	got := fetch(caps(`{"gpu":{"count":4,"type":"nvidia-a100","memory_gb":80}}`, `{"zone":"b"}`), 5)
+	if m := ids(got); len(got) != 2 || !m[a100.ID] || !m[zoned.ID] {
+		t.Fatalf("an A100 worker got %d jobs: %v", len(got), m)
+	}
+	// Nothing left that fits it; the H100 jobs wait.
+	if again := fetch(caps(`{"gpu":{"count":4,"type":"nvidia-a100","memory_gb":80}}`, `{"zone":"b"}`), 5); len(again) != 0 {
+		t.Fatalf("the A100 worker got %d more", len(again))
+	}
+	// An H100 worker in zone c gets the jobs that prefer zone c first,
+	// among the candidates a FETCH reads (twice the count and eight).
+	for i := range 4 {
+		push(fmt.Sprintf(`{"type":"ml.train","args":["any%d"],"queue":"gpu2","ext_ml_gpu_count":8}`, i))
+	}
+	for i := range 2 {
+		push(fmt.Sprintf(`{"type":"ml.train","args":["c%d"],"queue":"gpu2","ext_ml_gpu_count":8,"ext_ml_node_affinity":{"preferred":[{"key":"zone","operator":"In","values":["c"],"weight":50}]}}`, i))
+	}
+	h100 := caps(`{"gpu":{"count":8,"type":"nvidia-h100","memory_gb":80}}`, `["zone:c"]`)
+	first, err := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"gpu2"}, Count: 2, WorkerID: "w", Worker: h100})
+	if err != nil || len(first) != 2 {
+		t.Fatalf("the H100 worker got %d: %v", len(first), err)
+	}
+	for _, j := range first {
+		if string(j.Args) != `["c0"]` && string(j.Args) != `["c1"]` {
+			t.Fatalf("the H100 worker's first jobs: %s (not the ones it prefers)", j.Args)
+		}
+	}
+	// A FETCH that states no capabilities takes any job.
+	if any := fetch(nil, 100); len(any) != 40 {
+		t.Fatalf("a FETCH without capabilities got %d of the 40 H100 jobs", len(any))
+	}
+}
