@@ -298,6 +298,9 @@ func jobView(b *Builder, p page) {
 		}
 		b.f("%s <span class=\"muted\">reported %s</span></p>\n", pr.Message, pr.UpdatedAt)
 	}
+	if n, err := job.NeedsOf(j); err == nil && !n.IsZero() {
+		b.f("  <p>Runs on a worker with %s <span class=\"muted\">(a FETCH that states capabilities)</span></p>\n", needsText(n))
+	}
 	if d.Key != nil {
 		keyUse(b, d.Key)
 	}
@@ -594,6 +597,32 @@ func errorView(b *Builder, _ page) {
 
 // boundText shows a bounded queue's depth against its bound
 // (backpressure), its pressure as a bar.
+// needsText says what a job needs of a worker (docs/ml-resources.md).
+func needsText(n job.Needs) string {
+	var parts []string
+	if n.Accelerator != "" {
+		parts = append(parts, "accelerator "+n.Accelerator)
+	}
+	if n.GPUCount > 0 || n.GPUType != "" || n.GPUMemoryGB > 0 {
+		parts = append(parts, fmt.Sprintf("%d × %s GPU, %v GB each", max(n.GPUCount, 1), cmp.Or(n.GPUType, "any"), n.GPUMemoryGB))
+	}
+	for _, a := range []struct {
+		v    float64
+		unit string
+	}{{float64(n.CPUCores), "CPU cores"}, {n.MemoryGB, "GB memory"}, {n.StorageGB, "GB storage"}} {
+		if a.v > 0 {
+			parts = append(parts, fmt.Sprintf("%v %s", a.v, a.unit))
+		}
+	}
+	for _, r := range n.Required {
+		parts = append(parts, fmt.Sprintf("label %s %s %v", r.Key, r.Operator, r.Values))
+	}
+	for _, r := range n.Preferred {
+		parts = append(parts, fmt.Sprintf("preferably label %s %s %v (weight %d)", r.Key, r.Operator, r.Values, r.Weight))
+	}
+	return strings.Join(parts, "; ")
+}
+
 func boundText(q admin.Queue) SafeHTML {
 	if q.Bound == nil {
 		return ""

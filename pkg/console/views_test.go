@@ -73,6 +73,26 @@ func TestJobPageShowsProgress(t *testing.T) {
 	}
 }
 
+// A job that needs a kind of worker says which on its page.
+func TestJobPageShowsNeeds(t *testing.T) {
+	e, err := job.ParseEnqueue([]byte(`{"type":"ml.train","args":[],"ext_ml_gpu_count":4,"ext_ml_gpu_type":"nvidia-a100","ext_ml_gpu_memory_gb":80,
+		"ext_ml_memory_gb":256,"ext_ml_node_affinity":{"required":[{"key":"zone","operator":"In","values":["b"]}]}}`), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b Builder
+	jobView(&b, page{Data: &jobData{Job: e.Job}})
+	want := "Runs on a worker with 4 × nvidia-a100 GPU, 80 GB each; 256 GB memory; label zone In [b]"
+	if !strings.Contains(b.String(), want) {
+		t.Errorf("job page lacks %q:\n%s", want, b.String())
+	}
+	b = Builder{}
+	jobView(&b, page{Data: &jobData{Job: &job.Job{ID: "01", State: job.Available}}})
+	if strings.Contains(b.String(), "Runs on a worker") {
+		t.Errorf("a job that needs nothing shows needs:\n%s", b.String())
+	}
+}
+
 // The dashboard shows a bounded queue's depth against its bound.
 func TestDashboardShowsABoundedQueue(t *testing.T) {
 	q := admin.Queue{Name: "mail", State: "active", Mode: "pull", Counts: admin.Counts{Available: 2, Scheduled: 1, Active: 5}, Bound: &queue.Bound{MaxDepth: 10}}
