@@ -17,6 +17,8 @@ type RunResult struct {
 	Fired   int `json:"fired"`
 	Skipped int `json:"skipped"`
 	Held    int `json:"held"`
+	// Next is when the first schedule not due now is (zero: unknown).
+	Next time.Time `json:"-"`
 }
 
 // dueBatch is how many due schedules one query reads; a pass reads up to
@@ -36,10 +38,11 @@ func (s *Service) Run(ctx context.Context) (RunResult, error) {
 	var res RunResult
 	var errs []error
 	for round := 0; round < maxRounds; round++ {
-		names, err := s.Store.Due(ctx, s.Jobs.Now(), dueBatch)
+		names, next, err := s.Store.Due(ctx, s.Jobs.Now(), dueBatch)
 		if err != nil {
 			return res, err
 		}
+		res.Next = next
 		failed := 0
 		for _, name := range names {
 			if err := s.evaluate(ctx, name, &res); err != nil {

@@ -40,7 +40,7 @@ type Table interface {
 	Get(ctx context.Context, name string) (*Info, error)
 	Delete(ctx context.Context, name string) error
 	List(ctx context.Context) ([]Info, error)
-	Due(ctx context.Context, now time.Time, limit int) ([]string, error)
+	Due(ctx context.Context, now time.Time, limit int) (names []string, next time.Time, err error)
 	Step(ctx context.Context, c *Info, st Step, now time.Time) error
 	Job(ctx context.Context, id string) (*job.Job, error)
 }

@@ -267,24 +267,32 @@ func (s *Store) List(ctx context.Context) ([]Info, error) {
 }
 
 // Due lists the names of up to limit enabled schedules that need
-// evaluating at now. The index is eventually consistent: callers re-read
-// each one.
-func (s *Store) Due(ctx context.Context, now time.Time, limit int) ([]string, error) {
+// evaluating at now, and when the first of the others is due (zero when
+// the page held none: none, or a full page of due ones). The index is
+// eventually consistent: callers re-read each one.
+func (s *Store) Due(ctx context.Context, now time.Time, limit int) (names []string, next time.Time, err error) {
 	out, err := s.db.Query(ctx, &dynamodb.QueryInput{TableName: &s.table, IndexName: aws.String(topology.IndexDue),
-		KeyConditionExpression: aws.String("due_pk = :pk AND due_at <= :now"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":pk": store.AttrS(cronDuePK), ":now": store.AttrN(now.UnixMilli())},
-		Limit: aws.Int32(int32(limit))})
+		KeyConditionExpression:    aws.String("due_pk = :pk"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": store.AttrS(cronDuePK)},
+		Limit:                     aws.Int32(int32(limit))})
 	if err != nil {
-		return nil, fmt.Errorf("due crons: %w", err)
+		return nil, time.Time{}, fmt.Errorf("due crons: %w", err)
 	}
-	names := make([]string, 0, len(out.Items))
+	names = make([]string, 0, len(out.Items))
 	for _, it := range out.Items {
-		if sk, ok := it[attrSK].(*types.AttributeValueMemberS); ok {
-			names = append(names, strings.TrimPrefix(sk.Value, cronPrefix))
+		var e struct {
+			SK    string `dynamodbav:"sk"`
+			DueAt int64  `dynamodbav:"due_at"`
 		}
+		if attributevalue.UnmarshalMap(it, &e) != nil {
+			continue
+		}
+		if at := time.UnixMilli(e.DueAt); at.After(now) {
+			return names, at, nil // the index is in due_at order
+		}
+		names = append(names, strings.TrimPrefix(e.SK, cronPrefix))
 	}
-	return names, nil
+	return names, time.Time{}, nil
 }
 
 // Step applies one evaluation of schedule c (as read): it writes the

@@ -13,15 +13,17 @@ import (
 // queue: due scheduled and retryable jobs become available (or are
 // discarded if expired), active jobs whose lease ended are requeued or
 // discarded. It returns the available push-mode jobs whose redelivery
-// check is due, and whether the next page may hold more due jobs.
-func (s *Service) ResolveDue(ctx context.Context, queue string, limit int, inline bool) (redeliver []store.Item, more bool, err error) {
+// check is due, how many jobs it looked at that were due (moved, or moved
+// by someone else first), and whether the next page may hold more due
+// jobs.
+func (s *Service) ResolveDue(ctx context.Context, queue string, limit int, inline bool) (redeliver []store.Item, due int, more bool, err error) {
 	now := s.Now()
 	items, err := s.st.Due(ctx, queue, now, limit)
 	if err != nil {
-		return nil, false, err
+		return nil, 0, false, err
 	}
 	redeliver, stay, err := s.resolve(ctx, items, now, inline)
-	return redeliver, len(items) >= limit && stay < len(items), err
+	return redeliver, len(items) - stay - len(redeliver), len(items) >= limit && stay < len(items), err
 }
 
 // resolve applies the time-driven moves to due items read at now and

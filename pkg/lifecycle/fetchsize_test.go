@@ -144,7 +144,7 @@ func TestExpiryFromTheDueIndexKeepsTheHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk.Add(time.Minute) // past expires_at and the backoff
-	if _, _, err := s.ResolveDue(ctx, "exp", 10, false); err != nil {
+	if _, _, _, err := s.ResolveDue(ctx, "exp", 10, false); err != nil {
 		t.Fatal(err)
 	}
 	got, err := s.Info(ctx, j.ID)

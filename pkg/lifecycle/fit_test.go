@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
@@ -92,5 +93,34 @@ func TestFetchByCapabilities(t *testing.T) {
 	// A FETCH that states no capabilities takes any job.
 	if any := fetch(nil, 100); len(any) != 40 {
 		t.Fatalf("a FETCH without capabilities got %d of the 40 H100 jobs", len(any))
+	}
+}
+
+// A read by id moves a job whose time has come, as the sweeper would: a
+// scheduled job past its time is available when read (and stored so), one
+// not yet due stays scheduled.
+func TestInfoPromotesADueJob(t *testing.T) {
+	t.Parallel()
+	s, _, clk := newServices(t)
+	ctx := context.Background()
+	soon, err := s.Push(ctx, []byte(`{"type":"t.job","args":[],"queue":"info-due","options":{"scheduled_at":"+PT1M"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	later, _ := s.Push(ctx, []byte(`{"type":"t.job","args":[],"queue":"info-due","options":{"scheduled_at":"+PT1H"}}`))
+	if j, err := s.Info(ctx, soon.ID); err != nil || j.State != job.Scheduled {
+		t.Fatalf("before its time: %v %v", j.State, err)
+	}
+	clk.Add(2 * time.Minute)
+	if j, err := s.Info(ctx, soon.ID); err != nil || j.State != job.Available {
+		t.Fatalf("after its time: %v %v", j.State, err)
+	}
+	if j, err := s.Info(ctx, later.ID); err != nil || j.State != job.Scheduled {
+		t.Fatalf("the later job: %v %v", j.State, err)
+	}
+	// Stored available: a FETCH takes it without a sweep.
+	got, err := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"info-due"}, Count: 5, WorkerID: "w"})
+	if err != nil || len(got) != 1 || got[0].ID != soon.ID {
+		t.Fatalf("fetch after the read: %d %v", len(got), err)
 	}
 }

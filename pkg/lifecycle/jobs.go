@@ -9,22 +9,34 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 )
 
-// Info returns a job. An active job whose lease has ended is requeued (or
-// discarded per its retry policy) first, so a read sees it as it is at the
-// lease's end rather than as of the last sweep.
+// Info returns a job. A job whose time has come is moved first, so a read
+// sees it as it is now rather than as of the last sweep: an active job
+// whose lease has ended is requeued (or discarded per its retry policy),
+// a scheduled or retryable job whose time has come (and that has not
+// expired) becomes available.
 func (s *Service) Info(ctx context.Context, id string) (*job.Job, error) {
 	if err := job.CheckID(id); err != nil {
 		return nil, err
 	}
-	j, err := s.st.Get(ctx, id)
+	it, err := s.st.GetItem(ctx, id)
 	if err != nil {
 		return nil, store.APIError(err, id, "read")
 	}
-	if now := s.Now(); leaseOver(j, now) {
+	j, now := it.Job, s.Now()
+	var t store.Transition
+	switch {
+	case leaseOver(j, now):
 		// The job is requeued at its lease's end (ojs-worker-protocol.md
-		// 5.5), not at the next sweep: the read makes the move the
-		// sweeper would, with the same conditional write.
-		moved, err := s.st.Apply(ctx, s.leaseExpiry(j, now, false))
+		// 5.5), not at the next sweep.
+		t = s.leaseExpiry(j, now, false)
+	case (j.State == job.Scheduled || j.State == job.Retryable) && !it.DueAt.IsZero() && !it.DueAt.After(now) &&
+		(j.ExpiresAt == nil || j.ExpiresAt.After(now)):
+		t = store.Promote(j, now, s.redel, false)
+	}
+	if t.To != "" {
+		// The read makes the move the sweeper would, with the same
+		// conditional write.
+		moved, err := s.st.Apply(ctx, t)
 		var ce *store.ConflictError
 		switch {
 		case err == nil:

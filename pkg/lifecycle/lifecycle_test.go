@@ -192,7 +192,7 @@ func TestExecutionTimeoutBoundsHeartbeats(t *testing.T) {
 		t.Fatal("heartbeat within the deadline must succeed")
 	}
 	c.Add(1500 * time.Millisecond)
-	if _, _, err := s.ResolveDue(ctx, "tmo", 10, false); err != nil {
+	if _, _, _, err := s.ResolveDue(ctx, "tmo", 10, false); err != nil {
 		t.Fatal(err)
 	}
 	got, _ := s.Info(ctx, j.ID)

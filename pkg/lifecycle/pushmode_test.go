@@ -114,7 +114,7 @@ func TestAPushClaimKeepsTheRedeliveryCheck(t *testing.T) {
 
 	// Its worker dies. Past the lease's end the entry is not due yet...
 	h.clk.Add(2 * time.Minute)
-	if _, _, err := h.svc.ResolveDue(ctx, "lambda", 100, false); err != nil {
+	if _, _, _, err := h.svc.ResolveDue(ctx, "lambda", 100, false); err != nil {
 		t.Fatal(err)
 	}
 	// (read by key: a GET would make the move itself)
@@ -123,7 +123,7 @@ func TestAPushClaimKeepsTheRedeliveryCheck(t *testing.T) {
 	}
 	// ...and at the check the attempt is over, recorded as a lost lease.
 	h.clk.Add(3 * time.Minute)
-	if _, _, err := h.svc.ResolveDue(ctx, "lambda", 100, false); err != nil {
+	if _, _, _, err := h.svc.ResolveDue(ctx, "lambda", 100, false); err != nil {
 		t.Fatal(err)
 	}
 	it, err := h.st.GetItem(ctx, j.ID)

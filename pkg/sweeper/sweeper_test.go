@@ -132,13 +132,18 @@ func TestSweeperPromotesDueJobsAndRequeuesExpiredLeases(t *testing.T) {
 		t.Fatal("fetch")
 	}
 	clk.Add(time.Hour)
-	if _, err := sw.Sweep(ctx); err != nil {
-		t.Fatal(err)
+	res, err := sw.Sweep(ctx)
+	if err != nil || res.Resolved != 2 {
+		t.Fatalf("sweep: %+v %v", res, err)
 	}
-	a, _ := svc.Info(ctx, later.ID)
-	b, _ := svc.Info(ctx, running.ID)
+	// Read as stored (Info would make the moves itself).
+	a, _ := st.Get(ctx, later.ID)
+	b, _ := st.Get(ctx, running.ID)
 	if a.State != job.Available || b.State != job.Available || b.Error == nil || b.Error.Type != "visibility_timeout" {
 		t.Fatalf("after sweep: %s %s %+v", a.State, b.State, b.Error)
+	}
+	if res, err := sw.Sweep(ctx); err != nil || res.Resolved != 0 {
+		t.Fatalf("a second sweep found work: %+v %v", res, err)
 	}
 }
 

@@ -23,6 +23,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -94,6 +95,9 @@ type Runtime struct {
 	statsMu sync.Mutex
 	stats   map[string]int
 	busy    map[string]time.Duration
+
+	// lastRecord is when the stream last had records (Unix ns).
+	lastRecord atomic.Int64
 }
 
 // Start provisions the table and queues, starts the functions and the
@@ -378,33 +382,43 @@ func writeMessage(w http.ResponseWriter, status int, msg string) {
 	_, _ = fmt.Fprintf(w, `{"message":%q}`, msg)
 }
 
-// sqsIdlePause is how long a poller waits after its n-th empty receive in
-// a row: 20 ms doubling up to 200 ms, and a second once the queue has been
-// empty for about 10 s (an idle queue's pollers then cost a few requests a
-// second, as AWS's long-polling mapping costs next to nothing; with several
-// pollers the first message after a long idle still waits well under a
-// second).
+// sqsIdleAfter is how many empty short polls in a row put a poller into
+// long polls (sqsLongPoll).
+const sqsIdleAfter = 5
+
+// sqsLongPoll is the wait of an idle poller's receive: it asks for one
+// message, which the emulator answers as soon as one arrives (it answers a
+// long poll for more only once it holds them all, or at the end of the
+// wait). An idle queue's pollers then cost a request every 20 s each, as
+// AWS's long-polling mapping does, and the first message after an idle
+// spell is received at once.
+const sqsLongPoll = 20 * time.Second
+
+// sqsIdlePause is how long a busy poller waits after its n-th empty
+// receive in a row (n < sqsIdleAfter): 20 ms, doubling.
 func sqsIdlePause(n int) time.Duration {
-	if n > 50 {
-		return time.Second
-	}
-	return min(10*time.Millisecond<<min(n, 5), 200*time.Millisecond)
+	return 10 * time.Millisecond << min(n, sqsIdleAfter)
 }
 
-// pollSQS is one poller of the SQS event source mapping of queue q. It
-// short-polls, pausing after empty answers (sqsIdlePause): the emulator
-// answers a long poll only once it holds a full batch or the wait is over.
+// pollSQS is one poller of the SQS event source mapping of queue q. While
+// messages come it short-polls for full batches, pausing briefly after an
+// empty answer (sqsIdlePause); after sqsIdleAfter empty answers in a row
+// it long-polls for one message (sqsLongPoll) until one comes.
 func (rt *Runtime) pollSQS(ctx context.Context, q topology.Queue) {
 	client := sqs.NewFromConfig(rt.cfg.AWS)
 	url := rt.queueURLs[q.Name]
 	arn := "arn:aws:sqs:us-east-1:000000000000:" + q.SQSName(rt.cfg.Env.Prefix)
 	for empty := 0; ctx.Err() == nil; {
-		out, err := client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+		in := &sqs.ReceiveMessageInput{
 			QueueUrl: aws.String(url), MaxNumberOfMessages: int32(q.BatchSize), WaitTimeSeconds: 0,
 			VisibilityTimeout:           int32(q.VisibilityTimeout.Seconds()),
 			MessageSystemAttributeNames: []sqstypes.MessageSystemAttributeName{sqstypes.MessageSystemAttributeNameAll},
 			MessageAttributeNames:       []string{"All"},
-		})
+		}
+		if empty >= sqsIdleAfter {
+			in.MaxNumberOfMessages, in.WaitTimeSeconds = 1, int32(sqsLongPoll.Seconds())
+		}
+		out, err := client.ReceiveMessage(ctx, in)
 		if err != nil {
 			if ctx.Err() == nil {
 				rt.log.Warn("sqs receive failed", "queue", q.Name, "error", err.Error())
@@ -413,8 +427,9 @@ func (rt *Runtime) pollSQS(ctx context.Context, q topology.Queue) {
 			continue
 		}
 		if len(out.Messages) == 0 {
-			empty++
-			ctxsleep.Sleep(ctx, sqsIdlePause(empty))
+			if empty++; empty < sqsIdleAfter {
+				ctxsleep.Sleep(ctx, sqsIdlePause(empty))
+			}
 			continue
 		}
 		empty = 0

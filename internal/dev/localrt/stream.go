@@ -59,8 +59,28 @@ func (rt *Runtime) pollStream(ctx context.Context) {
 				rt.readShard(ctx, client, id)
 			})
 		}
-		ctxsleep.Sleep(ctx, 2*time.Second)
+		ctxsleep.Sleep(ctx, rt.streamPause(2*time.Second, 10*time.Second))
 	}
+}
+
+// streamIdleAfter is how long after the last stream record the mapping
+// counts as idle: it then reads each shard every streamIdlePoll instead of
+// every Stream.PollInterval, and looks for new shards every 10 s instead
+// of 2 s. On AWS the mapping's reads are free; here they are most of an
+// idle stack's requests. The first record after an idle spell waits up to
+// streamIdlePoll.
+const (
+	streamIdleAfter = 10 * time.Second
+	streamIdlePoll  = time.Second
+)
+
+// streamPause is busy while the stream had a record within
+// streamIdleAfter, idle otherwise.
+func (rt *Runtime) streamPause(busy, idle time.Duration) time.Duration {
+	if time.Since(time.Unix(0, rt.lastRecord.Load())) < streamIdleAfter {
+		return busy
+	}
+	return idle
 }
 
 func (rt *Runtime) readShard(ctx context.Context, client *dynamodbstreams.Client, shardID string) {
@@ -84,6 +104,9 @@ func (rt *Runtime) readShard(ctx context.Context, client *dynamodbstreams.Client
 				continue
 			}
 			iter = out.NextShardIterator
+			if len(out.Records) > 0 {
+				rt.lastRecord.Store(time.Now().UnixNano())
+			}
 			for _, r := range out.Records {
 				// The mapping's filter criteria.
 				if sk, ok := r.Dynamodb.Keys[cfg.Filter.Attribute].(*types.AttributeValueMemberS); ok && cfg.Filter.Keep(sk.Value) {
@@ -92,7 +115,7 @@ func (rt *Runtime) readShard(ctx context.Context, client *dynamodbstreams.Client
 			}
 		}
 		if len(pending) == 0 {
-			ctxsleep.Sleep(ctx, cfg.PollInterval)
+			ctxsleep.Sleep(ctx, rt.streamPause(cfg.PollInterval, streamIdlePoll))
 			continue
 		}
 		pending = rt.deliverRecords(ctx, pending)
