@@ -57,8 +57,9 @@ func Manifest() map[string]any {
 		// FETCH, docs/ml-resources.md) and federation (a deployment's part
 		// of it: metadata kept, its region in the health answer, geo-pinned
 		// jobs for other regions refused; docs/federation.md).
-		// Not claimed: ai-agents, whose suite passes only because it checks
-		// that meta is kept.
+		// Not claimed: ai-agents, whose suite passes (it checks that the
+		// ext_agent_* attributes are kept) but whose token budgets the
+		// server does not enforce (docs/ai-agents.md).
 		"extensions": map[string]any{
 			"official": []map[string]string{
 				{"name": "admin-api", "uri": "urn:ojs:ext:admin-api", "version": "1.0.0"},

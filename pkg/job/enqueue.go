@@ -141,6 +141,9 @@ func parseEnqueue(raw []byte, now time.Time, internal bool) (*Enqueue, error) {
 	if _, err := NeedsOf(j); err != nil {
 		return nil, err
 	}
+	if err := checkAgent(j); err != nil {
+		return nil, err
+	}
 	created := now.UTC()
 	j.CreatedAt = &created
 	pending := opts.Pending != nil && *opts.Pending

@@ -146,7 +146,7 @@ func NeedsOf(j *Job) (Needs, error) {
 			return n, err
 		}
 	}
-	if !hasMLAttr(j.Extra) {
+	if !hasPrefix(j.Extra, "ext_ml_") {
 		return n, n.validate()
 	}
 	raw, _ := json.Marshal(j.Extra)
@@ -182,15 +182,6 @@ func NeedsOf(j *Job) (Needs, error) {
 		return n, err
 	}
 	return n, n.validate()
-}
-
-func hasMLAttr(extra map[string]json.RawMessage) bool {
-	for k := range extra {
-		if strings.HasPrefix(k, "ext_ml_") {
-			return true
-		}
-	}
-	return false
 }
 
 func deref(s *string) string {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
+	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 )
 
 // A FETCH that states the worker's capabilities takes only the jobs whose
@@ -122,5 +123,35 @@ func TestInfoPromotesADueJob(t *testing.T) {
 	got, err := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"info-due"}, Count: 5, WorkerID: "w"})
 	if err != nil || len(got) != 1 || got[0].ID != soon.ID {
 		t.Fatalf("fetch after the read: %d %v", len(got), err)
+	}
+}
+
+// A job an AI agent delegates (ext_agent_parent_id naming a stored job)
+// takes its parent's depth plus one and at most its parent's maximum,
+// whatever it says; one past the chain's maximum is refused with 422
+// AGENT_MAX_DELEGATION_DEPTH and not written, in a batch too.
+func TestAgentDelegationChain(t *testing.T) {
+	t.Parallel()
+	s, _, _ := newServices(t)
+	ctx := context.Background()
+	root, err := s.Push(ctx, []byte(`{"type":"ai.agent.plan","args":[],"ext_agent_delegation_depth":0,"ext_agent_max_delegation_depth":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	child, err := s.Push(ctx, []byte(`{"type":"ai.agent.do","args":[],"ext_agent_parent_id":"`+root.ID+`","ext_agent_delegation_depth":0,"ext_agent_max_delegation_depth":7}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, m := string(child.Extra["ext_agent_delegation_depth"]), string(child.Extra["ext_agent_max_delegation_depth"]); d != "1" || m != "1" {
+		t.Fatalf("the child: depth %s max %s", d, m)
+	}
+	_, err = s.PushBatch(ctx, [][]byte{[]byte(`{"type":"a.b","args":[]}`), []byte(`{"type":"ai.agent.do","args":[],"ext_agent_parent_id":"` + child.ID + `"}`)})
+	if oe := ojserr.As(err); err == nil || oe.Status() != 422 || oe.Code != ojserr.AgentMaxDelegationDepth || oe.Details["index"] != 1 {
+		t.Fatalf("a grandchild past the chain's maximum: %v", err)
+	}
+	// An unknown parent leaves the job's own values.
+	orphan, err := s.Push(ctx, []byte(`{"type":"ai.agent.do","args":[],"ext_agent_parent_id":"019b0000-0000-7000-8000-00000000dead","ext_agent_delegation_depth":4}`))
+	if err != nil || string(orphan.Extra["ext_agent_delegation_depth"]) != "4" {
+		t.Fatalf("an unknown parent: %v", err)
 	}
 }

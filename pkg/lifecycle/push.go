@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
@@ -66,6 +67,9 @@ func (s *Service) PushBatch(ctx context.Context, raws [][]byte) ([]*job.Job, err
 		if j.Unique != nil && len(jobs) > 1 {
 			return nil, ojserr.Invalid("unique", "Unique policies are honoured on single PUSH only; job at index %d has one. Enqueue it with POST /ojs/v1/jobs.", i).With("index", i)
 		}
+	}
+	if err := delegate(ctx, s.st, jobs); err != nil {
+		return nil, err
 	}
 	if err := runChain(ctx, s.chain, jobs); err != nil {
 		return nil, err
@@ -166,4 +170,32 @@ func (s *Service) createChunked(ctx context.Context, jobs []*job.Job, sizes []in
 		return created, &pe
 	}
 	return created, nil
+}
+
+// delegate bounds the jobs an AI agent delegated (ext_agent_parent_id) by
+// their parents' delegation chain (job.Delegate): one batch read of the
+// parents, none for jobs that name none. A parent not found (never
+// written, or expired) leaves the job's own values.
+func delegate(ctx context.Context, st *store.Store, jobs []*job.Job) error {
+	var ids []string
+	for _, j := range jobs {
+		if p := job.AgentParent(j); p != "" {
+			ids = append(ids, p)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	parents, err := st.BatchGetJobs(ctx, slices.Compact(slices.Sorted(slices.Values(ids))))
+	if err != nil {
+		return ojserr.Backend(err)
+	}
+	for i, j := range jobs {
+		if p := parents[job.AgentParent(j)]; p != nil {
+			if err := job.Delegate(j, p); err != nil {
+				return ojserr.As(err).With("index", i)
+			}
+		}
+	}
+	return nil
 }

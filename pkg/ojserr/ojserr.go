@@ -38,7 +38,11 @@ const (
 	// tenant's enqueue past its limits, sent as TENANT_LIMIT_EXCEEDED
 	// (ojs-multi-tenancy.md 8.2).
 	TenantLimitExceeded Code = "tenant_limit_exceeded"
-	BackendError        Code = "backend_error"
+	// AgentMaxDelegationDepth refuses an AI agent's task delegated past
+	// its chain's maximum depth, sent as AGENT_MAX_DELEGATION_DEPTH
+	// (ojs-ai-agents.md 3).
+	AgentMaxDelegationDepth Code = "agent_max_delegation_depth"
+	BackendError            Code = "backend_error"
 )
 
 // Error is an API error: a code, a message safe to show the client, optional
@@ -74,15 +78,16 @@ func (e *Error) Unwrap() error { return e.Cause }
 // sent: one of the table's where one fits (the specific meaning goes in
 // "type"), else x_-prefixed. conflict stays (docs/errors.md).
 var wire = map[Code]Code{
-	InvalidWorkflow:      InvalidRequest,
-	ValidationError:      InvalidRequest,
-	PayloadTooLarge:      InvalidRequest,
-	UnsupportedMediaType: InvalidRequest,
-	MethodNotAllowed:     InvalidRequest,
-	Unauthenticated:      "x_unauthenticated",
-	PermissionDenied:     "x_permission_denied",
-	QueueFull:            "QUEUE_FULL",
-	TenantLimitExceeded:  "TENANT_LIMIT_EXCEEDED",
+	InvalidWorkflow:         InvalidRequest,
+	ValidationError:         InvalidRequest,
+	PayloadTooLarge:         InvalidRequest,
+	UnsupportedMediaType:    InvalidRequest,
+	MethodNotAllowed:        InvalidRequest,
+	Unauthenticated:         "x_unauthenticated",
+	PermissionDenied:        "x_permission_denied",
+	QueueFull:               "QUEUE_FULL",
+	TenantLimitExceeded:     "TENANT_LIMIT_EXCEEDED",
+	AgentMaxDelegationDepth: "AGENT_MAX_DELEGATION_DEPTH",
 }
 
 // Wire returns the code and type the error is sent with (see wire), the
@@ -107,8 +112,8 @@ var statuses = map[Code]int{
 	InvalidRequest: http.StatusBadRequest, InvalidPayload: http.StatusBadRequest, InvalidWorkflow: http.StatusBadRequest,
 	NotFound: http.StatusNotFound, Conflict: http.StatusConflict, Duplicate: http.StatusConflict,
 	QueuePaused: http.StatusUnprocessableEntity, Unsupported: http.StatusUnprocessableEntity, ValidationError: http.StatusUnprocessableEntity,
-	SchemaValidation: http.StatusUnprocessableEntity,
-	PayloadTooLarge:  http.StatusRequestEntityTooLarge, UnsupportedMediaType: http.StatusUnsupportedMediaType,
+	SchemaValidation: http.StatusUnprocessableEntity, AgentMaxDelegationDepth: http.StatusUnprocessableEntity,
+	PayloadTooLarge: http.StatusRequestEntityTooLarge, UnsupportedMediaType: http.StatusUnsupportedMediaType,
 	MethodNotAllowed: http.StatusMethodNotAllowed, Unauthenticated: http.StatusUnauthorized, PermissionDenied: http.StatusForbidden,
 	RateLimited: http.StatusTooManyRequests, QueueFull: http.StatusTooManyRequests, TenantLimitExceeded: http.StatusTooManyRequests,
 }
