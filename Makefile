@@ -85,10 +85,9 @@ chromium:
 console-e2e: emulators chromium
 	$(GO) test -count=1 -run 'TestConsole' ./e2e/
 
-# Every extension directory of the conformance suite (ext-*): the
-# eighteen of the extensions the manifest claims (pkg/httpapi/manifest.go,
-# docs/admin.md), then ai-agents, not claimed, whose tests only check that
-# meta is kept (run for that). Run like `make conformance` but with the
+# Every extension directory of the conformance suite (ext-*), each an
+# extension the manifest claims (pkg/httpapi/manifest.go, docs/admin.md).
+# Run like `make conformance` but with the
 # runner built with an overlay that adds what some extension tests use and
 # the stored runner lacks: step captures, bare $type/$gte matchers,
 # "expect" blocks, and the client-action steps ("push", "get", "fetch",

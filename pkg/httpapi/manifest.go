@@ -57,9 +57,9 @@ func Manifest() map[string]any {
 		// FETCH, docs/ml-resources.md) and federation (a deployment's part
 		// of it: metadata kept, its region in the health answer, geo-pinned
 		// jobs for other regions refused; docs/federation.md).
-		// Not claimed: ai-agents, whose suite passes (it checks that the
-		// ext_agent_* attributes are kept) but whose token budgets the
-		// server does not enforce (docs/ai-agents.md).
+		// And the experimental ai-agents: attributes checked, delegation
+		// bounded through the parent's chain, token budgets enforced on
+		// progress reports (docs/ai-agents.md).
 		"extensions": map[string]any{
 			"official": []map[string]string{
 				{"name": "admin-api", "uri": "urn:ojs:ext:admin-api", "version": "1.0.0"},
@@ -81,7 +81,8 @@ func Manifest() map[string]any {
 			"experimental": []map[string]string{{"name": "push-delivery-aws-lambda", "uri": "urn:ojs:ext:experimental:push-delivery-aws-lambda", "version": "0.1.0"},
 				{"name": "multi-tenancy", "uri": "urn:ojs:ext:experimental:multi-tenancy", "version": "0.1.0"},
 				{"name": "ml-resources", "uri": "urn:ojs:ext:experimental:ml-resources", "version": "0.1.0"},
-				{"name": "federation", "uri": "urn:ojs:ext:experimental:federation", "version": "0.1.0"}},
+				{"name": "federation", "uri": "urn:ojs:ext:experimental:federation", "version": "0.1.0"},
+				{"name": "ai-agents", "uri": "urn:ojs:ext:experimental:ai-agents", "version": "0.1.0"}},
 		},
 		"endpoints": map[string]string{"manifest": "/ojs/manifest", "health": "/ojs/v1/health", "base_path": "/ojs/v1", "events": "/ojs/v1/events", "cron": "/ojs/v1/cron",
 			"admin": "/ojs/v1/admin", "metrics": "/metrics", "ready": "/ready", "console": ConsolePrefix},

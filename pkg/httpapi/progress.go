@@ -87,11 +87,12 @@ func (a *api) postProgress(r *http.Request, _ params) (any, error) {
 		Percentage *float64        `json:"percentage"`
 		Message    string          `json:"message"`
 		Data       json.RawMessage `json:"data"`
+		TokensUsed *int64          `json:"ext_agent_tokens_used"`
 	}
 	if err := readObject(r, &in); err != nil {
 		return nil, err
 	}
-	pi := lifecycle.ProgressInput{Message: in.Message, Data: in.Data}
+	pi := lifecycle.ProgressInput{Message: in.Message, Data: in.Data, TokensUsed: in.TokensUsed}
 	if in.Percentage != nil {
 		pi.Progress = new(*in.Percentage / 100)
 	}

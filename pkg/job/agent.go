@@ -137,6 +137,20 @@ func agentInt(j *Job, name string, def int) int {
 	return *v
 }
 
+// AgentTokens reports j's token budget and the tokens its attempt used as
+// last reported (0 before a report); ok is false for a job without a
+// budget.
+func (j *Job) AgentTokens() (used, budget int64, ok bool) {
+	var b *int64
+	if json.Unmarshal(j.Extra[AgentTokenBudget], &b) != nil || b == nil {
+		return 0, 0, false
+	}
+	if j.Progress != nil && j.Progress.TokensUsed != nil {
+		used = *j.Progress.TokensUsed
+	}
+	return used, *b, true
+}
+
 // AgentParent is the job id j names in ext_agent_parent_id ("": none).
 func AgentParent(j *Job) string {
 	var id string

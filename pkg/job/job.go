@@ -181,6 +181,9 @@ type Progress struct {
 	Message   string          `json:"message,omitempty"`
 	Data      json.RawMessage `json:"data,omitempty"`
 	UpdatedAt string          `json:"updated_at"`
+	// TokensUsed is the attempt's AI agent tokens, as last reported
+	// (ext_agent_tokens_used; docs/ai-agents.md).
+	TokensUsed *int64 `json:"tokens_used,omitempty"`
 }
 
 // ProgressShown is the progress a job shows: a completed job whose attempt
@@ -311,6 +314,9 @@ func (j *Job) MarshalJSON() ([]byte, error) {
 		if _, defined := merged[k]; !defined {
 			merged[k] = v
 		}
+	}
+	if used, _, ok := j.AgentTokens(); ok {
+		merged[AgentTokensUsed], _ = json.Marshal(used)
 	}
 	return json.Marshal(merged)
 }

@@ -155,3 +155,50 @@ func TestAgentDelegationChain(t *testing.T) {
 		t.Fatalf("an unknown parent: %v", err)
 	}
 }
+
+// An agent task's progress reports carry the tokens its attempt used: the
+// envelope shows them, and a report past the job's token budget fails the
+// attempt with AGENT_TOKEN_BUDGET_EXCEEDED under the retry policy; the
+// next attempt starts at 0.
+func TestAgentTokenBudget(t *testing.T) {
+	t.Parallel()
+	s, _, clk := newServices(t)
+	ctx := context.Background()
+	pushed, err := s.Push(ctx, []byte(`{"type":"ai.agent.chat","args":[],"queue":"agents","ext_agent_token_budget":100,"retry":{"max_attempts":2}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens := func(j *job.Job) string {
+		b, _ := json.Marshal(j)
+		var m map[string]json.RawMessage
+		_ = json.Unmarshal(b, &m)
+		return string(m["ext_agent_tokens_used"])
+	}
+	if got := tokens(pushed); got != "0" {
+		t.Fatalf("tokens at enqueue: %s", got)
+	}
+	fetch := func() {
+		t.Helper()
+		if got, err := s.Fetch(ctx, lifecycle.FetchRequest{Queues: []string{"agents"}, WorkerID: "w"}); err != nil || len(got) != 1 {
+			t.Fatalf("fetch: %d %v", len(got), err)
+		}
+	}
+	fetch()
+	used := func(n int64) *int64 { return &n }
+	j, err := s.ReportProgress(ctx, pushed.ID, lifecycle.ProgressInput{TokensUsed: used(60)})
+	if err != nil || j.State != job.Active || tokens(j) != "60" {
+		t.Fatalf("60 of 100 tokens: %v %s %v", j.State, tokens(j), err)
+	}
+	if _, err := s.ReportProgress(ctx, pushed.ID, lifecycle.ProgressInput{TokensUsed: used(-1)}); ojserr.As(err).Status() != 400 {
+		t.Fatalf("negative tokens: %v", err)
+	}
+	j, err = s.ReportProgress(ctx, pushed.ID, lifecycle.ProgressInput{TokensUsed: used(150)})
+	if err != nil || j.State != job.Retryable || j.Error == nil || j.Error.Type != lifecycle.AgentTokenBudgetExceeded {
+		t.Fatalf("150 of 100 tokens: %v %+v %v", j.State, j.Error, err)
+	}
+	clk.Add(time.Hour)
+	fetch()
+	if j, _ := s.Info(ctx, pushed.ID); j.Attempt != 2 || tokens(j) != "0" {
+		t.Fatalf("the next attempt: attempt %d tokens %s", j.Attempt, tokens(j))
+	}
+}

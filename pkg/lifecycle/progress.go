@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"time"
 
@@ -18,6 +19,10 @@ const (
 	MaxProgressMessage   = 1024
 )
 
+// AgentTokenBudgetExceeded is the error of an attempt that reported more
+// tokens than its job's budget (ojs-ai-agents.md 3.1).
+const AgentTokenBudgetExceeded = "AGENT_TOKEN_BUDGET_EXCEEDED"
+
 // ProgressInput is a worker's progress report as sent: at least one of
 // its fields is set.
 type ProgressInput struct {
@@ -28,6 +33,10 @@ type ProgressInput struct {
 	// at most MaxProgressDataBytes, kept across attempts and shown on the
 	// job as last_checkpoint.
 	Checkpoint json.RawMessage `json:"checkpoint"`
+	// TokensUsed is the AI agent tokens the attempt has used so far
+	// (ext_agent_tokens_used): past the job's ext_agent_token_budget the
+	// attempt fails (docs/ai-agents.md).
+	TokensUsed *int64 `json:"ext_agent_tokens_used"`
 }
 
 // ReportProgress records a progress report on an active job and counts
@@ -44,8 +53,10 @@ func (s *Service) ReportProgress(ctx context.Context, id string, in ProgressInpu
 		data = nil
 	}
 	switch {
-	case in.Progress == nil && in.Message == "" && data == nil:
-		return nil, ojserr.Invalid("progress", "A progress report needs 'progress', 'message' or 'data'.")
+	case in.Progress == nil && in.Message == "" && data == nil && in.TokensUsed == nil:
+		return nil, ojserr.Invalid("progress", "A progress report needs 'progress', 'message', 'data' or 'ext_agent_tokens_used'.")
+	case in.TokensUsed != nil && *in.TokensUsed < 0:
+		return nil, ojserr.Invalid("ext_agent_tokens_used", "'ext_agent_tokens_used' must be a whole number of at least 0.")
 	case in.Progress != nil && math.IsNaN(*in.Progress):
 		return nil, ojserr.Invalid("progress", "'progress' must be a number from 0 to 1.")
 	case data != nil && (len(data) > MaxProgressDataBytes || data[0] != '{'):
@@ -56,7 +67,7 @@ func (s *Service) ReportProgress(ctx context.Context, id string, in ProgressInpu
 		return nil, ojserr.Invalid("message", "'message' is longer than %d characters.", MaxProgressMessage)
 	}
 	now := s.Now()
-	p := job.Progress{Message: in.Message, Data: data, UpdatedAt: job.Timestamp(now)}
+	p := job.Progress{Message: in.Message, Data: data, UpdatedAt: job.Timestamp(now), TokensUsed: in.TokensUsed}
 	if in.Progress != nil {
 		v := min(max(*in.Progress, 0), 1)
 		p.Value = &v
@@ -77,6 +88,13 @@ func (s *Service) ReportProgress(ctx context.Context, id string, in ProgressInpu
 	}
 	if err != nil {
 		return nil, store.APIError(err, id, "report progress of")
+	}
+	if used, budget, ok := j.AgentTokens(); ok && used > budget {
+		// ojs-ai-agents.md 3.1: the attempt fails with
+		// AGENT_TOKEN_BUDGET_EXCEEDED under the job's retry policy; the
+		// next attempt starts with no tokens used.
+		return s.Nack(ctx, id, ErrorInput{Type: AgentTokenBudgetExceeded, Code: AgentTokenBudgetExceeded,
+			Message: fmt.Sprintf("The attempt used %d tokens; the job's budget is %d.", used, budget)}, j.Attempt)
 	}
 	if _, _, err := s.extend(ctx, id, "", time.Time{}, now); err != nil {
 		s.log.WarnContext(ctx, "progress heartbeat failed", "job_id", id, "error", err.Error())
