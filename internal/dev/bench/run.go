@@ -232,17 +232,20 @@ func (b *bencher) snapshot() (snap, error) {
 }
 
 func (s snap) sub(before snap) Delta {
-	d := Delta{Functions: map[string]callstats.Set{}, ESM: s.esm.Sub(before.esm), Invocations: map[string]int{}, Busy: map[string]time.Duration{}}
+	d := Delta{Functions: map[string]callstats.Set{}, ESM: s.esm.Sub(before.esm), Invocations: minus(s.inv, before.inv), Busy: minus(s.busy, before.busy)}
 	for fn, set := range s.fns {
 		d.Functions[fn] = set.Sub(before.fns[fn])
 	}
-	for fn, n := range s.inv {
-		d.Invocations[fn] = n - before.inv[fn]
-	}
-	for fn, t := range s.busy {
-		d.Busy[fn] = t - before.busy[fn]
-	}
 	return d
+}
+
+// minus is now - then, key by key (the keys of now).
+func minus[V int | int64 | time.Duration](now, then map[string]V) map[string]V {
+	out := make(map[string]V, len(now))
+	for k, v := range now {
+		out[k] = v - then[k]
+	}
+	return out
 }
 
 // activity is what must stop changing for the stack to be quiet: the
@@ -313,10 +316,7 @@ func (b *bencher) measure(ctx context.Context, f func() error) (Delta, error) {
 		return Delta{}, err
 	}
 	d := after.sub(before)
-	d.LogBytes, d.StoredBytes = map[string]int64{}, now.stored-kept.stored
-	for fn, n := range now.logs {
-		d.LogBytes[fn] = n - kept.logs[fn]
-	}
+	d.LogBytes, d.StoredBytes = minus(now.logs, kept.logs), now.stored-kept.stored
 	return d, nil
 }
 

@@ -22,6 +22,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -430,39 +431,17 @@ func updateNames(u *ddbtypes.Update, attr string) bool {
 	return hasToken(expr, attr)
 }
 
-// setClause is the SET clause of an update expression ("" if none): from
-// the SET keyword to the next clause's (REMOVE, ADD, DELETE) or the end.
-func setClause(expr string) string {
-	up := strings.ToUpper(expr)
-	i := tokenIndex(up, "SET", 0)
-	if i < 0 {
-		return ""
-	}
-	end := len(expr)
-	for _, kw := range []string{"REMOVE", "ADD", "DELETE"} {
-		if j := tokenIndex(up, kw, i+3); j >= 0 && j < end {
-			end = j
-		}
-	}
-	return expr[i+3 : end]
-}
+// setClauseRe matches an update expression's SET clause: from the SET
+// keyword (a whole word, not a #name or :value) to the next clause's keyword
+// (REMOVE, ADD, DELETE, as whole words) or the end.
+var setClauseRe = regexp.MustCompile(`(?is)(?:^|[^\w#:])SET\b(?:(.*?[^\w#:])(?:REMOVE|ADD|DELETE)\b|(.*))`)
 
-// tokenIndex is the index of the first whole-word occurrence of kw in s at
-// or after from, or -1.
-func tokenIndex(s, kw string, from int) int {
-	for i := from; i <= len(s)-len(kw); {
-		j := strings.Index(s[i:], kw)
-		if j < 0 {
-			return -1
-		}
-		at := i + j
-		end := at + len(kw)
-		if (at == 0 || !isNameByte(s[at-1]) && s[at-1] != '#' && s[at-1] != ':') && (end == len(s) || !isNameByte(s[end])) {
-			return at
-		}
-		i = end
+// setClause is the SET clause of an update expression ("" if none).
+func setClause(expr string) string {
+	if m := setClauseRe.FindStringSubmatch(expr); m != nil {
+		return m[1] + m[2]
 	}
-	return -1
+	return ""
 }
 
 // hasToken reports whether tok occurs in expr as a whole name (not the
@@ -588,12 +567,10 @@ func ReadDir(dir string) (map[string]Set, error) {
 		if err := json.Unmarshal(b, &s); err != nil {
 			return nil, fmt.Errorf("%s: %w", f, err)
 		}
-		set := out[s.Process]
-		if set == nil {
-			set = Set{}
-			out[s.Process] = set
+		if out[s.Process] == nil {
+			out[s.Process] = Set{}
 		}
-		set.Add(s.Ops)
+		out[s.Process].Add(s.Ops)
 	}
 	return out, nil
 }
