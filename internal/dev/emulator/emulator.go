@@ -292,11 +292,8 @@ const minMemoryFree = 2 << 30
 // first removes the directories of runs whose process is gone.
 func memoryDir() string {
 	const shm = "/dev/shm"
-	var fs syscall.Statfs_t
-	if err := syscall.Statfs(shm, &fs); err != nil {
-		return ""
-	}
 	sweepMemoryDirs(shm)
+	var fs syscall.Statfs_t
 	if err := syscall.Statfs(shm, &fs); err != nil || uint64(fs.Bavail)*uint64(fs.Bsize) < minMemoryFree {
 		return ""
 	}

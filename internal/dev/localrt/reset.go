@@ -12,7 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
+	"sync/atomic"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -20,6 +20,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/ojs-aws/ojs-serverless/pkg/awsclient"
+	"golang.org/x/sync/errgroup"
 )
 
 // Wipe deletes every item of table (in parallel scan segments) and every
@@ -28,32 +29,25 @@ import (
 func Wipe(ctx context.Context, cfg aws.Config, table string, queueURLs []string) (int, error) {
 	db := dynamodb.NewFromConfig(cfg, awsclient.DynamoDBOptions)
 	const segments = 4
-	var (
-		mu    sync.Mutex
-		total int
-		errs  []error
-		wg    sync.WaitGroup
-	)
+	var g errgroup.Group
+	var total atomic.Int64
 	for seg := range segments {
-		wg.Go(func() {
+		g.Go(func() error {
 			n, err := wipeSegment(ctx, db, table, int32(seg), segments)
-			mu.Lock()
-			total += n
-			errs = append(errs, err)
-			mu.Unlock()
+			total.Add(int64(n))
+			return err
 		})
 	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return total, err
+	if err := g.Wait(); err != nil {
+		return int(total.Load()), err
 	}
 	client := sqs.NewFromConfig(cfg)
 	for _, u := range queueURLs {
 		if err := drain(ctx, client, u); err != nil {
-			return total, err
+			return int(total.Load()), err
 		}
 	}
-	return total, nil
+	return int(total.Load()), nil
 }
 
 // drain receives and deletes a queue's visible messages (PurgeQueue is a

@@ -247,11 +247,7 @@ func (rt *Runtime) Invocations() map[string]int {
 // Restarts returns how many execution environments of each function were
 // replaced after their process exited or timed out (a crash).
 func (rt *Runtime) Restarts() map[string]int {
-	out := map[string]int{}
-	for name, fn := range rt.fns {
-		out[name] = int(fn.restarts.Load())
-	}
-	return out
+	return perFunction(rt.fns, func(fn *Function) int { return int(fn.restarts.Load()) })
 }
 
 // InvocationTime returns, per function, the total time its invocations
@@ -266,9 +262,13 @@ func (rt *Runtime) InvocationTime() map[string]time.Duration {
 // InitTimes returns, per function, the init duration (process start to its
 // first Runtime API "next") of each execution environment started so far.
 func (rt *Runtime) InitTimes() map[string][]time.Duration {
-	out := map[string][]time.Duration{}
-	for name, fn := range rt.fns {
-		out[name] = fn.InitTimes()
+	return perFunction(rt.fns, (*Function).InitTimes)
+}
+
+func perFunction[V any](fns map[string]*Function, f func(*Function) V) map[string]V {
+	out := make(map[string]V, len(fns))
+	for name, fn := range fns {
+		out[name] = f(fn)
 	}
 	return out
 }

@@ -125,8 +125,7 @@ func (f *Function) Start() error {
 // Invoke runs one invocation synchronously, like the Lambda Invoke API
 // with RequestResponse. A function error is returned as *FunctionError.
 func (f *Function) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
-	var took time.Duration
-	return f.invoke(ctx, payload, &took)
+	return f.invoke(ctx, payload, new(time.Duration))
 }
 
 // RequestTooLargeError is Lambda refusing an invocation whose payload passes

@@ -7,6 +7,7 @@
 package profile
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -23,10 +24,7 @@ func init() {
 	if err != nil || window <= 0 {
 		window = 20 * time.Second
 	}
-	name := filepath.Base(os.Args[0])
-	if fn := os.Getenv("AWS_LAMBDA_FUNCTION_NAME"); fn != "" {
-		name = fn
-	}
+	name := cmp.Or(os.Getenv("AWS_LAMBDA_FUNCTION_NAME"), filepath.Base(os.Args[0]))
 	go func() {
 		for n := 0; ; n++ {
 			f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%d-%d.pprof", name, os.Getpid(), n)))

@@ -15,12 +15,8 @@ type client struct {
 
 func (c client) do(method, path string, body any) (int, map[string]any, error) {
 	var rd io.Reader
-	switch b := body.(type) {
-	case nil:
-	case rawJSON:
-		rd = bytes.NewReader([]byte(b))
-	default:
-		raw, _ := json.Marshal(b)
+	if body != nil {
+		raw, _ := json.Marshal(body)
 		rd = bytes.NewReader(raw)
 	}
 	req, _ := http.NewRequest(method, c.base+path, rd)
@@ -38,10 +34,19 @@ func (c client) do(method, path string, body any) (int, map[string]any, error) {
 	return res.StatusCode, out, nil
 }
 
+// push enqueues a job and returns it as the API answered.
+func (c client) push(body map[string]any) (map[string]any, error) {
+	st, out, err := c.do(http.MethodPost, "/ojs/v1/jobs", body)
+	if err != nil || st != http.StatusCreated {
+		return nil, fmt.Errorf("push: status %d %v %v", st, out, err)
+	}
+	return out["job"].(map[string]any), nil
+}
+
 // waitDone waits until the job is completed or discarded and returns it.
-func (c client) waitDone(id string) (map[string]any, error) {
+func (c client) waitDone(id any) (map[string]any, error) {
 	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		_, out, err := c.do(http.MethodGet, "/ojs/v1/jobs/"+id, nil)
+		_, out, err := c.do(http.MethodGet, fmt.Sprint("/ojs/v1/jobs/", id), nil)
 		if j, _ := out["job"].(map[string]any); err != nil || j["state"] == "completed" || j["state"] == "discarded" {
 			return j, err
 		}
@@ -60,50 +65,43 @@ func show(v any) string {
 func runJobsDemo(base, token string) error {
 	c := client{base: base, token: token}
 	fmt.Println("== Demo 1: push mode (SQS -> worker function)")
-	st, out, err := c.do(http.MethodPost, "/ojs/v1/jobs", map[string]any{"type": "demo.greet", "args": []any{"OJS on AWS"}, "options": map[string]any{"queue": "lambda"}})
-	if err != nil || st != http.StatusCreated {
-		return fmt.Errorf("push: status %d %v %v", st, out, err)
-	}
-	id := out["job"].(map[string]any)["id"].(string)
-	fmt.Printf("   POST /ojs/v1/jobs -> 201, job %s is %s\n", id, out["job"].(map[string]any)["state"])
-	start := time.Now()
-	j, err := c.waitDone(id)
+	j, err := c.push(map[string]any{"type": "demo.greet", "args": []any{"OJS on AWS"}, "options": map[string]any{"queue": "lambda"}})
 	if err != nil {
+		return err
+	}
+	fmt.Printf("   POST /ojs/v1/jobs -> 201, job %s is %s\n", j["id"], j["state"])
+	start := time.Now()
+	if j, err = c.waitDone(j["id"]); err != nil {
 		return err
 	}
 	fmt.Printf("   the stream function relayed it to SQS, the worker ran demo.greet: %s after %v, result %s\n\n", j["state"], time.Since(start).Round(time.Millisecond), show(j["result"]))
 
 	fmt.Println("== Demo 2: a handler that fails once, retried after its backoff")
-	_, out, err = c.do(http.MethodPost, "/ojs/v1/jobs", map[string]any{"type": "test.fail_once", "args": []any{}, "options": map[string]any{"queue": "lambda", "retry": map[string]any{"max_attempts": 3, "initial_interval": "PT1S"}}})
-	if err != nil {
-		return err
+	if j, err = c.push(map[string]any{"type": "test.fail_once", "args": []any{}, "options": map[string]any{"queue": "lambda", "retry": map[string]any{"max_attempts": 3, "initial_interval": "PT1S"}}}); err == nil {
+		j, err = c.waitDone(j["id"])
 	}
-	id = out["job"].(map[string]any)["id"].(string)
-	j, err = c.waitDone(id)
 	if err != nil {
 		return err
 	}
 	errs, _ := j["errors"].([]any)
-	fmt.Printf("   job %s: %s on attempt %v after %d recorded failure(s); result %s\n\n", id, j["state"], j["attempt"], len(errs), show(j["result"]))
+	fmt.Printf("   job %s: %s on attempt %v after %d recorded failure(s); result %s\n\n", j["id"], j["state"], j["attempt"], len(errs), show(j["result"]))
 
 	fmt.Println("== Demo 3: pull mode (an external worker fetches and acknowledges)")
-	_, out, err = c.do(http.MethodPost, "/ojs/v1/jobs", map[string]any{"type": "report.generate", "args": []any{42}})
-	if err != nil {
+	if j, err = c.push(map[string]any{"type": "report.generate", "args": []any{42}}); err != nil {
 		return err
 	}
-	id = out["job"].(map[string]any)["id"].(string)
-	_, out, err = c.do(http.MethodPost, "/ojs/v1/workers/fetch", map[string]any{"queues": []string{"default"}, "worker_id": "demo-worker"})
+	_, out, err := c.do(http.MethodPost, "/ojs/v1/workers/fetch", map[string]any{"queues": []string{"default"}, "worker_id": "demo-worker"})
 	if err != nil {
 		return err
 	}
 	jobs, _ := out["jobs"].([]any)
 	fmt.Printf("   fetched %d job(s) from queue default\n", len(jobs))
-	st, _, err = c.do(http.MethodPost, "/ojs/v1/workers/ack", map[string]any{"job_id": id, "result": map[string]any{"rows": 42}})
+	st, _, err := c.do(http.MethodPost, "/ojs/v1/workers/ack", map[string]any{"job_id": j["id"], "result": map[string]any{"rows": 42}})
 	if err != nil {
 		return err
 	}
-	_, out, _ = c.do(http.MethodGet, "/ojs/v1/jobs/"+id, nil)
-	fmt.Printf("   ack -> %d; job %s is %s\n\n", st, id, out["job"].(map[string]any)["state"])
+	_, out, _ = c.do(http.MethodGet, fmt.Sprint("/ojs/v1/jobs/", j["id"]), nil)
+	fmt.Printf("   ack -> %d; job %s is %s\n\n", st, j["id"], out["job"].(map[string]any)["state"])
 	return nil
 }
 

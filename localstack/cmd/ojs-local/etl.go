@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -36,7 +37,7 @@ func runETLDemo(base, token string) error {
 // note follows its id) and prints every change of line(workflow) until it
 // finishes, then returns it as it finished.
 func watchWorkflow(c client, body, what, note string, line func(w map[string]any) string) (map[string]any, error) {
-	st, out, err := c.do(http.MethodPost, "/ojs/v1/workflows", rawJSON(body))
+	st, out, err := c.do(http.MethodPost, "/ojs/v1/workflows", json.RawMessage(body))
 	if err != nil || st != http.StatusCreated {
 		return nil, fmt.Errorf("create %s: status %d %v %v", what, st, out, err)
 	}
@@ -110,5 +111,3 @@ func runDiamondDemo(c client, base string) error {
 	fmt.Printf("   notify received both branches' results, keyed by step id:\n   curl -s %s/ojs/v1/jobs/%v\n\n", base, notify)
 	return nil
 }
-
-type rawJSON string
