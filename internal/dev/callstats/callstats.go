@@ -314,27 +314,22 @@ func describe(in, out any, err error) callFacts {
 			c.items += Chunks(n)
 		}
 	}
-	switch v := out.(type) {
-	case *sqs.ReceiveMessageOutput:
-		c.items = int64(len(v.Messages))
-		if len(v.Messages) == 0 {
-			c.empty = 1
-		}
-	default:
-		// A DynamoDB output's consumed capacity: one, or one per table.
-		if f, ok := field(out, "ConsumedCapacity"); ok {
-			switch x := f.Interface().(type) {
-			case *ddbtypes.ConsumedCapacity:
-				if x != nil {
-					cc = []ddbtypes.ConsumedCapacity{*x}
-				}
-			case []ddbtypes.ConsumedCapacity:
-				cc = x
+	// A DynamoDB output's consumed capacity: one, or one per table.
+	if f, ok := field(out, "ConsumedCapacity"); ok {
+		switch x := f.Interface().(type) {
+		case *ddbtypes.ConsumedCapacity:
+			if x != nil {
+				cc = []ddbtypes.ConsumedCapacity{*x}
 			}
+		case []ddbtypes.ConsumedCapacity:
+			cc = x
 		}
-		// DynamoDB Streams GetRecords, read by reflection so that the
-		// functions (which never read streams) do not link its client.
-		if f, ok := field(out, "Records"); ok && f.Kind() == reflect.Slice {
+	}
+	// An SQS receive's messages, or DynamoDB Streams GetRecords' records:
+	// read by reflection so that the functions (which never read streams)
+	// do not link its client.
+	for _, name := range []string{"Messages", "Records"} {
+		if f, ok := field(out, name); ok && f.Kind() == reflect.Slice {
 			c.items = int64(f.Len())
 			if f.Len() == 0 {
 				c.empty = 1

@@ -3,7 +3,6 @@ package localrt
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"slices"
 	"sync"
@@ -215,71 +214,55 @@ func (rt *Runtime) deliverBatch(ctx context.Context, recs []types.Record, enc []
 	return len(recs)
 }
 
-// lambdaRecords renders stream records exactly as the Lambda event source
-// mapping does (events.DynamoDBEventRecord JSON).
-func lambdaRecords(recs []types.Record, arn string) []map[string]any {
-	out := make([]map[string]any, len(recs))
+// lambdaRecords renders stream records as the Lambda event source mapping
+// does: events.DynamoDBEventRecord, what the stream function decodes.
+func lambdaRecords(recs []types.Record, arn string) []events.DynamoDBEventRecord {
+	out := make([]events.DynamoDBEventRecord, len(recs))
 	for i, r := range recs {
 		d := r.Dynamodb
-		dyn := map[string]any{
-			"Keys": image(d.Keys), "SequenceNumber": aws.ToString(d.SequenceNumber),
-			"SizeBytes": aws.ToInt64(d.SizeBytes), "StreamViewType": string(d.StreamViewType),
-		}
+		out[i] = events.DynamoDBEventRecord{EventID: aws.ToString(r.EventID), EventName: string(r.EventName), EventVersion: aws.ToString(r.EventVersion),
+			EventSource: "aws:dynamodb", AWSRegion: "us-east-1", EventSourceArn: arn, Change: events.DynamoDBStreamRecord{
+				Keys: image(d.Keys), NewImage: image(d.NewImage), OldImage: image(d.OldImage), SequenceNumber: aws.ToString(d.SequenceNumber),
+				SizeBytes: aws.ToInt64(d.SizeBytes), StreamViewType: string(d.StreamViewType)}}
 		if d.ApproximateCreationDateTime != nil {
-			dyn["ApproximateCreationDateTime"] = d.ApproximateCreationDateTime.Unix()
-		}
-		if len(d.NewImage) > 0 {
-			dyn["NewImage"] = image(d.NewImage)
-		}
-		if len(d.OldImage) > 0 {
-			dyn["OldImage"] = image(d.OldImage)
-		}
-		out[i] = map[string]any{
-			"eventID": aws.ToString(r.EventID), "eventName": string(r.EventName), "eventVersion": aws.ToString(r.EventVersion),
-			"eventSource": "aws:dynamodb", "awsRegion": "us-east-1", "dynamodb": dyn, "eventSourceARN": arn,
+			out[i].Change.ApproximateCreationDateTime = events.SecondsEpochTime{Time: d.ApproximateCreationDateTime.Truncate(time.Second)}
 		}
 	}
 	return out
 }
 
-func image(m map[string]types.AttributeValue) map[string]any {
-	out := make(map[string]any, len(m))
+func image(m map[string]types.AttributeValue) map[string]events.DynamoDBAttributeValue {
+	out := make(map[string]events.DynamoDBAttributeValue, len(m))
 	for k, v := range m {
 		out[k] = attr(v)
 	}
 	return out
 }
 
-func attr(v types.AttributeValue) map[string]any {
+func attr(v types.AttributeValue) events.DynamoDBAttributeValue {
 	switch t := v.(type) {
 	case *types.AttributeValueMemberS:
-		return map[string]any{"S": t.Value}
+		return events.NewStringAttribute(t.Value)
 	case *types.AttributeValueMemberN:
-		return map[string]any{"N": t.Value}
+		return events.NewNumberAttribute(t.Value)
 	case *types.AttributeValueMemberBOOL:
-		return map[string]any{"BOOL": t.Value}
-	case *types.AttributeValueMemberNULL:
-		return map[string]any{"NULL": true}
+		return events.NewBooleanAttribute(t.Value)
 	case *types.AttributeValueMemberB:
-		return map[string]any{"B": base64.StdEncoding.EncodeToString(t.Value)}
+		return events.NewBinaryAttribute(t.Value)
 	case *types.AttributeValueMemberSS:
-		return map[string]any{"SS": t.Value}
+		return events.NewStringSetAttribute(t.Value)
 	case *types.AttributeValueMemberNS:
-		return map[string]any{"NS": t.Value}
+		return events.NewNumberSetAttribute(t.Value)
 	case *types.AttributeValueMemberBS:
-		l := make([]string, len(t.Value))
-		for i, b := range t.Value {
-			l[i] = base64.StdEncoding.EncodeToString(b)
-		}
-		return map[string]any{"BS": l}
+		return events.NewBinarySetAttribute(t.Value)
 	case *types.AttributeValueMemberL:
-		l := make([]any, len(t.Value))
+		l := make([]events.DynamoDBAttributeValue, len(t.Value))
 		for i, e := range t.Value {
 			l[i] = attr(e)
 		}
-		return map[string]any{"L": l}
+		return events.NewListAttribute(l)
 	case *types.AttributeValueMemberM:
-		return map[string]any{"M": image(t.Value)}
+		return events.NewMapAttribute(image(t.Value))
 	}
-	return map[string]any{"NULL": true}
+	return events.NewNullAttribute()
 }
