@@ -533,17 +533,21 @@ func splitQueue(count int) string { return fmt.Sprintf("bench-split-%d", count) 
 func (b *bencher) splitRun(ctx context.Context, n int, emptyFetchCost float64) (SplitRun, error) {
 	r := SplitRun{Jobs: n, FetchCount: b.o.Settings.FetchCount}
 	// measured runs f, its progress bar labelled label, between two quiet
-	// moments and returns the DynamoDB requests per job it made (empty FETCH
-	// polls left out).
-	measured := func(label string, f func(*Progress) error) (float64, error) {
+	// moments and returns n jobs over the time f reports, and the DynamoDB
+	// requests per job it made (empty FETCH polls left out).
+	measured := func(label string, f func(*Progress) (time.Duration, error)) (rate, perJob float64, err error) {
 		prog := NewProgress(b.o.Progress, label, n)
 		defer prog.Done()
-		d, err := b.measure(ctx, func() error { return f(prog) })
+		var took time.Duration
+		d, err := b.measure(ctx, func() (err error) {
+			took, err = f(prog)
+			return err
+		})
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		per, _ := Account(d, n, b.env, int(b.empties.Load()), emptyFetchCost)
-		return round(per.DynamoDB-per.EmptyFetchDynamoDB, 2), nil
+		return round(float64(n)/took.Seconds(), 1), round(per.DynamoDB-per.EmptyFetchDynamoDB, 2), nil
 	}
 	counts := []int{1}
 	if r.FetchCount > 1 {
@@ -551,12 +555,9 @@ func (b *bencher) splitRun(ctx context.Context, n int, emptyFetchCost float64) (
 	}
 	for i, count := range counts {
 		queue := splitQueue(count)
-		var (
-			mu   sync.Mutex
-			lat  []time.Duration
-			took time.Duration
-		)
-		perJob, err := measured(fmt.Sprintf("enqueue (%d)", i+1), func(prog *Progress) error {
+		var mu sync.Mutex
+		var lat []time.Duration
+		rate, perJob, err := measured(fmt.Sprintf("enqueue (%d)", i+1), func(prog *Progress) (time.Duration, error) {
 			start := time.Now()
 			err := enqueue(ctx, n, b.o.Settings.Clients, 0, func(ctx context.Context, i int) error {
 				t := time.Now()
@@ -567,25 +568,21 @@ func (b *bencher) splitRun(ctx context.Context, n int, emptyFetchCost float64) (
 				mu.Unlock()
 				return err
 			})
-			took = time.Since(start)
-			return err
+			return time.Since(start), err
 		})
 		if err != nil {
 			return r, err
 		}
 		if i == 0 {
-			r.EnqueuePerSecond, r.EnqueueLatency, r.EnqueueDynamoDB = round(float64(n)/took.Seconds(), 1), Summarize(lat), perJob
+			r.EnqueuePerSecond, r.EnqueueLatency, r.EnqueueDynamoDB = rate, Summarize(lat), perJob
 		}
-		perJob, err = measured(fmt.Sprintf("fetch %d + ack", count), func(prog *Progress) error {
+		if rate, perJob, err = measured(fmt.Sprintf("fetch %d + ack", count), func(prog *Progress) (time.Duration, error) {
 			start := time.Now()
 			end, err := b.pullWorkers(ctx, queue, n, count, prog)
-			took = end.Sub(start)
-			return err
-		})
-		if err != nil {
+			return end.Sub(start), err
+		}); err != nil {
 			return r, err
 		}
-		rate := round(float64(n)/took.Seconds(), 1)
 		if count == 1 {
 			r.FetchAck1PerSecond, r.FetchAck1DynamoDB = rate, perJob
 		} else {

@@ -14,6 +14,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -391,9 +392,7 @@ func writeOverlay(dir, tmp string) (string, error) {
 		}
 		patched[e.file] = strings.Replace(src, e.anchor, e.replace, 1)
 	}
-	for f, src := range added {
-		patched[f] = src
-	}
+	maps.Copy(patched, added)
 	for f, src := range patched {
 		p := filepath.Join(tmp, strings.ReplaceAll(f, "/", "_"))
 		if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
