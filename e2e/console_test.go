@@ -11,12 +11,10 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/ojs-aws/ojs-serverless/internal/dev/cdp"
 )
 
 // The web console in a real browser: Debian's headless Chromium, driven
-// through the DevTools protocol (internal/dev/cdp). `make test` installs
+// through the DevTools protocol (e2e/cdp_test.go). `make test` installs
 // Chromium when it is missing (make chromium); without it these tests
 // fail and say how to install it. OJS_CONSOLE_SCREENSHOTS=<dir> also
 // writes the dashboard and a workflow page as PNG there (docs/ holds the
@@ -43,13 +41,13 @@ func wantBrowser(t *testing.T) {
 	}
 }
 
-func browser(t *testing.T) (*cdp.Page, context.Context) {
+func browser(t *testing.T) (*cdpPage, context.Context) {
 	t.Helper()
-	bin, err := cdp.Find()
+	bin, err := findChromium()
 	if err != nil {
 		t.Fatalf("the console tests need Chromium: %v", err)
 	}
-	b, err := cdp.Launch(bin, 1400, 900)
+	b, err := launchChromium(bin, 1400, 900)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,14 +65,14 @@ func browser(t *testing.T) (*cdp.Page, context.Context) {
 	return p, ctx
 }
 
-func open(t *testing.T, ctx context.Context, p *cdp.Page, path string) {
+func open(t *testing.T, ctx context.Context, p *cdpPage, path string) {
 	t.Helper()
 	if err := p.Navigate(ctx, baseURL+path); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func eval[T any](t *testing.T, ctx context.Context, p *cdp.Page, expr string) T {
+func eval[T any](t *testing.T, ctx context.Context, p *cdpPage, expr string) T {
 	t.Helper()
 	var v T
 	if err := p.Eval(ctx, expr, &v); err != nil {
@@ -88,7 +86,7 @@ func eval[T any](t *testing.T, ctx context.Context, p *cdp.Page, expr string) T 
 const graphStates = `Object.fromEntries(Array.from(document.querySelectorAll("svg.wf-graph [data-step-id]")).map(e => [e.dataset.stepId, e.dataset.state]))`
 
 // waitGraph waits until the open page's graph shows node id in state.
-func waitGraph(t *testing.T, ctx context.Context, p *cdp.Page, id, state string) map[string]string {
+func waitGraph(t *testing.T, ctx context.Context, p *cdpPage, id, state string) map[string]string {
 	t.Helper()
 	deadline := time.Now().Add(settle)
 	var last map[string]string
@@ -104,7 +102,7 @@ func waitGraph(t *testing.T, ctx context.Context, p *cdp.Page, id, state string)
 
 // waitJobNode waits until the node of job jid shows state, and returns
 // the node's step id.
-func waitJobNode(t *testing.T, ctx context.Context, p *cdp.Page, jid, state string) string {
+func waitJobNode(t *testing.T, ctx context.Context, p *cdpPage, jid, state string) string {
 	t.Helper()
 	deadline := time.Now().Add(settle)
 	var last [2]string
@@ -166,7 +164,7 @@ func firstStep(states map[string]string) string {
 	return ""
 }
 
-func screenshot(t *testing.T, ctx context.Context, p *cdp.Page, name string) {
+func screenshot(t *testing.T, ctx context.Context, p *cdpPage, name string) {
 	dir := os.Getenv("OJS_CONSOLE_SCREENSHOTS")
 	if dir == "" {
 		return

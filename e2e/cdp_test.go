@@ -1,8 +1,8 @@
-// Package cdp drives a headless Chromium through the DevTools protocol
+// The console tests drive a headless Chromium through the DevTools protocol
 // over --remote-debugging-pipe (file descriptors 3 and 4, messages ended
 // by a NUL byte), with the standard library only. It does what the console
 // tests need: open a page, evaluate JavaScript, set headers, screenshot.
-package cdp
+package e2e
 
 import (
 	"bufio"
@@ -18,9 +18,9 @@ import (
 	"time"
 )
 
-// Find returns the Chromium binary: $CHROMIUM, else chromium or
+// findChromium returns the Chromium binary: $CHROMIUM, else chromium or
 // chromium-browser on PATH.
-func Find() (string, error) {
+func findChromium() (string, error) {
 	if p := os.Getenv("CHROMIUM"); p != "" {
 		return p, nil
 	}
@@ -32,18 +32,18 @@ func Find() (string, error) {
 	return "", errors.New("no Chromium found (set CHROMIUM, or install it: apt-get update && apt-get install -y chromium; `make chromium` does that)")
 }
 
-// Browser is a running headless Chromium.
-type Browser struct {
+// cdpBrowser is a running headless Chromium.
+type cdpBrowser struct {
 	cmd     *exec.Cmd
 	w       *os.File
 	mu      sync.Mutex
 	next    int
-	pending map[int]chan message
+	pending map[int]chan cdpMessage
 	done    chan struct{}
 	dir     string
 }
 
-type message struct {
+type cdpMessage struct {
 	ID        int             `json:"id,omitempty"`
 	Method    string          `json:"method,omitempty"`
 	Params    any             `json:"params,omitempty"`
@@ -55,8 +55,8 @@ type message struct {
 	} `json:"error,omitempty"`
 }
 
-// Launch starts a headless Chromium (bin) with a fresh profile.
-func Launch(bin string, width, height int) (*Browser, error) {
+// launchChromium starts a headless Chromium (bin) with a fresh profile.
+func launchChromium(bin string, width, height int) (*cdpBrowser, error) {
 	dir, err := os.MkdirTemp("", "ojs-chromium-")
 	if err != nil {
 		return nil, err
@@ -78,12 +78,12 @@ func Launch(bin string, width, height int) (*Browser, error) {
 	}
 	inR.Close()
 	outW.Close()
-	b := &Browser{cmd: cmd, w: inW, pending: map[int]chan message{}, done: make(chan struct{}), dir: dir}
+	b := &cdpBrowser{cmd: cmd, w: inW, pending: map[int]chan cdpMessage{}, done: make(chan struct{}), dir: dir}
 	go b.read(outR)
 	return b, nil
 }
 
-func (b *Browser) read(f *os.File) {
+func (b *cdpBrowser) read(f *os.File) {
 	defer close(b.done)
 	r := bufio.NewReaderSize(f, 1<<20)
 	for {
@@ -91,7 +91,7 @@ func (b *Browser) read(f *os.File) {
 		if err != nil {
 			return
 		}
-		var m message
+		var m cdpMessage
 		if json.Unmarshal(raw[:len(raw)-1], &m) != nil || m.ID == 0 {
 			continue // events are not needed
 		}
@@ -107,13 +107,13 @@ func (b *Browser) read(f *os.File) {
 
 // Call sends one command (to a page when session is set) and decodes its
 // result into out (may be nil).
-func (b *Browser) Call(ctx context.Context, session, method string, params, out any) error {
+func (b *cdpBrowser) Call(ctx context.Context, session, method string, params, out any) error {
 	b.mu.Lock()
 	b.next++
 	id := b.next
-	ch := make(chan message, 1)
+	ch := make(chan cdpMessage, 1)
 	b.pending[id] = ch
-	raw, err := json.Marshal(message{ID: id, Method: method, Params: params, SessionID: session})
+	raw, err := json.Marshal(cdpMessage{ID: id, Method: method, Params: params, SessionID: session})
 	if err == nil {
 		_, err = b.w.Write(append(raw, 0))
 	}
@@ -138,7 +138,7 @@ func (b *Browser) Call(ctx context.Context, session, method string, params, out 
 }
 
 // Close stops the browser and removes its profile.
-func (b *Browser) Close() {
+func (b *cdpBrowser) Close() {
 	_ = b.Call(context.Background(), "", "Browser.close", nil, nil)
 	select {
 	case <-b.done:
@@ -150,15 +150,15 @@ func (b *Browser) Close() {
 	os.RemoveAll(b.dir)
 }
 
-// Page is one tab.
-type Page struct {
-	b       *Browser
+// cdpPage is one tab.
+type cdpPage struct {
+	b       *cdpBrowser
 	session string
 }
 
 // NewPage opens a tab; headers (e.g. Authorization) are sent with every
 // request it makes.
-func (b *Browser) NewPage(ctx context.Context, headers map[string]string) (*Page, error) {
+func (b *cdpBrowser) NewPage(ctx context.Context, headers map[string]string) (*cdpPage, error) {
 	var t struct {
 		TargetID string `json:"targetId"`
 	}
@@ -171,7 +171,7 @@ func (b *Browser) NewPage(ctx context.Context, headers map[string]string) (*Page
 	if err := b.Call(ctx, "", "Target.attachToTarget", map[string]any{"targetId": t.TargetID, "flatten": true}, &s); err != nil {
 		return nil, err
 	}
-	p := &Page{b: b, session: s.SessionID}
+	p := &cdpPage{b: b, session: s.SessionID}
 	for _, m := range []string{"Page.enable", "Runtime.enable", "Network.enable"} {
 		if err := b.Call(ctx, p.session, m, nil, nil); err != nil {
 			return nil, err
@@ -186,7 +186,7 @@ func (b *Browser) NewPage(ctx context.Context, headers map[string]string) (*Page
 }
 
 // Navigate loads url and waits until the document has loaded.
-func (p *Page) Navigate(ctx context.Context, url string) error {
+func (p *cdpPage) Navigate(ctx context.Context, url string) error {
 	var r struct {
 		ErrorText string `json:"errorText"`
 	}
@@ -201,7 +201,7 @@ func (p *Page) Navigate(ctx context.Context, url string) error {
 
 // WaitLoaded waits until the page shows a URL starting with prefix (""
 // for any) and its document is complete.
-func (p *Page) WaitLoaded(ctx context.Context, prefix string) error {
+func (p *cdpPage) WaitLoaded(ctx context.Context, prefix string) error {
 	for {
 		var state struct {
 			URL, Ready string
@@ -220,7 +220,7 @@ func (p *Page) WaitLoaded(ctx context.Context, prefix string) error {
 
 // Eval evaluates a JavaScript expression in the page and decodes its
 // (JSON-serialisable) value into out.
-func (p *Page) Eval(ctx context.Context, expr string, out any) error {
+func (p *cdpPage) Eval(ctx context.Context, expr string, out any) error {
 	var r struct {
 		Result struct {
 			Value json.RawMessage `json:"value"`
@@ -249,7 +249,7 @@ func (p *Page) Eval(ctx context.Context, expr string, out any) error {
 }
 
 // Screenshot captures the whole page as PNG.
-func (p *Page) Screenshot(ctx context.Context) ([]byte, error) {
+func (p *cdpPage) Screenshot(ctx context.Context) ([]byte, error) {
 	var r struct {
 		Data string `json:"data"`
 	}
