@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"strconv"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/admin"
@@ -29,13 +30,7 @@ func (s *Server) addAdmin(a *api, ad *admin.Service) {
 		return ad.SetConfig(r.Context(), p("name"), raw)
 	}))
 	s.addPools(ad.Pools())
-	s.add(LevelAdmin, http.MethodGet, p+"/jobs", ok(func(r *http.Request, _ params) (any, error) {
-		q, err := admin.ParseJobQuery(r.URL.Query())
-		if err != nil {
-			return nil, err
-		}
-		return ad.SearchJobs(r.Context(), q)
-	}))
+	s.add(LevelAdmin, http.MethodGet, p+"/jobs", queried(admin.ParseJobQuery, ad.SearchJobs))
 	s.add(LevelAdmin, http.MethodGet, p+"/jobs/{id}", ok(func(r *http.Request, p params) (any, error) {
 		m, _, err := ad.JobDetail(r.Context(), p("id"))
 		return m, err
@@ -49,20 +44,8 @@ func (s *Server) addAdmin(a *api, ad *admin.Service) {
 	s.add(LevelAdmin, http.MethodGet, p+"/workers/{id}", byPath("", "id", ad.Worker))
 	s.add(LevelAdmin, http.MethodDelete, p+"/workers/{id}", noContent(ad.Deregister))
 	s.add(LevelAdmin, http.MethodGet, p+"/stats", ok(func(r *http.Request, _ params) (any, error) { return ad.Stats(r.Context()) }))
-	s.add(LevelAdmin, http.MethodGet, p+"/stats/history", ok(func(r *http.Request, _ params) (any, error) {
-		q, err := ad.ParseHistoryQuery(r.URL.Query())
-		if err != nil {
-			return nil, err
-		}
-		return ad.History(r.Context(), q)
-	}))
-	s.add(LevelAdmin, http.MethodGet, p+"/dead-letter", ok(func(r *http.Request, _ params) (any, error) {
-		q, err := admin.ParseJobQuery(r.URL.Query())
-		if err != nil {
-			return nil, err
-		}
-		return ad.DeadLetter(r.Context(), q)
-	}))
+	s.add(LevelAdmin, http.MethodGet, p+"/stats/history", queried(ad.ParseHistoryQuery, ad.History))
+	s.add(LevelAdmin, http.MethodGet, p+"/dead-letter", queried(admin.ParseJobQuery, ad.DeadLetter))
 	if a.dead != nil {
 		s.add(LevelAdmin, http.MethodGet, p+"/dead-letter/stats", ok(func(r *http.Request, _ params) (any, error) { return a.dead.Stats(r.Context()) }))
 		s.add(LevelAdmin, http.MethodGet, p+"/dead-letter/{id}", byPath("job", "id", a.dead.Get))
@@ -96,6 +79,17 @@ func noContent(op func(context.Context, string) error) handlerFunc {
 		w.WriteHeader(http.StatusNoContent)
 		return nil
 	}
+}
+
+// queried serves op on the request's query parameters as parse reads them.
+func queried[Q, T any](parse func(url.Values) (Q, error), op func(context.Context, Q) (T, error)) handlerFunc {
+	return ok(func(r *http.Request, _ params) (any, error) {
+		q, err := parse(r.URL.Query())
+		if err != nil {
+			return nil, err
+		}
+		return op(r.Context(), q)
+	})
 }
 
 // paged serves a listing read with pageParams.
@@ -212,22 +206,10 @@ func (s *Server) addPools(ad admin.Pools) {
 		list, err := ad.List(r.Context())
 		return map[string]any{"items": list}, err
 	}))
-	s.add(LevelAdmin, http.MethodPut, p+"/pools/{name}", func(w http.ResponseWriter, r *http.Request, p params) error {
-		raw, err := readBody(r)
-		if err != nil {
-			return err
-		}
-		pool, created, err := ad.Put(r.Context(), p("name"), raw)
-		if err != nil {
-			return err
-		}
-		status := http.StatusOK
-		if created {
-			status = http.StatusCreated
-		}
-		writeJSON(w, status, map[string]any{"pool": pool})
-		return nil
-	})
+	s.add(LevelAdmin, http.MethodPut, p+"/pools/{name}", withBody(func(r *http.Request, p params, raw []byte) (any, error) {
+		pool, isNew, err := ad.Put(r.Context(), p("name"), raw)
+		return created(isNew, "", map[string]any{"pool": pool}), err
+	}))
 	s.add(LevelAdmin, http.MethodGet, p+"/pools/{name}", byPath("pool", "name", ad.Get))
 	s.add(LevelAdmin, http.MethodDelete, p+"/pools/{name}", ok(func(r *http.Request, p params) (any, error) {
 		return map[string]any{"deleted": true, "name": p("name")}, ad.Delete(r.Context(), p("name"))

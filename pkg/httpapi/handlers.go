@@ -41,8 +41,6 @@ type Producer interface {
 // *lifecycle.Service).
 type Worker interface {
 	Fetch(ctx context.Context, r lifecycle.FetchRequest) ([]*job.Job, error)
-	Ack(ctx context.Context, id string, result json.RawMessage, attempt int) (*job.Job, error)
-	Nack(ctx context.Context, id string, in lifecycle.ErrorInput, attempt int) (*job.Job, error)
 	AckOwned(ctx context.Context, id, workerID string, attempt int, result json.RawMessage) (*job.Job, error)
 	NackOwned(ctx context.Context, id, workerID string, attempt int, in lifecycle.ErrorInput) (*job.Job, error)
 	Heartbeat(ctx context.Context, r lifecycle.HeartbeatRequest) (lifecycle.HeartbeatResult, error)
@@ -154,7 +152,7 @@ func New(svc Services, backend Backend, wfs Workflows, cfg Config) *Server {
 	a := &api{jobs: svc.Producer, worker: svc.Worker, progress: svc.Progress, queueSvc: svc.Queues, dead: cfg.DeadLetter, backend: backend, wfs: wfs, s: s}
 	a.limits, _ = svc.Queues.(RateLimits)
 	s.add(LevelAny, http.MethodGet, "/ojs/manifest", ok(func(*http.Request, params) (any, error) { return Manifest(), nil }))
-	s.add(LevelAny, http.MethodGet, "/ojs/v1/health", a.health)
+	s.add(LevelAny, http.MethodGet, "/ojs/v1/health", ok(a.health))
 	s.add(LevelProducer, http.MethodPost, "/ojs/v1/jobs", a.push)
 	s.add(LevelProducer, http.MethodPost, "/ojs/v1/jobs/batch", a.pushBatch)
 	s.add(LevelProducer, http.MethodGet, "/ojs/v1/jobs/{id}", under("job", func(r *http.Request, p params) (any, error) {
@@ -224,7 +222,7 @@ func New(svc Services, backend Backend, wfs Workflows, cfg Config) *Server {
 	}
 	if cfg.Crons != nil {
 		a.crons = cfg.Crons
-		s.add(LevelAdmin, http.MethodPost, "/ojs/v1/cron", a.registerCron)
+		s.add(LevelAdmin, http.MethodPost, "/ojs/v1/cron", withBody(a.registerCron))
 		s.add(LevelAdmin, http.MethodGet, "/ojs/v1/cron", ok(a.listCrons))
 		s.add(LevelAdmin, http.MethodGet, "/ojs/v1/cron/{name}", ok(func(r *http.Request, p params) (any, error) { return cronBody(a.crons.Get(r.Context(), p("name"))) }))
 		s.add(LevelAdmin, http.MethodPatch, "/ojs/v1/cron/{name}", withBody(func(r *http.Request, p params, raw []byte) (any, error) {
@@ -254,24 +252,10 @@ type api struct {
 	s       *Server
 }
 
-// The cron routes (ojs-cron.md section 8). A schedule is returned under
-// both "cron_job" (ojs-cron.md) and "cron" (the conformance suite).
-func (a *api) registerCron(w http.ResponseWriter, r *http.Request, _ params) error {
-	raw, err := readBody(r)
-	if err != nil {
-		return err
-	}
-	v, created, err := a.crons.Register(r.Context(), raw)
-	if err != nil {
-		return err
-	}
-	status := http.StatusOK
-	if created {
-		status = http.StatusCreated
-		w.Header().Set("Location", "/ojs/v1/cron/"+v.Name)
-	}
-	writeJSON(w, status, map[string]any{"cron_job": v, "cron": v})
-	return nil
+// registerCron serves POST /ojs/v1/cron (ojs-cron.md section 8).
+func (a *api) registerCron(r *http.Request, _ params, raw []byte) (any, error) {
+	v, isNew, err := a.crons.Register(r.Context(), raw)
+	return created(isNew, "/ojs/v1/cron/"+v.Name, map[string]any{"cron_job": v, "cron": v}), err
 }
 
 // cronBody is a schedule's answer: under "cron_job" (ojs-cron.md) and "cron" (the conformance suite).
@@ -292,14 +276,10 @@ func (a *api) listCrons(r *http.Request, _ params) (any, error) {
 	return map[string]any{"cron_jobs": vs, "crons": vs, "count": len(vs)}, err
 }
 
-func (a *api) createWorkflow(w http.ResponseWriter, r *http.Request, _ params) error {
-	raw, err := readBody(r)
-	if err != nil {
-		return err
-	}
+func (a *api) createWorkflow(r *http.Request, _ params, raw []byte) (any, error) {
 	v, err := a.wfs.Create(r.Context(), raw)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if a.queueSvc != nil {
 		for _, q := range workflowQueues(raw) {
@@ -309,15 +289,13 @@ func (a *api) createWorkflow(w http.ResponseWriter, r *http.Request, _ params) e
 			}
 		}
 	}
-	w.Header().Set("Location", "/ojs/v1/workflows/"+v.ID)
 	status := http.StatusCreated
 	if wfview.Creating(v) {
 		// Accepted; its nodes and first jobs are being written (GET shows
 		// x_creating until they all exist).
 		status = http.StatusAccepted
 	}
-	writeJSON(w, status, map[string]any{"workflow": v})
-	return nil
+	return answer{status, "/ojs/v1/workflows/" + v.ID, map[string]any{"workflow": v}}, nil
 }
 
 // withFields renders j and adds extra top-level fields.
@@ -539,37 +517,45 @@ func (a *api) fetch(r *http.Request, _ params) (any, error) {
 	return out, nil
 }
 
-// jobAttempt sets an ACK's or NACK's job id (from the path of POST
-// /jobs/{id}/ack and /nack, ojs-results.md 10.1 and ojs-serverless.md 4.2,
-// where a body job_id may only repeat it) and reads its attempt.
-func jobAttempt(id *string, raw json.RawMessage, p params) (int, error) {
+// jobReport is what an ACK and a NACK name: the job, the worker holding
+// its reservation and the attempt.
+type jobReport struct {
+	JobID    string          `json:"job_id"`
+	WorkerID string          `json:"worker_id"`
+	Attempt  json.RawMessage `json:"attempt"`
+}
+
+// readReport reads an ACK's or NACK's body into req (which embeds rep),
+// sets its job id (from the path of POST /jobs/{id}/ack and /nack,
+// ojs-results.md 10.1 and ojs-serverless.md 4.2, where a body job_id may
+// only repeat it), checks the job is the request's tenant's and returns
+// its attempt.
+func (a *api) readReport(r *http.Request, p params, req any, rep *jobReport) (int, error) {
+	if err := readObject(r, req); err != nil {
+		return 0, err
+	}
 	switch path := p("id"); {
-	case path != "" && *id != "" && *id != path:
+	case path != "" && rep.JobID != "" && rep.JobID != path:
 		return 0, ojserr.Invalid("job_id", "The body's 'job_id' differs from the job in the path.")
 	case path != "":
-		*id = path
-	case *id == "":
+		rep.JobID = path
+	case rep.JobID == "":
 		return 0, ojserr.Invalid("job_id", "The 'job_id' field is required.")
 	}
-	n, err := intParam("attempt", raw, 1, math.MaxInt32)
-	return int(n), err
+	n, err := intParam("attempt", rep.Attempt, 1, math.MaxInt32)
+	if err != nil {
+		return 0, err
+	}
+	return int(n), a.owns(r, rep.JobID)
 }
 
 func (a *api) ack(r *http.Request, p params) (any, error) {
 	var req struct {
-		JobID    string          `json:"job_id"`
-		Result   json.RawMessage `json:"result"`
-		WorkerID string          `json:"worker_id"`
-		Attempt  json.RawMessage `json:"attempt"`
+		jobReport
+		Result json.RawMessage `json:"result"`
 	}
-	if err := readObject(r, &req); err != nil {
-		return nil, err
-	}
-	attempt, err := jobAttempt(&req.JobID, req.Attempt, p)
+	attempt, err := a.readReport(r, p, &req, &req.jobReport)
 	if err != nil {
-		return nil, err
-	}
-	if err := a.owns(r, req.JobID); err != nil {
 		return nil, err
 	}
 	if string(req.Result) == "null" {
@@ -588,7 +574,7 @@ func (a *api) ack(r *http.Request, p params) (any, error) {
 
 func (a *api) nack(r *http.Request, p params) (any, error) {
 	var req struct {
-		JobID string `json:"job_id"`
+		jobReport
 		Error *struct {
 			Code      string          `json:"code"`
 			Type      string          `json:"type"`
@@ -600,18 +586,10 @@ func (a *api) nack(r *http.Request, p params) (any, error) {
 			// (ojs-rate-limiting.md 9.1).
 			RateLimitUntil string `json:"rate_limit_until"`
 		} `json:"error"`
-		Requeue  bool            `json:"requeue"`
-		WorkerID string          `json:"worker_id"`
-		Attempt  json.RawMessage `json:"attempt"`
+		Requeue bool `json:"requeue"`
 	}
-	if err := readObject(r, &req); err != nil {
-		return nil, err
-	}
-	attempt, err := jobAttempt(&req.JobID, req.Attempt, p)
+	attempt, err := a.readReport(r, p, &req, &req.jobReport)
 	if err != nil {
-		return nil, err
-	}
-	if err := a.owns(r, req.JobID); err != nil {
 		return nil, err
 	}
 	if req.Error == nil {
@@ -867,7 +845,7 @@ func (a *api) events(r *http.Request, _ params) (any, error) {
 	return page, nil
 }
 
-func (a *api) health(w http.ResponseWriter, r *http.Request, _ params) error {
+func (a *api) health(r *http.Request, _ params) (any, error) {
 	start := a.s.cfg.Now()
 	err := a.backend.Ping(r.Context())
 	backend := map[string]any{"type": "dynamodb", "status": "ok", "latency_ms": a.s.cfg.Now().Sub(start).Milliseconds()}
@@ -881,14 +859,13 @@ func (a *api) health(w http.ResponseWriter, r *http.Request, _ params) error {
 	if a.s.cfg.Region != "" {
 		out["region"] = a.s.cfg.Region // federation clients check whom they reach
 	}
-	writeJSON(w, code, out)
-	return nil
+	return answer{code, "", out}, nil
 }
 
 // addWorkflows registers the workflow routes (ojs-workflows.md); a request
 // scoped to a tenant reads and cancels only its tenant's workflows.
 func (s *Server) addWorkflows(a *api, wfs Workflows) {
-	s.add(LevelProducer, http.MethodPost, "/ojs/v1/workflows", a.createWorkflow)
+	s.add(LevelProducer, http.MethodPost, "/ojs/v1/workflows", withBody(a.createWorkflow))
 	s.add(LevelProducer, http.MethodGet, "/ojs/v1/workflows/{id}", under("workflow", func(r *http.Request, p params) (any, error) {
 		return a.workflowFor(r, p("id"))
 	}))

@@ -61,30 +61,23 @@ func Manifest() map[string]any {
 		// bounded through the parent's chain, token budgets enforced on
 		// progress reports (docs/ai-agents.md).
 		"extensions": map[string]any{
-			"official": []map[string]string{
-				{"name": "admin-api", "uri": "urn:ojs:ext:admin-api", "version": "1.0.0"},
-				{"name": "dead-letter", "uri": "urn:ojs:ext:dead-letter", "version": "1.0.0"},
-				{"name": "observability", "uri": "urn:ojs:ext:observability", "version": "1.0.0"},
-				{"name": "graceful-shutdown", "uri": "urn:ojs:ext:graceful-shutdown", "version": "1.0.0"},
-				{"name": "serverless", "uri": "urn:ojs:ext:serverless", "version": "1.0.0"},
-				{"name": "progress", "uri": "urn:ojs:ext:progress", "version": "1.0.0"},
-				{"name": "encryption", "uri": "urn:ojs:ext:encryption", "version": "1.0.0"},
-				{"name": "schema-registry", "uri": "urn:ojs:ext:schema-registry", "version": "1.0.0"},
-				{"name": "job-versioning", "uri": "urn:ojs:ext:job-versioning", "version": "1.0.0"},
-				{"name": "backpressure", "uri": "urn:ojs:ext:backpressure", "version": "1.0.0"},
-				{"name": "middleware", "uri": "urn:ojs:ext:middleware", "version": "1.0.0"},
-				{"name": "fair-scheduling", "uri": "urn:ojs:ext:fair-scheduling", "version": "1.0.0"},
-				{"name": "webhooks", "uri": "urn:ojs:ext:webhooks", "version": "1.0.0"},
-				{"name": "rate-limiting", "uri": "urn:ojs:ext:rate-limiting", "version": "1.0.0"},
-				{"name": "durable-execution", "uri": "urn:ojs:ext:durable-execution", "version": "1.0.0"},
-			},
-			"experimental": []map[string]string{{"name": "push-delivery-aws-lambda", "uri": "urn:ojs:ext:experimental:push-delivery-aws-lambda", "version": "0.1.0"},
-				{"name": "multi-tenancy", "uri": "urn:ojs:ext:experimental:multi-tenancy", "version": "0.1.0"},
-				{"name": "ml-resources", "uri": "urn:ojs:ext:experimental:ml-resources", "version": "0.1.0"},
-				{"name": "federation", "uri": "urn:ojs:ext:experimental:federation", "version": "0.1.0"},
-				{"name": "ai-agents", "uri": "urn:ojs:ext:experimental:ai-agents", "version": "0.1.0"}},
+			"official": extensions("urn:ojs:ext:", "1.0.0", "admin-api", "dead-letter", "observability", "graceful-shutdown", "serverless",
+				"progress", "encryption", "schema-registry", "job-versioning", "backpressure", "middleware", "fair-scheduling", "webhooks",
+				"rate-limiting", "durable-execution"),
+			"experimental": extensions("urn:ojs:ext:experimental:", "0.1.0", "push-delivery-aws-lambda", "multi-tenancy", "ml-resources",
+				"federation", "ai-agents"),
 		},
 		"endpoints": map[string]string{"manifest": "/ojs/manifest", "health": "/ojs/v1/health", "base_path": "/ojs/v1", "events": "/ojs/v1/events", "cron": "/ojs/v1/cron",
 			"admin": "/ojs/v1/admin", "metrics": "/metrics", "ready": "/ready", "console": ConsolePrefix},
 	}
+}
+
+// extensions lists the named extensions, each with its URI (prefix and
+// name) and version.
+func extensions(prefix, version string, names ...string) []map[string]string {
+	out := make([]map[string]string, len(names))
+	for i, n := range names {
+		out[i] = map[string]string{"name": n, "uri": prefix + n, "version": version}
+	}
+	return out
 }

@@ -90,8 +90,8 @@ func label(v string) string {
 
 // addObservability registers /metrics, /ready and /health.
 func (s *Server) addObservability(a *api, ad *admin.Service) {
-	s.add(LevelAny, http.MethodGet, "/health", a.health)
-	s.add(LevelAny, http.MethodGet, "/ready", a.ready)
+	s.add(LevelAny, http.MethodGet, "/health", ok(a.health))
+	s.add(LevelAny, http.MethodGet, "/ready", ok(a.ready))
 	s.addRaw(LevelAdmin, http.MethodGet, "/metrics", func(w http.ResponseWriter, r *http.Request, _ params) error {
 		var b strings.Builder
 		fmt.Fprintf(&b, "# HELP ojs_info This OJS implementation.\n# TYPE ojs_info gauge\nojs_info{implementation=\"ojs-serverless\",version=%s,spec=%s} 1\n",
@@ -212,14 +212,12 @@ func boolNum(b bool) int {
 }
 
 // ready serves GET /ready: 200 when the job table answers, else 503.
-func (a *api) ready(w http.ResponseWriter, r *http.Request, _ params) error {
+func (a *api) ready(r *http.Request, _ params) (any, error) {
 	if err := a.backend.Ping(r.Context()); err != nil {
 		a.s.cfg.Logger.ErrorContext(r.Context(), "readiness check failed", "error", err.Error())
-		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "not_ready", "backend": map[string]any{"type": "dynamodb", "status": "unhealthy"}})
-		return nil
+		return answer{http.StatusServiceUnavailable, "", map[string]any{"status": "not_ready", "backend": map[string]any{"type": "dynamodb", "status": "unhealthy"}}}, nil
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "backend": map[string]any{"type": "dynamodb", "status": "ok"}})
-	return nil
+	return map[string]any{"status": "ready", "backend": map[string]any{"type": "dynamodb", "status": "ok"}}, nil
 }
 
 // The graceful shutdown extension's routes (ojs-graceful-shutdown.md as
@@ -229,10 +227,10 @@ func (a *api) ready(w http.ResponseWriter, r *http.Request, _ params) error {
 func (s *Server) addGracefulShutdown(a *api, ad *admin.Service) {
 	s.add(LevelWorker, http.MethodPost, "/ojs/v1/workers/beat", ok(a.heartbeat))
 	if ad != nil {
-		s.add(LevelWorker, http.MethodGet, "/ojs/v1/workers/{id}/health", func(w http.ResponseWriter, r *http.Request, p params) error {
+		s.add(LevelWorker, http.MethodGet, "/ojs/v1/workers/{id}/health", ok(func(r *http.Request, p params) (any, error) {
 			wk, err := ad.Worker(r.Context(), p("id"))
 			if err != nil {
-				return err
+				return nil, err
 			}
 			state := wk.State
 			switch state {
@@ -245,9 +243,8 @@ func (s *Server) addGracefulShutdown(a *api, ad *admin.Service) {
 			if wk.Stale || state != "running" {
 				status = http.StatusServiceUnavailable
 			}
-			writeJSON(w, status, map[string]any{"worker_id": wk.ID, "state": state, "active_jobs": wk.ActiveJobs,
-				"last_heartbeat_at": wk.LastHeartbeatAt, "stale": wk.Stale, "directive": wk.Directive})
-			return nil
-		})
+			return answer{status, "", map[string]any{"worker_id": wk.ID, "state": state, "active_jobs": wk.ActiveJobs,
+				"last_heartbeat_at": wk.LastHeartbeatAt, "stale": wk.Stale, "directive": wk.Directive}}, nil
+		}))
 	}
 }

@@ -43,20 +43,10 @@ func (s *Server) addCheckpoints(a *api, cp Checkpoints) {
 	})
 	s.add(LevelWorker, http.MethodPut, path, save)
 	s.add(LevelWorker, http.MethodPost, path, save)
-	s.add(LevelProducer, http.MethodGet, path, ok(func(r *http.Request, p params) (any, error) {
-		if err := a.owns(r, p("id")); err != nil {
-			return nil, err
-		}
-		return cp.Get(r.Context(), p("id"))
-	}))
+	s.add(LevelProducer, http.MethodGet, path, owned(a, cp.Get))
 	// Producer level, as DELETE /jobs/{id} is: an IAM policy's
 	// DELETE .../jobs/* covers this path too.
-	s.add(LevelProducer, http.MethodDelete, path, ok(func(r *http.Request, p params) (any, error) {
-		if err := a.owns(r, p("id")); err != nil {
-			return nil, err
-		}
-		return cp.Delete(r.Context(), p("id"))
-	}))
+	s.add(LevelProducer, http.MethodDelete, path, owned(a, cp.Delete))
 }
 
 func (s *Server) addProgress(a *api) {

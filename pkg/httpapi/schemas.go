@@ -20,20 +20,16 @@ type Schemas interface {
 var _ Schemas = (*schema.Registry)(nil)
 
 func (s *Server) addSchemas(sc Schemas) {
-	s.add(LevelAdmin, http.MethodPut, "/ojs/v1/admin/schemas/{type}/{version}", func(w http.ResponseWriter, r *http.Request, p params) error {
+	s.add(LevelAdmin, http.MethodPut, "/ojs/v1/admin/schemas/{type}/{version}", ok(func(r *http.Request, p params) (any, error) {
 		var req struct {
 			Schema json.RawMessage `json:"schema"`
 		}
 		if err := readObject(r, &req); err != nil {
-			return err
+			return nil, err
 		}
-		v, created, err := sc.Register(r.Context(), p("type"), p("version"), req.Schema)
-		if err != nil {
-			return err
-		}
-		writeJSON(w, map[bool]int{true: http.StatusCreated, false: http.StatusOK}[created], v)
-		return nil
-	})
+		v, isNew, err := sc.Register(r.Context(), p("type"), p("version"), req.Schema)
+		return created(isNew, "", v), err
+	}))
 	s.add(LevelAdmin, http.MethodGet, "/ojs/v1/admin/schemas/{type}", ok(func(r *http.Request, p params) (any, error) {
 		return sc.Get(r.Context(), p("type"), "")
 	}))

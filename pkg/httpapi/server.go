@@ -435,14 +435,38 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_, _ = w.Write(b)
 }
 
-// reply writes body with status 200, unless err is set: then it returns
-// err for the server to answer.
+// reply writes body with status 200 (an answer's own status and
+// Location), unless err is set: then it returns err for the server to
+// answer.
 func reply(w http.ResponseWriter, body any, err error) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, body)
+	status := http.StatusOK
+	if a, ok := body.(answer); ok {
+		if a.location != "" {
+			w.Header().Set("Location", a.location)
+		}
+		status, body = a.status, a.body
+	}
+	writeJSON(w, status, body)
 	return nil
+}
+
+// answer is a route's answer with a status other than 200, and the
+// Location of what it created ("": none).
+type answer struct {
+	status   int
+	location string
+	body     any
+}
+
+// created is body answered 201 with location when isNew, else 200.
+func created(isNew bool, location string, body any) any {
+	if !isNew {
+		return body
+	}
+	return answer{http.StatusCreated, location, body}
 }
 
 // answerFunc computes a route's 200 answer.

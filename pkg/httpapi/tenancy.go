@@ -91,6 +91,17 @@ func (a *api) owns(r *http.Request, id string) error {
 	return err
 }
 
+// owned serves op on the job of the path value id, which a request scoped
+// to a tenant reaches only when it is the tenant's (owns).
+func owned[T any](a *api, op func(context.Context, string) (T, error)) handlerFunc {
+	return ok(func(r *http.Request, p params) (any, error) {
+		if err := a.owns(r, p("id")); err != nil {
+			return nil, err
+		}
+		return op(r.Context(), p("id"))
+	})
+}
+
 // workflowFor reads workflow id as r may see it: another tenant's is not
 // found, for a request scoped to a tenant.
 func (a *api) workflowFor(r *http.Request, id string) (*wfview.View, error) {

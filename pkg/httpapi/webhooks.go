@@ -23,18 +23,10 @@ var _ Webhooks = (*webhook.Store)(nil)
 // names, args and results included.
 func (s *Server) addWebhooks(wh Webhooks) {
 	const p = "/ojs/v1/webhooks/subscriptions"
-	s.add(LevelAdmin, http.MethodPost, p, func(w http.ResponseWriter, r *http.Request, _ params) error {
-		raw, err := readBody(r)
-		if err != nil {
-			return err
-		}
+	s.add(LevelAdmin, http.MethodPost, p, withBody(func(r *http.Request, _ params, raw []byte) (any, error) {
 		sub, err := wh.Create(r.Context(), raw)
-		if err != nil {
-			return err
-		}
-		writeJSON(w, http.StatusCreated, map[string]any{"subscription": sub})
-		return nil
-	})
+		return created(true, "", map[string]any{"subscription": sub}), err
+	}))
 	s.add(LevelAdmin, http.MethodGet, p, ok(func(r *http.Request, _ params) (any, error) {
 		list, err := wh.List(r.Context())
 		return map[string]any{"subscriptions": list}, err
