@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sort"
 	"time"
 
@@ -176,10 +177,8 @@ func (s *Service) queueInfo(ctx context.Context, name string) (*queue.QueueInfo,
 	if err != nil {
 		return nil, err
 	}
-	for i := range qs {
-		if qs[i].Name == name {
-			return &qs[i], nil
-		}
+	if i := slices.IndexFunc(qs, func(q queue.QueueInfo) bool { return q.Name == name }); i >= 0 {
+		return &qs[i], nil
 	}
 	return nil, nil
 }

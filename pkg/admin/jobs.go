@@ -584,16 +584,24 @@ func (s *Service) Bulk(ctx context.Context, action string, raw []byte) (*BulkRes
 		return nil, ojserr.NotFoundf("bulk action", action)
 	}
 	if q.State != "" {
-		ok := false
-		for _, st := range states {
-			ok = ok || st == q.State
-		}
-		if !ok {
+		if !slices.Contains(states, q.State) {
 			return nil, ojserr.Invalid("filter.state", "Bulk %s applies to jobs in states %v, not %s.", action, states, q.State)
 		}
 		states = []job.State{q.State}
 	}
-	res := &BulkResult{Action: action, Errors: []BulkFailure{}, JobIDs: []string{}}
+	res, err := s.act(ctx, q, states, nil, op)
+	if err != nil {
+		return nil, err
+	}
+	res.Action = action
+	s.cfg.Logger.InfoContext(ctx, "bulk operation", "action", action, "matched", res.Matched, "succeeded", res.Succeeded, "failed", res.Failed)
+	return res, nil
+}
+
+// act runs op on the jobs q finds in each of states that keep (nil: all)
+// accepts, at most MaxBulk in all.
+func (s *Service) act(ctx context.Context, q JobQuery, states []job.State, keep func(*job.Job) bool, op func(*job.Job) error) (*BulkResult, error) {
+	res := &BulkResult{Errors: []BulkFailure{}, JobIDs: []string{}}
 	for _, st := range states {
 		left := MaxBulk - res.Matched
 		if left <= 0 {
@@ -601,7 +609,7 @@ func (s *Service) Bulk(ctx context.Context, action string, raw []byte) (*BulkRes
 			break
 		}
 		q.State, q.Cursor, q.PerPage = st, "", MaxPerPage
-		js, more, err := s.collect(ctx, q, left, nil)
+		js, more, err := s.collect(ctx, q, left, keep)
 		if err != nil {
 			return nil, err
 		}
@@ -617,6 +625,5 @@ func (s *Service) Bulk(ctx context.Context, action string, raw []byte) (*BulkRes
 			res.JobIDs = append(res.JobIDs, j.ID)
 		}
 	}
-	s.cfg.Logger.InfoContext(ctx, "bulk operation", "action", action, "matched", res.Matched, "succeeded", res.Succeeded, "failed", res.Failed)
 	return res, nil
 }

@@ -199,7 +199,7 @@ func (s *Service) queueView(ctx context.Context, qi queue.QueueInfo, a *activity
 	}
 	q := Queue{Name: qi.Name, State: "active", Paused: qi.Paused, PausedAt: qi.PausedAt, Counts: c, CountsCapped: capped,
 		Throughput: Throughput{ProcessedPerMinute: perMinute(a.completed5m[qi.Name]), FailedPerMinute: perMinute(a.failed5m[qi.Name])},
-		Mode:       "pull", CreatedAt: createdAt(qi), Bound: qi.Bound()}
+		Mode:       "pull", CreatedAt: qi.CreatedAt, Bound: qi.Bound()}
 	if qi.Paused {
 		q.State = "paused"
 	}
@@ -208,8 +208,6 @@ func (s *Service) queueView(ctx context.Context, qi queue.QueueInfo, a *activity
 	}
 	return q, nil
 }
-
-func createdAt(qi queue.QueueInfo) string { return qi.CreatedAt }
 
 func perMinute(n int) float64 { return math.Round(float64(n)/5*100) / 100 }
 
@@ -229,6 +227,15 @@ type Pagination struct {
 	NextCursor string `json:"next_cursor,omitempty"`
 }
 
+// pageOf is page (1-based) of all, perPage items a page, and its
+// pagination.
+func pageOf[T any](all []T, page, perPage int) ([]T, Pagination) {
+	total := len(all)
+	from := min((page-1)*perPage, total)
+	to := min(from+perPage, total)
+	return all[from:to], Pagination{Total: &total, Page: page, PerPage: perPage, HasMore: to < total}
+}
+
 // Queues lists the registered queues by name with counts (page is
 // 1-based). push tells push-mode queues (may be nil).
 func (s *Service) Queues(ctx context.Context, page, perPage int, push func(string) bool) (*QueueList, error) {
@@ -240,11 +247,9 @@ func (s *Service) Queues(ctx context.Context, page, perPage int, push func(strin
 	if err != nil {
 		return nil, err
 	}
-	total := len(qs)
-	from := min((page-1)*perPage, total)
-	to := min(from+perPage, total)
-	out := &QueueList{Items: []Queue{}, Pagination: Pagination{Total: &total, Page: page, PerPage: perPage, HasMore: to < total}}
-	for _, qi := range qs[from:to] {
+	shown, pg := pageOf(qs, page, perPage)
+	out := &QueueList{Items: []Queue{}, Pagination: pg}
+	for _, qi := range shown {
 		q, err := s.queueView(ctx, qi, a, push)
 		if err != nil {
 			return nil, err
@@ -337,6 +342,9 @@ func (s *Service) SetConfig(ctx context.Context, name string, raw []byte) (*Queu
 				With("field", k).With("supported", supported)
 		}
 	}
+	if len(body) == 0 {
+		return nil, ojserr.Invalid("rate_limit", "Send {\"rate_limit\": {\"limit\": n, \"period\": \"PT1S\"}}, {\"backpressure\": {\"max_depth\": n}} or either as null.")
+	}
 	if tf, ok := body["tenant_fairness"]; ok {
 		var strategy string
 		if string(tf) != "null" {
@@ -347,12 +355,6 @@ func (s *Service) SetConfig(ctx context.Context, name string, raw []byte) (*Queu
 		if err := s.qs.SetTenantFairness(ctx, name, strategy, s.now()); err != nil {
 			return nil, ojserr.Backend(err)
 		}
-		if len(body) == 1 {
-			return s.Queue(ctx, name, nil)
-		}
-	}
-	if len(body) == 0 {
-		return nil, ojserr.Invalid("rate_limit", "Send {\"rate_limit\": {\"limit\": n, \"period\": \"PT1S\"}}, {\"backpressure\": {\"max_depth\": n}} or either as null.")
 	}
 	if bp, ok := body["backpressure"]; ok {
 		b, err := parseBound(bp)
@@ -364,34 +366,41 @@ func (s *Service) SetConfig(ctx context.Context, name string, raw []byte) (*Queu
 		}
 		s.cfg.Logger.InfoContext(ctx, "queue bounded", "queue", name, "bound", b)
 	}
-	rl, ok := body["rate_limit"]
-	if !ok {
-		return s.Queue(ctx, name, nil)
-	}
-	perSecond := 0.0
-	if string(rl) != "null" {
-		var r struct {
-			Limit  float64 `json:"limit"`
-			Period string  `json:"period"`
+	if rl, ok := body["rate_limit"]; ok {
+		perSecond, err := parseRate(rl)
+		if err != nil {
+			return nil, err
 		}
-		if err := json.Unmarshal(rl, &r); err != nil || r.Limit <= 0 {
-			return nil, ojserr.Invalid("rate_limit.limit", "'rate_limit.limit' must be a positive number.")
+		if err := s.qs.SetQueueRate(ctx, name, perSecond, s.now()); err != nil {
+			return nil, ojserr.Backend(err)
 		}
-		period := time.Second
-		if r.Period != "" {
-			d, err := retry.ParseDuration(r.Period)
-			if err != nil || d <= 0 {
-				return nil, ojserr.Invalid("rate_limit.period", "'rate_limit.period' must be an ISO 8601 duration such as PT1M.")
-			}
-			period = d
-		}
-		perSecond = r.Limit / period.Seconds()
+		s.cfg.Logger.InfoContext(ctx, "queue configured", "queue", name, "rate_limit_per_second", perSecond)
 	}
-	if err := s.qs.SetQueueRate(ctx, name, perSecond, s.now()); err != nil {
-		return nil, ojserr.Backend(err)
-	}
-	s.cfg.Logger.InfoContext(ctx, "queue configured", "queue", name, "rate_limit_per_second", perSecond)
 	return s.Queue(ctx, name, nil)
+}
+
+// parseRate reads a rate limit setting in jobs per second (0 for null:
+// none).
+func parseRate(raw json.RawMessage) (float64, error) {
+	if string(raw) == "null" {
+		return 0, nil
+	}
+	var r struct {
+		Limit  float64 `json:"limit"`
+		Period string  `json:"period"`
+	}
+	if err := json.Unmarshal(raw, &r); err != nil || r.Limit <= 0 {
+		return 0, ojserr.Invalid("rate_limit.limit", "'rate_limit.limit' must be a positive number.")
+	}
+	period := time.Second
+	if r.Period != "" {
+		d, err := retry.ParseDuration(r.Period)
+		if err != nil || d <= 0 {
+			return 0, ojserr.Invalid("rate_limit.period", "'rate_limit.period' must be an ISO 8601 duration such as PT1M.")
+		}
+		period = d
+	}
+	return r.Limit / period.Seconds(), nil
 }
 
 // parseBound reads a backpressure setting (nil for null: unbounded).
@@ -466,41 +475,22 @@ func (s *Service) Purge(ctx context.Context, name string, raw []byte) (*PurgeRes
 	if err != nil {
 		return nil, err
 	}
-	res := &PurgeResult{States: body.States, Failed: []BulkFailure{}}
-	for _, st := range body.States {
-		state := job.State(st)
-		switch state {
+	states := make([]job.State, len(body.States))
+	for i, st := range body.States {
+		switch states[i] = job.State(st); states[i] {
 		case job.Available, job.Scheduled, job.Retryable, job.Discarded, job.Completed, job.Cancelled:
 		case job.Active:
 			return nil, ojserr.Invalid("states", "Active jobs cannot be purged; cancel them (POST /ojs/v1/admin/jobs/bulk/cancel).")
 		default:
 			return nil, ojserr.Invalid("states", "Unknown or unpurgeable state '%s'.", st)
 		}
-		left := MaxBulk - res.Matched
-		if left <= 0 {
-			res.HasMore = true
-			break
-		}
-		q := JobQuery{Queue: name, State: state, Until: until, PerPage: MaxPerPage}
-		js, more, err := s.collect(ctx, q, left, func(j *job.Job) bool {
-			if j.WorkflowID != "" {
-				return false
-			}
-			return until.IsZero() || finishedBefore(j, until)
-		})
-		if err != nil {
-			return nil, err
-		}
-		res.HasMore = res.HasMore || more
-		for _, j := range js {
-			res.Matched++
-			if err := s.deleteJob(ctx, j); err != nil {
-				res.Failed = append(res.Failed, failure(j.ID, err))
-				continue
-			}
-			res.PurgedCount++
-		}
 	}
+	keep := func(j *job.Job) bool { return j.WorkflowID == "" && (until.IsZero() || finishedBefore(j, until)) }
+	b, err := s.act(ctx, JobQuery{Queue: name, Until: until}, states, keep, func(j *job.Job) error { return s.deleteJob(ctx, j) })
+	if err != nil {
+		return nil, err
+	}
+	res := &PurgeResult{PurgedCount: b.Succeeded, States: body.States, Matched: b.Matched, Failed: b.Errors, HasMore: b.HasMore}
 	s.cfg.Logger.InfoContext(ctx, "queue purged", "queue", name, "states", strings.Join(body.States, ","), "purged", res.PurgedCount)
 	return res, nil
 }

@@ -71,12 +71,9 @@ func (s *Service) Workers(ctx context.Context, page, perPage int) (*WorkerList, 
 			out.Summary.Running++
 		}
 	}
-	total := len(all)
-	out.Summary.Total = total
-	from := min((page-1)*perPage, total)
-	to := min(from+perPage, total)
-	out.Items = append(out.Items, all[from:to]...)
-	out.Pagination = Pagination{Total: &total, Page: page, PerPage: perPage, HasMore: to < total}
+	out.Summary.Total = len(all)
+	shown, pg := pageOf(all, page, perPage)
+	out.Items, out.Pagination = append(out.Items, shown...), pg
 	return out, nil
 }
 
