@@ -61,6 +61,17 @@ func (b *Builder) none(n int, indent string, cols int, msg string) {
 	}
 }
 
+// table writes a table's head (cols: constant text) and returns what ends
+// it: a row saying none (constant text) when it has no rows (n), and the
+// closing tags.
+func (b *Builder) table(cols ...string) func(n int, none string) {
+	b.raw("<table>\n  <thead><tr><th>" + strings.Join(cols, "</th><th>") + "</th></tr></thead>\n  <tbody>\n")
+	return func(n int, none string) {
+		b.none(n, "    ", len(cols), none)
+		b.raw("  </tbody>\n</table>\n")
+	}
+}
+
 // next writes the link to the next page, if there is one.
 func (b *Builder) next(url string) {
 	if url != "" {
@@ -251,11 +262,8 @@ func jobsView(b *Builder, p page) {
 	if d.Page == nil {
 		return
 	}
-	b.f(`<p class="muted">%s</p>
-<table>
-  <thead><tr><th>id</th><th>type</th><th>queue</th><th>state</th><th>attempt</th><th>created</th><th>finished</th></tr></thead>
-  <tbody>
-`, d.SearchNote)
+	b.f("<p class=\"muted\">%s</p>\n", d.SearchNote)
+	end := b.table("id", "type", "queue", "state", "attempt", "created", "finished")
 	for _, it := range d.Page.Items {
 		id := fmt.Sprint(it["id"])
 		finished := ""
@@ -269,8 +277,7 @@ func jobsView(b *Builder, p page) {
       <td>%s</td></tr>
 `, id, shortID(id), it["type"], it["queue"], cls(fmt.Sprint(it["state"])), it["state"], it["attempt"], it["created_at"], finished)
 	}
-	b.none(len(d.Page.Items), "    ", 7, "No jobs match.")
-	b.raw("  </tbody>\n</table>\n")
+	end(len(d.Page.Items), "No jobs match.")
 	b.next(d.NextURL)
 }
 
@@ -311,33 +318,19 @@ func jobView(b *Builder, p page) {
 	case job.Available, job.Scheduled, job.Retryable, job.Active, job.Pending:
 		b.f("  <form method=\"post\" action=\"/ojs/admin/jobs/%s/cancel\"><button class=\"danger\">Cancel</button></form>\n", j.ID)
 	}
-	b.raw(`</section>
-<section class="card">
-  <h2>Attempts and errors</h2>
-  <table>
-    <thead><tr><th>attempt</th><th>type</th><th>message</th><th>at</th></tr></thead>
-    <tbody>
-`)
+	b.raw("</section>\n<section class=\"card\">\n  <h2>Attempts and errors</h2>\n")
+	end := b.table("attempt", "type", "message", "at")
 	for _, e := range d.Errors {
 		b.f("    <tr><td>%v</td><td>%s</td><td>%s</td><td>%s</td></tr>\n", e.Attempt, e.Type, e.Message, cmp.Or(e.OccurredAt, e.Timestamp))
 	}
-	b.none(len(d.Errors), "    ", 4, "No failed attempts.")
-	b.raw(`    </tbody>
-  </table>
-</section>
-<section class="card">
-  <h2>Events</h2>
-  <table>
-    <thead><tr><th>time</th><th>event</th><th>data</th></tr></thead>
-    <tbody>
-`)
+	end(len(d.Errors), "No failed attempts.")
+	b.raw("</section>\n<section class=\"card\">\n  <h2>Events</h2>\n")
+	end = b.table("time", "event", "data")
 	for _, e := range d.Events {
 		b.f("    <tr><td>%s</td><td><span class=\"mono\">%s</span></td><td><code>%s</code></td></tr>\n", e.Time, e.Type, jsonText(e.Data))
 	}
-	b.none(len(d.Events), "    ", 3, "No events (they are kept for the event TTL and appear within a moment of each change).")
-	b.f(`    </tbody>
-  </table>
-</section>
+	end(len(d.Events), "No events (they are kept for the event TTL and appear within a moment of each change).")
+	b.f(`</section>
 <section class="card">
   <h2>Envelope</h2>
   <pre class="json">%s</pre>
@@ -359,11 +352,8 @@ func deadLetterView(b *Builder, p page) {
 	if d.Queue != "" {
 		inQueue = " in queue " + d.Queue
 	}
-	b.f(`<p class="muted">%s discarded jobs%s, newest first per queue.</p>
-<table>
-  <thead><tr><th>id</th><th>type</th><th>queue</th><th>attempts</th><th>last error</th><th>discarded</th><th></th></tr></thead>
-  <tbody>
-`, total, inQueue)
+	b.f("<p class=\"muted\">%s discarded jobs%s, newest first per queue.</p>\n", total, inQueue)
+	end := b.table("id", "type", "queue", "attempts", "last error", "discarded", "")
 	jobs := d.List.Jobs()
 	for _, j := range jobs {
 		lastErr, discarded := "", ""
@@ -384,8 +374,7 @@ func deadLetterView(b *Builder, p page) {
       </td></tr>
 `, j.ID)
 	}
-	b.none(len(jobs), "    ", 7, "The dead letter queue is empty.")
-	b.raw("  </tbody>\n</table>\n")
+	end(len(jobs), "The dead letter queue is empty.")
 	b.next(d.NextURL)
 }
 
@@ -395,11 +384,8 @@ func workersView(b *Builder, p page) {
 	if l == nil {
 		return
 	}
-	b.f(`<p class="muted">%v seen in the last day: %v running, %v quiet, %v stale.</p>
-<table>
-  <thead><tr><th>id</th><th>state</th><th>host</th><th>queues</th><th>active jobs</th><th>concurrency</th><th>last heartbeat</th><th>started</th><th></th></tr></thead>
-  <tbody>
-`, l.Summary.Total, l.Summary.Running, l.Summary.Quiet, l.Summary.Stale)
+	b.f("<p class=\"muted\">%v seen in the last day: %v running, %v quiet, %v stale.</p>\n", l.Summary.Total, l.Summary.Running, l.Summary.Quiet, l.Summary.Stale)
+	end := b.table("id", "state", "host", "queues", "active jobs", "concurrency", "last heartbeat", "started", "")
 	for _, w := range l.Items {
 		told := ""
 		if w.Directive != "" {
@@ -420,16 +406,12 @@ func workersView(b *Builder, p page) {
 		}
 		b.raw("      </td></tr>\n")
 	}
-	b.none(len(l.Items), "    ", 9, "No worker has sent a heartbeat in the last day. (The push-mode worker function does not heartbeat.)")
-	b.raw("  </tbody>\n</table>\n")
+	end(len(l.Items), "No worker has sent a heartbeat in the last day. (The push-mode worker function does not heartbeat.)")
 }
 
 func cronView(b *Builder, p page) {
-	b.raw(`<h1>Cron schedules</h1>
-<table>
-  <thead><tr><th>name</th><th>expression</th><th>time zone</th><th>overlap</th><th>enabled</th><th>next run</th><th>last run</th><th>runs</th><th>skips</th><th>last job</th></tr></thead>
-  <tbody>
-`)
+	b.raw("<h1>Cron schedules</h1>\n")
+	end := b.table("name", "expression", "time zone", "overlap", "enabled", "next run", "last run", "runs", "skips", "last job")
 	vs, _ := p.Data.([]cron.View)
 	for _, v := range vs {
 		b.f(`    <tr><td>%s</td><td class="mono">%s</td><td>%s</td><td>%s</td><td>%v</td>
@@ -440,8 +422,7 @@ func cronView(b *Builder, p page) {
 		}
 		b.raw("</td></tr>\n")
 	}
-	b.none(len(vs), "    ", 10, "No cron schedules (POST /ojs/v1/cron registers one).")
-	b.raw("  </tbody>\n</table>\n")
+	end(len(vs), "No cron schedules (POST /ojs/v1/cron registers one).")
 }
 
 func webhooksView(b *Builder, p page) {
@@ -449,17 +430,13 @@ func webhooksView(b *Builder, p page) {
 	if d == nil {
 		d = &webhooksData{}
 	}
-	b.raw(`<h1>Webhook subscriptions</h1>
-<table>
-  <thead><tr><th>id</th><th>url</th><th>events</th><th>active</th><th>timeout</th><th>attempts</th><th>updated</th></tr></thead>
-  <tbody>
-`)
+	b.raw("<h1>Webhook subscriptions</h1>\n")
+	end := b.table("id", "url", "events", "active", "timeout", "attempts", "updated")
 	for _, s := range d.Subs {
 		b.f("    <tr><td class=\"mono\">%s</td><td class=\"mono\">%s</td><td>%s</td><td>%v</td><td>%v ms</td><td>%v</td><td>%s</td></tr>\n",
 			s.ID, s.URL, strings.Join(s.Events, ", "), s.Active, s.TimeoutMS, s.MaxAttempts, s.UpdatedAt)
 	}
-	b.none(len(d.Subs), "    ", 7, "No subscriptions (POST /ojs/v1/webhooks/subscriptions creates one).")
-	b.raw("  </tbody>\n</table>\n")
+	end(len(d.Subs), "No subscriptions (POST /ojs/v1/webhooks/subscriptions creates one).")
 	b.f(`<p>Failed deliveries in the dead letter queue: <a href="/ojs/admin/dead-letter?queue=%s">%v</a> (redrive them there once the receiver answers).</p>
 `, job.WebhookQueue, d.Dead)
 }
@@ -471,17 +448,14 @@ func tenantsView(b *Builder, p page) {
 	}
 	b.raw(`<h1>Tenants</h1>
 <p class="muted">Jobs enqueued with <span class="mono">X-OJS-Tenant</span> or <span class="mono">meta.tenant_id</span>: available now, and what happened to them in the last 24 hours.</p>
-<table>
-  <thead><tr><th>tenant</th><th>queues</th><th>available</th><th>enqueued</th><th>started</th><th>completed</th><th>failed</th><th>discarded</th><th>cancelled</th><th>first seen</th></tr></thead>
-  <tbody>
 `)
+	end := b.table("tenant", "queues", "available", "enqueued", "started", "completed", "failed", "discarded", "cancelled", "first seen")
 	for _, st := range d.Stats {
 		j := st.Jobs
 		b.f("    <tr><td class=\"mono\">%s</td><td>%s</td><td>%d</td><td>%d</td><td>%d</td><td>%d</td><td>%d</td><td>%d</td><td>%d</td><td>%s</td></tr>\n",
 			st.TenantID, strings.Join(st.Queues, ", "), j.Available, j.Enqueued, j.Started, j.Completed, j.Failed, j.Discarded, j.Cancelled, st.FirstSeenAt)
 	}
-	b.none(len(d.Stats), "    ", 10, "No tenant has had a job.")
-	b.raw("  </tbody>\n</table>\n")
+	end(len(d.Stats), "No tenant has had a job.")
 	if d.Total > len(d.Stats) {
 		b.f("<p class=\"muted\">%d tenants; the first %d by id are shown (GET /ojs/v1/admin/tenants lists them all).</p>\n", d.Total, len(d.Stats))
 	}
@@ -496,10 +470,8 @@ func rateLimitsView(b *Builder, p page) {
 	}
 	b.raw(`<h1>Rate limits</h1>
 <p class="muted">The rate limit keys jobs named (<span class="mono">options.rate_limit.key</span>) and tenants' concurrency keys. <b>Stop</b> overrides a key to concurrency 0 for an hour (PUT /ojs/v1/rate-limits/{key} sets any override).</p>
-<table>
-  <thead><tr><th>key</th><th>concurrency (active / limit)</th><th>rate (this window / limit)</th><th>throttle</th><th>override</th><th>held by a handler until</th><th></th></tr></thead>
-  <tbody>
 `)
+	end := b.table("key", "concurrency (active / limit)", "rate (this window / limit)", "throttle", "override", "held by a handler until", "")
 	for _, in := range items {
 		conc, rate, thr, ov, hold := "–", "–", "–", "–", "–"
 		if c := in.Concurrency; c != nil {
@@ -524,8 +496,7 @@ func rateLimitsView(b *Builder, p page) {
 		}
 		b.raw("      </td></tr>\n")
 	}
-	b.none(len(items), "    ", 7, "No job has named a rate limit key.")
-	b.raw("  </tbody>\n</table>\n")
+	end(len(items), "No job has named a rate limit key.")
 	if total > len(items) {
 		b.f("<p class=\"muted\">%d keys; the first %d are shown (GET /ojs/v1/rate-limits?page=2 lists more).</p>\n", total, len(items))
 	}
@@ -537,16 +508,13 @@ func workflowsView(b *Builder, p page) {
   <label>Workflow id <input name="id" size="40" placeholder="0195…"></label><button>Open</button>
 </form>
 <h2>Created in the last day</h2>
-<table>
-  <thead><tr><th>id</th><th>type</th><th>name</th><th>created</th></tr></thead>
-  <tbody>
 `)
+	end := b.table("id", "type", "name", "created")
 	refs, _ := p.Data.([]admin.WorkflowRef)
 	for _, w := range refs {
 		b.f("  <tr><td><a class=\"mono\" href=\"/ojs/admin/workflows/%s\">%s</a></td><td>%s</td><td>%s</td><td>%s</td></tr>\n", w.ID, w.ID, w.Type, w.Name, w.CreatedAt)
 	}
-	b.none(len(refs), "  ", 4, "None in the event log.")
-	b.raw("  </tbody>\n</table>\n")
+	end(len(refs), "None in the event log.")
 }
 
 func workflowView(b *Builder, p page) {
