@@ -339,6 +339,7 @@ func (s *Service) searchEvents(ctx context.Context, q JobQuery, cur jobCursor) (
 	page := &JobPage{Items: []map[string]any{}, Source: "events", Pagination: Pagination{Page: 1, PerPage: q.PerPage},
 		Window: &Window{Since: job.Timestamp(since), Until: job.Timestamp(until)}}
 	seen := map[string]bool{}
+pages:
 	for calls := 0; ; calls++ {
 		if calls >= MaxQueryCalls {
 			page.Pagination.HasMore = true
@@ -360,7 +361,6 @@ func (s *Service) searchEvents(ctx context.Context, q JobQuery, cur jobCursor) (
 		if err != nil {
 			return nil, ojserr.Backend(err)
 		}
-		stop := false
 		for _, e := range p.Events {
 			id, _ := e.Data["job_id"].(string)
 			j := jobs[id]
@@ -376,13 +376,9 @@ func (s *Service) searchEvents(ctx context.Context, q JobQuery, cur jobCursor) (
 			delete(jobs, id)
 			page.jobs = append(page.jobs, j)
 			if len(page.jobs) >= q.PerPage {
-				stop = true
-				break
+				page.Pagination.HasMore = true
+				break pages
 			}
-		}
-		if stop {
-			page.Pagination.HasMore = true
-			break
 		}
 		if !p.HasMore {
 			break

@@ -104,21 +104,17 @@ func (s *Service) recent(ctx context.Context, queue string) (*activity, error) {
 	a := &activity{completedHour: map[string]int{}, cancelledHour: map[string]int{}, completed5m: map[string]int{}, failed5m: map[string]int{}}
 	f := events.Filter{Types: []string{events.JobCompleted, events.JobFailed, events.JobCancelled}, Since: now.Add(-time.Hour), Limit: events.MaxLimit}
 	five := now.Add(-5 * time.Minute)
+	var err error
 	if queue != "" {
 		f.Queues = []string{queue}
 		f.Types = []string{events.JobFailed, events.JobCancelled}
-		for _, c := range []struct {
-			since time.Time
-			into  map[string]int
-		}{{f.Since, a.completedHour}, {five, a.completed5m}} {
-			n, err := s.st.CountCompleted(ctx, queue, c.since)
-			if err != nil {
-				return nil, ojserr.Backend(err)
-			}
-			c.into[queue] = n
+		if a.completedHour[queue], err = s.st.CountCompleted(ctx, queue, f.Since); err == nil {
+			a.completed5m[queue], err = s.st.CountCompleted(ctx, queue, five)
+		}
+		if err != nil {
+			return nil, ojserr.Backend(err)
 		}
 	}
-	var err error
 	a.capped, err = s.readEvents(ctx, f, func(e *events.Event) {
 		q := e.Queue()
 		switch e.Type {

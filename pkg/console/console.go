@@ -116,10 +116,10 @@ func New(cfg Config) (*Console, error) {
 // Routes lists the console's routes.
 func (c *Console) Routes() []Route {
 	g, p := http.MethodGet, http.MethodPost
-	rs := []Route{
+	return []Route{
 		{g, "/ojs/admin", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, Prefix, http.StatusMovedPermanently) }},
 		{g, Prefix + "{$}", c.auth(c.dashboard)},
-		{g, Prefix + "fragments/dashboard", c.auth(c.dashboardFragment)},
+		{g, Prefix + "fragments/dashboard", c.auth(fragment(c.dashboard))},
 		{p, Prefix + "queues/{name}/pause", c.auth(c.pause(true))},
 		{p, Prefix + "queues/{name}/resume", c.auth(c.pause(false))},
 		{g, Prefix + "jobs", c.auth(c.jobs)},
@@ -140,13 +140,12 @@ func (c *Console) Routes() []Route {
 		{p, Prefix + "rate-limits/{key}/clear", c.auth(c.overrideKey(nil))},
 		{g, Prefix + "workflows", c.auth(c.workflows)},
 		{g, Prefix + "workflows/{id}", c.auth(c.workflow)},
-		{g, Prefix + "workflows/{id}/graph", c.auth(c.workflowGraph)},
+		{g, Prefix + "workflows/{id}/graph", c.auth(fragment(c.workflow))},
 		{g, Prefix + "static/{file}", c.static},
 		{g, Prefix + "login", c.loginPage},
 		{p, Prefix + "login", c.login},
 		{p, Prefix + "logout", c.logout},
 	}
-	return rs
 }
 
 const cookieName = "ojs_console"
@@ -382,9 +381,13 @@ func (c *Console) dashboard(w http.ResponseWriter, r *http.Request) {
 	c.show(w, r, err, "dashboard", page{Title: "Dashboard", Nav: "dashboard", Data: d})
 }
 
-func (c *Console) dashboardFragment(w http.ResponseWriter, r *http.Request) {
-	r.Header.Set("X-Console-Fragment", "1")
-	c.dashboard(w, r)
+// fragment serves h's page without the layout around it (a live part's
+// refresh).
+func fragment(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		r.Header.Set("X-Console-Fragment", "1")
+		h(w, r)
+	}
 }
 
 func (c *Console) pause(paused bool) http.HandlerFunc {
@@ -411,12 +414,7 @@ type jobsData struct {
 
 func (c *Console) jobs(w http.ResponseWriter, r *http.Request) {
 	v := r.URL.Query()
-	v.Del("flash")
-	for k, vals := range v {
-		if len(vals) == 0 || vals[0] == "" {
-			v.Del(k)
-		}
-	}
+	maps.DeleteFunc(v, func(k string, vals []string) bool { return k == "flash" || len(vals) == 0 || vals[0] == "" })
 	d := &jobsData{Query: v, States: job.States}
 	if qs, err := c.cfg.Admin.Queues(r.Context(), 1, admin.MaxPerPage, nil); err == nil {
 		for _, q := range qs.Items {
@@ -682,9 +680,4 @@ func (c *Console) workflow(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	d, err := c.workflowData(r.Context(), id)
 	c.show(w, r, err, "workflow", page{Title: "Workflow " + id, Nav: "workflows", Data: d})
-}
-
-func (c *Console) workflowGraph(w http.ResponseWriter, r *http.Request) {
-	r.Header.Set("X-Console-Fragment", "1")
-	c.workflow(w, r)
 }

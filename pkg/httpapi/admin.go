@@ -2,16 +2,18 @@ package httpapi
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
+	"time"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/admin"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
+	"github.com/ojs-aws/ojs-serverless/pkg/wfdef"
 )
 
 // addAdmin registers the Admin API (ojs-admin-api.md) under
@@ -150,49 +152,19 @@ func (a *api) systemConfig(*http.Request, params) (any, error) {
 	}, nil
 }
 
-// workflowQueues lists the queues a workflow request's jobs use (every
-// options.queue, and "default" for a job without one), so that they are
+// workflowQueues lists the queues of a workflow request's jobs (callbacks,
+// handlers and compensations too; at most 100), so that they are
 // registered like the queues of pushed jobs: the queue list, the console
 // and the searches over all queues read the registry.
-func workflowQueues(raw []byte) []string {
-	var v any
-	if json.Unmarshal(raw, &v) != nil {
+func workflowQueues(raw []byte, now time.Time) []string {
+	p, err := wfdef.Parse(raw, now)
+	if err != nil {
 		return nil
 	}
-	seen := map[string]bool{}
-	var walk func(x any, depth int)
-	walk = func(x any, depth int) {
-		if depth > 64 {
-			return
-		}
-		switch t := x.(type) {
-		case map[string]any:
-			if _, job := t["args"]; job {
-				q := "default"
-				if o, ok := t["options"].(map[string]any); ok {
-					if s, ok := o["queue"].(string); ok && s != "" {
-						q = s
-					}
-				}
-				if s, ok := t["queue"].(string); ok && s != "" {
-					q = s
-				}
-				seen[q] = true
-			}
-			for _, c := range t {
-				walk(c, depth+1)
-			}
-		case []any:
-			for _, c := range t {
-				walk(c, depth+1)
-			}
-		}
-	}
-	walk(v, 0)
-	out := make([]string, 0, len(seen))
-	for q := range seen {
-		if job.ValidateQueue(q) == nil && len(out) < 100 {
-			out = append(out, q)
+	var out []string
+	for k := range p.Kept {
+		if !slices.Contains(out, k.Queue) && len(out) < 100 {
+			out = append(out, k.Queue)
 		}
 	}
 	return out

@@ -282,7 +282,7 @@ func (a *api) createWorkflow(r *http.Request, _ params, raw []byte) (any, error)
 		return nil, err
 	}
 	if a.queueSvc != nil {
-		for _, q := range workflowQueues(raw) {
+		for _, q := range workflowQueues(raw, a.s.cfg.Now()) {
 			if err := a.queueSvc.EnsureQueue(r.Context(), q); err != nil {
 				// The workflow is stored; only the queue list lags.
 				a.s.cfg.Logger.WarnContext(r.Context(), "registering a workflow queue failed", "queue", q, "error", err.Error())

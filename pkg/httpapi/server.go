@@ -210,7 +210,8 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	w := &statusWriter{ResponseWriter: rw}
 	rid := r.Header.Get("X-Request-Id")
 	ctx := r.Context()
-	if rid == "" || len(rid) > 128 || !printable(rid) {
+	// A client's id is kept in logs and job meta: printable ASCII only.
+	if rid == "" || len(rid) > 128 || strings.ContainsFunc(rid, func(c rune) bool { return c < 0x20 || c > 0x7e }) {
 		rid = "req_" + uuid.Must(uuid.NewV7()).String()
 	} else {
 		ctx = lifecycle.WithClientRequestID(ctx, rid) // into new jobs' meta
@@ -569,15 +570,4 @@ func (s *Server) addConsole(c *console.Console) {
 			return nil
 		})
 	}
-}
-
-// printable reports whether s is printable ASCII (a request id a client
-// sent, kept in logs and job meta).
-func printable(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < 0x20 || s[i] > 0x7e {
-			return false
-		}
-	}
-	return true
 }

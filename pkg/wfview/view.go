@@ -565,19 +565,20 @@ func (v *viewer) entry(n *wfstore.Item, root bool) ViewNode {
 // depends_on, state, job id and result, in the order of the request's
 // steps as run (a batch's jobs, then its callbacks).
 func (v *viewer) flat() []ViewNode {
-	root := v.t.Root
 	kids := v.t.Kids[wfstore.RootPath]
 	steps := []ViewNode{}
+	step := func(c *wfstore.Item, m ViewNode, deps []string) {
+		v.leaf(c, &m)
+		m.State, m.DependsOn = v.flatState(c, m.State), deps
+		steps = append(steps, m)
+	}
 	ids := make([]string, len(kids))
 	for i, c := range kids {
 		ids[i] = c.StepKey()
 	}
 	for i, c := range kids {
-		m := ViewNode{ID: c.StepKey(), Index: new(c.Index)}
-		v.leaf(c, &m)
-		m.State = v.flatState(c, m.State)
 		deps := []string{}
-		switch root.Kind {
+		switch v.t.Root.Kind {
 		case wfdef.KindChain:
 			if i > 0 {
 				deps = append(deps, ids[i-1])
@@ -589,19 +590,12 @@ func (v *viewer) flat() []ViewNode {
 				}
 			}
 		}
-		m.DependsOn = deps
-		steps = append(steps, m)
+		step(c, ViewNode{ID: ids[i], Index: new(c.Index)}, deps)
 	}
 	for _, name := range wfdef.Callbacks {
-		c := v.t.Callbacks[wfstore.RootPath][name]
-		if c == nil {
-			continue
+		if c := v.t.Callbacks[wfstore.RootPath][name]; c != nil {
+			step(c, ViewNode{ID: c.StepKey(), Callback: name}, append([]string{}, ids...))
 		}
-		m := ViewNode{ID: c.StepKey(), Callback: name}
-		v.leaf(c, &m)
-		m.State = v.flatState(c, m.State)
-		m.DependsOn = append([]string{}, ids...)
-		steps = append(steps, m)
 	}
 	return steps
 }
