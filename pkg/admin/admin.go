@@ -10,7 +10,7 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
-	"sort"
+	"strings"
 	"time"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/deadletter"
@@ -155,7 +155,7 @@ func (s *Service) queueNames(ctx context.Context) ([]queue.QueueInfo, error) {
 	if err != nil {
 		return nil, ojserr.Backend(err)
 	}
-	sort.Slice(qs, func(i, j int) bool { return qs[i].Name < qs[j].Name })
+	slices.SortFunc(qs, func(a, b queue.QueueInfo) int { return strings.Compare(a.Name, b.Name) })
 	return qs, nil
 }
 

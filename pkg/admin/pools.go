@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"maps"
 	"math"
 	"slices"
 	"time"
@@ -159,10 +160,7 @@ func (a Pools) Stats(ctx context.Context) (*SchedulingStats, error) {
 // shares, with their pool's target shares when p is set.
 func dispatches(started map[string]int, queues []string, p *queue.Pool) []QueueDispatch {
 	if queues == nil {
-		for q := range started {
-			queues = append(queues, q)
-		}
-		slices.Sort(queues)
+		queues = slices.Sorted(maps.Keys(started))
 	}
 	total, weights := 0, 0
 	for _, q := range queues {

@@ -4,7 +4,7 @@ import (
 	"cmp"
 	"context"
 	"net/url"
-	"sort"
+	"slices"
 	"time"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/events"
@@ -172,7 +172,7 @@ func (s *Service) History(ctx context.Context, q HistoryQuery) (*History, error)
 	for i := range h.Data {
 		b := &h.Data[i]
 		if len(b.durations) > 0 {
-			sort.Slice(b.durations, func(x, y int) bool { return b.durations[x] < b.durations[y] })
+			slices.Sort(b.durations)
 			p50, p99 := pct(b.durations, 50), pct(b.durations, 99)
 			b.LatencyP50MS, b.LatencyP99MS = &p50, &p99
 		}

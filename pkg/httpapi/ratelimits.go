@@ -35,9 +35,7 @@ func (s *Server) addRateLimits(a *api) {
 	s.add(LevelProducer, http.MethodGet, p, paged(func(r *http.Request, page, per int) (any, error) {
 		return a.limits.ListKeys(r.Context(), page, per)
 	}))
-	s.add(LevelProducer, http.MethodGet, p+"/{key}", ok(func(r *http.Request, p params) (any, error) {
-		return a.limits.KeyInfo(r.Context(), p("key"))
-	}))
+	s.add(LevelProducer, http.MethodGet, p+"/{key}", byPath("", "key", a.limits.KeyInfo))
 	s.add(LevelAdmin, http.MethodPut, p+"/{key}", withBody(func(r *http.Request, p params, raw []byte) (any, error) {
 		return a.limits.OverrideKey(r.Context(), p("key"), raw)
 	}))

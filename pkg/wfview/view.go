@@ -270,29 +270,20 @@ func Render(t *wfstore.Tree, jobs map[string]*job.Job) *View {
 			done++
 		}
 	}
-	if root.Kind == wfdef.KindChain {
-		out.StepsTotal, out.StepsCompleted = new(root.Total), new(done)
-	} else {
+	if root.Kind != wfdef.KindChain {
 		out.JobsTotal, out.JobsCompleted = new(root.Total), new(done)
-		if root.Kind == wfdef.KindGraph || root.Form == "steps" {
-			out.StepsTotal, out.StepsCompleted = new(root.Total), new(done)
-		}
+	}
+	if root.Kind == wfdef.KindChain || root.Kind == wfdef.KindGraph || root.Form == "steps" {
+		out.StepsTotal, out.StepsCompleted = new(root.Total), new(done)
 	}
 	if root.State == wfstate.Cancelled {
-		cancelled, completed := 0, 0
+		leaves := map[string]int{} // by state
 		for _, node := range t.ByPath {
-			n := node.Base()
-			if n.Kind != wfdef.KindJob {
-				continue
-			}
-			switch v.state(n) {
-			case string(wfstate.Cancelled):
-				cancelled++
-			case string(wfstate.Completed):
-				completed++
+			if n := node.Base(); n.Kind == wfdef.KindJob {
+				leaves[v.state(n)]++
 			}
 		}
-		out.StepsCancelled, out.StepsAlreadyCompleted = new(cancelled), new(completed)
+		out.StepsCancelled, out.StepsAlreadyCompleted = new(leaves[string(wfstate.Cancelled)]), new(leaves[string(wfstate.Completed)])
 	}
 	return out
 }
