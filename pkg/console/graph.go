@@ -269,7 +269,7 @@ func row(bs []*block) *block {
 	}
 	x := 0.0
 	var prev *block
-	for i, b := range bs {
+	for _, b := range bs {
 		p := b.place(x, (maxH-b.h)/2)
 		out.add(p)
 		if prev != nil {
@@ -278,12 +278,9 @@ func row(bs []*block) *block {
 			out.inX, out.inY = p.inX, p.inY
 		}
 		prev = p
-		x += b.w
-		if i < len(bs)-1 {
-			x += gapX
-		}
+		x += b.w + gapX
 	}
-	out.w, out.h = x, maxH
+	out.w, out.h = max(x-gapX, 0), maxH
 	if prev != nil {
 		out.outX, out.outY = prev.outX, prev.outY
 	}
@@ -299,15 +296,13 @@ func column(bs []*block) *block {
 	}
 	y := 0.0
 	var placed []*block
-	for i, b := range bs {
+	for _, b := range bs {
 		p := b.place(fork, y)
 		placed = append(placed, p)
 		out.add(p)
-		y += b.h
-		if i < len(bs)-1 {
-			y += gapY
-		}
+		y += b.h + gapY
 	}
+	y = max(y-gapY, 0)
 	out.w, out.h = maxW+2*fork, y
 	out.inX, out.inY = 0, y/2
 	out.outX, out.outY = out.w, y/2
