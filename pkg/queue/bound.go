@@ -49,17 +49,12 @@ func (i *QueueInfo) Bound() *Bound {
 
 // SetQueueBound sets (b non-nil) or removes a queue's bound.
 func (s *Store) SetQueueBound(ctx context.Context, name string, b *Bound, now time.Time) error {
-	u := expression.Set(expression.Name("name"), expression.Value(name)).
-		Set(expression.Name("created_at"), expression.IfNotExists(expression.Name("created_at"), expression.Value(job.Timestamp(now))))
-	if b == nil {
-		u = u.Remove(expression.Name("bp_max")).Remove(expression.Name("bp_warn"))
-	} else {
-		u = u.Set(expression.Name("bp_max"), expression.Value(b.MaxDepth)).Set(expression.Name("bp_warn"), expression.Value(b.Warning))
+	u := expression.Remove(expression.Name("bp_max")).Remove(expression.Name("bp_warn"))
+	if b != nil {
+		u = expression.Set(expression.Name("bp_max"), expression.Value(b.MaxDepth)).Set(expression.Name("bp_warn"), expression.Value(b.Warning))
 	}
-	if _, err := s.update(ctx, queueKey(name), u, types.ReturnValueNone); err != nil {
-		return fmt.Errorf("set queue %s bound: %w", name, err)
-	}
-	return nil
+	_, err := s.upsert(ctx, name, "set queue "+name+" bound", now, u, types.ReturnValueNone)
+	return err
 }
 
 // QueueInfo reads one queue's registry item (nil: not registered).
@@ -94,15 +89,18 @@ func admitKey(name string) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{attrPK: store.AttrS(store.RegistryPK(name)), attrSK: store.AttrS(admitPrefix + name)}
 }
 
+// admitted is an admission counter item.
+type admitted struct {
+	Admitted int64 `dynamodbav:"admitted"`
+}
+
 // Admitted reads a queue's admission counter (0 before the first).
 func (s *Store) Admitted(ctx context.Context, name string) (int64, error) {
 	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.table, Key: admitKey(name), ConsistentRead: aws.Bool(true)})
 	if err != nil {
 		return 0, fmt.Errorf("read admissions of queue %s: %w", name, err)
 	}
-	var c struct {
-		Admitted int64 `dynamodbav:"admitted"`
-	}
+	var c admitted
 	return c.Admitted, attributevalue.UnmarshalMap(out.Item, &c)
 }
 
@@ -125,9 +123,7 @@ func (s *Store) Admit(ctx context.Context, name string, n, limit int64) (after i
 	if err != nil {
 		return 0, false, fmt.Errorf("admit to queue %s: %w", name, err)
 	}
-	var c struct {
-		Admitted int64 `dynamodbav:"admitted"`
-	}
+	var c admitted
 	return c.Admitted, true, attributevalue.UnmarshalMap(out.Attributes, &c)
 }
 

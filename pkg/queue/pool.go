@@ -114,9 +114,7 @@ func (p *Pool) validate() error {
 		}
 	}
 	switch p.Strategy {
-	case "":
-		p.Strategy = StrategyRoundRobin
-	case "round_robin":
+	case "", "round_robin":
 		p.Strategy = StrategyRoundRobin
 	case StrategyStrict, StrategyRoundRobin, StrategyWeighted:
 	default:

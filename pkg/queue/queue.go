@@ -67,13 +67,23 @@ func withAttrs(key, attrs map[string]types.AttributeValue) map[string]types.Attr
 	return key
 }
 
+// upsert applies u to queue name's registry item, registering the queue
+// (name, created_at) if need be; what says what failed, in an error.
+func (s *Store) upsert(ctx context.Context, name, what string, now time.Time, u expression.UpdateBuilder, rv types.ReturnValue) (map[string]types.AttributeValue, error) {
+	u = u.Set(expression.Name("name"), expression.Value(name)).
+		Set(expression.Name("created_at"), expression.IfNotExists(expression.Name("created_at"), expression.Value(job.Timestamp(now))))
+	av, err := s.update(ctx, queueKey(name), u, rv)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return av, nil
+}
+
 // SetQueuePaused pauses or resumes a queue (registering it if needed) and
 // returns its state. Resuming marks the queue for redelivery by the
 // sweeper.
 func (s *Store) SetQueuePaused(ctx context.Context, name string, paused bool, now time.Time) (*QueueInfo, error) {
-	u := expression.Set(expression.Name("name"), expression.Value(name)).
-		Set(expression.Name("created_at"), expression.IfNotExists(expression.Name("created_at"), expression.Value(job.Timestamp(now)))).
-		Add(expression.Name(attrVersion), expression.Value(1))
+	u := expression.Add(expression.Name(attrVersion), expression.Value(1))
 	if paused {
 		u = u.Set(expression.Name("paused"), expression.Value(true)).
 			Set(expression.Name("paused_at"), expression.IfNotExists(expression.Name("paused_at"), expression.Value(job.Timestamp(now))))
@@ -81,50 +91,35 @@ func (s *Store) SetQueuePaused(ctx context.Context, name string, paused bool, no
 		u = u.Remove(expression.Name("paused")).Remove(expression.Name("paused_at")).
 			Set(expression.Name("redeliver"), expression.Value(job.Timestamp(now)))
 	}
-	av, err := s.update(ctx, queueKey(name), u, types.ReturnValueAllNew)
+	av, err := s.upsert(ctx, name, fmt.Sprintf("set queue %s paused=%v", name, paused), now, u, types.ReturnValueAllNew)
 	if err != nil {
-		return nil, fmt.Errorf("set queue %s paused=%v: %w", name, paused, err)
+		return nil, err
 	}
 	return store.Unmarshal[QueueInfo](av)
 }
 
 // SetQueueRate sets a queue's FETCH rate limit (jobs per second).
 func (s *Store) SetQueueRate(ctx context.Context, name string, perSecond float64, now time.Time) error {
-	u := expression.Set(expression.Name("name"), expression.Value(name)).
-		Set(expression.Name("created_at"), expression.IfNotExists(expression.Name("created_at"), expression.Value(job.Timestamp(now)))).
-		Set(expression.Name("rate_limit"), expression.Value(perSecond))
-	if _, err := s.update(ctx, queueKey(name), u, types.ReturnValueNone); err != nil {
-		return fmt.Errorf("set queue %s rate limit: %w", name, err)
-	}
-	return nil
+	_, err := s.upsert(ctx, name, "set queue "+name+" rate limit", now, expression.Set(expression.Name("rate_limit"), expression.Value(perSecond)), types.ReturnValueNone)
+	return err
 }
 
 // AddQueueTenant records that tenant has jobs on queue (registering the
 // queue if need be).
 func (s *Store) AddQueueTenant(ctx context.Context, name, tenant string, now time.Time) error {
-	u := expression.Set(expression.Name("name"), expression.Value(name)).
-		Set(expression.Name("created_at"), expression.IfNotExists(expression.Name("created_at"), expression.Value(job.Timestamp(now)))).
-		Add(expression.Name("tenants"), expression.Value(store.StringSet{tenant}))
-	if _, err := s.update(ctx, queueKey(name), u, types.ReturnValueNone); err != nil {
-		return fmt.Errorf("add tenant %s to queue %s: %w", tenant, name, err)
-	}
-	return nil
+	_, err := s.upsert(ctx, name, "add tenant "+tenant+" to queue "+name, now, expression.Add(expression.Name("tenants"), expression.Value(store.StringSet{tenant})), types.ReturnValueNone)
+	return err
 }
 
 // SetTenantFairness sets how an unscoped FETCH shares a queue among its
 // tenants ("": not at all, in the queue's order).
 func (s *Store) SetTenantFairness(ctx context.Context, name, strategy string, now time.Time) error {
-	u := expression.Set(expression.Name("name"), expression.Value(name)).
-		Set(expression.Name("created_at"), expression.IfNotExists(expression.Name("created_at"), expression.Value(job.Timestamp(now))))
+	u := expression.Set(expression.Name("tenant_fair"), expression.Value(strategy))
 	if strategy == "" {
-		u = u.Remove(expression.Name("tenant_fair"))
-	} else {
-		u = u.Set(expression.Name("tenant_fair"), expression.Value(strategy))
+		u = expression.Remove(expression.Name("tenant_fair"))
 	}
-	if _, err := s.update(ctx, queueKey(name), u, types.ReturnValueNone); err != nil {
-		return fmt.Errorf("set tenant fairness of queue %s: %w", name, err)
-	}
-	return nil
+	_, err := s.upsert(ctx, name, "set tenant fairness of queue "+name, now, u, types.ReturnValueNone)
+	return err
 }
 
 // FetchQueueState is what FETCH needs of a queue's registry item: whether
@@ -149,24 +144,6 @@ type FetchState struct {
 // items of queues and the worker workerID ("": none).
 func (s *Store) FetchState(ctx context.Context, queues []string, workerID string) (FetchState, error) {
 	fs := FetchState{Queues: make(map[string]FetchQueueState, len(queues))}
-	bg, ok := s.db.(batchGetter)
-	if !ok { // a client without BatchGetItem: one read each
-		for _, q := range queues {
-			p, r, err := s.QueueFetchState(ctx, q)
-			if err != nil {
-				return fs, err
-			}
-			fs.Queues[q] = FetchQueueState{Paused: p, Rate: r}
-		}
-		if workerID != "" {
-			w, err := s.WorkerState(ctx, workerID)
-			if err != nil {
-				return fs, err
-			}
-			fs.Worker = w
-		}
-		return fs, nil
-	}
 	var keys []map[string]types.AttributeValue
 	seen := map[string]bool{}
 	for _, q := range queues {
@@ -182,7 +159,7 @@ func (s *Store) FetchState(ctx context.Context, queues []string, workerID string
 		if tries == 8 {
 			return fs, fmt.Errorf("read fetch state: items left unprocessed")
 		}
-		out, err := bg.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: map[string]types.KeysAndAttributes{s.table: {
+		out, err := s.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: map[string]types.KeysAndAttributes{s.table: {
 			Keys: keys, ConsistentRead: aws.Bool(true),
 			ProjectionExpression:     aws.String("sk, #n, paused, rate_limit, worker_id, #s, directive, tenants, tenant_fair"),
 			ExpressionAttributeNames: map[string]string{"#n": "name", "#s": "state"},
@@ -256,18 +233,6 @@ func (s *Store) TakeRateTokens(ctx context.Context, name string, n int, perSecon
 		return false, fmt.Errorf("rate limit of queue %s: %w", name, err)
 	}
 	return true, nil
-}
-
-// QueuePaused reads whether a queue is paused (consistent read of its
-// registry item; an unknown queue is not paused).
-func (s *Store) QueuePaused(ctx context.Context, name string) (bool, error) {
-	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.table, Key: queueKey(name), ConsistentRead: aws.Bool(true),
-		ProjectionExpression: aws.String("paused")})
-	if err != nil {
-		return false, fmt.Errorf("read queue %s: %w", name, err)
-	}
-	p, ok := out.Item["paused"].(*types.AttributeValueMemberBOOL)
-	return ok && p.Value, nil
 }
 
 // QueueInfos lists the registered queues with their pause state.

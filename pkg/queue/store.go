@@ -31,11 +31,6 @@ const (
 	attrDueAt   = "due_at"
 )
 
-// batchGetter is a client with BatchGetItem (FetchState's one read).
-type batchGetter interface {
-	BatchGetItem(context.Context, *dynamodb.BatchGetItemInput, ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error)
-}
-
 // update applies u to the item at key and returns the attributes rv asks for.
 func (s *Store) update(ctx context.Context, key map[string]types.AttributeValue, u expression.UpdateBuilder, rv types.ReturnValue) (map[string]types.AttributeValue, error) {
 	expr, err := expression.NewBuilder().WithUpdate(u).Build()

@@ -70,17 +70,7 @@ func (k *Keys) PauseUntil(ctx context.Context, key string, until time.Time, reas
 // change updates key's item (under c when set; its failure is
 // ErrNotFound) and returns it as written.
 func (k *Keys) change(ctx context.Context, key string, u expression.UpdateBuilder, c *expression.ConditionBuilder) (*State, error) {
-	b := expression.NewBuilder().WithUpdate(u)
-	if c != nil {
-		b = b.WithCondition(*c)
-	}
-	expr, err := b.Build()
-	if err != nil {
-		return nil, err
-	}
-	out, err := k.update(ctx, &dynamodb.UpdateItemInput{TableName: &k.table, Key: itemKey(key), UpdateExpression: expr.Update(),
-		ConditionExpression: expr.Condition(), ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
-		ReturnValues: types.ReturnValueAllNew})
+	out, err := k.write(ctx, key, u, c, types.ReturnValueAllNew)
 	if store.ConditionFailed(err) {
 		return nil, ErrNotFound
 	}
@@ -114,12 +104,11 @@ func (k *Keys) list(ctx context.Context, key string) error {
 
 // Names lists every key admitted or overridden, sorted.
 func (k *Keys) Names(ctx context.Context) ([]string, error) {
-	parts, err := store.EachShard(ctx, store.ShardKeys(registryBase, registryShards), func(ctx context.Context, pk string) ([]struct {
+	type entry struct {
 		Key string `dynamodbav:"key"`
-	}, error) {
-		return store.QueryAll[struct {
-			Key string `dynamodbav:"key"`
-		}](ctx, k.db, &dynamodb.QueryInput{TableName: &k.table, KeyConditionExpression: aws.String("pk = :pk"),
+	}
+	parts, err := store.EachShard(ctx, store.ShardKeys(registryBase, registryShards), func(ctx context.Context, pk string) ([]entry, error) {
+		return store.QueryAll[entry](ctx, k.db, &dynamodb.QueryInput{TableName: &k.table, KeyConditionExpression: aws.String("pk = :pk"),
 			ExpressionAttributeValues: map[string]types.AttributeValue{":pk": store.AttrS(pk)}})
 	})
 	if err != nil {

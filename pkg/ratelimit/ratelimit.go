@@ -209,9 +209,19 @@ func DecodeKey(av map[string]types.AttributeValue) (*State, bool, error) {
 // the SDK does not retry).
 const conflictTries = 6
 
-// update is UpdateItem on a key's item, tried again (with backoff) while
-// a transaction holds the item.
-func (k *Keys) update(ctx context.Context, in *dynamodb.UpdateItemInput) (*dynamodb.UpdateItemOutput, error) {
+// write applies u to key's item (under c when set) with UpdateItem, tried
+// again (with backoff) while a transaction holds the item.
+func (k *Keys) write(ctx context.Context, key string, u expression.UpdateBuilder, c *expression.ConditionBuilder, rv types.ReturnValue) (*dynamodb.UpdateItemOutput, error) {
+	b := expression.NewBuilder().WithUpdate(u)
+	if c != nil {
+		b = b.WithCondition(*c)
+	}
+	expr, err := b.Build()
+	if err != nil {
+		return nil, err
+	}
+	in := &dynamodb.UpdateItemInput{TableName: &k.table, Key: itemKey(key), UpdateExpression: expr.Update(), ConditionExpression: expr.Condition(),
+		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(), ReturnValues: rv}
 	for try := 0; ; try++ {
 		out, err := k.db.UpdateItem(ctx, in)
 		if _, ok := errors.AsType[*types.TransactionConflictException](err); !ok || try+1 >= conflictTries {
@@ -240,13 +250,7 @@ func (k *Keys) record(ctx context.Context, p *job.KeyLimit, now time.Time, polic
 		Set(expression.Name(attrPolicy), policy).
 		Set(expression.Name(attrSlots), expression.IfNotExists(expression.Name(attrSlots), expression.Value(map[string]int{}))).
 		Set(expression.Name(attrAt), expression.Value(job.Timestamp(now)))
-	expr, err := expression.NewBuilder().WithUpdate(u).Build()
-	if err != nil {
-		return nil, err
-	}
-	out, err := k.update(ctx, &dynamodb.UpdateItemInput{TableName: &k.table, Key: itemKey(p.Key),
-		UpdateExpression: expr.Update(), ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
-		ReturnValues: types.ReturnValueAllNew})
+	out, err := k.write(ctx, p.Key, u, nil, types.ReturnValueAllNew)
 	if err != nil {
 		return nil, fmt.Errorf("record rate limit key %s: %w", p.Key, err)
 	}
@@ -364,17 +368,12 @@ func (k *Keys) MarkHeld(ctx context.Context, st *State, limit Limit, now time.Ti
 	if limit == Rate {
 		use = st.Count
 	}
-	expr, err := expression.NewBuilder().
-		WithUpdate(expression.Set(expression.Name(attrHeld), expression.Value(string(limit))).
-			Set(expression.Name(attrHeldAt), expression.Value(job.Timestamp(now))).
-			Set(expression.Name(attrHeldN), expression.Value(use)).
-			Add(expression.Name(attrEpisode), expression.Value(1))).
-		WithCondition(expression.AttributeExists(expression.Name("pk")).And(expression.AttributeNotExists(expression.Name(attrHeld)))).Build()
-	if err != nil {
-		return err
-	}
-	_, err = k.update(ctx, &dynamodb.UpdateItemInput{TableName: &k.table, Key: itemKey(st.Key), UpdateExpression: expr.Update(),
-		ConditionExpression: expr.Condition(), ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values()})
+	u := expression.Set(expression.Name(attrHeld), expression.Value(string(limit))).
+		Set(expression.Name(attrHeldAt), expression.Value(job.Timestamp(now))).
+		Set(expression.Name(attrHeldN), expression.Value(use)).
+		Add(expression.Name(attrEpisode), expression.Value(1))
+	c := expression.AttributeExists(expression.Name("pk")).And(expression.AttributeNotExists(expression.Name(attrHeld)))
+	_, err := k.write(ctx, st.Key, u, &c, types.ReturnValueNone)
 	if err != nil && !store.ConditionFailed(err) {
 		return fmt.Errorf("mark rate limit key %s held: %w", st.Key, err)
 	}
@@ -384,14 +383,8 @@ func (k *Keys) MarkHeld(ctx context.Context, st *State, limit Limit, now time.Ti
 // Release frees the slot job id's attempt holds under key, if it still
 // does (idempotent: a slot taken by a later attempt stays).
 func (k *Keys) Release(ctx context.Context, key, id string, attempt int) error {
-	expr, err := expression.NewBuilder().
-		WithUpdate(expression.Remove(expression.Name(attrSlots + "." + id))).
-		WithCondition(expression.Name(attrSlots + "." + id).Equal(expression.Value(attempt))).Build()
-	if err != nil {
-		return err
-	}
-	_, err = k.update(ctx, &dynamodb.UpdateItemInput{TableName: &k.table, Key: itemKey(key), UpdateExpression: expr.Update(),
-		ConditionExpression: expr.Condition(), ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values()})
+	c := expression.Name(attrSlots + "." + id).Equal(expression.Value(attempt))
+	_, err := k.write(ctx, key, expression.Remove(expression.Name(attrSlots+"."+id)), &c, types.ReturnValueNone)
 	if store.ConditionFailed(err) {
 		return nil
 	}

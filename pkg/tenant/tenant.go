@@ -182,15 +182,7 @@ func (r *Registry) LimitsOf(ctx context.Context, tenant string, now time.Time) (
 // SetLimits sets tenant's limits (registering it if need be) and returns
 // it as stored.
 func (r *Registry) SetLimits(ctx context.Context, tenant string, l Limits, now time.Time) (*Info, error) {
-	u := expression.Set(expression.Name("tenant"), expression.Value(tenant)).
-		Set(expression.Name("first_seen"), expression.IfNotExists(expression.Name("first_seen"), expression.Value(job.Timestamp(now)))).
-		Set(expression.Name("limits"), expression.Value(l))
-	expr, err := expression.NewBuilder().WithUpdate(u).Build()
-	if err != nil {
-		return nil, err
-	}
-	out, err := r.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &r.table, Key: key(tenant), UpdateExpression: expr.Update(),
-		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(), ReturnValues: types.ReturnValueAllNew})
+	out, err := r.upsert(ctx, tenant, now, expression.Set(expression.Name("limits"), expression.Value(l)), types.ReturnValueAllNew)
 	if err != nil {
 		return nil, fmt.Errorf("set limits of tenant %s: %w", tenant, err)
 	}
@@ -200,6 +192,18 @@ func (r *Registry) SetLimits(ctx context.Context, tenant string, l Limits, now t
 		slices.Sort(in.Queues)
 	}
 	return in, err
+}
+
+// upsert applies u to tenant's item, registering the tenant if need be.
+func (r *Registry) upsert(ctx context.Context, tenant string, now time.Time, u expression.UpdateBuilder, rv types.ReturnValue) (*dynamodb.UpdateItemOutput, error) {
+	u = u.Set(expression.Name("tenant"), expression.Value(tenant)).
+		Set(expression.Name("first_seen"), expression.IfNotExists(expression.Name("first_seen"), expression.Value(job.Timestamp(now))))
+	expr, err := expression.NewBuilder().WithUpdate(u).Build()
+	if err != nil {
+		return nil, err
+	}
+	return r.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &r.table, Key: key(tenant), UpdateExpression: expr.Update(),
+		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(), ReturnValues: rv})
 }
 
 // New returns the registry of table through db (store.Store.DB).
@@ -213,15 +217,8 @@ func key(tenant string) map[string]types.AttributeValue {
 // Record registers that tenant has jobs on queue (callers write it once
 // per process and pair: queue.Service's admission).
 func (r *Registry) Record(ctx context.Context, tenant, queue string, now time.Time) error {
-	u := expression.Set(expression.Name("tenant"), expression.Value(tenant)).
-		Set(expression.Name("first_seen"), expression.IfNotExists(expression.Name("first_seen"), expression.Value(job.Timestamp(now)))).
-		Add(expression.Name("queues"), expression.Value(store.StringSet{queue}))
-	expr, err := expression.NewBuilder().WithUpdate(u).Build()
-	if err != nil {
-		return err
-	}
-	if _, err := r.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &r.table, Key: key(tenant), UpdateExpression: expr.Update(),
-		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values()}); err != nil {
+	u := expression.Add(expression.Name("queues"), expression.Value(store.StringSet{queue}))
+	if _, err := r.upsert(ctx, tenant, now, u, types.ReturnValueNone); err != nil {
 		return fmt.Errorf("register tenant %s: %w", tenant, err)
 	}
 	return nil
