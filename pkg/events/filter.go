@@ -386,32 +386,27 @@ var DefaultPacked = []string{"job.*"}
 // for OJS_PUBLISH_EVENTS, "none" (nil: every event an entry of its own),
 // or empty for DefaultPacked.
 func ParsePacked(spec string) ([]string, error) {
-	if strings.TrimSpace(spec) == "none" {
-		return nil, nil
-	}
-	if strings.TrimSpace(spec) == "" {
-		return DefaultPacked, nil
-	}
-	out := appendItems(nil, spec)
-	if err := CheckPatterns("OJS_PUBLISH_PACKED", out); err != nil {
-		return nil, fmt.Errorf("%s", ojserr.As(err).Message)
-	}
-	return out, nil
+	return parseTypes("OJS_PUBLISH_PACKED", spec, DefaultPacked, nil)
 }
 
 // ParsePublished reads the OJS_PUBLISH_EVENTS setting: a comma-separated
 // list of types and patterns ("job.*", "*" for all), "none" for no
 // events, or empty for DefaultPublished.
 func ParsePublished(spec string) ([]string, error) {
-	spec = strings.TrimSpace(spec)
-	switch spec {
+	return parseTypes("OJS_PUBLISH_EVENTS", spec, DefaultPublished, []string{})
+}
+
+// parseTypes reads setting's list of types and patterns: def when spec is
+// empty, none when it is "none".
+func parseTypes(setting, spec string, def, none []string) ([]string, error) {
+	switch strings.TrimSpace(spec) {
 	case "":
-		return DefaultPublished, nil
+		return def, nil
 	case "none":
-		return []string{}, nil
+		return none, nil
 	}
 	out := appendItems(nil, spec)
-	if err := CheckPatterns("OJS_PUBLISH_EVENTS", out); err != nil {
+	if err := CheckPatterns(setting, out); err != nil {
 		return nil, fmt.Errorf("%s", ojserr.As(err).Message)
 	}
 	return out, nil

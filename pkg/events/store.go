@@ -197,20 +197,18 @@ func (s *Store) PutEvents(ctx context.Context, evs []Event, ttl time.Duration) e
 		}
 		w := windowKey(e.At())
 		logs[w] = append(logs[w], raw{e, body})
+		page := func(pk string) { subjects[pk+"\x00"+w] = append(subjects[pk+"\x00"+w], raw{e, body}) }
 		// A bucket's key is its prefix: the page's shard is picked below.
 		hk, ok := historyBucket(e.SubjectCategory(), e.Subject)
 		if !ok {
 			hk = eventPK(e.SubjectCategory(), e.Subject)
 		}
-		subjects[hk+"\x00"+w] = append(subjects[hk+"\x00"+w], raw{e, body})
+		page(hk)
 		if q := e.Queue(); q != "" && slices.Contains(QueueIndexed, e.Type) {
-			qk := eventQueuePK(q) + "\x00" + w
-			subjects[qk] = append(subjects[qk], raw{e, body})
+			page(eventQueuePK(q))
 		}
 		if t := e.Tenant(); t != "" {
-			// A tenant's events are paged together too (TenantPK).
-			tk := TenantPK(t) + "\x00" + w
-			subjects[tk] = append(subjects[tk], raw{e, body})
+			page(TenantPK(t)) // a tenant's events are paged together too
 		}
 	}
 	var items []map[string]ddb.AttributeValue
@@ -354,34 +352,29 @@ func (s *Store) QueryEvents(ctx context.Context, f Filter, now time.Time) (*Page
 	var found []Event
 	var err error
 	seen := &seenPages{now: now}
-	if f.SubjectID != "" {
-		found, err = s.readHistory(ctx, f, start, limit+1, seen)
-		if err != nil {
-			return nil, err
-		}
-	} else if f.Tenant != "" {
+	switch pk, queued := queuePages(f); {
+	case f.SubjectID != "":
+		// Its bucket's shards and, for pages stored before the buckets
+		// (until their TTL ends), the subject's own partition.
+		found, err = s.readMerged(ctx, historyPKs(f.SubjectCategory, f.SubjectID), start, f, limit+1, seen)
+	case f.Tenant != "":
 		found, err = s.readPages(ctx, TenantPK(f.Tenant), start, f, limit+1, seen)
-		if err != nil {
-			return nil, err
-		}
-	} else if pk, ok := queuePages(f); ok {
+	case queued:
 		found, err = s.readPages(ctx, pk, start, f, limit+1, seen)
-		if err != nil {
-			return nil, err
-		}
-	} else {
+	default:
 		from, _ := ParseID(start)
 		end := now
 		if !f.Until.IsZero() && f.Until.Before(end) {
 			end = f.Until
 		}
-		for day := from.Truncate(24 * time.Hour); !day.After(end) && len(found) <= limit; day = day.Add(24 * time.Hour) {
-			got, err := s.queryEventDay(ctx, eventDay(day), start, f, limit+1-len(found), seen)
-			if err != nil {
-				return nil, err
-			}
+		for day := from.Truncate(24 * time.Hour); err == nil && !day.After(end) && len(found) <= limit; day = day.Add(24 * time.Hour) {
+			var got []Event
+			got, err = s.queryEventDay(ctx, eventDay(day), start, f, limit+1-len(found), seen)
 			found = append(found, got...)
 		}
+	}
+	if err != nil {
+		return nil, err
 	}
 	page := &Page{Events: found}
 	if len(found) > limit {
@@ -416,13 +409,6 @@ func eventsWithin(evs []Event, budget int) int {
 	return len(evs)
 }
 
-// readHistory reads up to want events of f's subject: from its bucket's
-// shards and, for pages stored before the buckets (until their TTL ends),
-// from the subject's own partition, all at once.
-func (s *Store) readHistory(ctx context.Context, f Filter, start string, want int, seen *seenPages) ([]Event, error) {
-	return s.readMerged(ctx, historyPKs(f.SubjectCategory, f.SubjectID), start, f, want, seen)
-}
-
 // queryEventDay merges the day's log shards.
 func (s *Store) queryEventDay(ctx context.Context, day, start string, f Filter, want int, seen *seenPages) ([]Event, error) {
 	pks := make([]string, LogShards)
@@ -439,11 +425,7 @@ func (s *Store) readMerged(ctx context.Context, pks []string, start string, f Fi
 	errs := make([]error, len(pks))
 	var wg sync.WaitGroup
 	for i, pk := range pks {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			found[i], errs[i] = s.readPages(ctx, pk, start, f, want, seen)
-		}()
+		wg.Go(func() { found[i], errs[i] = s.readPages(ctx, pk, start, f, want, seen) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {

@@ -9,17 +9,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
-	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
+	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
 
@@ -44,16 +45,9 @@ type Version struct {
 	CreatedAt string          `json:"created_at" dynamodbav:"created_at"`
 }
 
-// DynamoAPI is the part of the DynamoDB client the registry uses.
-type DynamoAPI interface {
-	PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
-	Query(ctx context.Context, in *dynamodb.QueryInput, opts ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
-	DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error)
-}
-
 // Registry registers, reads and deletes schemas and validates args.
 type Registry struct {
-	db    DynamoAPI
+	db    store.DynamoAPI
 	table string
 	now   func() time.Time
 
@@ -68,7 +62,7 @@ type cached struct {
 }
 
 // New returns the registry on table; now defaults to time.Now.
-func New(db DynamoAPI, table string, now func() time.Time) *Registry {
+func New(db store.DynamoAPI, table string, now func() time.Time) *Registry {
 	if now == nil {
 		now = time.Now
 	}
@@ -76,10 +70,7 @@ func New(db DynamoAPI, table string, now func() time.Time) *Registry {
 }
 
 func key(typ string, version int) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{
-		"pk": &types.AttributeValueMemberS{Value: "SCHEMA#" + typ},
-		"sk": &types.AttributeValueMemberS{Value: fmt.Sprintf("V#%07d", version)},
-	}
+	return map[string]types.AttributeValue{"pk": store.AttrS("SCHEMA#" + typ), "sk": store.AttrS(fmt.Sprintf("V#%07d", version))}
 }
 
 // check validates a type and a version number from a path.
@@ -140,12 +131,9 @@ func (r *Registry) Register(ctx context.Context, typ, version string, schema jso
 	if err != nil {
 		return Version{}, false, err
 	}
-	for k, a := range key(typ, n) {
-		item[k] = a
-	}
-	cond, _ := expression.NewBuilder().WithCondition(expression.AttributeNotExists(expression.Name("pk"))).Build()
-	_, err = r.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &r.table, Item: item, ConditionExpression: cond.Condition(),
-		ExpressionAttributeNames: cond.Names(), ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld})
+	maps.Copy(item, key(typ, n))
+	_, err = r.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &r.table, Item: item, ConditionExpression: aws.String("attribute_not_exists(pk)"),
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld})
 	if ccf, ok := errors.AsType[*types.ConditionalCheckFailedException](err); ok {
 		var old Version
 		if attributevalue.UnmarshalMap(ccf.Item, &old) == nil && old.Text == v.Text {
@@ -166,21 +154,10 @@ func (r *Registry) Versions(ctx context.Context, typ string) ([]Version, error) 
 	if _, err := check(typ, ""); err != nil {
 		return nil, err
 	}
-	kc := expression.Key("pk").Equal(expression.Value("SCHEMA#" + typ))
-	ex, _ := expression.NewBuilder().WithKeyCondition(kc).Build()
-	in := &dynamodb.QueryInput{TableName: &r.table, KeyConditionExpression: ex.KeyCondition(), ExpressionAttributeNames: ex.Names(),
-		ExpressionAttributeValues: ex.Values(), ConsistentRead: aws.Bool(true)}
-	var out []Version
-	for p := dynamodb.NewQueryPaginator(r.db, in); p.HasMorePages(); {
-		page, err := p.NextPage(ctx)
-		if err != nil {
-			return nil, ojserr.Backend(err)
-		}
-		var vs []Version
-		if err := attributevalue.UnmarshalListOfMaps(page.Items, &vs); err != nil {
-			return nil, ojserr.Backend(err)
-		}
-		out = append(out, vs...)
+	out, err := store.QueryAll[Version](ctx, r.db, &dynamodb.QueryInput{TableName: &r.table, ConsistentRead: aws.Bool(true),
+		KeyConditionExpression: aws.String("pk = :pk"), ExpressionAttributeValues: map[string]types.AttributeValue{":pk": store.AttrS("SCHEMA#" + typ)}})
+	if err != nil {
+		return nil, ojserr.Backend(err)
 	}
 	for i := range out {
 		out[i].Schema = json.RawMessage(out[i].Text)
@@ -213,9 +190,7 @@ func (r *Registry) Delete(ctx context.Context, typ, version string) error {
 	if err != nil {
 		return err
 	}
-	cond, _ := expression.NewBuilder().WithCondition(expression.AttributeExists(expression.Name("pk"))).Build()
-	_, err = r.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &r.table, Key: key(typ, n), ConditionExpression: cond.Condition(),
-		ExpressionAttributeNames: cond.Names()})
+	_, err = r.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &r.table, Key: key(typ, n), ConditionExpression: aws.String("attribute_exists(pk)")})
 	if _, ok := errors.AsType[*types.ConditionalCheckFailedException](err); ok {
 		return ojserr.NotFoundf("schema", typ+"/"+version)
 	}
