@@ -87,23 +87,14 @@ func Parse(expr string) (*Schedule, error) {
 	default:
 		return nil, exprErr("a cron expression has 5 fields (minute hour day-of-month month day-of-week) or 6 (with seconds first); got %d", len(fields))
 	}
-	var err error
-	if s.sec, _, err = parseField(fields[0], "second", 0, 59, nil); err != nil {
-		return nil, err
-	}
-	if s.min, _, err = parseField(fields[1], "minute", 0, 59, nil); err != nil {
-		return nil, err
-	}
-	if s.hour, s.hourStar, err = parseField(fields[2], "hour", 0, 23, nil); err != nil {
-		return nil, err
-	}
-	if err = s.parseDOM(fields[3]); err != nil {
-		return nil, err
-	}
-	if s.month, _, err = parseField(fields[4], "month", 1, 12, monthNames); err != nil {
-		return nil, err
-	}
-	if err = s.parseDOW(fields[5]); err != nil {
+	errs := make([]error, 6) // the first one, in field order, is reported
+	s.sec, _, errs[0] = parseField(fields[0], "second", 0, 59, nil)
+	s.min, _, errs[1] = parseField(fields[1], "minute", 0, 59, nil)
+	s.hour, s.hourStar, errs[2] = parseField(fields[2], "hour", 0, 23, nil)
+	errs[3] = s.parseDOM(fields[3])
+	s.month, _, errs[4] = parseField(fields[4], "month", 1, 12, monthNames)
+	errs[5] = s.parseDOW(fields[5])
+	if err := cmp.Or(errs...); err != nil {
 		return nil, err
 	}
 	if _, ok := s.Next(time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC), time.UTC); !ok {

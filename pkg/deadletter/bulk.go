@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"slices"
 	"time"
 
@@ -145,7 +144,7 @@ func (s *Service) matching(ctx context.Context, f Filter) ([]*job.Job, bool, err
 	bytes := 0
 	for _, q := range queues {
 		for cursor := ""; ; {
-			page, err := s.tb.newest(ctx, q, 200, cursor)
+			page, err := s.tb.page(ctx, q, time.Time{}, time.Time{}, false, 200, cursor)
 			if err != nil {
 				return nil, false, ojserr.Backend(err)
 			}
@@ -201,11 +200,7 @@ func (s *Service) bulk(ctx context.Context, f Filter, op func(*job.Job) error) (
 	res := BulkResult{Matched: len(jobs), HasMore: next != "", NextCursor: next, JobIDs: []string{}, Failed: []Failure{}}
 	for i, j := range jobs {
 		if err := op(j); err != nil {
-			var oe *ojserr.Error
-			if !errors.As(err, &oe) {
-				oe = ojserr.Backend(err)
-			}
-			res.Failed = append(res.Failed, Failure{Index: i, JobID: j.ID, Error: oe})
+			res.Failed = append(res.Failed, Failure{Index: i, JobID: j.ID, Error: ojserr.As(err)})
 			continue
 		}
 		res.Succeeded++
@@ -274,7 +269,7 @@ func (s *Service) selectJobs(ctx context.Context, f Filter) (jobs []*job.Job, ne
 			if budget == 0 {
 				return jobs, deadCursor{Queue: q, Page: page, End: cur.End}.encode(), nil
 			}
-			p, err := s.tb.oldestPage(ctx, q, f.Since, before, min(200, budget), page)
+			p, err := s.tb.page(ctx, q, f.Since, before, true, min(200, budget), page)
 			if err != nil {
 				return nil, "", ojserr.Backend(err)
 			}

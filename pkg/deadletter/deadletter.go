@@ -246,7 +246,7 @@ func (s *Service) List(ctx context.Context, queue string, limit int) (jobs []*jo
 	bytes := 0
 	for _, q := range queues {
 		want := limit - len(out)
-		page, err := s.tb.newest(ctx, q, want, "")
+		page, err := s.tb.page(ctx, q, time.Time{}, time.Time{}, false, want, "")
 		if err != nil {
 			return nil, false, ojserr.Backend(err)
 		}

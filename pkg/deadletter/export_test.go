@@ -19,7 +19,11 @@ type Ref = ref
 // OldestRefs returns up to limit of a queue's dead letter jobs, oldest
 // first, as the pruner reads them.
 func (s *Service) OldestRefs(ctx context.Context, queue string, before *time.Time, limit int) ([]Ref, error) {
-	return s.tb.oldest(ctx, queue, before, limit)
+	var until time.Time
+	if before != nil {
+		until = *before
+	}
+	return s.tb.oldest(ctx, queue, until, limit)
 }
 
 // PruneRef removes one dead letter job as the pruner does.

@@ -150,7 +150,7 @@ func (s *Service) Prune(ctx context.Context) (PruneResult, error) {
 			res.More = true
 			break
 		}
-		refs, err := s.tb.oldest(ctx, q, &cutoff, budget+1)
+		refs, err := s.tb.oldest(ctx, q, cutoff, budget+1)
 		if err != nil {
 			return res, err
 		}
@@ -188,7 +188,7 @@ func (s *Service) Prune(ctx context.Context) (PruneResult, error) {
 				if counts[q] == 0 {
 					continue
 				}
-				refs, err := s.tb.oldest(ctx, q, nil, min(take, counts[q]))
+				refs, err := s.tb.oldest(ctx, q, time.Time{}, min(take, counts[q]))
 				if err != nil {
 					return res, err
 				}

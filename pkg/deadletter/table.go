@@ -158,33 +158,21 @@ type ref struct {
 }
 
 // oldest returns up to limit of a queue's dead letter jobs, oldest first;
-// with before set, only those discarded before it.
-func (t table) oldest(ctx context.Context, queue string, before *time.Time, limit int) ([]ref, error) {
-	cond := "ready_pk = :pk"
-	vals := map[string]types.AttributeValue{":pk": store.AttrS(store.DeadIndexPK(queue))}
-	if before != nil {
-		cond += " AND ready_sk < :before"
-		vals[":before"] = store.AttrS(store.DeadSortKey(*before, ""))
-	}
+// with before set (not zero), only those discarded before it.
+func (t table) oldest(ctx context.Context, queue string, before time.Time, limit int) ([]ref, error) {
 	var refs []ref
-	in := &dynamodb.QueryInput{
-		TableName: &t.name, IndexName: aws.String(topology.IndexReady),
-		KeyConditionExpression: aws.String(cond), ExpressionAttributeValues: vals,
-		ProjectionExpression: aws.String("id, queue, ready_sk"), ScanIndexForward: aws.Bool(true),
-		Limit: aws.Int32(int32(min(limit, 1000))),
-	}
+	in := deadQuery(t.name, queue, time.Time{}, before)
+	in.ProjectionExpression, in.ScanIndexForward, in.Limit = aws.String("id, queue, ready_sk"), aws.Bool(true), aws.Int32(int32(min(limit, 1000)))
 	for len(refs) < limit {
 		out, err := t.db.Query(ctx, in)
 		if err != nil {
 			return nil, fmt.Errorf("list oldest dead jobs of %s: %w", queue, err)
 		}
-		for _, it := range out.Items {
-			var r ref
-			if err := attributevalue.UnmarshalMap(it, &r); err != nil {
-				return nil, err
-			}
-			refs = append(refs, r)
+		var page []ref
+		if err := attributevalue.UnmarshalListOfMaps(out.Items, &page); err != nil {
+			return nil, err
 		}
+		refs = append(refs, page...)
 		if len(out.LastEvaluatedKey) == 0 {
 			break
 		}
@@ -196,13 +184,34 @@ func (t table) oldest(ctx context.Context, queue string, before *time.Time, limi
 	return refs, nil
 }
 
+// deadQuery is the query of table's dead letter index of queue: the jobs
+// discarded at or after since and before before (either zero for no
+// bound), read by the index's key so that jobs outside cost nothing.
+func deadQuery(table, queue string, since, before time.Time) *dynamodb.QueryInput {
+	cond := "ready_pk = :pk"
+	vals := map[string]types.AttributeValue{":pk": store.AttrS(store.DeadIndexPK(queue))}
+	switch {
+	case !since.IsZero() && !before.IsZero():
+		// BETWEEN is inclusive; no key equals a bare time prefix.
+		cond += " AND ready_sk BETWEEN :since AND :before"
+	case !since.IsZero():
+		cond += " AND ready_sk >= :since"
+	case !before.IsZero():
+		cond += " AND ready_sk < :before"
+	}
+	if !since.IsZero() {
+		vals[":since"] = store.AttrS(store.DeadSortKey(since, ""))
+	}
+	if !before.IsZero() {
+		vals[":before"] = store.AttrS(store.DeadSortKey(before, ""))
+	}
+	return &dynamodb.QueryInput{TableName: &table, IndexName: aws.String(topology.IndexReady), KeyConditionExpression: aws.String(cond),
+		ExpressionAttributeValues: vals}
+}
+
 // count counts a queue's dead letter jobs.
 func (t table) count(ctx context.Context, queue string) (int, error) {
-	n, err := store.CountAll(ctx, t.db, &dynamodb.QueryInput{
-		TableName: &t.name, IndexName: aws.String(topology.IndexReady),
-		KeyConditionExpression:    aws.String("ready_pk = :pk"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": store.AttrS(store.DeadIndexPK(queue))},
-	})
+	n, err := store.CountAll(ctx, t.db, deadQuery(t.name, queue, time.Time{}, time.Time{}))
 	if err != nil {
 		return 0, fmt.Errorf("count dead jobs of %s: %w", queue, err)
 	}
@@ -306,20 +315,6 @@ type page struct {
 	Cursor string
 }
 
-// newest lists discarded jobs of a queue, newest first. cursor is the
-// value returned by the previous page.
-func (t table) newest(ctx context.Context, queue string, limit int, cursor string) (page, error) {
-	return t.page(ctx, queue, time.Time{}, time.Time{}, false, limit, cursor)
-}
-
-// oldestPage lists discarded jobs of a queue oldest first, only those
-// discarded at or after since and before before (either bound zero for
-// none), read by the index's key so that jobs outside the bounds cost
-// nothing. cursor is the value returned by the previous page.
-func (t table) oldestPage(ctx context.Context, queue string, since, before time.Time, limit int, cursor string) (page, error) {
-	return t.page(ctx, queue, since, before, true, limit, cursor)
-}
-
 // pageCursor is the cursor of a listing that goes on after dead letter
 // job j.
 func pageCursor(j *job.Job) string {
@@ -329,32 +324,13 @@ func pageCursor(j *job.Job) string {
 	return j.ID + "|" + store.DeadSortKey(*j.DiscardedAt, j.ID)
 }
 
+// page lists discarded jobs of a queue, newest first (oldest first with
+// oldest), only those discarded at or after since and before before
+// (either zero for no bound; see deadQuery). cursor is the value returned
+// by the previous page.
 func (t table) page(ctx context.Context, queue string, since, before time.Time, oldest bool, limit int, cursor string) (page, error) {
-	cond := "ready_pk = :pk"
-	vals := map[string]types.AttributeValue{":pk": store.AttrS(store.DeadIndexPK(queue))}
-	switch {
-	case !since.IsZero() && !before.IsZero():
-		// BETWEEN is inclusive; no key equals a bare time prefix.
-		cond += " AND ready_sk BETWEEN :since AND :before"
-	case !since.IsZero():
-		cond += " AND ready_sk >= :since"
-	case !before.IsZero():
-		cond += " AND ready_sk < :before"
-	}
-	if !since.IsZero() {
-		vals[":since"] = store.AttrS(store.DeadSortKey(since, ""))
-	}
-	if !before.IsZero() {
-		vals[":before"] = store.AttrS(store.DeadSortKey(before, ""))
-	}
-	in := &dynamodb.QueryInput{
-		TableName:                 &t.name,
-		IndexName:                 aws.String(topology.IndexReady),
-		KeyConditionExpression:    aws.String(cond),
-		ExpressionAttributeValues: vals,
-		ScanIndexForward:          aws.Bool(oldest),
-		Limit:                     aws.Int32(int32(limit)),
-	}
+	in := deadQuery(t.name, queue, since, before)
+	in.ScanIndexForward, in.Limit = aws.Bool(oldest), aws.Int32(int32(limit))
 	if cursor != "" {
 		id, sk, ok := strings.Cut(cursor, "|")
 		if !ok {

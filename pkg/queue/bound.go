@@ -74,7 +74,7 @@ func (s *Store) QueueInfo(ctx context.Context, name string) (*QueueInfo, error) 
 func (s *Store) RecordRejections(ctx context.Context, name string, n int64, depth int) error {
 	u := expression.Add(expression.Name("bp_rejected"), expression.Value(n)).Set(expression.Name("bp_depth"), expression.Value(depth)).
 		Add(expression.Name(attrVersion), expression.Value(1))
-	if _, err := s.update(ctx, queueKey(name), u, types.ReturnValueNone); err != nil {
+	if _, err := s.update(ctx, queueKey(name), u, nil, types.ReturnValueNone); err != nil {
 		return fmt.Errorf("record rejections of queue %s: %w", name, err)
 	}
 	return nil
@@ -108,15 +108,8 @@ func (s *Store) Admitted(ctx context.Context, name string) (int64, error) {
 // before, and returns the new value; ok is false (and nothing written)
 // when it is above.
 func (s *Store) Admit(ctx context.Context, name string, n, limit int64) (after int64, ok bool, err error) {
-	expr, err := expression.NewBuilder().WithUpdate(expression.Add(expression.Name("admitted"), expression.Value(n))).
-		WithCondition(expression.Or(expression.AttributeNotExists(expression.Name("admitted")),
-			expression.Name("admitted").LessThanEqual(expression.Value(limit)))).Build()
-	if err != nil {
-		return 0, false, err
-	}
-	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table, Key: admitKey(name), UpdateExpression: expr.Update(),
-		ConditionExpression: expr.Condition(), ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
-		ReturnValues: types.ReturnValueUpdatedNew})
+	cond := expression.Or(expression.AttributeNotExists(expression.Name("admitted")), expression.Name("admitted").LessThanEqual(expression.Value(limit)))
+	av, err := s.update(ctx, admitKey(name), expression.Add(expression.Name("admitted"), expression.Value(n)), &cond, types.ReturnValueUpdatedNew)
 	if _, failed := errors.AsType[*types.ConditionalCheckFailedException](err); failed {
 		return 0, false, nil
 	}
@@ -124,7 +117,7 @@ func (s *Store) Admit(ctx context.Context, name string, n, limit int64) (after i
 		return 0, false, fmt.Errorf("admit to queue %s: %w", name, err)
 	}
 	var c admitted
-	return c.Admitted, true, attributevalue.UnmarshalMap(out.Attributes, &c)
+	return c.Admitted, true, attributevalue.UnmarshalMap(av, &c)
 }
 
 // Timing of the bound check: a process reads a queue's bound at most once

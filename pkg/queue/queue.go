@@ -72,7 +72,7 @@ func withAttrs(key, attrs map[string]types.AttributeValue) map[string]types.Attr
 func (s *Store) upsert(ctx context.Context, name, what string, now time.Time, u expression.UpdateBuilder, rv types.ReturnValue) (map[string]types.AttributeValue, error) {
 	u = u.Set(expression.Name("name"), expression.Value(name)).
 		Set(expression.Name("created_at"), expression.IfNotExists(expression.Name("created_at"), expression.Value(job.Timestamp(now))))
-	av, err := s.update(ctx, queueKey(name), u, rv)
+	av, err := s.update(ctx, queueKey(name), u, nil, rv)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}

@@ -31,13 +31,18 @@ const (
 	attrDueAt   = "due_at"
 )
 
-// update applies u to the item at key and returns the attributes rv asks for.
-func (s *Store) update(ctx context.Context, key map[string]types.AttributeValue, u expression.UpdateBuilder, rv types.ReturnValue) (map[string]types.AttributeValue, error) {
-	expr, err := expression.NewBuilder().WithUpdate(u).Build()
+// update applies u to the item at key (under cond when set) and returns
+// the attributes rv asks for.
+func (s *Store) update(ctx context.Context, key map[string]types.AttributeValue, u expression.UpdateBuilder, cond *expression.ConditionBuilder, rv types.ReturnValue) (map[string]types.AttributeValue, error) {
+	b := expression.NewBuilder().WithUpdate(u)
+	if cond != nil {
+		b = b.WithCondition(*cond)
+	}
+	expr, err := b.Build()
 	if err != nil {
 		return nil, err
 	}
-	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table, Key: key, UpdateExpression: expr.Update(),
+	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table, Key: key, UpdateExpression: expr.Update(), ConditionExpression: expr.Condition(),
 		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(), ReturnValues: rv})
 	if err != nil {
 		return nil, err

@@ -91,7 +91,7 @@ func (s *Store) SetWorkerDirective(ctx context.Context, id, directive string, no
 }
 
 func (s *Store) updateWorker(ctx context.Context, id string, u expression.UpdateBuilder) (*WorkerInfo, error) {
-	av, err := s.update(ctx, workerKey(id), u, types.ReturnValueAllNew)
+	av, err := s.update(ctx, workerKey(id), u, nil, types.ReturnValueAllNew)
 	if err != nil {
 		return nil, fmt.Errorf("update worker %s: %w", id, err)
 	}
