@@ -183,8 +183,9 @@ func (s *Store) PutEvents(ctx context.Context, evs []Event, ttl time.Duration) e
 		ev   *Event
 		body []byte
 	}
-	logs := map[string][]raw{}     // window key -> events
-	subjects := map[string][]raw{} // pk + "\x00" + window key -> events
+	// pk ("" for the log) + "\x00" + window key -> events; a bucket's pk
+	// is its prefix: the page's shard is picked by pagePK.
+	groups := map[string][]raw{}
 	for i := range evs {
 		e := &evs[i]
 		if seen[e.ID] {
@@ -196,9 +197,8 @@ func (s *Store) PutEvents(ctx context.Context, evs []Event, ttl time.Duration) e
 			return fmt.Errorf("encode event %s: %w", e.ID, err)
 		}
 		w := windowKey(e.At())
-		logs[w] = append(logs[w], raw{e, body})
-		page := func(pk string) { subjects[pk+"\x00"+w] = append(subjects[pk+"\x00"+w], raw{e, body}) }
-		// A bucket's key is its prefix: the page's shard is picked below.
+		page := func(pk string) { groups[pk+"\x00"+w] = append(groups[pk+"\x00"+w], raw{e, body}) }
+		page("")
 		hk, ok := historyBucket(e.SubjectCategory(), e.Subject)
 		if !ok {
 			hk = eventPK(e.SubjectCategory(), e.Subject)
@@ -213,7 +213,8 @@ func (s *Store) PutEvents(ctx context.Context, evs []Event, ttl time.Duration) e
 	}
 	var items []map[string]ddb.AttributeValue
 	storedAt := storeClock()
-	add := func(pk func(first *Event) string, w string, group []raw) error {
+	for key, group := range groups {
+		pk, w, _ := strings.Cut(key, "\x00")
 		sort.Slice(group, func(i, j int) bool { return group[i].ev.ID < group[j].ev.ID })
 		for len(group) > 0 {
 			n, size := 0, 0
@@ -237,39 +238,33 @@ func (s *Store) PutEvents(ctx context.Context, evs []Event, ttl time.Duration) e
 			}
 			first := group[0].ev
 			items = append(items, map[string]ddb.AttributeValue{
-				attrPK: &ddb.AttributeValueMemberS{Value: pk(first)},
-				attrSK: &ddb.AttributeValueMemberS{Value: w + "#" + first.ID + "#" + strconv.FormatUint(h.Sum64(), 36)},
+				attrPK: store.AttrS(pagePK(pk, first)),
+				attrSK: store.AttrS(w + "#" + first.ID + "#" + strconv.FormatUint(h.Sum64(), 36)),
 				"z":    &ddb.AttributeValueMemberB{Value: z},
-				"n":    &ddb.AttributeValueMemberN{Value: strconv.Itoa(n)},
-				"ef":   &ddb.AttributeValueMemberS{Value: eventFormat},
+				"n":    store.AttrN(int64(n)),
+				"ef":   store.AttrS(eventFormat),
 				// When the page was stored: a tailing reader's cursor
 				// finds pages stored after its read (Filter.Fresh).
-				attrStoredAt: &ddb.AttributeValueMemberN{Value: strconv.FormatInt(storedAt.UnixMilli(), 10)},
-				attrTTL:      &ddb.AttributeValueMemberN{Value: strconv.FormatInt(latest.Add(ttl).Unix(), 10)},
+				attrStoredAt: store.AttrN(storedAt.UnixMilli()),
+				attrTTL:      store.AttrN(latest.Add(ttl).Unix()),
 			})
 			group = group[n:]
 		}
-		return nil
-	}
-	for w, group := range logs {
-		err := add(func(first *Event) string {
-			return eventLogPK(eventDay(first.At()), pageShard(first.ID, LogShards))
-		}, w, group)
-		if err != nil {
-			return err
-		}
-	}
-	for key, group := range subjects {
-		pk, w, _ := strings.Cut(key, "\x00")
-		page := func(*Event) string { return pk }
-		if strings.HasPrefix(pk, eventBucketPrefix) {
-			page = func(first *Event) string { return pk + strconv.Itoa(pageShard(first.ID, SubjectShards)) }
-		}
-		if err := add(page, w, group); err != nil {
-			return err
-		}
 	}
 	return store.BatchPut(ctx, s.db, s.table, items)
+}
+
+// pagePK is the partition of a page of group pk ("" for the log) whose
+// first event is first: a log or bucket page goes to the shard first
+// hashes to.
+func pagePK(pk string, first *Event) string {
+	switch {
+	case pk == "":
+		return eventLogPK(eventDay(first.At()), pageShard(first.ID, LogShards))
+	case strings.HasPrefix(pk, eventBucketPrefix):
+		return pk + strconv.Itoa(pageShard(first.ID, SubjectShards))
+	}
+	return pk
 }
 
 var pageWriters = sync.Pool{New: func() any {
