@@ -59,14 +59,7 @@ func (s *Store) SetQueueBound(ctx context.Context, name string, b *Bound, now ti
 
 // QueueInfo reads one queue's registry item (nil: not registered).
 func (s *Store) QueueInfo(ctx context.Context, name string) (*QueueInfo, error) {
-	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.table, Key: queueKey(name), ConsistentRead: aws.Bool(true)})
-	if err != nil {
-		return nil, fmt.Errorf("read queue %s: %w", name, err)
-	}
-	if out.Item == nil {
-		return nil, nil
-	}
-	return store.Unmarshal[QueueInfo](out.Item)
+	return get[QueueInfo](ctx, s, &dynamodb.GetItemInput{}, queueKey(name), "queue "+name)
 }
 
 // RecordRejections adds n refused enqueues to a queue's count, with the

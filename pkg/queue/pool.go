@@ -168,14 +168,7 @@ func (s *Store) PutPool(ctx context.Context, p *Pool, now time.Time) error {
 
 // Pool reads a pool (nil: none of that name).
 func (s *Store) Pool(ctx context.Context, name string) (*Pool, error) {
-	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.table, Key: poolKey(name), ConsistentRead: aws.Bool(true)})
-	if err != nil {
-		return nil, fmt.Errorf("read pool %s: %w", name, err)
-	}
-	if out.Item == nil {
-		return nil, nil
-	}
-	return store.Unmarshal[Pool](out.Item)
+	return get[Pool](ctx, s, &dynamodb.GetItemInput{}, poolKey(name), "pool "+name)
 }
 
 // Pools lists the pools by name.

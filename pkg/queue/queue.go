@@ -197,13 +197,8 @@ func (s *Store) FetchState(ctx context.Context, queues []string, workerID string
 // QueueFetchState reads, consistently, whether a queue is paused and its
 // rate limit (an unknown queue is neither).
 func (s *Store) QueueFetchState(ctx context.Context, name string) (paused bool, rate float64, err error) {
-	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.table, Key: queueKey(name), ConsistentRead: aws.Bool(true),
-		ProjectionExpression: aws.String("paused, rate_limit")})
-	if err != nil {
-		return false, 0, fmt.Errorf("read queue %s: %w", name, err)
-	}
-	var q QueueInfo
-	if err := attributevalue.UnmarshalMap(out.Item, &q); err != nil {
+	q, err := get[QueueInfo](ctx, s, &dynamodb.GetItemInput{ProjectionExpression: aws.String("paused, rate_limit")}, queueKey(name), "queue "+name)
+	if err != nil || q == nil {
 		return false, 0, err
 	}
 	return q.Paused, q.RateLimit, nil

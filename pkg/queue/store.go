@@ -2,7 +2,9 @@ package queue
 
 import (
 	"context"
+	"fmt"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -48,4 +50,18 @@ func (s *Store) update(ctx context.Context, key map[string]types.AttributeValue,
 		return nil, err
 	}
 	return out.Attributes, nil
+}
+
+// get reads, consistently, the item at key as a T (nil when there is
+// none); in may hold a projection, what names the item in an error.
+func get[T any](ctx context.Context, s *Store, in *dynamodb.GetItemInput, key map[string]types.AttributeValue, what string) (*T, error) {
+	in.TableName, in.Key, in.ConsistentRead = &s.table, key, aws.Bool(true)
+	out, err := s.db.GetItem(ctx, in)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", what, err)
+	}
+	if len(out.Item) == 0 {
+		return nil, nil
+	}
+	return store.Unmarshal[T](out.Item)
 }

@@ -78,8 +78,8 @@ func DecodeWorker(av map[string]types.AttributeValue) (*WorkerInfo, bool, error)
 // WorkerState reads what a worker last reported and the directive an
 // operator set (a consistent read of a small item: one read unit).
 func (s *Store) WorkerState(ctx context.Context, id string) (*WorkerInfo, error) {
-	return s.getWorker(ctx, &dynamodb.GetItemInput{ProjectionExpression: aws.String("worker_id, #s, directive"),
-		ExpressionAttributeNames: map[string]string{"#s": "state"}}, id)
+	return get[WorkerInfo](ctx, s, &dynamodb.GetItemInput{ProjectionExpression: aws.String("worker_id, #s, directive"),
+		ExpressionAttributeNames: map[string]string{"#s": "state"}}, workerKey(id), "worker "+id)
 }
 
 // SetWorkerDirective records the state an operator wants a worker in; it
@@ -117,20 +117,7 @@ func (s *Store) Workers(ctx context.Context, limit int) ([]WorkerInfo, error) {
 
 // Worker reads a worker's whole item (nil when there is none).
 func (s *Store) Worker(ctx context.Context, id string) (*WorkerInfo, error) {
-	return s.getWorker(ctx, &dynamodb.GetItemInput{}, id)
-}
-
-// getWorker reads worker id with in (consistent; nil when there is none).
-func (s *Store) getWorker(ctx context.Context, in *dynamodb.GetItemInput, id string) (*WorkerInfo, error) {
-	in.TableName, in.Key, in.ConsistentRead = &s.table, workerKey(id), aws.Bool(true)
-	out, err := s.db.GetItem(ctx, in)
-	if err != nil {
-		return nil, fmt.Errorf("read worker %s: %w", id, err)
-	}
-	if len(out.Item) == 0 {
-		return nil, nil
-	}
-	return store.Unmarshal[WorkerInfo](out.Item)
+	return get[WorkerInfo](ctx, s, &dynamodb.GetItemInput{}, workerKey(id), "worker "+id)
 }
 
 // ErrWorkerNotStale is returned by DeleteWorker for a worker that sent a
