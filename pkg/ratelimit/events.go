@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"cmp"
 	"strconv"
 	"time"
 
@@ -19,28 +20,23 @@ func Events(src string, old, cur *State, at time.Time) []events.Event {
 		return nil
 	}
 	was := old != nil && old.Held != ""
+	var typ, key string
+	var data map[string]any
 	switch {
 	case cur.Held != "" && !was:
-		data := map[string]any{"key": cur.Key, "strategy": string(cur.Held), "limit": cur.limitOf(cur.Held), "current": cur.HeldN}
-		if !cur.HeldAt.IsZero() {
-			at = cur.HeldAt
-		}
-		return []events.Event{events.New(src, events.RateLimitExceeded, cur.Key, at, cur.Episode, data, "x"+strconv.FormatInt(cur.Episode, 10))}
+		typ, key, at = events.RateLimitExceeded, "x"+strconv.FormatInt(cur.Episode, 10), cmp.Or(cur.HeldAt, at)
+		data = map[string]any{"key": cur.Key, "strategy": string(cur.Held), "limit": cur.limitOf(cur.Held), "current": cur.HeldN}
 	case cur.Until.After(timeOrZero(old)):
 		// A handler's rate_limit_until held the key (PauseUntil).
-		data := map[string]any{"key": cur.Key, "until": job.Timestamp(cur.Until), "reason": cur.UntilReason}
-		if !cur.Updated.IsZero() {
-			at = cur.Updated
-		}
-		return []events.Event{events.New(src, events.RateLimitDynamicAdjusted, cur.Key, at, cur.Episode, data, "d"+strconv.FormatInt(cur.Until.UnixMilli(), 10))}
+		typ, key, at = events.RateLimitDynamicAdjusted, "d"+strconv.FormatInt(cur.Until.UnixMilli(), 10), cmp.Or(cur.Updated, at)
+		data = map[string]any{"key": cur.Key, "until": job.Timestamp(cur.Until), "reason": cur.UntilReason}
 	case cur.Held == "" && was:
-		data := map[string]any{"key": cur.Key, "strategy": string(old.Held), "job_id": cur.LastJob}
-		if !cur.Updated.IsZero() {
-			at = cur.Updated
-		}
-		return []events.Event{events.New(src, events.RateLimitReleased, cur.Key, at, cur.Episode, data, "r"+strconv.FormatInt(cur.Episode, 10))}
+		typ, key, at = events.RateLimitReleased, "r"+strconv.FormatInt(cur.Episode, 10), cmp.Or(cur.Updated, at)
+		data = map[string]any{"key": cur.Key, "strategy": string(old.Held), "job_id": cur.LastJob}
+	default:
+		return nil
 	}
-	return nil
+	return []events.Event{events.New(src, typ, cur.Key, at, cur.Episode, data, key)}
 }
 
 // timeOrZero is old's hold (zero without one).
