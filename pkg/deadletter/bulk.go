@@ -76,7 +76,10 @@ func ParseBulk(raw []byte) (Filter, error) {
 		Limit   *int   `json:"limit"`
 		Cursor  string `json:"cursor"`
 	}
-	dec := json.NewDecoder(bytesReader(raw))
+	if len(bytes.TrimSpace(raw)) == 0 {
+		raw = []byte("{}")
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&body); err != nil {
 		return Filter{}, ojserr.Invalid("body", "The body must be {\"filter\": {\"queue\", \"type\", \"error_type\", \"since\"}, \"confirm\": true, \"limit\": n, \"cursor\": \"…\"}: %v.", err)
@@ -346,11 +349,4 @@ func (s *Service) Stats(ctx context.Context) (Stats, error) {
 		return st, ojserr.Backend(err)
 	}
 	return st, nil
-}
-
-func bytesReader(b []byte) *bytes.Reader {
-	if len(bytes.TrimSpace(b)) == 0 {
-		return bytes.NewReader([]byte("{}"))
-	}
-	return bytes.NewReader(b)
 }
