@@ -26,7 +26,15 @@ type receiver struct {
 
 type delivery struct {
 	EventID, EventType, Subject, DeliveryID, Attempt string
-	Verified                                         bool
+	// Verified: with the secret the receiver was made with.
+	Verified bool
+	sig, ts  string
+	body     []byte
+}
+
+// verify checks d's signature with the receiver's secret as it is now.
+func (rc *receiver) verify(d delivery) bool {
+	return webhook.Verify(rc.secret, d.sig, d.ts, d.body, time.Now(), 5*time.Minute)
 }
 
 func newReceiver(t *testing.T, secret string, answer func(d delivery, seen int) int) *receiver {
@@ -39,7 +47,8 @@ func newReceiver(t *testing.T, secret string, answer func(d delivery, seen int) 
 		_ = json.Unmarshal(body, &ev)
 		d := delivery{EventID: r.Header.Get(webhook.HeaderEventID), EventType: r.Header.Get(webhook.HeaderEventType), Subject: ev.Subject,
 			DeliveryID: r.Header.Get(webhook.HeaderDelivery), Attempt: r.Header.Get(webhook.HeaderAttempt),
-			Verified: webhook.Verify(secret, r.Header.Get(webhook.HeaderSignature), r.Header.Get(webhook.HeaderTimestamp), body, time.Now(), 5*time.Minute)}
+			Verified: webhook.Verify(secret, r.Header.Get(webhook.HeaderSignature), r.Header.Get(webhook.HeaderTimestamp), body, time.Now(), 5*time.Minute),
+			sig:      r.Header.Get(webhook.HeaderSignature), ts: r.Header.Get(webhook.HeaderTimestamp), body: body}
 		rc.mu.Lock()
 		seen := 0
 		for _, g := range rc.got {
@@ -76,7 +85,7 @@ func (rc *receiver) of(subject string) []delivery {
 	return out
 }
 
-func (rc *receiver) subscribe(t *testing.T, events []string, extra map[string]any) {
+func (rc *receiver) subscribe(t *testing.T, events []string, extra map[string]any) string {
 	t.Helper()
 	body := map[string]any{"url": rc.URL + "/hook", "events": events, "secret": rc.secret}
 	for k, v := range extra {
@@ -89,6 +98,7 @@ func (rc *receiver) subscribe(t *testing.T, events []string, extra map[string]an
 	}
 	id := sub["id"].(string)
 	t.Cleanup(func() { do(t, http.MethodDelete, "/ojs/v1/webhooks/subscriptions/"+id, nil) })
+	return id
 }
 
 func waitDeliveries(t *testing.T, rc *receiver, subject string, n int) []delivery {
@@ -124,7 +134,9 @@ func TestWebhookDeliveries(t *testing.T) {
 		}
 		return 0
 	})
-	ok.subscribe(t, []string{"job.completed"}, nil)
+	// The ok receiver filters on the queue of its job (the suite's other
+	// tests complete many jobs elsewhere meanwhile).
+	okID := ok.subscribe(t, []string{"job.completed"}, map[string]any{"filter": map[string]any{"queues": []string{"lambda"}}})
 	flaky.subscribe(t, []string{"job.cancelled"}, nil)
 	silent.subscribe(t, []string{"job.cancelled"}, map[string]any{"timeout_ms": 300, "max_attempts": 2})
 	time.Sleep(1500 * time.Millisecond) // the stream function's subscription refresh (local: 1 s)
@@ -136,6 +148,30 @@ func TestWebhookDeliveries(t *testing.T) {
 	ds := waitDeliveries(t, ok, id, 1)
 	if d := ds[0]; d.EventType != "job.completed" || !d.Verified || d.Attempt != "1" || d.DeliveryID == "" {
 		t.Errorf("delivery to the ok receiver: %+v", d)
+	}
+
+	// A test delivery, answered in the request; a rotated secret, after
+	// which a delivery is signed with the old secret and the new one.
+	r := do(t, http.MethodPost, "/ojs/v1/webhooks/subscriptions/"+okID+"/test", nil)
+	if r.Status != http.StatusOK || r.Body["success"] != true || num(r.Body["status_code"]) != http.StatusNoContent {
+		t.Errorf("test delivery: %d %s", r.Status, r.Raw)
+	}
+	if ds := ok.of(okID); len(ds) != 1 || ds[0].EventType != "webhook.test" || !ds[0].Verified {
+		t.Errorf("the test event at the receiver: %+v", ds)
+	}
+	r = do(t, http.MethodPost, "/ojs/v1/webhooks/subscriptions/"+okID+"/rotate-secret", nil)
+	sub, _ := r.Body["subscription"].(map[string]any)
+	if r.Status != http.StatusOK || sub["secret"] == nil || sub["secret"] == ok.secret {
+		t.Fatalf("rotate-secret: %d %s", r.Status, r.Raw)
+	}
+	j2 := push(t, map[string]any{"type": "test.echo", "args": []any{"hook 2"}, "options": map[string]any{"queue": "lambda"}})
+	waitFor(t, j2["id"].(string), "completed")
+	if d := waitDeliveries(t, ok, j2["id"].(string), 1)[0]; !d.Verified {
+		t.Errorf("a delivery after the rotation does not verify with the old secret: %+v", d)
+	}
+	ok.secret = sub["secret"].(string)
+	if d := ok.of(j2["id"].(string))[0]; !ok.verify(d) {
+		t.Errorf("a delivery after the rotation does not verify with the new secret: %+v", d)
 	}
 
 	// A cancellation: the flaky receiver gets it twice (503, then 200),
@@ -176,7 +212,7 @@ func TestWebhookDeliveries(t *testing.T) {
 	}
 
 	// A client cannot enqueue on the deliveries' queue.
-	r := do(t, http.MethodPost, "/ojs/v1/jobs", map[string]any{"type": "ojs.webhook.deliver", "args": []any{}, "options": map[string]any{"queue": "ojs.webhooks"}})
+	r = do(t, http.MethodPost, "/ojs/v1/jobs", map[string]any{"type": "ojs.webhook.deliver", "args": []any{}, "options": map[string]any{"queue": "ojs.webhooks"}})
 	if r.Status != http.StatusBadRequest {
 		t.Errorf("a push to ojs.webhooks: %d %s", r.Status, r.Raw)
 	}

@@ -431,10 +431,14 @@ func webhooksView(b *Builder, p page) {
 		d = &webhooksData{}
 	}
 	b.raw("<h1>Webhook subscriptions</h1>\n")
-	end := b.table("id", "url", "events", "active", "timeout", "attempts", "updated")
+	end := b.table("id", "url", "events", "filter", "active", "timeout", "attempts", "updated")
 	for _, s := range d.Subs {
-		b.f("    <tr><td class=\"mono\">%s</td><td class=\"mono\">%s</td><td>%s</td><td>%v</td><td>%v ms</td><td>%v</td><td>%s</td></tr>\n",
-			s.ID, s.URL, strings.Join(s.Events, ", "), s.Active, s.TimeoutMS, s.MaxAttempts, s.UpdatedAt)
+		filter := "–"
+		if f := s.Filter; f != nil {
+			filter = strings.TrimSpace(cmp.Or(strings.Join(f.Queues, ", "), "any queue") + "; " + cmp.Or(strings.Join(f.JobTypes, ", "), "any type"))
+		}
+		b.f("    <tr><td class=\"mono\">%s</td><td class=\"mono\">%s</td><td>%s</td><td>%s</td><td>%v</td><td>%v ms</td><td>%v</td><td>%s</td></tr>\n",
+			s.ID, s.URL, strings.Join(s.Events, ", "), filter, s.Active, s.TimeoutMS, s.MaxAttempts, s.UpdatedAt)
 	}
 	end(len(d.Subs), "No subscriptions (POST /ojs/v1/webhooks/subscriptions creates one).")
 	b.f(`<p>Failed deliveries in the dead letter queue: <a href="/ojs/admin/dead-letter?queue=%s">%v</a> (redrive them there once the receiver answers).</p>

@@ -14,6 +14,8 @@ type Webhooks interface {
 	List(ctx context.Context) ([]webhook.Subscription, error)
 	Update(ctx context.Context, id string, raw []byte) (*webhook.Subscription, error)
 	Delete(ctx context.Context, id string) error
+	RotateSecret(ctx context.Context, id string) (*webhook.Subscription, error)
+	Test(ctx context.Context, id string) (*webhook.TestResult, error)
 }
 
 var _ Webhooks = (*webhook.Store)(nil)
@@ -37,4 +39,6 @@ func (s *Server) addWebhooks(wh Webhooks) {
 		return map[string]any{"subscription": sub}, err
 	}))
 	s.add(LevelAdmin, http.MethodDelete, p+"/{id}", noContent(wh.Delete))
+	s.add(LevelAdmin, http.MethodPost, p+"/{id}/rotate-secret", byPath("subscription", "id", wh.RotateSecret))
+	s.add(LevelAdmin, http.MethodPost, p+"/{id}/test", byPath("", "id", wh.Test))
 }

@@ -12,6 +12,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
@@ -26,6 +27,7 @@ const (
 	HeaderEventType = "X-OJS-Event-Type"
 	HeaderDelivery  = "X-OJS-Delivery-Id"
 	HeaderAttempt   = "X-OJS-Delivery-Attempt"
+	HeaderSub       = "X-OJS-Subscription-Id"
 )
 
 // Sign is the X-OJS-Signature value of body sent at timestamp (Unix
@@ -40,14 +42,21 @@ func Sign(secret string, timestamp int64, body []byte) string {
 	return "sha256=" + hex.EncodeToString(mac.Sum(nil))
 }
 
-// Verify checks a delivery's signature and that its timestamp is within
-// tolerance of now (a receiver's side of Sign).
+// Verify checks a delivery's signature (one of the comma-separated ones,
+// during a secret rotation) and that its timestamp is within tolerance of
+// now (a receiver's side of Sign).
 func Verify(secret, signature, timestamp string, body []byte, now time.Time, tolerance time.Duration) bool {
 	ts, err := strconv.ParseInt(timestamp, 10, 64)
 	if err != nil || now.Sub(time.Unix(ts, 0)).Abs() > tolerance {
 		return false
 	}
-	return hmac.Equal([]byte(signature), []byte(Sign(secret, ts, body)))
+	want := []byte(Sign(secret, ts, body))
+	for sig := range strings.SplitSeq(signature, ",") {
+		if hmac.Equal([]byte(strings.TrimSpace(sig)), want) {
+			return true
+		}
+	}
+	return false
 }
 
 // Deliverer runs delivery jobs in the worker function: it reads the
@@ -98,33 +107,16 @@ func (d *Deliverer) Handle(ctx context.Context, j *worker.Job) (any, error) {
 	if d.Now != nil {
 		now = d.Now()
 	}
-	ctx, cancel := context.WithTimeout(ctx, sub.Timeout())
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, sub.URL, bytes.NewReader(body))
-	if err != nil {
+	c, took, _, err := post(ctx, d.client(), sub, body, head.ID, head.Type, j.ID, j.Attempt, now)
+	switch {
+	case errors.Is(err, errInvalidURL):
 		return nil, &worker.Error{Type: "webhook.invalid_url", Message: err.Error(), Code: "DEAD_LETTER"}
-	}
-	ts := now.Unix()
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("User-Agent", "ojs-serverless-webhooks/1")
-	req.Header.Set(HeaderTimestamp, strconv.FormatInt(ts, 10))
-	req.Header.Set(HeaderSignature, Sign(sub.Secret, ts, body))
-	req.Header.Set(HeaderEventID, head.ID)
-	req.Header.Set(HeaderEventType, head.Type)
-	req.Header.Set(HeaderDelivery, j.ID)
-	req.Header.Set(HeaderAttempt, strconv.Itoa(j.Attempt))
-	start := time.Now()
-	res, err := d.client().Do(req)
-	took := time.Since(start).Milliseconds()
-	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) {
-			return nil, worker.Retry("webhook.timeout", fmt.Sprintf("%s did not answer within %s.", sub.URL, sub.Timeout()))
-		}
+	case errors.Is(err, context.DeadlineExceeded):
+		return nil, worker.Retry("webhook.timeout", fmt.Sprintf("%s did not answer within %s.", sub.URL, sub.Timeout()))
+	case err != nil:
 		return nil, worker.Retry("webhook.unreachable", err.Error())
 	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, 64<<10))
-	res.Body.Close()
-	switch c := res.StatusCode; {
+	switch {
 	case c >= 200 && c < 300:
 		return Result{Status: c, DurationMS: took}, nil
 	case c == http.StatusRequestTimeout || c == http.StatusTooManyRequests || c >= 500:
@@ -134,6 +126,34 @@ func (d *Deliverer) Handle(ctx context.Context, j *worker.Job) (any, error) {
 		return nil, &worker.Error{Type: "webhook.status_" + strconv.Itoa(c), Message: fmt.Sprintf("%s refused the delivery with %d.", sub.URL, c), Code: "DEAD_LETTER",
 			Details: map[string]any{"status": c}}
 	}
+}
+
+// errInvalidURL is post's error for a URL no request can be made of.
+var errInvalidURL = errors.New("invalid webhook URL")
+
+// post POSTs body to sub's URL, signed, within sub's timeout, and returns
+// the answer's status, how long it took and the first 64 KiB of its body.
+func post(ctx context.Context, client *http.Client, sub *Subscription, body []byte, eventID, eventType, deliveryID string, attempt int, now time.Time) (int, int64, []byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, sub.Timeout())
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, sub.URL, bytes.NewReader(body))
+	if err != nil {
+		return 0, 0, nil, fmt.Errorf("%w: %v", errInvalidURL, err)
+	}
+	ts := now.Unix()
+	for k, v := range map[string]string{"Content-Type": "application/json", "User-Agent": "ojs-serverless-webhooks/1",
+		HeaderTimestamp: strconv.FormatInt(ts, 10), HeaderSignature: sub.Signature(ts, body, now), HeaderEventID: eventID,
+		HeaderEventType: eventType, HeaderDelivery: deliveryID, HeaderAttempt: strconv.Itoa(attempt), HeaderSub: sub.ID} {
+		req.Header.Set(k, v)
+	}
+	start := time.Now()
+	res, err := client.Do(req)
+	if err != nil {
+		return 0, time.Since(start).Milliseconds(), nil, err
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(res.Body, 64<<10))
+	return res.StatusCode, time.Since(start).Milliseconds(), b, nil
 }
 
 func (d *Deliverer) client() *http.Client {

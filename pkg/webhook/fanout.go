@@ -60,7 +60,7 @@ func (f *Fanout) Publish(ctx context.Context, evs []events.Event) error {
 			continue
 		}
 		for s := range subs {
-			if !subs[s].Wants(e.Type) {
+			if !subs[s].Wants(e) {
 				continue
 			}
 			j, err := Delivery(&subs[s], e, now)

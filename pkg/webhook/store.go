@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net/http"
 	"sync"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/ojs-aws/ojs-serverless/pkg/events"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
 )
@@ -31,14 +33,17 @@ type Store struct {
 
 	// Refresh is how long Active trusts the subscriptions it read.
 	Refresh time.Duration
-	mu      sync.Mutex
-	readAt  time.Time
-	active  []Subscription
+	// Client sends test deliveries (Test); default one that follows no
+	// redirects, as deliveries do.
+	Client *http.Client
+	mu     sync.Mutex
+	readAt time.Time
+	active []Subscription
 }
 
 // NewStore returns the subscription store of table.
 func NewStore(db store.DynamoAPI, table string) *Store {
-	return &Store{db: db, table: table, now: time.Now, Refresh: DefaultRefresh}
+	return &Store{db: db, table: table, now: time.Now, Refresh: DefaultRefresh, Client: defaultClient}
 }
 
 // DefaultRefresh is how long the stream function trusts the subscriptions
@@ -186,3 +191,59 @@ func (s *Store) Active(ctx context.Context) ([]Subscription, error) {
 	s.active, s.readAt = active, now
 	return s.active, nil
 }
+
+// RotateSecret gives a subscription a new generated secret and answers it
+// (the only time it is answered); the old secret signs deliveries beside
+// it for SecretOverlap, while receivers move to the new one.
+func (s *Store) RotateSecret(ctx context.Context, id string) (*Subscription, error) {
+	sub, err := s.read(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	sub.rotate(s.now())
+	if err := s.put(ctx, sub, "attribute_exists(pk)"); err != nil {
+		return nil, err
+	}
+	return sub, nil
+}
+
+// TestResult is the answer of a test delivery (ojs-webhooks.md 6.6).
+type TestResult struct {
+	Success        bool   `json:"success"`
+	StatusCode     int    `json:"status_code,omitempty"`
+	ResponseTimeMS int64  `json:"response_time_ms"`
+	ResponseBody   string `json:"response_body,omitempty"`
+	Error          string `json:"error,omitempty"`
+}
+
+// MaxTestTimeout bounds a test delivery, which the API function makes
+// while its caller waits (API Gateway answers for at most 29 s).
+const MaxTestTimeout = 10 * time.Second
+
+// Test POSTs a synthetic webhook.test event to a subscription's URL, signed
+// as a delivery, and reports the answer (the first KiB of its body). It
+// runs in the request, unlike deliveries, and retries nothing; an inactive
+// subscription is tested too.
+func (s *Store) Test(ctx context.Context, id string) (*TestResult, error) {
+	sub, err := s.read(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	now := s.now()
+	e := events.New("ojs://ojs-serverless/webhooks", EventTest, sub.ID, now, now.UnixNano(), map[string]any{"subscription_id": sub.ID, "url": sub.URL})
+	body, err := e.Marshal()
+	if err != nil {
+		return nil, ojserr.Backend(err)
+	}
+	sub.TimeoutMS = int(min(sub.Timeout(), MaxTestTimeout) / time.Millisecond)
+	code, took, answer, err := post(ctx, s.Client, sub, body, e.ID, e.Type, "test_"+e.ID, 1, now)
+	res := &TestResult{Success: err == nil && code >= 200 && code < 300, StatusCode: code, ResponseTimeMS: took,
+		ResponseBody: string(answer[:min(len(answer), 1024)])}
+	if err != nil {
+		res.Error = err.Error()
+	}
+	return res, nil
+}
+
+// EventTest is the type of a test delivery's event.
+const EventTest = "webhook.test"

@@ -52,6 +52,11 @@ type Subscription struct {
 	Events      []string `json:"events" dynamodbav:"events"`
 	Active      bool     `json:"active" dynamodbav:"active"`
 	Description string   `json:"description,omitempty" dynamodbav:"description,omitempty"`
+	// Filter narrows Events to some queues and job types (ojs-webhooks.md
+	// 5.2); nil delivers every event of the types named.
+	Filter *Filter `json:"filter,omitempty" dynamodbav:"filter,omitempty"`
+	// Metadata are the owner's key-value pairs, kept as sent.
+	Metadata map[string]any `json:"metadata,omitempty" dynamodbav:"metadata,omitempty"`
 	// TimeoutMS bounds one POST; MaxAttempts is the deliveries' retry
 	// policy's attempts before the dead letter queue.
 	TimeoutMS   int `json:"timeout_ms" dynamodbav:"timeout_ms"`
@@ -61,7 +66,30 @@ type Subscription struct {
 	Secret    string `json:"secret,omitempty" dynamodbav:"secret"`
 	CreatedAt string `json:"created_at" dynamodbav:"created_at"`
 	UpdatedAt string `json:"updated_at" dynamodbav:"updated_at"`
+	// PreviousSecret also signs deliveries until PreviousUntil, after a
+	// rotation (RotateSecret): receivers move to the new secret meanwhile.
+	PreviousSecret string `json:"-" dynamodbav:"prev_secret,omitempty"`
+	PreviousUntil  string `json:"-" dynamodbav:"prev_until,omitempty"`
 }
+
+// Filter is a subscription's attribute filter: an event is delivered only
+// when its queue is one of Queues and its job type one of JobTypes (an
+// empty list matches any). Events without a queue or job type (workflow
+// events) match only the lists left empty.
+type Filter struct {
+	Queues   []string `json:"queues,omitempty" dynamodbav:"queues,omitempty"`
+	JobTypes []string `json:"job_types,omitempty" dynamodbav:"job_types,omitempty"`
+}
+
+// Limits of a filter and of metadata.
+const (
+	MaxFilterValues = 100
+	MaxMetadataSize = 4096
+)
+
+// SecretOverlap is how long a rotated secret keeps signing deliveries
+// beside the new one (ojs-webhooks.md 8.3).
+const SecretOverlap = 24 * time.Hour
 
 // Public is s without its secret, as reads answer it.
 func (s Subscription) Public() Subscription {
@@ -69,8 +97,39 @@ func (s Subscription) Public() Subscription {
 	return s
 }
 
-// Wants reports whether s is active and subscribed to events of typ.
-func (s *Subscription) Wants(typ string) bool { return s.Active && events.MatchType(s.Events, typ) }
+// Wants reports whether s is active, subscribed to e's type and its
+// filter lets e through.
+func (s *Subscription) Wants(e *events.Event) bool {
+	if !s.Active || !events.MatchType(s.Events, e.Type) {
+		return false
+	}
+	f := s.Filter
+	return f == nil || (len(f.Queues) == 0 || slices.Contains(f.Queues, e.Queue())) &&
+		(len(f.JobTypes) == 0 || slices.Contains(f.JobTypes, e.JobType()))
+}
+
+// Signature is the X-OJS-Signature of body sent at timestamp ts: signed
+// with the secret, and also with the previous one while a rotation's
+// overlap lasts (the two comma-separated, ojs-webhooks.md 8.3).
+func (s *Subscription) Signature(ts int64, body []byte, now time.Time) string {
+	sig := Sign(s.Secret, ts, body)
+	if s.PreviousSecret != "" {
+		if until, err := time.Parse(time.RFC3339Nano, s.PreviousUntil); err == nil && now.Before(until) {
+			sig += "," + Sign(s.PreviousSecret, ts, body)
+		}
+	}
+	return sig
+}
+
+// rotate replaces s's secret with a generated one; the old one signs too
+// for SecretOverlap.
+func (s *Subscription) rotate(now time.Time) {
+	s.PreviousSecret, s.PreviousUntil = s.Secret, job.Timestamp(now.Add(SecretOverlap))
+	s.Secret = newSecret()
+	s.UpdatedAt = job.Timestamp(now)
+}
+
+func newSecret() string { return "whsec_" + randomHex(32) }
 
 // Timeout is s's POST timeout.
 func (s *Subscription) Timeout() time.Duration {
@@ -89,6 +148,9 @@ type request struct {
 	Description *string   `json:"description"`
 	TimeoutMS   *int      `json:"timeout_ms"`
 	MaxAttempts *int      `json:"max_attempts"`
+	// Filter and Metadata replace the subscription's; JSON null clears them.
+	Filter   json.RawMessage `json:"filter"`
+	Metadata json.RawMessage `json:"metadata"`
 }
 
 func parseRequest(raw []byte) (*request, error) {
@@ -96,7 +158,7 @@ func parseRequest(raw []byte) (*request, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&r); err != nil {
-		return nil, ojserr.Invalid("body", "The subscription must be a JSON object of url, events, secret, active, description, timeout_ms and max_attempts: %v", err)
+		return nil, ojserr.Invalid("body", "The subscription must be a JSON object of url, events, filter, metadata, secret, active, description, timeout_ms and max_attempts: %v", err)
 	}
 	return &r, nil
 }
@@ -117,7 +179,7 @@ func Create(raw []byte, now time.Time) (*Subscription, error) {
 	s := &Subscription{ID: "whk_" + randomHex(12), Active: true, MaxAttempts: DefaultMaxAttempts, TimeoutMS: int(DefaultTimeout / time.Millisecond),
 		CreatedAt: job.Timestamp(now)}
 	if r.Secret == nil {
-		secret := "whsec_" + randomHex(32)
+		secret := newSecret()
 		r.Secret = &secret
 	}
 	if err := s.apply(r, now); err != nil {
@@ -179,9 +241,49 @@ func (s *Subscription) apply(r *request, now time.Time) error {
 		}
 		s.MaxAttempts = *r.MaxAttempts
 	}
+	if r.Filter != nil {
+		f, err := parseFilter(r.Filter)
+		if err != nil {
+			return err
+		}
+		s.Filter = f
+	}
+	if r.Metadata != nil {
+		s.Metadata = nil
+		if !isNull(r.Metadata) {
+			if len(r.Metadata) > MaxMetadataSize || json.Unmarshal(r.Metadata, &s.Metadata) != nil || s.Metadata == nil {
+				return ojserr.Invalid("metadata", "'metadata' is a JSON object of at most %d bytes.", MaxMetadataSize)
+			}
+		}
+	}
 	s.UpdatedAt = job.Timestamp(now)
 	return nil
 }
+
+// parseFilter reads a filter object (null or one with no values: none).
+func parseFilter(raw json.RawMessage) (*Filter, error) {
+	if isNull(raw) {
+		return nil, nil
+	}
+	var f Filter
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&f); err != nil {
+		return nil, ojserr.Invalid("filter", "'filter' is an object of 'queues' and 'job_types', lists of names: %v", err)
+	}
+	for field, list := range map[string][]string{"filter.queues": f.Queues, "filter.job_types": f.JobTypes} {
+		if len(list) > MaxFilterValues || slices.ContainsFunc(list, func(v string) bool { return v == "" || len(v) > 256 }) {
+			return nil, ojserr.Invalid(field, "'%s' holds at most %d names of 1 to 256 bytes.", field, MaxFilterValues)
+		}
+	}
+	if len(f.Queues) == 0 && len(f.JobTypes) == 0 {
+		return nil, nil
+	}
+	f.Queues, f.JobTypes = slices.Compact(slices.Sorted(slices.Values(f.Queues))), slices.Compact(slices.Sorted(slices.Values(f.JobTypes)))
+	return &f, nil
+}
+
+func isNull(raw json.RawMessage) bool { return string(bytes.TrimSpace(raw)) == "null" }
 
 func validateURL(raw string) error {
 	u, err := url.Parse(raw)

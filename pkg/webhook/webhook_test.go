@@ -264,3 +264,130 @@ func TestDeliverer(t *testing.T) {
 		t.Errorf("deleted subscription: %+v, %v", res, err)
 	}
 }
+
+// A filter narrows a subscription to queues and job types (both must
+// match; an event without a queue matches only a filter without queues);
+// metadata is kept as sent; PATCH replaces or clears both; bad filters
+// are a 400 naming the field.
+func TestFilterAndMetadata(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, _ := testenv.Table(t)
+	s := webhook.NewStore(st.DB(), st.Table())
+	sub, err := s.Create(ctx, []byte(`{"url":"https://example.com/h","events":["job.*","workflow.*"],
+		"filter":{"queues":["payments","billing","payments"],"job_types":["a.b"]},"metadata":{"owner":"platform","n":3}}`))
+	if err != nil || sub.Filter == nil || len(sub.Filter.Queues) != 2 || sub.Metadata["owner"] != "platform" {
+		t.Fatalf("create: %+v, %v", sub, err)
+	}
+	got, err := s.Get(ctx, sub.ID)
+	if err != nil || got.Filter == nil || got.Filter.JobTypes[0] != "a.b" || got.Metadata["n"] != 3.0 {
+		t.Fatalf("read back: %+v, %v", got, err)
+	}
+	wf := events.Event{Type: events.WorkflowCompleted, Data: map[string]any{"workflow_id": "wf"}}
+	for _, c := range []struct {
+		e    events.Event
+		want bool
+	}{
+		{event("1", events.JobCompleted, "payments"), true},
+		{event("2", events.JobCompleted, "billing"), true},
+		{event("3", events.JobCompleted, "default"), false},
+		{events.Event{Type: events.JobCompleted, Data: map[string]any{"queue": "payments", "job_type": "c.d"}}, false},
+		{wf, false},
+	} {
+		if got.Wants(&c.e) != c.want {
+			t.Errorf("%s on %v: wanted %v", c.e.Type, c.e.Data, c.want)
+		}
+	}
+	up, err := s.Update(ctx, sub.ID, []byte(`{"filter":{"job_types":["a.b"]},"metadata":null}`))
+	if err != nil || up.Filter == nil || len(up.Filter.Queues) != 0 || up.Metadata != nil {
+		t.Fatalf("update: %+v, %v", up, err)
+	}
+	if e := event("4", events.JobCompleted, "default"); !up.Wants(&e) {
+		t.Error("a job-type filter alone lets any queue through")
+	}
+	if up, err = s.Update(ctx, sub.ID, []byte(`{"filter":null}`)); err != nil || up.Filter != nil || !up.Wants(&wf) {
+		t.Errorf("filter cleared: %+v, %v", up, err)
+	}
+	for body, field := range map[string]string{
+		`{"url":"https://x.example","events":["job.*"],"filter":{"queues":[""]}}`:                                                  "filter.queues",
+		`{"url":"https://x.example","events":["job.*"],"filter":{"job_types":[1]}}`:                                                "filter",
+		`{"url":"https://x.example","events":["job.*"],"filter":{"tenants":["a"]}}`:                                                "filter",
+		`{"url":"https://x.example","events":["job.*"],"metadata":["not","an","object"]}`:                                          "metadata",
+		`{"url":"https://x.example","events":["job.*"],"metadata":{"big":"` + strings.Repeat("x", webhook.MaxMetadataSize) + `"}}`: "metadata",
+	} {
+		_, err := s.Create(ctx, []byte(body))
+		if oe := ojserr.As(err); err == nil || oe.Status() != 400 || oe.Details["field"] != field {
+			t.Errorf("%.80s: %v (want a 400 on %s)", body, err, field)
+		}
+	}
+}
+
+// A rotated secret is answered once; deliveries are then signed with both
+// the new and the old secret, each verifying, until the overlap ends. A
+// test delivery POSTs a signed webhook.test event and reports the answer.
+func TestRotateSecretAndTest(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, _ := testenv.Table(t)
+	s := webhook.NewStore(st.DB(), st.Table())
+	var got atomic.Pointer[http.Request]
+	var body atomic.Value
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got.Store(r)
+		body.Store(b)
+		w.WriteHeader(http.StatusAccepted)
+		_, _ = w.Write([]byte("thanks"))
+	}))
+	defer recv.Close()
+	sub, err := s.Create(ctx, []byte(`{"url":"`+recv.URL+`/hook","events":["job.*"],"secret":"the-first-secret-0001"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rot, err := s.RotateSecret(ctx, sub.ID)
+	if err != nil || rot.Secret == "" || rot.Secret == sub.Secret {
+		t.Fatalf("rotate: %+v, %v", rot, err)
+	}
+	if g, _ := s.Get(ctx, sub.ID); g.Secret != "" {
+		t.Error("a read answers the rotated secret")
+	}
+	res, err := runDelivery(t, &webhook.Deliverer{Subs: s}, sub, event("evt_7", events.JobCompleted, "default"), 1)
+	if r, ok := res.(webhook.Result); err != nil || !ok || r.Status != http.StatusAccepted {
+		t.Fatalf("delivery after a rotation: %+v, %v", res, err)
+	}
+	r, b := got.Load(), body.Load().([]byte)
+	sig, ts := r.Header.Get(webhook.HeaderSignature), r.Header.Get(webhook.HeaderTimestamp)
+	if strings.Count(sig, "sha256=") != 2 || r.Header.Get(webhook.HeaderSub) != sub.ID {
+		t.Errorf("during the overlap: signature %q, subscription header %q", sig, r.Header.Get(webhook.HeaderSub))
+	}
+	for _, secret := range []string{rot.Secret, "the-first-secret-0001"} {
+		if !webhook.Verify(secret, sig, ts, b, time.Now(), 5*time.Minute) {
+			t.Errorf("%s does not verify during the overlap", secret)
+		}
+	}
+	later := *rot
+	if s := later.Signature(1, b, time.Now().Add(webhook.SecretOverlap+time.Minute)); strings.Count(s, "sha256=") != 1 || s != webhook.Sign(rot.Secret, 1, b) {
+		t.Errorf("after the overlap: %q", s)
+	}
+
+	tr, err := s.Test(ctx, sub.ID)
+	if err != nil || !tr.Success || tr.StatusCode != http.StatusAccepted || tr.ResponseBody != "thanks" {
+		t.Fatalf("test: %+v, %v", tr, err)
+	}
+	var sent events.Event
+	r, b = got.Load(), body.Load().([]byte)
+	if json.Unmarshal(b, &sent) != nil || sent.Type != webhook.EventTest || sent.Subject != sub.ID || r.Header.Get(webhook.HeaderEventType) != webhook.EventTest ||
+		!webhook.Verify(rot.Secret, r.Header.Get(webhook.HeaderSignature), r.Header.Get(webhook.HeaderTimestamp), b, time.Now(), time.Minute) {
+		t.Errorf("the test event: %s, headers %v", b, r.Header)
+	}
+	recv.Close()
+	if tr, err := s.Test(ctx, sub.ID); err != nil || tr.Success || tr.Error == "" {
+		t.Errorf("a test of a receiver that is gone: %+v, %v", tr, err)
+	}
+	if _, err := s.Test(ctx, "whk_000000000000000000000000"); status(err) != 404 {
+		t.Errorf("a test of an unknown subscription: %v", err)
+	}
+	if _, err := s.RotateSecret(ctx, "whk_000000000000000000000000"); status(err) != 404 {
+		t.Errorf("rotating an unknown subscription: %v", err)
+	}
+}
