@@ -1,6 +1,7 @@
 package job
 
 import (
+	"cmp"
 	"encoding/json"
 	"strings"
 
@@ -78,15 +79,9 @@ func checkAgent(j *Job) error {
 		}
 	}
 	var maxTokens, budget, depth, maxDepth int
-	for _, f := range []struct {
-		dst  *int
-		v    *float64
-		name string
-	}{{&maxTokens, a.MaxTokens, "ext_agent_max_tokens"}, {&budget, a.TokenBudget, AgentTokenBudget},
-		{&depth, a.Depth, AgentDepth}, {&maxDepth, a.MaxDepth, AgentMaxDepth}} {
-		if err := setCount(f.dst, f.v, f.name); err != nil {
-			return err
-		}
+	if err := cmp.Or(setCount(&maxTokens, a.MaxTokens, "ext_agent_max_tokens"), setCount(&budget, a.TokenBudget, AgentTokenBudget),
+		setCount(&depth, a.Depth, AgentDepth), setCount(&maxDepth, a.MaxDepth, AgentMaxDepth)); err != nil {
+		return err
 	}
 	if a.TokenBudget != nil {
 		j.Extra[AgentTokensUsed] = json.RawMessage("0")

@@ -2,10 +2,12 @@ package job
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
@@ -88,15 +90,16 @@ type mlAttrs struct {
 	NodeAffinity json.RawMessage `json:"ext_ml_node_affinity"`
 }
 
-// metaNeeds is meta.resources and meta.affinity.
+// metaNeeds is meta.resources and meta.affinity (an absent object reads
+// as one with no member set).
 type metaNeeds struct {
-	Resources *struct {
-		GPU *struct {
+	Resources struct {
+		GPU struct {
 			Count    *float64 `json:"count"`
 			Type     *string  `json:"type"`
 			MemoryGB *float64 `json:"memory_gb"`
 		} `json:"gpu"`
-		CPU *struct {
+		CPU struct {
 			Cores *float64 `json:"cores"`
 		} `json:"cpu"`
 		MemoryGB  *float64 `json:"memory_gb"`
@@ -120,29 +123,15 @@ func NeedsOf(j *Job) (Needs, error) {
 		if err := json.Unmarshal(j.Meta, &m); err != nil {
 			return n, ojserr.Invalid("meta.resources", "meta.resources and meta.affinity must be the ML resources extension's objects: %v.", jsonProblem(err))
 		}
-		if r := m.Resources; r != nil {
-			if r.GPU != nil {
-				n.GPUType = deref(r.GPU.Type)
-				if err := setCount(&n.GPUCount, r.GPU.Count, "meta.resources.gpu.count"); err != nil {
-					return n, err
-				}
-				if err := setAmount(&n.GPUMemoryGB, r.GPU.MemoryGB, "meta.resources.gpu.memory_gb"); err != nil {
-					return n, err
-				}
-			}
-			if r.CPU != nil {
-				if err := setCount(&n.CPUCores, r.CPU.Cores, "meta.resources.cpu.cores"); err != nil {
-					return n, err
-				}
-			}
-			if err := setAmount(&n.MemoryGB, r.MemoryGB, "meta.resources.memory_gb"); err != nil {
-				return n, err
-			}
-			if err := setAmount(&n.StorageGB, r.StorageGB, "meta.resources.storage_gb"); err != nil {
-				return n, err
-			}
-		}
-		if err := n.addRules(m.Affinity, "meta.affinity"); err != nil {
+		r := m.Resources
+		n.GPUType = deref(r.GPU.Type)
+		// cmp.Or: the first failure in field order (each field is read).
+		if err := cmp.Or(setCount(&n.GPUCount, r.GPU.Count, "meta.resources.gpu.count"),
+			setAmount(&n.GPUMemoryGB, r.GPU.MemoryGB, "meta.resources.gpu.memory_gb"),
+			setCount(&n.CPUCores, r.CPU.Cores, "meta.resources.cpu.cores"),
+			setAmount(&n.MemoryGB, r.MemoryGB, "meta.resources.memory_gb"),
+			setAmount(&n.StorageGB, r.StorageGB, "meta.resources.storage_gb"),
+			n.addRules(m.Affinity, "meta.affinity")); err != nil {
 			return n, err
 		}
 	}
@@ -154,31 +143,13 @@ func NeedsOf(j *Job) (Needs, error) {
 	if err := json.Unmarshal(raw, &a); err != nil {
 		return n, ojserr.Invalid("ext_ml", "The ext_ml_* attributes must have the ML resources extension's types: %v.", jsonProblem(err))
 	}
-	if a.Accelerator != nil {
-		n.Accelerator = *a.Accelerator
-	}
+	n.Accelerator = deref(a.Accelerator) // meta sets none
 	if a.GPUType != nil {
 		n.GPUType = *a.GPUType
 	}
-	for _, f := range []struct {
-		dst  *int
-		v    *float64
-		name string
-	}{{&n.GPUCount, a.GPUCount, "ext_ml_gpu_count"}, {&n.CPUCores, a.CPUCores, "ext_ml_cpu_cores"}} {
-		if err := setCount(f.dst, f.v, f.name); err != nil {
-			return n, err
-		}
-	}
-	for _, f := range []struct {
-		dst  *float64
-		v    *float64
-		name string
-	}{{&n.GPUMemoryGB, a.GPUMemoryGB, "ext_ml_gpu_memory_gb"}, {&n.MemoryGB, a.MemoryGB, "ext_ml_memory_gb"}, {&n.StorageGB, a.StorageGB, "ext_ml_storage_gb"}} {
-		if err := setAmount(f.dst, f.v, f.name); err != nil {
-			return n, err
-		}
-	}
-	if err := n.addRules(a.NodeAffinity, "ext_ml_node_affinity"); err != nil {
+	if err := cmp.Or(setCount(&n.GPUCount, a.GPUCount, "ext_ml_gpu_count"), setCount(&n.CPUCores, a.CPUCores, "ext_ml_cpu_cores"),
+		setAmount(&n.GPUMemoryGB, a.GPUMemoryGB, "ext_ml_gpu_memory_gb"), setAmount(&n.MemoryGB, a.MemoryGB, "ext_ml_memory_gb"),
+		setAmount(&n.StorageGB, a.StorageGB, "ext_ml_storage_gb"), n.addRules(a.NodeAffinity, "ext_ml_node_affinity")); err != nil {
 		return n, err
 	}
 	return n, n.validate()
@@ -329,19 +300,10 @@ func (r AffinityRule) holds(labels map[string]string) bool {
 	case OpDoesNotExist:
 		return !ok
 	case OpIn:
-		return ok && contains(r.Values, v)
+		return ok && slices.Contains(r.Values, v)
 	default: // NotIn
-		return !ok || !contains(r.Values, v)
+		return !ok || !slices.Contains(r.Values, v)
 	}
-}
-
-func contains(values []string, v string) bool {
-	for _, x := range values {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 // ParseCapabilities reads a FETCH's "capabilities" (an object) and
