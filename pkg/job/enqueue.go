@@ -271,29 +271,22 @@ func parseLimits(j *Job, req *request, opts *options) error {
 	if j.Priority, err = intField("priority", namedPriority(first(opts.Priority, req.Priority)), 0, MinPriority, MaxPriority); err != nil {
 		return err
 	}
-	j.Timeout = DefaultTimeout
-	if raw := opts.TimeoutMS; raw != nil && !isNull(raw) {
-		ms, err := intField("options.timeout_ms", raw, 0, 1, MaxTimeout.Milliseconds())
-		if err != nil {
+	// intField answers 0 for an absent field: options.timeout_ms is at
+	// least 1, the envelope's timeout (seconds) 0 for the default.
+	ms, err := intField("options.timeout_ms", opts.TimeoutMS, 0, 1, MaxTimeout.Milliseconds())
+	if err != nil {
+		return err
+	}
+	secs := 0
+	if ms == 0 {
+		if secs, err = intField("timeout", req.Timeout, 0, 0, int64(MaxTimeout/time.Second)); err != nil {
 			return err
-		}
-		j.Timeout = time.Duration(ms) * time.Millisecond
-	} else if raw := req.Timeout; raw != nil && !isNull(raw) {
-		s, err := intField("timeout", raw, 0, 0, int64(MaxTimeout/time.Second))
-		if err != nil {
-			return err
-		}
-		if s > 0 {
-			j.Timeout = time.Duration(s) * time.Second
 		}
 	}
-	if raw := opts.VisibilityTimeoutMS; raw != nil && !isNull(raw) {
-		ms, err := intField("options.visibility_timeout_ms", raw, 0, 1, MaxTimeout.Milliseconds())
-		if err != nil {
-			return err
-		}
+	j.Timeout = cmp.Or(time.Duration(ms)*time.Millisecond, time.Duration(secs)*time.Second, DefaultTimeout)
+	if ms, err = intField("options.visibility_timeout_ms", opts.VisibilityTimeoutMS, 0, 1, MaxTimeout.Milliseconds()); err != nil || ms > 0 {
 		j.Visibility = time.Duration(ms) * time.Millisecond
-		return nil
+		return err
 	}
 	raw := first(opts.VisibilityTimeout, req.VisibilityTimeout)
 	if raw == nil || isNull(raw) {

@@ -127,7 +127,7 @@ func (s *Service) fetchOnce(ctx context.Context, r FetchRequest, first bool) (ou
 	// fs is one consistent read of the queues' pause state and rate limit
 	// and of the worker's state (so that a pause holds for every FETCH
 	// after it), made once the first queue shows candidates. readState
-	// reads it; stop reports a worker that is quiet or terminating.
+	// reads it; errStopping reports a worker that is quiet or terminating.
 	var fs *queue.FetchState
 	// While a queue keeps showing candidates, the state is read alongside
 	// them rather than after (one round trip less per FETCH; an idle
@@ -140,7 +140,7 @@ func (s *Service) fetchOnce(ctx context.Context, r FetchRequest, first bool) (ou
 			early <- stateRead{st, err}
 		}()
 	}
-	readState := func() (stop bool, err error) {
+	readState := func() (err error) {
 		var st queue.FetchState
 		if early != nil {
 			res := <-early
@@ -149,21 +149,19 @@ func (s *Service) fetchOnce(ctx context.Context, r FetchRequest, first bool) (ou
 			st, err = s.queues.FetchState(ctx, r.Queues, r.WorkerID)
 		}
 		if err != nil {
-			return false, err
+			return err
 		}
 		fs = &st
 		if w := fs.Worker; w != nil && (stopping(w.State) || stopping(w.Directive)) {
 			s.workers.add(r.WorkerID)
-			return true, nil
+			return errStopping
 		}
-		return false, nil
+		return nil
 	}
 	// A queue last seen paused is likely paused still: its state is read first.
 	if s.queues.SeenPaused(r.Queues) {
-		if stop, err := readState(); err != nil {
+		if err := readState(); err != nil {
 			return s.passFailed(ctx, out, err)
-		} else if stop {
-			return out, passStop, nil
 		}
 	}
 	full := false // the next job would pass MaxBytes
@@ -216,10 +214,8 @@ func (s *Service) fetchOnce(ctx context.Context, r FetchRequest, first bool) (ou
 			}
 			s.busy.saw(q, s.Now())
 			if fs == nil {
-				if stop, err := readState(); err != nil {
+				if err := readState(); err != nil {
 					return s.passFailed(ctx, out, err)
-				} else if stop {
-					return out, passStop, nil
 				}
 			}
 			qs := fs.Queues[q]
@@ -299,8 +295,15 @@ const (
 // hold jobs it may not take (paused or rate limited).
 const FetchWaitHeld = 250 * time.Millisecond
 
-// passFailed is fetchFailed for a pass of a FETCH.
+// errStopping ends a pass of a FETCH by a quiet or terminating worker.
+var errStopping = errors.New("the worker is quiet or terminating")
+
+// passFailed is fetchFailed for a pass of a FETCH (errStopping: the jobs
+// claimed are the answer).
 func (s *Service) passFailed(ctx context.Context, out []*job.Job, err error) ([]*job.Job, fetchNext, error) {
+	if err == errStopping {
+		return out, passStop, nil
+	}
 	out, err = s.fetchFailed(ctx, out, err)
 	return out, passStop, err
 }

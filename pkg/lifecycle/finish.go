@@ -106,12 +106,16 @@ func (s *Service) decide(j *job.Job, in ErrorInput, now time.Time) store.Failure
 // Ack completes an active job. attempt > 0 pins the attempt being
 // acknowledged (push-mode worker); pull-mode ACKs pass 0.
 func (s *Service) Ack(ctx context.Context, id string, result json.RawMessage, attempt int) (*job.Job, error) {
-	return s.ack(ctx, id, result, attempt, "")
+	return s.AckOwned(ctx, id, "", attempt, result)
 }
 
-// ack completes an active job; with workerID set, only if that worker
-// holds its reservation (a condition of the same write, not a read first).
-func (s *Service) ack(ctx context.Context, id string, result json.RawMessage, attempt int, workerID string) (*job.Job, error) {
+// AckOwned is ACK by the worker that holds the job's reservation
+// (ojs-worker-protocol.md 5.6): with workerID set, the completion is
+// conditional on the job being active under that worker id (a condition
+// of the same write, not a read first), so a worker whose job was fetched
+// again by another is refused (409). attempt, when not 0, pins the ACK to
+// that attempt (the FETCH answer's "attempt").
+func (s *Service) AckOwned(ctx context.Context, id, workerID string, attempt int, result json.RawMessage) (*job.Job, error) {
 	if err := job.CheckID(id); err != nil {
 		return nil, err
 	}
@@ -149,13 +153,13 @@ func (s *Service) ack(ctx context.Context, id string, result json.RawMessage, at
 // Nack records a failed attempt and applies the retry policy: the job
 // becomes retryable (with next_attempt_at) or discarded.
 func (s *Service) Nack(ctx context.Context, id string, in ErrorInput, attempt int) (*job.Job, error) {
-	return s.nack(ctx, id, in, attempt, "")
+	return s.NackOwned(ctx, id, "", attempt, in)
 }
 
-// nack records a failed attempt; with workerID set, only if that worker
-// holds the job's reservation (checked on the read, and a condition of the
-// write).
-func (s *Service) nack(ctx context.Context, id string, in ErrorInput, attempt int, workerID string) (*job.Job, error) {
+// NackOwned is FAIL by the worker that holds the reservation (checked on
+// the read, and a condition of the write), pinned to attempt when it is
+// not 0 (see AckOwned).
+func (s *Service) NackOwned(ctx context.Context, id, workerID string, attempt int, in ErrorInput) (*job.Job, error) {
 	if err := job.CheckID(id); err != nil {
 		return nil, err
 	}
@@ -204,4 +208,16 @@ func (s *Service) nack(ctx context.Context, id string, in ErrorInput, attempt in
 func notActive(op, id string, st job.State) error {
 	return ojserr.StateConflict(ojserr.Conflict, "Cannot %s job not in 'active' state. Current state: '%s'.", op, st).
 		With("job_id", id).With("current_state", string(st)).With("expected_state", "active")
+}
+
+// attemptOver is the answer to an ACK or FAIL pinned to an attempt that is
+// no longer the job's.
+func attemptOver(op string, j *job.Job, attempt int) error {
+	return ojserr.StateConflict(ojserr.Conflict, "Cannot %s job %s: attempt %d is over; the job is in attempt %d (state '%s').", op, j.ID, attempt, j.Attempt, j.State).
+		With("job_id", j.ID).With("current_state", string(j.State)).With("attempt", j.Attempt).With("requested_attempt", attempt)
+}
+
+func notHolder(op, id, workerID string) error {
+	return ojserr.StateConflict(ojserr.Conflict, "Cannot %s job %s: worker '%s' does not hold its reservation (its lease expired and the job was fetched again).", op, id, workerID).
+		With("job_id", id).With("current_state", string(job.Active)).With("worker_id", workerID)
 }
