@@ -121,7 +121,7 @@ func (s *Service) Fetch(ctx context.Context, r FetchRequest) ([]*job.Job, error)
 func (s *Service) fetchOnce(ctx context.Context, r FetchRequest, first bool) (out []*job.Job, next fetchNext, err error) {
 	used := 0
 	out = []*job.Job{}
-	if s.workers.has(r.WorkerID) {
+	if stop, _ := s.workers.get(r.WorkerID); stop {
 		return out, passStop, nil // a quiet or terminating worker gets no new jobs
 	}
 	// fs is one consistent read of the queues' pause state and rate limit
@@ -153,7 +153,7 @@ func (s *Service) fetchOnce(ctx context.Context, r FetchRequest, first bool) (ou
 		}
 		fs = &st
 		if w := fs.Worker; w != nil && (stopping(w.State) || stopping(w.Directive)) {
-			s.workers.add(r.WorkerID)
+			s.workers.put(r.WorkerID, true)
 			return errStopping
 		}
 		return nil

@@ -41,10 +41,7 @@ const maxNeedsCached = 10000
 // needsCache holds the needs of jobs this process read, by job id and
 // ready_sk (a job's needs never change while it waits; ready_sk tells an
 // enqueue from a later one of the same id).
-type needsCache struct {
-	mu sync.Mutex
-	m  map[string]job.Needs
-}
+type needsCache struct{ m boundedMap[string, job.Needs] }
 
 // of reads the needs of items' jobs: the cached ones from memory, the
 // others with one batch read of their ids and stored needs.
@@ -52,17 +49,12 @@ func (c *needsCache) of(ctx context.Context, st *store.Store, items []store.Item
 	out := make(map[string]job.Needs, len(items))
 	var keys []map[string]types.AttributeValue
 	readySK := map[string]string{}
-	c.mu.Lock()
 	for _, it := range items {
-		if n, ok := c.m[it.Job.ID+"\x00"+it.ReadySK]; ok {
+		if n, ok := c.m.get(it.Job.ID + "\x00" + it.ReadySK); ok {
 			out[it.Job.ID] = n
 			continue
 		}
 		keys, readySK[it.Job.ID] = append(keys, store.JobKey(it.Job.ID)), it.ReadySK
-	}
-	c.mu.Unlock()
-	if len(keys) == 0 {
-		return out, nil
 	}
 	var mu sync.Mutex
 	err := store.BatchGet(ctx, st.DB(), st.Table(), keys, "id, rq", func(av map[string]types.AttributeValue) error {
@@ -80,20 +72,8 @@ func (c *needsCache) of(ctx context.Context, st *store.Store, items []store.Item
 		mu.Lock()
 		out[v.ID] = n
 		mu.Unlock()
+		c.m.put(v.ID+"\x00"+readySK[v.ID], n)
 		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.m == nil || len(c.m)+len(readySK) > maxNeedsCached {
-		c.m = map[string]job.Needs{}
-	}
-	for id, sk := range readySK {
-		if n, ok := out[id]; ok {
-			c.m[id+"\x00"+sk] = n
-		}
-	}
-	return out, nil
+	return out, err
 }

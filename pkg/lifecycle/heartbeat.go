@@ -92,7 +92,7 @@ func (s *Service) Heartbeat(ctx context.Context, r HeartbeatRequest) (HeartbeatR
 	}
 	directive := w.Directive
 	if stopping(w.State) || stopping(directive) {
-		s.workers.add(r.WorkerID)
+		s.workers.put(r.WorkerID, true)
 	}
 	var until time.Time // zero: each job's own lease length
 	if r.Visibility > 0 {

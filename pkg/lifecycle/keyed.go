@@ -46,8 +46,7 @@ type keyedClaims struct {
 	// jobs is, by job id, the key of the keyed jobs claims found (at most
 	// maxKnownJobs): a candidate whose key is held is skipped without a
 	// claim's failed write.
-	mu   sync.Mutex
-	jobs map[string]string
+	jobs boundedMap[string, string]
 }
 
 // maxKnownJobs bounds keyedClaims.jobs (emptied when full).
@@ -56,28 +55,12 @@ const maxKnownJobs = 50_000
 // heldJob reports whether job id is a keyed job whose key this process
 // takes to be held now.
 func (k *keyedClaims) heldJob(id string) bool {
-	k.mu.Lock()
-	key, ok := k.jobs[id]
-	k.mu.Unlock()
+	key, ok := k.jobs.get(id)
 	if !ok {
 		return false
 	}
 	v, ok := k.held.Load(key)
 	return ok && v.(heldUntil).until > k.now().UnixNano()
-}
-
-// know records job id's key (key "": forget it).
-func (k *keyedClaims) know(id, key string) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if key == "" {
-		delete(k.jobs, id)
-		return
-	}
-	if k.jobs == nil || len(k.jobs) >= maxKnownJobs {
-		k.jobs = map[string]string{}
-	}
-	k.jobs[id] = key
 }
 
 // heldUntil is an entry of keyedClaims.held.
@@ -108,7 +91,7 @@ func (k *keyedClaims) claim(ctx context.Context, j *job.Job, opts store.ClaimOpt
 	if v, ok := k.held.Load(kl.Key); ok && kl.OnLimit != job.OnLimitDrop {
 		h := v.(heldUntil)
 		if wait := time.Duration(h.until - k.now().UnixNano()); wait > 0 {
-			k.know(j.ID, kl.Key)
+			k.jobs.put(j.ID, kl.Key)
 			return nil, nil, &HeldError{Key: kl.Key, Limit: h.limit, Wait: wait}
 		}
 	}
@@ -118,9 +101,9 @@ func (k *keyedClaims) claim(ctx context.Context, j *job.Job, opts store.ClaimOpt
 		if kl.OnLimit == job.OnLimitDrop {
 			return k.drop(ctx, j, he)
 		}
-		k.know(j.ID, kl.Key)
+		k.jobs.put(j.ID, kl.Key)
 	} else {
-		k.know(j.ID, "")
+		k.jobs.del(j.ID)
 	}
 	return claimed, cur, err
 }

@@ -72,8 +72,10 @@ type Service struct {
 	now       func() time.Time
 	rnd       func() float64
 	log       *slog.Logger
-	// workers remembers which workers are quiet or terminating.
-	workers stoppingWorkers
+	// workers remembers the workers known to be quiet or terminating, for
+	// good: such a worker never runs again (ojs-graceful-shutdown.md 5.1).
+	// Others are read from the table on every FETCH.
+	workers boundedMap[string, bool]
 	// flow advances workflows inline (Config.Workflows).
 	flow Finisher
 	// chain is the enqueue middleware (chainOf).
@@ -103,7 +105,8 @@ func New(st *store.Store, c Config) *Service {
 	if s.rnd == nil {
 		s.rnd = rand.Float64
 	}
-	s.keyed = &keyedClaims{st: st, keys: s.queues.Keys(), now: s.Now, log: s.log}
+	s.keyed = &keyedClaims{st: st, keys: s.queues.Keys(), now: s.Now, log: s.log, jobs: boundedMap[string, string]{max: maxKnownJobs}}
+	s.workers.max, s.needs.m.max = maxCachedWorkers, maxNeedsCached
 	return s
 }
 

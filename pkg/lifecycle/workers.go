@@ -2,29 +2,37 @@ package lifecycle
 
 import "sync"
 
-// stoppingWorkers remembers the workers known to be quiet or terminating,
-// for good: such a worker never runs again (ojs-graceful-shutdown.md 5.1).
-// Others are read from the table on every FETCH.
-type stoppingWorkers struct {
+// boundedMap is a map safe for concurrent use that starts over once it
+// holds max entries: what this process learnt, in bounded memory.
+type boundedMap[K comparable, V any] struct {
 	mu  sync.Mutex
-	ids map[string]bool
+	m   map[K]V
+	max int
 }
 
-const maxCachedWorkers = 10000
-
-func (c *stoppingWorkers) has(id string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.ids[id]
+func (b *boundedMap[K, V]) get(k K) (V, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	v, ok := b.m[k]
+	return v, ok
 }
 
-func (c *stoppingWorkers) add(id string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.ids == nil || len(c.ids) >= maxCachedWorkers {
-		c.ids = map[string]bool{} // bounded: start over
+func (b *boundedMap[K, V]) put(k K, v V) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.m == nil || len(b.m) >= b.max {
+		b.m = map[K]V{}
 	}
-	c.ids[id] = true
+	b.m[k] = v
 }
+
+func (b *boundedMap[K, V]) del(k K) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.m, k)
+}
+
+// maxCachedWorkers bounds Service.workers.
+const maxCachedWorkers = 10000
 
 func stopping(state string) bool { return state == WorkerQuiet || state == WorkerTerminate }
