@@ -175,8 +175,7 @@ func (e *Engine) Process(ctx context.Context, changes []Change) (int, error) {
 	if e.Now != nil {
 		now = e.Now
 	}
-	log := e.Logger
-	log = cmp.Or(log, slog.Default())
+	log := cmp.Or(e.Logger, slog.Default())
 	var ds []dispatch.Delivery
 	for _, c := range changes {
 		ds = append(ds, Deliveries(c, now())...)
@@ -251,8 +250,7 @@ func (e *Engine) emit(ctx context.Context, changes []Change, now time.Time) erro
 	if e.Events == nil && e.Publisher == nil && e.Webhooks == nil {
 		return nil
 	}
-	src := e.Source
-	src = cmp.Or(src, DefaultSource)
+	src := cmp.Or(e.Source, DefaultSource)
 	var evs []events.Event
 	var nodes []wfevents.NodeChange
 	var jobs []wfevents.JobChange
@@ -303,11 +301,7 @@ func (e *Engine) emit(ctx context.Context, changes []Change, now time.Time) erro
 		return nil
 	}
 	if e.Events != nil {
-		ttl := e.EventTTL
-		if ttl <= 0 {
-			ttl = 7 * 24 * time.Hour
-		}
-		if err := e.Events.PutEvents(ctx, evs, ttl); err != nil {
+		if err := e.Events.PutEvents(ctx, evs, cmp.Or(max(e.EventTTL, 0), 7*24*time.Hour)); err != nil {
 			return err
 		}
 	}

@@ -8,7 +8,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"sync"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/lifecycle"
@@ -147,10 +148,5 @@ func (m *Mux) Handler(jobType string) (Handler, bool) {
 func (m *Mux) Types() []string {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	out := make([]string, 0, len(m.handlers))
-	for t := range m.handlers {
-		out = append(out, t)
-	}
-	sort.Strings(out)
-	return out
+	return slices.Sorted(maps.Keys(m.handlers))
 }

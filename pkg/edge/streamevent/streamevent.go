@@ -111,42 +111,38 @@ func Change(r events.DynamoDBEventRecord) (engine.Change, error) {
 		if err != nil {
 			return c, err
 		}
-		done := false
-		for _, decode := range []func() (bool, error){
-			func() (bool, error) { return decodeInto(av, queue.DecodeQueue, img.queue) },
-			func() (bool, error) { return decodeInto(av, cron.Decode, img.cron) },
-			func() (bool, error) { return decodeInto(av, deadletter.DecodePruneRun, img.prune) },
-			func() (bool, error) { return decodeInto(av, queue.DecodeWorker, img.wkr) },
-			func() (bool, error) { return decodeInto(av, ratelimit.DecodeKey, img.key) },
-			func() (bool, error) { return decodeInto(av, wfstore.DecodeNode, img.node) },
+		for _, decode := range []func(map[string]types.AttributeValue) (bool, error){
+			into(queue.DecodeQueue, img.queue), into(cron.Decode, img.cron), into(deadletter.DecodePruneRun, img.prune),
+			into(queue.DecodeWorker, img.wkr), into(ratelimit.DecodeKey, img.key), into(wfstore.DecodeNode, img.node),
+			into(decodeJob, img.dst),
 		} {
-			if done, err = decode(); err != nil {
+			done, err := decode(av)
+			if err != nil {
 				return c, err
-			} else if done {
+			}
+			if done {
 				break
 			}
-		}
-		if done {
-			continue
-		}
-		it, ok, err := store.DecodeItem(av)
-		if err != nil {
-			return c, err
-		}
-		if ok {
-			*img.dst = &it
 		}
 	}
 	return c, nil
 }
 
-// decodeInto sets *dst to av decoded when decode recognises it.
-func decodeInto[T any](av map[string]types.AttributeValue, decode func(map[string]types.AttributeValue) (T, bool, error), dst *T) (bool, error) {
-	v, ok, err := decode(av)
-	if ok && err == nil {
-		*dst = v
+// decodeJob is store.DecodeItem as a decoder of into.
+func decodeJob(av map[string]types.AttributeValue) (*store.Item, bool, error) {
+	it, ok, err := store.DecodeItem(av)
+	return &it, ok, err
+}
+
+// into is decode as a decoder that sets *dst to what it recognises.
+func into[T any](decode func(map[string]types.AttributeValue) (T, bool, error), dst *T) func(map[string]types.AttributeValue) (bool, error) {
+	return func(av map[string]types.AttributeValue) (bool, error) {
+		v, ok, err := decode(av)
+		if ok && err == nil {
+			*dst = v
+		}
+		return ok, err
 	}
-	return ok, err
 }
 
 // Image converts a Lambda-event image to SDK attribute values.
