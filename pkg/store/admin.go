@@ -318,69 +318,43 @@ func DecodeCursor(c string) (map[string]types.AttributeValue, error) {
 }
 
 // CountStates counts one queue's index partition by job state, reading at
-// most max index entries. Each job is counted once: ListAvailable counts
-// the pull-mode available jobs, ListWaiting the push-mode ones.
-func (s *Store) CountStates(ctx context.Context, l Listing, queue string, max int) (map[job.State]int, bool, error) {
-	out := map[job.State]int{}
-	read := 0
-	capped, err := s.eachState(ctx, l, queue, max, &read, func(st job.State) { out[st]++ })
-	return out, capped, err
-}
-
-// eachState calls each with the state of every job one index listing of
-// queue holds (ListAvailable: its pull-mode part, see CountStates),
-// reading at most max index entries if max > 0 (then capped is true),
-// adding the count read to *read.
-func (s *Store) eachState(ctx context.Context, l Listing, queue string, max int, read *int, each func(job.State)) (capped bool, err error) {
+// most max index entries if max > 0 (then capped is true: some were left
+// unread). Each job is counted once: ListAvailable counts the pull-mode
+// available jobs, ListWaiting the push-mode ones.
+func (s *Store) CountStates(ctx context.Context, l Listing, queue string, max int) (counts map[job.State]int, capped bool, err error) {
 	index, keyName, _, keys, _ := l.partitions(queue)
-	f := func(st string, push bool) {
-		// A push-mode job in ready (written before they left it) is counted from due.
-		if !push || l != ListAvailable {
-			each(job.State(st))
-		}
-	}
+	counts = map[job.State]int{}
+	read := 0
 	for _, key := range keys {
-		if max > 0 && *read >= max {
-			return true, nil // more shards unread
-		}
-		if capped, err := s.countStates(ctx, index, keyName, key, max-*read, read, f); err != nil || capped {
-			return capped, err
-		}
-	}
-	return false, nil
-}
-
-// countStates reads the state (and push flag) of every item of one index
-// partition (at most max items if max > 0, then capped is true), adding the
-// count read to *read.
-func (s *Store) countStates(ctx context.Context, index, keyName, key string, max int, read *int, each func(state string, push bool)) (capped bool, err error) {
-	in := &dynamodb.QueryInput{TableName: &s.table, IndexName: aws.String(index),
-		KeyConditionExpression:    aws.String("#k = :k"),
-		ExpressionAttributeNames:  map[string]string{"#k": keyName, "#s": attrState, "#p": attrPush},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":k": AttrS(key)},
-		ProjectionExpression:      aws.String("#s, #p")}
-	n := 0
-	for {
-		page, err := s.db.Query(ctx, in)
-		if err != nil {
-			return false, fmt.Errorf("count %s: %w", key, err)
-		}
-		for _, it := range page.Items {
-			if st, ok := it[attrState].(*types.AttributeValueMemberS); ok {
-				p, _ := it[attrPush].(*types.AttributeValueMemberBOOL)
-				each(st.Value, p != nil && p.Value)
+		in := &dynamodb.QueryInput{TableName: &s.table, IndexName: aws.String(index),
+			KeyConditionExpression:    aws.String("#k = :k"),
+			ExpressionAttributeNames:  map[string]string{"#k": keyName, "#s": attrState, "#p": attrPush},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":k": AttrS(key)},
+			ProjectionExpression:      aws.String("#s, #p")}
+		for {
+			if max > 0 && read >= max {
+				return counts, true, nil
 			}
+			page, err := s.db.Query(ctx, in)
+			if err != nil {
+				return counts, false, fmt.Errorf("count %s: %w", key, err)
+			}
+			for _, it := range page.Items {
+				st, _ := it[attrState].(*types.AttributeValueMemberS)
+				push, _ := it[attrPush].(*types.AttributeValueMemberBOOL)
+				// A push-mode job in ready (written before they left it) is counted from due.
+				if st != nil && (push == nil || !push.Value || l != ListAvailable) {
+					counts[job.State(st.Value)]++
+				}
+			}
+			read += len(page.Items)
+			if len(page.LastEvaluatedKey) == 0 {
+				break
+			}
+			in.ExclusiveStartKey = page.LastEvaluatedKey
 		}
-		n += len(page.Items)
-		*read += len(page.Items)
-		if len(page.LastEvaluatedKey) == 0 {
-			return false, nil
-		}
-		if max > 0 && n >= max {
-			return true, nil
-		}
-		in.ExclusiveStartKey = page.LastEvaluatedKey
 	}
+	return counts, false, nil
 }
 
 // DeleteFinished deletes a completed or cancelled job for good, on the

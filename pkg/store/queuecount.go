@@ -51,9 +51,12 @@ func (s *Store) CountCompleted(ctx context.Context, queue string, since time.Tim
 func (s *Store) CountQueue(ctx context.Context, queue string) (QueueCounts, error) {
 	n := map[job.State]int{}
 	for _, l := range []Listing{ListAvailable, ListDead, ListWaiting} {
-		read := 0
-		if _, err := s.eachState(ctx, l, queue, 0, &read, func(st job.State) { n[st]++ }); err != nil {
+		counts, _, err := s.CountStates(ctx, l, queue, 0)
+		if err != nil {
 			return QueueCounts{}, fmt.Errorf("count queue %s: %w", queue, err)
+		}
+		for st, c := range counts {
+			n[st] += c
 		}
 	}
 	return QueueCounts{n[job.Available], n[job.Active], n[job.Scheduled], n[job.Retryable], n[job.Discarded]}, nil
