@@ -59,10 +59,8 @@ func (s *Service) ClaimDelivered(ctx context.Context, items ItemStore, m dispatc
 			return Delivered{Job: claimed}, cerr
 		}
 		it = *cur
-	} else {
-		if it, err = items.GetItem(ctx, id); err != nil {
-			return Delivered{}, ignoreConflict(err) // gone: nothing to run
-		}
+	} else if it, err = items.GetItem(ctx, id); err != nil {
+		return Delivered{}, ignoreConflict(err) // gone: nothing to run
 	}
 	j, now := it.Job, s.Now()
 	var redelivery time.Time // the redelivery check read, when the claim may keep it

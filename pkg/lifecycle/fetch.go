@@ -420,10 +420,9 @@ func (s *Service) claimRounds(ctx context.Context, r FetchRequest, q string, ite
 		var round []store.Item
 		var sizes []int
 		bytes, largest, blocked := 0, 0, false
-		for next < len(items) && len(round) < min(want-len(out), writeParallel) {
+		for ; next < len(items) && len(round) < min(want-len(out), writeParallel); next++ {
 			it := items[next]
 			if s.keyed.heldJob(it.Job.ID) {
-				next++
 				*held = true // its key holds it, as a claim found before: no write
 				continue
 			}
@@ -432,7 +431,6 @@ func (s *Service) claimRounds(ctx context.Context, r FetchRequest, q string, ite
 				return out, used, false, err
 			}
 			if size == 0 {
-				next++
 				continue // deleted since the index was read
 			}
 			first := 0
@@ -448,14 +446,10 @@ func (s *Service) claimRounds(ctx context.Context, r FetchRequest, q string, ite
 				}
 				s.log.ErrorContext(ctx, "job too large for a FETCH answer; skipped", "job_id", it.Job.ID, "queue", q,
 					"answer_bytes", 2*size, "max_bytes", r.MaxBytes)
-				next++
 				continue
 			}
-			round = append(round, it)
-			sizes = append(sizes, size)
-			bytes += size
-			largest = max(largest, size)
-			next++
+			round, sizes = append(round, it), append(sizes, size)
+			bytes, largest = bytes+size, max(largest, size)
 		}
 		if len(round) == 0 {
 			return out, used, blocked, nil

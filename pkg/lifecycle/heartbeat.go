@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
@@ -50,18 +51,17 @@ const (
 // conformance suite's hook), else running. A directive never moves a
 // worker backwards (terminate is never answered with quiet or running).
 func (s *Service) Heartbeat(ctx context.Context, r HeartbeatRequest) (HeartbeatResult, error) {
-	if r.WorkerID == "" {
+	// The worker registry item holds the worker id, hostname and queues:
+	// unbounded, they made it larger than DynamoDB's 400 KB and the
+	// heartbeat a 500.
+	switch {
+	case r.WorkerID == "":
 		return HeartbeatResult{}, ojserr.Invalid("worker_id", "The 'worker_id' field is required.")
-	}
-	if len(r.WorkerID) > 256 {
+	case len(r.WorkerID) > 256:
 		return HeartbeatResult{}, ojserr.Invalid("worker_id", "The 'worker_id' is longer than 256 characters.")
-	}
-	// The worker registry item holds these: unbounded, they made it larger
-	// than DynamoDB's 400 KB and the heartbeat a 500.
-	if len(r.Hostname) > 256 {
+	case len(r.Hostname) > 256:
 		return HeartbeatResult{}, ojserr.Invalid("hostname", "The 'hostname' is longer than 256 characters.")
-	}
-	if len(r.Queues) > MaxWorkerQueues {
+	case len(r.Queues) > MaxWorkerQueues:
 		return HeartbeatResult{}, ojserr.Invalid("queues", "A heartbeat lists at most %d queues.", MaxWorkerQueues)
 	}
 	for _, q := range r.Queues {
@@ -69,12 +69,10 @@ func (s *Service) Heartbeat(ctx context.Context, r HeartbeatRequest) (HeartbeatR
 			return HeartbeatResult{}, err
 		}
 	}
-	switch r.State {
-	case "", WorkerRunning, WorkerQuiet, WorkerTerminate:
-	default:
+	switch {
+	case !slices.Contains([]string{"", WorkerRunning, WorkerQuiet, WorkerTerminate}, r.State):
 		return HeartbeatResult{}, ojserr.Invalid("state", "'state' must be running, quiet or terminate.")
-	}
-	if len(r.JobIDs) > MaxFetch {
+	case len(r.JobIDs) > MaxFetch:
 		return HeartbeatResult{}, ojserr.Invalid("active_jobs", "At most %d active jobs per heartbeat.", MaxFetch)
 	}
 	for _, id := range r.JobIDs {

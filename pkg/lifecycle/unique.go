@@ -48,14 +48,10 @@ func (s *Service) pushUnique(ctx context.Context, j *job.Job) (*job.Job, error) 
 			return nil, ojserr.Backend(err)
 		}
 		held, err := s.st.GetItem(ctx, lock.JobID)
-		var holder *job.Job
-		switch {
-		case errors.Is(err, store.ErrNotFound):
-		case err != nil:
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			return nil, ojserr.Backend(err)
-		default:
-			holder = held.Job
 		}
+		holder := held.Job // nil: gone
 		dup := holder != nil && u.States[holder.State] && (u.Period == 0 || holder.CreatedAt == nil || now.Before(holder.CreatedAt.Add(u.Period)))
 		if !dup {
 			if done, err := take(lock.JobID, held.Version); done {

@@ -160,12 +160,8 @@ func (b *Batch) Documents(env string, at time.Time) [][]byte {
 				if lo >= len(vs) {
 					continue
 				}
-				if hi < len(vs) {
-					more = true
-				} else {
-					hi = len(vs)
-				}
-				doc[m] = vs[lo:hi]
+				more = more || hi < len(vs)
+				doc[m] = vs[lo:min(hi, len(vs))]
 				defs = append(defs, map[string]string{"Name": m, "Unit": "Milliseconds"})
 			}
 			if len(defs) > 0 {
