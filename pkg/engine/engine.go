@@ -177,8 +177,12 @@ func (e *Engine) Process(ctx context.Context, changes []Change) (int, error) {
 	}
 	log := cmp.Or(e.Logger, slog.Default())
 	var ds []dispatch.Delivery
+	var fs []workflow.Finished
 	for _, c := range changes {
 		ds = append(ds, Deliveries(c, now())...)
+		if f, ok := finished(c); ok {
+			fs = append(fs, f)
+		}
 	}
 	if len(ds) > 0 {
 		if err := e.Sender.Send(ctx, ds); err != nil {
@@ -220,12 +224,6 @@ func (e *Engine) Process(ctx context.Context, changes []Change) (int, error) {
 			if err := e.Workflows.Resume(ctx, n.WorkflowID); err != nil && !errors.Is(err, wfstore.ErrCreationUnfinished) {
 				return 0, err
 			}
-		}
-	}
-	var fs []workflow.Finished
-	for _, c := range changes {
-		if f, ok := finished(c); ok {
-			fs = append(fs, f)
 		}
 	}
 	if len(fs) == 0 {

@@ -101,20 +101,18 @@ func (s *Sweeper) Sweep(ctx context.Context) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	set := map[string]bool{}
-	paused := map[string]bool{}
+	paused := map[string]bool{} // by every queue to sweep
 	for _, q := range s.PushQueues {
-		set[q] = true
+		paused[q] = false
 	}
 	var resumed []queue.QueueInfo
 	for _, qi := range infos {
-		set[qi.Name] = true
 		paused[qi.Name] = qi.Paused
 		if qi.Redeliver != "" && !qi.Paused {
 			resumed = append(resumed, qi)
 		}
 	}
-	queues := slices.Sorted(maps.Keys(set))
+	queues := slices.Sorted(maps.Keys(paused))
 	limit := cmp.Or(max(s.BatchSize, 0), 100)
 	res := Result{Queues: len(queues)}
 	var errs []error
