@@ -163,21 +163,18 @@ func parseEnqueue(raw []byte, now time.Time, internal bool) (*Enqueue, error) {
 // strictly; extra holds the members the envelope does not define (kept
 // as they are).
 func decodeEnqueue(raw []byte) (*request, map[string]json.RawMessage, error) {
-	if len(raw) > MaxEnvelopeBytes {
+	trimmed := bytes.TrimSpace(raw)
+	switch {
+	case len(raw) > MaxEnvelopeBytes:
 		return nil, nil, ojserr.Newf(ojserr.PayloadTooLarge, "Job envelope is %d bytes; the maximum is %d bytes.", len(raw), MaxEnvelopeBytes).
 			With("actual_bytes", len(raw)).With("max_bytes", MaxEnvelopeBytes).With("field", "envelope")
-	}
-	if !utf8.Valid(raw) {
+	case !utf8.Valid(raw):
 		return nil, nil, ojserr.Invalid("body", "The request body must be UTF-8 encoded JSON.")
-	}
-	trimmed := bytes.TrimSpace(raw)
-	if len(trimmed) == 0 {
+	case len(trimmed) == 0:
 		return nil, nil, payloadError("The request body is empty; send the job as a JSON object.")
-	}
-	if !json.Valid(trimmed) {
+	case !json.Valid(trimmed):
 		return nil, nil, payloadError("The request body is not valid JSON.")
-	}
-	if trimmed[0] != '{' {
+	case trimmed[0] != '{':
 		return nil, nil, ojserr.Invalid("body", "The job must be a JSON object.")
 	}
 	var req request

@@ -63,10 +63,8 @@ func (s *Service) PushBatch(ctx context.Context, raws [][]byte) ([]*job.Job, err
 		seen[e.Job.ID] = i
 		jobs[i] = e.Job
 	}
-	for i, j := range jobs {
-		if j.Unique != nil && len(jobs) > 1 {
-			return nil, ojserr.Invalid("unique", "Unique policies are honoured on single PUSH only; job at index %d has one. Enqueue it with POST /ojs/v1/jobs.", i).With("index", i)
-		}
+	if i := slices.IndexFunc(jobs, func(j *job.Job) bool { return j.Unique != nil }); i >= 0 && len(jobs) > 1 {
+		return nil, ojserr.Invalid("unique", "Unique policies are honoured on single PUSH only; job at index %d has one. Enqueue it with POST /ojs/v1/jobs.", i).With("index", i)
 	}
 	if err := delegate(ctx, s.st, jobs); err != nil {
 		return nil, err
