@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ojs-aws/ojs-serverless/internal/ctxsleep"
+	"github.com/ojs-aws/ojs-serverless/pkg/awslimit"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
 	"github.com/ojs-aws/ojs-serverless/pkg/queue"
@@ -66,6 +67,11 @@ const MaxFetchQueues = 20
 
 // MaxWorkerQueues bounds the queues a heartbeat lists.
 const MaxWorkerQueues = 100
+
+// DefaultFetchBytes is the FETCH answer budget when FetchRequest.MaxBytes
+// is zero: Lambda's response limit less 64 KiB for status, headers and
+// framing (an answer over it would fail after its jobs were claimed).
+const DefaultFetchBytes = awslimit.LambdaResponseBytes - 64<<10
 
 // Fetch claims up to Count jobs from the queues in order: highest priority
 // first, FIFO within a priority, due jobs of each queue promoted and expired
