@@ -48,9 +48,12 @@ func (s *Service) ReportProgress(ctx context.Context, id string, in ProgressInpu
 	if err := job.CheckID(id); err != nil {
 		return nil, err
 	}
-	data := in.Data
+	data, ckpt := in.Data, in.Checkpoint
 	if string(data) == "null" {
 		data = nil
+	}
+	if string(ckpt) == "null" {
+		ckpt = nil
 	}
 	switch {
 	case in.Progress == nil && in.Message == "" && data == nil && in.TokensUsed == nil:
@@ -61,7 +64,7 @@ func (s *Service) ReportProgress(ctx context.Context, id string, in ProgressInpu
 		return nil, ojserr.Invalid("progress", "'progress' must be a number from 0 to 1.")
 	case data != nil && (len(data) > MaxProgressDataBytes || data[0] != '{'):
 		return nil, ojserr.Invalid("data", "'data' must be a JSON object of at most %d bytes.", MaxProgressDataBytes)
-	case in.Checkpoint != nil && string(in.Checkpoint) != "null" && (len(in.Checkpoint) > MaxProgressDataBytes || in.Checkpoint[0] != '{'):
+	case ckpt != nil && (len(ckpt) > MaxProgressDataBytes || ckpt[0] != '{'):
 		return nil, ojserr.Invalid("checkpoint", "'checkpoint' must be a JSON object of at most %d bytes.", MaxProgressDataBytes)
 	case len(in.Message) > MaxProgressMessage:
 		return nil, ojserr.Invalid("message", "'message' is longer than %d characters.", MaxProgressMessage)
@@ -71,10 +74,6 @@ func (s *Service) ReportProgress(ctx context.Context, id string, in ProgressInpu
 	if in.Progress != nil {
 		v := min(max(*in.Progress, 0), 1)
 		p.Value = &v
-	}
-	ckpt := in.Checkpoint
-	if string(ckpt) == "null" {
-		ckpt = nil
 	}
 	j, err := s.st.Apply(ctx, store.ReportProgress(id, p, ckpt))
 	var ce *store.ConflictError
