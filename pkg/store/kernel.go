@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -16,7 +17,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/ojs-aws/ojs-serverless/internal/ctxsleep"
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
-	"golang.org/x/sync/errgroup"
 )
 
 // What the aggregates' packages (pkg/wfstore, pkg/cron, pkg/events,
@@ -161,22 +161,41 @@ func BatchGet(ctx context.Context, db DynamoAPI, table string, keys []map[string
 }
 
 // Parallel runs f for 0..n-1, at most conc at once, and returns the first
-// error. Once ctx's slice is over (SliceOver) it starts no more.
+// error.
 func Parallel(ctx context.Context, n, conc int, f func(context.Context, int) error) error {
+	if n == 0 {
+		return nil
+	}
 	if n == 1 {
 		return f(ctx, 0)
 	}
-	var g errgroup.Group
-	g.SetLimit(conc)
+	sem := make(chan struct{}, conc)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	fail := func(err error) {
+		mu.Lock()
+		first = cmp.Or(first, err)
+		mu.Unlock()
+	}
 	for i := range n {
-		g.Go(func() error {
-			if i > 0 && SliceOver(ctx) != nil {
-				return ErrSliceOver
+		sem <- struct{}{}
+		if i > 0 {
+			if err := SliceOver(ctx); err != nil {
+				<-sem
+				fail(err)
+				break
 			}
-			return f(ctx, i)
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := f(ctx, i); err != nil {
+				fail(err)
+			}
 		})
 	}
-	return g.Wait()
+	wg.Wait()
+	return first
 }
 
 // ErrSliceOver ends a ResumeWorkflow's writing once its slice is used.
