@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-
+	"slices"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -52,14 +52,8 @@ func (s *Store) Advance(ctx context.Context, a Advance) error {
 	if a.Scope == "" {
 		a.Scope, a.ScopeStates = RootPath, []wfstate.State{wfstate.Running}
 	}
-	scopeWrite := -1
-	for i, c := range a.Changes {
-		if c.Path == a.Scope {
-			scopeWrite = i
-		}
-	}
 	room := store.MaxBatch - len(a.Changes) - len(a.NewNodes)
-	if scopeWrite < 0 {
+	if !slices.ContainsFunc(a.Changes, func(c Change) bool { return c.Path == a.Scope }) {
 		room-- // the scope check
 	}
 	if room < 0 {
@@ -203,18 +197,7 @@ const (
 // exist.
 func (s *Store) advanceTx(ctx context.Context, a Advance, jobs []*job.Job, nodes []Change, newNodes []Node) error {
 	wfID := a.WorkflowID
-	if len(jobs) == 0 && len(nodes) == 0 && len(newNodes) == 0 {
-		return nil
-	}
-	inScope := func(st wfstate.State) bool {
-		for _, x := range a.ScopeStates {
-			if x == st {
-				return true
-			}
-		}
-		return false
-	}
-	for tries := 0; ; tries++ {
+	for tries := 0; len(jobs)+len(nodes)+len(newNodes) > 0; tries++ {
 		var tx []types.TransactWriteItem
 		hasScope := false
 		for _, c := range nodes {
@@ -267,8 +250,7 @@ func (s *Store) advanceTx(ctx context.Context, a Advance, jobs []*job.Job, nodes
 			}
 			return nil
 		}
-		var exist map[int]bool
-		conflict := false
+		exist, conflict := map[int]bool{}, false
 		for i, r := range tce.CancellationReasons {
 			if aws.ToString(r.Code) == "TransactionConflict" {
 				conflict = true
@@ -277,9 +259,6 @@ func (s *Store) advanceTx(ctx context.Context, a Advance, jobs []*job.Job, nodes
 				continue
 			}
 			if i >= first {
-				if exist == nil {
-					exist = map[int]bool{}
-				}
 				exist[i-first] = true
 				continue
 			}
@@ -290,12 +269,12 @@ func (s *Store) advanceTx(ctx context.Context, a Advance, jobs []*job.Job, nodes
 			if err != nil {
 				return err
 			}
-			if n.Base().Path == a.Scope && !inScope(n.Base().State) {
+			if n.Base().Path == a.Scope && !slices.Contains(a.ScopeStates, n.Base().State) {
 				return ErrWorkflowNotRunning
 			}
 			return &ErrNodeConflict{Current: n}
 		}
-		if exist == nil {
+		if len(exist) == 0 {
 			if conflict && tries < store.ConflictTries {
 				// Another transaction held one of the items (a completion
 				// settling the same node): try again after a jittered,
@@ -317,8 +296,6 @@ func (s *Store) advanceTx(ctx context.Context, a Advance, jobs []*job.Job, nodes
 			}
 		}
 		jobs = kept
-		if len(jobs) == 0 && len(nodes) == 0 && len(newNodes) == 0 {
-			return nil
-		}
 	}
+	return nil
 }

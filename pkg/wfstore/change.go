@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -76,36 +76,55 @@ func remove(names ...string) []op {
 func nums(is ...int) types.AttributeValue {
 	ns := make([]string, len(is))
 	for i, v := range is {
-		ns[i] = itoa(int64(v))
+		ns[i] = strconv.Itoa(v)
 	}
 	return &types.AttributeValueMemberNS{Value: ns}
 }
 
 func strs(ss ...string) types.AttributeValue { return &types.AttributeValueMemberSS{Value: ss} }
 
-// stateIn is the condition that the node is in one of states.
-func stateIn(states ...wfstate.State) expression.ConditionBuilder {
-	vs := make([]expression.OperandBuilder, len(states))
-	for i, s := range states {
-		vs[i] = expression.Value(string(s))
+// isIn is the condition that attribute name is one of vals (= for one).
+func isIn[S ~string](name string, vals ...S) expression.ConditionBuilder {
+	vs := make([]expression.OperandBuilder, len(vals))
+	for i, v := range vals {
+		vs[i] = expression.Value(string(v))
 	}
 	if len(vs) == 1 {
-		return expression.Name("state").Equal(vs[0])
+		return expression.Name(name).Equal(vs[0])
 	}
-	return expression.Name("state").In(vs[0], vs[1:]...)
+	return expression.Name(name).In(vs[0], vs[1:]...)
 }
+
+// stateIn is the condition that the node is in one of states.
+func stateIn(states ...wfstate.State) expression.ConditionBuilder { return isIn("state", states...) }
 
 // unsetOr is the condition that attribute name is absent or one of vals.
 func unsetOr(name string, vals ...string) expression.ConditionBuilder {
-	vs := make([]expression.OperandBuilder, len(vals))
-	for i, v := range vals {
-		vs[i] = expression.Value(v)
+	return expression.AttributeNotExists(expression.Name(name)).Or(isIn(name, vals...))
+}
+
+// and is the conjunction of cs (at least one).
+func and(cs []expression.ConditionBuilder) expression.ConditionBuilder {
+	if len(cs) == 1 {
+		return cs[0]
 	}
-	absent := expression.AttributeNotExists(expression.Name(name))
-	if len(vs) == 1 {
-		return absent.Or(expression.Name(name).Equal(vs[0]))
+	return expression.And(cs[0], cs[1], cs[2:]...)
+}
+
+// outcome is the state a finished node is in: completed when ok.
+func outcome(ok bool) wfstate.State {
+	if ok {
+		return wfstate.Completed
 	}
-	return absent.Or(expression.Name(name).In(vs[0], vs[1:]...))
+	return wfstate.Failed
+}
+
+// countedIn is the set a finished child is counted in: "ok" or "fail".
+func countedIn(ok bool) string {
+	if ok {
+		return "ok"
+	}
+	return "fail"
 }
 
 // inState makes c conditional on the node's state without moving it.
@@ -154,14 +173,17 @@ func (c Change) checkAt(t time.Time) Change {
 	return c
 }
 
+// uncheck takes the node out of the due index.
+func (c Change) uncheck() Change {
+	c.undue = true
+	return c
+}
+
 // Finish moves a composite to completed (ok) or failed: from waiting or
 // running, the root only from running (its chain's launch mark has then
 // done its work and goes).
 func Finish(path string, ok bool, at time.Time) Change {
-	to := wfstate.Completed
-	if !ok {
-		to = wfstate.Failed
-	}
+	to := outcome(ok)
 	if path == RootPath {
 		return move(path, to, at, wfstate.Running).with(remove("launch")...)
 	}
@@ -170,12 +192,8 @@ func Finish(path string, ok bool, at time.Time) Change {
 
 // Counting counts child idx as finished (ok or failed) in the same write.
 func (c Change) Counting(idx int, ok bool) Change {
-	attr := "fail"
-	if ok {
-		attr = "ok"
-	}
 	c.decides = true
-	return c.with(add(attr, nums(idx)))
+	return c.with(add(countedIn(ok), nums(idx)))
 }
 
 // Blaming records step as the child whose failure failed the node (none
@@ -199,11 +217,7 @@ func (c Change) IfNotAllOK(sets [][]int) Change {
 		for _, i := range all {
 			parts = append(parts, expression.Contains(expression.Name("ok"), i))
 		}
-		cond := parts[0]
-		if len(parts) > 1 {
-			cond = expression.And(parts[0], parts[1], parts[2:]...)
-		}
-		c = c.when(expression.Not(cond))
+		c = c.when(expression.Not(and(parts)))
 	}
 	return c
 }
@@ -242,17 +256,12 @@ func FireCallbacksOnce(path string, names []string, at time.Time) Change {
 
 // CountCallback counts a batch's fired callback name as finished.
 func CountCallback(path, name string, ok bool) Change {
-	attr := "cb_fail"
-	if ok {
-		attr = "cb_ok"
-	}
-	return Change{Path: path, decides: true}.with(add(attr, strs(name)))
+	return Change{Path: path, decides: true}.with(add("cb_"+countedIn(ok), strs(name)))
 }
 
 // DropCheck takes a node out of the due index if it is still in state.
 func DropCheck(path string, state wfstate.State) Change {
-	c := Change{Path: path, undue: true}
-	return c.inState(state)
+	return Change{Path: path, undue: true}.inState(state)
 }
 
 // TimeOut fails a composite whose deadline passed (the root only while it
@@ -288,21 +297,13 @@ func StartNode(path string, at time.Time) Change {
 
 // FinishHandler records a running handler's outcome on its node.
 func FinishHandler(path string, ok bool, at time.Time) Change {
-	to := wfstate.Completed
-	if !ok {
-		to = wfstate.Failed
-	}
-	return move(path, to, at, wfstate.Running)
+	return move(path, outcome(ok), at, wfstate.Running)
 }
 
 // CountHandler counts handler name as finished on a failed or cancelled
 // workflow's root.
 func CountHandler(name string, ok bool) Change {
-	attr := "h_fail"
-	if ok {
-		attr = "h_ok"
-	}
-	return Change{Path: RootPath}.inState(wfstate.Failed, wfstate.Cancelled).with(add(attr, strs(name)))
+	return Change{Path: RootPath}.inState(wfstate.Failed, wfstate.Cancelled).with(add("h_"+countedIn(ok), strs(name)))
 }
 
 // RearmHandler moves a finished handler's node (in from) back to waiting
@@ -326,17 +327,13 @@ func CompensationWaits(checkAt time.Time) Change {
 // CompensationSkipped records that a failed workflow has nothing to
 // compensate; its check goes.
 func CompensationSkipped() Change {
-	c := compensation(CompensationNone, CompensationWaiting)
-	c.undue = true
-	return c
+	return compensation(CompensationNone, CompensationWaiting).uncheck()
 }
 
 // CompensationStarts records that a failed workflow's compensation runs
 // (written with its first job); its check goes.
 func CompensationStarts() Change {
-	c := compensation(CompensationRunning, CompensationWaiting)
-	c.undue = true
-	return c
+	return compensation(CompensationRunning, CompensationWaiting).uncheck()
 }
 
 // CompensationEnds records a finished compensation's outcome (and the
@@ -441,8 +438,7 @@ func NextCancelPass() Change {
 // CancelDone records that a cancelled workflow's jobs are all cancelled:
 // its cancelling mark and its progress check go.
 func CancelDone() Change {
-	c := Change{Path: RootPath, undue: true}.inState(wfstate.Cancelled).with(remove(attrCancelling)...)
-	return c
+	return Change{Path: RootPath, undue: true}.inState(wfstate.Cancelled).with(remove(attrCancelling)...)
 }
 
 // ClearUnguarded removes a root's Unguarded mark that a creator which
@@ -526,11 +522,7 @@ func (c Change) expr(wfID string, scope []wfstate.State) (expression.Expression,
 	if len(scope) > 0 && !c.stated {
 		conds = append(conds, stateIn(scope...))
 	}
-	cond := conds[0]
-	if len(conds) > 1 {
-		cond = expression.And(conds[0], conds[1], conds[2:]...)
-	}
-	return expression.NewBuilder().WithUpdate(u).WithCondition(cond).Build()
+	return expression.NewBuilder().WithUpdate(u).WithCondition(and(conds)).Build()
 }
 
 // ErrNodeConflict is returned when a change's condition failed: the node
@@ -617,11 +609,11 @@ func (s *Store) update(ctx context.Context, key map[string]types.AttributeValue,
 	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table, Key: key,
 		UpdateExpression: x.Update(), ConditionExpression: x.Condition(), ExpressionAttributeNames: x.Names(), ExpressionAttributeValues: x.Values(),
 		ReturnValues: types.ReturnValueAllNew, ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld})
-	var ccf *types.ConditionalCheckFailedException
+	ccf, failed := errors.AsType[*types.ConditionalCheckFailedException](err)
 	switch {
-	case errors.As(err, &ccf) && len(ccf.Item) == 0:
+	case failed && len(ccf.Item) == 0:
 		return nil, nil, store.ErrNotFound
-	case errors.As(err, &ccf):
+	case failed:
 		return nil, ccf.Item, errRefused
 	case err != nil:
 		return nil, nil, err
@@ -648,19 +640,11 @@ func (s *Store) counted(ctx context.Context, key map[string]types.AttributeValue
 // counter shard key and returns the shard as written (idempotent);
 // ErrReopening while a retry re-opens the shard.
 func (s *Store) CountOnShard(ctx context.Context, wfID, path, key string, idx int, ok bool) (*Shard, error) {
-	attr := "fail"
-	if ok {
-		attr = "ok"
-	}
-	av, err := s.counted(ctx, wfKey(wfID, shardSK(path, key)), attr, nums(idx))
+	av, err := s.counted(ctx, wfKey(wfID, shardSK(path, key)), countedIn(ok), nums(idx))
 	if err != nil {
 		return nil, fmt.Errorf("count %s%s#%s: %w", wfID, path, key, err)
 	}
-	var it shardItem
-	if err := attributevalue.UnmarshalMap(av, &it); err != nil {
-		return nil, err
-	}
-	return &it.Shard, nil
+	return decodeShard(av)
 }
 
 // RollUp records a full shard's counts on its composite (idempotent) and

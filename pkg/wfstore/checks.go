@@ -3,7 +3,6 @@ package wfstore
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -31,30 +30,21 @@ func (c Checks) dueNodes(ctx context.Context, base string, now time.Time, limit 
 	parts, err := store.EachShard(ctx, store.ShardKeys(base, topology.JobTable.Shards.WorkflowDue), func(ctx context.Context, pk string) ([]Composite, error) {
 		out, err := c.s.db.Query(ctx, &dynamodb.QueryInput{
 			TableName: &c.s.table, IndexName: aws.String(topology.IndexDue),
-			KeyConditionExpression: aws.String("due_pk = :pk AND due_at <= :now"),
-			ExpressionAttributeValues: map[string]types.AttributeValue{
-				":pk": avS(pk), ":now": &types.AttributeValueMemberN{Value: itoa(ms(now))},
-			},
-			Limit: aws.Int32(int32(limit)),
+			KeyConditionExpression:    aws.String("due_pk = :pk AND due_at <= :now"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":pk": store.AttrS(pk), ":now": store.AttrN(ms(now))},
+			Limit:                     aws.Int32(int32(limit)),
 		})
 		if err != nil {
 			return nil, fmt.Errorf("query %s: %w", pk, err)
 		}
-		nodes := make([]Composite, len(out.Items))
-		for i, av := range out.Items {
-			if err := attributevalue.UnmarshalMap(av, &nodes[i]); err != nil {
-				return nil, err
-			}
-		}
-		return nodes, nil
+		var nodes []Composite
+		err = attributevalue.UnmarshalListOfMaps(out.Items, &nodes)
+		return nodes, err
 	})
 	if err != nil {
 		return nil, err
 	}
-	var all []Composite
-	for _, p := range parts {
-		all = append(all, p...)
-	}
+	all := slices.Concat(parts...)
 	slices.SortStableFunc(all, func(a, b Composite) int { return cmp.Compare(a.DueAt, b.DueAt) })
 	if len(all) > limit {
 		all = all[:limit]
@@ -98,10 +88,9 @@ func (c Checks) PostponeWorkflowCheck(ctx context.Context, wfID string, due, nex
 		TableName: &c.s.table, Key: wfKey(wfID, nodeSK(RootPath)),
 		UpdateExpression:          aws.String("SET due_at = :next"),
 		ConditionExpression:       aws.String("due_at = :due"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":next": &types.AttributeValueMemberN{Value: itoa(ms(next))}, ":due": &types.AttributeValueMemberN{Value: itoa(ms(due))}},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":next": store.AttrN(ms(next)), ":due": store.AttrN(ms(due))},
 	})
-	var ccf *types.ConditionalCheckFailedException
-	if err != nil && !errors.As(err, &ccf) {
+	if err != nil && !store.ConditionFailed(err) {
 		return fmt.Errorf("postpone check of workflow %s: %w", wfID, err)
 	}
 	return nil

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -270,15 +269,11 @@ func (s *Store) ResumeWorkflow(ctx context.Context, w NewWorkflow, now time.Time
 	}
 	until := now.Add(lease).UnixMilli()
 	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table, Key: wfKey(wfID, nodeSK(RootPath)),
-		UpdateExpression:    aws.String("SET clease = :until ADD ctries :one"),
-		ConditionExpression: aws.String("attribute_exists(cdef) AND (attribute_not_exists(clease) OR clease < :now)"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":until": &types.AttributeValueMemberN{Value: strconv.FormatInt(until, 10)},
-			":now":   &types.AttributeValueMemberN{Value: strconv.FormatInt(now.UnixMilli(), 10)},
-			":one":   &types.AttributeValueMemberN{Value: "1"}},
-		ReturnValues: types.ReturnValueAllNew, ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld})
-	var ccf *types.ConditionalCheckFailedException
-	if errors.As(err, &ccf) {
+		UpdateExpression:          aws.String("SET clease = :until ADD ctries :one"),
+		ConditionExpression:       aws.String("attribute_exists(cdef) AND (attribute_not_exists(clease) OR clease < :now)"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":until": store.AttrN(until), ":now": store.AttrN(now.UnixMilli()), ":one": store.AttrN(1)},
+		ReturnValues:              types.ReturnValueAllNew, ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld})
+	if ccf, ok := errors.AsType[*types.ConditionalCheckFailedException](err); ok {
 		if _, pending := ccf.Item["cdef"]; pending {
 			return ErrCreationBusy
 		}
@@ -308,8 +303,7 @@ func (s *Store) ResumeWorkflow(ctx context.Context, w NewWorkflow, now time.Time
 		// how far this try got, so the next one need not read it.
 		_, _ = s.db.UpdateItem(context.WithoutCancel(ctx), &dynamodb.UpdateItemInput{TableName: &s.table, Key: wfKey(wfID, nodeSK(RootPath)),
 			UpdateExpression: aws.String("SET cjobs = :done, cclean = :try REMOVE clease"), ConditionExpression: aws.String("clease = :until"),
-			ExpressionAttributeValues: map[string]types.AttributeValue{":until": &types.AttributeValueMemberN{Value: strconv.FormatInt(until, 10)},
-				":done": &types.AttributeValueMemberN{Value: strconv.Itoa(done)}, ":try": &types.AttributeValueMemberN{Value: strconv.Itoa(root.CreateTries)}}})
+			ExpressionAttributeValues: map[string]types.AttributeValue{":until": store.AttrN(until), ":done": store.AttrN(int64(done)), ":try": store.AttrN(int64(root.CreateTries))}})
 		if stopped {
 			return fmt.Errorf("create workflow %s: %w (%v)", wfID, ErrCreationUnfinished, err)
 		}
@@ -422,8 +416,7 @@ func (s *Store) putRoot(ctx context.Context, r Root) error {
 		return err
 	}
 	_, err = s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &s.table, Item: rootAV, ConditionExpression: aws.String("attribute_not_exists(pk)")})
-	var ccf *types.ConditionalCheckFailedException
-	if errors.As(err, &ccf) {
+	if store.ConditionFailed(err) {
 		return ErrWorkflowExists
 	}
 	if err != nil {
@@ -447,10 +440,9 @@ func (s *Store) DeleteWorkflowJob(ctx context.Context, wfID, id string, state jo
 		TableName: &s.table, Key: store.JobKey(id),
 		ConditionExpression:       aws.String("#s = :s AND wf_id = :w"),
 		ExpressionAttributeNames:  map[string]string{"#s": attrState},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":s": avS(string(state)), ":w": avS(wfID)},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":s": store.AttrS(string(state)), ":w": store.AttrS(wfID)},
 	})
-	var cf *types.ConditionalCheckFailedException
-	if errors.As(err, &cf) {
+	if store.ConditionFailed(err) {
 		return nil // gone, or changed by someone else: not a job of the run before any more
 	}
 	if err != nil {
@@ -507,8 +499,7 @@ func (s *Store) DeleteWorkflow(ctx context.Context, wfID string) (bool, error) {
 	}
 	_, err = s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &s.table, Key: wfKey(wfID, nodeSK(RootPath)),
 		ConditionExpression: aws.String("creating = :t"), ExpressionAttributeValues: map[string]types.AttributeValue{":t": &types.AttributeValueMemberBOOL{Value: true}}})
-	var ccf *types.ConditionalCheckFailedException
-	if errors.As(err, &ccf) {
+	if store.ConditionFailed(err) {
 		return false, nil
 	}
 	if err != nil {
@@ -535,25 +526,20 @@ func (s *Store) DeleteWorkflow(ctx context.Context, wfID string) (bool, error) {
 // otherKeys lists the keys of the items of workflow wfID's partition but
 // its root.
 func (s *Store) otherKeys(ctx context.Context, wfID string) ([]map[string]types.AttributeValue, error) {
-	var keys []map[string]types.AttributeValue
-	var start map[string]types.AttributeValue
-	for {
-		out, err := s.db.Query(ctx, &dynamodb.QueryInput{TableName: &s.table, KeyConditionExpression: aws.String("pk = :pk"),
-			ExpressionAttributeValues: map[string]types.AttributeValue{":pk": &types.AttributeValueMemberS{Value: wfPrefix + wfID}},
-			ProjectionExpression:      aws.String("pk, sk"), ExclusiveStartKey: start})
-		if err != nil {
-			return nil, fmt.Errorf("list workflow %s: %w", wfID, err)
-		}
-		for _, it := range out.Items {
-			if sk := it[attrSK].(*types.AttributeValueMemberS).Value; sk != nodeSK(RootPath) {
-				keys = append(keys, it)
-			}
-		}
-		if len(out.LastEvaluatedKey) == 0 {
-			return keys, nil
-		}
-		start = out.LastEvaluatedKey
+	items, err := store.QueryAll[struct {
+		SK string `dynamodbav:"sk"`
+	}](ctx, s.db, &dynamodb.QueryInput{TableName: &s.table, KeyConditionExpression: aws.String("pk = :pk"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": store.AttrS(wfPrefix + wfID)}, ProjectionExpression: aws.String("pk, sk")})
+	if err != nil {
+		return nil, fmt.Errorf("list workflow %s: %w", wfID, err)
 	}
+	var keys []map[string]types.AttributeValue
+	for _, it := range items {
+		if it.SK != nodeSK(RootPath) {
+			keys = append(keys, wfKey(wfID, it.SK))
+		}
+	}
+	return keys, nil
 }
 
 // Extend moves the ttl of every item of workflow wfID and of its jobs
@@ -595,7 +581,7 @@ func (s *Store) extend(ctx context.Context, key map[string]types.AttributeValue,
 	}
 	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table, Key: key, UpdateExpression: &set, ConditionExpression: &cond,
 		ExpressionAttributeNames:  map[string]string{"#t": "ttl"},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":t": &types.AttributeValueMemberN{Value: itoa(until)}}})
+		ExpressionAttributeValues: map[string]types.AttributeValue{":t": store.AttrN(until)}})
 	if err != nil && !store.ConditionFailed(err) {
 		return fmt.Errorf("extend %s: %w", itemKey(key), err)
 	}

@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -269,25 +269,7 @@ func (n *Item) Version() int64 {
 }
 
 // Done reports whether child i is counted as finished on the node.
-func (n *Composite) Done(i int) bool { return hasInt(n.OK, i) || hasInt(n.Fail, i) }
-
-func hasInt(list []int, v int) bool {
-	for _, x := range list {
-		if x == v {
-			return true
-		}
-	}
-	return false
-}
-
-func hasString(list []string, v string) bool {
-	for _, x := range list {
-		if x == v {
-			return true
-		}
-	}
-	return false
-}
+func (n *Composite) Done(i int) bool { return slices.Contains(n.OK, i) || slices.Contains(n.Fail, i) }
 
 // RolledCounts sums the rolled-up shards: how many, and their ok and fail
 // counts.
@@ -306,12 +288,7 @@ func (n *Composite) RolledCounts() (shards, ok, fail int) {
 
 // ShardRolled reports whether shard key was rolled up into the node.
 func (n *Composite) ShardRolled(key string) bool {
-	for _, r := range n.Rolled {
-		if strings.HasPrefix(r, key+":") {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(n.Rolled, func(r string) bool { return strings.HasPrefix(r, key+":") })
 }
 
 // workflowDuePK is the due-index partition of running workflows. It has no
@@ -367,7 +344,7 @@ func marshalNode(n Node) (map[string]types.AttributeValue, error) {
 		return nil, err
 	}
 	b := n.Base()
-	av[attrPK], av[attrSK] = avS(wfPrefix+b.WorkflowID), avS(nodeSK(b.Path))
+	av[attrPK], av[attrSK] = store.AttrS(wfPrefix+b.WorkflowID), store.AttrS(nodeSK(b.Path))
 	return av, nil
 }
 
@@ -375,7 +352,7 @@ func marshalNode(n Node) (map[string]types.AttributeValue, error) {
 func marshalNew(n Node) (map[string]types.AttributeValue, error) {
 	av, err := marshalNode(n)
 	if err == nil {
-		av["nv"] = &types.AttributeValueMemberN{Value: "1"}
+		av["nv"] = store.AttrN(1)
 	}
 	return av, err
 }
@@ -438,11 +415,16 @@ type shardItem struct {
 	Shard
 }
 
-func wfKey(wfID, sk string) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{
-		attrPK: &types.AttributeValueMemberS{Value: wfPrefix + wfID},
-		attrSK: &types.AttributeValueMemberS{Value: sk},
+func decodeShard(av map[string]types.AttributeValue) (*Shard, error) {
+	it, err := store.Unmarshal[shardItem](av)
+	if err != nil {
+		return nil, err
 	}
+	return &it.Shard, nil
+}
+
+func wfKey(wfID, sk string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{attrPK: store.AttrS(wfPrefix + wfID), attrSK: store.AttrS(sk)}
 }
 
 func nodeSK(path string) string { return nodePrefix + path }
@@ -481,11 +463,7 @@ func DecodeNode(av map[string]types.AttributeValue) (Node, bool, error) {
 }
 
 // SortedInts returns a sorted copy of a set.
-func SortedInts(s []int) []int {
-	out := append([]int(nil), s...)
-	sort.Ints(out)
-	return out
-}
+func SortedInts(s []int) []int { return slices.Sorted(slices.Values(s)) }
 
 // HasString reports whether list holds v.
-func HasString(list []string, v string) bool { return hasString(list, v) }
+func HasString(list []string, v string) bool { return slices.Contains(list, v) }

@@ -8,7 +8,6 @@ import (
 	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/ojs-aws/ojs-serverless/pkg/store"
@@ -42,31 +41,34 @@ func (s *Store) GetStep(ctx context.Context, wfID, path string) (*Step, error) {
 }
 
 func getNode[T Node](ctx context.Context, s *Store, wfID, path string) (T, error) {
-	var zero T
-	res, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.table, Key: wfKey(wfID, nodeSK(path)), ConsistentRead: aws.Bool(true)})
+	av, err := s.get(ctx, wfKey(wfID, nodeSK(path)), wfID+" "+path)
 	if err != nil {
-		return zero, fmt.Errorf("get %s %s: %w", wfID, path, err)
+		var zero T
+		return zero, err
 	}
-	if len(res.Item) == 0 {
-		return zero, store.ErrNotFound
-	}
-	return decodeAs[T](res.Item)
+	return decodeAs[T](av)
 }
 
 // GetShard reads one counter shard (consistent read).
 func (s *Store) GetShard(ctx context.Context, wfID, path, key string) (*Shard, error) {
-	res, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.table, Key: wfKey(wfID, shardSK(path, key)), ConsistentRead: aws.Bool(true)})
+	av, err := s.get(ctx, wfKey(wfID, shardSK(path, key)), wfID+" "+path+"#"+key)
 	if err != nil {
-		return nil, fmt.Errorf("get %s %s#%s: %w", wfID, path, key, err)
+		return nil, err
+	}
+	return decodeShard(av)
+}
+
+// get reads the item at key, named name in errors (consistent read);
+// store.ErrNotFound when there is none.
+func (s *Store) get(ctx context.Context, key map[string]types.AttributeValue, name string) (map[string]types.AttributeValue, error) {
+	res, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.table, Key: key, ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", name, err)
 	}
 	if len(res.Item) == 0 {
 		return nil, store.ErrNotFound
 	}
-	var it shardItem
-	if err := attributevalue.UnmarshalMap(res.Item, &it); err != nil {
-		return nil, err
-	}
-	return &it.Shard, nil
+	return res.Item, nil
 }
 
 // NodeKey names a node of a workflow.
@@ -133,12 +135,11 @@ func (s *Store) ReadProgress(ctx context.Context, nodes []NodeKey, shards []Shar
 			}
 			return err
 		}
-		var it shardItem
-		if err := attributevalue.UnmarshalMap(av, &it); err != nil {
-			return err
+		it, err := store.Unmarshal[shardItem](av)
+		if err == nil {
+			p.Shards[ShardRef{it.WFID, it.Path, it.Key}] = &it.Shard
 		}
-		p.Shards[ShardRef{it.WFID, it.Shard.Path, it.Shard.Key}] = &it.Shard
-		return nil
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("read workflow items: %w", err)
@@ -178,10 +179,8 @@ func (s *Store) queryNodes(ctx context.Context, wfID, prefix string) ([]Node, er
 	for {
 		out, err := s.db.Query(ctx, &dynamodb.QueryInput{
 			TableName: &s.table, KeyConditionExpression: aws.String("pk = :pk AND begins_with(sk, :n)"),
-			ExpressionAttributeValues: map[string]types.AttributeValue{
-				":pk": &types.AttributeValueMemberS{Value: wfPrefix + wfID}, ":n": &types.AttributeValueMemberS{Value: prefix},
-			},
-			ConsistentRead: aws.Bool(true), ExclusiveStartKey: start,
+			ExpressionAttributeValues: map[string]types.AttributeValue{":pk": store.AttrS(wfPrefix + wfID), ":n": store.AttrS(prefix)},
+			ConsistentRead:            aws.Bool(true), ExclusiveStartKey: start,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("query workflow %s: %w", wfID, err)

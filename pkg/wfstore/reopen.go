@@ -7,7 +7,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/ojs-aws/ojs-serverless/pkg/store"
 )
 
 // attrReopening marks an item a retry is re-opening (Composite.Reopening).
@@ -43,8 +43,7 @@ func (s *Store) ForgetInShard(ctx context.Context, wfID, path, key string, idx [
 func (s *Store) ClearShardMark(ctx context.Context, wfID, path, key string) error {
 	b := expression.NewBuilder().WithUpdate(expression.Remove(expression.Name(attrReopening))).
 		WithCondition(expression.AttributeExists(expression.Name(attrReopening)))
-	var ccf *types.ConditionalCheckFailedException
-	if err := s.updateShard(ctx, wfID, path, key, b); err != nil && !errors.As(err, &ccf) {
+	if err := s.updateShard(ctx, wfID, path, key, b); err != nil && !store.ConditionFailed(err) {
 		return fmt.Errorf("clear the mark of %s%s#%s: %w", wfID, path, key, err)
 	}
 	return nil

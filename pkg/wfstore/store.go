@@ -55,15 +55,11 @@ func RootIn(wfID string, states ...wfstate.State) store.Guard {
 	var in []string
 	for i, st := range states {
 		k := ":gs" + strconv.Itoa(i)
-		values[k] = avS(string(st))
+		values[k] = store.AttrS(string(st))
 		in = append(in, k)
 	}
 	return store.NewGuard(wfKey(wfID, nodeSK(RootPath)), "#gs IN ("+strings.Join(in, ", ")+")", map[string]string{"#gs": "state"}, values)
 }
-
-func avS(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
-
-func itoa(v int64) string { return strconv.FormatInt(v, 10) }
 
 func ms(t time.Time) int64 { return t.UnixMilli() }
 
