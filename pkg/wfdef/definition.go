@@ -798,13 +798,9 @@ func findCycle(n int, deps func(int) []int) []int {
 		color[i] = grey
 		stack = append(stack, i)
 		for _, d := range deps(i) {
-			if color[d] == grey {
-				for k := len(stack) - 1; k >= 0; k-- {
-					if stack[k] == d {
-						cycle = append(append([]int{}, stack[k:]...), d)
-						return true
-					}
-				}
+			if color[d] == grey { // on the stack
+				cycle = append(slices.Clone(stack[slices.Index(stack, d):]), d)
+				return true
 			}
 			if color[d] == white && visit(d) {
 				return true
@@ -814,7 +810,7 @@ func findCycle(n int, deps func(int) []int) []int {
 		color[i] = black
 		return false
 	}
-	for i := 0; i < n; i++ {
+	for i := range n {
 		if color[i] == white && visit(i) {
 			// Report it in dependency order: a -> b means a waits for b.
 			return cycle
@@ -854,31 +850,15 @@ func (p *Parsed) CheckPins(region string) error {
 // callbacks, handlers, compensations) until one fails; the error names
 // the job's path.
 func (p *Parsed) eachRequest(f func(r *json.RawMessage) error) error {
-	var walk func(d *Def) error
-	walk = func(d *Def) error {
-		if d == nil {
-			return nil
-		}
+	var err error
+	Walk(p.Root, func(d *Def) {
 		for _, r := range []*json.RawMessage{&d.Request, &d.Compensate} {
-			if len(*r) > 0 {
-				if err := f(r); err != nil {
-					return ojserr.As(err).With("path", d.Path)
+			if err == nil && len(*r) > 0 {
+				if err = f(r); err != nil {
+					err = ojserr.As(err).With("path", d.Path)
 				}
 			}
 		}
-		for _, c := range d.Children {
-			if err := walk(c); err != nil {
-				return err
-			}
-		}
-		for _, m := range []map[string]*Def{d.Callbacks, d.Handlers} {
-			for _, c := range m {
-				if err := walk(c); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	}
-	return walk(p.Root)
+	})
+	return err
 }
