@@ -128,14 +128,13 @@ type config struct {
 // account and region the CDK CLI exports.
 func readConfig(get, getenv func(string) string) (config, error) {
 	c := config{
-		Env:       get("env"),
-		Arch:      get("arch"),
+		Env:       cmp.Or(get("env"), "dev"),
+		Arch:      cmp.Or(get("arch"), "arm64"),
 		AssetDir:  get("assetDir"),
 		LogLevel:  get("logLevel"),
 		Frontend:  get("frontend"),
 		AuthToken: get("authToken"),
 	}
-	c.Env = cmp.Or(c.Env, "dev")
 	// -c key=value, else environments.<env>.<key> from cdk.json.
 	perEnv := func(key string) string {
 		if v := get(key); v != "" {
@@ -166,7 +165,6 @@ func readConfig(get, getenv func(string) string) (config, error) {
 	if c.Region != "" && !regionPattern.MatchString(c.Region) {
 		return config{}, fmt.Errorf("region %q is not an AWS region name (like eu-west-1)", c.Region)
 	}
-	c.Arch = cmp.Or(c.Arch, "arm64")
 	if c.Arch != "arm64" && c.Arch != "x86_64" {
 		return config{}, fmt.Errorf("context arch=%q: want arm64 or x86_64", c.Arch)
 	}

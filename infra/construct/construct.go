@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -249,28 +250,27 @@ func tag(c constructs.IConstruct, kv ...string) {
 	}
 }
 
+// queue adds an SQS queue, encrypted with the SQS-managed key and
+// reachable over TLS only, tagged with the tag keys and values kv.
+func (o *OJSServerless) queue(id string, props awssqs.QueueProps, kv ...string) awssqs.Queue {
+	props.Encryption, props.EnforceSSL = awssqs.QueueEncryption_SQS_MANAGED, jsii.Bool(true)
+	q := awssqs.NewQueue(o.Construct, jsii.String(id), &props)
+	tag(q, kv...)
+	return q
+}
+
 func (o *OJSServerless) addQueues() {
 	urls := map[string]interface{}{}
 	for _, q := range o.Env.Queues {
-		dlq := awssqs.NewQueue(o.Construct, jsii.String("DeadLetterQueue-"+q.Name), &awssqs.QueueProps{
-			RetentionPeriod: seconds(q.DLQRetention),
-			Encryption:      awssqs.QueueEncryption_SQS_MANAGED,
-			EnforceSSL:      jsii.Bool(true),
-		})
-		tag(dlq, TagQueue, q.Name, TagQueueRole, QueueRoleDeadLetter)
-		queue := awssqs.NewQueue(o.Construct, jsii.String("Queue-"+q.Name), &awssqs.QueueProps{
+		dlq := o.queue("DeadLetterQueue-"+q.Name, awssqs.QueueProps{RetentionPeriod: seconds(q.DLQRetention)},
+			TagQueue, q.Name, TagQueueRole, QueueRoleDeadLetter)
+		queue := o.queue("Queue-"+q.Name, awssqs.QueueProps{
 			VisibilityTimeout: seconds(q.VisibilityTimeout),
 			// Messages are job references (pkg/dispatch); the portable
 			// 256 KiB limit, which the local stack enforces too.
 			MaxMessageSizeBytes: jsii.Number(awslimit.SQSMessageBytes),
-			Encryption:          awssqs.QueueEncryption_SQS_MANAGED,
-			EnforceSSL:          jsii.Bool(true),
-			DeadLetterQueue: &awssqs.DeadLetterQueue{
-				Queue:           dlq,
-				MaxReceiveCount: jsii.Number(q.MaxReceiveCount),
-			},
-		})
-		tag(queue, TagQueue, q.Name, TagQueueRole, QueueRolePush)
+			DeadLetterQueue:     &awssqs.DeadLetterQueue{Queue: dlq, MaxReceiveCount: jsii.Number(q.MaxReceiveCount)},
+		}, TagQueue, q.Name, TagQueueRole, QueueRolePush)
 		o.Queues[q.Name] = queue
 		o.DeadLetterQueues[q.Name] = dlq
 		urls[q.Name] = queue.QueueUrl()
@@ -279,12 +279,8 @@ func (o *OJSServerless) addQueues() {
 	// deploy time) as an Fn::Join that CloudFormation resolves to JSON.
 	o.PushQueuesJSON = awscdk.Stack_Of(o.Construct).ToJsonString(urls, nil)
 
-	o.StreamFailureQueue = awssqs.NewQueue(o.Construct, jsii.String("StreamFailureQueue"), &awssqs.QueueProps{
-		RetentionPeriod: awscdk.Duration_Days(jsii.Number(14)),
-		Encryption:      awssqs.QueueEncryption_SQS_MANAGED,
-		EnforceSSL:      jsii.Bool(true),
-	})
-	tag(o.StreamFailureQueue, TagQueueRole, QueueRoleStreamFailure)
+	o.StreamFailureQueue = o.queue("StreamFailureQueue", awssqs.QueueProps{RetentionPeriod: awscdk.Duration_Days(jsii.Number(14))},
+		TagQueueRole, QueueRoleStreamFailure)
 }
 
 // durationText is d as a Go duration, "" for none.
@@ -312,40 +308,33 @@ func (o *OJSServerless) addFunctions() {
 			// Read where jobs finish and where workflows are created.
 			topology.EnvResultTTL: jsii.String(strconv.FormatInt(*p.ResultTTL, 10)),
 		}
+		// The optional settings, set where not empty.
+		opt := map[string]string{}
+		if o.Env.PlainPayloads {
+			opt[topology.EnvPlainPayloads] = "true"
+		}
 		if len(p.QueueResultTTLs) > 0 {
 			b, _ := json.Marshal(p.QueueResultTTLs)
-			env[topology.EnvQueueResultTTL] = jsii.String(string(b))
+			opt[topology.EnvQueueResultTTL] = string(b)
 		}
-		if name == topology.FunctionAPI {
-			for k, v := range map[string]string{topology.EnvAuthToken: p.AuthToken, topology.EnvEnqueueMeta: o.Env.EnqueueMeta, topology.EnvTenantClaim: p.JWT.Claim(),
-				topology.EnvFederationRegion: o.Env.FederationRegion, topology.EnvFetchWait: durationText(o.Env.FetchWait)} {
-				if v != "" {
-					env[k] = jsii.String(v)
-				}
-			}
-		}
-		if o.Env.PlainPayloads {
-			env[topology.EnvPlainPayloads] = jsii.String("true")
-		}
-		if name == topology.FunctionStream && o.Env.WebhookRefresh > 0 {
-			env[topology.EnvWebhookRefresh] = jsii.String(o.Env.WebhookRefresh.String())
-		}
-		if name == topology.FunctionSweeper && o.Env.Sweeper.Tick > 0 {
-			env[topology.EnvSweepTick] = jsii.String(o.Env.Sweeper.Tick.String())
-		}
-		if name == topology.FunctionStream {
+		switch name {
+		case topology.FunctionAPI:
+			maps.Copy(opt, map[string]string{topology.EnvAuthToken: p.AuthToken, topology.EnvEnqueueMeta: o.Env.EnqueueMeta, topology.EnvTenantClaim: p.JWT.Claim(),
+				topology.EnvFederationRegion: o.Env.FederationRegion, topology.EnvFetchWait: durationText(o.Env.FetchWait)})
+		case topology.FunctionStream:
 			// Only the stream function publishes events; the others leave
-			// the variable unset, which disables publishing.
+			// the variable unset, which disables publishing. OJS_ENV is
+			// the Environment dimension of the lifecycle metrics.
 			env[topology.EnvEventBus] = o.EventBus.EventBusName()
-			env[topology.EnvEventTTL] = jsii.String(o.Env.EventTTL.String())
-			if o.Env.PublishEvents != "" {
-				env[topology.EnvPublishEvents] = jsii.String(o.Env.PublishEvents)
+			maps.Copy(opt, map[string]string{topology.EnvEventTTL: o.Env.EventTTL.String(), topology.EnvPublishEvents: o.Env.PublishEvents,
+				topology.EnvPublishPacked: o.Env.PublishPacked, topology.EnvName: o.Env.Name, topology.EnvWebhookRefresh: durationText(o.Env.WebhookRefresh)})
+		case topology.FunctionSweeper:
+			opt[topology.EnvSweepTick] = durationText(o.Env.Sweeper.Tick)
+		}
+		for k, v := range opt {
+			if v != "" {
+				env[k] = jsii.String(v)
 			}
-			if o.Env.PublishPacked != "" {
-				env[topology.EnvPublishPacked] = jsii.String(o.Env.PublishPacked)
-			}
-			// The Environment dimension of the lifecycle metrics.
-			env[topology.EnvName] = jsii.String(o.Env.Name)
 		}
 		// Our own role without managed policies: the default
 		// AWSLambdaBasicExecutionRole would allow logs:* on "*".

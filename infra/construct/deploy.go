@@ -80,8 +80,7 @@ func (o *OJSServerless) addTrafficShifting() {
 		},
 	})
 	for _, name := range topology.FunctionNames {
-		o.errorAlarms[name] = o.alarm(pascal(name)+"RollbackAlarm", o.newVersionErrors(name),
-			awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD, 1,
+		o.errorAlarms[name] = o.alarm(pascal(name)+"RollbackAlarm", o.newVersionErrors(name), atLeast, 1,
 			"Errors of the new version of the OJS "+name+" function during a deployment (rolls it back)")
 		// The alarm follows the new version before the alias moves.
 		o.Aliases[name].Node().AddDependency(o.errorAlarms[name])

@@ -15,6 +15,12 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/topology"
 )
 
+// The comparisons of the alarms' thresholds.
+const (
+	above   = awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD
+	atLeast = awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD
+)
+
 func metricOpts(stat string, minutes float64) *awscloudwatch.MetricOptions {
 	return &awscloudwatch.MetricOptions{
 		Statistic: jsii.String(stat),
@@ -68,40 +74,25 @@ func dlqDepth(q awssqs.Queue) awscloudwatch.Metric {
 func (o *OJSServerless) addAlarms() {
 	o.addAlarmTopic()
 	for _, q := range o.Env.Queues {
-		o.alarm("DeadLetterQueueAlarm-"+q.Name, dlqDepth(o.DeadLetterQueues[q.Name]),
-			awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD, 0,
+		o.alarm("DeadLetterQueueAlarm-"+q.Name, dlqDepth(o.DeadLetterQueues[q.Name]), above, 0,
 			"Messages in the dead-letter queue of OJS queue "+q.Name)
 		o.alarm("QueueAgeAlarm-"+q.Name, o.Queues[q.Name].MetricApproximateAgeOfOldestMessage(metricOpts("Maximum", 5)),
-			awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD, o.props.QueueAgeAlarmThreshold.Seconds(),
-			"The oldest message of push queue "+q.Name+" waits too long for the worker function")
+			above, o.props.QueueAgeAlarmThreshold.Seconds(), "The oldest message of push queue "+q.Name+" waits too long for the worker function")
 	}
 	for _, ix := range o.throttleScopes() {
-		o.alarm(ix.id, ix.metric, awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD, 1,
-			"DynamoDB throttled reads or writes on "+ix.label)
+		o.alarm(ix.id, ix.metric, atLeast, 1, "DynamoDB throttled reads or writes on "+ix.label)
 	}
-	o.alarm("StreamFailureQueueAlarm", dlqDepth(o.StreamFailureQueue),
-		awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD, 0,
-		"Stream batches dropped after all retries")
-	o.alarm("StreamIteratorAgeAlarm", o.iteratorAge(),
-		awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
-		float64(o.props.IteratorAgeAlarmThreshold.Milliseconds()),
+	o.alarm("StreamFailureQueueAlarm", dlqDepth(o.StreamFailureQueue), above, 0, "Stream batches dropped after all retries")
+	o.alarm("StreamIteratorAgeAlarm", o.iteratorAge(), above, float64(o.props.IteratorAgeAlarmThreshold.Milliseconds()),
 		"The stream function lags behind table writes")
 	for _, name := range topology.FunctionNames {
-		fn := o.Functions[name]
-		p := pascal(name)
-		o.alarm(p+"ErrorsAlarm", fn.MetricErrors(metricOpts("Sum", 5)),
-			awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD, 1,
-			"Errors in the OJS "+name+" function")
-		o.alarm(p+"ThrottlesAlarm", fn.MetricThrottles(metricOpts("Sum", 5)),
-			awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD, 1,
-			"Throttled invocations of the OJS "+name+" function")
+		fn, p := o.Functions[name], pascal(name)
+		o.alarm(p+"ErrorsAlarm", fn.MetricErrors(metricOpts("Sum", 5)), atLeast, 1, "Errors in the OJS "+name+" function")
+		o.alarm(p+"ThrottlesAlarm", fn.MetricThrottles(metricOpts("Sum", 5)), atLeast, 1, "Throttled invocations of the OJS "+name+" function")
 	}
 	if o.HTTPAPI != nil {
-		o.alarm("ApiServerErrorsAlarm", o.HTTPAPI.MetricServerError(metricOpts("Sum", 5)),
-			awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD, 1,
-			"5xx responses from the OJS HTTP API")
-		o.alarm("ApiLatencyAlarm", o.HTTPAPI.MetricLatency(metricOpts("p99", 5)),
-			awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD, float64(o.props.APILatencyAlarmThreshold.Milliseconds()),
+		o.alarm("ApiServerErrorsAlarm", o.HTTPAPI.MetricServerError(metricOpts("Sum", 5)), atLeast, 1, "5xx responses from the OJS HTTP API")
+		o.alarm("ApiLatencyAlarm", o.HTTPAPI.MetricLatency(metricOpts("p99", 5)), above, float64(o.props.APILatencyAlarmThreshold.Milliseconds()),
 			"p99 latency of the OJS HTTP API")
 	}
 }
