@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -182,13 +183,8 @@ func (s *Store) Active(ctx context.Context) ([]Subscription, error) {
 	if err != nil {
 		return nil, err
 	}
-	var active []Subscription
-	for _, sub := range all {
-		if sub.Active {
-			active = append(active, sub)
-		}
-	}
-	s.active, s.readAt = active, now
+	s.active = slices.DeleteFunc(all, func(sub Subscription) bool { return !sub.Active })
+	s.readAt = now
 	return s.active, nil
 }
 
