@@ -45,12 +45,10 @@ type Change struct {
 	undue bool
 }
 
-// op is one clause of a change's update.
-type op struct {
-	kind byte // 's'et, 'a'dd, 'd'elete, 'r'emove
-	name string
-	val  any
-}
+// op adds its clauses to a change's update.
+type op func(update) update
+
+type update = expression.UpdateBuilder
 
 func (c Change) with(o ...op) Change {
 	c.ops = append(slices.Clip(c.ops), o...)
@@ -62,15 +60,22 @@ func (c Change) when(cs ...expression.ConditionBuilder) Change {
 	return c
 }
 
-func set(name string, v any) op { return op{'s', name, v} }
-func add(name string, v any) op { return op{'a', name, v} }
-func del(name string, v any) op { return op{'d', name, v} }
-func remove(names ...string) []op {
-	ops := make([]op, len(names))
-	for i, n := range names {
-		ops[i] = op{kind: 'r', name: n}
+func set(name string, v any) op {
+	return func(u update) update { return u.Set(expression.Name(name), expression.Value(v)) }
+}
+func add(name string, v any) op {
+	return func(u update) update { return u.Add(expression.Name(name), expression.Value(v)) }
+}
+func del(name string, v any) op {
+	return func(u update) update { return u.Delete(expression.Name(name), expression.Value(v)) }
+}
+func remove(names ...string) op {
+	return func(u update) update {
+		for _, n := range names {
+			u = u.Remove(expression.Name(n))
+		}
+		return u
 	}
-	return ops
 }
 
 func nums(is ...int) types.AttributeValue {
@@ -154,7 +159,7 @@ func move(path string, to wfstate.State, at time.Time, from ...wfstate.State) Ch
 		c = c.with(set("started_at", ts))
 	case wfstate.Waiting:
 		// Re-opened by a retry: it has not finished any more.
-		c = c.with(remove("completed_at", "cancelled_at")...)
+		c = c.with(remove("completed_at", "cancelled_at"))
 	case wfstate.Cancelled:
 		c = c.with(set("cancelled_at", ts), set("completed_at", ts))
 	default:
@@ -185,7 +190,7 @@ func (c Change) uncheck() Change {
 func Finish(path string, ok bool, at time.Time) Change {
 	to := outcome(ok)
 	if path == RootPath {
-		return move(path, to, at, wfstate.Running).with(remove("launch")...)
+		return move(path, to, at, wfstate.Running).with(remove("launch"))
 	}
 	return move(path, to, at, wfstate.Waiting, wfstate.Running)
 }
@@ -309,7 +314,7 @@ func CountHandler(name string, ok bool) Change {
 // RearmHandler moves a finished handler's node (in from) back to waiting
 // for its next launch, forgetting its counts.
 func RearmHandler(path string, from wfstate.State, at time.Time) Change {
-	return move(path, wfstate.Waiting, at, from).with(remove("ok", "fail", "failed_step", "failed_index")...)
+	return move(path, wfstate.Waiting, at, from).with(remove("ok", "fail", "failed_step", "failed_index"))
 }
 
 // compensation sets a failed workflow's compensation to to while it is
@@ -353,7 +358,7 @@ func CompensationEnds(outcome, failedStep string) Change {
 func RetryWorkflow(from wfstate.State, at, checkAt, deadline time.Time) Change {
 	c := move(RootPath, wfstate.Running, at, from).checkAt(checkAt).
 		with(add("run", 1), set(attrReopening, "true")).
-		with(remove("failed_index", "failed_step", "error", "compensation", "h_ok", "h_fail", "completed_at", "cancelled_at")...).
+		with(remove("failed_index", "failed_step", "error", "compensation", "h_ok", "h_fail", "completed_at", "cancelled_at")).
 		when(unsetOr("compensation", CompensationNone, CompensationWaiting))
 	if !deadline.IsZero() {
 		c = c.with(set("deadline_ms", ms(deadline)))
@@ -386,7 +391,7 @@ func Reopen(path string, r Reopening) Change {
 	if r.From != "" {
 		c = move(path, wfstate.Waiting, r.At, r.From)
 	}
-	c = c.with(remove("failed_index", "failed_step", "error")...)
+	c = c.with(remove("failed_index", "failed_step", "error"))
 	if len(r.Fail) > 0 {
 		c = c.with(del("fail", nums(r.Fail...)))
 	}
@@ -397,7 +402,7 @@ func Reopen(path string, r Reopening) Change {
 		c = c.with(del("rolled", strs(r.Rolled...)))
 	}
 	if r.Refire {
-		c = c.with(remove("fired", "fired_at", "cb_ok", "cb_fail")...)
+		c = c.with(remove("fired", "fired_at", "cb_ok", "cb_fail"))
 	}
 	if !r.Deadline.IsZero() {
 		c.due, c.dueAt = timeoutDuePK, r.Deadline
@@ -412,7 +417,7 @@ func Reopen(path string, r Reopening) Change {
 // ClearReopening removes a retry's mark from a composite (the root's only
 // while it runs).
 func ClearReopening(path string) Change {
-	c := Change{Path: path}.with(remove(attrReopening)...)
+	c := Change{Path: path}.with(remove(attrReopening))
 	if path == RootPath {
 		c = c.inState(wfstate.Running)
 	}
@@ -438,14 +443,14 @@ func NextCancelPass() Change {
 // CancelDone records that a cancelled workflow's jobs are all cancelled:
 // its cancelling mark and its progress check go.
 func CancelDone() Change {
-	return Change{Path: RootPath, undue: true}.inState(wfstate.Cancelled).with(remove(attrCancelling)...)
+	return Change{Path: RootPath, undue: true}.inState(wfstate.Cancelled).with(remove(attrCancelling))
 }
 
 // ClearUnguarded removes a root's Unguarded mark that a creator which
 // died while writing the first jobs left: once those jobs exist (the
 // sweeper's repair writes the missing ones), a cancel need not look for
 // unwritten ones any more.
-func ClearUnguarded() Change { return Change{Path: RootPath}.with(remove(attrUnguarded)...) }
+func ClearUnguarded() Change { return Change{Path: RootPath}.with(remove(attrUnguarded)) }
 
 // The root's marks (Root.Cancelling, Root.Unguarded).
 const (
@@ -497,17 +502,7 @@ func (c Change) expr(wfID string, scope []wfstate.State) (expression.Expression,
 	u := expression.Set(expression.Name("nv"), expression.Plus(
 		expression.IfNotExists(expression.Name("nv"), expression.IfNotExists(expression.Name("version"), expression.Value(0))), expression.Value(1)))
 	for _, o := range c.ops {
-		n := expression.Name(o.name)
-		switch o.kind {
-		case 's':
-			u = u.Set(n, expression.Value(o.val))
-		case 'a':
-			u = u.Add(n, expression.Value(o.val))
-		case 'd':
-			u = u.Delete(n, expression.Value(o.val))
-		case 'r':
-			u = u.Remove(n)
-		}
+		u = o(u)
 	}
 	switch {
 	case c.due != "":

@@ -59,7 +59,6 @@ func (s *Store) CreateWorkflow(ctx context.Context, w NewWorkflow) error {
 	}
 	r := *root
 	r.Rev = 1
-	cond := aws.String("attribute_not_exists(pk)")
 	bytes := 0
 	for _, it := range items {
 		bytes += store.ItemBytes(it)
@@ -80,7 +79,7 @@ func (s *Store) CreateWorkflow(ctx context.Context, w NewWorkflow) error {
 			return err
 		}
 		tx := make([]types.TransactWriteItem, 0, len(items)+len(w.Jobs)+1)
-		tx = append(tx, types.TransactWriteItem{Put: &types.Put{TableName: &s.table, Item: rootAV, ConditionExpression: cond}})
+		tx = append(tx, types.TransactWriteItem{Put: &types.Put{TableName: &s.table, Item: rootAV, ConditionExpression: aws.String("attribute_not_exists(pk)")}})
 		for _, it := range items {
 			tx = append(tx, types.TransactWriteItem{Put: &types.Put{TableName: &s.table, Item: it}})
 		}
@@ -98,27 +97,24 @@ func (s *Store) CreateWorkflow(ctx context.Context, w NewWorkflow) error {
 			}
 			return &store.DuplicateError{ID: w.Jobs[i-1-len(items)].ID}
 		}
-		if err != nil {
-			return fmt.Errorf("create workflow %s: %w", r.WorkflowID, err)
-		}
-		return nil
+		return createErr(r.WorkflowID, err)
 	}
 	r.Creating = true
 	if err := s.putRoot(ctx, r); err != nil {
 		return err
 	}
 	if err := store.BatchPut(ctx, s.db, s.table, items); err != nil {
-		return fmt.Errorf("create workflow %s: %w", r.WorkflowID, err)
+		return createErr(r.WorkflowID, err)
 	}
 	// The mark off and Unguarded on in one write: from here a cancel may
 	// come, and it finds the first jobs' writes unguarded.
 	if _, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table, Key: wfKey(r.WorkflowID, nodeSK(RootPath)),
 		UpdateExpression: aws.String("SET cfirst = :t REMOVE creating"), ConditionExpression: aws.String("attribute_exists(pk)"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":t": &types.AttributeValueMemberBOOL{Value: true}}}); err != nil {
-		return fmt.Errorf("create workflow %s: %w", r.WorkflowID, err)
+		return createErr(r.WorkflowID, err)
 	}
 	if _, err := s.putJobs(ctx, w.Jobs, w.RedeliverAfter); err != nil {
-		return fmt.Errorf("create workflow %s: %w", r.WorkflowID, err)
+		return createErr(r.WorkflowID, err)
 	}
 	return s.unmark(ctx, r.WorkflowID, attrUnguarded)
 }
@@ -147,13 +143,19 @@ func (s *Store) createUnguarded(ctx context.Context, r Root, items []map[string]
 		return err
 	}
 	if err := store.BatchPut(ctx, s.db, s.table, append([]map[string]types.AttributeValue{rootAV}, items...)); err != nil {
-		return fmt.Errorf("create workflow %s: %w", r.WorkflowID, err)
+		return createErr(r.WorkflowID, err)
 	}
 	if err := fault.Hit(fault.WorkflowAfterItems); err != nil {
 		return err
 	}
-	if _, err := s.putJobs(ctx, w.Jobs, w.RedeliverAfter); err != nil {
-		return fmt.Errorf("create workflow %s: %w", r.WorkflowID, err)
+	_, err = s.putJobs(ctx, w.Jobs, w.RedeliverAfter)
+	return createErr(r.WorkflowID, err)
+}
+
+// createErr is err (if any) as an error of workflow wfID's creation.
+func createErr(wfID string, err error) error {
+	if err != nil {
+		return fmt.Errorf("create workflow %s: %w", wfID, err)
 	}
 	return nil
 }
@@ -280,10 +282,10 @@ func (s *Store) ResumeWorkflow(ctx context.Context, w NewWorkflow, now time.Time
 		return nil // finished (or gone)
 	}
 	if err != nil {
-		return fmt.Errorf("create workflow %s: %w", wfID, err)
+		return createErr(wfID, err)
 	}
-	var root Root
-	if err := attributevalue.UnmarshalMap(out.Attributes, &root); err != nil {
+	root, err := store.Unmarshal[Root](out.Attributes)
+	if err != nil {
 		return err
 	}
 	var end atomic.Int64 // Unix ns; 0 until the first write
@@ -296,20 +298,20 @@ func (s *Store) ResumeWorkflow(ctx context.Context, w NewWorkflow, now time.Time
 		e := end.Load()
 		return e != 0 && time.Now().UnixNano() > e
 	})
-	done, err := s.resume(wctx, startSlice, w, root, items)
-	if err != nil {
-		stopped := work.Err() != nil || errors.Is(err, store.ErrSliceOver)
-		// Give the lease back so a retry need not wait for it to end, with
-		// how far this try got, so the next one need not read it.
-		_, _ = s.db.UpdateItem(context.WithoutCancel(ctx), &dynamodb.UpdateItemInput{TableName: &s.table, Key: wfKey(wfID, nodeSK(RootPath)),
-			UpdateExpression: aws.String("SET cjobs = :done, cclean = :try REMOVE clease"), ConditionExpression: aws.String("clease = :until"),
-			ExpressionAttributeValues: map[string]types.AttributeValue{":until": store.AttrN(until), ":done": store.AttrN(int64(done)), ":try": store.AttrN(int64(root.CreateTries))}})
-		if stopped {
-			return fmt.Errorf("create workflow %s: %w (%v)", wfID, ErrCreationUnfinished, err)
-		}
-		return err
+	done, err := s.resume(wctx, startSlice, w, *root, items)
+	if err == nil {
+		return nil
 	}
-	return nil
+	stopped := work.Err() != nil || errors.Is(err, store.ErrSliceOver)
+	// Give the lease back so a retry need not wait for it to end, with
+	// how far this try got, so the next one need not read it.
+	_, _ = s.db.UpdateItem(context.WithoutCancel(ctx), &dynamodb.UpdateItemInput{TableName: &s.table, Key: wfKey(wfID, nodeSK(RootPath)),
+		UpdateExpression: aws.String("SET cjobs = :done, cclean = :try REMOVE clease"), ConditionExpression: aws.String("clease = :until"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":until": store.AttrN(until), ":done": store.AttrN(int64(done)), ":try": store.AttrN(int64(root.CreateTries))}})
+	if stopped {
+		return fmt.Errorf("create workflow %s: %w (%v)", wfID, ErrCreationUnfinished, err)
+	}
+	return err
 }
 
 // resume writes what ResumeWorkflow writes; startSlice starts the slice's
@@ -325,13 +327,13 @@ func (s *Store) resume(ctx context.Context, startSlice func(), w NewWorkflow, ro
 			}
 			have, err := s.existing(ctx, keys)
 			if err != nil {
-				return 0, fmt.Errorf("create workflow %s: %w", root.WorkflowID, err)
+				return 0, createErr(root.WorkflowID, err)
 			}
 			items = slices.DeleteFunc(slices.Clone(items), func(it map[string]types.AttributeValue) bool { return have[itemKey(it)] })
 		}
 		startSlice()
 		if err := store.BatchPut(ctx, s.db, s.table, items); err != nil {
-			return 0, fmt.Errorf("create workflow %s: %w", root.WorkflowID, err)
+			return 0, createErr(root.WorkflowID, err)
 		}
 		if err := s.unmark(ctx, root.WorkflowID, "creating"); err != nil {
 			return 0, err
@@ -354,7 +356,7 @@ func (s *Store) resume(ctx context.Context, startSlice func(), w NewWorkflow, ro
 		}
 		have, err := s.existing(ctx, keys)
 		if err != nil {
-			return start, fmt.Errorf("create workflow %s: %w", root.WorkflowID, err)
+			return start, createErr(root.WorkflowID, err)
 		}
 		var kept []*job.Job
 		for i, j := range jobs {
@@ -419,10 +421,7 @@ func (s *Store) putRoot(ctx context.Context, r Root) error {
 	if store.ConditionFailed(err) {
 		return ErrWorkflowExists
 	}
-	if err != nil {
-		return fmt.Errorf("create workflow %s: %w", r.WorkflowID, err)
-	}
-	return nil
+	return createErr(r.WorkflowID, err)
 }
 
 // DeleteWorkflowJob deletes a finished job of workflow wfID (completed,
@@ -453,11 +452,9 @@ func (s *Store) DeleteWorkflowJob(ctx context.Context, wfID, id string, state jo
 
 // unmark removes creation attributes from a workflow's root (it exists).
 func (s *Store) unmark(ctx context.Context, wfID string, attrs ...string) error {
-	if _, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table, Key: wfKey(wfID, nodeSK(RootPath)),
-		UpdateExpression: aws.String("REMOVE " + strings.Join(attrs, ", ")), ConditionExpression: aws.String("attribute_exists(pk)")}); err != nil {
-		return fmt.Errorf("create workflow %s: %w", wfID, err)
-	}
-	return nil
+	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &s.table, Key: wfKey(wfID, nodeSK(RootPath)),
+		UpdateExpression: aws.String("REMOVE " + strings.Join(attrs, ", ")), ConditionExpression: aws.String("attribute_exists(pk)")})
+	return createErr(wfID, err)
 }
 
 // workflowItems returns a new workflow's root and its other items (nodes
@@ -505,13 +502,11 @@ func (s *Store) DeleteWorkflow(ctx context.Context, wfID string) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("delete workflow %s: %w", wfID, err)
 	}
-	for len(keys) > 0 {
-		n := min(25, len(keys))
-		reqs := make([]types.WriteRequest, n)
-		for i := range n {
-			reqs[i] = types.WriteRequest{DeleteRequest: &types.DeleteRequest{Key: keys[i]}}
+	for chunk := range slices.Chunk(keys, batchWriteMax) {
+		reqs := make([]types.WriteRequest, len(chunk))
+		for i, k := range chunk {
+			reqs[i] = types.WriteRequest{DeleteRequest: &types.DeleteRequest{Key: k}}
 		}
-		keys = keys[n:]
 		for tries := 0; len(reqs) > 0 && tries < 8; tries++ {
 			out, err := s.db.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: map[string][]types.WriteRequest{s.table: reqs}})
 			if err != nil {
