@@ -268,16 +268,9 @@ func (p Props) validate() error {
 		}
 	}
 	s := e.Stream
-	if s.BatchSize < 1 || s.BatchSize > 10000 {
-		return fmt.Errorf("ojsconstruct: stream batch size %d outside 1..10000", s.BatchSize)
-	}
-	if s.MaxRetries < 0 || s.MaxRetries > 10000 {
-		return fmt.Errorf("ojsconstruct: stream max retries %d outside 0..10000", s.MaxRetries)
-	}
-	if err := wholeSeconds("stream batching window", s.MaxBatchingWindow, 0, 300*time.Second); err != nil {
-		return err
-	}
-	if err := wholeSeconds("stream max record age", s.MaxRecordAge, 60*time.Second, 7*24*time.Hour); err != nil {
+	if err := cmp.Or(within("stream batch size", s.BatchSize, 1, 10000), within("stream max retries", s.MaxRetries, 0, 10000),
+		wholeSeconds("stream batching window", s.MaxBatchingWindow, 0, 300*time.Second),
+		wholeSeconds("stream max record age", s.MaxRecordAge, 60*time.Second, 7*24*time.Hour)); err != nil {
 		return err
 	}
 	iv := e.Sweeper.Interval
@@ -288,28 +281,28 @@ func (p Props) validate() error {
 }
 
 func validateQueue(q topology.Queue, worker topology.Function) error {
-	if q.BatchSize < 1 || q.BatchSize > 10 {
-		// Larger SQS batches need a batching window of at least 1 s; the
-		// topology keeps 1..10 so both runtimes behave alike.
-		return fmt.Errorf("ojsconstruct: queue %s batch size %d outside 1..10", q.Name, q.BatchSize)
-	}
-	if err := wholeSeconds("queue "+q.Name+" batching window", q.MaxBatchingWindow, 0, 300*time.Second); err != nil {
-		return err
-	}
-	if err := wholeSeconds("queue "+q.Name+" visibility timeout", q.VisibilityTimeout, 0, 12*time.Hour); err != nil {
+	name := "queue " + q.Name
+	// Larger SQS batches need a batching window of at least 1 s; the
+	// topology keeps 1..10 so both runtimes behave alike.
+	if err := cmp.Or(within(name+" batch size", q.BatchSize, 1, 10),
+		wholeSeconds(name+" batching window", q.MaxBatchingWindow, 0, 300*time.Second),
+		wholeSeconds(name+" visibility timeout", q.VisibilityTimeout, 0, 12*time.Hour)); err != nil {
 		return err
 	}
 	if q.VisibilityTimeout < worker.Timeout {
 		return fmt.Errorf("ojsconstruct: queue %s visibility timeout %v is below the worker timeout %v (Lambda rejects the mapping)",
 			q.Name, q.VisibilityTimeout, worker.Timeout)
 	}
-	if q.MaxReceiveCount < 1 || q.MaxReceiveCount > 1000 {
-		return fmt.Errorf("ojsconstruct: queue %s maxReceiveCount %d outside 1..1000", q.Name, q.MaxReceiveCount)
+	return cmp.Or(within(name+" maxReceiveCount", q.MaxReceiveCount, 1, 1000), within(name+" max concurrency", q.MaxConcurrency, 2, 1000),
+		wholeSeconds(name+" DLQ retention", q.DLQRetention, time.Minute, 14*24*time.Hour))
+}
+
+// within checks that v is within [lo, hi].
+func within(what string, v, lo, hi int) error {
+	if v < lo || v > hi {
+		return fmt.Errorf("ojsconstruct: %s %d outside %d..%d", what, v, lo, hi)
 	}
-	if q.MaxConcurrency < 2 || q.MaxConcurrency > 1000 {
-		return fmt.Errorf("ojsconstruct: queue %s max concurrency %d outside 2..1000", q.Name, q.MaxConcurrency)
-	}
-	return wholeSeconds("queue "+q.Name+" DLQ retention", q.DLQRetention, time.Minute, 14*24*time.Hour)
+	return nil
 }
 
 // wholeSeconds checks that d is a whole number of seconds within [lo, hi]:

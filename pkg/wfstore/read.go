@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -100,26 +101,22 @@ type Progress struct {
 // 100 (consistent reads); missing items are absent from the result.
 func (s *Store) ReadProgress(ctx context.Context, nodes []NodeKey, shards []ShardRef, jobs []string) (*Progress, error) {
 	p := &Progress{Nodes: map[NodeKey]Node{}, Shards: map[ShardRef]*Shard{}, Jobs: map[string]bool{}}
-	seen := map[string]bool{}
 	var keys []map[string]types.AttributeValue
 	for _, k := range nodes {
-		if id := k.WorkflowID + "|" + nodeSK(k.Path); !seen[id] {
-			seen[id] = true
-			keys = append(keys, wfKey(k.WorkflowID, nodeSK(k.Path)))
-		}
+		keys = append(keys, wfKey(k.WorkflowID, nodeSK(k.Path)))
 	}
 	for _, k := range shards {
-		if id := k.WorkflowID + "|" + shardSK(k.Path, k.Key); !seen[id] {
-			seen[id] = true
-			keys = append(keys, wfKey(k.WorkflowID, shardSK(k.Path, k.Key)))
-		}
+		keys = append(keys, wfKey(k.WorkflowID, shardSK(k.Path, k.Key)))
 	}
 	for _, id := range jobs {
-		if k := "JOB|" + id; !seen[k] {
-			seen[k] = true
-			keys = append(keys, store.JobKey(id))
-		}
+		keys = append(keys, store.JobKey(id))
 	}
+	seen := map[string]bool{} // each item once
+	keys = slices.DeleteFunc(keys, func(k map[string]types.AttributeValue) bool {
+		dup := seen[itemKey(k)]
+		seen[itemKey(k)] = true
+		return dup
+	})
 	var mu sync.Mutex
 	err := store.BatchGet(ctx, s.db, s.table, keys, "", func(av map[string]types.AttributeValue) error {
 		mu.Lock()
