@@ -70,8 +70,7 @@ func (s *Store) Get(ctx context.Context, id string) (*Subscription, error) {
 	if err != nil {
 		return nil, err
 	}
-	pub := sub.Public()
-	return &pub, nil
+	return sub.Public(), nil
 }
 
 // read reads a subscription with its secret (404 when none).
@@ -100,7 +99,7 @@ func (s *Store) List(ctx context.Context) ([]Subscription, error) {
 		return nil, ojserr.Backend(err)
 	}
 	for i := range all {
-		all[i] = all[i].Public()
+		all[i] = *all[i].Public()
 	}
 	return all, nil
 }
@@ -129,8 +128,7 @@ func (s *Store) Update(ctx context.Context, id string, raw []byte) (*Subscriptio
 		return nil, err
 	}
 	if sub.Secret == secret {
-		pub := sub.Public()
-		return &pub, nil
+		return sub.Public(), nil
 	}
 	return sub, nil
 }

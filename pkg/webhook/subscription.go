@@ -91,10 +91,10 @@ const (
 // beside the new one (ojs-webhooks.md 8.3).
 const SecretOverlap = 24 * time.Hour
 
-// Public is s without its secret, as reads answer it.
-func (s Subscription) Public() Subscription {
+// Public is a copy of s without its secret, as reads answer it.
+func (s Subscription) Public() *Subscription {
 	s.Secret = ""
-	return s
+	return &s
 }
 
 // Wants reports whether s is active, subscribed to e's type and its

@@ -83,22 +83,16 @@ func (s *Store) Advance(ctx context.Context, a Advance) error {
 		tail--
 		bytes += sizes[tail]
 	}
-	var chunks [][]*job.Job
-	for start := 0; start < tail; {
-		end, b := start, 0
-		for end < tail && end-start < store.MaxBatch-1 && (end == start || b+sizes[end] <= awslimit.DynamoTxBytes-txCheckReserve) {
+	for done := 0; done < tail; {
+		end, b := done, 0
+		for end < tail && end-done < store.MaxBatch-1 && (end == done || b+sizes[end] <= awslimit.DynamoTxBytes-txCheckReserve) {
 			b += sizes[end]
 			end++
 		}
-		chunks = append(chunks, a.Jobs[start:end])
-		start = end
-	}
-	done := 0
-	for _, c := range chunks {
-		if err := s.advanceTx(ctx, a, c, nil, nil); err != nil {
+		if err := s.advanceTx(ctx, a, a.Jobs[done:end], nil, nil); err != nil {
 			return err
 		}
-		if done += len(c); a.Progress != nil {
+		if done = end; a.Progress != nil {
 			a.Progress(done)
 		}
 		if err := store.SliceOver(ctx); err != nil {

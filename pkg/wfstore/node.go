@@ -18,9 +18,13 @@ import (
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
 )
 
-// Workflow item key prefixes: every item of a workflow lives in the
-// partition WF#<id>; nodes under N#<path>, counter shards under
-// C#<path>#<shard>. The root node (path "/") is the workflow's header.
+// A workflow's items, by what they are. Every item of a workflow lives in
+// the partition WF#<id>; its nodes under N#<path>: the Root (path "/",
+// the workflow's header), a Composite for each chain, group, batch or
+// graph, and a Step for each job step; the counter shards of wide
+// composites under C#<path>#<shard> (Shard). All three node types begin
+// with an Item; decoding picks the type from the path and the kind
+// (DecodeNode).
 const (
 	wfPrefix    = "WF#"
 	nodePrefix  = "N#"
@@ -28,13 +32,6 @@ const (
 	// RootPath is the path of a workflow's root node.
 	RootPath = "/"
 )
-
-// A workflow's items, by what they are. Every item of a workflow lives in
-// the partition WF#<id>; its nodes under N#<path>: the Root (path "/"),
-// a Composite for each chain, group, batch or graph, and a Step for each
-// job step; the counter shards of wide composites under C#<path>#<shard>
-// (Shard). All three node types begin with an Item; decoding picks the
-// type from the path and the kind (DecodeNode).
 
 // Item is what every node has: its key, its place in the tree and its
 // state.

@@ -162,10 +162,8 @@ func (s *Store) Subtree(ctx context.Context, wfID, path string) ([]Node, error) 
 		if err != nil {
 			return nil, err
 		}
-		prefix += "/"
-		nodes := []Node{n}
-		more, err := s.queryNodes(ctx, wfID, prefix)
-		return append(nodes, more...), err
+		more, err := s.queryNodes(ctx, wfID, prefix+"/")
+		return append([]Node{n}, more...), err
 	}
 	return s.queryNodes(ctx, wfID, prefix)
 }
