@@ -255,16 +255,10 @@ func contextString(app awscdk.App) func(string) string {
 		v := app.Node().TryGetContext(jsii.String(key))
 		if v == nil {
 			parts := strings.Split(key, ".")
-			if len(parts) > 1 {
-				v = app.Node().TryGetContext(jsii.String(parts[0]))
-				for _, p := range parts[1:] {
-					m, ok := v.(map[string]any)
-					if !ok {
-						v = nil
-						break
-					}
-					v = m[p]
-				}
+			v = app.Node().TryGetContext(jsii.String(parts[0]))
+			for _, p := range parts[1:] {
+				m, _ := v.(map[string]any) // nil (m[p] nil) when v is not an object
+				v = m[p]
 			}
 		}
 		if v == nil {

@@ -414,10 +414,7 @@ func (o *OJSServerless) grant() {
 	o.EventBus.GrantPutEventsTo(stream, nil)
 	// Table.GrantStreamRead would add dynamodb:ListStreams on "*"; IAM
 	// accepts this table's stream ARNs for ListStreams, so scope it.
-	o.Table.GrantStream(stream,
-		jsii.String("dynamodb:DescribeStream"),
-		jsii.String("dynamodb:GetRecords"),
-		jsii.String("dynamodb:GetShardIterator"))
+	o.Table.GrantStream(stream, *jsii.Strings("dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator")...)
 	awsiam.Grant_AddToPrincipal(&awsiam.GrantOnPrincipalOptions{
 		Grantee: stream,
 		Actions: jsii.Strings("dynamodb:ListStreams"),

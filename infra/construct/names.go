@@ -31,21 +31,8 @@ const (
 // "email.high-prio" becomes "EmailHighPrio".
 func pascal(name string) string {
 	var b strings.Builder
-	upper := true
-	for _, r := range name {
-		switch {
-		case r >= 'a' && r <= 'z':
-			if upper {
-				r -= 'a' - 'A'
-			}
-			b.WriteRune(r)
-			upper = false
-		case r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
-			b.WriteRune(r)
-			upper = false
-		default:
-			upper = true
-		}
+	for _, w := range strings.FieldsFunc(name, func(r rune) bool { return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') }) {
+		b.WriteString(strings.ToUpper(w[:1]) + w[1:])
 	}
 	return b.String()
 }
