@@ -723,10 +723,8 @@ func (p *parser) stepsAsBatch(name string, all []*graphStep) (*Def, bool) {
 }
 
 // isSDKCallbackID reports the callback step ids of SDKs that mark batch
-// callbacks by id alone.
-func isSDKCallbackID(id string) bool {
-	return slices.Contains([]string{"on-complete", "on-success", "on-failure", "on_complete", "on_success", "on_failure"}, id)
-}
+// callbacks by id alone: a callback name, or the name with a hyphen.
+func isSDKCallbackID(id string) bool { return isCallbackName(strings.ReplaceAll(id, "-", "_")) }
 
 // batchShaped reports whether jobs have no dependencies and every
 // callback depends on exactly the jobs.
