@@ -364,7 +364,7 @@ func (o *OJSServerless) addFunctions() {
 			// Lambda too (slog writes the "level" Lambda reads).
 			LoggingFormat:         awslambda.LoggingFormat_JSON,
 			SystemLogLevelV2:      awslambda.SystemLogLevel_WARN,
-			ApplicationLogLevelV2: applicationLogLevel(p.LogLevel),
+			ApplicationLogLevelV2: logLevels[p.LogLevel],
 		}
 		if size.ReservedConcurrency > 0 {
 			fprops.ReservedConcurrentExecutions = jsii.Number(size.ReservedConcurrency)
@@ -505,18 +505,4 @@ func (o *OJSServerless) addSchedule() {
 			awseventstargets.NewLambdaFunction(o.Aliases[topology.FunctionSweeper], nil),
 		},
 	})
-}
-
-// applicationLogLevel is Lambda's application log level for an
-// OJS_LOG_LEVEL (checked by Props.validate).
-func applicationLogLevel(level string) awslambda.ApplicationLogLevel {
-	switch level {
-	case "debug":
-		return awslambda.ApplicationLogLevel_DEBUG
-	case "warn":
-		return awslambda.ApplicationLogLevel_WARN
-	case "error":
-		return awslambda.ApplicationLogLevel_ERROR
-	}
-	return awslambda.ApplicationLogLevel_INFO
 }

@@ -153,7 +153,9 @@ func (j *JWTAuth) Claim() string {
 var (
 	queueNamePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]*$`)
 	emailPattern     = regexp.MustCompile(`^[^@\s]+@[^@\s]+\.[^@\s]+$`)
-	logLevels        = map[string]bool{"debug": true, "info": true, "warn": true, "error": true}
+	// logLevels maps the OJS_LOG_LEVELs to Lambda's application log levels.
+	logLevels = map[string]awslambda.ApplicationLogLevel{"debug": awslambda.ApplicationLogLevel_DEBUG, "info": awslambda.ApplicationLogLevel_INFO,
+		"warn": awslambda.ApplicationLogLevel_WARN, "error": awslambda.ApplicationLogLevel_ERROR}
 )
 
 // withDefaults returns a copy of p with defaults filled in, or an error
@@ -187,7 +189,7 @@ func (p Props) validate() error {
 	if e.Name == "" {
 		return errors.New("ojsconstruct: Props.Env is required (use topology.ForEnv)")
 	}
-	if !logLevels[p.LogLevel] {
+	if _, ok := logLevels[p.LogLevel]; !ok {
 		return fmt.Errorf("ojsconstruct: log level %q: want debug, info, warn or error", p.LogLevel)
 	}
 	if p.IteratorAgeAlarmThreshold < 0 || p.QueueAgeAlarmThreshold < 0 || p.APILatencyAlarmThreshold < 0 {

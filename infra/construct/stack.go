@@ -79,8 +79,7 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.
 	sp.StackName = cmp.Or(sp.StackName, jsii.String(StackName(props.OJS.Env.Name)))
 	sp.Description = cmp.Or(sp.Description, jsii.String("Open Job Spec serverless backend ("+props.OJS.Env.Name+")"))
 	stack := awscdk.NewStack(scope, jsii.String(id), &sp)
-	awscdk.Tags_Of(stack).Add(jsii.String("ojs:env"), jsii.String(props.OJS.Env.Name), nil)
-	awscdk.Tags_Of(stack).Add(jsii.String("project"), jsii.String("ojs-serverless"), nil)
+	tag(stack, "ojs:env", props.OJS.Env.Name, "project", "ojs-serverless")
 
 	ojsProps := props.OJS
 	if ojsProps.AlarmTopic == nil && props.AlarmTopicARN != "" {
