@@ -151,7 +151,8 @@ func move(path string, to wfstate.State, at time.Time, from ...wfstate.State) Ch
 	if ok := slices.DeleteFunc(slices.Clone(from), func(f wfstate.State) bool { return !m.Can(f, to) }); len(ok) > 0 {
 		from = ok
 	}
-	c := Change{Path: path, to: to, from: from, stated: true}
+	// A finished node leaves the due index (checks, timeouts).
+	c := Change{Path: path, to: to, from: from, stated: true, undue: to.Terminal(), decides: to == wfstate.Completed || to == wfstate.Failed}
 	c = c.when(stateIn(from...)).with(set("state", string(to)))
 	ts := job.Timestamp(at)
 	switch to {
@@ -165,10 +166,6 @@ func move(path string, to wfstate.State, at time.Time, from ...wfstate.State) Ch
 	default:
 		c = c.with(set("completed_at", ts))
 	}
-	if to.Terminal() {
-		c.undue = true // a finished node leaves the due index (checks, timeouts)
-	}
-	c.decides = to == wfstate.Completed || to == wfstate.Failed
 	return c
 }
 
@@ -245,8 +242,7 @@ func CountAndGoOn(path string, idx int) Change { return CountChild(path, idx, tr
 // StartDeadline sets a composite's deadline and lists it in the due index
 // for its timeout at that time.
 func StartDeadline(path string, deadline time.Time) Change {
-	c := Change{Path: path, due: timeoutDuePK, dueAt: deadline}
-	return c.with(set("deadline_ms", ms(deadline)))
+	return Change{Path: path, due: timeoutDuePK, dueAt: deadline}.with(set("deadline_ms", ms(deadline)))
 }
 
 // FireCallbacksOnce records a batch's triggered callbacks, once (only if
