@@ -237,8 +237,8 @@ func (s *Store) advanceTx(ctx context.Context, a Advance, jobs []*job.Job, nodes
 			return nil
 		}
 		_, err := s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: tx})
-		var tce *types.TransactionCanceledException
-		if !errors.As(err, &tce) {
+		tce, canceled := errors.AsType[*types.TransactionCanceledException](err)
+		if !canceled {
 			if err != nil {
 				return fmt.Errorf("advance workflow %s: %w", wfID, err)
 			}
