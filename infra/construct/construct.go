@@ -160,15 +160,13 @@ func (o *OJSServerless) removalPolicy() awscdk.RemovalPolicy {
 	return awscdk.RemovalPolicy_DESTROY
 }
 
+// attributeTypes maps the topology's key types to DynamoDB's.
+var attributeTypes = map[string]awsdynamodb.AttributeType{"S": awsdynamodb.AttributeType_STRING, "N": awsdynamodb.AttributeType_NUMBER,
+	"B": awsdynamodb.AttributeType_BINARY}
+
+// attribute is key k (its type checked by validateTable).
 func attribute(k topology.IndexKey) *awsdynamodb.Attribute {
-	t := awsdynamodb.AttributeType_STRING
-	switch k.Type {
-	case "N":
-		t = awsdynamodb.AttributeType_NUMBER
-	case "B":
-		t = awsdynamodb.AttributeType_BINARY
-	}
-	return &awsdynamodb.Attribute{Name: jsii.String(k.Name), Type: t}
+	return &awsdynamodb.Attribute{Name: jsii.String(k.Name), Type: attributeTypes[k.Type]}
 }
 
 func (o *OJSServerless) addTable() {

@@ -322,7 +322,7 @@ func validateTable(t topology.Table) error {
 		keys = append(keys, ix.PartitionKey, ix.SortKey)
 	}
 	for _, k := range keys {
-		if k.Name == "" || (k.Type != "S" && k.Type != "N" && k.Type != "B") {
+		if _, ok := attributeTypes[k.Type]; !ok || k.Name == "" {
 			return fmt.Errorf("ojsconstruct: table key %+v needs a name and type S, N or B", k)
 		}
 	}
