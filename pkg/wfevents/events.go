@@ -7,6 +7,7 @@
 package wfevents
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -175,13 +176,6 @@ func (b *wfEvents) addShaped(wfID, typ string, at time.Time, seq int64, root *sh
 		}
 	}
 	b.out = append(b.out, events.New(b.source, typ, wfID, at, seq, data, key...))
-}
-
-func name(root *wfstore.Root) string {
-	if root.Name != "" {
-		return root.Name
-	}
-	return root.Kind
 }
 
 func (b *wfEvents) nodeChange(ctx context.Context, c NodeChange) error {
@@ -401,7 +395,7 @@ func shapeOfNode(n wfstore.Node) shape {
 		s.total = c.Total
 	}
 	if r, ok := n.(*wfstore.Root); ok {
-		s.name, s.tenant = name(r), r.Tenant
+		s.name, s.tenant = cmp.Or(r.Name, r.Kind), r.Tenant
 	}
 	return s
 }

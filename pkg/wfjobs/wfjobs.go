@@ -7,6 +7,7 @@
 package wfjobs
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -60,7 +61,7 @@ func EmptyResults(kind string) json.RawMessage {
 	return json.RawMessage("[]")
 }
 
-// admitJobs admits jobs through the configured admitter, or sets their
+// Admit admits jobs through the configured admitter, or sets their
 // push flag from the push-mode queue list.
 func (m *Maker) Admit(ctx context.Context, jobs []*job.Job) error {
 	if len(jobs) == 0 {
@@ -78,7 +79,7 @@ func (m *Maker) Admit(ctx context.Context, jobs []*job.Job) error {
 	return nil
 }
 
-// launch returns the jobs that start when the node at path starts with
+// Launch returns the jobs that start when the node at path starts with
 // parentResults: a job step's job; a chain's first step; every job of a
 // group or batch; a graph's steps without dependencies. Nested composites
 // start the same way. It also returns the composites that start with a
@@ -124,7 +125,7 @@ func (m *Maker) Launch(ctx context.Context, t *wfstore.Tree, path string, parent
 	return out, timed, nil
 }
 
-// deadlines are the writes that start the deadlines of the composites a
+// Deadlines are the writes that start the deadlines of the composites a
 // step starts.
 func (m *Maker) Deadlines(timed []*wfstore.Composite) []wfstore.Change {
 	var ws []wfstore.Change
@@ -134,7 +135,7 @@ func (m *Maker) Deadlines(timed []*wfstore.Composite) []wfstore.Change {
 	return ws
 }
 
-// newJob builds the job of a leaf node with its deterministic id.
+// NewJob builds the job of a leaf node with its deterministic id.
 func (m *Maker) NewJob(n *wfstore.Step, parentResults json.RawMessage) (*job.Job, error) {
 	en, err := job.ParseEnqueue([]byte(n.Def), m.now().UTC())
 	if err != nil {
@@ -182,7 +183,7 @@ func truncatedResults(r json.RawMessage) bool {
 	return len(r) > 0 && r[0] == '{' && strings.Contains(string(r[:min(len(r), 40)]), `"bytes"`)
 }
 
-// chainResults is parent_results of chain step k+1: the results of steps
+// ChainResults is parent_results of chain step k+1: the results of steps
 // 0..k as an array. From a job step it is the job's own parent_results
 // plus its result, without a read; otherwise the steps' results are read.
 func (m *Maker) ChainResults(ctx context.Context, wf string, finished *job.Job, chain string, k int) (json.RawMessage, error) {
@@ -219,16 +220,12 @@ type GraphShape struct {
 func GraphOf(n *wfstore.Composite) GraphShape {
 	var g GraphShape
 	_ = json.Unmarshal([]byte(n.Graph), &g)
-	for len(g.Deps) < n.Total {
-		g.Deps = append(g.Deps, nil)
-	}
-	for len(g.IDs) < n.Total {
-		g.IDs = append(g.IDs, "")
-	}
+	g.Deps = append(g.Deps, make([][]int, max(0, n.Total-len(g.Deps)))...)
+	g.IDs = append(g.IDs, make([]string, max(0, n.Total-len(g.IDs)))...)
 	return g
 }
 
-// graphJobs builds the jobs of ready graph steps; each receives the
+// GraphJobs builds the jobs of ready graph steps; each receives the
 // results of its dependencies keyed by step id (the finished step's from
 // its job, the others' read in one request).
 func (m *Maker) GraphJobs(ctx context.Context, wf string, finished *job.Job, parent string, shape GraphShape, ready []*wfstore.Step) ([]*job.Job, error) {
@@ -257,11 +254,8 @@ func (m *Maker) GraphJobs(ctx context.Context, wf string, finished *job.Job, par
 	for _, n := range ready {
 		pr := map[string]json.RawMessage{}
 		for _, x := range shape.Deps[n.Index] {
-			key := shape.IDs[x]
-			if key == "" {
-				key = trimPath(wfdef.ChildPath(parent, wfdef.Segment(wfdef.KindGraph, x)))
-			}
-			pr[key] = ResultValue(done[wfdef.JobID(wf, wfdef.ChildPath(parent, wfdef.Segment(wfdef.KindGraph, x)))])
+			path := wfdef.ChildPath(parent, wfdef.Segment(wfdef.KindGraph, x))
+			pr[cmp.Or(shape.IDs[x], strings.TrimPrefix(path, "/"))] = ResultValue(done[wfdef.JobID(wf, path)])
 		}
 		b, err := json.Marshal(pr)
 		if err != nil {
@@ -292,7 +286,7 @@ func ResultValue(j *job.Job) json.RawMessage {
 	return j.Result
 }
 
-// results returns the results of nodes (children of one composite, in
+// Results returns the results of nodes (children of one composite, in
 // order): a job's result, or a composite's results (an array of its
 // children's, or an object keyed by step id for a graph). jobs, when
 // given, holds jobs already read.
@@ -347,10 +341,7 @@ func (m *Maker) Results(ctx context.Context, t *wfstore.Tree, nodes []*wfstore.I
 	return out, nil
 }
 
-// trimPath is a node's path without the leading slash.
-func trimPath(p string) string { return strings.TrimPrefix(p, "/") }
-
-// compensationJob builds compensation step k, undoing the step of node
+// CompensationJob builds compensation step k, undoing the step of node
 // n: its compensate job, with the undone step's id, job id and result as
 // parent_results.
 func (m *Maker) CompensationJob(ctx context.Context, wf string, k int, n *wfstore.Step, undone *job.Job) (*job.Job, error) {
@@ -367,13 +358,15 @@ func (m *Maker) CompensationJob(ctx context.Context, wf string, k int, n *wfstor
 	return j, nil
 }
 
-// handlerInput is a handler's parent_results: the workflow's state, what
+// HandlerInput is a handler's parent_results: the workflow's state, what
 // failed it, and the results of its completed steps keyed by step.
 func (m *Maker) HandlerInput(ctx context.Context, t *wfstore.Tree, root *wfstore.Root) (json.RawMessage, error) {
 	var ids []string
+	steps := map[string]*wfstore.Item{} // by job id
 	for _, node := range t.ByPath {
 		if n := node.Base(); n.Kind == wfdef.KindJob && !strings.HasPrefix(n.Path, "/~") {
 			ids = append(ids, wfdef.JobID(t.WorkflowID, n.Path))
+			steps[ids[len(ids)-1]] = n
 		}
 	}
 	jobs, err := m.jobs.BatchGetJobs(ctx, ids)
@@ -382,17 +375,9 @@ func (m *Maker) HandlerInput(ctx context.Context, t *wfstore.Tree, root *wfstore
 	}
 	results := map[string]json.RawMessage{}
 	var failed *job.Job
-	for _, node := range t.ByPath {
-		n := node.Base()
-		if n.Kind != wfdef.KindJob || strings.HasPrefix(n.Path, "/~") {
-			continue
-		}
-		j := jobs[wfdef.JobID(t.WorkflowID, n.Path)]
-		if j == nil {
-			continue
-		}
+	for id, j := range jobs {
 		if j.State == job.Completed {
-			results[n.StepKey()] = ResultValue(j)
+			results[steps[id].StepKey()] = ResultValue(j)
 		} else if j.State == job.Discarded && (failed == nil || (j.CompletedAt != nil && failed.CompletedAt != nil && j.CompletedAt.Before(*failed.CompletedAt))) {
 			failed = j
 		}
@@ -432,7 +417,7 @@ const itemUnit = 1024
 // aheadAttr is the job item attribute that holds them (store's record).
 const aheadAttr = "wf_ahead"
 
-// carryAhead puts on j (the job of a chain step) the definitions of the
+// CarryAhead puts on j (the job of a chain step) the definitions of the
 // job steps that follow it in its chain (rest, in order, up to the first
 // step that is not a job), as many as keep the job item within the write
 // units it takes without them, aheadReserve bytes kept free. The request

@@ -220,7 +220,7 @@ func (e *Engine) chainStepDone(ctx context.Context, s step) (*step, error) {
 		// A workflow that is a chain, its next step a job: the job's put
 		// is the step's record, with no write of the root. A stopped
 		// workflow's cancel put a placeholder in its place first
-		// (stopper.chainHolds); finding one, the step finished late.
+		// (chainHold); finding one, the step finished late.
 		written, err := e.st.PutNext(ctx, s.wf, jobs[0], e.redel)
 		if err == nil && !written {
 			err = e.lateStep(ctx, s.wf)
@@ -233,8 +233,7 @@ func (e *Engine) chainStepDone(ctx context.Context, s step) (*step, error) {
 	scope, states := scopeOf(s.path)
 	err = e.st.Advance(ctx, wfstore.Advance{WorkflowID: s.wf, Jobs: jobs, RedeliverAfter: e.redel, Scope: scope, ScopeStates: states,
 		Changes: append([]wfstore.Change{wfstore.CountAndGoOn(parent, k)}, e.mk.Deadlines(timed)...)})
-	var nc *wfstore.ErrNodeConflict
-	if errors.As(err, &nc) || errors.Is(err, wfstore.ErrWorkflowNotRunning) {
+	if conflicted(err) || errors.Is(err, wfstore.ErrWorkflowNotRunning) {
 		// The chain finished meanwhile (its timeout), or the workflow
 		// did: nothing starts, but a failed workflow's compensation may
 		// be waiting for this step.
@@ -328,28 +327,21 @@ func (e *Engine) settle(ctx context.Context, n *wfstore.Composite) (*step, error
 		// root when it is done.
 		return nil, nil
 	}
-	// failedChild names the first failed child counted on the node.
-	failedChild := func() string {
-		if len(n.Fail) == 0 {
-			return ""
-		}
-		return wfdef.ChildPath(n.Path, wfdef.Segment(n.Kind, wfstore.SortedInts(n.Fail)[0]))
-	}
 	switch n.Kind {
 	case wfdef.KindChain:
 		if len(n.Fail) > 0 {
-			return e.finish(ctx, n.WorkflowID, wfstore.FailChain(n.Path, wfstore.SortedInts(n.Fail)[0], failedChild(), e.now()))
+			return e.finish(ctx, n.WorkflowID, wfstore.FailChain(n.Path, wfstore.SortedInts(n.Fail)[0], firstFailed(n), e.now()))
 		}
 		if len(n.OK) >= n.Total {
 			return e.finish(ctx, n.WorkflowID, wfstore.Finish(n.Path, true, e.now()))
 		}
 	case wfdef.KindGraph:
 		if done, failed := graphDone(n); done {
-			return e.finish(ctx, n.WorkflowID, wfstore.Finish(n.Path, !failed, e.now()).Blaming(failedChild()))
+			return e.finish(ctx, n.WorkflowID, wfstore.Finish(n.Path, !failed, e.now()).Blaming(firstFailed(n)))
 		}
 	case wfdef.KindGroup:
 		if done, fail := membersDone(n); done {
-			return e.finish(ctx, n.WorkflowID, wfstore.Finish(n.Path, fail == 0, e.now()).Blaming(failedChild()))
+			return e.finish(ctx, n.WorkflowID, wfstore.Finish(n.Path, fail == 0, e.now()).Blaming(firstFailed(n)))
 		}
 	case wfdef.KindBatch:
 		done, fail := membersDone(n)
@@ -358,7 +350,7 @@ func (e *Engine) settle(ctx context.Context, n *wfstore.Composite) (*step, error
 		}
 		fired := firedFor(n.Callbacks, fail)
 		if len(fired) == 0 {
-			return e.finish(ctx, n.WorkflowID, wfstore.Finish(n.Path, fail == 0, e.now()).Blaming(failedChild()))
+			return e.finish(ctx, n.WorkflowID, wfstore.Finish(n.Path, fail == 0, e.now()).Blaming(firstFailed(n)))
 		}
 		if n.FiredAt == "" {
 			return nil, e.fire(ctx, n, fired)
@@ -372,6 +364,15 @@ func (e *Engine) settle(ctx context.Context, n *wfstore.Composite) (*step, error
 		}
 	}
 	return nil, nil
+}
+
+// firstFailed is the path of the first failed child counted on n ("":
+// none).
+func firstFailed(n *wfstore.Composite) string {
+	if len(n.Fail) == 0 {
+		return ""
+	}
+	return wfdef.ChildPath(n.Path, wfdef.Segment(n.Kind, wfstore.SortedInts(n.Fail)[0]))
 }
 
 // firedFor lists the callbacks a finished batch triggers (ojs-workflows
@@ -430,8 +431,7 @@ func (e *Engine) fire(ctx context.Context, n *wfstore.Composite, fired []string)
 	}
 	err = e.st.Advance(ctx, wfstore.Advance{WorkflowID: n.WorkflowID, Jobs: jobs, RedeliverAfter: e.redel,
 		Changes: []wfstore.Change{wfstore.FireCallbacksOnce(n.Path, fired, e.now())}})
-	var nc *wfstore.ErrNodeConflict
-	if errors.As(err, &nc) {
+	if conflicted(err) {
 		return nil // fired already
 	}
 	if err == nil {
@@ -575,15 +575,10 @@ func (e *Engine) graphStepDone(ctx context.Context, s step) (*step, error) {
 		if len(ready) == 0 {
 			if last, failed := graphDoneWith(g, i, true); last {
 				// The last step: count it and finish the graph in one write.
-				f := wfstore.Finish(parent, !failed, e.now()).Counting(i, true).IfNotAllOK(notAll)
-				if failed {
-					f = f.Blaming(wfdef.ChildPath(parent, wfdef.Segment(wfdef.KindGraph, wfstore.SortedInts(g.Fail)[0])))
-				}
-				return e.finish(ctx, s.wf, f)
+				return e.finish(ctx, s.wf, wfstore.Finish(parent, !failed, e.now()).Counting(i, true).IfNotAllOK(notAll).Blaming(firstFailed(g)))
 			}
 			n, err := e.st.Change(ctx, s.wf, w)
-			var nc *wfstore.ErrNodeConflict
-			if errors.As(err, &nc) && !wfstore.RefusedByReopening(err) {
+			if conflicted(err) && !wfstore.RefusedByReopening(err) {
 				continue // a dependency finished meanwhile: decide again
 			}
 			if err != nil {
@@ -609,8 +604,7 @@ func (e *Engine) graphStepDone(ctx context.Context, s step) (*step, error) {
 		} else {
 			err = e.st.Advance(ctx, wfstore.Advance{WorkflowID: s.wf, Jobs: jobs, RedeliverAfter: e.redel, Changes: []wfstore.Change{w}})
 		}
-		var nc *wfstore.ErrNodeConflict
-		if errors.As(err, &nc) && !wfstore.RefusedByReopening(err) {
+		if conflicted(err) && !wfstore.RefusedByReopening(err) {
 			continue
 		}
 		if err == nil {

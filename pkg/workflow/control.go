@@ -1,13 +1,13 @@
 package workflow
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -69,29 +69,25 @@ func (e *Engine) timeout(ctx context.Context, wf, path string, now time.Time) (b
 		// again every sweep, first in line, and enough of them would keep
 		// the real timeouts behind them from being read at all.
 		_, err := e.st.Change(ctx, wf, wfstore.DropCheck(path, n.State))
-		var nc *wfstore.ErrNodeConflict
-		if err != nil && !errors.As(err, &nc) {
-			return false, err
-		}
-		return false, nil
+		return false, ignoreConflict(err)
 	}
 	if n.Deadline == 0 || now.Before(time.UnixMilli(n.Deadline)) {
 		return false, nil
 	}
+	kind := n.Kind
+	if path == wfstore.RootPath {
+		kind = "workflow"
+	}
 	msg, _ := json.Marshal(map[string]any{"code": ErrorCodeTimeout, "type": ErrorCodeTimeout,
-		"message": fmt.Sprintf("The %s did not finish within its timeout of %d ms.", kindName(n), n.TimeoutMS), "timeout_ms": n.TimeoutMS})
+		"message": fmt.Sprintf("The %s did not finish within its timeout of %d ms.", kind, n.TimeoutMS), "timeout_ms": n.TimeoutMS})
 	var failed wfstore.Node
 	if path == wfstore.RootPath {
 		failed, err = e.st.ChangeRoot(ctx, wf, wfstore.TimeOut(path, now, string(msg)))
 	} else {
 		failed, err = e.st.Change(ctx, wf, wfstore.TimeOut(path, now, string(msg)))
 	}
-	var nc *wfstore.ErrNodeConflict
-	if errors.As(err, &nc) {
-		return false, nil // it finished (or timed out) first
-	}
 	if err != nil {
-		return false, err
+		return false, ignoreConflict(err) // a conflict: it finished (or timed out) first
 	}
 	e.log.InfoContext(ctx, "workflow node timed out", "workflow_id", wf, "node", path, "timeout_ms", n.TimeoutMS)
 	if err := e.stopBelow(ctx, wf, path, now); err != nil {
@@ -103,18 +99,11 @@ func (e *Engine) timeout(ctx context.Context, wf, path string, now time.Time) (b
 	return true, e.advance(ctx, stepOfNode(failed.(*wfstore.Composite)))
 }
 
-func kindName(n *wfstore.Composite) string {
-	if n.Path == wfstore.RootPath {
-		return "workflow"
-	}
-	return n.Kind
-}
-
 // stopBelow cancels what has not started under a node that ended early
 // (timed out): its nested composites (so nothing starts in them) and its
 // jobs that have not started; active jobs run on.
-func (sp *stopper) stopBelow(ctx context.Context, wf, path string, now time.Time) error {
-	nodes, err := sp.st.Subtree(ctx, wf, path)
+func (e *Engine) stopBelow(ctx context.Context, wf, path string, now time.Time) error {
+	nodes, err := e.st.Subtree(ctx, wf, path)
 	if err != nil {
 		return err
 	}
@@ -129,9 +118,7 @@ func (sp *stopper) stopBelow(ctx context.Context, wf, path string, now time.Time
 			continue
 		}
 		if !n.State.Terminal() {
-			_, err := sp.st.Change(ctx, wf, wfstore.CancelNode(n.Path, now))
-			var nc *wfstore.ErrNodeConflict
-			if err != nil && !errors.As(err, &nc) {
+			if _, err := e.st.Change(ctx, wf, wfstore.CancelNode(n.Path, now)); ignoreConflict(err) != nil {
 				return err
 			}
 		}
@@ -139,15 +126,15 @@ func (sp *stopper) stopBelow(ctx context.Context, wf, path string, now time.Time
 	if path == wfstore.RootPath {
 		// The workflow timed out while its creation may still be writing
 		// its first jobs unguarded.
-		root, err := sp.st.GetRoot(ctx, wf)
+		root, err := e.st.GetRoot(ctx, wf)
 		if err != nil {
 			return err
 		}
-		if err := sp.takeUnwritten(ctx, root, nodes, now); err != nil {
+		if err := e.takeUnwritten(ctx, root, nodes, now); err != nil {
 			return err
 		}
 	}
-	_, _, err = sp.cancelJobs(ctx, ids, now, nil, nil)
+	_, _, err = e.cancelJobs(ctx, ids, now, nil, nil)
 	return err
 }
 
@@ -157,8 +144,8 @@ func (sp *stopper) stopBelow(ctx context.Context, wf, path string, now time.Time
 // read (nil: no limit; see store.WithBudget). A job that started or
 // finished meanwhile is left alone. With guard, the jobs are cancelled
 // only while it holds (store.ErrGuardFailed once it does not).
-func (sp *stopper) cancelJobs(ctx context.Context, ids []string, now time.Time, budget func() time.Time, guard *store.Guard) (cancelled, left int, err error) {
-	jobs, err := sp.jobs.BatchGetJobs(ctx, ids)
+func (e *Engine) cancelJobs(ctx context.Context, ids []string, now time.Time, budget func() time.Time, guard *store.Guard) (cancelled, left int, err error) {
+	jobs, err := e.jobs.BatchGetJobs(ctx, ids)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -174,9 +161,9 @@ func (sp *stopper) cancelJobs(ctx context.Context, ids []string, now time.Time, 
 	}
 	var errs []error
 	if guard != nil {
-		errs, err = sp.jobs.ApplyAllIf(ctx, ts, *guard)
+		errs, err = e.jobs.ApplyAllIf(ctx, ts, *guard)
 	} else {
-		errs, err = sp.jobs.ApplyAll(ctx, ts)
+		errs, err = e.jobs.ApplyAll(ctx, ts)
 	}
 	for _, err := range errs {
 		switch {
@@ -194,8 +181,19 @@ func (sp *stopper) cancelJobs(ctx context.Context, ids []string, now time.Time, 
 // re-opened it meanwhile) is left undone.
 func rootChange(ctx context.Context, st *wfstore.Store, wfID string, c wfstore.Change) error {
 	_, err := st.ChangeRoot(ctx, wfID, c)
+	return ignoreConflict(err)
+}
+
+// conflicted reports whether err is a change's condition failing
+// (*wfstore.ErrNodeConflict): the node moved on meanwhile.
+func conflicted(err error) bool {
 	var nc *wfstore.ErrNodeConflict
-	if errors.As(err, &nc) {
+	return errors.As(err, &nc)
+}
+
+// ignoreConflict is err, or nil when it is a change's condition failing.
+func ignoreConflict(err error) error {
+	if conflicted(err) {
 		return nil
 	}
 	return err
@@ -207,13 +205,11 @@ func rootChange(ctx context.Context, st *wfstore.Store, wfID string, c wfstore.C
 // The stream function's batch, and every record behind it in the shard,
 // waits for the pass: a 2,100-job cancel under load outlasted the
 // function's timeout, which restarted it to do it all again.
-func (sp *stopper) cancelSliceEnd(ctx context.Context) time.Time {
+func (e *Engine) cancelSliceEnd(ctx context.Context) time.Time {
 	now := time.Now()
-	end := now.Add(sp.cancelSlice)
+	end := now.Add(e.cancelSlice)
 	if dl, ok := ctx.Deadline(); ok {
-		if half := now.Add(dl.Sub(now) / 2); half.Before(end) {
-			end = half
-		}
+		end = minTime(end, now.Add(dl.Sub(now)/2))
 	}
 	return end
 }
@@ -225,23 +221,23 @@ func (sp *stopper) cancelSliceEnd(ctx context.Context) time.Time {
 // at its slice (cancelSliceEnd) and leaves the mark and the check for the
 // next. items are the workflow's items if the caller has them (nil: read
 // them).
-func (sp *stopper) finishCancel(ctx context.Context, root *wfstore.Root, items []wfstore.Node) error {
+func (e *Engine) finishCancel(ctx context.Context, root *wfstore.Root, items []wfstore.Node) error {
 	if items == nil {
 		var err error
-		if items, err = sp.st.WorkflowItems(ctx, root.WorkflowID); err != nil {
+		if items, err = e.st.WorkflowItems(ctx, root.WorkflowID); err != nil {
 			return err
 		}
 	}
-	if err := sp.takeUnwritten(ctx, root, items, sp.now()); err != nil {
+	if err := e.takeUnwritten(ctx, root, items, e.now()); err != nil {
 		return err
 	}
 	// Only while the workflow is still cancelled: a retry re-opening it
 	// meanwhile returns its jobs to their queues, which this must not
 	// cancel again.
 	guard := wfstore.RootIn(root.WorkflowID, wfstate.Cancelled)
-	cancelled, left, err := sp.cancelJobs(ctx, jobIDs(root.WorkflowID, items), sp.now(), func() time.Time { return sp.cancelSliceEnd(ctx) }, &guard)
+	cancelled, left, err := e.cancelJobs(ctx, jobIDs(root.WorkflowID, items), e.now(), func() time.Time { return e.cancelSliceEnd(ctx) }, &guard)
 	if errors.Is(err, store.ErrGuardFailed) {
-		sp.log.InfoContext(ctx, "cancelled workflow retried meanwhile; its jobs are left to the retry", "workflow_id", root.WorkflowID)
+		e.log.InfoContext(ctx, "cancelled workflow retried meanwhile; its jobs are left to the retry", "workflow_id", root.WorkflowID)
 		return nil
 	}
 	if err != nil {
@@ -252,17 +248,17 @@ func (sp *stopper) finishCancel(ctx context.Context, root *wfstore.Root, items [
 		// somewhere records it on a marked root, a change from which the
 		// stream function runs the next pass (behind the records now in
 		// its shard); the sweeper's check is the guarantee.
-		sp.log.InfoContext(ctx, "cancelled workflow's jobs partly cancelled; the next pass goes on", "workflow_id", root.WorkflowID,
+		e.log.InfoContext(ctx, "cancelled workflow's jobs partly cancelled; the next pass goes on", "workflow_id", root.WorkflowID,
 			"jobs_cancelled", cancelled, "jobs_left", left)
 		if cancelled > 0 && root.Cancelling {
-			return rootChange(ctx, sp.st, root.WorkflowID, wfstore.NextCancelPass())
+			return rootChange(ctx, e.st, root.WorkflowID, wfstore.NextCancelPass())
 		}
 		return nil
 	}
 	if cancelled > 0 {
-		sp.log.InfoContext(ctx, "workflow's remaining jobs cancelled", "workflow_id", root.WorkflowID, "jobs_cancelled", cancelled)
+		e.log.InfoContext(ctx, "workflow's remaining jobs cancelled", "workflow_id", root.WorkflowID, "jobs_cancelled", cancelled)
 	}
-	return rootChange(ctx, sp.st, root.WorkflowID, wfstore.CancelDone())
+	return rootChange(ctx, e.st, root.WorkflowID, wfstore.CancelDone())
 }
 
 // takeUnwritten is the first step of a cancel (or of a root timeout's
@@ -278,16 +274,16 @@ func (sp *stopper) finishCancel(ctx context.Context, root *wfstore.Root, items [
 // cancels them as any other. A chain is read again after its
 // placeholder's put, until one holds: its step may have completed and put
 // the job first.
-func (sp *stopper) takeUnwritten(ctx context.Context, root *wfstore.Root, items []wfstore.Node, now time.Time) error {
+func (e *Engine) takeUnwritten(ctx context.Context, root *wfstore.Root, items []wfstore.Node, now time.Time) error {
 	for pass := 0; ; pass++ {
 		var unwritten []*job.Job
 		if root.Unguarded && pass == 0 {
 			var err error
-			if unwritten, _, err = sp.mk.Launch(ctx, wfstore.NewTree(items), wfstore.RootPath, wfjobs.EmptyResults(root.Kind)); err != nil {
+			if unwritten, _, err = e.mk.Launch(ctx, wfstore.NewTree(items), wfstore.RootPath, wfjobs.EmptyResults(root.Kind)); err != nil {
 				return err
 			}
 		}
-		j, err := sp.launching(ctx, root, items)
+		j, err := e.launching(ctx, root, items)
 		if err != nil {
 			return err
 		}
@@ -298,7 +294,7 @@ func (sp *stopper) takeUnwritten(ctx context.Context, root *wfstore.Root, items 
 		for i, j := range unwritten {
 			ids[i] = j.ID
 		}
-		have, err := sp.jobs.BatchGetJobs(ctx, ids)
+		have, err := e.jobs.BatchGetJobs(ctx, ids)
 		if err != nil {
 			return err
 		}
@@ -313,16 +309,16 @@ func (sp *stopper) takeUnwritten(ctx context.Context, root *wfstore.Root, items 
 		for i, j := range missing {
 			tomb[i] = wfstore.Placeholder(j, now)
 		}
-		err = sp.st.Advance(ctx, wfstore.Advance{WorkflowID: root.WorkflowID, Jobs: tomb,
+		err = e.st.Advance(ctx, wfstore.Advance{WorkflowID: root.WorkflowID, Jobs: tomb,
 			Scope: wfstore.RootPath, ScopeStates: []wfstate.State{wfstate.Cancelled, wfstate.Failed}})
 		if errors.Is(err, wfstore.ErrWorkflowNotRunning) {
-			sp.log.InfoContext(ctx, "workflow re-opened while its cancel took its unwritten jobs; their writers write them", "workflow_id", root.WorkflowID)
+			e.log.InfoContext(ctx, "workflow re-opened while its cancel took its unwritten jobs; their writers write them", "workflow_id", root.WorkflowID)
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		sp.log.InfoContext(ctx, "cancelled jobs the workflow's writers had not written yet", "workflow_id", root.WorkflowID, "jobs", len(missing))
+		e.log.InfoContext(ctx, "cancelled jobs the workflow's writers had not written yet", "workflow_id", root.WorkflowID, "jobs", len(missing))
 		if root.Kind != wfdef.KindChain || pass > len(items) {
 			return nil
 		}
@@ -333,14 +329,14 @@ func (sp *stopper) takeUnwritten(ctx context.Context, root *wfstore.Root, items 
 // still put (chainHold); for a workflow that is a graph, the jobs of every
 // step whose dependencies all completed and that has not finished
 // (graphLaunching).
-func (sp *stopper) launching(ctx context.Context, root *wfstore.Root, items []wfstore.Node) ([]*job.Job, error) {
+func (e *Engine) launching(ctx context.Context, root *wfstore.Root, items []wfstore.Node) ([]*job.Job, error) {
 	switch root.Kind {
 	case wfdef.KindGraph:
 		if root.Launching != "" {
-			return sp.graphLaunching(ctx, root, items)
+			return e.graphLaunching(ctx, root, items)
 		}
 	case wfdef.KindChain:
-		return sp.chainHold(ctx, root, items)
+		return e.chainHold(ctx, root, items)
 	}
 	return nil, nil
 }
@@ -354,14 +350,14 @@ func (sp *stopper) launching(ctx context.Context, root *wfstore.Root, items []wf
 // composite (its advance is a transaction that checks the root). Its
 // jobs are read here; the steps' items may be older: a next job that
 // exists shows that the step before it completed (or holds already).
-func (sp *stopper) chainHold(ctx context.Context, root *wfstore.Root, items []wfstore.Node) ([]*job.Job, error) {
+func (e *Engine) chainHold(ctx context.Context, root *wfstore.Root, items []wfstore.Node) ([]*job.Job, error) {
 	t := wfstore.NewTree(items)
 	kids := t.Kids[wfstore.RootPath]
 	var ids []string
 	for _, it := range kids {
 		ids = append(ids, wfdef.JobID(root.WorkflowID, it.Path))
 	}
-	have, err := sp.jobs.BatchGetJobs(ctx, ids)
+	have, err := e.jobs.BatchGetJobs(ctx, ids)
 	if err != nil {
 		return nil, err
 	}
@@ -370,11 +366,11 @@ func (sp *stopper) chainHold(ctx context.Context, root *wfstore.Root, items []wf
 		if i >= len(kids) || kids[i].Kind != wfdef.KindJob || i == 0 {
 			return nil, nil
 		}
-		pr, err := sp.mk.ChainResults(ctx, root.WorkflowID, nil, wfstore.RootPath, i-1)
+		pr, err := e.mk.ChainResults(ctx, root.WorkflowID, nil, wfstore.RootPath, i-1)
 		if err != nil {
 			return nil, err
 		}
-		js, _, err := sp.mk.Launch(ctx, t, kids[i].Path, pr)
+		js, _, err := e.mk.Launch(ctx, t, kids[i].Path, pr)
 		return js, err
 	}
 	for i, it := range kids {
@@ -411,7 +407,7 @@ func (sp *stopper) chainHold(ctx context.Context, root *wfstore.Root, items []wf
 // completed and whose job is missing, built as its advance builds it
 // (with their results). Two batched reads, however wide the graph: the
 // candidates' jobs, then the missing ones' dependencies.
-func (sp *stopper) graphLaunching(ctx context.Context, root *wfstore.Root, items []wfstore.Node) ([]*job.Job, error) {
+func (e *Engine) graphLaunching(ctx context.Context, root *wfstore.Root, items []wfstore.Node) ([]*job.Job, error) {
 	t := wfstore.NewTree(items)
 	shape := wfjobs.GraphOf(&root.Composite)
 	var cands []*wfstore.Step
@@ -428,7 +424,7 @@ func (sp *stopper) graphLaunching(ctx context.Context, root *wfstore.Root, items
 	if len(cands) == 0 {
 		return nil, nil
 	}
-	have, err := sp.jobs.BatchGetJobs(ctx, ids)
+	have, err := e.jobs.BatchGetJobs(ctx, ids)
 	if err != nil {
 		return nil, err
 	}
@@ -436,7 +432,7 @@ func (sp *stopper) graphLaunching(ctx context.Context, root *wfstore.Root, items
 	if len(missing) == 0 {
 		return nil, nil
 	}
-	return sp.mk.GraphJobs(ctx, root.WorkflowID, nil, wfstore.RootPath, shape, missing)
+	return e.mk.GraphJobs(ctx, root.WorkflowID, nil, wfstore.RootPath, shape, missing)
 }
 
 // allIn reports whether every one of xs is in set.
@@ -520,8 +516,7 @@ func (e *Engine) startCompensation(ctx context.Context, root *wfstore.Root) (boo
 	now := e.now()
 	if running > 0 {
 		_, err := e.st.Change(ctx, wf, wfstore.CompensationWaits(now.Add(compensationRecheck)))
-		var nc *wfstore.ErrNodeConflict
-		if errors.As(err, &nc) {
+		if conflicted(err) {
 			return true, nil // started by someone else (or the workflow was retried)
 		}
 		if err != nil {
@@ -549,11 +544,8 @@ func (e *Engine) startCompensation(ctx context.Context, root *wfstore.Root) (boo
 		root.Compensation = wfstore.CompensationNone
 		return false, nil
 	}
-	sort.Slice(list, func(a, b int) bool {
-		if !list[a].at.Equal(list[b].at) {
-			return list[a].at.After(list[b].at)
-		}
-		return list[a].n.Path > list[b].n.Path
+	slices.SortFunc(list, func(a, b done) int {
+		return cmp.Or(b.at.Compare(a.at), strings.Compare(b.n.Path, a.n.Path))
 	})
 	plan := make([]string, len(list))
 	for i, d := range list {
@@ -568,8 +560,7 @@ func (e *Engine) startCompensation(ctx context.Context, root *wfstore.Root) (boo
 	err = e.st.Advance(ctx, wfstore.Advance{WorkflowID: wf, Jobs: []*job.Job{first}, RedeliverAfter: e.redel, NewNodes: []wfstore.Node{comp},
 		Scope: wfstore.RootPath, ScopeStates: []wfstate.State{wfstate.Failed},
 		Changes: []wfstore.Change{wfstore.CompensationStarts()}})
-	var nc *wfstore.ErrNodeConflict
-	if errors.As(err, &nc) || errors.Is(err, wfstore.ErrWorkflowNotRunning) {
+	if conflicted(err) || errors.Is(err, wfstore.ErrWorkflowNotRunning) {
 		return true, nil // started by someone else (or the workflow was retried)
 	}
 	if err != nil {
@@ -596,10 +587,8 @@ func (e *Engine) compensationStepDone(ctx context.Context, s step) (*step, error
 	if k+1 >= len(comp.Plan) {
 		ok := s.ok && len(comp.Fail) == 0
 		f := wfstore.Finish(wfdef.CompensatePath, ok, e.now()).Counting(k, s.ok)
-		if !ok && len(comp.Fail) == 0 {
-			f = f.Blaming(s.path)
-		} else if !ok {
-			f = f.Blaming(wfdef.ChildPath(wfdef.CompensatePath, wfdef.Segment(wfdef.KindChain, wfstore.SortedInts(comp.Fail)[0])))
+		if !ok {
+			f = f.Blaming(cmp.Or(firstFailed(comp), s.path))
 		}
 		if _, err := e.finish(ctx, s.wf, f); err != nil {
 			return nil, err
@@ -638,12 +627,8 @@ func (e *Engine) endCompensation(ctx context.Context, comp *wfstore.Composite) e
 		outcome = wfstore.CompensationFailed
 	}
 	root, err := e.st.ChangeRoot(ctx, comp.WorkflowID, wfstore.CompensationEnds(outcome, comp.FailedStep))
-	var nc *wfstore.ErrNodeConflict
-	if errors.As(err, &nc) {
-		return nil // retried or cancelled meanwhile
-	}
 	if err != nil {
-		return err
+		return ignoreConflict(err) // a conflict: retried or cancelled meanwhile
 	}
 	return e.launchHandler(ctx, root, wfdef.HandlerOnFailure)
 }
@@ -680,8 +665,7 @@ func (e *Engine) launchHandler(ctx context.Context, root *wfstore.Root, name str
 	}
 	err = e.st.Advance(ctx, wfstore.Advance{WorkflowID: wf, Jobs: jobs, RedeliverAfter: e.redel, Scope: path, ScopeStates: []wfstate.State{wfstate.Waiting},
 		Changes: []wfstore.Change{wfstore.StartNode(path, e.now())}})
-	var nc *wfstore.ErrNodeConflict
-	if errors.As(err, &nc) || errors.Is(err, wfstore.ErrWorkflowNotRunning) {
+	if conflicted(err) || errors.Is(err, wfstore.ErrWorkflowNotRunning) {
 		return nil // started already
 	}
 	if err == nil {
@@ -696,18 +680,12 @@ func (e *Engine) handlerDone(ctx context.Context, s step) error {
 	name := strings.TrimPrefix(s.path, "/~")
 	if s.job != nil {
 		// A handler that is one job: its node records the outcome.
-		_, err := e.st.Change(ctx, s.wf, wfstore.FinishHandler(s.path, s.ok, e.now()))
-		var nc *wfstore.ErrNodeConflict
-		if err != nil && !errors.As(err, &nc) {
+		if _, err := e.st.Change(ctx, s.wf, wfstore.FinishHandler(s.path, s.ok, e.now())); ignoreConflict(err) != nil {
 			return err
 		}
 	}
 	_, err := e.st.Change(ctx, s.wf, wfstore.CountHandler(name, s.ok))
-	var nc *wfstore.ErrNodeConflict
-	if errors.As(err, &nc) {
-		return nil
-	}
-	return err
+	return ignoreConflict(err)
 }
 
 // Retry re-opens a failed or cancelled workflow whose compensation has not
@@ -884,9 +862,7 @@ func (e *Engine) reopen(ctx context.Context, wf string) error {
 	if err := e.clearMarks(ctx, wf, t, marked); err != nil {
 		return err
 	}
-	_, err = e.st.Change(ctx, wf, wfstore.ClearReopening(wfstore.RootPath))
-	var nc *wfstore.ErrNodeConflict
-	if err != nil && !errors.As(err, &nc) {
+	if _, err := e.st.Change(ctx, wf, wfstore.ClearReopening(wfstore.RootPath)); ignoreConflict(err) != nil {
 		return err
 	}
 	for _, s := range readvance {
@@ -994,11 +970,8 @@ func (r *retryRun) composites(ctx context.Context) (map[string]*wfstore.Composit
 		if len(r.Fail) == 0 && len(r.CallbacksFail) == 0 && len(r.Rolled) == 0 && r.From == "" && n.FailedStep == "" && n.Error == "" && !r.Mark {
 			continue
 		}
-		if _, err := e.st.Change(ctx, wf, wfstore.Reopen(n.Path, r)); err != nil {
-			var nc *wfstore.ErrNodeConflict
-			if !errors.As(err, &nc) {
-				return nil, err
-			}
+		if _, err := e.st.Change(ctx, wf, wfstore.Reopen(n.Path, r)); ignoreConflict(err) != nil {
+			return nil, err
 		}
 	}
 	return marked, nil
@@ -1138,11 +1111,7 @@ func (e *Engine) rearm(ctx context.Context, wf string, n *wfstore.Item, now time
 		return nil // waiting already, or launched again meanwhile
 	}
 	_, err := e.st.Change(ctx, wf, wfstore.RearmHandler(n.Path, from, now))
-	var nc *wfstore.ErrNodeConflict
-	if err != nil && !errors.As(err, &nc) {
-		return err
-	}
-	return nil
+	return ignoreConflict(err)
 }
 
 // reopenShards forgets a wide group's or batch's failed children in their

@@ -90,16 +90,8 @@ const DefaultCreationSlice = 5 * time.Second
 const DefaultAsyncItems = 4000
 
 // Engine creates, advances, cancels and reads workflows. What a step
-// starts is built by its maker (pkg/wfjobs); what a stopped workflow (or
-// node) has not started is stopped by its stopper.
+// starts is built by its maker (pkg/wfjobs).
 type Engine struct {
-	stopper
-	async int
-	slice time.Duration
-}
-
-// parts are what every part of the engine uses.
-type parts struct {
 	// st is the workflow items' store, jobs the table kernel's job store
 	// (its jobs' reads and transitions); both on the same table.
 	st    *wfstore.Store
@@ -111,38 +103,31 @@ type parts struct {
 	// resultTTL and queueTTLs are Config.ResultTTL and QueueResultTTLs.
 	resultTTL int64
 	queueTTLs map[string]int64
-}
-
-// stopper stops the work of a cancelled workflow or of a node that timed
-// out: its jobs that have not started, and the ones not written yet.
-type stopper struct {
-	*parts
-	// cancelSlice bounds one pass of finishCancel (Config.CancelSlice).
-	cancelSlice time.Duration
+	async     int
+	// slice bounds one Resume of a creation, cancelSlice one pass of
+	// finishCancel (Config.CreationSlice, CancelSlice).
+	slice, cancelSlice time.Duration
 }
 
 // New returns an engine on the table kernel st: its workflow items
 // (wfstore.New(st)) and its jobs (st).
 func New(st *store.Store, c Config) *Engine {
-	p := &parts{st: wfstore.New(st), jobs: st, redel: c.RedeliverAfter, now: c.Now, log: c.Logger,
-		resultTTL: *cmp.Or(c.ResultTTL, aws.Int64(job.DefaultResultTTL)), queueTTLs: c.QueueResultTTLs}
-	if p.redel <= 0 {
-		p.redel = 5 * time.Minute
+	e := &Engine{st: wfstore.New(st), jobs: st, redel: c.RedeliverAfter, now: c.Now, log: cmp.Or(c.Logger, slog.Default()),
+		resultTTL: *cmp.Or(c.ResultTTL, aws.Int64(job.DefaultResultTTL)), queueTTLs: c.QueueResultTTLs,
+		async: c.AsyncItems, slice: c.CreationSlice, cancelSlice: c.CancelSlice}
+	if e.redel <= 0 {
+		e.redel = 5 * time.Minute
 	}
-	if p.now == nil {
-		p.now = time.Now
+	if e.now == nil {
+		e.now = time.Now
 	}
-	if p.log == nil {
-		p.log = slog.Default()
-	}
-	p.mk = wfjobs.NewMaker(p.st, st, c.Admit, c.PushQueues, p.redel, p.now)
-	e := &Engine{stopper: stopper{parts: p, cancelSlice: c.CancelSlice}, async: c.AsyncItems, slice: c.CreationSlice}
 	if e.slice <= 0 {
 		e.slice = DefaultCreationSlice
 	}
 	if e.cancelSlice <= 0 {
 		e.cancelSlice = DefaultCreationSlice
 	}
+	e.mk = wfjobs.NewMaker(e.st, st, c.Admit, c.PushQueues, e.redel, e.now)
 	return e
 }
 
@@ -166,15 +151,15 @@ const RunGrace = 24 * time.Hour
 // retention is the workflow's retention in seconds, the longest of its
 // jobs' (result_ttl, else its queue's default, else the environment's):
 // -1 (kept for ever) if any job's is.
-func (p *parts) retention(parsed *wfdef.Parsed) int64 {
+func (e *Engine) retention(parsed *wfdef.Parsed) int64 {
 	r := int64(0)
 	for k := range parsed.Kept {
-		t, ok := p.queueTTLs[k.Queue]
+		t, ok := e.queueTTLs[k.Queue]
 		switch {
 		case k.Set:
 			t = k.TTL
 		case !ok:
-			t = p.resultTTL
+			t = e.resultTTL
 		}
 		if t == job.PermanentResultTTL {
 			return t
@@ -286,12 +271,9 @@ func (e *Engine) build(ctx context.Context, parsed *wfdef.Parsed, id string, now
 			// step at a time, a graph decides on its whole progress.
 			c.Shards = shardsFor(c.Total)
 		}
-		for k := 0; k < c.Shards; k++ {
-			exp := c.Total / c.Shards
-			if k < c.Total%c.Shards {
-				exp++
-			}
-			shards = append(shards, wfstore.Shard{Path: d.Path, Key: wfstore.ShardKey(k), Expected: exp})
+		for k := range c.Shards {
+			// Shard k counts the children whose index is k modulo Shards.
+			shards = append(shards, wfstore.Shard{Path: d.Path, Key: wfstore.ShardKey(k), Expected: (c.Total - k + c.Shards - 1) / c.Shards})
 		}
 		for _, name := range wfdef.Callbacks {
 			if d.Callbacks[name] != nil {
@@ -373,13 +355,12 @@ func minTime(a, b time.Time) time.Time {
 // it must be in: the root, running, for the workflow's own steps; a
 // handler's or the compensation's node, running, for theirs.
 func scopeOf(path string) (string, []wfstate.State) {
+	scope := wfstore.RootPath
 	if strings.HasPrefix(path, "/~") {
-		if i := strings.Index(path[1:], "/"); i > 0 {
-			return path[:i+1], []wfstate.State{wfstate.Running}
-		}
-		return path, []wfstate.State{wfstate.Running}
+		head, _, _ := strings.Cut(path[1:], "/")
+		scope = "/" + head
 	}
-	return wfstore.RootPath, []wfstate.State{wfstate.Running}
+	return scope, []wfstate.State{wfstate.Running}
 }
 
 // Cancel cancels a running workflow: its jobs that have not started are

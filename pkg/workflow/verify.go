@@ -26,8 +26,7 @@ type Finished struct {
 }
 
 func (f Finished) step() (step, bool) {
-	switch {
-	case f.Job != nil && f.Job.WorkflowID != "" && f.Job.State.Terminal():
+	if f.Job != nil && f.Job.WorkflowID != "" && f.Job.State.Terminal() {
 		return stepOfJob(f.Job), true
 	}
 	if c, ok := f.Node.(*wfstore.Composite); ok && (c.State == wfstate.Completed || c.State == wfstate.Failed) {
@@ -39,11 +38,11 @@ func (f Finished) step() (step, bool) {
 // counter names the item a step is counted in: its parent (Node) or one
 // of its parent's shards (Shard).
 func (s step) counter() (wfstore.NodeKey, *wfstore.ShardRef) {
-	parent := wfdef.ParentPath(s.path)
-	if s.shard != "" {
-		return wfstore.NodeKey{WorkflowID: s.wf, Path: parent}, &wfstore.ShardRef{WorkflowID: s.wf, Path: parent, Key: s.shard}
+	nk := wfstore.NodeKey{WorkflowID: s.wf, Path: wfdef.ParentPath(s.path)}
+	if s.shard == "" {
+		return nk, nil
 	}
-	return wfstore.NodeKey{WorkflowID: s.wf, Path: parent}, nil
+	return nk, &wfstore.ShardRef{WorkflowID: s.wf, Path: nk.Path, Key: s.shard}
 }
 
 // nextInRootChain is the path of the step after s when s is a step of a
@@ -173,32 +172,29 @@ func (e *Engine) Verify(ctx context.Context, fs []Finished) error {
 		}
 		// (A root marked launching np is a marked advance's, written before
 		// chains advanced by PutNext, whose request died before the job.)
-		if !s.recorded(p) || inChain && root.State == wfstate.Running && root.Launching == np {
-			cur, err := e.current(ctx, s)
-			if err != nil {
-				return err
-			}
-			if cur == nil {
-				continue // it changed since (a retry re-opened it): stale
-			}
-			e.log.InfoContext(ctx, "advancing a workflow step the request did not record", "workflow_id", s.wf, "node", s.path)
-			if err := e.advance(ctx, *cur); err != nil {
-				return fmt.Errorf("workflow %s step %s: %w", s.wf, s.path, err)
-			}
-			continue
-		}
-		if missing := s.unwrittenInRootGraph(root, p); len(missing) > 0 {
+		unrecorded := !s.recorded(p) || inChain && root.State == wfstate.Running && root.Launching == np
+		var missing []int
+		if !unrecorded {
 			// The same for a graph: its steps whose dependencies all
 			// completed, counted, without their jobs.
+			missing = s.unwrittenInRootGraph(root, p)
+		}
+		if unrecorded || len(missing) > 0 {
 			cur, err := e.current(ctx, s)
-			if err != nil {
+			switch {
+			case err != nil:
 				return err
-			}
-			if cur != nil {
+			case cur == nil:
+				continue // it changed since (a retry re-opened it): stale
+			case unrecorded:
+				e.log.InfoContext(ctx, "advancing a workflow step the request did not record", "workflow_id", s.wf, "node", s.path)
+				err = e.advance(ctx, *cur)
+			default:
 				e.log.InfoContext(ctx, "writing the jobs of graph steps the request counted ready but did not write", "workflow_id", s.wf, "steps", missing)
-				if err := e.relaunchGraph(ctx, *cur, root, missing); err != nil {
-					return fmt.Errorf("workflow %s step %s: %w", s.wf, s.path, err)
-				}
+				err = e.relaunchGraph(ctx, *cur, root, missing)
+			}
+			if err != nil {
+				return fmt.Errorf("workflow %s step %s: %w", s.wf, s.path, err)
 			}
 			continue
 		}
@@ -227,20 +223,23 @@ func (e *Engine) Verify(ctx context.Context, fs []Finished) error {
 				}
 			}
 		}
-		if parent == nil {
-			continue
-		}
-		next, err := e.settle(ctx, parent)
-		if err != nil {
-			return err
-		}
-		if next != nil && !parent.State.Terminal() {
-			if err := e.advance(ctx, *next); err != nil {
+		if parent != nil {
+			if err := e.settleAndAdvance(ctx, parent); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// settleAndAdvance settles n and, when that finished it, advances its
+// parent (one found finished was advanced by whoever finished it).
+func (e *Engine) settleAndAdvance(ctx context.Context, n *wfstore.Composite) error {
+	next, err := e.settle(ctx, n)
+	if err != nil || next == nil || n.State.Terminal() {
+		return err
+	}
+	return e.advance(ctx, *next)
 }
 
 // relaunchGraph writes the jobs of the steps of a workflow that is a graph
@@ -379,27 +378,24 @@ func (e *Engine) repair(ctx context.Context, id string, now time.Time) error {
 	if !ok {
 		return nil
 	}
-	if len(root.CDef) > 0 {
-		// Accepted with 202: the stream function finishes its creation
-		// (Resume); if that failed, this does.
-		if pastCreatingGrace(root, now) {
+	if len(root.CDef) > 0 || root.Creating {
+		if !pastCreatingGrace(root, now) {
+			return nil
+		}
+		if len(root.CDef) > 0 {
+			// Accepted with 202: the stream function finishes its creation
+			// (Resume); if that failed, this does.
 			e.log.WarnContext(ctx, "finishing a workflow whose asynchronous creation did not", "workflow_id", id)
 			if err := e.Resume(ctx, id); !errors.Is(err, wfstore.ErrCreationUnfinished) {
 				return err
 			}
 			return nil // the next check goes on from what exists
 		}
-		return nil
-	}
-	if root.Creating {
-		if pastCreatingGrace(root, now) {
-			deleted, err := e.st.DeleteWorkflow(ctx, id)
-			if deleted {
-				e.log.WarnContext(ctx, "deleted a workflow whose creation never finished", "workflow_id", id)
-			}
-			return err
+		deleted, err := e.st.DeleteWorkflow(ctx, id)
+		if deleted {
+			e.log.WarnContext(ctx, "deleted a workflow whose creation never finished", "workflow_id", id)
 		}
-		return nil
+		return err
 	}
 	if err := e.keepRunning(ctx, root, items, now); err != nil {
 		return err
@@ -505,17 +501,11 @@ func (e *Engine) repair(ctx context.Context, id string, now time.Time) error {
 		if errors.Is(err, store.ErrNotFound) {
 			continue
 		}
+		if err == nil {
+			err = e.settleAndAdvance(ctx, cur)
+		}
 		if err != nil {
 			return err
-		}
-		next, err := e.settle(ctx, cur)
-		if err != nil {
-			return err
-		}
-		if next != nil && !cur.State.Terminal() {
-			if err := e.advance(ctx, *next); err != nil {
-				return err
-			}
 		}
 	}
 	return nil
