@@ -54,11 +54,8 @@ func (e *Engine) JobFinished(ctx context.Context, j *job.Job) error {
 	}
 	if j.State == job.Cancelled {
 		// Cancelling a workflow cancels its jobs: nothing to advance.
-		root, err := e.st.GetRoot(ctx, j.WorkflowID)
-		if errors.Is(err, store.ErrNotFound) || (err == nil && root.State == wfstate.Cancelled) {
-			return nil
-		}
-		if err != nil {
+		root, err := found(e.st.GetRoot(ctx, j.WorkflowID))
+		if err != nil || root == nil || root.State == wfstate.Cancelled {
 			return err
 		}
 	}
@@ -250,17 +247,20 @@ func (e *Engine) chainStepDone(ctx context.Context, s step) (*step, error) {
 // sweeper's check does so within compensationRecheck. It costs a read,
 // only on this path (a step finishing after its workflow or chain did).
 func (e *Engine) lateStep(ctx context.Context, wf string) error {
-	root, err := e.st.GetRoot(ctx, wf)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
+	root, err := found(e.st.GetRoot(ctx, wf))
+	if err != nil || root == nil || root.State != wfstate.Failed || root.Compensation != wfstore.CompensationWaiting {
 		return err
 	}
-	if root.State == wfstate.Failed && root.Compensation == wfstore.CompensationWaiting {
-		return e.afterFailure(ctx, root)
+	return e.afterFailure(ctx, root)
+}
+
+// found is v and err, but nil for store.ErrNotFound (v the zero value).
+func found[T any](v T, err error) (T, error) {
+	if errors.Is(err, store.ErrNotFound) {
+		var zero T
+		return zero, nil
 	}
-	return nil
+	return v, err
 }
 
 // stopIfNotRunning turns "the workflow stopped" into the end of the walk:
@@ -508,14 +508,10 @@ func (e *Engine) graphStepDone(ctx context.Context, s step) (*step, error) {
 	stepKeyOf := func(x int) wfstore.NodeKey {
 		return wfstore.NodeKey{WorkflowID: s.wf, Path: wfdef.ChildPath(parent, wfdef.Segment(wfdef.KindGraph, x))}
 	}
-	var next []int
-	if s.job != nil {
-		next = s.job.WorkflowNext
-	}
 	for tries := 0; tries < 20; tries++ {
 		keys := []wfstore.NodeKey{gk}
-		if s.ok {
-			for _, d := range next {
+		if s.ok && s.job != nil {
+			for _, d := range s.job.WorkflowNext {
 				keys = append(keys, stepKeyOf(d))
 			}
 		}

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/ojserr"
-	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfdef"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstore"
@@ -60,11 +59,8 @@ func (e *Engine) begin(ctx context.Context, raw []byte, b *built) (*wfview.View,
 // on which the stream function runs the next slice, and running it again
 // goes on from what exists.
 func (e *Engine) Resume(ctx context.Context, wfID string) error {
-	root, err := e.st.GetRoot(ctx, wfID)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
+	root, err := found(e.st.GetRoot(ctx, wfID))
+	if err != nil || root == nil {
 		return err
 	}
 	if root.Cancelling && root.State == wfstate.Cancelled {

@@ -56,11 +56,8 @@ func (e *Engine) Timeouts(ctx context.Context, limit int) (int, error) {
 // change nothing, and the failure goes up as any failed step's does. It
 // reports whether this call timed the node out.
 func (e *Engine) timeout(ctx context.Context, wf, path string, now time.Time) (bool, error) {
-	n, err := e.st.GetComposite(ctx, wf, path)
-	if errors.Is(err, store.ErrNotFound) {
-		return false, nil
-	}
-	if err != nil {
+	n, err := found(e.st.GetComposite(ctx, wf, path))
+	if err != nil || n == nil {
 		return false, err
 	}
 	if n.State.Terminal() {
@@ -715,11 +712,11 @@ func (e *Engine) Retry(ctx context.Context, wfID string) (*wfview.View, error) {
 	// retry would have to stop it half-way (its job's id is the same in
 	// every run, so it cannot be left running beside a next launch).
 	for _, name := range root.Handlers {
-		h, err := e.st.GetNode(ctx, wfID, wfdef.HandlerPath(name))
-		if err != nil && !errors.Is(err, store.ErrNotFound) {
+		h, err := found(e.st.GetNode(ctx, wfID, wfdef.HandlerPath(name)))
+		if err != nil {
 			return nil, ojserr.Backend(err)
 		}
-		if err == nil && h.Base().State == wfstate.Running {
+		if h != nil && h.Base().State == wfstate.Running {
 			return nil, ojserr.StateConflict(ojserr.Conflict, "Workflow %s's %s handler is still running; retry the workflow once it has finished.", wfID, name).
 				With("workflow_id", wfID).With("current_state", string(root.State)).With("handler", name)
 		}
@@ -1082,8 +1079,7 @@ func (e *Engine) clearMarks(ctx context.Context, wf string, t *wfstore.Tree, mar
 		if path == wfstore.RootPath {
 			continue // the last (reopen)
 		}
-		_, err := e.st.Change(ctx, wf, wfstore.ClearReopening(path))
-		if err != nil && !errors.Is(err, store.ErrNotFound) {
+		if _, err := found(e.st.Change(ctx, wf, wfstore.ClearReopening(path))); err != nil {
 			return err
 		}
 	}

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/ojs-aws/ojs-serverless/pkg/job"
-	"github.com/ojs-aws/ojs-serverless/pkg/store"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfdef"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfjobs"
 	"github.com/ojs-aws/ojs-serverless/pkg/wfstate"
@@ -199,10 +198,7 @@ func (e *Engine) Verify(ctx context.Context, fs []Finished) error {
 			continue
 		}
 		nk, sr := s.counter()
-		key := nk.WorkflowID + nk.Path
-		if sr != nil {
-			key += "#" + sr.Key
-		}
+		key := nk.WorkflowID + nk.Path + "#" + s.shard
 		if settled[key] {
 			continue
 		}
@@ -283,15 +279,9 @@ func (e *Engine) current(ctx context.Context, s step) (*step, error) {
 		cur := stepOfJob(j)
 		return &cur, nil
 	}
-	n, err := e.st.GetComposite(ctx, s.wf, s.path)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, nil
-	}
-	if err != nil {
+	n, err := found(e.st.GetComposite(ctx, s.wf, s.path))
+	if err != nil || n == nil || n.State != s.node.State {
 		return nil, err
-	}
-	if n.State != s.node.State {
-		return nil, nil
 	}
 	cur := stepOfNode(n)
 	return &cur, nil
@@ -313,11 +303,8 @@ func (e *Engine) rootEnded(ctx context.Context, n *wfstore.Root) error {
 	if n.State != wfstate.Failed && n.State != wfstate.Cancelled {
 		return nil
 	}
-	cur, err := e.st.GetRoot(ctx, n.WorkflowID)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
+	cur, err := found(e.st.GetRoot(ctx, n.WorkflowID))
+	if err != nil || cur == nil {
 		return err
 	}
 	switch cur.State {
@@ -453,13 +440,7 @@ func (e *Engine) repair(ctx context.Context, id string, now time.Time) error {
 	if err != nil {
 		return err
 	}
-	var missing []*job.Job
-	for _, j := range first {
-		if jobs[j.ID] == nil {
-			missing = append(missing, j)
-		}
-	}
-	if len(missing) > 0 {
+	if missing := slices.DeleteFunc(first, func(j *job.Job) bool { return jobs[j.ID] != nil }); len(missing) > 0 {
 		e.log.WarnContext(ctx, "repairing a workflow whose first jobs are missing", "workflow_id", id, "missing", len(missing))
 		if err := e.mk.Admit(ctx, missing); err != nil {
 			return err
@@ -497,11 +478,8 @@ func (e *Engine) repair(ctx context.Context, id string, now time.Time) error {
 		if n == nil || n.State.Terminal() {
 			continue
 		}
-		cur, err := e.st.GetComposite(ctx, id, n.Path)
-		if errors.Is(err, store.ErrNotFound) {
-			continue
-		}
-		if err == nil {
+		cur, err := found(e.st.GetComposite(ctx, id, n.Path))
+		if err == nil && cur != nil {
 			err = e.settleAndAdvance(ctx, cur)
 		}
 		if err != nil {
