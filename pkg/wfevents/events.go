@@ -363,12 +363,9 @@ func (b *wfEvents) stepEvent(ctx context.Context, wfID, path, stepType string, o
 	typ := events.WorkflowJobCompleted
 	if parent.kind == wfdef.KindChain {
 		typ = events.WorkflowStepCompleted
-		if !ok {
-			typ = events.WorkflowStepFailed
-		}
 		remaining := parent.total - idx - 1
 		if !ok {
-			remaining = 0
+			typ, remaining = events.WorkflowStepFailed, 0
 		}
 		d["remaining_steps"], d["steps_remaining"] = remaining, remaining
 	} else {

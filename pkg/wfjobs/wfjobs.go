@@ -202,11 +202,7 @@ func (m *Maker) ChainResults(ctx context.Context, wf string, finished *job.Job, 
 		return nil, err
 	}
 	t := wfstore.NewTree(nodes)
-	rs, err := m.Results(ctx, t, t.Kids[chain][:k+1], nil)
-	if err != nil {
-		return nil, err
-	}
-	return json.Marshal(rs)
+	return m.Results(ctx, t, t.Kids[chain][:k+1])
 }
 
 // GraphShape is a graph composite's structure: its steps' ids and each
@@ -286,30 +282,27 @@ func ResultValue(j *job.Job) json.RawMessage {
 	return j.Result
 }
 
-// Results returns the results of nodes (children of one composite, in
-// order): a job's result, or a composite's results (an array of its
-// children's, or an object keyed by step id for a graph). jobs, when
-// given, holds jobs already read.
-func (m *Maker) Results(ctx context.Context, t *wfstore.Tree, nodes []*wfstore.Item, jobs map[string]*job.Job) ([]json.RawMessage, error) {
-	if jobs == nil {
-		var ids []string
-		var walk func(n *wfstore.Item)
-		walk = func(n *wfstore.Item) {
-			if n.Kind == wfdef.KindJob {
-				ids = append(ids, wfdef.JobID(t.WorkflowID, n.Path))
-				return
-			}
-			for _, c := range t.Kids[n.Path] {
-				walk(c)
-			}
+// Results is the results of nodes (children of one composite, in order)
+// as a JSON array: a job's result, or a composite's results (an array of
+// its children's, or an object keyed by step id for a graph).
+func (m *Maker) Results(ctx context.Context, t *wfstore.Tree, nodes []*wfstore.Item) (json.RawMessage, error) {
+	var ids []string
+	var walk func(n *wfstore.Item)
+	walk = func(n *wfstore.Item) {
+		if n.Kind == wfdef.KindJob {
+			ids = append(ids, wfdef.JobID(t.WorkflowID, n.Path))
+			return
 		}
-		for _, n := range nodes {
-			walk(n)
+		for _, c := range t.Kids[n.Path] {
+			walk(c)
 		}
-		var err error
-		if jobs, err = m.jobs.BatchGetJobs(ctx, ids); err != nil {
-			return nil, err
-		}
+	}
+	for _, n := range nodes {
+		walk(n)
+	}
+	jobs, err := m.jobs.BatchGetJobs(ctx, ids)
+	if err != nil {
+		return nil, err
 	}
 	var value func(n *wfstore.Item) json.RawMessage
 	value = func(n *wfstore.Item) json.RawMessage {
@@ -324,12 +317,9 @@ func (m *Maker) Results(ctx context.Context, t *wfstore.Tree, nodes []*wfstore.I
 			b, _ := json.Marshal(m)
 			return b
 		}
-		var list []json.RawMessage
+		list := []json.RawMessage{}
 		for _, c := range t.Kids[n.Path] {
 			list = append(list, value(c))
-		}
-		if list == nil {
-			list = []json.RawMessage{}
 		}
 		b, _ := json.Marshal(list)
 		return b
@@ -338,7 +328,7 @@ func (m *Maker) Results(ctx context.Context, t *wfstore.Tree, nodes []*wfstore.I
 	for i, n := range nodes {
 		out[i] = value(n)
 	}
-	return out, nil
+	return json.Marshal(out)
 }
 
 // CompensationJob builds compensation step k, undoing the step of node

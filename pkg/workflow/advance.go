@@ -2,7 +2,6 @@ package workflow
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -116,16 +115,15 @@ func (e *Engine) finish(ctx context.Context, wf string, c wfstore.Change) (*step
 	}
 	n, err := e.st.Change(ctx, wf, c)
 	var nc *wfstore.ErrNodeConflict
-	if errors.As(err, &nc) {
-		n, err = nc.Composite(), nil
-		if n == nil || n.State == wfstate.Cancelled || !n.State.Terminal() {
+	switch {
+	case errors.As(err, &nc):
+		if n = nc.Composite(); n == nil || n.State == wfstate.Cancelled || !n.State.Terminal() {
 			return nil, nil
 		}
-	} else if err == nil {
-		e.log.InfoContext(ctx, "workflow node finished", "workflow_id", wf, "node", c.Path, "state", string(n.State))
-	}
-	if err != nil {
+	case err != nil:
 		return nil, err
+	default:
+		e.log.InfoContext(ctx, "workflow node finished", "workflow_id", wf, "node", c.Path, "state", string(n.State))
 	}
 	next := stepOfNode(n)
 	return &next, nil
@@ -136,19 +134,17 @@ func (e *Engine) finish(ctx context.Context, wf string, c wfstore.Change) (*step
 // (each once, whoever gets here).
 func (e *Engine) finishRoot(ctx context.Context, wf string, c wfstore.Change) error {
 	root, err := e.st.ChangeRoot(ctx, wf, c)
+	moved := err == nil
 	var nc *wfstore.ErrNodeConflict
-	moved := false
-	if errors.As(err, &nc) {
-		root, err = nc.Root(), nil
-		if root == nil || root.State == wfstate.Cancelled || !root.State.Terminal() {
+	switch {
+	case errors.As(err, &nc):
+		if root = nc.Root(); root == nil || root.State == wfstate.Cancelled || !root.State.Terminal() {
 			return nil
 		}
-	} else if err == nil {
-		moved = true
-		e.log.InfoContext(ctx, "workflow node finished", "workflow_id", wf, "node", c.Path, "state", string(root.State))
-	}
-	if err != nil {
+	case err != nil:
 		return err
+	default:
+		e.log.InfoContext(ctx, "workflow node finished", "workflow_id", wf, "node", c.Path, "state", string(root.State))
 	}
 	if root.State == wfstate.Failed && (moved || root.Compensation == "" || root.Compensation == wfstore.CompensationWaiting) {
 		return e.afterFailure(ctx, root)
@@ -403,11 +399,7 @@ func (e *Engine) fire(ctx context.Context, n *wfstore.Composite, fired []string)
 		return err
 	}
 	t := wfstore.NewTree(nodes)
-	rs, err := e.mk.Results(ctx, t, t.Kids[n.Path], nil)
-	if err != nil {
-		return err
-	}
-	pr, err := json.Marshal(rs)
+	pr, err := e.mk.Results(ctx, t, t.Kids[n.Path])
 	if err != nil {
 		return err
 	}

@@ -313,18 +313,14 @@ func (e *Engine) build(ctx context.Context, parsed *wfdef.Parsed, id string, now
 		nodes = append(nodes, root)
 	})
 	root.Compensable = compensable
+	t := wfstore.NewTree(nodes)
 	// Graph steps know the steps that depend on them.
-	byPath := map[string]*wfstore.Item{}
-	for _, n := range nodes {
-		byPath[n.Base().Path] = n.Base()
-	}
 	for _, n := range nodes {
 		for _, d := range n.Base().Deps {
-			dep := byPath[wfdef.ChildPath(wfdef.ParentPath(n.Base().Path), wfdef.Segment(wfdef.KindGraph, d))]
+			dep := t.Item(wfdef.ChildPath(wfdef.ParentPath(n.Base().Path), wfdef.Segment(wfdef.KindGraph, d)))
 			dep.Next = append(dep.Next, n.Base().Index)
 		}
 	}
-	t := wfstore.NewTree(nodes)
 	jobs, timed, err := e.mk.Launch(ctx, t, wfstore.RootPath, wfjobs.EmptyResults(parsed.Root.Kind))
 	if err != nil {
 		return nil, err
