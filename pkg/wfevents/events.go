@@ -11,7 +11,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -233,9 +233,7 @@ func (b *wfEvents) compositeChange(ctx context.Context, n, old *wfstore.Composit
 		if err != nil {
 			return err
 		}
-		fired := append([]string(nil), n.Fired...)
-		sort.Strings(fired)
-		for i, cb := range fired {
+		for i, cb := range slices.Sorted(slices.Values(n.Fired)) {
 			if wfstore.HasString(oldFired, cb) {
 				continue
 			}

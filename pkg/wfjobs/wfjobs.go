@@ -61,20 +61,14 @@ func EmptyResults(kind string) json.RawMessage {
 	return json.RawMessage("[]")
 }
 
-// Admit admits jobs through the configured admitter, or sets their
-// push flag from the push-mode queue list.
+// Admit admits jobs (built by NewJob, which set their push flag from the
+// push-mode queue list) through the configured admitter, if any.
 func (m *Maker) Admit(ctx context.Context, jobs []*job.Job) error {
-	if len(jobs) == 0 {
+	if len(jobs) == 0 || m.admit == nil {
 		return nil
 	}
-	if m.admit != nil {
-		if err := m.admit.Admit(ctx, jobs); err != nil {
-			return ojserr.As(err)
-		}
-		return nil
-	}
-	for _, j := range jobs {
-		j.Push = m.push[j.Queue]
+	if err := m.admit.Admit(ctx, jobs); err != nil {
+		return ojserr.As(err)
 	}
 	return nil
 }

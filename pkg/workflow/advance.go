@@ -376,13 +376,7 @@ func firstFailed(n *wfstore.Composite) string {
 func firedFor(callbacks []string, fail int) []string {
 	var out []string
 	for _, name := range wfdef.Callbacks {
-		if !wfstore.HasString(callbacks, name) {
-			continue
-		}
-		switch {
-		case name == "on_complete",
-			name == "on_success" && fail == 0,
-			name == "on_failure" && fail > 0:
+		if wfstore.HasString(callbacks, name) && (name == "on_complete" || name == "on_success" && fail == 0 || name == "on_failure" && fail > 0) {
 			out = append(out, name)
 		}
 	}

@@ -496,16 +496,12 @@ func (e *Engine) startCompensation(ctx context.Context, root *wfstore.Root) (boo
 	if err != nil {
 		return false, err
 	}
-	type done struct {
-		n  *wfstore.Step
-		at time.Time
-	}
-	var list []done
+	var done []*wfstore.Step // completed: to undo
 	running := 0
 	for id, j := range jobs {
 		switch {
 		case j.State == job.Completed && j.CompletedAt != nil:
-			list = append(list, done{byID[id], *j.CompletedAt})
+			done = append(done, byID[id])
 		case !j.State.Terminal():
 			running++
 		}
@@ -525,7 +521,7 @@ func (e *Engine) startCompensation(ctx context.Context, root *wfstore.Root) (boo
 		root.Compensation = wfstore.CompensationWaiting
 		return true, nil
 	}
-	if len(list) == 0 {
+	if len(done) == 0 {
 		// Nothing to undo: record that, so the handler can run.
 		_, err := e.st.Change(ctx, wf, wfstore.CompensationSkipped())
 		var nc *wfstore.ErrNodeConflict
@@ -541,14 +537,15 @@ func (e *Engine) startCompensation(ctx context.Context, root *wfstore.Root) (boo
 		root.Compensation = wfstore.CompensationNone
 		return false, nil
 	}
-	slices.SortFunc(list, func(a, b done) int {
-		return cmp.Or(b.at.Compare(a.at), strings.Compare(b.n.Path, a.n.Path))
+	jobOf := func(n *wfstore.Step) *job.Job { return jobs[wfdef.JobID(wf, n.Path)] }
+	slices.SortFunc(done, func(a, b *wfstore.Step) int {
+		return cmp.Or(jobOf(b).CompletedAt.Compare(*jobOf(a).CompletedAt), strings.Compare(b.Path, a.Path))
 	})
-	plan := make([]string, len(list))
-	for i, d := range list {
-		plan[i] = d.n.Path
+	plan := make([]string, len(done))
+	for i, n := range done {
+		plan[i] = n.Path
 	}
-	first, err := e.mk.CompensationJob(ctx, wf, 0, list[0].n, jobs[wfdef.JobID(wf, list[0].n.Path)])
+	first, err := e.mk.CompensationJob(ctx, wf, 0, done[0], jobOf(done[0]))
 	if err != nil {
 		return false, err
 	}

@@ -370,18 +370,16 @@ func (e *Engine) Cancel(ctx context.Context, wfID string) (*wfview.View, error) 
 	// jobs are all cancelled: if this request dies before it gets to them,
 	// or the stream's retries run out, the sweeper cancels them.
 	root, err := e.st.ChangeRoot(ctx, wfID, wfstore.CancelWorkflow(now, now.Add(cancelCheckAfter)))
-	if errors.Is(err, store.ErrNotFound) {
+	var nc *wfstore.ErrNodeConflict
+	creating := errors.As(err, &nc) && nc.Root() != nil && nc.Root().Creating
+	if errors.Is(err, store.ErrNotFound) || creating && len(nc.Root().CDef) == 0 {
 		return nil, ojserr.NotFoundf("workflow", wfID)
 	}
-	var nc *wfstore.ErrNodeConflict
-	if errors.As(err, &nc) && nc.Root() != nil && nc.Root().Creating {
-		if len(nc.Root().CDef) == 0 {
-			return nil, ojserr.NotFoundf("workflow", wfID)
-		}
+	if creating {
 		return nil, ojserr.StateConflict(ojserr.Conflict, "Workflow %s is still being created; cancel it once GET no longer shows x_creating.", wfID).
 			With("workflow_id", wfID).With("current_state", "pending")
 	}
-	if errors.As(err, &nc) {
+	if nc != nil {
 		return nil, ojserr.StateConflict(ojserr.Conflict, "Workflow %s is already in terminal state '%s'.", wfID, nc.State()).
 			With("workflow_id", wfID).With("current_state", string(nc.State()))
 	}
