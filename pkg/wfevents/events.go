@@ -299,10 +299,8 @@ func (b *wfEvents) rootChange(ctx context.Context, n, old *wfstore.Root, at time
 
 func (b *wfEvents) jobChange(ctx context.Context, c JobChange) error {
 	j := c.New
-	if j == nil || j.WorkflowID == "" || !j.State.Terminal() || wfdef.IsCallback(j.WorkflowNode) || strings.HasPrefix(j.WorkflowNode, "/~") {
-		return nil
-	}
-	if c.Old != nil && c.Old.State.Terminal() {
+	if j == nil || j.WorkflowID == "" || !j.State.Terminal() || c.Old != nil && c.Old.State.Terminal() ||
+		wfdef.IsCallback(j.WorkflowNode) || strings.HasPrefix(j.WorkflowNode, "/~") {
 		return nil
 	}
 	if j.State == job.Cancelled {
@@ -447,10 +445,7 @@ func (b *wfEvents) failedStep(ctx context.Context, root *wfstore.Root, d map[str
 		return nil
 	}
 	id := wfdef.JobID(root.WorkflowID, n.Path)
-	d["failed_step_id"], d["failed_step_type"], d["failed_job_id"] = n.StepKey(), n.JobType, id
-	if n.StepID == "" {
-		d["failed_step_id"] = id
-	}
+	d["failed_step_id"], d["failed_step_type"], d["failed_job_id"] = cmp.Or(n.StepID, id), n.JobType, id
 	jobs, err := b.d.jobs.BatchGetJobs(ctx, []string{id})
 	if err != nil {
 		return err

@@ -137,10 +137,7 @@ func (m *Maker) NewJob(n *wfstore.Step, parentResults json.RawMessage) (*job.Job
 	}
 	j := en.Job
 	j.ID, j.WorkflowID, j.WorkflowNode, j.WorkflowShard, j.WorkflowNext = wfdef.JobID(n.WorkflowID, n.Path), n.WorkflowID, n.Path, n.PShard, n.Next
-	j.WorkflowStepID, j.WorkflowLast, j.WorkflowExpiry = n.StepID, n.Last, n.TTL
-	if j.WorkflowStepID == "" {
-		j.WorkflowStepID = j.ID
-	}
+	j.WorkflowStepID, j.WorkflowLast, j.WorkflowExpiry = cmp.Or(n.StepID, j.ID), n.Last, n.TTL
 	j.Push = m.push[j.Queue]
 	j.ParentResults = capResults(n.WorkflowID, parentResults, resultsRoom(j, m.redel))
 	return j, nil

@@ -531,15 +531,8 @@ func (e *Engine) graphStepDone(ctx context.Context, s step) (*step, error) {
 			if !slices.Contains(shape.Deps[d], i) {
 				continue
 			}
-			var rest []int
-			met := true
-			for _, x := range shape.Deps[d] {
-				if x != i {
-					rest = append(rest, x)
-					met = met && slices.Contains(g.OK, x)
-				}
-			}
-			if !met {
+			rest := slices.DeleteFunc(slices.Clone(shape.Deps[d]), func(x int) bool { return x == i })
+			if !allIn(rest, g.OK) {
 				notAll = append(notAll, rest)
 				continue
 			}

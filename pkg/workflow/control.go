@@ -418,17 +418,11 @@ func (e *Engine) graphLaunching(ctx context.Context, root *wfstore.Root, items [
 		cands = append(cands, n)
 		ids = append(ids, wfdef.JobID(root.WorkflowID, n.Path))
 	}
-	if len(cands) == 0 {
-		return nil, nil
-	}
-	have, err := e.jobs.BatchGetJobs(ctx, ids)
+	have, err := e.jobs.BatchGetJobs(ctx, ids) // (no request for none)
 	if err != nil {
 		return nil, err
 	}
 	missing := slices.DeleteFunc(cands, func(n *wfstore.Step) bool { return have[wfdef.JobID(root.WorkflowID, n.Path)] != nil })
-	if len(missing) == 0 {
-		return nil, nil
-	}
 	return e.mk.GraphJobs(ctx, root.WorkflowID, nil, wfstore.RootPath, shape, missing)
 }
 

@@ -136,13 +136,6 @@ func New(st *store.Store, c Config) *Engine {
 // so no item takes a write for every child.
 const ShardSize = 100
 
-func shardsFor(n int) int {
-	if n <= ShardSize {
-		return 0
-	}
-	return (n + ShardSize - 1) / ShardSize
-}
-
 // RunGrace is how long a workflow is given to run before its retention
 // starts: its items and jobs expire at its creation plus its retention
 // plus RunGrace. One that runs longer has them all extended (keep).
@@ -266,10 +259,10 @@ func (e *Engine) build(ctx context.Context, parsed *wfdef.Parsed, id string, now
 			return
 		}
 		c := wfstore.Composite{Item: it, Total: len(d.Children), TimeoutMS: d.TimeoutMS}
-		if d.Kind == wfdef.KindGroup || d.Kind == wfdef.KindBatch {
+		if (d.Kind == wfdef.KindGroup || d.Kind == wfdef.KindBatch) && c.Total > ShardSize {
 			// Only groups and batches count in shards: a chain runs one
 			// step at a time, a graph decides on its whole progress.
-			c.Shards = shardsFor(c.Total)
+			c.Shards = (c.Total + ShardSize - 1) / ShardSize
 		}
 		for k := range c.Shards {
 			// Shard k counts the children whose index is k modulo Shards.
