@@ -747,11 +747,8 @@ func (e *Engine) Retry(ctx context.Context, wfID string) (*wfview.View, error) {
 // compensated workflow cannot be retried); one that waits for its
 // running steps has not.
 func compensated(root *wfstore.Root) bool {
-	switch root.Compensation {
-	case "", wfstore.CompensationNone, wfstore.CompensationWaiting:
-		return false
-	}
-	return true
+	c := root.Compensation
+	return c != "" && c != wfstore.CompensationNone && c != wfstore.CompensationWaiting
 }
 
 func compensatedConflict(root *wfstore.Root) error {
@@ -770,10 +767,7 @@ func (e *Engine) removeFinishedJobs(ctx context.Context, wf string, nodes []*wfs
 			ids = append(ids, wfdef.JobID(wf, n.Path))
 		}
 	}
-	if len(ids) == 0 {
-		return nil
-	}
-	jobs, err := e.jobs.BatchGetJobs(ctx, ids)
+	jobs, err := e.jobs.BatchGetJobs(ctx, ids) // (no request for none)
 	if err != nil {
 		return err
 	}
