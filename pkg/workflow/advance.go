@@ -223,8 +223,14 @@ func (e *Engine) chainStepDone(ctx context.Context, s step) (*step, error) {
 		}
 		return nil, err
 	}
-	scope, states := scopeOf(s.path)
-	err = e.st.Advance(ctx, wfstore.Advance{WorkflowID: s.wf, Jobs: jobs, RedeliverAfter: e.redel, Scope: scope, ScopeStates: states,
+	// The writes are conditional on their scope running: the root for the
+	// workflow's own steps, a handler's node for its chain's.
+	scope := wfstore.RootPath
+	if strings.HasPrefix(s.path, "/~") {
+		head, _, _ := strings.Cut(s.path[1:], "/")
+		scope = "/" + head
+	}
+	err = e.st.Advance(ctx, wfstore.Advance{WorkflowID: s.wf, Jobs: jobs, RedeliverAfter: e.redel, Scope: scope, ScopeStates: []wfstate.State{wfstate.Running},
 		Changes: append([]wfstore.Change{wfstore.CountAndGoOn(parent, k)}, e.mk.Deadlines(timed)...)})
 	if conflicted(err) || errors.Is(err, wfstore.ErrWorkflowNotRunning) {
 		// The chain finished meanwhile (its timeout), or the workflow

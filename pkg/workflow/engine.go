@@ -23,7 +23,6 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -338,18 +337,6 @@ func minTime(a, b time.Time) time.Time {
 		return b
 	}
 	return a
-}
-
-// scopeOf is the node a step's writes are conditional on, and the states
-// it must be in: the root, running, for the workflow's own steps; a
-// handler's or the compensation's node, running, for theirs.
-func scopeOf(path string) (string, []wfstate.State) {
-	scope := wfstore.RootPath
-	if strings.HasPrefix(path, "/~") {
-		head, _, _ := strings.Cut(path[1:], "/")
-		scope = "/" + head
-	}
-	return scope, []wfstate.State{wfstate.Running}
 }
 
 // Cancel cancels a running workflow: its jobs that have not started are
