@@ -17,7 +17,7 @@ func main() {
 	a, err := app.Load(context.Background())
 	app.Must(err)
 	tick, _ := time.ParseDuration(os.Getenv(topology.EnvSweepTick))
-	s := &sweeper.Sweeper{Service: a.Service, Store: a.Store, Queues: a.Queues, Sender: a.Dispatcher, PushQueues: a.PushQueues, Workflows: a.Workflows, Crons: a.Crons,
+	s := &sweeper.Sweeper{Service: a.Service, Store: a.Store, Queues: a.Queues, Sender: a.Dispatcher(), PushQueues: a.PushQueues, Workflows: a.Workflows, Crons: a.Crons,
 		DeadLetter: a.DeadLetter, Logger: a.Logger}
 	lambda.Start(s.Handler(tick))
 }

@@ -21,6 +21,6 @@ func main() {
 	// Webhook deliveries (queue ojs.webhooks): keep this in a worker
 	// function of your own.
 	app.Must((&webhook.Deliverer{Subs: a.Webhooks}).Register(mux))
-	p := &worker.Processor{Service: a.Service, Items: a.Store, Mux: mux, Sender: a.Dispatcher, Logger: a.Logger}
+	p := &worker.Processor{Service: a.Service, Items: a.Store, Mux: mux, Sender: a.Dispatcher(), Logger: a.Logger}
 	lambda.Start(sqsevent.Handler(p))
 }

@@ -10,7 +10,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"time"
 
@@ -54,9 +56,10 @@ type App struct {
 	// DeadLetter is the dead letter queue: its API operations and, from
 	// the sweeper, its retention.
 	DeadLetter *deadletter.Service
-	Dispatcher *dispatch.Dispatcher
 	// PushQueues are the push-mode queue names.
 	PushQueues []string
+	// pushURLs are their SQS queues (Dispatcher sends to them).
+	pushURLs map[string]string
 	// Workflows creates, advances and reads workflows.
 	Workflows *workflow.Engine
 	// Crons registers cron schedules and fires them (from the sweeper).
@@ -169,8 +172,7 @@ func Load(ctx context.Context) (*App, error) {
 	whs := webhook.NewStore(st.DB(), st.Table())
 	whs.Refresh = refresh
 	evs := events.NewStore(st.DB(), st.Table())
-	d := dispatch.New(sqs.NewFromConfig(cfg), urls)
-	push := d.Queues()
+	push := slices.Collect(maps.Keys(urls))
 	qs := queue.NewStore(st.DB(), st.Table())
 	qsvc := queue.NewService(st, queue.Config{PushQueues: push, Store: qs, Events: evs, Logger: log, ResultTTLs: queueTTLs})
 	// Workflow jobs are admitted like every job, and a request that
@@ -191,7 +193,7 @@ func Load(ctx context.Context) (*App, error) {
 	dead := deadletter.New(st, svc, qsvc, deadletter.Config{Retention: ret, Logger: log})
 	a := &App{
 		Admin:  admin.New(st, qs, svc, qsvc, dead, admin.Config{Logger: log, Events: evs}),
-		Logger: log, Store: st, Events: evs, Queues: qs, QueueService: qsvc, Dispatcher: d, PushQueues: push, EventTTL: ttl, AWS: cfg, Table: table,
+		Logger: log, Store: st, Events: evs, Queues: qs, QueueService: qsvc, PushQueues: push, pushURLs: urls, EventTTL: ttl, AWS: cfg, Table: table,
 		Service: svc, DeadLetter: dead, Schemas: schemas, Workflows: wfs, Webhooks: whs, AuthToken: os.Getenv(topology.EnvAuthToken), FetchWait: wait, Region: region,
 		Crons: &cron.Service{Store: cron.NewStore(st), Jobs: svc, Queues: qsvc, Logger: log},
 	}
@@ -203,11 +205,18 @@ func Load(ctx context.Context) (*App, error) {
 	return a, nil
 }
 
+// Dispatcher sends push-mode jobs to their SQS queues (the stream,
+// worker and sweeper functions; the API function sends nothing to SQS,
+// so its binary links no SQS client).
+func (a *App) Dispatcher() *dispatch.Dispatcher {
+	return dispatch.New(sqs.NewFromConfig(a.AWS), a.pushURLs)
+}
+
 // StreamEngine is the stream function's engine: SQS relay, stored events,
 // their webhook deliveries and workflow advancement; the stream function
 // sets its Publisher when a bus is configured (eventbus.FromEnv).
 func (a *App) StreamEngine() *engine.Engine {
-	return &engine.Engine{Sender: a.Dispatcher, Workflows: a.Workflows, WorkflowEvents: wfevents.New(a.Store), Logger: a.Logger, Events: a.Events,
+	return &engine.Engine{Sender: a.Dispatcher(), Workflows: a.Workflows, WorkflowEvents: wfevents.New(a.Store), Logger: a.Logger, Events: a.Events,
 		EventTTL: a.EventTTL, Source: "ojs://" + a.Table + "/engine",
 		Webhooks: &webhook.Fanout{Subs: a.Webhooks, Admit: a.QueueService, Jobs: a.Store, RedeliverAfter: a.Service.RedeliverAfter(), Logger: a.Logger},
 		Keys:     a.QueueService.Keys()}
