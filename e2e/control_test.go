@@ -59,11 +59,16 @@ func failJob(t *testing.T, j map[string]any) {
 // shows workflow.timed_out.
 func TestWorkflowTimeoutFires(t *testing.T) {
 	t.Parallel()
-	q := uniqueQueue(t)
 	for _, mode := range []string{"push", "pull"} {
 		mode := mode
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
+			// A queue of each mode's own: the push workflow's first step
+			// may finish after its deadline but before the sweeper sees
+			// it, and then its next job is written, and cancelled when the
+			// timeout fires; the pull check below is about its own
+			// workflow, whose first job nobody fetches.
+			q := uniqueQueue(t) + "-" + mode
 			first := fmt.Sprintf(`{"type":"test.sleep","args":[4000],"options":{"queue":"%s"}}`, pushQueue)
 			if mode == "pull" {
 				first = fmt.Sprintf(`{"type":"tmo.never.fetched","args":[],"options":{"queue":"%s"}}`, q)
