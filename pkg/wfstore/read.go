@@ -42,7 +42,7 @@ func (s *Store) GetStep(ctx context.Context, wfID, path string) (*Step, error) {
 }
 
 func getNode[T Node](ctx context.Context, s *Store, wfID, path string) (T, error) {
-	av, err := s.get(ctx, wfKey(wfID, nodeSK(path)), wfID+" "+path)
+	av, err := getItem(ctx, s, wfKey(wfID, nodeSK(path)), wfID+" "+path)
 	if err != nil {
 		var zero T
 		return zero, err
@@ -52,16 +52,17 @@ func getNode[T Node](ctx context.Context, s *Store, wfID, path string) (T, error
 
 // GetShard reads one counter shard (consistent read).
 func (s *Store) GetShard(ctx context.Context, wfID, path, key string) (*Shard, error) {
-	av, err := s.get(ctx, wfKey(wfID, shardSK(path, key)), wfID+" "+path+"#"+key)
+	av, err := getItem(ctx, s, wfKey(wfID, shardSK(path, key)), wfID+" "+path+"#"+key)
 	if err != nil {
 		return nil, err
 	}
 	return decodeShard(av)
 }
 
-// get reads the item at key, named name in errors (consistent read);
-// store.ErrNotFound when there is none.
-func (s *Store) get(ctx context.Context, key map[string]types.AttributeValue, name string) (map[string]types.AttributeValue, error) {
+// getItem reads the item of s at key, named name in errors (consistent
+// read); store.ErrNotFound when there is none. Like getNode, a function:
+// the typed readers share it.
+func getItem(ctx context.Context, s *Store, key map[string]types.AttributeValue, name string) (map[string]types.AttributeValue, error) {
 	res, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.table, Key: key, ConsistentRead: aws.Bool(true)})
 	if err != nil {
 		return nil, fmt.Errorf("get %s: %w", name, err)

@@ -87,11 +87,11 @@ func (e *Engine) stepDone(ctx context.Context, s step) (*step, error) {
 		if s.node == nil {
 			return nil, nil
 		}
-		return nil, e.endCompensation(ctx, s.node)
+		return nil, (saga{e}).endCompensation(ctx, s.node)
 	case strings.HasPrefix(s.path, wfdef.CompensatePath+"/"):
-		return e.compensationStepDone(ctx, s)
+		return (saga{e}).compensationStepDone(ctx, s)
 	case wfdef.ParentPath(s.path) == wfstore.RootPath && strings.HasPrefix(s.path, "/~"):
-		return nil, e.handlerDone(ctx, s)
+		return nil, (saga{e}).handlerDone(ctx, s)
 	}
 	switch wfdef.ParentKind(s.path) {
 	case wfdef.KindChain:
@@ -147,7 +147,7 @@ func (e *Engine) finishRoot(ctx context.Context, wf string, c wfstore.Change) er
 		e.log.InfoContext(ctx, "workflow node finished", "workflow_id", wf, "node", c.Path, "state", string(root.State))
 	}
 	if root.State == wfstate.Failed && (moved || root.Compensation == "" || root.Compensation == wfstore.CompensationWaiting) {
-		return e.afterFailure(ctx, root)
+		return (saga{e}).afterFailure(ctx, root)
 	}
 	return nil
 }
@@ -253,7 +253,7 @@ func (e *Engine) lateStep(ctx context.Context, wf string) error {
 	if err != nil || root == nil || root.State != wfstate.Failed || root.Compensation != wfstore.CompensationWaiting {
 		return err
 	}
-	return e.afterFailure(ctx, root)
+	return (saga{e}).afterFailure(ctx, root)
 }
 
 // found is v and err, but nil for store.ErrNotFound (v the zero value).

@@ -64,7 +64,7 @@ func (e *Engine) Resume(ctx context.Context, wfID string) error {
 		return err
 	}
 	if root.Cancelling && root.State == wfstate.Cancelled {
-		return e.finishCancel(ctx, root, nil)
+		return (stopper{e}).finishCancel(ctx, root, nil)
 	}
 	raw, err := root.Definition()
 	if err != nil {

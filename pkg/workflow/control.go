@@ -25,6 +25,15 @@ import (
 // timeouts, compensation, the on_failure and on_cancel handlers, and
 // retry from the failed step.
 
+// stopper stops the work of a cancelled workflow or of a node that timed
+// out: what has not started is cancelled, and the jobs a writer may still
+// put are held by placeholders.
+type stopper struct{ *Engine }
+
+// saga runs what follows a workflow's failure or cancel: its compensation
+// steps and its on_failure and on_cancel handlers.
+type saga struct{ *Engine }
+
 // ErrorCodeTimeout is the error code of a workflow or node that timed out.
 const ErrorCodeTimeout = "workflow_timeout"
 
@@ -87,11 +96,11 @@ func (e *Engine) timeout(ctx context.Context, wf, path string, now time.Time) (b
 		return false, ignoreConflict(err) // a conflict: it finished (or timed out) first
 	}
 	e.log.InfoContext(ctx, "workflow node timed out", "workflow_id", wf, "node", path, "timeout_ms", n.TimeoutMS)
-	if err := e.stopBelow(ctx, wf, path, now); err != nil {
+	if err := (stopper{e}).stopBelow(ctx, wf, path, now); err != nil {
 		return true, err
 	}
 	if root, ok := failed.(*wfstore.Root); ok {
-		return true, e.afterFailure(ctx, root)
+		return true, (saga{e}).afterFailure(ctx, root)
 	}
 	return true, e.advance(ctx, stepOfNode(failed.(*wfstore.Composite)))
 }
@@ -99,8 +108,8 @@ func (e *Engine) timeout(ctx context.Context, wf, path string, now time.Time) (b
 // stopBelow cancels what has not started under a node that ended early
 // (timed out): its nested composites (so nothing starts in them) and its
 // jobs that have not started; active jobs run on.
-func (e *Engine) stopBelow(ctx context.Context, wf, path string, now time.Time) error {
-	nodes, err := e.st.Subtree(ctx, wf, path)
+func (sp stopper) stopBelow(ctx context.Context, wf, path string, now time.Time) error {
+	nodes, err := sp.st.Subtree(ctx, wf, path)
 	if err != nil {
 		return err
 	}
@@ -115,7 +124,7 @@ func (e *Engine) stopBelow(ctx context.Context, wf, path string, now time.Time) 
 			continue
 		}
 		if !n.State.Terminal() {
-			if _, err := e.st.Change(ctx, wf, wfstore.CancelNode(n.Path, now)); ignoreConflict(err) != nil {
+			if _, err := sp.st.Change(ctx, wf, wfstore.CancelNode(n.Path, now)); ignoreConflict(err) != nil {
 				return err
 			}
 		}
@@ -123,15 +132,15 @@ func (e *Engine) stopBelow(ctx context.Context, wf, path string, now time.Time) 
 	if path == wfstore.RootPath {
 		// The workflow timed out while its creation may still be writing
 		// its first jobs unguarded.
-		root, err := e.st.GetRoot(ctx, wf)
+		root, err := sp.st.GetRoot(ctx, wf)
 		if err != nil {
 			return err
 		}
-		if err := e.takeUnwritten(ctx, root, nodes, now); err != nil {
+		if err := sp.takeUnwritten(ctx, root, nodes, now); err != nil {
 			return err
 		}
 	}
-	_, _, err = e.cancelJobs(ctx, ids, now, nil, nil)
+	_, _, err = sp.cancelJobs(ctx, ids, now, nil, nil)
 	return err
 }
 
@@ -141,8 +150,8 @@ func (e *Engine) stopBelow(ctx context.Context, wf, path string, now time.Time) 
 // read (nil: no limit; see store.WithBudget). A job that started or
 // finished meanwhile is left alone. With guard, the jobs are cancelled
 // only while it holds (store.ErrGuardFailed once it does not).
-func (e *Engine) cancelJobs(ctx context.Context, ids []string, now time.Time, budget func() time.Time, guard *store.Guard) (cancelled, left int, err error) {
-	jobs, err := e.jobs.BatchGetJobs(ctx, ids)
+func (sp stopper) cancelJobs(ctx context.Context, ids []string, now time.Time, budget func() time.Time, guard *store.Guard) (cancelled, left int, err error) {
+	jobs, err := sp.jobs.BatchGetJobs(ctx, ids)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -158,9 +167,9 @@ func (e *Engine) cancelJobs(ctx context.Context, ids []string, now time.Time, bu
 	}
 	var errs []error
 	if guard != nil {
-		errs, err = e.jobs.ApplyAllIf(ctx, ts, *guard)
+		errs, err = sp.jobs.ApplyAllIf(ctx, ts, *guard)
 	} else {
-		errs, err = e.jobs.ApplyAll(ctx, ts)
+		errs, err = sp.jobs.ApplyAll(ctx, ts)
 	}
 	for _, err := range errs {
 		switch {
@@ -202,9 +211,9 @@ func ignoreConflict(err error) error {
 // The stream function's batch, and every record behind it in the shard,
 // waits for the pass: a 2,100-job cancel under load outlasted the
 // function's timeout, which restarted it to do it all again.
-func (e *Engine) cancelSliceEnd(ctx context.Context) time.Time {
+func (sp stopper) cancelSliceEnd(ctx context.Context) time.Time {
 	now := time.Now()
-	end := now.Add(e.cancelSlice)
+	end := now.Add(sp.cancelSlice)
 	if dl, ok := ctx.Deadline(); ok {
 		end = minTime(end, now.Add(dl.Sub(now)/2))
 	}
@@ -218,23 +227,23 @@ func (e *Engine) cancelSliceEnd(ctx context.Context) time.Time {
 // at its slice (cancelSliceEnd) and leaves the mark and the check for the
 // next. items are the workflow's items if the caller has them (nil: read
 // them).
-func (e *Engine) finishCancel(ctx context.Context, root *wfstore.Root, items []wfstore.Node) error {
+func (sp stopper) finishCancel(ctx context.Context, root *wfstore.Root, items []wfstore.Node) error {
 	if items == nil {
 		var err error
-		if items, err = e.st.WorkflowItems(ctx, root.WorkflowID); err != nil {
+		if items, err = sp.st.WorkflowItems(ctx, root.WorkflowID); err != nil {
 			return err
 		}
 	}
-	if err := e.takeUnwritten(ctx, root, items, e.now()); err != nil {
+	if err := sp.takeUnwritten(ctx, root, items, sp.now()); err != nil {
 		return err
 	}
 	// Only while the workflow is still cancelled: a retry re-opening it
 	// meanwhile returns its jobs to their queues, which this must not
 	// cancel again.
 	guard := wfstore.RootIn(root.WorkflowID, wfstate.Cancelled)
-	cancelled, left, err := e.cancelJobs(ctx, jobIDs(root.WorkflowID, items), e.now(), func() time.Time { return e.cancelSliceEnd(ctx) }, &guard)
+	cancelled, left, err := sp.cancelJobs(ctx, jobIDs(root.WorkflowID, items), sp.now(), func() time.Time { return sp.cancelSliceEnd(ctx) }, &guard)
 	if errors.Is(err, store.ErrGuardFailed) {
-		e.log.InfoContext(ctx, "cancelled workflow retried meanwhile; its jobs are left to the retry", "workflow_id", root.WorkflowID)
+		sp.log.InfoContext(ctx, "cancelled workflow retried meanwhile; its jobs are left to the retry", "workflow_id", root.WorkflowID)
 		return nil
 	}
 	if err != nil {
@@ -245,17 +254,17 @@ func (e *Engine) finishCancel(ctx context.Context, root *wfstore.Root, items []w
 		// somewhere records it on a marked root, a change from which the
 		// stream function runs the next pass (behind the records now in
 		// its shard); the sweeper's check is the guarantee.
-		e.log.InfoContext(ctx, "cancelled workflow's jobs partly cancelled; the next pass goes on", "workflow_id", root.WorkflowID,
+		sp.log.InfoContext(ctx, "cancelled workflow's jobs partly cancelled; the next pass goes on", "workflow_id", root.WorkflowID,
 			"jobs_cancelled", cancelled, "jobs_left", left)
 		if cancelled > 0 && root.Cancelling {
-			return rootChange(ctx, e.st, root.WorkflowID, wfstore.NextCancelPass())
+			return rootChange(ctx, sp.st, root.WorkflowID, wfstore.NextCancelPass())
 		}
 		return nil
 	}
 	if cancelled > 0 {
-		e.log.InfoContext(ctx, "workflow's remaining jobs cancelled", "workflow_id", root.WorkflowID, "jobs_cancelled", cancelled)
+		sp.log.InfoContext(ctx, "workflow's remaining jobs cancelled", "workflow_id", root.WorkflowID, "jobs_cancelled", cancelled)
 	}
-	return rootChange(ctx, e.st, root.WorkflowID, wfstore.CancelDone())
+	return rootChange(ctx, sp.st, root.WorkflowID, wfstore.CancelDone())
 }
 
 // takeUnwritten is the first step of a cancel (or of a root timeout's
@@ -271,16 +280,16 @@ func (e *Engine) finishCancel(ctx context.Context, root *wfstore.Root, items []w
 // cancels them as any other. A chain is read again after its
 // placeholder's put, until one holds: its step may have completed and put
 // the job first.
-func (e *Engine) takeUnwritten(ctx context.Context, root *wfstore.Root, items []wfstore.Node, now time.Time) error {
+func (sp stopper) takeUnwritten(ctx context.Context, root *wfstore.Root, items []wfstore.Node, now time.Time) error {
 	for pass := 0; ; pass++ {
 		var unwritten []*job.Job
 		if root.Unguarded && pass == 0 {
 			var err error
-			if unwritten, _, err = e.mk.Launch(ctx, wfstore.NewTree(items), wfstore.RootPath, wfjobs.EmptyResults(root.Kind)); err != nil {
+			if unwritten, _, err = sp.mk.Launch(ctx, wfstore.NewTree(items), wfstore.RootPath, wfjobs.EmptyResults(root.Kind)); err != nil {
 				return err
 			}
 		}
-		j, err := e.launching(ctx, root, items)
+		j, err := sp.launching(ctx, root, items)
 		if err != nil {
 			return err
 		}
@@ -291,7 +300,7 @@ func (e *Engine) takeUnwritten(ctx context.Context, root *wfstore.Root, items []
 		for i, j := range unwritten {
 			ids[i] = j.ID
 		}
-		have, err := e.jobs.BatchGetJobs(ctx, ids)
+		have, err := sp.jobs.BatchGetJobs(ctx, ids)
 		if err != nil {
 			return err
 		}
@@ -306,16 +315,16 @@ func (e *Engine) takeUnwritten(ctx context.Context, root *wfstore.Root, items []
 		for i, j := range missing {
 			tomb[i] = wfstore.Placeholder(j, now)
 		}
-		err = e.st.Advance(ctx, wfstore.Advance{WorkflowID: root.WorkflowID, Jobs: tomb,
+		err = sp.st.Advance(ctx, wfstore.Advance{WorkflowID: root.WorkflowID, Jobs: tomb,
 			Scope: wfstore.RootPath, ScopeStates: []wfstate.State{wfstate.Cancelled, wfstate.Failed}})
 		if errors.Is(err, wfstore.ErrWorkflowNotRunning) {
-			e.log.InfoContext(ctx, "workflow re-opened while its cancel took its unwritten jobs; their writers write them", "workflow_id", root.WorkflowID)
+			sp.log.InfoContext(ctx, "workflow re-opened while its cancel took its unwritten jobs; their writers write them", "workflow_id", root.WorkflowID)
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		e.log.InfoContext(ctx, "cancelled jobs the workflow's writers had not written yet", "workflow_id", root.WorkflowID, "jobs", len(missing))
+		sp.log.InfoContext(ctx, "cancelled jobs the workflow's writers had not written yet", "workflow_id", root.WorkflowID, "jobs", len(missing))
 		if root.Kind != wfdef.KindChain || pass > len(items) {
 			return nil
 		}
@@ -326,14 +335,14 @@ func (e *Engine) takeUnwritten(ctx context.Context, root *wfstore.Root, items []
 // still put (chainHold); for a workflow that is a graph, the jobs of every
 // step whose dependencies all completed and that has not finished
 // (graphLaunching).
-func (e *Engine) launching(ctx context.Context, root *wfstore.Root, items []wfstore.Node) ([]*job.Job, error) {
+func (sp stopper) launching(ctx context.Context, root *wfstore.Root, items []wfstore.Node) ([]*job.Job, error) {
 	switch root.Kind {
 	case wfdef.KindGraph:
 		if root.Launching != "" {
-			return e.graphLaunching(ctx, root, items)
+			return sp.graphLaunching(ctx, root, items)
 		}
 	case wfdef.KindChain:
-		return e.chainHold(ctx, root, items)
+		return sp.chainHold(ctx, root, items)
 	}
 	return nil, nil
 }
@@ -347,14 +356,14 @@ func (e *Engine) launching(ctx context.Context, root *wfstore.Root, items []wfst
 // composite (its advance is a transaction that checks the root). Its
 // jobs are read here; the steps' items may be older: a next job that
 // exists shows that the step before it completed (or holds already).
-func (e *Engine) chainHold(ctx context.Context, root *wfstore.Root, items []wfstore.Node) ([]*job.Job, error) {
+func (sp stopper) chainHold(ctx context.Context, root *wfstore.Root, items []wfstore.Node) ([]*job.Job, error) {
 	t := wfstore.NewTree(items)
 	kids := t.Kids[wfstore.RootPath]
 	var ids []string
 	for _, it := range kids {
 		ids = append(ids, wfdef.JobID(root.WorkflowID, it.Path))
 	}
-	have, err := e.jobs.BatchGetJobs(ctx, ids)
+	have, err := sp.jobs.BatchGetJobs(ctx, ids)
 	if err != nil {
 		return nil, err
 	}
@@ -363,11 +372,11 @@ func (e *Engine) chainHold(ctx context.Context, root *wfstore.Root, items []wfst
 		if i >= len(kids) || kids[i].Kind != wfdef.KindJob || i == 0 {
 			return nil, nil
 		}
-		pr, err := e.mk.ChainResults(ctx, root.WorkflowID, nil, wfstore.RootPath, i-1)
+		pr, err := sp.mk.ChainResults(ctx, root.WorkflowID, nil, wfstore.RootPath, i-1)
 		if err != nil {
 			return nil, err
 		}
-		js, _, err := e.mk.Launch(ctx, t, kids[i].Path, pr)
+		js, _, err := sp.mk.Launch(ctx, t, kids[i].Path, pr)
 		return js, err
 	}
 	for i, it := range kids {
@@ -404,7 +413,7 @@ func (e *Engine) chainHold(ctx context.Context, root *wfstore.Root, items []wfst
 // completed and whose job is missing, built as its advance builds it
 // (with their results). Two batched reads, however wide the graph: the
 // candidates' jobs, then the missing ones' dependencies.
-func (e *Engine) graphLaunching(ctx context.Context, root *wfstore.Root, items []wfstore.Node) ([]*job.Job, error) {
+func (sp stopper) graphLaunching(ctx context.Context, root *wfstore.Root, items []wfstore.Node) ([]*job.Job, error) {
 	t := wfstore.NewTree(items)
 	shape := wfjobs.GraphOf(&root.Composite)
 	var cands []*wfstore.Step
@@ -418,12 +427,12 @@ func (e *Engine) graphLaunching(ctx context.Context, root *wfstore.Root, items [
 		cands = append(cands, n)
 		ids = append(ids, wfdef.JobID(root.WorkflowID, n.Path))
 	}
-	have, err := e.jobs.BatchGetJobs(ctx, ids) // (no request for none)
+	have, err := sp.jobs.BatchGetJobs(ctx, ids) // (no request for none)
 	if err != nil {
 		return nil, err
 	}
 	missing := slices.DeleteFunc(cands, func(n *wfstore.Step) bool { return have[wfdef.JobID(root.WorkflowID, n.Path)] != nil })
-	return e.mk.GraphJobs(ctx, root.WorkflowID, nil, wfstore.RootPath, shape, missing)
+	return sp.mk.GraphJobs(ctx, root.WorkflowID, nil, wfstore.RootPath, shape, missing)
 }
 
 // allIn reports whether every one of xs is in set.
@@ -446,9 +455,9 @@ func jobIDs(wfID string, items []wfstore.Node) []string {
 // completed steps (newest first), then its on_failure handler. Each is
 // started by a conditional write, so any number of callers start it
 // once.
-func (e *Engine) afterFailure(ctx context.Context, root *wfstore.Root) error {
+func (sg saga) afterFailure(ctx context.Context, root *wfstore.Root) error {
 	if root.Compensable > 0 && (root.Compensation == "" || root.Compensation == wfstore.CompensationWaiting) {
-		started, err := e.startCompensation(ctx, root)
+		started, err := sg.startCompensation(ctx, root)
 		if err != nil || started {
 			return err
 		}
@@ -456,7 +465,7 @@ func (e *Engine) afterFailure(ctx context.Context, root *wfstore.Root) error {
 	if root.Compensation == wfstore.CompensationRunning || root.Compensation == wfstore.CompensationWaiting {
 		return nil // the handler runs when the compensation ends
 	}
-	return e.launchHandler(ctx, root, wfdef.HandlerOnFailure)
+	return sg.launchHandler(ctx, root, wfdef.HandlerOnFailure)
 }
 
 // compensationRecheck is how often the sweeper looks again at a failed
@@ -471,9 +480,9 @@ const compensationRecheck = 15 * time.Second
 // and must be undone with the others, so the plan is made once they all
 // finished (by the sweeper's check, or by the late step's own record). It
 // reports whether there was any (or may be).
-func (e *Engine) startCompensation(ctx context.Context, root *wfstore.Root) (bool, error) {
+func (sg saga) startCompensation(ctx context.Context, root *wfstore.Root) (bool, error) {
 	wf := root.WorkflowID
-	nodes, err := e.st.WorkflowItems(ctx, wf)
+	nodes, err := sg.st.WorkflowItems(ctx, wf)
 	if err != nil {
 		return false, err
 	}
@@ -486,7 +495,7 @@ func (e *Engine) startCompensation(ctx context.Context, root *wfstore.Root) (boo
 			byID[id] = n
 		}
 	}
-	jobs, err := e.jobs.BatchGetJobs(ctx, ids)
+	jobs, err := sg.jobs.BatchGetJobs(ctx, ids)
 	if err != nil {
 		return false, err
 	}
@@ -500,9 +509,9 @@ func (e *Engine) startCompensation(ctx context.Context, root *wfstore.Root) (boo
 			running++
 		}
 	}
-	now := e.now()
+	now := sg.now()
 	if running > 0 {
-		_, err := e.st.Change(ctx, wf, wfstore.CompensationWaits(now.Add(compensationRecheck)))
+		_, err := sg.st.Change(ctx, wf, wfstore.CompensationWaits(now.Add(compensationRecheck)))
 		if conflicted(err) {
 			return true, nil // started by someone else (or the workflow was retried)
 		}
@@ -510,14 +519,14 @@ func (e *Engine) startCompensation(ctx context.Context, root *wfstore.Root) (boo
 			return false, err
 		}
 		if root.Compensation != wfstore.CompensationWaiting {
-			e.log.InfoContext(ctx, "workflow compensation waits for steps still running", "workflow_id", wf, "running", running)
+			sg.log.InfoContext(ctx, "workflow compensation waits for steps still running", "workflow_id", wf, "running", running)
 		}
 		root.Compensation = wfstore.CompensationWaiting
 		return true, nil
 	}
 	if len(done) == 0 {
 		// Nothing to undo: record that, so the handler can run.
-		_, err := e.st.Change(ctx, wf, wfstore.CompensationSkipped())
+		_, err := sg.st.Change(ctx, wf, wfstore.CompensationSkipped())
 		var nc *wfstore.ErrNodeConflict
 		if errors.As(err, &nc) && nc.Root() != nil && (nc.State() != wfstate.Failed || nc.Root().Compensation != wfstore.CompensationNone) {
 			// Retried, or its compensation started elsewhere (whose end
@@ -539,13 +548,13 @@ func (e *Engine) startCompensation(ctx context.Context, root *wfstore.Root) (boo
 	for i, n := range done {
 		plan[i] = n.Path
 	}
-	first, err := e.mk.CompensationJob(ctx, wf, 0, done[0], jobOf(done[0]))
+	first, err := sg.mk.CompensationJob(ctx, wf, 0, done[0], jobOf(done[0]))
 	if err != nil {
 		return false, err
 	}
 	comp := &wfstore.Composite{Item: wfstore.Item{WorkflowID: wf, Path: wfdef.CompensatePath, Kind: wfdef.KindChain, Name: "compensation", Index: -1,
 		State: wfstate.Running, Times: wfstore.Times{StartedAt: job.Timestamp(now)}, TTL: first.WorkflowExpiry}, Total: len(plan), Plan: plan}
-	err = e.st.Advance(ctx, wfstore.Advance{WorkflowID: wf, Jobs: []*job.Job{first}, RedeliverAfter: e.redel, NewNodes: []wfstore.Node{comp},
+	err = sg.st.Advance(ctx, wfstore.Advance{WorkflowID: wf, Jobs: []*job.Job{first}, RedeliverAfter: sg.redel, NewNodes: []wfstore.Node{comp},
 		Scope: wfstore.RootPath, ScopeStates: []wfstate.State{wfstate.Failed},
 		Changes: []wfstore.Change{wfstore.CompensationStarts()}})
 	if conflicted(err) || errors.Is(err, wfstore.ErrWorkflowNotRunning) {
@@ -555,7 +564,7 @@ func (e *Engine) startCompensation(ctx context.Context, root *wfstore.Root) (boo
 		return false, err
 	}
 	root.Compensation = wfstore.CompensationRunning
-	e.log.InfoContext(ctx, "workflow compensation started", "workflow_id", wf, "steps", len(plan))
+	sg.log.InfoContext(ctx, "workflow compensation started", "workflow_id", wf, "steps", len(plan))
 	return true, nil
 }
 
@@ -563,50 +572,50 @@ func (e *Engine) startCompensation(ctx context.Context, root *wfstore.Root) (boo
 // after step k finished (whatever its outcome: one failed compensation
 // does not stop the others); after the last, it records the outcome on
 // the workflow and runs its on_failure handler.
-func (e *Engine) compensationStepDone(ctx context.Context, s step) (*step, error) {
+func (sg saga) compensationStepDone(ctx context.Context, s step) (*step, error) {
 	k := s.index()
-	comp, err := e.st.GetComposite(ctx, s.wf, wfdef.CompensatePath)
+	comp, err := sg.st.GetComposite(ctx, s.wf, wfdef.CompensatePath)
 	if err != nil {
 		return nil, err
 	}
 	if comp.Done(k) || comp.State.Terminal() {
-		return nil, e.endCompensation(ctx, comp)
+		return nil, sg.endCompensation(ctx, comp)
 	}
 	if k+1 >= len(comp.Plan) {
 		ok := s.ok && len(comp.Fail) == 0
-		f := wfstore.Finish(wfdef.CompensatePath, ok, e.now()).Counting(k, s.ok)
+		f := wfstore.Finish(wfdef.CompensatePath, ok, sg.now()).Counting(k, s.ok)
 		if !ok {
 			f = f.Blaming(cmp.Or(firstFailed(comp), s.path))
 		}
-		if _, err := e.finish(ctx, s.wf, f); err != nil {
+		if _, err := sg.finish(ctx, s.wf, f); err != nil {
 			return nil, err
 		}
-		comp, err = e.st.GetComposite(ctx, s.wf, wfdef.CompensatePath)
+		comp, err = sg.st.GetComposite(ctx, s.wf, wfdef.CompensatePath)
 		if err != nil {
 			return nil, err
 		}
-		return nil, e.endCompensation(ctx, comp)
+		return nil, sg.endCompensation(ctx, comp)
 	}
-	next, err := e.st.GetStep(ctx, s.wf, comp.Plan[k+1])
+	next, err := sg.st.GetStep(ctx, s.wf, comp.Plan[k+1])
 	if err != nil {
 		return nil, err
 	}
-	undone, err := e.jobs.BatchGetJobs(ctx, []string{wfdef.JobID(s.wf, next.Path)})
+	undone, err := sg.jobs.BatchGetJobs(ctx, []string{wfdef.JobID(s.wf, next.Path)})
 	if err != nil {
 		return nil, err
 	}
-	j, err := e.mk.CompensationJob(ctx, s.wf, k+1, next, undone[wfdef.JobID(s.wf, next.Path)])
+	j, err := sg.mk.CompensationJob(ctx, s.wf, k+1, next, undone[wfdef.JobID(s.wf, next.Path)])
 	if err != nil {
 		return nil, err
 	}
-	err = e.st.Advance(ctx, wfstore.Advance{WorkflowID: s.wf, Jobs: []*job.Job{j}, RedeliverAfter: e.redel,
+	err = sg.st.Advance(ctx, wfstore.Advance{WorkflowID: s.wf, Jobs: []*job.Job{j}, RedeliverAfter: sg.redel,
 		Scope: wfdef.CompensatePath, ScopeStates: []wfstate.State{wfstate.Running}, Changes: []wfstore.Change{wfstore.CountChild(wfdef.CompensatePath, k, s.ok)}})
 	return nil, stopIfNotRunning(err)
 }
 
 // endCompensation records a finished compensation on the workflow, once,
 // and runs the on_failure handler.
-func (e *Engine) endCompensation(ctx context.Context, comp *wfstore.Composite) error {
+func (sg saga) endCompensation(ctx context.Context, comp *wfstore.Composite) error {
 	if !comp.State.Terminal() {
 		return nil
 	}
@@ -614,24 +623,24 @@ func (e *Engine) endCompensation(ctx context.Context, comp *wfstore.Composite) e
 	if comp.State != wfstate.Completed {
 		outcome = wfstore.CompensationFailed
 	}
-	root, err := e.st.ChangeRoot(ctx, comp.WorkflowID, wfstore.CompensationEnds(outcome, comp.FailedStep))
+	root, err := sg.st.ChangeRoot(ctx, comp.WorkflowID, wfstore.CompensationEnds(outcome, comp.FailedStep))
 	if err != nil {
 		return ignoreConflict(err) // a conflict: retried or cancelled meanwhile
 	}
-	return e.launchHandler(ctx, root, wfdef.HandlerOnFailure)
+	return sg.launchHandler(ctx, root, wfdef.HandlerOnFailure)
 }
 
 // launchHandler starts a handler of a failed or cancelled workflow, once
 // (its node moves from waiting to running in the transaction that writes
 // its first job). The handler receives the workflow's state, the error
 // that failed it and the results of its completed steps, keyed by step.
-func (e *Engine) launchHandler(ctx context.Context, root *wfstore.Root, name string) error {
+func (sg saga) launchHandler(ctx context.Context, root *wfstore.Root, name string) error {
 	if !wfstore.HasString(root.Handlers, name) {
 		return nil
 	}
 	wf := root.WorkflowID
 	path := wfdef.HandlerPath(name)
-	nodes, err := e.st.WorkflowItems(ctx, wf)
+	nodes, err := sg.st.WorkflowItems(ctx, wf)
 	if err != nil {
 		return err
 	}
@@ -640,39 +649,39 @@ func (e *Engine) launchHandler(ctx context.Context, root *wfstore.Root, name str
 	if h == nil || h.State != wfstate.Waiting {
 		return nil
 	}
-	pr, err := e.mk.HandlerInput(ctx, t, root)
+	pr, err := sg.mk.HandlerInput(ctx, t, root)
 	if err != nil {
 		return err
 	}
-	jobs, _, err := e.mk.Launch(ctx, t, path, pr)
+	jobs, _, err := sg.mk.Launch(ctx, t, path, pr)
 	if err != nil {
 		return err
 	}
-	if err := e.mk.Admit(ctx, jobs); err != nil {
+	if err := sg.mk.Admit(ctx, jobs); err != nil {
 		return err
 	}
-	err = e.st.Advance(ctx, wfstore.Advance{WorkflowID: wf, Jobs: jobs, RedeliverAfter: e.redel, Scope: path, ScopeStates: []wfstate.State{wfstate.Waiting},
-		Changes: []wfstore.Change{wfstore.StartNode(path, e.now())}})
+	err = sg.st.Advance(ctx, wfstore.Advance{WorkflowID: wf, Jobs: jobs, RedeliverAfter: sg.redel, Scope: path, ScopeStates: []wfstate.State{wfstate.Waiting},
+		Changes: []wfstore.Change{wfstore.StartNode(path, sg.now())}})
 	if conflicted(err) || errors.Is(err, wfstore.ErrWorkflowNotRunning) {
 		return nil // started already
 	}
 	if err == nil {
-		e.log.InfoContext(ctx, "workflow handler started", "workflow_id", wf, "handler", name)
+		sg.log.InfoContext(ctx, "workflow handler started", "workflow_id", wf, "handler", name)
 	}
 	return err
 }
 
 // handlerDone records a finished handler (its job, or its chain) on the
 // workflow.
-func (e *Engine) handlerDone(ctx context.Context, s step) error {
+func (sg saga) handlerDone(ctx context.Context, s step) error {
 	name := strings.TrimPrefix(s.path, "/~")
 	if s.job != nil {
 		// A handler that is one job: its node records the outcome.
-		if _, err := e.st.Change(ctx, s.wf, wfstore.FinishHandler(s.path, s.ok, e.now())); ignoreConflict(err) != nil {
+		if _, err := sg.st.Change(ctx, s.wf, wfstore.FinishHandler(s.path, s.ok, sg.now())); ignoreConflict(err) != nil {
 			return err
 		}
 	}
-	_, err := e.st.Change(ctx, s.wf, wfstore.CountHandler(name, s.ok))
+	_, err := sg.st.Change(ctx, s.wf, wfstore.CountHandler(name, s.ok))
 	return ignoreConflict(err)
 }
 

@@ -377,11 +377,11 @@ func (e *Engine) Cancel(ctx context.Context, wfID string) (*wfview.View, error) 
 		// took so far) and waits for the transactions under way.
 		budget = func() time.Time { return dl.Add(-cancelReserve - 2*time.Since(began)) }
 	}
-	if err := e.takeUnwritten(ctx, root, items, now); err != nil {
+	if err := (stopper{e}).takeUnwritten(ctx, root, items, now); err != nil {
 		return nil, ojserr.Backend(err)
 	}
 	guard := wfstore.RootIn(wfID, wfstate.Cancelled)
-	cancelled, left, err := e.cancelJobs(ctx, jobIDs(wfID, items), now, budget, &guard)
+	cancelled, left, err := (stopper{e}).cancelJobs(ctx, jobIDs(wfID, items), now, budget, &guard)
 	if errors.Is(err, store.ErrGuardFailed) {
 		// Retried meanwhile: its jobs are the retry's now.
 		return e.Get(ctx, wfID)
@@ -398,7 +398,7 @@ func (e *Engine) Cancel(ctx context.Context, wfID string) (*wfview.View, error) 
 	} else {
 		e.log.InfoContext(ctx, "workflow cancelled", "workflow_id", wfID, "jobs_cancelled", cancelled)
 	}
-	if err := e.launchHandler(ctx, root, wfdef.HandlerOnCancel); err != nil {
+	if err := (saga{e}).launchHandler(ctx, root, wfdef.HandlerOnCancel); err != nil {
 		// The stream function starts it from the root's change.
 		e.log.WarnContext(ctx, "on_cancel handler not started; the stream function will", "workflow_id", wfID, "error", err.Error())
 	}

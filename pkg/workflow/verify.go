@@ -309,9 +309,9 @@ func (e *Engine) rootEnded(ctx context.Context, n *wfstore.Root) error {
 	}
 	switch cur.State {
 	case wfstate.Failed:
-		return e.afterFailure(ctx, cur)
+		return (saga{e}).afterFailure(ctx, cur)
 	case wfstate.Cancelled:
-		return e.launchHandler(ctx, cur, wfdef.HandlerOnCancel)
+		return (saga{e}).launchHandler(ctx, cur, wfdef.HandlerOnCancel)
 	}
 	return nil
 }
@@ -392,15 +392,15 @@ func (e *Engine) repair(ctx context.Context, id string, now time.Time) error {
 		// jobs the cancelling request or the stream did not get to. The
 		// handler first: finishing the cancel removes the check, so a
 		// handler that failed to start is tried again at the next sweep.
-		if err := e.launchHandler(ctx, root, wfdef.HandlerOnCancel); err != nil {
+		if err := (saga{e}).launchHandler(ctx, root, wfdef.HandlerOnCancel); err != nil {
 			return err
 		}
-		return e.finishCancel(ctx, root, items)
+		return (stopper{e}).finishCancel(ctx, root, items)
 	}
 	if root.State == wfstate.Failed && root.Compensation == wfstore.CompensationWaiting {
 		// Its compensation waits for steps still running: start it if
 		// they finished (else the check is set again).
-		return e.afterFailure(ctx, root)
+		return (saga{e}).afterFailure(ctx, root)
 	}
 	if root.State != wfstate.Running {
 		return nil
